@@ -1,0 +1,55 @@
+/* alloc.c: thin wrappers over the C allocator that count allocations per
+ * thread and, in debug builds, abort inside a region marked no-allocation. */
+#include "core/alloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local int forbid;
+static _Thread_local uint64_t count;
+
+static void note(const char *file, int line)
+{
+    count++;
+#ifndef NDEBUG
+    if (forbid) {
+        fprintf(stderr, "convoy: allocation inside a no-allocation region at %s:%d\n", file, line);
+        abort();
+    }
+#else
+    (void)file;
+    (void)line;
+#endif
+}
+
+void *cv_malloc_at(size_t n, const char *file, int line)
+{
+    note(file, line);
+    return malloc(n ? n : 1);
+}
+
+void *cv_calloc_at(size_t c, size_t s, const char *file, int line)
+{
+    note(file, line);
+    return calloc(c ? c : 1, s ? s : 1);
+}
+
+void *cv_realloc_at(void *p, size_t n, const char *file, int line)
+{
+    note(file, line);
+    return realloc(p, n ? n : 1);
+}
+
+void *cv_aligned_alloc_at(size_t n, const char *file, int line)
+{
+    note(file, line);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0)
+        return NULL;
+    return p;
+}
+
+void cv_free(void *p) { free(p); }
+void cv_free_aligned(void *p) { free(p); }
+void cv_alloc_forbid(int on) { forbid = on; }
+uint64_t cv_alloc_count(void) { return count; }

@@ -1,0 +1,25 @@
+/* fmap.h: read-only memory mapping of a whole file.
+ *
+ * Contract: cv_fmap_open maps `path` read-only and shared; the mapping lives
+ * until cv_fmap_close. Pages are loaded on first touch, so a process that
+ * reads only some tensors keeps only those pages resident.
+ * cv_fmap_release tells the kernel that the pages of [off, off+n) will not
+ * be needed again (after a tensor has been repacked into private memory);
+ * reading them later is still valid and faults them back in. */
+#ifndef CONVOY_CORE_FMAP_H
+#define CONVOY_CORE_FMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cv_fmap {
+    const uint8_t *data;
+    size_t size;
+    int fd;
+} cv_fmap;
+
+int cv_fmap_open(cv_fmap *m, const char *path, char *err, size_t errlen);
+void cv_fmap_release(cv_fmap *m, size_t off, size_t n);
+void cv_fmap_close(cv_fmap *m);
+
+#endif

@@ -1,0 +1,44 @@
+/* sampler.h: turning a row of logits into a token id.
+ *
+ * Contract: the chain is llama.cpp's default order: repetition / frequency /
+ * presence penalties over the last `penalty_last_n` accepted ids, then
+ * top-k, top-p, min-p, temperature, and a draw from the resulting
+ * distribution with the sampler's own RNG (a 64-bit PCG-style generator
+ * seeded by `seed`, identical on every platform). temp <= 0 is greedy
+ * (argmax of the penalized logits, ties to the lowest id). top_k <= 0,
+ * top_p >= 1 and min_p <= 0 disable those stages; penalties of 1 / 0
+ * disable them. The same seed and the same logits give the same ids.
+ * cv_sampler_sample allocates nothing (buffers are sized at create) and does
+ * not modify the caller's logits. cv_sampler_accept records an id in the
+ * penalty history (sample does not: a caller that forces a token, as in
+ * teacher forcing or speculation, accepts it itself). */
+#ifndef CONVOY_INFER_SAMPLER_H
+#define CONVOY_INFER_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct cv_sampler_params {
+    float temp;            /* default 0.8 in the CLI; 0 = greedy */
+    int32_t top_k;         /* default 40 */
+    float top_p;           /* default 0.95 */
+    float min_p;           /* default 0.05 */
+    float repeat_penalty;  /* default 1.0 (off) */
+    int32_t penalty_last_n;/* default 64 */
+    float freq_penalty;    /* default 0 */
+    float presence_penalty;/* default 0 */
+    uint64_t seed;
+} cv_sampler_params;
+
+typedef struct cv_sampler cv_sampler;
+
+cv_sampler_params cv_sampler_default_params(void);
+cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab);
+int32_t cv_sampler_sample(cv_sampler *s, const float *logits);
+void cv_sampler_accept(cv_sampler *s, int32_t id);
+void cv_sampler_reset(cv_sampler *s); /* clears history, reseeds */
+void cv_sampler_free(cv_sampler *s);
+
+/* Argmax, ties to the lowest id. */
+int32_t cv_argmax(const float *x, int32_t n);
+
+#endif

@@ -1,0 +1,74 @@
+/* kernels.h: per-type row conversions and dot products, with runtime CPU
+ * dispatch, and the row-parallel matrix-vector product built on them.
+ *
+ * Contract:
+ * - A weight row of type T is multiplied with an activation row converted
+ *   to traits(T)->vec_dot_type (F32 for F32, F16 for F16, BF16 for BF16,
+ *   Q8_0 for Q4_0 and Q8_0, Q8_K for the K-quants), as llama.cpp's CPU
+ *   backend does, so results can match it.
+ * - Every kernel has a scalar `_ref` version (portable C, no intrinsics)
+ *   and where it pays an AVX2+FMA+F16C version (and a NEON version). The
+ *   reference sums in the SIMD kernel's lane order and uses fmaf where the
+ *   SIMD kernel fuses, so all versions give the same bits on every machine.
+ * - cv_kernels_init() selects the implementation once: AVX2 when the CPU
+ *   has AVX2, FMA and F16C, NEON on arm64, else the reference. The
+ *   environment variable CONVOY_KERNELS=ref (or cv_kernels_init(1)) forces
+ *   the reference. It must run before any other call here.
+ * - Each output element of cv_matmul_rows is one vec_dot call whose result
+ *   does not depend on how many rows or tokens are computed around it: this
+ *   is what makes a row inside a batch bit-identical to the row alone. */
+#ifndef CONVOY_KERNELS_KERNELS_H
+#define CONVOY_KERNELS_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+typedef void (*cv_from_float_fn)(const float *x, void *y, int64_t n);
+typedef void (*cv_to_float_fn)(const void *x, float *y, int64_t n);
+/* Dot product of a weight row w (type T) and an activation row x (type
+ * vec_dot_type of T), both of n elements. */
+typedef float (*cv_vec_dot_fn)(int n, const void *w, const void *x);
+
+typedef struct cv_type_traits {
+    const char *name;      /* "F32", "Q4_0", ... as llama.cpp prints them */
+    int blck_size;         /* elements per block (1 for F32/F16/BF16) */
+    size_t type_size;      /* bytes per block */
+    bool is_quantized;
+    cv_type vec_dot_type;  /* type the activation row is converted to */
+    cv_to_float_fn to_float;     /* dequantize a row */
+    cv_from_float_fn from_float; /* quantize a row (activations); for weight
+                                    types this is llama.cpp's reference
+                                    quantizer without importance matrix */
+    cv_vec_dot_fn vec_dot;       /* selected implementation */
+    cv_vec_dot_fn vec_dot_ref;   /* scalar reference */
+} cv_type_traits;
+
+/* kind: 0 = best for this CPU (or env override), 1 = force reference. */
+void cv_kernels_init(int force_ref);
+/* "avx2", "neon" or "ref": what cv_kernels_init selected. */
+const char *cv_kernels_name(void);
+
+/* NULL for a type convoy does not support. */
+const cv_type_traits *cv_type_get(cv_type t);
+const char *cv_type_name(cv_type t); /* "unknown" when unsupported */
+/* Parses "Q4_0", "q4_0", "F16", ...; returns -1 when unknown. */
+int cv_type_from_name(const char *name);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size. */
+size_t cv_row_bytes(cv_type t, int64_t n);
+
+/* y[t * ldy + r] = vec_dot(W row r, x row t) for r in [r0, r1), t in [0, m).
+ * w: weight rows of type wt, n_in elements each, consecutive.
+ * x: m activation rows already converted to vec_dot_type(wt), x_stride bytes
+ * apart. Called by each thread of a pool on its own row range. */
+void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
+                    float *y, int ldy, long r0, long r1);
+
+/* The F32 dot product used by attention (same lane order on every path). */
+float cv_dot_f32(int n, const float *a, const float *b);
+/* y[i] += a * x[i] (one fused multiply-add per element, any order). */
+void cv_axpy_f32(int n, float a, const float *x, float *y);
+
+#endif

@@ -1,0 +1,94 @@
+/* types.h: weight and activation types, their block layouts, and scalar
+ * half-precision conversions.
+ *
+ * Contract: cv_type values equal GGML's type ids, so a GGUF tensor's type
+ * field is a cv_type. Every quant block is a packed struct whose size is
+ * pinned by static_assert and equals GGML's, so a tensor's bytes in a GGUF
+ * file are an array of these blocks, row after row. A row of n elements of a
+ * block type holds n / blck_size blocks (n must be a multiple).
+ *
+ * The fp16 and bf16 conversions here are exact scalar versions of the
+ * hardware ones (F16C vcvtps2ph with round-to-nearest-even, and GGML's
+ * fp32->bf16 rounding), so that the reference and SIMD kernels agree. */
+#ifndef CONVOY_KERNELS_TYPES_H
+#define CONVOY_KERNELS_TYPES_H
+
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum cv_type {
+    CV_TYPE_F32 = 0,
+    CV_TYPE_F16 = 1,
+    CV_TYPE_Q4_0 = 2,
+    CV_TYPE_Q8_0 = 8,
+    CV_TYPE_Q4_K = 12,
+    CV_TYPE_Q5_K = 13,
+    CV_TYPE_Q6_K = 14,
+    CV_TYPE_Q8_K = 15,
+    CV_TYPE_BF16 = 30,
+    CV_TYPE_COUNT = 40 /* bound on ids we index tables with, not a type */
+} cv_type;
+
+typedef uint16_t cv_fp16; /* IEEE half, bits */
+typedef uint16_t cv_bf16; /* bfloat16, bits */
+
+#define QK4_0 32
+typedef struct {
+    cv_fp16 d;            /* scale */
+    uint8_t qs[QK4_0 / 2]; /* element j in low nibble of qs[j], j+16 in high nibble; value = (q - 8) * d */
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+
+#define QK8_0 32
+typedef struct {
+    cv_fp16 d;        /* scale */
+    int8_t qs[QK8_0]; /* value = q * d */
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct {
+    cv_fp16 d;                    /* super-block scale for the 6-bit scales */
+    cv_fp16 dmin;                 /* super-block scale for the 6-bit mins */
+    uint8_t scales[K_SCALE_SIZE]; /* 8 scales and 8 mins, 6 bits each */
+    uint8_t qs[QK_K / 2];         /* 4-bit quants */
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+typedef struct {
+    cv_fp16 d;
+    cv_fp16 dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8]; /* 5th bit of each quant */
+    uint8_t qs[QK_K / 2]; /* low 4 bits */
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+typedef struct {
+    uint8_t ql[QK_K / 2];      /* low 4 bits */
+    uint8_t qh[QK_K / 4];      /* high 2 bits */
+    int8_t scales[QK_K / 16];  /* 8-bit scale per 16 elements */
+    cv_fp16 d;                 /* super-block scale */
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+typedef struct {
+    float d;                  /* scale (f32, unlike Q8_0) */
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16]; /* sum of each 16 quants */
+} block_q8_K;
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+static inline uint32_t cv_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float cv_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float cv_fp16_to_fp32(cv_fp16 h);
+cv_fp16 cv_fp32_to_fp16(float f); /* round to nearest even, as F16C */
+
+static inline float cv_bf16_to_fp32(cv_bf16 h) { return cv_bits_f32((uint32_t)h << 16); }
+cv_bf16 cv_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+#endif

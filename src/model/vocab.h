@@ -1,0 +1,83 @@
+/* vocab.h: the tokenizer, built from a GGUF's tokenizer.ggml.* metadata.
+ *
+ * Contract: cv_vocab_load reads tokenizer.ggml.model ("llama" = SentencePiece
+ * with scores and byte fallback; later "gpt2" = byte-level BPE), tokens,
+ * scores, token_type, bos/eos/unk/pad ids, add_bos_token / add_eos_token
+ * (defaults as llama.cpp: SPM adds BOS, not EOS) and add_space_prefix
+ * (default true for SPM), validating ids against the vocabulary size. The
+ * vocab copies what it needs: the gguf_file may be closed afterwards.
+ *
+ * cv_tokenize reproduces llama.cpp's llama_tokenize(text, add_special,
+ * parse_special): with parse_special false, text that looks like a special
+ * token ("<s>") is plain text. It returns the number of ids; if that is
+ * more than n_max it writes nothing past n_max and returns the negated
+ * count needed. It allocates scratch memory (tokenization is not part of
+ * the decode step).
+ *
+ * cv_token_piece writes the bytes a token stands for (SPM: U+2581 becomes
+ * a space, <0xXX> becomes that byte; control tokens give "" unless
+ * `special`), returns their length or -(needed) if n is too small.
+ *
+ * cv_detok turns a stream of ids into text that is always valid UTF-8 at
+ * every call: bytes of a character split over several tokens are held back
+ * until the character is complete; invalid sequences become U+FFFD. */
+#ifndef CONVOY_MODEL_VOCAB_H
+#define CONVOY_MODEL_VOCAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+
+enum cv_token_type {
+    CV_TOKEN_UNDEFINED = 0,
+    CV_TOKEN_NORMAL = 1,
+    CV_TOKEN_UNKNOWN = 2,
+    CV_TOKEN_CONTROL = 3,
+    CV_TOKEN_USER_DEFINED = 4,
+    CV_TOKEN_UNUSED = 5,
+    CV_TOKEN_BYTE = 6,
+};
+
+enum cv_vocab_kind { CV_VOCAB_SPM = 1, CV_VOCAB_BPE = 2 };
+
+typedef struct cv_vocab_index cv_vocab_index; /* private lookup tables */
+
+typedef struct cv_vocab {
+    enum cv_vocab_kind kind;
+    int32_t n_vocab;
+    char **text;      /* token text as stored in GGUF, NUL-terminated */
+    uint32_t *text_len;
+    float *score;
+    int32_t *type;    /* enum cv_token_type */
+    int32_t bos, eos, unk, pad, eot; /* -1 when absent */
+    bool add_bos, add_eos, add_space_prefix;
+    int32_t byte_token[256]; /* id of <0xXX> per byte, -1 if absent */
+    cv_vocab_index *index;
+} cv_vocab;
+
+int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen);
+void cv_vocab_free(cv_vocab *v);
+
+int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                int32_t *out, int n_max);
+int cv_token_piece(const cv_vocab *v, int32_t id, bool special, char *buf, int n);
+/* True for ids that end generation (EOS, EOT). */
+bool cv_token_is_eog(const cv_vocab *v, int32_t id);
+
+typedef struct cv_detok {
+    const cv_vocab *vocab;
+    char held[8];
+    int n_held;
+} cv_detok;
+
+void cv_detok_init(cv_detok *d, const cv_vocab *v);
+/* Appends the text of id; writes complete UTF-8 into out (at most n bytes,
+ * n >= 64 is always enough for one token... plus held bytes) and returns
+ * the byte count. */
+int cv_detok_push(cv_detok *d, int32_t id, char *out, int n);
+/* Flushes held bytes at end of stream (as U+FFFD if incomplete). */
+int cv_detok_flush(cv_detok *d, char *out, int n);
+
+#endif
