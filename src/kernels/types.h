@@ -14,6 +14,7 @@
 #define CONVOY_KERNELS_TYPES_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -81,6 +82,11 @@ typedef struct {
     int16_t bsums[QK_K / 16]; /* sum of each 16 quants */
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+/* Block size and bytes per block of any GGML type id (also those convoy
+ * cannot compute with), so a GGUF reader can size every tensor. Returns 0
+ * for an id GGML does not define (or no longer defines). */
+int cv_ggml_type_info(uint32_t type, const char **name, int *blck_size, size_t *type_size);
 
 static inline uint32_t cv_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float cv_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
