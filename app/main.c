@@ -1,0 +1,43 @@
+/* main.c: the convoy binary: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS]"},
+    {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},
+    {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},
+    {"eval", cmd_eval, "eval -m MODEL --tokens IDS.json --logits OUT.f32: teacher-forced logits"},
+    {"quantize", cmd_quantize, "quantize IN OUT TYPE: convert weights to F16/BF16/Q8_0/Q4_0"},
+    {"synth", cmd_synth, "synth --shape NAME|--dims ... --type T -o OUT: deterministic random model"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: convoy COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %s\n", commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "convoy: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
