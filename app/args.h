@@ -1,0 +1,15 @@
+/* args.h: small helpers for subcommand flags. Each returns 0 on success and
+ * prints a usage error naming the flag otherwise. */
+#ifndef CONVOY_APP_ARGS_H
+#define CONVOY_APP_ARGS_H
+
+#include <stdint.h>
+
+/* Returns argv[++*i] or NULL (with a message) when the flag has no value. */
+const char *arg_value(int argc, char **argv, int *i);
+int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
+int arg_u64(const char *flag, const char *s, uint64_t *out);
+int arg_float(const char *flag, const char *s, float *out);
+double now_seconds(void);
+
+#endif

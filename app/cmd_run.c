@@ -1,0 +1,200 @@
+/* cmd_run.c: `convoy run`: one prompt, streamed to stdout; load time and
+ * prefill / decode speed to stderr. The prompt goes through the model in
+ * chunks of --batch tokens, then one token per step is sampled and fed
+ * back until -n tokens or an end-of-generation token. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "commands.h"
+#include "convoy.h"
+#include "core/alloc.h"
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
+            "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
+            "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
+            "                  [--ignore-eos]\n"
+            "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n");
+}
+
+int cmd_run(int argc, char **argv)
+{
+    const char *model_path = NULL, *prompt = NULL, *v;
+    int32_t n_predict = 128;
+    bool ignore_eos = false, seed_given = false;
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cv_sampler_params sp = cv_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+            continue;
+        }
+        if (!(v = arg_value(argc, argv, &i)))
+            return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model_path = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "-n"))
+            bad = arg_int(a, v, 0, 1 << 24, &n_predict);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            bad = arg_int(a, v, 1, 256, &cp.n_threads);
+        else if (!strcmp(a, "--ctx"))
+            bad = arg_int(a, v, 1, 1 << 24, &cp.n_ctx);
+        else if (!strcmp(a, "--batch"))
+            bad = arg_int(a, v, 1, 1 << 16, &cp.n_batch);
+        else if (!strcmp(a, "--temp"))
+            bad = arg_float(a, v, &sp.temp);
+        else if (!strcmp(a, "--top-k"))
+            bad = arg_int(a, v, 0, 1 << 30, &sp.top_k);
+        else if (!strcmp(a, "--top-p"))
+            bad = arg_float(a, v, &sp.top_p);
+        else if (!strcmp(a, "--min-p"))
+            bad = arg_float(a, v, &sp.min_p);
+        else if (!strcmp(a, "--repeat-penalty"))
+            bad = arg_float(a, v, &sp.repeat_penalty);
+        else if (!strcmp(a, "--repeat-last-n"))
+            bad = arg_int(a, v, 0, 1 << 24, &sp.penalty_last_n);
+        else if (!strcmp(a, "--frequency-penalty"))
+            bad = arg_float(a, v, &sp.freq_penalty);
+        else if (!strcmp(a, "--presence-penalty"))
+            bad = arg_float(a, v, &sp.presence_penalty);
+        else if (!strcmp(a, "--seed"))
+            bad = arg_u64(a, v, &sp.seed), seed_given = true;
+        else if (!strcmp(a, "--kv-type")) {
+            if (strcmp(v, "f32") && strcmp(v, "f16")) {
+                fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
+                return 2;
+            }
+            cp.kv_f16 = !strcmp(v, "f16");
+        } else {
+            fprintf(stderr, "convoy run: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!model_path || !prompt) {
+        usage();
+        return 2;
+    }
+    if (!seed_given)
+        sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+
+    char err[512];
+    double t0 = now_seconds();
+    convoy_model *model = convoy_model_load(model_path, err, sizeof err);
+    if (!model) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return 1;
+    }
+    convoy_model_info info;
+    convoy_model_get_info(model, &info);
+    convoy_ctx *ctx = convoy_ctx_create(model, &cp, err, sizeof err);
+    if (!ctx) {
+        fprintf(stderr, "convoy: %s\n", err);
+        convoy_model_free(model);
+        return 1;
+    }
+    const int32_t n_ctx = convoy_ctx_n_ctx(ctx), n_batch = convoy_ctx_n_batch(ctx);
+    double t_load = now_seconds() - t0;
+
+    int rc = 1;
+    int32_t *tokens = cv_malloc(sizeof(int32_t) * (size_t)n_ctx);
+    int32_t *pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    int32_t *seq = cv_calloc((size_t)n_batch, sizeof(int32_t));
+    uint8_t *want = cv_calloc((size_t)n_batch, 1);
+    float *logits = cv_malloc(sizeof(float) * (size_t)info.n_vocab);
+    cv_sampler *smpl = cv_sampler_create(&sp, info.n_vocab);
+    convoy_detok *detok = convoy_detok_create(model);
+    if (!tokens || !pos || !seq || !want || !logits || !smpl || !detok) {
+        fprintf(stderr, "convoy: out of memory\n");
+        goto done;
+    }
+    int n_prompt = convoy_tokenize(model, prompt, strlen(prompt), true, false, tokens, n_ctx);
+    if (n_prompt < 0 || n_prompt + (n_predict > 0 ? 1 : 0) > n_ctx) {
+        fprintf(stderr, "convoy: prompt of %d tokens does not fit the context of %d\n",
+                n_prompt < 0 ? -n_prompt : n_prompt, n_ctx);
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "convoy: empty prompt and the model adds no BOS token\n");
+        goto done;
+    }
+    if (n_predict > n_ctx - n_prompt)
+        n_predict = n_ctx - n_prompt;
+    fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", model_path, t_load,
+            info.n_layer, info.n_vocab, cp.n_threads, (unsigned long long)sp.seed);
+    fputs(prompt, stdout);
+    fflush(stdout);
+
+    for (int i = 0; i < n_prompt; i++)
+        cv_sampler_accept(smpl, tokens[i]);
+    double t_prefill = now_seconds();
+    for (int32_t start = 0; start < n_prompt; start += n_batch) {
+        int32_t n = n_prompt - start < n_batch ? n_prompt - start : n_batch;
+        for (int32_t i = 0; i < n; i++) {
+            pos[i] = start + i;
+            want[i] = start + i == n_prompt - 1;
+        }
+        convoy_batch b = {.n_tokens = n, .token = tokens + start, .pos = pos, .seq = seq, .want = want};
+        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "\nconvoy: %s\n", err);
+            goto done;
+        }
+    }
+    t_prefill = now_seconds() - t_prefill;
+
+    double t_decode = now_seconds();
+    int32_t n_gen = 0, n_past = n_prompt;
+    char text[256];
+    while (n_gen < n_predict) {
+        int32_t id = cv_sampler_sample(smpl, logits);
+        cv_sampler_accept(smpl, id);
+        n_gen++;
+        if (!ignore_eos && convoy_token_is_eog(model, id))
+            break;
+        int k = convoy_detok_push(detok, id, text, sizeof text);
+        fwrite(text, 1, (size_t)k, stdout);
+        fflush(stdout);
+        if (n_gen == n_predict)
+            break;
+        pos[0] = n_past;
+        want[0] = 1;
+        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = pos, .seq = seq, .want = want};
+        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "\nconvoy: %s\n", err);
+            goto done;
+        }
+        n_past++;
+    }
+    int k = convoy_detok_flush(detok, text, sizeof text);
+    fwrite(text, 1, (size_t)k, stdout);
+    fputc('\n', stdout);
+    t_decode = now_seconds() - t_decode;
+    fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
+            n_prompt, t_prefill, n_prompt / t_prefill, n_gen, t_decode, n_gen > 0 ? n_gen / t_decode : 0.0);
+    rc = 0;
+done:
+    convoy_detok_free(detok);
+    cv_sampler_free(smpl);
+    cv_free(logits);
+    cv_free(want);
+    cv_free(seq);
+    cv_free(pos);
+    cv_free(tokens);
+    convoy_ctx_free(ctx);
+    convoy_model_free(model);
+    return rc;
+}

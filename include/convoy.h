@@ -1,0 +1,86 @@
+/* convoy.h: the engine API that the CLI and the HTTP server use.
+ *
+ * Contract: a convoy_model is a loaded GGUF (weights mapped, vocabulary
+ * parsed); a convoy_ctx owns everything inference needs for it: a thread
+ * pool, a KV cache of n_slot sequence slots of n_ctx positions, and the
+ * buffers of the forward pass, all allocated at creation. convoy_decode
+ * runs one batch of tokens from any slots (each slot's tokens continuing
+ * its cached length) and writes the logits of the wanted tokens; it
+ * allocates nothing. Results are bit-identical whatever the batch
+ * composition and thread count. One thread at a time may use a convoy_ctx
+ * (the engine is owned by one inference thread); a convoy_model may be
+ * shared read-only. Failures return -1 (or NULL) with a message in err.
+ *
+ * The kernels must be selected first with cv_kernels_init (kernels/kernels.h);
+ * the convoy binary does so at start-up.
+ *
+ * Sampling is part of the API through infer/sampler.h. */
+#ifndef CONVOY_H
+#define CONVOY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "infer/sampler.h"
+
+typedef struct convoy_model convoy_model;
+typedef struct convoy_ctx convoy_ctx;
+
+typedef struct convoy_model_info {
+    char arch[32];
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t bos, eos;
+    uint64_t bytes_per_token; /* weight bytes read per decoded token */
+} convoy_model_info;
+
+convoy_model *convoy_model_load(const char *path, char *err, size_t errlen);
+void convoy_model_free(convoy_model *m);
+void convoy_model_get_info(const convoy_model *m, convoy_model_info *info);
+
+/* Tokenization as llama.cpp's llama_tokenize (see model/vocab.h). */
+int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                    int32_t *out, int32_t n_max);
+int convoy_token_piece(const convoy_model *m, int32_t id, char *buf, int32_t n);
+bool convoy_token_is_eog(const convoy_model *m, int32_t id);
+
+/* Streaming detokenizer: each push returns only complete UTF-8. */
+typedef struct convoy_detok convoy_detok;
+convoy_detok *convoy_detok_create(const convoy_model *m);
+int convoy_detok_push(convoy_detok *d, int32_t id, char *out, int32_t n);
+int convoy_detok_flush(convoy_detok *d, char *out, int32_t n);
+void convoy_detok_free(convoy_detok *d);
+
+typedef struct convoy_ctx_params {
+    int32_t n_threads; /* default 1 */
+    int32_t n_ctx;     /* positions per slot; 0 = the model's training context */
+    int32_t n_slot;    /* sequence slots; default 1 */
+    int32_t n_batch;   /* most tokens per convoy_decode; default 512 */
+    bool kv_f16;       /* F16 KV cache instead of F32 */
+} convoy_ctx_params;
+
+convoy_ctx_params convoy_ctx_default_params(void);
+convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen);
+void convoy_ctx_free(convoy_ctx *c);
+int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
+int32_t convoy_ctx_n_batch(const convoy_ctx *c);
+
+typedef struct convoy_batch {
+    int32_t n_tokens;
+    const int32_t *token;
+    const int32_t *pos;
+    const int32_t *seq;
+    const uint8_t *want; /* logits wanted for this token */
+} convoy_batch;
+
+/* logits: [number of wanted tokens][n_vocab], in batch order. */
+int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen);
+
+int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
+void convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len);
+void convoy_seq_free(convoy_ctx *c, int32_t seq);
+
+#endif

@@ -1,0 +1,424 @@
+/* forward.c: the Llama forward pass, top to bottom as the architecture,
+ * over a batch of tokens and a layer range.
+ *
+ * For each layer: RMSNorm -> Q, K, V projections -> RoPE -> K and V
+ * appended in place to each token's slot -> attention of each (token, head)
+ * over its slot's positions [0, pos] -> output projection + residual ->
+ * RMSNorm -> SwiGLU feed-forward + residual. The last stage then applies
+ * the final norm and the output matrix to the wanted rows only.
+ *
+ * All buffers are allocated by cv_forward_create for n_batch_max tokens;
+ * cv_forward_run allocates nothing. Matrix products and attention are split
+ * over the pool's threads by output rows and by (token, head) pairs: each
+ * value is computed by one thread in one fixed order, never split along the
+ * reduction, so results do not depend on threads or batch composition.
+ * Activations are converted to each weight's vec_dot_type (Q8_0 for Q4_0
+ * and Q8_0 weights...) once per distinct type, as llama.cpp's CPU backend
+ * does. */
+#include "infer/forward.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
+
+struct cv_forward {
+    const cv_llama *m;
+    cv_kv *kv;
+    cv_pool *pool;
+    int32_t n_batch_max;
+    int32_t n_threads;
+
+    float *x;    /* [n][n_embd] residual stream */
+    float *xn;   /* [n][n_embd] normalized */
+    float *q;    /* [n][n_q] */
+    float *k;    /* [n][n_kv] */
+    float *v;    /* [n][n_kv] */
+    float *att;  /* [n][n_q] attention output */
+    float *gate; /* [n][n_ff] */
+    float *up;   /* [n][n_ff] */
+    void *xq;    /* activations converted for the weights: n rows of up to 4 * max_in bytes */
+    float *rope_cos, *rope_sin; /* [n][n_rot / 2] */
+    float *att_scratch;         /* per thread: scores [n_ctx] + k and v rows [head_dim] each */
+    int32_t *next_pos;          /* [n_slot] validation scratch */
+};
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
+                              size_t errlen)
+{
+    const cv_llama_hparams *hp = &m->hp;
+    if (n_batch_max < 1) {
+        cv_errf(err, errlen, "batch size must be at least 1");
+        return NULL;
+    }
+    if (kv->l0 != m->l0 || kv->l1 != m->l1 || kv->kv_dim != hp->n_head_kv * hp->head_dim) {
+        cv_errf(err, errlen, "KV cache does not match the model's layer range or shape");
+        return NULL;
+    }
+    cv_forward *f = cv_calloc(1, sizeof *f);
+    if (!f) {
+        cv_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    f->m = m;
+    f->kv = kv;
+    f->pool = pool;
+    f->n_batch_max = n_batch_max;
+    f->n_threads = cv_pool_size(pool);
+    const size_t n = (size_t)n_batch_max, n_q = (size_t)hp->n_head * hp->head_dim,
+                 n_kv = (size_t)hp->n_head_kv * hp->head_dim, n_ff = (size_t)hp->n_ff;
+    const size_t max_in = max_sz(max_sz((size_t)hp->n_embd, n_q), n_ff);
+    f->x = cv_aligned_alloc(sizeof(float) * n * hp->n_embd);
+    f->xn = cv_aligned_alloc(sizeof(float) * n * hp->n_embd);
+    f->q = cv_aligned_alloc(sizeof(float) * n * n_q);
+    f->k = cv_aligned_alloc(sizeof(float) * n * n_kv);
+    f->v = cv_aligned_alloc(sizeof(float) * n * n_kv);
+    f->att = cv_aligned_alloc(sizeof(float) * n * n_q);
+    f->gate = cv_aligned_alloc(sizeof(float) * n * n_ff);
+    f->up = cv_aligned_alloc(sizeof(float) * n * n_ff);
+    f->xq = cv_aligned_alloc(n * (4 * max_in + 64));
+    f->rope_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
+    f->rope_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
+    f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads * ((size_t)kv->n_ctx + 2 * hp->head_dim));
+    f->next_pos = cv_calloc((size_t)kv->n_slot, sizeof *f->next_pos);
+    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xq || !f->rope_cos ||
+        !f->rope_sin || !f->att_scratch || !f->next_pos) {
+        cv_forward_free(f);
+        cv_errf(err, errlen, "out of memory for forward buffers (batch %d)", n_batch_max);
+        return NULL;
+    }
+    return f;
+}
+
+void cv_forward_free(cv_forward *f)
+{
+    if (!f)
+        return;
+    cv_free_aligned(f->x);
+    cv_free_aligned(f->xn);
+    cv_free_aligned(f->q);
+    cv_free_aligned(f->k);
+    cv_free_aligned(f->v);
+    cv_free_aligned(f->att);
+    cv_free_aligned(f->gate);
+    cv_free_aligned(f->up);
+    cv_free_aligned(f->xq);
+    cv_free_aligned(f->rope_cos);
+    cv_free_aligned(f->rope_sin);
+    cv_free_aligned(f->att_scratch);
+    cv_free(f->next_pos);
+    cv_free(f);
+}
+
+int32_t cv_forward_batch_max(const cv_forward *f) { return f->n_batch_max; }
+
+/* ---- element-wise operations (one thread; cheap next to the matmuls) ---- */
+
+/* y = x / rms(x) * w, rows of n; the sum of squares in double, as llama.cpp. */
+static void rmsnorm_rows(float *y, const float *x, const float *w, int32_t rows, int32_t n, float eps)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        double sum = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            sum += (double)(xr[i] * xr[i]);
+        const float mean = (float)(sum / n);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (int32_t i = 0; i < n; i++)
+            yr[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+static void add_rows(float *x, const float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += d[i];
+}
+
+static void swiglu_rows(float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        gate[i] = (g / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+/* cos/sin of each rotary pair for each token's position (normal, non-NeoX
+ * rotation: pairs (2i, 2i+1) turn by pos * base^(-2i/n_rot)). */
+static void rope_tables(cv_forward *f, const cv_batch *b)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t half = hp->n_rot / 2;
+    const float theta_scale = powf(hp->rope_theta, -2.0f / (float)hp->n_rot);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        float theta = (float)b->pos[t];
+        for (int32_t i = 0; i < half; i++) {
+            f->rope_cos[(size_t)t * half + i] = cosf(theta);
+            f->rope_sin[(size_t)t * half + i] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+}
+
+static void rope_rows(const cv_forward *f, float *x, int32_t n_tokens, int32_t n_heads)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t half = hp->n_rot / 2, hd = hp->head_dim;
+    for (int32_t t = 0; t < n_tokens; t++) {
+        const float *c = f->rope_cos + (size_t)t * half, *s = f->rope_sin + (size_t)t * half;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *p = x + ((size_t)t * n_heads + h) * hd;
+            for (int32_t i = 0; i < half; i++) {
+                const float x0 = p[2 * i], x1 = p[2 * i + 1];
+                p[2 * i] = x0 * c[i] - x1 * s[i];
+                p[2 * i + 1] = x0 * s[i] + x1 * c[i];
+            }
+        }
+    }
+}
+
+/* ---- matrix products over the pool ---- */
+
+typedef struct matmul_job {
+    const cv_weight *w[3];
+    float *y[3];
+    int n_w;
+    const void *xq;
+    size_t x_stride;
+    int32_t m;
+} matmul_job;
+
+static void matmul_worker(void *ctx, int ith, int nth)
+{
+    const matmul_job *j = ctx;
+    for (int i = 0; i < j->n_w; i++) {
+        const cv_weight *w = j->w[i];
+        long r0, r1;
+        cv_split_range(w->n_out, ith, nth, &r0, &r1);
+        if (r0 < r1)
+            cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+    }
+}
+
+/* Converts m rows of x (n_in wide) to the activation type of w[0] (all the
+ * weights of one call share n_in and the activation type), then computes
+ * y[i] = w[i] . x for each i in one pass over the pool. */
+static void matmul(cv_forward *f, const float *x, int32_t m, const cv_weight *const *w, float *const *y, int n_w)
+{
+    const cv_type act = cv_type_get(w[0]->type)->vec_dot_type;
+    const cv_type_traits *at = cv_type_get(act);
+    const int32_t n_in = w[0]->n_in;
+    matmul_job j = {.n_w = n_w, .m = m};
+    for (int i = 0; i < n_w; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+    }
+    if (act == CV_TYPE_F32) {
+        j.xq = x;
+        j.x_stride = sizeof(float) * (size_t)n_in;
+    } else {
+        j.x_stride = cv_row_bytes(act, n_in);
+        for (int32_t t = 0; t < m; t++)
+            at->from_float(x + (size_t)t * n_in, (char *)f->xq + (size_t)t * j.x_stride, n_in);
+        j.xq = f->xq;
+    }
+    cv_pool_run(f->pool, matmul_worker, &j);
+}
+
+static bool same_act(const cv_weight *a, const cv_weight *b)
+{
+    return cv_type_get(a->type)->vec_dot_type == cv_type_get(b->type)->vec_dot_type;
+}
+
+/* Projections sharing one input: grouped when their activation types agree. */
+static void matmul_shared_input(cv_forward *f, const float *x, int32_t m, const cv_weight *const *w,
+                                float *const *y, int n_w)
+{
+    int start = 0;
+    while (start < n_w) {
+        int end = start + 1;
+        while (end < n_w && same_act(w[start], w[end]))
+            end++;
+        matmul(f, x, m, w + start, y + start, end - start);
+        start = end;
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+    cv_forward *f;
+    const cv_batch *b;
+    int32_t layer;
+} attn_job;
+
+static const float *kv_row_f32(const cv_kv *kv, void *base, int32_t layer, int32_t slot, int32_t pos, int32_t off,
+                               int32_t n, float *tmp)
+{
+    const void *p = cv_kv_at(kv, base, layer, slot, pos);
+    if (kv->type == CV_TYPE_F32)
+        return (const float *)p + off;
+    const cv_fp16 *h = (const cv_fp16 *)p + off;
+    for (int32_t i = 0; i < n; i++)
+        tmp[i] = cv_fp16_to_fp32(h[i]);
+    return tmp;
+}
+
+static void attn_worker(void *ctx, int ith, int nth)
+{
+    const attn_job *j = ctx;
+    cv_forward *f = j->f;
+    const cv_llama_hparams *hp = &f->m->hp;
+    const cv_kv *kv = f->kv;
+    const int32_t hd = hp->head_dim, n_head = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = f->att_scratch + (size_t)ith * ((size_t)kv->n_ctx + 2 * hd);
+    float *ktmp = scores + kv->n_ctx, *vtmp = ktmp + hd;
+    long p0, p1;
+    cv_split_range((long)j->b->n_tokens * n_head, ith, nth, &p0, &p1);
+    for (long p = p0; p < p1; p++) {
+        const int32_t t = (int32_t)(p / n_head), h = (int32_t)(p % n_head), kvh = h / group;
+        const int32_t slot = j->b->seq[t], n_pos = j->b->pos[t] + 1;
+        const float *q = f->q + ((size_t)t * n_head + h) * hd;
+        float max = -INFINITY;
+        for (int32_t i = 0; i < n_pos; i++) {
+            const float *k = kv_row_f32(kv, kv->k, j->layer, slot, i, kvh * hd, hd, ktmp);
+            scores[i] = cv_dot_f32(hd, q, k) * scale;
+            if (scores[i] > max)
+                max = scores[i];
+        }
+        double sum = 0.0;
+        for (int32_t i = 0; i < n_pos; i++) {
+            scores[i] = expf(scores[i] - max);
+            sum += (double)scores[i];
+        }
+        const float inv = (float)(1.0 / sum);
+        float *out = f->att + ((size_t)t * n_head + h) * hd;
+        memset(out, 0, sizeof(float) * (size_t)hd);
+        for (int32_t i = 0; i < n_pos; i++) {
+            const float *v = kv_row_f32(kv, kv->v, j->layer, slot, i, kvh * hd, hd, vtmp);
+            cv_axpy_f32(hd, scores[i] * inv, v, out);
+        }
+    }
+}
+
+static void kv_store(cv_forward *f, const cv_batch *b, int32_t layer)
+{
+    cv_kv *kv = f->kv;
+    const size_t kv_dim = (size_t)kv->kv_dim;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        void *kd = cv_kv_at(kv, kv->k, layer, b->seq[t], b->pos[t]);
+        void *vd = cv_kv_at(kv, kv->v, layer, b->seq[t], b->pos[t]);
+        const float *ks = f->k + t * kv_dim, *vs = f->v + t * kv_dim;
+        if (kv->type == CV_TYPE_F32) {
+            memcpy(kd, ks, sizeof(float) * kv_dim);
+            memcpy(vd, vs, sizeof(float) * kv_dim);
+        } else {
+            for (size_t i = 0; i < kv_dim; i++) {
+                ((cv_fp16 *)kd)[i] = cv_fp32_to_fp16(ks[i]);
+                ((cv_fp16 *)vd)[i] = cv_fp32_to_fp16(vs[i]);
+            }
+        }
+    }
+}
+
+/* ---- the pass ---- */
+
+static int check_batch(cv_forward *f, const cv_batch *b, char *err, size_t errlen)
+{
+    const cv_kv *kv = f->kv;
+    if (b->n_tokens < 1 || b->n_tokens > f->n_batch_max)
+        return cv_errf(err, errlen, "batch of %d tokens is outside [1, %d]", b->n_tokens, f->n_batch_max);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t s = b->seq[t];
+        if (s < 0 || s >= kv->n_slot)
+            return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, s, kv->n_slot);
+        f->next_pos[s] = kv->len[s];
+    }
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t s = b->seq[t];
+        if (b->pos[t] != f->next_pos[s])
+            return cv_errf(err, errlen, "token %d: position %d in slot %d, expected %d", t, b->pos[t], s,
+                           f->next_pos[s]);
+        if (b->pos[t] >= kv->n_ctx)
+            return cv_errf(err, errlen, "slot %d is full: position %d reaches the context size %d", s, b->pos[t],
+                           kv->n_ctx);
+        f->next_pos[s]++;
+        if (cv_llama_has_embd(f->m) && (b->token[t] < 0 || b->token[t] >= f->m->hp.n_vocab))
+            return cv_errf(err, errlen, "token %d: id %d is outside the vocabulary [0, %d)", t, b->token[t],
+                           f->m->hp.n_vocab);
+    }
+    return 0;
+}
+
+int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen)
+{
+    if (check_batch(f, b, err, errlen))
+        return -1;
+    const cv_llama *m = f->m;
+    const cv_llama_hparams *hp = &m->hp;
+    const int32_t n = b->n_tokens, n_embd = hp->n_embd;
+
+    if (cv_llama_has_embd(m)) {
+        const cv_type_traits *et = cv_type_get(m->tok_embd.type);
+        const size_t row = cv_row_bytes(m->tok_embd.type, n_embd);
+        for (int32_t t = 0; t < n; t++)
+            et->to_float((const char *)m->tok_embd.data + (size_t)b->token[t] * row, f->x + (size_t)t * n_embd,
+                         n_embd);
+    } else {
+        memcpy(f->x, in, sizeof(float) * (size_t)n * n_embd);
+    }
+    rope_tables(f, b);
+
+    for (int32_t l = m->l0; l < m->l1; l++) {
+        const cv_llama_layer *L = &m->layers[l];
+
+        rmsnorm_rows(f->xn, f->x, L->attn_norm, n, n_embd, hp->rms_eps);
+        const cv_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        float *const qkv_y[3] = {f->q, f->k, f->v};
+        matmul_shared_input(f, f->xn, n, qkv_w, qkv_y, 3);
+        rope_rows(f, f->q, n, hp->n_head);
+        rope_rows(f, f->k, n, hp->n_head_kv);
+        kv_store(f, b, l);
+        attn_job aj = {.f = f, .b = b, .layer = l};
+        cv_pool_run(f->pool, attn_worker, &aj);
+        const cv_weight *o_w[1] = {&L->wo};
+        float *const o_y[1] = {f->xn};
+        matmul(f, f->att, n, o_w, o_y, 1);
+        add_rows(f->x, f->xn, (size_t)n * n_embd);
+
+        rmsnorm_rows(f->xn, f->x, L->ffn_norm, n, n_embd, hp->rms_eps);
+        const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
+        float *const gu_y[2] = {f->gate, f->up};
+        matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
+        swiglu_rows(f->gate, f->up, (size_t)n * hp->n_ff);
+        const cv_weight *d_w[1] = {&L->w_down};
+        float *const d_y[1] = {f->xn};
+        matmul(f, f->gate, n, d_w, d_y, 1);
+        add_rows(f->x, f->xn, (size_t)n * n_embd);
+    }
+
+    for (int32_t t = 0; t < n; t++)
+        f->kv->len[b->seq[t]] = b->pos[t] + 1;
+
+    if (!cv_llama_has_head(m)) {
+        memcpy(out, f->x, sizeof(float) * (size_t)n * n_embd);
+        return 0;
+    }
+    int32_t n_want = 0;
+    for (int32_t t = 0; t < n; t++)
+        if (b->want[t])
+            memmove(f->x + (size_t)n_want++ * n_embd, f->x + (size_t)t * n_embd, sizeof(float) * n_embd);
+    if (n_want == 0)
+        return 0;
+    rmsnorm_rows(f->xn, f->x, m->output_norm, n_want, n_embd, hp->rms_eps);
+    const cv_weight *out_w[1] = {&m->output};
+    float *const out_y[1] = {out};
+    matmul(f, f->xn, n_want, out_w, out_y, 1);
+    return 0;
+}

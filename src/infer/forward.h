@@ -1,0 +1,48 @@
+/* forward.h: the forward pass of a Llama model over a batch of tokens from
+ * several sequences, for the layer range the model was bound with.
+ *
+ * Contract: a batch holds n tokens; token i belongs to sequence slot
+ * seq[i] at position pos[i]. For each slot, its tokens in the batch must
+ * have consecutive positions continuing the slot's cached length (the
+ * first at kv->len[slot]), all below the cache's context size; a batch
+ * that breaks this is refused with a message and changes nothing.
+ * Each token attends to the positions [0, pos] of its own slot.
+ *
+ * Input: token ids when the model holds the embeddings (l0 == 0), else
+ * `in` = hidden states [n][n_embd]. Output: when the model holds the head
+ * (l1 == n_layer), logits [n_want][n_vocab] of the tokens with want[i] set,
+ * in batch order; otherwise hidden states [n][n_embd] of every token.
+ *
+ * Determinism: every value a token produces is computed exactly as it
+ * would be if that token were alone in its own batch, with any number of
+ * threads (kernels reduce each output element in one fixed order), so the
+ * logits are bit-identical across batch compositions, chunkings and
+ * thread counts. cv_forward_run allocates nothing. */
+#ifndef CONVOY_INFER_FORWARD_H
+#define CONVOY_INFER_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/pool.h"
+#include "infer/kv.h"
+#include "model/llama.h"
+
+typedef struct cv_batch {
+    int32_t n_tokens;
+    const int32_t *token; /* [n] ids (used when the model holds the embeddings) */
+    const int32_t *pos;   /* [n] */
+    const int32_t *seq;   /* [n] slot */
+    const uint8_t *want;  /* [n] 1: produce logits for this token (head only) */
+} cv_batch;
+
+typedef struct cv_forward cv_forward;
+
+cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
+                              size_t errlen);
+void cv_forward_free(cv_forward *f);
+int32_t cv_forward_batch_max(const cv_forward *f);
+
+int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);
+
+#endif

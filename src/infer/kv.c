@@ -1,0 +1,50 @@
+/* kv.c: allocation and length bookkeeping of the KV cache (see kv.h). The
+ * forward pass writes and reads the storage through cv_kv_at. */
+#include "infer/kv.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+int cv_kv_create(cv_kv *kv, cv_type type, int32_t n_slot, int32_t n_ctx, int32_t l0, int32_t l1, int32_t kv_dim,
+                 char *err, size_t errlen)
+{
+    memset(kv, 0, sizeof *kv);
+    if (type != CV_TYPE_F32 && type != CV_TYPE_F16)
+        return cv_errf(err, errlen, "KV cache type must be F32 or F16");
+    if (n_slot < 1 || n_ctx < 1 || l1 <= l0 || kv_dim < 1)
+        return cv_errf(err, errlen, "bad KV cache size (%d slots, context %d)", n_slot, n_ctx);
+    kv->type = type;
+    kv->n_slot = n_slot;
+    kv->n_ctx = n_ctx;
+    kv->l0 = l0;
+    kv->l1 = l1;
+    kv->kv_dim = kv_dim;
+    kv->elt_size = type == CV_TYPE_F32 ? 4 : 2;
+    size_t bytes = (size_t)(l1 - l0) * (size_t)n_slot * (size_t)n_ctx * (size_t)kv_dim * kv->elt_size;
+    kv->k = cv_aligned_alloc(bytes);
+    kv->v = cv_aligned_alloc(bytes);
+    kv->len = cv_calloc((size_t)n_slot, sizeof *kv->len);
+    if (!kv->k || !kv->v || !kv->len) {
+        cv_kv_free(kv);
+        return cv_errf(err, errlen, "out of memory for the KV cache (%zu bytes for K and V each)", bytes);
+    }
+    return 0;
+}
+
+void cv_kv_free(cv_kv *kv)
+{
+    cv_free_aligned(kv->k);
+    cv_free_aligned(kv->v);
+    cv_free(kv->len);
+    memset(kv, 0, sizeof *kv);
+}
+
+void kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len)
+{
+    if (len < kv->len[slot])
+        kv->len[slot] = len < 0 ? 0 : len;
+}
+
+void kv_seq_free(cv_kv *kv, int32_t slot) { kv->len[slot] = 0; }

@@ -1,0 +1,217 @@
+/* llama.c: reads Llama hyperparameters from GGUF metadata and binds the
+ * weight tensors of a layer range, checking each one's type and shape.
+ * The cv_llama owns the gguf_file (and so the mapping) and the F32 copies
+ * of norm vectors stored in another type; weights point into the mapping. */
+#include "model/llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
+
+static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
+                   char *err, size_t errlen)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!required && !gguf_find_kv(f, key))
+        return 0;
+    return gguf_get_u32(f, key, out, err, errlen);
+}
+
+static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required,
+                   char *err, size_t errlen)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!required && !gguf_find_kv(f, key))
+        return 0;
+    return gguf_get_f32(f, key, out, err, errlen);
+}
+
+static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
+{
+    gguf_str arch_s;
+    if (gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
+        return -1;
+    if (!gguf_str_eq(arch_s, "llama"))
+        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama)", f->name,
+                       (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
+    const char *arch = "llama";
+    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0;
+    float eps, theta = 10000.0f;
+    if (get_u32(f, arch, "embedding_length", &n_embd, true, err, errlen) ||
+        get_u32(f, arch, "block_count", &n_layer, true, err, errlen) ||
+        get_u32(f, arch, "attention.head_count", &n_head, true, err, errlen) ||
+        get_u32(f, arch, "attention.head_count_kv", &n_head_kv, false, err, errlen) ||
+        get_u32(f, arch, "feed_forward_length", &n_ff, true, err, errlen) ||
+        get_u32(f, arch, "context_length", &n_ctx, true, err, errlen) ||
+        get_u32(f, arch, "rope.dimension_count", &n_rot, false, err, errlen) ||
+        get_f32(f, arch, "attention.layer_norm_rms_epsilon", &eps, true, err, errlen) ||
+        get_f32(f, arch, "rope.freq_base", &theta, false, err, errlen))
+        return -1;
+    if (!n_head_kv)
+        n_head_kv = n_head;
+    if (!n_embd || n_embd > (1u << 20) || !n_layer || n_layer > 4096 || !n_head || n_embd % n_head ||
+        n_head_kv > n_head || !n_head_kv || n_head % n_head_kv || !n_ff || n_ff > (1u << 22) || !n_ctx)
+        return cv_errf(err, errlen,
+                       "%s: inconsistent hyperparameters (n_embd %u, n_layer %u, n_head %u, n_head_kv %u, n_ff %u, "
+                       "context %u)",
+                       f->name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx);
+    uint32_t head_dim = n_embd / n_head;
+    if (!n_rot)
+        n_rot = head_dim;
+    if (n_rot > head_dim || n_rot % 2)
+        return cv_errf(err, errlen, "%s: rope.dimension_count %u does not fit head size %u", f->name, n_rot,
+                       head_dim);
+    if (!(eps > 0 && eps < 1) || !(theta > 0) || !isfinite(theta))
+        return cv_errf(err, errlen, "%s: bad rms epsilon %g or rope base %g", f->name, eps, theta);
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te)
+        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' is missing", f->name);
+    if (te->n_dims != 2 || te->ne[0] != n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
+        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%u, n_vocab]",
+                       f->name, (long long)te->ne[0], (long long)te->ne[1], n_embd);
+    *hp = (cv_llama_hparams){
+        .n_vocab = (int32_t)te->ne[1],
+        .n_embd = (int32_t)n_embd,
+        .n_layer = (int32_t)n_layer,
+        .n_head = (int32_t)n_head,
+        .n_head_kv = (int32_t)n_head_kv,
+        .head_dim = (int32_t)head_dim,
+        .n_ff = (int32_t)n_ff,
+        .n_ctx_train = (int32_t)n_ctx,
+        .n_rot = (int32_t)n_rot,
+        .rms_eps = eps,
+        .rope_theta = theta,
+    };
+    return 0;
+}
+
+static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
+                       size_t errlen)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t)
+        return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
+    if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
+        return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld], expected [%d, %d]", m->gguf.name, name,
+                       (long long)t->ne[0], (long long)t->ne[1], n_in, n_out);
+    const cv_type_traits *tt = cv_type_get(t->type);
+    if (!tt || !cv_type_get(tt->vec_dot_type))
+        return cv_errf(err, errlen, "%s: tensor '%s' has type %s, which convoy cannot compute with", m->gguf.name,
+                       name, cv_type_name(t->type));
+    if (n_in % tt->blck_size || n_in % cv_type_get(tt->vec_dot_type)->blck_size)
+        return cv_errf(err, errlen, "%s: tensor '%s' rows of %d do not fit type %s", m->gguf.name, name, n_in,
+                       tt->name);
+    *w = (cv_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
+    return 0;
+}
+
+/* Binds a 1-D norm vector as F32, converting into *copy when stored otherwise. */
+static int bind_norm(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
+                     size_t errlen)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t)
+        return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return cv_errf(err, errlen, "%s: tensor '%s' has %lld elements, expected [%d]", m->gguf.name, name,
+                       (long long)t->ne[0], n);
+    if (t->type == CV_TYPE_F32) {
+        *out = t->data;
+        return 0;
+    }
+    const cv_type_traits *tt = cv_type_get(t->type);
+    if (!tt)
+        return cv_errf(err, errlen, "%s: tensor '%s' has unsupported type %s", m->gguf.name, name,
+                       cv_type_name(t->type));
+    tt->to_float(t->data, *copy, n);
+    *out = *copy;
+    *copy += n;
+    return 0;
+}
+
+int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (gguf_open(&m->gguf, path, err, errlen))
+        return -1;
+    cv_llama_hparams *hp = &m->hp;
+    if (read_hparams(&m->gguf, hp, err, errlen))
+        goto fail;
+    if (l1 < 0)
+        l1 = hp->n_layer;
+    if (l0 < 0 || l0 >= l1 || l1 > hp->n_layer) {
+        cv_errf(err, errlen, "%s: layer range [%d, %d) is not inside [0, %d)", m->gguf.name, l0, l1, hp->n_layer);
+        goto fail;
+    }
+    m->l0 = l0;
+    m->l1 = l1;
+    m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->norm_copies = cv_malloc(sizeof(float) * (size_t)hp->n_embd * (2 * (size_t)(l1 - l0) + 1));
+    if (!m->layers || !m->norm_copies) {
+        cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
+        goto fail;
+    }
+    float *copy = m->norm_copies;
+    const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
+    if (l0 == 0 && bind_matrix(m, "token_embd.weight", n_embd, hp->n_vocab, &m->tok_embd, err, errlen))
+        goto fail;
+    for (int32_t l = l0; l < l1; l++) {
+        cv_llama_layer *L = &m->layers[l];
+        char name[96];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+        if (bind_norm(m, NAME("attn_norm.weight"), n_embd, &copy, &L->attn_norm, err, errlen) ||
+            bind_matrix(m, NAME("attn_q.weight"), n_embd, n_q, &L->wq, err, errlen) ||
+            bind_matrix(m, NAME("attn_k.weight"), n_embd, n_kv, &L->wk, err, errlen) ||
+            bind_matrix(m, NAME("attn_v.weight"), n_embd, n_kv, &L->wv, err, errlen) ||
+            bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
+            bind_norm(m, NAME("ffn_norm.weight"), n_embd, &copy, &L->ffn_norm, err, errlen) ||
+            bind_matrix(m, NAME("ffn_gate.weight"), n_embd, hp->n_ff, &L->w_gate, err, errlen) ||
+            bind_matrix(m, NAME("ffn_up.weight"), n_embd, hp->n_ff, &L->w_up, err, errlen) ||
+            bind_matrix(m, NAME("ffn_down.weight"), hp->n_ff, n_embd, &L->w_down, err, errlen))
+            goto fail;
+#undef NAME
+    }
+    if (l1 == hp->n_layer) {
+        if (bind_norm(m, "output_norm.weight", n_embd, &copy, &m->output_norm, err, errlen))
+            goto fail;
+        const char *out_name = gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
+        if (bind_matrix(m, out_name, n_embd, hp->n_vocab, &m->output, err, errlen))
+            goto fail;
+    }
+    return 0;
+fail:
+    cv_llama_free(m);
+    return -1;
+}
+
+void cv_llama_free(cv_llama *m)
+{
+    cv_free(m->layers);
+    cv_free(m->norm_copies);
+    gguf_close(&m->gguf);
+    memset(m, 0, sizeof *m);
+}
+
+static uint64_t weight_bytes(const cv_weight *w) { return (uint64_t)cv_row_bytes(w->type, w->n_in) * w->n_out; }
+
+uint64_t cv_llama_bytes_per_token(const cv_llama *m)
+{
+    uint64_t total = 0;
+    for (int32_t l = m->l0; l < m->l1; l++) {
+        const cv_llama_layer *L = &m->layers[l];
+        total += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
+                 weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down) +
+                 2 * sizeof(float) * (uint64_t)m->hp.n_embd;
+    }
+    if (cv_llama_has_embd(m))
+        total += cv_row_bytes(m->tok_embd.type, m->hp.n_embd);
+    if (cv_llama_has_head(m))
+        total += weight_bytes(&m->output) + sizeof(float) * (uint64_t)m->hp.n_embd;
+    return total;
+}

@@ -1,0 +1,78 @@
+/* llama.h: a Llama-family model's hyperparameters and weights, bound for a
+ * range of layers.
+ *
+ * Contract: cv_llama_load opens a GGUF, reads and checks the architecture's
+ * hyperparameters, and binds the tensors that layers [l0, l1) need, plus
+ * token_embd when l0 == 0 and output_norm / output (or the tied token_embd)
+ * when l1 == n_layer. Every bound tensor is checked for presence, type
+ * (one convoy computes with) and shape before use; the first problem is
+ * reported naming the tensor. Weights stay in the file mapping: only the
+ * pages of bound tensors are ever touched. Norm vectors are F32 (converted
+ * once at load if stored otherwise). cv_llama_free releases everything. */
+#ifndef CONVOY_MODEL_LLAMA_H
+#define CONVOY_MODEL_LLAMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+#include "model/gguf.h"
+
+typedef struct cv_llama_hparams {
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;   /* n_embd / n_head */
+    int32_t n_ff;
+    int32_t n_ctx_train;
+    int32_t n_rot;      /* rotary dimensions per head (head_dim unless the GGUF says less) */
+    float rms_eps;
+    float rope_theta;
+} cv_llama_hparams;
+
+/* A weight matrix: n_out rows of n_in elements of `type`, row-major. */
+typedef struct cv_weight {
+    cv_type type;
+    const void *data;
+    int32_t n_in;
+    int32_t n_out;
+} cv_weight;
+
+typedef struct cv_llama_layer {
+    const float *attn_norm; /* [n_embd] */
+    cv_weight wq;           /* n_embd -> n_head * head_dim */
+    cv_weight wk;           /* n_embd -> n_head_kv * head_dim */
+    cv_weight wv;           /* n_embd -> n_head_kv * head_dim */
+    cv_weight wo;           /* n_head * head_dim -> n_embd */
+    const float *ffn_norm;  /* [n_embd] */
+    cv_weight w_gate;       /* n_embd -> n_ff */
+    cv_weight w_up;         /* n_embd -> n_ff */
+    cv_weight w_down;       /* n_ff -> n_embd */
+} cv_llama_layer;
+
+typedef struct cv_llama {
+    gguf_file gguf;
+    cv_llama_hparams hp;
+    int32_t l0, l1;          /* bound layer range [l0, l1) */
+    cv_weight tok_embd;      /* n_vocab rows of n_embd (when l0 == 0) */
+    const float *output_norm;/* [n_embd] (when l1 == n_layer) */
+    cv_weight output;        /* n_embd -> n_vocab (when l1 == n_layer) */
+    cv_llama_layer *layers;  /* [n_layer], only [l0, l1) bound */
+    float *norm_copies;      /* owned F32 copies of non-F32 norm vectors */
+} cv_llama;
+
+/* l1 < 0 means n_layer. */
+int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen);
+void cv_llama_free(cv_llama *m);
+
+static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0; }
+static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
+
+/* Bytes of weights read for one decoded token by layers [l0, l1) (plus the
+ * output matrix and one embedding row when bound): the roofline's numerator. */
+uint64_t cv_llama_bytes_per_token(const cv_llama *m);
+
+#endif
