@@ -1,0 +1,312 @@
+/* bench_decode.c: single-machine prefill and decode speed against the
+ * memory-bandwidth roofline and llama.cpp's figures.
+ *
+ * For each synthetic model (Llama-3.2-1B shape in Q4_0 and Q8_0, Llama-3.1-
+ * 8B shape in Q4_0; made once with `convoy synth` into the model directory)
+ * and 1 and 2 threads: prefill of pp tokens in one batch and decode of tg
+ * tokens one at a time (tokens/s), the read bandwidth measured in the same
+ * run (a 2 GiB float array summed by 1 and 2 threads, best of 5), the
+ * roofline (bandwidth / weight bytes read per token), the fraction of it
+ * reached, and the ratio to llama.cpp's median in
+ * ../shared/reference/llamacpp-speed.md. Prints a table and appends one
+ * JSON line per measurement to bench/out/decode.jsonl.
+ *
+ * usage: bench_decode [--models DIR] [--only NAME] [--quick] */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- read bandwidth ---- */
+
+typedef struct bw_arg {
+    const float *p;
+    size_t n;
+    float sum;
+} bw_arg;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static float sum_avx2(const float *p, size_t n)
+{
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (size_t i = 0; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + i + 8 * j));
+    float out[8];
+    for (int j = 1; j < 8; j++)
+        acc[0] = _mm256_add_ps(acc[0], acc[j]);
+    _mm256_storeu_ps(out, acc[0]);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+static void *bw_worker(void *arg)
+{
+    bw_arg *a = arg;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        a->sum = sum_avx2(a->p, a->n);
+        return NULL;
+    }
+#endif
+    float acc[16] = {0};
+    for (size_t i = 0; i + 16 <= a->n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] += a->p[i + j];
+    for (int j = 1; j < 16; j++)
+        acc[0] += acc[j];
+    a->sum = acc[0];
+    return NULL;
+}
+
+/* GB/s (1e9 bytes) reading `bytes` with `threads` threads, best of reps. */
+static double measure_bandwidth(float *buf, size_t n, int threads, int reps)
+{
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        pthread_t th[8];
+        bw_arg args[8];
+        size_t per = n / (size_t)threads / 64 * 64;
+        double t0 = now();
+        for (int i = 0; i < threads; i++) {
+            args[i] = (bw_arg){.p = buf + (size_t)i * per, .n = per};
+            pthread_create(&th[i], NULL, bw_worker, &args[i]);
+        }
+        for (int i = 0; i < threads; i++)
+            pthread_join(th[i], NULL);
+        double dt = now() - t0;
+        double gbs = (double)per * (double)threads * sizeof(float) / dt / 1e9;
+        if (gbs > best)
+            best = gbs;
+    }
+    return best;
+}
+
+/* First line of a command's output (trailing newline removed), or "unknown". */
+static void command_line(const char *cmd, char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    if (fgets(out, (int)n, p))
+        out[strcspn(out, "\n")] = 0;
+    pclose(p);
+}
+
+/* ---- llama.cpp's figures ---- */
+
+/* Median tokens/s of `model` `test` at `threads` from llamacpp-speed.md's
+ * table rows "| model | test | threads | n | **median** | ...", 0 if absent. */
+static double llamacpp_figure(const char *md_path, const char *model, const char *test, int threads)
+{
+    FILE *f = fopen(md_path, "r");
+    if (!f)
+        return 0;
+    char line[1024], want[256];
+    double v = 0;
+    snprintf(want, sizeof want, "| %s | %s | %d | ", model, test, threads);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, want, strlen(want)))
+            continue;
+        const char *p = strstr(line + strlen(want), "**");
+        if (p)
+            v = atof(p + 2);
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+/* ---- speed ---- */
+
+typedef struct speed {
+    double pp, tg;
+} speed;
+
+static speed measure(convoy_model *m, int threads, int pp, int tg)
+{
+    char err[512];
+    convoy_model_info info;
+    convoy_model_get_info(m, &info);
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_threads = threads;
+    p.n_ctx = pp + tg + 1;
+    p.n_batch = pp > 0 ? pp : 1;
+    convoy_ctx *c = convoy_ctx_create(m, &p, err, sizeof err);
+    speed s = {0, 0};
+    if (!c) {
+        fprintf(stderr, "bench_decode: %s\n", err);
+        return s;
+    }
+    float *logits = malloc(sizeof(float) * (size_t)info.n_vocab);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)p.n_batch), *pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    int32_t *seq = calloc((size_t)p.n_batch, sizeof(int32_t));
+    uint8_t *want = calloc((size_t)p.n_batch, 1);
+    for (int i = 0; i < p.n_batch; i++) {
+        tok[i] = 3 + (i * 7919) % (info.n_vocab - 3);
+        pos[i] = i;
+    }
+    if (pp > 0) {
+        want[pp - 1] = 1;
+        convoy_batch b = {.n_tokens = pp, .token = tok, .pos = pos, .seq = seq, .want = want};
+        double t0 = now();
+        if (convoy_decode(c, &b, logits, err, sizeof err))
+            fprintf(stderr, "bench_decode: %s\n", err);
+        s.pp = pp / (now() - t0);
+        convoy_seq_free(c, 0);
+    }
+    /* tg: a BOS then tg tokens one at a time (as llama-bench's tg) */
+    int32_t id = info.bos;
+    uint8_t w = 1;
+    double t0 = 0;
+    for (int i = 0; i <= tg; i++) {
+        if (i == 1)
+            t0 = now(); /* the first step warms the pages and caches */
+        int32_t ps = i;
+        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = seq, .want = &w};
+        if (convoy_decode(c, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "bench_decode: %s\n", err);
+            break;
+        }
+        id = cv_argmax(logits, info.n_vocab);
+    }
+    s.tg = tg / (now() - t0);
+    free(logits);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+    convoy_ctx_free(c);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = "bench/out/models", *only = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--models") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick]\n");
+            return 2;
+        }
+    }
+    cv_kernels_init(0);
+    const char *convoy_bin = getenv("CONVOY_BIN") ? getenv("CONVOY_BIN") : "build/convoy";
+    const char *md = getenv("CONVOY_SHARED") ? NULL : "../shared/reference/llamacpp-speed.md";
+    char md_buf[512];
+    if (!md) {
+        snprintf(md_buf, sizeof md_buf, "%s/reference/llamacpp-speed.md", getenv("CONVOY_SHARED"));
+        md = md_buf;
+    }
+    struct {
+        const char *name, *shape, *type;
+        int pp, tg;
+    } models[] = {
+        {"llama-1b-q4_0", "llama-3.2-1b", "Q4_0", 512, 128},
+        {"llama-1b-q8_0", "llama-3.2-1b", "Q8_0", 512, 128},
+        {"llama-8b-q4_0", "llama-3.1-8b", "Q4_0", 0, 32},
+    };
+    mkdir("bench/out", 0755);
+    mkdir(dir, 0755);
+    FILE *raw = fopen("bench/out/decode.jsonl", "a");
+    char commit[64], cpu[256];
+    command_line("git rev-parse --short HEAD 2>/dev/null", commit, sizeof commit);
+    command_line("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1", cpu, sizeof cpu);
+
+    const size_t bw_n = (size_t)1 << 29; /* 2 GiB of floats */
+    float *bw_buf = aligned_alloc(64, bw_n * sizeof(float));
+    for (size_t i = 0; i < bw_n; i++)
+        bw_buf[i] = (float)(i & 7);
+    double bw[3] = {0};
+    bw[1] = measure_bandwidth(bw_buf, bw_n, 1, 5);
+    bw[2] = measure_bandwidth(bw_buf, bw_n, 2, 5);
+    free(bw_buf);
+    printf("read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads); kernels: %s\n\n", bw[1], bw[2],
+           cv_kernels_name());
+    printf("| model | threads | pp%s tok/s | tg tok/s | roofline tok/s | fraction of roof | llama.cpp tg | ratio |\n",
+           quick ? "64" : "512");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        if (only && strcmp(only, models[k].name))
+            continue;
+        char path[512], cmd[1024], err[512];
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, models[k].name);
+        if (access(path, R_OK) != 0) {
+            snprintf(cmd, sizeof cmd, "'%s' synth --shape %s --type %s -o '%s' >&2", convoy_bin, models[k].shape,
+                     models[k].type, path);
+            fprintf(stderr, "bench_decode: making %s\n", path);
+            if (system(cmd) != 0) {
+                fprintf(stderr, "bench_decode: could not synthesize %s\n", path);
+                continue;
+            }
+        }
+        convoy_model *m = convoy_model_load(path, err, sizeof err);
+        if (!m) {
+            fprintf(stderr, "bench_decode: %s\n", err);
+            continue;
+        }
+        convoy_model_info info;
+        convoy_model_get_info(m, &info);
+        int pp = quick ? (models[k].pp ? 64 : 0) : models[k].pp, tg = quick ? 16 : models[k].tg;
+        for (int threads = 1; threads <= 2; threads++) {
+            speed s = measure(m, threads, pp, tg);
+            double roof = bw[threads] * 1e9 / (double)info.bytes_per_token;
+            char test[16];
+            snprintf(test, sizeof test, "tg%d", models[k].tg);
+            double ref = llamacpp_figure(md, models[k].name, models[k].tg == 32 ? "tg32 (not tg128)" : test, threads);
+            char pp_s[32] = "n/a", ref_s[32] = "n/a", ratio_s[32] = "n/a";
+            if (pp)
+                snprintf(pp_s, sizeof pp_s, "%.2f", s.pp);
+            if (ref > 0) {
+                snprintf(ref_s, sizeof ref_s, "%.2f", ref);
+                snprintf(ratio_s, sizeof ratio_s, "%.2fx", s.tg / ref);
+            }
+            printf("| %s | %d | %s | %.2f | %.2f | %.0f%% | %s | %s |\n", models[k].name, threads, pp_s, s.tg, roof,
+                   100 * s.tg / roof, ref_s, ratio_s);
+            fflush(stdout);
+            if (raw) {
+                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:I,s:f,s:s,s:i}", "bench", "decode",
+                                      "commit", commit, "cpu", cpu,
+                                      "model", models[k].name, "threads", threads, "pp", pp, "tg", tg, "pp_tok_s",
+                                      s.pp, "tg_tok_s", s.tg, "bandwidth_gb_s", bw[threads], "roofline_tok_s", roof,
+                                      "bytes_per_token", (json_int_t)info.bytes_per_token, "llamacpp_tg_tok_s", ref,
+                                      "kernels", cv_kernels_name(), "time", (int)time(NULL));
+                char *line = json_dumps(o, JSON_COMPACT);
+                fprintf(raw, "%s\n", line);
+                free(line);
+                json_decref(o);
+            }
+        }
+        convoy_model_free(m);
+    }
+    if (raw)
+        fclose(raw);
+    return 0;
+}
