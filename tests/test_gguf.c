@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "core/alloc.h"
+#include "core/cursor.h"
 #include "core/err.h"
 #include "model/gguf.h"
 #include "test.h"
@@ -198,6 +199,67 @@ static void test_open_errors(void)
     CHECK(gguf_open(&f, path, err, sizeof err) == -1 && strstr(err, "too short"));
     CHECK(gguf_parse(&f, NULL, 0, "null", err, sizeof err) == -1 && strstr(err, "null: "));
     remove(path);
+}
+
+/* Released pages of a tensor read back the same bytes (they fault in again). */
+static void test_fmap_release(void)
+{
+    char path[512], err[CV_ERRLEN];
+    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf"))
+        return;
+    gguf_file f;
+    if (gguf_open(&f, path, err, sizeof err) != 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    const gguf_tensor *t = gguf_find_tensor(&f, "token_embd.weight");
+    CHECK(t != NULL);
+    if (t) {
+        uint8_t *copy = malloc(t->size);
+        memcpy(copy, t->data, t->size);
+        size_t off = (size_t)((const uint8_t *)t->data - f.map.data);
+        cv_fmap_release(&f.map, off, t->size);
+        cv_fmap_release(&f.map, 0, f.map.size);
+        cv_fmap_release(&f.map, f.map.size + 100, 10); /* outside: ignored */
+        CHECK(memcmp(copy, t->data, t->size) == 0);
+        free(copy);
+    }
+    gguf_close(&f);
+}
+
+/* The cursor underneath the reader: short reads fail, stick, and report
+ * where and what; nothing is read past the end. */
+static void test_cursor(void)
+{
+    const uint8_t bytes[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    uint8_t *buf = malloc(sizeof bytes);
+    memcpy(buf, bytes, sizeof bytes);
+    cv_cursor c;
+    cv_cursor_init(&c, buf, sizeof bytes);
+    CHECK(cv_cursor_u8(&c, "a") == 1);
+    CHECK(cv_cursor_u16(&c, "b") == 0x0302);
+    CHECK(cv_cursor_u32(&c, "c") == 0x07060504);
+    CHECK(cv_cursor_left(&c) == 4 && !c.failed);
+    cv_cursor_align(&c, 8, "pad");
+    CHECK(c.off == 8 && !c.failed);
+    CHECK(cv_cursor_u64(&c, "d") == 0 && c.failed && c.fail_off == 8 && strcmp(c.fail_what, "d") == 0);
+    CHECK(cv_cursor_u8(&c, "e") == 0 && c.fail_off == 8 && strcmp(c.fail_what, "d") == 0);
+    CHECK(cv_cursor_left(&c) == 0);
+    cv_cursor_init(&c, buf, sizeof bytes);
+    CHECK(cv_cursor_bytes(&c, UINT64_MAX, "huge") == NULL && c.failed && c.fail_off == 0);
+    cv_cursor_init(&c, buf, sizeof bytes);
+    CHECK(cv_cursor_bytes(&c, 11, "all") == buf && cv_cursor_left(&c) == 0);
+    CHECK(cv_cursor_bytes(&c, 0, "none") != NULL && !c.failed);
+    cv_cursor_align(&c, 4, "pad past end");
+    CHECK(c.failed && c.fail_off == 11);
+    cv_cursor_init(&c, buf, sizeof bytes);
+    cv_cursor_align(&c, 3, "not a power of two");
+    CHECK(c.failed);
+    cv_cursor_init(&c, buf, sizeof bytes);
+    CHECK(cv_cursor_f32(&c, "f") == cv_bits_f32(0x04030201) && cv_cursor_f64(&c, "g") == 0.0 && c.failed);
+    cv_cursor_init(&c, NULL, 0);
+    CHECK(cv_cursor_u8(&c, "x") == 0 && c.failed);
+    free(buf);
 }
 
 /* ---- (b) writer round trip ---- */
@@ -737,6 +799,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_reference_models);
     TEST_RUN(test_vocab_only);
     TEST_RUN(test_open_errors);
+    TEST_RUN(test_fmap_release);
+    TEST_RUN(test_cursor);
     TEST_RUN(test_writer_round_trip);
     TEST_RUN(test_writer_copy_kv);
     TEST_RUN(test_writer_errors);
