@@ -39,9 +39,12 @@ typedef struct cv_type_traits {
     bool is_quantized;
     cv_type vec_dot_type;  /* type the activation row is converted to */
     cv_to_float_fn to_float;     /* dequantize a row */
-    cv_from_float_fn from_float; /* quantize a row (activations); for weight
-                                    types this is llama.cpp's reference
-                                    quantizer without importance matrix */
+    cv_from_float_fn from_float; /* convert a row to this type as an
+                                    activation (selected implementation) */
+    cv_from_float_fn quantize;   /* convert a weight row, as llama-quantize
+                                    does (reference rule, no importance
+                                    matrix); differs from from_float only
+                                    for Q8_0; NULL for activation-only types */
     cv_vec_dot_fn vec_dot;       /* selected implementation */
     cv_vec_dot_fn vec_dot_ref;   /* scalar reference */
 } cv_type_traits;
