@@ -6,7 +6,8 @@
  *   second run, and a block's bytes do not depend on the row around it);
  * - Q8_K: bsums, the sign convention of d, the error bound;
  * - vec_dot against a double-precision dot of the dequantized rows, and the
- *   AVX2 kernels bit-identical to the references (when the CPU has them),
+ *   SIMD kernels (AVX2, NEON) bit-identical to the references (when the CPU
+ *   has them),
  *   for n in {256, 512, 4096, 8192}. */
 #include <math.h>
 #include <stddef.h>
@@ -14,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
@@ -61,33 +66,35 @@ static void fill_row(float *x, int n, int kind)
     }
 }
 
+/* The SIMD kernels this machine can build: AVX2 on x86-64 (used when the
+ * CPU has AVX2+FMA+F16C), NEON on aarch64. */
+#if defined(__x86_64__)
+#define SIMD_NAME "avx2"
+#define SIMD_DOT(t) vec_dot_##t##_q8_K_avx2
+#elif defined(__aarch64__)
+#define SIMD_NAME "neon"
+#define SIMD_DOT(t) vec_dot_##t##_q8_K_neon
+#else
+#define SIMD_NAME "none"
+#define SIMD_DOT(t) NULL
+#endif
+
 typedef struct {
     const char *name;
     size_t block_bytes;
     void (*quantize)(const float *, void *, int64_t);
     void (*dequantize)(const void *, float *, int64_t);
     float (*dot_ref)(int, const void *, const void *);
-#if defined(__x86_64__)
-    float (*dot_avx2)(int, const void *, const void *);
-#endif
+    float (*dot_simd)(int, const void *, const void *);
     /* bound on rms(error) / max|x| per super-block: about a quant step over
      * sqrt(12) (range 2 max|x| over 15 or 31 steps; max|x| over 32 for Q6_K) */
     double max_rel_rms;
 } kq_type;
 
 static const kq_type kq_types[] = {
-#if defined(__x86_64__)
-    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref,
-     vec_dot_q4_K_q8_K_avx2, 0.04},
-    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref,
-     vec_dot_q5_K_q8_K_avx2, 0.02},
-    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref,
-     vec_dot_q6_K_q8_K_avx2, 0.01},
-#else
-    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, 0.04},
-    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, 0.02},
-    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, 0.01},
-#endif
+    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04},
+    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02},
+    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
 
@@ -261,11 +268,16 @@ static void test_quantize_roundtrip(void)
     }
 }
 
-static int have_avx2(void)
+static int have_simd(void)
 {
 #if defined(__x86_64__)
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) /* clang has no "f16c" for the builtin */
+        return 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif defined(__aarch64__)
+    return 1;
 #else
     return 0;
 #endif
@@ -273,9 +285,9 @@ static int have_avx2(void)
 
 static void test_vec_dot(void)
 {
-    int avx2 = have_avx2();
-    if (!avx2)
-        fprintf(stderr, "note: no AVX2+FMA+F16C here, checking the references only\n");
+    int simd = have_simd();
+    if (!simd)
+        fprintf(stderr, "note: no SIMD kernels for this CPU, checking the references only\n");
     for (int t = 0; t < N_TYPES; t++) {
         const kq_type *ty = &kq_types[t];
         for (int si = 0; si < N_SIZES; si++) {
@@ -302,13 +314,11 @@ static void test_vec_dot(void)
                 float ref = ty->dot_ref(n, wq, xq);
                 CHECKF(fabs(ref - exact) <= 2e-6 * mag, "%s n=%d trial %d: ref %.9g, dequantized dot %.9g",
                        ty->name, n, trial, ref, exact);
-#if defined(__x86_64__)
-                if (avx2) {
-                    float simd = ty->dot_avx2(n, wq, xq);
-                    CHECKF(memcmp(&simd, &ref, sizeof(float)) == 0, "%s n=%d trial %d: avx2 %.9g != ref %.9g",
-                           ty->name, n, trial, simd, ref);
+                if (simd) {
+                    float got = ty->dot_simd(n, wq, xq);
+                    CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s n=%d trial %d: %s %.9g != ref %.9g",
+                           ty->name, n, trial, SIMD_NAME, got, ref);
                 }
-#endif
                 free(w);
                 free(x);
                 free(wd);
@@ -321,13 +331,12 @@ static void test_vec_dot(void)
 }
 
 /* Arbitrary bytes (any scales, any fp16 bits but NaN/Inf, any Q8_K
- * contents including bsums that disagree with qs): AVX2 and reference must
- * still agree bit for bit. */
+ * contents including bsums that disagree with qs): the SIMD kernel and the
+ * reference must still agree bit for bit. */
 static void test_vec_dot_random_bytes(void)
 {
-#if defined(__x86_64__)
-    if (!have_avx2())
-        SKIP("no AVX2+FMA+F16C");
+    if (!have_simd())
+        SKIP("no SIMD kernels for this CPU");
     enum { N = 2048 };
     static uint8_t wq[N / QK_K * sizeof(block_q6_K)]; /* the largest block */
     static block_q8_K xq[N / QK_K];
@@ -347,14 +356,11 @@ static void test_vec_dot_random_bytes(void)
                     ((uint8_t *)&xq[b])[i] = (uint8_t)rng_u32();
                 xq[b].d = rng_normal();
             }
-            float ref = ty->dot_ref(N, wq, xq), simd = ty->dot_avx2(N, wq, xq);
-            CHECKF(memcmp(&simd, &ref, sizeof(float)) == 0, "%s random bytes trial %d: avx2 %.9g != ref %.9g",
-                   ty->name, trial, simd, ref);
+            float ref = ty->dot_ref(N, wq, xq), got = ty->dot_simd(N, wq, xq);
+            CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s random bytes trial %d: %s %.9g != ref %.9g",
+                   ty->name, trial, SIMD_NAME, got, ref);
         }
     }
-#else
-    SKIP("not x86-64");
-#endif
 }
 
 int main(void)
