@@ -6,9 +6,8 @@
  *   second run, and a block's bytes do not depend on the row around it);
  * - Q8_K: bsums, the sign convention of d, the error bound;
  * - vec_dot against a double-precision dot of the dequantized rows, and the
- *   SIMD kernels (AVX2, NEON) bit-identical to the references (when the CPU
- *   has them),
- *   for n in {256, 512, 4096, 8192}. */
+ *   SIMD kernels (AVX2, NEON) bit-identical to the references when the CPU
+ *   has them, for n in {256, 512, 4096, 8192}, and on arbitrary bytes. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>

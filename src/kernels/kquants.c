@@ -26,7 +26,9 @@
  * float and fuses them into 8 float accumulators with d; Q4_K/Q5_K also
  * fuse their min terms into 4 accumulators with dmin. The final reduction
  * is fixed: t[i] = acc[i] + acc[i+4] (- accm[i]), then (t0 + t2) + (t1 + t3).
- * The integer sums are exact, so only this float order has to match. */
+ * The integer sums are exact, so only this float order has to match.
+ * kquants_impl.h holds the scale packing and the Q6_K bit access shared by
+ * all three files. */
 #include "kernels/kquants.h"
 
 #include <math.h>
