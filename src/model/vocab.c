@@ -158,8 +158,7 @@ static int find_numeric_array(const gguf_file *f, const char *key, int32_t n_voc
         return cv_errf(err, errlen, "%s: %s is not an array", f->name, key);
     bool is_int = kv->arr_type <= GGUF_INT32 || kv->arr_type == GGUF_UINT64 || kv->arr_type == GGUF_INT64;
     bool is_float = kv->arr_type == GGUF_FLOAT32 || kv->arr_type == GGUF_FLOAT64;
-    if (kv->arr_type == GGUF_BOOL || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY ||
-        (integer && !is_int) || (!is_int && !is_float))
+    if (!is_int && (integer || !is_float))
         return cv_errf(err, errlen, "%s: %s has elements of type %u, expected %s", f->name, key,
                        (unsigned)kv->arr_type, integer ? "integers" : "numbers");
     if (kv->arr_n != (uint64_t)n_vocab)
