@@ -39,9 +39,12 @@ typedef struct cv_type_traits {
     bool is_quantized;
     cv_type vec_dot_type;  /* type the activation row is converted to */
     cv_to_float_fn to_float;     /* dequantize a row */
-    cv_from_float_fn from_float; /* quantize a row (activations); for weight
-                                    types this is llama.cpp's reference
-                                    quantizer without importance matrix */
+    cv_from_float_fn from_float; /* convert a row to this type as an
+                                    activation (selected implementation) */
+    cv_from_float_fn quantize;   /* convert a weight row, as llama-quantize
+                                    does (reference rule, no importance
+                                    matrix); differs from from_float only
+                                    for Q8_0; NULL for activation-only types */
     cv_vec_dot_fn vec_dot;       /* selected implementation */
     cv_vec_dot_fn vec_dot_ref;   /* scalar reference */
 } cv_type_traits;
@@ -53,7 +56,7 @@ const char *cv_kernels_name(void);
 
 /* NULL for a type convoy does not support. */
 const cv_type_traits *cv_type_get(cv_type t);
-const char *cv_type_name(cv_type t); /* "unknown" when unsupported */
+const char *cv_type_name(cv_type t); /* GGML's name, also for types convoy cannot compute with; "unknown" for ids GGML does not define */
 /* Parses "Q4_0", "q4_0", "F16", ...; returns -1 when unknown. */
 int cv_type_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size. */

@@ -4,23 +4,30 @@
  * with scores and byte fallback; later "gpt2" = byte-level BPE), tokens,
  * scores, token_type, bos/eos/unk/pad ids, add_bos_token / add_eos_token
  * (defaults as llama.cpp: SPM adds BOS, not EOS) and add_space_prefix
- * (default true for SPM), validating ids against the vocabulary size. The
- * vocab copies what it needs: the gguf_file may be closed afterwards.
+ * (default true for SPM). Array lengths are checked against the token
+ * count; an id key outside the vocabulary is ignored and the default kept
+ * (as llama.cpp does), so every id held is valid or -1. The vocab copies
+ * what it needs: the gguf_file may be closed afterwards.
  *
  * cv_tokenize reproduces llama.cpp's llama_tokenize(text, add_special,
  * parse_special): with parse_special false, text that looks like a special
  * token ("<s>") is plain text. It returns the number of ids; if that is
  * more than n_max it writes nothing past n_max and returns the negated
  * count needed. It allocates scratch memory (tokenization is not part of
- * the decode step).
+ * the decode step); it returns INT_MIN if that fails or the text is longer
+ * than 256 MiB.
  *
  * cv_token_piece writes the bytes a token stands for (SPM: U+2581 becomes
- * a space, <0xXX> becomes that byte; control tokens give "" unless
- * `special`), returns their length or -(needed) if n is too small.
+ * a space, <0xXX> becomes that byte; control and unknown tokens give ""
+ * unless `special`; ids outside the vocabulary give ""), returns their
+ * length or -(needed) if n is too small.
  *
  * cv_detok turns a stream of ids into text that is always valid UTF-8 at
  * every call: bytes of a character split over several tokens are held back
- * until the character is complete; invalid sequences become U+FFFD. */
+ * until the character is complete; invalid sequences become U+FFFD (one per
+ * maximal ill-formed subpart). Pieces are rendered with special = false and
+ * simply concatenated: the leading space of the first piece is kept (as in
+ * llama.cpp's token-by-token output, not as in llama_detokenize). */
 #ifndef CONVOY_MODEL_VOCAB_H
 #define CONVOY_MODEL_VOCAB_H
 
@@ -63,7 +70,8 @@ void cv_vocab_free(cv_vocab *v);
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max);
 int cv_token_piece(const cv_vocab *v, int32_t id, bool special, char *buf, int n);
-/* True for ids that end generation (EOS, EOT). */
+/* True for ids that end generation: EOS, EOT, EOM and, as in llama.cpp,
+ * tokens with an end-of-turn text ("<|eot_id|>", "<|im_end|>", ...). */
 bool cv_token_is_eog(const cv_vocab *v, int32_t id);
 
 typedef struct cv_detok {
@@ -73,11 +81,13 @@ typedef struct cv_detok {
 } cv_detok;
 
 void cv_detok_init(cv_detok *d, const cv_vocab *v);
-/* Appends the text of id; writes complete UTF-8 into out (at most n bytes,
- * n >= 64 is always enough for one token... plus held bytes) and returns
- * the byte count. */
+/* Appends the text of id; writes the complete UTF-8 it can into out and
+ * returns the byte count (0 while a character is still incomplete). It
+ * never needs more than 3 + 3 * (piece length) bytes; if n is smaller than
+ * what it needs it returns -(needed) and consumes nothing. */
 int cv_detok_push(cv_detok *d, int32_t id, char *out, int n);
-/* Flushes held bytes at end of stream (as U+FFFD if incomplete). */
+/* Ends the stream: held bytes (an incomplete character) become one U+FFFD
+ * (3 bytes; -3 if n < 3, consuming nothing). Returns the byte count. */
 int cv_detok_flush(cv_detok *d, char *out, int n);
 
 #endif

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs what convoy's build, tests and scripts need and
+# this machine lacks, with apt-get (Debian 12 package names). Idempotent:
+# prints nothing and changes nothing when everything is present. Runs as
+# root, or through sudo when it exists.
+#
+#   build-essential cmake pkg-config      C toolchain and build
+#   clang libclang-rt-dev                 clang and its libFuzzer/sanitizer runtimes
+#   libjansson-dev libsodium-dev libmicrohttpd-dev   JSON, link crypto, HTTP
+#   nodejs npm                            HTTP API client tests
+#   iproute2 nftables util-linux          test hosts (ip netns, loss rules, taskset)
+#   python3                               tools and reference checks
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libsodium-dev
+          libmicrohttpd-dev nodejs npm iproute2 nftables util-linux python3)
+
+# Packages that also count as present when their command is on PATH: node
+# from NodeSource ships npm inside its nodejs package (and conflicts with
+# Debian's npm); python3 may come from pyenv.
+declare -A command_of=([nodejs]=node [npm]=npm [python3]=python3)
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: not a Debian system; make sure these (or their equivalents) are installed:" >&2
+    echo "  ${packages[*]}" >&2
+    exit 0
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+    cmd="${command_of[$pkg]:-}"
+    if [[ -n "$cmd" ]] && command -v "$cmd" >/dev/null 2>&1; then
+        continue
+    fi
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+    [[ "$status" == installed ]] || missing+=("$pkg")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+as_root=()
+if [[ "$(id -u)" -ne 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "install-deps: missing ${missing[*]}; run as root (no sudo here) to install them" >&2
+        exit 1
+    fi
+    as_root=(sudo)
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,78 @@
+/* fmap.c: read-only shared mmap of a whole file (fmap.h).
+ *
+ * The cv_fmap owns the mapping and the open descriptor until cv_fmap_close,
+ * which also resets the struct (data NULL, fd -1) so closing twice is
+ * harmless. An empty file is opened without a mapping (data NULL, size 0);
+ * parsers then see zero bytes. cv_fmap_release drops only whole pages that
+ * lie inside the range, so pages shared with neighbouring data stay. */
+#include "core/fmap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/err.h"
+
+int cv_fmap_open(cv_fmap *m, const char *path, char *err, size_t errlen)
+{
+    m->data = NULL;
+    m->size = 0;
+    m->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (m->fd < 0)
+        return cv_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(m->fd, &st) != 0) {
+        int e = errno;
+        cv_fmap_close(m);
+        return cv_errf(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        cv_fmap_close(m);
+        return cv_errf(err, errlen, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        cv_fmap_close(m);
+        return cv_errf(err, errlen, "%s: file too large to map (%lld bytes)", path, (long long)st.st_size);
+    }
+    if (st.st_size == 0)
+        return 0;
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, m->fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        cv_fmap_close(m);
+        return cv_errf(err, errlen, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(e));
+    }
+    m->data = p;
+    m->size = (size_t)st.st_size;
+    return 0;
+}
+
+void cv_fmap_release(cv_fmap *m, size_t off, size_t n)
+{
+    if (!m->data || off >= m->size)
+        return;
+    if (n > m->size - off)
+        n = m->size - off;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t lo = (off + page - 1) / page * page;
+    size_t hi = (off + n) / page * page;
+    if (off + n == m->size)
+        hi = m->size; /* the file's last partial page holds nothing else */
+    if (hi > lo)
+        madvise((void *)(m->data + lo), hi - lo, MADV_DONTNEED);
+}
+
+void cv_fmap_close(cv_fmap *m)
+{
+    if (m->data)
+        munmap((void *)m->data, m->size);
+    if (m->fd >= 0)
+        close(m->fd);
+    m->data = NULL;
+    m->size = 0;
+    m->fd = -1;
+}

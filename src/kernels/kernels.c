@@ -1,0 +1,191 @@
+/* kernels.c: the type traits table, CPU dispatch, and the row-parallel
+ * matrix product.
+ *
+ * traits_ref holds every supported type with its scalar reference kernels;
+ * it is indexed by cv_type with designated initializers, so a new type is
+ * one row here plus, where it has SIMD kernels, one row in kernels_avx2 /
+ * kernels_neon. cv_kernels_init builds traits_best from traits_ref with the
+ * SIMD entries of the selected ISA laid over it (an empty entry keeps the
+ * reference) and points the active table at it. Until cv_kernels_init
+ * runs, the active table is traits_ref, so every entry is always callable.
+ * The kernels themselves live in ref.c, kernels_avx2.c and kernels_neon.c
+ * (see kernels_impl.h for the schedule they share). */
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
+    [CV_TYPE_F32] = {.name = "F32", .blck_size = 1, .type_size = sizeof(float), .is_quantized = false,
+                     .vec_dot_type = CV_TYPE_F32, .to_float = convert_row_f32, .from_float = copy_row_f32,
+                     .quantize = copy_row_f32, .vec_dot = vec_dot_f32_ref, .vec_dot_ref = vec_dot_f32_ref},
+    [CV_TYPE_F16] = {.name = "F16", .blck_size = 1, .type_size = sizeof(cv_fp16), .is_quantized = false,
+                     .vec_dot_type = CV_TYPE_F16, .to_float = convert_row_f16,
+                     .from_float = convert_row_f32_to_f16_ref, .quantize = convert_row_f32_to_f16_ref,
+                     .vec_dot = vec_dot_f16_ref, .vec_dot_ref = vec_dot_f16_ref},
+    [CV_TYPE_BF16] = {.name = "BF16", .blck_size = 1, .type_size = sizeof(cv_bf16), .is_quantized = false,
+                      .vec_dot_type = CV_TYPE_BF16, .to_float = convert_row_bf16,
+                      .from_float = convert_row_f32_to_bf16, .quantize = convert_row_f32_to_bf16,
+                      .vec_dot = vec_dot_bf16_ref, .vec_dot_ref = vec_dot_bf16_ref},
+    [CV_TYPE_Q8_0] = {.name = "Q8_0", .blck_size = QK8_0, .type_size = sizeof(block_q8_0), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_q8_0,
+                      .from_float = quantize_row_q8_0_ref, .quantize = quantize_row_q8_0_weight,
+                      .vec_dot = vec_dot_q8_0_q8_0_ref, .vec_dot_ref = vec_dot_q8_0_q8_0_ref},
+    [CV_TYPE_Q4_0] = {.name = "Q4_0", .blck_size = QK4_0, .type_size = sizeof(block_q4_0), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_q4_0,
+                      .from_float = quantize_row_q4_0, .quantize = quantize_row_q4_0,
+                      .vec_dot = vec_dot_q4_0_q8_0_ref, .vec_dot_ref = vec_dot_q4_0_q8_0_ref},
+};
+
+/* The SIMD versions of a type's vec_dot and from_float; NULL keeps the
+ * reference. */
+typedef struct simd_kernels {
+    cv_vec_dot_fn vec_dot;
+    cv_from_float_fn from_float;
+} simd_kernels;
+
+#if defined(__x86_64__)
+static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
+    [CV_TYPE_F32] = {vec_dot_f32_avx2, NULL},
+    [CV_TYPE_F16] = {vec_dot_f16_avx2, convert_row_f32_to_f16_avx2},
+    [CV_TYPE_BF16] = {vec_dot_bf16_avx2, NULL},
+    [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_avx2, quantize_row_q8_0_avx2},
+    [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_avx2, NULL},
+};
+
+static bool cpu_has_avx2_fma_f16c(void)
+{
+    /* F16C from cpuid: clang's __builtin_cpu_supports does not know it */
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_F16C))
+        return false;
+    /* these also check that the OS saves the AVX registers */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+#if defined(__aarch64__)
+static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
+    [CV_TYPE_F32] = {vec_dot_f32_neon, NULL},
+    [CV_TYPE_F16] = {vec_dot_f16_neon, convert_row_f32_to_f16_neon},
+    [CV_TYPE_BF16] = {vec_dot_bf16_neon, NULL},
+    [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_neon, quantize_row_q8_0_neon},
+    [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_neon, NULL},
+};
+#endif
+
+static cv_type_traits traits_best[CV_TYPE_COUNT];
+static const cv_type_traits *traits = traits_ref;
+static const char *kernels_name = "ref";
+static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
+
+void cv_kernels_init(int force_ref)
+{
+    const char *env = getenv("CONVOY_KERNELS");
+    const simd_kernels *simd = NULL;
+    kernels_name = "ref";
+    axpy_f32 = axpy_f32_ref;
+    if (!force_ref && !(env && strcmp(env, "ref") == 0)) {
+#if defined(__x86_64__)
+        if (cpu_has_avx2_fma_f16c()) {
+            simd = kernels_avx2;
+            kernels_name = "avx2";
+            axpy_f32 = axpy_f32_avx2;
+        }
+#elif defined(__aarch64__)
+        simd = kernels_neon;
+        kernels_name = "neon";
+        axpy_f32 = axpy_f32_neon;
+#endif
+    }
+    if (!simd) {
+        traits = traits_ref;
+        return;
+    }
+    for (int t = 0; t < CV_TYPE_COUNT; t++) {
+        traits_best[t] = traits_ref[t];
+        if (simd[t].vec_dot)
+            traits_best[t].vec_dot = simd[t].vec_dot;
+        if (simd[t].from_float)
+            traits_best[t].from_float = simd[t].from_float;
+    }
+    traits = traits_best;
+}
+
+const char *cv_kernels_name(void)
+{
+    return kernels_name;
+}
+
+const cv_type_traits *cv_type_get(cv_type t)
+{
+    if ((unsigned)t >= CV_TYPE_COUNT || !traits[t].name)
+        return NULL;
+    return &traits[t];
+}
+
+const char *cv_type_name(cv_type t)
+{
+    const cv_type_traits *tt = cv_type_get(t);
+    const char *name = "unknown";
+    if (tt)
+        return tt->name;
+    cv_ggml_type_info((uint32_t)t, &name, NULL, NULL);
+    return name;
+}
+
+static int name_equal_nocase(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char ca = *a >= 'a' && *a <= 'z' ? (char)(*a - 'a' + 'A') : *a;
+        char cb = *b >= 'a' && *b <= 'z' ? (char)(*b - 'a' + 'A') : *b;
+        if (ca != cb)
+            return 0;
+    }
+    return *a == *b;
+}
+
+int cv_type_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int t = 0; t < CV_TYPE_COUNT; t++)
+        if (traits_ref[t].name && name_equal_nocase(name, traits_ref[t].name))
+            return t;
+    return -1;
+}
+
+size_t cv_row_bytes(cv_type t, int64_t n)
+{
+    const cv_type_traits *tt = cv_type_get(t);
+    if (!tt || n < 0 || n % tt->blck_size != 0)
+        return 0;
+    return (size_t)(n / tt->blck_size) * tt->type_size;
+}
+
+void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
+                    float *y, int ldy, long r0, long r1)
+{
+    const cv_vec_dot_fn vec_dot = traits[wt].vec_dot;
+    const size_t row_bytes = cv_row_bytes(wt, n_in);
+    const char *w_row = (const char *)w + (size_t)r0 * row_bytes;
+    for (long r = r0; r < r1; r++, w_row += row_bytes)
+        for (int t = 0; t < m; t++)
+            y[(size_t)t * (size_t)ldy + (size_t)r] = vec_dot(n_in, w_row, (const char *)x + (size_t)t * x_stride);
+}
+
+float cv_dot_f32(int n, const float *a, const float *b)
+{
+    return traits[CV_TYPE_F32].vec_dot(n, a, b);
+}
+
+void cv_axpy_f32(int n, float a, const float *x, float *y)
+{
+    axpy_f32(n, a, x, y);
+}

@@ -1,0 +1,88 @@
+/* kernels_impl.h: the per-ISA kernels behind kernels.h (private to
+ * src/kernels and its tests).
+ *
+ * Contract: a function named X_ref (ref.c, portable C), X_avx2
+ * (kernels_avx2.c, x86-64 only, needs AVX2+FMA+F16C at run time) and X_neon
+ * (kernels_neon.c, aarch64 only) return the same bits for every input,
+ * NaN payloads aside. They all follow one schedule, written down here:
+ *
+ * An "8-lane vector" is float[8]; hsum8(v) = ((v0+v4) + (v2+v6)) +
+ * ((v1+v5) + (v3+v7)).
+ *
+ * F32, F16, BF16 rows (vec_dot_f32 / _f16 / _bf16; F16 and BF16 elements
+ * are widened to f32 exactly first): four 8-lane accumulators acc0..acc3
+ * start at +0; for each full chunk of 32 elements at i, acc_a[l] =
+ * fma(w[i+8a+l], x[i+8a+l], acc_a[l]). Then
+ * sum = hsum8((acc0+acc1) + (acc2+acc3)) (lane-wise), and each remaining
+ * element i (n % 32 of them, in order) does sum = fma(w[i], x[i], sum).
+ *
+ * Q8_0 and Q4_0 weights with a Q8_0 activation row: per block b, eight
+ * exact int32 lane sums s[l] of products of the integer quants (Q4_0
+ * quants minus 8), then acc_(b%2)[l] = fma(d, (float)s[l], acc_(b%2)[l])
+ * with d = fp16(w.d) * fp16(x.d) (exact in f32), two 8-lane accumulators;
+ * result hsum8(acc0 + acc1). Lane l of a block sums elements
+ *   Q4_0: 4l, 4l+1, 4l+2, 4l+3;
+ *   Q8_0: 2l, 2l+1, 16+2l, 17+2l.
+ * Integer sums are exact, so only which elements meet in a lane matters.
+ *
+ * Q8_0 activation quantizer (quantize_row_q8_0_*), llama.cpp's AVX2 rule:
+ * per block of 32, with max(a, b) = a > b ? a : b (x86 maxps):
+ *   m[l] = max(max(|x_l|, |x_8+l|), max(|x_16+l|, |x_24+l|)), l < 8;
+ *   m[l] = max(m[l], m[l+4]), l < 4; m[l] = max(m[l], m[l+2]), l < 2;
+ *   amax = max(m[0], m[1]); d = fp16(amax / 127); id = amax != 0 ?
+ *   127 / amax : 0; q = saturate_int8(cvt(rint(x * id))), where cvt gives
+ *   INT32_MIN for NaN and for values outside the int32 range (as
+ *   cvtps2dq does). */
+#ifndef CONVOY_KERNELS_KERNELS_IMPL_H
+#define CONVOY_KERNELS_KERNELS_IMPL_H
+
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+/* Reference (ref.c). */
+float vec_dot_f32_ref(int n, const void *w, const void *x);
+float vec_dot_f16_ref(int n, const void *w, const void *x);
+float vec_dot_bf16_ref(int n, const void *w, const void *x);
+float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
+float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
+void quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
+void convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
+void axpy_f32_ref(int n, float a, const float *x, float *y);
+
+/* One version for every ISA (ref.c): row conversions off the hot path. */
+void copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
+void convert_row_f32_to_bf16(const float *x, void *y, int64_t n);
+void convert_row_f32(const void *x, float *y, int64_t n); /* to_float of F32 */
+void convert_row_f16(const void *x, float *y, int64_t n);
+void convert_row_bf16(const void *x, float *y, int64_t n);
+void dequantize_row_q8_0(const void *x, float *y, int64_t n);
+void dequantize_row_q4_0(const void *x, float *y, int64_t n);
+/* Weight quantizers with llama.cpp's reference rules (what llama-quantize
+ * writes without an importance matrix). */
+void quantize_row_q4_0(const float *x, void *y, int64_t n);
+void quantize_row_q8_0_weight(const float *x, void *y, int64_t n);
+
+#if defined(__x86_64__)
+float vec_dot_f32_avx2(int n, const void *w, const void *x);
+float vec_dot_f16_avx2(int n, const void *w, const void *x);
+float vec_dot_bf16_avx2(int n, const void *w, const void *x);
+float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
+float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
+void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
+void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
+void axpy_f32_avx2(int n, float a, const float *x, float *y);
+#endif
+
+#if defined(__aarch64__)
+float vec_dot_f32_neon(int n, const void *w, const void *x);
+float vec_dot_f16_neon(int n, const void *w, const void *x);
+float vec_dot_bf16_neon(int n, const void *w, const void *x);
+float vec_dot_q8_0_q8_0_neon(int n, const void *w, const void *x);
+float vec_dot_q4_0_q8_0_neon(int n, const void *w, const void *x);
+void quantize_row_q8_0_neon(const float *x, void *y, int64_t n);
+void convert_row_f32_to_f16_neon(const float *x, void *y, int64_t n);
+void axpy_f32_neon(int n, float a, const float *x, float *y);
+#endif
+
+#endif

@@ -1,0 +1,506 @@
+/* kquants.c: the K-quant formats in portable C: row dequantization, the
+ * weight quantizers, the Q8_K activation quantizer and the reference dot
+ * products.
+ *
+ * Formats (llama.cpp's, block layouts in types.h): a super-block holds 256
+ * weights. Q4_K and Q5_K split it into 8 sub-blocks of 32, each with a 6-bit
+ * scale and a 6-bit min (packed into 12 bytes, see unpack_scales_mins); a
+ * weight is d * scale * q - dmin * min with q in 0..15 (Q4_K) or 0..31
+ * (Q5_K, the fifth bit in qh). Q6_K splits it into 16 sub-blocks of 16, each
+ * with an int8 scale; a weight is d * scale * (q - 32), q in 0..63 (low four
+ * bits in ql, high two in qh). Q8_K holds 256 int8 activations, an f32 scale
+ * and the sum of each 16 quants (bsums), which lets the dot products apply
+ * mins and offsets per sub-block instead of per weight.
+ *
+ * Quantizers: the weight quantizers follow llama.cpp's reference algorithm
+ * without importance matrix (a weighted least-squares search of scale and
+ * min per sub-block, then 6- or 8-bit quantization of those), with the same
+ * float operations in the same order, so they produce llama.cpp's bytes.
+ * The Q8_K quantizer is the only one convoy has, so every path sees the
+ * same activation bytes.
+ *
+ * Dot products: the _ref functions reproduce, operation for operation, the
+ * float arithmetic of the SIMD kernels (kquants_avx2.c, kquants_neon.c):
+ * per super-block each kernel forms exact int32 sums in 8 lanes (lane k
+ * gathers weights 4k..4k+3 of every 32-weight group), converts them to
+ * float and fuses them into 8 float accumulators with d; Q4_K/Q5_K also
+ * fuse their min terms into 4 accumulators with dmin. The final reduction
+ * is fixed: t[i] = acc[i] + acc[i+4] (- accm[i]), then (t0 + t2) + (t1 + t3).
+ * The integer sums are exact, so only this float order has to match.
+ * kquants_impl.h holds the scale packing and the Q6_K bit access shared by
+ * all three files. */
+#include "kernels/kquants.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kquants_impl.h"
+
+/* Round to nearest, ties to even, by adding 1.5 * 2^23 (valid for
+ * |f| < 2^22, the range the quantizers use; other inputs give some int
+ * without undefined behaviour). */
+static inline int round_nearest(float f)
+{
+    float t = f + 12582912.f;
+    uint32_t u;
+    memcpy(&u, &t, sizeof(u));
+    return (int)(u & 0x007fffff) - 0x00400000;
+}
+
+static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ---- dequantization ---------------------------------------------------- */
+
+void dequantize_row_q4_K(const void *x, float *y, int64_t n)
+{
+    const block_q4_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(b[i].d);
+        const float dmin = cv_fp16_to_fp32(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        kq_unpack_scales_mins(b[i].scales, sc, mn);
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *q = b[i].qs + 32 * j;
+            const float d_lo = d * sc[2 * j], m_lo = dmin * mn[2 * j];
+            const float d_hi = d * sc[2 * j + 1], m_hi = dmin * mn[2 * j + 1];
+            for (int l = 0; l < 32; l++)
+                y[l] = d_lo * (q[l] & 0xF) - m_lo;
+            for (int l = 0; l < 32; l++)
+                y[32 + l] = d_hi * (q[l] >> 4) - m_hi;
+            y += 64;
+        }
+    }
+}
+
+void dequantize_row_q5_K(const void *x, float *y, int64_t n)
+{
+    const block_q5_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(b[i].d);
+        const float dmin = cv_fp16_to_fp32(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        kq_unpack_scales_mins(b[i].scales, sc, mn);
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *q = b[i].qs + 32 * j;
+            const uint8_t *qh = b[i].qh;
+            const float d_lo = d * sc[2 * j], m_lo = dmin * mn[2 * j];
+            const float d_hi = d * sc[2 * j + 1], m_hi = dmin * mn[2 * j + 1];
+            for (int l = 0; l < 32; l++)
+                y[l] = d_lo * ((q[l] & 0xF) | (((qh[l] >> (2 * j)) & 1) << 4)) - m_lo;
+            for (int l = 0; l < 32; l++)
+                y[32 + l] = d_hi * ((q[l] >> 4) | (((qh[l] >> (2 * j + 1)) & 1) << 4)) - m_hi;
+            y += 64;
+        }
+    }
+}
+
+void dequantize_row_q6_K(const void *x, float *y, int64_t n)
+{
+    const block_q6_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(b[i].d);
+        for (int e = 0; e < QK_K; e++)
+            y[e] = d * b[i].scales[e / 16] * (kq_q6_value(&b[i], e) - 32);
+        y += QK_K;
+    }
+}
+
+void dequantize_row_q8_K(const void *x, float *y, int64_t n)
+{
+    const block_q8_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++)
+        for (int e = 0; e < QK_K; e++)
+            *y++ = b[i].d * b[i].qs[e];
+}
+
+/* ---- weight quantizers ------------------------------------------------- */
+
+/* Fits x[0..n) ~ scale * L - min_out with L in 0..nmax, minimizing the
+ * error weighted by w: starts from the plain range fit, then tries nstep+1
+ * grid scales (nmax + rmin + rdelta * is) / range and keeps the best least-
+ * squares solution. Returns the scale, writes min_out >= 0 and L. */
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                           float *min_out, float rmin, float rdelta, int nstep)
+{
+    uint8_t Lt[32];
+    float min = x[0], max = x[0];
+    float sum_w = w[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *min_out = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_err = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clamp_int(round_nearest(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best_err += w[i] * (diff * diff);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(round_nearest(iscale * (x[i] - min)), 0, nmax);
+            Lt[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (det > 0) {
+            float s = (sum_w * sum_xl - sum_x * sum_l) / det;
+            float m = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if (m > 0) {
+                m = 0;
+                s = sum_xl / sum_l2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = s * Lt[i] + m - x[i];
+                err += w[i] * (diff * diff);
+            }
+            if (err < best_err) {
+                memcpy(L, Lt, (size_t)n);
+                best_err = err;
+                scale = s;
+                min = m;
+            }
+        }
+    }
+    *min_out = -min;
+    return scale;
+}
+
+/* Symmetric fit x[0..n) ~ scale * (L - nmax), L - nmax in -nmax..nmax-1,
+ * weighting each element by x^2: tries 19 scales around nmax / max|x| and
+ * keeps the one with the largest sumlx^2 / suml2. Returns the scale. */
+static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0)
+            continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++)
+                L[i] = (int8_t)(nmax + clamp_int(round_nearest(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* The shared part of Q4_K and Q5_K: fits the 8 sub-blocks of x (256
+ * values), writes d, dmin and the packed 6-bit scales and mins, and the
+ * final quants L (0..nmax) computed against the rounded scales. */
+static void quantize_superblock_scale_min(const float *x, int nmax, float rmin, int nstep,
+                                          cv_fp16 *d_out, cv_fp16 *dmin_out,
+                                          uint8_t packed[K_SCALE_SIZE], uint8_t L[QK_K])
+{
+    float scales[8], mins[8], w[32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++)
+            sum_x2 += xs[l] * xs[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++)
+            w[l] = av_x + fabsf(xs[l]);
+        scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        /* llama.cpp keeps the low byte of the rounded value, then caps it */
+        uint8_t ls = (uint8_t)round_nearest(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)round_nearest(inv_min * mins[j]);
+        sc[j] = ls < 63 ? ls : 63;
+        mn[j] = lm < 63 ? lm : 63;
+    }
+    kq_pack_scales_mins(sc, mn, packed);
+    *d_out = cv_fp32_to_fp16(max_scale / 63.f);
+    *dmin_out = cv_fp32_to_fp16(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        const float d = cv_fp16_to_fp32(*d_out) * sc[j];
+        if (!d)
+            continue;
+        const float dm = cv_fp16_to_fp32(*dmin_out) * mn[j];
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)clamp_int(round_nearest((x[32 * j + l] + dm) / d), 0, nmax);
+    }
+}
+
+void quantize_row_q4_K(const float *x, void *y, int64_t n)
+{
+    block_q4_K *b = y;
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        quantize_superblock_scale_min(x, 15, -1.f, 20, &b[i].d, &b[i].dmin, b[i].scales, L);
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++)
+                b[i].qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
+        x += QK_K;
+    }
+}
+
+void quantize_row_q5_K(const float *x, void *y, int64_t n)
+{
+    block_q5_K *b = y;
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        quantize_superblock_scale_min(x, 31, -0.5f, 15, &b[i].d, &b[i].dmin, b[i].scales, L);
+        memset(b[i].qh, 0, sizeof(b[i].qh));
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                int lo = L[64 * j + l], hi = L[64 * j + 32 + l];
+                b[i].qs[32 * j + l] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+                b[i].qh[l] |= (uint8_t)(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+            }
+        x += QK_K;
+    }
+}
+
+void quantize_row_q6_K(const float *x, void *y, int64_t n)
+{
+    block_q6_K *b = y;
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int s = 0; s < QK_K / 16; s++) {
+            scales[s] = fit_scale_symmetric(16, 32, x + 16 * s, L + 16 * s);
+            if (fabsf(scales[s]) > max_abs_scale) {
+                max_abs_scale = fabsf(scales[s]);
+                max_scale = scales[s];
+            }
+        }
+        if (max_abs_scale < 1e-15f) {
+            memset(&b[i], 0, sizeof(b[i]));
+            x += QK_K;
+            continue;
+        }
+        float iscale = -128.f / max_scale;
+        b[i].d = cv_fp32_to_fp16(1 / iscale);
+        for (int s = 0; s < QK_K / 16; s++) {
+            int v = round_nearest(iscale * scales[s]);
+            b[i].scales[s] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int s = 0; s < QK_K / 16; s++) {
+            float d = cv_fp16_to_fp32(b[i].d) * b[i].scales[s];
+            if (!d)
+                continue;
+            for (int l = 0; l < 16; l++)
+                L[16 * s + l] = (int8_t)(clamp_int(round_nearest(x[16 * s + l] / d), -32, 31) + 32);
+        }
+        /* element 128h + 32m + l: low nibble in ql[64h + 32(m&1) + l] (high
+         * half for m >= 2), top two bits at bit 2m of qh[32h + l] */
+        memset(b[i].ql, 0, sizeof(b[i].ql));
+        memset(b[i].qh, 0, sizeof(b[i].qh));
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, m = (e / 32) % 4, l = e % 32;
+            b[i].ql[64 * h + 32 * (m & 1) + l] |= (uint8_t)((L[e] & 0xF) << (4 * (m >> 1)));
+            b[i].qh[32 * h + l] |= (uint8_t)(((L[e] >> 4) & 3) << (2 * m));
+        }
+        x += QK_K;
+    }
+}
+
+void quantize_row_q8_K(const float *x, void *y, int64_t n)
+{
+    block_q8_K *b = y;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float max = 0, amax = 0;
+        for (int e = 0; e < QK_K; e++) {
+            float ax = fabsf(x[e]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[e];
+            }
+        }
+        if (!amax) {
+            memset(&b[i], 0, sizeof(b[i]));
+            x += QK_K;
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int e = 0; e < QK_K; e++) {
+            int v = round_nearest(iscale * x[e]);
+            b[i].qs[e] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int s = 0; s < QK_K / 16; s++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += b[i].qs[16 * s + l];
+            b[i].bsums[s] = (int16_t)sum;
+        }
+        b[i].d = 1 / iscale;
+        x += QK_K;
+    }
+}
+
+/* ---- reference dot products -------------------------------------------- */
+
+/* The fixed final reduction of every K-quant kernel (see the top). */
+static float reduce_lanes(const float acc[8], const float accm[4])
+{
+    float t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = accm ? (acc[i] + acc[i + 4]) - accm[i] : acc[i] + acc[i + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* Lane k of the mins term: mn[2k] * s[2k] + mn[2k+1] * s[2k+1], where s[j]
+ * is the int16 sum of the two bsums of sub-block j (as _mm_hadd_epi16). */
+static void mins_lanes(const uint8_t mn[8], const int16_t bsums[16], int32_t out[4])
+{
+    for (int k = 0; k < 4; k++) {
+        int16_t s0 = (int16_t)(bsums[4 * k] + bsums[4 * k + 1]);
+        int16_t s1 = (int16_t)(bsums[4 * k + 2] + bsums[4 * k + 3]);
+        out[k] = mn[2 * k] * s0 + mn[2 * k + 1] * s1;
+    }
+}
+
+float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    const block_q4_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc[8] = {0}, accm[4] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        kq_unpack_scales_mins(wb[i].scales, sc, mn);
+        int32_t isum[8] = {0}, msum[4];
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *q = wb[i].qs + 32 * j;
+            const int8_t *y = xb[i].qs + 64 * j;
+            for (int k = 0; k < 8; k++) {
+                int lo = 0, hi = 0;
+                for (int e = 4 * k; e < 4 * k + 4; e++) {
+                    lo += (q[e] & 0xF) * y[e];
+                    hi += (q[e] >> 4) * y[32 + e];
+                }
+                isum[k] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+            }
+        }
+        mins_lanes(mn, xb[i].bsums, msum);
+        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
+        const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
+        for (int k = 0; k < 8; k++)
+            acc[k] = fmaf(d, (float)isum[k], acc[k]);
+        for (int k = 0; k < 4; k++)
+            accm[k] = fmaf(dm, (float)msum[k], accm[k]);
+    }
+    return reduce_lanes(acc, accm);
+}
+
+float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    const block_q5_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc[8] = {0}, accm[4] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        kq_unpack_scales_mins(wb[i].scales, sc, mn);
+        int32_t isum[8] = {0}, msum[4];
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *q = wb[i].qs + 32 * j;
+            const uint8_t *qh = wb[i].qh;
+            const int8_t *y = xb[i].qs + 64 * j;
+            for (int k = 0; k < 8; k++) {
+                int lo = 0, hi = 0;
+                for (int e = 4 * k; e < 4 * k + 4; e++) {
+                    lo += ((q[e] & 0xF) | (((qh[e] >> (2 * j)) & 1) << 4)) * y[e];
+                    hi += ((q[e] >> 4) | (((qh[e] >> (2 * j + 1)) & 1) << 4)) * y[32 + e];
+                }
+                isum[k] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+            }
+        }
+        mins_lanes(mn, xb[i].bsums, msum);
+        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
+        const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
+        for (int k = 0; k < 8; k++)
+            acc[k] = fmaf(d, (float)isum[k], acc[k]);
+        for (int k = 0; k < 4; k++)
+            accm[k] = fmaf(dm, (float)msum[k], accm[k]);
+    }
+    return reduce_lanes(acc, accm);
+}
+
+/* Q6_K: lane k sums sc * q * y over weights 32g + 4k .. 32g + 4k + 3 of
+ * each group g of 32, with q unsigned (0..63); the offset 32 is taken out
+ * exactly with the bsums: lane k minus 32 * (sc[2k] * bsums[2k] +
+ * sc[2k+1] * bsums[2k+1]), as _mm256_madd_epi16 pairs them. */
+float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    const block_q6_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = wb[i].scales;
+        const int8_t *y = xb[i].qs;
+        int32_t isum[8] = {0};
+        for (int g = 0; g < 8; g++)
+            for (int k = 0; k < 8; k++) {
+                int dot = 0;
+                for (int e = 32 * g + 4 * k; e < 32 * g + 4 * k + 4; e++)
+                    dot += kq_q6_value(&wb[i], e) * y[e];
+                isum[k] += sc[(32 * g + 4 * k) / 16] * dot;
+            }
+        for (int k = 0; k < 8; k++) {
+            int32_t offs = sc[2 * k] * xb[i].bsums[2 * k] + sc[2 * k + 1] * xb[i].bsums[2 * k + 1];
+            isum[k] -= 32 * offs;
+        }
+        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
+        for (int k = 0; k < 8; k++)
+            acc[k] = fmaf(d, (float)isum[k], acc[k]);
+    }
+    return reduce_lanes(acc, NULL);
+}

@@ -1,0 +1,52 @@
+/* kquants_impl.h: bit-level helpers shared by the K-quant files (private to
+ * src/kernels/kquants*.c).
+ *
+ * Contract: the 12 scale bytes of Q4_K/Q5_K hold 8 six-bit scales and 8
+ * six-bit mins. For sub-block j < 4 the scale is the low 6 bits of byte j
+ * and the min the low 6 bits of byte j + 4. For j >= 4 the low four bits
+ * of the scale are the low nibble of byte j + 4 and its top two bits are
+ * the top two bits of byte j - 4; the min's low four bits are the high
+ * nibble of byte j + 4 and its top two bits the top two bits of byte j.
+ * The unpacking reads the bytes as little-endian words (every convoy
+ * target is little-endian). kq_q6_value returns the unsigned 6-bit quant (0..63) of weight e of a
+ * Q6_K block (see kquants.c for the layout). */
+#ifndef CONVOY_KERNELS_KQUANTS_IMPL_H
+#define CONVOY_KERNELS_KQUANTS_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/types.h"
+
+static inline void kq_unpack_scales_mins(const uint8_t p[K_SCALE_SIZE], uint8_t sc[8], uint8_t mn[8])
+{
+    uint32_t a, b, c, w[4];
+    memcpy(&a, p, 4);
+    memcpy(&b, p + 4, 4);
+    memcpy(&c, p + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;                                       /* scales 0..3 */
+    w[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);   /* scales 4..7 */
+    w[2] = b & 0x3f3f3f3fu;                                       /* mins 0..3 */
+    w[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4); /* mins 4..7 */
+    memcpy(sc, w, 8);
+    memcpy(mn, w + 2, 8);
+}
+
+static inline void kq_pack_scales_mins(const uint8_t sc[8], const uint8_t mn[8], uint8_t p[K_SCALE_SIZE])
+{
+    for (int j = 0; j < 4; j++) {
+        p[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        p[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+        p[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+}
+
+static inline int kq_q6_value(const block_q6_K *b, int e)
+{
+    int h = e / 128, m = (e / 32) % 4, l = e % 32;
+    int lo = (b->ql[64 * h + 32 * (m & 1) + l] >> (4 * (m >> 1))) & 0xF;
+    int hi = (b->qh[32 * h + l] >> (2 * m)) & 3;
+    return lo | (hi << 4);
+}
+
+#endif

@@ -1,0 +1,259 @@
+/* ref.c: the scalar reference kernels and the row conversions.
+ *
+ * Every _ref function here is the portable twin of an _avx2 and a _neon
+ * function: it follows the lane schedule written in kernels_impl.h, sums
+ * in that order, and calls fmaf() exactly where the SIMD code fuses, so
+ * all three give the same bits. It is also what runs on a CPU without
+ * SIMD support, and what CONVOY_KERNELS=ref selects.
+ *
+ * The functions without a suffix (row conversions, dequantizers, weight
+ * quantizers) have one version for every machine: they run once per token
+ * or once per tensor, off the hot path. The weight quantizers follow
+ * llama.cpp's reference rules (quantize_row_q4_0_ref / q8_0_ref), so that
+ * `convoy quantize` writes the bytes llama-quantize writes. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+
+/* ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)): the AVX2 horizontal sum. */
+static float hsum8(const float v[8])
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* x86 maxps: the second operand unless the first is greater (so also when
+ * either is NaN). */
+static float max_x86(float a, float b)
+{
+    return a > b ? a : b;
+}
+
+/* cvtps2dq of an already integral value: INT32_MIN when out of range or NaN. */
+static int32_t cvt_int32_x86(float r)
+{
+    if (!(fabsf(r) < 2147483648.0f))
+        return INT32_MIN;
+    return (int32_t)r;
+}
+
+static float load_f32(const void *p, int i) { return ((const float *)p)[i]; }
+static float load_f16(const void *p, int i) { return cv_fp16_to_fp32(((const cv_fp16 *)p)[i]); }
+static float load_bf16(const void *p, int i) { return cv_bf16_to_fp32(((const cv_bf16 *)p)[i]); }
+
+/* The F32/F16/BF16 schedule of kernels_impl.h; load widens one element. */
+static inline float dot_float_rows(int n, const void *w, const void *x,
+                                   float (*load)(const void *, int))
+{
+    float acc[4][8] = {{0}};
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int a = 0; a < 4; a++)
+            for (int l = 0; l < 8; l++) {
+                int k = i + 8 * a + l;
+                acc[a][l] = fmaf(load(w, k), load(x, k), acc[a][l]);
+            }
+    float v[8];
+    for (int l = 0; l < 8; l++)
+        v[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+    float sum = hsum8(v);
+    for (; i < n; i++)
+        sum = fmaf(load(w, i), load(x, i), sum);
+    return sum;
+}
+
+float vec_dot_f32_ref(int n, const void *w, const void *x)
+{
+    return dot_float_rows(n, w, x, load_f32);
+}
+
+float vec_dot_f16_ref(int n, const void *w, const void *x)
+{
+    return dot_float_rows(n, w, x, load_f16);
+}
+
+float vec_dot_bf16_ref(int n, const void *w, const void *x)
+{
+    return dot_float_rows(n, w, x, load_bf16);
+}
+
+float vec_dot_q8_0_q8_0_ref(int n, const void *wv, const void *xv)
+{
+    const block_q8_0 *w = wv;
+    const block_q8_0 *x = xv;
+    float acc[2][8] = {{0}};
+    for (int b = 0; b < n / QK8_0; b++) {
+        const int8_t *p = w[b].qs;
+        const int8_t *q = x[b].qs;
+        float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+        for (int l = 0; l < 8; l++) {
+            int32_t s = p[2 * l] * q[2 * l] + p[2 * l + 1] * q[2 * l + 1] +
+                        p[16 + 2 * l] * q[16 + 2 * l] + p[17 + 2 * l] * q[17 + 2 * l];
+            acc[b & 1][l] = fmaf(d, (float)s, acc[b & 1][l]);
+        }
+    }
+    float v[8];
+    for (int l = 0; l < 8; l++)
+        v[l] = acc[0][l] + acc[1][l];
+    return hsum8(v);
+}
+
+float vec_dot_q4_0_q8_0_ref(int n, const void *wv, const void *xv)
+{
+    const block_q4_0 *w = wv;
+    const block_q8_0 *x = xv;
+    float acc[2][8] = {{0}};
+    for (int b = 0; b < n / QK8_0; b++) {
+        int8_t q4[QK4_0];
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            q4[j] = (int8_t)((w[b].qs[j] & 15) - 8);
+            q4[j + QK4_0 / 2] = (int8_t)((w[b].qs[j] >> 4) - 8);
+        }
+        const int8_t *q = x[b].qs;
+        float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+        for (int l = 0; l < 8; l++) {
+            int32_t s = q4[4 * l] * q[4 * l] + q4[4 * l + 1] * q[4 * l + 1] +
+                        q4[4 * l + 2] * q[4 * l + 2] + q4[4 * l + 3] * q[4 * l + 3];
+            acc[b & 1][l] = fmaf(d, (float)s, acc[b & 1][l]);
+        }
+    }
+    float v[8];
+    for (int l = 0; l < 8; l++)
+        v[l] = acc[0][l] + acc[1][l];
+    return hsum8(v);
+}
+
+void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
+        float m[8];
+        for (int l = 0; l < 8; l++)
+            m[l] = max_x86(max_x86(fabsf(x[l]), fabsf(x[8 + l])),
+                           max_x86(fabsf(x[16 + l]), fabsf(x[24 + l])));
+        for (int l = 0; l < 4; l++)
+            m[l] = max_x86(m[l], m[l + 4]);
+        for (int l = 0; l < 2; l++)
+            m[l] = max_x86(m[l], m[l + 2]);
+        float amax = max_x86(m[0], m[1]);
+        y[b].d = cv_fp32_to_fp16(amax / 127.0f);
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < QK8_0; j++) {
+            int32_t v = cvt_int32_x86(rintf(x[j] * id));
+            y[b].qs[j] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+        }
+    }
+}
+
+void convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)
+{
+    cv_fp16 *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cv_fp32_to_fp16(x[i]);
+}
+
+void axpy_f32_ref(int n, float a, const float *x, float *y)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = fmaf(a, x[i], y[i]);
+}
+
+void copy_row_f32(const float *x, void *y, int64_t n)
+{
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+void convert_row_f32_to_bf16(const float *x, void *vy, int64_t n)
+{
+    cv_bf16 *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cv_fp32_to_bf16(x[i]);
+}
+
+void convert_row_f32(const void *x, float *y, int64_t n)
+{
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+void convert_row_f16(const void *vx, float *y, int64_t n)
+{
+    const cv_fp16 *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cv_fp16_to_fp32(x[i]);
+}
+
+void convert_row_bf16(const void *vx, float *y, int64_t n)
+{
+    const cv_bf16 *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cv_bf16_to_fp32(x[i]);
+}
+
+void dequantize_row_q8_0(const void *vx, float *y, int64_t n)
+{
+    const block_q8_0 *x = vx;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        float d = cv_fp16_to_fp32(x[b].d);
+        for (int j = 0; j < QK8_0; j++)
+            y[b * QK8_0 + j] = (float)x[b].qs[j] * d;
+    }
+}
+
+void dequantize_row_q4_0(const void *vx, float *y, int64_t n)
+{
+    const block_q4_0 *x = vx;
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        float d = cv_fp16_to_fp32(x[b].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[b * QK4_0 + j] = (float)((x[b].qs[j] & 15) - 8) * d;
+            y[b * QK4_0 + j + QK4_0 / 2] = (float)((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* llama.cpp's Q4_0 rule: the element of largest magnitude, with its sign,
+ * maps to -8: d = max / -8; q = min(15, trunc(x / d + 8.5)). The float to
+ * integer step is guarded (NaN and out-of-range values clamp) where
+ * llama.cpp's cast would be undefined. */
+void quantize_row_q4_0(const float *x, void *vy, int64_t n)
+{
+    block_q4_0 *y = vy;
+    for (int64_t b = 0; b < n / QK4_0; b++, x += QK4_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK4_0; j++)
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        float d = max / -8.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = cv_fp32_to_fp16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; h++) {
+                float v = x[j + h * QK4_0 / 2] * id + 8.5f;
+                q[h] = !(v >= 0.0f) ? 0 : v >= 15.0f ? 15 : (uint8_t)v;
+            }
+            y[b].qs[j] = (uint8_t)(q[0] | (q[1] << 4));
+        }
+    }
+}
+
+/* llama.cpp's reference Q8_0 rule (not the activation rule): d = amax /
+ * 127, id = 1 / d, q = roundf(x * id) (ties away from zero). */
+void quantize_row_q8_0_weight(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++)
+            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = cv_fp32_to_fp16(d);
+        for (int j = 0; j < QK8_0; j++) {
+            float r = roundf(x[j] * id);
+            y[b].qs[j] = (int8_t)(!(r == r) ? 0 : r < -128.0f ? -128 : r > 127.0f ? 127 : r);
+        }
+    }
+}

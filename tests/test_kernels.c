@@ -1,0 +1,453 @@
+/* test_kernels.c: the kernels of F32, F16, BF16, Q8_0 and Q4_0.
+ *
+ * The selected (SIMD) kernels must give the same bits as the references
+ * (vec_dot, activation conversion) on random rows of many lengths and on
+ * raw random quant bytes; the quantizers must follow llama.cpp's rules
+ * (checked on blocks whose result is known by hand) and round-trip within
+ * the quantization step; vec_dot must agree with a double-precision dot of
+ * the dequantized rows; cv_matmul_rows must give each output the same bits
+ * whatever the number of tokens, the row split, or the forced reference. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float rng_float(void)
+{
+    return (float)((double)(rng_next() >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+/* Random activations/weights: each run of 32 has its own scale (2^-6 ..
+ * 2^6), and some runs are all zero. */
+static void fill_random(float *x, int n)
+{
+    for (int i = 0; i < n; i += 32) {
+        uint64_t r = rng_next();
+        float scale = (r & 15) == 0 ? 0.0f : ldexpf(1.0f, (int)((r >> 8) % 13) - 6);
+        for (int j = i; j < n && j < i + 32; j++)
+            x[j] = rng_float() * scale;
+    }
+}
+
+static int same_bits(float a, float b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+static const cv_type weight_types[] = {CV_TYPE_F32, CV_TYPE_F16, CV_TYPE_BF16, CV_TYPE_Q8_0, CV_TYPE_Q4_0};
+#define N_WEIGHT_TYPES (int)(sizeof(weight_types) / sizeof(weight_types[0]))
+
+static const int lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 96, 100, 127, 128,
+                              160, 255, 256, 288, 1000, 1024, 2080, 4096, 4097, 8192};
+#define N_LENGTHS (int)(sizeof(lengths) / sizeof(lengths[0]))
+
+/* Converts x (n floats) to a weight row of type t and an activation row of
+ * its vec_dot_type with the selected kernels. */
+static void make_rows(cv_type t, const float *w, const float *x, int n, void *wq, void *xq)
+{
+    const cv_type_traits *tt = cv_type_get(t);
+    tt->quantize(w, wq, n);
+    cv_type_get(tt->vec_dot_type)->from_float(x, xq, n);
+}
+
+static int simd_selected(void)
+{
+    return strcmp(cv_kernels_name(), "ref") != 0;
+}
+
+static void test_type_table(void)
+{
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        cv_type t = weight_types[i];
+        const cv_type_traits *tt = cv_type_get(t);
+        CHECK(tt != NULL);
+        if (!tt)
+            continue;
+        const char *name;
+        int blck;
+        size_t size;
+        CHECK(cv_ggml_type_info(t, &name, &blck, &size));
+        CHECKF(strcmp(name, tt->name) == 0 && blck == tt->blck_size && size == tt->type_size, "%s", tt->name);
+        CHECK(strcmp(cv_type_name(t), tt->name) == 0);
+        CHECK(cv_type_from_name(tt->name) == (int)t);
+        CHECK(tt->to_float && tt->from_float && tt->quantize && tt->vec_dot && tt->vec_dot_ref);
+        CHECK(cv_type_get(tt->vec_dot_type) != NULL);
+    }
+    CHECK(cv_type_from_name("q4_0") == CV_TYPE_Q4_0);
+    CHECK(cv_type_from_name("bf16") == CV_TYPE_BF16);
+    CHECK(cv_type_from_name("Q4_1") == -1);
+    CHECK(cv_type_from_name("Q4_0x") == -1);
+    CHECK(cv_type_from_name("") == -1);
+    CHECK(cv_type_from_name(NULL) == -1);
+    CHECK(cv_type_get(CV_TYPE_Q4_0)->vec_dot_type == CV_TYPE_Q8_0);
+    CHECK(cv_type_get((cv_type)3) == NULL); /* Q4_1: a GGML type convoy does not compute with */
+    CHECK(cv_type_get((cv_type)-1) == NULL);
+    CHECK(cv_type_get(CV_TYPE_COUNT) == NULL);
+    CHECK(strcmp(cv_type_name((cv_type)3), "unknown") == 0);
+    CHECK(cv_row_bytes(CV_TYPE_Q4_0, 64) == 36);
+    CHECK(cv_row_bytes(CV_TYPE_Q8_0, 96) == 102);
+    CHECK(cv_row_bytes(CV_TYPE_Q4_0, 33) == 0);
+    CHECK(cv_row_bytes(CV_TYPE_F16, 3) == 6);
+    CHECK(cv_row_bytes(CV_TYPE_F32, -1) == 0);
+    CHECK(cv_row_bytes((cv_type)3, 32) == 0);
+}
+
+/* Selected vec_dot == reference, bit for bit, for every type and length. */
+static void test_vec_dot_matches_ref(void)
+{
+    if (!simd_selected())
+        SKIP("kernels are the reference on this machine (%s)", cv_kernels_name());
+    float *w = malloc(8192 * sizeof(float)), *x = malloc(8192 * sizeof(float));
+    void *wq = malloc(8192 * 4), *xq = malloc(8192 * 4);
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        const cv_type_traits *tt = cv_type_get(weight_types[i]);
+        for (int k = 0; k < N_LENGTHS; k++) {
+            int n = lengths[k];
+            if (n % tt->blck_size)
+                continue;
+            for (int rep = 0; rep < 3; rep++) {
+                fill_random(w, n);
+                fill_random(x, n);
+                make_rows(weight_types[i], w, x, n, wq, xq);
+                float got = tt->vec_dot(n, wq, xq), want = tt->vec_dot_ref(n, wq, xq);
+                CHECKF(same_bits(got, want), "%s n=%d: %.9g vs ref %.9g", tt->name, n, got, want);
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(xq);
+}
+
+/* Raw random quant bytes (every int8 and nibble value, including -128)
+ * with finite random scales: the integer parts must be exact everywhere. */
+static void test_vec_dot_raw_blocks(void)
+{
+    if (!simd_selected())
+        SKIP("kernels are the reference on this machine (%s)", cv_kernels_name());
+    enum { NB = 67 };
+    static block_q8_0 w8[NB], x8[NB];
+    static block_q4_0 w4[NB];
+    for (int rep = 0; rep < 20; rep++) {
+        for (int b = 0; b < NB; b++) {
+            for (int j = 0; j < QK8_0; j++) {
+                w8[b].qs[j] = (int8_t)(rep == 0 ? -128 : (int)(rng_next() & 255) - 128);
+                x8[b].qs[j] = (int8_t)(rep == 0 ? -128 : (int)(rng_next() & 255) - 128);
+            }
+            for (int j = 0; j < QK4_0 / 2; j++)
+                w4[b].qs[j] = (uint8_t)rng_next();
+            w8[b].d = cv_fp32_to_fp16(rng_float());
+            x8[b].d = cv_fp32_to_fp16(rng_float() * 0.01f);
+            w4[b].d = cv_fp32_to_fp16(rng_float());
+        }
+        const cv_type_traits *q8 = cv_type_get(CV_TYPE_Q8_0), *q4 = cv_type_get(CV_TYPE_Q4_0);
+        for (int nb = 1; nb <= NB; nb += 11) {
+            int n = nb * QK8_0;
+            float a = q8->vec_dot(n, w8, x8), b = q8->vec_dot_ref(n, w8, x8);
+            CHECKF(same_bits(a, b), "Q8_0 raw n=%d: %.9g vs %.9g", n, a, b);
+            a = q4->vec_dot(n, w4, x8);
+            b = q4->vec_dot_ref(n, w4, x8);
+            CHECKF(same_bits(a, b), "Q4_0 raw n=%d: %.9g vs %.9g", n, a, b);
+        }
+    }
+    /* all -128: each lane of a block is 4 * 128 * 128 */
+    for (int b = 0; b < NB; b++) {
+        memset(w8[b].qs, 0x80, QK8_0);
+        memset(x8[b].qs, 0x80, QK8_0);
+        w8[b].d = x8[b].d = cv_fp32_to_fp16(1.0f);
+    }
+    CHECK(cv_type_get(CV_TYPE_Q8_0)->vec_dot(QK8_0, w8, x8) == 32.0f * 16384.0f);
+    CHECK(cv_type_get(CV_TYPE_Q8_0)->vec_dot_ref(QK8_0, w8, x8) == 32.0f * 16384.0f);
+}
+
+/* Selected activation conversions == reference, byte for byte. */
+static void test_from_float_matches_ref(void)
+{
+    if (!simd_selected())
+        SKIP("kernels are the reference on this machine (%s)", cv_kernels_name());
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof(float));
+    block_q8_0 *a = malloc(N / QK8_0 * sizeof(block_q8_0)), *b = malloc(N / QK8_0 * sizeof(block_q8_0));
+    cv_fp16 *h1 = malloc(N * sizeof(cv_fp16)), *h2 = malloc(N * sizeof(cv_fp16));
+    const cv_type_traits *q8 = cv_type_get(CV_TYPE_Q8_0), *f16 = cv_type_get(CV_TYPE_F16);
+
+    for (int rep = 0; rep < 20; rep++) {
+        fill_random(x, N);
+        q8->from_float(x, a, N);
+        quantize_row_q8_0_ref(x, b, N);
+        CHECKF(memcmp(a, b, N / QK8_0 * sizeof(block_q8_0)) == 0, "Q8_0 quantizer, rep %d", rep);
+    }
+    /* special blocks: zeros; a subnormal maximum (127/amax overflows to
+     * inf, so cvt sees inf and NaN); NaN and inf elements; exact ties */
+    static const float specials[][4] = {
+        {0.0f, -0.0f, 0.0f, 0.0f},   {1e-39f, 0.0f, -3e-40f, 1e-45f}, {NAN, 1.0f, -2.0f, 0.5f},
+        {1.0f, NAN, -2.0f, 0.5f},    {INFINITY, 1.0f, -1.0f, 0.0f},  {-INFINITY, -0.0f, 3.0f, 1e30f},
+        {127.0f, 2.5f, -2.5f, 0.5f}, {3.4e38f, -3.4e38f, 1.0f, 0.0f},
+    };
+    int n_specials = (int)(sizeof(specials) / sizeof(specials[0]));
+    for (int s = 0; s < n_specials; s++) {
+        for (int j = 0; j < QK8_0; j++)
+            x[j] = specials[s][(j * 7 + s) % 4];
+        q8->from_float(x, a, QK8_0);
+        quantize_row_q8_0_ref(x, b, QK8_0);
+        CHECKF(memcmp(a, b, sizeof(block_q8_0)) == 0, "Q8_0 quantizer, special block %d", s);
+    }
+    /* a NaN or an inf at each position: the max tree order shows */
+    for (int s = 0; s < 2 * QK8_0; s++) {
+        fill_random(x, QK8_0);
+        x[s % QK8_0] = s < QK8_0 ? NAN : -INFINITY;
+        q8->from_float(x, a, QK8_0);
+        quantize_row_q8_0_ref(x, b, QK8_0);
+        CHECKF(memcmp(a, b, sizeof(block_q8_0)) == 0, "Q8_0 quantizer, %s at %d", s < QK8_0 ? "NaN" : "inf",
+               s % QK8_0);
+    }
+
+    /* F16: random bit patterns (NaN, inf, subnormals), lengths with tails */
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)rng_next();
+        memcpy(&x[i], &u, 4);
+    }
+    for (int n = 1; n <= N; n = n * 3 + 1) {
+        f16->from_float(x, h1, n);
+        convert_row_f32_to_f16_ref(x, h2, n);
+        CHECKF(memcmp(h1, h2, (size_t)n * sizeof(cv_fp16)) == 0, "F16 conversion n=%d", n);
+    }
+    free(x);
+    free(a);
+    free(b);
+    free(h1);
+    free(h2);
+}
+
+/* The Q8_0 activation rule (round to nearest even, id = 127/amax) and the
+ * llama-quantize weight rule (roundf, id = 1/d) on a block with exact ties;
+ * Q4_0 on a block it represents exactly. */
+static void test_quantizer_rules(void)
+{
+    float x[QK8_0];
+    for (int j = 0; j < QK8_0; j++)
+        x[j] = (float)(j % 8) - 3.5f; /* ties -3.5 .. 3.5 */
+    x[5] = 127.0f;                     /* amax 127: d = 1, id = 1 */
+    x[6] = -2.5f;
+    block_q8_0 act, wgt;
+    for (int pass = 0; pass < 2; pass++) {
+        cv_kernels_init(pass);
+        cv_type_get(CV_TYPE_Q8_0)->from_float(x, &act, QK8_0);
+        cv_type_get(CV_TYPE_Q8_0)->quantize(x, &wgt, QK8_0);
+        CHECK(cv_fp16_to_fp32(act.d) == 1.0f && cv_fp16_to_fp32(wgt.d) == 1.0f);
+        for (int j = 0; j < QK8_0; j++) {
+            float r = j == 5 ? 127.0f : x[j];
+            CHECKF(act.qs[j] == (int8_t)rintf(r), "activation q[%d] = %d for %g", j, act.qs[j], r);
+            CHECKF(wgt.qs[j] == (int8_t)roundf(r), "weight q[%d] = %d for %g", j, wgt.qs[j], r);
+        }
+        CHECK(act.qs[6] == -2 && wgt.qs[6] == -3);
+    }
+    cv_kernels_init(0);
+
+    /* Q4_0: the largest magnitude (-16, signed) maps to -8, so d = 2 and
+     * every even value in [-16, 14] is exact */
+    float v[QK4_0], back[QK4_0];
+    for (int j = 0; j < QK4_0; j++)
+        v[j] = (float)(2 * (j % 16) - 16);
+    block_q4_0 q4;
+    cv_type_get(CV_TYPE_Q4_0)->quantize(v, &q4, QK4_0);
+    CHECK(cv_fp16_to_fp32(q4.d) == 2.0f);
+    cv_type_get(CV_TYPE_Q4_0)->to_float(&q4, back, QK4_0);
+    CHECK(memcmp(v, back, sizeof v) == 0);
+    CHECK(q4.qs[0] == 0x00 && q4.qs[15] == 0xff);
+    /* a positive maximum gives a negative scale; values past +7 * |d| clamp */
+    for (int j = 0; j < QK4_0; j++)
+        v[j] = j == 0 ? 8.0f : j == 1 ? -8.0f : 0.0f;
+    cv_type_get(CV_TYPE_Q4_0)->quantize(v, &q4, QK4_0);
+    CHECK(cv_fp16_to_fp32(q4.d) == -1.0f);
+    CHECK((q4.qs[0] & 15) == 0 && (q4.qs[1] & 15) == 15 && (q4.qs[2] & 15) == 8);
+}
+
+/* Quantize then dequantize: within the step of each block. */
+static void test_round_trip(void)
+{
+    enum { N = 8192 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    void *q = malloc(N * sizeof(float));
+    fill_random(x, N);
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        const cv_type_traits *tt = cv_type_get(weight_types[i]);
+        tt->quantize(x, q, N);
+        tt->to_float(q, y, N);
+        int bad = 0;
+        for (int j = 0; j < N && !bad; j++) {
+            float tol;
+            switch (weight_types[i]) {
+            case CV_TYPE_F32: tol = 0.0f; break;
+            case CV_TYPE_F16: tol = fabsf(x[j]) * 0x1p-11f + 0x1p-25f; break;
+            case CV_TYPE_BF16: tol = fabsf(x[j]) * 0x1p-8f; break;
+            case CV_TYPE_Q8_0: tol = 0.57f * fabsf(cv_fp16_to_fp32(((block_q8_0 *)q)[j / QK8_0].d)); break;
+            default: tol = 1.01f * fabsf(cv_fp16_to_fp32(((block_q4_0 *)q)[j / QK4_0].d)); break;
+            }
+            if (fabsf(x[j] - y[j]) > tol) {
+                CHECKF(0, "%s element %d: %.9g -> %.9g (tol %g)", tt->name, j, x[j], y[j], tol);
+                bad = 1;
+            }
+        }
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+/* vec_dot against a double-precision dot of the dequantized rows. */
+static void test_vec_dot_accuracy(void)
+{
+    enum { N = 8192 };
+    float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    float *wd = malloc(N * sizeof(float)), *xd = malloc(N * sizeof(float));
+    void *wq = malloc(N * 4), *xq = malloc(N * 4);
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        const cv_type_traits *tt = cv_type_get(weight_types[i]);
+        const cv_type_traits *at = cv_type_get(tt->vec_dot_type);
+        for (int k = 0; k < N_LENGTHS; k++) {
+            int n = lengths[k];
+            if (n % tt->blck_size)
+                continue;
+            fill_random(w, n);
+            fill_random(x, n);
+            make_rows(weight_types[i], w, x, n, wq, xq);
+            tt->to_float(wq, wd, n);
+            at->to_float(xq, xd, n);
+            double dot = 0, mag = 0;
+            for (int j = 0; j < n; j++) {
+                dot += (double)wd[j] * xd[j];
+                mag += fabs((double)wd[j] * xd[j]);
+            }
+            float got = tt->vec_dot(n, wq, xq);
+            CHECKF(fabs(got - dot) <= 1e-5 * mag + 1e-30, "%s n=%d: %.9g vs %.9g (mag %g)", tt->name, n,
+                   got, dot, mag);
+        }
+    }
+    /* the F32 dot of attention is the F32 vec_dot; axpy is one fma each */
+    fill_random(w, 1000);
+    fill_random(x, 1000);
+    CHECK(same_bits(cv_dot_f32(1000, w, x), cv_type_get(CV_TYPE_F32)->vec_dot(1000, w, x)));
+    memcpy(wd, x, 1000 * sizeof(float));
+    cv_axpy_f32(1000, 0.3f, w, wd);
+    int ok = 1;
+    for (int j = 0; j < 1000; j++)
+        ok &= same_bits(wd[j], fmaf(0.3f, w[j], x[j]));
+    CHECK(ok);
+    free(w);
+    free(x);
+    free(wd);
+    free(xd);
+    free(wq);
+    free(xq);
+}
+
+enum { MM_ROWS = 37, MM_TOKENS = 5, MM_LDY = 40 };
+
+/* y (MM_TOKENS x MM_LDY) of a [MM_ROWS x n] weight of type t times
+ * MM_TOKENS activation rows, computed over the given row splits. */
+static void matmul_split(cv_type t, const void *w, int n, const void *xq, size_t x_stride, int m,
+                         const long *cuts, int n_cuts, float *y)
+{
+    for (int c = 0; c + 1 < n_cuts; c++)
+        cv_matmul_rows(t, w, n, xq, x_stride, m, y, MM_LDY, cuts[c], cuts[c + 1]);
+}
+
+static void test_matmul_rows(void)
+{
+    static const int widths[] = {96, 256, 100};
+    float *wf = malloc(MM_ROWS * 256 * sizeof(float)), *xf = malloc(MM_TOKENS * 256 * sizeof(float));
+    char *wq = malloc(MM_ROWS * 256 * 4), *xq = malloc(MM_TOKENS * (256 * 4 + 8));
+    float y_all[MM_TOKENS * MM_LDY], y_one[MM_TOKENS * MM_LDY], y_split[MM_TOKENS * MM_LDY];
+    float y_ref[MM_TOKENS * MM_LDY];
+    static const long whole[] = {0, MM_ROWS}, pieces[] = {0, 10, 11, 30, MM_ROWS};
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        cv_type t = weight_types[i];
+        const cv_type_traits *tt = cv_type_get(t);
+        for (int k = 0; k < 3; k++) {
+            int n = widths[k];
+            if (n % tt->blck_size)
+                continue;
+            size_t w_row = cv_row_bytes(t, n), x_row = cv_row_bytes(tt->vec_dot_type, n) + 8;
+            fill_random(wf, MM_ROWS * n);
+            fill_random(xf, MM_TOKENS * n);
+            for (int r = 0; r < MM_ROWS; r++)
+                tt->quantize(wf + r * n, wq + r * w_row, n);
+            for (int s = 0; s < MM_TOKENS; s++)
+                cv_type_get(tt->vec_dot_type)->from_float(xf + s * n, xq + s * x_row, n);
+            memset(y_all, 0, sizeof y_all);
+            memset(y_one, 0, sizeof y_one);
+            memset(y_split, 0, sizeof y_split);
+            memset(y_ref, 0, sizeof y_ref);
+            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, whole, 2, y_all);
+            for (int s = 0; s < MM_TOKENS; s++)
+                matmul_split(t, wq, n, xq + s * x_row, x_row, 1, whole, 2, y_one + s * MM_LDY);
+            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, pieces, 5, y_split);
+            cv_kernels_init(1);
+            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, whole, 2, y_ref);
+            cv_kernels_init(0);
+            CHECKF(memcmp(y_all, y_one, sizeof y_all) == 0, "%s n=%d: m=5 vs m=1", tt->name, n);
+            CHECKF(memcmp(y_all, y_split, sizeof y_all) == 0, "%s n=%d: row splits", tt->name, n);
+            CHECKF(memcmp(y_all, y_ref, sizeof y_all) == 0, "%s n=%d: best vs forced ref", tt->name, n);
+            int ok = 1;
+            for (int s = 0; s < MM_TOKENS; s++)
+                for (int r = 0; r < MM_ROWS; r++)
+                    ok &= same_bits(y_all[s * MM_LDY + r], tt->vec_dot(n, wq + r * w_row, xq + s * x_row));
+            CHECKF(ok, "%s n=%d: output is not the row's vec_dot", tt->name, n);
+            CHECKF(y_all[MM_ROWS] == 0.0f && y_all[MM_LDY - 1] == 0.0f, "%s: wrote past the rows", tt->name);
+        }
+    }
+    free(wf);
+    free(xf);
+    free(wq);
+    free(xq);
+}
+
+static void test_dispatch(void)
+{
+    cv_kernels_init(1);
+    CHECK(strcmp(cv_kernels_name(), "ref") == 0);
+    CHECK(cv_type_get(CV_TYPE_Q4_0)->vec_dot == cv_type_get(CV_TYPE_Q4_0)->vec_dot_ref);
+    CHECK(cv_type_get(CV_TYPE_Q8_0)->from_float == quantize_row_q8_0_ref);
+    cv_kernels_init(0);
+    const char *env = getenv("CONVOY_KERNELS");
+    if (env && strcmp(env, "ref") == 0)
+        CHECK(strcmp(cv_kernels_name(), "ref") == 0);
+#if defined(__aarch64__)
+    else
+        CHECK(strcmp(cv_kernels_name(), "neon") == 0);
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
+#endif
+    fprintf(stderr, "kernels: %s\n", cv_kernels_name());
+}
+
+int main(void)
+{
+    cv_kernels_init(0);
+    TEST_RUN(test_dispatch);
+    TEST_RUN(test_type_table);
+    TEST_RUN(test_vec_dot_matches_ref);
+    TEST_RUN(test_vec_dot_raw_blocks);
+    TEST_RUN(test_from_float_matches_ref);
+    TEST_RUN(test_quantizer_rules);
+    TEST_RUN(test_round_trip);
+    TEST_RUN(test_vec_dot_accuracy);
+    TEST_RUN(test_matmul_rows);
+    return test_summary();
+}

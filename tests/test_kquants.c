@@ -1,0 +1,376 @@
+/* test_kquants.c: the K-quant kernels (kquants.h).
+ *
+ * - the 6-bit scale/min packing and the Q6_K bit layout, against the
+ *   format written out bit by bit;
+ * - quantize -> dequantize error per type, and determinism (same bytes on a
+ *   second run, and a block's bytes do not depend on the row around it);
+ * - Q8_K: bsums, the sign convention of d, the error bound;
+ * - vec_dot against a double-precision dot of the dequantized rows, and the
+ *   SIMD kernels (AVX2, NEON) bit-identical to the references when the CPU
+ *   has them, for n in {256, 512, 4096, 8192}, and on arbitrary bytes. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "kernels/kquants.h"
+#include "kernels/kquants_impl.h"
+#include "test.h"
+
+static const int test_sizes[] = {256, 512, 4096, 8192};
+#define N_SIZES (int)(sizeof(test_sizes) / sizeof(test_sizes[0]))
+
+static uint64_t rng_state;
+
+static uint32_t rng_u32(void)
+{
+    rng_state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = rng_state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+static float rng_uniform(void) { return (rng_u32() + 0.5f) * (1.0f / 4294967296.0f); }
+
+static float rng_normal(void)
+{
+    float u = rng_uniform(), v = rng_uniform();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+/* A row with the features quantizers meet: gaussian weights whose scale
+ * changes per 256, a few outliers, an all-zero and an all-positive
+ * super-block (when the row is long enough), a shifted block. */
+static void fill_row(float *x, int n, int kind)
+{
+    for (int b = 0; b < n / QK_K; b++) {
+        float scale = 0.02f * (1 + (rng_u32() % 50));
+        float shift = (kind == 1 && b % 3 == 1) ? 3 * scale : 0;
+        for (int e = 0; e < QK_K; e++)
+            x[b * QK_K + e] = scale * rng_normal() + shift;
+        if (rng_u32() % 4 == 0)
+            x[b * QK_K + rng_u32() % QK_K] = 12 * scale;
+    }
+    if (n >= 4096) {
+        memset(x + 2 * QK_K, 0, QK_K * sizeof(float));
+        for (int e = 0; e < QK_K; e++)
+            x[5 * QK_K + e] = 0.5f + 0.25f * rng_uniform();
+    }
+}
+
+/* The SIMD kernels this machine can build: AVX2 on x86-64 (used when the
+ * CPU has AVX2+FMA+F16C), NEON on aarch64. */
+#if defined(__x86_64__)
+#define SIMD_NAME "avx2"
+#define SIMD_DOT(t) vec_dot_##t##_q8_K_avx2
+#elif defined(__aarch64__)
+#define SIMD_NAME "neon"
+#define SIMD_DOT(t) vec_dot_##t##_q8_K_neon
+#else
+#define SIMD_NAME "none"
+#define SIMD_DOT(t) NULL
+#endif
+
+typedef struct {
+    const char *name;
+    size_t block_bytes;
+    void (*quantize)(const float *, void *, int64_t);
+    void (*dequantize)(const void *, float *, int64_t);
+    float (*dot_ref)(int, const void *, const void *);
+    float (*dot_simd)(int, const void *, const void *);
+    /* bound on rms(error) / max|x| per super-block: about a quant step over
+     * sqrt(12) (range 2 max|x| over 15 or 31 steps; max|x| over 32 for Q6_K) */
+    double max_rel_rms;
+} kq_type;
+
+static const kq_type kq_types[] = {
+    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04},
+    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02},
+    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01},
+};
+#define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
+
+static void test_scale_min_packing(void)
+{
+    /* the format: j < 4: scale = p[j] & 63, min = p[j+4] & 63; j >= 4:
+     * scale = (p[j+4] & 15) | (p[j-4] >> 6) << 4, min = (p[j+4] >> 4) | (p[j] >> 6) << 4 */
+    for (int trial = 0; trial < 2000; trial++) {
+        uint8_t p[K_SCALE_SIZE], sc[8], mn[8];
+        for (int i = 0; i < K_SCALE_SIZE; i++)
+            p[i] = (uint8_t)rng_u32();
+        kq_unpack_scales_mins(p, sc, mn);
+        int bad = 0;
+        for (int j = 0; j < 8; j++) {
+            int s = j < 4 ? p[j] & 63 : (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
+            int m = j < 4 ? p[j + 4] & 63 : (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+            bad += sc[j] != s || mn[j] != m;
+        }
+        CHECKF(bad == 0, "unpack of random bytes, trial %d", trial);
+        uint8_t p2[K_SCALE_SIZE];
+        kq_pack_scales_mins(sc, mn, p2);
+        CHECKF(memcmp(p, p2, sizeof(p)) == 0, "pack(unpack(p)) != p, trial %d", trial);
+    }
+}
+
+static void test_q6_layout(void)
+{
+    /* weight 128h + 32m + l: low nibble in ql[64h + 32(m&1) + l] (low half
+     * for m < 2), high two bits at bit 2m of qh[32h + l] */
+    block_q6_K b;
+    for (size_t i = 0; i < sizeof(b.ql); i++)
+        b.ql[i] = (uint8_t)rng_u32();
+    for (size_t i = 0; i < sizeof(b.qh); i++)
+        b.qh[i] = (uint8_t)rng_u32();
+    for (int i = 0; i < 16; i++)
+        b.scales[i] = (int8_t)(i * 9 - 70);
+    b.d = cv_fp32_to_fp16(0.5f);
+    float y[QK_K];
+    dequantize_row_q6_K(&b, y, QK_K);
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 4; m++)
+            for (int l = 0; l < 32; l++) {
+                int e = 128 * h + 32 * m + l;
+                int lo = m < 2 ? b.ql[64 * h + 32 * m + l] & 15 : b.ql[64 * h + 32 * (m - 2) + l] >> 4;
+                int hi = (b.qh[32 * h + l] >> (2 * m)) & 3;
+                float want = 0.5f * b.scales[e / 16] * ((lo | hi << 4) - 32);
+                CHECKF(y[e] == want, "Q6_K weight %d: %g, want %g", e, y[e], want);
+            }
+}
+
+/* Q4_K and Q5_K weights, from the format: sub-block s = e / 32 with scale
+ * and min from the packing, quant from the nibble of qs[32 (e / 64) + e % 32]
+ * (high nibble in odd sub-blocks) and, for Q5_K, bit s of qh[e % 32]. */
+static void test_q45_layout(void)
+{
+    block_q5_K b;
+    for (size_t i = 0; i < sizeof(b); i++)
+        ((uint8_t *)&b)[i] = (uint8_t)rng_u32();
+    b.d = cv_fp32_to_fp16(0.25f);
+    b.dmin = cv_fp32_to_fp16(0.125f);
+    block_q4_K b4;
+    b4.d = b.d;
+    b4.dmin = b.dmin;
+    memcpy(b4.scales, b.scales, sizeof(b.scales));
+    memcpy(b4.qs, b.qs, sizeof(b.qs));
+    uint8_t sc[8], mn[8];
+    kq_unpack_scales_mins(b.scales, sc, mn);
+    float y4[QK_K], y5[QK_K];
+    dequantize_row_q4_K(&b4, y4, QK_K);
+    dequantize_row_q5_K(&b, y5, QK_K);
+    for (int e = 0; e < QK_K; e++) {
+        int s = e / 32;
+        int q = (b.qs[32 * (e / 64) + e % 32] >> (4 * (s & 1))) & 15;
+        int q5 = q | (((b.qh[e % 32] >> s) & 1) << 4);
+        float want4 = 0.25f * sc[s] * q - 0.125f * mn[s];
+        float want5 = 0.25f * sc[s] * q5 - 0.125f * mn[s];
+        CHECKF(y4[e] == want4, "Q4_K weight %d: %g, want %g", e, y4[e], want4);
+        CHECKF(y5[e] == want5, "Q5_K weight %d: %g, want %g", e, y5[e], want5);
+    }
+}
+
+static void test_q8_K(void)
+{
+    for (int si = 0; si < N_SIZES; si++) {
+        int n = test_sizes[si];
+        float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+        block_q8_K *q = malloc(n / QK_K * sizeof(block_q8_K));
+        block_q8_K *q2 = malloc(n / QK_K * sizeof(block_q8_K));
+        fill_row(x, n, 0);
+        quantize_row_q8_K(x, q, n);
+        quantize_row_q8_K(x, q2, n);
+        CHECKF(memcmp(q, q2, n / QK_K * sizeof(block_q8_K)) == 0, "Q8_K not deterministic, n=%d", n);
+        dequantize_row_q8_K(q, y, n);
+        for (int b = 0; b < n / QK_K; b++) {
+            const float *xb = x + b * QK_K;
+            float amax = 0, max = 0;
+            for (int e = 0; e < QK_K; e++)
+                if (fabsf(xb[e]) > amax) {
+                    amax = fabsf(xb[e]);
+                    max = xb[e];
+                }
+            int bad_sum = 0, bad_err = 0, has_min = 0;
+            for (int s = 0; s < 16; s++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++)
+                    sum += q[b].qs[16 * s + l];
+                bad_sum += sum != q[b].bsums[s];
+            }
+            for (int e = 0; e < QK_K; e++) {
+                bad_err += fabsf(y[b * QK_K + e] - xb[e]) > 0.5001f * fabsf(q[b].d) + 1e-30f;
+                has_min |= q[b].qs[e] == -127;
+            }
+            CHECKF(bad_sum == 0, "Q8_K bsums wrong, n=%d block %d", n, b);
+            CHECKF(bad_err == 0, "Q8_K error above d/2, n=%d block %d", n, b);
+            if (amax == 0) {
+                CHECKF(q[b].d == 0, "Q8_K zero block has d=%g", q[b].d);
+            } else {
+                /* the element of largest magnitude maps to -127: d = -max / 127 */
+                CHECKF(has_min && fabsf(q[b].d * -127 - max) <= 1e-6f * amax,
+                       "Q8_K block %d: d=%g max=%g", b, q[b].d, max);
+            }
+        }
+        free(x);
+        free(y);
+        free(q);
+        free(q2);
+    }
+}
+
+static void test_quantize_roundtrip(void)
+{
+    for (int t = 0; t < N_TYPES; t++) {
+        const kq_type *ty = &kq_types[t];
+        for (int si = 0; si < N_SIZES; si++) {
+            int n = test_sizes[si];
+            for (int kind = 0; kind < 2; kind++) {
+                size_t bytes = n / QK_K * ty->block_bytes;
+                float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+                uint8_t *q = malloc(bytes), *q2 = malloc(bytes), *q1 = malloc(ty->block_bytes);
+                fill_row(x, n, kind);
+                ty->quantize(x, q, n);
+                ty->quantize(x, q2, n);
+                CHECKF(memcmp(q, q2, bytes) == 0, "%s quantizer not deterministic, n=%d", ty->name, n);
+                for (int b = 0; b < n / QK_K; b++) {
+                    ty->quantize(x + b * QK_K, q1, QK_K);
+                    CHECKF(memcmp(q1, q + b * ty->block_bytes, ty->block_bytes) == 0,
+                           "%s block %d differs when quantized alone, n=%d", ty->name, b, n);
+                }
+                ty->dequantize(q, y, n);
+                for (int b = 0; b < n / QK_K; b++) {
+                    double se = 0, amax = 0;
+                    for (int e = b * QK_K; e < (b + 1) * QK_K; e++) {
+                        se += (double)(y[e] - x[e]) * (y[e] - x[e]);
+                        amax = fmax(amax, fabs(x[e]));
+                    }
+                    if (amax == 0) {
+                        CHECKF(se == 0, "%s zero block %d dequantizes to non-zero", ty->name, b);
+                        continue;
+                    }
+                    double rel = sqrt(se / QK_K) / amax;
+                    CHECKF(rel < ty->max_rel_rms, "%s n=%d kind %d block %d: rel rms error %.4f >= %.4f",
+                           ty->name, n, kind, b, rel, ty->max_rel_rms);
+                }
+                free(x);
+                free(y);
+                free(q);
+                free(q2);
+                free(q1);
+            }
+        }
+    }
+}
+
+static int have_simd(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) /* clang has no "f16c" for the builtin */
+        return 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif defined(__aarch64__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static void test_vec_dot(void)
+{
+    int simd = have_simd();
+    if (!simd)
+        fprintf(stderr, "note: no SIMD kernels for this CPU, checking the references only\n");
+    for (int t = 0; t < N_TYPES; t++) {
+        const kq_type *ty = &kq_types[t];
+        for (int si = 0; si < N_SIZES; si++) {
+            int n = test_sizes[si];
+            for (int trial = 0; trial < 4; trial++) {
+                float *w = malloc(n * sizeof(float)), *x = malloc(n * sizeof(float));
+                float *wd = malloc(n * sizeof(float)), *xd = malloc(n * sizeof(float));
+                uint8_t *wq = malloc(n / QK_K * ty->block_bytes);
+                block_q8_K *xq = malloc(n / QK_K * sizeof(block_q8_K));
+                fill_row(w, n, trial & 1);
+                fill_row(x, n, 0);
+                if (trial == 3) /* all-negative activations: d of Q8_K positive */
+                    for (int e = 0; e < n; e++)
+                        x[e] = -fabsf(x[e]);
+                ty->quantize(w, wq, n);
+                quantize_row_q8_K(x, xq, n);
+                ty->dequantize(wq, wd, n);
+                dequantize_row_q8_K(xq, xd, n);
+                double exact = 0, mag = 0;
+                for (int e = 0; e < n; e++) {
+                    exact += (double)wd[e] * xd[e];
+                    mag += fabs((double)wd[e] * xd[e]);
+                }
+                float ref = ty->dot_ref(n, wq, xq);
+                CHECKF(fabs(ref - exact) <= 2e-6 * mag, "%s n=%d trial %d: ref %.9g, dequantized dot %.9g",
+                       ty->name, n, trial, ref, exact);
+                if (simd) {
+                    float got = ty->dot_simd(n, wq, xq);
+                    CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s n=%d trial %d: %s %.9g != ref %.9g",
+                           ty->name, n, trial, SIMD_NAME, got, ref);
+                }
+                free(w);
+                free(x);
+                free(wd);
+                free(xd);
+                free(wq);
+                free(xq);
+            }
+        }
+    }
+}
+
+/* Arbitrary bytes (any scales, any fp16 bits but NaN/Inf, any Q8_K
+ * contents including bsums that disagree with qs): the SIMD kernel and the
+ * reference must still agree bit for bit. */
+static void test_vec_dot_random_bytes(void)
+{
+    if (!have_simd())
+        SKIP("no SIMD kernels for this CPU");
+    enum { N = 2048 };
+    static uint8_t wq[N / QK_K * sizeof(block_q6_K)]; /* the largest block */
+    static block_q8_K xq[N / QK_K];
+    for (int trial = 0; trial < 20; trial++) {
+        for (int t = 0; t < N_TYPES; t++) {
+            const kq_type *ty = &kq_types[t];
+            for (size_t i = 0; i < sizeof(wq); i++)
+                wq[i] = (uint8_t)rng_u32();
+            for (int b = 0; b < N / QK_K; b++) {
+                uint8_t *blk = wq + b * ty->block_bytes;
+                /* fp16 fields with a finite exponent */
+                size_t off = t == 2 ? offsetof(block_q6_K, d) : 0;
+                int n_half = t == 2 ? 1 : 2;
+                for (int h = 0; h < n_half; h++)
+                    blk[off + 2 * h + 1] &= 0x3b;
+                for (size_t i = 0; i < sizeof(block_q8_K); i++)
+                    ((uint8_t *)&xq[b])[i] = (uint8_t)rng_u32();
+                xq[b].d = rng_normal();
+            }
+            float ref = ty->dot_ref(N, wq, xq), got = ty->dot_simd(N, wq, xq);
+            CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s random bytes trial %d: %s %.9g != ref %.9g",
+                   ty->name, trial, SIMD_NAME, got, ref);
+        }
+    }
+}
+
+int main(void)
+{
+    rng_state = 12345;
+    TEST_RUN(test_scale_min_packing);
+    TEST_RUN(test_q6_layout);
+    TEST_RUN(test_q45_layout);
+    TEST_RUN(test_q8_K);
+    TEST_RUN(test_quantize_roundtrip);
+    TEST_RUN(test_vec_dot);
+    TEST_RUN(test_vec_dot_random_bytes);
+    return test_summary();
+}

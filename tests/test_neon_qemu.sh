@@ -1,0 +1,27 @@
+#!/bin/bash
+# test_neon_qemu.sh: runs the kernel tests (tests/test_kernels.c) as an
+# aarch64 program under qemu, so the NEON kernels are checked bit for bit
+# against the references on an x86 machine. Skips with a message unless the
+# cross compiler and qemu are installed (Debian gcc-aarch64-linux-gnu,
+# qemu-user). Args: path-to-convoy-binary (unused), source-dir.
+set -u
+src=${2:?usage: test_neon_qemu.sh CONVOY_BINARY SOURCE_DIR}
+cc=aarch64-linux-gnu-gcc
+if ! command -v $cc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+    echo "SKIP: $cc or qemu-aarch64 not found (install gcc-aarch64-linux-gnu qemu-user)"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+sources=()
+for f in "$src"/src/core/*.c "$src"/src/kernels/*.c; do
+    case "$f" in *_avx2.c) continue ;; esac
+    sources+=("$f")
+done
+if ! $cc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-fast-math -D_GNU_SOURCE \
+        -DCONVOY_SOURCE_DIR="\"$src\"" -DCONVOY_BINARY_DIR="\"$tmp\"" -I"$src/src" -I"$src/tests" \
+        "${sources[@]}" "$src/tests/test_kernels.c" -static -pthread -lm -o "$tmp/test_kernels"; then
+    echo "FAIL: aarch64 build of test_kernels"
+    exit 1
+fi
+qemu-aarch64 "$tmp/test_kernels"
