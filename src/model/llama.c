@@ -124,7 +124,7 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
         return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld], expected [%d, %d]", m->gguf.name, name,
                        (long long)t->ne[0], (long long)t->ne[1], n_in, n_out);
     const cv_type_traits *tt = cv_type_get(t->type);
-    if (!tt || !cv_type_get(tt->vec_dot_type))
+    if (!tt || !tt->vec_dot || !cv_type_get(tt->vec_dot_type))
         return cv_errf(err, errlen, "%s: tensor '%s' has type %s, which convoy cannot compute with", m->gguf.name,
                        name, cv_type_name(t->type));
     if (n_in % tt->blck_size || n_in % cv_type_get(tt->vec_dot_type)->blck_size)
