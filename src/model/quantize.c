@@ -29,13 +29,6 @@ bool cv_quant_is_weight_matrix(const char *name, uint32_t n_dims)
     return !(n >= sizeof(norm) - 1 && !strcmp(name + n - (sizeof(norm) - 1), norm));
 }
 
-static const char *ggml_type_name(cv_type t)
-{
-    const char *name = "unknown";
-    cv_ggml_type_info(t, &name, NULL, NULL);
-    return name;
-}
-
 static int block_size(cv_type t)
 {
     int blck = 0;
@@ -163,17 +156,17 @@ int cv_convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *d
 {
     if (src_type != CV_TYPE_F32 && src_type != CV_TYPE_F16 && src_type != CV_TYPE_BF16)
         return cv_errf(err, errlen, "cannot convert from %s: only F32, F16 and BF16 are converted",
-                       ggml_type_name(src_type));
+                       cv_type_name(src_type));
     if (!cv_quant_can_write(dst_type))
         return cv_errf(err, errlen, "cannot convert to %s: not a weight type this build can write",
-                       ggml_type_name(dst_type));
+                       cv_type_name(dst_type));
     convert_job j = {
         .src_type = src_type, .dst_type = dst_type, .src = src, .dst = dst, .row_len = row_len,
         .src_row_bytes = cv_row_bytes(src_type, row_len), .dst_row_bytes = cv_row_bytes(dst_type, row_len),
     };
     if (!j.dst_row_bytes)
         return cv_errf(err, errlen, "rows of %lld elements do not fit type %s", (long long)row_len,
-                       ggml_type_name(dst_type));
+                       cv_type_name(dst_type));
     if (cv_parallel_rows(n_rows, n_threads, convert_range, &j))
         return cv_errf(err, errlen, "out of memory converting rows of %lld elements", (long long)row_len);
     return 0;
@@ -194,10 +187,10 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
     cv_type output_type = p->output_type == CV_TYPE_COUNT ? p->type : p->output_type;
     if (!cv_quant_can_write(p->type))
         return cv_errf(err, errlen, "cannot quantize to %s: not a weight type this build can write",
-                       ggml_type_name(p->type));
+                       cv_type_name(p->type));
     if (!cv_quant_can_write(output_type))
         return cv_errf(err, errlen, "cannot quantize output.weight to %s: not a weight type this build can write",
-                       ggml_type_name(output_type));
+                       cv_type_name(output_type));
 
     gguf_file in;
     if (gguf_open(&in, in_path, err, errlen))
@@ -231,7 +224,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         if (type != t->type) {
             if (t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16) {
                 cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
-                        in_path, names[i], ggml_type_name(t->type));
+                        in_path, names[i], cv_type_name(t->type));
                 goto done;
             }
             int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
