@@ -158,7 +158,7 @@ int cmd_run(int argc, char **argv)
 
     double t_decode = now_seconds();
     int32_t n_gen = 0, n_past = n_prompt;
-    char text[256];
+    static char text[16384];
     while (n_gen < n_predict) {
         int32_t id = cv_sampler_sample(smpl, logits);
         cv_sampler_accept(smpl, id);
@@ -166,6 +166,10 @@ int cmd_run(int argc, char **argv)
         if (!ignore_eos && convoy_token_is_eog(model, id))
             break;
         int k = convoy_detok_push(detok, id, text, sizeof text);
+        if (k < 0) {
+            fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
+            goto done;
+        }
         fwrite(text, 1, (size_t)k, stdout);
         fflush(stdout);
         if (n_gen == n_predict)
@@ -180,7 +184,8 @@ int cmd_run(int argc, char **argv)
         n_past++;
     }
     int k = convoy_detok_flush(detok, text, sizeof text);
-    fwrite(text, 1, (size_t)k, stdout);
+    if (k > 0)
+        fwrite(text, 1, (size_t)k, stdout);
     fputc('\n', stdout);
     t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",

@@ -156,7 +156,11 @@ const cv_type_traits *cv_type_get(cv_type t)
 const char *cv_type_name(cv_type t)
 {
     const cv_type_traits *tt = cv_type_get(t);
-    return tt ? tt->name : "unknown";
+    const char *name = "unknown";
+    if (tt)
+        return tt->name;
+    cv_ggml_type_info((uint32_t)t, &name, NULL, NULL);
+    return name;
 }
 
 static int name_equal_nocase(const char *a, const char *b)

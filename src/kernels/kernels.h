@@ -56,7 +56,7 @@ const char *cv_kernels_name(void);
 
 /* NULL for a type convoy does not support. */
 const cv_type_traits *cv_type_get(cv_type t);
-const char *cv_type_name(cv_type t); /* "unknown" when unsupported */
+const char *cv_type_name(cv_type t); /* GGML's name, also for types convoy cannot compute with; "unknown" for ids GGML does not define */
 /* Parses "Q4_0", "q4_0", "F16", ...; returns -1 when unknown. */
 int cv_type_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size. */

@@ -1,0 +1,271 @@
+/* quantize.c: per-tensor type conversion of GGUF files (see quantize.h).
+ *
+ * How: each weight matrix is dequantized row by row to f32 (the source
+ * type's to_float; F32 rows are used in place) and handed to the target
+ * type's `quantize`, llama.cpp's reference quantizer. Rows are split over threads in
+ * contiguous ranges; each thread has its own f32 scratch row. The converted
+ * tensors are owned here until gguf_write has copied them to the file;
+ * tensors that keep their type are written straight from the input mapping.
+ * Owner of this file: the tools helper. */
+#include "model/quantize.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
+#include "model/gguf.h"
+
+#define QUANT_VERSION 2 /* GGML_QNT_VERSION, written as general.quantization_version */
+
+bool cv_quant_is_weight_matrix(const char *name, uint32_t n_dims)
+{
+    size_t n = strlen(name);
+    static const char weight[] = "weight", norm[] = "_norm.weight";
+    if (n_dims < 2 || n < sizeof(weight) - 1 || strcmp(name + n - (sizeof(weight) - 1), weight))
+        return false;
+    return !(n >= sizeof(norm) - 1 && !strcmp(name + n - (sizeof(norm) - 1), norm));
+}
+
+static int block_size(cv_type t)
+{
+    int blck = 0;
+    cv_ggml_type_info(t, NULL, &blck, NULL);
+    return blck;
+}
+
+cv_type cv_quant_fit_type(cv_type want, int64_t row_len)
+{
+    int blck = block_size(want);
+    if (blck <= 0 || row_len % blck == 0)
+        return want;
+    if (blck == QK_K && row_len % QK8_0 == 0)
+        return CV_TYPE_Q8_0;
+    return CV_TYPE_F16;
+}
+
+int cv_quant_file_type(cv_type t)
+{
+    switch (t) {
+    case CV_TYPE_F32: return 0;
+    case CV_TYPE_F16: return 1;
+    case CV_TYPE_Q4_0: return 2;
+    case CV_TYPE_Q8_0: return 7;
+    case CV_TYPE_Q4_K: return 14;
+    case CV_TYPE_Q5_K: return 16;
+    case CV_TYPE_Q6_K: return 18;
+    case CV_TYPE_BF16: return 32;
+    default: return -1;
+    }
+}
+
+bool cv_quant_can_write(cv_type t)
+{
+    if (cv_quant_file_type(t) < 0)
+        return false;
+    const cv_type_traits *tr = cv_type_get(t);
+    return tr && tr->quantize;
+}
+
+typedef struct rows_job {
+    cv_rows_fn fn;
+    void *ctx;
+    int64_t r0, r1;
+    int rc;
+} rows_job;
+
+static void *rows_thread(void *arg)
+{
+    rows_job *j = arg;
+    j->rc = j->fn(j->ctx, j->r0, j->r1);
+    return NULL;
+}
+
+int cv_parallel_rows(int64_t n_rows, int n_threads, cv_rows_fn fn, void *ctx)
+{
+    if (n_threads > n_rows)
+        n_threads = (int)n_rows;
+    if (n_threads <= 1)
+        return n_rows > 0 ? fn(ctx, 0, n_rows) : 0;
+    rows_job *jobs = cv_calloc((size_t)n_threads, sizeof(*jobs));
+    pthread_t *tids = cv_calloc((size_t)n_threads, sizeof(*tids));
+    bool *started = cv_calloc((size_t)n_threads, sizeof(*started));
+    if (!jobs || !tids || !started) {
+        cv_free(jobs);
+        cv_free(tids);
+        cv_free(started);
+        return fn(ctx, 0, n_rows);
+    }
+    int64_t per = (n_rows + n_threads - 1) / n_threads;
+    for (int i = 0; i < n_threads; i++) {
+        jobs[i].fn = fn;
+        jobs[i].ctx = ctx;
+        jobs[i].r0 = per * i < n_rows ? per * i : n_rows;
+        jobs[i].r1 = jobs[i].r0 + per < n_rows ? jobs[i].r0 + per : n_rows;
+    }
+    /* thread 0's range runs on the caller; a thread that cannot start has
+     * its range run on the caller too */
+    for (int i = 1; i < n_threads; i++)
+        started[i] = pthread_create(&tids[i], NULL, rows_thread, &jobs[i]) == 0;
+    rows_thread(&jobs[0]);
+    int rc = jobs[0].rc;
+    for (int i = 1; i < n_threads; i++) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        else
+            rows_thread(&jobs[i]);
+        if (jobs[i].rc)
+            rc = -1;
+    }
+    cv_free(jobs);
+    cv_free(tids);
+    cv_free(started);
+    return rc;
+}
+
+typedef struct convert_job {
+    cv_type src_type, dst_type;
+    const uint8_t *src;
+    uint8_t *dst;
+    int64_t row_len;
+    size_t src_row_bytes, dst_row_bytes;
+} convert_job;
+
+static int convert_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const convert_job *j = ctx;
+    cv_to_float_fn to_float = cv_type_get(j->src_type)->to_float;
+    cv_from_float_fn quantize = cv_type_get(j->dst_type)->quantize;
+    float *row = NULL;
+    if (j->src_type != CV_TYPE_F32 && !(row = cv_malloc((size_t)j->row_len * sizeof(float))))
+        return -1;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *s = j->src + (size_t)r * j->src_row_bytes;
+        if (row)
+            to_float(s, row, j->row_len);
+        quantize(row ? row : (const float *)s, j->dst + (size_t)r * j->dst_row_bytes, j->row_len);
+    }
+    cv_free(row);
+    return 0;
+}
+
+int cv_convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *dst, int64_t n_rows,
+                    int64_t row_len, int n_threads, char *err, size_t errlen)
+{
+    if (src_type != CV_TYPE_F32 && src_type != CV_TYPE_F16 && src_type != CV_TYPE_BF16)
+        return cv_errf(err, errlen, "cannot convert from %s: only F32, F16 and BF16 are converted",
+                       cv_type_name(src_type));
+    if (!cv_quant_can_write(dst_type))
+        return cv_errf(err, errlen, "cannot convert to %s: not a weight type this build can write",
+                       cv_type_name(dst_type));
+    convert_job j = {
+        .src_type = src_type, .dst_type = dst_type, .src = src, .dst = dst, .row_len = row_len,
+        .src_row_bytes = cv_row_bytes(src_type, row_len), .dst_row_bytes = cv_row_bytes(dst_type, row_len),
+    };
+    if (!j.dst_row_bytes)
+        return cv_errf(err, errlen, "rows of %lld elements do not fit type %s", (long long)row_len,
+                       cv_type_name(dst_type));
+    if (cv_parallel_rows(n_rows, n_threads, convert_range, &j))
+        return cv_errf(err, errlen, "out of memory converting rows of %lld elements", (long long)row_len);
+    return 0;
+}
+
+static bool copy_kv_to_output(const gguf_kv *kv)
+{
+    if (gguf_str_eq(kv->key, "general.file_type") || gguf_str_eq(kv->key, "general.quantization_version"))
+        return false;
+    if (gguf_str_eq(kv->key, "general.alignment"))
+        return kv->type != GGUF_ARRAY && kv->type != GGUF_STRING && kv->v.u64 == 32;
+    return true;
+}
+
+int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
+                     cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen)
+{
+    cv_type output_type = p->output_type == CV_TYPE_COUNT ? p->type : p->output_type;
+    if (!cv_quant_can_write(p->type))
+        return cv_errf(err, errlen, "cannot quantize to %s: not a weight type this build can write",
+                       cv_type_name(p->type));
+    if (!cv_quant_can_write(output_type))
+        return cv_errf(err, errlen, "cannot quantize output.weight to %s: not a weight type this build can write",
+                       cv_type_name(output_type));
+
+    gguf_file in;
+    if (gguf_open(&in, in_path, err, errlen))
+        return -1;
+    int rc = -1;
+    gguf_writer *w = gguf_writer_create();
+    char **names = cv_calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*names));
+    void **bufs = cv_calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*bufs));
+    if (!w || !names || !bufs) {
+        cv_errf(err, errlen, "%s: out of memory", in_path);
+        goto done;
+    }
+    for (uint64_t i = 0; i < in.n_kv; i++)
+        if (copy_kv_to_output(&in.kv[i]))
+            gguf_copy_kv(w, &in.kv[i]);
+
+    for (uint64_t i = 0; i < in.n_tensors; i++) {
+        const gguf_tensor *t = &in.tensors[i];
+        names[i] = gguf_str_dup(t->name);
+        if (!names[i]) {
+            cv_errf(err, errlen, "%s: out of memory", in_path);
+            goto done;
+        }
+        cv_type want = t->type, type = t->type;
+        if (cv_quant_is_weight_matrix(names[i], t->n_dims)) {
+            want = !strcmp(names[i], "output.weight") ? output_type : p->type;
+            type = cv_quant_fit_type(want, t->ne[0]);
+        }
+        const void *data = t->data;
+        uint64_t size = t->size;
+        if (type != t->type) {
+            if (t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16) {
+                cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
+                        in_path, names[i], cv_type_name(t->type));
+                goto done;
+            }
+            int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+            size = (uint64_t)n_rows * cv_row_bytes(type, t->ne[0]);
+            bufs[i] = cv_malloc(size);
+            if (!bufs[i]) {
+                cv_errf(err, errlen, "%s: out of memory for tensor '%s' (%llu bytes)", in_path, names[i],
+                        (unsigned long long)size);
+                goto done;
+            }
+            char msg[CV_ERRLEN];
+            if (cv_convert_rows(t->type, t->data, type, bufs[i], n_rows, t->ne[0], p->n_threads, msg,
+                                sizeof(msg))) {
+                cv_errf(err, errlen, "%s: tensor '%s': %s", in_path, names[i], msg);
+                goto done;
+            }
+            data = bufs[i];
+        }
+        gguf_add_tensor(w, names[i], type, t->n_dims, t->ne, data, size);
+        if (note) {
+            cv_tensor_note n = {
+                .index = (int)i, .count = (int)in.n_tensors, .name = names[i], .n_dims = t->n_dims,
+                .ne = t->ne, .src_type = t->type, .want_type = want, .type = type,
+                .src_bytes = t->size, .bytes = size,
+            };
+            note(note_ctx, &n);
+        }
+    }
+    gguf_set_u32(w, "general.quantization_version", QUANT_VERSION);
+    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_file_type(p->type));
+    rc = gguf_write(w, out_path, err, errlen);
+
+done:
+    for (uint64_t i = 0; names && bufs && i < in.n_tensors; i++) {
+        cv_free(names[i]);
+        cv_free(bufs[i]);
+    }
+    cv_free(names);
+    cv_free(bufs);
+    if (w)
+        gguf_writer_free(w);
+    gguf_close(&in);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* quantize.h: converting GGUF weight tensors between types, the type policy
+ * shared by `convoy quantize` and `convoy synth`, and a row-parallel helper.
+ *
+ * Contract:
+ * - Which tensors are converted: the weight matrices, that is tensors of
+ *   rank >= 2 whose name ends in "weight" and not in "_norm.weight" (the
+ *   same test as llama.cpp's quantizer for Llama models). Everything else
+ *   (norms, 1-D tensors) is copied unchanged.
+ * - cv_quant_fit_type: the type a matrix with rows of row_len elements gets
+ *   when `want` is requested. If row_len is a multiple of want's block size
+ *   that is `want`. Otherwise the nearest type that fits: a K-quant (block
+ *   256) falls back to Q8_0 (llama.cpp: Q6_K -> Q8_0; its Q5_0/Q5_1 targets
+ *   for Q4_K/Q5_K are not convoy types, so Q8_0, the next better one), and
+ *   when that does not fit either, or for Q4_0/Q8_0 (block 32), to F16,
+ *   llama.cpp's last-resort fallback for unusual shapes. (llama-quantize
+ *   itself stops with "no tensor type fallback is defined" for Q4_0/Q8_0.)
+ * - cv_quant_file_type: llama.cpp's general.file_type (enum llama_ftype)
+ *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
+ *   Q8_0 7, Q4_K 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18, BF16 32; -1 for
+ *   types that are not weight types.
+ * - Rows are converted with the types' traits: the source's to_float, then
+ *   the target's `quantize` (llama.cpp's reference quantizer, what
+ *   llama-quantize writes without an importance matrix). cv_kernels_init()
+ *   must have run.
+ * - Conversions are row by row and each row is converted alone, so results
+ *   do not depend on the thread count.
+ * - cv_quantize_file keeps the converted tensors in memory until the output
+ *   is written (at most the size of the output file) and reads the input
+ *   through its mapping. The output has all key/values of the input except
+ *   general.file_type and general.quantization_version, which are set anew
+ *   at the end (as llama-quantize does), and general.alignment, which is
+ *   kept only when it is 32, the alignment the writer uses. Tensors keep
+ *   their order. Only F32, F16 and BF16 tensors are converted (like
+ *   llama-quantize without --allow-requantize); a tensor already of the
+ *   target type is copied. */
+#ifndef CONVOY_MODEL_QUANTIZE_H
+#define CONVOY_MODEL_QUANTIZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+/* What happened to one tensor (reported by synth and quantize). */
+typedef struct cv_tensor_note {
+    int index;           /* 0-based position in the output */
+    int count;           /* number of tensors in the output */
+    const char *name;
+    uint32_t n_dims;
+    const int64_t *ne;
+    cv_type src_type;    /* input type (synth: F32, the generated values) */
+    cv_type want_type;   /* requested type */
+    cv_type type;        /* type written: differs from want_type on a fallback */
+    uint64_t src_bytes;  /* bytes in the input (synth: as F32) */
+    uint64_t bytes;      /* bytes written */
+} cv_tensor_note;
+
+typedef void (*cv_tensor_note_fn)(void *ctx, const cv_tensor_note *note);
+
+bool cv_quant_is_weight_matrix(const char *name, uint32_t n_dims);
+cv_type cv_quant_fit_type(cv_type want, int64_t row_len);
+int cv_quant_file_type(cv_type t);
+/* True when t is a weight type (cv_quant_file_type >= 0) that this build
+ * can write (its traits have `quantize`). */
+bool cv_quant_can_write(cv_type t);
+
+/* Calls fn(ctx, r0, r1) on up to n_threads threads, each with its own
+ * contiguous range of [0, n_rows), and waits for all. Returns -1 if any call
+ * returned -1. */
+typedef int (*cv_rows_fn)(void *ctx, int64_t r0, int64_t r1);
+int cv_parallel_rows(int64_t n_rows, int n_threads, cv_rows_fn fn, void *ctx);
+
+/* Converts n_rows rows of row_len elements from src (type src_type: F32,
+ * F16 or BF16) to dst (type dst_type), on n_threads threads. */
+int cv_convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *dst, int64_t n_rows,
+                    int64_t row_len, int n_threads, char *err, size_t errlen);
+
+typedef struct cv_quantize_params {
+    cv_type type;        /* type of the weight matrices */
+    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` */
+    int n_threads;
+} cv_quantize_params;
+
+int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
+                     cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,439 @@
+/* synth.c: writes deterministic pseudo-random Llama GGUFs (see synth.h).
+ *
+ * How: the tensor list and the vocabulary are built first; then each
+ * matrix is generated row by row on n_threads threads (each row from its
+ * own counters of a splitmix64 stream keyed by the tensor's name, so rows
+ * are independent) into an f32 scratch row and quantized with the target
+ * type's `quantize` straight into the tensor's buffer (F32 rows are
+ * generated in place). The buffers live until gguf_write has copied them
+ * to the file.
+ * Owner of this file: the tools helper. */
+#include "model/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
+#include "model/gguf.h"
+#include "model/vocab.h"
+
+#define SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
+#define SYNTH_MAX_DIM (1 << 22)
+#define SYNTH_MAX_LAYER 4096
+#define PIECE_MAX 24 /* bytes per vocabulary piece, NUL included */
+
+static const struct synth_preset {
+    const char *name;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float rope_theta, output_scale;
+} presets[] = {
+    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f},
+    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f},
+    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f},
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f},
+    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f},
+    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f},
+};
+
+void cv_synth_defaults(cv_synth_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->n_ctx = 2048;
+    p->rope_theta = 10000.0f;
+    p->rms_eps = 1e-5f;
+    p->output_scale = 1.0f;
+    p->seed = 1234;
+    p->type = CV_TYPE_F32;
+    p->n_threads = 1;
+}
+
+int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        const struct synth_preset *s = &presets[i];
+        if (strcmp(shape, s->name))
+            continue;
+        p->n_embd = s->n_embd;
+        p->n_layer = s->n_layer;
+        p->n_head = s->n_head;
+        p->n_head_kv = s->n_head_kv;
+        p->n_ff = s->n_ff;
+        p->n_vocab = s->n_vocab;
+        p->n_ctx = s->n_ctx;
+        p->rope_theta = s->rope_theta;
+        p->output_scale = s->output_scale;
+        return 0;
+    }
+    return cv_errf(err, errlen, "unknown shape '%s'", shape);
+}
+
+const char *cv_synth_preset_name(int i)
+{
+    return i >= 0 && (size_t)i < sizeof(presets) / sizeof(presets[0]) ? presets[i].name : NULL;
+}
+
+/* ---- the generator ---- */
+
+static uint64_t splitmix64_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_key(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *s = (const unsigned char *)name; *s; s++) {
+        h ^= *s;
+        h *= 0x100000001b3ull;
+    }
+    return splitmix64_mix((seed ^ h) + SPLITMIX_GAMMA);
+}
+
+/* Factor that turns the centred sum of four 16-bit uniforms into values of
+ * the given std. */
+static float value_scale(double std)
+{
+    return (float)(std / sqrt((65536.0 * 65536.0 - 1.0) / 3.0));
+}
+
+/* x[j] = element first + j of the tensor with this key, j < n. */
+static void fill_values(uint64_t key, uint64_t first, int64_t n, float scale, float *x)
+{
+    uint64_t counter = key + (first + 1) * SPLITMIX_GAMMA;
+    for (int64_t j = 0; j < n; j++, counter += SPLITMIX_GAMMA) {
+        uint64_t r = splitmix64_mix(counter);
+        int32_t sum = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
+                      (int32_t)(r >> 48);
+        x[j] = (float)(sum - 131070) * scale;
+    }
+}
+
+typedef struct gen_job {
+    uint64_t key;
+    float scale;
+    int64_t row_len;
+    cv_type type;
+    size_t row_bytes;
+    uint8_t *dst;
+} gen_job;
+
+static int gen_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const gen_job *j = ctx;
+    cv_from_float_fn quantize = cv_type_get(j->type)->quantize;
+    float *row = NULL;
+    if (j->type != CV_TYPE_F32 && !(row = cv_malloc((size_t)j->row_len * sizeof(float))))
+        return -1;
+    for (int64_t r = r0; r < r1; r++) {
+        uint8_t *d = j->dst + (size_t)r * j->row_bytes;
+        fill_values(j->key, (uint64_t)r * (uint64_t)j->row_len, j->row_len, j->scale, row ? row : (float *)d);
+        if (row)
+            quantize(row, d, j->row_len);
+    }
+    cv_free(row);
+    return 0;
+}
+
+/* ---- the vocabulary ---- */
+
+typedef struct vocab_build {
+    char *text;           /* cap slots of PIECE_MAX bytes */
+    const char **tokens;
+    float *scores;
+    int32_t *types;
+    int64_t n, cap;
+} vocab_build;
+
+static const char *const common_words[] = {
+    "the", "and", "to", "of", "was", "he", "she", "it", "that", "is", "in", "for", "on", "with", "his",
+    "her", "they", "you", "said", "there", "once", "upon", "time", "day", "little", "girl", "boy", "dog",
+    "cat", "big", "happy", "play", "saw", "went", "had", "were", "one", "not", "but", "at", "be", "this",
+    "have", "from", "or", "by", "all", "we", "can", "what", "so", "up", "out", "if", "about", "who", "get",
+    "go", "me", "when", "make", "like", "no", "just", "him", "know", "take", "people", "into", "year",
+    "your", "good", "some", "could", "them", "see", "other", "than", "then", "now", "look", "only", "come",
+    "its", "over", "think", "also", "back", "after", "use", "two", "how", "our", "work", "first", "well",
+    "way", "even", "new", "want", "because", "any", "these", "give", "most", "friend", "mom", "tree",
+    "park", "ball", "sun", "home", "very", "wanted", "named", "loved", "asked", "thank",
+};
+
+static const char *const common_suffixes[] = {
+    "ing", "ed", "er", "ly", "es", "en", "est", "ion", "ness", "ful", "th", "he", "an", "re", "on", "at",
+    "nd", "st", "ou", "ar", "or", "ve",
+};
+
+#define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's word-start mark */
+
+/* Appends a token (if there is room); ids from CV_SYNTH_MIN_VOCAB on get
+ * falling scores, the special and byte tokens 0. */
+static void vocab_push(vocab_build *v, const char *piece, int32_t type)
+{
+    if (v->n >= v->cap)
+        return;
+    char *slot = v->text + v->n * PIECE_MAX;
+    snprintf(slot, PIECE_MAX, "%s", piece);
+    v->tokens[v->n] = slot;
+    v->scores[v->n] = v->n < CV_SYNTH_MIN_VOCAB ? 0.0f : (float)(CV_SYNTH_MIN_VOCAB - v->n);
+    v->types[v->n] = type;
+    v->n++;
+}
+
+/* Appends a normal piece unless it is already there. */
+static void vocab_add_piece(vocab_build *v, const char *piece)
+{
+    for (int64_t i = CV_SYNTH_MIN_VOCAB; i < v->n; i++)
+        if (!strcmp(v->tokens[i], piece))
+            return;
+    vocab_push(v, piece, CV_TOKEN_NORMAL);
+}
+
+/* Adds prefix + s[0..k) for k = 1..strlen(s). */
+static void vocab_add_prefixes(vocab_build *v, const char *prefix, const char *s)
+{
+    char piece[PIECE_MAX];
+    int n = (int)strlen(s);
+    for (int k = 1; k <= n; k++) {
+        snprintf(piece, sizeof(piece), "%s%.*s", prefix, k, s);
+        vocab_add_piece(v, piece);
+    }
+}
+
+static void vocab_fill(vocab_build *v)
+{
+    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static const char punct[] = ".,!?;:'\"-()[]{}<>/\\@#$%^&*_+=~`|";
+    char piece[PIECE_MAX];
+    vocab_push(v, "<unk>", CV_TOKEN_UNKNOWN);
+    vocab_push(v, "<s>", CV_TOKEN_CONTROL);
+    vocab_push(v, "</s>", CV_TOKEN_CONTROL);
+    for (int b = 0; b < 256; b++) {
+        snprintf(piece, sizeof(piece), "<0x%02X>", b);
+        vocab_push(v, piece, CV_TOKEN_BYTE);
+    }
+    vocab_add_piece(v, SPM_SPACE);
+    for (const char *c = alnum; *c; c++)
+        vocab_add_prefixes(v, "", (char[]){*c, 0});
+    for (const char *c = punct; *c; c++)
+        vocab_add_prefixes(v, "", (char[]){*c, 0});
+    for (const char *c = alnum; *c; c++)
+        vocab_add_prefixes(v, SPM_SPACE, (char[]){*c, 0});
+    for (size_t i = 0; i < sizeof(common_words) / sizeof(common_words[0]); i++)
+        vocab_add_prefixes(v, SPM_SPACE, common_words[i]);
+    for (size_t i = 0; i < sizeof(common_suffixes) / sizeof(common_suffixes[0]); i++)
+        vocab_add_prefixes(v, "", common_suffixes[i]);
+    /* fillers: "tok" + 5 digits equals no piece above, so no search */
+    for (int k = 0; v->n < v->cap; k++) {
+        snprintf(piece, sizeof(piece), "tok%05d", k);
+        vocab_push(v, piece, CV_TOKEN_NORMAL);
+    }
+}
+
+/* ---- the model ---- */
+
+typedef struct synth_tensor {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[2];
+    bool is_norm;
+    double std;
+    cv_type type;
+    void *data;
+    uint64_t size;
+} synth_tensor;
+
+static int check_params(const cv_synth_params *p, char *err, size_t errlen)
+{
+    const struct {
+        const char *name;
+        int64_t v, max;
+    } dims[] = {
+        {"n_embd", p->n_embd, SYNTH_MAX_DIM}, {"n_layer", p->n_layer, SYNTH_MAX_LAYER},
+        {"n_head", p->n_head, SYNTH_MAX_DIM}, {"n_head_kv", p->n_head_kv, SYNTH_MAX_DIM},
+        {"n_ff", p->n_ff, SYNTH_MAX_DIM},     {"n_vocab", p->n_vocab, SYNTH_MAX_DIM},
+        {"n_ctx", p->n_ctx, SYNTH_MAX_DIM},
+    };
+    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
+        if (dims[i].v < 1 || dims[i].v > dims[i].max)
+            return cv_errf(err, errlen, "%s %lld out of range (1..%lld)", dims[i].name, (long long)dims[i].v,
+                           (long long)dims[i].max);
+    if (p->n_embd % p->n_head)
+        return cv_errf(err, errlen, "n_embd %lld is not a multiple of n_head %lld", (long long)p->n_embd,
+                       (long long)p->n_head);
+    if ((p->n_embd / p->n_head) % 2)
+        return cv_errf(err, errlen, "head dimension %lld is odd (RoPE rotates pairs)",
+                       (long long)(p->n_embd / p->n_head));
+    if (p->n_head % p->n_head_kv)
+        return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
+                       (long long)p->n_head_kv);
+    if (p->n_vocab < CV_SYNTH_MIN_VOCAB)
+        return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens)",
+                       (long long)p->n_vocab, CV_SYNTH_MIN_VOCAB);
+    if (!(p->rope_theta > 0 && isfinite(p->rope_theta)))
+        return cv_errf(err, errlen, "rope theta %g must be positive", p->rope_theta);
+    if (!(p->rms_eps > 0 && isfinite(p->rms_eps)))
+        return cv_errf(err, errlen, "rms eps %g must be positive", p->rms_eps);
+    if (!(p->output_scale > 0 && isfinite(p->output_scale)))
+        return cv_errf(err, errlen, "output scale %g must be positive", p->output_scale);
+    if (!cv_quant_can_write(p->type))
+        return cv_errf(err, errlen, "type %s cannot be written by this build", cv_type_name(p->type));
+    return 0;
+}
+
+static void add_tensor(synth_tensor *t, int *n, const char *name, int64_t ne0, int64_t ne1, double std)
+{
+    synth_tensor *s = &t[(*n)++];
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    s->n_dims = ne1 ? 2 : 1;
+    s->ne[0] = ne0;
+    s->ne[1] = ne1 ? ne1 : 1;
+    s->is_norm = !ne1;
+    s->std = std;
+}
+
+static void add_layer_tensor(synth_tensor *t, int *n, int64_t layer, const char *suffix, int64_t ne0,
+                             int64_t ne1, double std)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%lld.%s", (long long)layer, suffix);
+    add_tensor(t, n, name, ne0, ne1, std);
+}
+
+/* The tensor list in file order. */
+static int tensor_list(const cv_synth_params *p, synth_tensor *t)
+{
+    int n = 0;
+    int64_t n_embd_kv = p->n_embd / p->n_head * p->n_head_kv;
+    double std_embd = 1.0 / sqrt((double)p->n_embd), std_ff = 1.0 / sqrt((double)p->n_ff);
+    add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 1.0);
+    add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0);
+    if (!p->tied)
+        add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, (double)p->output_scale * std_embd);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0);
+        add_layer_tensor(t, &n, l, "attn_q.weight", p->n_embd, p->n_embd, std_embd);
+        add_layer_tensor(t, &n, l, "attn_k.weight", p->n_embd, n_embd_kv, std_embd);
+        add_layer_tensor(t, &n, l, "attn_v.weight", p->n_embd, n_embd_kv, std_embd);
+        add_layer_tensor(t, &n, l, "attn_output.weight", p->n_embd, p->n_embd, std_embd);
+        add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0);
+        add_layer_tensor(t, &n, l, "ffn_gate.weight", p->n_embd, p->n_ff, std_embd);
+        add_layer_tensor(t, &n, l, "ffn_up.weight", p->n_embd, p->n_ff, std_embd);
+        add_layer_tensor(t, &n, l, "ffn_down.weight", p->n_ff, p->n_embd, std_ff);
+    }
+    return n;
+}
+
+static int generate_tensor(const cv_synth_params *p, synth_tensor *t, char *err, size_t errlen)
+{
+    t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(p->type, t->ne[0]);
+    size_t row_bytes = cv_row_bytes(t->type, t->ne[0]);
+    t->size = (uint64_t)row_bytes * (uint64_t)t->ne[1];
+    t->data = cv_malloc(t->size);
+    if (!t->data)
+        return cv_errf(err, errlen, "out of memory for tensor '%s' (%llu bytes)", t->name,
+                       (unsigned long long)t->size);
+    if (t->is_norm) {
+        float *x = t->data;
+        for (int64_t i = 0; i < t->ne[0]; i++)
+            x[i] = 1.0f;
+        return 0;
+    }
+    gen_job job = {
+        .key = tensor_key(p->seed, t->name), .scale = value_scale(t->std), .row_len = t->ne[0],
+        .type = t->type, .row_bytes = row_bytes, .dst = t->data,
+    };
+    if (cv_parallel_rows(t->ne[1], p->n_threads, gen_range, &job))
+        return cv_errf(err, errlen, "out of memory generating tensor '%s'", t->name);
+    return 0;
+}
+
+static void set_hparams(gguf_writer *w, const cv_synth_params *p)
+{
+    char desc[160];
+    snprintf(desc, sizeof(desc), "convoy synth: deterministic random weights (seed %llu); output is garbage",
+             (unsigned long long)p->seed);
+    gguf_set_str(w, "general.architecture", "llama");
+    gguf_set_str(w, "general.name", p->name[0] ? p->name : "convoy-synth");
+    gguf_set_str(w, "general.description", desc);
+    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_file_type(p->type));
+    gguf_set_u32(w, "general.quantization_version", 2);
+    gguf_set_u32(w, "llama.vocab_size", (uint32_t)p->n_vocab);
+    gguf_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);
+    gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd);
+    gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layer);
+    gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff);
+    gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)(p->n_embd / p->n_head));
+    gguf_set_f32(w, "llama.rope.freq_base", p->rope_theta);
+    gguf_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head);
+    gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_head_kv);
+    gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps);
+}
+
+static void set_vocab(gguf_writer *w, const vocab_build *v)
+{
+    gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
+    gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, v->scores, (uint64_t)v->n);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
+    gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+}
+
+int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn note, void *note_ctx,
+                   char *err, size_t errlen)
+{
+    if (check_params(p, err, errlen))
+        return -1;
+    int rc = -1;
+    int max_tensors = 3 + 9 * (int)p->n_layer;
+    synth_tensor *tensors = cv_calloc((size_t)max_tensors, sizeof(*tensors));
+    vocab_build v = {.cap = p->n_vocab};
+    v.text = cv_malloc((size_t)v.cap * PIECE_MAX);
+    v.tokens = cv_malloc((size_t)v.cap * sizeof(*v.tokens));
+    v.scores = cv_malloc((size_t)v.cap * sizeof(*v.scores));
+    v.types = cv_malloc((size_t)v.cap * sizeof(*v.types));
+    gguf_writer *w = gguf_writer_create();
+    int n_tensors = 0;
+    if (!tensors || !v.text || !v.tokens || !v.scores || !v.types || !w) {
+        cv_errf(err, errlen, "out of memory");
+        goto done;
+    }
+    vocab_fill(&v);
+    set_hparams(w, p);
+    set_vocab(w, &v);
+
+    n_tensors = tensor_list(p, tensors);
+    for (int i = 0; i < n_tensors; i++) {
+        synth_tensor *t = &tensors[i];
+        if (generate_tensor(p, t, err, errlen))
+            goto done;
+        gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
+        if (note) {
+            cv_tensor_note n = {
+                .index = i, .count = n_tensors, .name = t->name, .n_dims = t->n_dims, .ne = t->ne,
+                .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : p->type, .type = t->type,
+                .src_bytes = (uint64_t)(t->ne[0] * t->ne[1]) * sizeof(float), .bytes = t->size,
+            };
+            note(note_ctx, &n);
+        }
+    }
+    rc = gguf_write(w, path, err, errlen);
+
+done:
+    for (int i = 0; tensors && i < n_tensors; i++)
+        cv_free(tensors[i].data);
+    cv_free(tensors);
+    cv_free(v.text);
+    cv_free(v.tokens);
+    cv_free(v.scores);
+    cv_free(v.types);
+    if (w)
+        gguf_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/* synth.h: deterministic pseudo-random Llama models for tests and benchmarks.
+ *
+ * Contract: cv_synth_write writes a GGUF with general.architecture "llama",
+ * every llama.* hyperparameter key, general.name / file_type /
+ * quantization_version, a synthetic SentencePiece vocabulary and llama.cpp's
+ * tensor names and shapes:
+ *   token_embd.weight [n_embd, n_vocab], output_norm.weight [n_embd],
+ *   output.weight [n_embd, n_vocab] (absent when tied), and per layer N
+ *   blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
+ *   ffn_gate, ffn_up, ffn_down}.weight.
+ * Norms are F32 and exactly 1.0. Every matrix has type `type` (or the type
+ * cv_quant_fit_type picks when its rows do not fit) and is quantized row by
+ * row from f32 values of std 1/sqrt(row length) (token_embd: std 1; output:
+ * output_scale/sqrt(n_embd)).
+ *
+ * Values: element i (row-major) of tensor NAME is
+ *   (h0 + h1 + h2 + h3 - 131070) * scale, scale = std / sqrt((65536^2-1)/3)
+ * where h0..h3 are the four 16-bit fields of splitmix64's output for counter
+ * i + 1 over the key splitmix64(seed ^ fnv1a64(NAME)): a centred sum of four
+ * uniforms (Irwin-Hall, near normal, bounded by 3.46 std). Only integer
+ * operations and correctly rounded IEEE operations are involved, so the file
+ * is byte-identical on every machine and for every thread count.
+ *
+ * Vocabulary ("llama" tokenizer): 0 <unk> (unknown), 1 <s>, 2 </s> (control),
+ * 3..258 the byte tokens <0x00>..<0xFF>, then pieces: U+2581, letters,
+ * digits, punctuation, U+2581 + letter/digit, every U+2581-prefixed prefix of
+ * some common English words and every prefix of some suffixes (so SPM merges
+ * can reach them), then fillers tok00000, tok00001, ... up to n_vocab.
+ * Scores are 0 for ids 0..258 and -k for the k-th piece after them. bos 1,
+ * eos 2, unk 0, add_bos_token true, add_eos_token false.
+ *
+ * Memory: the tensors are generated into memory (the size of the output
+ * file) and then written; no f32 copy of a whole tensor is made. */
+#ifndef CONVOY_MODEL_SYNTH_H
+#define CONVOY_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+#include "model/quantize.h"
+
+#define CV_SYNTH_MIN_VOCAB 259 /* <unk>, <s>, </s> and 256 byte tokens */
+
+typedef struct cv_synth_params {
+    char name[128];        /* general.name */
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab;
+    int64_t n_ctx;
+    float rope_theta;
+    float rms_eps;
+    float output_scale;
+    bool tied;             /* no output.weight: the output reuses token_embd */
+    uint64_t seed;
+    cv_type type;
+    int n_threads;         /* generation threads; the output does not depend on it */
+} cv_synth_params;
+
+/* Defaults: ctx 2048, rope theta 10000, eps 1e-5, output_scale 1, untied,
+ * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
+void cv_synth_defaults(cv_synth_params *p);
+
+/* Sets the dims, ctx, rope theta and output scale of a named shape:
+ *   tiny            64, 5 layers, 8 heads, 4 kv, ff 172, vocab 512, ctx 512
+ *                   (llama2.c stories260K; rows of 172 do not fit 32-blocks)
+ *   synth-mini      256, 4, 8, 2, 768, 2048, ctx 512, output_scale 4
+ *   synth-hd128     512, 2, 4, 1, 1536, 2048, ctx 512, theta 500000, output_scale 4
+ *   llama-3.2-1b    2048, 16, 32, 8, 8192, 32000, ctx 4096, theta 500000
+ *   llama-3.1-8b    4096, 32, 32, 8, 14336, 32000, ctx 8192, theta 500000
+ *   llama-3.1-70b   8192, 80, 64, 8, 28672, 32000, ctx 8192, theta 500000
+ * (synth-mini/hd128 have the shapes of ../shared/reference/models; the
+ * llama-* ones those of llamacpp-speed.md, untied, vocab 32000.) */
+int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t errlen);
+/* Name of preset i, NULL past the last. */
+const char *cv_synth_preset_name(int i);
+
+/* Checks the params and writes the model to path. note (may be NULL) is
+ * called for every tensor after it has been generated. */
+int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn note, void *note_ctx,
+                   char *err, size_t errlen);
+
+#endif
