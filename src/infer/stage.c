@@ -10,20 +10,25 @@
 #include "core/err.h"
 #include "kernels/kernels.h"
 
-uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p)
+void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_costs *c)
 {
     const cv_llama_hparams *hp = &m->hp;
-    const int32_t l1 = p->l1 < 0 ? hp->n_layer : p->l1;
-    const bool head = l1 == hp->n_layer;
-    uint64_t total = cv_llama_weight_bytes(m, p->l0, l1, false);
     const uint64_t n_ctx = (uint64_t)(p->n_ctx ? p->n_ctx : hp->n_ctx_train);
     const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    total += 2 * (uint64_t)(l1 - p->l0) * (uint64_t)p->n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
-    const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim, wide = (uint64_t)hp->n_ff > n_q ? (uint64_t)hp->n_ff : n_q;
-    total += (uint64_t)p->n_batch * 4 * (4 * (uint64_t)hp->n_embd + 2 * n_q + 2 * kv_dim + 3 * wide);
-    if (head)
-        total += (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab + (uint64_t)p->n_slot * 28 * (uint64_t)hp->n_vocab;
-    return total;
+    const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t wide = (uint64_t)hp->n_ff > n_q ? (uint64_t)hp->n_ff : n_q;
+    c->kv_per_layer = 2 * (uint64_t)p->n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
+    c->fixed = (uint64_t)p->n_batch * 4 * (4 * (uint64_t)hp->n_embd + 2 * n_q + 2 * kv_dim + 3 * wide);
+    c->head_extra = (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab + (uint64_t)p->n_slot * 28 * (uint64_t)hp->n_vocab;
+}
+
+uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p)
+{
+    const int32_t l1 = p->l1 < 0 ? m->hp.n_layer : p->l1;
+    cv_stage_costs c;
+    cv_stage_costs_of(m, p, &c);
+    return cv_llama_weight_bytes(m, p->l0, l1, false) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
+           (l1 == m->hp.n_layer ? c.head_extra : 0);
 }
 
 int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen)

@@ -46,9 +46,18 @@ typedef struct cv_stage {
     int32_t n_batch;
 } cv_stage;
 
-/* Bytes a stage with these parameters needs beyond the file mapping's
- * untouched pages: its weights, KV cache and buffers. Needs only the
- * hyperparameters (m may be bound for any range). */
+/* Memory a stage needs besides its weights: KV cache per layer, buffers,
+ * and at the head the logits and samplers. */
+typedef struct cv_stage_costs {
+    uint64_t kv_per_layer;
+    uint64_t fixed;
+    uint64_t head_extra;
+} cv_stage_costs;
+
+void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_costs *c);
+/* Bytes a stage with these parameters needs: weights of its layers (and of
+ * the embeddings or head it holds), KV cache and buffers. Reads only the
+ * tensor directory (m may be bound for any range). */
 uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p);
 
 int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen);

@@ -241,7 +241,7 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
     return t ? t->size : 0;
 }
 
-uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row)
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
 {
     static const char *const parts[] = {
         "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
@@ -249,17 +249,29 @@ uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool e
         "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
     uint64_t total = 0;
     char name[96];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, parts[i]);
+        total += tensor_bytes(m, name);
+    }
+    return total;
+}
+
+uint64_t cv_llama_head_bytes(const cv_llama *m)
+{
+    return tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, "rope_freqs.weight") +
+           tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
+}
+
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row)
+{
+    uint64_t total = 0;
     for (int32_t l = l0; l < l1; l++)
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s", l, parts[i]);
-            total += tensor_bytes(m, name);
-        }
+        total += cv_llama_layer_bytes(m, l);
     if (l0 == 0) {
         const uint64_t embd = tensor_bytes(m, "token_embd.weight");
         total += embd_one_row ? embd / (uint64_t)m->hp.n_vocab : embd;
     }
     if (l1 == m->hp.n_layer)
-        total += tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, "rope_freqs.weight") +
-                 tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
+        total += cv_llama_head_bytes(m);
     return total;
 }

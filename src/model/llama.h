@@ -89,5 +89,8 @@ static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.
  * it, or one row when embd_one_row: what one decoded token reads), plus
  * output_norm and the output matrix when l1 == n_layer. */
 uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row);
+/* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
+uint64_t cv_llama_head_bytes(const cv_llama *m);
 
 #endif
