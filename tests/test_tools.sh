@@ -189,6 +189,10 @@ head -c 1000 "$TMP/tiny-a.gguf" > "$TMP/truncated.gguf"
 check "info on a truncated file fails" test "$(status "$CONVOY" info "$TMP/truncated.gguf")" -eq 1
 check "quantize to an unknown type is a usage error" test "$(status "$CONVOY" quantize "$TMP/tiny-a.gguf" "$TMP/x.gguf" Q9_9)" -eq 2
 check "quantize of a truncated file fails" test "$(status "$CONVOY" quantize "$TMP/truncated.gguf" "$TMP/x.gguf" Q8_0)" -eq 1
+cp "$TMP/tiny-a.gguf" "$TMP/in-place.gguf"
+check "quantize refuses to overwrite its input" \
+    test "$(status "$CONVOY" quantize "$TMP/in-place.gguf" "$TMP/in-place.gguf" Q4_0)" -eq 1
+check "  ... and leaves it as it was" test "$(sha "$TMP/in-place.gguf")" = "$(sha "$TMP/tiny-a.gguf")"
 check "synth with n_embd not a multiple of n_head fails" \
     test "$(status "$CONVOY" synth --dims 100,2,8,8,256,512 --type F32 -o "$TMP/x.gguf")" -eq 1
 check "  ... and says why" grep -q 'n_embd 100 is not a multiple of n_head 8' "$TMP/err.txt"
