@@ -199,7 +199,9 @@ check "  ... and says why" grep -q 'n_embd 100 is not a multiple of n_head 8' "$
 check "synth with a vocabulary under 259 tokens fails" \
     test "$(status "$CONVOY" synth --dims 64,1,8,8,256,100 --type F32 -o "$TMP/x.gguf")" -eq 1
 check "synth with an unknown shape is a usage error" test "$(status "$CONVOY" synth --shape nope --type F32 -o "$TMP/x.gguf")" -eq 2
-check "synth with malformed --dims is a usage error" test "$(status "$CONVOY" synth --dims 64,2,8 --type F32 -o "$TMP/x.gguf")" -eq 2
+for dims in 64,2,8 64,2,8,8,256,512,9 64,2,x,8,256,512; do
+    check "synth with --dims $dims is a usage error" test "$(status "$CONVOY" synth --dims $dims --type F32 -o "$TMP/x.gguf")" -eq 2
+done
 check "synth into a missing directory fails" \
     test "$(status "$CONVOY" synth --shape tiny --type F32 -o "$TMP/no/such/dir.gguf")" -eq 1
 
