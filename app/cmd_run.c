@@ -1,7 +1,8 @@
 /* cmd_run.c: `convoy run`: one prompt, streamed to stdout; load time and
  * prefill / decode speed to stderr. The prompt goes through the model in
- * chunks of --batch tokens, then one token per step is sampled and fed
- * back until -n tokens or an end-of-generation token. */
+ * chunks of --batch tokens, then each sampled token is fed back until -n
+ * tokens or an end-of-generation token. Sampling happens inside the step,
+ * at the stage that holds the output head. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,11 +116,13 @@ int cmd_run(int argc, char **argv)
     int32_t *pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
     int32_t *seq = cv_calloc((size_t)n_batch, sizeof(int32_t));
     uint8_t *want = cv_calloc((size_t)n_batch, 1);
-    float *logits = cv_malloc(sizeof(float) * (size_t)info.n_vocab);
-    cv_sampler *smpl = cv_sampler_create(&sp, info.n_vocab);
     convoy_detok *detok = convoy_detok_create(model);
-    if (!tokens || !pos || !seq || !want || !logits || !smpl || !detok) {
+    if (!tokens || !pos || !seq || !want || !detok) {
         fprintf(stderr, "convoy: out of memory\n");
+        goto done;
+    }
+    if (convoy_set_sampler(ctx, 0, &sp, err, sizeof err)) {
+        fprintf(stderr, "convoy: %s\n", err);
         goto done;
     }
     int n_prompt = convoy_tokenize(model, prompt, strlen(prompt), true, false, tokens, n_ctx);
@@ -139,8 +142,7 @@ int cmd_run(int argc, char **argv)
     fputs(prompt, stdout);
     fflush(stdout);
 
-    for (int i = 0; i < n_prompt; i++)
-        cv_sampler_accept(smpl, tokens[i]);
+    int32_t id = -1;
     double t_prefill = now_seconds();
     for (int32_t start = 0; start < n_prompt; start += n_batch) {
         int32_t n = n_prompt - start < n_batch ? n_prompt - start : n_batch;
@@ -149,7 +151,7 @@ int cmd_run(int argc, char **argv)
             want[i] = start + i == n_prompt - 1;
         }
         convoy_batch b = {.n_tokens = n, .token = tokens + start, .pos = pos, .seq = seq, .want = want};
-        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
             fprintf(stderr, "\nconvoy: %s\n", err);
             goto done;
         }
@@ -158,14 +160,16 @@ int cmd_run(int argc, char **argv)
 
     double t_decode = now_seconds();
     int32_t n_gen = 0, n_past = n_prompt;
-    char text[256];
+    static char text[16384];
     while (n_gen < n_predict) {
-        int32_t id = cv_sampler_sample(smpl, logits);
-        cv_sampler_accept(smpl, id);
         n_gen++;
         if (!ignore_eos && convoy_token_is_eog(model, id))
             break;
         int k = convoy_detok_push(detok, id, text, sizeof text);
+        if (k < 0) {
+            fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
+            goto done;
+        }
         fwrite(text, 1, (size_t)k, stdout);
         fflush(stdout);
         if (n_gen == n_predict)
@@ -173,14 +177,15 @@ int cmd_run(int argc, char **argv)
         pos[0] = n_past;
         want[0] = 1;
         convoy_batch b = {.n_tokens = 1, .token = &id, .pos = pos, .seq = seq, .want = want};
-        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
             fprintf(stderr, "\nconvoy: %s\n", err);
             goto done;
         }
         n_past++;
     }
     int k = convoy_detok_flush(detok, text, sizeof text);
-    fwrite(text, 1, (size_t)k, stdout);
+    if (k > 0)
+        fwrite(text, 1, (size_t)k, stdout);
     fputc('\n', stdout);
     t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
@@ -188,8 +193,6 @@ int cmd_run(int argc, char **argv)
     rc = 0;
 done:
     convoy_detok_free(detok);
-    cv_sampler_free(smpl);
-    cv_free(logits);
     cv_free(want);
     cv_free(seq);
     cv_free(pos);

@@ -76,11 +76,22 @@ typedef struct convoy_batch {
     const uint8_t *want; /* logits wanted for this token */
 } convoy_batch;
 
-/* logits: [number of wanted tokens][n_vocab], in batch order. */
+/* Runs a batch and samples each wanted token with its slot's sampler
+ * (greedy until convoy_set_sampler): tokens[i] is the id sampled for the
+ * i-th wanted token in batch order. Every token of the batch enters its
+ * slot's penalty history. */
+int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
+/* Logits [n_vocab] of the i-th wanted token of the last step. */
+const float *convoy_logits(const convoy_ctx *c, int32_t i);
+/* convoy_step, then a copy of the wanted tokens' logits into logits
+ * [number of wanted tokens][n_vocab]. */
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen);
+/* Sampling parameters of a slot (allocates: call at request setup). */
+int convoy_set_sampler(convoy_ctx *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
 void convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len);
+/* Empties a slot and resets its sampler to greedy. */
 void convoy_seq_free(convoy_ctx *c, int32_t seq);
 
 #endif

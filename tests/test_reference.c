@@ -123,10 +123,20 @@ static void test_logits_q8_0_q4_0(void)
     check_model("synth-hd128-q4_0", 1);
 }
 
+/* Architecture variants (ARCH.md): Llama 3.1 RoPE scaling with tied
+ * embeddings, qwen2 biases + NeoX RoPE, qwen3 Q/K norms. */
+static void test_logits_arch_f32(void)
+{
+    check_model("synth-llama3-f32", 0);
+    check_model("synth-qwen2-f32", 0);
+    check_model("synth-qwen3-f32", 0);
+}
+
 int main(void)
 {
     TEST_RUN(test_logits_f32);
     TEST_RUN(test_logits_f16_bf16);
     TEST_RUN(test_logits_q8_0_q4_0);
+    TEST_RUN(test_logits_arch_f32);
     return test_summary();
 }
