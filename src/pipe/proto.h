@@ -207,7 +207,13 @@ int cv_act_to_f32(uint32_t act_type, const void *in, uint64_t n, float *out, cha
 /* ---- HELLO / HELLO_OK ---- */
 
 enum { CV_ROLE_HEAD = 0, CV_ROLE_PREV_NODE = 1 };
-enum { CV_FEAT_LOSSY_ACT = 1u << 0 };
+enum {
+    CV_FEAT_LOSSY_ACT = 1u << 0,
+    /* head -> node: this node's input comes from a previous node, which
+     * connects to it after the handshake (without it, FORWARDs come from
+     * the head on this link) */
+    CV_FEAT_FROM_PREV = 1u << 1,
+};
 
 typedef struct cv_msg_hello {
     uint16_t proto_version;
