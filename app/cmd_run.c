@@ -19,8 +19,11 @@ static void usage(void)
             "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
-            "                  [--ignore-eos]\n"
-            "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n");
+            "                  [--ignore-eos] [--mem BYTES]\n"
+            "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
+            "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
+            "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
+            "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n");
 }
 
 int cmd_run(int argc, char **argv)
@@ -72,6 +75,16 @@ int cmd_run(int argc, char **argv)
             bad = arg_float(a, v, &sp.presence_penalty);
         else if (!strcmp(a, "--seed"))
             bad = arg_u64(a, v, &sp.seed), seed_given = true;
+        else if (!strcmp(a, "--mem"))
+            bad = arg_bytes(a, v, &cp.mem_budget);
+        else if (!strcmp(a, "--nodes"))
+            cp.nodes = v;
+        else if (!strcmp(a, "--split"))
+            cp.split = v;
+        else if (!strcmp(a, "--wire"))
+            cp.wire = v;
+        else if (!strcmp(a, "--timeout"))
+            bad = arg_int(a, v, 1, 1 << 30, &cp.timeout_ms);
         else if (!strcmp(a, "--kv-type")) {
             if (strcmp(v, "f32") && strcmp(v, "f16")) {
                 fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);

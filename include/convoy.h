@@ -60,6 +60,15 @@ typedef struct convoy_ctx_params {
     int32_t n_slot;    /* sequence slots; default 1 */
     int32_t n_batch;   /* most tokens per convoy_decode; default 512 */
     bool kv_f16;       /* F16 KV cache instead of F32 */
+    uint64_t mem_budget; /* bytes this machine may use; 0 = no limit */
+    /* A pipeline: "host:port,host:port,..." of `convoy stage` nodes in chain
+     * order (NULL = run every layer here). This machine then holds only the
+     * embeddings; the nodes hold the layers, the last one samples. */
+    const char *nodes;
+    const char *split;   /* "a,b,c": layers per node instead of the planner's split */
+    const char *wire;    /* activations on the wire: "f32" (default, lossless), "f16" or "q8_0" (lossy) */
+    int32_t timeout_ms;  /* a node's answer must come within this; default 30000 */
+    bool want_logits;    /* pipelines: return full logits rows (for tests; costs bandwidth) */
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -90,8 +99,9 @@ int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err
 int convoy_set_sampler(convoy_ctx *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
-void convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len);
+/* Keeps the first len positions of a slot (rollback: no copy). */
+int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen);
 /* Empties a slot and resets its sampler to greedy. */
-void convoy_seq_free(convoy_ctx *c, int32_t seq);
+int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
 
 #endif

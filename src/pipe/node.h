@@ -24,9 +24,9 @@ typedef struct cv_node_opts {
     int port;
     const char *model_path;
     uint64_t mem_budget;      /* bytes; 0 = no limit */
-    int n_threads;
+    int32_t n_threads;
     int handshake_timeout_ms; /* per handshake step */
-    int io_timeout_ms;        /* a frame, once begun, must arrive within this */
+    int32_t io_timeout_ms;    /* a frame, once begun, must arrive within this */
     volatile sig_atomic_t *stop;
     int max_sessions;         /* 0 = serve until stopped */
 } cv_node_opts;
