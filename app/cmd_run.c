@@ -19,9 +19,10 @@ static void usage(void)
             "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
-            "                  [--ignore-eos] [--mem BYTES]\n"
+            "                  [--ignore-eos] [--ids] [--mem BYTES]\n"
             "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
+            "  --ids: print the generated token ids (one JSON list) instead of the text\n"
             "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
             "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n");
 }
@@ -30,7 +31,7 @@ int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *v;
     int32_t n_predict = 128;
-    bool ignore_eos = false, seed_given = false;
+    bool ignore_eos = false, seed_given = false, print_ids = false;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cv_sampler_params sp = cv_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -41,6 +42,9 @@ int cmd_run(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+            continue;
+        } else if (!strcmp(a, "--ids")) {
+            print_ids = true;
             continue;
         }
         if (!(v = arg_value(argc, argv, &i)))
@@ -152,7 +156,10 @@ int cmd_run(int argc, char **argv)
         n_predict = n_ctx - n_prompt;
     fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", model_path, t_load,
             info.n_layer, info.n_vocab, cp.n_threads, (unsigned long long)sp.seed);
-    fputs(prompt, stdout);
+    if (print_ids)
+        putchar('[');
+    else
+        fputs(prompt, stdout);
     fflush(stdout);
 
     int32_t id = -1;
@@ -178,7 +185,8 @@ int cmd_run(int argc, char **argv)
         n_gen++;
         if (!ignore_eos && convoy_token_is_eog(model, id))
             break;
-        int k = convoy_detok_push(detok, id, text, sizeof text);
+        int k = print_ids ? snprintf(text, sizeof text, n_gen > 1 ? ", %d" : "%d", id)
+                          : convoy_detok_push(detok, id, text, sizeof text);
         if (k < 0) {
             fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
             goto done;
@@ -196,10 +204,10 @@ int cmd_run(int argc, char **argv)
         }
         n_past++;
     }
-    int k = convoy_detok_flush(detok, text, sizeof text);
+    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
     if (k > 0)
         fwrite(text, 1, (size_t)k, stdout);
-    fputc('\n', stdout);
+    fputs(print_ids ? "]\n" : "\n", stdout);
     t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
             n_prompt, t_prefill, n_prompt / t_prefill, n_gen, t_decode, n_gen > 0 ? n_gen / t_decode : 0.0);

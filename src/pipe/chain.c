@@ -115,7 +115,8 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
                               .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra};
     cv_plan_node nodes[CHAIN_MAX_NODES];
     for (int i = 0; i < c->n_nodes; i++)
-        nodes[i] = (cv_plan_node){.mem_budget = ok[i].mem_budget ? ok[i].mem_budget : UINT64_MAX,
+        nodes[i] = (cv_plan_node){.name = cv_link_name(c->link[i]),
+                                  .mem_budget = ok[i].mem_budget ? ok[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = ok[i].us_per_layer_token};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
     cv_free(layer_bytes);

@@ -6,6 +6,7 @@
 #include "pipe/plan.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "core/err.h"
 
@@ -40,9 +41,13 @@ static int check(const cv_plan_model *m, int n, const cv_plan_node *nodes, const
             last_node = i;
     for (int i = 0; i < n; i++) {
         uint64_t need = range_bytes(m, l0, l0 + count[i], i == last_node);
-        if (count[i] > 0 && need > nodes[i].mem_budget)
-            return cv_errf(err, errlen, "node %d: layers [%d, %d) need %.2f GB, its budget is %.2f GB", i, l0,
-                           l0 + count[i], need / 1e9, nodes[i].mem_budget / 1e9);
+        if (count[i] > 0 && need > nodes[i].mem_budget) {
+            char name[32];
+            snprintf(name, sizeof name, "node %d", i);
+            return cv_errf(err, errlen, "%s: layers [%d, %d) need %.2f GB, its budget is %.2f GB",
+                           nodes[i].name ? nodes[i].name : name, l0, l0 + count[i], need / 1e9,
+                           nodes[i].mem_budget / 1e9);
+        }
         l0 += count[i];
     }
     if (l0 != m->n_layer)

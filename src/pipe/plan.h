@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 typedef struct cv_plan_node {
+    const char *name;             /* for messages ("node 10.0.0.2:7000"); NULL: "node I" */
     uint64_t mem_budget;          /* bytes the node may use */
     uint32_t us_per_layer_token;  /* 0 = not measured */
 } cv_plan_node;
