@@ -1,0 +1,630 @@
+/* sched.c: the scheduler (see sched.h).
+ *
+ * Design: one mutex (s->mu) guards the queue, every request's shared state
+ * (state, refs, cancelled, finish, n_out) and the statistics; each request
+ * has its own condition variable that the inference thread signals when it
+ * appends tokens or ends the request. The slots and the batch buffers
+ * belong to the inference thread alone. One turn of its loop:
+ *   A. empties the slots whose request ended (convoy_seq_free), unlocked;
+ *   B. under the lock: sleeps while there is nothing to do, ends cancelled
+ *      requests, and moves queued requests into free slots;
+ *   C. sets up the new slots' samplers (convoy_set_sampler), unlocked;
+ *   D. builds the batch (decode tokens first, then prompt chunks in a
+ *      rotating order) and runs convoy_step, unlocked, without allocating;
+ *   E. under the lock: appends each sampled token to its request (or ends
+ *      it), and wakes the waiting threads.
+ * Logprobs are computed in D from the step's logits rows and published in
+ * E by advancing n_out. A request is freed when both its submitter and the
+ * scheduler have let it go (refs reaches 0). */
+#include "serve/sched.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+enum rq_state { RQ_QUEUED, RQ_ACTIVE, RQ_DONE };
+
+struct sv_request {
+    sv_sched *sched;
+    pthread_cond_t cond;
+    /* under sched->mu */
+    int refs;
+    enum rq_state state;
+    bool cancelled;
+    bool got_first;
+    sv_finish finish;
+    int32_t n_out;
+    char error[256];
+    /* fixed at submit */
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t max_tokens;
+    cv_sampler_params sampler;
+    bool ignore_eos;
+    int32_t top_logprobs;
+    double t_submit;
+    int32_t *out;    /* [max_tokens] */
+    sv_logprob *lp;  /* [max_tokens][1 + top_logprobs], or NULL */
+};
+
+enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDING };
+
+typedef struct sv_slot {
+    enum slot_state state;
+    sv_request *req;
+    int32_t n_fed;  /* prompt tokens in the cache */
+    int32_t n_past; /* positions in the cache */
+    int32_t next;   /* the sampled token to feed next (SLOT_DECODE) */
+} sv_slot;
+
+enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
+
+struct sv_sched {
+    convoy_ctx *ctx;
+    const convoy_model *model;
+    int32_t n_slot, n_batch, n_ctx, n_vocab;
+    bool has_logits;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool thread_running;
+    bool stopping;
+
+    /* under mu */
+    sv_request **queue; /* ring of queue_cap + n_slot */
+    int32_t queue_cap, q_ring, q_head, q_len;
+    int32_t n_held;     /* slots not SLOT_FREE */
+    int32_t n_running;  /* requests in slots, not yet ended */
+    sv_sched_stats stats;
+    double rate_t[RATE_RING];
+    uint64_t rate_n[RATE_RING];
+    int rate_head, rate_len;
+
+    /* inference thread only */
+    sv_slot *slots;
+    int32_t prefill_rr;
+    int32_t *b_token, *b_pos, *b_seq, *b_sampled, *row_slot;
+    uint8_t *b_want;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void request_free(sv_request *r)
+{
+    pthread_cond_destroy(&r->cond);
+    cv_free(r->lp);
+    cv_free(r->out);
+    cv_free(r->prompt);
+    cv_free(r);
+}
+
+/* Drops one reference; the caller holds mu. */
+static void unref_locked(sv_request *r)
+{
+    if (--r->refs == 0)
+        request_free(r);
+}
+
+/* Ends a request and drops the scheduler's reference; the caller holds mu. */
+static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg)
+{
+    if (r->state == RQ_ACTIVE)
+        s->n_running--;
+    r->state = RQ_DONE;
+    r->finish = why;
+    if (msg)
+        snprintf(r->error, sizeof r->error, "%s", msg);
+    s->stats.requests_finished[why]++;
+    pthread_cond_broadcast(&r->cond);
+    unref_locked(r);
+}
+
+static sv_request *queue_pop_locked(sv_sched *s)
+{
+    sv_request *r = s->queue[s->q_head];
+    s->q_head = (s->q_head + 1) % s->q_ring;
+    s->q_len--;
+    return r;
+}
+
+static void queue_remove_locked(sv_sched *s, sv_request *r)
+{
+    int32_t k = 0;
+    for (int32_t i = 0; i < s->q_len; i++) {
+        sv_request *q = s->queue[(s->q_head + i) % s->q_ring];
+        if (q != r)
+            s->queue[(s->q_head + k++) % s->q_ring] = q;
+    }
+    s->q_len = k;
+}
+
+/* Fills out[0] with the chosen id's log-probability and out[1..k] with the
+ * k most likely ids (ties to the lower id). NaN logits count as -inf. */
+static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, sv_logprob *out)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > -INFINITY)
+            sum += exp((double)x[i] - (double)mx);
+    const double lse = (double)mx + log(sum);
+    sv_logprob *top = out + 1;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n && k > 0; i++) {
+        const float v = x[i] == x[i] ? x[i] : -INFINITY;
+        if (m == k && !(v > top[m - 1].logprob))
+            continue;
+        int32_t j = m < k ? m++ : k - 1;
+        while (j > 0 && v > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = (sv_logprob){.id = i, .logprob = v};
+    }
+    for (int32_t j = 0; j < m; j++)
+        top[j].logprob = (float)((double)top[j].logprob - lse);
+    const float xc = x[chosen] == x[chosen] ? x[chosen] : -INFINITY;
+    out[0] = (sv_logprob){.id = chosen, .logprob = (float)((double)xc - lse)};
+}
+
+/* D: the next batch: decode tokens of every decoding slot, then prompt
+ * chunks up to the batch size, starting from a rotating slot. Returns the
+ * token count; *n_want gets the number of rows to sample. */
+static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_tokens)
+{
+    int32_t n = 0, w = 0, np = 0;
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        sv_slot *sl = &s->slots[i];
+        if (sl->state != SLOT_DECODE)
+            continue;
+        s->b_token[n] = sl->next;
+        s->b_pos[n] = sl->n_past++;
+        s->b_seq[n] = i;
+        s->b_want[n] = 1;
+        s->row_slot[w++] = i;
+        n++;
+    }
+    for (int32_t k = 0; k < s->n_slot && n < s->n_batch; k++) {
+        const int32_t i = (s->prefill_rr + k) % s->n_slot;
+        sv_slot *sl = &s->slots[i];
+        if (sl->state != SLOT_PREFILL)
+            continue;
+        const sv_request *r = sl->req;
+        int32_t take = r->n_prompt - sl->n_fed;
+        if (take > s->n_batch - n)
+            take = s->n_batch - n;
+        for (int32_t t = 0; t < take; t++) {
+            s->b_token[n] = r->prompt[sl->n_fed];
+            s->b_pos[n] = sl->n_past++;
+            s->b_seq[n] = i;
+            s->b_want[n] = ++sl->n_fed == r->n_prompt;
+            if (s->b_want[n])
+                s->row_slot[w++] = i;
+            n++;
+        }
+        np += take;
+    }
+    s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
+    *n_want = w;
+    *n_prompt_tokens = np;
+    return n;
+}
+
+/* Logprobs of the wanted rows, written past each request's published
+ * tokens (they become visible when E advances n_out). */
+static void compute_logprobs(sv_sched *s, int32_t n_want)
+{
+    for (int32_t row = 0; row < n_want; row++) {
+        const sv_request *r = s->slots[s->row_slot[row]].req;
+        if (!r->lp)
+            continue;
+        const float *logits = convoy_logits(s->ctx, row);
+        if (logits)
+            row_logprobs(logits, s->n_vocab, s->b_sampled[row], r->top_logprobs,
+                         r->lp + (size_t)r->n_out * (size_t)(1 + r->top_logprobs));
+    }
+}
+
+/* E: hands each sampled token to its request; the caller holds mu. */
+static void distribute_locked(sv_sched *s, int32_t n_want, double now)
+{
+    for (int32_t row = 0; row < n_want; row++) {
+        sv_slot *sl = &s->slots[s->row_slot[row]];
+        sv_request *r = sl->req;
+        const int32_t tok = s->b_sampled[row];
+        s->stats.generated_tokens++;
+        if (!r->got_first) {
+            r->got_first = true;
+            s->stats.ttft_seconds += now - r->t_submit;
+            s->stats.ttft_count++;
+        }
+        if (!r->ignore_eos && convoy_token_is_eog(s->model, tok)) {
+            finish_locked(s, r, SV_FINISH_STOP, NULL);
+            sl->state = SLOT_ENDING;
+            continue;
+        }
+        r->out[r->n_out++] = tok;
+        pthread_cond_broadcast(&r->cond);
+        if (r->n_out == r->max_tokens || sl->n_past >= s->n_ctx) {
+            finish_locked(s, r, SV_FINISH_LENGTH, NULL);
+            sl->state = SLOT_ENDING;
+            continue;
+        }
+        sl->state = SLOT_DECODE;
+        sl->next = tok;
+    }
+}
+
+static void rate_sample_locked(sv_sched *s, double now)
+{
+    const int last = (s->rate_head + s->rate_len - 1) % RATE_RING;
+    if (s->rate_len > 0 && now - s->rate_t[last] < 1.0)
+        return;
+    const int at = (s->rate_head + s->rate_len) % RATE_RING;
+    if (s->rate_len == RATE_RING)
+        s->rate_head = (s->rate_head + 1) % RATE_RING;
+    else
+        s->rate_len++;
+    s->rate_t[at] = now;
+    s->rate_n[at] = s->stats.generated_tokens;
+}
+
+static void *sched_main(void *arg)
+{
+    sv_sched *s = arg;
+    char err[CV_ERRLEN];
+    for (;;) {
+        /* A */
+        int32_t n_freed = 0;
+        for (int32_t i = 0; i < s->n_slot; i++) {
+            if (s->slots[i].state != SLOT_ENDING)
+                continue;
+            if (convoy_seq_free(s->ctx, i, err, sizeof err))
+                fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
+            s->slots[i] = (sv_slot){.state = SLOT_FREE};
+            n_freed++;
+        }
+        /* B */
+        pthread_mutex_lock(&s->mu);
+        s->n_held -= n_freed;
+        while (!s->stopping && s->n_held == 0 && s->q_len == 0)
+            pthread_cond_wait(&s->wake, &s->mu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        for (int32_t i = 0; i < s->n_slot; i++) {
+            sv_slot *sl = &s->slots[i];
+            if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && sl->req->cancelled) {
+                finish_locked(s, sl->req, SV_FINISH_CANCELLED, NULL);
+                sl->state = SLOT_ENDING;
+            }
+        }
+        for (int32_t i = 0; i < s->n_slot && s->q_len > 0; i++) {
+            if (s->slots[i].state != SLOT_FREE)
+                continue;
+            sv_request *r = queue_pop_locked(s);
+            r->state = RQ_ACTIVE;
+            s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r};
+            s->n_held++;
+            s->n_running++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        /* C */
+        for (int32_t i = 0; i < s->n_slot; i++) {
+            sv_slot *sl = &s->slots[i];
+            if (sl->state != SLOT_STARTING)
+                continue;
+            if (convoy_set_sampler(s->ctx, i, &sl->req->sampler, err, sizeof err)) {
+                pthread_mutex_lock(&s->mu);
+                finish_locked(s, sl->req, SV_FINISH_ERROR, err);
+                pthread_mutex_unlock(&s->mu);
+                sl->state = SLOT_ENDING;
+                continue;
+            }
+            sl->state = SLOT_PREFILL;
+        }
+        /* D */
+        cv_alloc_forbid(1);
+        int32_t n_want, n_prompt_tokens;
+        const int32_t n = build_batch(s, &n_want, &n_prompt_tokens);
+        cv_alloc_forbid(0);
+        if (n == 0)
+            continue;
+        const convoy_batch b = {.n_tokens = n, .token = s->b_token, .pos = s->b_pos, .seq = s->b_seq,
+                                .want = s->b_want};
+        const double t0 = now_s();
+        const int rc = convoy_step(s->ctx, &b, s->b_sampled, err, sizeof err);
+        const double t1 = now_s();
+        cv_alloc_forbid(1);
+        if (rc == 0)
+            compute_logprobs(s, n_want);
+        /* E */
+        pthread_mutex_lock(&s->mu);
+        s->stats.steps++;
+        s->stats.batch_tokens += (uint64_t)n;
+        s->stats.prompt_tokens += (uint64_t)n_prompt_tokens;
+        s->stats.step_seconds += t1 - t0;
+        if (rc == 0) {
+            distribute_locked(s, n_want, t1);
+        } else {
+            fprintf(stderr, "convoy serve: step failed: %s\n", err);
+            for (int32_t i = 0; i < s->n_slot; i++) {
+                sv_slot *sl = &s->slots[i];
+                if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) {
+                    finish_locked(s, sl->req, SV_FINISH_ERROR, err);
+                    sl->state = SLOT_ENDING;
+                }
+            }
+        }
+        rate_sample_locked(s, t1);
+        pthread_mutex_unlock(&s->mu);
+        cv_alloc_forbid(0);
+    }
+    return NULL;
+}
+
+sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_slot, int32_t queue_cap,
+                          char *err, size_t errlen)
+{
+    const int32_t n_batch = convoy_ctx_n_batch(ctx);
+    if (n_slot < 1 || queue_cap < 0) {
+        cv_errf(err, errlen, "the scheduler needs at least one slot and a queue of 0 or more (got %d, %d)", n_slot,
+                queue_cap);
+        return NULL;
+    }
+    if (n_batch < n_slot) {
+        cv_errf(err, errlen, "the batch (%d tokens) must hold one token of each of the %d slots", n_batch, n_slot);
+        return NULL;
+    }
+    sv_sched *s = cv_calloc(1, sizeof *s);
+    if (!s) {
+        cv_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    convoy_model_info info;
+    convoy_model_get_info(model, &info);
+    s->ctx = ctx;
+    s->model = model;
+    s->n_slot = n_slot;
+    s->n_batch = n_batch;
+    s->n_ctx = convoy_ctx_n_ctx(ctx);
+    s->n_vocab = info.n_vocab;
+    s->has_logits = convoy_logits(ctx, 0) != NULL;
+    s->queue_cap = queue_cap;
+    s->q_ring = queue_cap + n_slot;
+    s->stats.n_slot = n_slot;
+    s->stats.queue_cap = queue_cap;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->queue = cv_calloc((size_t)s->q_ring, sizeof *s->queue);
+    s->slots = cv_calloc((size_t)n_slot, sizeof *s->slots);
+    s->b_token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->b_pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->b_seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->row_slot = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->b_want = cv_malloc((size_t)n_batch);
+    if (!s->queue || !s->slots || !s->b_token || !s->b_pos || !s->b_seq || !s->b_sampled || !s->row_slot ||
+        !s->b_want) {
+        cv_errf(err, errlen, "out of memory");
+        sv_sched_free(s);
+        return NULL;
+    }
+    if (pthread_create(&s->thread, NULL, sched_main, s)) {
+        cv_errf(err, errlen, "cannot start the inference thread");
+        sv_sched_free(s);
+        return NULL;
+    }
+    s->thread_running = true;
+    return s;
+}
+
+void sv_sched_stop(sv_sched *s)
+{
+    static const char *const msg = "the server is shutting down";
+    pthread_mutex_lock(&s->mu);
+    const bool was_running = s->thread_running;
+    s->stopping = true;
+    s->thread_running = false;
+    while (s->q_len > 0)
+        finish_locked(s, queue_pop_locked(s), SV_FINISH_ERROR, msg);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    if (!was_running)
+        return;
+    pthread_join(s->thread, NULL);
+    char err[CV_ERRLEN];
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        sv_slot *sl = &s->slots[i];
+        if (sl->state == SLOT_FREE)
+            continue;
+        if (sl->state != SLOT_ENDING)
+            finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
+        convoy_seq_free(s->ctx, i, err, sizeof err);
+        *sl = (sv_slot){.state = SLOT_FREE};
+    }
+    s->n_held = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sv_sched_free(sv_sched *s)
+{
+    if (!s)
+        return;
+    sv_sched_stop(s);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->mu);
+    cv_free(s->b_want);
+    cv_free(s->row_slot);
+    cv_free(s->b_sampled);
+    cv_free(s->b_seq);
+    cv_free(s->b_pos);
+    cv_free(s->b_token);
+    cv_free(s->slots);
+    cv_free(s->queue);
+    cv_free(s);
+}
+
+bool sv_sched_has_logprobs(const sv_sched *s) { return s->has_logits; }
+
+void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
+{
+    const double now = now_s();
+    pthread_mutex_lock(&s->mu);
+    *st = s->stats;
+    st->queued = s->q_len;
+    st->active = s->n_running;
+    st->tokens_per_second = 0.0;
+    for (int k = 0; k < s->rate_len; k++) {
+        const int i = (s->rate_head + k) % RATE_RING;
+        if (now - s->rate_t[i] <= RATE_WINDOW_S) {
+            if (now - s->rate_t[i] > 0.5)
+                st->tokens_per_second = (double)(s->stats.generated_tokens - s->rate_n[i]) / (now - s->rate_t[i]);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
+                                 size_t errlen)
+{
+    *out = NULL;
+    if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
+        p->top_logprobs < -1 || p->top_logprobs > SV_MAX_TOP_LOGPROBS || (p->top_logprobs >= 0 && !s->has_logits)) {
+        cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
+                p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
+        return SV_SUBMIT_ERROR;
+    }
+    for (int32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= s->n_vocab) {
+            cv_errf(err, errlen, "token id %d is outside the vocabulary of %d", p->prompt[i], s->n_vocab);
+            return SV_SUBMIT_ERROR;
+        }
+    sv_request *r = cv_calloc(1, sizeof *r);
+    if (!r) {
+        cv_errf(err, errlen, "out of memory");
+        return SV_SUBMIT_ERROR;
+    }
+    r->prompt = cv_malloc(sizeof(int32_t) * (size_t)p->n_prompt);
+    r->out = cv_malloc(sizeof(int32_t) * (size_t)p->max_tokens);
+    if (p->top_logprobs >= 0)
+        r->lp = cv_malloc(sizeof(sv_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
+    if (!r->prompt || !r->out || (p->top_logprobs >= 0 && !r->lp)) {
+        cv_free(r->lp);
+        cv_free(r->out);
+        cv_free(r->prompt);
+        cv_free(r);
+        cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
+        return SV_SUBMIT_ERROR;
+    }
+    memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    r->sched = s;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->sampler = p->sampler;
+    r->ignore_eos = p->ignore_eos;
+    r->top_logprobs = p->top_logprobs;
+    r->t_submit = now_s();
+    r->refs = 2;
+    r->state = RQ_QUEUED;
+    pthread_cond_init(&r->cond, NULL);
+
+    pthread_mutex_lock(&s->mu);
+    sv_submit_result res = SV_SUBMIT_OK;
+    if (s->stopping) {
+        cv_errf(err, errlen, "the server is shutting down");
+        res = SV_SUBMIT_ERROR;
+    } else if (s->q_len >= s->queue_cap + (s->n_slot - s->n_running)) {
+        cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d slots "
+                             "are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
+        res = SV_SUBMIT_FULL;
+    } else {
+        s->queue[(s->q_head + s->q_len) % s->q_ring] = r;
+        s->q_len++;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (res != SV_SUBMIT_OK) {
+        request_free(r);
+        return res;
+    }
+    *out = r;
+    return SV_SUBMIT_OK;
+}
+
+int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish)
+{
+    sv_sched *s = r->sched;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (r->state != RQ_DONE && r->n_out <= n_seen)
+        if (pthread_cond_timedwait(&r->cond, &s->mu, &until))
+            break;
+    const int32_t n = r->n_out;
+    *finish = r->state == RQ_DONE ? r->finish : SV_RUNNING;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+const int32_t *sv_request_tokens(const sv_request *r) { return r->out; }
+
+const sv_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
+{
+    return r->lp ? r->lp + (size_t)i * (size_t)(1 + r->top_logprobs) : NULL;
+}
+
+const char *sv_request_error(const sv_request *r) { return r->error; }
+
+static void cancel_locked(sv_sched *s, sv_request *r)
+{
+    if (r->state == RQ_QUEUED) {
+        queue_remove_locked(s, r);
+        finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
+    } else if (r->state == RQ_ACTIVE && !r->cancelled) {
+        r->cancelled = true;
+        pthread_cond_signal(&s->wake);
+    }
+}
+
+void sv_request_cancel(sv_request *r)
+{
+    sv_sched *s = r->sched;
+    pthread_mutex_lock(&s->mu);
+    cancel_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sv_request_release(sv_request *r)
+{
+    if (!r)
+        return;
+    sv_sched *s = r->sched;
+    pthread_mutex_lock(&s->mu);
+    cancel_locked(s, r);
+    unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}

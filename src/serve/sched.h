@@ -1,0 +1,107 @@
+/* sched.h: the scheduler of `convoy serve`: the single owner of sequences.
+ *
+ * Contract: sv_sched_create starts one inference thread that owns the
+ * convoy_ctx from then on (nobody else may touch it until sv_sched_free).
+ * Any thread may sv_sched_submit a request: its prompt and parameters are
+ * copied, and the request waits in a bounded queue until a sequence slot
+ * is free. The queue holds at most queue_cap requests beyond the free
+ * slots; a submit past that is refused with SV_SUBMIT_FULL (the server's
+ * 503). Each step of the inference thread builds one batch: first the next
+ * token of every decoding sequence, then prompt chunks of the sequences
+ * still reading their prompt, up to the context's batch size (the prefill
+ * order rotates, so a long prompt delays nobody by more than its chunks).
+ * A slot is set up with convoy_set_sampler (the request's own seed) when
+ * its request starts and emptied with convoy_seq_free when it ends, so a
+ * request's tokens never depend on what else runs: they are the tokens it
+ * would get alone. The step loop allocates nothing.
+ *
+ * A request ends with SV_FINISH_STOP (an end-of-generation token, which is
+ * not part of the output), SV_FINISH_LENGTH (max_tokens reached or the
+ * context is full), SV_FINISH_CANCELLED (sv_request_cancel) or
+ * SV_FINISH_ERROR (the engine failed; sv_request_error says why). Its
+ * output is append-only: sv_request_wait returns how many tokens exist,
+ * and tokens [0, n) (with their logprobs, when asked for) never change
+ * afterwards, so the caller reads them without a lock. The submitter owns
+ * one reference and gives it up with sv_request_release (which also
+ * cancels); the scheduler drops its own when the request ends. */
+#ifndef CONVOY_SERVE_SCHED_H
+#define CONVOY_SERVE_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convoy.h"
+
+#define SV_MAX_TOP_LOGPROBS 20
+
+typedef struct sv_sched sv_sched;
+typedef struct sv_request sv_request;
+
+typedef enum sv_finish {
+    SV_RUNNING = 0,
+    SV_FINISH_STOP,
+    SV_FINISH_LENGTH,
+    SV_FINISH_CANCELLED,
+    SV_FINISH_ERROR,
+} sv_finish;
+
+typedef enum sv_submit_result { SV_SUBMIT_OK = 0, SV_SUBMIT_FULL, SV_SUBMIT_ERROR } sv_submit_result;
+
+typedef struct sv_request_params {
+    const int32_t *prompt;    /* copied at submit */
+    int32_t n_prompt;         /* >= 1 and < the context */
+    int32_t max_tokens;       /* >= 1 and <= context - n_prompt */
+    cv_sampler_params sampler;
+    bool ignore_eos;          /* end-of-generation tokens are output like any other */
+    int32_t top_logprobs;     /* -1: no logprobs; else 0..SV_MAX_TOP_LOGPROBS alternatives per token */
+} sv_request_params;
+
+/* One (id, log-probability) pair; log-probabilities are of the model's
+ * distribution (softmax of the raw logits, before penalties and sampling). */
+typedef struct sv_logprob {
+    int32_t id;
+    float logprob;
+} sv_logprob;
+
+typedef struct sv_sched_stats {
+    uint64_t requests_finished[5]; /* by sv_finish (index 0 unused) */
+    uint64_t prompt_tokens;        /* prompt tokens run through the model */
+    uint64_t generated_tokens;     /* tokens sampled */
+    uint64_t steps;
+    uint64_t batch_tokens;         /* tokens over all steps */
+    double step_seconds;           /* time inside convoy_step */
+    double ttft_seconds;           /* sum over requests of submit -> first token */
+    uint64_t ttft_count;
+    double tokens_per_second;      /* sampled tokens per second over the last ~10 s */
+    int32_t queued, active, n_slot, queue_cap;
+} sv_sched_stats;
+
+/* ctx must have been created for `model`; the scheduler owns it until
+ * sv_sched_free (which does not free it). */
+sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_slot, int32_t queue_cap,
+                          char *err, size_t errlen);
+/* Fails every queued and running request ("the server is shutting down"),
+ * refuses new ones, and stops the inference thread. Idempotent. */
+void sv_sched_stop(sv_sched *s);
+void sv_sched_free(sv_sched *s);
+/* Whether logprobs can be given (the engine exposes logits rows). */
+bool sv_sched_has_logprobs(const sv_sched *s);
+void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st);
+
+sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
+                                 size_t errlen);
+
+/* Waits until the request has more than n_seen tokens, has ended, or
+ * timeout_ms passed; returns the number of tokens and sets *finish. */
+int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish);
+const int32_t *sv_request_tokens(const sv_request *r);
+/* The logprobs of token i: the sampled id's, then top_logprobs
+ * alternatives (best first, ties to the lower id). */
+const sv_logprob *sv_request_logprobs(const sv_request *r, int32_t i);
+/* The message of SV_FINISH_ERROR (valid once the request has ended). */
+const char *sv_request_error(const sv_request *r);
+void sv_request_cancel(sv_request *r);
+void sv_request_release(sv_request *r);
+
+#endif
