@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS] [--nodes HOST:PORT,...]"},
+    {"serve", cmd_serve, "serve -m MODEL [--port N] [--slots N] [--ctx N] [--nodes HOST:PORT,...]: OpenAI API"},
     {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL [--mem BYTES]: a pipeline node"},
     {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},

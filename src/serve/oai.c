@@ -1,0 +1,628 @@
+/* oai.c: OpenAI request parsing and response shapes (see oai.h).
+ *
+ * Design: parsing reads the body with jansson into a tree, checks each
+ * known field with one helper per JSON type (absent and null both mean
+ * "not given"), then builds the prompt: a completion's string or token
+ * list, or the chat messages rendered by sv_render_chat. Everything the
+ * request keeps (prompt tokens, stop strings) is copied out of the tree,
+ * which is freed before returning. Responses are built as jansson trees
+ * and dumped compactly. */
+#include "serve/oai.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "serve/buf.h"
+#include "serve/render.h"
+
+#define INVALID "invalid_request_error"
+enum { MAX_STOP = 16, MAX_STOP_LEN = 1024 };
+
+int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int bad(oai_error *e, const char *param, const char *fmt, const char *what)
+{
+    return oai_fail(e, 400, INVALID, NULL, param, fmt, param, what);
+}
+
+/* The value of key, or NULL when absent or null. */
+static json_t *opt(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int get_number(const json_t *o, const char *key, double lo, double hi, float *out, oai_error *e)
+{
+    json_t *v = opt(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return bad(e, key, "'%s' must be %s", "a number");
+    const double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, oai_error *e)
+{
+    json_t *v = opt(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return bad(e, key, "'%s' must be %s", "an integer");
+    const long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const json_t *o, const char *key, bool *out, oai_error *e)
+{
+    json_t *v = opt(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(e, key, "'%s' must be %s", "a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int add_stop(oai_request *r, const char *s, size_t n, oai_error *e)
+{
+    if (n == 0)
+        return 0;
+    if (r->n_stop == MAX_STOP)
+        return oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
+    if (n > MAX_STOP_LEN)
+        return oai_fail(e, 400, INVALID, NULL, "stop", "a stop string may be at most %d bytes long", MAX_STOP_LEN);
+    char *c = cv_malloc(n + 1);
+    if (!c)
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(c, s, n);
+    c[n] = 0;
+    r->stop[r->n_stop++] = c;
+    return 0;
+}
+
+static int parse_stop(const json_t *body, oai_request *r, oai_error *e)
+{
+    json_t *v = opt(body, "stop");
+    if (!v)
+        return 0;
+    if (json_is_string(v))
+        return add_stop(r, json_string_value(v), json_string_length(v), e);
+    if (!json_is_array(v))
+        return bad(e, "stop", "'%s' must be %s", "a string or a list of strings");
+    if (json_array_size(v) > MAX_STOP - 2)
+        return oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s)
+    {
+        if (!json_is_string(s))
+            return bad(e, "stop", "'%s' must be %s", "a string or a list of strings");
+        if (add_stop(r, json_string_value(s), json_string_length(s), e))
+            return -1;
+    }
+    return 0;
+}
+
+/* Fields this server cannot honour, refused when given a non-default value. */
+static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
+{
+    long long n = 1;
+    if (get_int(body, "n", 1, 1, &n, e))
+        return oai_fail(e, 400, INVALID, NULL, "n", "only n = 1 (one choice per request) is supported");
+    if (kind == OAI_COMPLETIONS) {
+        bool echo = false;
+        if (get_int(body, "best_of", 1, 1, &n, e))
+            return oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
+        if (get_bool(body, "echo", &echo, e))
+            return -1;
+        if (echo)
+            return oai_fail(e, 400, INVALID, NULL, "echo", "'echo' is not supported");
+        if (opt(body, "suffix"))
+            return oai_fail(e, 400, INVALID, NULL, "suffix", "'suffix' is not supported");
+    }
+    json_t *v = opt(body, "logit_bias");
+    if (v && (!json_is_object(v) || json_object_size(v) > 0))
+        return oai_fail(e, 400, INVALID, NULL, "logit_bias", "'logit_bias' is not supported");
+    v = opt(body, "tools");
+    if (v && (!json_is_array(v) || json_array_size(v) > 0))
+        return oai_fail(e, 400, INVALID, NULL, "tools", "tools (function calling) are not supported");
+    v = opt(body, "response_format");
+    if (v) {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
+            return oai_fail(e, 400, INVALID, NULL, "response_format",
+                            "only the response_format {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request *r, oai_error *e)
+{
+    cv_sampler_params *sp = &r->params.sampler;
+    *sp = cv_sampler_default_params();
+    sp->seed = default_seed;
+    long long x;
+    if (get_number(body, "temperature", 0.0, 2.0, &sp->temp, e) || get_number(body, "top_p", 0.0, 1.0, &sp->top_p, e) ||
+        get_number(body, "min_p", 0.0, 1.0, &sp->min_p, e) ||
+        get_number(body, "presence_penalty", -2.0, 2.0, &sp->presence_penalty, e) ||
+        get_number(body, "frequency_penalty", -2.0, 2.0, &sp->freq_penalty, e) ||
+        get_number(body, "repeat_penalty", 0.0, 10.0, &sp->repeat_penalty, e))
+        return -1;
+    x = sp->top_k;
+    if (get_int(body, "top_k", 0, INT32_MAX, &x, e))
+        return -1;
+    sp->top_k = (int32_t)x;
+    x = sp->penalty_last_n;
+    if (get_int(body, "repeat_last_n", 0, 1 << 20, &x, e))
+        return -1;
+    sp->penalty_last_n = (int32_t)x;
+    x = 0;
+    json_t *seed = opt(body, "seed");
+    if (seed) {
+        if (get_int(body, "seed", LLONG_MIN, LLONG_MAX, &x, e))
+            return -1;
+        sp->seed = (uint64_t)x;
+    }
+    return get_bool(body, "ignore_eos", &r->params.ignore_eos, e);
+}
+
+static int parse_logprobs(const oai_server *srv, const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
+{
+    long long top = -1;
+    const char *param = "logprobs";
+    if (kind == OAI_COMPLETIONS) {
+        if (get_int(body, "logprobs", 0, SV_MAX_TOP_LOGPROBS, &top, e))
+            return -1;
+    } else {
+        bool on = false;
+        if (get_bool(body, "logprobs", &on, e))
+            return -1;
+        long long k = -1;
+        if (get_int(body, "top_logprobs", 0, SV_MAX_TOP_LOGPROBS, &k, e))
+            return -1;
+        if (k >= 0 && !on)
+            return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+        top = on ? (k >= 0 ? k : 0) : -1;
+    }
+    if (top >= 0 && !srv->has_logprobs)
+        return oai_fail(e, 400, INVALID, NULL, param,
+                        "logprobs are not supported yet on a pipeline of nodes (--nodes): the last node returns "
+                        "only token ids");
+    r->params.top_logprobs = (int32_t)top;
+    return 0;
+}
+
+/* Tokenizes text into r->prompt (at most n_ctx tokens are kept). */
+static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, oai_request *r, oai_error *e)
+{
+    r->prompt = cv_malloc(sizeof(int32_t) * (size_t)srv->n_ctx);
+    if (!r->prompt)
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const int n = convoy_tokenize(srv->model, text, len, true, true, r->prompt, srv->n_ctx);
+    if (n == INT_MIN)
+        return oai_fail(e, 400, INVALID, NULL, r->kind == OAI_CHAT ? "messages" : "prompt",
+                        "the prompt cannot be tokenized (too long)");
+    if (n < 0)
+        return oai_fail(e, 400, INVALID, "context_length_exceeded", r->kind == OAI_CHAT ? "messages" : "prompt",
+                        "the prompt has %d tokens, more than the context of %d tokens", -n, srv->n_ctx);
+    r->params.n_prompt = n;
+    return 0;
+}
+
+static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    json_t *p = opt(body, "prompt");
+    if (!p)
+        return oai_fail(e, 400, INVALID, NULL, "prompt", "you must provide a 'prompt'");
+    if (json_is_array(p) && json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) ||
+                                                        json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p))
+        return tokenize_prompt(srv, json_string_value(p), json_string_length(p), r, e);
+    if (!json_is_array(p))
+        return bad(e, "prompt", "'%s' must be %s", "a string or a list of token ids");
+    const size_t n = json_array_size(p);
+    if (n > 0 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        return oai_fail(e, 400, INVALID, NULL, "prompt", "only one prompt per request is supported");
+    if (n >= (size_t)srv->n_ctx)
+        return oai_fail(e, 400, INVALID, "context_length_exceeded", "prompt",
+                        "the prompt has %zu tokens, more than the context of %d tokens", n, srv->n_ctx);
+    r->prompt = cv_malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!r->prompt)
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    convoy_model_info info;
+    convoy_model_get_info(srv->model, &info);
+    size_t i;
+    json_t *t;
+    json_array_foreach(p, i, t)
+    {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= info.n_vocab)
+            return oai_fail(e, 400, INVALID, NULL, "prompt",
+                            "'prompt' item %zu is not a token id (an integer in [0, %d))", i, info.n_vocab);
+        r->prompt[i] = (int32_t)json_integer_value(t);
+    }
+    r->params.n_prompt = (int32_t)n;
+    return 0;
+}
+
+/* A message's content: a string, a list of text parts (joined by
+ * newlines), or null (""); appended to out. */
+static int message_content(const json_t *m, size_t i, sv_buf *out, oai_error *e)
+{
+    json_t *c = opt(m, "content");
+    if (!c)
+        return 0;
+    if (json_is_string(c))
+        return sv_buf_append(out, json_string_value(c), json_string_length(c));
+    if (!json_is_array(c))
+        return oai_fail(e, 400, INVALID, NULL, "messages",
+                        "messages[%zu].content must be a string or a list of content parts", i);
+    size_t k;
+    json_t *part;
+    json_array_foreach(c, k, part)
+    {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+            return oai_fail(e, 400, INVALID, NULL, "messages",
+                            "messages[%zu].content[%zu]: only text parts ({\"type\": \"text\", \"text\": ...}) "
+                            "are supported", i, k);
+        if ((k > 0 && sv_buf_puts(out, "\n")) || sv_buf_append(out, json_string_value(text), json_string_length(text)))
+            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    json_t *msgs = opt(body, "messages");
+    if (!msgs)
+        return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
+    const size_t n = json_array_size(msgs);
+    sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
+    sv_buf *texts = cv_calloc(n, sizeof *texts);
+    sv_buf prompt = {0};
+    char err[256];
+    int rc = -1;
+    if (!cm || !texts) {
+        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            oai_fail(e, 400, INVALID, NULL, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            goto done;
+        }
+        bool known = false;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+            known |= !strcmp(json_string_value(role), roles[k]);
+        if (!known) {
+            oai_fail(e, 400, INVALID, NULL, "messages",
+                     "messages[%zu].role must be system, developer, user, assistant or tool", i);
+            goto done;
+        }
+        if (message_content(m, i, &texts[i], e))
+            goto done;
+        cm[i].role = json_string_value(role);
+        cm[i].content = texts[i].p ? texts[i].p : "";
+    }
+    if (sv_render_chat(srv->chat_template, cm, (int)n, &prompt, err, sizeof err)) {
+        oai_fail(e, 500, "server_error", NULL, NULL, "%s", err);
+        goto done;
+    }
+    rc = tokenize_prompt(srv, prompt.p, prompt.n, r, e);
+    for (const char *const *s = sv_chat_stop_strings(srv->chat_template); rc == 0 && *s; s++)
+        rc = add_stop(r, *s, strlen(*s), e);
+done:
+    for (size_t i = 0; texts && i < n; i++)
+        sv_buf_free(&texts[i]);
+    cv_free(texts);
+    cv_free(cm);
+    sv_buf_free(&prompt);
+    return rc;
+}
+
+static int parse_max_tokens(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    const int32_t room = srv->n_ctx - r->params.n_prompt;
+    const char *key = r->kind == OAI_CHAT && opt(body, "max_completion_tokens") ? "max_completion_tokens"
+                                                                                : "max_tokens";
+    long long m = -1;
+    if (get_int(body, key, LLONG_MIN, LLONG_MAX, &m, e))
+        return -1;
+    if (m == -1 && !opt(body, key)) {
+        r->params.max_tokens = r->kind == OAI_COMPLETIONS && room > 16 ? 16 : room;
+        return 0;
+    }
+    if (m < 1)
+        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be at least 1, got %lld", key, m);
+    if (m > room)
+        return oai_fail(e, 400, INVALID, NULL, key,
+                        "'%s' is %lld, but the prompt's %d tokens leave room for only %d in the context of %d "
+                        "tokens", key, m, r->params.n_prompt, room, srv->n_ctx);
+    r->params.max_tokens = (int32_t)m;
+    return 0;
+}
+
+int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
+                      oai_request *out, oai_error *e)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root)
+        return oai_fail(e, 400, INVALID, NULL, NULL,
+                        "the request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                        jerr.column);
+    int rc = -1;
+    out->stop = cv_calloc(MAX_STOP, sizeof *out->stop);
+    if (!out->stop) {
+        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    if (!json_is_object(root)) {
+        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
+        goto done;
+    }
+    json_t *model = opt(root, "model");
+    if (!model) {
+        oai_fail(e, 400, INVALID, NULL, "model", "you must provide a 'model' parameter");
+        goto done;
+    }
+    if (!json_is_string(model)) {
+        bad(e, "model", "'%s' must be %s", "a string");
+        goto done;
+    }
+    if (strcmp(json_string_value(model), srv->model_id)) {
+        oai_fail(e, 404, INVALID, "model_not_found", "model",
+                 "the model '%.200s' does not exist: this server serves '%.200s'", json_string_value(model),
+                 srv->model_id);
+        goto done;
+    }
+    json_t *so = opt(root, "stream_options");
+    if (refuse_unsupported(root, kind, e) || get_bool(root, "stream", &out->stream, e) ||
+        parse_sampling(root, default_seed, out, e) || parse_logprobs(srv, root, kind, out, e) ||
+        parse_stop(root, out, e))
+        goto done;
+    if (so) {
+        if (!out->stream) {
+            oai_fail(e, 400, INVALID, NULL, "stream_options", "'stream_options' is only allowed with stream: true");
+            goto done;
+        }
+        if (!json_is_object(so)) {
+            bad(e, "stream_options", "'%s' must be %s", "an object");
+            goto done;
+        }
+        if (get_bool(so, "include_usage", &out->include_usage, e))
+            goto done;
+    }
+    if (kind == OAI_COMPLETIONS ? parse_prompt(srv, root, out, e) : parse_messages(srv, root, out, e))
+        goto done;
+    if (out->params.n_prompt == 0) {
+        oai_fail(e, 400, INVALID, NULL, kind == OAI_CHAT ? "messages" : "prompt",
+                 "the prompt is empty (and the model adds no BOS token)");
+        goto done;
+    }
+    if (out->params.n_prompt >= srv->n_ctx) {
+        oai_fail(e, 400, INVALID, "context_length_exceeded", kind == OAI_CHAT ? "messages" : "prompt",
+                 "the prompt has %d tokens; the context holds %d, so no token is left to generate",
+                 out->params.n_prompt, srv->n_ctx);
+        goto done;
+    }
+    if (parse_max_tokens(srv, root, out, e))
+        goto done;
+    out->params.prompt = out->prompt;
+    rc = 0;
+done:
+    json_decref(root);
+    if (rc)
+        oai_request_free(out);
+    return rc;
+}
+
+void oai_request_free(oai_request *r)
+{
+    for (int i = 0; i < r->n_stop; i++)
+        cv_free(r->stop[i]);
+    cv_free(r->stop);
+    cv_free(r->prompt);
+    memset(r, 0, sizeof *r);
+}
+
+static char *dump(json_t *j)
+{
+    if (!j)
+        return NULL;
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static json_t *str_or_null(const char *s) { return s && *s ? json_string(s) : json_null(); }
+
+char *oai_error_json(const oai_error *e)
+{
+    return dump(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type, "param",
+                          str_or_null(e->param), "code", str_or_null(e->code)));
+}
+
+/* A JSON number for a log-probability (JSON has no infinities). */
+static json_t *lp_real(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
+
+/* The piece of a token as a valid UTF-8 string (bytes of an incomplete or
+ * invalid character become U+FFFD) and as its raw bytes. */
+static void token_strings(const convoy_model *m, int32_t id, sv_buf *text, char *raw, int *n_raw, int cap)
+{
+    int n = convoy_token_piece(m, id, raw, cap);
+    *n_raw = n < 0 ? 0 : n;
+    text->n = 0;
+    sv_buf_append(text, "", 0);
+    const unsigned char *s = (const unsigned char *)raw;
+    for (int i = 0; i < *n_raw;) {
+        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3 : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        bool ok = len > 0 && i + len <= *n_raw;
+        for (int k = 1; ok && k < len; k++)
+            ok = (s[i + k] & 0xC0) == 0x80;
+        if (ok && len == 2 && s[i] < 0xC2)
+            ok = false;
+        if (ok && len == 3) {
+            const unsigned cp = ((s[i] & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6);
+            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
+        }
+        if (ok && len == 4) {
+            const unsigned cp = ((s[i] & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12);
+            ok = cp >= 0x10000 && cp <= 0x10FFFF;
+        }
+        if (ok) {
+            sv_buf_append(text, raw + i, (size_t)len);
+            i += len;
+        } else {
+            sv_buf_puts(text, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+}
+
+static json_t *bytes_array(const char *raw, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)raw[i]));
+    return a;
+}
+
+json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, int32_t first, int32_t n,
+                     int32_t top, size_t text_offset)
+{
+    char raw[256];
+    int n_raw;
+    sv_buf text = {0};
+    json_t *res = NULL;
+    if (kind == OAI_COMPLETIONS) {
+        json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+        for (int32_t i = first; i < first + n; i++) {
+            const sv_logprob *lp = sv_request_logprobs(r, i);
+            token_strings(m, lp[0].id, &text, raw, &n_raw, sizeof raw);
+            json_array_append_new(tokens, json_string(text.p));
+            json_array_append_new(lps, lp_real(lp[0].logprob));
+            json_array_append_new(offs, json_integer((json_int_t)text_offset));
+            text_offset += (size_t)n_raw;
+            json_t *alt = json_object();
+            for (int32_t k = 1; k <= top; k++) {
+                token_strings(m, lp[k].id, &text, raw, &n_raw, sizeof raw);
+                json_object_set_new(alt, text.p, lp_real(lp[k].logprob));
+            }
+            json_array_append_new(tops, alt);
+        }
+        res = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                        "text_offset", offs);
+    } else {
+        json_t *content = json_array();
+        for (int32_t i = first; i < first + n; i++) {
+            const sv_logprob *lp = sv_request_logprobs(r, i);
+            json_t *alts = json_array();
+            for (int32_t k = 1; k <= top; k++) {
+                token_strings(m, lp[k].id, &text, raw, &n_raw, sizeof raw);
+                json_array_append_new(alts, json_pack("{s:s,s:o,s:o}", "token", text.p, "logprob",
+                                                      lp_real(lp[k].logprob), "bytes", bytes_array(raw, n_raw)));
+            }
+            token_strings(m, lp[0].id, &text, raw, &n_raw, sizeof raw);
+            json_array_append_new(content, json_pack("{s:s,s:o,s:o,s:o}", "token", text.p, "logprob",
+                                                     lp_real(lp[0].logprob), "bytes", bytes_array(raw, n_raw),
+                                                     "top_logprobs", alts));
+        }
+        res = json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    sv_buf_free(&text);
+    return res;
+}
+
+static json_t *usage_json(const oai_usage *u)
+{
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
+                     "total_tokens", u->prompt_tokens + u->completion_tokens);
+}
+
+char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
+                        size_t text_len, const char *finish, json_t *logprobs, const oai_usage *u)
+{
+    if (!logprobs)
+        logprobs = json_null();
+    if (kind == OAI_COMPLETIONS)
+        return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object", "text_completion",
+                              "created", (json_int_t)created, "model", srv->model_id, "choices", "text", text,
+                              text_len, "index", 0, "logprobs", logprobs, "finish_reason", finish, "usage",
+                              usage_json(u)));
+    return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:s%,s:n},s:o,s:s}],s:o}", "id", id, "object",
+                          "chat.completion", "created", (json_int_t)created, "model", srv->model_id, "choices",
+                          "index", 0, "message", "role", "assistant", "content", text, text_len, "refusal",
+                          "logprobs", logprobs, "finish_reason", finish, "usage", usage_json(u)));
+}
+
+char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c)
+{
+    json_t *choices = json_array();
+    json_t *logprobs = c->logprobs ? c->logprobs : json_null();
+    if (c->usage_only) {
+        json_decref(logprobs);
+    } else if (kind == OAI_COMPLETIONS) {
+        json_array_append_new(choices, json_pack("{s:s%,s:i,s:o,s:o}", "text", c->text, c->text_len, "index", 0,
+                                                 "logprobs", logprobs, "finish_reason", str_or_null(c->finish)));
+    } else {
+        json_t *delta = c->finish && c->text_len == 0 && !c->first ? json_object()
+                        : c->first ? json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text, c->text_len)
+                                   : json_pack("{s:s%}", "content", c->text, c->text_len);
+        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
+                                                 logprobs, "finish_reason", str_or_null(c->finish)));
+    }
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", id, "object",
+                          kind == OAI_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",
+                          (json_int_t)created, "model", srv->model_id, "choices", choices);
+    if (j && (c->usage || c->include_usage))
+        json_object_set_new(j, "usage", c->usage ? usage_json(c->usage) : json_null());
+    return dump(j);
+}
+
+static json_t *model_object(const oai_server *srv, long long created)
+{
+    convoy_model_info info;
+    convoy_model_get_info(srv->model, &info);
+    return json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:i}}", "id", srv->model_id, "object", "model", "created",
+                     (json_int_t)created, "owned_by", "convoy", "meta", "arch", info.arch, "n_ctx", srv->n_ctx,
+                     "n_vocab", info.n_vocab, "n_layer", info.n_layer);
+}
+
+char *oai_models_json(const oai_server *srv, long long created)
+{
+    return dump(json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(srv, created)));
+}
+
+char *oai_model_json(const oai_server *srv, long long created) { return dump(model_object(srv, created)); }

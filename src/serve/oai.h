@@ -1,0 +1,111 @@
+/* oai.h: the OpenAI API's shapes: request bodies in, JSON bodies out.
+ *
+ * Contract: oai_parse_request checks a /v1/completions or
+ * /v1/chat/completions body completely before anything runs: JSON syntax,
+ * the type and range of every parameter it knows, the model name, the
+ * prompt (a string, or one list of token ids; for chat, the messages,
+ * rendered with the server's chat template) tokenized against the context,
+ * and max_tokens against the room the prompt leaves. On failure it fills
+ * an oai_error (HTTP status, OpenAI error type and code, the parameter at
+ * fault, a message naming the problem) and returns -1; the request then
+ * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
+ * best_of, logit_bias, tools, a response_format other than text, logprobs
+ * on an engine without logits) are refused rather than ignored. Unknown
+ * fields are ignored, as OpenAI's own server does for most of them.
+ * Sampling parameters not given take convoy's defaults (those of `convoy
+ * run` and llama.cpp: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05);
+ * without a seed the caller's random seed is used.
+ *
+ * The oai_*_json functions return a NUL-terminated JSON text allocated
+ * with malloc (free it with free), or NULL when memory runs out. Texts
+ * given to them must be valid UTF-8; token pieces, which may be parts of a
+ * character, are made valid (U+FFFD) where they appear as strings and are
+ * given exactly in "bytes". */
+#ifndef CONVOY_SERVE_OAI_H
+#define CONVOY_SERVE_OAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "convoy.h"
+#include "serve/sched.h"
+
+typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT } oai_kind;
+
+typedef struct oai_error {
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", "server_error", ... */
+    const char *code; /* NULL, or "model_not_found", "context_length_exceeded", ... */
+    char param[64];   /* the parameter at fault, "" for none */
+    char message[512];
+} oai_error;
+
+/* What requests are checked against. */
+typedef struct oai_server {
+    const convoy_model *model;
+    const char *model_id;
+    int32_t n_ctx;
+    bool has_logprobs;
+    const char *chat_template;
+} oai_server;
+
+typedef struct oai_request {
+    oai_kind kind;
+    bool stream;
+    bool include_usage;
+    int32_t *prompt;
+    sv_request_params params; /* params.prompt points into prompt */
+    char **stop;              /* stop strings (with the template's end-of-turn texts for chat) */
+    int n_stop;
+} oai_request;
+
+int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
+                      oai_request *out, oai_error *e);
+void oai_request_free(oai_request *r);
+
+/* Fills e; returns -1 so that failure paths read `return oai_fail(...)`. */
+int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+char *oai_error_json(const oai_error *e);
+
+/* The logprobs of n tokens in the shape of the request's kind:
+ * completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+ * (offsets counted from text_offset); chat: {"content": [...]}. Returns a
+ * new reference (NULL when out of memory). */
+json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, int32_t first, int32_t n,
+                     int32_t top, size_t text_offset);
+
+typedef struct oai_usage {
+    int32_t prompt_tokens;
+    int32_t completion_tokens;
+} oai_usage;
+
+/* A whole answer (non-streaming). logprobs: NULL or a reference that is
+ * taken over. finish: "stop" or "length". */
+char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
+                        size_t text_len, const char *finish, json_t *logprobs, const oai_usage *u);
+/* One streamed chunk: a text delta (chat: the first chunk also carries
+ * the role), an optional finish reason, logprobs (taken over) and usage
+ * (NULL: "usage": null when include_usage, else absent). With
+ * usage_only, a chunk with no choices and the usage. */
+typedef struct oai_chunk {
+    const char *text;
+    size_t text_len;
+    bool first;
+    const char *finish;
+    json_t *logprobs;
+    const oai_usage *usage;
+    bool include_usage;
+    bool usage_only;
+} oai_chunk;
+char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
+char *oai_models_json(const oai_server *srv, long long created);
+char *oai_model_json(const oai_server *srv, long long created);
+
+#endif

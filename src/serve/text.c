@@ -1,0 +1,103 @@
+/* text.c: see text.h. After each token the pending text is searched for
+ * the earliest stop string; without one, everything but its longest tail
+ * that is a proper prefix of some stop string is emitted. A held tail
+ * starts with the first byte of a stop string (a UTF-8 lead byte), so the
+ * cut never splits a character. Any occurrence of a stop string starts in
+ * the pending text: had it started in emitted text, its beginning would
+ * have been a held tail. */
+#include "serve/text.h"
+
+#include <string.h>
+
+int sv_text_init(sv_text *t, const convoy_model *m, const char *const *stop, int n_stop)
+{
+    memset(t, 0, sizeof *t);
+    t->stop = stop;
+    t->n_stop = n_stop;
+    t->detok = convoy_detok_create(m);
+    return t->detok ? 0 : -1;
+}
+
+void sv_text_free(sv_text *t)
+{
+    convoy_detok_free(t->detok);
+    sv_buf_free(&t->pending);
+    sv_buf_free(&t->piece);
+    memset(t, 0, sizeof *t);
+}
+
+/* Length of the longest tail of s[0, n) that is a proper prefix of p. */
+static size_t prefix_tail(const char *s, size_t n, const char *p, size_t np)
+{
+    size_t k = n < np - 1 ? n : np - 1;
+    for (; k > 0; k--)
+        if (!memcmp(s + n - k, p, k))
+            return k;
+    return 0;
+}
+
+/* Emits what is final in pending. final: the stream has ended. */
+static int settle(sv_text *t, sv_buf *out, bool final)
+{
+    const char *s = t->pending.p ? t->pending.p : "";
+    const size_t n = t->pending.n;
+    size_t cut = n, hold = 0;
+    for (int i = 0; i < t->n_stop; i++) {
+        const size_t np = strlen(t->stop[i]);
+        if (np == 0 || np > n)
+            continue;
+        const char *hit = memmem(s, n, t->stop[i], np);
+        if (hit && (size_t)(hit - s) < cut)
+            cut = (size_t)(hit - s);
+    }
+    if (cut < n) {
+        if (sv_buf_append(out, s, cut))
+            return -1;
+        t->stopped = true;
+        sv_buf_consume(&t->pending, n);
+        return 1;
+    }
+    if (!final)
+        for (int i = 0; i < t->n_stop; i++) {
+            const size_t np = strlen(t->stop[i]);
+            if (np > 0) {
+                const size_t k = prefix_tail(s, n, t->stop[i], np);
+                if (k > hold)
+                    hold = k;
+            }
+        }
+    if (sv_buf_append(out, s, n - hold))
+        return -1;
+    sv_buf_consume(&t->pending, n - hold);
+    return 0;
+}
+
+int sv_text_push(sv_text *t, int32_t id, sv_buf *out)
+{
+    if (t->stopped)
+        return 1;
+    if (sv_buf_reserve(&t->piece, 64))
+        return -1;
+    int k = convoy_detok_push(t->detok, id, t->piece.p, (int32_t)(t->piece.cap - 1));
+    if (k < 0) {
+        if (sv_buf_reserve(&t->piece, (size_t)-k))
+            return -1;
+        k = convoy_detok_push(t->detok, id, t->piece.p, (int32_t)(t->piece.cap - 1));
+        if (k < 0)
+            return -1;
+    }
+    if (sv_buf_append(&t->pending, t->piece.p, (size_t)k))
+        return -1;
+    return settle(t, out, false);
+}
+
+int sv_text_finish(sv_text *t, sv_buf *out)
+{
+    if (t->stopped)
+        return 1;
+    char tail[8];
+    const int k = convoy_detok_flush(t->detok, tail, sizeof tail);
+    if (k > 0 && sv_buf_append(&t->pending, tail, (size_t)k))
+        return -1;
+    return settle(t, out, true);
+}

@@ -1,0 +1,38 @@
+/* text.h: the text a client sees from a stream of generated tokens.
+ *
+ * Contract: sv_text turns token ids into UTF-8 text (convoy_detok: a
+ * character split over tokens is held back until complete) and applies the
+ * request's stop strings: the text ends right before the first occurrence
+ * of any of them, which is never sent. While the tail of the text could
+ * still be the start of a stop string it is held back too, so text once
+ * emitted is final; sv_text_finish releases what is held at the end of the
+ * stream (an incomplete character becomes U+FFFD). Push and finish append
+ * the newly final text to `out` and return 1 when a stop string has
+ * matched (push and finish then do nothing more), 0 otherwise, -1 when
+ * memory runs out. Stop strings are borrowed (they must outlive the
+ * sv_text) and empty ones are ignored. */
+#ifndef CONVOY_SERVE_TEXT_H
+#define CONVOY_SERVE_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convoy.h"
+#include "serve/buf.h"
+
+typedef struct sv_text {
+    convoy_detok *detok;
+    const char *const *stop;
+    int n_stop;
+    sv_buf pending; /* decoded text not yet emitted */
+    sv_buf piece;   /* scratch for one token's text */
+    bool stopped;
+} sv_text;
+
+int sv_text_init(sv_text *t, const convoy_model *m, const char *const *stop, int n_stop);
+void sv_text_free(sv_text *t);
+int sv_text_push(sv_text *t, int32_t id, sv_buf *out);
+int sv_text_finish(sv_text *t, sv_buf *out);
+
+#endif
