@@ -146,6 +146,7 @@ static void test_batched_equals_alone(void)
         sv_sched_get_stats(s, &st);
         CHECK(st.requests_finished[SV_FINISH_STOP] + st.requests_finished[SV_FINISH_LENGTH] == N_REQ);
         CHECK(st.active == 0 && st.queued == 0);
+        CHECK(st.steps_shared > 0);
         sv_sched_free(s);
         convoy_ctx_free(c);
     }

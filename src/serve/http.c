@@ -395,6 +395,8 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
     metric(&b, "convoy_active_slots", "gauge", "Sequence slots running a request.", st.active);
     metric(&b, "convoy_slots", "gauge", "Sequence slots.", st.n_slot);
     metric(&b, "convoy_steps_total", "counter", "Engine steps (batches) run.", (double)st.steps);
+    metric(&b, "convoy_steps_shared_total", "counter", "Engine steps that carried tokens of two or more requests.",
+           (double)st.steps_shared);
     metric(&b, "convoy_batch_tokens_total", "counter", "Tokens over all batches.", (double)st.batch_tokens);
     metric(&b, "convoy_step_seconds_total", "counter", "Time spent in engine steps.", st.step_seconds);
     sv_buf_puts(&b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"

@@ -184,9 +184,9 @@ static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, s
 /* D: the next batch: decode tokens of every decoding slot, then prompt
  * chunks up to the batch size, starting from a rotating slot. Returns the
  * token count; *n_want gets the number of rows to sample. */
-static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_tokens)
+static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_tokens, int32_t *n_seqs)
 {
-    int32_t n = 0, w = 0, np = 0;
+    int32_t n = 0, w = 0, np = 0, ns = 0;
     for (int32_t i = 0; i < s->n_slot; i++) {
         sv_slot *sl = &s->slots[i];
         if (sl->state != SLOT_DECODE)
@@ -197,6 +197,7 @@ static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_token
         s->b_want[n] = 1;
         s->row_slot[w++] = i;
         n++;
+        ns++;
     }
     for (int32_t k = 0; k < s->n_slot && n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
@@ -217,10 +218,12 @@ static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_token
             n++;
         }
         np += take;
+        ns += take > 0;
     }
     s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
     *n_want = w;
     *n_prompt_tokens = np;
+    *n_seqs = ns;
     return n;
 }
 
@@ -340,8 +343,8 @@ static void *sched_main(void *arg)
         }
         /* D */
         cv_alloc_forbid(1);
-        int32_t n_want, n_prompt_tokens;
-        const int32_t n = build_batch(s, &n_want, &n_prompt_tokens);
+        int32_t n_want, n_prompt_tokens, n_seqs;
+        const int32_t n = build_batch(s, &n_want, &n_prompt_tokens, &n_seqs);
         cv_alloc_forbid(0);
         if (n == 0)
             continue;
@@ -356,6 +359,7 @@ static void *sched_main(void *arg)
         /* E */
         pthread_mutex_lock(&s->mu);
         s->stats.steps++;
+        s->stats.steps_shared += n_seqs > 1;
         s->stats.batch_tokens += (uint64_t)n;
         s->stats.prompt_tokens += (uint64_t)n_prompt_tokens;
         s->stats.step_seconds += t1 - t0;

@@ -69,6 +69,7 @@ typedef struct sv_sched_stats {
     uint64_t prompt_tokens;        /* prompt tokens run through the model */
     uint64_t generated_tokens;     /* tokens sampled */
     uint64_t steps;
+    uint64_t steps_shared;         /* steps that carried tokens of two or more requests */
     uint64_t batch_tokens;         /* tokens over all steps */
     double step_seconds;           /* time inside convoy_step */
     double ttft_seconds;           /* sum over requests of submit -> first token */
