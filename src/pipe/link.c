@@ -12,6 +12,8 @@
  *               (waiting on rq_space), cv_link_recv pops (rq_avail).
  *   buffer pool up to LINK_POOL free payload buffers, handed back by
  *               cv_link_release and reused by the reader.
+ * After queueing a frame, and when it stops, the reader writes a byte to
+ * the caller's notify fd if one is set.
  * Each side records its first failure as a message and stops; the other
  * side keeps going (a node may still send ERROR after a garbage frame).
  * cv_link_close sets `closing`, broadcasts, and writes a byte to the wake
@@ -62,6 +64,7 @@ struct cv_link {
     int read_timeout_ms;
     int send_timeout_ms;
     _Atomic uint32_t max_payload;
+    _Atomic int notify_fd;
 
     pthread_mutex_t mu;
     pthread_cond_t sq_space, sq_work, sq_done, rq_avail, rq_space;
@@ -454,6 +457,20 @@ static int read_exact(cv_link *l, uint8_t *p, size_t n, int64_t *deadline, const
     return 0;
 }
 
+/* Tells the caller's notify fd, if any, that there is something to see. */
+static void notify(cv_link *l)
+{
+    int fd = atomic_load(&l->notify_fd);
+    if (fd >= 0) {
+        ssize_t w;
+        do
+            w = write(fd, "f", 1);
+        while (w < 0 && errno == EINTR);
+    }
+}
+
+void cv_link_set_notify_fd(cv_link *l, int fd) { atomic_store(&l->notify_fd, fd); }
+
 /* Reads, checks and queues one frame: 0, 1 (closing) or -1. */
 static int read_frame(cv_link *l, char *msg, size_t msglen)
 {
@@ -501,6 +518,8 @@ static int read_frame(cv_link *l, char *msg, size_t msglen)
     pthread_mutex_unlock(&l->mu);
     if (dropped)
         cv_free_aligned(dropped);
+    else
+        notify(l);
     return rc;
 }
 
@@ -520,6 +539,7 @@ static void *reader_main(void *arg)
     l->reader_done = true;
     pthread_cond_broadcast(&l->rq_avail);
     pthread_mutex_unlock(&l->mu);
+    notify(l);
     return NULL;
 }
 
@@ -563,6 +583,7 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
     l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
     atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
+    atomic_init(&l->notify_fd, -1);
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;

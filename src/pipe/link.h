@@ -115,6 +115,13 @@ int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, si
 /* Waits until every frame queued so far is sent. */
 int cv_link_flush(cv_link *l, char *err, size_t errlen);
 
+/* Makes the reader write one byte to fd after each frame it queues and
+ * when the receiving side ends, so one thread can poll several links
+ * (then cv_link_recv(l, 0, ...) on each). fd must be non-blocking (a
+ * pipe or eventfd; a byte that does not fit is dropped, which is fine:
+ * any byte means "look"); -1 turns it off. The caller owns fd. */
+void cv_link_set_notify_fd(cv_link *l, int fd);
+
 /* Takes the next received frame, waiting up to timeout_ms. */
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen);
 /* Gives a received frame's buffer back to the link. */
