@@ -373,6 +373,30 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->embd.kv.len[seq]; }
 int32_t cv_chain_n_ctx(const cv_chain *c) { return c->embd.kv.n_ctx; }
 
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen)
+{
+    if (c->broken || k < 0 || k >= c->n_active)
+        return cv_errf(err, errlen, "no serving node %d", k);
+    const int i = c->active[k];
+    const uint32_t id = ++c->next_id;
+    if (cv_link_send(c->link[i], CV_MSG_STATS, id, NULL, 0, err, errlen))
+        return broken(c);
+    for (;;) {
+        cv_inbox_event ev;
+        if (cv_inbox_next(&c->inbox, c->o.io_timeout_ms, &ev) == CV_LINK_TIMEOUT)
+            return cv_errf(err, errlen, "%s: no STATS_OK within %d ms", cv_link_name(c->link[i]), c->o.io_timeout_ms);
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s", ev.err);
+            return broken(c);
+        }
+        const bool mine = ev.source == i && ev.frame.h.type == CV_MSG_STATS_OK && ev.frame.h.id == id;
+        int rc = mine ? cv_msg_stats_decode(ev.frame.payload, ev.frame.h.payload_len, out, err, errlen) : 0;
+        cv_link_release(c->link[ev.source], &ev.frame);
+        if (mine)
+            return rc;
+    }
+}
+
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
 {
     memset(s, 0, sizeof *s);

@@ -60,5 +60,8 @@ typedef struct cv_chain_stats {
     uint64_t bytes_recv;
 } cv_chain_stats;
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s);
+/* The counters of the k-th serving node (compute time, steps, bytes sent),
+ * asked over the wire; call between steps. */
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen);
 
 #endif
