@@ -580,7 +580,7 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
 }
 
 /* Byte-level texts: "a" "b" "c" "Ġ" (space) and merges of them. */
-static const char *const synth_tokens[] = {"a", "b", "c", "\xc4\xa0", "ab", "bc", "abc", "\xc4\xa0" "a", "ca"};
+static const char *const synth_tokens[] = {"a", "b", "c", "\xc4\xa0", "ab", "bc", "abc", "\304\240a", "ca"};
 static const char *const synth_merges[] = {"b c", "a b", "\xc4\xa0 a", "a bc", "ab c", "c a", "x"};
 
 static void test_synthetic(void)
@@ -637,9 +637,76 @@ static void test_synthetic(void)
     cv_vocab_free(&v);
 }
 
+/* hf_vocab on a small tokenizer.json: pair-format merges, added tokens
+ * (special, special-looking, user-defined with U+2581), --n-vocab padding,
+ * special ids from {"content": ...} entries, add_bos from the
+ * TemplateProcessing, the "default" entry of a chat template list. */
+static void test_hf_vocab_synthetic(void)
+{
+    const char *tok_path = WORK_DIR "/synth-tokenizer.json", *cfg_path = WORK_DIR "/synth-config.json";
+    const char *out_path = WORK_DIR "/synth.gguf";
+    CHECK(run("mkdir -p '" WORK_DIR "'") == 0);
+    FILE *fp = fopen(tok_path, "w");
+    CHECK(fp != NULL);
+    if (!fp)
+        return;
+    fputs("{\"added_tokens\": ["
+          "{\"id\": 5, \"content\": \"<s>\", \"special\": true},"
+          "{\"id\": 6, \"content\": \"<|x|>\", \"special\": false},"
+          "{\"id\": 8, \"content\": \"<t\u2581ag>\", \"special\": false}],"
+          "\"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"},"
+          "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}},"
+          "{\"Sequence\": {\"id\": \"A\"}}]}]},"
+          "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\u0120\": 3,"
+          "\"\u0120ab\": 4}, \"merges\": [[\"a\", \"b\"], [\"\u0120\", \"ab\"]]}}",
+          fp);
+    fclose(fp);
+    fp = fopen(cfg_path, "w");
+    CHECK(fp != NULL);
+    if (!fp)
+        return;
+    fputs("{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"<|x|>\", \"model_max_length\": "
+          "1000000000000000019884624838656, \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"},"
+          "{\"name\": \"default\", \"template\": \"{{ bos_token }}\"}]}",
+          fp);
+    fclose(fp);
+    CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth.gguf' --pre qwen2 --n-vocab 12 '" WORK_DIR
+              "/synth-tokenizer.json' '" WORK_DIR "/synth-config.json'") == 0);
+    CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth-bad.gguf' --pre falcon '" WORK_DIR
+              "/synth-tokenizer.json' 2>/dev/null") != 0);
+    CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth-bad.gguf' --pre qwen2 --n-vocab 5 '" WORK_DIR
+              "/synth-tokenizer.json' 2>/dev/null") != 0);
+    char err[CV_ERRLEN];
+    gguf_file f;
+    if (gguf_open(&f, out_path, err, sizeof(err)) != 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    gguf_str tmpl = {0}, pre = {0};
+    CHECK(gguf_get_str(&f, "tokenizer.chat_template", &tmpl, err, sizeof(err)) == 0 &&
+          gguf_str_eq(tmpl, "{{ bos_token }}"));
+    CHECK(gguf_get_str(&f, "tokenizer.ggml.pre", &pre, err, sizeof(err)) == 0 && gguf_str_eq(pre, "qwen2"));
+    const gguf_kv *merges = gguf_find_kv(&f, "tokenizer.ggml.merges");
+    CHECK(merges && merges->arr_n == 2 && gguf_str_eq(merges->arr_strs[1], "\xc4\xa0 ab"));
+    cv_vocab v;
+    int rc = cv_vocab_load(&v, &f, err, sizeof(err));
+    gguf_close(&f);
+    CHECKF(rc == 0, "%s", err);
+    if (rc != 0)
+        return;
+    CHECK(v.n_vocab == 12 && v.bos == 5 && v.eos == 6 && v.add_bos && !v.add_eos);
+    CHECK(v.type[0] == CV_TOKEN_NORMAL && v.type[5] == CV_TOKEN_CONTROL && v.type[6] == CV_TOKEN_CONTROL);
+    CHECK(v.type[8] == CV_TOKEN_USER_DEFINED && strcmp(v.text[8], "<t ag>") == 0);
+    CHECK(v.type[7] == CV_TOKEN_UNUSED && strcmp(v.text[7], "[PAD7]") == 0 && v.type[11] == CV_TOKEN_UNUSED);
+    int32_t want[] = {5, 2, 4, 8};
+    expect_ids(&v, "ab ab<t ag>", true, false, want, 4);
+    cv_vocab_free(&v);
+}
+
 int main(void)
 {
     TEST_RUN(test_synthetic);
+    TEST_RUN(test_hf_vocab_synthetic);
     TEST_RUN(test_vectors_llama_bpe);
     TEST_RUN(test_vectors_qwen2);
     TEST_RUN(test_vectors_gpt2);
