@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kquants.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -41,6 +42,22 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
                       .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_q4_0,
                       .from_float = quantize_row_q4_0, .quantize = quantize_row_q4_0,
                       .vec_dot = vec_dot_q4_0_q8_0_ref, .vec_dot_ref = vec_dot_q4_0_q8_0_ref},
+    [CV_TYPE_Q4_K] = {.name = "Q4_K", .blck_size = QK_K, .type_size = sizeof(block_q4_K), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q4_K,
+                      .from_float = quantize_row_q4_K, .quantize = quantize_row_q4_K,
+                      .vec_dot = vec_dot_q4_K_q8_K_ref, .vec_dot_ref = vec_dot_q4_K_q8_K_ref},
+    [CV_TYPE_Q5_K] = {.name = "Q5_K", .blck_size = QK_K, .type_size = sizeof(block_q5_K), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q5_K,
+                      .from_float = quantize_row_q5_K, .quantize = quantize_row_q5_K,
+                      .vec_dot = vec_dot_q5_K_q8_K_ref, .vec_dot_ref = vec_dot_q5_K_q8_K_ref},
+    [CV_TYPE_Q6_K] = {.name = "Q6_K", .blck_size = QK_K, .type_size = sizeof(block_q6_K), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q6_K,
+                      .from_float = quantize_row_q6_K, .quantize = quantize_row_q6_K,
+                      .vec_dot = vec_dot_q6_K_q8_K_ref, .vec_dot_ref = vec_dot_q6_K_q8_K_ref},
+    /* activations only: no weight quantizer and no dot product */
+    [CV_TYPE_Q8_K] = {.name = "Q8_K", .blck_size = QK_K, .type_size = sizeof(block_q8_K), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q8_K,
+                      .from_float = quantize_row_q8_K},
 };
 
 /* The SIMD versions of a type's vec_dot and from_float; NULL keeps the
@@ -57,6 +74,9 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_BF16] = {vec_dot_bf16_avx2, NULL},
     [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_avx2, quantize_row_q8_0_avx2},
     [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_avx2, NULL},
+    [CV_TYPE_Q4_K] = {vec_dot_q4_K_q8_K_avx2, NULL},
+    [CV_TYPE_Q5_K] = {vec_dot_q5_K_q8_K_avx2, NULL},
+    [CV_TYPE_Q6_K] = {vec_dot_q6_K_q8_K_avx2, NULL},
 };
 
 static bool cpu_has_avx2_fma_f16c(void)
@@ -77,6 +97,9 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
     [CV_TYPE_BF16] = {vec_dot_bf16_neon, NULL},
     [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_neon, quantize_row_q8_0_neon},
     [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_neon, NULL},
+    [CV_TYPE_Q4_K] = {vec_dot_q4_K_q8_K_neon, NULL},
+    [CV_TYPE_Q5_K] = {vec_dot_q5_K_q8_K_neon, NULL},
+    [CV_TYPE_Q6_K] = {vec_dot_q6_K_q8_K_neon, NULL},
 };
 #endif
 
