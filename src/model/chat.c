@@ -35,9 +35,9 @@ typedef struct sink {
 } sink;
 
 static const char *const KIND_NAMES[CV_CHAT_KIND_COUNT] = {
-    [CV_CHAT_LLAMA2] = "llama2", [CV_CHAT_LLAMA3] = "llama3",   [CV_CHAT_LLAMA31] = "llama3.1",
-    [CV_CHAT_CHATML] = "chatml", [CV_CHAT_QWEN25] = "qwen2.5",  [CV_CHAT_QWEN3] = "qwen3",
-    [CV_CHAT_MISTRAL] = "mistral", [CV_CHAT_GEMMA] = "gemma",   [CV_CHAT_PHI3] = "phi3",
+    [CV_CHAT_LLAMA2] = "llama2",   [CV_CHAT_LLAMA3] = "llama3",   [CV_CHAT_LLAMA31] = "llama3.1",
+    [CV_CHAT_CHATML] = "chatml",   [CV_CHAT_QWEN25] = "qwen2.5",  [CV_CHAT_QWEN3] = "qwen3",
+    [CV_CHAT_MISTRAL] = "mistral", [CV_CHAT_GEMMA] = "gemma",     [CV_CHAT_PHI3] = "phi3",
 };
 
 static const char ALL_NAMES[] = "llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3";
