@@ -37,9 +37,18 @@ struct cv_chain {
     bool inbox_running;
     bool broken;
     uint32_t next_id;
-    float *hidden;                 /* [n_batch][n_embd] */
-    uint8_t *fwd_head;             /* FORWARD fixed part + records */
-    uint8_t *act;                  /* lossy activations */
+    /* batches in flight, oldest first in a ring of `depth` */
+    int depth;
+    int oldest, in_flight;
+    struct flight {
+        uint32_t id;
+        int32_t n_want;
+        uint64_t ticket;           /* send of this slot's buffers */
+        bool ticket_live;
+        float *hidden;             /* [n_batch][n_embd] */
+        uint8_t *fwd_head;         /* FORWARD fixed part + records */
+        uint8_t *act;              /* lossy activations */
+    } flight[CHAIN_MAX_NODES];
     cv_result_row *rows;           /* [n_batch] */
     float *logits;                 /* [n_batch][n_vocab] with want_logits */
     uint64_t forward_bytes;        /* FORWARD frames sent by the head */
@@ -147,12 +156,9 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
     c->fingerprint = cv_model_fingerprint(&c->embd.model.gguf);
     const cv_llama_hparams *hp = &c->embd.model.hp;
     const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
-    c->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
-    c->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
-    c->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
     c->rows = cv_calloc(nb, sizeof *c->rows);
     c->logits = o->want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)hp->n_vocab) : NULL;
-    if (!c->hidden || !c->fwd_head || !c->act || !c->rows || (o->want_logits && !c->logits)) {
+    if (!c->rows || (o->want_logits && !c->logits)) {
         cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
         goto fail;
     }
@@ -194,6 +200,17 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
         }
+    c->depth = c->n_active;
+    for (int k = 0; k < c->depth; k++) {
+        struct flight *f = &c->flight[k];
+        f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
+        f->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
+        f->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
+        if (!f->hidden || !f->fwd_head || !f->act) {
+            cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
+            goto fail;
+        }
+    }
     cv_inbox_init(&c->inbox);
     c->inbox_running = true;
     for (int k = 0; k < c->n_active; k++)
@@ -221,9 +238,11 @@ void cv_chain_close(cv_chain *c)
         }
     if (c->embd_open)
         cv_stage_close(&c->embd);
-    cv_free_aligned(c->hidden);
-    cv_free_aligned(c->fwd_head);
-    cv_free_aligned(c->act);
+    for (int k = 0; k < c->depth; k++) {
+        cv_free_aligned(c->flight[k].hidden);
+        cv_free_aligned(c->flight[k].fwd_head);
+        cv_free_aligned(c->flight[k].act);
+    }
     cv_free(c->rows);
     cv_free_aligned(c->logits);
     cv_free(c);
@@ -289,41 +308,73 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
     }
 }
 
-int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen)
+int cv_chain_depth(const cv_chain *c) { return c->depth; }
+int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
+
+int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
 {
     if (c->broken)
         return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
+    if (c->in_flight == c->depth)
+        return cv_errf(err, errlen, "%d batches are in flight already, the chain's depth", c->depth);
+    struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
+    if (f->ticket_live) { /* its buffers may still be on their way out */
+        f->ticket_live = false;
+        if (cv_link_wait_sent(first_link(c), f->ticket, err, errlen))
+            return broken(c);
+    }
     const cv_llama_hparams *hp = &c->embd.model.hp;
-    if (cv_stage_step(&c->embd, b, NULL, c->hidden, NULL, err, errlen))
+    if (cv_stage_step(&c->embd, b, NULL, f->hidden, NULL, err, errlen))
         return -1;
-    cv_fwd_token *rec = (cv_fwd_token *)(c->fwd_head + CV_FWD_FIXED_SIZE);
-    int32_t n_want = 0;
+    cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    f->n_want = 0;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t] ? 1 : 0};
-        n_want += rec[t].want;
+        f->n_want += rec[t].want;
     }
     cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)hp->n_embd,
                         .act_type = (uint8_t)c->o.act_type,
                         .flags = CV_FWD_HAS_HIDDEN | (c->o.want_logits ? CV_FWD_WANT_LOGITS : 0), .tokens = rec,
-                        .act = c->hidden};
+                        .act = f->hidden};
     if (m.act_type != CV_ACT_F32) {
-        if (cv_act_from_f32(m.act_type, c->hidden, (uint64_t)b->n_tokens * hp->n_embd, c->act, err, errlen))
+        if (cv_act_from_f32(m.act_type, f->hidden, (uint64_t)b->n_tokens * hp->n_embd, f->act, err, errlen))
             return -1;
-        m.act = c->act;
+        m.act = f->act;
     }
     size_t head_len;
-    if (cv_msg_forward_encode_head(&m, c->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
+    if (cv_msg_forward_encode_head(&m, f->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
                                    &head_len, err, errlen))
         return -1;
     const size_t act_len = cv_act_bytes(m.act_type, (uint64_t)b->n_tokens, (uint64_t)hp->n_embd);
-    const struct iovec parts[2] = {{c->fwd_head, head_len}, {(void *)m.act, act_len}};
-    const uint32_t id = ++c->next_id;
-    uint64_t ticket;
-    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, id, parts, 2, &ticket, err, errlen) ||
-        cv_link_wait_sent(first_link(c), ticket, err, errlen))
+    const struct iovec parts[2] = {{f->fwd_head, head_len}, {(void *)m.act, act_len}};
+    f->id = ++c->next_id;
+    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, f->id, parts, 2, &f->ticket, err, errlen))
         return broken(c);
+    f->ticket_live = true;
     c->forward_bytes += CV_FRAME_HEADER_SIZE + head_len + act_len;
-    return await_result(c, id, n_want, tokens, err, errlen);
+    c->in_flight++;
+    return 0;
+}
+
+int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
+{
+    if (c->in_flight == 0)
+        return cv_errf(err, errlen, "no batch in flight");
+    struct flight *f = &c->flight[c->oldest];
+    if (await_result(c, f->id, f->n_want, tokens, err, errlen))
+        return -1;
+    *n_tokens = f->n_want;
+    c->oldest = (c->oldest + 1) % c->depth;
+    c->in_flight--;
+    return 0;
+}
+
+int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen)
+{
+    int32_t n;
+    if (c->in_flight)
+        return cv_errf(err, errlen, "a step needs the chain idle, %d batches are in flight", c->in_flight);
+    return cv_chain_submit(c, b, err, errlen) || cv_chain_collect(c, tokens, &n, err, errlen) ? -1 : 0;
 }
 
 const float *cv_chain_logits(const cv_chain *c, int32_t i)
