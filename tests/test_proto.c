@@ -457,6 +457,9 @@ static void test_result(void)
     cv_msg_result e = {0, 0, 0, NULL, NULL};
     CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 8);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_rows == 0);
+    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL};
+    CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 12);
+    CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_vocab == 7 && !d.logits);
     CHECK(cv_msg_result_encode(&m, buf, 10, &n, err, sizeof err) == -1 && has(err, "too small"));
 }
 
