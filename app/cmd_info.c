@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "core/err.h"
-#include "kernels/types.h"
+#include "kernels/kernels.h"
 #include "model/fingerprint.h"
 #include "model/gguf.h"
 
@@ -135,15 +135,13 @@ static void print_tensors(const gguf_file *f)
     printf("  %4s %-36s %-6s %-24s %14s %12s\n", "#", "name", "type", "shape", "file_offset", "bytes");
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        const char *type = "?";
-        cv_ggml_type_info(t->type, &type, NULL, NULL);
         char shape[128]; /* 4 dims of at most 20 digits */
         int k = snprintf(shape, sizeof(shape), "[%" PRId64, t->ne[0]);
         for (uint32_t d = 1; d < t->n_dims; d++)
             k += snprintf(shape + k, sizeof(shape) - (size_t)k, ", %" PRId64, t->ne[d]);
         snprintf(shape + k, sizeof(shape) - (size_t)k, "]");
         printf("  %4" PRIu64 " %-36.*s %-6s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, shown(t->name), t->name.ptr,
-               type, shape, f->data_offset + t->offset, t->size);
+               cv_type_name(t->type), shape, f->data_offset + t->offset, t->size);
         total += t->size;
         n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }

@@ -25,13 +25,6 @@ typedef struct quantize_totals {
     int n_converted, n_fallback;
 } quantize_totals;
 
-static const char *ggml_name(cv_type t)
-{
-    const char *name = "?";
-    cv_ggml_type_info(t, &name, NULL, NULL);
-    return name;
-}
-
 static void print_tensor(void *ctx, const cv_tensor_note *n)
 {
     quantize_totals *tot = ctx;
@@ -41,10 +34,10 @@ static void print_tensor(void *ctx, const cv_tensor_note *n)
         k += snprintf(shape + k, sizeof(shape) - (size_t)k, ", %" PRId64, n->ne[d]);
     snprintf(shape + k, sizeof(shape) - (size_t)k, "]");
     printf("[%4d/%4d] %-36s %-16s %-5s -> %-5s %11" PRIu64 " -> %11" PRIu64 " bytes\n", n->index + 1, n->count,
-           n->name, shape, ggml_name(n->src_type), ggml_name(n->type), n->src_bytes, n->bytes);
+           n->name, shape, cv_type_name(n->src_type), cv_type_name(n->type), n->src_bytes, n->bytes);
     if (n->type != n->want_type) {
         printf("  fallback: %s: rows of %" PRId64 " do not fit %s blocks, using %s\n", n->name, n->ne[0],
-               ggml_name(n->want_type), ggml_name(n->type));
+               cv_type_name(n->want_type), cv_type_name(n->type));
         tot->n_fallback++;
     }
     if (n->type != n->src_type)

@@ -1,5 +1,6 @@
 /* cmd_tokenize.c: `convoy tokenize`: prints the ids of a text as a JSON
  * list, BOS added as the model's vocabulary says unless --no-bos. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +41,11 @@ int cmd_tokenize(int argc, char **argv)
     size_t len = strlen(text);
     int n = convoy_tokenize(model, text, len, add_special, parse_special, NULL, 0);
     int rc = 1;
+    if (n == INT_MIN) {
+        fprintf(stderr, "convoy: text too long to tokenize\n");
+        convoy_model_free(model);
+        return 1;
+    }
     int32_t *ids = cv_malloc(sizeof(int32_t) * (size_t)(n < 0 ? -n : n));
     if (ids) {
         n = convoy_tokenize(model, text, len, add_special, parse_special, ids, n < 0 ? -n : n);

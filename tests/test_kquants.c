@@ -7,7 +7,10 @@
  * - Q8_K: bsums, the sign convention of d, the error bound;
  * - vec_dot against a double-precision dot of the dequantized rows, and the
  *   SIMD kernels (AVX2, NEON) bit-identical to the references when the CPU
- *   has them, for n in {256, 512, 4096, 8192}, and on arbitrary bytes. */
+ *   has them, for n in {256, 512, 4096, 8192}, and on arbitrary bytes;
+ * - the entries in the kernels' type table;
+ * - llama.cpp's own Q4_K/Q5_K/Q6_K files: our quantizers reproduce their
+ *   bytes from the F32 model, and their bytes dequantize close to it. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,8 +22,11 @@
 #include <cpuid.h>
 #endif
 
+#include "core/alloc.h"
+#include "kernels/kernels.h"
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
+#include "model/gguf.h"
 #include "test.h"
 
 static const int test_sizes[] = {256, 512, 4096, 8192};
@@ -362,9 +368,127 @@ static void test_vec_dot_random_bytes(void)
     }
 }
 
+/* The K-quants in the kernels' type table (kernels.c), with the kernels
+ * cv_kernels_init selects. */
+static void test_type_table(void)
+{
+    static const cv_type ids[] = {CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
+    cv_kernels_init(0);
+    int simd = strcmp(cv_kernels_name(), "ref") != 0;
+    for (int t = 0; t < N_TYPES; t++) {
+        const kq_type *ty = &kq_types[t];
+        const cv_type_traits *tt = cv_type_get(ids[t]);
+        CHECKF(tt != NULL, "%s missing from the type table", ty->name);
+        if (!tt)
+            continue;
+        CHECK(strcmp(tt->name, ty->name) == 0 && cv_type_from_name(ty->name) == (int)ids[t]);
+        CHECK(tt->blck_size == QK_K && tt->type_size == ty->block_bytes && tt->is_quantized);
+        CHECK(tt->vec_dot_type == CV_TYPE_Q8_K);
+        CHECK(tt->to_float == ty->dequantize && tt->quantize == ty->quantize && tt->from_float == ty->quantize);
+        CHECK(tt->vec_dot_ref == ty->dot_ref);
+        CHECK(tt->vec_dot == (simd ? ty->dot_simd : ty->dot_ref));
+        CHECK(cv_row_bytes(ids[t], 4096) == 16 * ty->block_bytes && cv_row_bytes(ids[t], 100) == 0);
+    }
+    const cv_type_traits *q8 = cv_type_get(CV_TYPE_Q8_K);
+    CHECK(q8 != NULL);
+    if (q8) {
+        CHECK(strcmp(q8->name, "Q8_K") == 0 && q8->blck_size == QK_K && q8->type_size == sizeof(block_q8_K));
+        CHECK(q8->from_float == quantize_row_q8_K && q8->to_float == dequantize_row_q8_K);
+        CHECK(q8->quantize == NULL && q8->vec_dot == NULL); /* activations only */
+    }
+}
+
+/* llama-quantize (no importance matrix) made the K-quant tensors of these
+ * files from synth-*-f32.gguf with llama.cpp's reference quantizers:
+ * quantizing the F32 rows here must give the same bytes, and dequantizing
+ * llama.cpp's bytes must come close to the F32 weights. */
+static void check_quantized_file(const char *qname, const char *fname, int *n_kq)
+{
+    char qpath[1024], fpath[1024], err[512];
+    if (!test_shared_path(qpath, sizeof(qpath), qname) || !test_shared_path(fpath, sizeof(fpath), fname))
+        return;
+    gguf_file qf, ff;
+    if (gguf_open(&qf, qpath, err, sizeof(err)) != 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    if (gguf_open(&ff, fpath, err, sizeof(err)) != 0) {
+        CHECKF(0, "%s", err);
+        gguf_close(&qf);
+        return;
+    }
+    for (uint64_t t = 0; t < qf.n_tensors; t++) {
+        const gguf_tensor *qt = &qf.tensors[t];
+        int ti = qt->type == CV_TYPE_Q4_K ? 0 : qt->type == CV_TYPE_Q5_K ? 1 : qt->type == CV_TYPE_Q6_K ? 2 : -1;
+        if (ti < 0)
+            continue;
+        const kq_type *ty = &kq_types[ti];
+        char *name = gguf_str_dup(qt->name);
+        const gguf_tensor *ft = gguf_find_tensor(&ff, name);
+        CHECKF(ft && ft->type == CV_TYPE_F32 && ft->ne[0] == qt->ne[0], "%s: no F32 twin of %s", fname, name);
+        if (!ft || ft->type != CV_TYPE_F32 || ft->ne[0] != qt->ne[0]) {
+            cv_free(name);
+            continue;
+        }
+        const int64_t n = qt->ne[0], rows = qt->ne[1] * qt->ne[2] * qt->ne[3];
+        const size_t row_bytes = (size_t)(n / QK_K) * ty->block_bytes;
+        uint8_t *mine = malloc(row_bytes);
+        float *deq = malloc(n * sizeof(float));
+        long bad_blocks = 0, n_blocks = 0;
+        double worst = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *src = (const float *)ft->data + r * n;
+            const uint8_t *theirs = (const uint8_t *)qt->data + r * row_bytes;
+            ty->quantize(src, mine, n);
+            for (int64_t b = 0; b < n / QK_K; b++, n_blocks++) {
+                size_t off = (size_t)b * ty->block_bytes;
+                bad_blocks += memcmp(mine + off, theirs + off, ty->block_bytes) != 0;
+            }
+            ty->dequantize(theirs, deq, n);
+            for (int64_t b = 0; b < n / QK_K; b++) {
+                double se = 0, amax = 0;
+                for (int64_t e = b * QK_K; e < (b + 1) * QK_K; e++) {
+                    se += (double)(deq[e] - src[e]) * (deq[e] - src[e]);
+                    amax = fmax(amax, fabs(src[e]));
+                }
+                if (amax > 0)
+                    worst = fmax(worst, sqrt(se / QK_K) / amax);
+            }
+        }
+        CHECKF(bad_blocks == 0, "%s %s (%s): %ld of %ld blocks differ from llama.cpp's", qname, name, ty->name,
+               bad_blocks, n_blocks);
+        CHECKF(worst < ty->max_rel_rms, "%s %s: llama.cpp's %s dequantizes with rel rms error %.4f", qname, name,
+               ty->name, worst);
+        (*n_kq)++;
+        free(mine);
+        free(deq);
+        cv_free(name);
+    }
+    gguf_close(&qf);
+    gguf_close(&ff);
+}
+
+static void test_llamacpp_quantized_files(void)
+{
+    static const char *files[][2] = {
+        {"reference/models/synth-mini-q6_k.gguf", "reference/models/synth-mini-f32.gguf"},
+        {"reference/models/synth-mini-q5_k_m.gguf", "reference/models/synth-mini-f32.gguf"},
+        {"reference/models/synth-mini-q4_k_m.gguf", "reference/models/synth-mini-f32.gguf"},
+        {"reference/models/synth-hd128-q4_k_m.gguf", "reference/models/synth-hd128-f32.gguf"},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        int n_kq = 0;
+        check_quantized_file(files[i][0], files[i][1], &n_kq);
+        if (test_skipped_current)
+            return;
+        CHECKF(n_kq > 0, "%s has no K-quant tensors", files[i][0]);
+    }
+}
+
 int main(void)
 {
     rng_state = 12345;
+    TEST_RUN(test_type_table);
     TEST_RUN(test_scale_min_packing);
     TEST_RUN(test_q6_layout);
     TEST_RUN(test_q45_layout);
@@ -372,5 +496,6 @@ int main(void)
     TEST_RUN(test_quantize_roundtrip);
     TEST_RUN(test_vec_dot);
     TEST_RUN(test_vec_dot_random_bytes);
+    TEST_RUN(test_llamacpp_quantized_files);
     return test_summary();
 }

@@ -123,10 +123,33 @@ static void test_logits_q8_0_q4_0(void)
     check_model("synth-hd128-q4_0", 1);
 }
 
+/* K-quant mixes, with Q8_K activations as llama.cpp's CPU backend. */
+static void test_logits_kquants(void)
+{
+    check_model("synth-mini-q6_k", 1);
+    check_model("synth-mini-q5_k_m", 1);
+    check_model("synth-mini-q4_k_m", 1);
+    check_model("synth-hd128-q4_k_m", 1);
+}
+
+/* Architecture variants (ARCH.md): Llama 3.1 RoPE scaling with tied
+ * embeddings, qwen2 biases + NeoX RoPE, qwen3 Q/K norms. */
+static void test_logits_arch(void)
+{
+    check_model("synth-llama3-f32", 0);
+    check_model("synth-qwen2-f32", 0);
+    check_model("synth-qwen3-f32", 0);
+    check_model("synth-llama3-q4_k_m", 1);
+    check_model("synth-qwen2-q4_k_m", 1);
+    check_model("synth-qwen3-q4_k_m", 1);
+}
+
 int main(void)
 {
     TEST_RUN(test_logits_f32);
     TEST_RUN(test_logits_f16_bf16);
     TEST_RUN(test_logits_q8_0_q4_0);
+    TEST_RUN(test_logits_kquants);
+    TEST_RUN(test_logits_arch);
     return test_summary();
 }

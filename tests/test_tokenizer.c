@@ -568,7 +568,7 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
 /* ids 0-2 specials, then "a" "b" "ab" "▁" "▁a", two user-defined tokens and
  * a single byte token (<0x63>, 'c'). */
 static const char *const synth_tokens[] = {
-    "<unk>", "<s>", "</s>", "a", "b", "ab", "\xe2\x96\x81", "\xe2\x96\x81" "a", "<|im_end|>", "<tag>", "<0x63>",
+    "<unk>", "<s>", "</s>", "a", "b", "ab", "\xe2\x96\x81", "\342\226\201a", "<|im_end|>", "<tag>", "<0x63>",
 };
 static const float synth_scores[] = {0, 0, 0, -1, -1, -2, -1, -3, 0, 0, 0};
 static const int32_t synth_types[] = {
@@ -598,7 +598,7 @@ static void test_load_errors(void)
 {
     synth s = synth_default();
     s.model = "gpt2";
-    expect_load_error(&s, "not supported yet");
+    expect_load_error(&s, "tokenizer.ggml.merges");
     s.model = "bert";
     expect_load_error(&s, "'bert'");
     s.model = NULL;

@@ -1,7 +1,8 @@
 /* forward.c: the Llama forward pass, top to bottom as the architecture,
  * over a batch of tokens and a layer range.
  *
- * For each layer: RMSNorm -> Q, K, V projections -> RoPE -> K and V
+ * For each layer: RMSNorm -> Q, K, V projections (+ biases for qwen2, per-
+ * head RMSNorm of Q and K for qwen3) -> RoPE -> K and V
  * appended in place to each token's slot -> attention of each (token, head)
  * over its slot's positions [0, pos] -> output projection + residual ->
  * RMSNorm -> SwiGLU feed-forward + residual. The last stage then applies
@@ -148,38 +149,52 @@ static void swiglu_rows(float *gate, const float *up, size_t n)
     }
 }
 
-/* cos/sin of each rotary pair for each token's position (normal, non-NeoX
- * rotation: pairs (2i, 2i+1) turn by pos * base^(-2i/n_rot)). */
+/* cos/sin of each rotary pair i for each token's position: the angle is
+ * pos * base^(-2i/n_rot), divided by rope_freqs[i] when the model has them
+ * (Llama 3.1 scaling); the powers are formed by repeated multiplication, as
+ * llama.cpp does. */
 static void rope_tables(cv_forward *f, const cv_batch *b)
 {
     const cv_llama_hparams *hp = &f->m->hp;
+    const float *freqs = f->m->rope_freqs;
     const int32_t half = hp->n_rot / 2;
     const float theta_scale = powf(hp->rope_theta, -2.0f / (float)hp->n_rot);
     for (int32_t t = 0; t < b->n_tokens; t++) {
         float theta = (float)b->pos[t];
         for (int32_t i = 0; i < half; i++) {
-            f->rope_cos[(size_t)t * half + i] = cosf(theta);
-            f->rope_sin[(size_t)t * half + i] = sinf(theta);
+            const float angle = freqs ? theta / freqs[i] : theta;
+            f->rope_cos[(size_t)t * half + i] = cosf(angle);
+            f->rope_sin[(size_t)t * half + i] = sinf(angle);
             theta *= theta_scale;
         }
     }
 }
 
+/* Rotates the first n_rot values of each head: pairs (2i, 2i+1), or
+ * (i, i + n_rot/2) for NeoX-style models. */
 static void rope_rows(const cv_forward *f, float *x, int32_t n_tokens, int32_t n_heads)
 {
     const cv_llama_hparams *hp = &f->m->hp;
     const int32_t half = hp->n_rot / 2, hd = hp->head_dim;
+    const int32_t stride = hp->rope_neox ? 1 : 2, offset = hp->rope_neox ? half : 1;
     for (int32_t t = 0; t < n_tokens; t++) {
         const float *c = f->rope_cos + (size_t)t * half, *s = f->rope_sin + (size_t)t * half;
         for (int32_t h = 0; h < n_heads; h++) {
             float *p = x + ((size_t)t * n_heads + h) * hd;
             for (int32_t i = 0; i < half; i++) {
-                const float x0 = p[2 * i], x1 = p[2 * i + 1];
-                p[2 * i] = x0 * c[i] - x1 * s[i];
-                p[2 * i + 1] = x0 * s[i] + x1 * c[i];
+                float *a = p + i * stride, *b = a + offset;
+                const float x0 = *a, x1 = *b;
+                *a = x0 * c[i] - x1 * s[i];
+                *b = x0 * s[i] + x1 * c[i];
             }
         }
     }
+}
+
+static void add_bias_rows(float *x, const float *bias, int32_t rows, int32_t n)
+{
+    for (int32_t r = 0; r < rows; r++)
+        add_rows(x + (size_t)r * n, bias, (size_t)n);
 }
 
 /* ---- matrix products over the pool ---- */
@@ -382,6 +397,15 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
         const cv_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
         float *const qkv_y[3] = {f->q, f->k, f->v};
         matmul_shared_input(f, f->xn, n, qkv_w, qkv_y, 3);
+        if (L->bq) {
+            add_bias_rows(f->q, L->bq, n, hp->n_head * hp->head_dim);
+            add_bias_rows(f->k, L->bk, n, hp->n_head_kv * hp->head_dim);
+            add_bias_rows(f->v, L->bv, n, hp->n_head_kv * hp->head_dim);
+        }
+        if (L->q_norm) { /* per-head RMSNorm, in place */
+            rmsnorm_rows(f->q, f->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
+            rmsnorm_rows(f->k, f->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+        }
         rope_rows(f, f->q, n, hp->n_head);
         rope_rows(f, f->k, n, hp->n_head_kv);
         kv_store(f, b, l);

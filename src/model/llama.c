@@ -1,7 +1,9 @@
 /* llama.c: reads Llama hyperparameters from GGUF metadata and binds the
  * weight tensors of a layer range, checking each one's type and shape.
+ * Architectures differ only in data: which optional tensors a layer has
+ * (biases, Q/K norms, RoPE factors) and the RoPE pair layout.
  * The cv_llama owns the gguf_file (and so the mapping) and the F32 copies
- * of norm vectors stored in another type; weights point into the mapping. */
+ * of 1-D tensors stored in another type; weights point into the mapping. */
 #include "model/llama.h"
 
 #include <math.h>
@@ -32,21 +34,36 @@ static int get_f32(const gguf_file *f, const char *arch, const char *suffix, flo
     return gguf_get_f32(f, key, out, err, errlen);
 }
 
+static const struct {
+    const char *name;
+    cv_arch arch;
+    bool rope_neox;
+} archs[] = {
+    {"llama", CV_ARCH_LLAMA, false},
+    {"qwen2", CV_ARCH_QWEN2, true},
+    {"qwen3", CV_ARCH_QWEN3, true},
+};
+
 static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
 {
     gguf_str arch_s;
     if (gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
         return -1;
-    if (!gguf_str_eq(arch_s, "llama"))
-        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama)", f->name,
-                       (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
-    const char *arch = "llama";
-    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0;
+    size_t a = 0;
+    while (a < sizeof archs / sizeof archs[0] && !gguf_str_eq(arch_s, archs[a].name))
+        a++;
+    if (a == sizeof archs / sizeof archs[0])
+        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3)",
+                       f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
+    const char *arch = archs[a].name;
+    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
     float eps, theta = 10000.0f;
     if (get_u32(f, arch, "embedding_length", &n_embd, true, err, errlen) ||
         get_u32(f, arch, "block_count", &n_layer, true, err, errlen) ||
         get_u32(f, arch, "attention.head_count", &n_head, true, err, errlen) ||
         get_u32(f, arch, "attention.head_count_kv", &n_head_kv, false, err, errlen) ||
+        get_u32(f, arch, "attention.key_length", &key_length, false, err, errlen) ||
+        get_u32(f, arch, "attention.value_length", &value_length, false, err, errlen) ||
         get_u32(f, arch, "feed_forward_length", &n_ff, true, err, errlen) ||
         get_u32(f, arch, "context_length", &n_ctx, true, err, errlen) ||
         get_u32(f, arch, "rope.dimension_count", &n_rot, false, err, errlen) ||
@@ -55,13 +72,17 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         return -1;
     if (!n_head_kv)
         n_head_kv = n_head;
-    if (!n_embd || n_embd > (1u << 20) || !n_layer || n_layer > 4096 || !n_head || n_embd % n_head ||
-        n_head_kv > n_head || !n_head_kv || n_head % n_head_kv || !n_ff || n_ff > (1u << 22) || !n_ctx)
+    if (!n_embd || n_embd > (1u << 20) || !n_layer || n_layer > 4096 || !n_head || n_head > 4096 ||
+        (!key_length && n_embd % n_head) || n_head_kv > n_head || !n_head_kv || n_head % n_head_kv || !n_ff ||
+        n_ff > (1u << 22) || !n_ctx)
         return cv_errf(err, errlen,
                        "%s: inconsistent hyperparameters (n_embd %u, n_layer %u, n_head %u, n_head_kv %u, n_ff %u, "
                        "context %u)",
                        f->name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx);
-    uint32_t head_dim = n_embd / n_head;
+    uint32_t head_dim = key_length ? key_length : n_embd / n_head;
+    if (head_dim > 1024 || (value_length && value_length != head_dim))
+        return cv_errf(err, errlen, "%s: key length %u and value length %u are not supported", f->name, head_dim,
+                       value_length);
     if (!n_rot)
         n_rot = head_dim;
     if (n_rot > head_dim || n_rot % 2)
@@ -76,6 +97,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%u, n_vocab]",
                        f->name, (long long)te->ne[0], (long long)te->ne[1], n_embd);
     *hp = (cv_llama_hparams){
+        .arch = archs[a].arch,
         .n_vocab = (int32_t)te->ne[1],
         .n_embd = (int32_t)n_embd,
         .n_layer = (int32_t)n_layer,
@@ -87,6 +109,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .n_rot = (int32_t)n_rot,
         .rms_eps = eps,
         .rope_theta = theta,
+        .rope_neox = archs[a].rope_neox,
     };
     return 0;
 }
@@ -101,7 +124,7 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
         return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld], expected [%d, %d]", m->gguf.name, name,
                        (long long)t->ne[0], (long long)t->ne[1], n_in, n_out);
     const cv_type_traits *tt = cv_type_get(t->type);
-    if (!tt || !cv_type_get(tt->vec_dot_type))
+    if (!tt || !tt->vec_dot || !cv_type_get(tt->vec_dot_type))
         return cv_errf(err, errlen, "%s: tensor '%s' has type %s, which convoy cannot compute with", m->gguf.name,
                        name, cv_type_name(t->type));
     if (n_in % tt->blck_size || n_in % cv_type_get(tt->vec_dot_type)->blck_size)
@@ -111,8 +134,9 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
     return 0;
 }
 
-/* Binds a 1-D norm vector as F32, converting into *copy when stored otherwise. */
-static int bind_norm(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
+/* Binds a 1-D vector (norm weight, bias, rope factors) as F32, converting
+ * into *copy when stored otherwise. */
+static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
                      size_t errlen)
 {
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
@@ -145,40 +169,53 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
         goto fail;
     if (l1 < 0)
         l1 = hp->n_layer;
-    if (l0 < 0 || l0 >= l1 || l1 > hp->n_layer) {
+    if (l0 < 0 || l1 > hp->n_layer || l0 > l1 || (l0 == l1 && l0 != 0)) {
         cv_errf(err, errlen, "%s: layer range [%d, %d) is not inside [0, %d)", m->gguf.name, l0, l1, hp->n_layer);
         goto fail;
     }
     m->l0 = l0;
     m->l1 = l1;
+    const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    m->norm_copies = cv_malloc(sizeof(float) * (size_t)hp->n_embd * (2 * (size_t)(l1 - l0) + 1));
-    if (!m->layers || !m->norm_copies) {
+    m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * (2 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv +
+                                                                   2 * (size_t)hp->head_dim) +
+                                               (size_t)n_embd + (size_t)hp->n_rot));
+    if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
         goto fail;
     }
-    float *copy = m->norm_copies;
-    const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
+    float *copy = m->vec_copies;
     if (l0 == 0 && bind_matrix(m, "token_embd.weight", n_embd, hp->n_vocab, &m->tok_embd, err, errlen))
+        goto fail;
+    if (gguf_find_tensor(&m->gguf, "rope_freqs.weight") &&
+        bind_vec(m, "rope_freqs.weight", hp->n_rot / 2, &copy, &m->rope_freqs, err, errlen))
         goto fail;
     for (int32_t l = l0; l < l1; l++) {
         cv_llama_layer *L = &m->layers[l];
         char name[96];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
-        if (bind_norm(m, NAME("attn_norm.weight"), n_embd, &copy, &L->attn_norm, err, errlen) ||
+        if (bind_vec(m, NAME("attn_norm.weight"), n_embd, &copy, &L->attn_norm, err, errlen) ||
             bind_matrix(m, NAME("attn_q.weight"), n_embd, n_q, &L->wq, err, errlen) ||
             bind_matrix(m, NAME("attn_k.weight"), n_embd, n_kv, &L->wk, err, errlen) ||
             bind_matrix(m, NAME("attn_v.weight"), n_embd, n_kv, &L->wv, err, errlen) ||
             bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
-            bind_norm(m, NAME("ffn_norm.weight"), n_embd, &copy, &L->ffn_norm, err, errlen) ||
+            bind_vec(m, NAME("ffn_norm.weight"), n_embd, &copy, &L->ffn_norm, err, errlen) ||
             bind_matrix(m, NAME("ffn_gate.weight"), n_embd, hp->n_ff, &L->w_gate, err, errlen) ||
             bind_matrix(m, NAME("ffn_up.weight"), n_embd, hp->n_ff, &L->w_up, err, errlen) ||
             bind_matrix(m, NAME("ffn_down.weight"), hp->n_ff, n_embd, &L->w_down, err, errlen))
             goto fail;
+        if (hp->arch == CV_ARCH_QWEN2 && (bind_vec(m, NAME("attn_q.bias"), n_q, &copy, &L->bq, err, errlen) ||
+                                          bind_vec(m, NAME("attn_k.bias"), n_kv, &copy, &L->bk, err, errlen) ||
+                                          bind_vec(m, NAME("attn_v.bias"), n_kv, &copy, &L->bv, err, errlen)))
+            goto fail;
+        if (hp->arch == CV_ARCH_QWEN3 &&
+            (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, &copy, &L->q_norm, err, errlen) ||
+             bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, &copy, &L->k_norm, err, errlen)))
+            goto fail;
 #undef NAME
     }
     if (l1 == hp->n_layer) {
-        if (bind_norm(m, "output_norm.weight", n_embd, &copy, &m->output_norm, err, errlen))
+        if (bind_vec(m, "output_norm.weight", n_embd, &copy, &m->output_norm, err, errlen))
             goto fail;
         const char *out_name = gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
         if (bind_matrix(m, out_name, n_embd, hp->n_vocab, &m->output, err, errlen))
@@ -193,25 +230,48 @@ fail:
 void cv_llama_free(cv_llama *m)
 {
     cv_free(m->layers);
-    cv_free(m->norm_copies);
+    cv_free(m->vec_copies);
     gguf_close(&m->gguf);
     memset(m, 0, sizeof *m);
 }
 
-static uint64_t weight_bytes(const cv_weight *w) { return (uint64_t)cv_row_bytes(w->type, w->n_in) * w->n_out; }
+static uint64_t tensor_bytes(const cv_llama *m, const char *name)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    return t ? t->size : 0;
+}
 
-uint64_t cv_llama_bytes_per_token(const cv_llama *m)
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
+{
+    static const char *const parts[] = {
+        "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
+        "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
+        "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
+    uint64_t total = 0;
+    char name[96];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, parts[i]);
+        total += tensor_bytes(m, name);
+    }
+    return total;
+}
+
+uint64_t cv_llama_head_bytes(const cv_llama *m)
+{
+    return tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, "rope_freqs.weight") +
+           tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
+}
+
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row)
 {
     uint64_t total = 0;
-    for (int32_t l = m->l0; l < m->l1; l++) {
-        const cv_llama_layer *L = &m->layers[l];
-        total += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
-                 weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down) +
-                 2 * sizeof(float) * (uint64_t)m->hp.n_embd;
+    for (int32_t l = l0; l < l1; l++)
+        total += cv_llama_layer_bytes(m, l);
+    if (l0 == 0) {
+        const uint64_t embd = tensor_bytes(m, "token_embd.weight");
+        total += embd_one_row ? embd / (uint64_t)m->hp.n_vocab : embd;
     }
-    if (cv_llama_has_embd(m))
-        total += cv_row_bytes(m->tok_embd.type, m->hp.n_embd);
-    if (cv_llama_has_head(m))
-        total += weight_bytes(&m->output) + sizeof(float) * (uint64_t)m->hp.n_embd;
+    if (l1 == m->hp.n_layer)
+        total += cv_llama_head_bytes(m);
     return total;
 }

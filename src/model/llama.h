@@ -19,18 +19,27 @@
 #include "kernels/types.h"
 #include "model/gguf.h"
 
+/* Architectures of the Llama family that convoy runs. */
+typedef enum cv_arch {
+    CV_ARCH_LLAMA, /* Llama 1-3, Mistral, TinyLlama: optional rope_freqs (Llama 3.1 scaling) */
+    CV_ARCH_QWEN2, /* Q/K/V biases, NeoX RoPE */
+    CV_ARCH_QWEN3, /* per-head RMSNorm of Q and K, NeoX RoPE */
+} cv_arch;
+
 typedef struct cv_llama_hparams {
+    cv_arch arch;
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
-    int32_t head_dim;   /* n_embd / n_head */
+    int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
     int32_t n_ff;
     int32_t n_ctx_train;
     int32_t n_rot;      /* rotary dimensions per head (head_dim unless the GGUF says less) */
     float rms_eps;
     float rope_theta;
+    bool rope_neox;     /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
 } cv_llama_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type`, row-major. */
@@ -46,6 +55,8 @@ typedef struct cv_llama_layer {
     cv_weight wq;           /* n_embd -> n_head * head_dim */
     cv_weight wk;           /* n_embd -> n_head_kv * head_dim */
     cv_weight wv;           /* n_embd -> n_head_kv * head_dim */
+    const float *bq, *bk, *bv; /* [n_head * head_dim], [n_head_kv * head_dim] x2 (qwen2), else NULL */
+    const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3), else NULL */
     cv_weight wo;           /* n_head * head_dim -> n_embd */
     const float *ffn_norm;  /* [n_embd] */
     cv_weight w_gate;       /* n_embd -> n_ff */
@@ -60,19 +71,26 @@ typedef struct cv_llama {
     cv_weight tok_embd;      /* n_vocab rows of n_embd (when l0 == 0) */
     const float *output_norm;/* [n_embd] (when l1 == n_layer) */
     cv_weight output;        /* n_embd -> n_vocab (when l1 == n_layer) */
+    const float *rope_freqs; /* [n_rot / 2] divisors of the rotation angles (Llama 3.1), or NULL */
     cv_llama_layer *layers;  /* [n_layer], only [l0, l1) bound */
-    float *norm_copies;      /* owned F32 copies of non-F32 norm vectors */
+    float *vec_copies;       /* owned F32 copies of 1-D tensors stored in another type */
 } cv_llama;
 
-/* l1 < 0 means n_layer. */
+/* l1 < 0 means n_layer. [0, 0) binds only the embeddings (a head that
+ * holds no layers). */
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen);
 void cv_llama_free(cv_llama *m);
 
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0; }
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
-/* Bytes of weights read for one decoded token by layers [l0, l1) (plus the
- * output matrix and one embedding row when bound): the roofline's numerator. */
-uint64_t cv_llama_bytes_per_token(const cv_llama *m);
+/* Bytes of the weights layers [l0, l1) use, read from the tensor directory
+ * (any binding): every layer tensor, plus token_embd when l0 == 0 (all of
+ * it, or one row when embd_one_row: what one decoded token reads), plus
+ * output_norm and the output matrix when l1 == n_layer. */
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row);
+/* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
+uint64_t cv_llama_head_bytes(const cv_llama *m);
 
 #endif
