@@ -457,6 +457,9 @@ static void test_result(void)
     cv_msg_result e = {0, 0, 0, NULL, NULL};
     CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 8);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_rows == 0);
+    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL};
+    CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 12);
+    CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_vocab == 7 && !d.logits);
     CHECK(cv_msg_result_encode(&m, buf, 10, &n, err, sizeof err) == -1 && has(err, "too small"));
 }
 
@@ -529,6 +532,27 @@ static void test_ping_bye(void)
     CHECK(cv_msg_validate(0, buf, n, err, sizeof err) == -1 && has(err, "unknown message type"));
     CHECK(cv_msg_validate(CV_MSG_COUNT, buf, n, err, sizeof err) == -1);
     CHECK(cv_msg_ping_encode(&m, buf, 15, &n, err, sizeof err) == -1);
+}
+
+static int dec_stats(const void *p, size_t n, char *err, size_t errlen)
+{
+    cv_msg_stats m;
+    return cv_msg_stats_decode(p, n, &m, err, errlen);
+}
+
+static void test_stats(void)
+{
+    char err[CV_ERRLEN] = "";
+    cv_msg_stats m = {123456789012ull, 40, 41, 1ull << 40}, d;
+    size_t n = 0;
+    CHECK(cv_msg_stats_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0 && n == CV_MSG_STATS_OK_SIZE);
+    CHECK(cv_msg_stats_decode(buf, n, &d, err, sizeof err) == 0 && memcmp(&d, &m, sizeof d) == 0);
+    CHECK(cv_msg_validate(CV_MSG_STATS_OK, buf, n, err, sizeof err) == 0);
+    check_truncations(buf, n, dec_stats, "STATS_OK");
+    CHECK(cv_msg_stats_encode(&m, buf, 31, &n, err, sizeof err) == -1 && has(err, "too small"));
+    CHECK(cv_msg_validate(CV_MSG_STATS, NULL, 0, err, sizeof err) == 0);
+    CHECK(cv_msg_validate(CV_MSG_STATS, buf, 1, err, sizeof err) == -1 && has(err, "STATS"));
+    CHECK(strcmp(cv_msg_type_name(CV_MSG_STATS_OK), "STATS_OK") == 0);
 }
 
 /* ---- activations ---- */
@@ -634,6 +658,10 @@ static int write_corpus(const char *dir)
     write_seed(dir, "ping", CV_MSG_PING, buf, n);
     write_seed(dir, "pong", CV_MSG_PONG, buf, n);
     write_seed(dir, "bye", CV_MSG_BYE, buf, 0);
+    write_seed(dir, "stats", CV_MSG_STATS, buf, 0);
+    cv_msg_stats st = {1000, 2, 3, 4096};
+    rc |= cv_msg_stats_encode(&st, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "stats_ok", CV_MSG_STATS_OK, buf, n);
     if (rc)
         fprintf(stderr, "corpus: %s\n", err);
     return rc ? 1 : 0;
@@ -653,6 +681,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_result);
     TEST_RUN(test_seq_op);
     TEST_RUN(test_ping_bye);
+    TEST_RUN(test_stats);
     TEST_RUN(test_activations);
     return test_summary();
 }

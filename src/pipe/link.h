@@ -98,7 +98,13 @@ int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts,
                        size_t errlen);
 void cv_listener_close(cv_listener *l);
 
+/* The name in messages. The pointer is valid until cv_link_set_name or
+ * cv_link_close. */
 const char *cv_link_name(const cv_link *l);
+/* Renames the link (for example once a handshake tells who the peer is:
+ * an accepted link from the previous node is "peer ADDR:EPHEMERAL_PORT"
+ * until then). Safe while the link's threads run; later messages use it. */
+void cv_link_set_name(cv_link *l, const char *name);
 /* The receive cap for frames whose header has not been read yet (after
  * the handshake: min of both sides' max_payload). */
 void cv_link_set_max_payload(cv_link *l, uint32_t max_payload);

@@ -746,7 +746,7 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
             p += sizeof(cv_top_entry);
         }
     }
-    if (m->flags & CV_RES_HAS_LOGITS)
+    if ((m->flags & CV_RES_HAS_LOGITS) && m->n_rows)
         memcpy(p, m->logits, (size_t)m->n_rows * m->n_vocab * sizeof(float));
     *len = (size_t)need;
     return 0;

@@ -3,8 +3,8 @@
  * The first input byte picks the path: 0 decodes the rest as a frame (the
  * 24-byte header, then its payload, checksum checked but the payload
  * decoded even when it does not match, so the fuzzer reaches the payload
- * decoders); 1..9 decodes the rest directly as the payload of that message
- * type. Payloads are copied into an exact-size heap buffer, so
+ * decoders); 1 .. CV_MSG_COUNT-1 decodes the rest directly as the payload
+ * of that message type. Payloads are copied into an exact-size heap buffer, so
  * AddressSanitizer reports any read past them. A rejection must come with
  * a message that starts with the message's name. An accepted payload must
  * have every decoded pointer inside it (touched at both ends) and must
@@ -119,6 +119,19 @@ static void decode_payload(uint16_t type, const uint8_t *payload, size_t len)
         if (len != 0)
             abort();
         return;
+    case CV_MSG_STATS:
+        if (cv_msg_validate(type, payload, len, err, sizeof err))
+            return check_prefix(type, err);
+        if (len != 0)
+            abort();
+        return;
+    case CV_MSG_STATS_OK: {
+        cv_msg_stats m;
+        if (cv_msg_stats_decode(payload, len, &m, err, sizeof err))
+            return check_prefix(type, err);
+        same_bytes(cv_msg_stats_encode(&m, out, sizeof out, &n, err, sizeof err), payload, len, n);
+        return;
+    }
     default:
         if (cv_msg_validate(type, payload, len, err, sizeof err) == 0)
             abort();
@@ -144,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t mode = data[0];
     data++;
     size--;
-    if (mode >= 1 && mode <= 9) {
+    if (mode >= 1 && mode < CV_MSG_COUNT) {
         decode_copy(mode, data, size);
         return 0;
     }
