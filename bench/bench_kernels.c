@@ -7,8 +7,8 @@
  * bandwidth.
  * Prefill (64 and 512 tokens, 4096 x COLS weight): GFLOP/s of one vec_dot
  * per output (what cv_matmul_rows did before it had tile kernels) and of
- * cv_matmul_rows, run alternately so that a busy machine slows both alike;
- * the outputs must match bit for bit.
+ * cv_matmul_rows, run alternately and timed in thread CPU time so that a
+ * busy machine slows both alike; the outputs must match bit for bit.
  * Usage: bench_kernels [ROWS [COLS [REPS]]]. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,13 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -80,11 +87,11 @@ static void bench_prefill(cv_type t, const void *w, long rows, int cols, const v
     const size_t x_stride = cv_row_bytes(CV_TYPE_Q8_0, cols);
     *s_old = *s_new = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = thread_cpu_s();
         matmul_per_output(t, w, cols, x, x_stride, m, y_old, rows);
-        double t1 = now_s();
+        double t1 = thread_cpu_s();
         cv_matmul_rows(t, w, cols, x, x_stride, m, y_new, (int)rows, 0, rows);
-        double t2 = now_s();
+        double t2 = thread_cpu_s();
         if (t1 - t0 < *s_old)
             *s_old = t1 - t0;
         if (t2 - t1 < *s_new)

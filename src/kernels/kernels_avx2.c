@@ -200,7 +200,12 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
  * a panel in L1 (Q4_0 quants unpacked to bytes, Q8_0 quants widened to
  * int16, scales converted to f32) and then met by every token, whose block
  * is loaded (and given its Q4_0 offset term, or widened) once for the 8
- * rows; one multiply gives the 8 block scales. An output's two accumulators
+ * rows. The block scales fp16(w_r.d) * fp16(x.d) are exact in f32, so any
+ * way of forming them gives block_scale's value: Q4_0 forms the 8 of a
+ * block with one multiply and broadcasts them from memory, Q8_0 (whose
+ * loop has more loads) multiplies per row, which measured faster for each.
+ * While the tokens meet a chunk, the next chunk of the rows is prefetched.
+ * An output's two accumulators
  * (acc0 for even blocks, acc1 for odd ones) live in memory between chunks;
  * within a chunk, a token goes over the even blocks and then over the odd
  * blocks, with the 8 accumulators of one parity in registers. Each
@@ -225,42 +230,43 @@ typedef struct panel_q8_0 {
 } panel_q8_0;
 
 /* The 8 scales d_r = fp16(w_r.d) * fp16(x.d) of one block, for
- * broadcasting (exact in f32, so the same as block_scale). */
+ * broadcasting. */
 static inline void panel_scales(const float wd[TILE_ROWS], cv_fp16 xd, float d[TILE_ROWS])
 {
     _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_loadu_ps(wd), _mm256_set1_ps(_cvtsh_ss(xd))));
 }
 
-/* Asks for the weight bytes [bytes, 2 * bytes) after a row's chunk at p,
- * within the row's first `left` bytes from p, so that they arrive while
- * the tokens meet this chunk. */
-static inline void prefetch_next_chunk(const void *p, size_t bytes, size_t left)
+/* Prefetches the blocks [b1, b2) of a row, of block_bytes bytes each. */
+static inline void prefetch_blocks(const void *row, size_t block_bytes, int b1, int b2)
 {
-    size_t end = 2 * bytes < left ? 2 * bytes : left;
-    for (size_t i = bytes; i < end; i += 64)
-        _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+    for (size_t i = (size_t)b1 * block_bytes; i < (size_t)b2 * block_bytes; i += 64)
+        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
 }
 
-static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nb)
+/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel;
+ * prefetches the chunk after. */
+static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
 {
+    const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
     for (int r = 0; r < TILE_ROWS; r++) {
-        const block_q4_0 *row = (const block_q4_0 *)(w + (size_t)r * w_stride) + b0;
-        prefetch_next_chunk(row, nb * sizeof *row, w_stride - (size_t)b0 * sizeof *row);
-        for (int b = 0; b < nb; b++) {
-            p->q4[b][r] = unpack_q4_0(row[b].qs);
-            p->d[b][r] = _cvtsh_ss(row[b].d);
+        const block_q4_0 *row = (const block_q4_0 *)(w + (size_t)r * w_stride);
+        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        for (int b = 0; b < nbc; b++) {
+            p->q4[b][r] = unpack_q4_0(row[b0 + b].qs);
+            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
         }
     }
 }
 
-static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, int b0, int nb)
+static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
 {
+    const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
     for (int r = 0; r < TILE_ROWS; r++) {
-        const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)r * w_stride) + b0;
-        prefetch_next_chunk(row, nb * sizeof *row, w_stride - (size_t)b0 * sizeof *row);
-        for (int b = 0; b < nb; b++) {
-            p->q[b][r] = widen_q8_0(row[b].qs);
-            p->d[b][r] = _cvtsh_ss(row[b].d);
+        const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)r * w_stride);
+        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        for (int b = 0; b < nbc; b++) {
+            p->q[b][r] = widen_q8_0(row[b0 + b].qs);
+            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
         }
     }
 }
@@ -294,12 +300,11 @@ static void panel_token_q8_0(const panel_q8_0 *p, int nb, const block_q8_0 *x, t
         memcpy(a, acc[parity], sizeof a);
         for (int b = parity; b < nb; b += 2) {
             const q8_0_wide y = widen_q8_0(x[b].qs);
-            float d[TILE_ROWS];
-            panel_scales(p->d[b], x[b].d, d);
+            const __m256 xd = _mm256_set1_ps(_cvtsh_ss(x[b].d));
 #pragma GCC unroll 8
             for (int r = 0; r < TILE_ROWS; r++) {
                 __m256 s = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(p->q[b][r], y));
-                a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d[r]), s, a[r]);
+                a[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&p->d[b][r]), xd), s, a[r]);
             }
         }
         memcpy(acc[parity], a, sizeof a);
@@ -323,7 +328,7 @@ void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
         const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
-        panel_prepare_q4_0(&panel, w, w_stride, b0, nbc);
+        panel_prepare_q4_0(&panel, w, w_stride, b0, nbc, nb);
         for (int t = 0; t < m; t++)
             panel_token_q4_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
     }
@@ -339,7 +344,7 @@ void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
         const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
-        panel_prepare_q8_0(&panel, w, w_stride, b0, nbc);
+        panel_prepare_q8_0(&panel, w, w_stride, b0, nbc, nb);
         for (int t = 0; t < m; t++)
             panel_token_q8_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
     }
