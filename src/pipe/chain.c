@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -27,6 +28,7 @@ struct cv_chain {
     cv_stage embd;                 /* layers [0, 0): token embeddings only */
     bool embd_open;
     uint64_t fingerprint;
+    uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
     cv_link *link[CHAIN_MAX_NODES];
     char addr[CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
@@ -105,7 +107,7 @@ static cv_msg_hello base_hello(const cv_chain *c)
                           .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->embd.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
-                          .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->fingerprint ^ (uint64_t)time(NULL)};
+                          .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
 }
 
 static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen)
@@ -154,6 +156,9 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         goto fail;
     c->embd_open = true;
     c->fingerprint = cv_model_fingerprint(&c->embd.model.gguf);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
     const cv_llama_hparams *hp = &c->embd.model.hp;
     const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
     c->rows = cv_calloc(nb, sizeof *c->rows);
