@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cluster.sh: a cluster of test "hosts" on one machine (DESIGN.md §6).
 #
-#   cluster.sh up K                 create hosts 0..K-1 (tears down an old cluster first)
+#   cluster.sh up K                 create hosts 0..K-1 (replacing a leftover cluster; see "Sharing")
 #   cluster.sh down [--force]       stop everything and remove it (idempotent, safe after failures)
 #   cluster.sh run I CMD...         run CMD in host I
 #   cluster.sh addr I               print host I's address
@@ -28,7 +28,7 @@
 # `down` kills every process still inside the hosts, then deletes the
 # namespaces.
 #
-# Sharing the machine: a cluster belongs to the process that brought it up
+# Sharing: a cluster belongs to the process that brought it up
 # ($CONVOY_CLUSTER_OWNER, default the caller of `up`, e.g. the test
 # script). While its owner lives, another `up` of the same prefix waits for
 # it (up to $CONVOY_CLUSTER_WAIT seconds, default 600) instead of tearing
