@@ -255,6 +255,23 @@ void cv_chain_close(cv_chain *c)
 
 static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
 
+/* After a node reported a failure, looks briefly for a link that died: a
+ * node that lost its neighbour reports it at once, but the neighbour that
+ * died is the cause and is named first. */
+static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
+{
+    char first[CV_ERRLEN];
+    snprintf(first, sizeof first, "%s", err);
+    cv_inbox_event ev;
+    while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s (then %s)", ev.err, first);
+            return;
+        }
+        cv_link_release(c->link[ev.source], &ev.frame);
+    }
+}
+
 /* Waits for the RESULT of FORWARD id from the last node, failing on any
  * node's ERROR or lost link. */
 static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *tokens, char *err, size_t errlen)
@@ -282,11 +299,15 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
         if (f->h.type == CV_MSG_ERROR) {
             cv_msg_error e;
             char why[CV_ERRLEN];
-            rc = cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why)
-                     ? cv_errf(err, errlen, "%s: %s", cv_link_name(l), why)
-                     : cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
-            c->broken = true;
-        } else if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
+            if (cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why))
+                cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
+            else
+                cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
+            cv_link_release(l, &ev.frame);
+            blame_dead_link(c, err, errlen);
+            return broken(c);
+        }
+        if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
             cv_msg_result m;
             if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
                 c->broken = true;
