@@ -1,9 +1,14 @@
-/* bench_kernels.c: single-thread decode throughput of the Q4_0 and Q8_0
- * matrix-vector product (cv_matmul_rows with one token), in GB/s of weight
- * bytes read, for the reference and the selected kernels.
+/* bench_kernels.c: single-thread throughput of the Q4_0 and Q8_0 matrix
+ * products of cv_matmul_rows.
  *
- * The weight matrix (random quants, default 16384 x 4096) is larger than
- * the caches, so the best kernel should run near memory bandwidth.
+ * Decode (one token): GB/s of weight bytes read, for the reference and the
+ * selected kernels. The weight matrix (random quants, default 16384 x 4096)
+ * is larger than the caches, so the best kernel should run near memory
+ * bandwidth.
+ * Prefill (64 and 512 tokens, 4096 x COLS weight): GFLOP/s of one vec_dot
+ * per output (what cv_matmul_rows did before it had tile kernels) and of
+ * cv_matmul_rows, run alternately and timed in thread CPU time so that a
+ * busy machine slows both alike; the outputs must match bit for bit.
  * Usage: bench_kernels [ROWS [COLS [REPS]]]. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +21,13 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -56,6 +68,37 @@ static double bench(cv_type t, const void *w, const void *x, float *y, long rows
     return (double)rows * (double)cv_row_bytes(t, cols) / best * 1e-9;
 }
 
+/* One vec_dot per output, rows outside, tokens inside. */
+static void matmul_per_output(cv_type t, const void *w, int cols, const void *x, size_t x_stride, int m, float *y,
+                              long rows)
+{
+    const cv_vec_dot_fn vec_dot = cv_type_get(t)->vec_dot;
+    const size_t row_bytes = cv_row_bytes(t, cols);
+    for (long r = 0; r < rows; r++)
+        for (int k = 0; k < m; k++)
+            y[(size_t)k * (size_t)rows + (size_t)r] =
+                vec_dot(cols, (const char *)w + (size_t)r * row_bytes, (const char *)x + (size_t)k * x_stride);
+}
+
+/* Best seconds of the per-output loop and of cv_matmul_rows, run in turns. */
+static void bench_prefill(cv_type t, const void *w, long rows, int cols, const void *x, int m, float *y_old,
+                          float *y_new, int reps, double *s_old, double *s_new)
+{
+    const size_t x_stride = cv_row_bytes(CV_TYPE_Q8_0, cols);
+    *s_old = *s_new = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = thread_cpu_s();
+        matmul_per_output(t, w, cols, x, x_stride, m, y_old, rows);
+        double t1 = thread_cpu_s();
+        cv_matmul_rows(t, w, cols, x, x_stride, m, y_new, (int)rows, 0, rows);
+        double t2 = thread_cpu_s();
+        if (t1 - t0 < *s_old)
+            *s_old = t1 - t0;
+        if (t2 - t1 < *s_new)
+            *s_new = t2 - t1;
+    }
+}
+
 int main(int argc, char **argv)
 {
     long rows = argc > 1 ? atol(argv[1]) : 16384;
@@ -89,5 +132,40 @@ int main(int argc, char **argv)
     }
     free(x);
     free(y);
-    return 0;
+
+    /* prefill */
+    static const int tokens[] = {64, 512};
+    const long p_rows = 4096;
+    const int max_m = 512;
+    x = malloc((size_t)max_m * cv_row_bytes(CV_TYPE_Q8_0, cols));
+    float *y_old = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
+    float *y_new = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
+    if (!x || !y_old || !y_new)
+        return 1;
+    fill_blocks(CV_TYPE_Q8_0, x, (size_t)max_m * cv_row_bytes(CV_TYPE_Q8_0, cols));
+    int mismatch = 0;
+    printf("prefill: matrix %ld x %d, 1 thread, best of %d, GFLOP/s\n", p_rows, cols, reps);
+    for (int i = 0; i < 2; i++) {
+        cv_type t = types[i];
+        size_t bytes = (size_t)p_rows * cv_row_bytes(t, cols);
+        void *w = malloc(bytes);
+        if (!w)
+            return 1;
+        fill_blocks(t, w, bytes);
+        for (int k = 0; k < 2; k++) {
+            int m = tokens[k];
+            double s_old, s_new;
+            bench_prefill(t, w, p_rows, cols, x, m, y_old, y_new, reps, &s_old, &s_new);
+            double flop = 2.0 * (double)p_rows * cols * m;
+            int same = memcmp(y_old, y_new, (size_t)m * (size_t)p_rows * sizeof(float)) == 0;
+            mismatch |= !same;
+            printf("%-5s m=%-4d per-output vec_dot %6.1f  cv_matmul_rows %6.1f  (x%.2f)%s\n", cv_type_name(t), m,
+                   flop / s_old * 1e-9, flop / s_new * 1e-9, s_old / s_new, same ? "" : "  OUTPUTS DIFFER");
+        }
+        free(w);
+    }
+    free(x);
+    free(y_old);
+    free(y_new);
+    return mismatch;
 }

@@ -90,6 +90,15 @@ typedef struct convoy_batch {
  * i-th wanted token in batch order. Every token of the batch enters its
  * slot's penalty history. */
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
+/* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
+ * (1 on one machine, the number of stages on a pipeline), so that every
+ * stage works on a different batch. convoy_submit starts a batch (on one
+ * machine it runs it); convoy_collect waits for the oldest batch in flight
+ * and writes its sampled ids (*n_tokens, one per wanted token). A slot may
+ * be in only one batch in flight. Tokens are the same as with convoy_step. */
+int convoy_ctx_depth(const convoy_ctx *c);
+int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen);
+int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
 /* Logits [n_vocab] of the i-th wanted token of the last step. */
 const float *convoy_logits(const convoy_ctx *c, int32_t i);
 /* convoy_step, then a copy of the wanted tokens' logits into logits

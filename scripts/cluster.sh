@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cluster.sh: a cluster of test "hosts" on one machine (DESIGN.md §6).
 #
-#   cluster.sh up K                 create hosts 0..K-1 (tears down an old cluster first)
-#   cluster.sh down                 stop everything and remove it (idempotent, safe after failures)
+#   cluster.sh up K                 create hosts 0..K-1 (replacing a leftover cluster; see "Sharing")
+#   cluster.sh down [--force]       stop everything and remove it (idempotent, safe after failures)
 #   cluster.sh run I CMD...         run CMD in host I
 #   cluster.sh addr I               print host I's address
 #   cluster.sh rate I RATE|off      limit host I's link to RATE (tc tbf, both directions), e.g. 100mbit
@@ -24,19 +24,42 @@
 # port), loss rules in host I's own nftables (input and output on eth0).
 # This kernel has no netem, so delay comes from tools/linkemu (found as
 # $LINKEMU, else build/linkemu or build-asan/linkemu under the repo).
-# State (emulator pids and logs) is kept in /run/convoy-cluster-${P}; `down`
-# kills every process still inside the hosts, then deletes the namespaces.
+# State (owner, emulator pids and logs) is kept in /run/convoy-cluster-${P};
+# `down` kills every process still inside the hosts, then deletes the
+# namespaces.
+#
+# Sharing: a cluster belongs to the process that brought it up
+# ($CONVOY_CLUSTER_OWNER, default the caller of `up`, e.g. the test
+# script). While its owner lives, another `up` of the same prefix waits for
+# it (up to $CONVOY_CLUSTER_WAIT seconds, default 600) instead of tearing
+# it down, and a `down` from anyone else leaves it alone (--force does
+# not); a dead owner's cluster is fair game. So concurrent test runs of one
+# prefix take turns. The prefix must start and end with a letter (so that
+# one prefix's host names never match another's, e.g. cv1 vs cvb1).
 # Needs root, iproute2 and nftables (scripts/install-deps.sh installs them).
 set -euo pipefail
 
 P="${CONVOY_CLUSTER_PREFIX:-cv}"
 SW="${P}sw"
 STATE="/run/convoy-cluster-${P}"
+LOCK="/run/convoy-cluster-${P}.lock"
+OWNER="${CONVOY_CLUSTER_OWNER:-$PPID}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 die() {
     echo "cluster.sh: $*" >&2
     exit 1
+}
+
+[[ "$P" =~ ^[a-z]([a-z0-9]*[a-z])?$ ]] || die "CONVOY_CLUSTER_PREFIX '$P' must be lowercase letters and digits, starting and ending with a letter"
+
+# The live owner of the cluster other than us, if any.
+other_owner() {
+    local o
+    o="$(cat "$STATE/owner" 2>/dev/null || true)"
+    if [[ -n "$o" && "$o" != "$OWNER" ]] && kill -0 "$o" 2>/dev/null; then
+        echo "$o"
+    fi
 }
 
 need_root() {
@@ -59,6 +82,12 @@ our_namespaces() {
 
 cmd_down() {
     need_root
+    local o
+    o="$(other_owner)"
+    if [[ -n "$o" && "${1:-}" != --force ]]; then
+        echo "cluster.sh: cluster '$P' belongs to running pid $o; left alone (down --force tears it down)" >&2
+        return 0
+    fi
     if [[ -d "$STATE" ]]; then
         for f in "$STATE"/*.pid; do
             [[ -e "$f" ]] || continue
@@ -93,8 +122,20 @@ cmd_up() {
     local k="${1:-}"
     [[ "$k" =~ ^[0-9]+$ && "$k" -ge 1 && "$k" -le 200 ]] || die "up: K must be 1..200"
     need_root
-    cmd_down
+    exec 9>"$LOCK"
+    flock 9
+    local waited=0 limit="${CONVOY_CLUSTER_WAIT:-600}" o
+    while o="$(other_owner)" && [[ -n "$o" ]]; do
+        ((waited == 0)) && echo "cluster.sh: cluster '$P' is in use by pid $o; waiting" >&2
+        ((waited < limit * 10)) || die "up: cluster '$P' still in use by pid $o after ${limit} s"
+        flock -u 9
+        sleep 0.1
+        waited=$((waited + 1))
+        flock 9
+    done
+    cmd_down --force
     mkdir -p "$STATE"
+    echo "$OWNER" >"$STATE/owner"
     ip netns add "$SW"
     ip -n "$SW" link set lo up
     ip -n "$SW" link add br0 type bridge
@@ -263,7 +304,7 @@ cmd="${1:-}"
 shift || true
 case "$cmd" in
     up) cmd_up "$@" ;;
-    down) cmd_down ;;
+    down) cmd_down "$@" ;;
     run) cmd_run "$@" ;;
     addr)
         [[ "${1:-}" =~ ^[0-9]+$ ]] || die "addr: usage: cluster.sh addr I"

@@ -5,8 +5,9 @@
  * raw random quant bytes; the quantizers must follow llama.cpp's rules
  * (checked on blocks whose result is known by hand) and round-trip within
  * the quantization step; vec_dot must agree with a double-precision dot of
- * the dequantized rows; cv_matmul_rows must give each output the same bits
- * whatever the number of tokens, the row split, or the forced reference. */
+ * the dequantized rows; cv_matmul_rows (tile kernels and their tails) must
+ * give each output the bits of vec_dot_ref whatever the number of rows and
+ * tokens, the row split, the width, or the forced reference. */
 #include <math.h>
 #include <stdint.h>
 
@@ -357,65 +358,117 @@ static void test_vec_dot_accuracy(void)
     free(xq);
 }
 
-enum { MM_ROWS = 37, MM_TOKENS = 5, MM_LDY = 40 };
+/* Raw random quant bytes (every int8 and nibble value, -128 included) with
+ * finite random scales, for n_rows rows of type t (Q4_0 or Q8_0). */
+static void fill_raw_blocks(cv_type t, void *rows, int n, int n_rows)
+{
+    const cv_type_traits *tt = cv_type_get(t);
+    size_t n_blocks = (size_t)n_rows * (size_t)(n / tt->blck_size);
+    uint8_t *p = rows;
+    for (size_t b = 0; b < n_blocks; b++, p += tt->type_size) {
+        for (size_t j = 0; j < tt->type_size; j++)
+            p[j] = (uint8_t)rng_next();
+        cv_fp16 d = cv_fp32_to_fp16(rng_float() * 0.01f);
+        memcpy(p, &d, sizeof d);
+    }
+}
 
-/* y (MM_TOKENS x MM_LDY) of a [MM_ROWS x n] weight of type t times
- * MM_TOKENS activation rows, computed over the given row splits. */
+enum { MM_MAX_ROWS = 37, MM_MAX_TOKENS = 64, MM_LDY = 41, MM_MAX_N = 8192 };
+
+/* y: (MM_MAX_TOKENS + 1) x MM_LDY floats. Fills it with a sentinel, then
+ * runs cv_matmul_rows over each piece [cuts[c], cuts[c+1]) of the rows. */
 static void matmul_split(cv_type t, const void *w, int n, const void *xq, size_t x_stride, int m,
                          const long *cuts, int n_cuts, float *y)
 {
+    for (int i = 0; i < (MM_MAX_TOKENS + 1) * MM_LDY; i++)
+        y[i] = -7.0f;
     for (int c = 0; c + 1 < n_cuts; c++)
         cv_matmul_rows(t, w, n, xq, x_stride, m, y, MM_LDY, cuts[c], cuts[c + 1]);
 }
 
+/* Every output of cv_matmul_rows is the bits of vec_dot_ref of its row and
+ * token, whatever the number of rows and tokens (tiles and their tails),
+ * the row split, the width (chunk and token block edges), or the forced
+ * reference; nothing outside the rows and tokens is written. */
 static void test_matmul_rows(void)
 {
-    static const int widths[] = {96, 256, 100};
-    float *wf = malloc(MM_ROWS * 256 * sizeof(float)), *xf = malloc(MM_TOKENS * 256 * sizeof(float));
-    char *wq = malloc(MM_ROWS * 256 * 4), *xq = malloc(MM_TOKENS * (256 * 4 + 8));
-    float y_all[MM_TOKENS * MM_LDY], y_one[MM_TOKENS * MM_LDY], y_split[MM_TOKENS * MM_LDY];
-    float y_ref[MM_TOKENS * MM_LDY];
-    static const long whole[] = {0, MM_ROWS}, pieces[] = {0, 10, 11, 30, MM_ROWS};
+    static const int widths[] = {32, 100, 256, 1056, 2080, 8192};
+    static const int row_counts[] = {3, 8, 9, 16, 37};
+    static const int token_counts[] = {1, 2, 3, 4, 5, 7, 8, 17, 33, 64};
+    enum { N_WIDTHS = 6, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10 };
+    const size_t y_size = (MM_MAX_TOKENS + 1) * MM_LDY * sizeof(float);
+    float *wf = malloc(MM_MAX_ROWS * MM_MAX_N * sizeof(float)), *xf = malloc(MM_MAX_N * sizeof(float));
+    char *wq = malloc(MM_MAX_ROWS * MM_MAX_N * 4), *xq = malloc(MM_MAX_TOKENS * (MM_MAX_N * 4 + 8));
+    float *y_all = malloc(y_size), *y_one = malloc(y_size), *y_split = malloc(y_size), *y_ref = malloc(y_size);
+    float *want = malloc(y_size);
     for (int i = 0; i < N_WEIGHT_TYPES; i++) {
         cv_type t = weight_types[i];
         const cv_type_traits *tt = cv_type_get(t);
-        for (int k = 0; k < 3; k++) {
+        const cv_type_traits *at = cv_type_get(tt->vec_dot_type);
+        for (int k = 0; k < N_WIDTHS; k++) {
             int n = widths[k];
             if (n % tt->blck_size)
                 continue;
+            /* raw quant bytes for the block types at one width */
+            int raw = tt->is_quantized && n == 1056;
             size_t w_row = cv_row_bytes(t, n), x_row = cv_row_bytes(tt->vec_dot_type, n) + 8;
-            fill_random(wf, MM_ROWS * n);
-            fill_random(xf, MM_TOKENS * n);
-            for (int r = 0; r < MM_ROWS; r++)
-                tt->quantize(wf + r * n, wq + r * w_row, n);
-            for (int s = 0; s < MM_TOKENS; s++)
-                cv_type_get(tt->vec_dot_type)->from_float(xf + s * n, xq + s * x_row, n);
-            memset(y_all, 0, sizeof y_all);
-            memset(y_one, 0, sizeof y_one);
-            memset(y_split, 0, sizeof y_split);
-            memset(y_ref, 0, sizeof y_ref);
-            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, whole, 2, y_all);
-            for (int s = 0; s < MM_TOKENS; s++)
-                matmul_split(t, wq, n, xq + s * x_row, x_row, 1, whole, 2, y_one + s * MM_LDY);
-            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, pieces, 5, y_split);
-            cv_kernels_init(1);
-            matmul_split(t, wq, n, xq, x_row, MM_TOKENS, whole, 2, y_ref);
-            cv_kernels_init(0);
-            CHECKF(memcmp(y_all, y_one, sizeof y_all) == 0, "%s n=%d: m=5 vs m=1", tt->name, n);
-            CHECKF(memcmp(y_all, y_split, sizeof y_all) == 0, "%s n=%d: row splits", tt->name, n);
-            CHECKF(memcmp(y_all, y_ref, sizeof y_all) == 0, "%s n=%d: best vs forced ref", tt->name, n);
-            int ok = 1;
-            for (int s = 0; s < MM_TOKENS; s++)
-                for (int r = 0; r < MM_ROWS; r++)
-                    ok &= same_bits(y_all[s * MM_LDY + r], tt->vec_dot(n, wq + r * w_row, xq + s * x_row));
-            CHECKF(ok, "%s n=%d: output is not the row's vec_dot", tt->name, n);
-            CHECKF(y_all[MM_ROWS] == 0.0f && y_all[MM_LDY - 1] == 0.0f, "%s: wrote past the rows", tt->name);
+            if (raw) {
+                fill_raw_blocks(t, wq, n, MM_MAX_ROWS);
+                for (int s = 0; s < MM_MAX_TOKENS; s++)
+                    fill_raw_blocks(tt->vec_dot_type, xq + s * x_row, n, 1);
+            } else {
+                fill_random(wf, MM_MAX_ROWS * n);
+                for (int r = 0; r < MM_MAX_ROWS; r++)
+                    tt->quantize(wf + (size_t)r * n, wq + r * w_row, n);
+                for (int s = 0; s < MM_MAX_TOKENS; s++) {
+                    fill_random(xf, n);
+                    at->from_float(xf, xq + s * x_row, n);
+                }
+            }
+            for (int s = 0; s < MM_MAX_TOKENS; s++)
+                for (int r = 0; r < MM_MAX_ROWS; r++)
+                    want[s * MM_LDY + r] = tt->vec_dot_ref(n, wq + r * w_row, xq + s * x_row);
+            for (int ri = 0; ri < N_ROW_COUNTS; ri++) {
+                const long rows = row_counts[ri];
+                const long whole[] = {0, rows}, pieces[] = {0, rows / 4, rows / 4 + 1, rows - 1, rows};
+                for (int mi = 0; mi < N_TOKEN_COUNTS; mi++) {
+                    const int m = token_counts[mi];
+                    if (n == MM_MAX_N && m != MM_MAX_TOKENS && m != 5)
+                        continue; /* keeps the widest case short */
+                    matmul_split(t, wq, n, xq, x_row, m, whole, 2, y_all);
+                    matmul_split(t, wq, n, xq, x_row, m, pieces, 5, y_split);
+                    for (int s = 0; s < m; s++)
+                        cv_matmul_rows(t, wq, n, xq + s * x_row, x_row, 1, y_one + s * MM_LDY, MM_LDY, 0, rows);
+                    cv_kernels_init(1);
+                    matmul_split(t, wq, n, xq, x_row, m, whole, 2, y_ref);
+                    cv_kernels_init(0);
+                    int bad = 0, outside = 0;
+                    for (int s = 0; s <= m; s++)
+                        for (int r = 0; r < MM_LDY; r++) {
+                            int j = s * MM_LDY + r;
+                            if (s < m && r < rows)
+                                bad += !same_bits(y_all[j], want[j]) || !same_bits(y_split[j], want[j]) ||
+                                       !same_bits(y_one[j], want[j]) || !same_bits(y_ref[j], want[j]);
+                            else
+                                outside += y_all[j] != -7.0f || y_split[j] != -7.0f || y_ref[j] != -7.0f;
+                        }
+                    CHECKF(bad == 0, "%s n=%d%s rows=%ld m=%d: %d outputs differ from vec_dot_ref", tt->name, n,
+                           raw ? " (raw)" : "", rows, m, bad);
+                    CHECKF(outside == 0, "%s n=%d rows=%ld m=%d: %d writes outside the outputs", tt->name, n, rows,
+                           m, outside);
+                }
+            }
         }
     }
     free(wf);
     free(xf);
     free(wq);
     free(xq);
+    free(y_all);
+    free(y_one);
+    free(y_split);
+    free(y_ref);
+    free(want);
 }
 
 static void test_dispatch(void)

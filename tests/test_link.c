@@ -1,7 +1,8 @@
 /* test_link.c: TCP links of src/pipe/link.h over loopback.
  *
  * Two links exchange frames both ways (order, ids, gathered parts, byte
- * counts), a 24 MiB payload, a payload over the receiver's cap; then raw
+ * counts), one thread waiting on two links through notify fds, a 24 MiB
+ * payload, a payload over the receiver's cap; then raw
  * sockets play broken peers: a process killed by SIGKILL in the middle of
  * a frame, garbage bytes, a bad checksum, a silent peer (recv timeout), a
  * peer that stalls inside a frame (read timeout), a peer that never reads
@@ -9,7 +10,9 @@
  * Every failure must come back as a message naming the peer, within its
  * timeout plus a loose margin. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -161,11 +164,52 @@ static void test_frames_both_ways(void)
     CHECK(sa.frames_sent == NPING + 3 && sb.frames_recv == NPING + 3);
     CHECK(sb.bytes_sent == sa.bytes_recv && sb.frames_sent == NPING);
 
-    /* b closes: a's recv fails, with the name a gives its peer */
+    /* renamed while its threads run; b closes: a's recv fails with the new name */
+    cv_link_set_name(a, "node A (10.77.0.2:7000)");
+    CHECK(strcmp(cv_link_name(a), "node A (10.77.0.2:7000)") == 0);
     cv_link_close(b);
-    CHECK(cv_link_recv(a, 3000, &f, err, sizeof err) == -1 && has(err, "node A: connection closed by peer"));
+    CHECK(cv_link_recv(a, 3000, &f, err, sizeof err) == -1);
+    CHECKF(strcmp(err, "node A (10.77.0.2:7000): connection closed by peer") == 0, "%s", err);
     CHECK(cv_link_recv(a, 0, &f, err, sizeof err) == -1);
     cv_link_close(a);
+}
+
+/* One thread waits on two links through their notify fds. */
+static void test_notify_fd(void)
+{
+    cv_link *a1, *b1, *a2, *b2;
+    if (make_pair(NULL, NULL, &a1, &b1))
+        SKIP("no loopback TCP");
+    if (make_pair(NULL, NULL, &a2, &b2)) {
+        cv_link_close(a1);
+        cv_link_close(b1);
+        SKIP("no loopback TCP");
+    }
+    char err[CV_ERRLEN];
+    int fds[2];
+    CHECK(pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    cv_link_set_notify_fd(b1, fds[1]);
+    cv_link_set_notify_fd(b2, fds[1]);
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    CHECK(poll(&p, 1, 100) == 0);
+    CHECK(cv_link_send(a2, CV_MSG_BYE, 22, NULL, 0, err, sizeof err) == 0);
+    CHECK(poll(&p, 1, 5000) == 1);
+    uint8_t drain[64];
+    while (read(fds[0], drain, sizeof drain) > 0)
+        ;
+    cv_frame f;
+    CHECK(cv_link_recv(b1, 0, &f, err, sizeof err) == CV_LINK_TIMEOUT);
+    CHECK(cv_link_recv(b2, 0, &f, err, sizeof err) == 0 && f.h.id == 22);
+    cv_link_release(b2, &f);
+    /* the end of a link is news too */
+    cv_link_close(a1);
+    CHECK(poll(&p, 1, 5000) == 1);
+    CHECK(cv_link_recv(b1, 0, &f, err, sizeof err) == -1 && has(err, "connection closed by peer"));
+    cv_link_close(b1);
+    cv_link_close(a2);
+    cv_link_close(b2);
+    close(fds[0]);
+    close(fds[1]);
 }
 
 static void test_large_payload_and_cap(void)
@@ -422,6 +466,7 @@ static void test_connect_and_accept_errors(void)
 int main(void)
 {
     TEST_RUN(test_frames_both_ways);
+    TEST_RUN(test_notify_fd);
     TEST_RUN(test_large_payload_and_cap);
     TEST_RUN(test_peer_killed_mid_frame);
     TEST_RUN(test_garbage_and_bad_checksum);

@@ -7,7 +7,8 @@
  * trailing byte rejected with a message naming the message; targeted
  * corruptions of each message, counts that lie included, rejected with a
  * message naming the field; encoders refusing what decoders would refuse;
- * activation conversions. */
+ * activation conversions. `test_proto --corpus DIR` writes one encoded
+ * sample of each message as seeds for tests/fuzz/fuzz_frame.c. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -456,6 +457,9 @@ static void test_result(void)
     cv_msg_result e = {0, 0, 0, NULL, NULL};
     CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 8);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_rows == 0);
+    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL};
+    CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 12);
+    CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_vocab == 7 && !d.logits);
     CHECK(cv_msg_result_encode(&m, buf, 10, &n, err, sizeof err) == -1 && has(err, "too small"));
 }
 
@@ -530,6 +534,27 @@ static void test_ping_bye(void)
     CHECK(cv_msg_ping_encode(&m, buf, 15, &n, err, sizeof err) == -1);
 }
 
+static int dec_stats(const void *p, size_t n, char *err, size_t errlen)
+{
+    cv_msg_stats m;
+    return cv_msg_stats_decode(p, n, &m, err, errlen);
+}
+
+static void test_stats(void)
+{
+    char err[CV_ERRLEN] = "";
+    cv_msg_stats m = {123456789012ull, 40, 41, 1ull << 40}, d;
+    size_t n = 0;
+    CHECK(cv_msg_stats_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0 && n == CV_MSG_STATS_OK_SIZE);
+    CHECK(cv_msg_stats_decode(buf, n, &d, err, sizeof err) == 0 && memcmp(&d, &m, sizeof d) == 0);
+    CHECK(cv_msg_validate(CV_MSG_STATS_OK, buf, n, err, sizeof err) == 0);
+    check_truncations(buf, n, dec_stats, "STATS_OK");
+    CHECK(cv_msg_stats_encode(&m, buf, 31, &n, err, sizeof err) == -1 && has(err, "too small"));
+    CHECK(cv_msg_validate(CV_MSG_STATS, NULL, 0, err, sizeof err) == 0);
+    CHECK(cv_msg_validate(CV_MSG_STATS, buf, 1, err, sizeof err) == -1 && has(err, "STATS"));
+    CHECK(strcmp(cv_msg_type_name(CV_MSG_STATS_OK), "STATS_OK") == 0);
+}
+
 /* ---- activations ---- */
 
 static void test_activations(void)
@@ -567,9 +592,86 @@ static void test_activations(void)
     CHECK(cv_act_to_f32(5, wire, 32, y, err, sizeof err) == -1 && has(err, "unknown"));
 }
 
-int main(void)
+/* ---- seed corpus for tests/fuzz/fuzz_frame.c ---- */
+
+static void write_seed(const char *dir, const char *name, uint16_t type, const uint8_t *payload, size_t n)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s-payload", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        uint8_t mode = (uint8_t)type;
+        fwrite(&mode, 1, 1, f);
+        fwrite(payload, 1, n, f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/%s-frame", dir, name);
+    f = fopen(path, "wb");
+    if (f) {
+        uint8_t hdr[1 + CV_FRAME_HEADER_SIZE] = {0};
+        cv_frame_header h = cv_frame_header_make(type, 1, payload, (uint32_t)n);
+        cv_frame_header_encode(&h, hdr + 1);
+        fwrite(hdr, 1, sizeof hdr, f);
+        fwrite(payload, 1, n, f);
+        fclose(f);
+    }
+}
+
+static int write_corpus(const char *dir)
+{
+    char err[CV_ERRLEN] = "";
+    size_t n;
+    int rc = 0;
+    cv_msg_hello h = sample_hello();
+    rc |= cv_msg_hello_encode(&h, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "hello", CV_MSG_HELLO, buf, n);
+    cv_msg_hello_ok ok = {CV_PROTO_VERSION, 10, 1u << 30, 1u << 20, 1u << 24};
+    rc |= cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "hello_ok", CV_MSG_HELLO_OK, buf, n);
+    rc |= cv_msg_error_encode(CV_PERR_NO_MEMORY, "layers 0..8 need 3 GiB", buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "error", CV_MSG_ERROR, buf, n);
+    cv_fwd_token toks[2] = {{1, 0, 0, 0, {0}}, {2, 0, 1, 1, {0}}};
+    float act[2 * 32] = {1.0f, -2.0f};
+    cv_msg_forward fw = {2, 32, CV_ACT_F32, CV_FWD_HAS_HIDDEN, toks, act};
+    rc |= cv_msg_forward_encode(&fw, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "forward", CV_MSG_FORWARD, buf, n);
+    cv_msg_forward ids = {2, 0, CV_ACT_F32, CV_FWD_WANT_LOGITS, toks, NULL};
+    rc |= cv_msg_forward_encode(&ids, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "forward_ids", CV_MSG_FORWARD, buf, n);
+    cv_top_entry top[2] = {{3, -0.5f}, {1, -1.5f}};
+    cv_result_row rows[2] = {{0, 1, 3, 2, top}, {1, 4, 0, 0, NULL}};
+    cv_msg_result r = {2, 0, 0, rows, NULL};
+    rc |= cv_msg_result_encode(&r, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "result", CV_MSG_RESULT, buf, n);
+    float logits[2 * 4] = {0.5f, 1.5f, -1.0f, 2.0f, 0, 0, 1, 0};
+    cv_msg_result rl = {2, CV_RES_HAS_LOGITS, 4, rows, logits};
+    rc |= cv_msg_result_encode(&rl, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "result_logits", CV_MSG_RESULT, buf, n);
+    cv_msg_seq_op t = {.op = CV_SEQ_TRUNCATE, .seq = 1, .len = 5};
+    rc |= cv_msg_seq_op_encode(&t, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "seq_truncate", CV_MSG_SEQ_OP, buf, n);
+    cv_msg_seq_op sp = {.op = CV_SEQ_SET_SAMPLER, .seq = 0, .sampler = cv_sampler_default_params(), .n_probs = 2};
+    rc |= cv_msg_seq_op_encode(&sp, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "seq_sampler", CV_MSG_SEQ_OP, buf, n);
+    cv_msg_ping p = {1, 2};
+    rc |= cv_msg_ping_encode(&p, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "ping", CV_MSG_PING, buf, n);
+    write_seed(dir, "pong", CV_MSG_PONG, buf, n);
+    write_seed(dir, "bye", CV_MSG_BYE, buf, 0);
+    write_seed(dir, "stats", CV_MSG_STATS, buf, 0);
+    cv_msg_stats st = {1000, 2, 3, 4096};
+    rc |= cv_msg_stats_encode(&st, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "stats_ok", CV_MSG_STATS_OK, buf, n);
+    if (rc)
+        fprintf(stderr, "corpus: %s\n", err);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
 {
     cv_kernels_init(0);
+    if (argc == 3 && strcmp(argv[1], "--corpus") == 0)
+        return write_corpus(argv[2]);
     TEST_RUN(test_crc32c);
     TEST_RUN(test_header);
     TEST_RUN(test_hello);
@@ -579,6 +681,7 @@ int main(void)
     TEST_RUN(test_result);
     TEST_RUN(test_seq_op);
     TEST_RUN(test_ping_bye);
+    TEST_RUN(test_stats);
     TEST_RUN(test_activations);
     return test_summary();
 }

@@ -15,8 +15,8 @@
  * stream is passed on (shutdown of the write side) after the queued bytes;
  * an error on either socket closes both. TCP_NODELAY on every socket.
  * Single-threaded; the process owns everything it allocates. It prints
- * "linkemu: listening on ADDR:PORT" on stderr once it accepts connections
- * (port 0 picks a free port), which scripts wait for. */
+ * "linkemu: listening on ADDR:PORT" on stderr once it accepts connections,
+ * which scripts wait for. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -242,7 +242,7 @@ int main(int argc, char **argv)
     const char *listen_addr = NULL, *to_addr = NULL;
     long delay_ms = -1, jitter_ms = 0;
     unsigned long long seed = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc)
             usage();
         const char *v = argv[i + 1];
@@ -259,7 +259,6 @@ int main(int argc, char **argv)
             ;
         else
             usage();
-        i++;
     }
     if (!listen_addr || !to_addr || delay_ms < 0)
         usage();

@@ -9,7 +9,14 @@
  * reference) and points the active table at it. Until cv_kernels_init
  * runs, the active table is traits_ref, so every entry is always callable.
  * The kernels themselves live in ref.c, kernels_avx2.c and kernels_neon.c
- * (see kernels_impl.h for the schedule they share). */
+ * (see kernels_impl.h for the schedule they share).
+ *
+ * cv_matmul_rows hands a type's rows to its tile kernel, where the selected
+ * ISA has one (TILE_ROWS rows times a block of tokens, sharing the
+ * unpacking of each weight block between tokens), in token blocks that
+ * stay in L2; the rows a tile cannot cover, and products of fewer than
+ * TILE_MIN_TOKENS tokens (decode), take one vec_dot per output. A tile gives
+ * each output the bits of that vec_dot. */
 #include "kernels/kernels.h"
 
 #include <stdlib.h>
@@ -60,23 +67,25 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
                       .from_float = quantize_row_q8_K},
 };
 
-/* The SIMD versions of a type's vec_dot and from_float; NULL keeps the
- * reference. */
+/* The SIMD versions of a type's vec_dot and from_float, NULL keeping the
+ * reference, and its tile kernel for cv_matmul_rows (NULL: none). */
 typedef struct simd_kernels {
     cv_vec_dot_fn vec_dot;
     cv_from_float_fn from_float;
+    matmul_tile_fn matmul_tile;
 } simd_kernels;
 
 #if defined(__x86_64__)
 static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
-    [CV_TYPE_F32] = {vec_dot_f32_avx2, NULL},
-    [CV_TYPE_F16] = {vec_dot_f16_avx2, convert_row_f32_to_f16_avx2},
-    [CV_TYPE_BF16] = {vec_dot_bf16_avx2, NULL},
-    [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_avx2, quantize_row_q8_0_avx2},
-    [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_avx2, NULL},
-    [CV_TYPE_Q4_K] = {vec_dot_q4_K_q8_K_avx2, NULL},
-    [CV_TYPE_Q5_K] = {vec_dot_q5_K_q8_K_avx2, NULL},
-    [CV_TYPE_Q6_K] = {vec_dot_q6_K_q8_K_avx2, NULL},
+    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_avx2},
+    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_avx2, .from_float = convert_row_f32_to_f16_avx2},
+    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2},
+    [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
+                      .matmul_tile = matmul_tile_q8_0_q8_0_avx2},
+    [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2},
+    [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2},
+    [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},
+    [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2},
 };
 
 static bool cpu_has_avx2_fma_f16c(void)
@@ -92,19 +101,20 @@ static bool cpu_has_avx2_fma_f16c(void)
 
 #if defined(__aarch64__)
 static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
-    [CV_TYPE_F32] = {vec_dot_f32_neon, NULL},
-    [CV_TYPE_F16] = {vec_dot_f16_neon, convert_row_f32_to_f16_neon},
-    [CV_TYPE_BF16] = {vec_dot_bf16_neon, NULL},
-    [CV_TYPE_Q8_0] = {vec_dot_q8_0_q8_0_neon, quantize_row_q8_0_neon},
-    [CV_TYPE_Q4_0] = {vec_dot_q4_0_q8_0_neon, NULL},
-    [CV_TYPE_Q4_K] = {vec_dot_q4_K_q8_K_neon, NULL},
-    [CV_TYPE_Q5_K] = {vec_dot_q5_K_q8_K_neon, NULL},
-    [CV_TYPE_Q6_K] = {vec_dot_q6_K_q8_K_neon, NULL},
+    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_neon},
+    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_neon, .from_float = convert_row_f32_to_f16_neon},
+    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_neon},
+    [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_neon, .from_float = quantize_row_q8_0_neon},
+    [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_neon},
+    [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_neon},
+    [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_neon},
+    [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_neon},
 };
 #endif
 
 static cv_type_traits traits_best[CV_TYPE_COUNT];
 static const cv_type_traits *traits = traits_ref;
+static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
 static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
 
@@ -114,6 +124,7 @@ void cv_kernels_init(int force_ref)
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
     axpy_f32 = axpy_f32_ref;
+    memset(matmul_tile, 0, sizeof matmul_tile);
     if (!force_ref && !(env && strcmp(env, "ref") == 0)) {
 #if defined(__x86_64__)
         if (cpu_has_avx2_fma_f16c()) {
@@ -137,6 +148,7 @@ void cv_kernels_init(int force_ref)
             traits_best[t].vec_dot = simd[t].vec_dot;
         if (simd[t].from_float)
             traits_best[t].from_float = simd[t].from_float;
+        matmul_tile[t] = simd[t].matmul_tile;
     }
     traits = traits_best;
 }
@@ -192,15 +204,42 @@ size_t cv_row_bytes(cv_type t, int64_t n)
     return (size_t)(n / tt->blck_size) * tt->type_size;
 }
 
+/* Outputs of rows [r0, r1) and tokens [t0, t1), one vec_dot each. */
+static void matmul_by_vec_dot(cv_vec_dot_fn vec_dot, int n_in, const char *w, size_t row_bytes, const char *x,
+                              size_t x_stride, float *y, int ldy, long r0, long r1, int t0, int t1)
+{
+    for (long r = r0; r < r1; r++)
+        for (int t = t0; t < t1; t++)
+            y[(size_t)t * (size_t)ldy + (size_t)r] = vec_dot(n_in, w + (size_t)r * row_bytes, x + (size_t)t * x_stride);
+}
+
+/* Activation bytes a token block may take: it stays in L2 while the rows
+ * of the range meet it, TILE_ROWS at a time. */
+#define TOKEN_BLOCK_BYTES (192 * 1024)
+
 void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
                     float *y, int ldy, long r0, long r1)
 {
     const cv_vec_dot_fn vec_dot = traits[wt].vec_dot;
+    const matmul_tile_fn tile = matmul_tile[wt];
     const size_t row_bytes = cv_row_bytes(wt, n_in);
-    const char *w_row = (const char *)w + (size_t)r0 * row_bytes;
-    for (long r = r0; r < r1; r++, w_row += row_bytes)
-        for (int t = 0; t < m; t++)
-            y[(size_t)t * (size_t)ldy + (size_t)r] = vec_dot(n_in, w_row, (const char *)x + (size_t)t * x_stride);
+    const char *wc = w, *xc = x;
+    if (!tile || m < TILE_MIN_TOKENS || r1 - r0 < TILE_ROWS) {
+        matmul_by_vec_dot(vec_dot, n_in, wc, row_bytes, xc, x_stride, y, ldy, r0, r1, 0, m);
+        return;
+    }
+    /* Tiles cover rows [r0, r_tiles); vec_dot the rest. */
+    const long r_tiles = r1 - (r1 - r0) % TILE_ROWS;
+    const size_t x_bytes = cv_row_bytes(traits[wt].vec_dot_type, n_in);
+    int token_block = (int)(TOKEN_BLOCK_BYTES / x_bytes);
+    token_block = token_block < 1 ? 1 : token_block > TILE_TOKENS ? TILE_TOKENS : token_block;
+    for (int t0 = 0; t0 < m; t0 += token_block) {
+        const int t1 = m - t0 < token_block ? m : t0 + token_block;
+        for (long r = r0; r < r_tiles; r += TILE_ROWS)
+            tile(n_in, wc + (size_t)r * row_bytes, row_bytes, xc + (size_t)t0 * x_stride, x_stride, t1 - t0,
+                 y + (size_t)t0 * (size_t)ldy + (size_t)r, (size_t)ldy);
+        matmul_by_vec_dot(vec_dot, n_in, wc, row_bytes, xc, x_stride, y, ldy, r_tiles, r1, t0, t1);
+    }
 }
 
 float cv_dot_f32(int n, const float *a, const float *b)

@@ -14,9 +14,11 @@
  *   has AVX2, FMA and F16C, NEON on arm64, else the reference. The
  *   environment variable CONVOY_KERNELS=ref (or cv_kernels_init(1)) forces
  *   the reference. It must run before any other call here.
- * - Each output element of cv_matmul_rows is one vec_dot call whose result
- *   does not depend on how many rows or tokens are computed around it: this
- *   is what makes a row inside a batch bit-identical to the row alone. */
+ * - Each output element of cv_matmul_rows has the bits of one vec_dot call
+ *   (many-token products share work between outputs, never the order of
+ *   an output's sums), which do not depend on how many rows or tokens are
+ *   computed around it: this is what makes a row inside a batch
+ *   bit-identical to the row alone. */
 #ifndef CONVOY_KERNELS_KERNELS_H
 #define CONVOY_KERNELS_KERNELS_H
 

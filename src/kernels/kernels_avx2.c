@@ -13,6 +13,7 @@
  *   including -128), halves added: lane l = elements 2l, 2l+1, 16+2l, 17+2l. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -100,14 +101,28 @@ static inline __m256 block_scale(cv_fp16 a, cv_fp16 b)
     return _mm256_set1_ps(_cvtsh_ss(a) * _cvtsh_ss(b));
 }
 
-/* Lane l: sum of p[j] * q[j] over j in {2l, 2l+1, 16+2l, 17+2l}. */
-static inline __m256i lanes_q8_0_q8_0(const int8_t *p, const int8_t *q)
+/* A Q8_0 block's quants widened to int16: elements 0..15 and 16..31. */
+typedef struct q8_0_wide {
+    __m256i lo, hi;
+} q8_0_wide;
+
+static inline q8_0_wide widen_q8_0(const int8_t *q)
 {
-    __m256i p0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
-    __m256i p1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16)));
-    __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
-    __m256i q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
-    return _mm256_add_epi32(_mm256_madd_epi16(p0, q0), _mm256_madd_epi16(p1, q1));
+    q8_0_wide v = {_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)),
+                   _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)))};
+    return v;
+}
+
+/* Lane l: sum of p[j] * q[j] over j in {2l, 2l+1, 16+2l, 17+2l}. */
+static inline __m256i lanes_q8_0_q8_0(q8_0_wide p, q8_0_wide q)
+{
+    return _mm256_add_epi32(_mm256_madd_epi16(p.lo, q.lo), _mm256_madd_epi16(p.hi, q.hi));
+}
+
+/* One block of a Q8_0 x Q8_0 dot product, as float lane sums. */
+static inline __m256 block_q8_0_q8_0(const block_q8_0 *w, const block_q8_0 *x)
+{
+    return _mm256_cvtepi32_ps(lanes_q8_0_q8_0(widen_q8_0(w->qs), widen_q8_0(x->qs)));
 }
 
 float vec_dot_q8_0_q8_0_avx2(int n, const void *wv, const void *xv)
@@ -118,30 +133,45 @@ float vec_dot_q8_0_q8_0_avx2(int n, const void *wv, const void *xv)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
-        __m256 s0 = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(w[b].qs, x[b].qs));
-        __m256 s1 = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(w[b + 1].qs, x[b + 1].qs));
+        __m256 s0 = block_q8_0_q8_0(&w[b], &x[b]);
+        __m256 s1 = block_q8_0_q8_0(&w[b + 1], &x[b + 1]);
         acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
         acc1 = _mm256_fmadd_ps(block_scale(w[b + 1].d, x[b + 1].d), s1, acc1);
     }
-    if (b < nb) {
-        __m256 s0 = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(w[b].qs, x[b].qs));
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
-    }
+    if (b < nb)
+        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), block_q8_0_q8_0(&w[b], &x[b]), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-/* Lane l: sum of (q4[j] - 8) * q[j] over j in 4l..4l+3, where q4[j] is the
- * low nibble of packed[j] for j < 16 and the high nibble of packed[j-16]. */
-static inline __m256i lanes_q4_0_q8_0(const uint8_t *packed, const int8_t *q)
+/* The 32 quants of a Q4_0 block as unsigned bytes 0..15 in element order:
+ * element j < 16 is the low nibble of packed[j], j >= 16 the high nibble of
+ * packed[j-16]. */
+static inline __m256i unpack_q4_0(const uint8_t *packed)
 {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i eight = _mm256_set1_epi8(8);
-    const __m256i ones = _mm256_set1_epi16(1);
     __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
-    __m256i q4 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), low4);
-    __m256i y = _mm256_loadu_si256((const __m256i *)q);
-    __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q4, y), _mm256_maddubs_epi16(eight, y));
-    return _mm256_madd_epi16(pairs, ones);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(15));
+}
+
+/* maddubs(8, y): the pair sums of 8 * y, what the -8 offset of Q4_0 takes
+ * off the pair sums of q4 * y. Depends on the activation block only. */
+static inline __m256i offset_q4_0(__m256i y)
+{
+    return _mm256_maddubs_epi16(_mm256_set1_epi8(8), y);
+}
+
+/* Lane l: sum of (q4[j] - 8) * y[j] over j in 4l..4l+3, from the unpacked
+ * quants q4, the activation quants y and offset_q4_0(y). */
+static inline __m256i lanes_q4_0_q8_0(__m256i q4, __m256i y, __m256i y_offset)
+{
+    __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q4, y), y_offset);
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+/* One block of a Q4_0 x Q8_0 dot product, as float lane sums. */
+static inline __m256 block_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x)
+{
+    __m256i y = _mm256_loadu_si256((const __m256i *)x->qs);
+    return _mm256_cvtepi32_ps(lanes_q4_0_q8_0(unpack_q4_0(w->qs), y, offset_q4_0(y)));
 }
 
 float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
@@ -152,16 +182,173 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
-        __m256 s0 = _mm256_cvtepi32_ps(lanes_q4_0_q8_0(w[b].qs, x[b].qs));
-        __m256 s1 = _mm256_cvtepi32_ps(lanes_q4_0_q8_0(w[b + 1].qs, x[b + 1].qs));
+        __m256 s0 = block_q4_0_q8_0(&w[b], &x[b]);
+        __m256 s1 = block_q4_0_q8_0(&w[b + 1], &x[b + 1]);
         acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
         acc1 = _mm256_fmadd_ps(block_scale(w[b + 1].d, x[b + 1].d), s1, acc1);
     }
-    if (b < nb) {
-        __m256 s0 = _mm256_cvtepi32_ps(lanes_q4_0_q8_0(w[b].qs, x[b].qs));
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
-    }
+    if (b < nb)
+        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), block_q4_0_q8_0(&w[b], &x[b]), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* ---- tiles: TILE_ROWS weight rows times up to TILE_TOKENS activation rows ----
+ *
+ * Every output of a tile follows the schedule of its vec_dot exactly; the
+ * tile only shares work between outputs. The rows are cut into chunks of
+ * PANEL_BLOCKS blocks. For each chunk, the weight side is prepared once in
+ * a panel in L1 (Q4_0 quants unpacked to bytes, Q8_0 quants widened to
+ * int16, scales converted to f32) and then met by every token, whose block
+ * is loaded (and given its Q4_0 offset term, or widened) once for the 8
+ * rows. The block scales fp16(w_r.d) * fp16(x.d) are exact in f32, so any
+ * way of forming them gives block_scale's value: Q4_0 forms the 8 of a
+ * block with one multiply and broadcasts them from memory, Q8_0 (whose
+ * loop has more loads) multiplies per row, which measured faster for each.
+ * While the tokens meet a chunk, the next chunk of the rows is prefetched.
+ * An output's two accumulators
+ * (acc0 for even blocks, acc1 for odd ones) live in memory between chunks;
+ * within a chunk, a token goes over the even blocks and then over the odd
+ * blocks, with the 8 accumulators of one parity in registers. Each
+ * accumulator thus sees its blocks in vec_dot's order, and the final
+ * hsum8(acc0 + acc1) is vec_dot's. */
+
+_Static_assert(TILE_ROWS == 8, "a panel block holds one __m256 of scales, one per row");
+
+enum { PANEL_BLOCKS = 32 }; /* even, so a block's parity is the same in a chunk and in the row */
+
+/* Accumulators of one token: [parity][row]. */
+typedef __m256 tile_acc[2][TILE_ROWS];
+
+typedef struct panel_q4_0 {
+    __m256i q4[PANEL_BLOCKS][TILE_ROWS]; /* unpack_q4_0 of each block */
+    float d[PANEL_BLOCKS][TILE_ROWS];    /* weight scales */
+} panel_q4_0;
+
+typedef struct panel_q8_0 {
+    q8_0_wide q[PANEL_BLOCKS][TILE_ROWS]; /* widen_q8_0 of each block */
+    float d[PANEL_BLOCKS][TILE_ROWS];
+} panel_q8_0;
+
+/* The 8 scales d_r = fp16(w_r.d) * fp16(x.d) of one block, for
+ * broadcasting. */
+static inline void panel_scales(const float wd[TILE_ROWS], cv_fp16 xd, float d[TILE_ROWS])
+{
+    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_loadu_ps(wd), _mm256_set1_ps(_cvtsh_ss(xd))));
+}
+
+/* Prefetches the blocks [b1, b2) of a row, of block_bytes bytes each. */
+static inline void prefetch_blocks(const void *row, size_t block_bytes, int b1, int b2)
+{
+    for (size_t i = (size_t)b1 * block_bytes; i < (size_t)b2 * block_bytes; i += 64)
+        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+}
+
+/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel;
+ * prefetches the chunk after. */
+static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
+{
+    const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const block_q4_0 *row = (const block_q4_0 *)(w + (size_t)r * w_stride);
+        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        for (int b = 0; b < nbc; b++) {
+            p->q4[b][r] = unpack_q4_0(row[b0 + b].qs);
+            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
+        }
+    }
+}
+
+static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
+{
+    const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)r * w_stride);
+        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        for (int b = 0; b < nbc; b++) {
+            p->q[b][r] = widen_q8_0(row[b0 + b].qs);
+            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
+        }
+    }
+}
+
+/* Adds blocks [0, nb) of the panel times the token's blocks x[0, nb) to its
+ * accumulators. */
+static void panel_token_q4_0(const panel_q4_0 *p, int nb, const block_q8_0 *x, tile_acc acc)
+{
+    for (int parity = 0; parity < 2; parity++) {
+        __m256 a[TILE_ROWS];
+        memcpy(a, acc[parity], sizeof a);
+        for (int b = parity; b < nb; b += 2) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
+            const __m256i y_offset = offset_q4_0(y);
+            float d[TILE_ROWS];
+            panel_scales(p->d[b], x[b].d, d);
+#pragma GCC unroll 8
+            for (int r = 0; r < TILE_ROWS; r++) {
+                __m256 s = _mm256_cvtepi32_ps(lanes_q4_0_q8_0(p->q4[b][r], y, y_offset));
+                a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d[r]), s, a[r]);
+            }
+        }
+        memcpy(acc[parity], a, sizeof a);
+    }
+}
+
+static void panel_token_q8_0(const panel_q8_0 *p, int nb, const block_q8_0 *x, tile_acc acc)
+{
+    for (int parity = 0; parity < 2; parity++) {
+        __m256 a[TILE_ROWS];
+        memcpy(a, acc[parity], sizeof a);
+        for (int b = parity; b < nb; b += 2) {
+            const q8_0_wide y = widen_q8_0(x[b].qs);
+            const __m256 xd = _mm256_set1_ps(_cvtsh_ss(x[b].d));
+#pragma GCC unroll 8
+            for (int r = 0; r < TILE_ROWS; r++) {
+                __m256 s = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(p->q[b][r], y));
+                a[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&p->d[b][r]), xd), s, a[r]);
+            }
+        }
+        memcpy(acc[parity], a, sizeof a);
+    }
+}
+
+/* y[t * ldy + r] = hsum8(acc0 + acc1) of each output, as vec_dot returns it. */
+static void tile_store(const tile_acc *acc, int m, float *y, size_t ldy)
+{
+    for (int t = 0; t < m; t++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            y[(size_t)t * ldy + (size_t)r] = hsum8(_mm256_add_ps(acc[t][0][r], acc[t][1][r]));
+}
+
+void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    const int nb = n / QK8_0;
+    panel_q4_0 panel;
+    tile_acc acc[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
+        const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
+        panel_prepare_q4_0(&panel, w, w_stride, b0, nbc, nb);
+        for (int t = 0; t < m; t++)
+            panel_token_q4_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
+    }
+    tile_store(acc, m, y, ldy);
+}
+
+void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    const int nb = n / QK8_0;
+    panel_q8_0 panel;
+    tile_acc acc[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
+        const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
+        panel_prepare_q8_0(&panel, w, w_stride, b0, nbc, nb);
+        for (int t = 0; t < m; t++)
+            panel_token_q8_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
+    }
+    tile_store(acc, m, y, ldy);
 }
 
 void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)

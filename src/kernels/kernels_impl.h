@@ -36,9 +36,24 @@
 #ifndef CONVOY_KERNELS_KERNELS_IMPL_H
 #define CONVOY_KERNELS_KERNELS_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/types.h"
+
+/* Tile kernels (matmul_tile_*, SIMD only): the outputs of TILE_ROWS
+ * consecutive weight rows (w, w_stride bytes apart) times m activation rows
+ * (x, x_stride bytes apart, 1 <= m <= TILE_TOKENS) of n elements:
+ * y[t * ldy + r] = vec_dot(n, w row r, x row t) of the same ISA, bit for bit,
+ * for r < TILE_ROWS, t < m. cv_matmul_rows covers the other rows with
+ * vec_dot. */
+#define TILE_ROWS 8
+#define TILE_TOKENS 32
+/* Below this many tokens, preparing a tile's weights costs more than it
+ * saves: one vec_dot per output is faster. */
+#define TILE_MIN_TOKENS 3
+typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                               float *y, size_t ldy);
 
 /* Reference (ref.c). */
 float vec_dot_f32_ref(int n, const void *w, const void *x);
@@ -69,6 +84,10 @@ float vec_dot_f16_avx2(int n, const void *w, const void *x);
 float vec_dot_bf16_avx2(int n, const void *w, const void *x);
 float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
+void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy);
+void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy);
 void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
 void axpy_f32_avx2(int n, float a, const float *x, float *y);

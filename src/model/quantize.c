@@ -118,6 +118,41 @@ static int convert_rows(cv_type src_type, const void *src, cv_type dst_type, voi
 
 /* True when both paths name the same existing file: writing the output
  * would truncate the mapped input. */
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and
+ * every third one between get the higher type. */
+static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer)
+{
+    if (!strcmp(name, "output.weight"))
+        return p->output_type != CV_TYPE_COUNT ? p->output_type : p->k_mix ? CV_TYPE_Q6_K : p->type;
+    if (p->k_mix && layer >= 0 && (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+        use_more_bits(layer, n_layer))
+        return CV_TYPE_Q6_K;
+    return p->type;
+}
+
+/* Layer index of a "blk.N." tensor name, or -1. */
+static int layer_of(const char *name)
+{
+    int layer, n;
+    return sscanf(name, "blk.%d.%n", &layer, &n) == 1 && n > 0 ? layer : -1;
+}
+
+/* <arch>.block_count, or 0 when absent. */
+static int block_count(const gguf_file *f)
+{
+    gguf_str arch;
+    uint32_t n = 0;
+    char key[96];
+    if (gguf_get_str(f, "general.architecture", &arch, NULL, 0) == 0 && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+        if (gguf_find_kv(f, key))
+            gguf_get_u32(f, key, &n, NULL, 0);
+    }
+    return (int)n;
+}
+
 static bool same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -127,7 +162,7 @@ static bool same_file(const char *a, const char *b)
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen)
 {
-    cv_type output_type = p->output_type == CV_TYPE_COUNT ? p->type : p->output_type;
+    cv_type output_type = cv_quant_policy_type(p, "output.weight", -1, 0);
     if (!cv_quant_can_write(p->type))
         return cv_errf(err, errlen, "cannot quantize to %s: not a weight type this build can write",
                        cv_type_name(p->type));
@@ -153,6 +188,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         cv_errf(err, errlen, "%s: out of memory", in_path);
         goto done;
     }
+    int n_layer = block_count(&in);
     for (uint64_t i = 0; i < in.n_kv; i++)
         if (!gguf_str_eq(in.kv[i].key, "general.file_type") &&
             !gguf_str_eq(in.kv[i].key, "general.quantization_version"))
@@ -167,7 +203,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         }
         cv_type want = t->type, type = t->type;
         if (cv_quant_is_weight_matrix(names[i], t->n_dims)) {
-            want = !strcmp(names[i], "output.weight") ? output_type : p->type;
+            want = cv_quant_policy_type(p, names[i], layer_of(names[i]), n_layer);
             type = cv_quant_fit_type(want, t->ne[0]);
         }
         const void *data = t->data;

@@ -66,9 +66,17 @@ bool cv_quant_can_write(cv_type t);
 
 typedef struct cv_quantize_params {
     cv_type type;        /* type of the weight matrices */
-    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` */
+    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` (Q6_K with k_mix) */
+    /* llama.cpp's _M mixes (Q4_K_M, Q5_K_M): output.weight Q6_K, and
+     * attn_v / ffn_down Q6_K in the layers llama.cpp's use_more_bits picks
+     * (the first and last eighth, and every third layer between) */
+    bool k_mix;
     int n_threads;       /* conversion threads; the output does not depend on it */
 } cv_quantize_params;
+
+/* The type the policy of p wants for a weight matrix of layer `layer`
+ * (-1 for tensors outside the blocks) of n_layer. */
+cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer);
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen);

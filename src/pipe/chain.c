@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -27,6 +28,7 @@ struct cv_chain {
     cv_stage embd;                 /* layers [0, 0): token embeddings only */
     bool embd_open;
     uint64_t fingerprint;
+    uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
     cv_link *link[CHAIN_MAX_NODES];
     char addr[CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
@@ -37,9 +39,18 @@ struct cv_chain {
     bool inbox_running;
     bool broken;
     uint32_t next_id;
-    float *hidden;                 /* [n_batch][n_embd] */
-    uint8_t *fwd_head;             /* FORWARD fixed part + records */
-    uint8_t *act;                  /* lossy activations */
+    /* batches in flight, oldest first in a ring of `depth` */
+    int depth;
+    int oldest, in_flight;
+    struct flight {
+        uint32_t id;
+        int32_t n_want;
+        uint64_t ticket;           /* send of this slot's buffers */
+        bool ticket_live;
+        float *hidden;             /* [n_batch][n_embd] */
+        uint8_t *fwd_head;         /* FORWARD fixed part + records */
+        uint8_t *act;              /* lossy activations */
+    } flight[CHAIN_MAX_NODES];
     cv_result_row *rows;           /* [n_batch] */
     float *logits;                 /* [n_batch][n_vocab] with want_logits */
     uint64_t forward_bytes;        /* FORWARD frames sent by the head */
@@ -96,7 +107,7 @@ static cv_msg_hello base_hello(const cv_chain *c)
                           .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->embd.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
-                          .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->fingerprint ^ (uint64_t)time(NULL)};
+                          .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
 }
 
 static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen)
@@ -145,14 +156,14 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         goto fail;
     c->embd_open = true;
     c->fingerprint = cv_model_fingerprint(&c->embd.model.gguf);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
     const cv_llama_hparams *hp = &c->embd.model.hp;
     const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
-    c->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
-    c->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
-    c->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
     c->rows = cv_calloc(nb, sizeof *c->rows);
     c->logits = o->want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)hp->n_vocab) : NULL;
-    if (!c->hidden || !c->fwd_head || !c->act || !c->rows || (o->want_logits && !c->logits)) {
+    if (!c->rows || (o->want_logits && !c->logits)) {
         cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
         goto fail;
     }
@@ -194,6 +205,17 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
         }
+    c->depth = c->n_active;
+    for (int k = 0; k < c->depth; k++) {
+        struct flight *f = &c->flight[k];
+        f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
+        f->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
+        f->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
+        if (!f->hidden || !f->fwd_head || !f->act) {
+            cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
+            goto fail;
+        }
+    }
     cv_inbox_init(&c->inbox);
     c->inbox_running = true;
     for (int k = 0; k < c->n_active; k++)
@@ -221,15 +243,34 @@ void cv_chain_close(cv_chain *c)
         }
     if (c->embd_open)
         cv_stage_close(&c->embd);
-    cv_free_aligned(c->hidden);
-    cv_free_aligned(c->fwd_head);
-    cv_free_aligned(c->act);
+    for (int k = 0; k < c->depth; k++) {
+        cv_free_aligned(c->flight[k].hidden);
+        cv_free_aligned(c->flight[k].fwd_head);
+        cv_free_aligned(c->flight[k].act);
+    }
     cv_free(c->rows);
     cv_free_aligned(c->logits);
     cv_free(c);
 }
 
 static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
+
+/* After a node reported a failure, looks briefly for a link that died: a
+ * node that lost its neighbour reports it at once, but the neighbour that
+ * died is the cause and is named first. */
+static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
+{
+    char first[CV_ERRLEN];
+    snprintf(first, sizeof first, "%s", err);
+    cv_inbox_event ev;
+    while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s (then %s)", ev.err, first);
+            return;
+        }
+        cv_link_release(c->link[ev.source], &ev.frame);
+    }
+}
 
 /* Waits for the RESULT of FORWARD id from the last node, failing on any
  * node's ERROR or lost link. */
@@ -258,11 +299,15 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
         if (f->h.type == CV_MSG_ERROR) {
             cv_msg_error e;
             char why[CV_ERRLEN];
-            rc = cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why)
-                     ? cv_errf(err, errlen, "%s: %s", cv_link_name(l), why)
-                     : cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
-            c->broken = true;
-        } else if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
+            if (cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why))
+                cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
+            else
+                cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
+            cv_link_release(l, &ev.frame);
+            blame_dead_link(c, err, errlen);
+            return broken(c);
+        }
+        if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
             cv_msg_result m;
             if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
                 c->broken = true;
@@ -289,41 +334,73 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
     }
 }
 
-int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen)
+int cv_chain_depth(const cv_chain *c) { return c->depth; }
+int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
+
+int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
 {
     if (c->broken)
         return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
+    if (c->in_flight == c->depth)
+        return cv_errf(err, errlen, "%d batches are in flight already, the chain's depth", c->depth);
+    struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
+    if (f->ticket_live) { /* its buffers may still be on their way out */
+        f->ticket_live = false;
+        if (cv_link_wait_sent(first_link(c), f->ticket, err, errlen))
+            return broken(c);
+    }
     const cv_llama_hparams *hp = &c->embd.model.hp;
-    if (cv_stage_step(&c->embd, b, NULL, c->hidden, NULL, err, errlen))
+    if (cv_stage_step(&c->embd, b, NULL, f->hidden, NULL, err, errlen))
         return -1;
-    cv_fwd_token *rec = (cv_fwd_token *)(c->fwd_head + CV_FWD_FIXED_SIZE);
-    int32_t n_want = 0;
+    cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    f->n_want = 0;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t] ? 1 : 0};
-        n_want += rec[t].want;
+        f->n_want += rec[t].want;
     }
     cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)hp->n_embd,
                         .act_type = (uint8_t)c->o.act_type,
                         .flags = CV_FWD_HAS_HIDDEN | (c->o.want_logits ? CV_FWD_WANT_LOGITS : 0), .tokens = rec,
-                        .act = c->hidden};
+                        .act = f->hidden};
     if (m.act_type != CV_ACT_F32) {
-        if (cv_act_from_f32(m.act_type, c->hidden, (uint64_t)b->n_tokens * hp->n_embd, c->act, err, errlen))
+        if (cv_act_from_f32(m.act_type, f->hidden, (uint64_t)b->n_tokens * hp->n_embd, f->act, err, errlen))
             return -1;
-        m.act = c->act;
+        m.act = f->act;
     }
     size_t head_len;
-    if (cv_msg_forward_encode_head(&m, c->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
+    if (cv_msg_forward_encode_head(&m, f->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
                                    &head_len, err, errlen))
         return -1;
     const size_t act_len = cv_act_bytes(m.act_type, (uint64_t)b->n_tokens, (uint64_t)hp->n_embd);
-    const struct iovec parts[2] = {{c->fwd_head, head_len}, {(void *)m.act, act_len}};
-    const uint32_t id = ++c->next_id;
-    uint64_t ticket;
-    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, id, parts, 2, &ticket, err, errlen) ||
-        cv_link_wait_sent(first_link(c), ticket, err, errlen))
+    const struct iovec parts[2] = {{f->fwd_head, head_len}, {(void *)m.act, act_len}};
+    f->id = ++c->next_id;
+    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, f->id, parts, 2, &f->ticket, err, errlen))
         return broken(c);
+    f->ticket_live = true;
     c->forward_bytes += CV_FRAME_HEADER_SIZE + head_len + act_len;
-    return await_result(c, id, n_want, tokens, err, errlen);
+    c->in_flight++;
+    return 0;
+}
+
+int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
+{
+    if (c->in_flight == 0)
+        return cv_errf(err, errlen, "no batch in flight");
+    struct flight *f = &c->flight[c->oldest];
+    if (await_result(c, f->id, f->n_want, tokens, err, errlen))
+        return -1;
+    *n_tokens = f->n_want;
+    c->oldest = (c->oldest + 1) % c->depth;
+    c->in_flight--;
+    return 0;
+}
+
+int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen)
+{
+    int32_t n;
+    if (c->in_flight)
+        return cv_errf(err, errlen, "a step needs the chain idle, %d batches are in flight", c->in_flight);
+    return cv_chain_submit(c, b, err, errlen) || cv_chain_collect(c, tokens, &n, err, errlen) ? -1 : 0;
 }
 
 const float *cv_chain_logits(const cv_chain *c, int32_t i)
@@ -372,6 +449,30 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
 
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->embd.kv.len[seq]; }
 int32_t cv_chain_n_ctx(const cv_chain *c) { return c->embd.kv.n_ctx; }
+
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen)
+{
+    if (c->broken || k < 0 || k >= c->n_active)
+        return cv_errf(err, errlen, "no serving node %d", k);
+    const int i = c->active[k];
+    const uint32_t id = ++c->next_id;
+    if (cv_link_send(c->link[i], CV_MSG_STATS, id, NULL, 0, err, errlen))
+        return broken(c);
+    for (;;) {
+        cv_inbox_event ev;
+        if (cv_inbox_next(&c->inbox, c->o.io_timeout_ms, &ev) == CV_LINK_TIMEOUT)
+            return cv_errf(err, errlen, "%s: no STATS_OK within %d ms", cv_link_name(c->link[i]), c->o.io_timeout_ms);
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s", ev.err);
+            return broken(c);
+        }
+        const bool mine = ev.source == i && ev.frame.h.type == CV_MSG_STATS_OK && ev.frame.h.id == id;
+        int rc = mine ? cv_msg_stats_decode(ev.frame.payload, ev.frame.h.payload_len, out, err, errlen) : 0;
+        cv_link_release(c->link[ev.source], &ev.frame);
+        if (mine)
+            return rc;
+    }
+}
 
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
 {

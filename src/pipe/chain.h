@@ -44,6 +44,17 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
 void cv_chain_close(cv_chain *c);
 
 int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen);
+/* Micro-batches: up to cv_chain_depth (the number of serving nodes)
+ * batches in flight, so that every stage works on a different one.
+ * cv_chain_submit embeds and sends a batch and returns at once;
+ * cv_chain_collect waits for the oldest batch in flight and writes one
+ * sampled id per wanted token (*n_tokens of them). A sequence must not be
+ * in two batches in flight (its next token depends on the last). Results
+ * and a sequence's tokens are the same as with cv_chain_step. */
+int cv_chain_depth(const cv_chain *c);
+int cv_chain_in_flight(const cv_chain *c);
+int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
+int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
 /* Logits of wanted row i of the last step (only with want_logits). */
 const float *cv_chain_logits(const cv_chain *c, int32_t i);
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
@@ -60,5 +71,8 @@ typedef struct cv_chain_stats {
     uint64_t bytes_recv;
 } cv_chain_stats;
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s);
+/* The counters of the k-th serving node (compute time, steps, bytes sent),
+ * asked over the wire; call between steps. */
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen);
 
 #endif

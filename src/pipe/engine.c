@@ -27,6 +27,7 @@ struct convoy_ctx {
     cv_stage stage;   /* every layer here */
     int32_t n_batch;
     int32_t *tokens;  /* [n_batch] sampled ids of the last step */
+    int32_t n_done;   /* one machine: ids in tokens not yet collected, -1 when none */
 };
 
 struct convoy_detok {
@@ -183,6 +184,7 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     }
     c->model = m;
     c->n_batch = p->n_batch;
+    c->n_done = -1;
     const cv_stage_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16};
     if (p->nodes ? open_chain(c, p, err, errlen) : 0) {
@@ -238,6 +240,35 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
     if (c->chain)
         return cv_chain_step(c->chain, &cb, tokens, err, errlen);
     return cv_stage_step(&c->stage, &cb, NULL, NULL, tokens, err, errlen);
+}
+
+int convoy_ctx_depth(const convoy_ctx *c) { return c->chain ? cv_chain_depth(c->chain) : 1; }
+
+int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen)
+{
+    const cv_batch cb = to_cv_batch(b);
+    if (c->chain)
+        return cv_chain_submit(c->chain, &cb, err, errlen);
+    if (c->n_done >= 0)
+        return cv_errf(err, errlen, "a batch is in flight already (depth 1 on one machine)");
+    if (cv_stage_step(&c->stage, &cb, NULL, NULL, c->tokens, err, errlen))
+        return -1;
+    c->n_done = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++)
+        c->n_done += b->want[t] ? 1 : 0;
+    return 0;
+}
+
+int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
+{
+    if (c->chain)
+        return cv_chain_collect(c->chain, tokens, n_tokens, err, errlen);
+    if (c->n_done < 0)
+        return cv_errf(err, errlen, "no batch in flight");
+    memcpy(tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_done);
+    *n_tokens = c->n_done;
+    c->n_done = -1;
+    return 0;
 }
 
 const float *convoy_logits(const convoy_ctx *c, int32_t i)

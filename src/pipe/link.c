@@ -12,8 +12,13 @@
  *               (waiting on rq_space), cv_link_recv pops (rq_avail).
  *   buffer pool up to LINK_POOL free payload buffers, handed back by
  *               cv_link_release and reused by the reader.
+ * After queueing a frame, and when it stops, the reader writes a byte to
+ * the caller's notify fd if one is set.
  * Each side records its first failure as a message and stops; the other
  * side keeps going (a node may still send ERROR after a garbage frame).
+ * The threads build messages without the link's name and prefix it under
+ * the mutex when they record them, so cv_link_set_name is safe at any
+ * time; every other read of the name also holds the mutex.
  * cv_link_close sets `closing`, broadcasts, and writes a byte to the wake
  * pipe that both threads poll next to the socket, then joins them. */
 #include "pipe/link.h"
@@ -62,6 +67,7 @@ struct cv_link {
     int read_timeout_ms;
     int send_timeout_ms;
     _Atomic uint32_t max_payload;
+    _Atomic int notify_fd;
 
     pthread_mutex_t mu;
     pthread_cond_t sq_space, sq_work, sq_done, rq_avail, rq_space;
@@ -71,12 +77,12 @@ struct cv_link {
     int sq_head, sq_count;
     uint64_t next_ticket, sent_ticket;
     bool writer_done; /* the writer stopped: failed or closing */
-    char wfail[CV_ERRLEN];
+    char wfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
 
     cv_frame rq[CV_LINK_RECV_QUEUE];
     int rq_head, rq_count;
     bool reader_done;
-    char rfail[CV_ERRLEN];
+    char rfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
 
     pool_buf pool[LINK_POOL];
     int n_pool;
@@ -242,10 +248,9 @@ static int wait_writable(cv_link *l, char *msg, size_t msglen)
         if (rc < 0 && errno == EINTR)
             continue;
         if (rc < 0)
-            return cv_errf(msg, msglen, "%s: poll failed while sending: %s", l->name, strerror(errno));
+            return cv_errf(msg, msglen, "poll failed while sending: %s", strerror(errno));
         if (rc == 0)
-            return cv_errf(msg, msglen, "%s: send stalled: the peer took no data for %d ms", l->name,
-                           l->send_timeout_ms);
+            return cv_errf(msg, msglen, "send stalled: the peer took no data for %d ms", l->send_timeout_ms);
         if (p[1].revents)
             return 1;
         return 0;
@@ -291,7 +296,7 @@ static int write_frame(cv_link *l, const send_entry *e, char *msg, size_t msglen
                     return rc;
                 continue;
             }
-            return cv_errf(msg, msglen, "%s: sending %s frame failed: %s", l->name, cv_msg_type_name(e->type),
+            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(e->type),
                            errno == EPIPE || errno == ECONNRESET ? "connection closed by peer" : strerror(errno));
         }
         atomic_fetch_add(&l->bytes_sent, (uint64_t)n);
@@ -327,7 +332,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&l->mu);
         if (rc != 0) {
             if (rc < 0)
-                snprintf(l->wfail, sizeof l->wfail, "%s", msg);
+                snprintf(l->wfail, sizeof l->wfail, "%s: %s", l->name, msg);
             break;
         }
         l->sq_head = (l->sq_head + 1) % CV_LINK_SEND_QUEUE;
@@ -350,17 +355,23 @@ static void *writer_main(void *arg)
 int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *parts, int n_parts, uint64_t *ticket,
                   char *err, size_t errlen)
 {
-    if (n_parts < 0 || n_parts > CV_LINK_MAX_PARTS)
-        return cv_errf(err, errlen, "%s: %d payload parts (at most %d)", l->name, n_parts, CV_LINK_MAX_PARTS);
+    char why[96] = "";
     uint64_t total = 0;
-    for (int i = 0; i < n_parts; i++)
+    for (int i = 0; i < n_parts && i < CV_LINK_MAX_PARTS; i++)
         total += parts[i].iov_len;
-    if (total > UINT32_MAX)
-        return cv_errf(err, errlen, "%s: %s payload of %" PRIu64 " bytes does not fit a frame", l->name,
-                       cv_msg_type_name(type), total);
-    if (type == 0 || type >= CV_MSG_COUNT)
-        return cv_errf(err, errlen, "%s: cannot send message type %u", l->name, type);
+    if (n_parts < 0 || n_parts > CV_LINK_MAX_PARTS)
+        snprintf(why, sizeof why, "%d payload parts (at most %d)", n_parts, CV_LINK_MAX_PARTS);
+    else if (total > UINT32_MAX)
+        snprintf(why, sizeof why, "%s payload of %" PRIu64 " bytes does not fit a frame", cv_msg_type_name(type),
+                 total);
+    else if (type == 0 || type >= CV_MSG_COUNT)
+        snprintf(why, sizeof why, "cannot send message type %u", type);
     pthread_mutex_lock(&l->mu);
+    if (why[0]) {
+        cv_errf(err, errlen, "%s: %s", l->name, why);
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
     while (l->sq_count == CV_LINK_SEND_QUEUE && !l->writer_done)
         pthread_cond_wait(&l->sq_space, &l->mu);
     if (l->writer_done) {
@@ -433,26 +444,40 @@ static int read_exact(cv_link *l, uint8_t *p, size_t n, int64_t *deadline, const
         }
         if (r == 0) {
             if (got == 0 && *deadline < 0)
-                return cv_errf(msg, msglen, "%s: connection closed by peer", l->name);
-            return cv_errf(msg, msglen, "%s: connection closed while reading %s (got %zu of %zu bytes)", l->name,
-                           what, got, n);
+                return cv_errf(msg, msglen, "connection closed by peer");
+            return cv_errf(msg, msglen, "connection closed while reading %s (got %zu of %zu bytes)", what, got,
+                           n);
         }
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return cv_errf(msg, msglen, "%s: %s while reading %s (got %zu of %zu bytes)", l->name,
+            return cv_errf(msg, msglen, "%s while reading %s (got %zu of %zu bytes)",
                            errno == ECONNRESET ? "connection reset by peer" : strerror(errno), what, got, n);
         int rc = poll(pf, 2, left_ms(*deadline));
         if (rc < 0 && errno != EINTR)
-            return cv_errf(msg, msglen, "%s: poll failed while reading %s: %s", l->name, what, strerror(errno));
+            return cv_errf(msg, msglen, "poll failed while reading %s: %s", what, strerror(errno));
         if (pf[1].revents)
             return 1;
         if (rc == 0)
-            return cv_errf(msg, msglen, "%s: timed out after %d ms while reading %s (got %zu of %zu bytes)",
-                           l->name, l->read_timeout_ms, what, got, n);
+            return cv_errf(msg, msglen, "timed out after %d ms while reading %s (got %zu of %zu bytes)",
+                           l->read_timeout_ms, what, got, n);
     }
     return 0;
 }
+
+/* Tells the caller's notify fd, if any, that there is something to see. */
+static void notify(cv_link *l)
+{
+    int fd = atomic_load(&l->notify_fd);
+    if (fd >= 0) {
+        ssize_t w;
+        do
+            w = write(fd, "f", 1);
+        while (w < 0 && errno == EINTR);
+    }
+}
+
+void cv_link_set_notify_fd(cv_link *l, int fd) { atomic_store(&l->notify_fd, fd); }
 
 /* Reads, checks and queues one frame: 0, 1 (closing) or -1. */
 static int read_frame(cv_link *l, char *msg, size_t msglen)
@@ -465,23 +490,23 @@ static int read_frame(cv_link *l, char *msg, size_t msglen)
     cv_frame f = {0};
     char why[CV_ERRLEN];
     if (cv_frame_header_decode(raw, atomic_load(&l->max_payload), &f.h, why, sizeof why))
-        return cv_errf(msg, msglen, "%s: %s", l->name, why);
+        return cv_errf(msg, msglen, "%s", why);
     if (f.h.payload_len) {
         f.payload = take_buffer(l, f.h.payload_len, &f.buf_cap);
         if (!f.payload)
-            return cv_errf(msg, msglen, "%s: out of memory for a %" PRIu32 "-byte %s payload", l->name,
+            return cv_errf(msg, msglen, "out of memory for a %" PRIu32 "-byte %s payload",
                            f.h.payload_len, cv_msg_type_name(f.h.type));
         char what[64];
         snprintf(what, sizeof what, "%s payload", cv_msg_type_name(f.h.type));
         rc = read_exact(l, f.payload, f.h.payload_len, &deadline, what, msg, msglen);
         if (rc == 0 && cv_frame_check_payload(&f.h, f.payload, why, sizeof why))
-            rc = cv_errf(msg, msglen, "%s: %s", l->name, why);
+            rc = cv_errf(msg, msglen, "%s", why);
         if (rc) {
             cv_free_aligned(f.payload);
             return rc;
         }
     } else if (f.h.checksum != 0) {
-        return cv_errf(msg, msglen, "%s: empty %s frame with checksum 0x%08" PRIx32 " (must be 0)", l->name,
+        return cv_errf(msg, msglen, "empty %s frame with checksum 0x%08" PRIx32 " (must be 0)",
                        cv_msg_type_name(f.h.type), f.h.checksum);
     }
     atomic_fetch_add(&l->frames_recv, 1);
@@ -501,6 +526,8 @@ static int read_frame(cv_link *l, char *msg, size_t msglen)
     pthread_mutex_unlock(&l->mu);
     if (dropped)
         cv_free_aligned(dropped);
+    else
+        notify(l);
     return rc;
 }
 
@@ -514,12 +541,13 @@ static void *reader_main(void *arg)
     while (rc == 0);
     pthread_mutex_lock(&l->mu);
     if (rc < 0)
-        snprintf(l->rfail, sizeof l->rfail, "%s", msg);
+        snprintf(l->rfail, sizeof l->rfail, "%s: %s", l->name, msg);
     else
         snprintf(l->rfail, sizeof l->rfail, "%s: link closed", l->name);
     l->reader_done = true;
     pthread_cond_broadcast(&l->rq_avail);
     pthread_mutex_unlock(&l->mu);
+    notify(l);
     return NULL;
 }
 
@@ -529,8 +557,8 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
     pthread_mutex_lock(&l->mu);
     while (l->rq_count == 0 && !l->reader_done) {
         if (cond_wait_until(&l->rq_avail, &l->mu, deadline) && l->rq_count == 0 && !l->reader_done) {
-            pthread_mutex_unlock(&l->mu);
             cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
+            pthread_mutex_unlock(&l->mu);
             return CV_LINK_TIMEOUT;
         }
     }
@@ -563,6 +591,7 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
     l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
     atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
+    atomic_init(&l->notify_fd, -1);
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;
@@ -639,6 +668,13 @@ void cv_link_close(cv_link *l)
 }
 
 const char *cv_link_name(const cv_link *l) { return l->name; }
+
+void cv_link_set_name(cv_link *l, const char *name)
+{
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    pthread_mutex_unlock(&l->mu);
+}
 
 void cv_link_set_max_payload(cv_link *l, uint32_t max_payload) { atomic_store(&l->max_payload, max_payload); }
 

@@ -98,7 +98,13 @@ int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts,
                        size_t errlen);
 void cv_listener_close(cv_listener *l);
 
+/* The name in messages. The pointer is valid until cv_link_set_name or
+ * cv_link_close. */
 const char *cv_link_name(const cv_link *l);
+/* Renames the link (for example once a handshake tells who the peer is:
+ * an accepted link from the previous node is "peer ADDR:EPHEMERAL_PORT"
+ * until then). Safe while the link's threads run; later messages use it. */
+void cv_link_set_name(cv_link *l, const char *name);
 /* The receive cap for frames whose header has not been read yet (after
  * the handshake: min of both sides' max_payload). */
 void cv_link_set_max_payload(cv_link *l, uint32_t max_payload);
@@ -114,6 +120,13 @@ int cv_link_wait_sent(cv_link *l, uint64_t ticket, char *err, size_t errlen);
 int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, size_t len, char *err, size_t errlen);
 /* Waits until every frame queued so far is sent. */
 int cv_link_flush(cv_link *l, char *err, size_t errlen);
+
+/* Makes the reader write one byte to fd after each frame it queues and
+ * when the receiving side ends, so one thread can poll several links
+ * (then cv_link_recv(l, 0, ...) on each). fd must be non-blocking (a
+ * pipe or eventfd; a byte that does not fit is dropped, which is fine:
+ * any byte means "look"); -1 turns it off. The caller owns fd. */
+void cv_link_set_notify_fd(cv_link *l, int fd);
 
 /* Takes the next received frame, waiting up to timeout_ms. */
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen);

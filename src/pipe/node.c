@@ -57,6 +57,7 @@ typedef struct node {
     uint32_t *n_probs;       /* [n_slot] */
     uint8_t *res_buf;
     size_t res_cap;
+    cv_msg_stats stats; /* compute time, steps and rows of this session */
 } node;
 
 static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
@@ -472,8 +473,14 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
         if (cv_link_wait_sent(n->next, n->ticket[n->cur], err, errlen))
             return -1;
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (cv_stage_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
         return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    n->stats.compute_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec));
+    n->stats.steps++;
+    n->stats.tokens += fw.n_tokens;
     if (has_head(n))
         return send_result(n, &fw, f->h.id, err, errlen);
     if (send_forward(n, &fw, f->h.id, err, errlen)) {
@@ -513,6 +520,24 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
     return 0;
 }
 
+static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
+{
+    cv_link_stats ls;
+    n->stats.bytes_sent = 0;
+    cv_link *links[3] = {n->head, n->prev, n->next};
+    for (int i = 0; i < 3; i++)
+        if (links[i]) {
+            cv_link_get_stats(links[i], &ls);
+            n->stats.bytes_sent += ls.bytes_sent;
+        }
+    uint8_t buf[CV_MSG_STATS_OK_SIZE];
+    size_t len;
+    return cv_msg_stats_encode(&n->stats, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(n->head, CV_MSG_STATS_OK, id, buf, len, err, errlen)
+               ? -1
+               : 0;
+}
+
 /* The session's main loop: until the head leaves or a link fails. */
 static void serve_session(node *n)
 {
@@ -546,6 +571,8 @@ static void serve_session(node *n)
             rc = run_forward(n, &ev.frame, err, sizeof err);
         else if (type == CV_MSG_SEQ_OP && data)
             rc = run_seq_op(n, &ev.frame, err, sizeof err);
+        else if (type == CV_MSG_STATS && ev.source == SRC_HEAD)
+            rc = send_stats(n, ev.frame.h.id, err, sizeof err);
         else if (type == CV_MSG_PING && ev.source == SRC_HEAD)
             rc = cv_link_send(n->head, CV_MSG_PONG, ev.frame.h.id, ev.frame.payload, ev.frame.h.payload_len, err,
                               sizeof err);

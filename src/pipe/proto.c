@@ -106,6 +106,7 @@ const char *cv_msg_type_name(uint32_t type)
         [CV_MSG_HELLO] = "HELLO",   [CV_MSG_HELLO_OK] = "HELLO_OK", [CV_MSG_ERROR] = "ERROR",
         [CV_MSG_FORWARD] = "FORWARD", [CV_MSG_RESULT] = "RESULT",   [CV_MSG_SEQ_OP] = "SEQ_OP",
         [CV_MSG_PING] = "PING",     [CV_MSG_PONG] = "PONG",         [CV_MSG_BYE] = "BYE",
+        [CV_MSG_STATS] = "STATS",   [CV_MSG_STATS_OK] = "STATS_OK",
     };
     return type > 0 && type < CV_MSG_COUNT ? names[type] : "unknown";
 }
@@ -745,7 +746,7 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
             p += sizeof(cv_top_entry);
         }
     }
-    if (m->flags & CV_RES_HAS_LOGITS)
+    if ((m->flags & CV_RES_HAS_LOGITS) && m->n_rows)
         memcpy(p, m->logits, (size_t)m->n_rows * m->n_vocab * sizeof(float));
     *len = (size_t)need;
     return 0;
@@ -948,6 +949,31 @@ int cv_msg_bye_decode(const void *payload, size_t len, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- STATS / STATS_OK ---- */
+
+int cv_msg_stats_encode(const cv_msg_stats *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
+{
+    if (cap < CV_MSG_STATS_OK_SIZE)
+        return fail_cap("STATS_OK", CV_MSG_STATS_OK_SIZE, cap, err, errlen);
+    put_u64(buf, m->compute_ns);
+    put_u64((uint8_t *)buf + 8, m->steps);
+    put_u64((uint8_t *)buf + 16, m->tokens);
+    put_u64((uint8_t *)buf + 24, m->bytes_sent);
+    *len = CV_MSG_STATS_OK_SIZE;
+    return 0;
+}
+
+int cv_msg_stats_decode(const void *payload, size_t len, cv_msg_stats *m, char *err, size_t errlen)
+{
+    cv_cursor c;
+    cv_cursor_init(&c, payload, len);
+    m->compute_ns = cv_cursor_u64(&c, "compute_ns");
+    m->steps = cv_cursor_u64(&c, "steps");
+    m->tokens = cv_cursor_u64(&c, "tokens");
+    m->bytes_sent = cv_cursor_u64(&c, "bytes_sent");
+    return finish(&c, "STATS_OK", err, errlen);
+}
+
 int cv_msg_validate(uint16_t type, const void *payload, size_t len, char *err, size_t errlen)
 {
     switch (type) {
@@ -981,6 +1007,14 @@ int cv_msg_validate(uint16_t type, const void *payload, size_t len, char *err, s
         return cv_msg_ping_decode(payload, len, &m, err, errlen);
     }
     case CV_MSG_BYE: return cv_msg_bye_decode(payload, len, err, errlen);
+    case CV_MSG_STATS:
+        if (len)
+            return cv_errf(err, errlen, "STATS: %zu payload bytes, expected none", len);
+        return 0;
+    case CV_MSG_STATS_OK: {
+        cv_msg_stats m;
+        return cv_msg_stats_decode(payload, len, &m, err, errlen);
+    }
     default: return cv_errf(err, errlen, "unknown message type %u", type);
     }
 }

@@ -88,6 +88,11 @@
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
  *    BYE = 9: empty; the sender closes after it.
+ *    STATS = 10 (head -> node): empty; asks for the node's counters.
+ *    STATS_OK = 11 (node -> head): 32 bytes: u64 compute_ns (time spent in
+ *       its forward passes this session), u64 steps (FORWARDs run),
+ *       u64 tokens (rows run), u64 bytes_sent (on its links, headers
+ *       included).
  *
  * 3. Versioning. proto_version in HELLO names the message set; a node that
  *    cannot speak it answers ERROR{CV_PERR_VERSION}. Adding a message type
@@ -136,6 +141,8 @@ typedef enum cv_msg_type {
     CV_MSG_PING = 7,
     CV_MSG_PONG = 8,
     CV_MSG_BYE = 9,
+    CV_MSG_STATS = 10,
+    CV_MSG_STATS_OK = 11,
     CV_MSG_COUNT /* one past the last type; not a type */
 } cv_msg_type;
 
@@ -393,6 +400,20 @@ typedef struct cv_msg_ping {
 int cv_msg_ping_encode(const cv_msg_ping *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 int cv_msg_ping_decode(const void *payload, size_t len, cv_msg_ping *m, char *err, size_t errlen);
 int cv_msg_bye_decode(const void *payload, size_t len, char *err, size_t errlen);
+
+/* ---- STATS / STATS_OK ---- */
+
+#define CV_MSG_STATS_OK_SIZE 32
+
+typedef struct cv_msg_stats {
+    uint64_t compute_ns;
+    uint64_t steps;
+    uint64_t tokens;
+    uint64_t bytes_sent;
+} cv_msg_stats;
+
+int cv_msg_stats_encode(const cv_msg_stats *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_stats_decode(const void *payload, size_t len, cv_msg_stats *m, char *err, size_t errlen);
 
 /* Validates a payload of any type as its decoder would (RESULT rows are
  * checked without being stored), for receivers that check a frame before
