@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 const char *arg_value(int argc, char **argv, int *i)
@@ -53,6 +54,25 @@ int arg_float(const char *flag, const char *s, float *out)
     }
     *out = v;
     return 0;
+}
+
+int arg_bytes(const char *flag, const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        double scale;
+    } units[] = {{"", 1},         {"K", 1e3},          {"M", 1e6},          {"G", 1e9},          {"T", 1e12},
+                 {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    for (size_t i = 0; !errno && end != s && v >= 0 && isfinite(v) && i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix) && v * units[i].scale < 1.8e19) {
+            *out = (uint64_t)(v * units[i].scale);
+            return 0;
+        }
+    fprintf(stderr, "convoy: %s expects a size such as 1500000000, 1.5G or 1.4GiB, got '%s'\n", flag, s);
+    return -1;
 }
 
 double now_seconds(void)

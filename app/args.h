@@ -10,6 +10,9 @@ const char *arg_value(int argc, char **argv, int *i);
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
 int arg_u64(const char *flag, const char *s, uint64_t *out);
 int arg_float(const char *flag, const char *s, float *out);
+/* Parses a byte count with an optional K, M, G or T suffix (powers of
+ * 1000 with a decimal point allowed, as "1.5G"; KiB, MiB, GiB, TiB powers of 1024). */
+int arg_bytes(const char *flag, const char *s, uint64_t *out);
 double now_seconds(void);
 
 #endif

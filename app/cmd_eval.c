@@ -15,7 +15,9 @@ static void usage(void)
 {
     fprintf(stderr, "usage: convoy eval -m MODEL --tokens IDS.json --logits OUT.f32 [-t THREADS] [--batch N] "
                     "[--kv-type f32|f16]\n"
-                    "  IDS.json: an object whose \"tokens\" is the list of ids\n");
+                    "                   [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]]\n"
+                    "  IDS.json: an object whose \"tokens\" is the list of ids; with --nodes the logits\n"
+                    "  are those computed at the pipeline's last stage\n");
 }
 
 /* Reads the "tokens" array of a JSON file into a cv_malloc'ed array. */
@@ -75,6 +77,12 @@ int cmd_eval(int argc, char **argv)
             bad = arg_int(a, v, 1, 256, &cp.n_threads);
         else if (!strcmp(a, "--batch"))
             bad = arg_int(a, v, 1, 1 << 16, &n_batch);
+        else if (!strcmp(a, "--nodes"))
+            cp.nodes = v, cp.want_logits = true;
+        else if (!strcmp(a, "--split"))
+            cp.split = v;
+        else if (!strcmp(a, "--wire"))
+            cp.wire = v;
         else if (!strcmp(a, "--kv-type")) {
             if (strcmp(v, "f32") && strcmp(v, "f16")) {
                 fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);

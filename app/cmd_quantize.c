@@ -15,7 +15,8 @@
 static void quantize_usage(FILE *f)
 {
     fprintf(f, "usage: convoy quantize IN OUT TYPE [--output-type T] [-t THREADS]\n"
-               "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (those this build can write)\n"
+               "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, or llama.cpp's mixes Q4_K_M Q5_K_M\n"
+               "  (Q6_K for output and for attn_v/ffn_down of some layers); Q4_K_S = Q4_K, Q5_K_S = Q5_K\n"
                "  weight matrices become TYPE (output.weight: --output-type, default TYPE);\n"
                "  norms and other 1-D tensors are copied; inputs must be F32, F16 or BF16\n");
 }
@@ -83,7 +84,15 @@ int cmd_quantize(int argc, char **argv)
         return 2;
     }
     cv_kernels_init(0);
-    int t = cv_type_from_name(pos[2]);
+    /* llama.cpp's mix names: Q4_K_M and Q5_K_M; Q4_K_S / Q5_K_S are plain Q4_K / Q5_K */
+    char base[16];
+    snprintf(base, sizeof base, "%s", pos[2]);
+    const size_t bl = strlen(base);
+    if (bl == 6 && base[2] == '_' && (base[3] == 'K' || base[3] == 'k') && base[4] == '_') {
+        p.k_mix = base[5] == 'M' || base[5] == 'm';
+        base[4] = 0;
+    }
+    int t = cv_type_from_name(base);
     int ot = output_type ? cv_type_from_name(output_type) : CV_TYPE_COUNT;
     if (t < 0 || ot < 0) {
         fprintf(stderr, "convoy quantize: unknown type '%s'\n", t < 0 ? pos[2] : output_type);

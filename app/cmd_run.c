@@ -1,7 +1,8 @@
 /* cmd_run.c: `convoy run`: one prompt, streamed to stdout; load time and
  * prefill / decode speed to stderr. The prompt goes through the model in
- * chunks of --batch tokens, then one token per step is sampled and fed
- * back until -n tokens or an end-of-generation token. */
+ * chunks of --batch tokens, then each sampled token is fed back until -n
+ * tokens or an end-of-generation token. Sampling happens inside the step,
+ * at the stage that holds the output head. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +19,19 @@ static void usage(void)
             "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
-            "                  [--ignore-eos]\n"
-            "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n");
+            "                  [--ignore-eos] [--ids] [--mem BYTES]\n"
+            "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
+            "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
+            "  --ids: print the generated token ids (one JSON list) instead of the text\n"
+            "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
+            "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n");
 }
 
 int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *v;
     int32_t n_predict = 128;
-    bool ignore_eos = false, seed_given = false;
+    bool ignore_eos = false, seed_given = false, print_ids = false;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cv_sampler_params sp = cv_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -37,6 +42,9 @@ int cmd_run(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+            continue;
+        } else if (!strcmp(a, "--ids")) {
+            print_ids = true;
             continue;
         }
         if (!(v = arg_value(argc, argv, &i)))
@@ -71,6 +79,16 @@ int cmd_run(int argc, char **argv)
             bad = arg_float(a, v, &sp.presence_penalty);
         else if (!strcmp(a, "--seed"))
             bad = arg_u64(a, v, &sp.seed), seed_given = true;
+        else if (!strcmp(a, "--mem"))
+            bad = arg_bytes(a, v, &cp.mem_budget);
+        else if (!strcmp(a, "--nodes"))
+            cp.nodes = v;
+        else if (!strcmp(a, "--split"))
+            cp.split = v;
+        else if (!strcmp(a, "--wire"))
+            cp.wire = v;
+        else if (!strcmp(a, "--timeout"))
+            bad = arg_int(a, v, 1, 1 << 30, &cp.timeout_ms);
         else if (!strcmp(a, "--kv-type")) {
             if (strcmp(v, "f32") && strcmp(v, "f16")) {
                 fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
@@ -115,11 +133,13 @@ int cmd_run(int argc, char **argv)
     int32_t *pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
     int32_t *seq = cv_calloc((size_t)n_batch, sizeof(int32_t));
     uint8_t *want = cv_calloc((size_t)n_batch, 1);
-    float *logits = cv_malloc(sizeof(float) * (size_t)info.n_vocab);
-    cv_sampler *smpl = cv_sampler_create(&sp, info.n_vocab);
     convoy_detok *detok = convoy_detok_create(model);
-    if (!tokens || !pos || !seq || !want || !logits || !smpl || !detok) {
+    if (!tokens || !pos || !seq || !want || !detok) {
         fprintf(stderr, "convoy: out of memory\n");
+        goto done;
+    }
+    if (convoy_set_sampler(ctx, 0, &sp, err, sizeof err)) {
+        fprintf(stderr, "convoy: %s\n", err);
         goto done;
     }
     int n_prompt = convoy_tokenize(model, prompt, strlen(prompt), true, false, tokens, n_ctx);
@@ -136,11 +156,13 @@ int cmd_run(int argc, char **argv)
         n_predict = n_ctx - n_prompt;
     fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", model_path, t_load,
             info.n_layer, info.n_vocab, cp.n_threads, (unsigned long long)sp.seed);
-    fputs(prompt, stdout);
+    if (print_ids)
+        putchar('[');
+    else
+        fputs(prompt, stdout);
     fflush(stdout);
 
-    for (int i = 0; i < n_prompt; i++)
-        cv_sampler_accept(smpl, tokens[i]);
+    int32_t id = -1;
     double t_prefill = now_seconds();
     for (int32_t start = 0; start < n_prompt; start += n_batch) {
         int32_t n = n_prompt - start < n_batch ? n_prompt - start : n_batch;
@@ -149,7 +171,7 @@ int cmd_run(int argc, char **argv)
             want[i] = start + i == n_prompt - 1;
         }
         convoy_batch b = {.n_tokens = n, .token = tokens + start, .pos = pos, .seq = seq, .want = want};
-        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
             fprintf(stderr, "\nconvoy: %s\n", err);
             goto done;
         }
@@ -160,12 +182,11 @@ int cmd_run(int argc, char **argv)
     int32_t n_gen = 0, n_past = n_prompt;
     static char text[16384];
     while (n_gen < n_predict) {
-        int32_t id = cv_sampler_sample(smpl, logits);
-        cv_sampler_accept(smpl, id);
         n_gen++;
         if (!ignore_eos && convoy_token_is_eog(model, id))
             break;
-        int k = convoy_detok_push(detok, id, text, sizeof text);
+        int k = print_ids ? snprintf(text, sizeof text, n_gen > 1 ? ", %d" : "%d", id)
+                          : convoy_detok_push(detok, id, text, sizeof text);
         if (k < 0) {
             fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
             goto done;
@@ -177,24 +198,22 @@ int cmd_run(int argc, char **argv)
         pos[0] = n_past;
         want[0] = 1;
         convoy_batch b = {.n_tokens = 1, .token = &id, .pos = pos, .seq = seq, .want = want};
-        if (convoy_decode(ctx, &b, logits, err, sizeof err)) {
+        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
             fprintf(stderr, "\nconvoy: %s\n", err);
             goto done;
         }
         n_past++;
     }
-    int k = convoy_detok_flush(detok, text, sizeof text);
+    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
     if (k > 0)
         fwrite(text, 1, (size_t)k, stdout);
-    fputc('\n', stdout);
+    fputs(print_ids ? "]\n" : "\n", stdout);
     t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
             n_prompt, t_prefill, n_prompt / t_prefill, n_gen, t_decode, n_gen > 0 ? n_gen / t_decode : 0.0);
     rc = 0;
 done:
     convoy_detok_free(detok);
-    cv_sampler_free(smpl);
-    cv_free(logits);
     cv_free(want);
     cv_free(seq);
     cv_free(pos);

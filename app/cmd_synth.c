@@ -30,16 +30,20 @@ static void synth_usage(FILE *f)
 static int parse_dims(const char *s, cv_synth_params *p)
 {
     int64_t *dims[] = {&p->n_embd, &p->n_layer, &p->n_head, &p->n_head_kv, &p->n_ff, &p->n_vocab};
+    size_t n_dims = sizeof(dims) / sizeof(dims[0]), i = 0;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
     char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++, tok = strtok_r(NULL, ",", &save)) {
+    for (; tok && i < n_dims; tok = strtok_r(NULL, ",", &save), i++) {
         int32_t v;
-        if (!tok || arg_int("--dims", tok, 1, INT32_MAX, &v))
+        if (arg_int("--dims", tok, 1, INT32_MAX, &v))
             return -1;
         *dims[i] = v;
     }
-    return tok ? -1 : 0;
+    if (i == n_dims && !tok)
+        return 0;
+    fprintf(stderr, "convoy synth: --dims wants 6 integers N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB\n");
+    return -1;
 }
 
 static void note_fallback(void *ctx, const cv_tensor_note *n)

@@ -10,7 +10,8 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
-    {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS]"},
+    {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS] [--nodes HOST:PORT,...]"},
+    {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL [--mem BYTES]: a pipeline node"},
     {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},
     {"eval", cmd_eval, "eval -m MODEL --tokens IDS.json --logits OUT.f32: teacher-forced logits"},

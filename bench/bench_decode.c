@@ -174,7 +174,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         if (convoy_decode(c, &b, logits, err, sizeof err))
             fprintf(stderr, "bench_decode: %s\n", err);
         s.pp = pp / (now() - t0);
-        convoy_seq_free(c, 0);
+        convoy_seq_free(c, 0, err, sizeof err);
     }
     /* tg: a BOS then tg tokens one at a time (as llama-bench's tg) */
     int32_t id = info.bos;

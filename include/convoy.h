@@ -60,6 +60,15 @@ typedef struct convoy_ctx_params {
     int32_t n_slot;    /* sequence slots; default 1 */
     int32_t n_batch;   /* most tokens per convoy_decode; default 512 */
     bool kv_f16;       /* F16 KV cache instead of F32 */
+    uint64_t mem_budget; /* bytes this machine may use; 0 = no limit */
+    /* A pipeline: "host:port,host:port,..." of `convoy stage` nodes in chain
+     * order (NULL = run every layer here). This machine then holds only the
+     * embeddings; the nodes hold the layers, the last one samples. */
+    const char *nodes;
+    const char *split;   /* "a,b,c": layers per node instead of the planner's split */
+    const char *wire;    /* activations on the wire: "f32" (default, lossless), "f16" or "q8_0" (lossy) */
+    int32_t timeout_ms;  /* a node's answer must come within this; default 30000 */
+    bool want_logits;    /* pipelines: return full logits rows (for tests; costs bandwidth) */
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -76,11 +85,32 @@ typedef struct convoy_batch {
     const uint8_t *want; /* logits wanted for this token */
 } convoy_batch;
 
-/* logits: [number of wanted tokens][n_vocab], in batch order. */
+/* Runs a batch and samples each wanted token with its slot's sampler
+ * (greedy until convoy_set_sampler): tokens[i] is the id sampled for the
+ * i-th wanted token in batch order. Every token of the batch enters its
+ * slot's penalty history. */
+int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
+/* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
+ * (1 on one machine, the number of stages on a pipeline), so that every
+ * stage works on a different batch. convoy_submit starts a batch (on one
+ * machine it runs it); convoy_collect waits for the oldest batch in flight
+ * and writes its sampled ids (*n_tokens, one per wanted token). A slot may
+ * be in only one batch in flight. Tokens are the same as with convoy_step. */
+int convoy_ctx_depth(const convoy_ctx *c);
+int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen);
+int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
+/* Logits [n_vocab] of the i-th wanted token of the last step. */
+const float *convoy_logits(const convoy_ctx *c, int32_t i);
+/* convoy_step, then a copy of the wanted tokens' logits into logits
+ * [number of wanted tokens][n_vocab]. */
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen);
+/* Sampling parameters of a slot (allocates: call at request setup). */
+int convoy_set_sampler(convoy_ctx *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
-void convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len);
-void convoy_seq_free(convoy_ctx *c, int32_t seq);
+/* Keeps the first len positions of a slot (rollback: no copy). */
+int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen);
+/* Empties a slot and resets its sampler to greedy. */
+int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
 
 #endif

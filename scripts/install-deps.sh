@@ -8,12 +8,15 @@
 #   clang libclang-rt-dev                 clang and its libFuzzer/sanitizer runtimes
 #   libjansson-dev libsodium-dev libmicrohttpd-dev   JSON, link crypto, HTTP
 #   nodejs npm                            HTTP API client tests
-#   iproute2 nftables util-linux          test hosts (ip netns, loss rules, taskset)
-#   python3                               tools and reference checks
+#   iproute2 nftables util-linux          test hosts (ip netns, tc, loss rules, taskset)
+#   iputils-ping                          test hosts (reachability checks)
+#   python3 python3-jinja2                tools, reference checks, chat templates rendered by Jinja2
+#   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user   NEON kernels built and run as arm64
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libsodium-dev
-          libmicrohttpd-dev nodejs npm iproute2 nftables util-linux python3)
+          libmicrohttpd-dev nodejs npm iproute2 nftables util-linux iputils-ping python3 python3-jinja2
+          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 # Packages that also count as present when their command is on PATH: node
 # from NodeSource ships npm inside its nodejs package (and conflicts with

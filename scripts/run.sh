@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # run.sh: the main job. Installs what is missing, builds the release convoy
-# binary in build/, and generates 64 tokens from the stories260K model for
-# "Once upon a time". Extra arguments are appended to the `convoy run`
-# command line. The model is read from ../shared, or from $CONVOY_SHARED
-# when set.
+# binary in build/, starts a pipeline on this machine (two `convoy stage`
+# nodes on loopback, each pinned to its own core when taskset exists) and
+# has the head generate 64 tokens of stories260K for "Once upon a time"
+# through it. The stages are stopped on exit. Extra arguments are appended
+# to the head's `convoy run` command line. The model is read from
+# ../shared, or from $CONVOY_SHARED when set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +17,20 @@ if [[ ! -r "$model" ]]; then
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 make --no-print-directory -C build -j2 convoy >/dev/null
-exec build/convoy run -m "$model" -p "Once upon a time" -n 64 "$@"
+
+ports=(7701 7702)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+for i in 0 1; do
+    pin=()
+    command -v taskset >/dev/null && [[ "$(nproc)" -ge 2 ]] && pin=(taskset -c "$i")
+    "${pin[@]}" build/convoy stage --listen "127.0.0.1:${ports[$i]}" -m "$model" 2>/dev/null &
+    pids+=($!)
+done
+for port in "${ports[@]}"; do # wait until both listen
+    for _ in $(seq 50); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.1
+    done
+done
+build/convoy run -m "$model" -p "Once upon a time" -n 64 --nodes 127.0.0.1:7701,127.0.0.1:7702 "$@"

@@ -123,13 +123,81 @@ static void test_logits_q8_0_q4_0(void)
     check_model("synth-hd128-q4_0", 1);
 }
 
+/* K-quant mixes, with Q8_K activations as llama.cpp's CPU backend. */
+static void test_logits_kquants(void)
+{
+    check_model("synth-mini-q6_k", 1);
+    check_model("synth-mini-q5_k_m", 1);
+    check_model("synth-mini-q4_k_m", 1);
+    check_model("synth-hd128-q4_k_m", 1);
+}
+
 /* Architecture variants (ARCH.md): Llama 3.1 RoPE scaling with tied
  * embeddings, qwen2 biases + NeoX RoPE, qwen3 Q/K norms. */
-static void test_logits_arch_f32(void)
+static void test_logits_arch(void)
 {
     check_model("synth-llama3-f32", 0);
     check_model("synth-qwen2-f32", 0);
     check_model("synth-qwen3-f32", 0);
+    check_model("synth-llama3-q4_k_m", 1);
+    check_model("synth-qwen2-q4_k_m", 1);
+    check_model("synth-qwen3-q4_k_m", 1);
+}
+
+static double rms_delta(const float *a, const float *b, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(sum / (double)n);
+}
+
+/* `convoy quantize` makes Q4_K_M, Q5_K_M and Q6_K files from synth-mini-f32
+ * at least as good as llama.cpp's: the RMS of their logits against the F32
+ * reference is at most 1.05x that of llama.cpp's file of the same type. */
+static void test_quantize_as_good_as_llamacpp(void)
+{
+    char f32_model[512], f32_logits[512], f32_json[512];
+    if (!test_shared_path(f32_model, sizeof f32_model, "reference/models/synth-mini-f32.gguf") ||
+        !test_shared_path(f32_logits, sizeof f32_logits, "reference/logits/synth-mini-f32.f32") ||
+        !test_shared_path(f32_json, sizeof f32_json, "reference/logits/synth-mini-f32.json"))
+        return;
+    json_error_t jerr;
+    json_t *ref = json_load_file(f32_json, 0, &jerr);
+    const size_t n = (size_t)json_integer_value(json_object_get(ref, "n_tokens")) *
+                     (size_t)json_integer_value(json_object_get(ref, "n_vocab"));
+    char tokens_path[512];
+    snprintf(tokens_path, sizeof tokens_path, "%s/quant-tokens.json", CONVOY_BINARY_DIR);
+    json_t *tok = json_object();
+    json_object_set(tok, "tokens", json_object_get(ref, "tokens"));
+    json_dump_file(tok, tokens_path, 0);
+    json_decref(tok);
+    float *base = read_f32(f32_logits, n);
+    static const char *const types[][2] = {{"Q4_K_M", "q4_k_m"}, {"Q5_K_M", "q5_k_m"}, {"Q6_K", "q6_k"}};
+    for (size_t k = 0; base && k < 3; k++) {
+        char model[512], out[512], cmd[4096], rel[256], theirs_path[512];
+        snprintf(model, sizeof model, "%s/quant-%s.gguf", CONVOY_BINARY_DIR, types[k][0]);
+        snprintf(out, sizeof out, "%s/quant-%s.f32", CONVOY_BINARY_DIR, types[k][0]);
+        snprintf(cmd, sizeof cmd, "'%s/convoy' quantize '%s' '%s' %s >/dev/null && '%s/convoy' eval -m '%s' --tokens '%s' "
+                                  "--logits '%s'",
+                 CONVOY_BINARY_DIR, f32_model, model, types[k][0], CONVOY_BINARY_DIR, model, tokens_path, out);
+        CHECKF(system(cmd) == 0, "%s: quantize or eval failed", types[k][0]);
+        snprintf(rel, sizeof rel, "reference/logits/synth-mini-%s.f32", types[k][1]);
+        test_shared_path(theirs_path, sizeof theirs_path, rel);
+        float *ours = read_f32(out, n), *theirs = read_f32(theirs_path, n);
+        CHECKF(ours && theirs, "%s: cannot read logits", types[k][0]);
+        if (ours && theirs) {
+            const double r_ours = rms_delta(ours, base, n), r_theirs = rms_delta(theirs, base, n);
+            fprintf(stderr, "  %-7s RMS vs F32: convoy's file %.4f, llama.cpp's %.4f (ratio %.3f)\n", types[k][0],
+                    r_ours, r_theirs, r_ours / r_theirs);
+            CHECKF(r_ours <= 1.05 * r_theirs, "%s: RMS %g exceeds 1.05 x llama.cpp's %g", types[k][0], r_ours,
+                   r_theirs);
+        }
+        free(ours);
+        free(theirs);
+    }
+    free(base);
+    json_decref(ref);
 }
 
 int main(void)
@@ -137,6 +205,8 @@ int main(void)
     TEST_RUN(test_logits_f32);
     TEST_RUN(test_logits_f16_bf16);
     TEST_RUN(test_logits_q8_0_q4_0);
-    TEST_RUN(test_logits_arch_f32);
+    TEST_RUN(test_logits_kquants);
+    TEST_RUN(test_logits_arch);
+    TEST_RUN(test_quantize_as_good_as_llamacpp);
     return test_summary();
 }

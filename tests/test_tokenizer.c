@@ -598,7 +598,7 @@ static void test_load_errors(void)
 {
     synth s = synth_default();
     s.model = "gpt2";
-    expect_load_error(&s, "not supported yet");
+    expect_load_error(&s, "tokenizer.ggml.merges");
     s.model = "bert";
     expect_load_error(&s, "'bert'");
     s.model = NULL;

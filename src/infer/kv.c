@@ -13,7 +13,7 @@ int cv_kv_create(cv_kv *kv, cv_type type, int32_t n_slot, int32_t n_ctx, int32_t
     memset(kv, 0, sizeof *kv);
     if (type != CV_TYPE_F32 && type != CV_TYPE_F16)
         return cv_errf(err, errlen, "KV cache type must be F32 or F16");
-    if (n_slot < 1 || n_ctx < 1 || l1 <= l0 || kv_dim < 1)
+    if (n_slot < 1 || n_ctx < 1 || l1 < l0 || kv_dim < 1)
         return cv_errf(err, errlen, "bad KV cache size (%d slots, context %d)", n_slot, n_ctx);
     kv->type = type;
     kv->n_slot = n_slot;

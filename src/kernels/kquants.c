@@ -25,8 +25,10 @@
  * gathers weights 4k..4k+3 of every 32-weight group), converts them to
  * float and fuses them into 8 float accumulators with d; Q4_K/Q5_K also
  * fuse their min terms into 4 accumulators with dmin. The final reduction
- * is fixed: t[i] = acc[i] + acc[i+4] (- accm[i]), then (t0 + t2) + (t1 + t3).
- * The integer sums are exact, so only this float order has to match.
+ * is fixed: hsum8(acc) = (t0 + t2) + (t1 + t3) of t[i] = acc[i] + acc[i+4],
+ * minus (m0 + m2) + (m1 + m3) of accm for Q4_K/Q5_K. The integer sums are
+ * exact, so only this float order has to match. (It is also the order of
+ * llama.cpp's non-repacked AVX2 kernels.)
  * kquants_impl.h holds the scale packing and the Q6_K bit access shared by
  * all three files. */
 #include "kernels/kquants.h"
@@ -389,12 +391,13 @@ void quantize_row_q8_K(const float *x, void *y, int64_t n)
 
 /* ---- reference dot products -------------------------------------------- */
 
-/* The fixed final reduction of every K-quant kernel (see the top). */
-static float reduce_lanes(const float acc[8], const float accm[4])
+/* (t0 + t2) + (t1 + t3) of t[i] = v[i] + v[i+4]: the horizontal sum of 8
+ * float lanes. */
+static float hsum8(const float v[8])
 {
     float t[4];
     for (int i = 0; i < 4; i++)
-        t[i] = accm ? (acc[i] + acc[i + 4]) - accm[i] : acc[i] + acc[i + 4];
+        t[i] = v[i] + v[i + 4];
     return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
@@ -409,74 +412,61 @@ static void mins_lanes(const uint8_t mn[8], const int16_t bsums[16], int32_t out
     }
 }
 
-float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
+/* Lane k of sub-block pair j of Q4_K (fifth bits qh == NULL) or Q5_K:
+ * sc_lo * (weights 4k..4k+3 of sub-block 2j) + sc_hi * (same of 2j+1). */
+static int32_t q45_lane(const uint8_t *q, const uint8_t *qh, int j, int k, const int8_t *y, int sc_lo, int sc_hi)
 {
-    const block_q4_K *wb = w;
-    const block_q8_K *xb = x;
+    int lo = 0, hi = 0;
+    for (int e = 4 * k; e < 4 * k + 4; e++) {
+        int hb_lo = qh ? ((qh[e] >> (2 * j)) & 1) << 4 : 0;
+        int hb_hi = qh ? ((qh[e] >> (2 * j + 1)) & 1) << 4 : 0;
+        lo += ((q[e] & 0xF) | hb_lo) * y[e];
+        hi += ((q[e] >> 4) | hb_hi) * y[32 + e];
+    }
+    return sc_lo * lo + sc_hi * hi;
+}
+
+/* Q4_K and Q5_K (fifth bits qh, NULL for Q4_K): 8 lanes with d, the mins
+ * in 4 lanes with dmin; the result is hsum8(acc) - ((m0 + m2) + (m1 + m3)). */
+static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const block_q8_K *xb)
+{
     float acc[8] = {0}, accm[4] = {0};
     for (int i = 0; i < n / QK_K; i++) {
+        const uint8_t *scales = w4 ? w4[i].scales : w5[i].scales;
+        const uint8_t *qs = w4 ? w4[i].qs : w5[i].qs;
+        const uint8_t *qh = w4 ? NULL : w5[i].qh;
+        const cv_fp16 d16 = w4 ? w4[i].d : w5[i].d, dmin16 = w4 ? w4[i].dmin : w5[i].dmin;
         uint8_t sc[8], mn[8];
-        kq_unpack_scales_mins(wb[i].scales, sc, mn);
+        kq_unpack_scales_mins(scales, sc, mn);
         int32_t isum[8] = {0}, msum[4];
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *q = wb[i].qs + 32 * j;
-            const int8_t *y = xb[i].qs + 64 * j;
-            for (int k = 0; k < 8; k++) {
-                int lo = 0, hi = 0;
-                for (int e = 4 * k; e < 4 * k + 4; e++) {
-                    lo += (q[e] & 0xF) * y[e];
-                    hi += (q[e] >> 4) * y[32 + e];
-                }
-                isum[k] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-            }
-        }
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 8; k++)
+                isum[k] += q45_lane(qs + 32 * j, qh, j, k, xb[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]);
         mins_lanes(mn, xb[i].bsums, msum);
-        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
-        const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
+        const float d = xb[i].d * cv_fp16_to_fp32(d16);
+        const float dm = xb[i].d * cv_fp16_to_fp32(dmin16);
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)isum[k], acc[k]);
         for (int k = 0; k < 4; k++)
             accm[k] = fmaf(dm, (float)msum[k], accm[k]);
     }
-    return reduce_lanes(acc, accm);
+    return hsum8(acc) - ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+}
+
+float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    return dot_q45(n, w, NULL, x);
 }
 
 float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    const block_q5_K *wb = w;
-    const block_q8_K *xb = x;
-    float acc[8] = {0}, accm[4] = {0};
-    for (int i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        kq_unpack_scales_mins(wb[i].scales, sc, mn);
-        int32_t isum[8] = {0}, msum[4];
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *q = wb[i].qs + 32 * j;
-            const uint8_t *qh = wb[i].qh;
-            const int8_t *y = xb[i].qs + 64 * j;
-            for (int k = 0; k < 8; k++) {
-                int lo = 0, hi = 0;
-                for (int e = 4 * k; e < 4 * k + 4; e++) {
-                    lo += ((q[e] & 0xF) | (((qh[e] >> (2 * j)) & 1) << 4)) * y[e];
-                    hi += ((q[e] >> 4) | (((qh[e] >> (2 * j + 1)) & 1) << 4)) * y[32 + e];
-                }
-                isum[k] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-            }
-        }
-        mins_lanes(mn, xb[i].bsums, msum);
-        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
-        const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
-        for (int k = 0; k < 8; k++)
-            acc[k] = fmaf(d, (float)isum[k], acc[k]);
-        for (int k = 0; k < 4; k++)
-            accm[k] = fmaf(dm, (float)msum[k], accm[k]);
-    }
-    return reduce_lanes(acc, accm);
+    return dot_q45(n, NULL, w, x);
 }
 
 /* Q6_K: lane k sums sc * q * y over weights 32g + 4k .. 32g + 4k + 3 of
- * each group g of 32, with q unsigned (0..63); the offset 32 is taken out
- * exactly with the bsums: lane k minus 32 * (sc[2k] * bsums[2k] +
+ * each group g of 32, with q unsigned (0..63; the scale of weights
+ * 32g .. 32g + 15 is sc[2g], of the rest sc[2g + 1]); the offset 32 is
+ * taken out exactly with the bsums: lane k minus 32 * (sc[2k] * bsums[2k] +
  * sc[2k+1] * bsums[2k+1]), as _mm256_madd_epi16 pairs them. */
 float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
 {
@@ -502,5 +492,5 @@ float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)isum[k], acc[k]);
     }
-    return reduce_lanes(acc, NULL);
+    return hsum8(acc);
 }

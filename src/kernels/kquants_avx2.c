@@ -11,9 +11,11 @@
  *   a separate 4-lane sum with their own scale dmin;
  * - once per super-block the int32 lanes become float and are fused into
  *   the accumulators: acc = fma(d, lanes, acc), accm = fma(dmin, mins, accm).
- * The final reduction is t = lo(acc) + hi(acc) (- accm), then
- * (t0 + t2) + (t1 + t3). vec_dot_*_ref in kquants.c does exactly this in
- * scalar C, so both give the same bits. */
+ * The result is hsum8(acc) (- reduce4(accm)), with reduce4(t) =
+ * (t0 + t2) + (t1 + t3) and hsum8(v) = reduce4(lo(v) + hi(v)).
+ * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
+ * the same bits. This is also the float order of llama.cpp's AVX2 kernels
+ * (non-repacked), so convoy's K-quant matmuls can agree with llama.cpp's. */
 #include <immintrin.h>
 
 #include "kernels/kquants.h"
@@ -25,6 +27,12 @@ static inline float reduce4(__m128 t)
     t = _mm_add_ps(t, _mm_movehl_ps(t, t));
     t = _mm_add_ss(t, _mm_movehdup_ps(t));
     return _mm_cvtss_f32(t);
+}
+
+/* reduce4 of t[i] = v[i] + v[i+4] */
+static inline float hsum8(__m256 v)
+{
+    return reduce4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
 /* 16-bit lane k of v (k < 8) copied to every 16-bit lane of both halves. */
@@ -74,8 +82,7 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
         accm = _mm_fmadd_ps(_mm_set1_ps(dm), _mm_cvtepi32_ps(msum), accm);
     }
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    return reduce4(_mm_sub_ps(t, accm));
+    return hsum8(acc) - reduce4(accm);
 }
 
 float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
@@ -116,8 +123,7 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
         accm = _mm_fmadd_ps(_mm_set1_ps(dm), _mm_cvtepi32_ps(msum), accm);
     }
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    return reduce4(_mm_sub_ps(t, accm));
+    return hsum8(acc) - reduce4(accm);
 }
 
 float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
@@ -162,5 +168,5 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
         const float d = xb[i].d * _cvtsh_ss(wb[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
-    return reduce4(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
+    return hsum8(acc);
 }

@@ -7,8 +7,9 @@
  * product extension, else widening multiplies and pairwise adds, which
  * group the same 4 weights). The float part is the one of the reference:
  * acc = fma(d, lanes, acc) per super-block, accm likewise with dmin, and
- * the final t = acc_lo + acc_hi (- accm), (t0 + t2) + (t1 + t3). So the
- * results are bit-identical to vec_dot_*_ref and the AVX2 kernels. */
+ * the final hsum8(acc) (- reduce4(accm)) with reduce4(t) = (t0 + t2) +
+ * (t1 + t3), hsum8 = reduce4(acc_lo + acc_hi). So the results are
+ * bit-identical to vec_dot_*_ref and the AVX2 kernels. */
 #include <arm_neon.h>
 
 #include "kernels/kquants.h"
@@ -26,11 +27,17 @@ static inline int32x4_t dot4(int8x16_t a, int8x16_t b)
 #endif
 }
 
-static inline float reduce_lanes(float32x4_t acc_lo, float32x4_t acc_hi, float32x4_t accm)
+/* (t0 + t2) + (t1 + t3) */
+static inline float reduce4(float32x4_t t)
 {
-    const float32x4_t t = vsubq_f32(vaddq_f32(acc_lo, acc_hi), accm);
     const float32x2_t s = vadd_f32(vget_low_f32(t), vget_high_f32(t));
     return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
+}
+
+/* reduce4 of the 8 lanes lo + hi */
+static inline float hsum8(float32x4_t lo, float32x4_t hi)
+{
+    return reduce4(vaddq_f32(lo, hi));
 }
 
 /* Lane k: mn[2k] * s[2k] + mn[2k+1] * s[2k+1], s[j] the int16 sum of the
@@ -73,7 +80,7 @@ float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
         acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
         accm = vfmaq_f32(accm, vdupq_n_f32(dm), vcvtq_f32_s32(msum));
     }
-    return reduce_lanes(acc_lo, acc_hi, accm);
+    return hsum8(acc_lo, acc_hi) - reduce4(accm);
 }
 
 float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
@@ -115,7 +122,7 @@ float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
         acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
         accm = vfmaq_f32(accm, vdupq_n_f32(dm), vcvtq_f32_s32(msum));
     }
-    return reduce_lanes(acc_lo, acc_hi, accm);
+    return hsum8(acc_lo, acc_hi) - reduce4(accm);
 }
 
 float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
@@ -163,5 +170,5 @@ float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
         acc_lo = vfmaq_f32(acc_lo, vdupq_n_f32(d), vcvtq_f32_s32(isum_lo));
         acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
     }
-    return reduce_lanes(acc_lo, acc_hi, vdupq_n_f32(0));
+    return hsum8(acc_lo, acc_hi);
 }

@@ -169,7 +169,7 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
         goto fail;
     if (l1 < 0)
         l1 = hp->n_layer;
-    if (l0 < 0 || l0 >= l1 || l1 > hp->n_layer) {
+    if (l0 < 0 || l1 > hp->n_layer || l0 > l1 || (l0 == l1 && l0 != 0)) {
         cv_errf(err, errlen, "%s: layer range [%d, %d) is not inside [0, %d)", m->gguf.name, l0, l1, hp->n_layer);
         goto fail;
     }
@@ -235,20 +235,43 @@ void cv_llama_free(cv_llama *m)
     memset(m, 0, sizeof *m);
 }
 
-static uint64_t weight_bytes(const cv_weight *w) { return (uint64_t)cv_row_bytes(w->type, w->n_in) * w->n_out; }
+static uint64_t tensor_bytes(const cv_llama *m, const char *name)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    return t ? t->size : 0;
+}
 
-uint64_t cv_llama_bytes_per_token(const cv_llama *m)
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
+{
+    static const char *const parts[] = {
+        "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
+        "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
+        "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
+    uint64_t total = 0;
+    char name[96];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, parts[i]);
+        total += tensor_bytes(m, name);
+    }
+    return total;
+}
+
+uint64_t cv_llama_head_bytes(const cv_llama *m)
+{
+    return tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, "rope_freqs.weight") +
+           tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
+}
+
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row)
 {
     uint64_t total = 0;
-    for (int32_t l = m->l0; l < m->l1; l++) {
-        const cv_llama_layer *L = &m->layers[l];
-        total += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
-                 weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down) +
-                 2 * sizeof(float) * (uint64_t)m->hp.n_embd;
+    for (int32_t l = l0; l < l1; l++)
+        total += cv_llama_layer_bytes(m, l);
+    if (l0 == 0) {
+        const uint64_t embd = tensor_bytes(m, "token_embd.weight");
+        total += embd_one_row ? embd / (uint64_t)m->hp.n_vocab : embd;
     }
-    if (cv_llama_has_embd(m))
-        total += cv_row_bytes(m->tok_embd.type, m->hp.n_embd);
-    if (cv_llama_has_head(m))
-        total += weight_bytes(&m->output) + sizeof(float) * (uint64_t)m->hp.n_embd;
+    if (l1 == m->hp.n_layer)
+        total += cv_llama_head_bytes(m);
     return total;
 }

@@ -76,15 +76,21 @@ typedef struct cv_llama {
     float *vec_copies;       /* owned F32 copies of 1-D tensors stored in another type */
 } cv_llama;
 
-/* l1 < 0 means n_layer. */
+/* l1 < 0 means n_layer. [0, 0) binds only the embeddings (a head that
+ * holds no layers). */
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen);
 void cv_llama_free(cv_llama *m);
 
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0; }
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
-/* Bytes of weights read for one decoded token by layers [l0, l1) (plus the
- * output matrix and one embedding row when bound): the roofline's numerator. */
-uint64_t cv_llama_bytes_per_token(const cv_llama *m);
+/* Bytes of the weights layers [l0, l1) use, read from the tensor directory
+ * (any binding): every layer tensor, plus token_embd when l0 == 0 (all of
+ * it, or one row when embd_one_row: what one decoded token reads), plus
+ * output_norm and the output matrix when l1 == n_layer. */
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row);
+/* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
+uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
+uint64_t cv_llama_head_bytes(const cv_llama *m);
 
 #endif

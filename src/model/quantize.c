@@ -2,31 +2,35 @@
  *
  * How: each weight matrix is dequantized row by row to f32 (the source
  * type's to_float; F32 rows are used in place) and handed to the target
- * type's `quantize`, llama.cpp's reference quantizer. Rows are split over threads in
- * contiguous ranges; each thread has its own f32 scratch row. The converted
- * tensors are owned here until gguf_write has copied them to the file;
- * tensors that keep their type are written straight from the input mapping.
+ * type's `quantize`, llama.cpp's reference quantizer. Rows are split over
+ * the threads of a cv_pool in contiguous ranges; each thread has its own
+ * f32 scratch row. The converted tensors are owned here until gguf_write
+ * has copied them to the file; tensors that keep their type are written
+ * straight from the input mapping.
  * Owner of this file: the tools helper. */
 #include "model/quantize.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/pool.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 
 #define QUANT_VERSION 2 /* GGML_QNT_VERSION, written as general.quantization_version */
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
 bool cv_quant_is_weight_matrix(const char *name, uint32_t n_dims)
 {
-    size_t n = strlen(name);
-    static const char weight[] = "weight", norm[] = "_norm.weight";
-    if (n_dims < 2 || n < sizeof(weight) - 1 || strcmp(name + n - (sizeof(weight) - 1), weight))
-        return false;
-    return !(n >= sizeof(norm) - 1 && !strcmp(name + n - (sizeof(norm) - 1), norm));
+    return n_dims >= 2 && ends_with(name, "weight") && !ends_with(name, "_norm.weight");
 }
 
 static int block_size(cv_type t)
@@ -69,122 +73,96 @@ bool cv_quant_can_write(cv_type t)
     return tr && tr->quantize;
 }
 
-typedef struct rows_job {
-    cv_rows_fn fn;
-    void *ctx;
-    int64_t r0, r1;
-    int rc;
-} rows_job;
-
-static void *rows_thread(void *arg)
-{
-    rows_job *j = arg;
-    j->rc = j->fn(j->ctx, j->r0, j->r1);
-    return NULL;
-}
-
-int cv_parallel_rows(int64_t n_rows, int n_threads, cv_rows_fn fn, void *ctx)
-{
-    if (n_threads > n_rows)
-        n_threads = (int)n_rows;
-    if (n_threads <= 1)
-        return n_rows > 0 ? fn(ctx, 0, n_rows) : 0;
-    rows_job *jobs = cv_calloc((size_t)n_threads, sizeof(*jobs));
-    pthread_t *tids = cv_calloc((size_t)n_threads, sizeof(*tids));
-    bool *started = cv_calloc((size_t)n_threads, sizeof(*started));
-    if (!jobs || !tids || !started) {
-        cv_free(jobs);
-        cv_free(tids);
-        cv_free(started);
-        return fn(ctx, 0, n_rows);
-    }
-    int64_t per = (n_rows + n_threads - 1) / n_threads;
-    for (int i = 0; i < n_threads; i++) {
-        jobs[i].fn = fn;
-        jobs[i].ctx = ctx;
-        jobs[i].r0 = per * i < n_rows ? per * i : n_rows;
-        jobs[i].r1 = jobs[i].r0 + per < n_rows ? jobs[i].r0 + per : n_rows;
-    }
-    /* thread 0's range runs on the caller; a thread that cannot start has
-     * its range run on the caller too */
-    for (int i = 1; i < n_threads; i++)
-        started[i] = pthread_create(&tids[i], NULL, rows_thread, &jobs[i]) == 0;
-    rows_thread(&jobs[0]);
-    int rc = jobs[0].rc;
-    for (int i = 1; i < n_threads; i++) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            rows_thread(&jobs[i]);
-        if (jobs[i].rc)
-            rc = -1;
-    }
-    cv_free(jobs);
-    cv_free(tids);
-    cv_free(started);
-    return rc;
-}
-
 typedef struct convert_job {
     cv_type src_type, dst_type;
     const uint8_t *src;
     uint8_t *dst;
-    int64_t row_len;
+    int64_t n_rows, row_len;
     size_t src_row_bytes, dst_row_bytes;
+    float *scratch; /* one f32 row per thread; NULL when the source is F32 */
 } convert_job;
 
-static int convert_range(void *ctx, int64_t r0, int64_t r1)
+static void convert_range(void *ctx, int ith, int nth)
 {
     const convert_job *j = ctx;
     cv_to_float_fn to_float = cv_type_get(j->src_type)->to_float;
     cv_from_float_fn quantize = cv_type_get(j->dst_type)->quantize;
-    float *row = NULL;
-    if (j->src_type != CV_TYPE_F32 && !(row = cv_malloc((size_t)j->row_len * sizeof(float))))
-        return -1;
-    for (int64_t r = r0; r < r1; r++) {
+    float *row = j->scratch ? j->scratch + (size_t)ith * (size_t)j->row_len : NULL;
+    long r0, r1;
+    cv_split_range((long)j->n_rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
         const uint8_t *s = j->src + (size_t)r * j->src_row_bytes;
         if (row)
             to_float(s, row, j->row_len);
         quantize(row ? row : (const float *)s, j->dst + (size_t)r * j->dst_row_bytes, j->row_len);
     }
-    cv_free(row);
-    return 0;
 }
 
-int cv_convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *dst, int64_t n_rows,
-                    int64_t row_len, int n_threads, char *err, size_t errlen)
+/* Converts n_rows rows of row_len elements from src (F32, F16 or BF16) to
+ * dst (a writable type that fits row_len) on the threads of pool. */
+static int convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *dst, int64_t n_rows,
+                        int64_t row_len, cv_pool *pool)
 {
-    if (src_type != CV_TYPE_F32 && src_type != CV_TYPE_F16 && src_type != CV_TYPE_BF16)
-        return cv_errf(err, errlen, "cannot convert from %s: only F32, F16 and BF16 are converted",
-                       cv_type_name(src_type));
-    if (!cv_quant_can_write(dst_type))
-        return cv_errf(err, errlen, "cannot convert to %s: not a weight type this build can write",
-                       cv_type_name(dst_type));
     convert_job j = {
-        .src_type = src_type, .dst_type = dst_type, .src = src, .dst = dst, .row_len = row_len,
-        .src_row_bytes = cv_row_bytes(src_type, row_len), .dst_row_bytes = cv_row_bytes(dst_type, row_len),
+        .src_type = src_type, .dst_type = dst_type, .src = src, .dst = dst, .n_rows = n_rows,
+        .row_len = row_len, .src_row_bytes = cv_row_bytes(src_type, row_len),
+        .dst_row_bytes = cv_row_bytes(dst_type, row_len),
     };
-    if (!j.dst_row_bytes)
-        return cv_errf(err, errlen, "rows of %lld elements do not fit type %s", (long long)row_len,
-                       cv_type_name(dst_type));
-    if (cv_parallel_rows(n_rows, n_threads, convert_range, &j))
-        return cv_errf(err, errlen, "out of memory converting rows of %lld elements", (long long)row_len);
+    if (src_type != CV_TYPE_F32 &&
+        !(j.scratch = cv_malloc((size_t)cv_pool_size(pool) * (size_t)row_len * sizeof(float))))
+        return -1;
+    cv_pool_run(pool, convert_range, &j);
+    cv_free(j.scratch);
     return 0;
 }
 
-static bool copy_kv_to_output(const gguf_kv *kv)
+/* True when both paths name the same existing file: writing the output
+ * would truncate the mapped input. */
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and
+ * every third one between get the higher type. */
+static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer)
 {
-    if (gguf_str_eq(kv->key, "general.file_type") || gguf_str_eq(kv->key, "general.quantization_version"))
-        return false;
-    if (gguf_str_eq(kv->key, "general.alignment"))
-        return kv->type != GGUF_ARRAY && kv->type != GGUF_STRING && kv->v.u64 == 32;
-    return true;
+    if (!strcmp(name, "output.weight"))
+        return p->output_type != CV_TYPE_COUNT ? p->output_type : p->k_mix ? CV_TYPE_Q6_K : p->type;
+    if (p->k_mix && layer >= 0 && (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+        use_more_bits(layer, n_layer))
+        return CV_TYPE_Q6_K;
+    return p->type;
+}
+
+/* Layer index of a "blk.N." tensor name, or -1. */
+static int layer_of(const char *name)
+{
+    int layer, n;
+    return sscanf(name, "blk.%d.%n", &layer, &n) == 1 && n > 0 ? layer : -1;
+}
+
+/* <arch>.block_count, or 0 when absent. */
+static int block_count(const gguf_file *f)
+{
+    gguf_str arch;
+    uint32_t n = 0;
+    char key[96];
+    if (gguf_get_str(f, "general.architecture", &arch, NULL, 0) == 0 && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+        if (gguf_find_kv(f, key))
+            gguf_get_u32(f, key, &n, NULL, 0);
+    }
+    return (int)n;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen)
 {
-    cv_type output_type = p->output_type == CV_TYPE_COUNT ? p->type : p->output_type;
+    cv_type output_type = cv_quant_policy_type(p, "output.weight", -1, 0);
     if (!cv_quant_can_write(p->type))
         return cv_errf(err, errlen, "cannot quantize to %s: not a weight type this build can write",
                        cv_type_name(p->type));
@@ -192,9 +170,16 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         return cv_errf(err, errlen, "cannot quantize output.weight to %s: not a weight type this build can write",
                        cv_type_name(output_type));
 
+    if (same_file(in_path, out_path))
+        return cv_errf(err, errlen, "%s: the output would overwrite the input", out_path);
+    cv_pool *pool = cv_pool_create(p->n_threads);
+    if (!pool)
+        return cv_errf(err, errlen, "cannot start %d threads", p->n_threads);
     gguf_file in;
-    if (gguf_open(&in, in_path, err, errlen))
+    if (gguf_open(&in, in_path, err, errlen)) {
+        cv_pool_free(pool);
         return -1;
+    }
     int rc = -1;
     gguf_writer *w = gguf_writer_create();
     char **names = cv_calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*names));
@@ -203,8 +188,10 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         cv_errf(err, errlen, "%s: out of memory", in_path);
         goto done;
     }
+    int n_layer = block_count(&in);
     for (uint64_t i = 0; i < in.n_kv; i++)
-        if (copy_kv_to_output(&in.kv[i]))
+        if (!gguf_str_eq(in.kv[i].key, "general.file_type") &&
+            !gguf_str_eq(in.kv[i].key, "general.quantization_version"))
             gguf_copy_kv(w, &in.kv[i]);
 
     for (uint64_t i = 0; i < in.n_tensors; i++) {
@@ -216,7 +203,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         }
         cv_type want = t->type, type = t->type;
         if (cv_quant_is_weight_matrix(names[i], t->n_dims)) {
-            want = !strcmp(names[i], "output.weight") ? output_type : p->type;
+            want = cv_quant_policy_type(p, names[i], layer_of(names[i]), n_layer);
             type = cv_quant_fit_type(want, t->ne[0]);
         }
         const void *data = t->data;
@@ -230,15 +217,9 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
             int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
             size = (uint64_t)n_rows * cv_row_bytes(type, t->ne[0]);
             bufs[i] = cv_malloc(size);
-            if (!bufs[i]) {
-                cv_errf(err, errlen, "%s: out of memory for tensor '%s' (%llu bytes)", in_path, names[i],
+            if (!bufs[i] || convert_rows(t->type, t->data, type, bufs[i], n_rows, t->ne[0], pool)) {
+                cv_errf(err, errlen, "%s: out of memory converting tensor '%s' (%llu bytes)", in_path, names[i],
                         (unsigned long long)size);
-                goto done;
-            }
-            char msg[CV_ERRLEN];
-            if (cv_convert_rows(t->type, t->data, type, bufs[i], n_rows, t->ne[0], p->n_threads, msg,
-                                sizeof(msg))) {
-                cv_errf(err, errlen, "%s: tensor '%s': %s", in_path, names[i], msg);
                 goto done;
             }
             data = bufs[i];
@@ -264,8 +245,8 @@ done:
     }
     cv_free(names);
     cv_free(bufs);
-    if (w)
-        gguf_writer_free(w);
+    gguf_writer_free(w);
     gguf_close(&in);
+    cv_pool_free(pool);
     return rc;
 }

@@ -1,5 +1,5 @@
-/* quantize.h: converting GGUF weight tensors between types, the type policy
- * shared by `convoy quantize` and `convoy synth`, and a row-parallel helper.
+/* quantize.h: converting GGUF weight tensors between types, and the type
+ * policy shared by `convoy quantize` and `convoy synth`.
  *
  * Contract:
  * - Which tensors are converted: the weight matrices, that is tensors of
@@ -28,11 +28,10 @@
  *   is written (at most the size of the output file) and reads the input
  *   through its mapping. The output has all key/values of the input except
  *   general.file_type and general.quantization_version, which are set anew
- *   at the end (as llama-quantize does), and general.alignment, which is
- *   kept only when it is 32, the alignment the writer uses. Tensors keep
- *   their order. Only F32, F16 and BF16 tensors are converted (like
- *   llama-quantize without --allow-requantize); a tensor already of the
- *   target type is copied. */
+ *   at the end (as llama-quantize does); general.alignment is kept, and the
+ *   writer aligns to it. Tensors keep their order. Only F32, F16 and BF16
+ *   tensors are converted (like llama-quantize without
+ *   --allow-requantize); a tensor already of the target type is copied. */
 #ifndef CONVOY_MODEL_QUANTIZE_H
 #define CONVOY_MODEL_QUANTIZE_H
 
@@ -65,22 +64,19 @@ int cv_quant_file_type(cv_type t);
  * can write (its traits have `quantize`). */
 bool cv_quant_can_write(cv_type t);
 
-/* Calls fn(ctx, r0, r1) on up to n_threads threads, each with its own
- * contiguous range of [0, n_rows), and waits for all. Returns -1 if any call
- * returned -1. */
-typedef int (*cv_rows_fn)(void *ctx, int64_t r0, int64_t r1);
-int cv_parallel_rows(int64_t n_rows, int n_threads, cv_rows_fn fn, void *ctx);
-
-/* Converts n_rows rows of row_len elements from src (type src_type: F32,
- * F16 or BF16) to dst (type dst_type), on n_threads threads. */
-int cv_convert_rows(cv_type src_type, const void *src, cv_type dst_type, void *dst, int64_t n_rows,
-                    int64_t row_len, int n_threads, char *err, size_t errlen);
-
 typedef struct cv_quantize_params {
     cv_type type;        /* type of the weight matrices */
-    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` */
-    int n_threads;
+    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` (Q6_K with k_mix) */
+    /* llama.cpp's _M mixes (Q4_K_M, Q5_K_M): output.weight Q6_K, and
+     * attn_v / ffn_down Q6_K in the layers llama.cpp's use_more_bits picks
+     * (the first and last eighth, and every third layer between) */
+    bool k_mix;
+    int n_threads;       /* conversion threads; the output does not depend on it */
 } cv_quantize_params;
+
+/* The type the policy of p wants for a weight matrix of layer `layer`
+ * (-1 for tensors outside the blocks) of n_layer. */
+cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer);
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen);

@@ -1,12 +1,12 @@
 /* synth.c: writes deterministic pseudo-random Llama GGUFs (see synth.h).
  *
  * How: the tensor list and the vocabulary are built first; then each
- * matrix is generated row by row on n_threads threads (each row from its
- * own counters of a splitmix64 stream keyed by the tensor's name, so rows
- * are independent) into an f32 scratch row and quantized with the target
- * type's `quantize` straight into the tensor's buffer (F32 rows are
- * generated in place). The buffers live until gguf_write has copied them
- * to the file.
+ * matrix is generated row by row on the n_threads threads of a cv_pool
+ * (each row from its own counters of a splitmix64 stream keyed by the
+ * tensor's name, so rows are independent) into an f32 scratch row and
+ * quantized with the target type's `quantize` straight into the tensor's
+ * buffer (F32 rows are generated in place). The buffers live until
+ * gguf_write has copied them to the file.
  * Owner of this file: the tools helper. */
 #include "model/synth.h"
 
@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/pool.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/vocab.h"
@@ -116,27 +117,26 @@ static void fill_values(uint64_t key, uint64_t first, int64_t n, float scale, fl
 typedef struct gen_job {
     uint64_t key;
     float scale;
-    int64_t row_len;
+    int64_t n_rows, row_len;
     cv_type type;
     size_t row_bytes;
     uint8_t *dst;
+    float *scratch; /* one f32 row per thread; NULL for F32 (generated in place) */
 } gen_job;
 
-static int gen_range(void *ctx, int64_t r0, int64_t r1)
+static void gen_range(void *ctx, int ith, int nth)
 {
     const gen_job *j = ctx;
     cv_from_float_fn quantize = cv_type_get(j->type)->quantize;
-    float *row = NULL;
-    if (j->type != CV_TYPE_F32 && !(row = cv_malloc((size_t)j->row_len * sizeof(float))))
-        return -1;
-    for (int64_t r = r0; r < r1; r++) {
+    float *row = j->scratch ? j->scratch + (size_t)ith * (size_t)j->row_len : NULL;
+    long r0, r1;
+    cv_split_range((long)j->n_rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
         uint8_t *d = j->dst + (size_t)r * j->row_bytes;
         fill_values(j->key, (uint64_t)r * (uint64_t)j->row_len, j->row_len, j->scale, row ? row : (float *)d);
         if (row)
             quantize(row, d, j->row_len);
     }
-    cv_free(row);
-    return 0;
 }
 
 /* ---- the vocabulary ---- */
@@ -326,7 +326,8 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
     return n;
 }
 
-static int generate_tensor(const cv_synth_params *p, synth_tensor *t, char *err, size_t errlen)
+static int generate_tensor(const cv_synth_params *p, synth_tensor *t, cv_pool *pool, float *scratch, char *err,
+                           size_t errlen)
 {
     t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(p->type, t->ne[0]);
     size_t row_bytes = cv_row_bytes(t->type, t->ne[0]);
@@ -342,11 +343,11 @@ static int generate_tensor(const cv_synth_params *p, synth_tensor *t, char *err,
         return 0;
     }
     gen_job job = {
-        .key = tensor_key(p->seed, t->name), .scale = value_scale(t->std), .row_len = t->ne[0],
-        .type = t->type, .row_bytes = row_bytes, .dst = t->data,
+        .key = tensor_key(p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1],
+        .row_len = t->ne[0], .type = t->type, .row_bytes = row_bytes, .dst = t->data,
+        .scratch = t->type == CV_TYPE_F32 ? NULL : scratch,
     };
-    if (cv_parallel_rows(t->ne[1], p->n_threads, gen_range, &job))
-        return cv_errf(err, errlen, "out of memory generating tensor '%s'", t->name);
+    cv_pool_run(pool, gen_range, &job);
     return 0;
 }
 
@@ -399,9 +400,13 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     v.scores = cv_malloc((size_t)v.cap * sizeof(*v.scores));
     v.types = cv_malloc((size_t)v.cap * sizeof(*v.types));
     gguf_writer *w = gguf_writer_create();
+    cv_pool *pool = cv_pool_create(p->n_threads);
+    /* scratch rows for every thread, as long as the longest row */
+    int64_t max_row = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
+    float *scratch = pool ? cv_malloc((size_t)cv_pool_size(pool) * (size_t)max_row * sizeof(float)) : NULL;
     int n_tensors = 0;
-    if (!tensors || !v.text || !v.tokens || !v.scores || !v.types || !w) {
-        cv_errf(err, errlen, "out of memory");
+    if (!tensors || !v.text || !v.tokens || !v.scores || !v.types || !w || !pool || !scratch) {
+        cv_errf(err, errlen, pool ? "out of memory" : "cannot start %d threads", p->n_threads);
         goto done;
     }
     vocab_fill(&v);
@@ -411,7 +416,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     n_tensors = tensor_list(p, tensors);
     for (int i = 0; i < n_tensors; i++) {
         synth_tensor *t = &tensors[i];
-        if (generate_tensor(p, t, err, errlen))
+        if (generate_tensor(p, t, pool, scratch, err, errlen))
             goto done;
         gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
         if (note) {
@@ -433,7 +438,8 @@ done:
     cv_free(v.tokens);
     cv_free(v.scores);
     cv_free(v.types);
-    if (w)
-        gguf_writer_free(w);
+    gguf_writer_free(w);
+    cv_pool_free(pool);
+    cv_free(scratch);
     return rc;
 }

@@ -13,12 +13,13 @@
  * row from f32 values of std 1/sqrt(row length) (token_embd: std 1; output:
  * output_scale/sqrt(n_embd)).
  *
- * Values: element i (row-major) of tensor NAME is
- *   (h0 + h1 + h2 + h3 - 131070) * scale, scale = std / sqrt((65536^2-1)/3)
- * where h0..h3 are the four 16-bit fields of splitmix64's output for counter
- * i + 1 over the key splitmix64(seed ^ fnv1a64(NAME)): a centred sum of four
- * uniforms (Irwin-Hall, near normal, bounded by 3.46 std). Only integer
- * operations and correctly rounded IEEE operations are involved, so the file
+ * Values: element i (row-major) of tensor NAME is the f32 product
+ *   (float)(h0 + h1 + h2 + h3 - 131070) * (float)(std / sqrt((65536^2-1)/3))
+ * (the scale computed in double), where h0..h3 are the four 16-bit fields
+ * of r_i = mix(key + (i + 1) * G), key = mix((seed ^ fnv1a64(NAME)) + G),
+ * G = 0x9e3779b97f4a7c15 and mix is splitmix64's finalizer: a centred sum
+ * of four uniforms (Irwin-Hall, near normal, bounded by 3.46 std). Only
+ * integer and correctly rounded IEEE operations are involved, so the file
  * is byte-identical on every machine and for every thread count.
  *
  * Vocabulary ("llama" tokenizer): 0 <unk> (unknown), 1 <s>, 2 </s> (control),

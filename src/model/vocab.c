@@ -1,4 +1,6 @@
-/* vocab.c: the SentencePiece ("llama") tokenizer, as llama.cpp runs it.
+/* vocab.c: the vocabulary and its tokenizers, as llama.cpp runs them:
+ * SentencePiece ("llama", below) and byte-level BPE ("gpt2", whose merges
+ * and pre-tokenizer live in bpe.c; see "BPE" at the end of this comment).
  *
  * Load: cv_vocab_load copies tokenizer.ggml.tokens into one text blob (an
  * empty token becomes "[EMPTY_<id>]", as in llama.cpp; two tokens with the
@@ -50,6 +52,15 @@
  * put on the first piece, so that a stream of generated ids reads exactly
  * as llama.cpp prints it token by token.
  *
+ * BPE ("gpt2"): loading also reads the merges and tokenizer.ggml.pre
+ * (bpe.c); the defaults are llama.cpp's for BPE: BOS = EOS = 11 (when the
+ * vocabulary is that large), no UNK, no EOS added, BOS added only for the
+ * Llama 3 pre-tokenizer, no space prefix (the key is read but BPE ignores
+ * it, as llama.cpp does). Step 1 (special tokens) and BOS/EOS are as for
+ * SPM; each raw fragment goes to cv_bpe_tokenize. Pieces: NORMAL tokens
+ * are byte-decoded (cv_bpe_decode_text), USER_DEFINED / CONTROL / UNKNOWN
+ * as for SPM, every other type (BYTE included) as "".
+ *
  * Not done (llama.cpp applies these by model name or for other vocab
  * types): the lstrip/rstrip attributes of Phi-3 and Jina special tokens,
  * FIM tokens as end of generation. Ownership: the vocab owns every array
@@ -63,6 +74,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "model/bpe.h"
 
 struct cv_vocab_index {
     uint32_t map_mask;   /* capacity - 1 (capacity a power of two) */
@@ -75,6 +87,7 @@ struct cv_vocab_index {
     int32_t n_special;
     int32_t *eog;        /* end-of-generation ids */
     int32_t n_eog;
+    cv_bpe *bpe;         /* merges and pre-tokenizer (BPE only) */
 };
 
 #define SPACE_ESCAPE "\xe2\x96\x81" /* U+2581 LOWER ONE EIGHTH BLOCK */
@@ -104,6 +117,11 @@ static int32_t text_to_token(const cv_vocab *v, const char *s, size_t n)
             return id;
         slot = (slot + 1) & ix->map_mask;
     }
+}
+
+int32_t cv_token_from_text(const cv_vocab *v, const char *text, size_t len)
+{
+    return text_to_token(v, text, len);
 }
 
 /* Inserts id; returns the id already holding the same text, or -1. */
@@ -206,6 +224,8 @@ static uint32_t render_piece(const cv_vocab *v, int32_t id, char *dst)
             memcpy(dst, s, n);
         return n;
     case CV_TOKEN_NORMAL: {
+        if (v->kind == CV_VOCAB_BPE)
+            return cv_bpe_decode_text(s, n, dst);
         uint32_t out = 0;
         for (uint32_t i = 0; i < n;) {
             if (i + 3 <= n && memcmp(s + i, SPACE_ESCAPE, 3) == 0) {
@@ -223,6 +243,8 @@ static uint32_t render_piece(const cv_vocab *v, int32_t id, char *dst)
         return out;
     }
     case CV_TOKEN_BYTE:
+        if (v->kind == CV_VOCAB_BPE)
+            return 0;
         if (dst)
             dst[0] = (char)byte_token_value(s, n);
         return 1;
@@ -326,12 +348,13 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
         return cv_errf(err, errlen, "%s: no tokenizer (tokenizer.ggml.model is missing)", f->name);
     if (gguf_get_str(f, "tokenizer.ggml.model", &model, err, errlen) != 0)
         return -1;
-    if (gguf_str_eq(model, "gpt2"))
-        return cv_errf(err, errlen, "%s: tokenizer model 'gpt2' (byte-level BPE) is not supported yet", f->name);
-    if (!gguf_str_eq(model, "llama"))
-        return cv_errf(err, errlen, "%s: unknown tokenizer model '%.*s' (supported: 'llama')", f->name,
+    if (gguf_str_eq(model, "llama"))
+        v->kind = CV_VOCAB_SPM;
+    else if (gguf_str_eq(model, "gpt2"))
+        v->kind = CV_VOCAB_BPE;
+    else
+        return cv_errf(err, errlen, "%s: unknown tokenizer model '%.*s' (supported: 'llama', 'gpt2')", f->name,
                        (int)(model.len > 64 ? 64 : model.len), model.ptr);
-    v->kind = CV_VOCAB_SPM;
 
     const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!tokens)
@@ -418,13 +441,24 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
         v->byte_token[b] = text_to_token(v, hex, 6);
     }
 
-    /* llama.cpp's SPM defaults, then the keys. */
-    v->bos = n > 1 ? 1 : -1;
-    v->eos = n > 2 ? 2 : -1;
-    v->unk = 0;
-    v->add_bos = true;
+    /* llama.cpp's defaults, then the keys. */
+    if (v->kind == CV_VOCAB_BPE) {
+        if (cv_bpe_load(&v->index->bpe, f, err, errlen) != 0) {
+            cv_vocab_free(v);
+            return -1;
+        }
+        v->bos = v->eos = n > 11 ? 11 : -1;
+        v->unk = -1;
+        v->add_bos = cv_bpe_adds_bos(v->index->bpe);
+        v->add_space_prefix = false;
+    } else {
+        v->bos = n > 1 ? 1 : -1;
+        v->eos = n > 2 ? 2 : -1;
+        v->unk = 0;
+        v->add_bos = true;
+        v->add_space_prefix = true;
+    }
     v->add_eos = false;
-    v->add_space_prefix = true;
     int32_t eom = -1;
     if (read_id_key(f, "tokenizer.ggml.bos_token_id", n, &v->bos, err, errlen) != 0 ||
         read_id_key(f, "tokenizer.ggml.eos_token_id", n, &v->eos, err, errlen) != 0 ||
@@ -478,6 +512,7 @@ void cv_vocab_free(cv_vocab *v)
         cv_free(ix->piece_len);
         cv_free(ix->special);
         cv_free(ix->eog);
+        cv_bpe_free(ix->bpe);
         cv_free(ix);
     }
     cv_free(v->text);
@@ -770,6 +805,10 @@ int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_specia
         if (frags[i].token >= 0) {
             push_id(&s, frags[i].token);
             prev_special = true;
+        } else if (v->kind == CV_VOCAB_BPE) {
+            if (cv_bpe_tokenize(v->index->bpe, v, text + frags[i].off, frags[i].len, &s.ids, &s.n_ids,
+                                &s.ids_cap) != 0)
+                s.oom = true;
         } else {
             tokenize_fragment(v, &s, text + frags[i].off, frags[i].len, v->add_space_prefix && prev_special);
             prev_special = false;

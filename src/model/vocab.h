@@ -1,24 +1,29 @@
 /* vocab.h: the tokenizer, built from a GGUF's tokenizer.ggml.* metadata.
  *
  * Contract: cv_vocab_load reads tokenizer.ggml.model ("llama" = SentencePiece
- * with scores and byte fallback; later "gpt2" = byte-level BPE), tokens,
- * scores, token_type, bos/eos/unk/pad ids, add_bos_token / add_eos_token
- * (defaults as llama.cpp: SPM adds BOS, not EOS) and add_space_prefix
- * (default true for SPM). Array lengths are checked against the token
+ * with scores and byte fallback; "gpt2" = byte-level BPE with
+ * tokenizer.ggml.merges and the pre-tokenizer named by tokenizer.ggml.pre:
+ * llama-bpe (Llama 3), qwen2 (Qwen2/3), gpt-2 (also when absent); see
+ * bpe.h), tokens, scores, token_type, bos/eos/unk/pad ids, add_bos_token /
+ * add_eos_token (defaults as llama.cpp: SPM adds BOS, BPE adds it only for
+ * llama-bpe; neither adds EOS) and add_space_prefix (default true for SPM;
+ * BPE never adds a space). Array lengths are checked against the token
  * count; an id key outside the vocabulary is ignored and the default kept
  * (as llama.cpp does), so every id held is valid or -1. The vocab copies
  * what it needs: the gguf_file may be closed afterwards.
  *
  * cv_tokenize reproduces llama.cpp's llama_tokenize(text, add_special,
  * parse_special): with parse_special false, text that looks like a special
- * token ("<s>") is plain text. It returns the number of ids; if that is
+ * token ("<s>", "<|begin_of_text|>") is plain text; USER_DEFINED tokens are
+ * matched in the text either way. It returns the number of ids; if that is
  * more than n_max it writes nothing past n_max and returns the negated
  * count needed. It allocates scratch memory (tokenization is not part of
  * the decode step); it returns INT_MIN if that fails or the text is longer
  * than 256 MiB.
  *
  * cv_token_piece writes the bytes a token stands for (SPM: U+2581 becomes
- * a space, <0xXX> becomes that byte; control and unknown tokens give ""
+ * a space, <0xXX> becomes that byte; BPE: the byte-level text decoded to
+ * its bytes; control and unknown tokens give ""
  * unless `special`; ids outside the vocabulary give ""), returns their
  * length or -(needed) if n is too small.
  *
@@ -70,6 +75,8 @@ void cv_vocab_free(cv_vocab *v);
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max);
 int cv_token_piece(const cv_vocab *v, int32_t id, bool special, char *buf, int n);
+/* Id of the token whose text (as stored in the GGUF) is text[0..len), or -1. */
+int32_t cv_token_from_text(const cv_vocab *v, const char *text, size_t len);
 /* True for ids that end generation: EOS, EOT, EOM and, as in llama.cpp,
  * tokens with an end-of-turn text ("<|eot_id|>", "<|im_end|>", ...). */
 bool cv_token_is_eog(const cv_vocab *v, int32_t id);

@@ -1,0 +1,136 @@
+/* stage.c: one stage's inference state and its step (see stage.h). The
+ * step is the forward pass plus, at the last stage, sampling: the same code
+ * runs on one machine (the stage holds every layer) and at the end of a
+ * chain, which is what makes their tokens identical. */
+#include "infer/stage.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
+
+void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_costs *c)
+{
+    const cv_llama_hparams *hp = &m->hp;
+    const uint64_t n_ctx = (uint64_t)(p->n_ctx ? p->n_ctx : hp->n_ctx_train);
+    const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t wide = (uint64_t)hp->n_ff > n_q ? (uint64_t)hp->n_ff : n_q;
+    c->kv_per_layer = 2 * (uint64_t)p->n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
+    c->fixed = (uint64_t)p->n_batch * 4 * (4 * (uint64_t)hp->n_embd + 2 * n_q + 2 * kv_dim + 3 * wide);
+    c->head_extra = (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab + (uint64_t)p->n_slot * 28 * (uint64_t)hp->n_vocab;
+}
+
+uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p)
+{
+    const int32_t l1 = p->l1 < 0 ? m->hp.n_layer : p->l1;
+    cv_stage_costs c;
+    cv_stage_costs_of(m, p, &c);
+    return cv_llama_weight_bytes(m, p->l0, l1, false) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
+           (l1 == m->hp.n_layer ? c.head_extra : 0);
+}
+
+int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    if (p->n_threads < 1 || p->n_threads > 256 || p->n_slot < 1 || p->n_slot > 4096 || p->n_batch < 1 || p->n_ctx < 0)
+        return cv_errf(err, errlen, "bad stage parameters (threads %d, slots %d, batch %d, context %d)", p->n_threads,
+                       p->n_slot, p->n_batch, p->n_ctx);
+    if (cv_llama_load(&s->model, path, p->l0, p->l1, err, errlen))
+        return -1;
+    const cv_llama_hparams *hp = &s->model.hp;
+    s->n_batch = p->n_batch;
+    if (cv_kv_create(&s->kv, p->kv_f16 ? CV_TYPE_F16 : CV_TYPE_F32, p->n_slot, p->n_ctx ? p->n_ctx : hp->n_ctx_train,
+                     s->model.l0, s->model.l1, hp->n_head_kv * hp->head_dim, err, errlen))
+        goto fail;
+    s->pool = cv_pool_create(p->n_threads);
+    if (!s->pool) {
+        cv_errf(err, errlen, "cannot start %d threads", p->n_threads);
+        goto fail;
+    }
+    s->fwd = cv_forward_create(&s->model, &s->kv, s->pool, p->n_batch, err, errlen);
+    if (!s->fwd)
+        goto fail;
+    if (cv_llama_has_head(&s->model)) {
+        s->samplers = cv_calloc((size_t)p->n_slot, sizeof *s->samplers);
+        s->logits = cv_aligned_alloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_vocab);
+        if (!s->samplers || !s->logits) {
+            cv_errf(err, errlen, "out of memory for %d rows of logits", p->n_batch);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    cv_stage_close(s);
+    return -1;
+}
+
+void cv_stage_close(cv_stage *s)
+{
+    if (s->samplers)
+        for (int32_t i = 0; i < s->kv.n_slot; i++)
+            cv_sampler_free(s->samplers[i]);
+    cv_free(s->samplers);
+    cv_free_aligned(s->logits);
+    cv_forward_free(s->fwd);
+    if (s->pool)
+        cv_pool_free(s->pool);
+    cv_kv_free(&s->kv);
+    if (s->model.layers)
+        cv_llama_free(&s->model);
+    memset(s, 0, sizeof *s);
+}
+
+int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
+                  char *err, size_t errlen)
+{
+    const bool head = cv_llama_has_head(&s->model);
+    if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))
+        return -1;
+    if (!head)
+        return 0;
+    for (int32_t t = 0; t < b->n_tokens; t++)
+        if (s->samplers[b->seq[t]])
+            cv_sampler_accept(s->samplers[b->seq[t]], b->token[t]);
+    const int32_t n_vocab = s->model.hp.n_vocab;
+    for (int32_t t = 0, row = 0; t < b->n_tokens; t++) {
+        if (!b->want[t])
+            continue;
+        cv_sampler *sm = s->samplers[b->seq[t]];
+        const float *logits = cv_stage_logits(s, row);
+        out_tokens[row++] = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
+    }
+    return 0;
+}
+
+int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
+{
+    if (!s->samplers)
+        return cv_errf(err, errlen, "this stage does not hold the output head and does not sample");
+    if (slot < 0 || slot >= s->kv.n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
+    cv_sampler *sm = cv_sampler_create(p, s->model.hp.n_vocab);
+    if (!sm)
+        return cv_errf(err, errlen, "out of memory for a sampler");
+    cv_sampler_free(s->samplers[slot]);
+    s->samplers[slot] = sm;
+    return 0;
+}
+
+void cv_stage_seq_truncate(cv_stage *s, int32_t slot, int32_t len)
+{
+    if (slot >= 0 && slot < s->kv.n_slot)
+        kv_seq_truncate(&s->kv, slot, len);
+}
+
+void cv_stage_seq_free(cv_stage *s, int32_t slot)
+{
+    if (slot < 0 || slot >= s->kv.n_slot)
+        return;
+    kv_seq_free(&s->kv, slot);
+    if (s->samplers) {
+        cv_sampler_free(s->samplers[slot]);
+        s->samplers[slot] = NULL;
+    }
+}

@@ -1,0 +1,46 @@
+/* bpe.h: byte-level BPE (tokenizer model "gpt2"), private to the vocabulary
+ * (vocab.c calls it by kind; nothing else should).
+ *
+ * Contract: cv_bpe_load reads tokenizer.ggml.merges (required: strings
+ * "left right", rank = position; the first occurrence of a pair wins) and
+ * tokenizer.ggml.pre, which selects the pre-tokenizer split:
+ *   "llama-bpe" / "llama3" / "llama-v3"   Llama 3 (CV_BPE_PRE_LLAMA3)
+ *   "qwen2" / "deepseek-r1-qwen"          Qwen2 and Qwen3 (CV_BPE_PRE_QWEN2)
+ *   "gpt-2" / "gpt2" / key absent         GPT-2 (CV_BPE_PRE_GPT2)
+ * Any other name is an error that names the supported ones. Llama 3 also
+ * turns on "ignore merges" (a whole pre-token that is a token is taken as
+ * is) and adds BOS by default, as llama.cpp does; cv_bpe_adds_bos says so.
+ *
+ * cv_bpe_tokenize appends the ids of one raw fragment (text without special
+ * tokens) to the growable array *ids (*n_ids used, *cap allocated; grown
+ * with cv_realloc). It returns 0, or -1 when out of memory (the ids appended
+ * so far stay valid). Text that is not UTF-8 is read as cv_utf8_decode
+ * reads it (each bad byte becomes U+FFFD).
+ *
+ * cv_bpe_decode_text turns the text of a byte-level token (bytes shown as
+ * the GPT-2 code points U+0021..U+0143) back into bytes; code points outside
+ * that mapping are copied as they are. With dst NULL it only measures; the
+ * result is never longer than n. */
+#ifndef CONVOY_MODEL_BPE_H
+#define CONVOY_MODEL_BPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "model/vocab.h"
+
+typedef enum cv_bpe_pre { CV_BPE_PRE_GPT2, CV_BPE_PRE_LLAMA3, CV_BPE_PRE_QWEN2 } cv_bpe_pre;
+
+typedef struct cv_bpe cv_bpe;
+
+int cv_bpe_load(cv_bpe **out, const gguf_file *f, char *err, size_t errlen);
+void cv_bpe_free(cv_bpe *b);
+cv_bpe_pre cv_bpe_pre_type(const cv_bpe *b);
+bool cv_bpe_adds_bos(const cv_bpe *b);
+int cv_bpe_tokenize(const cv_bpe *b, const cv_vocab *v, const char *text, size_t len, int32_t **ids,
+                    size_t *n_ids, size_t *cap);
+uint32_t cv_bpe_decode_text(const char *s, uint32_t n, char *dst);
+
+#endif

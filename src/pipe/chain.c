@@ -1,0 +1,487 @@
+/* chain.c: the head's side of a pipeline (see chain.h).
+ *
+ * The head holds a stage with no layers (just the embeddings), a link to
+ * every node and an inbox that gathers their frames. A step is one
+ * FORWARD to the first node and one RESULT back from the last; meanwhile
+ * an ERROR or a closed link from any node ends the step with that node's
+ * name. Buffers are sized at open for the batch, so a step allocates
+ * nothing. */
+#include "pipe/chain.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "infer/stage.h"
+#include "model/fingerprint.h"
+#include "pipe/inbox.h"
+#include "pipe/plan.h"
+#include "pipe/proto.h"
+
+#define CHAIN_MAX_NODES 16
+
+struct cv_chain {
+    cv_chain_opts o;
+    cv_stage embd;                 /* layers [0, 0): token embeddings only */
+    bool embd_open;
+    uint64_t fingerprint;
+    uint64_t cluster_id;           /* the same in every HELLO of this chain */
+    int n_nodes;                   /* nodes given */
+    cv_link *link[CHAIN_MAX_NODES];
+    char addr[CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
+    int32_t first[CHAIN_MAX_NODES], last[CHAIN_MAX_NODES];
+    int active[CHAIN_MAX_NODES];   /* indices of the nodes that serve layers, in order */
+    int n_active;
+    cv_inbox inbox;
+    bool inbox_running;
+    bool broken;
+    uint32_t next_id;
+    /* batches in flight, oldest first in a ring of `depth` */
+    int depth;
+    int oldest, in_flight;
+    struct flight {
+        uint32_t id;
+        int32_t n_want;
+        uint64_t ticket;           /* send of this slot's buffers */
+        bool ticket_live;
+        float *hidden;             /* [n_batch][n_embd] */
+        uint8_t *fwd_head;         /* FORWARD fixed part + records */
+        uint8_t *act;              /* lossy activations */
+    } flight[CHAIN_MAX_NODES];
+    cv_result_row *rows;           /* [n_batch] */
+    float *logits;                 /* [n_batch][n_vocab] with want_logits */
+    uint64_t forward_bytes;        /* FORWARD frames sent by the head */
+    uint64_t result_bytes;         /* RESULT frames received */
+};
+
+cv_chain_opts cv_chain_default_opts(void)
+{
+    return (cv_chain_opts){.n_threads = 1, .n_slot = 1, .n_batch = 512, .act_type = CV_ACT_F32,
+                           .connect_timeout_ms = 5000, .io_timeout_ms = 30000};
+}
+
+/* Marks the chain unusable after a failure whose message is in err. */
+static int broken(cv_chain *c)
+{
+    c->broken = true;
+    return -1;
+}
+
+/* Sends HELLO to node i and waits for its HELLO_OK (or ERROR). */
+static int hello(cv_chain *c, int i, const cv_msg_hello *h, cv_msg_hello_ok *ok, char *err, size_t errlen)
+{
+    uint8_t buf[512];
+    size_t len;
+    char why[CV_ERRLEN];
+    if (cv_msg_hello_encode(h, buf, sizeof buf, &len, err, errlen) ||
+        cv_link_send(c->link[i], CV_MSG_HELLO, 0, buf, len, err, errlen))
+        return -1;
+    cv_frame f;
+    int rc = cv_link_recv(c->link[i], c->o.connect_timeout_ms + c->o.io_timeout_ms, &f, err, errlen);
+    if (rc == CV_LINK_TIMEOUT)
+        return cv_errf(err, errlen, "%s: no answer to HELLO", cv_link_name(c->link[i]));
+    if (rc)
+        return -1;
+    if (f.h.type == CV_MSG_HELLO_OK)
+        rc = cv_msg_hello_ok_decode(f.payload, f.h.payload_len, ok, err, errlen);
+    else if (f.h.type == CV_MSG_ERROR) {
+        cv_msg_error e;
+        rc = cv_msg_error_decode(f.payload, f.h.payload_len, &e, why, sizeof why)
+                 ? cv_errf(err, errlen, "%s: %s", cv_link_name(c->link[i]), why)
+                 : cv_errf(err, errlen, "%s refused: %s (%s)", cv_link_name(c->link[i]), e.message,
+                           cv_perr_name(e.code));
+    } else
+        rc = cv_errf(err, errlen, "%s: answered HELLO with %s", cv_link_name(c->link[i]), cv_msg_type_name(f.h.type));
+    cv_link_release(c->link[i], &f);
+    return rc;
+}
+
+static cv_msg_hello base_hello(const cv_chain *c)
+{
+    const cv_llama_hparams *hp = &c->embd.model.hp;
+    return (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
+                          .features = c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0,
+                          .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
+                          .n_ctx = (uint32_t)c->embd.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
+                          .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
+                          .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
+}
+
+static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen)
+{
+    const cv_llama *m = &c->embd.model;
+    const int32_t n_layer = m->hp.n_layer;
+    uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n_layer);
+    if (!layer_bytes)
+        return cv_errf(err, errlen, "out of memory");
+    for (int32_t l = 0; l < n_layer; l++)
+        layer_bytes[l] = cv_llama_layer_bytes(m, l);
+    const cv_stage_params sp = {.n_ctx = c->embd.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch};
+    cv_stage_costs costs;
+    cv_stage_costs_of(m, &sp, &costs);
+    const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
+                              .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra};
+    cv_plan_node nodes[CHAIN_MAX_NODES];
+    for (int i = 0; i < c->n_nodes; i++)
+        nodes[i] = (cv_plan_node){.name = cv_link_name(c->link[i]),
+                                  .mem_budget = ok[i].mem_budget ? ok[i].mem_budget : UINT64_MAX,
+                                  .us_per_layer_token = ok[i].us_per_layer_token};
+    int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
+    cv_free(layer_bytes);
+    if (rc)
+        return -1;
+    c->n_active = 0;
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->last[i] > c->first[i])
+            c->active[c->n_active++] = i;
+    return 0;
+}
+
+int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (o->n_nodes < 1 || o->n_nodes > CHAIN_MAX_NODES)
+        return cv_errf(err, errlen, "a chain has 1 to %d nodes, not %d", CHAIN_MAX_NODES, o->n_nodes);
+    cv_chain *c = cv_calloc(1, sizeof *c);
+    if (!c)
+        return cv_errf(err, errlen, "out of memory");
+    c->o = *o;
+    c->n_nodes = o->n_nodes;
+    const cv_stage_params sp = {.l0 = 0, .l1 = 0, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_slot = o->n_slot,
+                                .n_batch = o->n_batch};
+    if (cv_stage_open(&c->embd, model_path, &sp, err, errlen))
+        goto fail;
+    c->embd_open = true;
+    c->fingerprint = cv_model_fingerprint(&c->embd.model.gguf);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    const cv_llama_hparams *hp = &c->embd.model.hp;
+    const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
+    c->rows = cv_calloc(nb, sizeof *c->rows);
+    c->logits = o->want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)hp->n_vocab) : NULL;
+    if (!c->rows || (o->want_logits && !c->logits)) {
+        cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
+        goto fail;
+    }
+
+    cv_msg_hello_ok ok[CHAIN_MAX_NODES];
+    for (int i = 0; i < c->n_nodes; i++) {
+        char host[256];
+        int port;
+        snprintf(c->addr[i], sizeof c->addr[i], "%s", o->nodes[i]);
+        cv_link_opts lo = cv_link_default_opts();
+        lo.read_timeout_ms = o->io_timeout_ms;
+        lo.send_timeout_ms = o->io_timeout_ms;
+        if (cv_parse_addr(o->nodes[i], host, sizeof host, &port, err, errlen) ||
+            cv_link_connect(host, port, o->connect_timeout_ms, &lo, &c->link[i], err, errlen))
+            goto fail;
+        cv_msg_hello query = base_hello(c);
+        if (hello(c, i, &query, &ok[i], err, errlen))
+            goto fail;
+    }
+    if (plan(c, ok, err, errlen))
+        goto fail;
+    /* assign from the last node back, so each node finds its successor ready */
+    for (int k = c->n_active - 1; k >= 0; k--) {
+        const int i = c->active[k];
+        cv_msg_hello h = base_hello(c);
+        h.l0 = (uint32_t)c->first[i];
+        h.l1 = (uint32_t)c->last[i];
+        if (k + 1 < c->n_active)
+            snprintf(h.next_addr, sizeof h.next_addr, "%s", c->addr[c->active[k + 1]]);
+        if (k > 0)
+            h.features |= CV_FEAT_FROM_PREV;
+        cv_msg_hello_ok assigned;
+        if (hello(c, i, &h, &assigned, err, errlen))
+            goto fail;
+    }
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->last[i] == c->first[i]) { /* left out by the plan */
+            cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, errlen);
+            cv_link_close(c->link[i]);
+            c->link[i] = NULL;
+        }
+    c->depth = c->n_active;
+    for (int k = 0; k < c->depth; k++) {
+        struct flight *f = &c->flight[k];
+        f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
+        f->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
+        f->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
+        if (!f->hidden || !f->fwd_head || !f->act) {
+            cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
+            goto fail;
+        }
+    }
+    cv_inbox_init(&c->inbox);
+    c->inbox_running = true;
+    for (int k = 0; k < c->n_active; k++)
+        if (cv_inbox_add(&c->inbox, c->link[c->active[k]], c->active[k], err, errlen))
+            goto fail;
+    *out = c;
+    return 0;
+fail:
+    cv_chain_close(c);
+    return -1;
+}
+
+void cv_chain_close(cv_chain *c)
+{
+    if (!c)
+        return;
+    if (c->inbox_running)
+        cv_inbox_stop(&c->inbox);
+    char err[CV_ERRLEN];
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->link[i]) {
+            if (!c->broken)
+                cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
+            cv_link_close(c->link[i]);
+        }
+    if (c->embd_open)
+        cv_stage_close(&c->embd);
+    for (int k = 0; k < c->depth; k++) {
+        cv_free_aligned(c->flight[k].hidden);
+        cv_free_aligned(c->flight[k].fwd_head);
+        cv_free_aligned(c->flight[k].act);
+    }
+    cv_free(c->rows);
+    cv_free_aligned(c->logits);
+    cv_free(c);
+}
+
+static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
+
+/* After a node reported a failure, looks briefly for a link that died: a
+ * node that lost its neighbour reports it at once, but the neighbour that
+ * died is the cause and is named first. */
+static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
+{
+    char first[CV_ERRLEN];
+    snprintf(first, sizeof first, "%s", err);
+    cv_inbox_event ev;
+    while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s (then %s)", ev.err, first);
+            return;
+        }
+        cv_link_release(c->link[ev.source], &ev.frame);
+    }
+}
+
+/* Waits for the RESULT of FORWARD id from the last node, failing on any
+ * node's ERROR or lost link. */
+static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *tokens, char *err, size_t errlen)
+{
+    const int last = c->active[c->n_active - 1];
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const long waited = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
+        if (waited >= c->o.io_timeout_ms) {
+            c->broken = true;
+            return cv_errf(err, errlen, "node %s: no result within %d ms", c->addr[last], c->o.io_timeout_ms);
+        }
+        cv_inbox_event ev;
+        if (cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - waited), &ev) == CV_LINK_TIMEOUT)
+            continue;
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s", ev.err);
+            return broken(c);
+        }
+        cv_link *l = c->link[ev.source];
+        const cv_frame *f = &ev.frame;
+        int rc = 1; /* 1: keep waiting */
+        if (f->h.type == CV_MSG_ERROR) {
+            cv_msg_error e;
+            char why[CV_ERRLEN];
+            if (cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why))
+                cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
+            else
+                cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
+            cv_link_release(l, &ev.frame);
+            blame_dead_link(c, err, errlen);
+            return broken(c);
+        }
+        if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
+            cv_msg_result m;
+            if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
+                c->broken = true;
+                rc = -1;
+            } else if (m.n_rows != (uint32_t)n_want || (c->o.want_logits && !(m.flags & CV_RES_HAS_LOGITS))) {
+                c->broken = true;
+                rc = cv_errf(err, errlen, "%s: result of %u rows for %d wanted tokens", cv_link_name(l), m.n_rows,
+                             n_want);
+            } else {
+                for (uint32_t r = 0; r < m.n_rows; r++)
+                    tokens[r] = c->rows[r].token;
+                if (c->o.want_logits)
+                    memcpy(c->logits, m.logits, sizeof(float) * m.n_rows * m.n_vocab);
+                c->result_bytes += CV_FRAME_HEADER_SIZE + f->h.payload_len;
+                rc = 0;
+            }
+        } else if (f->h.type != CV_MSG_PONG) {
+            c->broken = true;
+            rc = cv_errf(err, errlen, "%s: unexpected %s", cv_link_name(l), cv_msg_type_name(f->h.type));
+        }
+        cv_link_release(l, &ev.frame);
+        if (rc <= 0)
+            return rc;
+    }
+}
+
+int cv_chain_depth(const cv_chain *c) { return c->depth; }
+int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
+
+int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
+{
+    if (c->broken)
+        return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
+    if (c->in_flight == c->depth)
+        return cv_errf(err, errlen, "%d batches are in flight already, the chain's depth", c->depth);
+    struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
+    if (f->ticket_live) { /* its buffers may still be on their way out */
+        f->ticket_live = false;
+        if (cv_link_wait_sent(first_link(c), f->ticket, err, errlen))
+            return broken(c);
+    }
+    const cv_llama_hparams *hp = &c->embd.model.hp;
+    if (cv_stage_step(&c->embd, b, NULL, f->hidden, NULL, err, errlen))
+        return -1;
+    cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    f->n_want = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t] ? 1 : 0};
+        f->n_want += rec[t].want;
+    }
+    cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)hp->n_embd,
+                        .act_type = (uint8_t)c->o.act_type,
+                        .flags = CV_FWD_HAS_HIDDEN | (c->o.want_logits ? CV_FWD_WANT_LOGITS : 0), .tokens = rec,
+                        .act = f->hidden};
+    if (m.act_type != CV_ACT_F32) {
+        if (cv_act_from_f32(m.act_type, f->hidden, (uint64_t)b->n_tokens * hp->n_embd, f->act, err, errlen))
+            return -1;
+        m.act = f->act;
+    }
+    size_t head_len;
+    if (cv_msg_forward_encode_head(&m, f->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
+                                   &head_len, err, errlen))
+        return -1;
+    const size_t act_len = cv_act_bytes(m.act_type, (uint64_t)b->n_tokens, (uint64_t)hp->n_embd);
+    const struct iovec parts[2] = {{f->fwd_head, head_len}, {(void *)m.act, act_len}};
+    f->id = ++c->next_id;
+    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, f->id, parts, 2, &f->ticket, err, errlen))
+        return broken(c);
+    f->ticket_live = true;
+    c->forward_bytes += CV_FRAME_HEADER_SIZE + head_len + act_len;
+    c->in_flight++;
+    return 0;
+}
+
+int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
+{
+    if (c->in_flight == 0)
+        return cv_errf(err, errlen, "no batch in flight");
+    struct flight *f = &c->flight[c->oldest];
+    if (await_result(c, f->id, f->n_want, tokens, err, errlen))
+        return -1;
+    *n_tokens = f->n_want;
+    c->oldest = (c->oldest + 1) % c->depth;
+    c->in_flight--;
+    return 0;
+}
+
+int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen)
+{
+    int32_t n;
+    if (c->in_flight)
+        return cv_errf(err, errlen, "a step needs the chain idle, %d batches are in flight", c->in_flight);
+    return cv_chain_submit(c, b, err, errlen) || cv_chain_collect(c, tokens, &n, err, errlen) ? -1 : 0;
+}
+
+const float *cv_chain_logits(const cv_chain *c, int32_t i)
+{
+    return c->logits ? c->logits + (size_t)i * (size_t)c->embd.model.hp.n_vocab : NULL;
+}
+
+static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen)
+{
+    if (c->broken)
+        return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
+    if (op->seq < 0 || op->seq >= c->o.n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", op->seq, c->o.n_slot);
+    uint8_t buf[CV_SEQ_OP_SAMPLER_SIZE];
+    size_t len;
+    if (cv_msg_seq_op_encode(op, buf, sizeof buf, &len, err, errlen))
+        return -1;
+    if (cv_link_send(first_link(c), CV_MSG_SEQ_OP, ++c->next_id, buf, len, err, errlen))
+        return broken(c);
+    return 0;
+}
+
+int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen)
+{
+    const cv_msg_seq_op op = {.op = CV_SEQ_SET_SAMPLER, .seq = seq, .sampler = *p};
+    return seq_op(c, &op, err, errlen);
+}
+
+int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen)
+{
+    const cv_msg_seq_op op = {.op = CV_SEQ_TRUNCATE, .seq = seq, .len = len < 0 ? 0 : len};
+    if (seq_op(c, &op, err, errlen))
+        return -1;
+    cv_stage_seq_truncate(&c->embd, seq, op.len);
+    return 0;
+}
+
+int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
+{
+    const cv_msg_seq_op op = {.op = CV_SEQ_FREE, .seq = seq};
+    if (seq_op(c, &op, err, errlen))
+        return -1;
+    cv_stage_seq_free(&c->embd, seq);
+    return 0;
+}
+
+int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->embd.kv.len[seq]; }
+int32_t cv_chain_n_ctx(const cv_chain *c) { return c->embd.kv.n_ctx; }
+
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen)
+{
+    if (c->broken || k < 0 || k >= c->n_active)
+        return cv_errf(err, errlen, "no serving node %d", k);
+    const int i = c->active[k];
+    const uint32_t id = ++c->next_id;
+    if (cv_link_send(c->link[i], CV_MSG_STATS, id, NULL, 0, err, errlen))
+        return broken(c);
+    for (;;) {
+        cv_inbox_event ev;
+        if (cv_inbox_next(&c->inbox, c->o.io_timeout_ms, &ev) == CV_LINK_TIMEOUT)
+            return cv_errf(err, errlen, "%s: no STATS_OK within %d ms", cv_link_name(c->link[i]), c->o.io_timeout_ms);
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s", ev.err);
+            return broken(c);
+        }
+        const bool mine = ev.source == i && ev.frame.h.type == CV_MSG_STATS_OK && ev.frame.h.id == id;
+        int rc = mine ? cv_msg_stats_decode(ev.frame.payload, ev.frame.h.payload_len, out, err, errlen) : 0;
+        cv_link_release(c->link[ev.source], &ev.frame);
+        if (mine)
+            return rc;
+    }
+}
+
+void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->n_nodes = c->n_active;
+    for (int k = 0; k < c->n_active && k < 16; k++) {
+        s->first[k] = c->first[c->active[k]];
+        s->last[k] = c->last[c->active[k]];
+    }
+    s->bytes_sent = c->forward_bytes;
+    s->bytes_recv = c->result_bytes;
+}

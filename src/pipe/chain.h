@@ -1,0 +1,78 @@
+/* chain.h: the head's side of a pipeline.
+ *
+ * Contract: cv_chain_open connects to the nodes, asks each for its memory
+ * budget and speed, plans the layers (cv_plan_layers; opts->split
+ * overrides), assigns them from the last node to the first (each node
+ * connects to its successor, so hidden states go from stage to stage
+ * without passing through the head), and binds the embeddings locally.
+ * cv_chain_step embeds a batch, sends it to the first node as one FORWARD,
+ * and waits for the last node's RESULT: one sampled id per wanted token
+ * (and, with opts->want_logits, the full logits rows). A node that
+ * refuses, disconnects, stalls past opts->io_timeout_ms or sends garbage
+ * makes the call fail with a message naming that node; the chain is then
+ * unusable (cv_chain_close it). Sequence operations and sampler settings
+ * travel the chain in order with the FORWARDs. One thread uses a chain. */
+#ifndef CONVOY_PIPE_CHAIN_H
+#define CONVOY_PIPE_CHAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "infer/forward.h"
+#include "infer/sampler.h"
+#include "pipe/link.h"
+
+typedef struct cv_chain cv_chain;
+
+typedef struct cv_chain_opts {
+    const char *const *nodes; /* "host:port" of each node, in chain order */
+    int n_nodes;
+    const int32_t *split;     /* layers per node, or NULL to plan */
+    int32_t n_threads;        /* the head's threads (embedding) */
+    int32_t n_ctx;            /* 0 = the model's training context */
+    int32_t n_slot;
+    int32_t n_batch;
+    uint32_t act_type;        /* CV_ACT_F32 unless a lossy mode is asked for */
+    bool want_logits;         /* RESULT carries full logits rows (tests) */
+    int connect_timeout_ms;
+    int io_timeout_ms;        /* the whole answer to a step must come within this */
+} cv_chain_opts;
+
+cv_chain_opts cv_chain_default_opts(void);
+int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o, char *err, size_t errlen);
+void cv_chain_close(cv_chain *c);
+
+int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen);
+/* Micro-batches: up to cv_chain_depth (the number of serving nodes)
+ * batches in flight, so that every stage works on a different one.
+ * cv_chain_submit embeds and sends a batch and returns at once;
+ * cv_chain_collect waits for the oldest batch in flight and writes one
+ * sampled id per wanted token (*n_tokens of them). A sequence must not be
+ * in two batches in flight (its next token depends on the last). Results
+ * and a sequence's tokens are the same as with cv_chain_step. */
+int cv_chain_depth(const cv_chain *c);
+int cv_chain_in_flight(const cv_chain *c);
+int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
+int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
+/* Logits of wanted row i of the last step (only with want_logits). */
+const float *cv_chain_logits(const cv_chain *c, int32_t i);
+int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
+int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen);
+int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen);
+int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq);
+int32_t cv_chain_n_ctx(const cv_chain *c);
+
+/* What the chain did: the plan and the traffic, for benchmarks. */
+typedef struct cv_chain_stats {
+    int n_nodes;            /* nodes that serve layers */
+    int32_t first[16], last[16];
+    uint64_t bytes_sent;    /* by the head, headers included */
+    uint64_t bytes_recv;
+} cv_chain_stats;
+void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s);
+/* The counters of the k-th serving node (compute time, steps, bytes sent),
+ * asked over the wire; call between steps. */
+int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,847 @@
+/* link.c: TCP links and listeners of link.h.
+ *
+ * A link owns its socket (non-blocking; every wait is a poll with a
+ * deadline), a wake pipe, and two threads. One mutex guards the shared
+ * state; four condition variables (monotonic clock) signal it:
+ *   send queue  ring of CV_LINK_SEND_QUEUE entries {ticket, type, id,
+ *               iovecs}; callers push (waiting on sq_space), the writer
+ *               takes the head, sends it outside the lock, then pops it
+ *               and publishes sent_ticket (sq_done). The entry keeps
+ *               pointers only: payload bytes are the caller's.
+ *   recv queue  ring of CV_LINK_RECV_QUEUE cv_frames; the reader pushes
+ *               (waiting on rq_space), cv_link_recv pops (rq_avail).
+ *   buffer pool up to LINK_POOL free payload buffers, handed back by
+ *               cv_link_release and reused by the reader.
+ * After queueing a frame, and when it stops, the reader writes a byte to
+ * the caller's notify fd if one is set.
+ * Each side records its first failure as a message and stops; the other
+ * side keeps going (a node may still send ERROR after a garbage frame).
+ * The threads build messages without the link's name and prefix it under
+ * the mutex when they record them, so cv_link_set_name is safe at any
+ * time; every other read of the name also holds the mutex.
+ * cv_link_close sets `closing`, broadcasts, and writes a byte to the wake
+ * pipe that both threads poll next to the socket, then joins them. */
+#include "pipe/link.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+#define LINK_POOL 8
+#define LINK_BUF_ROUND 4096
+
+typedef struct send_entry {
+    uint64_t ticket;
+    uint16_t type;
+    uint32_t id;
+    int n_parts;
+    struct iovec parts[CV_LINK_MAX_PARTS];
+    uint32_t payload_len;
+} send_entry;
+
+typedef struct pool_buf {
+    uint8_t *p;
+    size_t cap;
+} pool_buf;
+
+struct cv_link {
+    int fd;
+    int wake_r, wake_w;
+    char name[CV_LINK_NAME_MAX];
+    int read_timeout_ms;
+    int send_timeout_ms;
+    _Atomic uint32_t max_payload;
+    _Atomic int notify_fd;
+
+    pthread_mutex_t mu;
+    pthread_cond_t sq_space, sq_work, sq_done, rq_avail, rq_space;
+    bool closing;
+
+    send_entry sq[CV_LINK_SEND_QUEUE];
+    int sq_head, sq_count;
+    uint64_t next_ticket, sent_ticket;
+    bool writer_done; /* the writer stopped: failed or closing */
+    char wfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
+
+    cv_frame rq[CV_LINK_RECV_QUEUE];
+    int rq_head, rq_count;
+    bool reader_done;
+    char rfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
+
+    pool_buf pool[LINK_POOL];
+    int n_pool;
+
+    _Atomic uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
+
+    pthread_t writer, reader;
+};
+
+struct cv_listener {
+    int fd;
+    int port;
+    char addr[CV_LINK_NAME_MAX];
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (-1 = none), for poll. */
+static int left_ms(int64_t deadline)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - now_ms();
+    return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* Waits on cv until signalled or deadline (-1 = none); 1 when it passed. */
+static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
+{
+    if (deadline < 0) {
+        pthread_cond_wait(cv, mu);
+        return 0;
+    }
+    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (long)(deadline % 1000) * 1000000};
+    return pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT;
+}
+
+cv_link_opts cv_link_default_opts(void)
+{
+    cv_link_opts o = {
+        .name = NULL,
+        .read_timeout_ms = 10000,
+        .send_timeout_ms = 10000,
+        .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD,
+    };
+    return o;
+}
+
+int cv_parse_addr(const char *addr, char *host, size_t host_len, int *port, char *err, size_t errlen)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return cv_errf(err, errlen, "address '%s' is not host:port", addr);
+    const char *h = addr;
+    size_t n = (size_t)(colon - addr);
+    if (h[0] == '[') {
+        if (n < 2 || h[n - 1] != ']')
+            return cv_errf(err, errlen, "address '%s': unbalanced brackets", addr);
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= host_len)
+        return cv_errf(err, errlen, "address '%s': host is empty or too long", addr);
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno || p <= 0 || p > 65535)
+        return cv_errf(err, errlen, "address '%s': port is not a number in 1..65535", addr);
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* "ADDR:PORT" of a socket address. */
+static void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *out, size_t outlen)
+{
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(out, outlen, "?");
+        return;
+    }
+    snprintf(out, outlen, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
+}
+
+static void set_socket_options(int fd)
+{
+    int one = 1, idle = 5, intvl = 2, cnt = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* ---- buffers ---- */
+
+/* A payload buffer of at least len bytes: the smallest pooled one that
+ * fits, else a new one (dropping a pooled one that does not fit). */
+static uint8_t *take_buffer(cv_link *l, size_t len, size_t *cap)
+{
+    uint8_t *stale = NULL;
+    uint8_t *p = NULL;
+    pthread_mutex_lock(&l->mu);
+    int best = -1;
+    for (int i = 0; i < l->n_pool; i++)
+        if (l->pool[i].cap >= len && (best < 0 || l->pool[i].cap < l->pool[best].cap))
+            best = i;
+    if (best >= 0) {
+        p = l->pool[best].p;
+        *cap = l->pool[best].cap;
+        l->pool[best] = l->pool[--l->n_pool];
+    } else if (l->n_pool > 0) {
+        stale = l->pool[--l->n_pool].p;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (stale)
+        cv_free_aligned(stale);
+    if (p)
+        return p;
+    *cap = (len + LINK_BUF_ROUND - 1) / LINK_BUF_ROUND * LINK_BUF_ROUND;
+    return cv_aligned_alloc(*cap);
+}
+
+/* Gives a buffer back to the pool; the caller holds l->mu. Returns the
+ * buffer to free (outside the lock) when the pool is full. */
+static uint8_t *pool_put_locked(cv_link *l, uint8_t *p, size_t cap)
+{
+    if (!p)
+        return NULL;
+    if (l->n_pool < LINK_POOL) {
+        l->pool[l->n_pool++] = (pool_buf){p, cap};
+        return NULL;
+    }
+    return p;
+}
+
+void cv_link_release(cv_link *l, cv_frame *f)
+{
+    pthread_mutex_lock(&l->mu);
+    uint8_t *extra = pool_put_locked(l, f->payload, f->buf_cap);
+    pthread_mutex_unlock(&l->mu);
+    if (extra)
+        cv_free_aligned(extra);
+    f->payload = NULL;
+    f->buf_cap = 0;
+}
+
+/* ---- writer ---- */
+
+/* Waits for the socket to take bytes (0), the link closing (1), or no
+ * room for send_timeout_ms (-1, message in msg). */
+static int wait_writable(cv_link *l, char *msg, size_t msglen)
+{
+    struct pollfd p[2] = {{.fd = l->fd, .events = POLLOUT}, {.fd = l->wake_r, .events = POLLIN}};
+    for (;;) {
+        int rc = poll(p, 2, l->send_timeout_ms);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return cv_errf(msg, msglen, "poll failed while sending: %s", strerror(errno));
+        if (rc == 0)
+            return cv_errf(msg, msglen, "send stalled: the peer took no data for %d ms", l->send_timeout_ms);
+        if (p[1].revents)
+            return 1;
+        return 0;
+    }
+}
+
+/* Sends one frame: header and parts in gather writes. 0, 1 (closing) or
+ * -1 with a message. */
+static int write_frame(cv_link *l, const send_entry *e, char *msg, size_t msglen)
+{
+    uint32_t crc = 0;
+    for (int i = 0; i < e->n_parts; i++)
+        crc = cv_crc32c(crc, e->parts[i].iov_base, e->parts[i].iov_len);
+    cv_frame_header h = {
+        .magic = CV_FRAME_MAGIC,
+        .version = CV_FRAME_VERSION,
+        .type = e->type,
+        .flags = 0,
+        .id = e->id,
+        .payload_len = e->payload_len,
+        .checksum = crc,
+    };
+    uint8_t hdr[CV_FRAME_HEADER_SIZE];
+    cv_frame_header_encode(&h, hdr);
+
+    struct iovec iov[1 + CV_LINK_MAX_PARTS];
+    int n_iov = 0;
+    iov[n_iov++] = (struct iovec){hdr, sizeof hdr};
+    for (int i = 0; i < e->n_parts; i++)
+        if (e->parts[i].iov_len)
+            iov[n_iov++] = e->parts[i];
+    struct iovec *cur = iov;
+    size_t left = CV_FRAME_HEADER_SIZE + (size_t)e->payload_len;
+    while (left > 0) {
+        struct msghdr mh = {.msg_iov = cur, .msg_iovlen = (size_t)n_iov};
+        ssize_t n = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int rc = wait_writable(l, msg, msglen);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(e->type),
+                           errno == EPIPE || errno == ECONNRESET ? "connection closed by peer" : strerror(errno));
+        }
+        atomic_fetch_add(&l->bytes_sent, (uint64_t)n);
+        left -= (size_t)n;
+        size_t done = (size_t)n;
+        while (n_iov > 0 && done >= cur->iov_len) {
+            done -= cur->iov_len;
+            cur++;
+            n_iov--;
+        }
+        if (n_iov > 0) {
+            cur->iov_base = (uint8_t *)cur->iov_base + done;
+            cur->iov_len -= done;
+        }
+    }
+    atomic_fetch_add(&l->frames_sent, 1);
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    cv_link *l = arg;
+    char msg[CV_ERRLEN];
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (l->sq_count == 0 && !l->closing)
+            pthread_cond_wait(&l->sq_work, &l->mu);
+        if (l->closing)
+            break;
+        send_entry e = l->sq[l->sq_head];
+        pthread_mutex_unlock(&l->mu);
+        int rc = write_frame(l, &e, msg, sizeof msg);
+        pthread_mutex_lock(&l->mu);
+        if (rc != 0) {
+            if (rc < 0)
+                snprintf(l->wfail, sizeof l->wfail, "%s: %s", l->name, msg);
+            break;
+        }
+        l->sq_head = (l->sq_head + 1) % CV_LINK_SEND_QUEUE;
+        l->sq_count--;
+        l->sent_ticket = e.ticket;
+        pthread_cond_broadcast(&l->sq_done);
+        pthread_cond_signal(&l->sq_space);
+    }
+    /* Nothing queued is referenced any more. */
+    l->sq_count = 0;
+    l->writer_done = true;
+    if (!l->wfail[0])
+        snprintf(l->wfail, sizeof l->wfail, "%s: link closed", l->name);
+    pthread_cond_broadcast(&l->sq_done);
+    pthread_cond_broadcast(&l->sq_space);
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *parts, int n_parts, uint64_t *ticket,
+                  char *err, size_t errlen)
+{
+    char why[96] = "";
+    uint64_t total = 0;
+    for (int i = 0; i < n_parts && i < CV_LINK_MAX_PARTS; i++)
+        total += parts[i].iov_len;
+    if (n_parts < 0 || n_parts > CV_LINK_MAX_PARTS)
+        snprintf(why, sizeof why, "%d payload parts (at most %d)", n_parts, CV_LINK_MAX_PARTS);
+    else if (total > UINT32_MAX)
+        snprintf(why, sizeof why, "%s payload of %" PRIu64 " bytes does not fit a frame", cv_msg_type_name(type),
+                 total);
+    else if (type == 0 || type >= CV_MSG_COUNT)
+        snprintf(why, sizeof why, "cannot send message type %u", type);
+    pthread_mutex_lock(&l->mu);
+    if (why[0]) {
+        cv_errf(err, errlen, "%s: %s", l->name, why);
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    while (l->sq_count == CV_LINK_SEND_QUEUE && !l->writer_done)
+        pthread_cond_wait(&l->sq_space, &l->mu);
+    if (l->writer_done) {
+        cv_errf(err, errlen, "%s", l->wfail);
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    send_entry *e = &l->sq[(l->sq_head + l->sq_count) % CV_LINK_SEND_QUEUE];
+    e->ticket = ++l->next_ticket;
+    e->type = type;
+    e->id = id;
+    e->n_parts = n_parts;
+    for (int i = 0; i < n_parts; i++)
+        e->parts[i] = parts[i];
+    e->payload_len = (uint32_t)total;
+    l->sq_count++;
+    if (ticket)
+        *ticket = e->ticket;
+    pthread_cond_signal(&l->sq_work);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int cv_link_wait_sent(cv_link *l, uint64_t ticket, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&l->mu);
+    while (l->sent_ticket < ticket && !l->writer_done)
+        pthread_cond_wait(&l->sq_done, &l->mu);
+    int rc = 0;
+    if (l->sent_ticket < ticket)
+        rc = cv_errf(err, errlen, "%s", l->wfail);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, size_t len, char *err, size_t errlen)
+{
+    struct iovec part = {(void *)payload, len};
+    uint64_t ticket;
+    if (cv_link_sendv(l, type, id, &part, len ? 1 : 0, &ticket, err, errlen))
+        return -1;
+    return cv_link_wait_sent(l, ticket, err, errlen);
+}
+
+int cv_link_flush(cv_link *l, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&l->mu);
+    uint64_t last = l->next_ticket;
+    pthread_mutex_unlock(&l->mu);
+    return cv_link_wait_sent(l, last, err, errlen);
+}
+
+/* ---- reader ---- */
+
+/* Reads exactly n bytes into p. With *deadline < 0 the wait for the first
+ * byte is unbounded and the deadline starts with it. Returns 0, 1 (closing)
+ * or -1 with a message naming `what`. */
+static int read_exact(cv_link *l, uint8_t *p, size_t n, int64_t *deadline, const char *what, char *msg, size_t msglen)
+{
+    size_t got = 0;
+    struct pollfd pf[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->wake_r, .events = POLLIN}};
+    while (got < n) {
+        ssize_t r = recv(l->fd, p + got, n - got, MSG_DONTWAIT);
+        if (r > 0) {
+            if (*deadline < 0)
+                *deadline = now_ms() + l->read_timeout_ms;
+            got += (size_t)r;
+            atomic_fetch_add(&l->bytes_recv, (uint64_t)r);
+            continue;
+        }
+        if (r == 0) {
+            if (got == 0 && *deadline < 0)
+                return cv_errf(msg, msglen, "connection closed by peer");
+            return cv_errf(msg, msglen, "connection closed while reading %s (got %zu of %zu bytes)", what, got,
+                           n);
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return cv_errf(msg, msglen, "%s while reading %s (got %zu of %zu bytes)",
+                           errno == ECONNRESET ? "connection reset by peer" : strerror(errno), what, got, n);
+        int rc = poll(pf, 2, left_ms(*deadline));
+        if (rc < 0 && errno != EINTR)
+            return cv_errf(msg, msglen, "poll failed while reading %s: %s", what, strerror(errno));
+        if (pf[1].revents)
+            return 1;
+        if (rc == 0)
+            return cv_errf(msg, msglen, "timed out after %d ms while reading %s (got %zu of %zu bytes)",
+                           l->read_timeout_ms, what, got, n);
+    }
+    return 0;
+}
+
+/* Tells the caller's notify fd, if any, that there is something to see. */
+static void notify(cv_link *l)
+{
+    int fd = atomic_load(&l->notify_fd);
+    if (fd >= 0) {
+        ssize_t w;
+        do
+            w = write(fd, "f", 1);
+        while (w < 0 && errno == EINTR);
+    }
+}
+
+void cv_link_set_notify_fd(cv_link *l, int fd) { atomic_store(&l->notify_fd, fd); }
+
+/* Reads, checks and queues one frame: 0, 1 (closing) or -1. */
+static int read_frame(cv_link *l, char *msg, size_t msglen)
+{
+    uint8_t raw[CV_FRAME_HEADER_SIZE];
+    int64_t deadline = -1;
+    int rc = read_exact(l, raw, sizeof raw, &deadline, "frame header", msg, msglen);
+    if (rc)
+        return rc;
+    cv_frame f = {0};
+    char why[CV_ERRLEN];
+    if (cv_frame_header_decode(raw, atomic_load(&l->max_payload), &f.h, why, sizeof why))
+        return cv_errf(msg, msglen, "%s", why);
+    if (f.h.payload_len) {
+        f.payload = take_buffer(l, f.h.payload_len, &f.buf_cap);
+        if (!f.payload)
+            return cv_errf(msg, msglen, "out of memory for a %" PRIu32 "-byte %s payload",
+                           f.h.payload_len, cv_msg_type_name(f.h.type));
+        char what[64];
+        snprintf(what, sizeof what, "%s payload", cv_msg_type_name(f.h.type));
+        rc = read_exact(l, f.payload, f.h.payload_len, &deadline, what, msg, msglen);
+        if (rc == 0 && cv_frame_check_payload(&f.h, f.payload, why, sizeof why))
+            rc = cv_errf(msg, msglen, "%s", why);
+        if (rc) {
+            cv_free_aligned(f.payload);
+            return rc;
+        }
+    } else if (f.h.checksum != 0) {
+        return cv_errf(msg, msglen, "empty %s frame with checksum 0x%08" PRIx32 " (must be 0)",
+                       cv_msg_type_name(f.h.type), f.h.checksum);
+    }
+    atomic_fetch_add(&l->frames_recv, 1);
+
+    uint8_t *dropped = NULL;
+    pthread_mutex_lock(&l->mu);
+    while (l->rq_count == CV_LINK_RECV_QUEUE && !l->closing)
+        pthread_cond_wait(&l->rq_space, &l->mu);
+    if (l->closing) {
+        dropped = f.payload;
+        rc = 1;
+    } else {
+        l->rq[(l->rq_head + l->rq_count) % CV_LINK_RECV_QUEUE] = f;
+        l->rq_count++;
+        pthread_cond_signal(&l->rq_avail);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (dropped)
+        cv_free_aligned(dropped);
+    else
+        notify(l);
+    return rc;
+}
+
+static void *reader_main(void *arg)
+{
+    cv_link *l = arg;
+    char msg[CV_ERRLEN] = "";
+    int rc;
+    do
+        rc = read_frame(l, msg, sizeof msg);
+    while (rc == 0);
+    pthread_mutex_lock(&l->mu);
+    if (rc < 0)
+        snprintf(l->rfail, sizeof l->rfail, "%s: %s", l->name, msg);
+    else
+        snprintf(l->rfail, sizeof l->rfail, "%s: link closed", l->name);
+    l->reader_done = true;
+    pthread_cond_broadcast(&l->rq_avail);
+    pthread_mutex_unlock(&l->mu);
+    notify(l);
+    return NULL;
+}
+
+int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    pthread_mutex_lock(&l->mu);
+    while (l->rq_count == 0 && !l->reader_done) {
+        if (cond_wait_until(&l->rq_avail, &l->mu, deadline) && l->rq_count == 0 && !l->reader_done) {
+            cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
+            pthread_mutex_unlock(&l->mu);
+            return CV_LINK_TIMEOUT;
+        }
+    }
+    int rc = 0;
+    if (l->rq_count > 0) {
+        *f = l->rq[l->rq_head];
+        l->rq_head = (l->rq_head + 1) % CV_LINK_RECV_QUEUE;
+        l->rq_count--;
+        pthread_cond_signal(&l->rq_space);
+    } else {
+        rc = cv_errf(err, errlen, "%s", l->rfail);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+/* ---- setup and teardown ---- */
+
+static int link_start(int fd, const char *default_name, const cv_link_opts *opts, cv_link **out, char *err,
+                      size_t errlen)
+{
+    cv_link_opts o = opts ? *opts : cv_link_default_opts();
+    cv_link *l = cv_calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return cv_errf(err, errlen, "%s: out of memory", default_name);
+    }
+    l->fd = fd;
+    snprintf(l->name, sizeof l->name, "%s", o.name ? o.name : default_name);
+    l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
+    l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
+    atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
+    atomic_init(&l->notify_fd, -1);
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        cv_free(l);
+        return cv_errf(err, errlen, "%s: pipe: %s", default_name, strerror(e));
+    }
+    l->wake_r = pipefd[0];
+    l->wake_w = pipefd[1];
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->sq_space, &ca);
+    pthread_cond_init(&l->sq_work, &ca);
+    pthread_cond_init(&l->sq_done, &ca);
+    pthread_cond_init(&l->rq_avail, &ca);
+    pthread_cond_init(&l->rq_space, &ca);
+    pthread_condattr_destroy(&ca);
+    set_socket_options(fd);
+
+    int rc = pthread_create(&l->writer, NULL, writer_main, l);
+    if (rc == 0) {
+        rc = pthread_create(&l->reader, NULL, reader_main, l);
+        if (rc != 0) {
+            pthread_mutex_lock(&l->mu);
+            l->closing = true;
+            pthread_cond_broadcast(&l->sq_work);
+            pthread_mutex_unlock(&l->mu);
+            pthread_join(l->writer, NULL);
+        }
+    }
+    if (rc != 0) {
+        close(l->wake_r);
+        close(l->wake_w);
+        close(fd);
+        cv_free(l);
+        return cv_errf(err, errlen, "%s: cannot start link threads: %s", default_name, strerror(rc));
+    }
+    *out = l;
+    return 0;
+}
+
+void cv_link_close(cv_link *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->closing = true;
+    pthread_cond_broadcast(&l->sq_work);
+    pthread_cond_broadcast(&l->sq_space);
+    pthread_cond_broadcast(&l->rq_space);
+    pthread_mutex_unlock(&l->mu);
+    ssize_t w;
+    do
+        w = write(l->wake_w, "x", 1);
+    while (w < 0 && errno == EINTR);
+    pthread_join(l->writer, NULL);
+    pthread_join(l->reader, NULL);
+    for (int i = 0; i < l->rq_count; i++)
+        cv_free_aligned(l->rq[(l->rq_head + i) % CV_LINK_RECV_QUEUE].payload);
+    for (int i = 0; i < l->n_pool; i++)
+        cv_free_aligned(l->pool[i].p);
+    close(l->fd);
+    close(l->wake_r);
+    close(l->wake_w);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->sq_space);
+    pthread_cond_destroy(&l->sq_work);
+    pthread_cond_destroy(&l->sq_done);
+    pthread_cond_destroy(&l->rq_avail);
+    pthread_cond_destroy(&l->rq_space);
+    cv_free(l);
+}
+
+const char *cv_link_name(const cv_link *l) { return l->name; }
+
+void cv_link_set_name(cv_link *l, const char *name)
+{
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void cv_link_set_max_payload(cv_link *l, uint32_t max_payload) { atomic_store(&l->max_payload, max_payload); }
+
+void cv_link_get_stats(cv_link *l, cv_link_stats *s)
+{
+    s->bytes_sent = atomic_load(&l->bytes_sent);
+    s->bytes_recv = atomic_load(&l->bytes_recv);
+    s->frames_sent = atomic_load(&l->frames_sent);
+    s->frames_recv = atomic_load(&l->frames_recv);
+}
+
+/* Non-blocking connect to one address within the deadline: the socket, or
+ * -1 with errno set (ETIMEDOUT when the deadline passed). */
+static int connect_one(const struct addrinfo *ai, int64_t deadline)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        return fd;
+    if (errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    for (;;) {
+        int rc = poll(&p, 1, left_ms(deadline));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            int e = rc == 0 ? ETIMEDOUT : errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        break;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
+        close(fd);
+        errno = soerr ? soerr : EIO;
+        return -1;
+    }
+    return fd;
+}
+
+int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
+                    size_t errlen)
+{
+    char name[CV_LINK_NAME_MAX];
+    snprintf(name, sizeof name, strchr(host, ':') ? "node [%s]:%d" : "node %s:%d", host, port);
+    const char *label = opts && opts->name ? opts->name : name;
+    if (port <= 0 || port > 65535)
+        return cv_errf(err, errlen, "%s: port %d is not in 1..65535", label, port);
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host, serv, &hints, &res);
+    if (gai != 0)
+        return cv_errf(err, errlen, "%s: cannot resolve host: %s", label, gai_strerror(gai));
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = connect_one(ai, deadline);
+        if (fd < 0)
+            last_errno = errno;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        if (last_errno == ETIMEDOUT)
+            return cv_errf(err, errlen, "%s: connect timed out after %d ms", label, timeout_ms);
+        return cv_errf(err, errlen, "%s: connect failed: %s", label, strerror(last_errno));
+    }
+    return link_start(fd, name, opts, out, err, errlen);
+}
+
+int cv_listener_open(const char *host, int port, cv_listener **out, char *err, size_t errlen)
+{
+    const char *h = host && host[0] ? host : NULL;
+    char shown[CV_LINK_NAME_MAX];
+    snprintf(shown, sizeof shown, "%s:%d", h ? h : "*", port);
+    if (port < 0 || port > 65535)
+        return cv_errf(err, errlen, "listen %s: port is not in 0..65535", shown);
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    struct addrinfo hints = {.ai_family = h ? AF_UNSPEC : AF_INET,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(h, serv, &hints, &res);
+    if (gai != 0)
+        return cv_errf(err, errlen, "listen %s: cannot resolve: %s", shown, gai_strerror(gai));
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+            last_errno = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return cv_errf(err, errlen, "listen %s: %s", shown, strerror(last_errno));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        int e = errno;
+        close(fd);
+        return cv_errf(err, errlen, "listen %s: getsockname: %s", shown, strerror(e));
+    }
+    cv_listener *l = cv_calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return cv_errf(err, errlen, "listen %s: out of memory", shown);
+    }
+    l->fd = fd;
+    l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    format_sockaddr((struct sockaddr *)&ss, sl, l->addr, sizeof l->addr);
+    *out = l;
+    return 0;
+}
+
+int cv_listener_port(const cv_listener *l) { return l->port; }
+
+int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
+                       size_t errlen)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            char name[CV_LINK_NAME_MAX], addr[CV_LINK_NAME_MAX - 8];
+            format_sockaddr((struct sockaddr *)&ss, sl, addr, sizeof addr);
+            snprintf(name, sizeof name, "peer %s", addr);
+            return link_start(fd, name, opts, out, err, errlen);
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+            return cv_errf(err, errlen, "listener %s: accept failed: %s", l->addr, strerror(errno));
+        int rc = poll(&p, 1, left_ms(deadline));
+        if (rc < 0 && errno != EINTR)
+            return cv_errf(err, errlen, "listener %s: poll failed: %s", l->addr, strerror(errno));
+        if (rc == 0) {
+            cv_errf(err, errlen, "listener %s: no connection within %d ms", l->addr, timeout_ms);
+            return CV_LINK_TIMEOUT;
+        }
+    }
+}
+
+void cv_listener_close(cv_listener *l)
+{
+    if (!l)
+        return;
+    close(l->fd);
+    cv_free(l);
+}

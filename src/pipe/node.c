@@ -1,0 +1,629 @@
+/* node.c: `convoy stage`, one node of a pipeline (see node.h).
+ *
+ * The serving thread owns everything: the listener, the session's links,
+ * the stage. Links deliver frames through an inbox (one feeder thread per
+ * link), so the thread waits on the head and the previous node at once.
+ * Hidden states go to the next node straight from the stage's output
+ * buffer (two buffers alternate, so one can be on the wire while the next
+ * batch is computed); the last stage answers the head with RESULT. All
+ * buffers are allocated at assignment for the session's batch size; a
+ * step allocates nothing (only the first RESULT that carries full logits,
+ * a test mode, grows the result buffer once). */
+#include "pipe/node.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "infer/stage.h"
+#include "kernels/kernels.h"
+#include "model/fingerprint.h"
+#include "pipe/inbox.h"
+#include "pipe/link.h"
+#include "pipe/proto.h"
+
+#define NODE_MAX_PROBS 20
+
+enum { SRC_HEAD = 0, SRC_PREV = 1 };
+
+typedef struct node {
+    const cv_node_opts *o;
+    cv_llama meta; /* hyperparameters and tensor directory, no layers bound */
+    uint64_t fingerprint;
+    cv_listener *listener;
+
+    /* session */
+    cv_msg_hello hello;
+    cv_stage stage;
+    bool stage_open;
+    cv_link *head, *prev, *next;
+    cv_inbox inbox;
+    bool inbox_running;
+    int32_t *tok, *pos, *seq;
+    uint8_t *want;
+    float *in_f32;           /* [n_batch][n_embd] activations converted from a lossy type */
+    float *hidden[2];        /* [n_batch][n_embd] stage output, alternating */
+    uint8_t *fwd_head[2];    /* FORWARD fixed part + records, alternating */
+    uint8_t *act[2];         /* lossy activations, alternating */
+    uint64_t ticket[2];
+    bool ticket_live[2];
+    int cur;
+    int32_t *out_tokens;     /* [n_batch] */
+    cv_result_row *rows;     /* [n_batch] */
+    cv_top_entry *top;       /* [n_batch][NODE_MAX_PROBS] */
+    uint32_t *n_probs;       /* [n_slot] */
+    uint8_t *res_buf;
+    size_t res_cap;
+    cv_msg_stats stats; /* compute time, steps and rows of this session */
+} node;
+
+static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
+{
+    uint8_t buf[CV_PROTO_ERRMSG_MAX + 16];
+    size_t len;
+    char err[CV_ERRLEN];
+    if (cv_msg_error_encode(code, msg, buf, sizeof buf, &len, err, sizeof err) ||
+        cv_link_send(l, CV_MSG_ERROR, id, buf, len, err, sizeof err)) {
+        fprintf(stderr, "convoy stage: could not report an error to %s: %s\n", cv_link_name(l), err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for one frame of one link (handshake steps), up to timeout_ms. */
+static int recv_frame(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen)
+{
+    int rc = cv_link_recv(l, timeout_ms, f, err, errlen);
+    if (rc == CV_LINK_TIMEOUT)
+        return cv_errf(err, errlen, "%s: no handshake within %d ms", cv_link_name(l), timeout_ms);
+    return rc;
+}
+
+/* Microseconds one token takes through one layer, measured on a synthetic
+ * matrix of the model's layer size and weight type (the model's own pages
+ * stay untouched). */
+static uint32_t speed_probe(node *n)
+{
+    const gguf_tensor *t = gguf_find_tensor(&n->meta.gguf, "blk.0.attn_q.weight");
+    const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
+    if (!tt || !tt->vec_dot)
+        return 0;
+    const int32_t n_in = (int32_t)t->ne[0];
+    const size_t row = cv_row_bytes(t->type, n_in);
+    uint64_t bytes = cv_llama_layer_bytes(&n->meta, 0);
+    if (bytes > (64u << 20))
+        bytes = 64u << 20;
+    const long rows = (long)(bytes / row);
+    uint8_t *w = cv_aligned_alloc((size_t)rows * row);
+    uint8_t *x = cv_aligned_alloc(4 * (size_t)n_in + 64);
+    float *y = cv_aligned_alloc(sizeof(float) * (size_t)rows);
+    uint32_t us = 0;
+    if (w && x && y && rows > 0) {
+        memset(w, 0, (size_t)rows * row);
+        memset(x, 0, 4 * (size_t)n_in + 64);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            double dt = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+            best = dt < best ? dt : best;
+        }
+        double full = best * (double)cv_llama_layer_bytes(&n->meta, 0) / (double)((size_t)rows * row);
+        us = full < 1 ? 1 : (uint32_t)(full / (n->o->n_threads > 0 ? n->o->n_threads : 1));
+    }
+    cv_free_aligned(w);
+    cv_free_aligned(x);
+    cv_free_aligned(y);
+    return us;
+}
+
+static void session_free_buffers(node *n)
+{
+    cv_free(n->tok);
+    cv_free(n->pos);
+    cv_free(n->seq);
+    cv_free(n->want);
+    cv_free_aligned(n->in_f32);
+    for (int i = 0; i < 2; i++) {
+        cv_free_aligned(n->hidden[i]);
+        cv_free_aligned(n->fwd_head[i]);
+        cv_free_aligned(n->act[i]);
+    }
+    cv_free(n->out_tokens);
+    cv_free(n->rows);
+    cv_free(n->top);
+    cv_free(n->n_probs);
+    cv_free_aligned(n->res_buf);
+}
+
+static void session_end(node *n)
+{
+    if (n->inbox_running) {
+        cv_inbox_stop(&n->inbox);
+        n->inbox_running = false;
+    }
+    if (n->next) {
+        char err[CV_ERRLEN];
+        cv_link_send(n->next, CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
+    }
+    cv_link_close(n->prev);
+    cv_link_close(n->next);
+    cv_link_close(n->head);
+    n->prev = n->next = n->head = NULL;
+    if (n->stage_open)
+        cv_stage_close(&n->stage);
+    n->stage_open = false;
+    session_free_buffers(n);
+    node keep = *n;
+    memset(n, 0, sizeof *n);
+    n->o = keep.o;
+    n->meta = keep.meta;
+    n->fingerprint = keep.fingerprint;
+    n->listener = keep.listener;
+}
+
+static bool has_head(const node *n) { return n->hello.l1 == n->hello.n_layer; }
+
+/* Checks an assignment against this node's model and budget, binds the
+ * layers and allocates the session's buffers. On failure the message is
+ * for the head and *code says which ERROR. */
+static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t errlen)
+{
+    const cv_msg_hello *h = &n->hello;
+    const cv_llama_hparams *hp = &n->meta.hp;
+    *code = CV_PERR_BAD_RANGE;
+    if (h->n_layer != (uint32_t)hp->n_layer || h->n_embd != (uint32_t)hp->n_embd || h->l0 >= h->l1)
+        return cv_errf(err, errlen, "the head's model has %u layers of width %u and asks for layers [%u, %u); this "
+                                    "node's has %d of width %d",
+                       h->n_layer, h->n_embd, h->l0, h->l1, hp->n_layer, hp->n_embd);
+    if (h->act_type != CV_ACT_F32 && (h->act_type >= CV_ACT_COUNT || !(h->features & CV_FEAT_LOSSY_ACT)))
+        return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
+    const cv_stage_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
+                               .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
+                               .n_batch = (int32_t)h->n_batch_max};
+    *bytes = cv_stage_bytes_needed(&n->meta, &p);
+    if (n->o->mem_budget && *bytes > n->o->mem_budget) {
+        *code = CV_PERR_NO_MEMORY;
+        return cv_errf(err, errlen, "layers [%u, %u) with %u slots of %u positions need %.2f GB, the budget is %.2f GB",
+                       h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->o->mem_budget / 1e9);
+    }
+    *code = CV_PERR_INTERNAL;
+    if (cv_stage_open(&n->stage, n->o->model_path, &p, err, errlen))
+        return -1;
+    n->stage_open = true;
+    const size_t nb = h->n_batch_max, ne = (size_t)hp->n_embd;
+    n->tok = cv_malloc(sizeof(int32_t) * nb);
+    n->pos = cv_malloc(sizeof(int32_t) * nb);
+    n->seq = cv_malloc(sizeof(int32_t) * nb);
+    n->want = cv_malloc(nb);
+    n->in_f32 = cv_aligned_alloc(sizeof(float) * nb * ne);
+    bool ok = n->tok && n->pos && n->seq && n->want && n->in_f32;
+    for (int i = 0; i < 2 && !has_head(n); i++) {
+        n->hidden[i] = cv_aligned_alloc(sizeof(float) * nb * ne);
+        n->fwd_head[i] = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
+        n->act[i] = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne) + cv_act_bytes(CV_ACT_F32, nb, ne));
+        ok = ok && n->hidden[i] && n->fwd_head[i] && n->act[i];
+    }
+    if (has_head(n)) {
+        n->out_tokens = cv_malloc(sizeof(int32_t) * nb);
+        n->rows = cv_calloc(nb, sizeof *n->rows);
+        n->top = cv_malloc(sizeof(cv_top_entry) * nb * NODE_MAX_PROBS);
+        n->n_probs = cv_calloc(h->n_slot, sizeof *n->n_probs);
+        n->res_cap = 12 + nb * (16 + sizeof(cv_top_entry) * NODE_MAX_PROBS);
+        n->res_buf = cv_aligned_alloc(n->res_cap);
+        ok = ok && n->out_tokens && n->rows && n->top && n->n_probs && n->res_buf;
+    }
+    if (!ok)
+        return cv_errf(err, errlen, "out of memory for buffers of %u tokens", h->n_batch_max);
+    return 0;
+}
+
+/* Opens the link to the next node and introduces this node to it. */
+static int connect_next(node *n, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen))
+        return -1;
+    cv_link_opts lo = cv_link_default_opts();
+    lo.read_timeout_ms = n->o->io_timeout_ms;
+    lo.send_timeout_ms = n->o->io_timeout_ms;
+    if (cv_link_connect(host, port, n->o->handshake_timeout_ms, &lo, &n->next, err, errlen))
+        return -1;
+    cv_msg_hello h = n->hello;
+    h.role = CV_ROLE_PREV_NODE;
+    h.next_addr[0] = 0;
+    h.features &= ~(uint32_t)CV_FEAT_FROM_PREV;
+    uint8_t buf[512];
+    size_t len;
+    cv_frame f;
+    if (cv_msg_hello_encode(&h, buf, sizeof buf, &len, err, errlen) ||
+        cv_link_send(n->next, CV_MSG_HELLO, 0, buf, len, err, errlen) ||
+        recv_frame(n->next, n->o->handshake_timeout_ms, &f, err, errlen))
+        return -1;
+    int rc = 0;
+    if (f.h.type == CV_MSG_ERROR) {
+        cv_msg_error e;
+        if (cv_msg_error_decode(f.payload, f.h.payload_len, &e, err, errlen) == 0)
+            rc = cv_errf(err, errlen, "%s refused this node: %s", cv_link_name(n->next), e.message);
+        else
+            rc = -1;
+    } else if (f.h.type != CV_MSG_HELLO_OK) {
+        rc = cv_errf(err, errlen, "%s answered %s to HELLO", cv_link_name(n->next), cv_msg_type_name(f.h.type));
+    }
+    cv_link_release(n->next, &f);
+    return rc;
+}
+
+/* The previous node connects after the handshake with the head. */
+static int accept_prev(node *n, char *err, size_t errlen)
+{
+    cv_link_opts lo = cv_link_default_opts();
+    lo.read_timeout_ms = n->o->io_timeout_ms;
+    lo.send_timeout_ms = n->o->io_timeout_ms;
+    int rc = cv_listener_accept(n->listener, n->o->handshake_timeout_ms, &lo, &n->prev, err, errlen);
+    if (rc == CV_LINK_TIMEOUT)
+        return cv_errf(err, errlen, "the previous node did not connect within %d ms", n->o->handshake_timeout_ms);
+    cv_frame f;
+    if (rc || recv_frame(n->prev, n->o->handshake_timeout_ms, &f, err, errlen))
+        return -1;
+    cv_msg_hello h;
+    rc = 0;
+    if (f.h.type != CV_MSG_HELLO || cv_msg_hello_decode(f.payload, f.h.payload_len, &h, err, errlen))
+        rc = f.h.type != CV_MSG_HELLO ? cv_errf(err, errlen, "%s sent %s instead of HELLO", cv_link_name(n->prev),
+                                                cv_msg_type_name(f.h.type))
+                                      : -1;
+    else if (h.role != CV_ROLE_PREV_NODE || h.cluster_id != n->hello.cluster_id || h.fingerprint != n->fingerprint)
+        rc = cv_errf(err, errlen, "%s is not the previous node of this chain", cv_link_name(n->prev));
+    cv_link_release(n->prev, &f);
+    if (rc) {
+        send_error(n->prev, 0, CV_PERR_CLUSTER, err);
+        return -1;
+    }
+    uint8_t buf[64];
+    size_t len;
+    cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
+    return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(n->prev, CV_MSG_HELLO_OK, 0, buf, len, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* The head's handshake: queries, then one assignment. 0: the session runs;
+ * -1: it ended (the head has been told why when it can be). */
+static int handshake(node *n, char *err, size_t errlen)
+{
+    for (;;) {
+        cv_frame f;
+        if (recv_frame(n->head, n->o->handshake_timeout_ms, &f, err, errlen))
+            return -1;
+        if (f.h.type == CV_MSG_BYE) {
+            cv_link_release(n->head, &f);
+            return cv_errf(err, errlen, "%s said BYE during the handshake", cv_link_name(n->head));
+        }
+        uint32_t code = CV_PERR_BAD_STATE;
+        int rc = f.h.type == CV_MSG_HELLO ? cv_msg_hello_decode(f.payload, f.h.payload_len, &n->hello, err, errlen)
+                                          : cv_errf(err, errlen, "expected HELLO, got %s", cv_msg_type_name(f.h.type));
+        const uint32_t id = f.h.id;
+        cv_link_release(n->head, &f);
+        if (rc == 0 && n->hello.role != CV_ROLE_HEAD)
+            rc = cv_errf(err, errlen, "a previous node connected, but no head has set up a chain here");
+        if (rc == 0 && n->hello.fingerprint != n->fingerprint) {
+            code = CV_PERR_FINGERPRINT;
+            rc = cv_errf(err, errlen, "model fingerprint %016llx differs from this node's %016llx (%s)",
+                         (unsigned long long)n->hello.fingerprint, (unsigned long long)n->fingerprint,
+                         n->o->model_path);
+        } else if (rc && n->hello.proto_version != CV_PROTO_VERSION) {
+            code = CV_PERR_VERSION;
+        }
+        if (rc) {
+            send_error(n->head, id, code, err);
+            return -1;
+        }
+        cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION,
+                              .mem_budget = n->o->mem_budget,
+                              .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
+        const bool query = n->hello.l0 == n->hello.l1;
+        if (query) {
+            ok.us_per_layer_token = speed_probe(n);
+        } else if (assign(n, &code, &ok.layer_bytes, err, errlen) ||
+                   (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))) {
+            send_error(n->head, id, code, err);
+            return -1;
+        }
+        uint8_t buf[64];
+        size_t len;
+        if (cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
+            cv_link_send(n->head, CV_MSG_HELLO_OK, id, buf, len, err, errlen))
+            return -1;
+        if (query)
+            continue;
+        if ((n->hello.features & CV_FEAT_FROM_PREV) && accept_prev(n, err, errlen)) {
+            send_error(n->head, 0, CV_PERR_BAD_STATE, err);
+            return -1;
+        }
+        return 0;
+    }
+}
+
+/* Top n log-probabilities of a logits row (log-softmax of the raw logits). */
+static uint16_t top_logprobs(const float *logits, int32_t n_vocab, uint32_t n, cv_top_entry *out)
+{
+    float max = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        max = logits[i] > max ? logits[i] : max;
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        sum += exp((double)logits[i] - max);
+    const float log_z = (float)(log(sum) + max);
+    uint16_t k = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float lp = logits[i] - log_z;
+        if (k == n && !(lp > out[k - 1].logprob))
+            continue;
+        uint16_t j = k < n ? k++ : (uint16_t)(k - 1);
+        while (j > 0 && out[j - 1].logprob < lp) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = (cv_top_entry){.id = i, .logprob = isnan(lp) ? -INFINITY : lp};
+    }
+    return k;
+}
+
+static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err, size_t errlen)
+{
+    const int32_t n_vocab = n->stage.model.hp.n_vocab;
+    uint32_t n_rows = 0;
+    for (uint32_t t = 0; t < fw->n_tokens; t++) {
+        if (!n->want[t])
+            continue;
+        cv_result_row *r = &n->rows[n_rows];
+        *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = n->out_tokens[n_rows]};
+        const uint32_t np = n->n_probs[n->seq[t]];
+        if (np) {
+            cv_top_entry *top = n->top + (size_t)n_rows * NODE_MAX_PROBS;
+            r->n_top = top_logprobs(cv_stage_logits(&n->stage, (int32_t)n_rows), n_vocab, np, top);
+            r->top = top;
+        }
+        n_rows++;
+    }
+    cv_msg_result m = {.n_rows = n_rows, .rows = n->rows};
+    if (fw->flags & CV_FWD_WANT_LOGITS) {
+        m.flags = CV_RES_HAS_LOGITS;
+        m.n_vocab = (uint32_t)n_vocab;
+        m.logits = cv_stage_logits(&n->stage, 0);
+    }
+    const uint64_t size = cv_msg_result_size(&m);
+    if (size > n->res_cap) { /* only a result with full logits rows gets here */
+        cv_free_aligned(n->res_buf);
+        n->res_cap = size;
+        if (!(n->res_buf = cv_aligned_alloc(size)))
+            return cv_errf(err, errlen, "out of memory for a result of %llu bytes", (unsigned long long)size);
+    }
+    size_t len;
+    if (cv_msg_result_encode(&m, n->res_buf, n->res_cap, &len, err, errlen))
+        return -1;
+    return cv_link_send(n->head, CV_MSG_RESULT, id, n->res_buf, len, err, errlen);
+}
+
+/* Sends this stage's hidden states on, from the buffer `cur`. */
+static int send_forward(node *n, const cv_msg_forward *in, uint32_t id, char *err, size_t errlen)
+{
+    const int b = n->cur;
+    const uint32_t n_embd = (uint32_t)n->stage.model.hp.n_embd;
+    cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = n_embd, .act_type = n->hello.act_type,
+                        .flags = (uint8_t)(in->flags | CV_FWD_HAS_HIDDEN), .tokens = in->tokens,
+                        .act = n->hidden[b]};
+    if (m.act_type != CV_ACT_F32) {
+        if (cv_act_from_f32(m.act_type, n->hidden[b], (uint64_t)in->n_tokens * n_embd, n->act[b], err, errlen))
+            return -1;
+        m.act = n->act[b];
+    }
+    size_t head_len;
+    if (cv_msg_forward_encode_head(&m, n->fwd_head[b], CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * in->n_tokens,
+                                   &head_len, err, errlen))
+        return -1;
+    const struct iovec parts[2] = {{n->fwd_head[b], head_len},
+                                   {(void *)m.act, cv_act_bytes(m.act_type, in->n_tokens, n_embd)}};
+    if (cv_link_sendv(n->next, CV_MSG_FORWARD, id, parts, 2, &n->ticket[b], err, errlen))
+        return -1;
+    n->ticket_live[b] = true;
+    n->cur = 1 - b;
+    return 0;
+}
+
+/* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
+ * the stage refuses is answered with ERROR and the session goes on. */
+static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
+{
+    cv_msg_forward fw;
+    char why[CV_ERRLEN];
+    if (cv_msg_forward_decode(f->payload, f->h.payload_len, &fw, why, sizeof why))
+        return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+    const cv_llama_hparams *hp = &n->stage.model.hp;
+    if (fw.n_tokens > n->hello.n_batch_max || !(fw.flags & CV_FWD_HAS_HIDDEN) || fw.n_embd != (uint32_t)hp->n_embd) {
+        snprintf(why, sizeof why, "FORWARD of %u tokens of width %u (hidden states %s) does not fit this stage "
+                                  "(batch %u, width %d)",
+                 fw.n_tokens, fw.n_embd, (fw.flags & CV_FWD_HAS_HIDDEN) ? "present" : "missing",
+                 n->hello.n_batch_max, hp->n_embd);
+        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+    }
+    for (uint32_t t = 0; t < fw.n_tokens; t++) {
+        n->tok[t] = fw.tokens[t].token;
+        n->pos[t] = fw.tokens[t].pos;
+        n->seq[t] = fw.tokens[t].seq;
+        n->want[t] = fw.tokens[t].want;
+    }
+    const float *in = fw.act;
+    if (fw.act_type != CV_ACT_F32) {
+        if (cv_act_to_f32(fw.act_type, fw.act, (uint64_t)fw.n_tokens * fw.n_embd, n->in_f32, why, sizeof why))
+            return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+        in = n->in_f32;
+    }
+    const cv_batch b = {.n_tokens = (int32_t)fw.n_tokens, .token = n->tok, .pos = n->pos, .seq = n->seq,
+                        .want = n->want};
+    if (!has_head(n) && n->ticket_live[n->cur]) {
+        n->ticket_live[n->cur] = false;
+        if (cv_link_wait_sent(n->next, n->ticket[n->cur], err, errlen))
+            return -1;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (cv_stage_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
+        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    n->stats.compute_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec));
+    n->stats.steps++;
+    n->stats.tokens += fw.n_tokens;
+    if (has_head(n))
+        return send_result(n, &fw, f->h.id, err, errlen);
+    if (send_forward(n, &fw, f->h.id, err, errlen)) {
+        send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
+{
+    cv_msg_seq_op op;
+    char why[CV_ERRLEN];
+    if (cv_msg_seq_op_decode(f->payload, f->h.payload_len, &op, why, sizeof why))
+        return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+    if (op.seq >= (int32_t)n->hello.n_slot) {
+        snprintf(why, sizeof why, "SEQ_OP on slot %d, this chain has %u", op.seq, n->hello.n_slot);
+        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+    }
+    if (op.op == CV_SEQ_TRUNCATE)
+        cv_stage_seq_truncate(&n->stage, op.seq, op.len);
+    else if (op.op == CV_SEQ_FREE)
+        cv_stage_seq_free(&n->stage, op.seq);
+    else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) {
+        if (op.n_probs > NODE_MAX_PROBS) {
+            snprintf(why, sizeof why, "%u top log-probabilities asked, at most %d", op.n_probs, NODE_MAX_PROBS);
+            return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+        }
+        if (cv_stage_set_sampler(&n->stage, op.seq, &op.sampler, why, sizeof why))
+            return send_error(n->head, f->h.id, CV_PERR_INTERNAL, why) ? -1 : 0;
+        n->n_probs[op.seq] = op.n_probs;
+    }
+    if (n->next && cv_link_send(n->next, CV_MSG_SEQ_OP, f->h.id, f->payload, f->h.payload_len, err, errlen)) {
+        send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
+{
+    cv_link_stats ls;
+    n->stats.bytes_sent = 0;
+    cv_link *links[3] = {n->head, n->prev, n->next};
+    for (int i = 0; i < 3; i++)
+        if (links[i]) {
+            cv_link_get_stats(links[i], &ls);
+            n->stats.bytes_sent += ls.bytes_sent;
+        }
+    uint8_t buf[CV_MSG_STATS_OK_SIZE];
+    size_t len;
+    return cv_msg_stats_encode(&n->stats, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(n->head, CV_MSG_STATS_OK, id, buf, len, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* The session's main loop: until the head leaves or a link fails. */
+static void serve_session(node *n)
+{
+    char err[CV_ERRLEN];
+    cv_inbox_init(&n->inbox);
+    n->inbox_running = true;
+    if (cv_inbox_add(&n->inbox, n->head, SRC_HEAD, err, sizeof err) ||
+        (n->prev && cv_inbox_add(&n->inbox, n->prev, SRC_PREV, err, sizeof err))) {
+        fprintf(stderr, "convoy stage: %s\n", err);
+        return;
+    }
+    fprintf(stderr, "convoy stage: serving layers [%u, %u) of %u%s\n", n->hello.l0, n->hello.l1, n->hello.n_layer,
+            has_head(n) ? " and the output head" : "");
+    while (!*n->o->stop) {
+        cv_inbox_event ev;
+        if (cv_inbox_next(&n->inbox, 200, &ev) == CV_LINK_TIMEOUT)
+            continue;
+        cv_link *src = ev.source == SRC_HEAD ? n->head : n->prev;
+        if (!ev.ok) {
+            if (ev.source == SRC_PREV) {
+                snprintf(err, sizeof err, "lost the previous node: %s", ev.err);
+                send_error(n->head, 0, CV_PERR_NEXT_NODE, err);
+            }
+            fprintf(stderr, "convoy stage: session ends: %s\n", ev.err);
+            return;
+        }
+        const uint16_t type = ev.frame.h.type;
+        const bool data = ev.source == (n->prev ? SRC_PREV : SRC_HEAD);
+        int rc = 0;
+        if (type == CV_MSG_FORWARD && data)
+            rc = run_forward(n, &ev.frame, err, sizeof err);
+        else if (type == CV_MSG_SEQ_OP && data)
+            rc = run_seq_op(n, &ev.frame, err, sizeof err);
+        else if (type == CV_MSG_STATS && ev.source == SRC_HEAD)
+            rc = send_stats(n, ev.frame.h.id, err, sizeof err);
+        else if (type == CV_MSG_PING && ev.source == SRC_HEAD)
+            rc = cv_link_send(n->head, CV_MSG_PONG, ev.frame.h.id, ev.frame.payload, ev.frame.h.payload_len, err,
+                              sizeof err);
+        else if (type == CV_MSG_BYE)
+            rc = -1, snprintf(err, sizeof err, "%s said BYE", cv_link_name(src));
+        else {
+            snprintf(err, sizeof err, "unexpected %s from %s", cv_msg_type_name(type), cv_link_name(src));
+            send_error(n->head, ev.frame.h.id, CV_PERR_BAD_STATE, err);
+        }
+        cv_link_release(src, &ev.frame);
+        if (rc) {
+            fprintf(stderr, "convoy stage: session ends: %s\n", err);
+            return;
+        }
+    }
+}
+
+int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
+{
+    node n;
+    memset(&n, 0, sizeof n);
+    n.o = o;
+    if (cv_llama_load(&n.meta, o->model_path, 0, 0, err, errlen))
+        return -1;
+    n.fingerprint = cv_model_fingerprint(&n.meta.gguf);
+    if (cv_listener_open(o->host, o->port, &n.listener, err, errlen)) {
+        cv_llama_free(&n.meta);
+        return -1;
+    }
+    fprintf(stderr, "convoy stage: %s (fingerprint %016llx) on port %d, budget %s\n", o->model_path,
+            (unsigned long long)n.fingerprint, cv_listener_port(n.listener),
+            o->mem_budget ? "set" : "unlimited");
+    for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
+        cv_link_opts lo = cv_link_default_opts();
+        lo.read_timeout_ms = o->io_timeout_ms;
+        lo.send_timeout_ms = o->io_timeout_ms;
+        int rc = cv_listener_accept(n.listener, 200, &lo, &n.head, err, errlen);
+        if (rc == CV_LINK_TIMEOUT)
+            continue;
+        if (rc) {
+            fprintf(stderr, "convoy stage: %s\n", err);
+            continue;
+        }
+        sessions++;
+        if (handshake(&n, err, errlen) == 0)
+            serve_session(&n);
+        else
+            fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
+        session_end(&n);
+    }
+    cv_listener_close(n.listener);
+    cv_llama_free(&n.meta);
+    return 0;
+}

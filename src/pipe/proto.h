@@ -1,0 +1,423 @@
+/* proto.h: the convoy wire protocol between the head and its stages.
+ *
+ * This comment is the specification. All integers and floats are
+ * little-endian; floats are IEEE-754 binary32. Offsets are in bytes.
+ *
+ * 1. Frames. A link carries frames, each a 24-byte header and a payload:
+ *
+ *      off size field
+ *        0    4 magic        bytes "CVY1" (u32 0x31595643)
+ *        4    2 version      frame format version, CV_FRAME_VERSION (1); it
+ *                            changes only if this header's layout changes
+ *        6    2 type         message type (section 2)
+ *        8    4 flags        frame-level flags; none are defined in version
+ *                            1, senders write 0 and receivers reject others
+ *       12    4 id           request / batch id: chosen by the sender of a
+ *                            request, copied into the frame that answers it
+ *                            (RESULT answers FORWARD, PONG answers PING,
+ *                            HELLO_OK or ERROR answer whatever they answer)
+ *       16    4 payload_len  bytes of payload after the header
+ *       20    4 checksum     CRC32C (Castagnoli, reflected, init and final
+ *                            xor 0xFFFFFFFF) of the payload; 0 when empty
+ *
+ *    A receiver rejects a frame with another magic or version, an unknown
+ *    type, unknown flags, payload_len above the link's cap, or a checksum
+ *    that does not match. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB)
+ *    until the handshake; then each side uses min(its own cap, the cap the
+ *    other side announced) for both directions.
+ *
+ * 2. Messages. Type values are append-only. Every payload is parsed
+ *    exactly: a count is checked against the bytes present and against
+ *    the limits below before anything is read, reserved bytes must be zero,
+ *    and trailing bytes are an error.
+ *
+ *    HELLO = 1 (head -> node, or node -> next node): 58 + addr_len bytes
+ *       u16 proto_version (CV_PROTO_VERSION), u8 role (CV_ROLE_*),
+ *       u8 act_type (CV_ACT_*), u32 features (CV_FEAT_*),
+ *       u64 fingerprint (cv_model_fingerprint of the model),
+ *       u32 l0, u32 l1 (the layers [l0, l1) this node serves),
+ *       u32 n_layer, u32 n_ctx, u32 n_slot, u32 n_batch_max, u32 n_embd,
+ *       u32 max_payload (the sender's receive cap),
+ *       u16 addr_len, addr_len bytes next_addr ("host:port" of the next
+ *       node, empty for the last stage; no NUL or control bytes; at most
+ *       CV_PROTO_ADDR_MAX), u64 cluster_id.
+ *       Rules: l0 <= l1 <= n_layer <= CV_PROTO_MAX_LAYER; n_slot,
+ *       n_batch_max >= 1; n_embd <= CV_PROTO_MAX_EMBD; max_payload >=
+ *       CV_PROTO_MIN_MAX_PAYLOAD; an act_type other than F32 needs
+ *       CV_FEAT_LOSSY_ACT. Unknown feature bits are carried, not rejected
+ *       (the node answers ERROR if it needs one it lacks).
+ *    HELLO_OK = 2 (node -> whoever sent HELLO): 32 bytes
+ *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
+ *       probe: microseconds per layer per token, 0 = not measured),
+ *       u64 mem_budget (bytes the node may use), u64 layer_bytes (bytes
+ *       the node needs for the layers asked), u32 max_payload (the cap the
+ *       node will use on this link, min of both), u32 reserved.
+ *    ERROR = 3 (either way): u32 code (CV_PERR_*, unknown codes are
+ *       accepted and shown as numbers), u16 len, len bytes message (no NUL
+ *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
+ *    FORWARD = 4 (head -> first node -> ... -> last node): 16 bytes, then
+ *       16 bytes per token, then the activations:
+ *       u32 n_tokens (>= 1), u32 n_embd, u8 act_type, u8 flags
+ *       (CV_FWD_*), 6 reserved bytes;
+ *       n_tokens records {i32 token, i32 seq, i32 pos, u8 want, 3 reserved}
+ *       with token, seq, pos >= 0 and want 0 or 1 (1: this row's output is
+ *       wanted: sampled at the last stage and returned in RESULT);
+ *       with CV_FWD_HAS_HIDDEN: n_tokens rows of n_embd activations of
+ *       act_type (F32: 4 bytes each; F16: 2; Q8_0: n_embd/32 blocks of 34
+ *       bytes, n_embd a multiple of 32), 1 <= n_embd <= CV_PROTO_MAX_EMBD;
+ *       without it (the first stage embeds the token ids): nothing, and
+ *       n_embd = 0, act_type = F32.
+ *       Records start at offset 16 and activations at 16 + 16 * n_tokens,
+ *       so both are 16-byte aligned inside an aligned payload.
+ *    RESULT = 5 (last node -> head): 8 bytes (12 with logits), then rows:
+ *       u32 n_rows, u32 flags (CV_RES_*), [u32 n_vocab: only with
+ *       CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB];
+ *       n_rows rows {i32 seq, i32 pos, i32 token, u16 n_top, u16 reserved,
+ *       n_top pairs (i32 id, f32 logprob)}, ids and token >= 0 (and below
+ *       n_vocab when it is known), logprob not NaN, n_top <=
+ *       CV_PROTO_MAX_TOP; then with CV_RES_HAS_LOGITS n_rows * n_vocab f32
+ *       logits, row after row. Everything is 4-byte aligned.
+ *    SEQ_OP = 6 (head -> first node -> ... -> last node, in order with the
+ *       FORWARDs): 12 bytes, 56 for SET_SAMPLER:
+ *       u8 op (CV_SEQ_*), 3 reserved, i32 seq (>= 0), i32 len (TRUNCATE:
+ *       the new length >= 0; other ops: 0); SET_SAMPLER adds f32 temp,
+ *       i32 top_k, f32 top_p, f32 min_p, f32 repeat_penalty,
+ *       i32 penalty_last_n (>= 0), f32 freq_penalty, f32 presence_penalty,
+ *       u64 seed, u32 n_probs (top logprobs per row, <= CV_PROTO_MAX_TOP);
+ *       every float finite.
+ *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
+ *       clock, opaque to the receiver; PONG copies both from the PING).
+ *    BYE = 9: empty; the sender closes after it.
+ *    STATS = 10 (head -> node): empty; asks for the node's counters.
+ *    STATS_OK = 11 (node -> head): 32 bytes: u64 compute_ns (time spent in
+ *       its forward passes this session), u64 steps (FORWARDs run),
+ *       u64 tokens (rows run), u64 bytes_sent (on its links, headers
+ *       included).
+ *
+ * 3. Versioning. proto_version in HELLO names the message set; a node that
+ *    cannot speak it answers ERROR{CV_PERR_VERSION}. Adding a message type
+ *    or an error code keeps the version; changing any payload layout bumps
+ *    it.
+ *
+ * API contract: encoders write into a caller buffer (no allocation) and
+ * fail with a message if it is too small or the message breaks a rule
+ * above, so a peer never receives what its decoder would reject. Decoders
+ * read through a cv_cursor and name the offending field in the message.
+ * Decoded pointers (FORWARD records and activations, RESULT top pairs and
+ * logits) point into the payload, which must stay alive and be 4-byte
+ * aligned (link buffers are 64-byte aligned; decode refuses a misaligned
+ * buffer); the records are the wire bytes themselves, so this code builds
+ * only on little-endian hosts. */
+#ifndef CONVOY_PIPE_PROTO_H
+#define CONVOY_PIPE_PROTO_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "infer/sampler.h"
+
+#define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
+#define CV_FRAME_VERSION 1
+#define CV_FRAME_HEADER_SIZE 24
+#define CV_PROTO_VERSION 1
+
+#define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
+#define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
+#define CV_PROTO_ADDR_MAX 255
+#define CV_PROTO_ERRMSG_MAX 511
+#define CV_PROTO_MAX_LAYER 65536
+#define CV_PROTO_MAX_EMBD (1u << 20)
+#define CV_PROTO_MAX_VOCAB (1u << 24)
+#define CV_PROTO_MAX_TOP 1024
+
+typedef enum cv_msg_type {
+    CV_MSG_HELLO = 1,
+    CV_MSG_HELLO_OK = 2,
+    CV_MSG_ERROR = 3,
+    CV_MSG_FORWARD = 4,
+    CV_MSG_RESULT = 5,
+    CV_MSG_SEQ_OP = 6,
+    CV_MSG_PING = 7,
+    CV_MSG_PONG = 8,
+    CV_MSG_BYE = 9,
+    CV_MSG_STATS = 10,
+    CV_MSG_STATS_OK = 11,
+    CV_MSG_COUNT /* one past the last type; not a type */
+} cv_msg_type;
+
+/* "HELLO", "FORWARD", ...; "unknown" outside the enum. */
+const char *cv_msg_type_name(uint32_t type);
+
+/* The header as a struct. Its in-memory layout equals the wire layout (no
+ * padding; the asserts below pin it), but encode/decode go field by field
+ * at these offsets, so neither the host's byte order nor alignment matters
+ * for frames. */
+typedef struct cv_frame_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t flags;
+    uint32_t id;
+    uint32_t payload_len;
+    uint32_t checksum;
+} cv_frame_header;
+
+#define CV_FRAME_OFF_MAGIC 0
+#define CV_FRAME_OFF_VERSION 4
+#define CV_FRAME_OFF_TYPE 6
+#define CV_FRAME_OFF_FLAGS 8
+#define CV_FRAME_OFF_ID 12
+#define CV_FRAME_OFF_PAYLOAD_LEN 16
+#define CV_FRAME_OFF_CHECKSUM 20
+static_assert(offsetof(cv_frame_header, magic) == CV_FRAME_OFF_MAGIC, "frame magic offset");
+static_assert(offsetof(cv_frame_header, version) == CV_FRAME_OFF_VERSION, "frame version offset");
+static_assert(offsetof(cv_frame_header, type) == CV_FRAME_OFF_TYPE, "frame type offset");
+static_assert(offsetof(cv_frame_header, flags) == CV_FRAME_OFF_FLAGS, "frame flags offset");
+static_assert(offsetof(cv_frame_header, id) == CV_FRAME_OFF_ID, "frame id offset");
+static_assert(offsetof(cv_frame_header, payload_len) == CV_FRAME_OFF_PAYLOAD_LEN, "frame payload_len offset");
+static_assert(offsetof(cv_frame_header, checksum) == CV_FRAME_OFF_CHECKSUM, "frame checksum offset");
+static_assert(sizeof(cv_frame_header) == CV_FRAME_HEADER_SIZE, "frame header size");
+
+/* CRC32C of n bytes, continuing from crc (start with 0). */
+uint32_t cv_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* A header for a payload: magic, versions, flags 0, length and the
+ * checksum of the payload filled in. */
+cv_frame_header cv_frame_header_make(uint16_t type, uint32_t id, const void *payload, uint32_t payload_len);
+void cv_frame_header_encode(const cv_frame_header *h, uint8_t out[CV_FRAME_HEADER_SIZE]);
+/* Parses and validates a header (everything but the checksum, which needs
+ * the payload) against the payload cap max_payload. */
+int cv_frame_header_decode(const uint8_t in[CV_FRAME_HEADER_SIZE], uint32_t max_payload, cv_frame_header *h,
+                           char *err, size_t errlen);
+/* Compares the payload's CRC32C with the header's checksum. */
+int cv_frame_check_payload(const cv_frame_header *h, const void *payload, char *err, size_t errlen);
+
+/* Activation types on the wire (values are the HELLO/FORWARD act_type). */
+typedef enum cv_act_type {
+    CV_ACT_F32 = 0,
+    CV_ACT_F16 = 1,  /* lossy: needs CV_FEAT_LOSSY_ACT */
+    CV_ACT_Q8_0 = 2, /* lossy: needs CV_FEAT_LOSSY_ACT */
+    CV_ACT_COUNT
+} cv_act_type;
+
+const char *cv_act_type_name(uint32_t act_type); /* "f32", "f16", "q8_0", "unknown" */
+/* Bytes of n_rows rows of n_embd activations; 0 for an unknown type or,
+ * for Q8_0, an n_embd that is not a multiple of 32. */
+uint64_t cv_act_bytes(uint32_t act_type, uint64_t n_rows, uint64_t n_embd);
+/* Converts n floats (a whole number of rows) to act_type / back. Q8_0 and
+ * F16 use the kernels' conversions (cv_kernels_init must have run); for
+ * F32 both are a copy. n must be a multiple of 32 for Q8_0. */
+int cv_act_from_f32(uint32_t act_type, const float *x, uint64_t n, void *out, char *err, size_t errlen);
+int cv_act_to_f32(uint32_t act_type, const void *in, uint64_t n, float *out, char *err, size_t errlen);
+
+/* ---- HELLO / HELLO_OK ---- */
+
+enum { CV_ROLE_HEAD = 0, CV_ROLE_PREV_NODE = 1 };
+enum {
+    CV_FEAT_LOSSY_ACT = 1u << 0,
+    /* head -> node: this node's input comes from a previous node, which
+     * connects to it after the handshake (without it, FORWARDs come from
+     * the head on this link) */
+    CV_FEAT_FROM_PREV = 1u << 1,
+};
+
+typedef struct cv_msg_hello {
+    uint16_t proto_version;
+    uint8_t role;
+    uint8_t act_type;
+    uint32_t features;
+    uint64_t fingerprint;
+    uint32_t l0, l1;
+    uint32_t n_layer;
+    uint32_t n_ctx;
+    uint32_t n_slot;
+    uint32_t n_batch_max;
+    uint32_t n_embd;
+    uint32_t max_payload;
+    char next_addr[CV_PROTO_ADDR_MAX + 1]; /* NUL-terminated, "" for the last stage */
+    uint64_t cluster_id;
+} cv_msg_hello;
+
+typedef struct cv_msg_hello_ok {
+    uint16_t proto_version;
+    uint32_t us_per_layer_token;
+    uint64_t mem_budget;
+    uint64_t layer_bytes;
+    uint32_t max_payload;
+} cv_msg_hello_ok;
+
+#define CV_MSG_HELLO_OK_SIZE 32
+
+size_t cv_msg_hello_size(const cv_msg_hello *m);
+int cv_msg_hello_encode(const cv_msg_hello *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+/* A HELLO of another proto_version is refused before the rest is read (its
+ * layout may differ); m->proto_version then holds the peer's version, so
+ * the node can answer ERROR{CV_PERR_VERSION}. */
+int cv_msg_hello_decode(const void *payload, size_t len, cv_msg_hello *m, char *err, size_t errlen);
+int cv_msg_hello_ok_encode(const cv_msg_hello_ok *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_hello_ok_decode(const void *payload, size_t len, cv_msg_hello_ok *m, char *err, size_t errlen);
+
+/* ---- ERROR ---- */
+
+typedef enum cv_perr_code {
+    CV_PERR_BAD_FRAME = 1,   /* a frame failed header, checksum or payload checks */
+    CV_PERR_VERSION = 2,     /* protocol version not spoken */
+    CV_PERR_FINGERPRINT = 3, /* the node's model differs from the head's */
+    CV_PERR_NO_MEMORY = 4,   /* the layers asked do not fit the node's budget */
+    CV_PERR_BAD_RANGE = 5,   /* layer range or model shape does not match */
+    CV_PERR_BAD_BATCH = 6,   /* a FORWARD the node cannot run (slot, position, size) */
+    CV_PERR_INTERNAL = 7,    /* the node failed on its own */
+    CV_PERR_SHUTDOWN = 8,    /* the node is stopping */
+    CV_PERR_CLUSTER = 9,     /* cluster id does not match */
+    CV_PERR_BAD_STATE = 10,  /* a message not expected at this point */
+    CV_PERR_NEXT_NODE = 11,  /* the node could not reach or lost the next node */
+} cv_perr_code;
+
+const char *cv_perr_name(uint32_t code); /* "BAD_FRAME", ...; "unknown" */
+
+typedef struct cv_msg_error {
+    uint32_t code;
+    char message[CV_PROTO_ERRMSG_MAX + 1]; /* NUL-terminated */
+} cv_msg_error;
+
+/* Encodes code and message; a message longer than CV_PROTO_ERRMSG_MAX is
+ * cut, and control bytes in it are sent as '?'. */
+size_t cv_msg_error_size(const char *message);
+int cv_msg_error_encode(uint32_t code, const char *message, void *buf, size_t cap, size_t *len, char *err,
+                        size_t errlen);
+int cv_msg_error_decode(const void *payload, size_t len, cv_msg_error *m, char *err, size_t errlen);
+
+/* ---- FORWARD ---- */
+
+enum {
+    CV_FWD_WANT_LOGITS = 1u << 0, /* RESULT carries full logits rows of the wanted tokens */
+    CV_FWD_HAS_HIDDEN = 1u << 1,  /* activations follow the records */
+};
+
+#define CV_FWD_FIXED_SIZE 16
+
+/* One token record, exactly its 16 wire bytes. */
+typedef struct cv_fwd_token {
+    int32_t token;
+    int32_t seq;
+    int32_t pos;
+    uint8_t want;
+    uint8_t reserved[3];
+} cv_fwd_token;
+static_assert(sizeof(cv_fwd_token) == 16, "cv_fwd_token is its wire record");
+static_assert(offsetof(cv_fwd_token, want) == 12, "cv_fwd_token want offset");
+
+typedef struct cv_msg_forward {
+    uint32_t n_tokens;
+    uint32_t n_embd; /* 0 without CV_FWD_HAS_HIDDEN */
+    uint8_t act_type;
+    uint8_t flags;
+    const cv_fwd_token *tokens; /* n_tokens records */
+    const void *act;            /* n_tokens rows of activations, NULL without CV_FWD_HAS_HIDDEN */
+} cv_msg_forward;
+
+/* Bytes of the activation section, of the fixed part and records (what
+ * precedes the activations), and of the whole payload. */
+uint64_t cv_msg_forward_act_size(const cv_msg_forward *m);
+uint64_t cv_msg_forward_head_size(const cv_msg_forward *m);
+uint64_t cv_msg_forward_size(const cv_msg_forward *m);
+/* Encodes the fixed part and the records only: a sender can put the
+ * activations in a second iovec straight from its compute buffer. The
+ * message is fully validated (m->act must be non-NULL with HAS_HIDDEN). */
+int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
+                               size_t errlen);
+/* Encodes the whole payload, copying the activations from m->act. */
+int cv_msg_forward_encode(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
+                          size_t errlen);
+/* Validates the payload; m->tokens and m->act point into it. */
+int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, char *err, size_t errlen);
+
+/* ---- RESULT ---- */
+
+enum { CV_RES_HAS_LOGITS = 1u << 0 };
+
+typedef struct cv_top_entry {
+    int32_t id;
+    float logprob;
+} cv_top_entry;
+static_assert(sizeof(cv_top_entry) == 8, "cv_top_entry is its wire pair");
+
+typedef struct cv_result_row {
+    int32_t seq;
+    int32_t pos;
+    int32_t token;
+    uint16_t n_top;
+    const cv_top_entry *top; /* n_top entries (NULL when 0); in the payload after decode */
+} cv_result_row;
+
+typedef struct cv_msg_result {
+    uint32_t n_rows;
+    uint32_t flags;
+    uint32_t n_vocab;     /* 0 without CV_RES_HAS_LOGITS */
+    cv_result_row *rows;  /* caller's array: encode reads n_rows, decode fills them */
+    const float *logits;  /* n_rows * n_vocab, NULL without CV_RES_HAS_LOGITS */
+} cv_msg_result;
+
+uint64_t cv_msg_result_size(const cv_msg_result *m);
+int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+/* Decodes into m, filling the caller's rows[0 .. max_rows); more rows than
+ * max_rows is an error. top and logits point into the payload. */
+int cv_msg_result_decode(const void *payload, size_t len, cv_msg_result *m, cv_result_row *rows,
+                         uint32_t max_rows, char *err, size_t errlen);
+
+/* ---- SEQ_OP ---- */
+
+typedef enum cv_seq_op_kind {
+    CV_SEQ_TRUNCATE = 1,    /* keep the first len positions of seq */
+    CV_SEQ_FREE = 2,        /* drop seq entirely */
+    CV_SEQ_SET_SAMPLER = 3, /* the last stage samples seq with these params */
+} cv_seq_op_kind;
+
+#define CV_SEQ_OP_SIZE 12
+#define CV_SEQ_OP_SAMPLER_SIZE 56
+
+typedef struct cv_msg_seq_op {
+    uint8_t op;
+    int32_t seq;
+    int32_t len;
+    cv_sampler_params sampler; /* SET_SAMPLER only */
+    uint32_t n_probs;          /* SET_SAMPLER only: top logprobs returned per row */
+} cv_msg_seq_op;
+
+int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char *err, size_t errlen);
+
+/* ---- PING / PONG / BYE ---- */
+
+#define CV_MSG_PING_SIZE 16
+
+typedef struct cv_msg_ping {
+    uint64_t nonce;
+    uint64_t timestamp;
+} cv_msg_ping;
+
+int cv_msg_ping_encode(const cv_msg_ping *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_ping_decode(const void *payload, size_t len, cv_msg_ping *m, char *err, size_t errlen);
+int cv_msg_bye_decode(const void *payload, size_t len, char *err, size_t errlen);
+
+/* ---- STATS / STATS_OK ---- */
+
+#define CV_MSG_STATS_OK_SIZE 32
+
+typedef struct cv_msg_stats {
+    uint64_t compute_ns;
+    uint64_t steps;
+    uint64_t tokens;
+    uint64_t bytes_sent;
+} cv_msg_stats;
+
+int cv_msg_stats_encode(const cv_msg_stats *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_stats_decode(const void *payload, size_t len, cv_msg_stats *m, char *err, size_t errlen);
+
+/* Validates a payload of any type as its decoder would (RESULT rows are
+ * checked without being stored), for receivers that check a frame before
+ * routing it, and for the fuzzer. */
+int cv_msg_validate(uint16_t type, const void *payload, size_t len, char *err, size_t errlen);
+
+#endif

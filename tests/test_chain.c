@@ -1,0 +1,229 @@
+/* test_chain.c: the head's side of a pipeline, in process, against two
+ * `convoy stage` processes on loopback.
+ * - micro-batches: four sequences in two groups, with both groups in
+ *   flight at once (each stage works on a different group), give every
+ *   sequence the tokens it gets alone on one machine;
+ * - a stage killed with SIGKILL: the step fails with a message naming the
+ *   node, and this process (the head) goes on: a new chain over a fresh
+ *   node works. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "infer/stage.h"
+#include "kernels/kernels.h"
+#include "pipe/chain.h"
+#include "test.h"
+
+enum { N_SEQ = 4, N_GEN = 24, PROMPT = 4 };
+
+static char model[512];
+
+/* Starts `convoy stage` on a free loopback port; returns its pid. */
+static pid_t start_stage(int *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    bind(s, (struct sockaddr *)&a, sizeof a);
+    getsockname(s, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    close(s);
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", *port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        execl(CONVOY_BINARY_DIR "/convoy", "convoy", "stage", "--listen", listen, "-m", model, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) { /* wait until it listens */
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        int ok = connect(c, (struct sockaddr *)&a, sizeof a) == 0;
+        close(c);
+        if (ok)
+            break;
+        usleep(50000);
+    }
+    return pid;
+}
+
+static void stop(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static int32_t prompt_of(int s, int i) { return i == 0 ? 1 : 3 + (s * 131 + i * 17) % 500; }
+
+/* Each sequence alone on one machine. */
+static void run_alone(int32_t out[N_SEQ][N_GEN])
+{
+    char err[512];
+    for (int s = 0; s < N_SEQ; s++) {
+        cv_stage st;
+        const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8};
+        if (cv_stage_open(&st, model, &p, err, sizeof err)) {
+            CHECKF(0, "%s", err);
+            return;
+        }
+        int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
+        uint8_t want[PROMPT] = {0, 0, 0, 1};
+        for (int i = 0; i < PROMPT; i++) {
+            tok[i] = prompt_of(s, i);
+            pos[i] = i;
+        }
+        cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
+        CHECK(cv_stage_step(&st, &b, NULL, NULL, &next, err, sizeof err) == 0);
+        for (int g = 0; g < N_GEN; g++) {
+            out[s][g] = next;
+            int32_t ps = PROMPT + g;
+            uint8_t w = 1;
+            cv_batch one = {.n_tokens = 1, .token = &out[s][g], .pos = &ps, .seq = seq, .want = &w};
+            CHECK(cv_stage_step(&st, &one, NULL, NULL, &next, err, sizeof err) == 0);
+        }
+        cv_stage_close(&st);
+    }
+}
+
+/* Builds group g's next batch: sequences 2g and 2g+1, their prompts first. */
+static void group_batch(int g, int step, int32_t got[N_SEQ][N_GEN], int32_t *tok, int32_t *pos, int32_t *seq,
+                        uint8_t *want, cv_batch *b)
+{
+    int n = 0;
+    for (int s = 2 * g; s < 2 * g + 2; s++) {
+        if (step == 0) {
+            for (int i = 0; i < PROMPT; i++, n++) {
+                tok[n] = prompt_of(s, i);
+                pos[n] = i;
+                seq[n] = s;
+                want[n] = i == PROMPT - 1;
+            }
+        } else {
+            tok[n] = got[s][step - 1];
+            pos[n] = PROMPT + step - 1;
+            seq[n] = s;
+            want[n] = 1;
+            n++;
+        }
+    }
+    *b = (cv_batch){.n_tokens = n, .token = tok, .pos = pos, .seq = seq, .want = want};
+}
+
+static void test_micro_batches_match_alone(void)
+{
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
+        return;
+    int32_t alone[N_SEQ][N_GEN], got[N_SEQ][N_GEN];
+    run_alone(alone);
+    int p1, p2;
+    pid_t s1 = start_stage(&p1), s2 = start_stage(&p2);
+    char a1[64], a2[64], err[512];
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
+    snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
+    const char *nodes[2] = {a1, a2};
+    const int32_t split[2] = {2, 3};
+    cv_chain_opts o = cv_chain_default_opts();
+    o.nodes = nodes;
+    o.n_nodes = 2;
+    o.split = split;
+    o.n_ctx = 64;
+    o.n_slot = N_SEQ;
+    o.n_batch = 8;
+    cv_chain *c;
+    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    if (c) {
+        CHECK(cv_chain_depth(c) == 2);
+        int32_t tok[2][8], pos[2][8], seq[2][8], out[8], n_out;
+        uint8_t want[2][8];
+        cv_batch b[2];
+        /* both groups in flight: group 0 on stage 2 while group 1 is on stage 1 */
+        for (int g = 0; g < 2; g++) {
+            group_batch(g, 0, got, tok[g], pos[g], seq[g], want[g], &b[g]);
+            CHECKF(cv_chain_submit(c, &b[g], err, sizeof err) == 0, "%s", err);
+        }
+        CHECK(cv_chain_in_flight(c) == 2);
+        CHECK(cv_chain_submit(c, &b[0], err, sizeof err) == -1 && strstr(err, "in flight"));
+        for (int step = 0; step < N_GEN; step++)
+            for (int g = 0; g < 2; g++) {
+                if (cv_chain_collect(c, out, &n_out, err, sizeof err)) {
+                    CHECKF(0, "%s", err);
+                    step = N_GEN;
+                    break;
+                }
+                CHECK(n_out == 2);
+                got[2 * g][step] = out[0];
+                got[2 * g + 1][step] = out[1];
+                if (step + 1 < N_GEN) {
+                    group_batch(g, step + 1, got, tok[g], pos[g], seq[g], want[g], &b[g]);
+                    CHECKF(cv_chain_submit(c, &b[g], err, sizeof err) == 0, "%s", err);
+                }
+            }
+        CHECK(memcmp(alone, got, sizeof alone) == 0);
+        cv_chain_close(c);
+    }
+    stop(s1);
+    stop(s2);
+}
+
+static void test_killed_stage_reported_head_survives(void)
+{
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
+        return;
+    int p1, p2, p3;
+    pid_t s1 = start_stage(&p1), s2 = start_stage(&p2);
+    char a1[64], a2[64], a3[64], err[512];
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
+    snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
+    const char *nodes[2] = {a1, a2};
+    cv_chain_opts o = cv_chain_default_opts();
+    o.nodes = nodes;
+    o.n_nodes = 2;
+    o.n_ctx = 64;
+    o.n_batch = 8;
+    o.io_timeout_ms = 3000;
+    cv_chain *c;
+    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    if (c) {
+        int32_t tok = 1, pos = 0, seq = 0, next;
+        uint8_t want = 1;
+        cv_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq = &seq, .want = &want};
+        CHECKF(cv_chain_step(c, &b, &next, err, sizeof err) == 0, "%s", err);
+        stop(s2);
+        tok = next;
+        pos = 1;
+        CHECK(cv_chain_step(c, &b, &next, err, sizeof err) == -1);
+        CHECKF(strstr(err, a2) != NULL, "message does not name %s: %s", a2, err);
+        fprintf(stderr, "  after SIGKILL: %s\n", err);
+        cv_chain_close(c);
+    }
+    /* the head goes on: a new chain with a fresh second node */
+    pid_t s3 = start_stage(&p3);
+    snprintf(a3, sizeof a3, "127.0.0.1:%d", p3);
+    nodes[1] = a3;
+    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    if (c) {
+        int32_t tok = 1, pos = 0, seq = 0, next;
+        uint8_t want = 1;
+        cv_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq = &seq, .want = &want};
+        CHECKF(cv_chain_step(c, &b, &next, err, sizeof err) == 0, "%s", err);
+        cv_chain_close(c);
+    }
+    stop(s1);
+    stop(s3);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    cv_kernels_init(0);
+    TEST_RUN(test_micro_batches_match_alone);
+    TEST_RUN(test_killed_stage_reported_head_survives);
+    return test_summary();
+}

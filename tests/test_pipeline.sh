@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# test_pipeline.sh: pipelines of `convoy stage` nodes on test hosts.
+#
+# Usage (CTest passes these): test_pipeline.sh PATH/TO/convoy SOURCE_DIR
+#
+# On a cluster of 5 hosts (network namespaces, scripts/cluster.sh; the head
+# runs on host 0, stages on hosts 1..4, each a separate process):
+# - for stories260K and a synthetic Llama-3.2-1B-shaped Q4_0 model, the
+#   logits computed at the last stage (`convoy eval --nodes`) and the greedy
+#   tokens (`convoy run --ids`) are bit-identical to the unsplit model's for
+#   chains of 2, 3 and 4 stages; so are tokens sampled at temperature 0.9
+#   with a seed, and a chain whose split the planner chose;
+# - a node serving another model is refused by fingerprint, a node whose
+#   memory budget is too small refuses its layers, each with a message;
+# - SIGKILL of the middle stage during a generation makes the head fail
+#   within its timeout with a message naming that node (exit status 1, no
+#   crash, no hang).
+# Needs root and `ip netns`: otherwise it skips, except under CI=true, where
+# that is a failure. The 1B model (622 MB) is generated once beside the
+# binary by `convoy synth`.
+set -uo pipefail
+
+convoy="${1:?usage: test_pipeline.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_pipeline.sh PATH/TO/convoy SOURCE_DIR}"
+cluster="$src/scripts/cluster.sh"
+shared="${CONVOY_SHARED:-$src/../shared}"
+export CONVOY_CLUSTER_PREFIX=cvp
+
+skip() {
+    if [[ "${CI:-}" == true ]]; then
+        echo "FAIL: $* (CI=true: required)"
+        exit 1
+    fi
+    echo "SKIP: $*"
+    exit 0
+}
+[[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
+    skip "test_pipeline needs root and ip netns"
+[[ -f "$shared/models/stories260K.gguf" ]] || skip "test data $shared/models/stories260K.gguf not found"
+
+tmp="$(mktemp -d)"
+stage_pids=()
+stop_stages() {
+    for p in "${stage_pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${stage_pids[@]}"; do wait "$p" 2>/dev/null; done
+    stage_pids=()
+}
+trap 'stop_stages; bash "$cluster" down; rm -rf "$tmp"' EXIT
+
+failures=0
+checks=0
+pass() {
+    checks=$((checks + 1))
+    echo "ok   $*"
+}
+fail() {
+    checks=$((checks + 1))
+    failures=$((failures + 1))
+    echo "FAIL $*"
+}
+
+models_dir="$(dirname "$convoy")/test-models"
+mkdir -p "$models_dir"
+big="$models_dir/llama-1b-q4_0.gguf"
+if [[ ! -f "$big" ]]; then
+    "$convoy" synth --shape llama-3.2-1b --type Q4_0 -o "$big.tmp" >/dev/null && mv "$big.tmp" "$big" ||
+        { echo "FAIL: could not synthesize $big"; exit 1; }
+fi
+
+bash "$cluster" up 5 >/dev/null || { echo "FAIL: cluster.sh up 5"; exit 1; }
+addr() { echo "10.77.0.$(($1 + 1))"; }
+on() { bash "$cluster" run "$@"; }
+
+# start_stage HOST MODEL [ARGS...]: a stage on HOST:7000, waits until it listens.
+start_stage() {
+    local h="$1" m="$2"
+    shift 2
+    # cluster.sh and ip netns exec both exec, so $! is the stage process itself
+    bash "$cluster" run "$h" "$convoy" stage --listen "$(addr "$h"):7000" -m "$m" "$@" 2>>"$tmp/stage$h.log" &
+    stage_pids+=($!)
+    for _ in $(seq 100); do
+        on 0 bash -c "exec 3<>/dev/tcp/$(addr "$h")/7000" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "stage on host $h did not start:"
+    cat "$tmp/stage$h.log"
+    return 1
+}
+
+nodes_of() { # nodes_of K: the first K stages' addresses
+    local list=""
+    for h in $(seq 1 "$1"); do list+="${list:+,}$(addr "$h"):7000"; done
+    echo "$list"
+}
+
+# check_model NAME MODEL TOKENS.json PROMPT N_GEN SPLIT2 SPLIT3 SPLIT4
+check_model() {
+    local name="$1" m="$2" tokens="$3" prompt="$4" n="$5"
+    local -a splits=("$6" "$7" "$8")
+    "$convoy" eval -m "$m" --tokens "$tokens" --logits "$tmp/$name-base.f32" 2>"$tmp/err" ||
+        { fail "$name: unsplit eval: $(cat "$tmp/err")"; return; }
+    "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids >"$tmp/$name-base.ids" 2>"$tmp/err" ||
+        { fail "$name: unsplit run: $(cat "$tmp/err")"; return; }
+    "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids \
+        >"$tmp/$name-base-sampled.ids" 2>/dev/null
+    for h in 1 2 3 4; do start_stage "$h" "$m" || { fail "$name: stages did not start"; return; }; done
+    for k in 2 3 4; do
+        local nodes split="${splits[$((k - 2))]}"
+        nodes="$(nodes_of "$k")"
+        if on 0 "$convoy" eval -m "$m" --tokens "$tokens" --logits "$tmp/$name-$k.f32" --nodes "$nodes" \
+            --split "$split" 2>"$tmp/err" && cmp -s "$tmp/$name-base.f32" "$tmp/$name-$k.f32"; then
+            pass "$name: $k stages ($split): last-stage logits bit-identical to the unsplit model"
+        else
+            fail "$name: $k stages ($split): logits differ or eval failed: $(cat "$tmp/err")"
+        fi
+        on 0 "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids --nodes "$nodes" \
+            --split "$split" >"$tmp/$name-$k.ids" 2>"$tmp/err"
+        if cmp -s "$tmp/$name-base.ids" "$tmp/$name-$k.ids"; then
+            pass "$name: $k stages: $n greedy tokens identical"
+        else
+            fail "$name: $k stages: greedy tokens differ: $(cat "$tmp/$name-$k.ids") vs $(cat "$tmp/$name-base.ids") $(cat "$tmp/err")"
+        fi
+    done
+    on 0 "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids --nodes "$(nodes_of 3)" \
+        >"$tmp/$name-sampled.ids" 2>"$tmp/err"
+    if cmp -s "$tmp/$name-base-sampled.ids" "$tmp/$name-sampled.ids"; then
+        pass "$name: 3 stages, planner's split, temperature 0.9 seed 42: sampled tokens identical"
+    else
+        fail "$name: sampled tokens differ on the chain: $(cat "$tmp/err")"
+    fi
+    stop_stages
+}
+
+python3 -c "
+import json, sys
+d = json.load(open('$shared/reference/logits/stories260K.json'))
+json.dump({'tokens': d['tokens']}, open('$tmp/stories-tokens.json', 'w'))
+json.dump({'tokens': [1] + [(i * 7919) % 31990 + 3 for i in range(1, 24)]}, open('$tmp/big-tokens.json', 'w'))
+"
+check_model stories260K "$shared/models/stories260K.gguf" "$tmp/stories-tokens.json" "Once upon a time" 48 \
+    3,2 2,2,1 2,1,1,1
+check_model llama-1b-q4_0 "$big" "$tmp/big-tokens.json" "The quick brown fox" 6 8,8 6,5,5 4,4,4,4
+
+# Refusals: another model's node, and a node whose budget is too small.
+start_stage 1 "$shared/models/stories260K.gguf"
+start_stage 2 "$big" --mem 100M
+on 0 "$convoy" run -m "$big" -p hi -n 2 --nodes "$(addr 1):7000" 2>"$tmp/err" >/dev/null
+if grep -q "fingerprint" "$tmp/err" && grep -q "$(addr 1):7000" "$tmp/err"; then
+    pass "a node with another model is refused: $(tail -1 "$tmp/err")"
+else
+    fail "fingerprint mismatch not reported: $(cat "$tmp/err")"
+fi
+on 0 "$convoy" run -m "$big" -p hi -n 2 --nodes "$(addr 2):7000" --split 16 2>"$tmp/err" >/dev/null
+if grep -q "budget" "$tmp/err" && grep -q "$(addr 2):7000" "$tmp/err"; then
+    pass "a node refuses layers over its memory budget: $(tail -1 "$tmp/err")"
+else
+    fail "memory refusal not reported: $(cat "$tmp/err")"
+fi
+stop_stages
+
+# SIGKILL of the middle stage during a generation.
+for h in 1 2 3; do start_stage "$h" "$big"; done
+middle_pid="${stage_pids[1]}"
+start=$(date +%s.%N)
+bash "$cluster" run 0 "$convoy" run -m "$big" -p "Once upon a time" -n 100000 --ctx 4096 --ignore-eos --temp 0 \
+    --nodes "$(nodes_of 3)" --timeout 5000 >/dev/null 2>"$tmp/err" &
+head_pid=$!
+sleep 3
+kill -9 "$middle_pid"
+wait "$head_pid"
+rc=$?
+elapsed=$(python3 -c "print(round($(date +%s.%N) - $start - 3, 1))")
+if [[ "$rc" -eq 1 ]] && grep -q "$(addr 2):7000" "$tmp/err" &&
+    python3 -c "import sys; sys.exit(0 if $elapsed <= 10 else 1)"; then
+    pass "SIGKILL of the middle stage: the head reported it after ${elapsed}s: $(tail -1 "$tmp/err")"
+else
+    fail "SIGKILL of the middle stage: exit $rc after ${elapsed}s: $(cat "$tmp/err")"
+fi
+stop_stages
+
+echo "$((checks - failures)) passed, $failures failed"
+[[ "$failures" -eq 0 ]]

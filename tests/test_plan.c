@@ -1,0 +1,93 @@
+/* test_plan.c: the layer planner: shares by speed, memory caps, the head's
+ * extra bytes on the last node, nodes left out, --split, and refusals. */
+#include <string.h>
+
+#include "pipe/plan.h"
+#include "test.h"
+
+#define GB 1000000000ull
+
+static uint64_t layer16[16];
+
+static cv_plan_model model16(void)
+{
+    for (int i = 0; i < 16; i++)
+        layer16[i] = GB / 4; /* 16 layers of 0.25 GB: 4 GB */
+    return (cv_plan_model){.n_layer = 16, .layer_bytes = layer16, .kv_bytes_per_layer = 0, .fixed_bytes = 0,
+                           .head_bytes = GB / 2};
+}
+
+static void test_equal_speed_equal_share(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[4] = {{NULL, 10 * GB, 100}, {NULL, 10 * GB, 100}, {NULL, 10 * GB, 100}, {NULL, 10 * GB, 100}};
+    int32_t first[4], last[4];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 4, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 4; i++)
+        CHECKF(first[i] == 4 * i && last[i] == 4 * i + 4, "node %d: [%d, %d)", i, first[i], last[i]);
+}
+
+static void test_faster_node_more_layers(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 50}, {NULL, 10 * GB, 150}}; /* node 0 three times as fast */
+    int32_t first[2], last[2];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(last[0] - first[0] == 12 && last[1] - first[1] == 4, "[%d,%d) [%d,%d)", first[0], last[0], first[1],
+           last[1]);
+}
+
+static void test_memory_caps_and_head_bytes(void)
+{
+    cv_plan_model m = model16();
+    /* 4 nodes of 1.5 GB: 6 layers fit each, but the last also holds 0.5 GB of head */
+    cv_plan_node nodes[4] = {{NULL, 3 * GB / 2, 0}, {NULL, 3 * GB / 2, 0}, {NULL, 3 * GB / 2, 0}, {NULL, 3 * GB / 2, 0}};
+    int32_t first[4], last[4];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 4, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECK(last[3] == 16);
+    for (int i = 0; i < 4; i++)
+        CHECKF(last[i] - first[i] <= (i == 3 ? 4 : 6), "node %d has %d layers", i, last[i] - first[i]);
+    /* a single node of 1.5 GB cannot hold 4.5 GB */
+    CHECK(cv_plan_layers(&m, 1, nodes, NULL, first, last, err, sizeof err) == -1);
+    CHECKF(strstr(err, "needs 4.50 GB") && strstr(err, "offer 1.50 GB"), "%s", err);
+}
+
+static void test_slow_node_left_out(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[3] = {{NULL, 10 * GB, 10}, {NULL, 10 * GB, 100000}, {NULL, 10 * GB, 10}};
+    int32_t first[3], last[3];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 3, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(first[1] == last[1], "slow node got [%d, %d)", first[1], last[1]);
+    CHECK(last[0] - first[0] == 8 && last[2] == 16);
+}
+
+static void test_split_override(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 10}, {NULL, 10 * GB, 10}};
+    int32_t first[2], last[2];
+    char err[256];
+    int32_t split[2] = {3, 13};
+    CHECKF(cv_plan_layers(&m, 2, nodes, split, first, last, err, sizeof err) == 0, "%s", err);
+    CHECK(first[1] == 3 && last[1] == 16);
+    int32_t bad[2] = {3, 12};
+    CHECK(cv_plan_layers(&m, 2, nodes, bad, first, last, err, sizeof err) == -1 && strstr(err, "covers 15"));
+    cv_plan_node small[2] = {{"node a:1", GB, 10}, {NULL, 10 * GB, 10}};
+    int32_t heavy[2] = {8, 8};
+    CHECK(cv_plan_layers(&m, 2, small, heavy, first, last, err, sizeof err) == -1 && strstr(err, "node a:1"));
+}
+
+int main(void)
+{
+    TEST_RUN(test_equal_speed_equal_share);
+    TEST_RUN(test_faster_node_more_layers);
+    TEST_RUN(test_memory_caps_and_head_bytes);
+    TEST_RUN(test_slow_node_left_out);
+    TEST_RUN(test_split_override);
+    return test_summary();
+}
