@@ -77,9 +77,10 @@ typedef struct simd_kernels {
 
 #if defined(__x86_64__)
 static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
-    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_avx2},
-    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_avx2, .from_float = convert_row_f32_to_f16_avx2},
-    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2},
+    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_avx2, .matmul_tile = matmul_tile_f32_avx2},
+    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_avx2, .from_float = convert_row_f32_to_f16_avx2,
+                     .matmul_tile = matmul_tile_f16_avx2},
+    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2, .matmul_tile = matmul_tile_bf16_avx2},
     [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
                       .matmul_tile = matmul_tile_q8_0_q8_0_avx2},
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2},

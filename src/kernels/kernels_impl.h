@@ -84,6 +84,12 @@ float vec_dot_f16_avx2(int n, const void *w, const void *x);
 float vec_dot_bf16_avx2(int n, const void *w, const void *x);
 float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
+void matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy);
+void matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy);
+void matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                           size_t ldy);
 void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
 void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
