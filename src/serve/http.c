@@ -538,8 +538,9 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-                     MHD_USE_ERROR_LOG;
+    /* No MHD_USE_ERROR_LOG: it would print a line for every client that
+     * hangs up, which is normal here. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,

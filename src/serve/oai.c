@@ -270,7 +270,8 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
 }
 
 /* A message's content: a string, a list of text parts (joined by
- * newlines), or null (""); appended to out. */
+ * newlines), or null (""); appended to out. Roles are system (also
+ * OpenAI's "developer"), user and assistant. */
 static int message_content(const json_t *m, size_t i, sv_buf *out, oai_error *e)
 {
     json_t *c = opt(m, "content");
@@ -298,7 +299,6 @@ static int message_content(const json_t *m, size_t i, sv_buf *out, oai_error *e)
 
 static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
-    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     json_t *msgs = opt(body, "messages");
     if (!msgs)
         return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
@@ -320,17 +320,18 @@ static int parse_messages(const oai_server *srv, const json_t *body, oai_request
             oai_fail(e, 400, INVALID, NULL, "messages", "messages[%zu] must be an object with a string 'role'", i);
             goto done;
         }
-        bool known = false;
-        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
-            known |= !strcmp(json_string_value(role), roles[k]);
-        if (!known) {
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer"))
+            rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
             oai_fail(e, 400, INVALID, NULL, "messages",
-                     "messages[%zu].role must be system, developer, user, assistant or tool", i);
+                     "messages[%zu].role must be system, developer, user or assistant (tool messages are not "
+                     "supported)", i);
             goto done;
         }
         if (message_content(m, i, &texts[i], e))
             goto done;
-        cm[i].role = json_string_value(role);
+        cm[i].role = rs;
         cm[i].content = texts[i].p ? texts[i].p : "";
     }
     if (sv_render_chat(srv->chat_template, cm, (int)n, &prompt, err, sizeof err)) {

@@ -1,0 +1,253 @@
+/* test_serve_oai.c: OpenAI request parsing (serve/oai.h) on stories260K's
+ * tokenizer: parameters land in the sampler and request fields with
+ * convoy's defaults where absent; a chat renders as ChatML and stops at
+ * <|im_end|>; each kind of bad body gets its status, parameter and code;
+ * every truncation and many byte corruptions of valid bodies are parsed
+ * without a crash or leak (run under the sanitizer build) and either
+ * succeed or fail with a 4xx; response shapes are valid JSON. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+#include "serve/oai.h"
+#include "test.h"
+
+static convoy_model *model;
+static oai_server srv;
+
+static int parse(oai_kind kind, const char *body, oai_request *r, oai_error *e)
+{
+    memset(e, 0, sizeof *e);
+    return oai_parse_request(&srv, kind, body, strlen(body), 777, r, e);
+}
+
+static void test_parameters(void)
+{
+    oai_request r;
+    oai_error e;
+    CHECKF(parse(OAI_COMPLETIONS,
+                 "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"temperature\":0.5,\"top_p\":0.9,"
+                 "\"top_k\":7,\"min_p\":0.1,\"seed\":-1,\"presence_penalty\":0.25,\"frequency_penalty\":-0.5,"
+                 "\"max_tokens\":9,\"stop\":[\"a\",\"\",\"bc\"],\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true},\"logprobs\":3,\"user\":\"ignored\"}",
+                 &r, &e) == 0,
+           "%s", e.message);
+    CHECK(r.params.sampler.temp == 0.5f && r.params.sampler.top_p == 0.9f && r.params.sampler.top_k == 7 &&
+          r.params.sampler.min_p == 0.1f && r.params.sampler.seed == UINT64_MAX &&
+          r.params.sampler.presence_penalty == 0.25f && r.params.sampler.freq_penalty == -0.5f);
+    CHECK(r.params.max_tokens == 9 && r.params.n_prompt == 5 && r.params.prompt == r.prompt && r.prompt[0] == 1);
+    CHECK(r.n_stop == 2 && !strcmp(r.stop[0], "a") && !strcmp(r.stop[1], "bc"));
+    CHECK(r.stream && r.include_usage && r.params.top_logprobs == 3 && !r.params.ignore_eos);
+    oai_request_free(&r);
+
+    /* defaults: convoy's sampler, the caller's seed, 16 tokens */
+    CHECK(parse(OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":[1, 403, 407]}", &r, &e) == 0);
+    const cv_sampler_params d = cv_sampler_default_params();
+    CHECK(r.params.sampler.temp == d.temp && r.params.sampler.top_k == d.top_k && r.params.sampler.seed == 777);
+    CHECK(r.params.max_tokens == 16 && r.params.n_prompt == 3 && r.prompt[2] == 407 && r.params.top_logprobs == -1);
+    CHECK(!r.stream && r.n_stop == 0);
+    oai_request_free(&r);
+
+    /* a chat: ChatML, <|im_end|> stops, room to the end of the context */
+    CHECK(parse(OAI_CHAT,
+                "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+                "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"U\"}]}],\"logprobs\":true,"
+                "\"top_logprobs\":2,\"stop\":\"x\",\"ignore_eos\":true}",
+                &r, &e) == 0);
+    int32_t want[256];
+    const char *text = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n";
+    const int n = convoy_tokenize(model, text, strlen(text), true, true, want, 256);
+    CHECK(r.params.n_prompt == n && !memcmp(r.prompt, want, sizeof(int32_t) * (size_t)n));
+    CHECK(r.params.max_tokens == srv.n_ctx - n && r.params.top_logprobs == 2 && r.params.ignore_eos);
+    CHECK(r.n_stop == 2 && !strcmp(r.stop[0], "x") && !strcmp(r.stop[1], "<|im_end|>"));
+    oai_request_free(&r);
+    CHECK(parse(OAI_CHAT,
+                "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"max_completion_tokens\":3,\"max_tokens\":1000000}",
+                &r, &e) == 0);
+    CHECK(r.params.max_tokens == 3);
+    oai_request_free(&r);
+}
+
+static void test_errors(void)
+{
+    static const struct {
+        oai_kind kind;
+        const char *body;
+        int status;
+        const char *param, *code;
+    } cases[] = {
+        {OAI_COMPLETIONS, "", 400, "", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\"", 400, "", NULL},
+        {OAI_COMPLETIONS, "\"text\"", 400, "", NULL},
+        {OAI_COMPLETIONS, "{\"prompt\":\"a\"}", 400, "model", NULL},
+        {OAI_COMPLETIONS, "{\"model\":7,\"prompt\":\"a\"}", 400, "model", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"llama\",\"prompt\":\"a\"}", 404, "model", "model_not_found"},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\"}", 400, "prompt", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":{}}", 400, "prompt", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":[1,-2]}", 400, "prompt", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":[1,2.5]}", 400, "prompt", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"temperature\":true}", 400, "temperature",
+         NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"temperature\":2.5}", 400, "temperature",
+         NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"top_k\":1.5}", 400, "top_k", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"seed\":\"1\"}", 400, "seed", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"stream\":1}", 400, "stream", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"max_tokens\":-3}", 400, "max_tokens", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"max_tokens\":511}", 400, "max_tokens", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"stop\":[\"a\",3]}", 400, "stop", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"n\":2}", 400, "n", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"echo\":true}", 400, "echo", NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"logit_bias\":{\"5\":1}}", 400, "logit_bias",
+         NULL},
+        {OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":\"a\",\"stream_options\":{}}", 400,
+         "stream_options", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\"}", 400, "messages", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":{}}", 400, "messages", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[3]}", 400, "messages", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", 400,
+         "messages", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages",
+         NULL},
+        {OAI_CHAT,
+         "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+         400, "messages", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}",
+         400, "top_logprobs", NULL},
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}",
+         400, "tools", NULL},
+        {OAI_CHAT,
+         "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+         "\"response_format\":{\"type\":\"json_object\"}}",
+         400, "response_format", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oai_request r;
+        oai_error e;
+        const int rc = parse(cases[i].kind, cases[i].body, &r, &e);
+        CHECKF(rc == -1 && e.status == cases[i].status && !strcmp(e.param, cases[i].param) &&
+                   (cases[i].code ? e.code && !strcmp(e.code, cases[i].code) : !e.code) && e.message[0] && r.prompt == NULL,
+               "case %zu (%s): rc %d status %d param '%s' message '%s'", i, cases[i].body, rc, e.status, e.param,
+               e.message);
+        char *json = oai_error_json(&e);
+        json_t *j = json ? json_loads(json, 0, NULL) : NULL;
+        CHECK(j && json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+        json_decref(j);
+        free(json);
+    }
+    /* a prompt longer than the context */
+    char *big = malloc(20000);
+    strcpy(big, "{\"model\":\"stories260K\",\"prompt\":\"");
+    for (int i = 0; i < 600; i++)
+        strcat(big, "big dog ");
+    strcat(big, "\"}");
+    oai_request r;
+    oai_error e;
+    CHECK(parse(OAI_COMPLETIONS, big, &r, &e) == -1 && e.status == 400 && e.code &&
+          !strcmp(e.code, "context_length_exceeded"));
+    free(big);
+}
+
+static void test_corrupted_bodies(void)
+{
+    const char *valid[] = {
+        "{\"model\":\"stories260K\",\"prompt\":\"Once \\u00e9 upon\",\"max_tokens\":4,\"stop\":[\"x\"],\"seed\":3,"
+        "\"temperature\":0.2,\"logprobs\":1,\"stream\":true,\"stream_options\":{\"include_usage\":false}}",
+        "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"yo\"}]}],\"top_logprobs\":1,\"logprobs\":true}",
+    };
+    uint32_t rng = 99;
+    int n_ok = 0, n_bad = 0;
+    for (int v = 0; v < 2; v++) {
+        const size_t len = strlen(valid[v]);
+        char *buf = malloc(len + 1);
+        for (size_t cut = 0; cut <= len; cut++) {
+            oai_request r;
+            oai_error e;
+            memcpy(buf, valid[v], cut);
+            const int rc = oai_parse_request(&srv, v ? OAI_CHAT : OAI_COMPLETIONS, buf, cut, 1, &r, &e);
+            CHECK(rc == (cut == len ? 0 : -1));
+            if (rc == 0)
+                oai_request_free(&r);
+        }
+        for (int k = 0; k < 3000; k++) {
+            memcpy(buf, valid[v], len + 1);
+            for (int f = 0; f < 1 + k % 3; f++) {
+                rng = rng * 1664525u + 1013904223u;
+                buf[(rng >> 8) % len] = (char)(rng >> 24);
+            }
+            oai_request r;
+            oai_error e;
+            const int rc = oai_parse_request(&srv, v ? OAI_CHAT : OAI_COMPLETIONS, buf, len, 1, &r, &e);
+            if (rc == 0) {
+                n_ok++;
+                CHECK(r.params.n_prompt > 0 && r.params.max_tokens >= 1 &&
+                      r.params.max_tokens <= srv.n_ctx - r.params.n_prompt);
+                oai_request_free(&r);
+            } else {
+                n_bad++;
+                CHECKF(e.status >= 400 && e.status < 500, "status %d: %s", e.status, e.message);
+            }
+        }
+        free(buf);
+    }
+    CHECK(n_ok > 0 && n_bad > 0);
+}
+
+static void test_responses(void)
+{
+    const oai_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
+    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, "caf\xc3\xa9", 5, "stop", NULL, &u);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    CHECK(j);
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(choice, "message"), "content")), "caf\xc3\xa9"));
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 5);
+    json_decref(j);
+    free(s);
+    const oai_chunk c = {.text = "ab", .text_len = 2, .first = true, .include_usage = true};
+    s = oai_chunk_json(&srv, OAI_CHAT, "chatcmpl-1", 5, &c);
+    j = s ? json_loads(s, 0, NULL) : NULL;
+    choice = json_array_get(json_object_get(j, "choices"), 0);
+    CHECK(j && !strcmp(json_string_value(json_object_get(json_object_get(choice, "delta"), "role")), "assistant"));
+    CHECK(json_is_null(json_object_get(j, "usage")));
+    json_decref(j);
+    free(s);
+    /* invalid UTF-8 text cannot become JSON: NULL, not a broken body */
+    s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "\xff", 1, "stop", NULL, &u);
+    CHECK(s == NULL);
+}
+
+static void test_model_present(void)
+{
+    char path[1024];
+    test_shared_path(path, sizeof path, "models/stories260K.gguf");
+}
+
+int main(void)
+{
+    cv_kernels_init(0);
+    char path[1024], err[512];
+    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf")) {
+        TEST_RUN(test_model_present);
+        return test_summary();
+    }
+    model = convoy_model_load(path, err, sizeof err);
+    if (!model) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    srv = (oai_server){.model = model, .model_id = "stories260K", .n_ctx = 512, .has_logprobs = true,
+                       .chat_template = "chatml"};
+    TEST_RUN(test_parameters);
+    TEST_RUN(test_errors);
+    TEST_RUN(test_corrupted_bodies);
+    TEST_RUN(test_responses);
+    convoy_model_free(model);
+    return test_summary();
+}
