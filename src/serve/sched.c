@@ -363,9 +363,11 @@ static void *sched_main(void *arg)
         s->stats.batch_tokens += (uint64_t)n;
         s->stats.prompt_tokens += (uint64_t)n_prompt_tokens;
         s->stats.step_seconds += t1 - t0;
+        s->stats.failing = rc != 0;
         if (rc == 0) {
             distribute_locked(s, n_want, t1);
         } else {
+            snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
             fprintf(stderr, "convoy serve: step failed: %s\n", err);
             for (int32_t i = 0; i < s->n_slot; i++) {
                 sv_slot *sl = &s->slots[i];
