@@ -14,7 +14,8 @@
 #    its slot, /health and /metrics;
 # 2. serves the same model over a pipeline of 2 `convoy stage` nodes on
 #    loopback and checks the client basics and that the 8 requests, alone
-#    and concurrently, give the texts of step 1;
+#    and concurrently, give the texts of step 1; then kills a node: a
+#    request gets a 500 error, /health a 503, and the server stays up;
 # 3. checks that SIGTERM stops the server cleanly.
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
@@ -115,19 +116,40 @@ fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
     nodes=""
+    stage_pids=()
     for i in 1 2; do
         p="$(free_port)"
         "$convoy" stage --listen "127.0.0.1:$p" -m "$model" 2>"$tmp/stage$i.log" &
         pids+=("$!")
+        stage_pids+=("$!")
         nodes="${nodes:+$nodes,}127.0.0.1:$p"
     done
     sleep 0.5
-    if start_server "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes"; then
+    if start_server "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes" \
+        --timeout 5000; then
         if run_node "$base" chain "$tmp/alone.json"; then
             pass "pipeline suite (2 stages)"
         else
             fail "pipeline suite (server log: $(tail -5 "$tmp/serve-chain.log"))"
         fi
+        # a dead node: requests get a 500 error naming the problem, /health
+        # says 503, the server stays up and still answers
+        { kill -9 "${stage_pids[1]}" && wait "${stage_pids[1]}"; } 2>/dev/null
+        body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":8}'
+        code="$(curl -s -o "$tmp/dead.json" -w '%{http_code}' --max-time 30 "$base/completions" -d "$body")"
+        if [[ "$code" == 500 ]] && grep -q '"type":"server_error"' "$tmp/dead.json"; then
+            pass "a dead node: 500 with an error ($(head -c 160 "$tmp/dead.json"))"
+        else
+            fail "a dead node: got $code $(cat "$tmp/dead.json")"
+        fi
+        code="$(curl -s -o "$tmp/health.json" -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
+        if [[ "$code" == 503 ]] && grep -q '"status":"error"' "$tmp/health.json"; then
+            pass "/health reports the failed engine (503)"
+        else
+            fail "/health after a dead node: got $code $(cat "$tmp/health.json")"
+        fi
+        code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$base/models")"
+        [[ "$code" == 200 ]] && pass "the server still answers" || fail "the server does not answer ($code)"
         stop_server
     fi
 else

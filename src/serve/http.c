@@ -2,10 +2,10 @@
  *
  * Design: the daemon runs one thread per connection, so a connection's
  * thread may block while its request is generated. A body is gathered in
- * the connection's context up to the cap: a Content-Length past it is
- * refused (413) before the body is read; a chunked body that grows past it
- * is dropped as it arrives and refused when it ends (or the connection is
- * closed once it passes 16 times the cap). A generation (struct gen) owns the
+ * the connection's context up to the cap; a body that grows past it is
+ * dropped as it arrives and refused (413) when it ends, or at once when the
+ * client declared its size and waits for "100 Continue", and the
+ * connection is closed once a body passes 16 times the cap. A generation (struct gen) owns the
  * parsed request, the scheduler's request handle and the text state; it
  * waits on the request in slices of POLL_MS and between them looks at the
  * socket (a hang-up or EOF means the client left: the request is
@@ -410,6 +410,17 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
     return rc;
 }
 
+/* 200 {"status":"ok"}, or 503 with the engine's error while its last
+ * step failed (a pipeline whose node died stays failed). */
+static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c)
+{
+    sv_sched_stats st;
+    sv_sched_get_stats(h->sched, &st);
+    if (!st.failing)
+        return send_json(h, c, R_HEALTH, 200, oai_health_json(NULL));
+    return send_json(h, c, R_HEALTH, 503, oai_health_json(st.last_error));
+}
+
 static enum route route_of(const char *url)
 {
     if (!strcmp(url, "/v1/completions"))
@@ -449,10 +460,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                      post ? "POST" : "GET", method);
             return send_error(h, c, rt, &e);
         }
+        /* A declared body past the cap is refused before it is read when
+         * the client waits for "100 Continue" or the body is huge; else it
+         * is read and dropped, so that the client, still sending, sees the
+         * answer rather than a reset. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (post && cl && strtoull(cl, NULL, 10) > h->max_body) {
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+        const unsigned long long declared = post && cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared > h->max_body && (expect || declared / 16 > h->max_body)) {
             oai_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                     "the request body has %.30s bytes; the limit is %zu", cl, h->max_body);
+                     "the request body has %llu bytes; the limit is %zu", declared, h->max_body);
             return send_error(h, c, rt, &e);
         }
         if (post)
@@ -492,11 +509,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_error(h, c, rt, &e);
         }
         return send_json(h, c, rt, 200, oai_model_json(h->srv, h->started));
-    case R_HEALTH: {
-        static const char ok[] = "{\"status\":\"ok\"}";
-        count_status(h, rt, 200);
-        return send_body(c, 200, "application/json", ok, sizeof ok - 1);
-    }
+    case R_HEALTH:
+        return send_health(h, c);
     case R_METRICS:
         return send_metrics(h, c);
     default:

@@ -627,3 +627,8 @@ char *oai_models_json(const oai_server *srv, long long created)
 }
 
 char *oai_model_json(const oai_server *srv, long long created) { return dump(model_object(srv, created)); }
+
+char *oai_health_json(const char *error)
+{
+    return dump(error ? json_pack("{s:s,s:s}", "status", "error", "error", error) : json_pack("{s:s}", "status", "ok"));
+}

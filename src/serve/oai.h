@@ -105,6 +105,8 @@ typedef struct oai_chunk {
     bool usage_only;
 } oai_chunk;
 char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
+/* {"status":"ok"}, or {"status":"error","error":MESSAGE}. */
+char *oai_health_json(const char *error);
 char *oai_models_json(const oai_server *srv, long long created);
 char *oai_model_json(const oai_server *srv, long long created);
 

@@ -397,6 +397,7 @@ static void *sched_main(void *arg)
         if (rc == 0)
             compute_logprobs(s, f);
         pthread_mutex_lock(&s->mu);
+        s->stats.failing = rc != 0;
         if (rc == 0) {
             s->stats.steps++;
             s->stats.steps_shared += f->n_seqs > 1;
@@ -407,6 +408,7 @@ static void *sched_main(void *arg)
             s->f_oldest = (s->f_oldest + 1) % s->depth;
             s->n_flying--;
         } else {
+            snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
             fprintf(stderr, "convoy serve: step failed: %s\n", err);
             for (int32_t i = 0; i < s->n_slot; i++) {
                 sv_slot *sl = &s->slots[i];

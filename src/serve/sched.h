@@ -76,6 +76,8 @@ typedef struct sv_sched_stats {
     uint64_t ttft_count;
     double tokens_per_second;      /* sampled tokens per second over the last ~10 s */
     int32_t queued, active, n_slot, queue_cap;
+    bool failing;                  /* the last step failed (a pipeline node died, ...) */
+    char last_error[512];          /* its message */
 } sv_sched_stats;
 
 /* ctx must have been created for `model`; the scheduler owns it until
