@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/heap.h"
 #include "core/err.h"
 #include "model/unicode.h"
 
@@ -396,8 +397,7 @@ typedef struct scratch {
     size_t text_cap;
     symbol *sym;
     size_t sym_cap;
-    pair *heap;
-    size_t heap_n, heap_cap;
+    cv_heap heap; /* of pair */
     int32_t **ids;
     size_t *n_ids, *ids_cap;
     bool oom;
@@ -405,19 +405,9 @@ typedef struct scratch {
 
 static bool reserve(void **p, size_t *cap, size_t need, size_t elem, bool *oom)
 {
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = cv_realloc(*p, c * elem);
-    if (!q) {
+    if (!cv_reserve(p, cap, need, elem))
         *oom = true;
-        return false;
-    }
-    *p = q;
-    *cap = c;
-    return true;
+    return !*oom;
 }
 
 static void emit(scratch *s, int32_t id)
@@ -427,45 +417,10 @@ static void emit(scratch *s, int32_t id)
 }
 
 /* a comes out of the heap before b: lower rank, then the leftmost pair. */
-static bool pair_before(const pair *a, const pair *b)
+static bool pair_before(const void *a, const void *b)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(scratch *s, pair p)
-{
-    if (!reserve((void **)&s->heap, &s->heap_cap, s->heap_n + 1, sizeof(pair), &s->oom))
-        return;
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &s->heap[parent]))
-            break;
-        s->heap[i] = s->heap[parent];
-        i = parent;
-    }
-    s->heap[i] = p;
-}
-
-static pair heap_pop(scratch *s)
-{
-    pair top = s->heap[0];
-    pair last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && pair_before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!pair_before(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        s->heap[i] = last;
-    return top;
+    const pair *x = a, *y = b;
+    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
 }
 
 static void push_pair(const cv_bpe *b, scratch *s, int32_t left, int32_t right)
@@ -475,7 +430,8 @@ static void push_pair(const cv_bpe *b, scratch *s, int32_t left, int32_t right)
     const symbol *l = &s->sym[left], *r = &s->sym[right];
     int32_t rank = merge_rank(b, s->text + l->off, l->n + r->n, l->n);
     if (rank >= 0)
-        heap_push(s, (pair){rank, left, right, l->n + r->n});
+        if (!cv_heap_push(&s->heap, &(pair){rank, left, right, l->n + r->n}))
+            s->oom = true;
 }
 
 static void emit_symbol(const cv_vocab *v, scratch *s, const char *text, uint32_t n)
@@ -519,11 +475,12 @@ static void bpe_word(const cv_bpe *b, const cv_vocab *v, scratch *s, const uint3
             return;
         }
     }
-    s->heap_n = 0;
+    s->heap.n = 0;
     for (int32_t i = 1; i < n_sym; i++)
         push_pair(b, s, i - 1, i);
-    while (s->heap_n > 0 && !s->oom) {
-        pair p = heap_pop(s);
+    while (s->heap.n > 0 && !s->oom) {
+        pair p;
+        cv_heap_pop(&s->heap, &p);
         symbol *l = &s->sym[p.left], *r = &s->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size)
             continue;
@@ -546,7 +503,7 @@ int cv_bpe_tokenize(const cv_bpe *b, const cv_vocab *v, const char *text, size_t
         return 0;
     uint32_t *cp = cv_malloc(sizeof(uint32_t) * len);
     uint8_t *cls = cv_malloc(len);
-    scratch s = {.ids = ids, .n_ids = n_ids, .ids_cap = cap};
+    scratch s = {.heap = {.elem = sizeof(pair), .before = pair_before}, .ids = ids, .n_ids = n_ids, .ids_cap = cap};
     if (!cp || !cls) {
         cv_free(cp);
         cv_free(cls);
@@ -570,6 +527,6 @@ int cv_bpe_tokenize(const cv_bpe *b, const cv_vocab *v, const char *text, size_t
     cv_free(cls);
     cv_free(s.text);
     cv_free(s.sym);
-    cv_free(s.heap);
+    cv_heap_free(&s.heap);
     return s.oom ? -1 : 0;
 }

@@ -73,6 +73,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/heap.h"
 #include "core/err.h"
 #include "model/bpe.h"
 
@@ -542,8 +543,7 @@ typedef struct session {
     size_t esc_cap;
     symbol *sym;
     size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
+    cv_heap heap; /* of bigram */
     int32_t *ids;
     size_t n_ids, ids_cap;
     bool oom;
@@ -551,19 +551,9 @@ typedef struct session {
 
 static bool reserve(void **p, size_t *cap, size_t need, size_t elem, bool *oom)
 {
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = cv_realloc(*p, c * elem);
-    if (!q) {
+    if (!cv_reserve(p, cap, need, elem))
         *oom = true;
-        return false;
-    }
-    *p = q;
-    *cap = c;
-    return true;
+    return !*oom;
 }
 
 static void push_id(session *s, int32_t id)
@@ -574,45 +564,10 @@ static void push_id(session *s, int32_t id)
 }
 
 /* a ranks above b: higher score, then the leftmost pair. */
-static bool bigram_above(const bigram *a, const bigram *b)
+static bool bigram_above(const void *a, const void *b)
 {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(session *s, bigram b)
-{
-    if (!reserve((void **)&s->heap, &s->heap_cap, s->heap_n + 1, sizeof(bigram), &s->oom))
-        return;
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_above(&b, &s->heap[parent]))
-            break;
-        s->heap[i] = s->heap[parent];
-        i = parent;
-    }
-    s->heap[i] = b;
-}
-
-static bigram heap_pop(session *s)
-{
-    bigram top = s->heap[0];
-    bigram last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && bigram_above(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!bigram_above(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        s->heap[i] = last;
-    return top;
+    const bigram *x = a, *y = b;
+    return x->score > y->score || (x->score == y->score && x->left < y->left);
 }
 
 static void try_add_bigram(const cv_vocab *v, session *s, int32_t left, int32_t right)
@@ -624,7 +579,8 @@ static void try_add_bigram(const cv_vocab *v, session *s, int32_t left, int32_t 
     if (id < 0)
         return;
     bigram b = {left, right, v->score[id], size};
-    heap_push(s, b);
+    if (!cv_heap_push(&s->heap, &b))
+        s->oom = true;
 }
 
 static void push_byte(const cv_vocab *v, session *s, uint8_t byte)
@@ -683,11 +639,12 @@ static void tokenize_fragment(const cv_vocab *v, session *s, const char *text, s
     if (n_sym == 0)
         return;
 
-    s->heap_n = 0;
+    s->heap.n = 0;
     for (int32_t i = 1; i < n_sym; i++)
         try_add_bigram(v, s, i - 1, i);
-    while (s->heap_n > 0 && !s->oom) {
-        bigram b = heap_pop(s);
+    while (s->heap.n > 0 && !s->oom) {
+        bigram b;
+        cv_heap_pop(&s->heap, &b);
         symbol *l = &s->sym[b.left], *r = &s->sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
             continue;
@@ -797,7 +754,7 @@ int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_specia
     if (n_frags < 0)
         return INT_MIN;
 
-    session s = {0};
+    session s = {.heap = {.elem = sizeof(bigram), .before = bigram_above}};
     if (add_special && v->add_bos)
         push_id(&s, v->bos);
     bool prev_special = true;
@@ -830,7 +787,7 @@ int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_specia
     cv_free(frags);
     cv_free(s.esc);
     cv_free(s.sym);
-    cv_free(s.heap);
+    cv_heap_free(&s.heap);
     cv_free(s.ids);
     return result;
 }
