@@ -75,6 +75,37 @@ int arg_bytes(const char *flag, const char *s, uint64_t *out)
     return -1;
 }
 
+int arg_engine(const char *a, const char *v, convoy_ctx_params *cp)
+{
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        return arg_int(a, v, 1, 256, &cp->n_threads);
+    if (!strcmp(a, "--ctx"))
+        return arg_int(a, v, 2, 1 << 24, &cp->n_ctx);
+    if (!strcmp(a, "--batch"))
+        return arg_int(a, v, 1, 1 << 16, &cp->n_batch);
+    if (!strcmp(a, "--mem"))
+        return arg_bytes(a, v, &cp->mem_budget);
+    if (!strcmp(a, "--timeout"))
+        return arg_int(a, v, 1, 1 << 30, &cp->timeout_ms);
+    if (!strcmp(a, "--kv-type")) {
+        if (strcmp(v, "f32") && strcmp(v, "f16")) {
+            fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
+            return -1;
+        }
+        cp->kv_f16 = !strcmp(v, "f16");
+        return 0;
+    }
+    if (!strcmp(a, "--nodes"))
+        cp->nodes = v;
+    else if (!strcmp(a, "--split"))
+        cp->split = v;
+    else if (!strcmp(a, "--wire"))
+        cp->wire = v;
+    else
+        return 1;
+    return 0;
+}
+
 double now_seconds(void)
 {
     struct timespec ts;

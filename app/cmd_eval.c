@@ -57,45 +57,31 @@ int cmd_eval(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL, *v;
     convoy_ctx_params cp = convoy_ctx_default_params();
-    int32_t n_batch = 0;
+    cp.n_batch = 0; /* default: all tokens in one batch */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
+        const int engine = arg_engine(a, v, &cp);
+        if (engine < 0)
+            return 2;
+        if (engine == 0)
+            continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
         else if (!strcmp(a, "--tokens"))
             tokens_path = v;
         else if (!strcmp(a, "--logits"))
             out_path = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            bad = arg_int(a, v, 1, 256, &cp.n_threads);
-        else if (!strcmp(a, "--batch"))
-            bad = arg_int(a, v, 1, 1 << 16, &n_batch);
-        else if (!strcmp(a, "--nodes"))
-            cp.nodes = v, cp.want_logits = true;
-        else if (!strcmp(a, "--split"))
-            cp.split = v;
-        else if (!strcmp(a, "--wire"))
-            cp.wire = v;
-        else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f32") && strcmp(v, "f16")) {
-                fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
-                return 2;
-            }
-            cp.kv_f16 = !strcmp(v, "f16");
-        } else {
+        else {
             fprintf(stderr, "convoy eval: unknown option '%s'\n", a);
             usage();
             return 2;
         }
-        if (bad)
-            return 2;
     }
     if (!model_path || !tokens_path || !out_path) {
         usage();
@@ -120,7 +106,8 @@ int cmd_eval(int argc, char **argv)
     if (!ids)
         goto done;
     cp.n_ctx = n;
-    cp.n_batch = n_batch ? (n_batch < n ? n_batch : n) : n;
+    cp.n_batch = cp.n_batch && cp.n_batch < n ? cp.n_batch : n;
+    cp.want_logits = cp.nodes != NULL; /* the last stage's logits come back */
     ctx = convoy_ctx_create(model, &cp, err, sizeof err);
     if (!ctx) {
         fprintf(stderr, "convoy: %s\n", err);

@@ -49,18 +49,17 @@ int cmd_run(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
+        const int engine = arg_engine(a, v, &cp);
+        if (engine < 0)
+            return 2;
+        if (engine == 0)
+            continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
             prompt = v;
         else if (!strcmp(a, "-n"))
             bad = arg_int(a, v, 0, 1 << 24, &n_predict);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            bad = arg_int(a, v, 1, 256, &cp.n_threads);
-        else if (!strcmp(a, "--ctx"))
-            bad = arg_int(a, v, 1, 1 << 24, &cp.n_ctx);
-        else if (!strcmp(a, "--batch"))
-            bad = arg_int(a, v, 1, 1 << 16, &cp.n_batch);
         else if (!strcmp(a, "--temp"))
             bad = arg_float(a, v, &sp.temp);
         else if (!strcmp(a, "--top-k"))
@@ -79,23 +78,7 @@ int cmd_run(int argc, char **argv)
             bad = arg_float(a, v, &sp.presence_penalty);
         else if (!strcmp(a, "--seed"))
             bad = arg_u64(a, v, &sp.seed), seed_given = true;
-        else if (!strcmp(a, "--mem"))
-            bad = arg_bytes(a, v, &cp.mem_budget);
-        else if (!strcmp(a, "--nodes"))
-            cp.nodes = v;
-        else if (!strcmp(a, "--split"))
-            cp.split = v;
-        else if (!strcmp(a, "--wire"))
-            cp.wire = v;
-        else if (!strcmp(a, "--timeout"))
-            bad = arg_int(a, v, 1, 1 << 30, &cp.timeout_ms);
-        else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f32") && strcmp(v, "f16")) {
-                fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
-                return 2;
-            }
-            cp.kv_f16 = !strcmp(v, "f16");
-        } else {
+        else {
             fprintf(stderr, "convoy run: unknown option '%s'\n", a);
             usage();
             return 2;

@@ -60,6 +60,11 @@ int cmd_serve(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
+        const int engine = arg_engine(a, v, &cp);
+        if (engine < 0)
+            return 2;
+        if (engine == 0)
+            continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
         else if (!strcmp(a, "--host"))
@@ -70,35 +75,13 @@ int cmd_serve(int argc, char **argv)
             bad = arg_int(a, v, 1, 4096, &cp.n_slot);
         else if (!strcmp(a, "--queue"))
             bad = arg_int(a, v, 0, 1 << 20, &queue);
-        else if (!strcmp(a, "--ctx"))
-            bad = arg_int(a, v, 2, 1 << 24, &cp.n_ctx);
-        else if (!strcmp(a, "--batch"))
-            bad = arg_int(a, v, 1, 1 << 16, &cp.n_batch);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            bad = arg_int(a, v, 1, 256, &cp.n_threads);
         else if (!strcmp(a, "--alias"))
             alias = v;
         else if (!strcmp(a, "--chat-template"))
             chat_template = v;
         else if (!strcmp(a, "--max-body"))
             bad = arg_bytes(a, v, &max_body);
-        else if (!strcmp(a, "--mem"))
-            bad = arg_bytes(a, v, &cp.mem_budget);
-        else if (!strcmp(a, "--nodes"))
-            cp.nodes = v;
-        else if (!strcmp(a, "--split"))
-            cp.split = v;
-        else if (!strcmp(a, "--wire"))
-            cp.wire = v;
-        else if (!strcmp(a, "--timeout"))
-            bad = arg_int(a, v, 1, 1 << 30, &cp.timeout_ms);
-        else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f32") && strcmp(v, "f16")) {
-                fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
-                return 2;
-            }
-            cp.kv_f16 = !strcmp(v, "f16");
-        } else {
+        else {
             fprintf(stderr, "convoy serve: unknown option '%s'\n", a);
             usage();
             return 2;
