@@ -84,21 +84,13 @@ int cmd_quantize(int argc, char **argv)
         return 2;
     }
     cv_kernels_init(0);
-    /* llama.cpp's mix names: Q4_K_M and Q5_K_M; Q4_K_S / Q5_K_S are plain Q4_K / Q5_K */
-    char base[16];
-    snprintf(base, sizeof base, "%s", pos[2]);
-    const size_t bl = strlen(base);
-    if (bl == 6 && base[2] == '_' && (base[3] == 'K' || base[3] == 'k') && base[4] == '_') {
-        p.k_mix = base[5] == 'M' || base[5] == 'm';
-        base[4] = 0;
-    }
-    int t = cv_type_from_name(base);
+    cv_type base;
     int ot = output_type ? cv_type_from_name(output_type) : CV_TYPE_COUNT;
-    if (t < 0 || ot < 0) {
-        fprintf(stderr, "convoy quantize: unknown type '%s'\n", t < 0 ? pos[2] : output_type);
+    if (cv_quant_parse_type(pos[2], &base, &p.k_mix) || ot < 0) {
+        fprintf(stderr, "convoy quantize: unknown type '%s'\n", ot < 0 ? output_type : pos[2]);
         return 2;
     }
-    p.type = (cv_type)t;
+    p.type = base;
     p.output_type = (cv_type)ot;
 
     quantize_totals tot = {0};

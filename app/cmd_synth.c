@@ -118,18 +118,16 @@ int cmd_synth(int argc, char **argv)
         p.n_ctx = n_ctx;
 
     cv_kernels_init(0);
-    int t = cv_type_from_name(type);
-    if (t < 0) {
+    if (cv_quant_parse_type(type, &p.type, &p.k_mix)) {
         fprintf(stderr, "convoy synth: unknown type '%s'\n", type);
         return 2;
     }
-    p.type = (cv_type)t;
     if (name) {
         snprintf(p.name, sizeof(p.name), "%s", name);
     } else {
         int k = shape ? snprintf(p.name, sizeof(p.name), "%s%.64s-", strncmp(shape, "synth-", 6) ? "synth-" : "", shape)
                       : snprintf(p.name, sizeof(p.name), "synth-%" PRId64 "x%" PRId64 "-", p.n_embd, p.n_layer);
-        for (const char *c = cv_type_name(p.type); *c && k + 1 < (int)sizeof(p.name); c++)
+        for (const char *c = type; *c && k + 1 < (int)sizeof(p.name); c++)
             p.name[k++] = (char)tolower((unsigned char)*c);
         p.name[k] = 0;
     }

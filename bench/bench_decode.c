@@ -1,7 +1,7 @@
 /* bench_decode.c: single-machine prefill and decode speed against the
  * memory-bandwidth roofline and llama.cpp's figures.
  *
- * For each synthetic model (Llama-3.2-1B shape in Q4_0 and Q8_0, Llama-3.1-
+ * For each synthetic model (Llama-3.2-1B shape in Q4_0, Q8_0 and Q4_K_M, Llama-3.1-
  * 8B shape in Q4_0; made once with `convoy synth` into the model directory)
  * and 1 and 2 threads: prefill of pp tokens in one batch and decode of tg
  * tokens one at a time (tokens/s), the read bandwidth measured in the same
@@ -11,7 +11,7 @@
  * ../shared/reference/llamacpp-speed.md. Prints a table and appends one
  * JSON line per measurement to bench/out/decode.jsonl.
  *
- * usage: bench_decode [--models DIR] [--only NAME] [--quick] */
+ * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only] */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -204,7 +204,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
 int main(int argc, char **argv)
 {
     const char *dir = "bench/out/models", *only = NULL;
-    int quick = 0;
+    int quick = 0, bandwidth_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc)
             dir = argv[++i];
@@ -212,8 +212,10 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--bandwidth-only"))
+            bandwidth_only = 1;
         else {
-            fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick]\n");
+            fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]\n");
             return 2;
         }
     }
@@ -231,6 +233,7 @@ int main(int argc, char **argv)
     } models[] = {
         {"llama-1b-q4_0", "llama-3.2-1b", "Q4_0", 512, 128},
         {"llama-1b-q8_0", "llama-3.2-1b", "Q8_0", 512, 128},
+        {"llama-1b-q4_k_m", "llama-3.2-1b", "Q4_K_M", 512, 128},
         {"llama-8b-q4_0", "llama-3.1-8b", "Q4_0", 0, 32},
     };
     mkdir("bench/out", 0755);
@@ -248,8 +251,10 @@ int main(int argc, char **argv)
     bw[1] = measure_bandwidth(bw_buf, bw_n, 1, 5);
     bw[2] = measure_bandwidth(bw_buf, bw_n, 2, 5);
     free(bw_buf);
-    printf("read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads); kernels: %s\n\n", bw[1], bw[2],
-           cv_kernels_name());
+    printf("read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads), ratio %.2f; kernels: %s\n\n", bw[1], bw[2],
+           bw[2] / bw[1], cv_kernels_name());
+    if (bandwidth_only)
+        return 0;
     printf("| model | threads | pp%s tok/s | tg tok/s | roofline tok/s | fraction of roof | llama.cpp tg | ratio |\n",
            quick ? "64" : "512");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");

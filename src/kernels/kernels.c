@@ -14,8 +14,8 @@
  * cv_matmul_rows hands a type's rows to its tile kernel, where the selected
  * ISA has one (TILE_ROWS rows times a block of tokens, sharing the
  * unpacking of each weight block between tokens), in token blocks that
- * stay in L2; the rows a tile cannot cover, and products of fewer than
- * TILE_MIN_TOKENS tokens (decode), take one vec_dot per output. A tile gives
+ * stay in L2; the rows a tile cannot cover, and products of too few
+ * tokens for a tile to pay (decode), take one vec_dot per output. A tile gives
  * each output the bits of that vec_dot. */
 #include "kernels/kernels.h"
 
@@ -68,21 +68,27 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
 };
 
 /* The SIMD versions of a type's vec_dot and from_float, NULL keeping the
- * reference, and its tile kernel for cv_matmul_rows (NULL: none). */
+ * reference, and its tile kernel for cv_matmul_rows (NULL: none) with the
+ * fewest tokens it is used for. */
 typedef struct simd_kernels {
     cv_vec_dot_fn vec_dot;
     cv_from_float_fn from_float;
     matmul_tile_fn matmul_tile;
+    int tile_min_tokens;
 } simd_kernels;
 
 #if defined(__x86_64__)
 static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
-    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_avx2},
-    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_avx2, .from_float = convert_row_f32_to_f16_avx2},
-    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2},
+    [CV_TYPE_F32] = {.vec_dot = vec_dot_f32_avx2, .matmul_tile = matmul_tile_f32_avx2,
+                     .tile_min_tokens = TILE_MIN_TOKENS_FLOAT},
+    [CV_TYPE_F16] = {.vec_dot = vec_dot_f16_avx2, .from_float = convert_row_f32_to_f16_avx2,
+                     .matmul_tile = matmul_tile_f16_avx2, .tile_min_tokens = TILE_MIN_TOKENS_FLOAT},
+    [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2, .matmul_tile = matmul_tile_bf16_avx2,
+                      .tile_min_tokens = TILE_MIN_TOKENS_FLOAT},
     [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
-                      .matmul_tile = matmul_tile_q8_0_q8_0_avx2},
-    [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2},
+                      .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+    [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
     [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2},
     [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2},
@@ -115,6 +121,7 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
 static cv_type_traits traits_best[CV_TYPE_COUNT];
 static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
+static int tile_min_tokens[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
 static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
 
@@ -149,6 +156,7 @@ void cv_kernels_init(int force_ref)
         if (simd[t].from_float)
             traits_best[t].from_float = simd[t].from_float;
         matmul_tile[t] = simd[t].matmul_tile;
+        tile_min_tokens[t] = simd[t].tile_min_tokens;
     }
     traits = traits_best;
 }
@@ -224,14 +232,14 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     const matmul_tile_fn tile = matmul_tile[wt];
     const size_t row_bytes = cv_row_bytes(wt, n_in);
     const char *wc = w, *xc = x;
-    if (!tile || m < TILE_MIN_TOKENS || r1 - r0 < TILE_ROWS) {
+    if (!tile || m < tile_min_tokens[wt] || r1 - r0 < TILE_ROWS) {
         matmul_by_vec_dot(vec_dot, n_in, wc, row_bytes, xc, x_stride, y, ldy, r0, r1, 0, m);
         return;
     }
     /* Tiles cover rows [r0, r_tiles); vec_dot the rest. */
     const long r_tiles = r1 - (r1 - r0) % TILE_ROWS;
     const size_t x_bytes = cv_row_bytes(traits[wt].vec_dot_type, n_in);
-    int token_block = (int)(TOKEN_BLOCK_BYTES / x_bytes);
+    int token_block = x_bytes ? (int)(TOKEN_BLOCK_BYTES / x_bytes) : TILE_TOKENS;
     token_block = token_block < 1 ? 1 : token_block > TILE_TOKENS ? TILE_TOKENS : token_block;
     for (int t0 = 0; t0 < m; t0 += token_block) {
         const int t1 = m - t0 < token_block ? m : t0 + token_block;

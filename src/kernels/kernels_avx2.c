@@ -10,7 +10,10 @@
  *   (llama.cpp's sign trick is wrong for y = -128); madd with ones then
  *   gives lane l = elements 4l..4l+3.
  * - Q8_0: both rows widened to int16 and madd'ed (exact for every int8,
- *   including -128), halves added: lane l = elements 2l, 2l+1, 16+2l, 17+2l. */
+ *   including -128), halves added: lane l = elements 2l, 2l+1, 16+2l, 17+2l.
+ *
+ * The matmul_tile_* kernels (second half) compute many outputs at once for
+ * cv_matmul_rows, each with the bits of its vec_dot here. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -236,10 +239,11 @@ static inline void panel_scales(const float wd[TILE_ROWS], cv_fp16 xd, float d[T
     _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_loadu_ps(wd), _mm256_set1_ps(_cvtsh_ss(xd))));
 }
 
-/* Prefetches the blocks [b1, b2) of a row, of block_bytes bytes each. */
-static inline void prefetch_blocks(const void *row, size_t block_bytes, int b1, int b2)
+/* Prefetches the units [b1, b2) of a row (blocks, or elements of a float
+ * row), of unit_bytes bytes each. */
+static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, int b2)
 {
-    for (size_t i = (size_t)b1 * block_bytes; i < (size_t)b2 * block_bytes; i += 64)
+    for (size_t i = (size_t)b1 * unit_bytes; i < (size_t)b2 * unit_bytes; i += 64)
         _mm_prefetch((const char *)row + i, _MM_HINT_T0);
 }
 
@@ -349,6 +353,94 @@ void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
             panel_token_q8_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
     }
     tile_store(acc, m, y, ldy);
+}
+
+/* F32, F16 and BF16 tiles, with the same plan. The rows are cut into chunks of FLOAT_CHUNK
+ * elements, converted to f32 once in a panel, and met by the tokens in
+ * groups of FLOAT_TOKENS. An output's four accumulators (acc_a for
+ * elements 8a..8a+7 of each run of 32) live in memory between chunks;
+ * within a chunk, a token takes a = 0..3 in turn with the 8 rows' acc_a
+ * in registers. The n % 32 last elements are added in order after the
+ * horizontal sum, as vec_dot does. */
+
+enum { FLOAT_CHUNK = 512, FLOAT_TOKENS = 16 };
+
+/* Accumulators of one token: [a][row]. */
+typedef __m256 float_tile_acc[4][TILE_ROWS];
+
+typedef __m256 (*load8_fn)(const void *row, int i); /* elements i..i+7 as f32 */
+typedef float (*load1_fn)(const void *row, int i);
+
+static inline __m256 load8_f32_at(const void *row, int i) { return _mm256_loadu_ps((const float *)row + i); }
+static inline __m256 load8_f16_at(const void *row, int i) { return load8_f16((const cv_fp16 *)row + i); }
+static inline __m256 load8_bf16_at(const void *row, int i) { return load8_bf16((const cv_bf16 *)row + i); }
+static inline float load1_f32_at(const void *row, int i) { return ((const float *)row)[i]; }
+static inline float load1_f16_at(const void *row, int i) { return _cvtsh_ss(((const cv_fp16 *)row)[i]); }
+static inline float load1_bf16_at(const void *row, int i) { return cv_bf16_to_fp32(((const cv_bf16 *)row)[i]); }
+
+static inline __attribute__((always_inline)) void float_tile(int n, const char *w, size_t w_stride, const char *x,
+                                                             size_t x_stride, int m, float *y, size_t ldy,
+                                                             size_t elem_bytes, load8_fn load8, load1_fn load1)
+{
+    const int n32 = n - n % 32;
+    __m256 panel[TILE_ROWS][FLOAT_CHUNK / 8];
+    float_tile_acc acc[FLOAT_TOKENS];
+    for (int t0 = 0; t0 < m; t0 += FLOAT_TOKENS) {
+        const int mt = m - t0 < FLOAT_TOKENS ? m - t0 : FLOAT_TOKENS;
+        memset(acc, 0, (size_t)mt * sizeof acc[0]);
+        for (int i0 = 0; i0 < n32; i0 += FLOAT_CHUNK) {
+            const int len = n32 - i0 < FLOAT_CHUNK ? n32 - i0 : FLOAT_CHUNK;
+            const int next_end = n - (i0 + len) < len ? n : i0 + 2 * len;
+            for (int r = 0; r < TILE_ROWS; r++) {
+                prefetch_blocks(w + (size_t)r * w_stride, elem_bytes, i0 + len, next_end);
+                for (int i = 0; i < len; i += 8)
+                    panel[r][i / 8] = load8(w + (size_t)r * w_stride, i0 + i);
+            }
+            for (int t = 0; t < mt; t++) {
+                const char *xt = x + (size_t)(t0 + t) * x_stride;
+                for (int a = 0; a < 4; a++) {
+                    __m256 s[TILE_ROWS];
+                    memcpy(s, acc[t][a], sizeof s);
+                    for (int i = 8 * a; i < len; i += 32) {
+                        const __m256 xv = load8(xt, i0 + i);
+#pragma GCC unroll 8
+                        for (int r = 0; r < TILE_ROWS; r++)
+                            s[r] = _mm256_fmadd_ps(panel[r][i / 8], xv, s[r]);
+                    }
+                    memcpy(acc[t][a], s, sizeof s);
+                }
+            }
+        }
+        for (int t = 0; t < mt; t++) {
+            const char *xt = x + (size_t)(t0 + t) * x_stride;
+            for (int r = 0; r < TILE_ROWS; r++) {
+                const char *wr = w + (size_t)r * w_stride;
+                float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0][r], acc[t][1][r]),
+                                                _mm256_add_ps(acc[t][2][r], acc[t][3][r])));
+                for (int i = n32; i < n; i++)
+                    sum = fmaf(load1(wr, i), load1(xt, i), sum);
+                y[(size_t)(t0 + t) * ldy + (size_t)r] = sum;
+            }
+        }
+    }
+}
+
+void matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy)
+{
+    float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(float), load8_f32_at, load1_f32_at);
+}
+
+void matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy)
+{
+    float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(cv_fp16), load8_f16_at, load1_f16_at);
+}
+
+void matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                           size_t ldy)
+{
+    float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(cv_bf16), load8_bf16_at, load1_bf16_at);
 }
 
 void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)

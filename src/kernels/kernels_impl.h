@@ -49,9 +49,10 @@
  * vec_dot. */
 #define TILE_ROWS 8
 #define TILE_TOKENS 32
-/* Below this many tokens, preparing a tile's weights costs more than it
- * saves: one vec_dot per output is faster. */
-#define TILE_MIN_TOKENS 3
+/* Below these many tokens, preparing a tile's weights costs more than it
+ * saves (measured): one vec_dot per output is faster. */
+#define TILE_MIN_TOKENS_QUANT 3
+#define TILE_MIN_TOKENS_FLOAT 8
 typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                float *y, size_t ldy);
 
@@ -84,6 +85,12 @@ float vec_dot_f16_avx2(int n, const void *w, const void *x);
 float vec_dot_bf16_avx2(int n, const void *w, const void *x);
 float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
+void matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy);
+void matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                          size_t ldy);
+void matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+                           size_t ldy);
 void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
 void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,

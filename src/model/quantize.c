@@ -132,8 +132,25 @@ cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int 
     return p->type;
 }
 
+int cv_quant_parse_type(const char *name, cv_type *type, bool *k_mix)
+{
+    char base[16];
+    snprintf(base, sizeof base, "%s", name);
+    *k_mix = false;
+    if (strlen(base) == 6 && base[2] == '_' && (base[3] == 'K' || base[3] == 'k') && base[4] == '_' &&
+        strchr("MmSs", base[5])) {
+        *k_mix = base[5] == 'M' || base[5] == 'm';
+        base[4] = 0;
+    }
+    int t = cv_type_from_name(base);
+    if (t < 0 || (*k_mix && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K))
+        return -1;
+    *type = (cv_type)t;
+    return 0;
+}
+
 /* Layer index of a "blk.N." tensor name, or -1. */
-static int layer_of(const char *name)
+int cv_quant_layer_of(const char *name)
 {
     int layer, n;
     return sscanf(name, "blk.%d.%n", &layer, &n) == 1 && n > 0 ? layer : -1;
@@ -203,7 +220,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
         }
         cv_type want = t->type, type = t->type;
         if (cv_quant_is_weight_matrix(names[i], t->n_dims)) {
-            want = cv_quant_policy_type(p, names[i], layer_of(names[i]), n_layer);
+            want = cv_quant_policy_type(p, names[i], cv_quant_layer_of(names[i]), n_layer);
             type = cv_quant_fit_type(want, t->ne[0]);
         }
         const void *data = t->data;

@@ -74,6 +74,13 @@ typedef struct cv_quantize_params {
     int n_threads;       /* conversion threads; the output does not depend on it */
 } cv_quantize_params;
 
+/* Parses a type name as `convoy quantize` and `convoy synth` take it: a
+ * type ("Q4_0", "q6_k", ...), llama.cpp's mixes "Q4_K_M" / "Q5_K_M"
+ * (*k_mix set), or "Q4_K_S" / "Q5_K_S" (plain Q4_K / Q5_K). -1 if unknown. */
+int cv_quant_parse_type(const char *name, cv_type *type, bool *k_mix);
+/* Layer index of a "blk.N." tensor name, or -1. */
+int cv_quant_layer_of(const char *name);
+
 /* The type the policy of p wants for a weight matrix of layer `layer`
  * (-1 for tensors outside the blocks) of n_layer. */
 cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer);

@@ -326,10 +326,17 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
     return n;
 }
 
+/* The type the quantization policy wants for a matrix (before fitting). */
+static cv_type wanted_type(const cv_synth_params *p, const synth_tensor *t)
+{
+    const cv_quantize_params qp = {.type = p->type, .output_type = CV_TYPE_COUNT, .k_mix = p->k_mix};
+    return cv_quant_policy_type(&qp, t->name, cv_quant_layer_of(t->name), (int)p->n_layer);
+}
+
 static int generate_tensor(const cv_synth_params *p, synth_tensor *t, cv_pool *pool, float *scratch, char *err,
                            size_t errlen)
 {
-    t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(p->type, t->ne[0]);
+    t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(wanted_type(p, t), t->ne[0]);
     size_t row_bytes = cv_row_bytes(t->type, t->ne[0]);
     t->size = (uint64_t)row_bytes * (uint64_t)t->ne[1];
     t->data = cv_malloc(t->size);
@@ -422,7 +429,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
         if (note) {
             cv_tensor_note n = {
                 .index = i, .count = n_tensors, .name = t->name, .n_dims = t->n_dims, .ne = t->ne,
-                .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : p->type, .type = t->type,
+                .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : wanted_type(p, t), .type = t->type,
                 .src_bytes = (uint64_t)(t->ne[0] * t->ne[1]) * sizeof(float), .bytes = t->size,
             };
             note(note_ctx, &n);

@@ -54,6 +54,7 @@ typedef struct cv_synth_params {
     bool tied;             /* no output.weight: the output reuses token_embd */
     uint64_t seed;
     cv_type type;
+    bool k_mix;            /* llama.cpp's _M mix (see quantize.h) */
     int n_threads;         /* generation threads; the output does not depend on it */
 } cv_synth_params;
 

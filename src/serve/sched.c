@@ -9,10 +9,15 @@
  *   B. under the lock: sleeps while there is nothing to do, ends cancelled
  *      requests, and moves queued requests into free slots;
  *   C. sets up the new slots' samplers (convoy_set_sampler), unlocked;
- *   D. builds the batch (decode tokens first, then prompt chunks in a
- *      rotating order) and runs convoy_step, unlocked, without allocating;
- *   E. under the lock: appends each sampled token to its request (or ends
- *      it), and wakes the waiting threads.
+ *   D. while fewer than the engine's depth of batches are in flight (1 on
+ *      one machine, the number of stages on a pipeline), builds the next
+ *      group's batch (decode tokens first, then prompt chunks in a rotating
+ *      order) and submits it, unlocked, without allocating; slot i belongs
+ *      to group i % depth and a slot is in at most one batch in flight, so
+ *      while the last stage works on one group the first works on another;
+ *   E. collects the oldest batch in flight and, under the lock, appends
+ *      each sampled token to its request (or ends it), and wakes the
+ *      waiting threads.
  * Logprobs are computed in D from the step's logits rows and published in
  * E by advancing n_out. A request is freed when both its submitter and the
  * scheduler have let it go (refs reaches 0). */
@@ -60,7 +65,16 @@ typedef struct sv_slot {
     int32_t n_fed;  /* prompt tokens in the cache */
     int32_t n_past; /* positions in the cache */
     int32_t next;   /* the sampled token to feed next (SLOT_DECODE) */
+    bool in_flight; /* in a submitted batch not yet collected */
 } sv_slot;
+
+/* A submitted batch, until it is collected. */
+typedef struct sv_flight {
+    int32_t *token, *pos, *seq, *row_slot; /* [n_batch] */
+    uint8_t *want;
+    int32_t n, n_want, n_prompt_tokens, n_seqs;
+    double t0;
+} sv_flight;
 
 enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
 
@@ -89,8 +103,11 @@ struct sv_sched {
     /* inference thread only */
     sv_slot *slots;
     int32_t prefill_rr;
-    int32_t *b_token, *b_pos, *b_seq, *b_sampled, *row_slot;
-    uint8_t *b_want;
+    int32_t depth;        /* batches in flight at most */
+    int32_t next_group;   /* group of the next batch to build */
+    sv_flight *flights;   /* [depth] ring, oldest first */
+    int32_t f_oldest, n_flying;
+    int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
 };
 
 static double now_s(void)
@@ -181,58 +198,60 @@ static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, s
     out[0] = (sv_logprob){.id = chosen, .logprob = (float)((double)xc - lse)};
 }
 
-/* D: the next batch: decode tokens of every decoding slot, then prompt
- * chunks up to the batch size, starting from a rotating slot. Returns the
- * token count; *n_want gets the number of rows to sample. */
-static int32_t build_batch(sv_sched *s, int32_t *n_want, int32_t *n_prompt_tokens, int32_t *n_seqs)
+/* D: group g's next batch into f: decode tokens of its decoding slots,
+ * then prompt chunks up to the batch size, starting from a rotating slot.
+ * Slots already in flight are left for later. */
+static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
     int32_t n = 0, w = 0, np = 0, ns = 0;
-    for (int32_t i = 0; i < s->n_slot; i++) {
+    for (int32_t i = g; i < s->n_slot; i += s->depth) {
         sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_DECODE)
+        if (sl->state != SLOT_DECODE || sl->in_flight)
             continue;
-        s->b_token[n] = sl->next;
-        s->b_pos[n] = sl->n_past++;
-        s->b_seq[n] = i;
-        s->b_want[n] = 1;
-        s->row_slot[w++] = i;
+        f->token[n] = sl->next;
+        f->pos[n] = sl->n_past++;
+        f->seq[n] = i;
+        f->want[n] = 1;
+        f->row_slot[w++] = i;
+        sl->in_flight = true;
         n++;
         ns++;
     }
     for (int32_t k = 0; k < s->n_slot && n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
         sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_PREFILL)
+        if (i % s->depth != g || sl->state != SLOT_PREFILL || sl->in_flight)
             continue;
         const sv_request *r = sl->req;
         int32_t take = r->n_prompt - sl->n_fed;
         if (take > s->n_batch - n)
             take = s->n_batch - n;
         for (int32_t t = 0; t < take; t++) {
-            s->b_token[n] = r->prompt[sl->n_fed];
-            s->b_pos[n] = sl->n_past++;
-            s->b_seq[n] = i;
-            s->b_want[n] = ++sl->n_fed == r->n_prompt;
-            if (s->b_want[n])
-                s->row_slot[w++] = i;
+            f->token[n] = r->prompt[sl->n_fed];
+            f->pos[n] = sl->n_past++;
+            f->seq[n] = i;
+            f->want[n] = ++sl->n_fed == r->n_prompt;
+            if (f->want[n])
+                f->row_slot[w++] = i;
             n++;
         }
+        sl->in_flight = take > 0;
         np += take;
         ns += take > 0;
     }
     s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
-    *n_want = w;
-    *n_prompt_tokens = np;
-    *n_seqs = ns;
-    return n;
+    f->n = n;
+    f->n_want = w;
+    f->n_prompt_tokens = np;
+    f->n_seqs = ns;
 }
 
 /* Logprobs of the wanted rows, written past each request's published
  * tokens (they become visible when E advances n_out). */
-static void compute_logprobs(sv_sched *s, int32_t n_want)
+static void compute_logprobs(sv_sched *s, const sv_flight *f)
 {
-    for (int32_t row = 0; row < n_want; row++) {
-        const sv_request *r = s->slots[s->row_slot[row]].req;
+    for (int32_t row = 0; row < f->n_want; row++) {
+        const sv_request *r = s->slots[f->row_slot[row]].req;
         if (!r->lp)
             continue;
         const float *logits = convoy_logits(s->ctx, row);
@@ -242,13 +261,21 @@ static void compute_logprobs(sv_sched *s, int32_t n_want)
     }
 }
 
-/* E: hands each sampled token to its request; the caller holds mu. */
-static void distribute_locked(sv_sched *s, int32_t n_want, double now)
+/* E: hands each sampled token to its request; the caller holds mu. A
+ * request cancelled while its batch was in flight ends here. */
+static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
 {
-    for (int32_t row = 0; row < n_want; row++) {
-        sv_slot *sl = &s->slots[s->row_slot[row]];
+    for (int32_t t = 0; t < f->n; t++)
+        s->slots[f->seq[t]].in_flight = false;
+    for (int32_t row = 0; row < f->n_want; row++) {
+        sv_slot *sl = &s->slots[f->row_slot[row]];
         sv_request *r = sl->req;
         const int32_t tok = s->b_sampled[row];
+        if (r->cancelled) {
+            finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
+            sl->state = SLOT_ENDING;
+            continue;
+        }
         s->stats.generated_tokens++;
         if (!r->got_first) {
             r->got_first = true;
@@ -304,7 +331,7 @@ static void *sched_main(void *arg)
         /* B */
         pthread_mutex_lock(&s->mu);
         s->n_held -= n_freed;
-        while (!s->stopping && s->n_held == 0 && s->q_len == 0)
+        while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0)
             pthread_cond_wait(&s->wake, &s->mu);
         if (s->stopping) {
             pthread_mutex_unlock(&s->mu);
@@ -312,7 +339,7 @@ static void *sched_main(void *arg)
         }
         for (int32_t i = 0; i < s->n_slot; i++) {
             sv_slot *sl = &s->slots[i];
-            if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && sl->req->cancelled) {
+            if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && !sl->in_flight && sl->req->cancelled) {
                 finish_locked(s, sl->req, SV_FINISH_CANCELLED, NULL);
                 sl->state = SLOT_ENDING;
             }
@@ -342,40 +369,56 @@ static void *sched_main(void *arg)
             sl->state = SLOT_PREFILL;
         }
         /* D */
+        int rc = 0;
         cv_alloc_forbid(1);
-        int32_t n_want, n_prompt_tokens, n_seqs;
-        const int32_t n = build_batch(s, &n_want, &n_prompt_tokens, &n_seqs);
+        for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->depth; tries++) {
+            const int32_t g = s->next_group;
+            s->next_group = (s->next_group + 1) % s->depth;
+            sv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
+            build_batch(s, g, f);
+            if (f->n == 0)
+                continue;
+            const convoy_batch b = {.n_tokens = f->n, .token = f->token, .pos = f->pos, .seq = f->seq, .want = f->want};
+            f->t0 = now_s();
+            rc = convoy_submit(s->ctx, &b, err, sizeof err);
+            s->n_flying += rc == 0;
+            tries = -1; /* a batch went out: look at every group again */
+        }
         cv_alloc_forbid(0);
-        if (n == 0)
+        if (rc == 0 && s->n_flying == 0)
             continue;
-        const convoy_batch b = {.n_tokens = n, .token = s->b_token, .pos = s->b_pos, .seq = s->b_seq,
-                                .want = s->b_want};
-        const double t0 = now_s();
-        const int rc = convoy_step(s->ctx, &b, s->b_sampled, err, sizeof err);
+        /* E */
+        sv_flight *f = &s->flights[s->f_oldest];
+        int32_t n_sampled = 0;
+        if (rc == 0)
+            rc = convoy_collect(s->ctx, s->b_sampled, &n_sampled, err, sizeof err);
         const double t1 = now_s();
         cv_alloc_forbid(1);
         if (rc == 0)
-            compute_logprobs(s, n_want);
-        /* E */
+            compute_logprobs(s, f);
         pthread_mutex_lock(&s->mu);
-        s->stats.steps++;
-        s->stats.steps_shared += n_seqs > 1;
-        s->stats.batch_tokens += (uint64_t)n;
-        s->stats.prompt_tokens += (uint64_t)n_prompt_tokens;
-        s->stats.step_seconds += t1 - t0;
         s->stats.failing = rc != 0;
         if (rc == 0) {
-            distribute_locked(s, n_want, t1);
+            s->stats.steps++;
+            s->stats.steps_shared += f->n_seqs > 1;
+            s->stats.batch_tokens += (uint64_t)f->n;
+            s->stats.prompt_tokens += (uint64_t)f->n_prompt_tokens;
+            s->stats.step_seconds += t1 - f->t0;
+            distribute_locked(s, f, t1);
+            s->f_oldest = (s->f_oldest + 1) % s->depth;
+            s->n_flying--;
         } else {
             snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
             fprintf(stderr, "convoy serve: step failed: %s\n", err);
             for (int32_t i = 0; i < s->n_slot; i++) {
                 sv_slot *sl = &s->slots[i];
+                sl->in_flight = false;
                 if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) {
                     finish_locked(s, sl->req, SV_FINISH_ERROR, err);
                     sl->state = SLOT_ENDING;
                 }
             }
+            s->n_flying = 0;
         }
         rate_sample_locked(s, t1);
         pthread_mutex_unlock(&s->mu);
@@ -419,14 +462,20 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     pthread_cond_init(&s->wake, NULL);
     s->queue = cv_calloc((size_t)s->q_ring, sizeof *s->queue);
     s->slots = cv_calloc((size_t)n_slot, sizeof *s->slots);
-    s->b_token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    s->b_pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    s->b_seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    s->depth = convoy_ctx_depth(ctx) < n_slot ? convoy_ctx_depth(ctx) : n_slot;
+    s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    s->row_slot = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    s->b_want = cv_malloc((size_t)n_batch);
-    if (!s->queue || !s->slots || !s->b_token || !s->b_pos || !s->b_seq || !s->b_sampled || !s->row_slot ||
-        !s->b_want) {
+    bool ok = s->queue && s->slots && s->flights && s->b_sampled;
+    for (int32_t k = 0; ok && k < s->depth; k++) {
+        sv_flight *f = &s->flights[k];
+        f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->row_slot = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->want = cv_malloc((size_t)n_batch);
+        ok = f->token && f->pos && f->seq && f->row_slot && f->want;
+    }
+    if (!ok) {
         cv_errf(err, errlen, "out of memory");
         sv_sched_free(s);
         return NULL;
@@ -476,12 +525,15 @@ void sv_sched_free(sv_sched *s)
     sv_sched_stop(s);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
-    cv_free(s->b_want);
-    cv_free(s->row_slot);
+    for (int32_t k = 0; s->flights && k < s->depth; k++) {
+        cv_free(s->flights[k].token);
+        cv_free(s->flights[k].pos);
+        cv_free(s->flights[k].seq);
+        cv_free(s->flights[k].row_slot);
+        cv_free(s->flights[k].want);
+    }
+    cv_free(s->flights);
     cv_free(s->b_sampled);
-    cv_free(s->b_seq);
-    cv_free(s->b_pos);
-    cv_free(s->b_token);
     cv_free(s->slots);
     cv_free(s->queue);
     cv_free(s);

@@ -1,0 +1,212 @@
+/* bench_users.c: many users at once, through the server's scheduler, on
+ * one machine and on a pipeline, measured side by side in one run.
+ *
+ * A load generator in process (the scheduler of `convoy serve` without
+ * its HTTP layer): U threads each submit one request with its own prompt
+ * and wait for max_tokens greedy tokens (EOS ignored). For U = 1 on the
+ * unsplit model (the baseline) and then U in --users on each target, it
+ * prints per-user decode tokens/s (after the first token), aggregate
+ * tokens/s (all generated tokens / wall time of the run), time to first
+ * token (p50, p95), and the ratios of the aggregate to the baseline. The
+ * targets are the unsplit model here (-t threads) and, with --nodes, a
+ * pipeline of `convoy stage` nodes. Appends one JSON line per run to
+ * bench/out/users.jsonl.
+ *
+ * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8]
+ *                    [--nodes HOST:PORT,...] [--label TEXT] */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+#include "serve/sched.h"
+
+#define MAX_USERS 16
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct user {
+    sv_sched *sched;
+    int id, n_tokens, n_vocab;
+    double t_start, t_first, t_end;
+    int32_t got;
+} user;
+
+static void *user_main(void *arg)
+{
+    user *u = arg;
+    int32_t prompt[12];
+    prompt[0] = 1;
+    for (int i = 1; i < 12; i++)
+        prompt[i] = 3 + (u->id * 977 + i * 131) % (u->n_vocab - 3);
+    cv_sampler_params sp = cv_sampler_default_params();
+    sp.temp = 0;
+    const sv_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = u->n_tokens, .sampler = sp,
+                                 .ignore_eos = true, .top_logprobs = -1};
+    char err[512];
+    sv_request *r;
+    u->t_start = now();
+    if (sv_sched_submit(u->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK) {
+        fprintf(stderr, "bench_users: %s\n", err);
+        return NULL;
+    }
+    sv_finish fin = SV_RUNNING;
+    int32_t n = 0;
+    while (fin == SV_RUNNING) {
+        int32_t m = sv_request_wait(r, n, 1000, &fin);
+        if (n == 0 && m > 0)
+            u->t_first = now();
+        n = m;
+    }
+    u->t_end = now();
+    u->got = n;
+    if (fin == SV_FINISH_ERROR)
+        fprintf(stderr, "bench_users: %s\n", sv_request_error(r));
+    sv_request_release(r);
+    return NULL;
+}
+
+typedef struct result {
+    double per_user, aggregate, ttft_p50, ttft_p95;
+} result;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int run(convoy_model *m, const char *nodes, int threads, int n_users, int n_tokens, result *res)
+{
+    char err[512];
+    convoy_model_info info;
+    convoy_model_get_info(m, &info);
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_threads = threads;
+    cp.n_slot = n_users;
+    cp.n_ctx = 12 + n_tokens + 8;
+    cp.n_batch = 64;
+    cp.nodes = nodes;
+    convoy_ctx *ctx = convoy_ctx_create(m, &cp, err, sizeof err);
+    if (!ctx) {
+        fprintf(stderr, "bench_users: %s\n", err);
+        return -1;
+    }
+    sv_sched *s = sv_sched_create(ctx, m, n_users, n_users, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "bench_users: %s\n", err);
+        convoy_ctx_free(ctx);
+        return -1;
+    }
+    user users[MAX_USERS];
+    pthread_t th[MAX_USERS];
+    const double t0 = now();
+    for (int i = 0; i < n_users; i++) {
+        users[i] = (user){.sched = s, .id = i, .n_tokens = n_tokens, .n_vocab = info.n_vocab};
+        pthread_create(&th[i], NULL, user_main, &users[i]);
+    }
+    for (int i = 0; i < n_users; i++)
+        pthread_join(th[i], NULL);
+    double t_end = t0, ttft[MAX_USERS], per_user = 0;
+    int64_t total = 0;
+    for (int i = 0; i < n_users; i++) {
+        t_end = users[i].t_end > t_end ? users[i].t_end : t_end;
+        ttft[i] = users[i].t_first - users[i].t_start;
+        per_user += (users[i].got - 1) / (users[i].t_end - users[i].t_first);
+        total += users[i].got;
+    }
+    qsort(ttft, (size_t)n_users, sizeof ttft[0], cmp_double);
+    res->per_user = per_user / n_users;
+    res->aggregate = (double)total / (t_end - t0);
+    res->ttft_p50 = ttft[(n_users - 1) / 2];
+    res->ttft_p95 = ttft[(int)(0.95 * (n_users - 1) + 0.5)];
+    sv_sched_free(s);
+    convoy_ctx_free(ctx);
+    return total == (int64_t)n_users * n_tokens ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *nodes = NULL, *label = "";
+    int threads = 1, n_tokens = 128, users[8] = {1, 2, 4, 8}, n_u = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            model_path = argv[++i];
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            n_tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--nodes") && i + 1 < argc)
+            nodes = argv[++i];
+        else if (!strcmp(argv[i], "--label") && i + 1 < argc)
+            label = argv[++i];
+        else if (!strcmp(argv[i], "--users") && i + 1 < argc) {
+            n_u = 0;
+            for (char *t = strtok(argv[++i], ","); t && n_u < 8; t = strtok(NULL, ","))
+                users[n_u++] = atoi(t);
+        } else {
+            fprintf(stderr, "usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] "
+                            "[--nodes HOST:PORT,...] [--label TEXT]\n");
+            return 2;
+        }
+    }
+    for (int k = 0; k < n_u; k++)
+        if (users[k] < 1 || users[k] > MAX_USERS) {
+            fprintf(stderr, "bench_users: 1 to %d users\n", MAX_USERS);
+            return 2;
+        }
+    if (!model_path || n_tokens < 2) {
+        fprintf(stderr, "bench_users: -m MODEL is required, -n >= 2\n");
+        return 2;
+    }
+    cv_kernels_init(0);
+    char err[512];
+    convoy_model *m = convoy_model_load(model_path, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "bench_users: %s\n", err);
+        return 1;
+    }
+    result base;
+    if (run(m, NULL, threads, 1, n_tokens, &base))
+        return 1;
+    printf("%s %s, %d generated tokens per user, greedy, EOS ignored; baseline: unsplit, 1 user, %d thread(s): "
+           "%.2f tok/s\n\n",
+           label, model_path, n_tokens, threads, base.aggregate);
+    printf("| target | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | aggregate / baseline |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    FILE *raw = fopen("bench/out/users.jsonl", "a");
+    const char *targets[2] = {NULL, nodes};
+    for (int tgt = 0; tgt < (nodes ? 2 : 1); tgt++)
+        for (int k = 0; k < n_u; k++) {
+            result r;
+            if (run(m, targets[tgt], threads, users[k], n_tokens, &r))
+                continue;
+            printf("| %s | %d | %.2f | %.2f | %.3f | %.3f | %.2fx |\n", tgt ? "pipeline" : "unsplit", users[k],
+                   r.per_user, r.aggregate, r.ttft_p50, r.ttft_p95, r.aggregate / base.aggregate);
+            fflush(stdout);
+            if (raw) {
+                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:i}", "bench", "users",
+                                      "label", label, "model", model_path, "target", tgt ? nodes : "unsplit",
+                                      "users", users[k], "threads", threads, "tokens", n_tokens, "per_user_tok_s",
+                                      r.per_user, "aggregate_tok_s", r.aggregate, "ttft_p50", r.ttft_p50, "ttft_p95",
+                                      r.ttft_p95, "baseline_tok_s", base.aggregate, "time", (int)time(NULL));
+                char *line = json_dumps(o, JSON_COMPACT);
+                fprintf(raw, "%s\n", line);
+                free(line);
+                json_decref(o);
+            }
+        }
+    if (raw)
+        fclose(raw);
+    convoy_model_free(m);
+    return 0;
+}

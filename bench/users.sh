@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# users.sh: many users at once (bench/bench_users.c), unsplit against a
+# 2-stage pipeline on two test hosts with one core per stage.
+#
+#   bench/users.sh [MODEL...]
+#
+# Default models: stories260K, a synthetic Q8_0 model of about 22 MB that
+# stays in the shared L3 cache (n_embd 512, 5 layers, vocab 4096), and the
+# synthetic Llama-3.2-1B-shaped Q4_0. For each: the unsplit model on core 0
+# (1 thread) for U = 1, 2, 4, 8 users, then the pipeline: stage 1 on host 1
+# pinned to core 0, stage 2 on host 2 pinned to core 1, the head on host 0.
+# It also prints the read bandwidth ceiling (2 threads / 1 thread) measured
+# in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tokens="${TOKENS:-128}"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+make --no-print-directory -C build -j2 convoy bench_users bench_decode >/dev/null
+mkdir -p bench/out/models
+l3=bench/out/models/synth-22mb-q8_0.gguf
+big=bench/out/models/llama-1b-q4_0.gguf
+[[ -f "$l3" ]] || build/convoy synth --dims 512,5,8,8,1536,4096 --type Q8_0 -o "$l3" >/dev/null
+[[ -f "$big" ]] || build/convoy synth --shape llama-3.2-1b --type Q4_0 -o "$big" >/dev/null
+models=("$@")
+[[ ${#models[@]} -gt 0 ]] || models=("${CONVOY_SHARED:-../shared}/models/stories260K.gguf" "$l3" "$big")
+
+export CONVOY_CLUSTER_PREFIX=cvu
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh down' EXIT
+bash scripts/cluster.sh up 3 >/dev/null
+for m in "${models[@]}"; do
+    pids=()
+    for h in 1 2; do
+        bash scripts/cluster.sh run "$h" taskset -c $((h - 1)) build/convoy stage --listen "10.77.0.$((h + 1)):7000" \
+            -m "$m" 2>/dev/null &
+        pids+=($!)
+        for _ in $(seq 100); do
+            bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.$((h + 1))/7000" 2>/dev/null && break
+            sleep 0.1
+        done
+    done
+    bash scripts/cluster.sh run 0 taskset -c 0 build/bench_users -m "$m" -n "$tokens" --label "users" \
+        --nodes 10.77.0.2:7000,10.77.0.3:7000
+    kill "${pids[@]}" 2>/dev/null
+    wait "${pids[@]}" 2>/dev/null || true
+    echo
+done
+echo "bandwidth ceiling for memory-bound models (2 threads / 1 thread):"
+build/bench_decode --bandwidth-only
