@@ -23,8 +23,8 @@ static const char *const prompts[N_REQ] = {
     "The little dog",
     "Lily and Tom went to the park. They saw a big tree and",
     "One day",
-    "Sam had a red ball. He liked to play with it every day. One day the ball rolled away and Sam was sad. "
-    "He looked everywhere for it",
+    ("Sam had a red ball. He liked to play with it every day. One day the ball rolled away and Sam was sad. "
+     "He looked everywhere for it"),
     "The sun",
     "There was a girl named Sue",
     "Bob",
