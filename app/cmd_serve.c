@@ -28,7 +28,8 @@ static void usage(void)
             "  --queue 64 more may wait (then 503); --ctx: tokens per slot (default: the model's, at most 4096);\n"
             "  --batch 512: tokens per engine step (decode tokens first, then prompt chunks);\n"
             "  --alias: the model name clients use (default: the file name without .gguf);\n"
-            "  --chat-template: chatml (the default, until the model's own templates are supported);\n"
+            "  --chat-template NAME: llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3\n"
+            "  (default: recognized from the model's tokenizer.chat_template; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB).\n");
 }
 
@@ -45,7 +46,7 @@ static void model_id_of(const char *path, char *out, size_t n)
 
 int cmd_serve(int argc, char **argv)
 {
-    const char *model_path = NULL, *alias = NULL, *chat_template = "chatml", *v;
+    const char *model_path = NULL, *alias = NULL, *chat_template = NULL, *v;
     sv_http_opts ho = {.host = "127.0.0.1", .port = 8080};
     int32_t queue = 64, port = 8080;
     uint64_t max_body = 1u << 20;
@@ -93,10 +94,6 @@ int cmd_serve(int argc, char **argv)
         usage();
         return 2;
     }
-    if (!sv_chat_template_known(chat_template)) {
-        fprintf(stderr, "convoy serve: unknown chat template '%s' (known: chatml)\n", chat_template);
-        return 2;
-    }
     if (max_body < 1024 || max_body > (1u << 30)) {
         fprintf(stderr, "convoy serve: --max-body must be between 1KiB and 1GiB\n");
         return 2;
@@ -125,6 +122,12 @@ int cmd_serve(int argc, char **argv)
     }
     convoy_model_info info;
     convoy_model_get_info(model, &info);
+    sv_chat chat;
+    if (sv_chat_setup(model, chat_template, &chat, err, sizeof err)) {
+        fprintf(stderr, "convoy serve: %s\n", err);
+        convoy_model_free(model);
+        return 2;
+    }
     if (cp.n_ctx == 0)
         cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     convoy_ctx *ctx = convoy_ctx_create(model, &cp, err, sizeof err);
@@ -142,7 +145,7 @@ int cmd_serve(int argc, char **argv)
     }
     model_id_of(model_path, id, sizeof id);
     const oai_server srv = {.model = model, .model_id = alias ? alias : id, .n_ctx = convoy_ctx_n_ctx(ctx),
-                            .has_logprobs = sv_sched_has_logprobs(sched), .chat_template = chat_template};
+                            .has_logprobs = sv_sched_has_logprobs(sched), .chat = &chat};
     sv_http *http;
     if (sv_http_start(&http, &ho, sched, &srv, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
@@ -151,10 +154,10 @@ int cmd_serve(int argc, char **argv)
         convoy_model_free(model);
         return 1;
     }
-    fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', %d slots of %d tokens, batch %d, "
-                    "%d threads%s%s)\n",
-            ho.host, sv_http_port(http), srv.model_id, cp.n_slot, srv.n_ctx, convoy_ctx_n_batch(ctx),
-            cp.n_threads, cp.nodes ? ", nodes " : "", cp.nodes ? cp.nodes : "");
+    fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d "
+                    "tokens, batch %d, %d threads%s%s)\n",
+            ho.host, sv_http_port(http), srv.model_id, sv_chat_name(&chat), cp.n_slot, srv.n_ctx,
+            convoy_ctx_n_batch(ctx), cp.n_threads, cp.nodes ? ", nodes " : "", cp.nodes ? cp.nodes : "");
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -47,6 +47,12 @@ int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool ad
 int convoy_token_piece(const convoy_model *m, int32_t id, char *buf, int32_t n);
 bool convoy_token_is_eog(const convoy_model *m, int32_t id);
 
+/* The token's text as the vocabulary stores it ("<s>", "<|im_end|>", ...),
+ * or NULL outside the vocabulary. */
+const char *convoy_token_text(const convoy_model *m, int32_t id);
+/* The GGUF's tokenizer.chat_template (NUL-terminated), or NULL. */
+const char *convoy_model_chat_template(const convoy_model *m);
+
 /* Streaming detokenizer: each push returns only complete UTF-8. */
 typedef struct convoy_detok convoy_detok;
 convoy_detok *convoy_detok_create(const convoy_model *m);

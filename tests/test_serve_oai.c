@@ -242,8 +242,13 @@ int main(void)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    static sv_chat chat;
+    if (sv_chat_setup(model, "chatml", &chat, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
     srv = (oai_server){.model = model, .model_id = "stories260K", .n_ctx = 512, .has_logprobs = true,
-                       .chat_template = "chatml"};
+                       .chat = &chat};
     TEST_RUN(test_parameters);
     TEST_RUN(test_errors);
     TEST_RUN(test_corrupted_bodies);

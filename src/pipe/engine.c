@@ -17,6 +17,7 @@
 
 struct convoy_model {
     char *path;
+    char *chat_template; /* tokenizer.chat_template, or NULL */
     cv_llama meta; /* bound for no layers: hyperparameters and file only */
     cv_vocab vocab;
 };
@@ -54,6 +55,12 @@ convoy_model *convoy_model_load(const char *path, char *err, size_t errlen)
         cv_free(m);
         return NULL;
     }
+    const gguf_kv *tmpl = gguf_find_kv(&m->meta.gguf, "tokenizer.chat_template");
+    if (tmpl && tmpl->type == GGUF_STRING && !(m->chat_template = gguf_str_dup(tmpl->v.str))) {
+        cv_errf(err, errlen, "out of memory");
+        convoy_model_free(m);
+        return NULL;
+    }
     if (m->vocab.n_vocab != m->meta.hp.n_vocab) {
         cv_errf(err, errlen, "%s: vocabulary has %d tokens but token_embd.weight has %d rows", m->meta.gguf.name,
                 m->vocab.n_vocab, m->meta.hp.n_vocab);
@@ -69,9 +76,17 @@ void convoy_model_free(convoy_model *m)
         return;
     cv_vocab_free(&m->vocab);
     cv_llama_free(&m->meta);
+    cv_free(m->chat_template);
     cv_free(m->path);
     cv_free(m);
 }
+
+const char *convoy_token_text(const convoy_model *m, int32_t id)
+{
+    return id >= 0 && id < m->vocab.n_vocab ? m->vocab.text[id] : NULL;
+}
+
+const char *convoy_model_chat_template(const convoy_model *m) { return m->chat_template; }
 
 void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
 {

@@ -334,12 +334,12 @@ static int parse_messages(const oai_server *srv, const json_t *body, oai_request
         cm[i].role = rs;
         cm[i].content = texts[i].p ? texts[i].p : "";
     }
-    if (sv_render_chat(srv->chat_template, cm, (int)n, &prompt, err, sizeof err)) {
-        oai_fail(e, 500, "server_error", NULL, NULL, "%s", err);
+    if (sv_render_chat(srv->chat, cm, (int)n, &prompt, err, sizeof err)) {
+        oai_fail(e, 400, INVALID, NULL, "messages", "%s", err);
         goto done;
     }
     rc = tokenize_prompt(srv, prompt.p, prompt.n, r, e);
-    for (const char *const *s = sv_chat_stop_strings(srv->chat_template); rc == 0 && *s; s++)
+    for (const char *const *s = sv_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
         rc = add_stop(r, *s, strlen(*s), e);
 done:
     for (size_t i = 0; texts && i < n; i++)

@@ -31,6 +31,7 @@
 #include <jansson.h>
 
 #include "convoy.h"
+#include "serve/render.h"
 #include "serve/sched.h"
 
 typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT } oai_kind;
@@ -49,7 +50,7 @@ typedef struct oai_server {
     const char *model_id;
     int32_t n_ctx;
     bool has_logprobs;
-    const char *chat_template;
+    const sv_chat *chat;
 } oai_server;
 
 typedef struct oai_request {
