@@ -216,7 +216,8 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             goto fail;
         }
     }
-    cv_inbox_init(&c->inbox);
+    if (cv_inbox_init(&c->inbox, err, errlen))
+        goto fail;
     c->inbox_running = true;
     for (int k = 0; k < c->n_active; k++)
         if (cv_inbox_add(&c->inbox, c->link[c->active[k]], c->active[k], err, errlen))

@@ -1,127 +1,99 @@
-/* inbox.c: feeder threads that move frames from links into one ring (see
- * inbox.h). A feeder polls its link with a short timeout so that
- * cv_inbox_stop can end it without closing the link. */
+/* inbox.c: see inbox.h. The links' readers write to one pipe; the
+ * consumer drains it, then looks at every link without waiting, and only
+ * sleeps in poll when none had anything, so a frame that arrives between
+ * the look and the poll still wakes it. */
 #include "pipe/inbox.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/err.h"
 
-#define FEEDER_POLL_MS 50
-
-void cv_inbox_init(cv_inbox *in)
+int cv_inbox_init(cv_inbox *in, char *err, size_t errlen)
 {
     memset(in, 0, sizeof *in);
-    pthread_mutex_init(&in->mu, NULL);
-    pthread_cond_init(&in->cond, NULL);
-}
-
-/* Appends an event, waiting while the ring is full; false when stopping. */
-static bool push(cv_inbox *in, const cv_inbox_event *ev)
-{
-    pthread_mutex_lock(&in->mu);
-    while (in->count == CV_INBOX_CAP && !in->stopping)
-        pthread_cond_wait(&in->cond, &in->mu);
-    bool ok = !in->stopping;
-    if (ok) {
-        in->ring[(in->head + in->count) % CV_INBOX_CAP] = *ev;
-        in->count++;
-        pthread_cond_broadcast(&in->cond);
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        in->pipe_r = in->pipe_w = -1;
+        return cv_errf(err, errlen, "cannot create a pipe: %s", strerror(errno));
     }
-    pthread_mutex_unlock(&in->mu);
-    return ok;
-}
-
-static bool stopping(cv_inbox *in)
-{
-    pthread_mutex_lock(&in->mu);
-    bool s = in->stopping;
-    pthread_mutex_unlock(&in->mu);
-    return s;
-}
-
-static void *feeder_main(void *arg)
-{
-    struct cv_inbox_feeder *fd = arg;
-    cv_inbox_event ev;
-    while (!stopping(fd->inbox)) {
-        memset(&ev, 0, sizeof ev);
-        ev.source = fd->source;
-        int rc = cv_link_recv(fd->link, FEEDER_POLL_MS, &ev.frame, ev.err, sizeof ev.err);
-        if (rc == CV_LINK_TIMEOUT)
-            continue;
-        ev.ok = rc == 0;
-        if (!push(fd->inbox, &ev)) {
-            if (ev.ok)
-                cv_link_release(fd->link, &ev.frame);
-            break;
-        }
-        if (!ev.ok)
-            break;
-    }
-    return NULL;
+    in->pipe_r = fds[0];
+    in->pipe_w = fds[1];
+    return 0;
 }
 
 int cv_inbox_add(cv_inbox *in, cv_link *link, int source, char *err, size_t errlen)
 {
-    if (in->n_feeders == CV_INBOX_MAX_LINKS)
+    if (in->n_links == CV_INBOX_MAX_LINKS)
         return cv_errf(err, errlen, "too many links for one inbox");
-    struct cv_inbox_feeder *fd = &in->feeders[in->n_feeders];
-    *fd = (struct cv_inbox_feeder){.inbox = in, .link = link, .source = source};
-    if (pthread_create(&fd->thread, NULL, feeder_main, fd) != 0)
-        return cv_errf(err, errlen, "%s: cannot start a receiving thread", cv_link_name(link));
-    in->n_feeders++;
+    in->links[in->n_links++] = (struct cv_inbox_link){.link = link, .source = source};
+    cv_link_set_notify_fd(link, in->pipe_w);
     return 0;
+}
+
+/* One look at every link, starting after the last one served. */
+static bool take(cv_inbox *in, cv_inbox_event *ev)
+{
+    for (int k = 0; k < in->n_links; k++) {
+        const int i = (in->next + k) % in->n_links;
+        struct cv_inbox_link *l = &in->links[i];
+        if (l->ended)
+            continue;
+        memset(ev, 0, sizeof *ev);
+        ev->source = l->source;
+        const int rc = cv_link_recv(l->link, 0, &ev->frame, ev->err, sizeof ev->err);
+        if (rc == CV_LINK_TIMEOUT)
+            continue;
+        ev->ok = rc == 0;
+        l->ended = !ev->ok;
+        in->next = (i + 1) % in->n_links;
+        return true;
+    }
+    return false;
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t0->tv_sec) * 1000L + (now.tv_nsec - t0->tv_nsec) / 1000000L;
 }
 
 int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    if (timeout_ms >= 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char drained[64];
+        while (read(in->pipe_r, drained, sizeof drained) > 0)
+            ;
+        if (take(in, ev))
+            return 0;
+        int wait = -1;
+        if (timeout_ms >= 0) {
+            const long left = timeout_ms - ms_since(&t0);
+            if (left <= 0)
+                return CV_LINK_TIMEOUT;
+            wait = (int)left;
         }
-    }
-    pthread_mutex_lock(&in->mu);
-    while (in->count == 0) {
-        if (timeout_ms < 0)
-            pthread_cond_wait(&in->cond, &in->mu);
-        else if (pthread_cond_timedwait(&in->cond, &in->mu, &deadline) == ETIMEDOUT && in->count == 0) {
-            pthread_mutex_unlock(&in->mu);
+        struct pollfd p = {.fd = in->pipe_r, .events = POLLIN};
+        if (poll(&p, 1, wait) < 0 && errno != EINTR)
             return CV_LINK_TIMEOUT;
-        }
     }
-    *ev = in->ring[in->head];
-    in->head = (in->head + 1) % CV_INBOX_CAP;
-    in->count--;
-    pthread_cond_broadcast(&in->cond);
-    pthread_mutex_unlock(&in->mu);
-    return 0;
 }
 
 void cv_inbox_stop(cv_inbox *in)
 {
-    pthread_mutex_lock(&in->mu);
-    in->stopping = true;
-    pthread_cond_broadcast(&in->cond);
-    pthread_mutex_unlock(&in->mu);
-    for (int i = 0; i < in->n_feeders; i++)
-        pthread_join(in->feeders[i].thread, NULL);
-    while (in->count > 0) {
-        cv_inbox_event *ev = &in->ring[in->head];
-        if (ev->ok)
-            for (int i = 0; i < in->n_feeders; i++)
-                if (in->feeders[i].source == ev->source)
-                    cv_link_release(in->feeders[i].link, &ev->frame);
-        in->head = (in->head + 1) % CV_INBOX_CAP;
-        in->count--;
+    for (int i = 0; i < in->n_links; i++)
+        cv_link_set_notify_fd(in->links[i].link, -1);
+    in->n_links = 0;
+    if (in->pipe_r >= 0) {
+        close(in->pipe_r);
+        close(in->pipe_w);
     }
-    in->n_feeders = 0;
-    in->stopping = false;
+    in->pipe_r = in->pipe_w = -1;
 }

@@ -1,25 +1,24 @@
-/* inbox.h: one queue fed by several links, so that one thread can wait on
- * all of them at once.
+/* inbox.h: waiting on several links at once.
  *
- * Contract: cv_inbox_add starts a feeder thread for a link; it moves each
- * received frame into the inbox, tagged with the link's index, and when the
- * link's receiving side ends it queues one final event with ok = 0 and the
- * link's message. cv_inbox_next waits up to timeout_ms (CV_LINK_TIMEOUT
- * when nothing came). The consumer gives each frame back with
- * cv_link_release on its link. cv_inbox_stop joins the feeders: call it
- * before closing the links (closing a link ends its feeder). The queue is
- * a fixed ring: feeders block while it is full, so nothing is allocated per
- * frame. */
+ * Contract: cv_inbox_add registers a link under a source index and makes
+ * its reader thread signal the inbox's pipe after each frame it
+ * queues (and when its receiving side ends). cv_inbox_next waits up to
+ * timeout_ms for the next frame of any link, taking the links in turn so
+ * none starves, and returns it tagged with its source; when a link's
+ * receiving side has ended it returns one event with ok = 0 and the
+ * link's message (once per link). CV_LINK_TIMEOUT when nothing came. The
+ * consumer gives each frame back with cv_link_release on its link. No
+ * thread of its own: frames go from a link's reader to the consumer with
+ * one wake-up, and nothing is allocated per frame. cv_inbox_stop detaches
+ * the links (call it before closing them) and closes the pipe. */
 #ifndef CONVOY_PIPE_INBOX_H
 #define CONVOY_PIPE_INBOX_H
 
-#include <pthread.h>
 #include <stdbool.h>
 
 #include "pipe/link.h"
 
 #define CV_INBOX_MAX_LINKS 8
-#define CV_INBOX_CAP 128
 
 typedef struct cv_inbox_event {
     int source;  /* index given to cv_inbox_add */
@@ -29,24 +28,19 @@ typedef struct cv_inbox_event {
 } cv_inbox_event;
 
 typedef struct cv_inbox {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    cv_inbox_event ring[CV_INBOX_CAP];
-    int head, count;
-    bool stopping;
-    int n_feeders;
-    struct cv_inbox_feeder {
-        struct cv_inbox *inbox;
+    int pipe_r, pipe_w; /* the links' readers write a byte, the consumer reads */
+    int n_links;
+    int next;    /* link to look at first */
+    struct cv_inbox_link {
         cv_link *link;
         int source;
-        pthread_t thread;
-    } feeders[CV_INBOX_MAX_LINKS];
+        bool ended;
+    } links[CV_INBOX_MAX_LINKS];
 } cv_inbox;
 
-void cv_inbox_init(cv_inbox *in);
+int cv_inbox_init(cv_inbox *in, char *err, size_t errlen);
 int cv_inbox_add(cv_inbox *in, cv_link *link, int source, char *err, size_t errlen);
 int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev);
-/* Stops and joins every feeder, releasing frames still queued. */
 void cv_inbox_stop(cv_inbox *in);
 
 #endif

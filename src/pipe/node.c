@@ -1,8 +1,8 @@
 /* node.c: `convoy stage`, one node of a pipeline (see node.h).
  *
  * The serving thread owns everything: the listener, the session's links,
- * the stage. Links deliver frames through an inbox (one feeder thread per
- * link), so the thread waits on the head and the previous node at once.
+ * the stage. Links deliver frames through an inbox, so the thread waits on
+ * the head and the previous node at once.
  * Hidden states go to the next node straight from the stage's output
  * buffer (two buffers alternate, so one can be on the wire while the next
  * batch is computed); the last stage answers the head with RESULT. All
@@ -542,7 +542,10 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
 static void serve_session(node *n)
 {
     char err[CV_ERRLEN];
-    cv_inbox_init(&n->inbox);
+    if (cv_inbox_init(&n->inbox, err, sizeof err)) {
+        fprintf(stderr, "convoy stage: %s\n", err);
+        return;
+    }
     n->inbox_running = true;
     if (cv_inbox_add(&n->inbox, n->head, SRC_HEAD, err, sizeof err) ||
         (n->prev && cv_inbox_add(&n->inbox, n->prev, SRC_PREV, err, sizeof err))) {
