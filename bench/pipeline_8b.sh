@@ -8,7 +8,7 @@
 #  3. 4 stages, each on its own test host with --mem 1.5G, serve it: the
 #     head generates TOKENS (default 16) greedy tokens, identical to the
 #     unsplit model's on this (larger) machine when UNSPLIT=1;
-# and prints each stage's layers and resident memory (VmRSS), which grows
+# and prints each stage's layers and peak resident memory (VmHWM), which grows
 # with its share of the model, not with the file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ model=bench/out/models/llama-8b-q4_0.gguf
 [[ -f "$model" ]] || build/convoy synth --shape llama-3.1-8b --type Q4_0 -o "$model" >/dev/null
 echo "model: $model, $(stat -c %s "$model") bytes"
 
-export CONVOY_CLUSTER_PREFIX=cv8
+export CONVOY_CLUSTER_PREFIX=cveight
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh down' EXIT
 bash scripts/cluster.sh up 5 >/dev/null
@@ -50,7 +50,7 @@ on 0 build/convoy run "${args[@]}" --nodes "$(addr 1):7000,$(addr 2):7000,$(addr
 echo "tokens: $(cat bench/out/8b-chain.ids) ($(($(date +%s) - start)) s with the handshake)"
 for h in 1 2 3 4; do
     echo "stage on host $h: $(grep serving "bench/out/stage$h.log" | tail -1 | sed 's/convoy stage: //');" \
-        "VmRSS $(grep VmRSS "/proc/${pids[$((h - 1))]}/status" | awk '{printf "%.2f GB", $2 / 1e6}')"
+        "peak resident (VmHWM) $(grep VmHWM "/proc/${pids[$((h - 1))]}/status" | awk '{printf "%.2f GB", $2 / 1e6}')"
 done
 if [[ "${UNSPLIT:-0}" == 1 ]]; then
     build/convoy run "${args[@]}" >bench/out/8b-unsplit.ids
