@@ -6,6 +6,9 @@
  * main thread with sigwait, so shutdown runs in plain code: the server
  * stops, running requests fail with a message, then everything is freed. */
 #include <pthread.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +109,11 @@ int cmd_serve(int argc, char **argv)
     ho.port = port;
     ho.max_body = (size_t)max_body;
 
+#ifdef __GLIBC__
+    /* One connection, one thread: without a cap glibc gives each thread its
+     * own malloc arena, and resident memory grows with the connections seen. */
+    mallopt(M_ARENA_MAX, 2);
+#endif
     /* Every thread started from here on inherits the blocked signals. */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# soak.sh: a soak of `convoy serve` (bench/soak.mjs drives it).
+#
+#   bench/soak.sh [SECONDS]      default 120
+#
+# Serves stories260K on a free loopback port (8 slots, a queue of 64) and
+# has 64 concurrent clients mix normal and streamed requests (whose texts
+# must equal those of the same requests alone), random disconnects, and
+# malformed and oversized bodies. Passes when the server stays up, every
+# completed request has its tokens, nothing unexpected came back, and its
+# resident memory at the end is within 5% of the start. The report line is
+# appended to bench/out/soak.jsonl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-120}"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+make --no-print-directory -C build -j2 convoy >/dev/null
+mkdir -p bench/out
+model="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
+port=$((20000 + RANDOM % 20000))
+build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 \
+    2>bench/out/soak-server.log &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
+for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+done
+node bench/soak.mjs "http://127.0.0.1:$port" "$seconds" "$pid" | tee -a bench/out/soak.jsonl
