@@ -71,6 +71,30 @@ static inline int test_summary(void)
     return test_n_fail ? 1 : 0;
 }
 
+/* The whole file, NUL-terminated (malloc'ed; *len, when not NULL, gets its
+ * length without the NUL), or NULL when it cannot be read. */
+static inline char *test_read_file(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
 /* Path of a file under ../shared (relative to the source tree), in buf.
  * Returns 1 if it exists. When it does not: returns 0 after printing why;
  * under CI=true that counts as a failure of the current test. */

@@ -47,27 +47,6 @@ static int setup_state; /* 0 not tried, 1 ready, -1 unavailable */
 
 /* ---- helpers ---- */
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static bool file_exists(const char *path)
 {
     struct stat st;
@@ -272,7 +251,7 @@ static void check_vectors(int which, const char *name)
         !test_shared_path(out_path, sizeof(out_path), out_rel))
         return;
     size_t inp_len, out_len;
-    char *inp = read_file(inp_path, &inp_len), *out = read_file(out_path, &out_len);
+    char *inp = test_read_file(inp_path, &inp_len), *out = test_read_file(out_path, &out_len);
     CHECK(inp && out);
     if (!inp || !out) {
         free(inp);

@@ -44,25 +44,6 @@
 #define USR CV_CHAT_USER
 #define AST CV_CHAT_ASSISTANT
 
-static char *read_text(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(fp);
-    return buf;
-}
-
 /* Skips the current test with a message, or fails it under CI=true. */
 static void skip_or_fail(const char *why)
 {
@@ -349,7 +330,7 @@ static void test_detect_templates(void)
     for (int t = 0; t < N_TEMPLATES; t++) {
         if (!template_path(&TEMPLATES[t], path, sizeof path))
             return;
-        char *text = read_text(path);
+        char *text = test_read_file(path, NULL);
         CHECKF(text != NULL, "cannot read %s", path);
         if (!text)
             continue;

@@ -36,24 +36,6 @@ static void make_tmp_dir(void)
 
 static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmp_dir, name); }
 
-static uint8_t *read_all(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
-
 static uint32_t kv_u32(const gguf_file *f, const char *key)
 {
     uint32_t v = 0;
@@ -553,7 +535,7 @@ static int load_base(uint32_t alignment)
         CHECKF(0, "%s", err);
         return -1;
     }
-    base = read_all(path, &base_len);
+    base = (uint8_t *)test_read_file(path, &base_len);
     remove(path);
     CHECK(base != NULL);
     if (!base)

@@ -21,27 +21,6 @@
 
 /* ---- helpers ---- */
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 /* Loads a shared vocabulary; 0 when skipped or failed (already reported). */
 static int load_shared_vocab(const char *rel, cv_vocab *v)
 {
@@ -218,7 +197,7 @@ static int run_tokenize_jsonl(const cv_vocab *v, const char *rel, const char *la
     if (!test_shared_path(path, sizeof(path), rel))
         return 0;
     size_t len;
-    char *data = read_file(path, &len);
+    char *data = test_read_file(path, &len);
     CHECKF(data != NULL, "cannot read %s", path);
     if (!data)
         return 0;
@@ -305,8 +284,8 @@ static void test_llama_spm_test_vectors(void)
         cv_vocab_free(&v);
         return;
     }
-    size_t inp_len, out_len;
-    char *inp = read_file(inp_path, &inp_len), *out = read_file(out_path, &out_len);
+    size_t inp_len = 0, out_len = 0;
+    char *inp = test_read_file(inp_path, &inp_len), *out = test_read_file(out_path, &out_len);
     CHECK(inp && out);
     static const char sep[] = "\n__ggml_vocab_test__\n";
     const size_t sep_len = sizeof(sep) - 1;
@@ -367,7 +346,7 @@ static void test_greedy_prompts(void)
         return;
     }
     size_t len;
-    char *data = read_file(path, &len);
+    char *data = test_read_file(path, &len);
     CHECK(data != NULL);
     int n_prompts = 0, n_held_pushes = 0;
     for (char *line = data; data && *line;) {
