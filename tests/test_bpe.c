@@ -35,6 +35,7 @@
 #include "model/gguf.h"
 #include "model/vocab.h"
 #include "test.h"
+#include "tok_test.h"
 
 #define NPM_DIR CONVOY_BINARY_DIR "/npm"
 #define WORK_DIR CONVOY_BINARY_DIR "/bpe-test"
@@ -137,32 +138,6 @@ static int setup(void)
 }
 
 /* Tokenizes into a malloc'ed array (n_max 0 first, then exact). */
-static int32_t *tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                         int *n_out)
-{
-    int n = cv_tokenize(v, text, len, add_special, parse_special, NULL, 0);
-    CHECK(n != INT_MIN);
-    if (n == INT_MIN) {
-        *n_out = 0;
-        return NULL;
-    }
-    int need = n < 0 ? -n : n;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(need + 1));
-    *n_out = cv_tokenize(v, text, len, add_special, parse_special, ids, need);
-    CHECK(*n_out == need);
-    return ids;
-}
-
-static bool ids_equal_json(const int32_t *ids, int n, json_t *arr)
-{
-    if (!json_is_array(arr) || (size_t)n != json_array_size(arr))
-        return false;
-    for (int i = 0; i < n; i++)
-        if (json_integer_value(json_array_get(arr, (size_t)i)) != ids[i])
-            return false;
-    return true;
-}
-
 static void print_text(const char *what, const char *s, size_t n)
 {
     fprintf(stderr, "  %s: \"", what);
@@ -174,14 +149,6 @@ static void print_text(const char *what, const char *s, size_t n)
             fputc(c, stderr);
     }
     fprintf(stderr, "%s\"\n", n > 200 ? "..." : "");
-}
-
-static void print_ids(const char *what, const int32_t *ids, int n)
-{
-    fprintf(stderr, "  %s:", what);
-    for (int i = 0; i < n && i < 64; i++)
-        fprintf(stderr, " %d", (int)ids[i]);
-    fprintf(stderr, "%s\n", n > 64 ? " ..." : "");
 }
 
 typedef struct text_buf {
@@ -289,7 +256,7 @@ static void check_vectors(int which, const char *name)
             q = e;
         }
         int n;
-        int32_t *ids = tokenize(v, s, (size_t)(next - s), false, false, &n);
+        int32_t *ids = tok_tokenize(v, s, (size_t)(next - s), false, false, &n);
         bool eq = n == n_want && (n == 0 || memcmp(ids, want, sizeof(int32_t) * (size_t)n) == 0);
         n_equal += eq;
         CHECKF(eq, "%s: string %d differs from llama.cpp", name, n_strings);
@@ -352,7 +319,7 @@ static void test_corpus(void)
             /* equal to the JavaScript ids (Qwen: of the NFC form) */
             json_t *in = w == V_QWEN3 && nfc ? nfc : text;
             int n;
-            int32_t *ids = tokenize(v, json_string_value(in), json_string_length(in), false, true, &n);
+            int32_t *ids = tok_tokenize(v, json_string_value(in), json_string_length(in), false, true, &n);
             bool eq = ids_equal_json(ids, n, json_object_get(rec, vocab_names[w]));
             n_equal[w] += eq;
             if (!eq && n_shown++ < 10) {
@@ -377,7 +344,7 @@ static void test_corpus(void)
             free(ids);
 
             /* parse_special false: no CONTROL id, cv_detok gives s back */
-            ids = tokenize(v, s, len, false, false, &n);
+            ids = tok_tokenize(v, s, len, false, false, &n);
             bool control = false;
             for (int i = 0; i < n; i++)
                 control |= v->type[ids[i]] == CV_TOKEN_CONTROL;
@@ -418,7 +385,7 @@ static void expect_ids(const cv_vocab *v, const char *text, bool add_special, bo
                        const int32_t *want, int n_want)
 {
     int n;
-    int32_t *ids = tokenize(v, text, strlen(text), add_special, parse_special, &n);
+    int32_t *ids = tok_tokenize(v, text, strlen(text), add_special, parse_special, &n);
     bool eq = n == n_want && (n == 0 || memcmp(ids, want, sizeof(int32_t) * (size_t)n) == 0);
     CHECKF(eq, "'%s' (add_special %d, parse_special %d)", text, add_special, parse_special);
     if (!eq) {
@@ -447,8 +414,8 @@ static void test_special_tokens(void)
 
     /* BOS with add_special; the special texts as text without parse_special */
     int n_hi, n_plain;
-    int32_t *hi = tokenize(l3, "hi", 2, false, false, &n_hi);
-    int32_t *plain = tokenize(l3, "<|eot_id|>", 10, false, false, &n_plain);
+    int32_t *hi = tok_tokenize(l3, "hi", 2, false, false, &n_hi);
+    int32_t *plain = tok_tokenize(l3, "<|eot_id|>", 10, false, false, &n_plain);
     CHECK(n_hi == 1 && n_plain > 1);
     if (n_hi == 1) {
         int32_t with_bos[] = {bot, hi[0]};
@@ -473,7 +440,7 @@ static void test_special_tokens(void)
     expect_ids(qw, "<think>", false, false, think_ids, 1);
     expect_ids(qw, "<think>", true, false, think_ids, 1);
     int n;
-    int32_t *ids = tokenize(qw, "<|im_start|>", 12, false, false, &n);
+    int32_t *ids = tok_tokenize(qw, "<|im_start|>", 12, false, false, &n);
     for (int i = 0; i < n; i++)
         CHECK(ids[i] != im_start);
     free(ids);
@@ -505,8 +472,8 @@ static void test_ill_formed_utf8(void)
     for (int w = 0; w < N_VOCABS; w++) {
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             int n, n_as;
-            int32_t *ids = tokenize(&vocabs[w], cases[i].in, strlen(cases[i].in), false, false, &n);
-            int32_t *as = tokenize(&vocabs[w], cases[i].as, strlen(cases[i].as), false, false, &n_as);
+            int32_t *ids = tok_tokenize(&vocabs[w], cases[i].in, strlen(cases[i].in), false, false, &n);
+            int32_t *as = tok_tokenize(&vocabs[w], cases[i].as, strlen(cases[i].as), false, false, &n_as);
             CHECKF(n == n_as && memcmp(ids, as, sizeof(int32_t) * (size_t)n) == 0, "%s: case %zu",
                    vocab_names[w], i);
             free(ids);

@@ -18,6 +18,7 @@
 #include "model/gguf.h"
 #include "model/vocab.h"
 #include "test.h"
+#include "tok_test.h"
 
 /* ---- helpers ---- */
 
@@ -36,43 +37,6 @@ static int load_shared_vocab(const char *rel, cv_vocab *v)
     gguf_close(&f); /* the vocab must not keep pointers into the file */
     CHECKF(rc == 0, "%s", err);
     return rc == 0;
-}
-
-/* Tokenizes into a malloc'ed array, exercising the too-small-buffer path. */
-static int32_t *tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, int *n_out)
-{
-    int n = cv_tokenize(v, text, len, add_special, false, NULL, 0);
-    CHECK(n != INT_MIN);
-    if (n == INT_MIN)
-        return NULL;
-    int need = n < 0 ? -n : n;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(need + 1));
-    if (need > 0) {
-        CHECKF(n == -need, "n_max 0 gave %d for %d ids", n, need);
-        int short_n = cv_tokenize(v, text, len, add_special, false, ids, need - 1);
-        CHECKF(short_n == -need, "n_max %d gave %d", need - 1, short_n);
-    }
-    *n_out = cv_tokenize(v, text, len, add_special, false, ids, need);
-    CHECK(*n_out == need);
-    return ids;
-}
-
-static bool ids_equal_json(const int32_t *ids, int n, json_t *arr)
-{
-    if (!json_is_array(arr) || (size_t)n != json_array_size(arr))
-        return false;
-    for (int i = 0; i < n; i++)
-        if (json_integer_value(json_array_get(arr, (size_t)i)) != ids[i])
-            return false;
-    return true;
-}
-
-static void print_ids(const char *what, const int32_t *ids, int n)
-{
-    fprintf(stderr, "  %s:", what);
-    for (int i = 0; i < n; i++)
-        fprintf(stderr, " %d", (int)ids[i]);
-    fputc('\n', stderr);
 }
 
 /* Strict UTF-8 check, written independently of vocab.c's decoder. */
@@ -215,8 +179,8 @@ static int run_tokenize_jsonl(const cv_vocab *v, const char *rel, const char *la
             CHECK(text != NULL);
             if (text) {
                 int n_sp, n_pl;
-                int32_t *sp = tokenize(v, text, text_len, true, &n_sp);
-                int32_t *pl = tokenize(v, text, text_len, false, &n_pl);
+                int32_t *sp = tok_tokenize(v, text, text_len, true, false, &n_sp);
+                int32_t *pl = tok_tokenize(v, text, text_len, false, false, &n_pl);
                 bool ok_sp = sp && ids_equal_json(sp, n_sp, json_object_get(obj, "ids_special"));
                 bool ok_pl = pl && ids_equal_json(pl, n_pl, json_object_get(obj, "ids_plain"));
                 CHECKF(ok_sp && ok_pl, "%s: string %d '%s' (special %s, plain %s)", label, n_strings, text,
@@ -313,7 +277,7 @@ static void test_llama_spm_test_vectors(void)
         }
         size_t len = (size_t)(s_end - ip);
         int n_got;
-        int32_t *got = tokenize(&v, ip, len, false, &n_got);
+        int32_t *got = tok_tokenize(&v, ip, len, false, false, &n_got);
         bool ok = got && n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_want) == 0;
         CHECKF(ok, "test vector %d '%.*s'", n_strings, (int)len, ip);
         if (!ok && n_bad++ < 5 && got) {
@@ -359,7 +323,7 @@ static void test_greedy_prompts(void)
             json_t *jp = json_object_get(obj, "prompt");
             const char *prompt = json_string_value(jp);
             int n;
-            int32_t *ids = prompt ? tokenize(&v, prompt, json_string_length(jp), true, &n) : NULL;
+            int32_t *ids = prompt ? tok_tokenize(&v, prompt, json_string_length(jp), true, false, &n) : NULL;
             CHECKF(ids && ids_equal_json(ids, n, json_object_get(obj, "prompt_ids")), "prompt '%s'", prompt);
             if (ids)
                 check_roundtrip(&v, prompt, json_string_length(jp), ids + 1, n - 1, &n_held_pushes);
