@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "serve/oai.h"
 #include "test.h"
+#include "model_test.h"
 
 static convoy_model *model;
 static oai_server srv;
@@ -223,25 +224,12 @@ static void test_responses(void)
     CHECK(s == NULL);
 }
 
-static void test_model_present(void)
-{
-    char path[1024];
-    test_shared_path(path, sizeof path, "models/stories260K.gguf");
-}
-
 int main(void)
 {
     cv_kernels_init(0);
-    char path[1024], err[512];
-    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf")) {
-        TEST_RUN(test_model_present);
+    if (!(model = test_load_stories()))
         return test_summary();
-    }
-    model = convoy_model_load(path, err, sizeof err);
-    if (!model) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
+    char err[512];
     static sv_chat chat;
     if (sv_chat_setup(model, "chatml", &chat, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

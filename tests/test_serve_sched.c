@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "serve/sched.h"
 #include "test.h"
+#include "model_test.h"
 
 enum { N_REQ = 8, MAX_TOK = 40 };
 
@@ -273,25 +274,11 @@ static void test_finish_and_logprobs(void)
     convoy_ctx_free(c);
 }
 
-static void test_model_present(void)
-{
-    char path[1024];
-    test_shared_path(path, sizeof path, "models/stories260K.gguf");
-}
-
 int main(void)
 {
     cv_kernels_init(0);
-    char path[1024], err[512];
-    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf")) {
-        TEST_RUN(test_model_present);
+    if (!(model = test_load_stories()))
         return test_summary();
-    }
-    model = convoy_model_load(path, err, sizeof err);
-    if (!model) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
     TEST_RUN(test_batched_equals_alone);
     TEST_RUN(test_cancel_and_queue);
     TEST_RUN(test_finish_and_logprobs);

@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "serve/text.h"
 #include "test.h"
+#include "model_test.h"
 
 static convoy_model *model;
 
@@ -126,25 +127,11 @@ static void test_utf8_stop(void)
     free(got);
 }
 
-static void test_model_present(void)
-{
-    char path[1024];
-    test_shared_path(path, sizeof path, "models/stories260K.gguf");
-}
-
 int main(void)
 {
     cv_kernels_init(0);
-    char path[1024], err[512];
-    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf")) {
-        TEST_RUN(test_model_present);
+    if (!(model = test_load_stories()))
         return test_summary();
-    }
-    model = convoy_model_load(path, err, sizeof err);
-    if (!model) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
     TEST_RUN(test_no_stop);
     TEST_RUN(test_stop_everywhere);
     TEST_RUN(test_first_of_several);
