@@ -2,7 +2,8 @@
  * prefill / decode speed to stderr. The prompt goes through the model in
  * chunks of --batch tokens, then each sampled token is fed back until -n
  * tokens or an end-of-generation token. Sampling happens inside the step,
- * at the stage that holds the output head. */
+ * at the stage that holds the output head. With --draft, each step is a
+ * speculative round: the newest token and its drafts in one batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,15 @@ static void usage(void)
             "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
-            "                  [--ignore-eos] [--ids] [--mem BYTES]\n"
+            "                  [--ignore-eos] [--ids] [--mem BYTES] [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
             "  --ids: print the generated token ids (one JSON list) instead of the text\n"
             "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
-            "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n");
+            "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n"
+            "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
+            "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
+            "  The output is the same as without it (greedy: identical; temp > 0: the same distribution).\n");
 }
 
 int cmd_run(int argc, char **argv)
@@ -34,6 +38,8 @@ int cmd_run(int argc, char **argv)
     bool ignore_eos = false, seed_given = false, print_ids = false;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cv_sampler_params sp = cv_sampler_default_params();
+    convoy_spec_params spp = convoy_spec_default_params();
+    spp.draft = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -76,6 +82,12 @@ int cmd_run(int argc, char **argv)
             bad = arg_float(a, v, &sp.freq_penalty);
         else if (!strcmp(a, "--presence-penalty"))
             bad = arg_float(a, v, &sp.presence_penalty);
+        else if (!strcmp(a, "--draft"))
+            spp.draft = v;
+        else if (!strcmp(a, "--spec-k"))
+            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k);
+        else if (!strcmp(a, "--spec-k-max"))
+            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k_max);
         else if (!strcmp(a, "--seed"))
             bad = arg_u64(a, v, &sp.seed), seed_given = true;
         else {
@@ -109,9 +121,21 @@ int cmd_run(int argc, char **argv)
         return 1;
     }
     const int32_t n_ctx = convoy_ctx_n_ctx(ctx), n_batch = convoy_ctx_n_batch(ctx);
+    int rc = 1;
+    convoy_spec *spec = NULL;
+    if (spp.draft) {
+        if (spp.k > spp.k_max)
+            spp.k_max = spp.k;
+        spp.n_threads = cp.n_threads;
+        if (!(spec = convoy_spec_create(ctx, model, &spp, err, sizeof err))) {
+            fprintf(stderr, "convoy: %s\n", err);
+            convoy_ctx_free(ctx);
+            convoy_model_free(model);
+            return 1;
+        }
+    }
     double t_load = now_seconds() - t0;
 
-    int rc = 1;
     int32_t *tokens = cv_malloc(sizeof(int32_t) * (size_t)n_ctx);
     int32_t *pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
     int32_t *seq = cv_calloc((size_t)n_batch, sizeof(int32_t));
@@ -163,39 +187,83 @@ int cmd_run(int argc, char **argv)
 
     double t_decode = now_seconds();
     int32_t n_gen = 0, n_past = n_prompt;
+    int32_t out[CV_SAMPLER_MAX_REWIND], n_out = 1, n_round = 0;
     static char text[16384];
+    out[0] = id;
     while (n_gen < n_predict) {
-        n_gen++;
-        if (!ignore_eos && convoy_token_is_eog(model, id))
-            break;
-        int k = print_ids ? snprintf(text, sizeof text, n_gen > 1 ? ", %d" : "%d", id)
-                          : convoy_detok_push(detok, id, text, sizeof text);
-        if (k < 0) {
-            fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
-            goto done;
+        bool stop = false;
+        for (int32_t i = 0; i < n_out && !stop; i++) {
+            id = out[i];
+            tokens[n_past] = id;
+            n_gen++;
+            if (!ignore_eos && convoy_token_is_eog(model, id))
+                stop = true;
+            int k = stop ? 0
+                    : print_ids ? snprintf(text, sizeof text, n_gen > 1 ? ", %d" : "%d", id)
+                                : convoy_detok_push(detok, id, text, sizeof text);
+            if (k < 0) {
+                fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
+                goto done;
+            }
+            fwrite(text, 1, (size_t)k, stdout);
+            if (n_gen == n_predict)
+                stop = true;
+            else if (i + 1 < n_out)
+                n_past++;
         }
-        fwrite(text, 1, (size_t)k, stdout);
         fflush(stdout);
-        if (n_gen == n_predict)
+        if (stop)
             break;
-        pos[0] = n_past;
-        want[0] = 1;
-        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = pos, .seq = seq, .want = want};
-        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
+        /* the next round: the newest token, and its drafts */
+        convoy_spec_req req = {.seq = 0, .hist = tokens, .n_hist = n_past + 1, .drafts = out + 1};
+        const double t_round = now_seconds();
+        int32_t room = n_predict - n_gen - 1; /* a round emits at most its drafts + 1 */
+        if (n_ctx - n_past - 1 < room)
+            room = n_ctx - n_past - 1;
+        if (spec && room > 0 && convoy_spec_propose(spec, &req, 1, err, sizeof err)) {
             fprintf(stderr, "\nconvoy: %s\n", err);
             goto done;
         }
+        const int32_t n_draft = req.n_draft < room ? req.n_draft : room;
+        int32_t batch_tok[CV_SAMPLER_MAX_REWIND];
+        batch_tok[0] = id;
+        for (int32_t i = 0; i <= n_draft; i++) {
+            pos[i] = n_past + i;
+            want[i] = i == 0 ? 1 : 2;
+            if (i > 0)
+                batch_tok[i] = out[i];
+        }
+        convoy_batch b = {.n_tokens = n_draft + 1, .token = batch_tok, .pos = pos, .seq = seq, .want = want};
+        if (convoy_step(ctx, &b, out, err, sizeof err)) {
+            fprintf(stderr, "\nconvoy: %s\n", err);
+            goto done;
+        }
+        n_out = 1;
+        while (n_out <= n_draft && out[n_out] >= 0)
+            n_out++;
+        if (spec)
+            convoy_spec_observe(spec, 0, n_draft, n_out - 1, now_seconds() - t_round);
         n_past++;
-    }
-    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
+        n_round++;
+    }    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
     if (k > 0)
         fwrite(text, 1, (size_t)k, stdout);
     fputs(print_ids ? "]\n" : "\n", stdout);
     t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
             n_prompt, t_prefill, n_prompt / t_prefill, n_gen, t_decode, n_gen > 0 ? n_gen / t_decode : 0.0);
+    if (spec) {
+        convoy_spec_stats st;
+        convoy_spec_get_stats(spec, &st);
+        fprintf(stderr, "convoy: speculation (%s): %d rounds, %.2f tokens per round, %llu of %llu drafts accepted "
+                        "(%.1f%%)\n",
+                convoy_spec_drafter(spec), n_round, n_round ? (double)n_gen / n_round : 0.0,
+                (unsigned long long)st.accepted, (unsigned long long)st.drafted,
+                st.drafted ? 100.0 * st.accepted / st.drafted : 0.0);
+    }
     rc = 0;
 done:
+    convoy_spec_free(spec);
     convoy_detok_free(detok);
     cv_free(want);
     cv_free(seq);

@@ -81,6 +81,7 @@ convoy_ctx_params convoy_ctx_default_params(void);
 convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen);
 void convoy_ctx_free(convoy_ctx *c);
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
+int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 
 typedef struct convoy_batch {
@@ -88,13 +89,25 @@ typedef struct convoy_batch {
     const int32_t *token;
     const int32_t *pos;
     const int32_t *seq;
-    const uint8_t *want; /* logits wanted for this token */
+    /* 0: no output; 1: sample this token's output; 2: this token is a draft
+     * (speculation): a guess of what the slot's previous token in the
+     * batch, wanted and one position before, samples. */
+    const uint8_t *want;
 } convoy_batch;
 
 /* Runs a batch and samples each wanted token with its slot's sampler
  * (greedy until convoy_set_sampler): tokens[i] is the id sampled for the
  * i-th wanted token in batch order. Every token of the batch enters its
- * slot's penalty history. */
+ * slot's penalty history.
+ *
+ * Drafts: the output of a token that a draft follows is verified against
+ * it (greedy: accepted when equal to the argmax; temp > 0: the rejection
+ * rule, so the ids keep the sampler's distribution). From the first
+ * rejected draft on, the slot's wanted tokens give -1 and the slot is cut
+ * back after the last emitted one, here and, with the next batch, on every
+ * node: a slot with drafts continues at convoy_seq_len. Accepted drafts
+ * plus the token emitted at the first rejection (or after the last draft)
+ * are exactly the tokens plain decoding would give, one step each. */
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
 /* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
  * (1 on one machine, the number of stages on a pipeline), so that every
@@ -118,5 +131,49 @@ int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen);
 /* Empties a slot and resets its sampler to greedy. */
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
+
+/* Speculative decoding (DESIGN.md §5). A convoy_spec proposes drafts for
+ * slots of a context from a drafter at the head: "ngram" (the continuation
+ * of the latest earlier occurrence of the last tokens) or a GGUF draft
+ * model with the target's vocabulary, run greedily on this machine. K, the
+ * drafts per round, is fixed (k > 0) or chosen per slot from its measured
+ * acceptance and the measured cost of a round (k = 0). A round: propose,
+ * submit the slot's newest token (want 1) followed by its drafts (want 2),
+ * collect, count the accepted drafts (the leading outputs equal to the
+ * drafts), observe. */
+typedef struct convoy_spec convoy_spec;
+
+typedef struct convoy_spec_params {
+    const char *draft; /* "ngram" or the path of a draft GGUF */
+    int32_t k;         /* drafts per round; 0 = chosen automatically */
+    int32_t k_max;     /* most drafts per round (default 16) */
+    int32_t n_threads; /* threads of the draft model */
+} convoy_spec_params;
+
+typedef struct convoy_spec_req {
+    int32_t seq;
+    const int32_t *hist; /* the slot's whole history; the last id is the newest, not yet run */
+    int32_t n_hist;
+    int32_t *drafts;     /* [k_max]: the proposal */
+    int32_t n_draft;     /* written: 0 .. K */
+} convoy_spec_req;
+
+typedef struct convoy_spec_stats {
+    uint64_t rounds, drafted, accepted;
+} convoy_spec_stats;
+
+convoy_spec_params convoy_spec_default_params(void);
+convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
+                                size_t errlen);
+void convoy_spec_free(convoy_spec *s);
+const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
+/* Proposes for n requests of distinct slots at once (a draft model runs
+ * them as one batch). */
+int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *err, size_t errlen);
+/* A round of seq ended: n_draft drafts sent, n_accepted accepted, round_s
+ * seconds from the proposal to the result. */
+void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
+void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
+void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 
 #endif

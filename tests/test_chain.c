@@ -6,59 +6,20 @@
  * - a stage killed with SIGKILL: the step fails with a message naming the
  *   node, and this process (the head) goes on: a new chain over a fresh
  *   node works. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "infer/stage.h"
 #include "kernels/kernels.h"
 #include "pipe/chain.h"
 #include "test.h"
+#include "stage_test.h"
 
 enum { N_SEQ = 4, N_GEN = 24, PROMPT = 4 };
 
 static char model[512];
-
-/* Starts `convoy stage` on a free loopback port; returns its pid. */
-static pid_t start_stage(int *port)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    bind(s, (struct sockaddr *)&a, sizeof a);
-    getsockname(s, (struct sockaddr *)&a, &len);
-    *port = ntohs(a.sin_port);
-    close(s);
-    char listen[64];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", *port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        execl(CONVOY_BINARY_DIR "/convoy", "convoy", "stage", "--listen", listen, "-m", model, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100; i++) { /* wait until it listens */
-        int c = socket(AF_INET, SOCK_STREAM, 0);
-        int ok = connect(c, (struct sockaddr *)&a, sizeof a) == 0;
-        close(c);
-        if (ok)
-            break;
-        usleep(50000);
-    }
-    return pid;
-}
-
-static void stop(pid_t pid)
-{
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
 
 static int32_t prompt_of(int s, int i) { return i == 0 ? 1 : 3 + (s * 131 + i * 17) % 500; }
 
@@ -123,7 +84,7 @@ static void test_micro_batches_match_alone(void)
     int32_t alone[N_SEQ][N_GEN], got[N_SEQ][N_GEN];
     run_alone(alone);
     int p1, p2;
-    pid_t s1 = start_stage(&p1), s2 = start_stage(&p2);
+    pid_t s1 = test_start_stage(model, &p1), s2 = test_start_stage(model, &p2);
     char a1[64], a2[64], err[512];
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
@@ -168,8 +129,8 @@ static void test_micro_batches_match_alone(void)
         CHECK(memcmp(alone, got, sizeof alone) == 0);
         cv_chain_close(c);
     }
-    stop(s1);
-    stop(s2);
+    test_stop_stage(s1);
+    test_stop_stage(s2);
 }
 
 static void test_killed_stage_reported_head_survives(void)
@@ -177,7 +138,7 @@ static void test_killed_stage_reported_head_survives(void)
     if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
         return;
     int p1, p2, p3;
-    pid_t s1 = start_stage(&p1), s2 = start_stage(&p2);
+    pid_t s1 = test_start_stage(model, &p1), s2 = test_start_stage(model, &p2);
     char a1[64], a2[64], a3[64], err[512];
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
@@ -195,7 +156,7 @@ static void test_killed_stage_reported_head_survives(void)
         uint8_t want = 1;
         cv_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq = &seq, .want = &want};
         CHECKF(cv_chain_step(c, &b, &next, err, sizeof err) == 0, "%s", err);
-        stop(s2);
+        test_stop_stage(s2);
         tok = next;
         pos = 1;
         CHECK(cv_chain_step(c, &b, &next, err, sizeof err) == -1);
@@ -204,7 +165,7 @@ static void test_killed_stage_reported_head_survives(void)
         cv_chain_close(c);
     }
     /* the head goes on: a new chain with a fresh second node */
-    pid_t s3 = start_stage(&p3);
+    pid_t s3 = test_start_stage(model, &p3);
     snprintf(a3, sizeof a3, "127.0.0.1:%d", p3);
     nodes[1] = a3;
     CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
@@ -215,8 +176,8 @@ static void test_killed_stage_reported_head_survives(void)
         CHECKF(cv_chain_step(c, &b, &next, err, sizeof err) == 0, "%s", err);
         cv_chain_close(c);
     }
-    stop(s1);
-    stop(s3);
+    test_stop_stage(s1);
+    test_stop_stage(s3);
 }
 
 int main(void)

@@ -205,8 +205,8 @@ static void test_hello(void)
     CHECK(has(corrupt_u8(buf, n, 48, 40, dec_hello), "payload ends inside"));
     CHECK(has(corrupt_u8(buf, n, 49, 1, dec_hello), "next_addr length"));
     /* a different protocol version is refused first and reported */
-    const char *e = corrupt_u8(buf, n, 0, 2, dec_hello);
-    CHECKF(has(e, "protocol version 2"), "%s", e);
+    const char *e = corrupt_u8(buf, n, 0, 3, dec_hello);
+    CHECKF(has(e, "protocol version 3"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -350,7 +350,7 @@ static void test_forward(void)
     CHECK(has(corrupt_u32(buf, n, 16 + 16 + 0, 0x80000000u, dec_forward), "record 1: token"));
     CHECK(has(corrupt_u32(buf, n, 16 + 16 + 4, 0xFFFFFFFFu, dec_forward), "record 1: seq -1"));
     CHECK(has(corrupt_u32(buf, n, 16 + 32 + 8, 0xFFFFFFFEu, dec_forward), "record 2: pos -2"));
-    CHECK(has(corrupt_u8(buf, n, 16 + 12, 2, dec_forward), "record 0: want 2"));
+    CHECK(has(corrupt_u8(buf, n, 16 + 12, 3, dec_forward), "record 0: want 3"));
     CHECK(has(corrupt_u8(buf, n, 16 + 32 + 15, 1, dec_forward), "record 2: reserved"));
 
     /* a misaligned buffer is refused (decoded pointers would be misaligned) */

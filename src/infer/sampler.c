@@ -3,7 +3,13 @@
  * Design: the sampler owns every buffer it needs, sized by n_vocab (and
  * penalty_last_n) at create, so cv_sampler_sample never allocates.
  *  - Penalty history is a ring of the last penalty_last_n accepted ids plus a
- *    per-id count kept in step with it, so a penalized logit costs one lookup.
+ *    per-id count kept in step with the last penalty_last_n of them, so a
+ *    penalized logit costs one lookup. The ring holds CV_SAMPLER_MAX_REWIND
+ *    more ids than the window, which a rewind brings back into it.
+ *  - Verification of a draft (speculation) with temp > 0 is the rejection
+ *    rule for a deterministic draft (q is one-hot at the draft): accept with
+ *    probability p(draft), else draw from p without the draft, renormalized;
+ *    the emitted id is then distributed exactly as p.
  *  - Candidates are (logit, id) pairs ranked by logit descending, then id
  *    ascending: a total order, so cuts through ties are fixed. Top-k keeps a
  *    heap of the k best (root: the worst of them); with top-k off the set is
@@ -43,9 +49,9 @@ struct cv_sampler {
     cv_candidate *ranked;  /* [n_vocab] candidates popped in rank order */
     double *weight;        /* [n_vocab] draw weights, in draw order */
     int32_t *count;        /* [n_vocab] occurrences of each id in the history */
-    int32_t *history;      /* [penalty_last_n] ring of accepted ids */
-    int32_t n_history;     /* ids in the ring, <= penalty_last_n */
-    int32_t history_next;  /* ring slot the next accepted id goes to */
+    int32_t *history;      /* [history_cap] ring of the last accepted ids */
+    int32_t history_cap;   /* penalty_last_n + CV_SAMPLER_MAX_REWIND */
+    int64_t n_accepted;    /* ids accepted since the last reset; the ring holds the last min(this, cap) */
     uint64_t rng_state;
 };
 
@@ -88,10 +94,10 @@ static double rng_uniform(cv_sampler *s)
 
 void cv_sampler_reset(cv_sampler *s)
 {
-    for (int32_t i = 0; i < s->n_history; i++)
+    int64_t held = s->n_accepted < s->history_cap ? s->n_accepted : s->history_cap;
+    for (int64_t i = 0; i < held; i++)
         s->count[s->history[i]] = 0;
-    s->n_history = 0;
-    s->history_next = 0;
+    s->n_accepted = 0;
     s->rng_state = splitmix64(s->params.seed);
 }
 
@@ -125,8 +131,8 @@ cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab)
     s->ranked = cv_malloc((size_t)n_vocab * sizeof(*s->ranked));
     s->weight = cv_malloc((size_t)n_vocab * sizeof(*s->weight));
     s->count = cv_calloc((size_t)n_vocab, sizeof(*s->count));
-    s->history = cv_malloc((size_t)(s->params.penalty_last_n ? s->params.penalty_last_n : 1) *
-                           sizeof(*s->history));
+    s->history_cap = s->params.penalty_last_n + CV_SAMPLER_MAX_REWIND;
+    s->history = cv_malloc((size_t)s->history_cap * sizeof(*s->history));
     if (!s->cand || !s->ranked || !s->weight || !s->count || !s->history) {
         cv_sampler_free(s);
         return NULL;
@@ -135,18 +141,40 @@ cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab)
     return s;
 }
 
+/* The id accepted at index i of the history (i within the ring). */
+static int32_t *history_at(cv_sampler *s, int64_t i)
+{
+    return &s->history[i % s->history_cap];
+}
+
 void cv_sampler_accept(cv_sampler *s, int32_t id)
 {
-    int32_t cap = s->params.penalty_last_n;
-    if (id < 0 || id >= s->n_vocab || cap == 0)
+    const int32_t window = s->params.penalty_last_n;
+    if (id < 0 || id >= s->n_vocab || window == 0)
         return;
-    if (s->n_history == cap)
-        s->count[s->history[s->history_next]]--;
-    else
-        s->n_history++;
-    s->history[s->history_next] = id;
+    *history_at(s, s->n_accepted) = id;
     s->count[id]++;
-    s->history_next = s->history_next + 1 == cap ? 0 : s->history_next + 1;
+    if (s->n_accepted >= window)
+        s->count[*history_at(s, s->n_accepted - window)]--;
+    s->n_accepted++;
+}
+
+void cv_sampler_rewind(cv_sampler *s, int32_t n)
+{
+    const int32_t window = s->params.penalty_last_n;
+    const int64_t oldest = s->n_accepted - s->history_cap; /* ids before it are overwritten */
+    for (; n > 0 && s->n_accepted > 0; n--) {
+        s->n_accepted--;
+        s->count[*history_at(s, s->n_accepted)]--;
+        int64_t back = s->n_accepted - window;
+        if (back >= 0 && back >= oldest)
+            s->count[*history_at(s, back)]++;
+    }
+}
+
+int64_t cv_sampler_n_accepted(const cv_sampler *s)
+{
+    return s->n_accepted;
 }
 
 /* NaN ranks as -inf (never above anything); n <= 0 gives -1. */
@@ -242,23 +270,26 @@ static int32_t collect_candidates(cv_sampler *s, const float *logits, int32_t k)
     return k;
 }
 
-int32_t cv_sampler_sample(cv_sampler *s, const float *logits)
+/* Greedy choice: argmax of the penalized logits, ties to the lowest id. */
+static int32_t greedy_id(const cv_sampler *s, const float *logits)
+{
+    int32_t best = 0;
+    float best_logit = penalized_logit(s, logits, 0);
+    for (int32_t id = 1; id < s->n_vocab; id++) {
+        float v = penalized_logit(s, logits, id);
+        if (v > best_logit) {
+            best = id;
+            best_logit = v;
+        }
+    }
+    return best;
+}
+
+/* The distribution a draw is made from (temp > 0): its ids in draw order
+ * (*draw, *n) and their weights in s->weight; returns the weights' sum. */
+static double distribution(cv_sampler *s, const float *logits, const cv_candidate **draw_out, int32_t *n_out)
 {
     const cv_sampler_params *p = &s->params;
-
-    if (!(p->temp > 0.0f)) {
-        int32_t best = 0;
-        float best_logit = penalized_logit(s, logits, 0);
-        for (int32_t id = 1; id < s->n_vocab; id++) {
-            float v = penalized_logit(s, logits, id);
-            if (v > best_logit) {
-                best = id;
-                best_logit = v;
-            }
-        }
-        return best;
-    }
-
     int32_t k = p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : s->n_vocab;
     int32_t n_set = collect_candidates(s, logits, k);
     cv_candidate *cand = s->cand;
@@ -306,12 +337,58 @@ int32_t cv_sampler_sample(cv_sampler *s, const float *logits)
         w[i] = relative_weight(draw[i].logit, max_logit, temp);
         sum += w[i];
     }
+    *draw_out = draw;
+    *n_out = n;
+    return sum;
+}
+
+/* One draw from the distribution, leaving out `skip` (-1: none) whose
+ * weight is w_skip; sum is the total weight without it. */
+static int32_t draw_from(cv_sampler *s, const cv_candidate *draw, int32_t n, double sum, int32_t skip)
+{
     double target = rng_uniform(s) * sum;
     double cum = 0.0;
+    int32_t last = -1;
     for (int32_t i = 0; i < n; i++) {
-        cum += w[i];
+        if (draw[i].id == skip)
+            continue;
+        cum += s->weight[i];
+        last = draw[i].id;
         if (target < cum)
-            return draw[i].id;
+            return last;
     }
-    return draw[n - 1].id;
+    return last;
+}
+
+int32_t cv_sampler_sample(cv_sampler *s, const float *logits)
+{
+    if (!(s->params.temp > 0.0f))
+        return greedy_id(s, logits);
+    const cv_candidate *draw;
+    int32_t n;
+    double sum = distribution(s, logits, &draw, &n);
+    return draw_from(s, draw, n, sum, -1);
+}
+
+int32_t cv_sampler_verify(cv_sampler *s, const float *logits, int32_t draft)
+{
+    if (!(s->params.temp > 0.0f))
+        return greedy_id(s, logits);
+    const cv_candidate *draw;
+    int32_t n;
+    double sum = distribution(s, logits, &draw, &n);
+    double w_draft = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        if (draw[i].id == draft)
+            w_draft = s->weight[i];
+    if (w_draft > 0.0 && rng_uniform(s) * sum < w_draft)
+        return draft;
+    /* Rejected: the residual max(p - q, 0) of a one-hot q is p without the
+     * draft, renormalized. Summed again in draw order, not as sum - w_draft,
+     * so that rounding cannot let the walk run past the last id. */
+    double rest = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        if (draw[i].id != draft)
+            rest += s->weight[i];
+    return draw_from(s, draw, n, rest, draft);
 }

@@ -55,7 +55,9 @@ int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char 
     if (cv_llama_has_head(&s->model)) {
         s->samplers = cv_calloc((size_t)p->n_slot, sizeof *s->samplers);
         s->logits = cv_aligned_alloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_vocab);
-        if (!s->samplers || !s->logits) {
+        s->slot_row = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
+        s->draft_of = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
+        if (!s->samplers || !s->logits || !s->slot_row || !s->draft_of) {
             cv_errf(err, errlen, "out of memory for %d rows of logits", p->n_batch);
             goto fail;
         }
@@ -73,6 +75,8 @@ void cv_stage_close(cv_stage *s)
             cv_sampler_free(s->samplers[i]);
     cv_free(s->samplers);
     cv_free_aligned(s->logits);
+    cv_free(s->slot_row);
+    cv_free(s->draft_of);
     cv_forward_free(s->fwd);
     if (s->pool)
         cv_pool_free(s->pool);
@@ -82,24 +86,81 @@ void cv_stage_close(cv_stage *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Truncates each slot whose first token in the batch starts below its
+ * cached length (the rollback rule of stage.h). */
+static void roll_back(cv_stage *s, const cv_batch *b)
+{
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t slot = b->seq[t];
+        if (slot >= 0 && slot < s->kv.n_slot && b->pos[t] >= 0 && b->pos[t] < s->kv.len[slot])
+            cv_stage_seq_truncate(s, slot, b->pos[t]);
+    }
+}
+
+/* Fills draft_of: for each row, the draft token that follows it in its
+ * slot, or -1. A draft must follow a wanted row one position before it. */
+static int link_drafts(cv_stage *s, const cv_batch *b, char *err, size_t errlen)
+{
+    if (b->n_tokens > s->n_batch)
+        return cv_errf(err, errlen, "batch of %d tokens, this stage takes at most %d", b->n_tokens, s->n_batch);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        if (b->seq[t] < 0 || b->seq[t] >= s->kv.n_slot)
+            return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, b->seq[t], s->kv.n_slot);
+        s->slot_row[b->seq[t]] = -1;
+    }
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t prev = s->slot_row[b->seq[t]];
+        s->draft_of[t] = -1;
+        s->slot_row[b->seq[t]] = t;
+        if (b->want[t] != 2)
+            continue;
+        if (prev < 0 || !b->want[prev] || b->pos[prev] != b->pos[t] - 1)
+            return cv_errf(err, errlen, "token %d is a draft but does not follow a wanted token of slot %d", t,
+                           b->seq[t]);
+        s->draft_of[prev] = b->token[t];
+    }
+    return 0;
+}
+
 int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen)
 {
     const bool head = cv_llama_has_head(&s->model);
+    roll_back(s, b);
+    if (head && link_drafts(s, b, err, errlen))
+        return -1;
     if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))
         return -1;
     if (!head)
         return 0;
+    /* slot_row now marks the slots whose drafts were rejected (1) */
     for (int32_t t = 0; t < b->n_tokens; t++)
-        if (s->samplers[b->seq[t]])
-            cv_sampler_accept(s->samplers[b->seq[t]], b->token[t]);
+        s->slot_row[b->seq[t]] = 0;
     const int32_t n_vocab = s->model.hp.n_vocab;
     for (int32_t t = 0, row = 0; t < b->n_tokens; t++) {
+        const int32_t slot = b->seq[t];
+        cv_sampler *sm = s->samplers[slot];
+        if (s->slot_row[slot]) { /* after a rejected draft: not part of the sequence */
+            if (b->want[t])
+                out_tokens[row++] = -1;
+            continue;
+        }
+        if (sm)
+            cv_sampler_accept(sm, b->token[t]);
         if (!b->want[t])
             continue;
-        cv_sampler *sm = s->samplers[b->seq[t]];
         const float *logits = cv_stage_logits(s, row);
-        out_tokens[row++] = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
+        const int32_t draft = s->draft_of[t];
+        int32_t id;
+        if (draft < 0)
+            id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
+        else
+            id = sm ? cv_sampler_verify(sm, logits, draft) : cv_argmax(logits, n_vocab);
+        out_tokens[row++] = id;
+        if (draft >= 0 && id != draft) { /* the slot ends after this row's token */
+            s->slot_row[slot] = 1;
+            kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
+        }
     }
     return 0;
 }
@@ -120,8 +181,11 @@ int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, 
 
 void cv_stage_seq_truncate(cv_stage *s, int32_t slot, int32_t len)
 {
-    if (slot >= 0 && slot < s->kv.n_slot)
-        kv_seq_truncate(&s->kv, slot, len);
+    if (slot < 0 || slot >= s->kv.n_slot)
+        return;
+    if (s->samplers && s->samplers[slot] && len < s->kv.len[slot])
+        cv_sampler_rewind(s->samplers[slot], s->kv.len[slot] - (len < 0 ? 0 : len));
+    kv_seq_truncate(&s->kv, slot, len);
 }
 
 void cv_stage_seq_free(cv_stage *s, int32_t slot)

@@ -13,7 +13,21 @@
  * (one per wanted row, in batch order); the wanted rows' logits stay
  * readable through cv_stage_logits until the next step. A slot without
  * sampler parameters samples greedily. Nothing is allocated by a step. One
- * thread owns a stage. */
+ * thread owns a stage.
+ *
+ * Rollback: a slot's first token in a batch at a position below the slot's
+ * cached length truncates the slot to that position first (KV and, at the
+ * head, the sampler history), so that a pipeline undoes rejected drafts
+ * with the next batch instead of a message.
+ *
+ * Speculation: a token with want == 2 is a draft: a guess of what the
+ * previous token of its slot in the batch (wanted, one position before)
+ * samples. The head verifies drafts in batch order: each row that a draft
+ * follows emits cv_sampler_verify's id; the first id that differs from the
+ * draft ends the slot's emission, and its later wanted rows emit -1. The
+ * head stage then truncates the slot after the last emitted row's token.
+ * Every token still enters the history in batch order, row by row, so each
+ * row is sampled with exactly the history it would have without drafts. */
 #ifndef CONVOY_INFER_STAGE_H
 #define CONVOY_INFER_STAGE_H
 
@@ -43,6 +57,8 @@ typedef struct cv_stage {
     cv_forward *fwd;
     cv_sampler **samplers; /* [n_slot] when the stage holds the head */
     float *logits;         /* [n_batch][n_vocab] when the stage holds the head */
+    int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch */
+    int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
     int32_t n_batch;
 } cv_stage;
 

@@ -44,6 +44,7 @@ struct cv_chain {
     int oldest, in_flight;
     struct flight {
         uint32_t id;
+        int32_t n_tokens;
         int32_t n_want;
         uint64_t ticket;           /* send of this slot's buffers */
         bool ticket_live;
@@ -275,8 +276,36 @@ static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
 
 /* Waits for the RESULT of FORWARD id from the last node, failing on any
  * node's ERROR or lost link. */
-static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *tokens, char *err, size_t errlen)
+/* Spreads the RESULT rows over the flight's wanted records: a record whose
+ * row was left out (after a rejected draft) gets -1, and its slot is cut
+ * back here after the last emitted row, as every node cuts it back when
+ * the next FORWARD comes. */
+static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result *m, int32_t *tokens, char *err,
+                       size_t errlen)
 {
+    const cv_fwd_token *rec = (const cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    uint32_t r = 0;
+    int32_t i = 0;
+    for (int32_t t = 0; t < f->n_tokens; t++) {
+        if (!rec[t].want)
+            continue;
+        if (r < m->n_rows && c->rows[r].seq == rec[t].seq && c->rows[r].pos == rec[t].pos) {
+            tokens[i++] = c->rows[r++].token;
+            continue;
+        }
+        if (rec[t].want != CV_WANT_DRAFT)
+            return cv_errf(err, errlen, "result has no row for slot %d position %d", rec[t].seq, rec[t].pos);
+        tokens[i++] = -1;
+        cv_stage_seq_truncate(&c->embd, rec[t].seq, rec[t].pos);
+    }
+    if (r != m->n_rows)
+        return cv_errf(err, errlen, "result of %u rows does not match the %d wanted tokens", m->n_rows, i);
+    return 0;
+}
+
+static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, char *err, size_t errlen)
+{
+    const uint32_t id = fl->id;
     const int last = c->active[c->n_active - 1];
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -297,9 +326,9 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
         cv_link *l = c->link[ev.source];
         const cv_frame *f = &ev.frame;
         int rc = 1; /* 1: keep waiting */
+        char why[CV_ERRLEN];
         if (f->h.type == CV_MSG_ERROR) {
             cv_msg_error e;
-            char why[CV_ERRLEN];
             if (cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why))
                 cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
             else
@@ -313,13 +342,13 @@ static int await_result(cv_chain *c, uint32_t id, int32_t n_want, int32_t *token
             if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
                 c->broken = true;
                 rc = -1;
-            } else if (m.n_rows != (uint32_t)n_want || (c->o.want_logits && !(m.flags & CV_RES_HAS_LOGITS))) {
+            } else if (c->o.want_logits && !(m.flags & CV_RES_HAS_LOGITS)) {
                 c->broken = true;
-                rc = cv_errf(err, errlen, "%s: result of %u rows for %d wanted tokens", cv_link_name(l), m.n_rows,
-                             n_want);
+                rc = cv_errf(err, errlen, "%s: result without the logits asked for", cv_link_name(l));
+            } else if (spread_rows(c, fl, &m, tokens, why, sizeof why)) {
+                c->broken = true;
+                rc = cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
             } else {
-                for (uint32_t r = 0; r < m.n_rows; r++)
-                    tokens[r] = c->rows[r].token;
                 if (c->o.want_logits)
                     memcpy(c->logits, m.logits, sizeof(float) * m.n_rows * m.n_vocab);
                 c->result_bytes += CV_FRAME_HEADER_SIZE + f->h.payload_len;
@@ -355,9 +384,10 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
         return -1;
     cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
     f->n_want = 0;
+    f->n_tokens = b->n_tokens;
     for (int32_t t = 0; t < b->n_tokens; t++) {
-        rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t] ? 1 : 0};
-        f->n_want += rec[t].want;
+        rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t]};
+        f->n_want += rec[t].want ? 1 : 0;
     }
     cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)hp->n_embd,
                         .act_type = (uint8_t)c->o.act_type,
@@ -388,7 +418,7 @@ int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err,
     if (c->in_flight == 0)
         return cv_errf(err, errlen, "no batch in flight");
     struct flight *f = &c->flight[c->oldest];
-    if (await_result(c, f->id, f->n_want, tokens, err, errlen))
+    if (await_result(c, f, tokens, err, errlen))
         return -1;
     *n_tokens = f->n_want;
     c->oldest = (c->oldest + 1) % c->depth;

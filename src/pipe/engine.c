@@ -27,6 +27,7 @@ struct convoy_ctx {
     cv_chain *chain;  /* a pipeline, or NULL: */
     cv_stage stage;   /* every layer here */
     int32_t n_batch;
+    int32_t n_slot;
     int32_t *tokens;  /* [n_batch] sampled ids of the last step */
     int32_t n_done;   /* one machine: ids in tokens not yet collected, -1 when none */
 };
@@ -199,6 +200,7 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     }
     c->model = m;
     c->n_batch = p->n_batch;
+    c->n_slot = p->n_slot;
     c->n_done = -1;
     const cv_stage_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16};
@@ -243,6 +245,7 @@ void convoy_ctx_free(convoy_ctx *c)
 
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->chain ? cv_chain_n_ctx(c->chain) : c->stage.kv.n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
+int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
 static cv_batch to_cv_batch(const convoy_batch *b)
 {

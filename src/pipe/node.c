@@ -379,22 +379,29 @@ static uint16_t top_logprobs(const float *logits, int32_t n_vocab, uint32_t n, c
 static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err, size_t errlen)
 {
     const int32_t n_vocab = n->stage.model.hp.n_vocab;
+    const bool with_logits = fw->flags & CV_FWD_WANT_LOGITS;
     uint32_t n_rows = 0;
-    for (uint32_t t = 0; t < fw->n_tokens; t++) {
+    for (uint32_t t = 0, row = 0; t < fw->n_tokens; t++) {
         if (!n->want[t])
             continue;
+        const int32_t token = n->out_tokens[row++];
+        if (token < 0) /* after a rejected draft */
+            continue;
+        const float *logits = cv_stage_logits(&n->stage, (int32_t)row - 1);
         cv_result_row *r = &n->rows[n_rows];
-        *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = n->out_tokens[n_rows]};
+        *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = token};
         const uint32_t np = n->n_probs[n->seq[t]];
         if (np) {
             cv_top_entry *top = n->top + (size_t)n_rows * NODE_MAX_PROBS;
-            r->n_top = top_logprobs(cv_stage_logits(&n->stage, (int32_t)n_rows), n_vocab, np, top);
+            r->n_top = top_logprobs(logits, n_vocab, np, top);
             r->top = top;
         }
+        if (with_logits && row - 1 != n_rows) /* close the gaps of left-out rows */
+            memmove((float *)cv_stage_logits(&n->stage, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
         n_rows++;
     }
     cv_msg_result m = {.n_rows = n_rows, .rows = n->rows};
-    if (fw->flags & CV_FWD_WANT_LOGITS) {
+    if (with_logits) {
         m.flags = CV_RES_HAS_LOGITS;
         m.n_vocab = (uint32_t)n_vocab;
         m.logits = cv_stage_logits(&n->stage, 0);

@@ -569,8 +569,8 @@ static int check_forward_tokens(const cv_fwd_token *t, uint32_t n, bool check_re
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": seq %" PRId32 " is negative", i, t[i].seq);
         if (t[i].pos < 0)
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": pos %" PRId32 " is negative", i, t[i].pos);
-        if (t[i].want > 1)
-            return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": want %u is not 0 or 1", i, t[i].want);
+        if (t[i].want > CV_WANT_DRAFT)
+            return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": want %u is not 0, 1 or 2", i, t[i].want);
         if (check_reserved && (t[i].reserved[0] | t[i].reserved[1] | t[i].reserved[2]))
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": reserved bytes are not zero", i);
     }

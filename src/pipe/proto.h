@@ -60,8 +60,17 @@
  *       u32 n_tokens (>= 1), u32 n_embd, u8 act_type, u8 flags
  *       (CV_FWD_*), 6 reserved bytes;
  *       n_tokens records {i32 token, i32 seq, i32 pos, u8 want, 3 reserved}
- *       with token, seq, pos >= 0 and want 0 or 1 (1: this row's output is
- *       wanted: sampled at the last stage and returned in RESULT);
+ *       with token, seq, pos >= 0 and want 0, 1 or 2 (CV_WANT_*). 1: this
+ *       row's output is wanted: sampled at the last stage and returned in
+ *       RESULT. 2 (speculation): the token is a draft, a guess of what the
+ *       previous record of the same seq (wanted, at pos - 1) will sample;
+ *       the row is wanted too. The last stage verifies a seq's drafts in
+ *       order (stage.h) and returns rows up to the first rejected one: the
+ *       rows after it are left out of RESULT.
+ *       A seq's first record at a pos below the length the stage holds for
+ *       it rolls the seq back to pos first (KV and sampler history), on
+ *       every stage: this is how rejected drafts are undone without a
+ *       message of their own.
  *       with CV_FWD_HAS_HIDDEN: n_tokens rows of n_embd activations of
  *       act_type (F32: 4 bytes each; F16: 2; Q8_0: n_embd/32 blocks of 34
  *       bytes, n_embd a multiple of 32), 1 <= n_embd <= CV_PROTO_MAX_EMBD;
@@ -69,7 +78,9 @@
  *       n_embd = 0, act_type = F32.
  *       Records start at offset 16 and activations at 16 + 16 * n_tokens,
  *       so both are 16-byte aligned inside an aligned payload.
- *    RESULT = 5 (last node -> head): 8 bytes (12 with logits), then rows:
+ *    RESULT = 5 (last node -> head): 8 bytes (12 with logits), then rows
+ *       (one per wanted record in record order, less the rows that a
+ *       rejected draft left out):
  *       u32 n_rows, u32 flags (CV_RES_*), [u32 n_vocab: only with
  *       CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB];
  *       n_rows rows {i32 seq, i32 pos, i32 token, u16 n_top, u16 reserved,
@@ -120,7 +131,7 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 1
+#define CV_PROTO_VERSION 2
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -296,6 +307,9 @@ enum {
 };
 
 #define CV_FWD_FIXED_SIZE 16
+
+/* Values of a record's want. */
+enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
 
 /* One token record, exactly its 16 wire bytes. */
 typedef struct cv_fwd_token {

@@ -1,0 +1,178 @@
+/* spec.c: speculative decoding at the head (include/convoy.h, DESIGN.md §5).
+ *
+ * A convoy_spec owns a drafter (infer/draft.h) and chooses, per sequence,
+ * how many drafts K the next verify carries. The verify itself is an
+ * ordinary batch through convoy_submit: the newest token plus its drafts
+ * (want 2), checked by the stage that holds the output head.
+ *
+ * Choosing K: with a per-draft acceptance rate a (drafts are accepted in
+ * order until the first rejection, so a is estimated as accepted drafts
+ * over drafts judged, the rejected one included), a round emits on average
+ * E(K) = (1 - a^(K+1)) / (1 - a) tokens. A round costs T(K) = t0 + t1 K:
+ * a fixed part (the traversal: round trips, one pass over the weights) and
+ * a part per draft (drafting it, verifying one more row). t0 and t1 come
+ * from a least-squares fit of the measured round times against K, with
+ * exponential forgetting so that the fit follows a changing link; every
+ * fourth round tries K one away from the best, so the fit sees more than
+ * one K. The next K maximizes E(K) / T(K). A fixed K (--spec-k) skips all
+ * of this. */
+#include <math.h>
+#include <string.h>
+
+#include "convoy.h"
+#include "core/alloc.h"
+#include "core/err.h"
+#include "infer/draft.h"
+
+#define SPEC_FORGET 0.05  /* weight of the newest round in the averages */
+#define SPEC_K_START 4
+
+typedef struct spec_seq {
+    double judged, accepted; /* decayed counts of drafts judged and accepted */
+    uint32_t rounds;
+    int32_t k;               /* K asked for in the last proposal */
+} spec_seq;
+
+struct convoy_spec {
+    cv_drafter *drafter;
+    int32_t k_fixed, k_max, n_slot;
+    spec_seq *seq;           /* [n_slot] */
+    cv_draft_req *reqs;      /* [n_slot] */
+    /* decayed moments of (K, round seconds) over every sequence */
+    double n, sk, st, skk, skt;
+    convoy_spec_stats stats;
+};
+
+convoy_spec_params convoy_spec_default_params(void)
+{
+    return (convoy_spec_params){.draft = "ngram", .k = 0, .k_max = 16, .n_threads = 1};
+}
+
+convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
+                                size_t errlen)
+{
+    if (p->k < 0 || p->k_max < 1 || p->k > p->k_max || p->k_max > CV_SAMPLER_MAX_REWIND - 1) {
+        cv_errf(err, errlen, "speculation: K %d and K max %d must satisfy 0 <= K <= K max <= %d", p->k, p->k_max,
+                CV_SAMPLER_MAX_REWIND - 1);
+        return NULL;
+    }
+    if (p->k_max + 1 > convoy_ctx_n_batch(c)) {
+        cv_errf(err, errlen, "speculation: K max %d does not fit a batch of %d", p->k_max, convoy_ctx_n_batch(c));
+        return NULL;
+    }
+    convoy_spec *s = cv_calloc(1, sizeof *s);
+    convoy_model_info info;
+    convoy_model_get_info(m, &info);
+    const int32_t n_slot = convoy_ctx_n_slot(c);
+    if (!s || !(s->seq = cv_calloc((size_t)n_slot, sizeof *s->seq)) ||
+        !(s->reqs = cv_calloc((size_t)n_slot, sizeof *s->reqs))) {
+        convoy_spec_free(s);
+        cv_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->k_fixed = p->k;
+    s->k_max = p->k_max;
+    s->n_slot = n_slot;
+    const cv_drafter_params dp = {.n_slot = n_slot, .n_ctx = convoy_ctx_n_ctx(c), .n_threads = p->n_threads,
+                                  .n_vocab = info.n_vocab, .k_max = p->k_max};
+    if (!(s->drafter = cv_drafter_open(p->draft, &dp, err, errlen))) {
+        convoy_spec_free(s);
+        return NULL;
+    }
+    for (int32_t i = 0; i < n_slot; i++)
+        convoy_spec_seq_free(s, i);
+    return s;
+}
+
+void convoy_spec_free(convoy_spec *s)
+{
+    if (!s)
+        return;
+    cv_drafter_free(s->drafter);
+    cv_free(s->seq);
+    cv_free(s->reqs);
+    cv_free(s);
+}
+
+const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s->drafter); }
+
+/* Expected tokens per round over expected seconds per round. */
+static double spec_rate(double a, double t0, double t1, int32_t k)
+{
+    const double emitted = a >= 1.0 ? k + 1.0 : (1.0 - pow(a, k + 1.0)) / (1.0 - a);
+    return emitted / (t0 + t1 * k);
+}
+
+static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
+{
+    if (s->k_fixed)
+        return s->k_fixed;
+    if (q->rounds < 2 || s->n < 1.0)
+        return SPEC_K_START < s->k_max ? SPEC_K_START : s->k_max;
+    /* acceptance with a weak prior of one accepted draft in two */
+    const double a = (q->accepted + 1.0) / (q->judged + 2.0);
+    const double mk = s->sk / s->n, mt = s->st / s->n;
+    const double var = s->skk / s->n - mk * mk;
+    double t1 = var > 1e-6 ? (s->skt / s->n - mk * mt) / var : 0.0;
+    if (t1 < 0.0)
+        t1 = 0.0;
+    double t0 = mt - t1 * mk;
+    if (t0 < 1e-6)
+        t0 = 1e-6;
+    int32_t best = 1;
+    for (int32_t k = 2; k <= s->k_max; k++)
+        if (spec_rate(a, t0, t1, k) > spec_rate(a, t0, t1, best))
+            best = k;
+    if (q->rounds % 4 == 3) /* explore one step away */
+        best += best < s->k_max && (q->rounds / 4) % 2 == 0 ? 1 : (best > 1 ? -1 : 1);
+    return best;
+}
+
+int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *err, size_t errlen)
+{
+    if (n > s->n_slot)
+        return cv_errf(err, errlen, "speculation: %d proposals, %d slots", n, s->n_slot);
+    for (int32_t i = 0; i < n; i++) {
+        if (reqs[i].seq < 0 || reqs[i].seq >= s->n_slot)
+            return cv_errf(err, errlen, "speculation: slot %d is outside [0, %d)", reqs[i].seq, s->n_slot);
+        spec_seq *q = &s->seq[reqs[i].seq];
+        q->k = choose_k(s, q);
+        s->reqs[i] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist, .k = q->k,
+                                    .out = reqs[i].drafts};
+    }
+    if (cv_drafter_propose(s->drafter, s->reqs, n, err, errlen))
+        return -1;
+    for (int32_t i = 0; i < n; i++)
+        reqs[i].n_draft = s->reqs[i].n_out;
+    return 0;
+}
+
+void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s)
+{
+    if (seq < 0 || seq >= s->n_slot || n_draft <= 0)
+        return;
+    spec_seq *q = &s->seq[seq];
+    const double keep = 1.0 - SPEC_FORGET;
+    q->judged = q->judged * keep + (n_accepted < n_draft ? n_accepted + 1 : n_accepted);
+    q->accepted = q->accepted * keep + n_accepted;
+    q->rounds++;
+    const double k = n_draft;
+    s->n = s->n * keep + 1.0;
+    s->sk = s->sk * keep + k;
+    s->st = s->st * keep + round_s;
+    s->skk = s->skk * keep + k * k;
+    s->skt = s->skt * keep + k * round_s;
+    s->stats.rounds++;
+    s->stats.drafted += (uint64_t)n_draft;
+    s->stats.accepted += (uint64_t)n_accepted;
+}
+
+void convoy_spec_seq_free(convoy_spec *s, int32_t seq)
+{
+    if (seq < 0 || seq >= s->n_slot)
+        return;
+    s->seq[seq] = (spec_seq){0};
+    cv_drafter_seq_free(s->drafter, seq);
+}
+
+void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out) { *out = s->stats; }

@@ -1,0 +1,387 @@
+/* test_spec.c: speculative decoding (issue: speculation across the
+ * pipeline), on stories260K.
+ * - greedy: 8 prompts x 256 generated tokens; every whole output with
+ *   speculation is identical to plain decoding's, on one machine and on 2-
+ *   and 3-stage chains of `convoy stage` processes, with the n-gram drafter
+ *   and with a Q4_0 self-draft model (fixed K and automatic K), each prompt
+ *   alone and all 8 in shared batches where 6 speculate and 2 decode
+ *   plainly;
+ * - temperature 1 (no top-k, top-p or min-p cut): the joint distribution
+ *   of the first two generated tokens, sampled 4000 times with and 4000 times without speculation
+ *   (the draft decides both), passes a chi-square homogeneity test at
+ *   p = 0.001, while the same test rejects the drafts' own distribution (so
+ *   the test can fail). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+#include "model/quantize.h"
+#include "test.h"
+#include "model_test.h"
+#include "stage_test.h"
+
+enum { N_PROMPT = 8, N_GEN = 256, N_CTX = 320, K_MAX = 8 };
+
+static char model_path[512], draft_path[512];
+static convoy_model *model;
+
+static const char *const prompts[N_PROMPT] = {
+    "Once upon a time",
+    "Lily and Ben went to the park",
+    "The little dog was sad because",
+    "One day, a big bird",
+    "Tom had a red ball. He",
+    "Mom said",
+    "There was a girl named Sue who liked to",
+    "The sun was hot and the cat",
+};
+
+/* One sequence being generated: its whole history and how far it is. */
+typedef struct gen {
+    int32_t hist[N_CTX];
+    int32_t n_prompt, n_hist; /* hist[n_hist - 1] is the newest, not yet run */
+    int32_t n_target;         /* n_prompt + N_GEN */
+    bool speculate;
+} gen;
+
+static void gen_init(gen *g, const char *prompt, bool speculate)
+{
+    memset(g, 0, sizeof *g);
+    g->n_prompt = convoy_tokenize(model, prompt, strlen(prompt), true, false, g->hist, N_CTX);
+    g->n_hist = g->n_prompt;
+    g->n_target = g->n_prompt + N_GEN;
+    g->speculate = speculate;
+}
+
+/* One round for the sequences gens[0..n) in slots 0..n-1, in one batch:
+ * each feeds what its slot has not run yet (the prompt, then the newest
+ * token) and, when speculating, its drafts. Returns 0 or -1. */
+static int round_of(convoy_ctx *c, convoy_spec *spec, gen *gens, int n, char *err, size_t errlen)
+{
+    static int32_t tok[512], pos[512], seq[512], out[512], drafts[N_PROMPT][K_MAX];
+    static uint8_t want[512];
+    convoy_spec_req reqs[N_PROMPT];
+    int n_req = 0;
+    for (int s = 0; s < n; s++)
+        if (gens[s].speculate && gens[s].n_hist < gens[s].n_target)
+            reqs[n_req++] = (convoy_spec_req){.seq = s, .hist = gens[s].hist, .n_hist = gens[s].n_hist,
+                                              .drafts = drafts[s]};
+    if (n_req && convoy_spec_propose(spec, reqs, n_req, err, errlen))
+        return -1;
+    int32_t n_draft[N_PROMPT] = {0}, first_row[N_PROMPT];
+    for (int r = 0; r < n_req; r++) {
+        const gen *g = &gens[reqs[r].seq];
+        const int32_t room = g->n_target - g->n_hist - 1; /* a round emits at most its drafts + 1 */
+        n_draft[reqs[r].seq] = reqs[r].n_draft < room ? reqs[r].n_draft : room;
+    }
+    int nt = 0, nw = 0;
+    for (int s = 0; s < n; s++) {
+        gen *g = &gens[s];
+        first_row[s] = -1;
+        if (g->n_hist >= g->n_target)
+            continue;
+        for (int32_t p = convoy_seq_len(c, s); p < g->n_hist; p++, nt++) {
+            tok[nt] = g->hist[p];
+            pos[nt] = p;
+            seq[nt] = s;
+            want[nt] = p == g->n_hist - 1;
+        }
+        first_row[s] = nw++;
+        for (int32_t d = 0; d < n_draft[s]; d++, nt++, nw++) {
+            tok[nt] = drafts[s][d];
+            pos[nt] = g->n_hist + d;
+            seq[nt] = s;
+            want[nt] = 2;
+        }
+    }
+    const convoy_batch b = {.n_tokens = nt, .token = tok, .pos = pos, .seq = seq, .want = want};
+    if (convoy_step(c, &b, out, err, errlen))
+        return -1;
+    for (int s = 0; s < n; s++) {
+        gen *g = &gens[s];
+        if (first_row[s] < 0)
+            continue;
+        int32_t accepted = 0;
+        while (accepted < n_draft[s] && out[first_row[s] + 1 + accepted] >= 0)
+            accepted++;
+        for (int32_t i = 0; i <= accepted && g->n_hist < g->n_target; i++)
+            g->hist[g->n_hist++] = out[first_row[s] + i];
+        if (g->speculate)
+            convoy_spec_observe(spec, s, n_draft[s], accepted, 0.001);
+        if (convoy_seq_len(c, s) != g->n_hist - 1) {
+            snprintf(err, errlen, "slot %d holds %d positions after the round, expected %d", s, convoy_seq_len(c, s),
+                     g->n_hist - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static bool all_done(const gen *gens, int n)
+{
+    for (int s = 0; s < n; s++)
+        if (gens[s].n_hist < gens[s].n_target)
+            return false;
+    return true;
+}
+
+/* Generates gens[0..n) together to the end; slots are emptied after. */
+static int generate(convoy_ctx *c, convoy_spec *spec, gen *gens, int n, char *err, size_t errlen)
+{
+    int rc = 0;
+    while (!rc && !all_done(gens, n))
+        rc = round_of(c, spec, gens, n, err, errlen);
+    for (int s = 0; s < n; s++) {
+        convoy_seq_free(c, s, err, errlen);
+        if (spec)
+            convoy_spec_seq_free(spec, s);
+    }
+    return rc;
+}
+
+static gen plain[N_PROMPT];
+
+/* The reference: every prompt alone, plain greedy decoding, one machine. */
+static void make_reference(void)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    for (int i = 0; c && i < N_PROMPT; i++) {
+        gen_init(&plain[i], prompts[i], false);
+        CHECKF(generate(c, NULL, &plain[i], 1, err, sizeof err) == 0, "%s", err);
+    }
+    convoy_ctx_free(c);
+}
+
+/* Speculative runs on context c: both drafters, K fixed and automatic,
+ * alone and batched; every output compared whole with the reference. */
+static void check_identical(convoy_ctx *c, const char *where)
+{
+    const char *drafters[2] = {"ngram", draft_path};
+    const int32_t ks[2] = {4, 0};
+    char err[512];
+    for (int d = 0; d < 2; d++)
+        for (int ki = 0; ki < 2; ki++) {
+            convoy_spec_params sp = convoy_spec_default_params();
+            sp.draft = drafters[d];
+            sp.k = ks[ki];
+            sp.k_max = K_MAX;
+            convoy_spec *spec = convoy_spec_create(c, model, &sp, err, sizeof err);
+            CHECKF(spec, "%s", err);
+            if (!spec)
+                continue;
+            gen g[N_PROMPT];
+            for (int i = 0; i < N_PROMPT; i++) { /* alone */
+                gen_init(&g[0], prompts[i], true);
+                CHECKF(generate(c, spec, &g[0], 1, err, sizeof err) == 0, "%s", err);
+                CHECKF(g[0].n_hist == plain[i].n_hist && !memcmp(g[0].hist, plain[i].hist, sizeof(int32_t) * g[0].n_hist),
+                       "%s, %s drafter, K %d: prompt %d alone differs", where, convoy_spec_drafter(spec), sp.k, i);
+            }
+            for (int i = 0; i < N_PROMPT; i++) /* batched: the last two decode plainly */
+                gen_init(&g[i], prompts[(i + 3) % N_PROMPT], i < N_PROMPT - 2);
+            CHECKF(generate(c, spec, g, N_PROMPT, err, sizeof err) == 0, "%s", err);
+            for (int i = 0; i < N_PROMPT; i++) {
+                const gen *want = &plain[(i + 3) % N_PROMPT];
+                CHECKF(g[i].n_hist == want->n_hist && !memcmp(g[i].hist, want->hist, sizeof(int32_t) * want->n_hist),
+                       "%s, %s drafter, K %d: prompt %d in a batch differs", where, convoy_spec_drafter(spec), sp.k,
+                       (i + 3) % N_PROMPT);
+            }
+            convoy_spec_stats st;
+            convoy_spec_get_stats(spec, &st);
+            CHECKF(st.accepted > 0 && st.accepted < st.drafted, "%s: %llu of %llu drafts accepted: both paths run",
+                   where, (unsigned long long)st.accepted, (unsigned long long)st.drafted);
+            convoy_spec_free(spec);
+        }
+}
+
+static void test_greedy_identical_unsplit(void)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    p.n_slot = N_PROMPT;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    if (c)
+        check_identical(c, "one machine");
+    convoy_ctx_free(c);
+}
+
+static void chain_case(int n_nodes, const char *split)
+{
+    int port[3];
+    pid_t pid[3];
+    char nodes[256] = "", err[512];
+    for (int i = 0; i < n_nodes; i++) {
+        pid[i] = test_start_stage(model_path, &port[i]);
+        snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s127.0.0.1:%d", i ? "," : "", port[i]);
+    }
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    p.n_slot = N_PROMPT;
+    p.nodes = nodes;
+    p.split = split;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    if (c) {
+        char where[64];
+        snprintf(where, sizeof where, "%d-stage chain", n_nodes);
+        check_identical(c, where);
+    }
+    convoy_ctx_free(c);
+    for (int i = 0; i < n_nodes; i++)
+        test_stop_stage(pid[i]);
+}
+
+static void test_greedy_identical_two_stages(void) { chain_case(2, "2,3"); }
+static void test_greedy_identical_three_stages(void) { chain_case(3, "2,2,1"); }
+
+/* ---- temperature > 0 ---- */
+
+enum { N_SAMPLE = 4000 };
+
+/* Samples the first two generated tokens for seeds 1..N_SAMPLE: pairs[i]
+ * = t1 * n_vocab + t2. With spec, one round verifies the draft of both. */
+static void sample_pairs(convoy_ctx *c, convoy_spec *spec, int32_t n_vocab, int64_t *pairs, int64_t *draft_pairs)
+{
+    char err[512];
+    for (int i = 0; i < N_SAMPLE; i++) {
+        cv_sampler_params sp = cv_sampler_default_params();
+        sp.temp = 1.0f;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.min_p = 0.0f;
+        sp.seed = (uint64_t)i + 1;
+        CHECKF(convoy_set_sampler(c, 0, &sp, err, sizeof err) == 0, "%s", err);
+        gen g;
+        gen_init(&g, prompts[5], spec != NULL);
+        g.n_target = g.n_prompt + 3; /* room for 2 drafts in the first round */
+        int32_t drafts[K_MAX];
+        if (spec && draft_pairs) {
+            convoy_spec_req r = {.seq = 0, .hist = g.hist, .n_hist = g.n_hist, .drafts = drafts};
+            CHECK(convoy_spec_propose(spec, &r, 1, err, sizeof err) == 0 && r.n_draft == 2);
+            draft_pairs[i] = (int64_t)drafts[0] * n_vocab + drafts[1];
+        }
+        if (generate(c, spec, &g, 1, err, sizeof err)) {
+            CHECKF(0, "%s", err);
+            return;
+        }
+        pairs[i] = (int64_t)g.hist[g.n_prompt] * n_vocab + g.hist[g.n_prompt + 1];
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Chi-square homogeneity of two samples of N_SAMPLE categories each;
+ * categories with fewer than 10 observations in both together are pooled.
+ * Returns whether the samples differ at p = 0.001 (Wilson-Hilferty). */
+static bool samples_differ(int64_t *a, int64_t *b, double *chi2_out, int *df_out)
+{
+    qsort(a, N_SAMPLE, sizeof *a, cmp_i64);
+    qsort(b, N_SAMPLE, sizeof *b, cmp_i64);
+    double chi2 = 0.0, pool_a = 0.0, pool_b = 0.0;
+    int cats = 0;
+    for (int i = 0, j = 0; i < N_SAMPLE || j < N_SAMPLE;) {
+        int64_t v = j >= N_SAMPLE || (i < N_SAMPLE && a[i] <= b[j]) ? a[i] : b[j];
+        double na = 0, nb = 0;
+        while (i < N_SAMPLE && a[i] == v)
+            i++, na++;
+        while (j < N_SAMPLE && b[j] == v)
+            j++, nb++;
+        if (na + nb < 10) {
+            pool_a += na;
+            pool_b += nb;
+            continue;
+        }
+        chi2 += (na - nb) * (na - nb) / (na + nb); /* equal sample sizes */
+        cats++;
+    }
+    if (pool_a + pool_b > 0) {
+        chi2 += (pool_a - pool_b) * (pool_a - pool_b) / (pool_a + pool_b);
+        cats++;
+    }
+    const int df = cats - 1;
+    const double z = 3.090; /* the 0.999 quantile of the standard normal */
+    const double h = 2.0 / (9.0 * df);
+    const double crit = df * pow(1.0 - h + z * sqrt(h), 3.0);
+    *chi2_out = chi2;
+    *df_out = df;
+    return df > 0 && chi2 > crit;
+}
+
+static void test_sampling_distribution_kept(void)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    convoy_spec_params sp = convoy_spec_default_params();
+    sp.draft = draft_path;
+    sp.k = 2;
+    convoy_spec *spec = c ? convoy_spec_create(c, model, &sp, err, sizeof err) : NULL;
+    CHECKF(spec, "%s", err);
+    if (!spec) {
+        convoy_ctx_free(c);
+        return;
+    }
+    convoy_model_info info;
+    convoy_model_get_info(model, &info);
+    int64_t *without = malloc(sizeof(int64_t) * N_SAMPLE), *with = malloc(sizeof(int64_t) * N_SAMPLE),
+            *drafted = malloc(sizeof(int64_t) * N_SAMPLE);
+    sample_pairs(c, NULL, info.n_vocab, without, NULL);
+    sample_pairs(c, spec, info.n_vocab, with, drafted);
+    int64_t *copy = malloc(sizeof(int64_t) * N_SAMPLE);
+    memcpy(copy, without, sizeof(int64_t) * N_SAMPLE);
+    double chi2;
+    int df;
+    const bool differ = samples_differ(without, with, &chi2, &df);
+    CHECKF(!differ, "with and without speculation differ: chi2 %.1f, %d degrees of freedom", chi2, df);
+    fprintf(stderr, "  speculation vs plain: chi2 %.1f, %d degrees of freedom\n", chi2, df);
+    const bool draft_differs = samples_differ(copy, drafted, &chi2, &df);
+    CHECKF(draft_differs, "the drafts' own pairs pass as the target's: chi2 %.1f, %d df", chi2, df);
+    convoy_spec_stats st;
+    convoy_spec_get_stats(spec, &st);
+    CHECKF(st.accepted > 0 && st.accepted < st.drafted, "%llu of %llu drafts accepted",
+           (unsigned long long)st.accepted, (unsigned long long)st.drafted);
+    free(without);
+    free(with);
+    free(drafted);
+    free(copy);
+    convoy_spec_free(spec);
+    convoy_ctx_free(c);
+}
+
+int main(void)
+{
+    cv_kernels_init(0);
+    model = test_load_stories_path(model_path, sizeof model_path);
+    if (!model)
+        return test_summary();
+    snprintf(draft_path, sizeof draft_path, "/tmp/convoy-test-spec-%d-q4_0.gguf", (int)getpid());
+    char err[512];
+    const cv_quantize_params qp = {.type = CV_TYPE_Q4_0, .output_type = CV_TYPE_COUNT, .n_threads = 1};
+    if (cv_quantize_file(model_path, draft_path, &qp, NULL, NULL, err, sizeof err)) {
+        fprintf(stderr, "cannot make the Q4_0 draft: %s\n", err);
+        return 1;
+    }
+    make_reference();
+    TEST_RUN(test_greedy_identical_unsplit);
+    TEST_RUN(test_greedy_identical_two_stages);
+    TEST_RUN(test_greedy_identical_three_stages);
+    TEST_RUN(test_sampling_distribution_kept);
+    unlink(draft_path);
+    convoy_model_free(model);
+    return test_summary();
+}
