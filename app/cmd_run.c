@@ -31,6 +31,34 @@ static void usage(void)
             "  The output is the same as without it (greedy: identical; temp > 0: the same distribution).\n");
 }
 
+/* Prints each generated token as it comes (text or ids); stops at an
+ * end-of-generation token unless told to ignore it. */
+typedef struct run_printer {
+    const convoy_model *model;
+    convoy_detok *detok;
+    bool ignore_eos, print_ids, failed;
+    int32_t n_printed;
+} run_printer;
+
+static int print_token(void *user, int32_t id)
+{
+    run_printer *pr = user;
+    static char text[16384];
+    if (!pr->ignore_eos && convoy_token_is_eog(pr->model, id))
+        return 1;
+    int k = pr->print_ids ? snprintf(text, sizeof text, pr->n_printed ? ", %d" : "%d", id)
+                          : convoy_detok_push(pr->detok, id, text, sizeof text);
+    if (k < 0) {
+        fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
+        pr->failed = true;
+        return 1;
+    }
+    fwrite(text, 1, (size_t)k, stdout);
+    fflush(stdout);
+    pr->n_printed++;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *v;
@@ -120,7 +148,7 @@ int cmd_run(int argc, char **argv)
         convoy_model_free(model);
         return 1;
     }
-    const int32_t n_ctx = convoy_ctx_n_ctx(ctx), n_batch = convoy_ctx_n_batch(ctx);
+    const int32_t n_ctx = convoy_ctx_n_ctx(ctx);
     int rc = 1;
     convoy_spec *spec = NULL;
     if (spp.draft) {
@@ -137,11 +165,8 @@ int cmd_run(int argc, char **argv)
     double t_load = now_seconds() - t0;
 
     int32_t *tokens = cv_malloc(sizeof(int32_t) * (size_t)n_ctx);
-    int32_t *pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    int32_t *seq = cv_calloc((size_t)n_batch, sizeof(int32_t));
-    uint8_t *want = cv_calloc((size_t)n_batch, 1);
     convoy_detok *detok = convoy_detok_create(model);
-    if (!tokens || !pos || !seq || !want || !detok) {
+    if (!tokens || !detok) {
         fprintf(stderr, "convoy: out of memory\n");
         goto done;
     }
@@ -169,105 +194,31 @@ int cmd_run(int argc, char **argv)
         fputs(prompt, stdout);
     fflush(stdout);
 
-    int32_t id = -1;
-    double t_prefill = now_seconds();
-    for (int32_t start = 0; start < n_prompt; start += n_batch) {
-        int32_t n = n_prompt - start < n_batch ? n_prompt - start : n_batch;
-        for (int32_t i = 0; i < n; i++) {
-            pos[i] = start + i;
-            want[i] = start + i == n_prompt - 1;
-        }
-        convoy_batch b = {.n_tokens = n, .token = tokens + start, .pos = pos, .seq = seq, .want = want};
-        if (convoy_step(ctx, &b, &id, err, sizeof err)) {
-            fprintf(stderr, "\nconvoy: %s\n", err);
-            goto done;
-        }
+    run_printer pr = {.model = model, .detok = detok, .ignore_eos = ignore_eos, .print_ids = print_ids};
+    convoy_gen_stats st;
+    if (convoy_generate(ctx, spec, 0, tokens, n_prompt, n_predict, print_token, &pr, &st, err, sizeof err)) {
+        fprintf(stderr, "\nconvoy: %s\n", err);
+        goto done;
     }
-    t_prefill = now_seconds() - t_prefill;
-
-    double t_decode = now_seconds();
-    int32_t n_gen = 0, n_past = n_prompt;
-    int32_t out[CV_SAMPLER_MAX_REWIND], n_out = 1, n_round = 0;
-    static char text[16384];
-    out[0] = id;
-    while (n_gen < n_predict) {
-        bool stop = false;
-        for (int32_t i = 0; i < n_out && !stop; i++) {
-            id = out[i];
-            tokens[n_past] = id;
-            n_gen++;
-            if (!ignore_eos && convoy_token_is_eog(model, id))
-                stop = true;
-            int k = stop ? 0
-                    : print_ids ? snprintf(text, sizeof text, n_gen > 1 ? ", %d" : "%d", id)
-                                : convoy_detok_push(detok, id, text, sizeof text);
-            if (k < 0) {
-                fprintf(stderr, "\nconvoy: token %d has a piece too long to print (%d bytes)\n", id, -k);
-                goto done;
-            }
-            fwrite(text, 1, (size_t)k, stdout);
-            if (n_gen == n_predict)
-                stop = true;
-            else if (i + 1 < n_out)
-                n_past++;
-        }
-        fflush(stdout);
-        if (stop)
-            break;
-        /* the next round: the newest token, and its drafts */
-        convoy_spec_req req = {.seq = 0, .hist = tokens, .n_hist = n_past + 1, .drafts = out + 1};
-        const double t_round = now_seconds();
-        int32_t room = n_predict - n_gen - 1; /* a round emits at most its drafts + 1 */
-        if (n_ctx - n_past - 1 < room)
-            room = n_ctx - n_past - 1;
-        if (spec && room > 0 && convoy_spec_propose(spec, &req, 1, err, sizeof err)) {
-            fprintf(stderr, "\nconvoy: %s\n", err);
-            goto done;
-        }
-        const int32_t n_draft = req.n_draft < room ? req.n_draft : room;
-        int32_t batch_tok[CV_SAMPLER_MAX_REWIND];
-        batch_tok[0] = id;
-        for (int32_t i = 0; i <= n_draft; i++) {
-            pos[i] = n_past + i;
-            want[i] = i == 0 ? 1 : 2;
-            if (i > 0)
-                batch_tok[i] = out[i];
-        }
-        convoy_batch b = {.n_tokens = n_draft + 1, .token = batch_tok, .pos = pos, .seq = seq, .want = want};
-        if (convoy_step(ctx, &b, out, err, sizeof err)) {
-            fprintf(stderr, "\nconvoy: %s\n", err);
-            goto done;
-        }
-        n_out = 1;
-        while (n_out <= n_draft && out[n_out] >= 0)
-            n_out++;
-        if (spec)
-            convoy_spec_observe(spec, 0, n_draft, n_out - 1, now_seconds() - t_round);
-        n_past++;
-        n_round++;
-    }    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
+    if (pr.failed)
+        goto done;
+    static char text[64];
+    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
     if (k > 0)
         fwrite(text, 1, (size_t)k, stdout);
     fputs(print_ids ? "]\n" : "\n", stdout);
-    t_decode = now_seconds() - t_decode;
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
-            n_prompt, t_prefill, n_prompt / t_prefill, n_gen, t_decode, n_gen > 0 ? n_gen / t_decode : 0.0);
-    if (spec) {
-        convoy_spec_stats st;
-        convoy_spec_get_stats(spec, &st);
-        fprintf(stderr, "convoy: speculation (%s): %d rounds, %.2f tokens per round, %llu of %llu drafts accepted "
+            n_prompt, st.prefill_s, n_prompt / st.prefill_s, st.n_gen, st.decode_s,
+            st.n_gen > 0 ? st.n_gen / st.decode_s : 0.0);
+    if (spec)
+        fprintf(stderr, "convoy: speculation (%s): %d rounds, %.2f tokens per round, %lld of %lld drafts accepted "
                         "(%.1f%%)\n",
-                convoy_spec_drafter(spec), n_round, n_round ? (double)n_gen / n_round : 0.0,
-                (unsigned long long)st.accepted, (unsigned long long)st.drafted,
-                st.drafted ? 100.0 * st.accepted / st.drafted : 0.0);
-    }
+                convoy_spec_drafter(spec), st.rounds, st.rounds ? (double)(st.n_gen - 1) / st.rounds : 0.0,
+                (long long)st.accepted, (long long)st.drafted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0);
     rc = 0;
 done:
     convoy_spec_free(spec);
     convoy_detok_free(detok);
-    cv_free(want);
-    cv_free(seq);
-    cv_free(pos);
     cv_free(tokens);
     convoy_ctx_free(ctx);
     convoy_model_free(model);

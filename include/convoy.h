@@ -170,10 +170,28 @@ const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs
  * them as one batch). */
 int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *err, size_t errlen);
-/* A round of seq ended: n_draft drafts sent, n_accepted accepted, round_s
- * seconds from the proposal to the result. */
+/* A round of seq ended: n_draft drafts sent (0 counts too: a plain round
+ * measures the fixed cost), n_accepted accepted, round_s seconds from the
+ * proposal to the result. */
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
+
+/* Generation of one sequence: the prompt hist[0..n_hist) (after what slot
+ * seq holds already), then up to n_predict tokens, sampled with the slot's
+ * sampler, speculatively when spec is not NULL. Each token is appended to
+ * hist (room for n_hist + n_predict ids) and handed to on_token, which
+ * returns nonzero to stop there. Allocates its batch buffers per call. */
+typedef int (*convoy_token_fn)(void *user, int32_t id);
+
+typedef struct convoy_gen_stats {
+    int32_t n_gen;             /* tokens generated */
+    int32_t rounds;            /* decode steps (speculative rounds) after the prompt */
+    int64_t drafted, accepted; /* drafts sent and accepted */
+    double prefill_s, decode_s;
+} convoy_gen_stats;
+
+int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
+                    convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen);
 
 #endif

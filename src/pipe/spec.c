@@ -14,8 +14,9 @@
  * from a least-squares fit of the measured round times against K, with
  * exponential forgetting so that the fit follows a changing link; every
  * fourth round tries K one away from the best, so the fit sees more than
- * one K. The next K maximizes E(K) / T(K). A fixed K (--spec-k) skips all
- * of this. */
+ * one K. The next K maximizes E(K) / T(K); K = 0 (plain decoding) wins
+ * where drafting costs more than it saves, and the exploration keeps
+ * measuring K = 1 meanwhile. A fixed K (--spec-k) skips all of this. */
 #include <math.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@ struct convoy_spec {
     int32_t k_fixed, k_max, n_slot;
     spec_seq *seq;           /* [n_slot] */
     cv_draft_req *reqs;      /* [n_slot] */
+    int32_t *ask;            /* [n_slot] */
     /* decayed moments of (K, round seconds) over every sequence */
     double n, sk, st, skk, skt;
     convoy_spec_stats stats;
@@ -65,7 +67,7 @@ convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const conv
     convoy_model_get_info(m, &info);
     const int32_t n_slot = convoy_ctx_n_slot(c);
     if (!s || !(s->seq = cv_calloc((size_t)n_slot, sizeof *s->seq)) ||
-        !(s->reqs = cv_calloc((size_t)n_slot, sizeof *s->reqs))) {
+        !(s->reqs = cv_calloc((size_t)n_slot, sizeof *s->reqs)) || !(s->ask = cv_calloc((size_t)n_slot, sizeof *s->ask))) {
         convoy_spec_free(s);
         cv_errf(err, errlen, "out of memory");
         return NULL;
@@ -91,6 +93,7 @@ void convoy_spec_free(convoy_spec *s)
     cv_drafter_free(s->drafter);
     cv_free(s->seq);
     cv_free(s->reqs);
+    cv_free(s->ask);
     cv_free(s);
 }
 
@@ -119,12 +122,12 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
     double t0 = mt - t1 * mk;
     if (t0 < 1e-6)
         t0 = 1e-6;
-    int32_t best = 1;
-    for (int32_t k = 2; k <= s->k_max; k++)
+    int32_t best = 0;
+    for (int32_t k = 1; k <= s->k_max; k++)
         if (spec_rate(a, t0, t1, k) > spec_rate(a, t0, t1, best))
             best = k;
     if (q->rounds % 4 == 3) /* explore one step away */
-        best += best < s->k_max && (q->rounds / 4) % 2 == 0 ? 1 : (best > 1 ? -1 : 1);
+        best += best < s->k_max && ((q->rounds / 4) % 2 == 0 || best == 0) ? 1 : -1;
     return best;
 }
 
@@ -132,29 +135,36 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
 {
     if (n > s->n_slot)
         return cv_errf(err, errlen, "speculation: %d proposals, %d slots", n, s->n_slot);
+    int32_t n_ask = 0; /* requests with K > 0, in s->reqs; s->ask[j] is the caller's index */
     for (int32_t i = 0; i < n; i++) {
         if (reqs[i].seq < 0 || reqs[i].seq >= s->n_slot)
             return cv_errf(err, errlen, "speculation: slot %d is outside [0, %d)", reqs[i].seq, s->n_slot);
         spec_seq *q = &s->seq[reqs[i].seq];
         q->k = choose_k(s, q);
-        s->reqs[i] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist, .k = q->k,
-                                    .out = reqs[i].drafts};
+        reqs[i].n_draft = 0;
+        if (q->k == 0)
+            continue;
+        s->ask[n_ask] = i;
+        s->reqs[n_ask++] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist,
+                                          .k = q->k, .out = reqs[i].drafts};
     }
-    if (cv_drafter_propose(s->drafter, s->reqs, n, err, errlen))
+    if (n_ask && cv_drafter_propose(s->drafter, s->reqs, n_ask, err, errlen))
         return -1;
-    for (int32_t i = 0; i < n; i++)
-        reqs[i].n_draft = s->reqs[i].n_out;
+    for (int32_t j = 0; j < n_ask; j++)
+        reqs[s->ask[j]].n_draft = s->reqs[j].n_out;
     return 0;
 }
 
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s)
 {
-    if (seq < 0 || seq >= s->n_slot || n_draft <= 0)
+    if (seq < 0 || seq >= s->n_slot || n_draft < 0)
         return;
     spec_seq *q = &s->seq[seq];
     const double keep = 1.0 - SPEC_FORGET;
-    q->judged = q->judged * keep + (n_accepted < n_draft ? n_accepted + 1 : n_accepted);
-    q->accepted = q->accepted * keep + n_accepted;
+    if (n_draft > 0) {
+        q->judged = q->judged * keep + (n_accepted < n_draft ? n_accepted + 1 : n_accepted);
+        q->accepted = q->accepted * keep + n_accepted;
+    }
     q->rounds++;
     const double k = n_draft;
     s->n = s->n * keep + 1.0;

@@ -1,0 +1,241 @@
+/* bench_spec.c: single-user speculative decoding through pipelines, against
+ * the same pipeline without speculation and against the unsplit model with
+ * the same speculation, measured side by side in one run.
+ *
+ * Each --chain LABEL=HOST:PORT,... names the `convoy stage` nodes of one
+ * pipeline (started beforehand, e.g. by bench/spec.sh on test hosts behind
+ * link emulators); the unsplit model runs in this process. For every
+ * pipeline, and for the unsplit model: plain decoding; each drafter (--draft
+ * NAME=ngram|PATH, several allowed) with K chosen automatically; and the
+ * first drafter with each K of --k-list. Each configuration generates -n
+ * greedy tokens (EOS ignored) after each of the --prompts prompts, and the
+ * tokens are checked equal to plain decoding's. Prints a table (tok/s,
+ * acceptance, tokens per traversal, ratio to the same pipeline without
+ * speculation and to the unsplit model with the same speculation) and
+ * appends one JSON line per configuration to bench/out/spec.jsonl.
+ *
+ * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=SPEC ...
+ *                   [--k-list 1,2,...] [--chain LABEL=NODES ...] */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+
+#define MAX_ITEMS 16
+#define MAX_TOKENS 4096
+
+static const char *const prompt_texts[] = {
+    "Once upon a time", "Lily and Ben went to the park", "The little dog was sad because", "One day, a big bird",
+};
+enum { N_PROMPT_TEXTS = sizeof prompt_texts / sizeof *prompt_texts };
+
+typedef struct config {
+    int drafter; /* -1: plain */
+    int k;       /* 0: automatic */
+} config;
+
+typedef struct result {
+    double tok_s, accept, per_round;
+    bool equal;
+} result;
+
+static const char *model_path;
+static convoy_model *model;
+static int n_tokens = 128, n_prompts = 2;
+static const char *draft_name[MAX_ITEMS], *draft_spec[MAX_ITEMS];
+static int n_drafts, k_list[64], n_k;
+static int32_t plain_tokens[N_PROMPT_TEXTS][MAX_TOKENS + 64];
+
+static int ignore(void *user, int32_t id)
+{
+    (void)user;
+    (void)id;
+    return 0;
+}
+
+/* Runs one configuration on a context; fills r. nodes NULL: unsplit. */
+static int run_config(const char *nodes, const config *cf, result *r)
+{
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = n_tokens + 64;
+    cp.nodes = nodes;
+    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "bench_spec: %s\n", err);
+        return -1;
+    }
+    convoy_spec *spec = NULL;
+    if (cf->drafter >= 0) {
+        convoy_spec_params sp = convoy_spec_default_params();
+        sp.draft = draft_spec[cf->drafter];
+        sp.k = cf->k;
+        if (sp.k > sp.k_max)
+            sp.k_max = sp.k;
+        if (!(spec = convoy_spec_create(c, model, &sp, err, sizeof err))) {
+            fprintf(stderr, "bench_spec: %s\n", err);
+            convoy_ctx_free(c);
+            return -1;
+        }
+    }
+    double gen_s = 0;
+    int64_t n_gen = 0, rounds = 0, drafted = 0, accepted = 0;
+    r->equal = true;
+    for (int p = 0; p < n_prompts; p++) {
+        static int32_t hist[MAX_TOKENS + 64];
+        const char *text = prompt_texts[p % N_PROMPT_TEXTS];
+        const int n_prompt = convoy_tokenize(model, text, strlen(text), true, false, hist, 64);
+        convoy_gen_stats st;
+        if (convoy_generate(c, spec, 0, hist, n_prompt, n_tokens, ignore, NULL, &st, err, sizeof err)) {
+            fprintf(stderr, "bench_spec: %s\n", err);
+            convoy_spec_free(spec);
+            convoy_ctx_free(c);
+            return -1;
+        }
+        if (cf->drafter < 0 && !nodes)
+            memcpy(plain_tokens[p], hist, sizeof(int32_t) * (size_t)(n_prompt + n_tokens));
+        else if (memcmp(plain_tokens[p], hist, sizeof(int32_t) * (size_t)(n_prompt + n_tokens)))
+            r->equal = false;
+        gen_s += st.decode_s;
+        n_gen += st.n_gen - 1; /* the first token comes from the prompt's step */
+        rounds += st.rounds;
+        drafted += st.drafted;
+        accepted += st.accepted;
+        convoy_seq_free(c, 0, err, sizeof err);
+        if (spec)
+            convoy_spec_seq_free(spec, 0);
+    }
+    r->tok_s = n_gen / gen_s;
+    r->accept = drafted ? (double)accepted / (double)drafted : 0.0;
+    r->per_round = rounds ? (double)n_gen / (double)rounds : 0.0;
+    convoy_spec_free(spec);
+    convoy_ctx_free(c);
+    return 0;
+}
+
+static void config_name(const config *cf, char *buf, size_t n)
+{
+    if (cf->drafter < 0)
+        snprintf(buf, n, "none");
+    else if (cf->k)
+        snprintf(buf, n, "%s, K %d", draft_name[cf->drafter], cf->k);
+    else
+        snprintf(buf, n, "%s, K auto", draft_name[cf->drafter]);
+}
+
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    for (const char *p = s; *p && n < max;) {
+        out[n++] = atoi(p);
+        p = strchr(p, ',');
+        if (!p)
+            break;
+        p++;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *chain_label[MAX_ITEMS], *chain_nodes[MAX_ITEMS];
+    static char chain_buf[MAX_ITEMS][1024], draft_buf[MAX_ITEMS][1024];
+    int n_chains = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "bench_spec: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m"))
+            model_path = v;
+        else if (!strcmp(a, "-n"))
+            n_tokens = atoi(v);
+        else if (!strcmp(a, "--prompts"))
+            n_prompts = atoi(v);
+        else if (!strcmp(a, "--k-list"))
+            n_k = parse_list(v, k_list, 64);
+        else if ((!strcmp(a, "--chain") || !strcmp(a, "--draft")) && strchr(v, '=')) {
+            const bool chain = !strcmp(a, "--chain");
+            int *n = chain ? &n_chains : &n_drafts;
+            if (*n == MAX_ITEMS)
+                return 2;
+            char *buf = chain ? chain_buf[*n] : draft_buf[*n];
+            snprintf(buf, 1024, "%s", v);
+            char *eq = strchr(buf, '=');
+            *eq = 0;
+            (chain ? chain_label : draft_name)[*n] = buf;
+            (chain ? chain_nodes : draft_spec)[*n] = eq + 1;
+            (*n)++;
+        } else {
+            fprintf(stderr, "usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=ngram|PATH ... "
+                            "[--k-list 1,2,...] [--chain LABEL=HOST:PORT,... ...]\n");
+            return 2;
+        }
+    }
+    if (!model_path || n_tokens < 1 || n_tokens > MAX_TOKENS || n_prompts < 1 || n_prompts > N_PROMPT_TEXTS) {
+        fprintf(stderr, "bench_spec: -m MODEL is required; -n 1..%d; --prompts 1..%d\n", MAX_TOKENS, N_PROMPT_TEXTS);
+        return 2;
+    }
+    cv_kernels_init(0);
+    char err[512];
+    if (!(model = convoy_model_load(model_path, err, sizeof err))) {
+        fprintf(stderr, "bench_spec: %s\n", err);
+        return 1;
+    }
+    config cfs[80];
+    int n_cf = 0;
+    cfs[n_cf++] = (config){-1, 0};
+    for (int d = 0; d < n_drafts; d++)
+        cfs[n_cf++] = (config){d, 0};
+    for (int i = 0; i < n_k && n_drafts; i++)
+        cfs[n_cf++] = (config){0, k_list[i]};
+
+    /* the unsplit model first: plain decoding gives the reference tokens */
+    static result unsplit[80];
+    for (int i = 0; i < n_cf; i++)
+        if (run_config(NULL, &cfs[i], &unsplit[i]))
+            return 1;
+    printf("model %s, 1 thread per stage, %d prompt(s) x %d greedy tokens, EOS ignored\n\n", model_path, n_prompts,
+           n_tokens);
+    printf("| pipeline | speculation | tok/s | accepted | tokens per traversal | vs same pipeline, no speculation | "
+           "vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---|\n");
+    FILE *raw = fopen("bench/out/spec.jsonl", "a");
+    for (int ch = -1; ch < n_chains; ch++) {
+        static result res[80];
+        for (int i = 0; i < n_cf; i++) {
+            if (ch < 0)
+                res[i] = unsplit[i];
+            else if (run_config(chain_nodes[ch], &cfs[i], &res[i]))
+                return 1;
+            char name[128];
+            config_name(&cfs[i], name, sizeof name);
+            const char *label = ch < 0 ? "unsplit" : chain_label[ch];
+            printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %s |\n", label, name, res[i].tok_s,
+                   100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s,
+                   res[i].tok_s / unsplit[i].tok_s, res[i].equal ? "yes" : "NO");
+            fflush(stdout);
+            if (raw) {
+                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
+                                      "pipeline", label, "model", model_path, "speculation", name, "prompts",
+                                      n_prompts, "tokens", n_tokens, "tok_s", res[i].tok_s, "accepted",
+                                      res[i].accept, "tokens_per_traversal", res[i].per_round, "plain_tok_s",
+                                      res[0].tok_s, "unsplit_same_spec_tok_s", unsplit[i].tok_s, "tokens_equal",
+                                      res[i].equal, "time", (int)time(NULL));
+                char *line = json_dumps(o, JSON_COMPACT);
+                fprintf(raw, "%s\n", line);
+                free(line);
+                json_decref(o);
+            }
+        }
+    }
+    if (raw)
+        fclose(raw);
+    convoy_model_free(model);
+    return 0;
+}
