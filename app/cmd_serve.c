@@ -1,7 +1,8 @@
 /* cmd_serve.c: `convoy serve`: the OpenAI-compatible HTTP server. Loads
  * the model, creates the engine context (local, or a pipeline over
  * --nodes) with one sequence slot per concurrent request, hands it to the
- * scheduler (serve/sched.h), and serves HTTP (serve/http.h) until SIGINT
+ * scheduler (serve/sched.h), with --draft a convoy_spec that makes every
+ * decoding request speculate, and serves HTTP (serve/http.h) until SIGINT
  * or SIGTERM. The signals are blocked in every thread and taken by the
  * main thread with sigwait, so shutdown runs in plain code: the server
  * stops, running requests fail with a message, then everything is freed. */
@@ -25,7 +26,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: convoy serve -m MODEL [--host ADDR] [--port N] [--slots N] [--ctx N] [--batch N] [-t N]\n"
             "                    [--queue N] [--alias NAME] [--chat-template NAME] [--max-body BYTES]\n"
-            "                    [--kv-type f32|f16] [--mem BYTES]\n"
+            "                    [--kv-type f32|f16] [--mem BYTES] [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
             "  --host 127.0.0.1, --port 8080 (0: any free port, printed); --slots 4 requests run at once,\n"
             "  --queue 64 more may wait (then 503); --ctx: tokens per slot (default: the model's, at most 4096);\n"
@@ -33,7 +34,11 @@ static void usage(void)
             "  --alias: the model name clients use (default: the file name without .gguf);\n"
             "  --chat-template NAME: llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3\n"
             "  (default: recognized from the model's tokenizer.chat_template; ChatML when it has none);\n"
-            "  --max-body: largest request body (default 1MiB).\n");
+            "  --max-body: largest request body (default 1MiB);\n"
+            "  --draft: speculative decoding for every request, with prompt lookup (ngram) or a draft model\n"
+            "  with the same vocabulary (run here); --spec-k fixes the drafts per round (default: chosen per\n"
+            "  request from acceptance and timing), --spec-k-max caps them (default 16); drafts share the\n"
+            "  batch with the other requests. Outputs are the same as without (greedy: identical).\n");
 }
 
 /* The model id: the file name without directories and ".gguf". */
@@ -55,6 +60,9 @@ int cmd_serve(int argc, char **argv)
     uint64_t max_body = 1u << 20;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cp.n_slot = 4;
+    convoy_spec_params spp = convoy_spec_default_params();
+    spp.draft = NULL;
+    bool spec_k_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -85,6 +93,12 @@ int cmd_serve(int argc, char **argv)
             chat_template = v;
         else if (!strcmp(a, "--max-body"))
             bad = arg_bytes(a, v, &max_body);
+        else if (!strcmp(a, "--draft"))
+            spp.draft = v;
+        else if (!strcmp(a, "--spec-k"))
+            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k), spec_k_given = true;
+        else if (!strcmp(a, "--spec-k-max"))
+            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k_max), spec_k_given = true;
         else {
             fprintf(stderr, "convoy serve: unknown option '%s'\n", a);
             usage();
@@ -95,6 +109,10 @@ int cmd_serve(int argc, char **argv)
     }
     if (!model_path) {
         usage();
+        return 2;
+    }
+    if (spec_k_given && !spp.draft) {
+        fprintf(stderr, "convoy serve: --spec-k and --spec-k-max need --draft\n");
         return 2;
     }
     if (max_body < 1024 || max_body > (1u << 30)) {
@@ -144,9 +162,23 @@ int cmd_serve(int argc, char **argv)
         convoy_model_free(model);
         return 1;
     }
+    convoy_spec *spec = NULL;
+    if (spp.draft) {
+        if (spp.k > spp.k_max)
+            spp.k_max = spp.k;
+        spp.n_threads = cp.n_threads;
+        if (!(spec = convoy_spec_create(ctx, model, &spp, err, sizeof err))) {
+            fprintf(stderr, "convoy: %s\n", err);
+            convoy_ctx_free(ctx);
+            convoy_model_free(model);
+            return 1;
+        }
+    }
     sv_sched *sched = sv_sched_create(ctx, model, cp.n_slot, queue, err, sizeof err);
-    if (!sched) {
+    if (!sched || sv_sched_set_spec(sched, spec, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
+        sv_sched_free(sched);
+        convoy_spec_free(spec);
         convoy_ctx_free(ctx);
         convoy_model_free(model);
         return 1;
@@ -158,20 +190,23 @@ int cmd_serve(int argc, char **argv)
     if (sv_http_start(&http, &ho, sched, &srv, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
         sv_sched_free(sched);
+        convoy_spec_free(spec);
         convoy_ctx_free(ctx);
         convoy_model_free(model);
         return 1;
     }
     fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d "
-                    "tokens, batch %d, %d threads%s%s)\n",
+                    "tokens, batch %d, %d threads%s%s%s%s)\n",
             ho.host, sv_http_port(http), srv.model_id, sv_chat_name(&chat), cp.n_slot, srv.n_ctx,
-            convoy_ctx_n_batch(ctx), cp.n_threads, cp.nodes ? ", nodes " : "", cp.nodes ? cp.nodes : "");
+            convoy_ctx_n_batch(ctx), cp.n_threads, spec ? ", drafts from " : "", spec ? convoy_spec_drafter(spec) : "",
+            cp.nodes ? ", nodes " : "", cp.nodes ? cp.nodes : "");
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "convoy serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     sv_http_stop(http);
     sv_sched_free(sched);
+    convoy_spec_free(spec);
     convoy_ctx_free(ctx);
     convoy_model_free(model);
     return 0;

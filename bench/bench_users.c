@@ -9,11 +9,13 @@
  * tokens/s (all generated tokens / wall time of the run), time to first
  * token (p50, p95), and the ratios of the aggregate to the baseline. The
  * targets are the unsplit model here (-t threads) and, with --nodes, a
- * pipeline of `convoy stage` nodes. Appends one JSON line per run to
- * bench/out/users.jsonl.
+ * pipeline of `convoy stage` nodes. With --draft, every target also runs
+ * with speculative decoding (DESIGN.md §7: reported both ways), and its
+ * aggregate is also divided by the unsplit model's for 1 user with the same
+ * speculation. Appends one JSON line per run to bench/out/users.jsonl.
  *
  * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8]
- *                    [--nodes HOST:PORT,...] [--label TEXT] */
+ *                    [--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]] */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -85,7 +87,14 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int run(convoy_model *m, const char *nodes, int threads, int n_users, int n_tokens, result *res)
+/* Speculation of a run: a drafter (NULL: none) and K (0: automatic). */
+typedef struct spec_setting {
+    const char *draft;
+    int k;
+} spec_setting;
+
+static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int threads, int n_users, int n_tokens,
+               result *res)
 {
     char err[512];
     convoy_model_info info;
@@ -101,9 +110,20 @@ static int run(convoy_model *m, const char *nodes, int threads, int n_users, int
         fprintf(stderr, "bench_users: %s\n", err);
         return -1;
     }
-    sv_sched *s = sv_sched_create(ctx, m, n_users, n_users, err, sizeof err);
-    if (!s) {
+    convoy_spec *spec = NULL;
+    if (sp->draft) {
+        convoy_spec_params spp = convoy_spec_default_params();
+        spp.draft = sp->draft;
+        spp.k = sp->k;
+        spp.k_max = sp->k > spp.k_max ? sp->k : spp.k_max;
+        spp.n_threads = threads;
+        spec = convoy_spec_create(ctx, m, &spp, err, sizeof err);
+    }
+    sv_sched *s = !sp->draft || spec ? sv_sched_create(ctx, m, n_users, n_users, err, sizeof err) : NULL;
+    if (!s || sv_sched_set_spec(s, spec, err, sizeof err)) {
         fprintf(stderr, "bench_users: %s\n", err);
+        sv_sched_free(s);
+        convoy_spec_free(spec);
         convoy_ctx_free(ctx);
         return -1;
     }
@@ -130,6 +150,7 @@ static int run(convoy_model *m, const char *nodes, int threads, int n_users, int
     res->ttft_p50 = ttft[(n_users - 1) / 2];
     res->ttft_p95 = ttft[(int)(0.95 * (n_users - 1) + 0.5)];
     sv_sched_free(s);
+    convoy_spec_free(spec);
     convoy_ctx_free(ctx);
     return total == (int64_t)n_users * n_tokens ? 0 : -1;
 }
@@ -138,6 +159,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL, *nodes = NULL, *label = "";
     int threads = 1, n_tokens = 128, users[8] = {1, 2, 4, 8}, n_u = 4;
+    spec_setting spec = {NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc)
             model_path = argv[++i];
@@ -149,13 +171,17 @@ int main(int argc, char **argv)
             nodes = argv[++i];
         else if (!strcmp(argv[i], "--label") && i + 1 < argc)
             label = argv[++i];
+        else if (!strcmp(argv[i], "--draft") && i + 1 < argc)
+            spec.draft = argv[++i];
+        else if (!strcmp(argv[i], "--spec-k") && i + 1 < argc)
+            spec.k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--users") && i + 1 < argc) {
             n_u = 0;
             for (char *t = strtok(argv[++i], ","); t && n_u < 8; t = strtok(NULL, ","))
                 users[n_u++] = atoi(t);
         } else {
             fprintf(stderr, "usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] "
-                            "[--nodes HOST:PORT,...] [--label TEXT]\n");
+                            "[--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]]\n");
             return 2;
         }
     }
@@ -175,36 +201,47 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_users: %s\n", err);
         return 1;
     }
-    result base;
-    if (run(m, NULL, threads, 1, n_tokens, &base))
+    const spec_setting plain = {NULL, 0};
+    result base, base_spec = {0};
+    if (run(m, NULL, &plain, threads, 1, n_tokens, &base) ||
+        (spec.draft && run(m, NULL, &spec, threads, 1, n_tokens, &base_spec)))
         return 1;
     printf("%s %s, %d generated tokens per user, greedy, EOS ignored; baseline: unsplit, 1 user, %d thread(s): "
-           "%.2f tok/s\n\n",
+           "%.2f tok/s",
            label, model_path, n_tokens, threads, base.aggregate);
-    printf("| target | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | aggregate / baseline |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    if (spec.draft)
+        printf("; with speculation (draft %s, K %s): %.2f tok/s", spec.draft, spec.k ? "fixed" : "automatic",
+               base_spec.aggregate);
+    printf("\n\n| target | speculation | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | "
+           "aggregate / baseline | aggregate / baseline with the same speculation |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     FILE *raw = fopen("bench/out/users.jsonl", "a");
     const char *targets[2] = {NULL, nodes};
     for (int tgt = 0; tgt < (nodes ? 2 : 1); tgt++)
-        for (int k = 0; k < n_u; k++) {
-            result r;
-            if (run(m, targets[tgt], threads, users[k], n_tokens, &r))
-                continue;
-            printf("| %s | %d | %.2f | %.2f | %.3f | %.3f | %.2fx |\n", tgt ? "pipeline" : "unsplit", users[k],
-                   r.per_user, r.aggregate, r.ttft_p50, r.ttft_p95, r.aggregate / base.aggregate);
-            fflush(stdout);
-            if (raw) {
-                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:i}", "bench", "users",
-                                      "label", label, "model", model_path, "target", tgt ? nodes : "unsplit",
-                                      "users", users[k], "threads", threads, "tokens", n_tokens, "per_user_tok_s",
-                                      r.per_user, "aggregate_tok_s", r.aggregate, "ttft_p50", r.ttft_p50, "ttft_p95",
-                                      r.ttft_p95, "baseline_tok_s", base.aggregate, "time", (int)time(NULL));
-                char *line = json_dumps(o, JSON_COMPACT);
-                fprintf(raw, "%s\n", line);
-                free(line);
-                json_decref(o);
+        for (int with = 0; with < (spec.draft ? 2 : 1); with++)
+            for (int k = 0; k < n_u; k++) {
+                result r;
+                if (run(m, targets[tgt], with ? &spec : &plain, threads, users[k], n_tokens, &r))
+                    continue;
+                const result *same = with ? &base_spec : &base;
+                printf("| %s | %s | %d | %.2f | %.2f | %.3f | %.3f | %.2fx | %.2fx |\n", tgt ? "pipeline" : "unsplit",
+                       with ? spec.draft : "none", users[k], r.per_user, r.aggregate, r.ttft_p50, r.ttft_p95,
+                       r.aggregate / base.aggregate, r.aggregate / same->aggregate);
+                fflush(stdout);
+                if (raw) {
+                    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "bench",
+                                          "users", "label", label, "model", model_path, "target",
+                                          tgt ? nodes : "unsplit", "speculation", with ? spec.draft : "none",
+                                          "users", users[k], "threads", threads, "tokens", n_tokens,
+                                          "per_user_tok_s", r.per_user, "aggregate_tok_s", r.aggregate, "ttft_p50",
+                                          r.ttft_p50, "ttft_p95", r.ttft_p95, "baseline_tok_s", base.aggregate,
+                                          "baseline_same_spec_tok_s", same->aggregate, "time", (int)time(NULL));
+                    char *line = json_dumps(o, JSON_COMPACT);
+                    fprintf(raw, "%s\n", line);
+                    free(line);
+                    json_decref(o);
+                }
             }
-        }
     if (raw)
         fclose(raw);
     convoy_model_free(m);

@@ -11,6 +11,9 @@
 # pinned to core 0, stage 2 on host 2 pinned to core 1, the head on host 0.
 # It also prints the read bandwidth ceiling (2 threads / 1 thread) measured
 # in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
+# DRAFT=q8_0|q4_0|ngram adds speculative runs of every target (a self-draft
+# quantized from each model into bench/out/models, or the n-gram drafter),
+# with their ratios to the unsplit model with the same speculation too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens="${TOKENS:-128}"
@@ -30,6 +33,16 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh d
 bash scripts/cluster.sh up 3 >/dev/null
 for m in "${models[@]}"; do
     pids=()
+    draft=()
+    case "${DRAFT:-}" in
+    "") ;;
+    ngram) draft=(--draft ngram) ;;
+    *)
+        d="bench/out/models/$(basename "$m" .gguf)-draft-$DRAFT.gguf"
+        [[ -f "$d" ]] || build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null
+        draft=(--draft "$d")
+        ;;
+    esac
     for h in 1 2; do
         bash scripts/cluster.sh run "$h" taskset -c $((h - 1)) build/convoy stage --listen "10.77.0.$((h + 1)):7000" \
             -m "$m" 2>/dev/null &
@@ -40,7 +53,7 @@ for m in "${models[@]}"; do
         done
     done
     bash scripts/cluster.sh run 0 taskset -c 0 build/bench_users -m "$m" -n "$tokens" --label "users" \
-        --nodes 10.77.0.2:7000,10.77.0.3:7000
+        --nodes 10.77.0.2:7000,10.77.0.3:7000 "${draft[@]}"
     kill "${pids[@]}" 2>/dev/null
     wait "${pids[@]}" 2>/dev/null || true
     echo

@@ -154,6 +154,7 @@ typedef struct convoy_spec_req {
     int32_t seq;
     const int32_t *hist; /* the slot's whole history; the last id is the newest, not yet run */
     int32_t n_hist;
+    int32_t max_draft;   /* most drafts the caller can use (tokens left, batch room); 0: none */
     int32_t *drafts;     /* [k_max]: the proposal */
     int32_t n_draft;     /* written: 0 .. K */
 } convoy_spec_req;
@@ -166,6 +167,7 @@ convoy_spec_params convoy_spec_default_params(void);
 convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
                                 size_t errlen);
 void convoy_spec_free(convoy_spec *s);
+int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts array needs */
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs
  * them as one batch). */

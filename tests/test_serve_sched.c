@@ -4,7 +4,11 @@
  * with few or many slots and a small or large batch; cancelling a running
  * or queued request frees its slot or queue place; a full queue refuses;
  * max_tokens ends with "length"; logprobs are a distribution's, with the greedy
- * choice on top; stopping fails what is left. */
+ * choice on top; stopping fails what is left. Speculation (prompt lookup, or
+ * stories260K drafting for itself; fixed or automatic K; a batch too small
+ * for every draft) gives 8 concurrent greedy requests of 128+ tokens the
+ * same tokens and logprobs as plain decoding, and never drafts past
+ * max_tokens or the context. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,7 +19,7 @@
 #include "test.h"
 #include "model_test.h"
 
-enum { N_REQ = 8, MAX_TOK = 40 };
+enum { N_REQ = 8, MAX_TOK = 40, OUT_MAX = 256, LP_TOP = 2 };
 
 static convoy_model *model;
 
@@ -35,7 +39,8 @@ typedef struct job {
     int32_t prompt[256];
     int32_t n_prompt;
     sv_request_params p;
-    int32_t out[MAX_TOK];
+    int32_t out[OUT_MAX];
+    sv_logprob lp[OUT_MAX * (1 + LP_TOP)]; /* when p.top_logprobs == LP_TOP */
     int32_t n_out;
     sv_finish finish;
 } job;
@@ -80,6 +85,8 @@ static void collect(sv_request *r, job *j)
         n = sv_request_wait(r, n, 1000, &f);
     j->n_out = n;
     memcpy(j->out, sv_request_tokens(r), sizeof(int32_t) * (size_t)n);
+    if (j->p.top_logprobs == LP_TOP && n > 0)
+        memcpy(j->lp, sv_request_logprobs(r, 0), sizeof(sv_logprob) * (size_t)n * (1 + LP_TOP));
     j->finish = f;
     sv_request_release(r);
 }
@@ -274,6 +281,146 @@ static void test_finish_and_logprobs(void)
     convoy_ctx_free(c);
 }
 
+/* Runs jobs[0..n) submitted at once on n_slot slots and batches of n_batch,
+ * speculating with *spp when it is not NULL; *st gets the statistics. */
+static void run_together(job *jobs, int n, int32_t n_slot, int32_t n_batch, const convoy_spec_params *spp,
+                         sv_sched_stats *st)
+{
+    char err[512];
+    memset(st, 0, sizeof *st);
+    convoy_ctx *c = make_ctx(n_slot, n_batch);
+    convoy_spec *spec = NULL;
+    sv_sched *s = NULL;
+    if (c && spp && !(spec = convoy_spec_create(c, model, spp, err, sizeof err)))
+        CHECKF(0, "%s", err);
+    else if (c && !(s = sv_sched_create(c, model, n_slot, n, err, sizeof err)))
+        CHECKF(0, "%s", err);
+    else if (s && sv_sched_set_spec(s, spec, err, sizeof err))
+        CHECKF(0, "%s", err);
+    else if (s) {
+        sv_request *reqs[N_REQ];
+        for (int i = 0; i < n; i++)
+            CHECK(sv_sched_submit(s, &jobs[i].p, &reqs[i], err, sizeof err) == SV_SUBMIT_OK);
+        for (int i = 0; i < n; i++)
+            collect(reqs[i], &jobs[i]);
+        sv_sched_get_stats(s, st);
+    }
+    sv_sched_free(s);
+    convoy_spec_free(spec);
+    convoy_ctx_free(c);
+}
+
+/* Greedy requests of 128 tokens and more (one with penalties, one with
+ * logprobs), all at once. */
+static void make_long_jobs(job *jobs)
+{
+    make_jobs(jobs);
+    for (int i = 0; i < N_REQ; i++) {
+        jobs[i].p.max_tokens = 128 + 8 * i;
+        jobs[i].p.sampler.temp = 0.0f;
+    }
+    jobs[6].p.top_logprobs = LP_TOP;
+}
+
+static void test_speculation_equals_plain(void)
+{
+    char draft_path[1024];
+    if (!test_shared_path(draft_path, sizeof draft_path, "models/stories260K.gguf"))
+        return;
+    static job plain[N_REQ], spec[N_REQ];
+    sv_sched_stats st;
+    make_long_jobs(plain);
+    run_together(plain, N_REQ, N_REQ, 64, NULL, &st);
+    CHECK(!st.speculating && st.spec_rounds == 0);
+    for (int i = 0; i < N_REQ; i++)
+        CHECKF(plain[i].finish == SV_FINISH_LENGTH && plain[i].n_out == plain[i].p.max_tokens, "request %d: %d, %d",
+               i, plain[i].finish, plain[i].n_out);
+    /* (drafter, K, K max, slots, batch): automatic and fixed K with either
+     * drafter; a batch of 16 leaves 8 slots one draft each on average; 3
+     * slots make requests queue, so slots are reused */
+    const struct {
+        const char *draft;
+        int32_t k, k_max, n_slot, n_batch;
+    } configs[] = {
+        {"ngram", 0, 16, N_REQ, 64}, {"ngram", 4, 16, N_REQ, 64}, {draft_path, 0, 16, N_REQ, 64},
+        {draft_path, 3, 16, N_REQ, 64}, {draft_path, 0, 8, N_REQ, 16}, {"ngram", 8, 8, 3, 12},
+    };
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        convoy_spec_params spp = convoy_spec_default_params();
+        spp.draft = configs[k].draft;
+        spp.k = configs[k].k;
+        spp.k_max = configs[k].k_max;
+        make_long_jobs(spec);
+        run_together(spec, N_REQ, configs[k].n_slot, configs[k].n_batch, &spp, &st);
+        const char *drafter = configs[k].draft == draft_path ? "model" : "ngram";
+        for (int i = 0; i < N_REQ; i++) {
+            CHECKF(spec[i].n_out == plain[i].n_out && spec[i].finish == plain[i].finish &&
+                       !memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
+                   "%s K %d batch %d: request %d differs from plain decoding (%d vs %d tokens)", drafter,
+                   configs[k].k, configs[k].n_batch, i, spec[i].n_out, plain[i].n_out);
+        }
+        CHECKF(!memcmp(spec[6].lp, plain[6].lp, sizeof(sv_logprob) * (size_t)plain[6].n_out * (1 + LP_TOP)),
+               "%s K %d: the logprobs differ from plain decoding", drafter, configs[k].k);
+        /* (an automatic K may settle on 0 where drafting does not pay) */
+        CHECKF(st.speculating && st.spec_rounds > 0 && st.spec_accepted <= st.spec_drafted &&
+                   (configs[k].k == 0 || st.spec_accepted > 0),
+               "%s K %d: %llu rounds, %llu of %llu drafts accepted", drafter, configs[k].k,
+               (unsigned long long)st.spec_rounds, (unsigned long long)st.spec_accepted,
+               (unsigned long long)st.spec_drafted);
+    }
+}
+
+/* The model drafting for itself is always right (greedy), so every round
+ * would run to K drafts: each request still gets exactly max_tokens tokens,
+ * and no row is spent past them. */
+static void test_speculation_max_tokens(void)
+{
+    char draft_path[1024];
+    if (!test_shared_path(draft_path, sizeof draft_path, "models/stories260K.gguf"))
+        return;
+    static job plain[N_REQ], spec[N_REQ];
+    static const int32_t max_tokens[N_REQ] = {1, 2, 3, 5, 9, 10, 17, 33};
+    sv_sched_stats st;
+    make_jobs(plain);
+    for (int i = 0; i < N_REQ; i++) {
+        plain[i].p.max_tokens = max_tokens[i];
+        plain[i].p.sampler = cv_sampler_default_params();
+        plain[i].p.sampler.temp = 0.0f;
+        plain[i].p.ignore_eos = true;
+    }
+    /* the last one fills its slot's context to the last position */
+    plain[7].p.max_tokens = 256 - plain[7].n_prompt;
+    memcpy(spec, plain, sizeof plain);
+    run_together(plain, N_REQ, 4, 64, NULL, &st);
+    convoy_spec_params spp = convoy_spec_default_params();
+    spp.draft = draft_path;
+    spp.k = 8;
+    spp.k_max = 8;
+    run_together(spec, N_REQ, 4, 64, &spp, &st);
+    uint64_t rows = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
+               i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
+        CHECKF(!memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out), "request %d differs", i);
+        rows += (uint64_t)spec[i].n_prompt + (uint64_t)spec[i].p.max_tokens - 1;
+    }
+    CHECKF(st.batch_tokens == rows && st.spec_drafted == st.spec_accepted,
+           "%llu rows for %llu needed, %llu of %llu drafts accepted", (unsigned long long)st.batch_tokens,
+           (unsigned long long)rows, (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted);
+    /* sampling at temperature 0.9: drafts get rejected, the count holds */
+    for (int i = 0; i < N_REQ; i++) {
+        spec[i].p.sampler.temp = 0.9f;
+        spec[i].p.sampler.seed = 7 + (uint64_t)i;
+    }
+    spp.draft = "ngram";
+    spp.k = 0;
+    run_together(spec, N_REQ, 4, 64, &spp, &st);
+    for (int i = 0; i < N_REQ; i++)
+        CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
+               i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
+    CHECK(st.spec_rounds > 0);
+}
+
 int main(void)
 {
     cv_kernels_init(0);
@@ -282,6 +429,8 @@ int main(void)
     TEST_RUN(test_batched_equals_alone);
     TEST_RUN(test_cancel_and_queue);
     TEST_RUN(test_finish_and_logprobs);
+    TEST_RUN(test_speculation_equals_plain);
+    TEST_RUN(test_speculation_max_tokens);
     convoy_model_free(model);
     return test_summary();
 }

@@ -66,18 +66,15 @@ static int round_of(convoy_ctx *c, convoy_spec *spec, gen *gens, int n, char *er
     static uint8_t want[512];
     convoy_spec_req reqs[N_PROMPT];
     int n_req = 0;
-    for (int s = 0; s < n; s++)
+    for (int s = 0; s < n; s++) /* a round emits at most its drafts + 1 */
         if (gens[s].speculate && gens[s].n_hist < gens[s].n_target)
             reqs[n_req++] = (convoy_spec_req){.seq = s, .hist = gens[s].hist, .n_hist = gens[s].n_hist,
-                                              .drafts = drafts[s]};
+                                              .max_draft = gens[s].n_target - gens[s].n_hist - 1, .drafts = drafts[s]};
     if (n_req && convoy_spec_propose(spec, reqs, n_req, err, errlen))
         return -1;
     int32_t n_draft[N_PROMPT] = {0}, first_row[N_PROMPT];
-    for (int r = 0; r < n_req; r++) {
-        const gen *g = &gens[reqs[r].seq];
-        const int32_t room = g->n_target - g->n_hist - 1; /* a round emits at most its drafts + 1 */
-        n_draft[reqs[r].seq] = reqs[r].n_draft < room ? reqs[r].n_draft : room;
-    }
+    for (int r = 0; r < n_req; r++)
+        n_draft[reqs[r].seq] = reqs[r].n_draft;
     int nt = 0, nw = 0;
     for (int s = 0; s < n; s++) {
         gen *g = &gens[s];
@@ -265,7 +262,7 @@ static void sample_pairs(convoy_ctx *c, convoy_spec *spec, int32_t n_vocab, int6
         g.n_target = g.n_prompt + 3; /* room for 2 drafts in the first round */
         int32_t drafts[K_MAX];
         if (spec && draft_pairs) {
-            convoy_spec_req r = {.seq = 0, .hist = g.hist, .n_hist = g.n_hist, .drafts = drafts};
+            convoy_spec_req r = {.seq = 0, .hist = g.hist, .n_hist = g.n_hist, .max_draft = 2, .drafts = drafts};
             CHECK(convoy_spec_propose(spec, &r, 1, err, sizeof err) == 0 && r.n_draft == 2);
             draft_pairs[i] = (int64_t)drafts[0] * n_vocab + drafts[1];
         }

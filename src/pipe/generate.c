@@ -64,10 +64,10 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         /* the newest token and its drafts; a round emits at most drafts + 1 */
         const int32_t room = n_predict - st->n_gen - 1;
         const double t_round = seconds();
-        convoy_spec_req req = {.seq = seq, .hist = hist, .n_hist = n_hist, .drafts = tok + 1};
+        convoy_spec_req req = {.seq = seq, .hist = hist, .n_hist = n_hist, .max_draft = room, .drafts = tok + 1};
         if (spec && room > 0 && (rc = convoy_spec_propose(spec, &req, 1, err, errlen)))
             break;
-        const int32_t n_draft = req.n_draft < room ? req.n_draft : room;
+        const int32_t n_draft = req.n_draft;
         tok[0] = hist[n_hist - 1];
         for (int32_t i = 0; i <= n_draft; i++) {
             pos[i] = n_hist - 1 + i;

@@ -98,6 +98,7 @@ void convoy_spec_free(convoy_spec *s)
 }
 
 const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s->drafter); }
+int32_t convoy_spec_k_max(const convoy_spec *s) { return s->k_max; }
 
 /* Expected tokens per round over expected seconds per round. */
 static double spec_rate(double a, double t0, double t1, int32_t k)
@@ -142,11 +143,12 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         spec_seq *q = &s->seq[reqs[i].seq];
         q->k = choose_k(s, q);
         reqs[i].n_draft = 0;
-        if (q->k == 0)
+        const int32_t k = q->k < reqs[i].max_draft ? q->k : reqs[i].max_draft;
+        if (k <= 0)
             continue;
         s->ask[n_ask] = i;
         s->reqs[n_ask++] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist,
-                                          .k = q->k, .out = reqs[i].drafts};
+                                          .k = k, .out = reqs[i].drafts};
     }
     if (n_ask && cv_drafter_propose(s->drafter, s->reqs, n_ask, err, errlen))
         return -1;

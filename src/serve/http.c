@@ -399,6 +399,12 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
            (double)st.steps_shared);
     metric(&b, "convoy_batch_tokens_total", "counter", "Tokens over all batches.", (double)st.batch_tokens);
     metric(&b, "convoy_step_seconds_total", "counter", "Time spent in engine steps.", st.step_seconds);
+    if (st.speculating) {
+        metric(&b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
+               (double)st.spec_rounds);
+        metric(&b, "convoy_spec_drafted_total", "counter", "Drafts sent for verification.", (double)st.spec_drafted);
+        metric(&b, "convoy_spec_accepted_total", "counter", "Drafts accepted.", (double)st.spec_accepted);
+    }
     sv_buf_puts(&b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
                     "# TYPE convoy_time_to_first_token_seconds summary\n");
     snprintf(line, sizeof line, "convoy_time_to_first_token_seconds_sum %.9g\nconvoy_time_to_first_token_seconds_count %llu\n",

@@ -11,16 +11,23 @@
  *   C. sets up the new slots' samplers (convoy_set_sampler), unlocked;
  *   D. while fewer than the engine's depth of batches are in flight (1 on
  *      one machine, the number of stages on a pipeline), builds the next
- *      group's batch (decode tokens first, then prompt chunks in a rotating
- *      order) and submits it, unlocked, without allocating; slot i belongs
- *      to group i % depth and a slot is in at most one batch in flight, so
- *      while the last stage works on one group the first works on another;
+ *      group's batch (decode tokens first, each followed by its drafts when
+ *      speculating, then prompt chunks in a rotating order) and submits it,
+ *      unlocked, without allocating; slot i belongs to group i % depth and
+ *      a slot is in at most one batch in flight, so while the last stage
+ *      works on one group the first works on another;
  *   E. collects the oldest batch in flight and, under the lock, appends
- *      each sampled token to its request (or ends it), and wakes the
+ *      each emitted token to its request (or ends it), and wakes the
  *      waiting threads.
- * Logprobs are computed in D from the step's logits rows and published in
- * E by advancing n_out. A request is freed when both its submitter and the
- * scheduler have let it go (refs reaches 0). */
+ * A slot's wanted rows in a batch are one run: its newest token (or the
+ * last prompt token), then its drafts (want 2). The run's outputs are the
+ * token after each row until the first rejected draft, -1 from there; the
+ * engine cuts the slot back to its emitted tokens itself, and the slot
+ * continues at convoy_seq_len. A request's prompt and output are one array,
+ * the history the drafter reads. Logprobs are computed in E, unlocked,
+ * from the step's logits rows, written past the published tokens, and
+ * published by advancing n_out. A request is freed when both its
+ * submitter and the scheduler have let it go (refs reaches 0). */
 #include "serve/sched.h"
 
 #include <math.h>
@@ -46,14 +53,14 @@ struct sv_request {
     int32_t n_out;
     char error[256];
     /* fixed at submit */
-    int32_t *prompt;
+    int32_t *prompt; /* [n_prompt + max_tokens]: the prompt, then the output (out) */
     int32_t n_prompt;
     int32_t max_tokens;
     cv_sampler_params sampler;
     bool ignore_eos;
     int32_t top_logprobs;
     double t_submit;
-    int32_t *out;    /* [max_tokens] */
+    int32_t *out;    /* prompt + n_prompt: [max_tokens] */
     sv_logprob *lp;  /* [max_tokens][1 + top_logprobs], or NULL */
 };
 
@@ -62,18 +69,22 @@ enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDI
 typedef struct sv_slot {
     enum slot_state state;
     sv_request *req;
-    int32_t n_fed;  /* prompt tokens in the cache */
-    int32_t n_past; /* positions in the cache */
-    int32_t next;   /* the sampled token to feed next (SLOT_DECODE) */
-    bool in_flight; /* in a submitted batch not yet collected */
+    int32_t n_fed;   /* prompt tokens in the cache */
+    int32_t n_past;  /* positions in the cache */
+    int32_t next;    /* the sampled token to feed next (SLOT_DECODE) */
+    int32_t n_draft; /* drafts after next in the batch in flight */
+    bool spec_round; /* drafts were asked for with the batch in flight (0 or more came) */
+    bool in_flight;  /* in a submitted batch not yet collected */
 } sv_slot;
 
 /* A submitted batch, until it is collected. */
 typedef struct sv_flight {
-    int32_t *token, *pos, *seq, *row_slot; /* [n_batch] */
+    int32_t *token, *pos, *seq; /* [n_batch] */
+    int32_t *row_token;         /* [n_batch] batch index of each wanted row */
     uint8_t *want;
     int32_t n, n_want, n_prompt_tokens, n_seqs;
-    double t0;
+    double t_propose; /* when its drafts were asked for (the start of its rounds) */
+    double t0;        /* when it was submitted */
 } sv_flight;
 
 enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
@@ -108,6 +119,10 @@ struct sv_sched {
     sv_flight *flights;   /* [depth] ring, oldest first */
     int32_t f_oldest, n_flying;
     int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
+    convoy_spec *spec;    /* set before the first request (under mu); NULL: no speculation */
+    convoy_spec_req *spec_reqs; /* [n_slot] one proposal call's requests */
+    int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
+    int32_t k_max;        /* the spec's most drafts per round */
 };
 
 static double now_s(void)
@@ -121,7 +136,6 @@ static void request_free(sv_request *r)
 {
     pthread_cond_destroy(&r->cond);
     cv_free(r->lp);
-    cv_free(r->out);
     cv_free(r->prompt);
     cv_free(r);
 }
@@ -198,23 +212,78 @@ static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, s
     out[0] = (sv_logprob){.id = chosen, .logprob = (float)((double)xc - lse)};
 }
 
-/* D: group g's next batch into f: decode tokens of its decoding slots,
- * then prompt chunks up to the batch size, starting from a rotating slot.
- * Slots already in flight are left for later. */
+static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* D: the drafts of group g's decoding slots into s->drafts and each slot's
+ * n_draft, from one proposal call (spec_round marks the slots asked). A
+ * slot drafts at most what its request can still emit after the newest
+ * token's own output (max_tokens, the context); the batch rows the newest
+ * tokens leave free are shared: each slot keeps up to an equal share, then
+ * what some leave goes to the others in slot order. A failed proposal
+ * leaves the round without drafts. */
+static void propose_drafts(sv_sched *s, int32_t g)
+{
+    int32_t n_decoding = 0, n_req = 0;
+    for (int32_t i = g; i < s->n_slot; i += s->depth) {
+        sv_slot *sl = &s->slots[i];
+        if (sl->state != SLOT_DECODE || sl->in_flight)
+            continue;
+        n_decoding++;
+        sl->n_draft = 0;
+        sl->spec_round = false;
+        const sv_request *r = sl->req;
+        const int32_t room = min_i32(r->max_tokens - r->n_out - 1, s->n_ctx - 1 - sl->n_past);
+        if (room > 0)
+            s->spec_reqs[n_req++] = (convoy_spec_req){.seq = i, .hist = r->prompt, .n_hist = r->n_prompt + r->n_out,
+                                                      .max_draft = room, .drafts = s->drafts + (size_t)i * (size_t)s->k_max};
+    }
+    int32_t spare = s->n_batch - n_decoding;
+    if (n_req == 0 || spare == 0)
+        return;
+    char err[CV_ERRLEN];
+    if (convoy_spec_propose(s->spec, s->spec_reqs, n_req, err, sizeof err)) {
+        fprintf(stderr, "convoy serve: a round without drafts: %s\n", err);
+        return;
+    }
+    const int32_t share = spare / n_req;
+    for (int32_t k = 0; k < n_req; k++) {
+        convoy_spec_req *q = &s->spec_reqs[k];
+        sv_slot *sl = &s->slots[q->seq];
+        sl->n_draft = min_i32(q->n_draft, share);
+        sl->spec_round = true;
+        spare -= sl->n_draft;
+    }
+    for (int32_t k = 0; k < n_req && spare > 0; k++) {
+        sv_slot *sl = &s->slots[s->spec_reqs[k].seq];
+        const int32_t more = min_i32(s->spec_reqs[k].n_draft - sl->n_draft, spare);
+        sl->n_draft += more;
+        spare -= more;
+    }
+}
+
+/* D: group g's next batch into f: the newest token of each decoding slot,
+ * followed by its drafts when speculating, then prompt chunks up to the
+ * batch size, starting from a rotating slot. Slots already in flight are
+ * left for later. */
 static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
+    f->t_propose = now_s();
+    if (s->spec)
+        propose_drafts(s, g);
     int32_t n = 0, w = 0, np = 0, ns = 0;
     for (int32_t i = g; i < s->n_slot; i += s->depth) {
         sv_slot *sl = &s->slots[i];
         if (sl->state != SLOT_DECODE || sl->in_flight)
             continue;
-        f->token[n] = sl->next;
-        f->pos[n] = sl->n_past++;
-        f->seq[n] = i;
-        f->want[n] = 1;
-        f->row_slot[w++] = i;
+        for (int32_t d = 0; d <= sl->n_draft; d++) {
+            f->token[n] = d == 0 ? sl->next : s->drafts[(size_t)i * (size_t)s->k_max + (size_t)(d - 1)];
+            f->pos[n] = sl->n_past++;
+            f->seq[n] = i;
+            f->want[n] = d == 0 ? 1 : 2;
+            f->row_token[w++] = n;
+            n++;
+        }
         sl->in_flight = true;
-        n++;
         ns++;
     }
     for (int32_t k = 0; k < s->n_slot && n < s->n_batch; k++) {
@@ -232,7 +301,7 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
             f->seq[n] = i;
             f->want[n] = ++sl->n_fed == r->n_prompt;
             if (f->want[n])
-                f->row_slot[w++] = i;
+                f->row_token[w++] = n;
             n++;
         }
         sl->in_flight = take > 0;
@@ -246,56 +315,92 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
     f->n_seqs = ns;
 }
 
-/* Logprobs of the wanted rows, written past each request's published
- * tokens (they become visible when E advances n_out). */
+/* Logprobs of the emitted rows, written past each request's published
+ * tokens: the row `ahead` places into its slot's run gives the output
+ * ahead places past n_out (they become visible when E advances n_out).
+ * Rows after a rejected draft (id -1) have none. */
 static void compute_logprobs(sv_sched *s, const sv_flight *f)
 {
+    int32_t ahead = 0;
     for (int32_t row = 0; row < f->n_want; row++) {
-        const sv_request *r = s->slots[f->row_slot[row]].req;
-        if (!r->lp)
+        const int32_t t = f->row_token[row];
+        ahead = f->want[t] == 2 ? ahead + 1 : 0;
+        const sv_request *r = s->slots[f->seq[t]].req;
+        const int32_t id = s->b_sampled[row];
+        if (!r->lp || id < 0)
             continue;
         const float *logits = convoy_logits(s->ctx, row);
         if (logits)
-            row_logprobs(logits, s->n_vocab, s->b_sampled[row], r->top_logprobs,
-                         r->lp + (size_t)r->n_out * (size_t)(1 + r->top_logprobs));
+            row_logprobs(logits, s->n_vocab, id, r->top_logprobs,
+                         r->lp + (size_t)(r->n_out + ahead) * (size_t)(1 + r->top_logprobs));
     }
 }
 
-/* E: hands each sampled token to its request; the caller holds mu. A
- * request cancelled while its batch was in flight ends here. */
-static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
+/* Appends a run's n_emit outputs to the slot's request in order, up to the
+ * first end (the rest is dropped); out[j] is the token after the run's row
+ * at batch index first + j. The caller holds mu. */
+static void emit_locked(sv_sched *s, int32_t slot, const sv_flight *f, int32_t first, const int32_t *out,
+                        int32_t n_emit, double now)
 {
-    for (int32_t t = 0; t < f->n; t++)
-        s->slots[f->seq[t]].in_flight = false;
-    for (int32_t row = 0; row < f->n_want; row++) {
-        sv_slot *sl = &s->slots[f->row_slot[row]];
-        sv_request *r = sl->req;
-        const int32_t tok = s->b_sampled[row];
-        if (r->cancelled) {
-            finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
-            sl->state = SLOT_ENDING;
-            continue;
-        }
+    sv_slot *sl = &s->slots[slot];
+    sv_request *r = sl->req;
+    if (r->cancelled) {
+        finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
+        sl->state = SLOT_ENDING;
+        return;
+    }
+    for (int32_t j = 0; j < n_emit; j++) {
         s->stats.generated_tokens++;
         if (!r->got_first) {
             r->got_first = true;
             s->stats.ttft_seconds += now - r->t_submit;
             s->stats.ttft_count++;
         }
-        if (!r->ignore_eos && convoy_token_is_eog(s->model, tok)) {
+        if (!r->ignore_eos && convoy_token_is_eog(s->model, out[j])) {
             finish_locked(s, r, SV_FINISH_STOP, NULL);
             sl->state = SLOT_ENDING;
-            continue;
+            return;
         }
-        r->out[r->n_out++] = tok;
-        pthread_cond_broadcast(&r->cond);
-        if (r->n_out == r->max_tokens || sl->n_past >= s->n_ctx) {
+        r->out[r->n_out++] = out[j];
+        if (r->n_out == r->max_tokens || f->pos[first + j] + 1 >= s->n_ctx) {
             finish_locked(s, r, SV_FINISH_LENGTH, NULL);
             sl->state = SLOT_ENDING;
-            continue;
+            return;
         }
-        sl->state = SLOT_DECODE;
-        sl->next = tok;
+    }
+    pthread_cond_broadcast(&r->cond);
+    sl->state = SLOT_DECODE;
+    sl->next = out[n_emit - 1];
+    sl->n_past = convoy_seq_len(s->ctx, slot);
+}
+
+/* E: hands each run's emitted tokens to its request and reports each
+ * round that drafts were asked for (even when none came: a plain round
+ * measures the fixed cost) to the convoy_spec; the caller holds mu. A request
+ * cancelled while its batch was in flight ends here. */
+static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
+{
+    for (int32_t t = 0; t < f->n; t++)
+        s->slots[f->seq[t]].in_flight = false;
+    for (int32_t row = 0; row < f->n_want;) {
+        const int32_t first = f->row_token[row];
+        const int32_t slot = f->seq[first];
+        sv_slot *sl = &s->slots[slot];
+        const int32_t n_draft = sl->n_draft;
+        const int32_t *out = s->b_sampled + row;
+        int32_t n_accepted = 0;
+        while (n_accepted < n_draft && out[1 + n_accepted] >= 0)
+            n_accepted++;
+        if (sl->spec_round) {
+            convoy_spec_observe(s->spec, slot, n_draft, n_accepted, now - f->t_propose);
+            s->stats.spec_rounds++;
+            s->stats.spec_drafted += (uint64_t)n_draft;
+            s->stats.spec_accepted += (uint64_t)n_accepted;
+        }
+        sl->n_draft = 0;
+        sl->spec_round = false;
+        emit_locked(s, slot, f, first, out, 1 + n_accepted, now);
+        row += 1 + n_draft;
     }
 }
 
@@ -325,6 +430,8 @@ static void *sched_main(void *arg)
                 continue;
             if (convoy_seq_free(s->ctx, i, err, sizeof err))
                 fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
+            if (s->spec)
+                convoy_spec_seq_free(s->spec, i);
             s->slots[i] = (sv_slot){.state = SLOT_FREE};
             n_freed++;
         }
@@ -471,9 +578,9 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
         f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-        f->row_slot = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->row_token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->want = cv_malloc((size_t)n_batch);
-        ok = f->token && f->pos && f->seq && f->row_slot && f->want;
+        ok = f->token && f->pos && f->seq && f->row_token && f->want;
     }
     if (!ok) {
         cv_errf(err, errlen, "out of memory");
@@ -512,6 +619,8 @@ void sv_sched_stop(sv_sched *s)
         if (sl->state != SLOT_ENDING)
             finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
         convoy_seq_free(s->ctx, i, err, sizeof err);
+        if (s->spec)
+            convoy_spec_seq_free(s->spec, i);
         *sl = (sv_slot){.state = SLOT_FREE};
     }
     s->n_held = 0;
@@ -529,14 +638,40 @@ void sv_sched_free(sv_sched *s)
         cv_free(s->flights[k].token);
         cv_free(s->flights[k].pos);
         cv_free(s->flights[k].seq);
-        cv_free(s->flights[k].row_slot);
+        cv_free(s->flights[k].row_token);
         cv_free(s->flights[k].want);
     }
     cv_free(s->flights);
     cv_free(s->b_sampled);
+    cv_free(s->drafts);
+    cv_free(s->spec_reqs);
     cv_free(s->slots);
     cv_free(s->queue);
     cv_free(s);
+}
+
+int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
+{
+    if (s->spec)
+        return cv_errf(err, errlen, "the scheduler speculates already");
+    if (!spec)
+        return 0;
+    const int32_t k_max = convoy_spec_k_max(spec);
+    convoy_spec_req *reqs = cv_calloc((size_t)s->n_slot, sizeof *reqs);
+    int32_t *drafts = cv_malloc(sizeof(int32_t) * (size_t)s->n_slot * (size_t)k_max);
+    if (!reqs || !drafts) {
+        cv_free(reqs);
+        cv_free(drafts);
+        return cv_errf(err, errlen, "out of memory for the drafts of %d slots", s->n_slot);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->spec_reqs = reqs;
+    s->drafts = drafts;
+    s->k_max = k_max;
+    s->spec = spec;
+    s->stats.speculating = spec != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 bool sv_sched_has_logprobs(const sv_sched *s) { return s->has_logits; }
@@ -580,13 +715,11 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
         cv_errf(err, errlen, "out of memory");
         return SV_SUBMIT_ERROR;
     }
-    r->prompt = cv_malloc(sizeof(int32_t) * (size_t)p->n_prompt);
-    r->out = cv_malloc(sizeof(int32_t) * (size_t)p->max_tokens);
+    r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(sv_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
-    if (!r->prompt || !r->out || (p->top_logprobs >= 0 && !r->lp)) {
+    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp)) {
         cv_free(r->lp);
-        cv_free(r->out);
         cv_free(r->prompt);
         cv_free(r);
         cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
@@ -594,6 +727,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     }
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     r->sched = s;
+    r->out = r->prompt + p->n_prompt;
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->sampler = p->sampler;

@@ -15,6 +15,21 @@
  * request's tokens never depend on what else runs: they are the tokens it
  * would get alone. The step loop allocates nothing.
  *
+ * Speculation (sv_sched_set_spec): every decoding sequence then
+ * speculates. The decode rows of a batch become, per sequence, its newest
+ * token followed by the drafts the convoy_spec proposes for it (one
+ * proposal call for all decoding sequences of the batch); prompt chunks
+ * follow as without drafts. The drafts count against the batch size: the
+ * newest tokens come first, the rows they leave free are shared equally
+ * among the sequences (then what some leave goes to the others), and a
+ * sequence never drafts past what it can still emit (max_tokens, the
+ * context). A round emits the accepted drafts' outputs in order through
+ * the same end checks as single tokens (what follows an end is dropped),
+ * so greedy requests get the same ids as without speculation, alone or
+ * not; at temperature > 0 the ids keep their distribution, but which ids
+ * come out depends on the drafts (and, with K chosen automatically, on
+ * timings shared by every request).
+ *
  * A request ends with SV_FINISH_STOP (an end-of-generation token, which is
  * not part of the output), SV_FINISH_LENGTH (max_tokens reached or the
  * context is full), SV_FINISH_CANCELLED (sv_request_cancel) or
@@ -67,7 +82,7 @@ typedef struct sv_logprob {
 typedef struct sv_sched_stats {
     uint64_t requests_finished[5]; /* by sv_finish (index 0 unused) */
     uint64_t prompt_tokens;        /* prompt tokens run through the model */
-    uint64_t generated_tokens;     /* tokens sampled */
+    uint64_t generated_tokens;     /* tokens sampled (accepted drafts' outputs included) */
     uint64_t steps;
     uint64_t steps_shared;         /* steps that carried tokens of two or more requests */
     uint64_t batch_tokens;         /* tokens over all steps */
@@ -76,6 +91,10 @@ typedef struct sv_sched_stats {
     uint64_t ttft_count;
     double tokens_per_second;      /* sampled tokens per second over the last ~10 s */
     int32_t queued, active, n_slot, queue_cap;
+    bool speculating;              /* a convoy_spec is set; then: */
+    uint64_t spec_rounds;          /* rounds that drafts were asked for (0 drafts included) */
+    uint64_t spec_drafted;         /* drafts sent */
+    uint64_t spec_accepted;        /* drafts accepted */
     bool failing;                  /* the last step failed (a pipeline node died, ...) */
     char last_error[512];          /* its message */
 } sv_sched_stats;
@@ -84,6 +103,12 @@ typedef struct sv_sched_stats {
  * sv_sched_free (which does not free it). */
 sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_slot, int32_t queue_cap,
                           char *err, size_t errlen);
+/* Makes every decoding sequence speculate with spec (NULL: none), which
+ * must have been created for the scheduler's context. Call before the
+ * first sv_sched_submit; the scheduler uses spec from its inference thread
+ * until sv_sched_free, which does not free it. Fails when out of memory or
+ * when a spec was set already. */
+int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen);
 /* Fails every queued and running request ("the server is shutting down"),
  * refuses new ones, and stops the inference thread. Idempotent. */
 void sv_sched_stop(sv_sched *s);
