@@ -8,15 +8,19 @@
  * Choosing K: with a per-draft acceptance rate a (drafts are accepted in
  * order until the first rejection, so a is estimated as accepted drafts
  * over drafts judged, the rejected one included), a round emits on average
- * E(K) = (1 - a^(K+1)) / (1 - a) tokens. A round costs T(K) = t0 + t1 K:
- * a fixed part (the traversal: round trips, one pass over the weights) and
- * a part per draft (drafting it, verifying one more row). t0 and t1 come
- * from a least-squares fit of the measured round times against K, with
- * exponential forgetting so that the fit follows a changing link; every
- * fourth round tries K one away from the best, so the fit sees more than
- * one K. The next K maximizes E(K) / T(K); K = 0 (plain decoding) wins
- * where drafting costs more than it saves, and the exploration keeps
- * measuring K = 1 meanwhile. A fixed K (--spec-k) skips all of this. */
+ * E(K) = (1 - a^(K+1)) / (1 - a) tokens. A round with K drafts costs
+ * T(K): its measured mean when rounds of that K have been seen (a decayed
+ * mean, shared by all sequences: the link and the machines are), else
+ * t0 + t1 K, a fixed part (the traversal: round trips, one pass over the
+ * weights) and a part per draft (drafting it, verifying one more row), from
+ * a least-squares fit of every measured round time against K with
+ * exponential forgetting. Costs are not always linear in K (frames that
+ * cross a size where the network stack behaves differently, batches that
+ * fill SIMD tiles), so every fourth round probes K twice or half the best
+ * one, alternately, and the measured means take over. The next K maximizes
+ * E(K) / T(K); K = 0 (plain decoding) wins where drafting costs more than
+ * it saves, and the probes keep measuring K = 1 meanwhile. A fixed K
+ * (--spec-k) skips all of this. */
 #include <math.h>
 #include <string.h>
 
@@ -25,7 +29,8 @@
 #include "core/err.h"
 #include "infer/draft.h"
 
-#define SPEC_FORGET 0.05  /* weight of the newest round in the averages */
+#define SPEC_FORGET 0.05  /* weight of the newest round in the fit's averages */
+#define SPEC_K_MEAN 0.3   /* weight of the newest round in the mean time of its K */
 #define SPEC_K_START 4
 
 typedef struct spec_seq {
@@ -42,6 +47,8 @@ struct convoy_spec {
     int32_t *ask;            /* [n_slot] */
     /* decayed moments of (K, round seconds) over every sequence */
     double n, sk, st, skk, skt;
+    double *k_time;          /* [k_max + 1] decayed mean seconds of a round with K drafts */
+    bool *k_seen;            /* [k_max + 1] */
     convoy_spec_stats stats;
 };
 
@@ -67,7 +74,9 @@ convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const conv
     convoy_model_get_info(m, &info);
     const int32_t n_slot = convoy_ctx_n_slot(c);
     if (!s || !(s->seq = cv_calloc((size_t)n_slot, sizeof *s->seq)) ||
-        !(s->reqs = cv_calloc((size_t)n_slot, sizeof *s->reqs)) || !(s->ask = cv_calloc((size_t)n_slot, sizeof *s->ask))) {
+        !(s->reqs = cv_calloc((size_t)n_slot, sizeof *s->reqs)) || !(s->ask = cv_calloc((size_t)n_slot, sizeof *s->ask)) ||
+        !(s->k_time = cv_calloc((size_t)p->k_max + 1, sizeof *s->k_time)) ||
+        !(s->k_seen = cv_calloc((size_t)p->k_max + 1, sizeof *s->k_seen))) {
         convoy_spec_free(s);
         cv_errf(err, errlen, "out of memory");
         return NULL;
@@ -94,6 +103,8 @@ void convoy_spec_free(convoy_spec *s)
     cv_free(s->seq);
     cv_free(s->reqs);
     cv_free(s->ask);
+    cv_free(s->k_time);
+    cv_free(s->k_seen);
     cv_free(s);
 }
 
@@ -101,10 +112,10 @@ const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s
 int32_t convoy_spec_k_max(const convoy_spec *s) { return s->k_max; }
 
 /* Expected tokens per round over expected seconds per round. */
-static double spec_rate(double a, double t0, double t1, int32_t k)
+static double spec_rate(const convoy_spec *s, double a, double t0, double t1, int32_t k)
 {
     const double emitted = a >= 1.0 ? k + 1.0 : (1.0 - pow(a, k + 1.0)) / (1.0 - a);
-    return emitted / (t0 + t1 * k);
+    return emitted / (s->k_seen[k] ? s->k_time[k] : t0 + t1 * k);
 }
 
 static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
@@ -125,10 +136,12 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
         t0 = 1e-6;
     int32_t best = 0;
     for (int32_t k = 1; k <= s->k_max; k++)
-        if (spec_rate(a, t0, t1, k) > spec_rate(a, t0, t1, best))
+        if (spec_rate(s, a, t0, t1, k) > spec_rate(s, a, t0, t1, best))
             best = k;
-    if (q->rounds % 4 == 3) /* explore one step away */
-        best += best < s->k_max && ((q->rounds / 4) % 2 == 0 || best == 0) ? 1 : -1;
+    if (q->rounds % 4 == 3) { /* probe twice or half the best K */
+        const int32_t twice = best * 2 > s->k_max ? s->k_max : (best ? best * 2 : 1);
+        best = (q->rounds / 4) % 2 == 0 || best < 2 ? twice : best / 2;
+    }
     return best;
 }
 
@@ -159,7 +172,7 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
 
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s)
 {
-    if (seq < 0 || seq >= s->n_slot || n_draft < 0)
+    if (seq < 0 || seq >= s->n_slot || n_draft < 0 || n_draft > s->k_max)
         return;
     spec_seq *q = &s->seq[seq];
     const double keep = 1.0 - SPEC_FORGET;
@@ -168,6 +181,8 @@ void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n
         q->accepted = q->accepted * keep + n_accepted;
     }
     q->rounds++;
+    s->k_time[n_draft] = s->k_seen[n_draft] ? (1.0 - SPEC_K_MEAN) * s->k_time[n_draft] + SPEC_K_MEAN * round_s : round_s;
+    s->k_seen[n_draft] = true;
     const double k = n_draft;
     s->n = s->n * keep + 1.0;
     s->sk = s->sk * keep + k;
