@@ -106,6 +106,51 @@ int arg_engine(const char *a, const char *v, convoy_ctx_params *cp)
     return 0;
 }
 
+arg_spec arg_spec_init(void)
+{
+    arg_spec s = {.p = convoy_spec_default_params()};
+    s.p.draft = NULL;
+    return s;
+}
+
+int arg_spec_flag(const char *a, const char *v, arg_spec *s)
+{
+    if (!strcmp(a, "--draft")) {
+        s->p.draft = v;
+        return 0;
+    }
+    if (!strcmp(a, "--spec-k")) {
+        s->k_given = true;
+        return arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &s->p.k);
+    }
+    if (!strcmp(a, "--spec-k-max")) {
+        s->k_max_given = true;
+        return arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &s->p.k_max);
+    }
+    return 1;
+}
+
+int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,
+                  convoy_spec **out)
+{
+    *out = NULL;
+    if (!s->p.draft) {
+        if (!s->k_given && !s->k_max_given)
+            return 0;
+        fprintf(stderr, "convoy %s: --spec-k and --spec-k-max need --draft\n", cmd);
+        return -1;
+    }
+    if (s->p.k > s->p.k_max && !s->k_max_given)
+        s->p.k_max = s->p.k;
+    s->p.n_threads = n_threads;
+    char err[512];
+    if (!(*out = convoy_spec_create(ctx, m, &s->p, err, sizeof err))) {
+        fprintf(stderr, "convoy %s: %s\n", cmd, err);
+        return -1;
+    }
+    return 0;
+}
+
 double now_seconds(void)
 {
     struct timespec ts;

@@ -3,6 +3,7 @@
 #ifndef CONVOY_APP_ARGS_H
 #define CONVOY_APP_ARGS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "convoy.h"
@@ -21,6 +22,21 @@ int arg_bytes(const char *flag, const char *s, uint64_t *out);
  * now in cp, 1 when it is not an engine flag, -1 (after a message) when
  * its value is bad. */
 int arg_engine(const char *flag, const char *v, convoy_ctx_params *cp);
+/* The speculation flags of run and serve: --draft ngram|PATH, --spec-k K,
+ * --spec-k-max K, gathered in an arg_spec (start from arg_spec_init); same
+ * return convention as arg_engine. */
+typedef struct arg_spec {
+    convoy_spec_params p; /* p.draft NULL: no speculation */
+    bool k_given, k_max_given;
+} arg_spec;
+
+arg_spec arg_spec_init(void);
+int arg_spec_flag(const char *flag, const char *v, arg_spec *s);
+/* After the flags: *out = NULL without --draft, else the convoy_spec for
+ * ctx (K max raised to a larger --spec-k when not given). Returns 0, or -1
+ * after a message naming cmd. */
+int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,
+                  convoy_spec **out);
 double now_seconds(void);
 
 #endif

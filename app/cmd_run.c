@@ -66,8 +66,7 @@ int cmd_run(int argc, char **argv)
     bool ignore_eos = false, seed_given = false, print_ids = false;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cv_sampler_params sp = cv_sampler_default_params();
-    convoy_spec_params spp = convoy_spec_default_params();
-    spp.draft = NULL;
+    arg_spec spec_args = arg_spec_init();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -83,10 +82,10 @@ int cmd_run(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
-        const int engine = arg_engine(a, v, &cp);
-        if (engine < 0)
+        const int engine = arg_engine(a, v, &cp), spec_flag = engine ? arg_spec_flag(a, v, &spec_args) : 1;
+        if (engine < 0 || spec_flag < 0)
             return 2;
-        if (engine == 0)
+        if (engine == 0 || spec_flag == 0)
             continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
@@ -110,12 +109,6 @@ int cmd_run(int argc, char **argv)
             bad = arg_float(a, v, &sp.freq_penalty);
         else if (!strcmp(a, "--presence-penalty"))
             bad = arg_float(a, v, &sp.presence_penalty);
-        else if (!strcmp(a, "--draft"))
-            spp.draft = v;
-        else if (!strcmp(a, "--spec-k"))
-            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k);
-        else if (!strcmp(a, "--spec-k-max"))
-            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k_max);
         else if (!strcmp(a, "--seed"))
             bad = arg_u64(a, v, &sp.seed), seed_given = true;
         else {
@@ -150,17 +143,11 @@ int cmd_run(int argc, char **argv)
     }
     const int32_t n_ctx = convoy_ctx_n_ctx(ctx);
     int rc = 1;
-    convoy_spec *spec = NULL;
-    if (spp.draft) {
-        if (spp.k > spp.k_max)
-            spp.k_max = spp.k;
-        spp.n_threads = cp.n_threads;
-        if (!(spec = convoy_spec_create(ctx, model, &spp, err, sizeof err))) {
-            fprintf(stderr, "convoy: %s\n", err);
-            convoy_ctx_free(ctx);
-            convoy_model_free(model);
-            return 1;
-        }
+    convoy_spec *spec;
+    if (arg_spec_open(&spec_args, "run", ctx, model, cp.n_threads, &spec)) {
+        convoy_ctx_free(ctx);
+        convoy_model_free(model);
+        return 1;
     }
     double t_load = now_seconds() - t0;
 

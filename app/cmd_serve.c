@@ -60,9 +60,7 @@ int cmd_serve(int argc, char **argv)
     uint64_t max_body = 1u << 20;
     convoy_ctx_params cp = convoy_ctx_default_params();
     cp.n_slot = 4;
-    convoy_spec_params spp = convoy_spec_default_params();
-    spp.draft = NULL;
-    bool spec_k_given = false;
+    arg_spec spec_args = arg_spec_init();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -72,10 +70,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
-        const int engine = arg_engine(a, v, &cp);
-        if (engine < 0)
+        const int engine = arg_engine(a, v, &cp), spec_flag = engine ? arg_spec_flag(a, v, &spec_args) : 1;
+        if (engine < 0 || spec_flag < 0)
             return 2;
-        if (engine == 0)
+        if (engine == 0 || spec_flag == 0)
             continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
@@ -93,12 +91,6 @@ int cmd_serve(int argc, char **argv)
             chat_template = v;
         else if (!strcmp(a, "--max-body"))
             bad = arg_bytes(a, v, &max_body);
-        else if (!strcmp(a, "--draft"))
-            spp.draft = v;
-        else if (!strcmp(a, "--spec-k"))
-            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k), spec_k_given = true;
-        else if (!strcmp(a, "--spec-k-max"))
-            bad = arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &spp.k_max), spec_k_given = true;
         else {
             fprintf(stderr, "convoy serve: unknown option '%s'\n", a);
             usage();
@@ -109,10 +101,6 @@ int cmd_serve(int argc, char **argv)
     }
     if (!model_path) {
         usage();
-        return 2;
-    }
-    if (spec_k_given && !spp.draft) {
-        fprintf(stderr, "convoy serve: --spec-k and --spec-k-max need --draft\n");
         return 2;
     }
     if (max_body < 1024 || max_body > (1u << 30)) {
@@ -162,17 +150,11 @@ int cmd_serve(int argc, char **argv)
         convoy_model_free(model);
         return 1;
     }
-    convoy_spec *spec = NULL;
-    if (spp.draft) {
-        if (spp.k > spp.k_max)
-            spp.k_max = spp.k;
-        spp.n_threads = cp.n_threads;
-        if (!(spec = convoy_spec_create(ctx, model, &spp, err, sizeof err))) {
-            fprintf(stderr, "convoy: %s\n", err);
-            convoy_ctx_free(ctx);
-            convoy_model_free(model);
-            return 1;
-        }
+    convoy_spec *spec;
+    if (arg_spec_open(&spec_args, "serve", ctx, model, cp.n_threads, &spec)) {
+        convoy_ctx_free(ctx);
+        convoy_model_free(model);
+        return 1;
     }
     sv_sched *sched = sv_sched_create(ctx, model, cp.n_slot, queue, err, sizeof err);
     if (!sched || sv_sched_set_spec(sched, spec, err, sizeof err)) {

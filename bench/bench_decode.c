@@ -12,7 +12,6 @@
  * JSON line per measurement to bench/out/decode.jsonl.
  *
  * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only] */
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bench_raw.h"
 #include "convoy.h"
 #include "kernels/kernels.h"
 
@@ -103,17 +103,6 @@ static double measure_bandwidth(float *buf, size_t n, int threads, int reps)
 }
 
 /* First line of a command's output (trailing newline removed), or "unknown". */
-static void command_line(const char *cmd, char *out, size_t n)
-{
-    snprintf(out, n, "unknown");
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return;
-    if (fgets(out, (int)n, p))
-        out[strcspn(out, "\n")] = 0;
-    pclose(p);
-}
-
 /* ---- llama.cpp's figures ---- */
 
 /* Median tokens/s of `model` `test` at `threads` from llamacpp-speed.md's
@@ -238,10 +227,7 @@ int main(int argc, char **argv)
     };
     mkdir("bench/out", 0755);
     mkdir(dir, 0755);
-    FILE *raw = fopen("bench/out/decode.jsonl", "a");
-    char commit[64], cpu[256];
-    command_line("git rev-parse --short HEAD 2>/dev/null", commit, sizeof commit);
-    command_line("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1", cpu, sizeof cpu);
+    FILE *raw = bench_raw_open("bench/out/decode.jsonl");
 
     const size_t bw_n = (size_t)1 << 29; /* 2 GiB of floats */
     float *bw_buf = aligned_alloc(64, bw_n * sizeof(float));
@@ -296,22 +282,15 @@ int main(int argc, char **argv)
             printf("| %s | %d | %s | %.2f | %.2f | %.0f%% | %s | %s |\n", models[k].name, threads, pp_s, s.tg, roof,
                    100 * s.tg / roof, ref_s, ratio_s);
             fflush(stdout);
-            if (raw) {
-                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:I,s:f,s:s,s:i}", "bench", "decode",
-                                      "commit", commit, "cpu", cpu,
-                                      "model", models[k].name, "threads", threads, "pp", pp, "tg", tg, "pp_tok_s",
-                                      s.pp, "tg_tok_s", s.tg, "bandwidth_gb_s", bw[threads], "roofline_tok_s", roof,
-                                      "bytes_per_token", (json_int_t)info.bytes_per_token, "llamacpp_tg_tok_s", ref,
-                                      "kernels", cv_kernels_name(), "time", (int)time(NULL));
-                char *line = json_dumps(o, JSON_COMPACT);
-                fprintf(raw, "%s\n", line);
-                free(line);
-                json_decref(o);
-            }
+            bench_raw_append(raw, json_pack("{s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:I,s:f,s:s,s:i}", "bench",
+                                            "decode", "model", models[k].name, "threads", threads, "pp", pp, "tg", tg,
+                                            "pp_tok_s", s.pp, "tg_tok_s", s.tg, "bandwidth_gb_s", bw[threads],
+                                            "roofline_tok_s", roof, "bytes_per_token",
+                                            (json_int_t)info.bytes_per_token, "llamacpp_tg_tok_s", ref, "kernels",
+                                            cv_kernels_name(), "time", (int)time(NULL)));
         }
         convoy_model_free(m);
     }
-    if (raw)
-        fclose(raw);
+    bench_raw_close(raw);
     return 0;
 }

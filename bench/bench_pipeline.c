@@ -14,12 +14,12 @@
  *
  * usage: bench_pipeline -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n TOKENS]
  *                       [--label TEXT] --chain HOST:PORT,... [--split A,B,...] ... */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_raw.h"
 #include "infer/stage.h"
 #include "kernels/kernels.h"
 #include "pipe/chain.h"
@@ -200,7 +200,7 @@ int main(int argc, char **argv)
     printf("|---|---|---:|---:|---:|---|---:|---:|---|\n");
     printf("| unsplit | all | %.2f | 1.00 | %.2f | %.2f | 0 | 0 | - |\n", base.tok_s, base.ms_per_token,
            base.ms_per_token);
-    FILE *raw = fopen("bench/out/pipeline.jsonl", "a");
+    FILE *raw = bench_raw_open("bench/out/pipeline.jsonl");
     for (int k = 0; k < n_chains; k++) {
         cv_chain_stats plan;
         char nodes_copy[1024];
@@ -223,19 +223,12 @@ int main(int argc, char **argv)
                r.tok_s / base.tok_s, r.ms_per_token, compute, r.ms_per_token - sum, r.wire_bytes_per_token,
                same ? "yes" : "NO");
         fflush(stdout);
-        if (raw) {
-            json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "pipeline",
-                                  "label", label, "model", model, "layers", layers, "stages", r.n_stages, "threads",
-                                  threads, "prompt", p, "tokens", n, "tok_s", r.tok_s, "unsplit_tok_s", base.tok_s,
-                                  "compute_ms_sum", sum, "wire_bytes_per_token", r.wire_bytes_per_token,
-                                  "tokens_equal", same, "time", (int)time(NULL));
-            char *line = json_dumps(o, JSON_COMPACT);
-            fprintf(raw, "%s\n", line);
-            free(line);
-            json_decref(o);
-        }
+        bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:b,s:i}", "bench",
+                                        "pipeline", "label", label, "model", model, "layers", layers, "stages",
+                                        r.n_stages, "threads", threads, "prompt", p, "tokens", n, "tok_s", r.tok_s,
+                                        "unsplit_tok_s", base.tok_s, "compute_ms_sum", sum, "wire_bytes_per_token",
+                                        r.wire_bytes_per_token, "tokens_equal", same, "time", (int)time(NULL)));
     }
-    if (raw)
-        fclose(raw);
+    bench_raw_close(raw);
     return 0;
 }

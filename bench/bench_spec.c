@@ -16,12 +16,12 @@
  *
  * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=SPEC ...
  *                   [--k-list 1,2,...] [--chain LABEL=NODES ...] */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_raw.h"
 #include "convoy.h"
 #include "kernels/kernels.h"
 
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
            n_tokens);
     printf("| pipeline | speculation | tok/s | accepted | tokens per traversal | vs same pipeline, no speculation | "
            "vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---|\n");
-    FILE *raw = fopen("bench/out/spec.jsonl", "a");
+    FILE *raw = bench_raw_open("bench/out/spec.jsonl");
     for (int ch = -1; ch < n_chains; ch++) {
         static result res[80];
         for (int i = 0; i < n_cf; i++) {
@@ -220,22 +220,15 @@ int main(int argc, char **argv)
                    100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s,
                    res[i].tok_s / unsplit[i].tok_s, res[i].equal ? "yes" : "NO");
             fflush(stdout);
-            if (raw) {
-                json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
-                                      "pipeline", label, "model", model_path, "speculation", name, "prompts",
-                                      n_prompts, "tokens", n_tokens, "tok_s", res[i].tok_s, "accepted",
-                                      res[i].accept, "tokens_per_traversal", res[i].per_round, "plain_tok_s",
-                                      res[0].tok_s, "unsplit_same_spec_tok_s", unsplit[i].tok_s, "tokens_equal",
-                                      res[i].equal, "time", (int)time(NULL));
-                char *line = json_dumps(o, JSON_COMPACT);
-                fprintf(raw, "%s\n", line);
-                free(line);
-                json_decref(o);
-            }
+            bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
+                                            "pipeline", label, "model", model_path, "speculation", name, "prompts",
+                                            n_prompts, "tokens", n_tokens, "tok_s", res[i].tok_s, "accepted",
+                                            res[i].accept, "tokens_per_traversal", res[i].per_round, "plain_tok_s",
+                                            res[0].tok_s, "unsplit_same_spec_tok_s", unsplit[i].tok_s,
+                                            "tokens_equal", res[i].equal, "time", (int)time(NULL)));
         }
     }
-    if (raw)
-        fclose(raw);
+    bench_raw_close(raw);
     convoy_model_free(model);
     return 0;
 }

@@ -16,13 +16,13 @@
  *
  * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8]
  *                    [--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]] */
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_raw.h"
 #include "convoy.h"
 #include "kernels/kernels.h"
 #include "serve/sched.h"
@@ -215,7 +215,7 @@ int main(int argc, char **argv)
     printf("\n\n| target | speculation | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | "
            "aggregate / baseline | aggregate / baseline with the same speculation |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    FILE *raw = fopen("bench/out/users.jsonl", "a");
+    FILE *raw = bench_raw_open("bench/out/users.jsonl");
     const char *targets[2] = {NULL, nodes};
     for (int tgt = 0; tgt < (nodes ? 2 : 1); tgt++)
         for (int with = 0; with < (spec.draft ? 2 : 1); with++)
@@ -228,22 +228,16 @@ int main(int argc, char **argv)
                        with ? spec.draft : "none", users[k], r.per_user, r.aggregate, r.ttft_p50, r.ttft_p95,
                        r.aggregate / base.aggregate, r.aggregate / same->aggregate);
                 fflush(stdout);
-                if (raw) {
-                    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "bench",
-                                          "users", "label", label, "model", model_path, "target",
-                                          tgt ? nodes : "unsplit", "speculation", with ? spec.draft : "none",
-                                          "users", users[k], "threads", threads, "tokens", n_tokens,
-                                          "per_user_tok_s", r.per_user, "aggregate_tok_s", r.aggregate, "ttft_p50",
-                                          r.ttft_p50, "ttft_p95", r.ttft_p95, "baseline_tok_s", base.aggregate,
-                                          "baseline_same_spec_tok_s", same->aggregate, "time", (int)time(NULL));
-                    char *line = json_dumps(o, JSON_COMPACT);
-                    fprintf(raw, "%s\n", line);
-                    free(line);
-                    json_decref(o);
-                }
+                bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}",
+                                                "bench", "users", "label", label, "model", model_path, "target",
+                                                tgt ? nodes : "unsplit", "speculation", with ? spec.draft : "none",
+                                                "users", users[k], "threads", threads, "tokens", n_tokens,
+                                                "per_user_tok_s", r.per_user, "aggregate_tok_s", r.aggregate,
+                                                "ttft_p50", r.ttft_p50, "ttft_p95", r.ttft_p95, "baseline_tok_s",
+                                                base.aggregate, "baseline_same_spec_tok_s", same->aggregate, "time",
+                                                (int)time(NULL)));
             }
-    if (raw)
-        fclose(raw);
+    bench_raw_close(raw);
     convoy_model_free(m);
     return 0;
 }
