@@ -276,10 +276,11 @@ static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
 
 /* Waits for the RESULT of FORWARD id from the last node, failing on any
  * node's ERROR or lost link. */
-/* Spreads the RESULT rows over the flight's wanted records: a record whose
- * row was left out (after a rejected draft) gets -1, and its slot is cut
- * back here after the last emitted row, as every node cuts it back when
- * the next FORWARD comes. */
+/* Spreads the RESULT rows (and their logits rows, when asked for) over the
+ * flight's wanted records: a record whose row was left out (after a
+ * rejected draft) gets -1 and no logits, and its slot is cut back here
+ * after the last emitted row, as every node cuts it back when the next
+ * FORWARD comes. */
 static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result *m, int32_t *tokens, char *err,
                        size_t errlen)
 {
@@ -290,6 +291,9 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
         if (!rec[t].want)
             continue;
         if (r < m->n_rows && c->rows[r].seq == rec[t].seq && c->rows[r].pos == rec[t].pos) {
+            if (c->o.want_logits)
+                memcpy(c->logits + (size_t)i * m->n_vocab, m->logits + (size_t)r * m->n_vocab,
+                       sizeof(float) * m->n_vocab);
             tokens[i++] = c->rows[r++].token;
             continue;
         }
@@ -342,15 +346,15 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
             if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
                 c->broken = true;
                 rc = -1;
-            } else if (c->o.want_logits && !(m.flags & CV_RES_HAS_LOGITS)) {
+            } else if (c->o.want_logits &&
+                       (!(m.flags & CV_RES_HAS_LOGITS) || m.n_vocab != (uint32_t)c->embd.model.hp.n_vocab)) {
                 c->broken = true;
-                rc = cv_errf(err, errlen, "%s: result without the logits asked for", cv_link_name(l));
+                rc = cv_errf(err, errlen, "%s: result without the logits rows of %d ids asked for", cv_link_name(l),
+                             c->embd.model.hp.n_vocab);
             } else if (spread_rows(c, fl, &m, tokens, why, sizeof why)) {
                 c->broken = true;
                 rc = cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
             } else {
-                if (c->o.want_logits)
-                    memcpy(c->logits, m.logits, sizeof(float) * m.n_rows * m.n_vocab);
                 c->result_bytes += CV_FRAME_HEADER_SIZE + f->h.payload_len;
                 rc = 0;
             }
