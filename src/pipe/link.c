@@ -3,11 +3,16 @@
  * A link owns its socket (non-blocking; every wait is a poll with a
  * deadline), a wake pipe, and two threads. One mutex guards the shared
  * state; four condition variables (monotonic clock) signal it:
- *   send queue  ring of CV_LINK_SEND_QUEUE entries {ticket, type, id,
- *               iovecs}; callers push (waiting on sq_space), the writer
- *               takes the head, sends it outside the lock, then pops it
- *               and publishes sent_ticket (sq_done). The entry keeps
- *               pointers only: payload bytes are the caller's.
+ *   send queue  ring of CV_LINK_SEND_QUEUE entries {ticket, header,
+ *               iovecs, bytes sent}; callers push (waiting on sq_space),
+ *               the writer takes the head, sends it outside the lock, then
+ *               pops it and publishes sent_ticket (sq_done). The entry
+ *               keeps pointers only: payload bytes are the caller's. A
+ *               caller that finds the queue empty sends its frame itself,
+ *               as far as the socket takes it without waiting (the head
+ *               entry is marked caller_owns meanwhile, and the writer
+ *               leaves it alone), and hands any rest to the writer: a
+ *               frame that fits the socket buffer costs no thread switch.
  *   recv queue  ring of CV_LINK_RECV_QUEUE cv_frames; the reader pushes
  *               (waiting on rq_space), cv_link_recv pops (rq_avail).
  *   buffer pool up to LINK_POOL free payload buffers, handed back by
@@ -48,11 +53,12 @@
 
 typedef struct send_entry {
     uint64_t ticket;
-    uint16_t type;
-    uint32_t id;
+    uint8_t hdr[CV_FRAME_HEADER_SIZE]; /* the encoded header, checksum included */
     int n_parts;
     struct iovec parts[CV_LINK_MAX_PARTS];
-    uint32_t payload_len;
+    size_t size; /* header and payload */
+    size_t done; /* bytes of it sent */
+    bool caller_owns; /* the sending caller is writing it: not the writer's yet */
 } send_entry;
 
 typedef struct pool_buf {
@@ -257,63 +263,57 @@ static int wait_writable(cv_link *l, char *msg, size_t msglen)
     }
 }
 
-/* Sends one frame: header and parts in gather writes. 0, 1 (closing) or
- * -1 with a message. */
-static int write_frame(cv_link *l, const send_entry *e, char *msg, size_t msglen)
+/* Sends the rest of a frame (from e->done) in gather writes, waiting for
+ * room when may_wait. 0 (sent), 1 (closing), 2 (the socket is full and
+ * may_wait is false) or -1 with a message. */
+static int write_frame(cv_link *l, send_entry *e, bool may_wait, char *msg, size_t msglen)
 {
-    uint32_t crc = 0;
-    for (int i = 0; i < e->n_parts; i++)
-        crc = cv_crc32c(crc, e->parts[i].iov_base, e->parts[i].iov_len);
-    cv_frame_header h = {
-        .magic = CV_FRAME_MAGIC,
-        .version = CV_FRAME_VERSION,
-        .type = e->type,
-        .flags = 0,
-        .id = e->id,
-        .payload_len = e->payload_len,
-        .checksum = crc,
-    };
-    uint8_t hdr[CV_FRAME_HEADER_SIZE];
-    cv_frame_header_encode(&h, hdr);
-
-    struct iovec iov[1 + CV_LINK_MAX_PARTS];
-    int n_iov = 0;
-    iov[n_iov++] = (struct iovec){hdr, sizeof hdr};
-    for (int i = 0; i < e->n_parts; i++)
-        if (e->parts[i].iov_len)
-            iov[n_iov++] = e->parts[i];
-    struct iovec *cur = iov;
-    size_t left = CV_FRAME_HEADER_SIZE + (size_t)e->payload_len;
-    while (left > 0) {
-        struct msghdr mh = {.msg_iov = cur, .msg_iovlen = (size_t)n_iov};
+    while (e->done < e->size) {
+        struct iovec iov[1 + CV_LINK_MAX_PARTS];
+        int n_iov = 0;
+        size_t skip = e->done;
+        const struct iovec whole[1 + CV_LINK_MAX_PARTS] = {{e->hdr, sizeof e->hdr}, e->parts[0], e->parts[1],
+                                                           e->parts[2], e->parts[3]};
+        for (int i = 0; i < 1 + e->n_parts; i++) {
+            if (skip >= whole[i].iov_len) {
+                skip -= whole[i].iov_len;
+                continue;
+            }
+            iov[n_iov++] = (struct iovec){(uint8_t *)whole[i].iov_base + skip, whole[i].iov_len - skip};
+            skip = 0;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
         ssize_t n = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (!may_wait)
+                    return 2;
                 int rc = wait_writable(l, msg, msglen);
                 if (rc)
                     return rc;
                 continue;
             }
-            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(e->type),
+            uint16_t type = (uint16_t)(e->hdr[CV_FRAME_OFF_TYPE] | e->hdr[CV_FRAME_OFF_TYPE + 1] << 8);
+            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(type),
                            errno == EPIPE || errno == ECONNRESET ? "connection closed by peer" : strerror(errno));
         }
         atomic_fetch_add(&l->bytes_sent, (uint64_t)n);
-        left -= (size_t)n;
-        size_t done = (size_t)n;
-        while (n_iov > 0 && done >= cur->iov_len) {
-            done -= cur->iov_len;
-            cur++;
-            n_iov--;
-        }
-        if (n_iov > 0) {
-            cur->iov_base = (uint8_t *)cur->iov_base + done;
-            cur->iov_len -= done;
-        }
+        e->done += (size_t)n;
     }
     atomic_fetch_add(&l->frames_sent, 1);
     return 0;
+}
+
+/* Pops the sent head entry and tells the waiting callers; holds mu. */
+static void pop_sent_locked(cv_link *l)
+{
+    l->sent_ticket = l->sq[l->sq_head].ticket;
+    l->sq_head = (l->sq_head + 1) % CV_LINK_SEND_QUEUE;
+    l->sq_count--;
+    pthread_cond_broadcast(&l->sq_done);
+    pthread_cond_signal(&l->sq_space);
 }
 
 static void *writer_main(void *arg)
@@ -322,24 +322,20 @@ static void *writer_main(void *arg)
     char msg[CV_ERRLEN];
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (l->sq_count == 0 && !l->closing)
+        while ((l->sq_count == 0 || l->sq[l->sq_head].caller_owns) && !l->closing)
             pthread_cond_wait(&l->sq_work, &l->mu);
         if (l->closing)
             break;
-        send_entry e = l->sq[l->sq_head];
+        send_entry *e = &l->sq[l->sq_head]; /* stays in place until popped */
         pthread_mutex_unlock(&l->mu);
-        int rc = write_frame(l, &e, msg, sizeof msg);
+        int rc = write_frame(l, e, true, msg, sizeof msg);
         pthread_mutex_lock(&l->mu);
         if (rc != 0) {
             if (rc < 0)
                 snprintf(l->wfail, sizeof l->wfail, "%s: %s", l->name, msg);
             break;
         }
-        l->sq_head = (l->sq_head + 1) % CV_LINK_SEND_QUEUE;
-        l->sq_count--;
-        l->sent_ticket = e.ticket;
-        pthread_cond_broadcast(&l->sq_done);
-        pthread_cond_signal(&l->sq_space);
+        pop_sent_locked(l);
     }
     /* Nothing queued is referenced any more. */
     l->sq_count = 0;
@@ -366,6 +362,15 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
                  total);
     else if (type == 0 || type >= CV_MSG_COUNT)
         snprintf(why, sizeof why, "cannot send message type %u", type);
+    uint8_t hdr[CV_FRAME_HEADER_SIZE];
+    if (!why[0]) {
+        uint32_t crc = 0;
+        for (int i = 0; i < n_parts; i++)
+            crc = cv_crc32c(crc, parts[i].iov_base, parts[i].iov_len);
+        const cv_frame_header h = {.magic = CV_FRAME_MAGIC, .version = CV_FRAME_VERSION, .type = type, .id = id,
+                                   .payload_len = (uint32_t)total, .checksum = crc};
+        cv_frame_header_encode(&h, hdr);
+    }
     pthread_mutex_lock(&l->mu);
     if (why[0]) {
         cv_errf(err, errlen, "%s: %s", l->name, why);
@@ -381,16 +386,29 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
     }
     send_entry *e = &l->sq[(l->sq_head + l->sq_count) % CV_LINK_SEND_QUEUE];
     e->ticket = ++l->next_ticket;
-    e->type = type;
-    e->id = id;
+    memcpy(e->hdr, hdr, sizeof hdr);
     e->n_parts = n_parts;
-    for (int i = 0; i < n_parts; i++)
-        e->parts[i] = parts[i];
-    e->payload_len = (uint32_t)total;
-    l->sq_count++;
+    for (int i = 0; i < CV_LINK_MAX_PARTS; i++)
+        e->parts[i] = i < n_parts ? parts[i] : (struct iovec){NULL, 0};
+    e->size = CV_FRAME_HEADER_SIZE + (size_t)total;
+    e->done = 0;
+    e->caller_owns = ++l->sq_count == 1; /* the writer is idle: send it here */
     if (ticket)
         *ticket = e->ticket;
-    pthread_cond_signal(&l->sq_work);
+    if (!e->caller_owns) {
+        pthread_cond_signal(&l->sq_work);
+        pthread_mutex_unlock(&l->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&l->mu);
+    char msg[CV_ERRLEN];
+    const int rc = write_frame(l, e, false, msg, sizeof msg); /* a failure is the writer's to meet and report */
+    pthread_mutex_lock(&l->mu);
+    e->caller_owns = false;
+    if (rc == 0)
+        pop_sent_locked(l);
+    if (l->sq_count > 0)
+        pthread_cond_signal(&l->sq_work);
     pthread_mutex_unlock(&l->mu);
     return 0;
 }
