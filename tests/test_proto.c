@@ -317,7 +317,7 @@ static void test_forward(void)
 {
     char err[CV_ERRLEN] = "";
     enum { NT = 3, NE = 64 };
-    cv_fwd_token toks[NT] = {{11, 0, 5, 1, {0}}, {22, 1, 0, 0, {0}}, {33, 1, 1, 1, {9, 9, 9}}};
+    cv_fwd_token toks[NT] = {{11, 0, 5, 1, {0}}, {22, 1, 0, 1, {0}}, {33, 1, 1, CV_WANT_DRAFT, {9, 9, 9}}};
     float act[NT * NE];
     for (int i = 0; i < NT * NE; i++)
         act[i] = (float)i * 0.25f - 7.0f;

@@ -240,6 +240,28 @@ static void chain_case(int n_nodes, const char *split)
 static void test_greedy_identical_two_stages(void) { chain_case(2, "2,3"); }
 static void test_greedy_identical_three_stages(void) { chain_case(3, "2,2,1"); }
 
+/* A draft must follow a wanted token of its slot one position before. */
+static void test_misplaced_draft_refused(void)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    p.n_slot = 2;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    if (!c)
+        return;
+    int32_t tok[3] = {1, 5, 6}, pos[3] = {0, 1, 0}, seq[3] = {0, 0, 1}, out[3];
+    uint8_t want[3] = {0, 2, 2};
+    convoy_batch b = {.n_tokens = 3, .token = tok, .pos = pos, .seq = seq, .want = want};
+    CHECK(convoy_step(c, &b, out, err, sizeof err) == -1 && strstr(err, "draft"));
+    want[0] = 1;
+    CHECK(convoy_step(c, &b, out, err, sizeof err) == -1 && strstr(err, "slot 1"));
+    want[2] = 1;
+    CHECKF(convoy_step(c, &b, out, err, sizeof err) == 0, "%s", err);
+    convoy_ctx_free(c);
+}
+
 /* ---- temperature > 0 ---- */
 
 enum { N_SAMPLE = 4000 };
@@ -377,6 +399,7 @@ int main(void)
     TEST_RUN(test_greedy_identical_unsplit);
     TEST_RUN(test_greedy_identical_two_stages);
     TEST_RUN(test_greedy_identical_three_stages);
+    TEST_RUN(test_misplaced_draft_refused);
     TEST_RUN(test_sampling_distribution_kept);
     unlink(draft_path);
     convoy_model_free(model);
