@@ -16,8 +16,11 @@
  * a least-squares fit of every measured round time against K with
  * exponential forgetting. Costs are not always linear in K (frames that
  * cross a size where the network stack behaves differently, batches that
- * fill SIMD tiles), so every fourth round probes K twice or half the best
- * one, alternately, and the measured means take over. The next K maximizes
+ * fill SIMD tiles, the draft model catching up on accepted tokens), so
+ * every eighth round of a sequence probes another K: K = 0 once, then
+ * twice or half the best one, alternately, and the measured means take
+ * over. A new
+ * sequence starts from the acceptance of all sequences so far as a prior. The next K maximizes
  * E(K) / T(K); K = 0 (plain decoding) wins where drafting costs more than
  * it saves, and the probes keep measuring K = 1 meanwhile. A fixed K
  * (--spec-k) skips all of this. */
@@ -31,7 +34,9 @@
 
 #define SPEC_FORGET 0.05  /* weight of the newest round in the fit's averages */
 #define SPEC_K_MEAN 0.3   /* weight of the newest round in the mean time of its K */
-#define SPEC_K_START 4
+#define SPEC_K_START 4    /* K before any round was measured */
+#define SPEC_PRIOR 4.0    /* weight, in drafts, of all sequences' acceptance in a new one's */
+#define SPEC_PROBE 8      /* every SPEC_PROBE-th round of a sequence probes another K */
 
 typedef struct spec_seq {
     double judged, accepted; /* decayed counts of drafts judged and accepted */
@@ -47,6 +52,7 @@ struct convoy_spec {
     int32_t *ask;            /* [n_slot] */
     /* decayed moments of (K, round seconds) over every sequence */
     double n, sk, st, skk, skt;
+    double judged, accepted; /* decayed counts over every sequence */
     double *k_time;          /* [k_max + 1] decayed mean seconds of a round with K drafts */
     bool *k_seen;            /* [k_max + 1] */
     convoy_spec_stats stats;
@@ -122,10 +128,12 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
 {
     if (s->k_fixed)
         return s->k_fixed;
-    if (q->rounds < 2 || s->n < 1.0)
+    if (s->n < 1.0) /* no round measured yet */
         return SPEC_K_START < s->k_max ? SPEC_K_START : s->k_max;
-    /* acceptance with a weak prior of one accepted draft in two */
-    const double a = (q->accepted + 1.0) / (q->judged + 2.0);
+    /* the sequence's acceptance, with a prior worth SPEC_PRIOR drafts: the
+     * acceptance of every sequence so far (one in two before any) */
+    const double all = s->judged > 0.0 ? s->accepted / s->judged : 0.5;
+    const double a = (q->accepted + SPEC_PRIOR * all) / (q->judged + SPEC_PRIOR);
     const double mk = s->sk / s->n, mt = s->st / s->n;
     const double var = s->skk / s->n - mk * mk;
     double t1 = var > 1e-6 ? (s->skt / s->n - mk * mt) / var : 0.0;
@@ -138,9 +146,9 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
     for (int32_t k = 1; k <= s->k_max; k++)
         if (spec_rate(s, a, t0, t1, k) > spec_rate(s, a, t0, t1, best))
             best = k;
-    if (q->rounds % 4 == 3) { /* probe twice or half the best K */
+    if (q->rounds % SPEC_PROBE == SPEC_PROBE - 1) { /* a plain round first, then twice or half the best K */
         const int32_t twice = best * 2 > s->k_max ? s->k_max : (best ? best * 2 : 1);
-        best = (q->rounds / 4) % 2 == 0 || best < 2 ? twice : best / 2;
+        best = !s->k_seen[0] ? 0 : (q->rounds / SPEC_PROBE) % 2 == 0 || best < 2 ? twice : best / 2;
     }
     return best;
 }
@@ -177,8 +185,11 @@ void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n
     spec_seq *q = &s->seq[seq];
     const double keep = 1.0 - SPEC_FORGET;
     if (n_draft > 0) {
-        q->judged = q->judged * keep + (n_accepted < n_draft ? n_accepted + 1 : n_accepted);
+        const int32_t judged = n_accepted < n_draft ? n_accepted + 1 : n_accepted;
+        q->judged = q->judged * keep + judged;
         q->accepted = q->accepted * keep + n_accepted;
+        s->judged = s->judged * keep + judged;
+        s->accepted = s->accepted * keep + n_accepted;
     }
     q->rounds++;
     s->k_time[n_draft] = s->k_seen[n_draft] ? (1.0 - SPEC_K_MEAN) * s->k_time[n_draft] + SPEC_K_MEAN * round_s : round_s;
