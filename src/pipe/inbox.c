@@ -6,8 +6,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
-#include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <time.h>
@@ -75,17 +73,6 @@ int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
             ;
         if (take(in, ev))
             return 0;
-        static int spin_us = -1;
-        if (spin_us < 0)
-            spin_us = getenv("CONVOY_SPIN_US") ? atoi(getenv("CONVOY_SPIN_US")) : 0;
-        for (long spun = 0; spun < spin_us;) {
-            sched_yield();
-            if (take(in, ev))
-                return 0;
-            struct timespec t;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            spun = (t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000L;
-        }
         int wait = -1;
         if (timeout_ms >= 0) {
             const long left = timeout_ms - ms_since(&t0);
