@@ -11,9 +11,11 @@
 # pinned to core 0, stage 2 on host 2 pinned to core 1, the head on host 0.
 # It also prints the read bandwidth ceiling (2 threads / 1 thread) measured
 # in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
-# DRAFT=q8_0|q4_0|ngram adds speculative runs of every target (a self-draft
-# quantized from each model into bench/out/models, or the n-gram drafter),
-# with their ratios to the unsplit model with the same speculation too.
+# DRAFT=q8_0|q4_0|ngram|PATH.gguf adds speculative runs of every target (a
+# self-draft quantized from each model into bench/out/models, the n-gram
+# drafter, or a given draft model), with their ratios to the unsplit model
+# with the same speculation too. The 22 MB model is Q8_0 already: its Q4_0
+# self-draft is `convoy synth` of the same shape as Q4_0 (the same weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens="${TOKENS:-128}"
@@ -37,6 +39,7 @@ for m in "${models[@]}"; do
     case "${DRAFT:-}" in
     "") ;;
     ngram) draft=(--draft ngram) ;;
+    *.gguf) draft=(--draft "$DRAFT") ;;
     *)
         d="bench/out/models/$(basename "$m" .gguf)-draft-$DRAFT.gguf"
         [[ -f "$d" ]] || build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null
