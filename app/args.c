@@ -113,8 +113,11 @@ arg_spec arg_spec_init(void)
     return s;
 }
 
-int arg_spec_flag(const char *a, const char *v, arg_spec *s)
+int arg_engine_or_spec(const char *a, const char *v, convoy_ctx_params *cp, arg_spec *s)
 {
+    const int engine = arg_engine(a, v, cp);
+    if (engine != 1)
+        return engine;
     if (!strcmp(a, "--draft")) {
         s->p.draft = v;
         return 0;

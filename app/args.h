@@ -31,7 +31,8 @@ typedef struct arg_spec {
 } arg_spec;
 
 arg_spec arg_spec_init(void);
-int arg_spec_flag(const char *flag, const char *v, arg_spec *s);
+/* An engine flag (arg_engine) or a speculation flag, same convention. */
+int arg_engine_or_spec(const char *flag, const char *v, convoy_ctx_params *cp, arg_spec *s);
 /* After the flags: *out = NULL without --draft, else the convoy_spec for
  * ctx (K max raised to a larger --spec-k when not given). Returns 0, or -1
  * after a message naming cmd. */

@@ -82,10 +82,10 @@ int cmd_run(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
-        const int engine = arg_engine(a, v, &cp), spec_flag = engine ? arg_spec_flag(a, v, &spec_args) : 1;
-        if (engine < 0 || spec_flag < 0)
+        const int known = arg_engine_or_spec(a, v, &cp, &spec_args);
+        if (known < 0)
             return 2;
-        if (engine == 0 || spec_flag == 0)
+        if (known == 0)
             continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;

@@ -70,10 +70,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!(v = arg_value(argc, argv, &i)))
             return 2;
-        const int engine = arg_engine(a, v, &cp), spec_flag = engine ? arg_spec_flag(a, v, &spec_args) : 1;
-        if (engine < 0 || spec_flag < 0)
+        const int known = arg_engine_or_spec(a, v, &cp, &spec_args);
+        if (known < 0)
             return 2;
-        if (engine == 0 || spec_flag == 0)
+        if (known == 0)
             continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model_path = v;
@@ -129,6 +129,10 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     char err[512], id[256];
+    int rc = 1;
+    convoy_ctx *ctx = NULL;
+    convoy_spec *spec = NULL;
+    sv_sched *sched = NULL;
     convoy_model *model = convoy_model_load(model_path, err, sizeof err);
     if (!model) {
         fprintf(stderr, "convoy: %s\n", err);
@@ -139,31 +143,21 @@ int cmd_serve(int argc, char **argv)
     sv_chat chat;
     if (sv_chat_setup(model, chat_template, &chat, err, sizeof err)) {
         fprintf(stderr, "convoy serve: %s\n", err);
-        convoy_model_free(model);
-        return 2;
+        rc = 2;
+        goto done;
     }
     if (cp.n_ctx == 0)
         cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
-    convoy_ctx *ctx = convoy_ctx_create(model, &cp, err, sizeof err);
-    if (!ctx) {
+    if (!(ctx = convoy_ctx_create(model, &cp, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);
-        convoy_model_free(model);
-        return 1;
+        goto done;
     }
-    convoy_spec *spec;
-    if (arg_spec_open(&spec_args, "serve", ctx, model, cp.n_threads, &spec)) {
-        convoy_ctx_free(ctx);
-        convoy_model_free(model);
-        return 1;
-    }
-    sv_sched *sched = sv_sched_create(ctx, model, cp.n_slot, queue, err, sizeof err);
+    if (arg_spec_open(&spec_args, "serve", ctx, model, cp.n_threads, &spec))
+        goto done;
+    sched = sv_sched_create(ctx, model, cp.n_slot, queue, err, sizeof err);
     if (!sched || sv_sched_set_spec(sched, spec, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
-        sv_sched_free(sched);
-        convoy_spec_free(spec);
-        convoy_ctx_free(ctx);
-        convoy_model_free(model);
-        return 1;
+        goto done;
     }
     model_id_of(model_path, id, sizeof id);
     const oai_server srv = {.model = model, .model_id = alias ? alias : id, .n_ctx = convoy_ctx_n_ctx(ctx),
@@ -171,11 +165,7 @@ int cmd_serve(int argc, char **argv)
     sv_http *http;
     if (sv_http_start(&http, &ho, sched, &srv, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
-        sv_sched_free(sched);
-        convoy_spec_free(spec);
-        convoy_ctx_free(ctx);
-        convoy_model_free(model);
-        return 1;
+        goto done;
     }
     fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d "
                     "tokens, batch %d, %d threads%s%s%s%s)\n",
@@ -187,9 +177,11 @@ int cmd_serve(int argc, char **argv)
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "convoy serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     sv_http_stop(http);
+    rc = 0;
+done:
     sv_sched_free(sched);
     convoy_spec_free(spec);
     convoy_ctx_free(ctx);
     convoy_model_free(model);
-    return 0;
+    return rc;
 }

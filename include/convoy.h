@@ -177,6 +177,10 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
  * proposal to the result. */
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
+/* Drafts accepted in a round, from the ids collected for the slot's run:
+ * out[0] after the newest token, out[1 .. n_draft] after each draft, -1
+ * from the first rejection on. The round emitted out[0 .. accepted]. */
+int32_t convoy_spec_n_accepted(const int32_t *out, int32_t n_draft);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 
 /* Generation of one sequence: the prompt hist[0..n_hist) (after what slot

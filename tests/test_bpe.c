@@ -509,20 +509,7 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
         gguf_set_arr_str(w, "tokenizer.ggml.merges", s->merges, (uint64_t)s->n_merges);
     if (s->bos >= 0)
         gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)s->bos);
-    int rc = gguf_write(w, path, err, errlen);
-    gguf_writer_free(w);
-    CHECKF(rc == 0, "%s", err);
-    if (rc != 0)
-        return -1;
-    gguf_file f;
-    rc = gguf_open(&f, path, err, errlen);
-    CHECKF(rc == 0, "%s", err);
-    if (rc == 0) {
-        rc = cv_vocab_load(v, &f, err, errlen);
-        gguf_close(&f);
-    }
-    remove(path);
-    return rc;
+    return tok_load_written(w, path, v, err, errlen);
 }
 
 /* Byte-level texts: "a" "b" "c" "Ġ" (space) and merges of them. */

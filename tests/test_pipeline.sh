@@ -26,14 +26,7 @@ cluster="$src/scripts/cluster.sh"
 shared="${CONVOY_SHARED:-$src/../shared}"
 export CONVOY_CLUSTER_PREFIX=cvp
 
-skip() {
-    if [[ "${CI:-}" == true ]]; then
-        echo "FAIL: $* (CI=true: required)"
-        exit 1
-    fi
-    echo "SKIP: $*"
-    exit 0
-}
+. "$src/tests/lib.sh"
 [[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
     skip "test_pipeline needs root and ip netns"
 [[ -f "$shared/models/stories260K.gguf" ]] || skip "test data $shared/models/stories260K.gguf not found"

@@ -26,14 +26,7 @@ shared="${CONVOY_SHARED:-$src/../shared}"
 model="$shared/models/stories260K.gguf"
 npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
 
-skip() {
-    if [[ "${CI:-}" == true ]]; then
-        echo "FAIL: $* (CI=true: required)"
-        exit 1
-    fi
-    echo "SKIP: $*"
-    exit 0
-}
+. "$src/tests/lib.sh"
 [[ -f "$model" ]] || skip "test data $model not found"
 command -v node >/dev/null && command -v npm >/dev/null || skip "node and npm are needed for the openai client"
 if [[ ! -f "$npm_dir/node_modules/openai/package.json" ]]; then

@@ -492,20 +492,7 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
         gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", s->add_space_prefix != 0);
     if (s->eos_id >= 0)
         gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)s->eos_id);
-    int rc = gguf_write(w, path, err, errlen);
-    gguf_writer_free(w);
-    CHECKF(rc == 0, "%s", err);
-    if (rc != 0)
-        return -1;
-    gguf_file f;
-    rc = gguf_open(&f, path, err, errlen);
-    CHECKF(rc == 0, "%s", err);
-    if (rc == 0) {
-        rc = cv_vocab_load(v, &f, err, errlen);
-        gguf_close(&f);
-    }
-    remove(path);
-    return rc;
+    return tok_load_written(w, path, v, err, errlen);
 }
 
 /* ids 0-2 specials, then "a" "b" "ab" "▁" "▁a", two user-defined tokens and

@@ -3,7 +3,9 @@
  * tok_tokenize tokenizes into a malloc'ed array through cv_tokenize's
  * sizing protocol (n_max 0, then one short, then exact: each must return
  * what the contract says); ids_equal_json compares ids with a JSON list;
- * print_ids shows ids (at most 64) in a failure message. */
+ * print_ids shows ids (at most 64) in a failure message; tok_load_written
+ * writes a writer's keys to path (freeing the writer), loads the
+ * vocabulary from that file into v and removes it. */
 #ifndef CONVOY_TESTS_TOK_TEST_H
 #define CONVOY_TESTS_TOK_TEST_H
 
@@ -11,7 +13,26 @@
 #include <limits.h>
 #include <stdbool.h>
 
+#include "model/gguf.h"
 #include "model/vocab.h"
+
+static inline int tok_load_written(gguf_writer *w, const char *path, cv_vocab *v, char *err, size_t errlen)
+{
+    int rc = gguf_write(w, path, err, errlen);
+    gguf_writer_free(w);
+    CHECKF(rc == 0, "%s", err);
+    if (rc != 0)
+        return -1;
+    gguf_file f;
+    rc = gguf_open(&f, path, err, errlen);
+    CHECKF(rc == 0, "%s", err);
+    if (rc == 0) {
+        rc = cv_vocab_load(v, &f, err, errlen);
+        gguf_close(&f);
+    }
+    remove(path);
+    return rc;
+}
 
 static inline int32_t *tok_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special,
                                     bool parse_special, int *n_out)

@@ -133,14 +133,13 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
         return -1;
     if (!head)
         return 0;
-    /* slot_row now marks the slots whose drafts were rejected (1) */
-    for (int32_t t = 0; t < b->n_tokens; t++)
-        s->slot_row[b->seq[t]] = 0;
+    /* A rejected draft cuts its slot back right away, so a row at or past
+     * the slot's length comes after one and is not part of the sequence. */
     const int32_t n_vocab = s->model.hp.n_vocab;
     for (int32_t t = 0, row = 0; t < b->n_tokens; t++) {
         const int32_t slot = b->seq[t];
         cv_sampler *sm = s->samplers[slot];
-        if (s->slot_row[slot]) { /* after a rejected draft: not part of the sequence */
+        if (b->pos[t] >= s->kv.len[slot]) {
             if (b->want[t])
                 out_tokens[row++] = -1;
             continue;
@@ -151,16 +150,12 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
             continue;
         const float *logits = cv_stage_logits(s, row);
         const int32_t draft = s->draft_of[t];
-        int32_t id;
-        if (draft < 0)
-            id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
-        else
-            id = sm ? cv_sampler_verify(sm, logits, draft) : cv_argmax(logits, n_vocab);
+        const int32_t id = !sm         ? cv_argmax(logits, n_vocab)
+                           : draft < 0 ? cv_sampler_sample(sm, logits)
+                                       : cv_sampler_verify(sm, logits, draft);
         out_tokens[row++] = id;
-        if (draft >= 0 && id != draft) { /* the slot ends after this row's token */
-            s->slot_row[slot] = 1;
+        if (draft >= 0 && id != draft) /* the slot ends after this row's token */
             kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
-        }
     }
     return 0;
 }

@@ -57,7 +57,7 @@ typedef struct cv_stage {
     cv_forward *fwd;
     cv_sampler **samplers; /* [n_slot] when the stage holds the head */
     float *logits;         /* [n_batch][n_vocab] when the stage holds the head */
-    int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch */
+    int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
     int32_t n_batch;
 } cv_stage;

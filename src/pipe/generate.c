@@ -76,9 +76,7 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         const convoy_batch b = {.n_tokens = n_draft + 1, .token = tok, .pos = pos, .seq = seqs, .want = want};
         if ((rc = convoy_step(c, &b, out, err, errlen)))
             break;
-        n_out = 1;
-        while (n_out <= n_draft && out[n_out] >= 0)
-            n_out++;
+        n_out = 1 + convoy_spec_n_accepted(out, n_draft);
         if (spec && room > 0)
             convoy_spec_observe(spec, seq, n_draft, n_out - 1, seconds() - t_round);
         st->rounds++;

@@ -388,9 +388,7 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
         sv_slot *sl = &s->slots[slot];
         const int32_t n_draft = sl->n_draft;
         const int32_t *out = s->b_sampled + row;
-        int32_t n_accepted = 0;
-        while (n_accepted < n_draft && out[1 + n_accepted] >= 0)
-            n_accepted++;
+        const int32_t n_accepted = convoy_spec_n_accepted(out, n_draft);
         if (sl->spec_round) {
             convoy_spec_observe(s->spec, slot, n_draft, n_accepted, now - f->t_propose);
             s->stats.spec_rounds++;
