@@ -7,14 +7,18 @@
  * unsplit model (the baseline) and then U in --users on each target, it
  * prints per-user decode tokens/s (after the first token), aggregate
  * tokens/s (all generated tokens / wall time of the run), time to first
- * token (p50, p95), and the ratios of the aggregate to the baseline. The
+ * token (p50, p95), and the ratios of the aggregate to the baseline. This
+ * machine's speed drifts from minute to minute, so every measurement is
+ * repeated --repeat times (default 5), each right after a run of the
+ * baseline, and the table shows medians: of the figures and of the ratios
+ * of each pair (with the smallest and largest ratio beside it). The
  * targets are the unsplit model here (-t threads) and, with --nodes, a
  * pipeline of `convoy stage` nodes. With --draft, every target also runs
  * with speculative decoding (DESIGN.md §7: reported both ways), and its
  * aggregate is also divided by the unsplit model's for 1 user with the same
  * speculation. Appends one JSON line per run to bench/out/users.jsonl.
  *
- * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8]
+ * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] [--repeat R]
  *                    [--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]] */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,6 +32,7 @@
 #include "serve/sched.h"
 
 #define MAX_USERS 16
+#define MAX_REPEAT 15
 
 static double now(void)
 {
@@ -85,6 +90,13 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Sorts v[n] and returns its median. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Speculation of a run: a drafter (NULL: none) and K (0: automatic). */
@@ -158,7 +170,7 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *nodes = NULL, *label = "";
-    int threads = 1, n_tokens = 128, users[8] = {1, 2, 4, 8}, n_u = 4;
+    int threads = 1, n_tokens = 128, users[8] = {1, 2, 4, 8}, n_u = 4, repeat = 5;
     spec_setting spec = {NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc)
@@ -169,6 +181,8 @@ int main(int argc, char **argv)
             n_tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nodes") && i + 1 < argc)
             nodes = argv[++i];
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+            repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--label") && i + 1 < argc)
             label = argv[++i];
         else if (!strcmp(argv[i], "--draft") && i + 1 < argc)
@@ -180,7 +194,7 @@ int main(int argc, char **argv)
             for (char *t = strtok(argv[++i], ","); t && n_u < 8; t = strtok(NULL, ","))
                 users[n_u++] = atoi(t);
         } else {
-            fprintf(stderr, "usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] "
+            fprintf(stderr, "usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] [--repeat R] "
                             "[--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]]\n");
             return 2;
         }
@@ -190,8 +204,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_users: 1 to %d users\n", MAX_USERS);
             return 2;
         }
-    if (!model_path || n_tokens < 2) {
-        fprintf(stderr, "bench_users: -m MODEL is required, -n >= 2\n");
+    if (!model_path || n_tokens < 2 || repeat < 1 || repeat > MAX_REPEAT) {
+        fprintf(stderr, "bench_users: -m MODEL is required, -n >= 2, --repeat 1..%d\n", MAX_REPEAT);
         return 2;
     }
     cv_kernels_init(0);
@@ -202,40 +216,52 @@ int main(int argc, char **argv)
         return 1;
     }
     const spec_setting plain = {NULL, 0};
-    result base, base_spec = {0};
-    if (run(m, NULL, &plain, threads, 1, n_tokens, &base) ||
-        (spec.draft && run(m, NULL, &spec, threads, 1, n_tokens, &base_spec)))
-        return 1;
-    printf("%s %s, %d generated tokens per user, greedy, EOS ignored; baseline: unsplit, 1 user, %d thread(s): "
-           "%.2f tok/s",
-           label, model_path, n_tokens, threads, base.aggregate);
-    if (spec.draft)
-        printf("; with speculation (draft %s, K %s): %.2f tok/s", spec.draft, spec.k ? "fixed" : "automatic",
-               base_spec.aggregate);
-    printf("\n\n| target | speculation | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | "
-           "aggregate / baseline | aggregate / baseline with the same speculation |\n");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("%s %s, %d generated tokens per user, greedy, EOS ignored; baseline: unsplit, 1 user, %d thread(s)%s%s%s; "
+           "medians of %d runs, each paired with a baseline run\n\n",
+           label, model_path, n_tokens, threads, spec.draft ? "; speculation: draft " : "", spec.draft ? spec.draft : "",
+           spec.draft ? (spec.k ? ", K fixed" : ", K automatic") : "", repeat);
+    printf("| target | speculation | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | "
+           "baseline tok/s | aggregate / baseline (min-max) | aggregate / baseline with the same speculation |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     FILE *raw = bench_raw_open("bench/out/users.jsonl");
     const char *targets[2] = {NULL, nodes};
     for (int tgt = 0; tgt < (nodes ? 2 : 1); tgt++)
         for (int with = 0; with < (spec.draft ? 2 : 1); with++)
             for (int k = 0; k < n_u; k++) {
-                result r;
-                if (run(m, targets[tgt], with ? &spec : &plain, threads, users[k], n_tokens, &r))
+                double per_user[MAX_REPEAT], agg[MAX_REPEAT], p50[MAX_REPEAT], p95[MAX_REPEAT], base[MAX_REPEAT],
+                    ratio[MAX_REPEAT], ratio_same[MAX_REPEAT];
+                int n = 0;
+                for (int rep = 0; rep < repeat; rep++) {
+                    result b, bs, r;
+                    if (run(m, NULL, &plain, threads, 1, n_tokens, &b) ||
+                        (with && run(m, NULL, &spec, threads, 1, n_tokens, &bs)) ||
+                        run(m, targets[tgt], with ? &spec : &plain, threads, users[k], n_tokens, &r))
+                        continue;
+                    per_user[n] = r.per_user;
+                    agg[n] = r.aggregate;
+                    p50[n] = r.ttft_p50;
+                    p95[n] = r.ttft_p95;
+                    base[n] = b.aggregate;
+                    ratio[n] = r.aggregate / b.aggregate;
+                    ratio_same[n] = r.aggregate / (with ? bs.aggregate : b.aggregate);
+                    bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}",
+                                                    "bench", "users", "label", label, "model", model_path, "target",
+                                                    tgt ? nodes : "unsplit", "speculation", with ? spec.draft : "none",
+                                                    "users", users[k], "threads", threads, "tokens", n_tokens,
+                                                    "per_user_tok_s", r.per_user, "aggregate_tok_s", r.aggregate,
+                                                    "ttft_p50", r.ttft_p50, "ttft_p95", r.ttft_p95, "baseline_tok_s",
+                                                    b.aggregate, "baseline_same_spec_tok_s",
+                                                    with ? bs.aggregate : b.aggregate, "time", (int)time(NULL)));
+                    n++;
+                }
+                if (n == 0)
                     continue;
-                const result *same = with ? &base_spec : &base;
-                printf("| %s | %s | %d | %.2f | %.2f | %.3f | %.3f | %.2fx | %.2fx |\n", tgt ? "pipeline" : "unsplit",
-                       with ? spec.draft : "none", users[k], r.per_user, r.aggregate, r.ttft_p50, r.ttft_p95,
-                       r.aggregate / base.aggregate, r.aggregate / same->aggregate);
+                const double r_med = median(ratio, n);
+                printf("| %s | %s | %d | %.2f | %.2f | %.3f | %.3f | %.2f | %.2fx (%.2f-%.2f) | %.2fx |\n",
+                       tgt ? "pipeline" : "unsplit", with ? spec.draft : "none", users[k], median(per_user, n),
+                       median(agg, n), median(p50, n), median(p95, n), median(base, n), r_med, ratio[0],
+                       ratio[n - 1], median(ratio_same, n));
                 fflush(stdout);
-                bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}",
-                                                "bench", "users", "label", label, "model", model_path, "target",
-                                                tgt ? nodes : "unsplit", "speculation", with ? spec.draft : "none",
-                                                "users", users[k], "threads", threads, "tokens", n_tokens,
-                                                "per_user_tok_s", r.per_user, "aggregate_tok_s", r.aggregate,
-                                                "ttft_p50", r.ttft_p50, "ttft_p95", r.ttft_p95, "baseline_tok_s",
-                                                base.aggregate, "baseline_same_spec_tok_s", same->aggregate, "time",
-                                                (int)time(NULL)));
             }
     bench_raw_close(raw);
     convoy_model_free(m);

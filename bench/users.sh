@@ -7,8 +7,9 @@
 # Default models: stories260K, a synthetic Q8_0 model of about 22 MB that
 # stays in the shared L3 cache (n_embd 512, 5 layers, vocab 4096), and the
 # synthetic Llama-3.2-1B-shaped Q4_0. For each: the unsplit model on core 0
-# (1 thread) for U = 1, 2, 4, 8 users, then the pipeline: stage 1 on host 1
-# pinned to core 0, stage 2 on host 2 pinned to core 1, the head on host 0.
+# (1 thread) for U = 1, 2, 4, 8 users, then the pipeline on two test hosts:
+# host 1 on core 0 runs the server's scheduler and stage 1 in one process
+# (--nodes local,...), host 2 on core 1 runs stage 2 (`convoy stage`).
 # It also prints the read bandwidth ceiling (2 threads / 1 thread) measured
 # in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
 # DRAFT=q8_0|q4_0|ngram|PATH.gguf adds speculative runs of every target (a
@@ -16,6 +17,7 @@
 # drafter, or a given draft model), with their ratios to the unsplit model
 # with the same speculation too. The 22 MB model is Q8_0 already: its Q4_0
 # self-draft is `convoy synth` of the same shape as Q4_0 (the same weights).
+# REPEAT (default 5): runs of each measurement, each paired with a baseline run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens="${TOKENS:-128}"
@@ -32,7 +34,7 @@ models=("$@")
 export CONVOY_CLUSTER_PREFIX=cvu
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh down' EXIT
-bash scripts/cluster.sh up 3 >/dev/null
+bash scripts/cluster.sh up 2 >/dev/null
 for m in "${models[@]}"; do
     pids=()
     draft=()
@@ -46,17 +48,14 @@ for m in "${models[@]}"; do
         draft=(--draft "$d")
         ;;
     esac
-    for h in 1 2; do
-        bash scripts/cluster.sh run "$h" taskset -c $((h - 1)) build/convoy stage --listen "10.77.0.$((h + 1)):7000" \
-            -m "$m" 2>/dev/null &
-        pids+=($!)
-        for _ in $(seq 100); do
-            bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.$((h + 1))/7000" 2>/dev/null && break
-            sleep 0.1
-        done
+    bash scripts/cluster.sh run 1 taskset -c 1 build/convoy stage --listen 10.77.0.2:7000 -m "$m" 2>/dev/null &
+    pids+=($!)
+    for _ in $(seq 100); do
+        bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/7000" 2>/dev/null && break
+        sleep 0.1
     done
-    bash scripts/cluster.sh run 0 taskset -c 0 build/bench_users -m "$m" -n "$tokens" --label "users" \
-        --nodes 10.77.0.2:7000,10.77.0.3:7000 "${draft[@]}"
+    bash scripts/cluster.sh run 0 taskset -c 0 build/bench_users -m "$m" -n "$tokens" --repeat "${REPEAT:-5}" --label "users" \
+        --nodes local,10.77.0.2:7000 "${draft[@]}"
     kill "${pids[@]}" 2>/dev/null
     wait "${pids[@]}" 2>/dev/null || true
     echo

@@ -69,7 +69,9 @@ typedef struct convoy_ctx_params {
     uint64_t mem_budget; /* bytes this machine may use; 0 = no limit */
     /* A pipeline: "host:port,host:port,..." of `convoy stage` nodes in chain
      * order (NULL = run every layer here). This machine then holds only the
-     * embeddings; the nodes hold the layers, the last one samples. */
+     * embeddings; the nodes hold the layers, the last one samples. A first
+     * node "local" makes this machine the first stage: it runs the first
+     * layers itself (planned with mem_budget and its speed like the nodes). */
     const char *nodes;
     const char *split;   /* "a,b,c": layers per node instead of the planner's split */
     const char *wire;    /* activations on the wire: "f32" (default, lossless), "f16" or "q8_0" (lossy) */

@@ -2,7 +2,9 @@
  * `convoy stage` processes on loopback.
  * - micro-batches: four sequences in two groups, with both groups in
  *   flight at once (each stage works on a different group), give every
- *   sequence the tokens it gets alone on one machine;
+ *   sequence the tokens it gets alone on one machine, on two remote stages
+ *   and on a local first stage ("local") with one remote stage;
+ * - "local" anywhere but first is refused;
  * - a stage killed with SIGKILL: the step fails with a message naming the
  *   node, and this process (the head) goes on: a new chain over a fresh
  *   node works. */
@@ -77,16 +79,18 @@ static void group_batch(int g, int step, int32_t got[N_SEQ][N_GEN], int32_t *tok
     *b = (cv_batch){.n_tokens = n, .token = tok, .pos = pos, .seq = seq, .want = want};
 }
 
-static void test_micro_batches_match_alone(void)
+/* Two stages, layers 2 + 3: the first a `convoy stage` or, with local,
+ * this process. */
+static void micro_batches_match_alone(bool local)
 {
     if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
         return;
     int32_t alone[N_SEQ][N_GEN], got[N_SEQ][N_GEN];
     run_alone(alone);
-    int p1, p2;
-    pid_t s1 = test_start_stage(model, &p1), s2 = test_start_stage(model, &p2);
+    int p1 = 0, p2;
+    pid_t s1 = local ? 0 : test_start_stage(model, &p1), s2 = test_start_stage(model, &p2);
     char a1[64], a2[64], err[512];
-    snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
+    snprintf(a1, sizeof a1, local ? CV_CHAIN_LOCAL : "127.0.0.1:%d", p1);
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
     const char *nodes[2] = {a1, a2};
     const int32_t split[2] = {2, 3};
@@ -127,10 +131,44 @@ static void test_micro_batches_match_alone(void)
                 }
             }
         CHECK(memcmp(alone, got, sizeof alone) == 0);
+        cv_chain_stats st;
+        cv_chain_get_stats(c, &st);
+        CHECK(st.n_local == (local ? 2 : 0) && st.n_nodes == (local ? 1 : 2));
         cv_chain_close(c);
     }
-    test_stop_stage(s1);
+    if (!local)
+        test_stop_stage(s1);
     test_stop_stage(s2);
+}
+
+static void test_micro_batches_match_alone(void) { micro_batches_match_alone(false); }
+static void test_micro_batches_local_first_stage(void) { micro_batches_match_alone(true); }
+
+static void test_local_only_first(void)
+{
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
+        return;
+    int p1;
+    pid_t s1 = test_start_stage(model, &p1);
+    char a1[64], err[512];
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
+    const char *nodes[2] = {a1, CV_CHAIN_LOCAL};
+    cv_chain_opts o = cv_chain_default_opts();
+    o.nodes = nodes;
+    o.n_nodes = 2;
+    o.n_ctx = 64;
+    o.n_batch = 8;
+    cv_chain *c;
+    CHECK(cv_chain_open(&c, model, &o, err, sizeof err) == -1 && c == NULL);
+    CHECKF(strstr(err, "first node") != NULL, "%s", err);
+    /* every layer to this machine leaves nothing to sample remotely */
+    const int32_t split[2] = {5, 0};
+    nodes[0] = CV_CHAIN_LOCAL;
+    nodes[1] = a1;
+    o.split = split;
+    CHECK(cv_chain_open(&c, model, &o, err, sizeof err) == -1 && c == NULL);
+    CHECKF(strstr(err, "every layer") != NULL, "%s", err);
+    test_stop_stage(s1);
 }
 
 static void test_killed_stage_reported_head_survives(void)
@@ -185,6 +223,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     cv_kernels_init(0);
     TEST_RUN(test_micro_batches_match_alone);
+    TEST_RUN(test_micro_batches_local_first_stage);
+    TEST_RUN(test_local_only_first);
     TEST_RUN(test_killed_stage_reported_head_survives);
     return test_summary();
 }

@@ -1,5 +1,6 @@
-/* test_plan.c: the layer planner: shares by speed, memory caps, the head's
- * extra bytes on the last node, nodes left out, --split, and refusals. */
+/* test_plan.c: the layer planner: shares by speed, the output matrix as
+ * work of the last node, memory caps, the head's extra bytes on the last
+ * node, nodes left out, --split, and refusals. */
 #include <string.h>
 
 #include "pipe/plan.h"
@@ -37,6 +38,26 @@ static void test_faster_node_more_layers(void)
     CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
     CHECKF(last[0] - first[0] == 12 && last[1] - first[1] == 4, "[%d,%d) [%d,%d)", first[0], last[0], first[1],
            last[1]);
+}
+
+/* 5 layers of 3.4 MB and a 2.1 MB output matrix over 2 equal nodes: the
+ * last node's matrix is worth 0.62 of a layer, so 3 + 2 balances better
+ * (3 vs 2.62) than 2 + 3 (2 vs 3.62); with a matrix worth 2.5 layers,
+ * 4 + 1 (4 vs 3.5). */
+static void test_head_matrix_counts_as_work(void)
+{
+    uint64_t layer5[5];
+    for (int i = 0; i < 5; i++)
+        layer5[i] = 3400000;
+    cv_plan_model m = {.n_layer = 5, .layer_bytes = layer5, .head_bytes = 2100000, .head_work_bytes = 2100000};
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 100}, {NULL, 10 * GB, 100}};
+    int32_t first[2], last[2];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(last[0] == 3 && first[1] == 3 && last[1] == 5, "[%d,%d) [%d,%d)", first[0], last[0], first[1], last[1]);
+    m.head_work_bytes = 8500000;
+    CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(last[0] == 4, "a matrix of 2.5 layers: [%d,%d) [%d,%d)", first[0], last[0], first[1], last[1]);
 }
 
 static void test_memory_caps_and_head_bytes(void)
@@ -86,6 +107,7 @@ int main(void)
 {
     TEST_RUN(test_equal_speed_equal_share);
     TEST_RUN(test_faster_node_more_layers);
+    TEST_RUN(test_head_matrix_counts_as_work);
     TEST_RUN(test_memory_caps_and_head_bytes);
     TEST_RUN(test_slow_node_left_out);
     TEST_RUN(test_split_override);

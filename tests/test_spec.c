@@ -1,8 +1,9 @@
 /* test_spec.c: speculative decoding (issue: speculation across the
  * pipeline), on stories260K.
  * - greedy: 8 prompts x 256 generated tokens; every whole output with
- *   speculation is identical to plain decoding's, on one machine and on 2-
- *   and 3-stage chains of `convoy stage` processes, with the n-gram drafter
+ *   speculation is identical to plain decoding's, on one machine, on 2-
+ *   and 3-stage chains of `convoy stage` processes and on a 2-stage chain
+ *   whose first stage runs in this process ("local"), with the n-gram drafter
  *   and with a Q4_0 self-draft model (fixed K and automatic K), each prompt
  *   alone and all 8 in shared batches where 6 speculate and 2 decode
  *   plainly;
@@ -211,12 +212,17 @@ static void test_greedy_identical_unsplit(void)
     convoy_ctx_free(c);
 }
 
-static void chain_case(int n_nodes, const char *split)
+/* n_nodes stages; with local, the first is this process. */
+static void chain_case(int n_nodes, bool local, const char *split)
 {
     int port[3];
     pid_t pid[3];
     char nodes[256] = "", err[512];
     for (int i = 0; i < n_nodes; i++) {
+        if (local && i == 0) {
+            snprintf(nodes, sizeof nodes, "local");
+            continue;
+        }
         pid[i] = test_start_stage(model_path, &port[i]);
         snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s127.0.0.1:%d", i ? "," : "", port[i]);
     }
@@ -229,16 +235,17 @@ static void chain_case(int n_nodes, const char *split)
     CHECKF(c, "%s", err);
     if (c) {
         char where[64];
-        snprintf(where, sizeof where, "%d-stage chain", n_nodes);
+        snprintf(where, sizeof where, "%d-stage chain%s", n_nodes, local ? " from a local stage" : "");
         check_identical(c, where);
     }
     convoy_ctx_free(c);
-    for (int i = 0; i < n_nodes; i++)
+    for (int i = local ? 1 : 0; i < n_nodes; i++)
         test_stop_stage(pid[i]);
 }
 
-static void test_greedy_identical_two_stages(void) { chain_case(2, "2,3"); }
-static void test_greedy_identical_three_stages(void) { chain_case(3, "2,2,1"); }
+static void test_greedy_identical_two_stages(void) { chain_case(2, false, "2,3"); }
+static void test_greedy_identical_three_stages(void) { chain_case(3, false, "2,2,1"); }
+static void test_greedy_identical_local_first_stage(void) { chain_case(2, true, "2,3"); }
 
 /* A draft must follow a wanted token of its slot one position before. */
 static void test_misplaced_draft_refused(void)
@@ -399,6 +406,7 @@ int main(void)
     TEST_RUN(test_greedy_identical_unsplit);
     TEST_RUN(test_greedy_identical_two_stages);
     TEST_RUN(test_greedy_identical_three_stages);
+    TEST_RUN(test_greedy_identical_local_first_stage);
     TEST_RUN(test_misplaced_draft_refused);
     TEST_RUN(test_sampling_distribution_kept);
     unlink(draft_path);

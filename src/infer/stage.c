@@ -5,6 +5,7 @@
 #include "infer/stage.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -192,4 +193,41 @@ void cv_stage_seq_free(cv_stage *s, int32_t slot)
         cv_sampler_free(s->samplers[slot]);
         s->samplers[slot] = NULL;
     }
+}
+
+uint32_t cv_stage_speed_probe(const cv_llama *m, int32_t n_threads)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, "blk.0.attn_q.weight");
+    const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
+    if (!tt || !tt->vec_dot)
+        return 0;
+    const int32_t n_in = (int32_t)t->ne[0];
+    const size_t row = cv_row_bytes(t->type, n_in);
+    uint64_t bytes = cv_llama_layer_bytes(m, 0);
+    if (bytes > (64u << 20))
+        bytes = 64u << 20;
+    const long rows = (long)(bytes / row);
+    uint8_t *w = cv_aligned_alloc((size_t)rows * row);
+    uint8_t *x = cv_aligned_alloc(4 * (size_t)n_in + 64);
+    float *y = cv_aligned_alloc(sizeof(float) * (size_t)rows);
+    uint32_t us = 0;
+    if (w && x && y && rows > 0) {
+        memset(w, 0, (size_t)rows * row);
+        memset(x, 0, 4 * (size_t)n_in + 64);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            double dt = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+            best = dt < best ? dt : best;
+        }
+        double full = best * (double)cv_llama_layer_bytes(m, 0) / (double)((size_t)rows * row);
+        us = full < 1 ? 1 : (uint32_t)(full / (n_threads > 0 ? n_threads : 1));
+    }
+    cv_free_aligned(w);
+    cv_free_aligned(x);
+    cv_free_aligned(y);
+    return us;
 }

@@ -76,6 +76,11 @@ void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_cos
  * tensor directory (m may be bound for any range). */
 uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p);
 
+/* Microseconds one layer takes per token on this machine with n_threads
+ * (a timed matmul over up to 64 MiB of a layer's weight type), for the
+ * layer planner; 0 when the type has no kernel to time. */
+uint32_t cv_stage_speed_probe(const cv_llama *m, int32_t n_threads);
+
 int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen);
 void cv_stage_close(cv_stage *s);
 

@@ -1,8 +1,11 @@
 /* chain.c: the head's side of a pipeline (see chain.h).
  *
- * The head holds a stage with no layers (just the embeddings), a link to
- * every node and an inbox that gathers their frames. A step is one
- * FORWARD to the first node and one RESULT back from the last; meanwhile
+ * The head holds a stage with the embeddings and, when the first node is
+ * "local", the first layers too (this machine then serves a stage like the
+ * others, without a hop to reach it); a link to every remote node and an
+ * inbox that gathers their frames. A step runs the local stage, sends one
+ * FORWARD to the first remote node and takes one RESULT back from the
+ * last; meanwhile
  * an ERROR or a closed link from any node ends the step with that node's
  * name. Buffers are sized at open for the batch, so a step allocates
  * nothing. */
@@ -25,8 +28,9 @@
 
 struct cv_chain {
     cv_chain_opts o;
-    cv_stage embd;                 /* layers [0, 0): token embeddings only */
+    cv_stage embd;                 /* token embeddings and the local layers [0, n_local) */
     bool embd_open;
+    bool local;                    /* node 0 is this machine (no link) */
     uint64_t fingerprint;
     uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
@@ -124,10 +128,11 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
     cv_stage_costs costs;
     cv_stage_costs_of(m, &sp, &costs);
     const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
-                              .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra};
+                              .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra,
+                              .head_work_bytes = cv_llama_head_bytes(m)};
     cv_plan_node nodes[CHAIN_MAX_NODES];
     for (int i = 0; i < c->n_nodes; i++)
-        nodes[i] = (cv_plan_node){.name = cv_link_name(c->link[i]),
+        nodes[i] = (cv_plan_node){.name = c->link[i] ? cv_link_name(c->link[i]) : "this machine",
                                   .mem_budget = ok[i].mem_budget ? ok[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = ok[i].us_per_layer_token};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
@@ -135,9 +140,11 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
     if (rc)
         return -1;
     c->n_active = 0;
-    for (int i = 0; i < c->n_nodes; i++)
+    for (int i = c->local ? 1 : 0; i < c->n_nodes; i++)
         if (c->last[i] > c->first[i])
             c->active[c->n_active++] = i;
+    if (c->n_active == 0)
+        return cv_errf(err, errlen, "the plan leaves every layer to this machine: run without remote nodes");
     return 0;
 }
 
@@ -171,9 +178,19 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
 
     cv_msg_hello_ok ok[CHAIN_MAX_NODES];
     for (int i = 0; i < c->n_nodes; i++) {
+        snprintf(c->addr[i], sizeof c->addr[i], "%s", o->nodes[i]);
+        if (!strcmp(o->nodes[i], CV_CHAIN_LOCAL)) {
+            if (i > 0) {
+                cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
+                goto fail;
+            }
+            c->local = true;
+            ok[i] = (cv_msg_hello_ok){.mem_budget = o->local_mem_budget,
+                                      .us_per_layer_token = cv_stage_speed_probe(&c->embd.model, o->n_threads)};
+            continue;
+        }
         char host[256];
         int port;
-        snprintf(c->addr[i], sizeof c->addr[i], "%s", o->nodes[i]);
         cv_link_opts lo = cv_link_default_opts();
         lo.read_timeout_ms = o->io_timeout_ms;
         lo.send_timeout_ms = o->io_timeout_ms;
@@ -186,6 +203,15 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
     }
     if (plan(c, ok, err, errlen))
         goto fail;
+    if (c->local && c->last[0] > 0) { /* bind the local layers */
+        cv_stage_close(&c->embd);
+        c->embd_open = false;
+        const cv_stage_params lp = {.l0 = 0, .l1 = c->last[0], .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                                    .n_slot = o->n_slot, .n_batch = o->n_batch};
+        if (cv_stage_open(&c->embd, model_path, &lp, err, errlen))
+            goto fail;
+        c->embd_open = true;
+    }
     /* assign from the last node back, so each node finds its successor ready */
     for (int k = c->n_active - 1; k >= 0; k--) {
         const int i = c->active[k];
@@ -201,12 +227,12 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             goto fail;
     }
     for (int i = 0; i < c->n_nodes; i++)
-        if (c->last[i] == c->first[i]) { /* left out by the plan */
+        if (c->link[i] && c->last[i] == c->first[i]) { /* left out by the plan */
             cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, errlen);
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
         }
-    c->depth = c->n_active;
+    c->depth = c->n_active + (c->local && c->last[0] > 0);
     for (int k = 0; k < c->depth; k++) {
         struct flight *f = &c->flight[k];
         f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
@@ -512,6 +538,7 @@ int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
 {
     memset(s, 0, sizeof *s);
+    s->n_local = c->local ? c->last[0] : 0;
     s->n_nodes = c->n_active;
     for (int k = 0; k < c->n_active && k < 16; k++) {
         s->first[k] = c->first[c->active[k]];

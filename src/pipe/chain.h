@@ -5,6 +5,10 @@
  * overrides), assigns them from the last node to the first (each node
  * connects to its successor, so hidden states go from stage to stage
  * without passing through the head), and binds the embeddings locally.
+ * A first node named "local" is this machine: it is planned like the
+ * others (with opts->local_mem_budget and its measured speed) and its
+ * layers run in the head, before the FORWARD leaves, so that a machine can
+ * serve and hold a stage without a hop between the two.
  * cv_chain_step embeds a batch, sends it to the first node as one FORWARD,
  * and waits for the last node's RESULT: one sampled id per wanted token
  * (and, with opts->want_logits, the full logits rows). A node that
@@ -25,11 +29,14 @@
 
 typedef struct cv_chain cv_chain;
 
+#define CV_CHAIN_LOCAL "local"
+
 typedef struct cv_chain_opts {
-    const char *const *nodes; /* "host:port" of each node, in chain order */
+    const char *const *nodes; /* "host:port" of each node, in chain order; the first may be "local" */
     int n_nodes;
     const int32_t *split;     /* layers per node, or NULL to plan */
-    int32_t n_threads;        /* the head's threads (embedding) */
+    int32_t n_threads;        /* the head's threads (embedding, local layers) */
+    uint64_t local_mem_budget; /* bytes the local stage may use; 0 = no limit */
     int32_t n_ctx;            /* 0 = the model's training context */
     int32_t n_slot;
     int32_t n_batch;
@@ -44,7 +51,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
 void cv_chain_close(cv_chain *c);
 
 int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen);
-/* Micro-batches: up to cv_chain_depth (the number of serving nodes)
+/* Micro-batches: up to cv_chain_depth (the number of stages, local included)
  * batches in flight, so that every stage works on a different one.
  * cv_chain_submit embeds and sends a batch and returns at once;
  * cv_chain_collect waits for the oldest batch in flight and writes one
@@ -65,7 +72,8 @@ int32_t cv_chain_n_ctx(const cv_chain *c);
 
 /* What the chain did: the plan and the traffic, for benchmarks. */
 typedef struct cv_chain_stats {
-    int n_nodes;            /* nodes that serve layers */
+    int32_t n_local;        /* layers [0, n_local) run here */
+    int n_nodes;            /* remote nodes that serve layers */
     int32_t first[16], last[16];
     uint64_t bytes_sent;    /* by the head, headers included */
     uint64_t bytes_recv;

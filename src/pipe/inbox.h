@@ -9,7 +9,8 @@
  * link's message (once per link). CV_LINK_TIMEOUT when nothing came. The
  * consumer gives each frame back with cv_link_release on its link. No
  * thread of its own: frames go from a link's reader to the consumer with
- * one wake-up, and nothing is allocated per frame. cv_inbox_stop detaches
+ * one wake-up, and nothing is allocated per frame. A waiting consumer
+ * spins (yielding its core) for up to CV_INBOX_SPIN_US before it sleeps. cv_inbox_stop detaches
  * the links (call it before closing them) and closes the pipe. */
 #ifndef CONVOY_PIPE_INBOX_H
 #define CONVOY_PIPE_INBOX_H
@@ -19,6 +20,7 @@
 #include "pipe/link.h"
 
 #define CV_INBOX_MAX_LINKS 8
+#define CV_INBOX_SPIN_US 2000L
 
 typedef struct cv_inbox_event {
     int source;  /* index given to cv_inbox_add */

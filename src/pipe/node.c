@@ -85,43 +85,6 @@ static int recv_frame(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t
 /* Microseconds one token takes through one layer, measured on a synthetic
  * matrix of the model's layer size and weight type (the model's own pages
  * stay untouched). */
-static uint32_t speed_probe(node *n)
-{
-    const gguf_tensor *t = gguf_find_tensor(&n->meta.gguf, "blk.0.attn_q.weight");
-    const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
-    if (!tt || !tt->vec_dot)
-        return 0;
-    const int32_t n_in = (int32_t)t->ne[0];
-    const size_t row = cv_row_bytes(t->type, n_in);
-    uint64_t bytes = cv_llama_layer_bytes(&n->meta, 0);
-    if (bytes > (64u << 20))
-        bytes = 64u << 20;
-    const long rows = (long)(bytes / row);
-    uint8_t *w = cv_aligned_alloc((size_t)rows * row);
-    uint8_t *x = cv_aligned_alloc(4 * (size_t)n_in + 64);
-    float *y = cv_aligned_alloc(sizeof(float) * (size_t)rows);
-    uint32_t us = 0;
-    if (w && x && y && rows > 0) {
-        memset(w, 0, (size_t)rows * row);
-        memset(x, 0, 4 * (size_t)n_in + 64);
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            double dt = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
-            best = dt < best ? dt : best;
-        }
-        double full = best * (double)cv_llama_layer_bytes(&n->meta, 0) / (double)((size_t)rows * row);
-        us = full < 1 ? 1 : (uint32_t)(full / (n->o->n_threads > 0 ? n->o->n_threads : 1));
-    }
-    cv_free_aligned(w);
-    cv_free_aligned(x);
-    cv_free_aligned(y);
-    return us;
-}
-
 static void session_free_buffers(node *n)
 {
     cv_free(n->tok);
@@ -330,7 +293,7 @@ static int handshake(node *n, char *err, size_t errlen)
                               .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
         const bool query = n->hello.l0 == n->hello.l1;
         if (query) {
-            ok.us_per_layer_token = speed_probe(n);
+            ok.us_per_layer_token = cv_stage_speed_probe(&n->meta, n->o->n_threads);
         } else if (assign(n, &code, &ok.layer_bytes, err, errlen) ||
                    (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))) {
             send_error(n->head, id, code, err);

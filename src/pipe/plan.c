@@ -1,5 +1,8 @@
 /* plan.c: the layer planner (see plan.h). Counts start proportional to
- * speed (largest remainders get the leftover layers); a node over its
+ * speed (largest remainders get the leftover layers), the output matrix
+ * counting as work of the node that holds the head (in layers of the
+ * average size, since decoding reads it once per token as it reads a
+ * layer); a node over its
  * memory capacity is pinned at capacity and the rest is shared again among
  * the others, until every count fits. The node that ends up last must also
  * hold the output head, so capacities are recomputed when that changes. */
@@ -74,6 +77,11 @@ int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *node
             w[i] = nodes[i].us_per_layer_token ? 1.0 / nodes[i].us_per_layer_token : 1.0;
         /* the node holding the head: the last one with layers; starts as the last node */
         int head_node = n_nodes - 1;
+        uint64_t all_layers = 0;
+        for (int32_t l = 0; l < m->n_layer; l++)
+            all_layers += m->layer_bytes[l];
+        const double head_work =
+            all_layers ? (double)m->head_work_bytes * m->n_layer / (double)all_layers : 0;
         for (int round = 0; round < 4 * PLAN_MAX_NODES; round++) {
             int32_t left = m->n_layer;
             double w_free = 0;
@@ -82,15 +90,27 @@ int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *node
                     left -= count[i];
                 else
                     w_free += w[i];
-            /* proportional shares of the free nodes, largest remainders first */
-            double rem[PLAN_MAX_NODES];
+            /* proportional shares of the free nodes' work (their layers and
+             * the head's matrix), largest remainders first */
+            double share[PLAN_MAX_NODES], rem[PLAN_MAX_NODES];
+            const double head = pinned[head_node] ? 0 : head_work;
+            double free_sum = 0;
+            for (int i = 0; i < n_nodes; i++) {
+                if (pinned[i])
+                    continue;
+                share[i] = w_free > 0 ? (left + head) * w[i] / w_free : 0;
+                if (i == head_node)
+                    share[i] = share[i] > head ? share[i] - head : 0;
+                free_sum += share[i];
+            }
             int32_t given = 0;
             for (int i = 0; i < n_nodes; i++) {
                 if (pinned[i])
                     continue;
-                double share = w_free > 0 ? left * w[i] / w_free : 0;
-                count[i] = (int32_t)share;
-                rem[i] = share - count[i];
+                if (free_sum > 0) /* sums to `left` again where the head's share ran out */
+                    share[i] *= left / free_sum;
+                count[i] = (int32_t)share[i];
+                rem[i] = share[i] - count[i];
                 given += count[i];
             }
             while (given < left) {

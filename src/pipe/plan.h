@@ -3,7 +3,8 @@
  * Contract: cv_plan_layers splits layers [0, n_layer) into consecutive
  * ranges, one per node in chain order, in proportion to each node's
  * measured speed (1 / us_per_layer_token; nodes that did not measure count
- * as equal), never giving a node more layers than fit its memory budget
+ * as equal), the output matrix (head_work_bytes) counting as work of the
+ * node that ends up last, never giving a node more layers than fit its memory budget
  * (its layer bytes + KV cache per layer, plus the output matrix for the
  * node that ends up last). A node whose share rounds to zero is left out
  * (range [x, x)). With `split` (layer counts per node, as --split gives
@@ -28,6 +29,7 @@ typedef struct cv_plan_model {
     uint64_t kv_bytes_per_layer;  /* KV cache of all slots for one layer */
     uint64_t fixed_bytes;         /* buffers every node needs */
     uint64_t head_bytes;          /* output norm + matrix + logits, for the last node */
+    uint64_t head_work_bytes;     /* the output matrix, read once per token like a layer */
 } cv_plan_model;
 
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,
