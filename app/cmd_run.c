@@ -25,7 +25,8 @@ static void usage(void)
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
             "  --ids: print the generated token ids (one JSON list) instead of the text\n"
             "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
-            "  keeps the embeddings, the last node samples. --wire f16/q8_0 are lossy (results change).\n"
+            "  keeps the embeddings, the last node samples; a first node \"local\" (--nodes local,HOST:PORT)\n"
+            "  makes this machine the first stage. --wire f16/q8_0 are lossy (results change).\n"
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
             "  The output is the same as without it (greedy: identical; temp > 0: the same distribution).\n");

@@ -35,6 +35,8 @@ static void usage(void)
             "  --chat-template NAME: llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3\n"
             "  (default: recognized from the model's tokenizer.chat_template; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB);\n"
+            "  --nodes: a pipeline of `convoy stage` nodes; a first node \"local\" makes this machine the\n"
+            "  first stage (--nodes local,HOST:PORT: two machines, two stages);\n"
             "  --draft: speculative decoding for every request, with prompt lookup (ngram) or a draft model\n"
             "  with the same vocabulary (run here); --spec-k fixes the drafts per round (default: chosen per\n"
             "  request from acceptance and timing), --spec-k-max caps them (default 16); drafts share the\n"
