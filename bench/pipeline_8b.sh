@@ -22,7 +22,7 @@ echo "model: $model, $(stat -c %s "$model") bytes"
 
 export CONVOY_CLUSTER_PREFIX=cveight
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh down' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
 bash scripts/cluster.sh up 5 >/dev/null
 on() { bash scripts/cluster.sh run "$@"; }
 addr() { echo "10.77.0.$(($1 + 1))"; }

@@ -21,7 +21,7 @@ port=$((20000 + RANDOM % 20000))
 build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 \
     2>bench/out/soak-server.log &
 pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1

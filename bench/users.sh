@@ -33,7 +33,7 @@ models=("$@")
 
 export CONVOY_CLUSTER_PREFIX=cvu
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash scripts/cluster.sh down' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
 bash scripts/cluster.sh up 2 >/dev/null
 for m in "${models[@]}"; do
     pids=()
