@@ -5,10 +5,9 @@
  * others, without a hop to reach it); a link to every remote node and an
  * inbox that gathers their frames. A step runs the local stage, sends one
  * FORWARD to the first remote node and takes one RESULT back from the
- * last; meanwhile
- * an ERROR or a closed link from any node ends the step with that node's
- * name. Buffers are sized at open for the batch, so a step allocates
- * nothing. */
+ * last; meanwhile an ERROR or a closed link from any node ends the step
+ * with that node's name. Buffers are sized at open for the batch, so a
+ * step allocates nothing. */
 #include "pipe/chain.h"
 
 #include <stdio.h>
