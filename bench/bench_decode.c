@@ -102,7 +102,6 @@ static double measure_bandwidth(float *buf, size_t n, int threads, int reps)
     return best;
 }
 
-/* First line of a command's output (trailing newline removed), or "unknown". */
 /* ---- llama.cpp's figures ---- */
 
 /* Median tokens/s of `model` `test` at `threads` from llamacpp-speed.md's

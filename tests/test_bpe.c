@@ -27,7 +27,6 @@
  * - small vocabularies written with gguf_writer: load errors, the merge
  *   order, ignore-merges, the fallback for symbols that are not tokens. */
 #include <jansson.h>
-#include <limits.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -137,7 +136,6 @@ static int setup(void)
     return 1;
 }
 
-/* Tokenizes into a malloc'ed array (n_max 0 first, then exact). */
 static void print_text(const char *what, const char *s, size_t n)
 {
     fprintf(stderr, "  %s: \"", what);

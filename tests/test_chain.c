@@ -25,6 +25,17 @@ static char model[512];
 
 static int32_t prompt_of(int s, int i) { return i == 0 ? 1 : 3 + (s * 131 + i * 17) % 500; }
 
+/* Options of a 2-node chain with the small context and batch of these tests. */
+static cv_chain_opts small_opts(const char **nodes)
+{
+    cv_chain_opts o = cv_chain_default_opts();
+    o.nodes = nodes;
+    o.n_nodes = 2;
+    o.n_ctx = 64;
+    o.n_batch = 8;
+    return o;
+}
+
 /* Each sequence alone on one machine. */
 static void run_alone(int32_t out[N_SEQ][N_GEN])
 {
@@ -94,13 +105,9 @@ static void micro_batches_match_alone(bool local)
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
     const char *nodes[2] = {a1, a2};
     const int32_t split[2] = {2, 3};
-    cv_chain_opts o = cv_chain_default_opts();
-    o.nodes = nodes;
-    o.n_nodes = 2;
+    cv_chain_opts o = small_opts(nodes);
     o.split = split;
-    o.n_ctx = 64;
     o.n_slot = N_SEQ;
-    o.n_batch = 8;
     cv_chain *c;
     CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
     if (c) {
@@ -153,11 +160,7 @@ static void test_local_only_first(void)
     char a1[64], err[512];
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
     const char *nodes[2] = {a1, CV_CHAIN_LOCAL};
-    cv_chain_opts o = cv_chain_default_opts();
-    o.nodes = nodes;
-    o.n_nodes = 2;
-    o.n_ctx = 64;
-    o.n_batch = 8;
+    cv_chain_opts o = small_opts(nodes);
     cv_chain *c;
     CHECK(cv_chain_open(&c, model, &o, err, sizeof err) == -1 && c == NULL);
     CHECKF(strstr(err, "first node") != NULL, "%s", err);
@@ -181,11 +184,7 @@ static void test_killed_stage_reported_head_survives(void)
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
     const char *nodes[2] = {a1, a2};
-    cv_chain_opts o = cv_chain_default_opts();
-    o.nodes = nodes;
-    o.n_nodes = 2;
-    o.n_ctx = 64;
-    o.n_batch = 8;
+    cv_chain_opts o = small_opts(nodes);
     o.io_timeout_ms = 3000;
     cv_chain *c;
     CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);

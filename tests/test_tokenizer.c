@@ -11,7 +11,6 @@
  * vocabularies written with gguf_writer cover load errors, special-token
  * partitioning, add_eos and add_space_prefix = false. */
 #include <jansson.h>
-#include <limits.h>
 #include <stdint.h>
 
 #include "core/err.h"

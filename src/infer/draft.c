@@ -35,9 +35,7 @@ struct cv_drafter {
     uint64_t call;       /* number of the current proposal call */
     uint64_t *slot_call; /* [n_slot] the call that last asked for each slot (duplicate check) */
     /* model drafter */
-    cv_stage stage;
-    int32_t n_ctx;
-    int32_t n_batch;
+    cv_stage stage;   /* its kv.n_ctx and n_batch size the buffers below */
     int32_t *kv_ids;  /* [n_slot][n_ctx] ids in the draft's KV cache (up to its kv.len of the slot) */
     int32_t *tok;     /* [n_batch] the batch being built */
     int32_t *pos;     /* [n_batch] */
@@ -75,10 +73,8 @@ static int model_open(cv_drafter *d, const char *path, const cv_drafter_params *
     if (d->stage.model.hp.n_vocab != p->n_vocab)
         return cv_errf(err, errlen, "draft model %s: its vocabulary has %d ids, the target's %d", path,
                        d->stage.model.hp.n_vocab, p->n_vocab);
-    d->n_ctx = d->stage.kv.n_ctx;
-    d->n_batch = sp.n_batch;
-    const size_t nb = (size_t)d->n_batch, ns = (size_t)p->n_slot;
-    d->kv_ids = cv_calloc(ns * (size_t)d->n_ctx, sizeof *d->kv_ids);
+    const size_t nb = (size_t)d->stage.n_batch, ns = (size_t)p->n_slot;
+    d->kv_ids = cv_calloc(ns * (size_t)d->stage.kv.n_ctx, sizeof *d->kv_ids);
     d->tok = cv_calloc(nb, sizeof *d->tok);
     d->pos = cv_calloc(nb, sizeof *d->pos);
     d->seq = cv_calloc(nb, sizeof *d->seq);
@@ -89,7 +85,7 @@ static int model_open(cv_drafter *d, const char *path, const cv_drafter_params *
     d->limit = cv_calloc(ns, sizeof *d->limit);
     if (!d->kv_ids || !d->tok || !d->pos || !d->seq || !d->want || !d->row_req || !d->row_id || !d->fed || !d->limit)
         return cv_errf(err, errlen, "out of memory for the draft model's %d slots of %d positions", p->n_slot,
-                       d->n_ctx);
+                       d->stage.kv.n_ctx);
     return 0;
 }
 
@@ -184,17 +180,23 @@ static void batch_put(cv_drafter *d, int32_t i, int32_t slot, int32_t pos, int32
     d->pos[i] = pos;
     d->seq[i] = slot;
     d->want[i] = want;
-    d->kv_ids[(size_t)slot * (size_t)d->n_ctx + (size_t)pos] = id;
+    d->kv_ids[(size_t)slot * (size_t)d->stage.kv.n_ctx + (size_t)pos] = id;
 }
 
 /* Runs the batch's first n tokens; the ids of its wanted rows go to
  * row_id. */
-static int draft_step(cv_drafter *d, int32_t n, char *err, size_t errlen)
+/* Runs the n tokens of the batch built in d and appends the id of each of
+ * its n_row wanted rows to the request d->row_req names. */
+static int draft_step(cv_drafter *d, cv_draft_req *reqs, int32_t n, int32_t n_row, char *err, size_t errlen)
 {
     const cv_batch b = {.n_tokens = n, .token = d->tok, .pos = d->pos, .seq = d->seq, .want = d->want};
     char why[CV_ERRLEN];
     if (cv_stage_step(&d->stage, &b, NULL, NULL, d->row_id, why, sizeof why))
         return cv_errf(err, errlen, "draft model: %s", why);
+    for (int32_t row = 0; row < n_row; row++) {
+        cv_draft_req *r = &reqs[d->row_req[row]];
+        r->out[r->n_out++] = d->row_id[row];
+    }
     return 0;
 }
 
@@ -205,7 +207,7 @@ static void model_reuse_prefixes(cv_drafter *d, const cv_draft_req *reqs, int32_
 {
     for (int32_t i = 0; i < n; i++) {
         const cv_draft_req *r = &reqs[i];
-        const int32_t *cached = d->kv_ids + (size_t)r->slot * (size_t)d->n_ctx;
+        const int32_t *cached = d->kv_ids + (size_t)r->slot * (size_t)d->stage.kv.n_ctx;
         const int32_t len = d->stage.kv.len[r->slot];
         const int32_t cap = len < r->n_hist - 1 ? len : r->n_hist - 1;
         int32_t keep = 0;
@@ -213,7 +215,7 @@ static void model_reuse_prefixes(cv_drafter *d, const cv_draft_req *reqs, int32_
             keep++;
         cv_stage_seq_truncate(&d->stage, r->slot, keep);
         d->fed[i] = keep;
-        const int32_t room = d->n_ctx - r->n_hist + 1;
+        const int32_t room = d->stage.kv.n_ctx - r->n_hist + 1;
         d->limit[i] = room < 1 ? 0 : room < r->k ? room : r->k;
     }
 }
@@ -224,9 +226,9 @@ static int model_catch_up(cv_drafter *d, cv_draft_req *reqs, int32_t n, char *er
 {
     for (;;) {
         int32_t n_tok = 0, n_row = 0;
-        for (int32_t i = 0; i < n && n_tok < d->n_batch; i++) {
+        for (int32_t i = 0; i < n && n_tok < d->stage.n_batch; i++) {
             const cv_draft_req *r = &reqs[i];
-            while (d->limit[i] > 0 && d->fed[i] < r->n_hist && n_tok < d->n_batch) {
+            while (d->limit[i] > 0 && d->fed[i] < r->n_hist && n_tok < d->stage.n_batch) {
                 const int32_t at = d->fed[i]++;
                 const bool last = at == r->n_hist - 1;
                 batch_put(d, n_tok++, r->slot, at, r->hist[at], last);
@@ -236,12 +238,8 @@ static int model_catch_up(cv_drafter *d, cv_draft_req *reqs, int32_t n, char *er
         }
         if (n_tok == 0)
             return 0;
-        if (draft_step(d, n_tok, err, errlen))
+        if (draft_step(d, reqs, n_tok, n_row, err, errlen))
             return -1;
-        for (int32_t row = 0; row < n_row; row++) {
-            cv_draft_req *r = &reqs[d->row_req[row]];
-            r->out[r->n_out++] = d->row_id[row];
-        }
     }
 }
 
@@ -260,12 +258,8 @@ static int model_extend(cv_drafter *d, cv_draft_req *reqs, int32_t n, char *err,
         }
         if (n_tok == 0)
             return 0;
-        if (draft_step(d, n_tok, err, errlen))
+        if (draft_step(d, reqs, n_tok, n_tok, err, errlen))
             return -1;
-        for (int32_t row = 0; row < n_tok; row++) {
-            cv_draft_req *r = &reqs[d->row_req[row]];
-            r->out[r->n_out++] = d->row_id[row];
-        }
     }
 }
 

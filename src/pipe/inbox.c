@@ -76,14 +76,14 @@ int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    const long spin_us = timeout_ms >= 0 && timeout_ms * 1000L < CV_INBOX_SPIN_US ? timeout_ms * 1000L
+                                                                                 : CV_INBOX_SPIN_US;
     for (;;) {
         char drained[64];
         while (read(in->pipe_r, drained, sizeof drained) > 0)
             ;
         if (take(in, ev))
             return 0;
-        const long spin_us = timeout_ms >= 0 && timeout_ms * 1000L < CV_INBOX_SPIN_US ? timeout_ms * 1000L
-                                                                                     : CV_INBOX_SPIN_US;
         while (us_since(&t0) < spin_us) {
             sched_yield();
             if (take(in, ev))

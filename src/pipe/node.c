@@ -19,7 +19,6 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "infer/stage.h"
-#include "kernels/kernels.h"
 #include "model/fingerprint.h"
 #include "pipe/inbox.h"
 #include "pipe/link.h"
@@ -82,9 +81,6 @@ static int recv_frame(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t
     return rc;
 }
 
-/* Microseconds one token takes through one layer, measured on a synthetic
- * matrix of the model's layer size and weight type (the model's own pages
- * stay untouched). */
 static void session_free_buffers(node *n)
 {
     cv_free(n->tok);

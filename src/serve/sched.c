@@ -119,7 +119,7 @@ struct sv_sched {
     sv_flight *flights;   /* [depth] ring, oldest first */
     int32_t f_oldest, n_flying;
     int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
-    convoy_spec *spec;    /* set before the first request (under mu); NULL: no speculation */
+    convoy_spec *spec;    /* set before the first request (see sv_sched_set_spec); NULL: no speculation */
     convoy_spec_req *spec_reqs; /* [n_slot] one proposal call's requests */
     int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
     int32_t k_max;        /* the spec's most drafts per round */
@@ -215,7 +215,8 @@ static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, s
 static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
 /* D: the drafts of group g's decoding slots into s->drafts and each slot's
- * n_draft, from one proposal call (spec_round marks the slots asked). A
+ * n_draft, from one proposal call (spec_round marks the slots asked; E
+ * cleared both when it collected the slot's last batch). A
  * slot drafts at most what its request can still emit after the newest
  * token's own output (max_tokens, the context); the batch rows the newest
  * tokens leave free are shared: each slot keeps up to an equal share, then
@@ -229,8 +230,6 @@ static void propose_drafts(sv_sched *s, int32_t g)
         if (sl->state != SLOT_DECODE || sl->in_flight)
             continue;
         n_decoding++;
-        sl->n_draft = 0;
-        sl->spec_round = false;
         const sv_request *r = sl->req;
         const int32_t room = min_i32(r->max_tokens - r->n_out - 1, s->n_ctx - 1 - sl->n_past);
         if (room > 0)
@@ -336,12 +335,13 @@ static void compute_logprobs(sv_sched *s, const sv_flight *f)
     }
 }
 
-/* Appends a run's n_emit outputs to the slot's request in order, up to the
+/* Appends a run's n_emit outputs to its slot's request in order, up to the
  * first end (the rest is dropped); out[j] is the token after the run's row
  * at batch index first + j. The caller holds mu. */
-static void emit_locked(sv_sched *s, int32_t slot, const sv_flight *f, int32_t first, const int32_t *out,
-                        int32_t n_emit, double now)
+static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const int32_t *out, int32_t n_emit,
+                        double now)
 {
+    const int32_t slot = f->seq[first];
     sv_slot *sl = &s->slots[slot];
     sv_request *r = sl->req;
     if (r->cancelled) {
@@ -389,15 +389,11 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
         const int32_t n_draft = sl->n_draft;
         const int32_t *out = s->b_sampled + row;
         const int32_t n_accepted = convoy_spec_n_accepted(out, n_draft);
-        if (sl->spec_round) {
+        if (sl->spec_round)
             convoy_spec_observe(s->spec, slot, n_draft, n_accepted, now - f->t_propose);
-            s->stats.spec_rounds++;
-            s->stats.spec_drafted += (uint64_t)n_draft;
-            s->stats.spec_accepted += (uint64_t)n_accepted;
-        }
         sl->n_draft = 0;
         sl->spec_round = false;
-        emit_locked(s, slot, f, first, out, 1 + n_accepted, now);
+        emit_locked(s, f, first, out, 1 + n_accepted, now);
         row += 1 + n_draft;
     }
 }
@@ -416,6 +412,17 @@ static void rate_sample_locked(sv_sched *s, double now)
     s->rate_n[at] = s->stats.generated_tokens;
 }
 
+/* Empties slot i in the engine and the drafter and frees it; returns
+ * convoy_seq_free's result. */
+static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
+{
+    const int rc = convoy_seq_free(s->ctx, i, err, errlen);
+    if (s->spec)
+        convoy_spec_seq_free(s->spec, i);
+    s->slots[i] = (sv_slot){.state = SLOT_FREE};
+    return rc;
+}
+
 static void *sched_main(void *arg)
 {
     sv_sched *s = arg;
@@ -426,11 +433,8 @@ static void *sched_main(void *arg)
         for (int32_t i = 0; i < s->n_slot; i++) {
             if (s->slots[i].state != SLOT_ENDING)
                 continue;
-            if (convoy_seq_free(s->ctx, i, err, sizeof err))
+            if (slot_free(s, i, err, sizeof err))
                 fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
-            if (s->spec)
-                convoy_spec_seq_free(s->spec, i);
-            s->slots[i] = (sv_slot){.state = SLOT_FREE};
             n_freed++;
         }
         /* B */
@@ -616,10 +620,7 @@ void sv_sched_stop(sv_sched *s)
             continue;
         if (sl->state != SLOT_ENDING)
             finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
-        convoy_seq_free(s->ctx, i, err, sizeof err);
-        if (s->spec)
-            convoy_spec_seq_free(s->spec, i);
-        *sl = (sv_slot){.state = SLOT_FREE};
+        slot_free(s, i, err, sizeof err);
     }
     s->n_held = 0;
     pthread_mutex_unlock(&s->mu);
@@ -667,7 +668,6 @@ int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
     s->drafts = drafts;
     s->k_max = k_max;
     s->spec = spec;
-    s->stats.speculating = spec != NULL;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -681,6 +681,15 @@ void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
     *st = s->stats;
     st->queued = s->q_len;
     st->active = s->n_running;
+    /* the spec counts its rounds in convoy_spec_observe, under mu */
+    st->speculating = s->spec != NULL;
+    if (s->spec) {
+        convoy_spec_stats ss;
+        convoy_spec_get_stats(s->spec, &ss);
+        st->spec_rounds = ss.rounds;
+        st->spec_drafted = ss.drafted;
+        st->spec_accepted = ss.accepted;
+    }
     st->tokens_per_second = 0.0;
     for (int k = 0; k < s->rate_len; k++) {
         const int i = (s->rate_head + k) % RATE_RING;

@@ -91,7 +91,7 @@ typedef struct sv_sched_stats {
     uint64_t ttft_count;
     double tokens_per_second;      /* sampled tokens per second over the last ~10 s */
     int32_t queued, active, n_slot, queue_cap;
-    bool speculating;              /* a convoy_spec is set; then: */
+    bool speculating;              /* a convoy_spec is set; then its convoy_spec_get_stats: */
     uint64_t spec_rounds;          /* rounds that drafts were asked for (0 drafts included) */
     uint64_t spec_drafted;         /* drafts sent */
     uint64_t spec_accepted;        /* drafts accepted */
@@ -105,9 +105,10 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
                           char *err, size_t errlen);
 /* Makes every decoding sequence speculate with spec (NULL: none), which
  * must have been created for the scheduler's context. Call before the
- * first sv_sched_submit; the scheduler uses spec from its inference thread
- * until sv_sched_free, which does not free it. Fails when out of memory or
- * when a spec was set already. */
+ * first sv_sched_submit and never while requests run: it sets fields that
+ * the inference thread reads without the lock. The scheduler uses spec from
+ * its inference thread until sv_sched_free, which does not free it. Fails
+ * when out of memory or when a spec was set already. */
 int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen);
 /* Fails every queued and running request ("the server is shutting down"),
  * refuses new ones, and stops the inference thread. Idempotent. */
