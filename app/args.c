@@ -124,11 +124,11 @@ int arg_engine_or_spec(const char *a, const char *v, convoy_ctx_params *cp, arg_
     }
     if (!strcmp(a, "--spec-k")) {
         s->k_given = true;
-        return arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &s->p.k);
+        return arg_int(a, v, 1, CONVOY_SPEC_K_LIMIT, &s->p.k);
     }
     if (!strcmp(a, "--spec-k-max")) {
         s->k_max_given = true;
-        return arg_int(a, v, 1, CV_SAMPLER_MAX_REWIND - 1, &s->p.k_max);
+        return arg_int(a, v, 1, CONVOY_SPEC_K_LIMIT, &s->p.k_max);
     }
     return 1;
 }

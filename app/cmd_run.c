@@ -29,7 +29,7 @@ static void usage(void)
             "  makes this machine the first stage. --wire f16/q8_0 are lossy (results change).\n"
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
-            "  The output is the same as without it (greedy: identical; temp > 0: the same distribution).\n");
+            "  The output is the same as without it (the same tokens for the same seed).\n");
 }
 
 /* Prints each generated token as it comes (text or ids); stops at an

@@ -40,7 +40,7 @@ static void usage(void)
             "  --draft: speculative decoding for every request, with prompt lookup (ngram) or a draft model\n"
             "  with the same vocabulary (run here); --spec-k fixes the drafts per round (default: chosen per\n"
             "  request from acceptance and timing), --spec-k-max caps them (default 16); drafts share the\n"
-            "  batch with the other requests. Outputs are the same as without (greedy: identical).\n");
+            "  batch with the other requests. Outputs are the same as without (the same tokens per seed).\n");
 }
 
 /* The model id: the file name without directories and ".gguf". */

@@ -189,13 +189,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pipeline: -m MODEL is required; 1 <= -p, -n <= 4096\n");
         return 2;
     }
-    for (int k = 0; k < n_chains; k++)
-        if (!strncmp(chains[k], CV_CHAIN_LOCAL, strlen(CV_CHAIN_LOCAL))) {
+    for (int k = 0; k < n_chains; k++) {
+        /* the whole first item only: "localhost:7000" is a remote stage */
+        const size_t n_local = strlen(CV_CHAIN_LOCAL);
+        if (!strncmp(chains[k], CV_CHAIN_LOCAL, n_local) && (chains[k][n_local] == ',' || !chains[k][n_local])) {
             /* its compute would land in "rest: transfer etc." */
             fprintf(stderr, "bench_pipeline: times remote stages only; a local first stage is measured by "
                             "bench_users\n");
             return 2;
         }
+    }
     cv_kernels_init(0);
     static run base, r;
     if (bench_unsplit(model, threads, p, n, &base))

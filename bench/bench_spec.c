@@ -27,6 +27,9 @@
 
 #define MAX_ITEMS 16
 #define MAX_TOKENS 4096
+#define MAX_K 64 /* entries of --k-list */
+/* plain, each drafter with K automatic, the first drafter with each K */
+#define MAX_CONFIGS (1 + MAX_ITEMS + MAX_K)
 
 static const char *const prompt_texts[] = {
     "Once upon a time", "Lily and Ben went to the park", "The little dog was sad because", "One day, a big bird",
@@ -47,7 +50,7 @@ static const char *model_path;
 static convoy_model *model;
 static int n_tokens = 128, n_prompts = 2;
 static const char *draft_name[MAX_ITEMS], *draft_spec[MAX_ITEMS];
-static int n_drafts, k_list[64], n_k;
+static int n_drafts, k_list[MAX_K], n_k;
 static int32_t plain_tokens[N_PROMPT_TEXTS][MAX_TOKENS + 64];
 
 static int ignore(void *user, int32_t id)
@@ -159,7 +162,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prompts"))
             n_prompts = atoi(v);
         else if (!strcmp(a, "--k-list"))
-            n_k = parse_list(v, k_list, 64);
+            n_k = parse_list(v, k_list, MAX_K);
         else if ((!strcmp(a, "--chain") || !strcmp(a, "--draft")) && strchr(v, '=')) {
             const bool chain = !strcmp(a, "--chain");
             int *n = chain ? &n_chains : &n_drafts;
@@ -188,7 +191,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_spec: %s\n", err);
         return 1;
     }
-    config cfs[80];
+    config cfs[MAX_CONFIGS];
     int n_cf = 0;
     cfs[n_cf++] = (config){-1, 0};
     for (int d = 0; d < n_drafts; d++)
@@ -197,7 +200,7 @@ int main(int argc, char **argv)
         cfs[n_cf++] = (config){0, k_list[i]};
 
     /* the unsplit model first: plain decoding gives the reference tokens */
-    static result unsplit[80];
+    static result unsplit[MAX_CONFIGS];
     for (int i = 0; i < n_cf; i++)
         if (run_config(NULL, &cfs[i], &unsplit[i]))
             return 1;
@@ -207,7 +210,7 @@ int main(int argc, char **argv)
            "vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---|\n");
     FILE *raw = bench_raw_open("bench/out/spec.jsonl");
     for (int ch = -1; ch < n_chains; ch++) {
-        static result res[80];
+        static result res[MAX_CONFIGS];
         for (int i = 0; i < n_cf; i++) {
             if (ch < 0)
                 res[i] = unsplit[i];
@@ -216,9 +219,11 @@ int main(int argc, char **argv)
             char name[128];
             config_name(&cfs[i], name, sizeof name);
             const char *label = ch < 0 ? "unsplit" : chain_label[ch];
+            /* the unsplit plain run is the reference the others are compared with */
+            const char *equal = ch < 0 && i == 0 ? "ref" : res[i].equal ? "yes" : "NO";
             printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %s |\n", label, name, res[i].tok_s,
                    100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s,
-                   res[i].tok_s / unsplit[i].tok_s, res[i].equal ? "yes" : "NO");
+                   res[i].tok_s / unsplit[i].tok_s, equal);
             fflush(stdout);
             bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
                                             "pipeline", label, "model", model_path, "speculation", name, "prompts",

@@ -10,7 +10,8 @@
 // (all must get 4xx JSON errors). Prints counts, checks /health at the end,
 // and the server's resident memory (VmRSS of PID) after a warm-up of the
 // same load (the first 15% of the run, at least 5 s: thread stacks and
-// allocator arenas of 64 connections) and at the end.
+// allocator arenas of 64 connections) and at the end. The report is one JSON
+// line on stdout; the verdict and errors go to stderr.
 import http from 'node:http';
 import fs from 'node:fs';
 
@@ -46,6 +47,9 @@ const completion = (i, sampled) => ({ model: 'stories260K', prompt: prompts[i], 
                                       temperature: sampled ? 0.9 : 0, seed: sampled ? 1000 + i : undefined });
 
 async function main() {
+  /* the start RSS is taken after the warm-up, so the run must outlast it */
+  const warmup = Math.max(5, 0.15 * seconds);
+  if (!(seconds > warmup)) throw new Error(`SECONDS must be more than the 5 s warm-up, got ${process.argv[3]}`);
   const expected = {};
   for (let i = 0; i < prompts.length; i++)
     for (const sampled of [false, true]) {
@@ -54,7 +58,7 @@ async function main() {
       expected[`${i}/${sampled}`] = JSON.parse(r.text).choices[0].text;
     }
   let rssStart = 0;
-  setTimeout(() => { rssStart = rss(); }, Math.max(5, 0.15 * seconds) * 1000);
+  setTimeout(() => { rssStart = rss(); }, warmup * 1000);
   const counts = { ok: 0, mismatch: 0, streamed: 0, disconnects: 0, rejected4xx: 0, unexpected: 0 };
   const deadline = Date.now() + seconds * 1000;
   async function client(c) {
@@ -84,7 +88,8 @@ async function main() {
         const bodies = ['{"model": "stories260K", "prompt": ', '{"prompt": 5, "max_tokens": "x"}',
                         JSON.stringify({ prompt: 'x'.repeat(2 << 20), max_tokens: 4 }),
                         JSON.stringify({ prompt: 'hi', max_tokens: -3 })];
-        const r = await request('POST', '/v1/completions', bodies[kind - 7] ?? bodies[3]);
+        /* any of them, not just the first 3 that kind 7..9 could index */
+        const r = await request('POST', '/v1/completions', bodies[Math.floor(Math.random() * bodies.length)]);
         let shaped = false;
         try { shaped = r.status >= 400 && r.status < 500 && JSON.parse(r.text).error.message.length > 0; } catch {}
         if (shaped) counts.rejected4xx++;
@@ -102,7 +107,7 @@ async function main() {
                                rss_growth_pct: +(100 * growth).toFixed(2) }));
   const pass = counts.mismatch === 0 && counts.unexpected === 0 && health.status === 200 && growth <= 0.05 &&
                counts.ok > 0;
-  console.log(pass ? 'soak: PASS' : 'soak: FAIL');
+  console.error(pass ? 'soak: PASS' : 'soak: FAIL'); /* stdout is the JSONL report only */
   process.exit(pass ? 0 : 1);
 }
 

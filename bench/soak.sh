@@ -9,7 +9,9 @@
 # malformed and oversized bodies. Passes when the server stays up, every
 # completed request has its tokens, nothing unexpected came back, and its
 # resident memory at the end is within 5% of the start. The report line is
-# appended to bench/out/soak.jsonl.
+# appended to bench/out/soak.jsonl; the PASS/FAIL verdict goes to stderr (and
+# the exit status), so that file holds JSON lines only. SECONDS must be more
+# than 5 (the warm-up before the start RSS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-120}"

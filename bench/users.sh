@@ -8,15 +8,18 @@
 # stays in the shared L3 cache (n_embd 512, 5 layers, vocab 4096), and the
 # synthetic Llama-3.2-1B-shaped Q4_0. For each: the unsplit model on core 0
 # (1 thread) for U = 1, 2, 4, 8 users, then the pipeline on two test hosts:
-# host 1 on core 0 runs the server's scheduler and stage 1 in one process
-# (--nodes local,...), host 2 on core 1 runs stage 2 (`convoy stage`).
+# host 0 on core 0 runs bench_users, the server's scheduler and stage 1 in
+# one process (--nodes local,...), host 1 (10.77.0.2) on core 1 runs stage 2
+# (`convoy stage`).
 # It also prints the read bandwidth ceiling (2 threads / 1 thread) measured
 # in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
 # DRAFT=q8_0|q4_0|ngram|PATH.gguf adds speculative runs of every target (a
 # self-draft quantized from each model into bench/out/models, the n-gram
 # drafter, or a given draft model), with their ratios to the unsplit model
-# with the same speculation too. The 22 MB model is Q8_0 already: its Q4_0
-# self-draft is `convoy synth` of the same shape as Q4_0 (the same weights).
+# with the same speculation too. convoy quantize takes F32/F16/BF16 models
+# only, so q8_0|q4_0 stop with a message for the synthetic ones (already
+# quantized): give those DRAFT=PATH.gguf, e.g. a `convoy synth` of the same
+# shape with --type Q4_0 (the same weights).
 # REPEAT (default 5): runs of each measurement, each paired with a baseline run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +47,13 @@ for m in "${models[@]}"; do
     *.gguf) draft=(--draft "$DRAFT") ;;
     *)
         d="bench/out/models/$(basename "$m" .gguf)-draft-$DRAFT.gguf"
-        [[ -f "$d" ]] || build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null
+        if [[ ! -f "$d" ]] && ! build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null; then
+            echo "users.sh: $m cannot be quantized to $DRAFT (convoy quantize takes F32/F16/BF16 models);" \
+                "give DRAFT=PATH.gguf, e.g. for the 22 MB model: build/convoy synth --dims 512,5,8,8,1536,4096" \
+                "--type Q4_0 -o bench/out/models/synth-22mb-q4_0.gguf, then" \
+                "DRAFT=bench/out/models/synth-22mb-q4_0.gguf bench/users.sh $l3" >&2
+            exit 1
+        fi
         draft=(--draft "$d")
         ;;
     esac

@@ -86,14 +86,17 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 
+enum { CONVOY_WANT_NONE = 0, CONVOY_WANT_SAMPLE = 1, CONVOY_WANT_DRAFT = 2 };
+
 typedef struct convoy_batch {
     int32_t n_tokens;
     const int32_t *token;
     const int32_t *pos;
     const int32_t *seq;
-    /* 0: no output; 1: sample this token's output; 2: this token is a draft
-     * (speculation): a guess of what the slot's previous token in the
-     * batch, wanted and one position before, samples. */
+    /* CONVOY_WANT_NONE: no output; _SAMPLE: sample this token's output;
+     * _DRAFT: this token is a draft (speculation): a guess of what the
+     * slot's previous token in the batch, wanted and one position before,
+     * samples. */
     const uint8_t *want;
 } convoy_batch;
 
@@ -102,14 +105,16 @@ typedef struct convoy_batch {
  * i-th wanted token in batch order. Every token of the batch enters its
  * slot's penalty history.
  *
- * Drafts: the output of a token that a draft follows is verified against
- * it (greedy: accepted when equal to the argmax; temp > 0: the rejection
- * rule, so the ids keep the sampler's distribution). From the first
- * rejected draft on, the slot's wanted tokens give -1 and the slot is cut
- * back after the last emitted one, here and, with the next batch, on every
- * node: a slot with drafts continues at convoy_seq_len. Accepted drafts
+ * Drafts: the output of a token that a draft follows is sampled as without
+ * the draft, and the draft accepted when it is that id (for a
+ * deterministic drafter this is the rejection rule). From the first
+ * rejected draft on, the slot's wanted tokens give -1 (and logits of
+ * zeros) and the slot is cut back after the last emitted one, here and,
+ * with the next batch, on every node: a slot with drafts continues at
+ * convoy_seq_len. Accepted drafts
  * plus the token emitted at the first rejection (or after the last draft)
- * are exactly the tokens plain decoding would give, one step each. */
+ * are exactly the tokens plain decoding would give, one step each, at any
+ * temperature (each emitted token takes one draw of the slot's RNG). */
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
 /* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
  * (1 on one machine, the number of stages on a pipeline), so that every
@@ -144,6 +149,9 @@ int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
  * collect, count the accepted drafts (the leading outputs equal to the
  * drafts), observe. */
 typedef struct convoy_spec convoy_spec;
+
+/* The most drafts a round may carry (--spec-k, --spec-k-max). */
+#define CONVOY_SPEC_K_LIMIT 63
 
 typedef struct convoy_spec_params {
     const char *draft; /* "ngram" or the path of a draft GGUF */

@@ -1,5 +1,6 @@
 /* test_sampler.c: the sampler chain against its contract: greedy ties,
- * seeded reproducibility, each truncation stage, penalties, temperature,
+ * seeded reproducibility, each truncation stage, penalties, rewinds of the
+ * penalty history longer than its window, temperature,
  * the empirical distribution of draws, no allocation in sample, and rows
  * with NaN / infinite logits. */
 #include <math.h>
@@ -70,7 +71,7 @@ static void test_argmax_ties(void)
 static void test_greedy(void)
 {
     cv_sampler_params p = greedy_params();
-    cv_sampler *s = cv_sampler_create(&p, 5);
+    cv_sampler *s = cv_sampler_create(&p, 5, 0);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -82,7 +83,7 @@ static void test_greedy(void)
     enum { N = 3000 };
     static float big[N];
     p.temp = -1.0f;
-    s = cv_sampler_create(&p, N);
+    s = cv_sampler_create(&p, N, 0);
     for (uint32_t seed = 1; seed <= 20; seed++) {
         fill_logits(big, N, seed, 8.0f);
         CHECK(cv_sampler_sample(s, big) == cv_argmax(big, N));
@@ -96,10 +97,10 @@ static void test_seed_reproducible(void)
     float x[V];
     fill_logits(x, V, 7, 1.5f);
     cv_sampler_params p = plain_params(42);
-    cv_sampler *a = cv_sampler_create(&p, V);
-    cv_sampler *b = cv_sampler_create(&p, V);
+    cv_sampler *a = cv_sampler_create(&p, V, 0);
+    cv_sampler *b = cv_sampler_create(&p, V, 0);
     p.seed = 43;
-    cv_sampler *c = cv_sampler_create(&p, V);
+    cv_sampler *c = cv_sampler_create(&p, V, 0);
     static int32_t seq_a[DRAWS];
     int same_ab = 1, same_ac = 1;
     for (int i = 0; i < DRAWS; i++) {
@@ -128,7 +129,7 @@ static void test_top_k_one_is_greedy(void)
         cv_sampler_params p = plain_params(seed);
         p.temp = 5.0f;
         p.top_k = 1;
-        cv_sampler *s = cv_sampler_create(&p, V);
+        cv_sampler *s = cv_sampler_create(&p, V, 0);
         fill_logits(x, V, (uint32_t)seed + 100, 2.0f);
         CHECK(cv_sampler_sample(s, x) == cv_argmax(x, V));
         cv_sampler_free(s);
@@ -143,7 +144,7 @@ static void test_top_p_tiny_is_greedy(void)
         cv_sampler_params p = plain_params(seed);
         p.temp = 5.0f;
         p.top_p = 1e-6f;
-        cv_sampler *s = cv_sampler_create(&p, V);
+        cv_sampler *s = cv_sampler_create(&p, V, 0);
         fill_logits(x, V, (uint32_t)seed + 200, 2.0f);
         CHECK(cv_sampler_sample(s, x) == cv_argmax(x, V));
         cv_sampler_free(s);
@@ -170,7 +171,7 @@ static void test_top_k_keeps_the_k_best(void)
     cv_sampler_params p = plain_params(5);
     p.temp = 100.0f;
     p.top_k = K;
-    cv_sampler *s = cv_sampler_create(&p, V);
+    cv_sampler *s = cv_sampler_create(&p, V, 0);
     draw_histogram(s, x, V, DRAWS, hist);
     for (int i = 0; i < V; i++) {
         if (kept[i])
@@ -191,7 +192,7 @@ static void test_ties_cut_by_id(void)
     cv_sampler_params p = plain_params(21);
     p.temp = 10.0f;
     p.top_k = 2;
-    cv_sampler *s = cv_sampler_create(&p, V);
+    cv_sampler *s = cv_sampler_create(&p, V, 0);
     draw_histogram(s, x, V, DRAWS, hist);
     CHECK(hist[1] > 0 && hist[3] > 0);
     CHECK(hist[0] == 0 && hist[2] == 0 && hist[4] == 0 && hist[5] == 0);
@@ -199,7 +200,7 @@ static void test_ties_cut_by_id(void)
 
     p = plain_params(22);
     p.top_p = 1e-6f;
-    s = cv_sampler_create(&p, V);
+    s = cv_sampler_create(&p, V, 0);
     for (int i = 0; i < 20; i++)
         CHECK(cv_sampler_sample(s, x) == 1);
     cv_sampler_free(s);
@@ -217,7 +218,7 @@ static void test_top_p_set(void)
         cv_sampler_params p = plain_params(9);
         p.top_p = top_p[t];
         p.temp = 50.0f;
-        cv_sampler *s = cv_sampler_create(&p, V);
+        cv_sampler *s = cv_sampler_create(&p, V, 0);
         draw_histogram(s, x, V, DRAWS, hist);
         for (int i = 0; i < V; i++)
             CHECKF((hist[i] > 0) == (i < n_kept[t]), "top_p %.2f: id %d drawn %d times",
@@ -230,12 +231,12 @@ static void test_top_p_set(void)
     cv_sampler_params p = plain_params(10);
     p.top_p = 0.6f;
     p.temp = 50.0f;
-    cv_sampler *s = cv_sampler_create(&p, V);
+    cv_sampler *s = cv_sampler_create(&p, V, 0);
     draw_histogram(s, x, V, DRAWS, hist);
     CHECK(hist[0] > 0 && hist[1] > 0 && hist[2] == 0);
     cv_sampler_free(s);
     p.top_k = 2;
-    s = cv_sampler_create(&p, V);
+    s = cv_sampler_create(&p, V, 0);
     draw_histogram(s, x, V, DRAWS, hist);
     CHECK(hist[0] == DRAWS);
     cv_sampler_free(s);
@@ -254,7 +255,7 @@ static void test_min_p(void)
         cv_sampler_params p = plain_params(11);
         p.min_p = min_p[t];
         p.temp = 50.0f;
-        cv_sampler *s = cv_sampler_create(&p, V);
+        cv_sampler *s = cv_sampler_create(&p, V, 0);
         draw_histogram(s, x, V, DRAWS, hist);
         for (int i = 0; i < V; i++)
             CHECKF((hist[i] > 0) == expect_kept[t][i], "min_p %.2f: id %d drawn %d times",
@@ -268,7 +269,7 @@ static void test_repeat_penalty(void)
     cv_sampler_params p = greedy_params();
     p.repeat_penalty = 1.1f;
     p.penalty_last_n = 2;
-    cv_sampler *s = cv_sampler_create(&p, 4);
+    cv_sampler *s = cv_sampler_create(&p, 4, 0);
     float pos[] = {2.0f, 1.9f, -3.0f, -3.0f};
     CHECK(cv_sampler_sample(s, pos) == 0);
     cv_sampler_accept(s, 0); /* 2.0 / 1.1 = 1.82 < 1.9 */
@@ -288,12 +289,46 @@ static void test_repeat_penalty(void)
     cv_sampler_free(s);
 }
 
+/* Accepting 300 ids and taking 250 back leaves the penalties of the first
+ * 50: the same greedy choices as a sampler that only accepted those. */
+static void test_long_rewind_exact(void)
+{
+    enum { V = 16, N_CTX = 512 };
+    cv_sampler_params p = greedy_params();
+    p.penalty_last_n = 32;
+    p.freq_penalty = 0.5f;
+    cv_sampler *a = cv_sampler_create(&p, V, N_CTX), *b = cv_sampler_create(&p, V, N_CTX);
+    CHECK(a && b);
+    if (!a || !b) {
+        cv_sampler_free(a);
+        cv_sampler_free(b);
+        return;
+    }
+    for (int i = 0; i < 300; i++) {
+        const int32_t id = (i * 7 + i / 3) % V;
+        cv_sampler_accept(a, id);
+        if (i < 50)
+            cv_sampler_accept(b, id);
+    }
+    cv_sampler_rewind(a, 250);
+    float x[V];
+    for (uint32_t step = 0; step < 100; step++) {
+        fill_logits(x, V, step + 1, 1.0f);
+        const int32_t ia = cv_sampler_sample(a, x), ib = cv_sampler_sample(b, x);
+        CHECKF(ia == ib, "step %u: %d after the rewind, %d without", step, ia, ib);
+        cv_sampler_accept(a, ia);
+        cv_sampler_accept(b, ib);
+    }
+    cv_sampler_free(a);
+    cv_sampler_free(b);
+}
+
 static void test_frequency_presence_penalty(void)
 {
     float x[] = {2.0f, 1.5f, 0.0f};
     cv_sampler_params p = greedy_params();
     p.freq_penalty = 0.3f;
-    cv_sampler *s = cv_sampler_create(&p, 3);
+    cv_sampler *s = cv_sampler_create(&p, 3, 0);
     cv_sampler_accept(s, 0); /* 2.0 - 0.3 = 1.7 > 1.5 */
     CHECK(cv_sampler_sample(s, x) == 0);
     cv_sampler_accept(s, 0); /* 2.0 - 0.6 = 1.4 < 1.5 */
@@ -302,7 +337,7 @@ static void test_frequency_presence_penalty(void)
 
     p = greedy_params();
     p.presence_penalty = 0.6f;
-    s = cv_sampler_create(&p, 3);
+    s = cv_sampler_create(&p, 3, 0);
     cv_sampler_accept(s, 1); /* penalizing the runner-up changes nothing */
     CHECK(cv_sampler_sample(s, x) == 0);
     cv_sampler_accept(s, 0); /* both penalized: 1.4 > 0.9 */
@@ -320,7 +355,7 @@ static void test_frequency_presence_penalty(void)
     /* Out-of-range ids are ignored, and sample leaves the caller's row alone. */
     p = greedy_params();
     p.repeat_penalty = 2.0f;
-    s = cv_sampler_create(&p, 3);
+    s = cv_sampler_create(&p, 3, 0);
     cv_sampler_accept(s, -1);
     cv_sampler_accept(s, 3);
     cv_sampler_accept(s, 0);
@@ -351,7 +386,7 @@ static void test_empirical_distribution(void)
         }
         cv_sampler_params p = plain_params(1234);
         p.temp = temps[t];
-        cv_sampler *s = cv_sampler_create(&p, V);
+        cv_sampler *s = cv_sampler_create(&p, V, 0);
         draw_histogram(s, x, V, DRAWS, hist);
         for (int i = 0; i < V; i++) {
             double f = (double)hist[i] / DRAWS;
@@ -377,7 +412,7 @@ static void test_sample_allocates_nothing(void)
     params[2] = greedy_params();
     params[2].repeat_penalty = 1.2f;
     for (int t = 0; t < 3; t++) {
-        cv_sampler *s = cv_sampler_create(&params[t], V);
+        cv_sampler *s = cv_sampler_create(&params[t], V, 0);
         CHECK(s != NULL);
         if (!s)
             continue;
@@ -393,13 +428,13 @@ static void test_sample_allocates_nothing(void)
 
 static void test_bad_rows(void)
 {
-    CHECK(cv_sampler_create(NULL, 0) == NULL);
+    CHECK(cv_sampler_create(NULL, 0, 0) == NULL);
     cv_sampler_params p = plain_params(1);
-    CHECK(cv_sampler_create(&p, -3) == NULL);
+    CHECK(cv_sampler_create(&p, -3, 0) == NULL);
 
     float nan_row[] = {NAN, 1.0f, NAN, 0.5f};
     p.temp = 1.0f;
-    cv_sampler *s = cv_sampler_create(&p, 4);
+    cv_sampler *s = cv_sampler_create(&p, 4, 0);
     for (int i = 0; i < 200; i++) {
         int32_t id = cv_sampler_sample(s, nan_row);
         CHECKF(id == 1 || id == 3, "drew %d from a row whose other logits are NaN", id);
@@ -417,7 +452,7 @@ static void test_bad_rows(void)
     cv_sampler_free(s);
 
     p = greedy_params();
-    s = cv_sampler_create(&p, 4);
+    s = cv_sampler_create(&p, 4, 0);
     CHECK(cv_sampler_sample(s, nan_row) == 1);
     CHECK(cv_sampler_sample(s, inf_row) == 1);
     CHECK(cv_sampler_sample(s, ninf_row) == 0);
@@ -437,6 +472,7 @@ int main(void)
     TEST_RUN(test_min_p);
     TEST_RUN(test_repeat_penalty);
     TEST_RUN(test_frequency_presence_penalty);
+    TEST_RUN(test_long_rewind_exact);
     TEST_RUN(test_empirical_distribution);
     TEST_RUN(test_sample_allocates_nothing);
     TEST_RUN(test_bad_rows);

@@ -407,18 +407,25 @@ static void test_speculation_max_tokens(void)
     CHECKF(st.batch_tokens == rows && st.spec_drafted == st.spec_accepted,
            "%llu rows for %llu needed, %llu of %llu drafts accepted", (unsigned long long)st.batch_tokens,
            (unsigned long long)rows, (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted);
-    /* sampling at temperature 0.9: drafts get rejected, the count holds */
+    /* sampling at temperature 0.9: drafts get rejected, the count holds and
+     * the tokens are plain decoding's, seed for seed */
     for (int i = 0; i < N_REQ; i++) {
-        spec[i].p.sampler.temp = 0.9f;
-        spec[i].p.sampler.seed = 7 + (uint64_t)i;
+        plain[i].p.sampler.temp = spec[i].p.sampler.temp = 0.9f;
+        plain[i].p.sampler.seed = spec[i].p.sampler.seed = 7 + (uint64_t)i;
     }
+    run_together(plain, N_REQ, 4, 64, NULL, &st);
     spp.draft = "ngram";
     spp.k = 0;
     run_together(spec, N_REQ, 4, 64, &spp, &st);
-    for (int i = 0; i < N_REQ; i++)
+    for (int i = 0; i < N_REQ; i++) {
         CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
                i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
-    CHECK(st.spec_rounds > 0);
+        CHECKF(!memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
+               "request %d differs at temperature 0.9", i);
+    }
+    CHECKF(st.spec_rounds > 0 && st.spec_accepted < st.spec_drafted, "%llu rounds, %llu of %llu drafts accepted",
+           (unsigned long long)st.spec_rounds, (unsigned long long)st.spec_accepted,
+           (unsigned long long)st.spec_drafted);
 }
 
 int main(void)

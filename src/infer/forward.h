@@ -33,8 +33,12 @@ typedef struct cv_batch {
     const int32_t *token; /* [n] ids (used when the model holds the embeddings) */
     const int32_t *pos;   /* [n] */
     const int32_t *seq;   /* [n] slot */
-    const uint8_t *want;  /* [n] 1: produce logits for this token (head only) */
+    const uint8_t *want;  /* [n] CV_WANT_*: produce logits for this token (head only) */
 } cv_batch;
+
+/* Values of a token's want (also on the wire): no output; sample it; it is
+ * a draft of what the slot's previous token samples (see stage.h). */
+enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
 
 typedef struct cv_forward cv_forward;
 

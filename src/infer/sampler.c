@@ -113,7 +113,7 @@ void cv_sampler_free(cv_sampler *s)
     cv_free(s);
 }
 
-cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab)
+cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab, int32_t n_ctx)
 {
     if (n_vocab <= 0)
         return NULL;
@@ -131,7 +131,9 @@ cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab)
     s->ranked = cv_malloc((size_t)n_vocab * sizeof(*s->ranked));
     s->weight = cv_malloc((size_t)n_vocab * sizeof(*s->weight));
     s->count = cv_calloc((size_t)n_vocab, sizeof(*s->count));
-    s->history_cap = s->params.penalty_last_n + CV_SAMPLER_MAX_REWIND;
+    s->history_cap = s->params.penalty_last_n > n_ctx ? s->params.penalty_last_n : n_ctx;
+    if (s->history_cap < 1)
+        s->history_cap = 1;
     s->history = cv_malloc((size_t)s->history_cap * sizeof(*s->history));
     if (!s->cand || !s->ranked || !s->weight || !s->count || !s->history) {
         cv_sampler_free(s);
@@ -152,29 +154,23 @@ void cv_sampler_accept(cv_sampler *s, int32_t id)
     const int32_t window = s->params.penalty_last_n;
     if (id < 0 || id >= s->n_vocab || window == 0)
         return;
+    if (s->n_accepted >= window) /* read before the ring's slot is reused */
+        s->count[*history_at(s, s->n_accepted - window)]--;
     *history_at(s, s->n_accepted) = id;
     s->count[id]++;
-    if (s->n_accepted >= window)
-        s->count[*history_at(s, s->n_accepted - window)]--;
     s->n_accepted++;
 }
 
 void cv_sampler_rewind(cv_sampler *s, int32_t n)
 {
     const int32_t window = s->params.penalty_last_n;
-    const int64_t oldest = s->n_accepted - s->history_cap; /* ids before it are overwritten */
     for (; n > 0 && s->n_accepted > 0; n--) {
         s->n_accepted--;
         s->count[*history_at(s, s->n_accepted)]--;
         int64_t back = s->n_accepted - window;
-        if (back >= 0 && back >= oldest)
+        if (back >= 0)
             s->count[*history_at(s, back)]++;
     }
-}
-
-int64_t cv_sampler_n_accepted(const cv_sampler *s)
-{
-    return s->n_accepted;
 }
 
 /* NaN ranks as -inf (never above anything); n <= 0 gives -1. */
@@ -342,53 +338,19 @@ static double distribution(cv_sampler *s, const float *logits, const cv_candidat
     return sum;
 }
 
-/* One draw from the distribution, leaving out `skip` (-1: none) whose
- * weight is w_skip; sum is the total weight without it. */
-static int32_t draw_from(cv_sampler *s, const cv_candidate *draw, int32_t n, double sum, int32_t skip)
-{
-    double target = rng_uniform(s) * sum;
-    double cum = 0.0;
-    int32_t last = -1;
-    for (int32_t i = 0; i < n; i++) {
-        if (draw[i].id == skip)
-            continue;
-        cum += s->weight[i];
-        last = draw[i].id;
-        if (target < cum)
-            return last;
-    }
-    return last;
-}
-
 int32_t cv_sampler_sample(cv_sampler *s, const float *logits)
 {
     if (!(s->params.temp > 0.0f))
         return greedy_id(s, logits);
     const cv_candidate *draw;
     int32_t n;
-    double sum = distribution(s, logits, &draw, &n);
-    return draw_from(s, draw, n, sum, -1);
-}
-
-int32_t cv_sampler_verify(cv_sampler *s, const float *logits, int32_t draft)
-{
-    if (!(s->params.temp > 0.0f))
-        return greedy_id(s, logits);
-    const cv_candidate *draw;
-    int32_t n;
-    double sum = distribution(s, logits, &draw, &n);
-    double w_draft = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        if (draw[i].id == draft)
-            w_draft = s->weight[i];
-    if (w_draft > 0.0 && rng_uniform(s) * sum < w_draft)
-        return draft;
-    /* Rejected: the residual max(p - q, 0) of a one-hot q is p without the
-     * draft, renormalized. Summed again in draw order, not as sum - w_draft,
-     * so that rounding cannot let the walk run past the last id. */
-    double rest = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        if (draw[i].id != draft)
-            rest += s->weight[i];
-    return draw_from(s, draw, n, rest, draft);
+    const double sum = distribution(s, logits, &draw, &n);
+    const double target = rng_uniform(s) * sum;
+    double cum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += s->weight[i];
+        if (target < cum)
+            return draw[i].id;
+    }
+    return draw[n - 1].id;
 }

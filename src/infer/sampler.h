@@ -12,16 +12,16 @@
  * not modify the caller's logits. cv_sampler_accept records an id in the
  * penalty history (sample does not: a caller that forces a token, as in
  * teacher forcing or speculation, accepts it itself); cv_sampler_rewind
- * takes back the last n accepted ids (at most CV_SAMPLER_MAX_REWIND beyond
- * the window are remembered: a longer rewind leaves the older ids out).
+ * takes back the last n accepted ids, exactly while the ids accepted (less
+ * those taken back) number at most max(penalty_last_n, n_ctx): a slot's
+ * context, as the stage passes it. Each sample makes one draw of the RNG (none when
+ * greedy), and a rewind does not move the RNG back.
  *
- * Speculation: cv_sampler_verify gives the id to emit at a position whose
- * draft is `draft`. Greedy: the argmax (the draft is accepted when they
- * are equal). temp > 0: the draft with probability p(draft) under this
- * sampler's distribution, otherwise a draw from that distribution without
- * the draft; the result is distributed exactly as cv_sampler_sample's, for
- * a deterministic drafter (one whose proposal is a function of the
- * history). */
+ * Speculation needs nothing more: a drafted position is sampled as usual
+ * and its draft accepted when they are equal, which for a deterministic
+ * drafter is the rejection rule (accepted with probability p(draft), else
+ * a draw from p without the draft) and emits the very ids plain decoding
+ * emits, one draw each. */
 #ifndef CONVOY_INFER_SAMPLER_H
 #define CONVOY_INFER_SAMPLER_H
 
@@ -42,14 +42,10 @@ typedef struct cv_sampler_params {
 typedef struct cv_sampler cv_sampler;
 
 cv_sampler_params cv_sampler_default_params(void);
-cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab);
+cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab, int32_t n_ctx);
 int32_t cv_sampler_sample(cv_sampler *s, const float *logits);
-#define CV_SAMPLER_MAX_REWIND 64
-
-int32_t cv_sampler_verify(cv_sampler *s, const float *logits, int32_t draft);
 void cv_sampler_accept(cv_sampler *s, int32_t id);
 void cv_sampler_rewind(cv_sampler *s, int32_t n);
-int64_t cv_sampler_n_accepted(const cv_sampler *s);
 void cv_sampler_reset(cv_sampler *s); /* clears history, reseeds */
 void cv_sampler_free(cv_sampler *s);
 

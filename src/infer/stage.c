@@ -91,11 +91,9 @@ void cv_stage_close(cv_stage *s)
  * cached length (the rollback rule of stage.h). */
 static void roll_back(cv_stage *s, const cv_batch *b)
 {
-    for (int32_t t = 0; t < b->n_tokens; t++) {
-        const int32_t slot = b->seq[t];
-        if (slot >= 0 && slot < s->kv.n_slot && b->pos[t] >= 0 && b->pos[t] < s->kv.len[slot])
-            cv_stage_seq_truncate(s, slot, b->pos[t]);
-    }
+    for (int32_t t = 0; t < b->n_tokens; t++)
+        if (b->pos[t] >= 0)
+            cv_stage_seq_truncate(s, b->seq[t], b->pos[t]);
 }
 
 /* Fills draft_of: for each row, the draft token that follows it in its
@@ -113,7 +111,7 @@ static int link_drafts(cv_stage *s, const cv_batch *b, char *err, size_t errlen)
         const int32_t prev = s->slot_row[b->seq[t]];
         s->draft_of[t] = -1;
         s->slot_row[b->seq[t]] = t;
-        if (b->want[t] != 2)
+        if (b->want[t] != CV_WANT_DRAFT)
             continue;
         if (prev < 0 || !b->want[prev] || b->pos[prev] != b->pos[t] - 1)
             return cv_errf(err, errlen, "token %d is a draft but does not follow a wanted token of slot %d", t,
@@ -127,9 +125,9 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
                   char *err, size_t errlen)
 {
     const bool head = cv_llama_has_head(&s->model);
-    roll_back(s, b);
     if (head && link_drafts(s, b, err, errlen))
         return -1;
+    roll_back(s, b);
     if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))
         return -1;
     if (!head)
@@ -141,8 +139,10 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
         const int32_t slot = b->seq[t];
         cv_sampler *sm = s->samplers[slot];
         if (b->pos[t] >= s->kv.len[slot]) {
-            if (b->want[t])
+            if (b->want[t]) { /* no output: -1 and zero logits, as a pipeline gives */
+                memset(s->logits + (size_t)row * n_vocab, 0, sizeof(float) * (size_t)n_vocab);
                 out_tokens[row++] = -1;
+            }
             continue;
         }
         if (sm)
@@ -150,12 +150,11 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
         if (!b->want[t])
             continue;
         const float *logits = cv_stage_logits(s, row);
-        const int32_t draft = s->draft_of[t];
-        const int32_t id = !sm         ? cv_argmax(logits, n_vocab)
-                           : draft < 0 ? cv_sampler_sample(sm, logits)
-                                       : cv_sampler_verify(sm, logits, draft);
+        /* sampled as without a draft: an unequal draft is rejected and the
+         * slot ends after this row's token */
+        const int32_t id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
         out_tokens[row++] = id;
-        if (draft >= 0 && id != draft) /* the slot ends after this row's token */
+        if (s->draft_of[t] >= 0 && id != s->draft_of[t])
             kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
     }
     return 0;
@@ -167,7 +166,7 @@ int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, 
         return cv_errf(err, errlen, "this stage does not hold the output head and does not sample");
     if (slot < 0 || slot >= s->kv.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
-    cv_sampler *sm = cv_sampler_create(p, s->model.hp.n_vocab);
+    cv_sampler *sm = cv_sampler_create(p, s->model.hp.n_vocab, s->kv.n_ctx);
     if (!sm)
         return cv_errf(err, errlen, "out of memory for a sampler");
     cv_sampler_free(s->samplers[slot]);

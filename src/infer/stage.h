@@ -20,12 +20,13 @@
  * head, the sampler history), so that a pipeline undoes rejected drafts
  * with the next batch instead of a message.
  *
- * Speculation: a token with want == 2 is a draft: a guess of what the
- * previous token of its slot in the batch (wanted, one position before)
- * samples. The head verifies drafts in batch order: each row that a draft
- * follows emits cv_sampler_verify's id; the first id that differs from the
- * draft ends the slot's emission, and its later wanted rows emit -1. The
- * head stage then truncates the slot after the last emitted row's token.
+ * Speculation: a token with want == CV_WANT_DRAFT is a draft: a guess of
+ * what the previous token of its slot in the batch (wanted, one position
+ * before) samples. The head verifies drafts in batch order: each row that a
+ * draft follows is sampled as it would be without one (see sampler.h); the
+ * first id that differs from the draft ends the slot's emission, and its
+ * later wanted rows emit -1 (and draw nothing from the RNG). The head stage
+ * then truncates the slot after the last emitted row's token.
  * Every token still enters the history in batch order, row by row, so each
  * row is sampled with exactly the history it would have without drafts. */
 #ifndef CONVOY_INFER_STAGE_H

@@ -30,6 +30,7 @@ struct cv_chain {
     cv_stage embd;                 /* token embeddings and the local layers [0, n_local) */
     bool embd_open;
     bool local;                    /* node 0 is this machine (no link) */
+    int32_t n_local;               /* layers node 0 runs here (0 without a local node) */
     uint64_t fingerprint;
     uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
@@ -202,10 +203,11 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
     }
     if (plan(c, ok, err, errlen))
         goto fail;
-    if (c->local && c->last[0] > 0) { /* bind the local layers */
+    c->n_local = c->local ? c->last[0] : 0;
+    if (c->n_local > 0) { /* bind the local layers */
         cv_stage_close(&c->embd);
         c->embd_open = false;
-        const cv_stage_params lp = {.l0 = 0, .l1 = c->last[0], .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+        const cv_stage_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                                     .n_slot = o->n_slot, .n_batch = o->n_batch};
         if (cv_stage_open(&c->embd, model_path, &lp, err, errlen))
             goto fail;
@@ -231,7 +233,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
         }
-    c->depth = c->n_active + (c->local && c->last[0] > 0);
+    c->depth = c->n_active + (c->n_local > 0);
     for (int k = 0; k < c->depth; k++) {
         struct flight *f = &c->flight[k];
         f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
@@ -299,11 +301,10 @@ static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
     }
 }
 
-/* Waits for the RESULT of FORWARD id from the last node, failing on any
- * node's ERROR or lost link. */
 /* Spreads the RESULT rows (and their logits rows, when asked for) over the
  * flight's wanted records: a record whose row was left out (after a
- * rejected draft) gets -1 and no logits, and its slot is cut back here
+ * rejected draft) gets -1 and zero logits (as on one machine), and its slot
+ * is cut back here
  * after the last emitted row, as every node cuts it back when the next
  * FORWARD comes. */
 static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result *m, int32_t *tokens, char *err,
@@ -324,6 +325,8 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
         }
         if (rec[t].want != CV_WANT_DRAFT)
             return cv_errf(err, errlen, "result has no row for slot %d position %d", rec[t].seq, rec[t].pos);
+        if (c->o.want_logits)
+            memset(c->logits + (size_t)i * m->n_vocab, 0, sizeof(float) * m->n_vocab);
         tokens[i++] = -1;
         cv_stage_seq_truncate(&c->embd, rec[t].seq, rec[t].pos);
     }
@@ -332,6 +335,8 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
     return 0;
 }
 
+/* Waits for the RESULT of the flight's FORWARD from the last node, failing
+ * on any node's ERROR or lost link. */
 static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, char *err, size_t errlen)
 {
     const uint32_t id = fl->id;
@@ -537,7 +542,7 @@ int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t
 void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
 {
     memset(s, 0, sizeof *s);
-    s->n_local = c->local ? c->last[0] : 0;
+    s->n_local = c->n_local;
     s->n_nodes = c->n_active;
     for (int k = 0; k < c->n_active && k < 16; k++) {
         s->first[k] = c->first[c->active[k]];

@@ -3,7 +3,7 @@
  * in chunks of the context's batch size; then each round feeds the newest
  * token, with the drafts of the slot's convoy_spec when there is one, and
  * hands every emitted token to the caller in order. Buffers are sized at
- * the call (K max + 1 rows), so rounds allocate nothing. */
+ * the call (a batch), so rounds allocate nothing. */
 #include <string.h>
 #include <time.h>
 
@@ -26,6 +26,9 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
     if (n_hist < 1 || n_hist + n_predict > convoy_ctx_n_ctx(c))
         return cv_errf(err, errlen, "%d prompt tokens and %d to generate do not fit the context of %d", n_hist,
                        n_predict, convoy_ctx_n_ctx(c));
+    if (convoy_seq_len(c, seq) >= n_hist) /* the last prompt token must run to sample from it */
+        return cv_errf(err, errlen, "slot %d holds %d tokens already, the prompt has %d", seq,
+                       convoy_seq_len(c, seq), n_hist);
     int32_t *tok = cv_malloc(sizeof(int32_t) * (size_t)n_batch * 3);
     uint8_t *want = cv_malloc((size_t)n_batch);
     if (!tok || !want) {
@@ -37,7 +40,7 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
     for (int32_t i = 0; i < n_batch; i++)
         seqs[i] = seq;
     int rc = 0;
-    int32_t out[CV_SAMPLER_MAX_REWIND];
+    int32_t out[CONVOY_SPEC_K_LIMIT + 1];
     double t = seconds();
     for (int32_t p = convoy_seq_len(c, seq); p < n_hist && !rc;) { /* the prompt */
         const int32_t n = n_hist - p < n_batch ? n_hist - p : n_batch;
@@ -64,20 +67,21 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         /* the newest token and its drafts; a round emits at most drafts + 1 */
         const int32_t room = n_predict - st->n_gen - 1;
         const double t_round = seconds();
+        const bool speculate = spec && room > 0;
         convoy_spec_req req = {.seq = seq, .hist = hist, .n_hist = n_hist, .max_draft = room, .drafts = tok + 1};
-        if (spec && room > 0 && (rc = convoy_spec_propose(spec, &req, 1, err, errlen)))
+        if (speculate && (rc = convoy_spec_propose(spec, &req, 1, err, errlen)))
             break;
         const int32_t n_draft = req.n_draft;
         tok[0] = hist[n_hist - 1];
         for (int32_t i = 0; i <= n_draft; i++) {
             pos[i] = n_hist - 1 + i;
-            want[i] = i == 0 ? 1 : 2;
+            want[i] = i == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
         }
         const convoy_batch b = {.n_tokens = n_draft + 1, .token = tok, .pos = pos, .seq = seqs, .want = want};
         if ((rc = convoy_step(c, &b, out, err, errlen)))
             break;
         n_out = 1 + convoy_spec_n_accepted(out, n_draft);
-        if (spec && room > 0)
+        if (speculate)
             convoy_spec_observe(spec, seq, n_draft, n_out - 1, seconds() - t_round);
         st->rounds++;
         st->drafted += n_draft;

@@ -73,7 +73,7 @@ struct cv_link {
     int read_timeout_ms;
     int send_timeout_ms;
     _Atomic uint32_t max_payload;
-    _Atomic int notify_fd;
+    int notify_fd;            /* under mu */
 
     pthread_mutex_t mu;
     pthread_cond_t sq_space, sq_work, sq_done, rq_avail, rq_space;
@@ -483,10 +483,12 @@ static int read_exact(cv_link *l, uint8_t *p, size_t n, int64_t *deadline, const
     return 0;
 }
 
-/* Tells the caller's notify fd, if any, that there is something to see. */
-static void notify(cv_link *l)
+/* Tells the caller's notify fd, if any, that there is something to see.
+ * Under l->mu, so that once cv_link_set_notify_fd(l, -1) returns no write
+ * is on its way to a descriptor the caller may close and reuse. */
+static void notify_locked(cv_link *l)
 {
-    int fd = atomic_load(&l->notify_fd);
+    const int fd = l->notify_fd;
     if (fd >= 0) {
         ssize_t w;
         do
@@ -495,7 +497,12 @@ static void notify(cv_link *l)
     }
 }
 
-void cv_link_set_notify_fd(cv_link *l, int fd) { atomic_store(&l->notify_fd, fd); }
+void cv_link_set_notify_fd(cv_link *l, int fd)
+{
+    pthread_mutex_lock(&l->mu);
+    l->notify_fd = fd;
+    pthread_mutex_unlock(&l->mu);
+}
 
 /* Reads, checks and queues one frame: 0, 1 (closing) or -1. */
 static int read_frame(cv_link *l, char *msg, size_t msglen)
@@ -540,12 +547,10 @@ static int read_frame(cv_link *l, char *msg, size_t msglen)
         l->rq[(l->rq_head + l->rq_count) % CV_LINK_RECV_QUEUE] = f;
         l->rq_count++;
         pthread_cond_signal(&l->rq_avail);
+        notify_locked(l);
     }
     pthread_mutex_unlock(&l->mu);
-    if (dropped)
-        cv_free_aligned(dropped);
-    else
-        notify(l);
+    cv_free_aligned(dropped);
     return rc;
 }
 
@@ -564,8 +569,8 @@ static void *reader_main(void *arg)
         snprintf(l->rfail, sizeof l->rfail, "%s: link closed", l->name);
     l->reader_done = true;
     pthread_cond_broadcast(&l->rq_avail);
+    notify_locked(l);
     pthread_mutex_unlock(&l->mu);
-    notify(l);
     return NULL;
 }
 
@@ -574,7 +579,9 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
     int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
     pthread_mutex_lock(&l->mu);
     while (l->rq_count == 0 && !l->reader_done) {
-        if (cond_wait_until(&l->rq_avail, &l->mu, deadline) && l->rq_count == 0 && !l->reader_done) {
+        /* timeout 0 (an inbox's look) must not wait, nor even sleep in the futex */
+        if (timeout_ms == 0 ||
+            (cond_wait_until(&l->rq_avail, &l->mu, deadline) && l->rq_count == 0 && !l->reader_done)) {
             cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
             pthread_mutex_unlock(&l->mu);
             return CV_LINK_TIMEOUT;
@@ -609,7 +616,7 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
     l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
     atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
-    atomic_init(&l->notify_fd, -1);
+    l->notify_fd = -1;
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;

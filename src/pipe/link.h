@@ -125,10 +125,11 @@ int cv_link_flush(cv_link *l, char *err, size_t errlen);
  * when the receiving side ends, so one thread can poll several links
  * (then cv_link_recv(l, 0, ...) on each). fd must be non-blocking (a
  * pipe or eventfd; a byte that does not fit is dropped, which is fine:
- * any byte means "look"); -1 turns it off. The caller owns fd. */
+ * any byte means "look"); -1 turns it off, and once that returns no byte
+ * is written any more, so the caller may close fd. The caller owns fd. */
 void cv_link_set_notify_fd(cv_link *l, int fd);
 
-/* Takes the next received frame, waiting up to timeout_ms. */
+/* Takes the next received frame, waiting up to timeout_ms (0: only a look). */
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen);
 /* Gives a received frame's buffer back to the link. */
 void cv_link_release(cv_link *l, cv_frame *f);

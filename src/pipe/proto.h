@@ -126,6 +126,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infer/forward.h"
 #include "infer/sampler.h"
 
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
@@ -307,9 +308,6 @@ enum {
 };
 
 #define CV_FWD_FIXED_SIZE 16
-
-/* Values of a record's want. */
-enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
 
 /* One token record, exactly its 16 wire bytes. */
 typedef struct cv_fwd_token {

@@ -25,7 +25,6 @@
  * it saves, and the probes keep measuring K = 1 meanwhile. A fixed K
  * (--spec-k) skips all of this. */
 #include <math.h>
-#include <string.h>
 
 #include "convoy.h"
 #include "core/alloc.h"
@@ -41,7 +40,6 @@
 typedef struct spec_seq {
     double judged, accepted; /* decayed counts of drafts judged and accepted */
     uint32_t rounds;
-    int32_t k;               /* K asked for in the last proposal */
 } spec_seq;
 
 struct convoy_spec {
@@ -66,9 +64,9 @@ convoy_spec_params convoy_spec_default_params(void)
 convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
                                 size_t errlen)
 {
-    if (p->k < 0 || p->k_max < 1 || p->k > p->k_max || p->k_max > CV_SAMPLER_MAX_REWIND - 1) {
+    if (p->k < 0 || p->k_max < 1 || p->k > p->k_max || p->k_max > CONVOY_SPEC_K_LIMIT) {
         cv_errf(err, errlen, "speculation: K %d and K max %d must satisfy 0 <= K <= K max <= %d", p->k, p->k_max,
-                CV_SAMPLER_MAX_REWIND - 1);
+                CONVOY_SPEC_K_LIMIT);
         return NULL;
     }
     if (p->k_max + 1 > convoy_ctx_n_batch(c)) {
@@ -143,9 +141,14 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
     if (t0 < 1e-6)
         t0 = 1e-6;
     int32_t best = 0;
-    for (int32_t k = 1; k <= s->k_max; k++)
-        if (spec_rate(s, a, t0, t1, k) > spec_rate(s, a, t0, t1, best))
+    double best_rate = spec_rate(s, a, t0, t1, 0);
+    for (int32_t k = 1; k <= s->k_max; k++) {
+        const double rate = spec_rate(s, a, t0, t1, k);
+        if (rate > best_rate) {
             best = k;
+            best_rate = rate;
+        }
+    }
     if (q->rounds % SPEC_PROBE == SPEC_PROBE - 1) { /* a plain round first, then twice or half the best K */
         const int32_t twice = best * 2 > s->k_max ? s->k_max : (best ? best * 2 : 1);
         best = !s->k_seen[0] ? 0 : (q->rounds / SPEC_PROBE) % 2 == 0 || best < 2 ? twice : best / 2;
@@ -162,9 +165,9 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         if (reqs[i].seq < 0 || reqs[i].seq >= s->n_slot)
             return cv_errf(err, errlen, "speculation: slot %d is outside [0, %d)", reqs[i].seq, s->n_slot);
         spec_seq *q = &s->seq[reqs[i].seq];
-        q->k = choose_k(s, q);
+        const int32_t chosen = choose_k(s, q);
         reqs[i].n_draft = 0;
-        const int32_t k = q->k < reqs[i].max_draft ? q->k : reqs[i].max_draft;
+        const int32_t k = chosen < reqs[i].max_draft ? chosen : reqs[i].max_draft;
         if (k <= 0)
             continue;
         s->ask[n_ask] = i;
