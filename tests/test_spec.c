@@ -136,16 +136,28 @@ static int generate(convoy_ctx *c, convoy_spec *spec, gen *gens, int n, char *er
     return rc;
 }
 
+/* A context of N_CTX positions per slot, on one machine or (nodes) a chain;
+ * NULL (reported) when it cannot be made. */
+static convoy_ctx *make_ctx(int32_t n_slot, const char *nodes, const char *split)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    p.n_slot = n_slot;
+    p.nodes = nodes;
+    p.split = split;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    return c;
+}
+
 static gen plain[N_PROMPT];
 
 /* The reference: every prompt alone, plain greedy decoding, one machine. */
 static void make_reference(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(1, NULL, NULL);
     for (int i = 0; c && i < N_PROMPT; i++) {
         gen_init(&plain[i], prompts[i], false);
         CHECKF(generate(c, NULL, &plain[i], 1, err, sizeof err) == 0, "%s", err);
@@ -196,12 +208,7 @@ static void check_identical(convoy_ctx *c, const char *where)
 
 static void test_greedy_identical_unsplit(void)
 {
-    char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    p.n_slot = N_PROMPT;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(N_PROMPT, NULL, NULL);
     if (c)
         check_identical(c, "one machine");
     convoy_ctx_free(c);
@@ -212,7 +219,7 @@ static void chain_case(int n_nodes, bool local, const char *split)
 {
     int port[3];
     pid_t pid[3];
-    char nodes[256] = "", err[512];
+    char nodes[256] = "";
     for (int i = 0; i < n_nodes; i++) {
         if (local && i == 0) {
             snprintf(nodes, sizeof nodes, "local");
@@ -221,13 +228,7 @@ static void chain_case(int n_nodes, bool local, const char *split)
         pid[i] = test_start_stage(model_path, &port[i]);
         snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s127.0.0.1:%d", i ? "," : "", port[i]);
     }
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    p.n_slot = N_PROMPT;
-    p.nodes = nodes;
-    p.split = split;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(N_PROMPT, nodes, split);
     if (c) {
         char where[64];
         snprintf(where, sizeof where, "%d-stage chain%s", n_nodes, local ? " from a local stage" : "");
@@ -246,11 +247,7 @@ static void test_greedy_identical_local_first_stage(void) { chain_case(2, true, 
 static void test_misplaced_draft_refused(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    p.n_slot = 2;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(2, NULL, NULL);
     if (!c)
         return;
     int32_t tok[3] = {1, 5, 6}, pos[3] = {0, 1, 0}, seq[3] = {0, 0, 1}, out[3];
@@ -294,10 +291,7 @@ static void sample_runs(convoy_ctx *c, convoy_spec *spec, int32_t (*out)[N_SAMPL
 static void test_sampled_tokens_identical(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(1, NULL, NULL);
     convoy_spec_params sp = convoy_spec_default_params();
     sp.draft = draft_path;
     convoy_spec *spec = c ? convoy_spec_create(c, model, &sp, err, sizeof err) : NULL;
