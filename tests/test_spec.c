@@ -294,6 +294,7 @@ static void test_sampled_tokens_identical(void)
     convoy_ctx *c = make_ctx(1, NULL, NULL);
     convoy_spec_params sp = convoy_spec_default_params();
     sp.draft = draft_path;
+    sp.k_max = K_MAX; /* round_of's draft buffers */
     convoy_spec *spec = c ? convoy_spec_create(c, model, &sp, err, sizeof err) : NULL;
     CHECKF(spec, "%s", err);
     if (!spec) {
