@@ -53,9 +53,12 @@
 
 typedef struct send_entry {
     uint64_t ticket;
-    uint8_t hdr[CV_FRAME_HEADER_SIZE]; /* the encoded header, checksum included */
-    int n_parts;
-    struct iovec parts[CV_LINK_MAX_PARTS];
+    uint16_t type;
+    uint32_t id;
+    bool encoded; /* hdr is written: whoever sends the frame first computes its checksum */
+    uint8_t hdr[CV_FRAME_HEADER_SIZE];
+    int n_iov;    /* hdr, then the payload parts */
+    struct iovec iov[1 + CV_LINK_MAX_PARTS];
     size_t size; /* header and payload */
     size_t done; /* bytes of it sent */
     bool caller_owns; /* the sending caller is writing it: not the writer's yet */
@@ -268,18 +271,25 @@ static int wait_writable(cv_link *l, char *msg, size_t msglen)
  * may_wait is false) or -1 with a message. */
 static int write_frame(cv_link *l, send_entry *e, bool may_wait, char *msg, size_t msglen)
 {
+    if (!e->encoded) {
+        uint32_t crc = 0;
+        for (int i = 1; i < e->n_iov; i++)
+            crc = cv_crc32c(crc, e->iov[i].iov_base, e->iov[i].iov_len);
+        const cv_frame_header h = {.magic = CV_FRAME_MAGIC, .version = CV_FRAME_VERSION, .type = e->type, .id = e->id,
+                                   .payload_len = (uint32_t)(e->size - CV_FRAME_HEADER_SIZE), .checksum = crc};
+        cv_frame_header_encode(&h, e->hdr);
+        e->encoded = true;
+    }
     while (e->done < e->size) {
         struct iovec iov[1 + CV_LINK_MAX_PARTS];
         int n_iov = 0;
         size_t skip = e->done;
-        const struct iovec whole[1 + CV_LINK_MAX_PARTS] = {{e->hdr, sizeof e->hdr}, e->parts[0], e->parts[1],
-                                                           e->parts[2], e->parts[3]};
-        for (int i = 0; i < 1 + e->n_parts; i++) {
-            if (skip >= whole[i].iov_len) {
-                skip -= whole[i].iov_len;
+        for (int i = 0; i < e->n_iov; i++) {
+            if (skip >= e->iov[i].iov_len) {
+                skip -= e->iov[i].iov_len;
                 continue;
             }
-            iov[n_iov++] = (struct iovec){(uint8_t *)whole[i].iov_base + skip, whole[i].iov_len - skip};
+            iov[n_iov++] = (struct iovec){(uint8_t *)e->iov[i].iov_base + skip, e->iov[i].iov_len - skip};
             skip = 0;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
@@ -295,8 +305,7 @@ static int write_frame(cv_link *l, send_entry *e, bool may_wait, char *msg, size
                     return rc;
                 continue;
             }
-            uint16_t type = (uint16_t)(e->hdr[CV_FRAME_OFF_TYPE] | e->hdr[CV_FRAME_OFF_TYPE + 1] << 8);
-            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(type),
+            return cv_errf(msg, msglen, "sending %s frame failed: %s", cv_msg_type_name(e->type),
                            errno == EPIPE || errno == ECONNRESET ? "connection closed by peer" : strerror(errno));
         }
         atomic_fetch_add(&l->bytes_sent, (uint64_t)n);
@@ -362,15 +371,6 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
                  total);
     else if (type == 0 || type >= CV_MSG_COUNT)
         snprintf(why, sizeof why, "cannot send message type %u", type);
-    uint8_t hdr[CV_FRAME_HEADER_SIZE];
-    if (!why[0]) {
-        uint32_t crc = 0;
-        for (int i = 0; i < n_parts; i++)
-            crc = cv_crc32c(crc, parts[i].iov_base, parts[i].iov_len);
-        const cv_frame_header h = {.magic = CV_FRAME_MAGIC, .version = CV_FRAME_VERSION, .type = type, .id = id,
-                                   .payload_len = (uint32_t)total, .checksum = crc};
-        cv_frame_header_encode(&h, hdr);
-    }
     pthread_mutex_lock(&l->mu);
     if (why[0]) {
         cv_errf(err, errlen, "%s: %s", l->name, why);
@@ -386,10 +386,13 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
     }
     send_entry *e = &l->sq[(l->sq_head + l->sq_count) % CV_LINK_SEND_QUEUE];
     e->ticket = ++l->next_ticket;
-    memcpy(e->hdr, hdr, sizeof hdr);
-    e->n_parts = n_parts;
-    for (int i = 0; i < CV_LINK_MAX_PARTS; i++)
-        e->parts[i] = i < n_parts ? parts[i] : (struct iovec){NULL, 0};
+    e->type = type;
+    e->id = id;
+    e->encoded = false;
+    e->iov[0] = (struct iovec){e->hdr, sizeof e->hdr};
+    for (int i = 0; i < n_parts; i++)
+        e->iov[1 + i] = parts[i];
+    e->n_iov = 1 + n_parts;
     e->size = CV_FRAME_HEADER_SIZE + (size_t)total;
     e->done = 0;
     e->caller_owns = ++l->sq_count == 1; /* the writer is idle: send it here */
