@@ -1,16 +1,16 @@
 /* test_link.c: TCP links of src/pipe/link.h over loopback.
  *
  * Two links exchange frames both ways (order, ids, gathered parts, byte
- * counts), one thread waiting on two links through notify fds, a 24 MiB
+ * counts), one thread waiting on two links by polling them, a 24 MiB
  * payload, a payload over the receiver's cap; then raw
- * sockets play broken peers: a process killed by SIGKILL in the middle of
+ * sockets play peers: one that sends a frame in pieces (looks between
+ * them keep what arrived), a process killed by SIGKILL in the middle of
  * a frame, garbage bytes, a bad checksum, a silent peer (recv timeout), a
  * peer that stalls inside a frame (read timeout), a peer that never reads
  * (send timeout), a peer that is gone (send fails), a refused connect.
  * Every failure must come back as a message naming the peer, within its
  * timeout plus a loose margin. */
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -174,8 +174,8 @@ static void test_frames_both_ways(void)
     cv_link_close(a);
 }
 
-/* One thread waits on two links through their notify fds. */
-static void test_notify_fd(void)
+/* One thread waits on two links by polling their sockets. */
+static void test_poll_fds(void)
 {
     cv_link *a1, *b1, *a2, *b2;
     if (make_pair(NULL, NULL, &a1, &b1))
@@ -186,30 +186,22 @@ static void test_notify_fd(void)
         SKIP("no loopback TCP");
     }
     char err[CV_ERRLEN];
-    int fds[2];
-    CHECK(pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
-    cv_link_set_notify_fd(b1, fds[1]);
-    cv_link_set_notify_fd(b2, fds[1]);
-    struct pollfd p = {.fd = fds[0], .events = POLLIN};
-    CHECK(poll(&p, 1, 100) == 0);
+    struct pollfd p[2] = {{.fd = cv_link_poll_fd(b1), .events = POLLIN}, {.fd = cv_link_poll_fd(b2), .events = POLLIN}};
+    CHECK(poll(p, 2, 100) == 0);
     CHECK(cv_link_send(a2, CV_MSG_BYE, 22, NULL, 0, err, sizeof err) == 0);
-    CHECK(poll(&p, 1, 5000) == 1);
-    uint8_t drain[64];
-    while (read(fds[0], drain, sizeof drain) > 0)
-        ;
+    CHECK(poll(p, 2, 5000) == 1 && p[1].revents & POLLIN);
     cv_frame f;
     CHECK(cv_link_recv(b1, 0, &f, err, sizeof err) == CV_LINK_TIMEOUT);
     CHECK(cv_link_recv(b2, 0, &f, err, sizeof err) == 0 && f.h.id == 22);
     cv_link_release(b2, &f);
+    CHECK(poll(p, 2, 100) == 0);
     /* the end of a link is news too */
     cv_link_close(a1);
-    CHECK(poll(&p, 1, 5000) == 1);
+    CHECK(poll(p, 2, 5000) == 1 && p[0].revents);
     CHECK(cv_link_recv(b1, 0, &f, err, sizeof err) == -1 && has(err, "connection closed by peer"));
     cv_link_close(b1);
     cv_link_close(a2);
     cv_link_close(b2);
-    close(fds[0]);
-    close(fds[1]);
 }
 
 static void test_large_payload_and_cap(void)
@@ -372,9 +364,24 @@ static void test_silent_and_stalled_peer(void)
     CHECK(cv_link_recv(l, 400, &f, err, sizeof err) == CV_LINK_TIMEOUT && has(err, "no frame within 400 ms"));
     int64_t dt = now_ms() - t0;
     CHECKF(dt >= 390 && dt < 400 + MARGIN_MS, "%lld ms", (long long)dt);
-    /* silent in the middle of a header: the read timeout ends the link */
+    /* a frame in pieces: a look between them keeps what came */
+    uint8_t payload[40] = {7, 8, 9};
+    cv_frame_header h = cv_frame_header_make(CV_MSG_PING, 4, payload, sizeof payload);
     uint8_t hdr[CV_FRAME_HEADER_SIZE];
-    cv_frame_header h = cv_frame_header_make(CV_MSG_BYE, 1, NULL, 0);
+    cv_frame_header_encode(&h, hdr);
+    write_all(raw, hdr, 10);
+    usleep(20 * 1000);
+    CHECK(cv_link_recv(l, 0, &f, err, sizeof err) == CV_LINK_TIMEOUT);
+    write_all(raw, hdr + 10, sizeof hdr - 10);
+    write_all(raw, payload, 25);
+    usleep(20 * 1000);
+    CHECK(cv_link_recv(l, 0, &f, err, sizeof err) == CV_LINK_TIMEOUT);
+    write_all(raw, payload + 25, sizeof payload - 25);
+    CHECKF(cv_link_recv(l, 1000, &f, err, sizeof err) == 0, "%s", err);
+    CHECK(f.h.type == CV_MSG_PING && f.h.id == 4 && f.h.payload_len == sizeof payload && f.payload[2] == 9);
+    cv_link_release(l, &f);
+    /* silent in the middle of a header: the read timeout ends the link */
+    h = cv_frame_header_make(CV_MSG_BYE, 1, NULL, 0);
     cv_frame_header_encode(&h, hdr);
     write_all(raw, hdr, 10);
     t0 = now_ms();
@@ -466,7 +473,7 @@ static void test_connect_and_accept_errors(void)
 int main(void)
 {
     TEST_RUN(test_frames_both_ways);
-    TEST_RUN(test_notify_fd);
+    TEST_RUN(test_poll_fds);
     TEST_RUN(test_large_payload_and_cap);
     TEST_RUN(test_peer_killed_mid_frame);
     TEST_RUN(test_garbage_and_bad_checksum);

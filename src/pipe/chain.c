@@ -40,7 +40,6 @@ struct cv_chain {
     int active[CHAIN_MAX_NODES];   /* indices of the nodes that serve layers, in order */
     int n_active;
     cv_inbox inbox;
-    bool inbox_running;
     bool broken;
     uint32_t next_id;
     /* batches in flight, oldest first in a ring of `depth` */
@@ -244,9 +243,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             goto fail;
         }
     }
-    if (cv_inbox_init(&c->inbox, err, errlen))
-        goto fail;
-    c->inbox_running = true;
+    cv_inbox_init(&c->inbox);
     for (int k = 0; k < c->n_active; k++)
         if (cv_inbox_add(&c->inbox, c->link[c->active[k]], c->active[k], err, errlen))
             goto fail;
@@ -261,8 +258,6 @@ void cv_chain_close(cv_chain *c)
 {
     if (!c)
         return;
-    if (c->inbox_running)
-        cv_inbox_stop(&c->inbox);
     char err[CV_ERRLEN];
     for (int i = 0; i < c->n_nodes; i++)
         if (c->link[i]) {

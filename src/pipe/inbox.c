@@ -1,46 +1,33 @@
-/* inbox.c: see inbox.h. The links' readers write to one pipe; the
- * consumer drains it, then looks at every link without waiting, keeps
- * looking (yielding the core between looks) for CV_INBOX_SPIN_US, and only
- * then sleeps in poll, so a frame that arrives between the look and the
- * poll still wakes it.
+/* inbox.c: see inbox.h. The consumer looks at every link without
+ * waiting (each look reads what the socket holds), keeps looking (yielding
+ * the core between looks) for CV_INBOX_SPIN_US, and only then sleeps in
+ * poll on the sockets of the links still open, so a frame that arrives
+ * between the look and the poll still wakes it.
  *
  * Why spin: a core that sleeps is halted, and on virtual machines waking a
- * halted core (for the reader thread, then for the consumer) costs tens of
- * microseconds per hop, more than the rest of a hop. While a pipeline
- * decodes, the next frame comes well within the spin; an idle consumer
- * spins once and then sleeps. sched_yield lets any other thread of the core
- * (a link's reader, a server's HTTP threads) run first. */
+ * halted core and switching to the waiting thread costs tens of
+ * microseconds per hop, more than the rest of a hop; while nothing sleeps
+ * on the socket, the sender does not pay for a wake-up either. While a
+ * pipeline decodes, the next frame comes well within the spin; an idle
+ * consumer spins once and then sleeps. sched_yield lets any other thread
+ * of the core (a link's writer, a server's HTTP threads) run first. */
 #include "pipe/inbox.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
-#include <fcntl.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/err.h"
 
-int cv_inbox_init(cv_inbox *in, char *err, size_t errlen)
-{
-    memset(in, 0, sizeof *in);
-    int fds[2];
-    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
-        in->pipe_r = in->pipe_w = -1;
-        return cv_errf(err, errlen, "cannot create a pipe: %s", strerror(errno));
-    }
-    in->pipe_r = fds[0];
-    in->pipe_w = fds[1];
-    return 0;
-}
+void cv_inbox_init(cv_inbox *in) { memset(in, 0, sizeof *in); }
 
 int cv_inbox_add(cv_inbox *in, cv_link *link, int source, char *err, size_t errlen)
 {
     if (in->n_links == CV_INBOX_MAX_LINKS)
         return cv_errf(err, errlen, "too many links for one inbox");
     in->links[in->n_links++] = (struct cv_inbox_link){.link = link, .source = source};
-    cv_link_set_notify_fd(link, in->pipe_w);
     return 0;
 }
 
@@ -79,9 +66,6 @@ int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
     const long spin_us = timeout_ms >= 0 && timeout_ms * 1000L < CV_INBOX_SPIN_US ? timeout_ms * 1000L
                                                                                  : CV_INBOX_SPIN_US;
     for (;;) {
-        char drained[64];
-        while (read(in->pipe_r, drained, sizeof drained) > 0)
-            ;
         if (take(in, ev))
             return 0;
         while (us_since(&t0) < spin_us) {
@@ -96,20 +80,12 @@ int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
                 return CV_LINK_TIMEOUT;
             wait = (int)left;
         }
-        struct pollfd p = {.fd = in->pipe_r, .events = POLLIN};
-        if (poll(&p, 1, wait) < 0 && errno != EINTR)
+        struct pollfd p[CV_INBOX_MAX_LINKS];
+        nfds_t n = 0;
+        for (int i = 0; i < in->n_links; i++)
+            if (!in->links[i].ended)
+                p[n++] = (struct pollfd){.fd = cv_link_poll_fd(in->links[i].link), .events = POLLIN};
+        if (poll(p, n, wait) < 0 && errno != EINTR)
             return CV_LINK_TIMEOUT;
     }
-}
-
-void cv_inbox_stop(cv_inbox *in)
-{
-    for (int i = 0; i < in->n_links; i++)
-        cv_link_set_notify_fd(in->links[i].link, -1);
-    in->n_links = 0;
-    if (in->pipe_r >= 0) {
-        close(in->pipe_r);
-        close(in->pipe_w);
-    }
-    in->pipe_r = in->pipe_w = -1;
 }

@@ -1,8 +1,8 @@
 /* link.c: TCP links and listeners of link.h.
  *
  * A link owns its socket (non-blocking; every wait is a poll with a
- * deadline), a wake pipe, and two threads. One mutex guards the shared
- * state; four condition variables (monotonic clock) signal it:
+ * deadline), a wake pipe, and one thread, the writer. One mutex guards the
+ * shared state; three condition variables (monotonic clock) signal it:
  *   send queue  ring of CV_LINK_SEND_QUEUE entries {ticket, header,
  *               iovecs, bytes sent}; callers push (waiting on sq_space),
  *               the writer takes the head, sends it outside the lock, then
@@ -13,19 +13,24 @@
  *               entry is marked caller_owns meanwhile, and the writer
  *               leaves it alone), and hands any rest to the writer: a
  *               frame that fits the socket buffer costs no thread switch.
- *   recv queue  ring of CV_LINK_RECV_QUEUE cv_frames; the reader pushes
- *               (waiting on rq_space), cv_link_recv pops (rq_avail).
  *   buffer pool up to LINK_POOL free payload buffers, handed back by
- *               cv_link_release and reused by the reader.
- * After queueing a frame, and when it stops, the reader writes a byte to
- * the caller's notify fd if one is set.
+ *               cv_link_release and reused for received payloads.
+ * Receiving has no thread: cv_link_recv reads the socket itself, as far
+ * as its bytes go, into the frame being received (`rx`, the receiving
+ * caller's alone), and keeps a partial frame for the next call. So no
+ * thread sleeps on the socket while a consumer spins on it, and a sender
+ * on this machine or the peer's never pays for waking one (on virtual
+ * machines that costs tens of microseconds per frame: an interrupt to a
+ * halted core, then a thread switch to hand the frame over); until it is
+ * read, a frame waits in the kernel's socket buffer, and TCP pushes back
+ * on the peer when that is full.
  * Each side records its first failure as a message and stops; the other
  * side keeps going (a node may still send ERROR after a garbage frame).
- * The threads build messages without the link's name and prefix it under
- * the mutex when they record them, so cv_link_set_name is safe at any
- * time; every other read of the name also holds the mutex.
+ * Messages are built without the link's name and prefixed with it under
+ * the mutex when recorded, so cv_link_set_name is safe at any time; every
+ * other read of the name also holds the mutex.
  * cv_link_close sets `closing`, broadcasts, and writes a byte to the wake
- * pipe that both threads poll next to the socket, then joins them. */
+ * pipe that the writer polls next to the socket, then joins it. */
 #include "pipe/link.h"
 
 #include <errno.h>
@@ -76,10 +81,9 @@ struct cv_link {
     int read_timeout_ms;
     int send_timeout_ms;
     _Atomic uint32_t max_payload;
-    int notify_fd;            /* under mu */
 
     pthread_mutex_t mu;
-    pthread_cond_t sq_space, sq_work, sq_done, rq_avail, rq_space;
+    pthread_cond_t sq_space, sq_work, sq_done;
     bool closing;
 
     send_entry sq[CV_LINK_SEND_QUEUE];
@@ -88,17 +92,21 @@ struct cv_link {
     bool writer_done; /* the writer stopped: failed or closing */
     char wfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
 
-    cv_frame rq[CV_LINK_RECV_QUEUE];
-    int rq_head, rq_count;
-    bool reader_done;
-    char rfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN];
+    /* The frame being received: its header bytes, then its payload. */
+    struct {
+        uint8_t raw[CV_FRAME_HEADER_SIZE];
+        size_t got;       /* bytes of header and payload read */
+        cv_frame f;       /* header decoded, payload buffer taken, once got >= the header's size */
+        int64_t deadline; /* its last byte is due (set by its first byte) */
+    } rx;
+    char rfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN]; /* the receiving side failed: why */
 
     pool_buf pool[LINK_POOL];
     int n_pool;
 
     _Atomic uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
 
-    pthread_t writer, reader;
+    pthread_t writer;
 };
 
 struct cv_listener {
@@ -124,16 +132,6 @@ static int left_ms(int64_t deadline)
 }
 
 /* Waits on cv until signalled or deadline (-1 = none); 1 when it passed. */
-static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
-{
-    if (deadline < 0) {
-        pthread_cond_wait(cv, mu);
-        return 0;
-    }
-    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (long)(deadline % 1000) * 1000000};
-    return pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT;
-}
-
 cv_link_opts cv_link_default_opts(void)
 {
     cv_link_opts o = {
@@ -445,162 +443,124 @@ int cv_link_flush(cv_link *l, char *err, size_t errlen)
     return cv_link_wait_sent(l, last, err, errlen);
 }
 
-/* ---- reader ---- */
+/* ---- receiving ---- */
 
-/* Reads exactly n bytes into p. With *deadline < 0 the wait for the first
- * byte is unbounded and the deadline starts with it. Returns 0, 1 (closing)
- * or -1 with a message naming `what`. */
-static int read_exact(cv_link *l, uint8_t *p, size_t n, int64_t *deadline, const char *what, char *msg, size_t msglen)
+/* The part of the frame being received that is still coming (its header,
+ * then its payload): *got of its *want bytes have arrived. */
+static void rx_part(const cv_link *l, size_t *got, size_t *want)
 {
-    size_t got = 0;
-    struct pollfd pf[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->wake_r, .events = POLLIN}};
-    while (got < n) {
-        ssize_t r = recv(l->fd, p + got, n - got, MSG_DONTWAIT);
-        if (r > 0) {
-            if (*deadline < 0)
-                *deadline = now_ms() + l->read_timeout_ms;
-            got += (size_t)r;
-            atomic_fetch_add(&l->bytes_recv, (uint64_t)r);
-            continue;
-        }
-        if (r == 0) {
-            if (got == 0 && *deadline < 0)
-                return cv_errf(msg, msglen, "connection closed by peer");
-            return cv_errf(msg, msglen, "connection closed while reading %s (got %zu of %zu bytes)", what, got,
-                           n);
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return cv_errf(msg, msglen, "%s while reading %s (got %zu of %zu bytes)",
-                           errno == ECONNRESET ? "connection reset by peer" : strerror(errno), what, got, n);
-        int rc = poll(pf, 2, left_ms(*deadline));
-        if (rc < 0 && errno != EINTR)
-            return cv_errf(msg, msglen, "poll failed while reading %s: %s", what, strerror(errno));
-        if (pf[1].revents)
-            return 1;
-        if (rc == 0)
-            return cv_errf(msg, msglen, "timed out after %d ms while reading %s (got %zu of %zu bytes)",
-                           l->read_timeout_ms, what, got, n);
+    const bool header = l->rx.got < CV_FRAME_HEADER_SIZE;
+    *got = header ? l->rx.got : l->rx.got - CV_FRAME_HEADER_SIZE;
+    *want = header ? CV_FRAME_HEADER_SIZE : l->rx.f.h.payload_len;
+}
+
+/* Writes "<event> while reading <part> (got G of W bytes)" into msg. */
+static int rx_fail(const cv_link *l, const char *event, char *msg, size_t msglen)
+{
+    size_t got, want;
+    rx_part(l, &got, &want);
+    return cv_errf(msg, msglen, "%s while reading %s%s (got %zu of %zu bytes)", event,
+                   l->rx.got < CV_FRAME_HEADER_SIZE ? "frame header" : cv_msg_type_name(l->rx.f.h.type),
+                   l->rx.got < CV_FRAME_HEADER_SIZE ? "" : " payload", got, want);
+}
+
+/* Decodes the header just read and takes a buffer for its payload. */
+static int rx_begin_payload(cv_link *l, char *msg, size_t msglen)
+{
+    char why[CV_ERRLEN];
+    cv_frame *f = &l->rx.f;
+    if (cv_frame_header_decode(l->rx.raw, atomic_load(&l->max_payload), &f->h, why, sizeof why))
+        return cv_errf(msg, msglen, "%s", why);
+    if (f->h.payload_len) {
+        f->payload = take_buffer(l, f->h.payload_len, &f->buf_cap);
+        if (!f->payload)
+            return cv_errf(msg, msglen, "out of memory for a %" PRIu32 "-byte %s payload", f->h.payload_len,
+                           cv_msg_type_name(f->h.type));
+    } else if (f->h.checksum != 0) {
+        return cv_errf(msg, msglen, "empty %s frame with checksum 0x%08" PRIx32 " (must be 0)",
+                       cv_msg_type_name(f->h.type), f->h.checksum);
     }
     return 0;
 }
 
-/* Tells the caller's notify fd, if any, that there is something to see.
- * Under l->mu, so that once cv_link_set_notify_fd(l, -1) returns no write
- * is on its way to a descriptor the caller may close and reuse. */
-static void notify_locked(cv_link *l)
+/* Reads what the socket holds of the frame being received, up to its end:
+ * 0 (the frame is complete in l->rx), 2 (the socket has no more of it yet)
+ * or -1 with a message (end of stream, socket error, bad header or
+ * checksum, no memory). */
+static int rx_advance(cv_link *l, char *msg, size_t msglen)
 {
-    const int fd = l->notify_fd;
-    if (fd >= 0) {
-        ssize_t w;
-        do
-            w = write(fd, "f", 1);
-        while (w < 0 && errno == EINTR);
-    }
-}
-
-void cv_link_set_notify_fd(cv_link *l, int fd)
-{
-    pthread_mutex_lock(&l->mu);
-    l->notify_fd = fd;
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* Reads, checks and queues one frame: 0, 1 (closing) or -1. */
-static int read_frame(cv_link *l, char *msg, size_t msglen)
-{
-    uint8_t raw[CV_FRAME_HEADER_SIZE];
-    int64_t deadline = -1;
-    int rc = read_exact(l, raw, sizeof raw, &deadline, "frame header", msg, msglen);
-    if (rc)
-        return rc;
-    cv_frame f = {0};
     char why[CV_ERRLEN];
-    if (cv_frame_header_decode(raw, atomic_load(&l->max_payload), &f.h, why, sizeof why))
-        return cv_errf(msg, msglen, "%s", why);
-    if (f.h.payload_len) {
-        f.payload = take_buffer(l, f.h.payload_len, &f.buf_cap);
-        if (!f.payload)
-            return cv_errf(msg, msglen, "out of memory for a %" PRIu32 "-byte %s payload",
-                           f.h.payload_len, cv_msg_type_name(f.h.type));
-        char what[64];
-        snprintf(what, sizeof what, "%s payload", cv_msg_type_name(f.h.type));
-        rc = read_exact(l, f.payload, f.h.payload_len, &deadline, what, msg, msglen);
-        if (rc == 0 && cv_frame_check_payload(&f.h, f.payload, why, sizeof why))
-            rc = cv_errf(msg, msglen, "%s", why);
-        if (rc) {
-            cv_free_aligned(f.payload);
-            return rc;
+    size_t got, want;
+    for (;;) {
+        rx_part(l, &got, &want);
+        if (l->rx.got >= CV_FRAME_HEADER_SIZE && got == want) {
+            const cv_frame *f = &l->rx.f;
+            if (f->h.payload_len && cv_frame_check_payload(&f->h, f->payload, why, sizeof why))
+                return cv_errf(msg, msglen, "%s", why);
+            atomic_fetch_add(&l->frames_recv, 1);
+            return 0;
         }
-    } else if (f.h.checksum != 0) {
-        return cv_errf(msg, msglen, "empty %s frame with checksum 0x%08" PRIx32 " (must be 0)",
-                       cv_msg_type_name(f.h.type), f.h.checksum);
+        uint8_t *dst = l->rx.got < CV_FRAME_HEADER_SIZE ? l->rx.raw + got : l->rx.f.payload + got;
+        const ssize_t r = recv(l->fd, dst, want - got, MSG_DONTWAIT);
+        if (r == 0) {
+            if (l->rx.got == 0)
+                return cv_errf(msg, msglen, "connection closed by peer");
+            return rx_fail(l, "connection closed", msg, msglen);
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 2;
+            return rx_fail(l, errno == ECONNRESET ? "connection reset by peer" : strerror(errno), msg, msglen);
+        }
+        if (l->rx.got == 0)
+            l->rx.deadline = now_ms() + l->read_timeout_ms;
+        l->rx.got += (size_t)r;
+        atomic_fetch_add(&l->bytes_recv, (uint64_t)r);
+        if (l->rx.got == CV_FRAME_HEADER_SIZE && rx_begin_payload(l, msg, msglen))
+            return -1;
     }
-    atomic_fetch_add(&l->frames_recv, 1);
-
-    uint8_t *dropped = NULL;
-    pthread_mutex_lock(&l->mu);
-    while (l->rq_count == CV_LINK_RECV_QUEUE && !l->closing)
-        pthread_cond_wait(&l->rq_space, &l->mu);
-    if (l->closing) {
-        dropped = f.payload;
-        rc = 1;
-    } else {
-        l->rq[(l->rq_head + l->rq_count) % CV_LINK_RECV_QUEUE] = f;
-        l->rq_count++;
-        pthread_cond_signal(&l->rq_avail);
-        notify_locked(l);
-    }
-    pthread_mutex_unlock(&l->mu);
-    cv_free_aligned(dropped);
-    return rc;
 }
 
-static void *reader_main(void *arg)
-{
-    cv_link *l = arg;
-    char msg[CV_ERRLEN] = "";
-    int rc;
-    do
-        rc = read_frame(l, msg, sizeof msg);
-    while (rc == 0);
-    pthread_mutex_lock(&l->mu);
-    if (rc < 0)
-        snprintf(l->rfail, sizeof l->rfail, "%s: %s", l->name, msg);
-    else
-        snprintf(l->rfail, sizeof l->rfail, "%s: link closed", l->name);
-    l->reader_done = true;
-    pthread_cond_broadcast(&l->rq_avail);
-    notify_locked(l);
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
+int cv_link_poll_fd(const cv_link *l) { return l->fd; }
 
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-    pthread_mutex_lock(&l->mu);
-    while (l->rq_count == 0 && !l->reader_done) {
-        /* timeout 0 (an inbox's look) must not wait, nor even sleep in the futex */
-        if (timeout_ms == 0 ||
-            (cond_wait_until(&l->rq_avail, &l->mu, deadline) && l->rq_count == 0 && !l->reader_done)) {
-            cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
-            pthread_mutex_unlock(&l->mu);
-            return CV_LINK_TIMEOUT;
+    const int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    char msg[CV_ERRLEN];
+    while (!l->rfail[0]) {
+        const int rc = rx_advance(l, msg, sizeof msg);
+        if (rc == 0) {
+            *f = l->rx.f;
+            memset(&l->rx, 0, sizeof l->rx);
+            return 0;
         }
+        const int64_t now = now_ms();
+        if (rc == 2 && l->rx.got > 0 && now >= l->rx.deadline) {
+            char event[48];
+            snprintf(event, sizeof event, "timed out after %d ms", l->read_timeout_ms);
+            rx_fail(l, event, msg, sizeof msg);
+        } else if (rc == 2) {
+            const int64_t until = l->rx.got > 0 && (deadline < 0 || l->rx.deadline < deadline) ? l->rx.deadline : deadline;
+            if (until >= 0 && now >= until)
+                break;
+            struct pollfd p = {.fd = l->fd, .events = POLLIN};
+            if (poll(&p, 1, until < 0 ? -1 : (int)(until - now)) < 0 && errno != EINTR)
+                cv_errf(msg, sizeof msg, "poll failed while receiving: %s", strerror(errno));
+            else
+                continue;
+        }
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->rfail, sizeof l->rfail, "%s: %s", l->name, msg);
+        pthread_mutex_unlock(&l->mu);
     }
-    int rc = 0;
-    if (l->rq_count > 0) {
-        *f = l->rq[l->rq_head];
-        l->rq_head = (l->rq_head + 1) % CV_LINK_RECV_QUEUE;
-        l->rq_count--;
-        pthread_cond_signal(&l->rq_space);
-    } else {
-        rc = cv_errf(err, errlen, "%s", l->rfail);
-    }
+    if (l->rfail[0])
+        return cv_errf(err, errlen, "%s", l->rfail);
+    pthread_mutex_lock(&l->mu);
+    cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
     pthread_mutex_unlock(&l->mu);
-    return rc;
+    return CV_LINK_TIMEOUT;
 }
 
 /* ---- setup and teardown ---- */
@@ -619,7 +579,6 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
     l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
     atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
-    l->notify_fd = -1;
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;
@@ -636,28 +595,16 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     pthread_cond_init(&l->sq_space, &ca);
     pthread_cond_init(&l->sq_work, &ca);
     pthread_cond_init(&l->sq_done, &ca);
-    pthread_cond_init(&l->rq_avail, &ca);
-    pthread_cond_init(&l->rq_space, &ca);
     pthread_condattr_destroy(&ca);
     set_socket_options(fd);
 
-    int rc = pthread_create(&l->writer, NULL, writer_main, l);
-    if (rc == 0) {
-        rc = pthread_create(&l->reader, NULL, reader_main, l);
-        if (rc != 0) {
-            pthread_mutex_lock(&l->mu);
-            l->closing = true;
-            pthread_cond_broadcast(&l->sq_work);
-            pthread_mutex_unlock(&l->mu);
-            pthread_join(l->writer, NULL);
-        }
-    }
+    const int rc = pthread_create(&l->writer, NULL, writer_main, l);
     if (rc != 0) {
         close(l->wake_r);
         close(l->wake_w);
         close(fd);
         cv_free(l);
-        return cv_errf(err, errlen, "%s: cannot start link threads: %s", default_name, strerror(rc));
+        return cv_errf(err, errlen, "%s: cannot start the link's writer thread: %s", default_name, strerror(rc));
     }
     *out = l;
     return 0;
@@ -671,16 +618,13 @@ void cv_link_close(cv_link *l)
     l->closing = true;
     pthread_cond_broadcast(&l->sq_work);
     pthread_cond_broadcast(&l->sq_space);
-    pthread_cond_broadcast(&l->rq_space);
     pthread_mutex_unlock(&l->mu);
     ssize_t w;
     do
         w = write(l->wake_w, "x", 1);
     while (w < 0 && errno == EINTR);
     pthread_join(l->writer, NULL);
-    pthread_join(l->reader, NULL);
-    for (int i = 0; i < l->rq_count; i++)
-        cv_free_aligned(l->rq[(l->rq_head + i) % CV_LINK_RECV_QUEUE].payload);
+    cv_free_aligned(l->rx.f.payload);
     for (int i = 0; i < l->n_pool; i++)
         cv_free_aligned(l->pool[i].p);
     close(l->fd);
@@ -690,8 +634,6 @@ void cv_link_close(cv_link *l)
     pthread_cond_destroy(&l->sq_space);
     pthread_cond_destroy(&l->sq_work);
     pthread_cond_destroy(&l->sq_done);
-    pthread_cond_destroy(&l->rq_avail);
-    pthread_cond_destroy(&l->rq_space);
     cv_free(l);
 }
 

@@ -3,9 +3,10 @@
  * Contract:
  * - A link is one connected TCP socket (TCP_NODELAY, SO_KEEPALIVE with
  *   probes after 5 s idle, so a vanished host is noticed in about 11 s)
- *   with two threads of its own: a writer that drains the link's send
- *   queue and a reader that reads whole frames, validates them and queues
- *   them. Compute, sending and receiving overlap.
+ *   and a writer thread of its own that drains the link's send queue.
+ *   Receiving is done by the caller of cv_link_recv, on its own thread:
+ *   until then a frame waits in the kernel's socket buffer (so compute,
+ *   sending and receiving overlap), and no thread sleeps on the socket.
  * - Sending: cv_link_sendv queues one frame whose payload is gathered from
  *   up to CV_LINK_MAX_PARTS caller buffers and returns a ticket at once.
  *   The writer computes the checksum and sends header and parts with one
@@ -20,15 +21,17 @@
  *   send_timeout_ms (peer not reading) or on any socket error; every
  *   pending and later send then fails with that message, and no caller
  *   buffer is referenced any more.
- * - Receiving: the reader waits for the next frame without limit (an idle
- *   link is normal), but once its first byte has arrived the whole frame
- *   must arrive within read_timeout_ms. It checks each header (magic,
- *   version, type, flags, length against the link's cap) and the payload
- *   checksum, then queues the frame (at most CV_LINK_RECV_QUEUE; then it
- *   stops reading, so TCP pushes back on the peer). The first bad frame,
- *   timeout, reset or end of stream ends the receiving side: frames
- *   queued before it are still delivered, then cv_link_recv fails with
- *   the reason. Payloads are not decoded here (see proto.h).
+ * - Receiving: one thread at a time calls cv_link_recv, which waits up to
+ *   its timeout for the next frame (an idle link is normal), but once a
+ *   frame's first byte has arrived the whole frame must arrive within
+ *   read_timeout_ms of it (a call that times out before keeps what it
+ *   read for the next one). It checks each header (magic, version, type,
+ *   flags, length against the link's cap) and the payload checksum. A
+ *   frame the caller does not take stays in the socket buffer; when that
+ *   is full, TCP pushes back on the peer. The first bad frame, timeout,
+ *   reset or end of stream ends the receiving side: this and every later
+ *   cv_link_recv fails with the reason. Payloads are not decoded here
+ *   (see proto.h).
  * - Received payloads are 64-byte aligned buffers lent by the link: give
  *   each frame back with cv_link_release (buffers are reused, so a steady
  *   stream allocates nothing), and all of them before cv_link_close.
@@ -54,7 +57,6 @@
 #define CV_LINK_TIMEOUT 1
 #define CV_LINK_MAX_PARTS 4
 #define CV_LINK_SEND_QUEUE 64
-#define CV_LINK_RECV_QUEUE 64
 #define CV_LINK_NAME_MAX 128
 
 typedef struct cv_link cv_link;
@@ -87,7 +89,7 @@ typedef struct cv_link_stats {
 int cv_parse_addr(const char *addr, char *host, size_t host_len, int *port, char *err, size_t errlen);
 
 /* Connects within timeout_ms (resolution included; numeric hosts do not
- * block) and starts the link's threads. opts may be NULL. */
+ * block) and starts the link's writer thread. opts may be NULL. */
 int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
                     size_t errlen);
 
@@ -103,7 +105,7 @@ void cv_listener_close(cv_listener *l);
 const char *cv_link_name(const cv_link *l);
 /* Renames the link (for example once a handshake tells who the peer is:
  * an accepted link from the previous node is "peer ADDR:EPHEMERAL_PORT"
- * until then). Safe while the link's threads run; later messages use it. */
+ * until then). Safe at any time; later messages use it. */
 void cv_link_set_name(cv_link *l, const char *name);
 /* The receive cap for frames whose header has not been read yet (after
  * the handshake: min of both sides' max_payload). */
@@ -121,13 +123,10 @@ int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, si
 /* Waits until every frame queued so far is sent. */
 int cv_link_flush(cv_link *l, char *err, size_t errlen);
 
-/* Makes the reader write one byte to fd after each frame it queues and
- * when the receiving side ends, so one thread can poll several links
- * (then cv_link_recv(l, 0, ...) on each). fd must be non-blocking (a
- * pipe or eventfd; a byte that does not fit is dropped, which is fine:
- * any byte means "look"); -1 turns it off, and once that returns no byte
- * is written any more, so the caller may close fd. The caller owns fd. */
-void cv_link_set_notify_fd(cv_link *l, int fd);
+/* The descriptor to poll (POLLIN) to wait on several links at once: when
+ * it is readable, cv_link_recv(l, 0, ...) makes progress (a frame, part of
+ * one, or the receiving side's end). The link owns it. */
+int cv_link_poll_fd(const cv_link *l);
 
 /* Takes the next received frame, waiting up to timeout_ms (0: only a look). */
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen);
@@ -135,7 +134,7 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
 void cv_link_release(cv_link *l, cv_frame *f);
 
 void cv_link_get_stats(cv_link *l, cv_link_stats *s);
-/* Stops the threads, closes the socket, frees everything. NULL is fine. */
+/* Stops the writer thread, closes the socket, frees everything. NULL is fine. */
 void cv_link_close(cv_link *l);
 
 #endif

@@ -40,7 +40,6 @@ typedef struct node {
     bool stage_open;
     cv_link *head, *prev, *next;
     cv_inbox inbox;
-    bool inbox_running;
     int32_t *tok, *pos, *seq;
     uint8_t *want;
     float *in_f32;           /* [n_batch][n_embd] activations converted from a lossy type */
@@ -102,10 +101,6 @@ static void session_free_buffers(node *n)
 
 static void session_end(node *n)
 {
-    if (n->inbox_running) {
-        cv_inbox_stop(&n->inbox);
-        n->inbox_running = false;
-    }
     if (n->next) {
         char err[CV_ERRLEN];
         cv_link_send(n->next, CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
@@ -508,11 +503,7 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
 static void serve_session(node *n)
 {
     char err[CV_ERRLEN];
-    if (cv_inbox_init(&n->inbox, err, sizeof err)) {
-        fprintf(stderr, "convoy stage: %s\n", err);
-        return;
-    }
-    n->inbox_running = true;
+    cv_inbox_init(&n->inbox);
     if (cv_inbox_add(&n->inbox, n->head, SRC_HEAD, err, sizeof err) ||
         (n->prev && cv_inbox_add(&n->inbox, n->prev, SRC_PREV, err, sizeof err))) {
         fprintf(stderr, "convoy stage: %s\n", err);
