@@ -2,6 +2,9 @@
 # soak.sh: a soak of `convoy serve` (bench/soak.mjs drives it).
 #
 #   bench/soak.sh [SECONDS]      default 120
+#   CHAIN=1 bench/soak.sh        the server runs a 2-stage pipeline: the first
+#                                layers itself, the rest on a `convoy stage`
+#                                on another loopback port (--nodes local,...)
 #
 # Serves stories260K on a free loopback port (8 slots, a queue of 64) and
 # has 64 concurrent clients mix normal and streamed requests (whose texts
@@ -20,10 +23,22 @@ make --no-print-directory -C build -j2 convoy >/dev/null
 mkdir -p bench/out
 model="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
 port=$((20000 + RANDOM % 20000))
-build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 \
+nodes=()
+stage_pid=
+if [[ "${CHAIN:-0}" == 1 ]]; then
+    stage_port=$((port + 1))
+    build/convoy stage --listen "127.0.0.1:$stage_port" -m "$model" 2>bench/out/soak-stage.log &
+    stage_pid=$!
+    nodes=(--nodes "local,127.0.0.1:$stage_port")
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$stage_port") 2>/dev/null && break
+        sleep 0.1
+    done
+fi
+build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 "${nodes[@]}" \
     2>bench/out/soak-server.log &
 pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
+trap 'kill "$pid" $stage_pid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1
