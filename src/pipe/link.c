@@ -536,31 +536,32 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
             memset(&l->rx, 0, sizeof l->rx);
             return 0;
         }
-        const int64_t now = now_ms();
-        if (rc == 2 && l->rx.got > 0 && now >= l->rx.deadline) {
-            char event[48];
-            snprintf(event, sizeof event, "timed out after %d ms", l->read_timeout_ms);
-            rx_fail(l, event, msg, sizeof msg);
-        } else if (rc == 2) {
-            const int64_t until = l->rx.got > 0 && (deadline < 0 || l->rx.deadline < deadline) ? l->rx.deadline : deadline;
-            if (until >= 0 && now >= until)
-                break;
-            struct pollfd p = {.fd = l->fd, .events = POLLIN};
-            if (poll(&p, 1, until < 0 ? -1 : (int)(until - now)) < 0 && errno != EINTR)
+        if (rc == 2) { /* wait for more: until the caller's deadline, or a begun frame's if sooner */
+            const bool begun = l->rx.got > 0;
+            const int64_t until = begun && (deadline < 0 || l->rx.deadline < deadline) ? l->rx.deadline : deadline;
+            const int64_t now = now_ms();
+            if (until >= 0 && now >= until) {
+                if (!begun || now < l->rx.deadline) {
+                    pthread_mutex_lock(&l->mu);
+                    cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
+                    pthread_mutex_unlock(&l->mu);
+                    return CV_LINK_TIMEOUT;
+                }
+                char event[48];
+                snprintf(event, sizeof event, "timed out after %d ms", l->read_timeout_ms);
+                rx_fail(l, event, msg, sizeof msg);
+            } else {
+                struct pollfd p = {.fd = l->fd, .events = POLLIN};
+                if (poll(&p, 1, until < 0 ? -1 : (int)(until - now)) >= 0 || errno == EINTR)
+                    continue;
                 cv_errf(msg, sizeof msg, "poll failed while receiving: %s", strerror(errno));
-            else
-                continue;
+            }
         }
         pthread_mutex_lock(&l->mu);
         snprintf(l->rfail, sizeof l->rfail, "%s: %s", l->name, msg);
         pthread_mutex_unlock(&l->mu);
     }
-    if (l->rfail[0])
-        return cv_errf(err, errlen, "%s", l->rfail);
-    pthread_mutex_lock(&l->mu);
-    cv_errf(err, errlen, "%s: no frame within %d ms", l->name, timeout_ms);
-    pthread_mutex_unlock(&l->mu);
-    return CV_LINK_TIMEOUT;
+    return cv_errf(err, errlen, "%s", l->rfail);
 }
 
 /* ---- setup and teardown ---- */
