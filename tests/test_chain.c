@@ -4,6 +4,8 @@
  *   flight at once (each stage works on a different group), give every
  *   sequence the tokens it gets alone on one machine, on two remote stages
  *   and on a local first stage ("local") with one remote stage;
+ * - an F16 KV cache (--kv-type f16) reaches every stage: step by step, the
+ *   chain's logits are one machine's with an F16 cache, bit for bit;
  * - "local" anywhere but first is refused;
  * - a stage killed with SIGKILL: the step fails with a message naming the
  *   node, and this process (the head) goes on: a new chain over a fresh
@@ -151,6 +153,84 @@ static void micro_batches_match_alone(bool local)
 static void test_micro_batches_match_alone(void) { micro_batches_match_alone(false); }
 static void test_micro_batches_local_first_stage(void) { micro_batches_match_alone(true); }
 
+enum { KV_STEPS = 8, KV_VOCAB = 512 };
+
+/* Sequence 0 alone on one machine: the logits of its prompt's last token,
+ * then of each greedy token after it. */
+static void alone_logits(bool kv_f16, float out[KV_STEPS][KV_VOCAB])
+{
+    char err[512];
+    cv_stage st;
+    const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8,
+                               .kv_f16 = kv_f16};
+    if (cv_stage_open(&st, model, &p, err, sizeof err)) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    CHECK(st.model.hp.n_vocab == KV_VOCAB);
+    int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
+    uint8_t want[PROMPT] = {0, 0, 0, 1};
+    for (int i = 0; i < PROMPT; i++) {
+        tok[i] = prompt_of(0, i);
+        pos[i] = i;
+    }
+    cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
+    for (int step = 0; step < KV_STEPS; step++) {
+        CHECKF(cv_stage_step(&st, &b, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
+        memcpy(out[step], cv_stage_logits(&st, 0), sizeof out[step]);
+        tok[0] = next;
+        pos[0] = PROMPT + step;
+        want[0] = 1;
+        b.n_tokens = 1;
+    }
+    cv_stage_close(&st);
+}
+
+static void test_kv_f16_on_every_stage(void)
+{
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
+        return;
+    static float f16[KV_STEPS][KV_VOCAB], f32[KV_STEPS][KV_VOCAB], chain[KV_STEPS][KV_VOCAB];
+    alone_logits(true, f16);
+    alone_logits(false, f32);
+    CHECK(memcmp(f16, f32, sizeof f16) != 0); /* else this test could not tell them apart */
+    int port;
+    pid_t s = test_start_stage(model, &port);
+    char addr[64], err[512];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *nodes[2] = {CV_CHAIN_LOCAL, addr};
+    const int32_t split[2] = {2, 3};
+    cv_chain_opts o = small_opts(nodes);
+    o.split = split;
+    o.kv_f16 = true;
+    o.want_logits = true;
+    cv_chain *c;
+    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    if (c) {
+        int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
+        uint8_t want[PROMPT] = {0, 0, 0, 1};
+        for (int i = 0; i < PROMPT; i++) {
+            tok[i] = prompt_of(0, i);
+            pos[i] = i;
+        }
+        cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
+        for (int step = 0; step < KV_STEPS; step++) {
+            if (cv_chain_step(c, &b, &next, err, sizeof err)) {
+                CHECKF(0, "%s", err);
+                break;
+            }
+            memcpy(chain[step], cv_chain_logits(c, 0), sizeof chain[step]);
+            tok[0] = next;
+            pos[0] = PROMPT + step;
+            want[0] = 1;
+            b.n_tokens = 1;
+        }
+        CHECK(memcmp(chain, f16, sizeof chain) == 0);
+        cv_chain_close(c);
+    }
+    test_stop_stage(s);
+}
+
 static void test_local_only_first(void)
 {
     if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
@@ -223,6 +303,7 @@ int main(void)
     cv_kernels_init(0);
     TEST_RUN(test_micro_batches_match_alone);
     TEST_RUN(test_micro_batches_local_first_stage);
+    TEST_RUN(test_kv_f16_on_every_stage);
     TEST_RUN(test_local_only_first);
     TEST_RUN(test_killed_stage_reported_head_survives);
     return test_summary();

@@ -107,7 +107,8 @@ static cv_msg_hello base_hello(const cv_chain *c)
 {
     const cv_llama_hparams *hp = &c->embd.model.hp;
     return (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
-                          .features = c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0,
+                          .features = (c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0) |
+                                      (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0),
                           .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->embd.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
@@ -123,7 +124,8 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
         return cv_errf(err, errlen, "out of memory");
     for (int32_t l = 0; l < n_layer; l++)
         layer_bytes[l] = cv_llama_layer_bytes(m, l);
-    const cv_stage_params sp = {.n_ctx = c->embd.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch};
+    const cv_stage_params sp = {.n_ctx = c->embd.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
+                                .kv_f16 = c->o.kv_f16};
     cv_stage_costs costs;
     cv_stage_costs_of(m, &sp, &costs);
     const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
@@ -207,7 +209,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         cv_stage_close(&c->embd);
         c->embd_open = false;
         const cv_stage_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                                    .n_slot = o->n_slot, .n_batch = o->n_batch};
+                                    .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
         if (cv_stage_open(&c->embd, model_path, &lp, err, errlen))
             goto fail;
         c->embd_open = true;

@@ -41,6 +41,7 @@ typedef struct cv_chain_opts {
     int32_t n_slot;
     int32_t n_batch;
     uint32_t act_type;        /* CV_ACT_F32 unless a lossy mode is asked for */
+    bool kv_f16;              /* every stage's KV cache in F16 instead of F32 */
     bool want_logits;         /* RESULT carries full logits rows (tests) */
     int connect_timeout_ms;
     int io_timeout_ms;        /* the whole answer to a step must come within this */

@@ -163,6 +163,7 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
     o.n_ctx = p->n_ctx;
     o.n_slot = p->n_slot;
     o.n_batch = p->n_batch;
+    o.kv_f16 = p->kv_f16;
     o.want_logits = p->want_logits;
     o.local_mem_budget = p->mem_budget;
     if (p->timeout_ms > 0)

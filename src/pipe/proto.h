@@ -232,6 +232,9 @@ enum {
      * connects to it after the handshake (without it, FORWARDs come from
      * the head on this link) */
     CV_FEAT_FROM_PREV = 1u << 1,
+    /* head -> node: keep this node's KV cache in F16 (`--kv-type f16`)
+     * instead of F32, as the head's own layers do */
+    CV_FEAT_KV_F16 = 1u << 2,
 };
 
 typedef struct cv_msg_hello {
