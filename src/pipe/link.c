@@ -455,7 +455,7 @@ static void rx_part(const cv_link *l, size_t *got, size_t *want)
 }
 
 /* Writes "<event> while reading <part> (got G of W bytes)" into msg. */
-static int rx_fail(const cv_link *l, const char *event, char *msg, size_t msglen)
+static int rx_errf(const cv_link *l, const char *event, char *msg, size_t msglen)
 {
     size_t got, want;
     rx_part(l, &got, &want);
@@ -505,14 +505,14 @@ static int rx_advance(cv_link *l, char *msg, size_t msglen)
         if (r == 0) {
             if (l->rx.got == 0)
                 return cv_errf(msg, msglen, "connection closed by peer");
-            return rx_fail(l, "connection closed", msg, msglen);
+            return rx_errf(l, "connection closed", msg, msglen);
         }
         if (r < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 2;
-            return rx_fail(l, errno == ECONNRESET ? "connection reset by peer" : strerror(errno), msg, msglen);
+            return rx_errf(l, errno == ECONNRESET ? "connection reset by peer" : strerror(errno), msg, msglen);
         }
         if (l->rx.got == 0)
             l->rx.deadline = now_ms() + l->read_timeout_ms;
@@ -549,7 +549,7 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
                 }
                 char event[48];
                 snprintf(event, sizeof event, "timed out after %d ms", l->read_timeout_ms);
-                rx_fail(l, event, msg, sizeof msg);
+                rx_errf(l, event, msg, sizeof msg);
             } else {
                 struct pollfd p = {.fd = l->fd, .events = POLLIN};
                 if (poll(&p, 1, until < 0 ? -1 : (int)(until - now)) >= 0 || errno == EINTR)
