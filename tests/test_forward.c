@@ -272,6 +272,19 @@ static void test_bad_batches_refused(void)
     convoy_batch id = {.n_tokens = 1, .token = bad_tok, .pos = pos2, .seq = seq, .want = want};
     CHECK(convoy_decode(c, &id, logits, err, sizeof err) == -1 && strstr(err, "vocabulary"));
     CHECK(convoy_seq_len(c, 0) == 0);
+    /* a batch that cuts a slot back but is refused leaves the slot as it was */
+    int32_t three[3] = {1, 5, 6}, pos3[3] = {0, 1, 2}, seq3[3] = {0, 0, 0};
+    uint8_t want3[3] = {0, 0, 1};
+    convoy_batch fill = {.n_tokens = 3, .token = three, .pos = pos3, .seq = seq3, .want = want3};
+    CHECKF(convoy_decode(c, &fill, logits, err, sizeof err) == 0, "%s", err);
+    int32_t cut_gap[2] = {1, 3};
+    convoy_batch cut = {.n_tokens = 2, .token = tok, .pos = cut_gap, .seq = seq, .want = want};
+    CHECK(convoy_decode(c, &cut, logits, err, sizeof err) == -1 && strstr(err, "position 3"));
+    CHECK(convoy_seq_len(c, 0) == 3);
+    int32_t cut_ok[2] = {1, 2};
+    cut.pos = cut_ok;
+    CHECKF(convoy_decode(c, &cut, logits, err, sizeof err) == 0, "%s", err);
+    CHECK(convoy_seq_len(c, 0) == 3);
     convoy_ctx_free(c);
     convoy_model_free(m);
 }

@@ -344,7 +344,7 @@ static void kv_store(cv_forward *f, const cv_batch *b, int32_t layer)
 
 /* ---- the pass ---- */
 
-static int check_batch(cv_forward *f, const cv_batch *b, char *err, size_t errlen)
+int cv_forward_check(cv_forward *f, const cv_batch *b, bool rollback, char *err, size_t errlen)
 {
     const cv_kv *kv = f->kv;
     if (b->n_tokens < 1 || b->n_tokens > f->n_batch_max)
@@ -353,17 +353,19 @@ static int check_batch(cv_forward *f, const cv_batch *b, char *err, size_t errle
         const int32_t s = b->seq[t];
         if (s < 0 || s >= kv->n_slot)
             return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, s, kv->n_slot);
-        f->next_pos[s] = kv->len[s];
+        f->next_pos[s] = -1; /* no token of s seen yet */
     }
     for (int32_t t = 0; t < b->n_tokens; t++) {
         const int32_t s = b->seq[t];
-        if (b->pos[t] != f->next_pos[s])
-            return cv_errf(err, errlen, "token %d: position %d in slot %d, expected %d", t, b->pos[t], s,
-                           f->next_pos[s]);
+        const bool cut = f->next_pos[s] < 0 && rollback; /* the slot's first token, which may cut it back */
+        const int32_t expect = f->next_pos[s] < 0 ? kv->len[s] : f->next_pos[s];
+        if (cut ? b->pos[t] < 0 || b->pos[t] > expect : b->pos[t] != expect)
+            return cv_errf(err, errlen, "token %d: position %d in slot %d, expected %s%d", t, b->pos[t], s,
+                           cut ? "0 to " : "", expect);
         if (b->pos[t] >= kv->n_ctx)
             return cv_errf(err, errlen, "slot %d is full: position %d reaches the context size %d", s, b->pos[t],
                            kv->n_ctx);
-        f->next_pos[s]++;
+        f->next_pos[s] = b->pos[t] + 1;
         if (cv_llama_has_embd(f->m) && (b->token[t] < 0 || b->token[t] >= f->m->hp.n_vocab))
             return cv_errf(err, errlen, "token %d: id %d is outside the vocabulary [0, %d)", t, b->token[t],
                            f->m->hp.n_vocab);
@@ -373,7 +375,7 @@ static int check_batch(cv_forward *f, const cv_batch *b, char *err, size_t errle
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen)
 {
-    if (check_batch(f, b, err, errlen))
+    if (cv_forward_check(f, b, false, err, errlen))
         return -1;
     const cv_llama *m = f->m;
     const cv_llama_hparams *hp = &m->hp;

@@ -21,6 +21,7 @@
 #ifndef CONVOY_INFER_FORWARD_H
 #define CONVOY_INFER_FORWARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,5 +49,9 @@ void cv_forward_free(cv_forward *f);
 int32_t cv_forward_batch_max(const cv_forward *f);
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);
+/* The checks cv_forward_run makes of a batch, alone. With rollback, each
+ * slot's first token may also start below the slot's cached length (for a
+ * caller that cuts the slot there before running the batch). */
+int cv_forward_check(cv_forward *f, const cv_batch *b, bool rollback, char *err, size_t errlen);
 
 #endif

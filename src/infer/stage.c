@@ -125,8 +125,8 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
                   char *err, size_t errlen)
 {
     const bool head = cv_llama_has_head(&s->model);
-    if (head && link_drafts(s, b, err, errlen))
-        return -1;
+    if ((head && link_drafts(s, b, err, errlen)) || cv_forward_check(s->fwd, b, true, err, errlen))
+        return -1; /* refused before any slot is cut back */
     roll_back(s, b);
     if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))
         return -1;

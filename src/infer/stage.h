@@ -18,7 +18,8 @@
  * Rollback: a slot's first token in a batch at a position below the slot's
  * cached length truncates the slot to that position first (KV and, at the
  * head, the sampler history), so that a pipeline undoes rejected drafts
- * with the next batch instead of a message.
+ * with the next batch instead of a message. A batch that is refused (bad
+ * slot, positions, ids or drafts) is refused before anything is cut.
  *
  * Speculation: a token with want == CV_WANT_DRAFT is a draft: a guess of
  * what the previous token of its slot in the batch (wanted, one position
