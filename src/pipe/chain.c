@@ -281,20 +281,27 @@ void cv_chain_close(cv_chain *c)
 
 static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
 
-/* After a node reported a failure, looks briefly for a link that died: a
- * node that lost its neighbour reports it at once, but the neighbour that
- * died is the cause and is named first. */
-static void blame_dead_link(cv_chain *c, char *err, size_t errlen)
+/* After node `reporter` reported a failure, looks briefly for a link that
+ * died: a node that lost its neighbour reports it at once, but the
+ * neighbour that died is the cause and is named first. A node that
+ * reported an error ends its session, so the end of its own link is not
+ * the cause. */
+static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
 {
     char first[CV_ERRLEN];
     snprintf(first, sizeof first, "%s", err);
+    bool reported[CHAIN_MAX_NODES] = {false};
+    reported[reporter] = true;
     cv_inbox_event ev;
     while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
-        if (!ev.ok) {
+        if (!ev.ok && !reported[ev.source]) {
             snprintf(err, errlen, "%s (then %s)", ev.err, first);
             return;
         }
-        cv_link_release(c->link[ev.source], &ev.frame);
+        if (ev.ok) {
+            reported[ev.source] |= ev.frame.h.type == CV_MSG_ERROR;
+            cv_link_release(c->link[ev.source], &ev.frame);
+        }
     }
 }
 
@@ -365,7 +372,7 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
             else
                 cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
             cv_link_release(l, &ev.frame);
-            blame_dead_link(c, err, errlen);
+            blame_dead_link(c, ev.source, err, errlen);
             return broken(c);
         }
         if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
