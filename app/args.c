@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 const char *arg_value(int argc, char **argv, int *i)
 {
@@ -152,11 +151,4 @@ int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_mo
         return -1;
     }
     return 0;
-}
-
-double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -38,6 +38,5 @@ int arg_engine_or_spec(const char *flag, const char *v, convoy_ctx_params *cp, a
  * after a message naming cmd. */
 int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,
                   convoy_spec **out);
-double now_seconds(void);
 
 #endif

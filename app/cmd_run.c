@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "convoy.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 
 static void usage(void)
 {
@@ -128,7 +129,7 @@ int cmd_run(int argc, char **argv)
         sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
 
     char err[512];
-    double t0 = now_seconds();
+    double t0 = cv_now_s();
     convoy_model *model = convoy_model_load(model_path, err, sizeof err);
     if (!model) {
         fprintf(stderr, "convoy: %s\n", err);
@@ -150,7 +151,7 @@ int cmd_run(int argc, char **argv)
         convoy_model_free(model);
         return 1;
     }
-    double t_load = now_seconds() - t0;
+    double t_load = cv_now_s() - t0;
 
     int32_t *tokens = cv_malloc(sizeof(int32_t) * (size_t)n_ctx);
     convoy_detok *detok = convoy_detok_create(model);

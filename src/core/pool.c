@@ -18,9 +18,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -56,13 +56,6 @@ struct cv_pool {
     pthread_cond_t done_cv;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* One step of a bounded spin: a pause hint, and every 64 steps a yield (so
  * a descheduled participant can run when threads outnumber cores) and a
  * look at the clock. False once SPIN_NS have passed: time to sleep. */
@@ -76,7 +69,7 @@ static bool spin_again(spin_state *s)
     cpu_relax();
     if ((++s->steps & 63) == 0) {
         sched_yield();
-        uint64_t t = now_ns();
+        uint64_t t = cv_now_ns();
         if (s->t0 == 0)
             s->t0 = t;
         else if (t - s->t0 > SPIN_NS)

@@ -5,9 +5,9 @@
 #include "infer/stage.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "kernels/kernels.h"
 
@@ -215,11 +215,9 @@ uint32_t cv_stage_speed_probe(const cv_llama *m, int32_t n_threads)
         memset(x, 0, 4 * (size_t)n_in + 64);
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
+            const uint64_t t0 = cv_now_ns();
             cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            double dt = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+            const double dt = 1e-3 * (double)(cv_now_ns() - t0);
             best = dt < best ? dt : best;
         }
         double full = best * (double)cv_llama_layer_bytes(m, 0) / (double)((size_t)rows * row);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "infer/stage.h"
 #include "model/fingerprint.h"
@@ -345,11 +346,9 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
 {
     const uint32_t id = fl->id;
     const int last = c->active[c->n_active - 1];
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int64_t t0 = cv_now_ms();
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        const long waited = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
+        const int64_t waited = cv_now_ms() - t0;
         if (waited >= c->o.io_timeout_ms) {
             c->broken = true;
             return cv_errf(err, errlen, "node %s: no result within %d ms", c->addr[last], c->o.io_timeout_ms);

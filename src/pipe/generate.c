@@ -5,18 +5,11 @@
  * hands every emitted token to the caller in order. Buffers are sized at
  * the call (a batch), so rounds allocate nothing. */
 #include <string.h>
-#include <time.h>
 
 #include "convoy.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
-
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen)
@@ -41,7 +34,7 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         seqs[i] = seq;
     int rc = 0;
     int32_t out[CONVOY_SPEC_K_LIMIT + 1];
-    double t = seconds();
+    double t = cv_now_s();
     for (int32_t p = convoy_seq_len(c, seq); p < n_hist && !rc;) { /* the prompt */
         const int32_t n = n_hist - p < n_batch ? n_hist - p : n_batch;
         for (int32_t i = 0; i < n; i++) {
@@ -52,8 +45,8 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         rc = convoy_step(c, &b, out, err, errlen);
         p += n;
     }
-    st->prefill_s = seconds() - t;
-    t = seconds();
+    st->prefill_s = cv_now_s() - t;
+    t = cv_now_s();
     int32_t n_out = 1;
     bool stop = rc != 0 || n_predict == 0;
     while (!stop) {
@@ -66,7 +59,7 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
             break;
         /* the newest token and its drafts; a round emits at most drafts + 1 */
         const int32_t room = n_predict - st->n_gen - 1;
-        const double t_round = seconds();
+        const double t_round = cv_now_s();
         const bool speculate = spec && room > 0;
         convoy_spec_req req = {.seq = seq, .hist = hist, .n_hist = n_hist, .max_draft = room, .drafts = tok + 1};
         if (speculate && (rc = convoy_spec_propose(spec, &req, 1, err, errlen)))
@@ -82,12 +75,12 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
             break;
         n_out = 1 + convoy_spec_n_accepted(out, n_draft);
         if (speculate)
-            convoy_spec_observe(spec, seq, n_draft, n_out - 1, seconds() - t_round);
+            convoy_spec_observe(spec, seq, n_draft, n_out - 1, cv_now_s() - t_round);
         st->rounds++;
         st->drafted += n_draft;
         st->accepted += n_out - 1;
     }
-    st->decode_s = seconds() - t;
+    st->decode_s = cv_now_s() - t;
     cv_free(tok);
     cv_free(want);
     return rc ? -1 : 0;

@@ -17,8 +17,8 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/err.h"
 
 void cv_inbox_init(cv_inbox *in) { memset(in, 0, sizeof *in); }
@@ -52,30 +52,24 @@ static bool take(cv_inbox *in, cv_inbox_event *ev)
     return false;
 }
 
-static long us_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - t0->tv_sec) * 1000000L + (now.tv_nsec - t0->tv_nsec) / 1000L;
-}
+static long us_since(uint64_t t0_ns) { return (long)((cv_now_ns() - t0_ns) / 1000u); }
 
 int cv_inbox_next(cv_inbox *in, int timeout_ms, cv_inbox_event *ev)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const uint64_t t0 = cv_now_ns();
     const long spin_us = timeout_ms >= 0 && timeout_ms * 1000L < CV_INBOX_SPIN_US ? timeout_ms * 1000L
                                                                                  : CV_INBOX_SPIN_US;
     for (;;) {
         if (take(in, ev))
             return 0;
-        while (us_since(&t0) < spin_us) {
+        while (us_since(t0) < spin_us) {
             sched_yield();
             if (take(in, ev))
                 return 0;
         }
         int wait = -1;
         if (timeout_ms >= 0) {
-            const long left = timeout_ms - us_since(&t0) / 1000L;
+            const long left = timeout_ms - us_since(t0) / 1000L;
             if (left <= 0)
                 return CV_LINK_TIMEOUT;
             wait = (int)left;

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 
 #define LINK_POOL 8
@@ -115,23 +116,15 @@ struct cv_listener {
     char addr[CV_LINK_NAME_MAX];
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds left until deadline (-1 = none), for poll. */
 static int left_ms(int64_t deadline)
 {
     if (deadline < 0)
         return -1;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - cv_now_ms();
     return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
-/* Waits on cv until signalled or deadline (-1 = none); 1 when it passed. */
 cv_link_opts cv_link_default_opts(void)
 {
     cv_link_opts o = {
@@ -515,7 +508,7 @@ static int rx_advance(cv_link *l, char *msg, size_t msglen)
             return rx_errf(l, errno == ECONNRESET ? "connection reset by peer" : strerror(errno), msg, msglen);
         }
         if (l->rx.got == 0)
-            l->rx.deadline = now_ms() + l->read_timeout_ms;
+            l->rx.deadline = cv_now_ms() + l->read_timeout_ms;
         l->rx.got += (size_t)r;
         atomic_fetch_add(&l->bytes_recv, (uint64_t)r);
         if (l->rx.got == CV_FRAME_HEADER_SIZE && rx_begin_payload(l, msg, msglen))
@@ -527,7 +520,7 @@ int cv_link_poll_fd(const cv_link *l) { return l->fd; }
 
 int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen)
 {
-    const int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    const int64_t deadline = timeout_ms < 0 ? -1 : cv_now_ms() + timeout_ms;
     char msg[CV_ERRLEN];
     while (!l->rfail[0]) {
         const int rc = rx_advance(l, msg, sizeof msg);
@@ -539,7 +532,7 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
         if (rc == 2) { /* wait for more: until the caller's deadline, or a begun frame's if sooner */
             const bool begun = l->rx.got > 0;
             const int64_t until = begun && (deadline < 0 || l->rx.deadline < deadline) ? l->rx.deadline : deadline;
-            const int64_t now = now_ms();
+            const int64_t now = cv_now_ms();
             if (until >= 0 && now >= until) {
                 if (!begun || now < l->rx.deadline) {
                     pthread_mutex_lock(&l->mu);
@@ -703,7 +696,7 @@ int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_op
     const char *label = opts && opts->name ? opts->name : name;
     if (port <= 0 || port > 65535)
         return cv_errf(err, errlen, "%s: port %d is not in 1..65535", label, port);
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : cv_now_ms() + timeout_ms;
     char serv[16];
     snprintf(serv, sizeof serv, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -785,7 +778,7 @@ int cv_listener_port(const cv_listener *l) { return l->port; }
 int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
                        size_t errlen)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : cv_now_ms() + timeout_ms;
     struct pollfd p = {.fd = l->fd, .events = POLLIN};
     for (;;) {
         struct sockaddr_storage ss;

@@ -14,9 +14,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "infer/stage.h"
 #include "model/fingerprint.h"
@@ -434,12 +434,10 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
         if (cv_link_wait_sent(n->next, n->ticket[n->cur], err, errlen))
             return -1;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const uint64_t t0 = cv_now_ns();
     if (cv_stage_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
         return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    n->stats.compute_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec));
+    n->stats.compute_ns += cv_now_ns() - t0;
     n->stats.steps++;
     n->stats.tokens += fw.n_tokens;
     if (has_head(n))

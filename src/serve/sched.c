@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 
 enum rq_state { RQ_QUEUED, RQ_ACTIVE, RQ_DONE };
@@ -124,13 +125,6 @@ struct sv_sched {
     int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
     int32_t k_max;        /* the spec's most drafts per round */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void request_free(sv_request *r)
 {
@@ -266,7 +260,7 @@ static void propose_drafts(sv_sched *s, int32_t g)
  * left for later. */
 static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
-    f->t_propose = now_s();
+    f->t_propose = cv_now_s();
     if (s->spec)
         propose_drafts(s, g);
     int32_t n = 0, w = 0, np = 0, ns = 0;
@@ -488,7 +482,7 @@ static void *sched_main(void *arg)
             if (f->n == 0)
                 continue;
             const convoy_batch b = {.n_tokens = f->n, .token = f->token, .pos = f->pos, .seq = f->seq, .want = f->want};
-            f->t0 = now_s();
+            f->t0 = cv_now_s();
             rc = convoy_submit(s->ctx, &b, err, sizeof err);
             s->n_flying += rc == 0;
             tries = -1; /* a batch went out: look at every group again */
@@ -501,7 +495,7 @@ static void *sched_main(void *arg)
         int32_t n_sampled = 0;
         if (rc == 0)
             rc = convoy_collect(s->ctx, s->b_sampled, &n_sampled, err, sizeof err);
-        const double t1 = now_s();
+        const double t1 = cv_now_s();
         cv_alloc_forbid(1);
         if (rc == 0)
             compute_logprobs(s, f);
@@ -676,7 +670,7 @@ bool sv_sched_has_logprobs(const sv_sched *s) { return s->has_logits; }
 
 void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
 {
-    const double now = now_s();
+    const double now = cv_now_s();
     pthread_mutex_lock(&s->mu);
     *st = s->stats;
     st->queued = s->q_len;
@@ -740,7 +734,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->sampler = p->sampler;
     r->ignore_eos = p->ignore_eos;
     r->top_logprobs = p->top_logprobs;
-    r->t_submit = now_s();
+    r->t_submit = cv_now_s();
     r->refs = 2;
     r->state = RQ_QUEUED;
     pthread_cond_init(&r->cond, NULL);

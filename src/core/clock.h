@@ -1,0 +1,23 @@
+/* clock.h: the monotonic clock, for deadlines and measurements.
+ *
+ * Contract: cv_now_ns reads CLOCK_MONOTONIC (it never steps back and does
+ * not follow changes of the wall clock); cv_now_ms and cv_now_s are the
+ * same reading in other units. */
+#ifndef CONVOY_CORE_CLOCK_H
+#define CONVOY_CORE_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t cv_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline int64_t cv_now_ms(void) { return (int64_t)(cv_now_ns() / 1000000u); }
+
+static inline double cv_now_s(void) { return 1e-9 * (double)cv_now_ns(); }
+
+#endif
