@@ -26,14 +26,8 @@
 
 #include "bench_raw.h"
 #include "convoy.h"
+#include "core/clock.h"
 #include "kernels/kernels.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- read bandwidth ---- */
 
@@ -87,14 +81,14 @@ static double measure_bandwidth(float *buf, size_t n, int threads, int reps)
         pthread_t th[8];
         bw_arg args[8];
         size_t per = n / (size_t)threads / 64 * 64;
-        double t0 = now();
+        double t0 = cv_now_s();
         for (int i = 0; i < threads; i++) {
             args[i] = (bw_arg){.p = buf + (size_t)i * per, .n = per};
             pthread_create(&th[i], NULL, bw_worker, &args[i]);
         }
         for (int i = 0; i < threads; i++)
             pthread_join(th[i], NULL);
-        double dt = now() - t0;
+        double dt = cv_now_s() - t0;
         double gbs = (double)per * (double)threads * sizeof(float) / dt / 1e9;
         if (gbs > best)
             best = gbs;
@@ -158,10 +152,10 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
     if (pp > 0) {
         want[pp - 1] = 1;
         convoy_batch b = {.n_tokens = pp, .token = tok, .pos = pos, .seq = seq, .want = want};
-        double t0 = now();
+        double t0 = cv_now_s();
         if (convoy_decode(c, &b, logits, err, sizeof err))
             fprintf(stderr, "bench_decode: %s\n", err);
-        s.pp = pp / (now() - t0);
+        s.pp = pp / (cv_now_s() - t0);
         convoy_seq_free(c, 0, err, sizeof err);
     }
     /* tg: a BOS then tg tokens one at a time (as llama-bench's tg) */
@@ -170,7 +164,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
     double t0 = 0;
     for (int i = 0; i <= tg; i++) {
         if (i == 1)
-            t0 = now(); /* the first step warms the pages and caches */
+            t0 = cv_now_s(); /* the first step warms the pages and caches */
         int32_t ps = i;
         convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = seq, .want = &w};
         if (convoy_decode(c, &b, logits, err, sizeof err)) {
@@ -179,7 +173,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         }
         id = cv_argmax(logits, info.n_vocab);
     }
-    s.tg = tg / (now() - t0);
+    s.tg = tg / (cv_now_s() - t0);
     free(logits);
     free(tok);
     free(pos);

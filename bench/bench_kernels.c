@@ -15,14 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "kernels/kernels.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double thread_cpu_s(void)
 {
@@ -59,9 +53,9 @@ static double bench(cv_type t, const void *w, const void *x, float *y, long rows
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = cv_now_s();
         cv_matmul_rows(t, w, cols, x, 0, 1, y, 0, 0, rows);
-        double dt = now_s() - t0;
+        double dt = cv_now_s() - t0;
         if (dt < best)
             best = dt;
     }

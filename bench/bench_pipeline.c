@@ -20,18 +20,12 @@
 #include <time.h>
 
 #include "bench_raw.h"
+#include "core/clock.h"
 #include "infer/stage.h"
 #include "kernels/kernels.h"
 #include "pipe/chain.h"
 
 #define MAX_CHAINS 8
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct run {
     double tok_s;
@@ -71,7 +65,7 @@ static int bench_unsplit(const char *model, int threads, int p, int n, run *r)
     cv_batch b = {.n_tokens = p, .token = prompt_ids, .pos = pos, .seq = seq, .want = want};
     int32_t tok;
     int rc = cv_stage_step(&s, &b, NULL, NULL, &tok, err, sizeof err);
-    double t0 = now();
+    double t0 = cv_now_s();
     for (int i = 0; rc == 0 && i < n; i++) {
         r->tokens[i] = tok;
         int32_t ps = p + i;
@@ -79,7 +73,7 @@ static int bench_unsplit(const char *model, int threads, int p, int n, run *r)
         cv_batch one = {.n_tokens = 1, .token = &r->tokens[i], .pos = &ps, .seq = seq, .want = &w};
         rc = cv_stage_step(&s, &one, NULL, NULL, &tok, err, sizeof err);
     }
-    double dt = now() - t0;
+    double dt = cv_now_s() - t0;
     if (rc)
         fprintf(stderr, "bench_pipeline: %s\n", err);
     r->tok_s = n / dt;
@@ -132,7 +126,7 @@ static int bench_chain(const char *model, int threads, int p, int n, char *nodes
     for (int k = 0; rc == 0 && k < plan->n_nodes; k++)
         rc = cv_chain_node_stats(c, k, &before[k], err, sizeof err);
     cv_chain_get_stats(c, &s0);
-    double t0 = now();
+    double t0 = cv_now_s();
     for (int i = 0; rc == 0 && i < n; i++) {
         r->tokens[i] = tok;
         int32_t ps = p + i;
@@ -140,7 +134,7 @@ static int bench_chain(const char *model, int threads, int p, int n, char *nodes
         cv_batch one = {.n_tokens = 1, .token = &r->tokens[i], .pos = &ps, .seq = seq, .want = &w};
         rc = cv_chain_step(c, &one, &tok, err, sizeof err);
     }
-    double dt = now() - t0;
+    double dt = cv_now_s() - t0;
     cv_chain_get_stats(c, &s1);
     for (int k = 0; rc == 0 && k < plan->n_nodes; k++)
         rc = cv_chain_node_stats(c, k, &after[k], err, sizeof err);

@@ -28,18 +28,12 @@
 
 #include "bench_raw.h"
 #include "convoy.h"
+#include "core/clock.h"
 #include "kernels/kernels.h"
 #include "serve/sched.h"
 
 #define MAX_USERS 16
 #define MAX_REPEAT 15
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct user {
     sv_sched *sched;
@@ -61,7 +55,7 @@ static void *user_main(void *arg)
                                  .ignore_eos = true, .top_logprobs = -1};
     char err[512];
     sv_request *r;
-    u->t_start = now();
+    u->t_start = cv_now_s();
     if (sv_sched_submit(u->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK) {
         fprintf(stderr, "bench_users: %s\n", err);
         return NULL;
@@ -71,10 +65,10 @@ static void *user_main(void *arg)
     while (fin == SV_RUNNING) {
         int32_t m = sv_request_wait(r, n, 1000, &fin);
         if (n == 0 && m > 0)
-            u->t_first = now();
+            u->t_first = cv_now_s();
         n = m;
     }
-    u->t_end = now();
+    u->t_end = cv_now_s();
     u->got = n;
     if (fin == SV_FINISH_ERROR)
         fprintf(stderr, "bench_users: %s\n", sv_request_error(r));
@@ -141,7 +135,7 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
     }
     user users[MAX_USERS];
     pthread_t th[MAX_USERS];
-    const double t0 = now();
+    const double t0 = cv_now_s();
     for (int i = 0; i < n_users; i++) {
         users[i] = (user){.sched = s, .id = i, .n_tokens = n_tokens, .n_vocab = info.n_vocab};
         pthread_create(&th[i], NULL, user_main, &users[i]);

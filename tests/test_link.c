@@ -18,23 +18,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "pipe/link.h"
 #include "pipe/proto.h"
 #include "test.h"
 
 #define MARGIN_MS 1500 /* scheduling slack on a loaded machine */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int has(const char *s, const char *needle) { return strstr(s, needle) != NULL; }
 
@@ -112,7 +105,7 @@ static void test_frames_both_ways(void)
     cv_msg_ping pings[NPING];
     uint8_t pb[NPING][CV_MSG_PING_SIZE];
     for (int i = 0; i < NPING; i++) {
-        pings[i] = (cv_msg_ping){.nonce = 1000u + (uint64_t)i, .timestamp = (uint64_t)now_ms()};
+        pings[i] = (cv_msg_ping){.nonce = 1000u + (uint64_t)i, .timestamp = (uint64_t)cv_now_ms()};
         size_t n;
         cv_msg_ping_encode(&pings[i], pb[i], sizeof pb[i], &n, err, sizeof err);
         struct iovec part = {pb[i], n};
@@ -148,9 +141,9 @@ static void test_frames_both_ways(void)
     }
 
     /* nothing more: a timeout, and the link is still fine */
-    int64_t t0 = now_ms();
+    int64_t t0 = cv_now_ms();
     CHECK(cv_link_recv(a, 150, &f, err, sizeof err) == CV_LINK_TIMEOUT && has(err, "node A: no frame within 150"));
-    CHECK(now_ms() - t0 >= 140);
+    CHECK(cv_now_ms() - t0 >= 140);
     CHECK(cv_link_send(a, CV_MSG_PING, 5, pb[0], CV_MSG_PING_SIZE, err, sizeof err) == 0);
     CHECK(cv_link_recv(b, 2000, &f, err, sizeof err) == 0 && f.h.id == 5);
     cv_link_release(b, &f);
@@ -286,13 +279,13 @@ static void test_peer_killed_mid_frame(void)
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     if (!l)
         return;
-    int64_t t0 = now_ms();
+    int64_t t0 = cv_now_ms();
     cv_frame f;
     CHECK(cv_link_recv(l, 10000, &f, err, sizeof err) == -1);
     CHECKF(has(err, "peer 127.0.0.1:") &&
                has(err, "connection closed while reading FORWARD payload (got 3000 of 100000 bytes)"),
            "%s", err);
-    CHECK(now_ms() - t0 < MARGIN_MS);
+    CHECK(cv_now_ms() - t0 < MARGIN_MS);
     cv_link_close(l);
 }
 
@@ -360,9 +353,9 @@ static void test_silent_and_stalled_peer(void)
         SKIP("no loopback TCP");
     cv_frame f;
     /* silent between frames: recv times out, the link is fine */
-    int64_t t0 = now_ms();
+    int64_t t0 = cv_now_ms();
     CHECK(cv_link_recv(l, 400, &f, err, sizeof err) == CV_LINK_TIMEOUT && has(err, "no frame within 400 ms"));
-    int64_t dt = now_ms() - t0;
+    int64_t dt = cv_now_ms() - t0;
     CHECKF(dt >= 390 && dt < 400 + MARGIN_MS, "%lld ms", (long long)dt);
     /* a frame in pieces: a look between them keeps what came */
     uint8_t payload[40] = {7, 8, 9};
@@ -384,9 +377,9 @@ static void test_silent_and_stalled_peer(void)
     h = cv_frame_header_make(CV_MSG_BYE, 1, NULL, 0);
     cv_frame_header_encode(&h, hdr);
     write_all(raw, hdr, 10);
-    t0 = now_ms();
+    t0 = cv_now_ms();
     CHECK(cv_link_recv(l, 10000, &f, err, sizeof err) == -1);
-    dt = now_ms() - t0;
+    dt = cv_now_ms() - t0;
     CHECKF(has(err, "timed out after 300 ms while reading frame header (got 10 of 24 bytes)"), "%s", err);
     CHECKF(dt < 300 + MARGIN_MS, "%lld ms", (long long)dt);
     close(raw);
@@ -409,10 +402,10 @@ static void test_send_stall_and_dead_peer(void)
     uint64_t ticket;
     struct iovec part = {big, n};
     CHECK(cv_link_sendv(l, CV_MSG_FORWARD, 1, &part, 1, &ticket, err, sizeof err) == 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = cv_now_ms();
     CHECK(cv_link_wait_sent(l, ticket, err, sizeof err) == -1);
     CHECKF(has(err, "peer 127.0.0.1:") && has(err, "send stalled: the peer took no data for 300 ms"), "%s", err);
-    CHECK(now_ms() - t0 < 300 + 3 * MARGIN_MS);
+    CHECK(cv_now_ms() - t0 < 300 + 3 * MARGIN_MS);
     CHECK(cv_link_send(l, CV_MSG_BYE, 2, NULL, 0, err, sizeof err) == -1 && has(err, "send stalled"));
     cv_free(big);
     close(raw);
@@ -444,9 +437,9 @@ static void test_connect_and_accept_errors(void)
         SKIP("no loopback TCP");
     int port = cv_listener_port(ls);
     cv_link *l = NULL;
-    int64_t t0 = now_ms();
+    int64_t t0 = cv_now_ms();
     CHECK(cv_listener_accept(ls, 100, NULL, &l, err, sizeof err) == CV_LINK_TIMEOUT);
-    CHECK(now_ms() - t0 >= 90 && has(err, "no connection within 100 ms"));
+    CHECK(cv_now_ms() - t0 >= 90 && has(err, "no connection within 100 ms"));
     cv_listener_close(ls);
     /* the port is closed now */
     CHECK(cv_link_connect("127.0.0.1", port, 1000, NULL, &l, err, sizeof err) == -1);

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/pool.h"
 #include "test.h"
 
@@ -70,13 +71,6 @@ static void check_counts(count_ctx *c, int nth, int jobs)
     CHECK(atomic_load(&c->ith0_elsewhere) == 0);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void back_to_back(int nth, int jobs)
 {
     cv_pool *p = cv_pool_create(nth);
@@ -86,7 +80,7 @@ static void back_to_back(int nth, int jobs)
     CHECK(cv_pool_size(p) == nth);
     count_ctx c;
     init_ctx(&c, nth);
-    double t0 = now_s();
+    double t0 = cv_now_s();
     for (int j = 0; j < jobs; j++) {
         cv_pool_run(p, count_job, &c);
         /* the job is complete when run returns: every ith has counted it */
@@ -94,7 +88,7 @@ static void back_to_back(int nth, int jobs)
             for (int i = 0; i < nth; i++)
                 CHECK(atomic_load(&c.runs[i]) == j + 1);
     }
-    double t = now_s() - t0;
+    double t = cv_now_s() - t0;
     fprintf(stderr, "pool of %d: %d back-to-back jobs, %.2f us per job\n", nth, jobs, t / jobs * 1e6);
     check_counts(&c, nth, jobs);
     cv_pool_free(p);

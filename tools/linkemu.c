@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "pipe/link.h"
 
@@ -69,13 +70,6 @@ typedef struct conn {
 static conn *conns[MAX_CONNS];
 static int64_t delay_ns, jitter_ns;
 static uint64_t rng_state;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static uint64_t rng_next(void)
 {
@@ -288,7 +282,7 @@ int main(int argc, char **argv)
     struct pollfd pfd[1 + 2 * MAX_CONNS];
     int owner[1 + 2 * MAX_CONNS];
     for (;;) {
-        int64_t now = now_ns();
+        int64_t now = (int64_t)cv_now_ns();
         int64_t next = -1;
         int n = 0;
         pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
@@ -327,7 +321,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "linkemu: poll: %s\n", strerror(errno));
             return 1;
         }
-        now = now_ns();
+        now = (int64_t)cv_now_ns();
         if (pfd[0].revents & POLLIN)
             accept_one(lfd, to);
         for (int j = 1; j < n; j += 2) {
