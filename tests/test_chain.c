@@ -38,32 +38,65 @@ static cv_chain_opts small_opts(const char **nodes)
     return o;
 }
 
-/* Each sequence alone on one machine. */
-static void run_alone(int32_t out[N_SEQ][N_GEN])
+enum { KV_STEPS = 8, KV_VOCAB = 512 };
+
+/* One machine (stage) or a chain, stepped one batch at a time. */
+typedef struct target {
+    cv_stage *stage;
+    cv_chain *chain;
+} target;
+
+/* Sequence s alone in slot 0: its prompt, then greedy tokens, n steps in
+ * all; tokens[g] and, when logits is set, logits[g] are step g's. */
+static void run_sequence(target *t, int s, int n, int32_t *tokens, float (*logits)[KV_VOCAB])
 {
     char err[512];
-    for (int s = 0; s < N_SEQ; s++) {
-        cv_stage st;
-        const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8};
-        if (cv_stage_open(&st, model, &p, err, sizeof err)) {
+    int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
+    uint8_t want[PROMPT] = {0, 0, 0, 1};
+    for (int i = 0; i < PROMPT; i++) {
+        tok[i] = prompt_of(s, i);
+        pos[i] = i;
+    }
+    cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
+    for (int g = 0; g < n; g++) {
+        if (t->stage ? cv_stage_step(t->stage, &b, NULL, NULL, &next, err, sizeof err)
+                     : cv_chain_step(t->chain, &b, &next, err, sizeof err)) {
             CHECKF(0, "%s", err);
             return;
         }
-        int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
-        uint8_t want[PROMPT] = {0, 0, 0, 1};
-        for (int i = 0; i < PROMPT; i++) {
-            tok[i] = prompt_of(s, i);
-            pos[i] = i;
-        }
-        cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
-        CHECK(cv_stage_step(&st, &b, NULL, NULL, &next, err, sizeof err) == 0);
-        for (int g = 0; g < N_GEN; g++) {
-            out[s][g] = next;
-            int32_t ps = PROMPT + g;
-            uint8_t w = 1;
-            cv_batch one = {.n_tokens = 1, .token = &out[s][g], .pos = &ps, .seq = seq, .want = &w};
-            CHECK(cv_stage_step(&st, &one, NULL, NULL, &next, err, sizeof err) == 0);
-        }
+        if (tokens)
+            tokens[g] = next;
+        if (logits)
+            memcpy(logits[g], t->stage ? cv_stage_logits(t->stage, 0) : cv_chain_logits(t->chain, 0),
+                   sizeof logits[g]);
+        tok[0] = next;
+        pos[0] = PROMPT + g;
+        want[0] = 1;
+        b.n_tokens = 1;
+    }
+}
+
+/* A one-slot stage of the whole model on this machine. */
+static bool open_alone(cv_stage *st, bool kv_f16)
+{
+    char err[512];
+    const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8,
+                               .kv_f16 = kv_f16};
+    if (cv_stage_open(st, model, &p, err, sizeof err)) {
+        CHECKF(0, "%s", err);
+        return false;
+    }
+    return true;
+}
+
+/* Each sequence alone on one machine. */
+static void run_alone(int32_t out[N_SEQ][N_GEN])
+{
+    for (int s = 0; s < N_SEQ; s++) {
+        cv_stage st;
+        if (!open_alone(&st, false))
+            return;
+        run_sequence(&(target){.stage = &st}, s, N_GEN, out[s], NULL);
         cv_stage_close(&st);
     }
 }
@@ -153,36 +186,15 @@ static void micro_batches_match_alone(bool local)
 static void test_micro_batches_match_alone(void) { micro_batches_match_alone(false); }
 static void test_micro_batches_local_first_stage(void) { micro_batches_match_alone(true); }
 
-enum { KV_STEPS = 8, KV_VOCAB = 512 };
-
 /* Sequence 0 alone on one machine: the logits of its prompt's last token,
  * then of each greedy token after it. */
 static void alone_logits(bool kv_f16, float out[KV_STEPS][KV_VOCAB])
 {
-    char err[512];
     cv_stage st;
-    const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8,
-                               .kv_f16 = kv_f16};
-    if (cv_stage_open(&st, model, &p, err, sizeof err)) {
-        CHECKF(0, "%s", err);
+    if (!open_alone(&st, kv_f16))
         return;
-    }
     CHECK(st.model.hp.n_vocab == KV_VOCAB);
-    int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
-    uint8_t want[PROMPT] = {0, 0, 0, 1};
-    for (int i = 0; i < PROMPT; i++) {
-        tok[i] = prompt_of(0, i);
-        pos[i] = i;
-    }
-    cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
-    for (int step = 0; step < KV_STEPS; step++) {
-        CHECKF(cv_stage_step(&st, &b, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
-        memcpy(out[step], cv_stage_logits(&st, 0), sizeof out[step]);
-        tok[0] = next;
-        pos[0] = PROMPT + step;
-        want[0] = 1;
-        b.n_tokens = 1;
-    }
+    run_sequence(&(target){.stage = &st}, 0, KV_STEPS, NULL, out);
     cv_stage_close(&st);
 }
 
@@ -207,24 +219,7 @@ static void test_kv_f16_on_every_stage(void)
     cv_chain *c;
     CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
     if (c) {
-        int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, next;
-        uint8_t want[PROMPT] = {0, 0, 0, 1};
-        for (int i = 0; i < PROMPT; i++) {
-            tok[i] = prompt_of(0, i);
-            pos[i] = i;
-        }
-        cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
-        for (int step = 0; step < KV_STEPS; step++) {
-            if (cv_chain_step(c, &b, &next, err, sizeof err)) {
-                CHECKF(0, "%s", err);
-                break;
-            }
-            memcpy(chain[step], cv_chain_logits(c, 0), sizeof chain[step]);
-            tok[0] = next;
-            pos[0] = PROMPT + step;
-            want[0] = 1;
-            b.n_tokens = 1;
-        }
+        run_sequence(&(target){.chain = c}, 0, KV_STEPS, NULL, chain);
         CHECK(memcmp(chain, f16, sizeof chain) == 0);
         cv_chain_close(c);
     }
