@@ -150,7 +150,8 @@ int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
  * drafts), observe. */
 typedef struct convoy_spec convoy_spec;
 
-/* The most drafts a round may carry (--spec-k, --spec-k-max). */
+/* The most drafts a round may carry (--spec-k, --spec-k-max): bounds the
+ * per-round buffer of convoy_generate. */
 #define CONVOY_SPEC_K_LIMIT 63
 
 typedef struct convoy_spec_params {

@@ -183,8 +183,6 @@ static void batch_put(cv_drafter *d, int32_t i, int32_t slot, int32_t pos, int32
     d->kv_ids[(size_t)slot * (size_t)d->stage.kv.n_ctx + (size_t)pos] = id;
 }
 
-/* Runs the batch's first n tokens; the ids of its wanted rows go to
- * row_id. */
 /* Runs the n tokens of the batch built in d and appends the id of each of
  * its n_row wanted rows to the request d->row_req names. */
 static int draft_step(cv_drafter *d, cv_draft_req *reqs, int32_t n, int32_t n_row, char *err, size_t errlen)

@@ -1,15 +1,12 @@
 /* sampler.c: penalties, top-k, top-p, min-p, temperature and a seeded draw.
  *
- * Design: the sampler owns every buffer it needs, sized by n_vocab (and
- * penalty_last_n) at create, so cv_sampler_sample never allocates.
- *  - Penalty history is a ring of the last penalty_last_n accepted ids plus a
- *    per-id count kept in step with the last penalty_last_n of them, so a
- *    penalized logit costs one lookup. The ring holds CV_SAMPLER_MAX_REWIND
- *    more ids than the window, which a rewind brings back into it.
- *  - Verification of a draft (speculation) with temp > 0 is the rejection
- *    rule for a deterministic draft (q is one-hot at the draft): accept with
- *    probability p(draft), else draw from p without the draft, renormalized;
- *    the emitted id is then distributed exactly as p.
+ * Design: the sampler owns every buffer it needs, sized by n_vocab and the
+ * slot's context at create, so cv_sampler_sample never allocates.
+ *  - Penalty history is a ring of the last max(penalty_last_n, n_ctx)
+ *    accepted ids plus a per-id count kept in step with the last
+ *    penalty_last_n of them, so a penalized logit costs one lookup and a
+ *    rewind of any length within the context brings the ids it uncovers
+ *    back into the window exactly.
  *  - Candidates are (logit, id) pairs ranked by logit descending, then id
  *    ascending: a total order, so cuts through ties are fixed. Top-k keeps a
  *    heap of the k best (root: the worst of them); with top-k off the set is
@@ -50,7 +47,7 @@ struct cv_sampler {
     double *weight;        /* [n_vocab] draw weights, in draw order */
     int32_t *count;        /* [n_vocab] occurrences of each id in the history */
     int32_t *history;      /* [history_cap] ring of the last accepted ids */
-    int32_t history_cap;   /* penalty_last_n + CV_SAMPLER_MAX_REWIND */
+    int32_t history_cap;   /* max(penalty_last_n, n_ctx, 1) */
     int64_t n_accepted;    /* ids accepted since the last reset; the ring holds the last min(this, cap) */
     uint64_t rng_state;
 };

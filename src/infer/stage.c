@@ -88,25 +88,20 @@ void cv_stage_close(cv_stage *s)
 }
 
 /* Truncates each slot whose first token in the batch starts below its
- * cached length (the rollback rule of stage.h). */
+ * cached length (the rollback rule of stage.h); the batch is checked. */
 static void roll_back(cv_stage *s, const cv_batch *b)
 {
     for (int32_t t = 0; t < b->n_tokens; t++)
-        if (b->pos[t] >= 0)
-            cv_stage_seq_truncate(s, b->seq[t], b->pos[t]);
+        cv_stage_seq_truncate(s, b->seq[t], b->pos[t]);
 }
 
 /* Fills draft_of: for each row, the draft token that follows it in its
- * slot, or -1. A draft must follow a wanted row one position before it. */
+ * slot, or -1. A draft must follow a wanted row one position before it.
+ * The batch's size and slots are checked. */
 static int link_drafts(cv_stage *s, const cv_batch *b, char *err, size_t errlen)
 {
-    if (b->n_tokens > s->n_batch)
-        return cv_errf(err, errlen, "batch of %d tokens, this stage takes at most %d", b->n_tokens, s->n_batch);
-    for (int32_t t = 0; t < b->n_tokens; t++) {
-        if (b->seq[t] < 0 || b->seq[t] >= s->kv.n_slot)
-            return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, b->seq[t], s->kv.n_slot);
+    for (int32_t t = 0; t < b->n_tokens; t++)
         s->slot_row[b->seq[t]] = -1;
-    }
     for (int32_t t = 0; t < b->n_tokens; t++) {
         const int32_t prev = s->slot_row[b->seq[t]];
         s->draft_of[t] = -1;
@@ -125,7 +120,7 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
                   char *err, size_t errlen)
 {
     const bool head = cv_llama_has_head(&s->model);
-    if ((head && link_drafts(s, b, err, errlen)) || cv_forward_check(s->fwd, b, true, err, errlen))
+    if (cv_forward_check(s->fwd, b, true, err, errlen) || (head && link_drafts(s, b, err, errlen)))
         return -1; /* refused before any slot is cut back */
     roll_back(s, b);
     if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))

@@ -249,6 +249,11 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->chain ? cv_chain_n_ctx
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
 int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
+/* The API's want values are the engine's, passed through as they are. */
+_Static_assert((int)CONVOY_WANT_NONE == (int)CV_WANT_NONE && (int)CONVOY_WANT_SAMPLE == (int)CV_WANT_SAMPLE &&
+                   (int)CONVOY_WANT_DRAFT == (int)CV_WANT_DRAFT,
+               "convoy.h's want values must equal forward.h's");
+
 static cv_batch to_cv_batch(const convoy_batch *b)
 {
     return (cv_batch){.n_tokens = b->n_tokens, .token = b->token, .pos = b->pos, .seq = b->seq, .want = b->want};

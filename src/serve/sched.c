@@ -272,7 +272,7 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
             f->token[n] = d == 0 ? sl->next : s->drafts[(size_t)i * (size_t)s->k_max + (size_t)(d - 1)];
             f->pos[n] = sl->n_past++;
             f->seq[n] = i;
-            f->want[n] = d == 0 ? 1 : 2;
+            f->want[n] = d == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
             f->row_token[w++] = n;
             n++;
         }
@@ -317,7 +317,7 @@ static void compute_logprobs(sv_sched *s, const sv_flight *f)
     int32_t ahead = 0;
     for (int32_t row = 0; row < f->n_want; row++) {
         const int32_t t = f->row_token[row];
-        ahead = f->want[t] == 2 ? ahead + 1 : 0;
+        ahead = f->want[t] == CONVOY_WANT_DRAFT ? ahead + 1 : 0;
         const sv_request *r = s->slots[f->seq[t]].req;
         const int32_t id = s->b_sampled[row];
         if (!r->lp || id < 0)
