@@ -20,7 +20,8 @@ void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_cos
     const uint64_t wide = (uint64_t)hp->n_ff > n_q ? (uint64_t)hp->n_ff : n_q;
     c->kv_per_layer = 2 * (uint64_t)p->n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
     c->fixed = (uint64_t)p->n_batch * 4 * (4 * (uint64_t)hp->n_embd + 2 * n_q + 2 * kv_dim + 3 * wide);
-    c->head_extra = (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab + (uint64_t)p->n_slot * 28 * (uint64_t)hp->n_vocab;
+    c->head_extra = (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab +
+                    (uint64_t)p->n_slot * (28 * (uint64_t)hp->n_vocab + 4 * n_ctx); /* samplers, history rings */
 }
 
 uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p)

@@ -211,6 +211,13 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         c->embd_open = false;
         const cv_stage_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                                     .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
+        const uint64_t need = cv_stage_bytes_needed(&c->embd.model, &lp);
+        if (o->local_mem_budget && need > o->local_mem_budget) {
+            cv_errf(err, errlen, "layers [0, %d) here need %.2f GB (embeddings, weights, KV cache, buffers), the "
+                                 "budget is %.2f GB",
+                    c->n_local, need / 1e9, o->local_mem_budget / 1e9);
+            goto fail;
+        }
         if (cv_stage_open(&c->embd, model_path, &lp, err, errlen))
             goto fail;
         c->embd_open = true;
@@ -285,8 +292,8 @@ static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
 /* After node `reporter` reported a failure, looks briefly for a link that
  * died: a node that lost its neighbour reports it at once, but the
  * neighbour that died is the cause and is named first. A node that
- * reported an error ends its session, so the end of its own link is not
- * the cause. */
+ * reported an error may end its session after it, so the end of its own
+ * link is not the cause. */
 static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
 {
     char first[CV_ERRLEN];
@@ -432,13 +439,13 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
                         .act = f->hidden};
     if (m.act_type != CV_ACT_F32) {
         if (cv_act_from_f32(m.act_type, f->hidden, (uint64_t)b->n_tokens * hp->n_embd, f->act, err, errlen))
-            return -1;
+            return broken(c); /* the local layers have taken the batch */
         m.act = f->act;
     }
     size_t head_len;
     if (cv_msg_forward_encode_head(&m, f->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
                                    &head_len, err, errlen))
-        return -1;
+        return broken(c);
     const size_t act_len = cv_act_bytes(m.act_type, (uint64_t)b->n_tokens, (uint64_t)hp->n_embd);
     const struct iovec parts[2] = {{f->fwd_head, head_len}, {(void *)m.act, act_len}};
     f->id = ++c->next_id;
