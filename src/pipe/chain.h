@@ -9,7 +9,8 @@
  * others (with opts->local_mem_budget and its measured speed) and its
  * layers run in the head, before the FORWARD leaves, so that a machine can
  * serve and hold a stage without a hop between the two.
- * cv_chain_step embeds a batch, sends it to the first node as one FORWARD,
+ * cv_chain_step embeds a batch (and runs the local layers), sends it to the
+ * first node as one FORWARD,
  * and waits for the last node's RESULT: one sampled id per wanted token
  * (and, with opts->want_logits, the full logits rows). A node that
  * refuses, disconnects, stalls past opts->io_timeout_ms or sends garbage
@@ -54,7 +55,8 @@ void cv_chain_close(cv_chain *c);
 int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen);
 /* Micro-batches: up to cv_chain_depth (the number of stages, local included)
  * batches in flight, so that every stage works on a different one.
- * cv_chain_submit embeds and sends a batch and returns at once;
+ * cv_chain_submit embeds a batch, runs the local layers, sends it and
+ * returns without waiting for its result;
  * cv_chain_collect waits for the oldest batch in flight and writes one
  * sampled id per wanted token (*n_tokens of them). A sequence must not be
  * in two batches in flight (its next token depends on the last). Results

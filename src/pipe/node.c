@@ -1,8 +1,8 @@
 /* node.c: `convoy stage`, one node of a pipeline (see node.h).
  *
  * The serving thread owns everything: the listener, the session's links,
- * the stage. Links deliver frames through an inbox, so the thread waits on
- * the head and the previous node at once.
+ * the stage. It reads the head's and the previous node's links itself,
+ * through an inbox, so it waits on both at once.
  * Hidden states go to the next node straight from the stage's output
  * buffer (two buffers alternate, so one can be on the wire while the next
  * batch is computed); the last stage answers the head with RESULT. All
