@@ -229,8 +229,12 @@ int main(int argc, char **argv)
                     result b, bs, r;
                     if (run(m, NULL, &plain, threads, 1, n_tokens, &b) ||
                         (with && run(m, NULL, &spec, threads, 1, n_tokens, &bs)) ||
-                        run(m, targets[tgt], with ? &spec : &plain, threads, users[k], n_tokens, &r))
-                        continue;
+                        run(m, targets[tgt], with ? &spec : &plain, threads, users[k], n_tokens, &r)) {
+                        fprintf(stderr, "bench_users: a run failed (above): no medians over fewer runs\n");
+                        bench_raw_close(raw);
+                        convoy_model_free(m);
+                        return 1;
+                    }
                     per_user[n] = r.per_user;
                     agg[n] = r.aggregate;
                     p50[n] = r.ttft_p50;
@@ -248,9 +252,7 @@ int main(int argc, char **argv)
                                                     with ? bs.aggregate : b.aggregate, "time", (int)time(NULL)));
                     n++;
                 }
-                if (n == 0)
-                    continue;
-                const double r_med = median(ratio, n);
+                const double r_med = median(ratio, n); /* sorts ratio: [0] and [n - 1] are its extremes */
                 printf("| %s | %s | %d | %.2f | %.2f | %.3f | %.3f | %.2f | %.2fx (%.2f-%.2f) | %.2fx |\n",
                        tgt ? "pipeline" : "unsplit", with ? spec.draft : "none", users[k], median(per_user, n),
                        median(agg, n), median(p50, n), median(p95, n), median(base, n), r_med, ratio[0],

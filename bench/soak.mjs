@@ -88,7 +88,6 @@ async function main() {
         const bodies = ['{"model": "stories260K", "prompt": ', '{"prompt": 5, "max_tokens": "x"}',
                         JSON.stringify({ prompt: 'x'.repeat(2 << 20), max_tokens: 4 }),
                         JSON.stringify({ prompt: 'hi', max_tokens: -3 })];
-        /* any of them, not just the first 3 that kind 7..9 could index */
         const r = await request('POST', '/v1/completions', bodies[Math.floor(Math.random() * bodies.length)]);
         let shaped = false;
         try { shaped = r.status >= 400 && r.status < 500 && JSON.parse(r.text).error.message.length > 0; } catch {}

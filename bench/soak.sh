@@ -24,7 +24,9 @@ mkdir -p bench/out
 model="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
 port=$((20000 + RANDOM % 20000))
 nodes=()
+pid=
 stage_pid=
+trap 'kill $pid $stage_pid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 if [[ "${CHAIN:-0}" == 1 ]]; then
     stage_port=$((port + 1))
     build/convoy stage --listen "127.0.0.1:$stage_port" -m "$model" 2>bench/out/soak-stage.log &
@@ -34,11 +36,11 @@ if [[ "${CHAIN:-0}" == 1 ]]; then
         (exec 3<>"/dev/tcp/127.0.0.1/$stage_port") 2>/dev/null && break
         sleep 0.1
     done
+    kill -0 "$stage_pid" 2>/dev/null || { echo "soak.sh: the stage did not start (bench/out/soak-stage.log)" >&2; exit 1; }
 fi
 build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 "${nodes[@]}" \
     2>bench/out/soak-server.log &
 pid=$!
-trap 'kill "$pid" $stage_pid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1

@@ -15,8 +15,8 @@
 # in the same run for the memory-bound 1B model. TOKENS (default 128) per user.
 # DRAFT=q8_0|q4_0|ngram|PATH.gguf adds speculative runs of every target (a
 # self-draft quantized from each model into bench/out/models, the n-gram
-# drafter, or a given draft model), with their ratios to the unsplit model
-# with the same speculation too. convoy quantize takes F32/F16/BF16 models
+# drafter, or a given draft model, for one MODEL only), with their ratios
+# to the unsplit model with the same speculation too. convoy quantize takes F32/F16/BF16 models
 # only, so q8_0|q4_0 stop with a message for the synthetic ones (already
 # quantized): give those DRAFT=PATH.gguf, e.g. a `convoy synth` of the same
 # shape with --type Q4_0 (the same weights).
@@ -28,10 +28,15 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 make --no-print-directory -C build -j2 convoy bench_users bench_decode >/dev/null
 mkdir -p bench/out/models
 l3=bench/out/models/synth-22mb-q8_0.gguf
+l3_dims=512,5,8,8,1536,4096
 big=bench/out/models/llama-1b-q4_0.gguf
-[[ -f "$l3" ]] || build/convoy synth --dims 512,5,8,8,1536,4096 --type Q8_0 -o "$l3" >/dev/null
+[[ -f "$l3" ]] || build/convoy synth --dims $l3_dims --type Q8_0 -o "$l3" >/dev/null
 [[ -f "$big" ]] || build/convoy synth --shape llama-3.2-1b --type Q4_0 -o "$big" >/dev/null
 models=("$@")
+if [[ "${DRAFT:-}" == *.gguf && ${#models[@]} -ne 1 ]]; then
+    echo "users.sh: DRAFT=PATH.gguf drafts for one target: name exactly one MODEL (its vocabulary must match)" >&2
+    exit 2
+fi
 [[ ${#models[@]} -gt 0 ]] || models=("${CONVOY_SHARED:-../shared}/models/stories260K.gguf" "$l3" "$big")
 
 export CONVOY_CLUSTER_PREFIX=cvu
@@ -49,7 +54,7 @@ for m in "${models[@]}"; do
         d="bench/out/models/$(basename "$m" .gguf)-draft-$DRAFT.gguf"
         if [[ ! -f "$d" ]] && ! build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null; then
             echo "users.sh: $m cannot be quantized to $DRAFT (convoy quantize takes F32/F16/BF16 models);" \
-                "give DRAFT=PATH.gguf, e.g. for the 22 MB model: build/convoy synth --dims 512,5,8,8,1536,4096" \
+                "give DRAFT=PATH.gguf, e.g. for the 22 MB model: build/convoy synth --dims $l3_dims" \
                 "--type Q4_0 -o bench/out/models/synth-22mb-q4_0.gguf, then" \
                 "DRAFT=bench/out/models/synth-22mb-q4_0.gguf bench/users.sh $l3" >&2
             exit 1

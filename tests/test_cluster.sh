@@ -21,9 +21,9 @@ cluster="$src/scripts/cluster.sh"
 export LINKEMU="$(dirname "$convoy")/linkemu"
 export CONVOY_CLUSTER_PREFIX=cvt
 
+. "$src/tests/lib.sh"
 if [[ "$(id -u)" -ne 0 ]] || ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
-    echo "SKIP: test_cluster needs root and ip netns"
-    exit 0
+    skip "test_cluster needs root and ip netns"
 fi
 for tool in python3 ping nft tc; do
     command -v "$tool" >/dev/null || {

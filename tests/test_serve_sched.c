@@ -401,7 +401,9 @@ static void test_speculation_max_tokens(void)
     for (int i = 0; i < N_REQ; i++) {
         CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
                i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
-        CHECKF(!memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out), "request %d differs", i);
+        CHECKF(plain[i].n_out == spec[i].n_out &&
+                   !memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
+               "request %d differs", i);
         rows += (uint64_t)spec[i].n_prompt + (uint64_t)spec[i].p.max_tokens - 1;
     }
     CHECKF(st.batch_tokens == rows && st.spec_drafted == st.spec_accepted,
@@ -420,7 +422,8 @@ static void test_speculation_max_tokens(void)
     for (int i = 0; i < N_REQ; i++) {
         CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
                i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
-        CHECKF(!memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
+        CHECKF(plain[i].n_out == spec[i].n_out &&
+                   !memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
                "request %d differs at temperature 0.9", i);
     }
     CHECKF(st.spec_rounds > 0 && st.spec_accepted < st.spec_drafted, "%llu rounds, %llu of %llu drafts accepted",
