@@ -67,7 +67,7 @@ int cmd_run(int argc, char **argv)
     int32_t n_predict = 128;
     bool ignore_eos = false, seed_given = false, print_ids = false;
     convoy_ctx_params cp = convoy_ctx_default_params();
-    cv_sampler_params sp = cv_sampler_default_params();
+    convoy_sampling_params sp = convoy_sampling_default_params();
     arg_spec spec_args = arg_spec_init();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -21,7 +21,7 @@
 
 #include "bench_raw.h"
 #include "core/clock.h"
-#include "infer/stage.h"
+#include "infer/span.h"
 #include "kernels/kernels.h"
 #include "pipe/chain.h"
 
@@ -49,10 +49,10 @@ static void prompt_tokens(int32_t *ids, int n, int32_t n_vocab)
 static int bench_unsplit(const char *model, int threads, int p, int n, run *r)
 {
     char err[512];
-    cv_stage s;
-    const cv_stage_params sp = {.l0 = 0, .l1 = -1, .n_threads = threads, .n_ctx = p + n + 1, .n_slot = 1,
+    cv_span s;
+    const cv_span_params sp = {.l0 = 0, .l1 = -1, .n_threads = threads, .n_ctx = p + n + 1, .n_slot = 1,
                                 .n_batch = p};
-    if (cv_stage_open(&s, model, &sp, err, sizeof err)) {
+    if (cv_span_open(&s, model, &sp, err, sizeof err)) {
         fprintf(stderr, "bench_pipeline: %s\n", err);
         return -1;
     }
@@ -64,14 +64,14 @@ static int bench_unsplit(const char *model, int threads, int p, int n, run *r)
     want[p - 1] = 1;
     cv_batch b = {.n_tokens = p, .token = prompt_ids, .pos = pos, .seq = seq, .want = want};
     int32_t tok;
-    int rc = cv_stage_step(&s, &b, NULL, NULL, &tok, err, sizeof err);
+    int rc = cv_span_step(&s, &b, NULL, NULL, &tok, err, sizeof err);
     double t0 = cv_now_s();
     for (int i = 0; rc == 0 && i < n; i++) {
         r->tokens[i] = tok;
         int32_t ps = p + i;
         uint8_t w = 1;
         cv_batch one = {.n_tokens = 1, .token = &r->tokens[i], .pos = &ps, .seq = seq, .want = &w};
-        rc = cv_stage_step(&s, &one, NULL, NULL, &tok, err, sizeof err);
+        rc = cv_span_step(&s, &one, NULL, NULL, &tok, err, sizeof err);
     }
     double dt = cv_now_s() - t0;
     if (rc)
@@ -80,7 +80,7 @@ static int bench_unsplit(const char *model, int threads, int p, int n, run *r)
     r->ms_per_token = 1e3 * dt / n;
     r->n_stages = 1;
     r->compute_ms[0] = r->ms_per_token;
-    cv_stage_close(&s);
+    cv_span_close(&s);
     return rc;
 }
 

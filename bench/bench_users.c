@@ -49,7 +49,7 @@ static void *user_main(void *arg)
     prompt[0] = 1;
     for (int i = 1; i < 12; i++)
         prompt[i] = 3 + (u->id * 977 + i * 131) % (u->n_vocab - 3);
-    cv_sampler_params sp = cv_sampler_default_params();
+    convoy_sampling_params sp = convoy_sampling_default_params();
     sp.temp = 0;
     const sv_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = u->n_tokens, .sampler = sp,
                                  .ignore_eos = true, .top_logprobs = -1};

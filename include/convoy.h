@@ -10,19 +10,16 @@
  * composition and thread count. One thread at a time may use a convoy_ctx
  * (the engine is owned by one inference thread); a convoy_model may be
  * shared read-only. Failures return -1 (or NULL) with a message in err.
+ * The kernels for this CPU are selected by the first model load.
  *
- * The kernels must be selected first with cv_kernels_init (kernels/kernels.h);
- * the convoy binary does so at start-up.
- *
- * Sampling is part of the API through infer/sampler.h. */
+ * This header includes only standard headers: src/engine/ implements it
+ * over the layers below (infer/ for one machine, pipe/ for a chain). */
 #ifndef CONVOY_H
 #define CONVOY_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "infer/sampler.h"
 
 typedef struct convoy_model convoy_model;
 typedef struct convoy_ctx convoy_ctx;
@@ -86,6 +83,31 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 
+/* A slot's sampling, llama.cpp's default chain: repetition / frequency /
+ * presence penalties, top-k, top-p, min-p, temperature, then a draw with
+ * the slot's RNG (64-bit PCG from seed); temp 0 is greedy (argmax, ties to
+ * the lowest id). */
+typedef struct convoy_sampling_params {
+    float temp;             /* 0 = greedy */
+    int32_t top_k;          /* 0 = off */
+    float top_p;            /* 1 = off */
+    float min_p;            /* 0 = off */
+    float repeat_penalty;   /* 1 = off */
+    int32_t penalty_last_n; /* ids of history the penalties see */
+    float freq_penalty;
+    float presence_penalty;
+    uint64_t seed;
+    /* Log-probabilities for convoy_logprobs: -1 none; else the sampled id's
+     * and n_logprobs alternatives (up to CONVOY_MAX_TOP_LOGPROBS). */
+    int32_t n_logprobs;
+} convoy_sampling_params;
+
+#define CONVOY_MAX_TOP_LOGPROBS 20
+
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off (last 64),
+ * seed 0, no logprobs: llama.cpp's defaults. */
+convoy_sampling_params convoy_sampling_default_params(void);
+
 enum { CONVOY_WANT_NONE = 0, CONVOY_WANT_SAMPLE = 1, CONVOY_WANT_DRAFT = 2 };
 
 typedef struct convoy_batch {
@@ -131,7 +153,21 @@ const float *convoy_logits(const convoy_ctx *c, int32_t i);
  * [number of wanted tokens][n_vocab]. */
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen);
 /* Sampling parameters of a slot (allocates: call at request setup). */
-int convoy_set_sampler(convoy_ctx *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
+int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params *p, char *err, size_t errlen);
+
+/* The log-probabilities of the i-th wanted token of the last step or
+ * collect, for a slot whose sampler asked for them (n_logprobs >= 0):
+ * out[0] is the sampled id's, out[1 .. n_logprobs] the most likely ids,
+ * most likely first, ties to the lower id (log-softmax of the raw logits,
+ * before penalties and temperature). The same bits on one machine and on a
+ * chain, where the last stage computes them. Returns the entries written
+ * (1 + n_logprobs), 0 for a row that emitted no token (after a rejected
+ * draft) or whose slot asked for none. out holds 1 + CONVOY_MAX_TOP_LOGPROBS. */
+typedef struct convoy_logprob {
+    int32_t id;
+    float logprob;
+} convoy_logprob;
+int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out);
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
 /* Keeps the first len positions of a slot (rollback: no copy). */

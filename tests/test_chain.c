@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "infer/stage.h"
+#include "infer/span.h"
 #include "kernels/kernels.h"
 #include "pipe/chain.h"
 #include "test.h"
@@ -42,7 +42,7 @@ enum { KV_STEPS = 8, KV_VOCAB = 512 };
 
 /* One machine (stage) or a chain, stepped one batch at a time. */
 typedef struct target {
-    cv_stage *stage;
+    cv_span *stage;
     cv_chain *chain;
 } target;
 
@@ -59,7 +59,7 @@ static void run_sequence(target *t, int s, int n, int32_t *tokens, float (*logit
     }
     cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
     for (int g = 0; g < n; g++) {
-        if (t->stage ? cv_stage_step(t->stage, &b, NULL, NULL, &next, err, sizeof err)
+        if (t->stage ? cv_span_step(t->stage, &b, NULL, NULL, &next, err, sizeof err)
                      : cv_chain_step(t->chain, &b, &next, err, sizeof err)) {
             CHECKF(0, "%s", err);
             return;
@@ -67,7 +67,7 @@ static void run_sequence(target *t, int s, int n, int32_t *tokens, float (*logit
         if (tokens)
             tokens[g] = next;
         if (logits)
-            memcpy(logits[g], t->stage ? cv_stage_logits(t->stage, 0) : cv_chain_logits(t->chain, 0),
+            memcpy(logits[g], t->stage ? cv_span_logits(t->stage, 0) : cv_chain_logits(t->chain, 0),
                    sizeof logits[g]);
         tok[0] = next;
         pos[0] = PROMPT + g;
@@ -77,12 +77,12 @@ static void run_sequence(target *t, int s, int n, int32_t *tokens, float (*logit
 }
 
 /* A one-slot stage of the whole model on this machine. */
-static bool open_alone(cv_stage *st, bool kv_f16)
+static bool open_alone(cv_span *st, bool kv_f16)
 {
     char err[512];
-    const cv_stage_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8,
+    const cv_span_params p = {.l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = 64, .n_slot = 1, .n_batch = 8,
                                .kv_f16 = kv_f16};
-    if (cv_stage_open(st, model, &p, err, sizeof err)) {
+    if (cv_span_open(st, model, &p, err, sizeof err)) {
         CHECKF(0, "%s", err);
         return false;
     }
@@ -93,11 +93,11 @@ static bool open_alone(cv_stage *st, bool kv_f16)
 static void run_alone(int32_t out[N_SEQ][N_GEN])
 {
     for (int s = 0; s < N_SEQ; s++) {
-        cv_stage st;
+        cv_span st;
         if (!open_alone(&st, false))
             return;
         run_sequence(&(target){.stage = &st}, s, N_GEN, out[s], NULL);
-        cv_stage_close(&st);
+        cv_span_close(&st);
     }
 }
 
@@ -190,12 +190,12 @@ static void test_micro_batches_local_first_stage(void) { micro_batches_match_alo
  * then of each greedy token after it. */
 static void alone_logits(bool kv_f16, float out[KV_STEPS][KV_VOCAB])
 {
-    cv_stage st;
+    cv_span st;
     if (!open_alone(&st, kv_f16))
         return;
     CHECK(st.model.hp.n_vocab == KV_VOCAB);
     run_sequence(&(target){.stage = &st}, 0, KV_STEPS, NULL, out);
-    cv_stage_close(&st);
+    cv_span_close(&st);
 }
 
 static void test_kv_f16_on_every_stage(void)

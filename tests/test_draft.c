@@ -15,14 +15,14 @@
 
 #include "core/alloc.h"
 #include "infer/draft.h"
-#include "infer/stage.h"
+#include "infer/span.h"
 #include "kernels/kernels.h"
 #include "test.h"
 
 enum { N_VOCAB = 512, K_MAX = 6, REF_CTX = 256, REF_BATCH = 64, N_HIST_MAX = 200 };
 
 static char model[1024];
-static cv_stage ref;
+static cv_span ref;
 static bool ref_open;
 
 /* Up to k ids proposed by d for one slot; returns n_out, or -1. */
@@ -155,14 +155,14 @@ static void greedy_ref(const int32_t *hist, int32_t n_hist, int32_t k, int32_t *
 {
     char err[512];
     if (!ref_open) {
-        const cv_stage_params p = {
+        const cv_span_params p = {
             .l0 = 0, .l1 = -1, .n_threads = 1, .n_ctx = REF_CTX, .n_slot = 1, .n_batch = REF_BATCH};
-        ref_open = cv_stage_open(&ref, model, &p, err, sizeof err) == 0;
+        ref_open = cv_span_open(&ref, model, &p, err, sizeof err) == 0;
         CHECKF(ref_open, "%s", err);
         if (!ref_open)
             return;
     }
-    cv_stage_seq_free(&ref, 0);
+    cv_span_seq_free(&ref, 0);
     int32_t pos[REF_BATCH], seq[REF_BATCH] = {0}, next = -1;
     uint8_t want[REF_BATCH];
     for (int32_t start = 0; start < n_hist; start += REF_BATCH) {
@@ -172,7 +172,7 @@ static void greedy_ref(const int32_t *hist, int32_t n_hist, int32_t k, int32_t *
             want[i] = start + i == n_hist - 1;
         }
         const cv_batch b = {.n_tokens = n, .token = hist + start, .pos = pos, .seq = seq, .want = want};
-        CHECKF(cv_stage_step(&ref, &b, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
+        CHECKF(cv_span_step(&ref, &b, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
     }
     for (int32_t j = 0; j < k; j++) {
         out[j] = next;
@@ -181,7 +181,7 @@ static void greedy_ref(const int32_t *hist, int32_t n_hist, int32_t k, int32_t *
         int32_t p = n_hist + j;
         uint8_t w = 1;
         const cv_batch one = {.n_tokens = 1, .token = &out[j], .pos = &p, .seq = seq, .want = &w};
-        CHECKF(cv_stage_step(&ref, &one, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
+        CHECKF(cv_span_step(&ref, &one, NULL, NULL, &next, err, sizeof err) == 0, "%s", err);
     }
 }
 
@@ -374,6 +374,6 @@ int main(void)
     TEST_RUN(test_model_vocab_mismatch);
     TEST_RUN(test_missing_draft_model);
     if (ref_open)
-        cv_stage_close(&ref);
+        cv_span_close(&ref);
     return test_summary();
 }

@@ -45,7 +45,7 @@ static void test_parameters(void)
 
     /* defaults: convoy's sampler, the caller's seed, 16 tokens */
     CHECK(parse(OAI_COMPLETIONS, "{\"model\":\"stories260K\",\"prompt\":[1, 403, 407]}", &r, &e) == 0);
-    const cv_sampler_params d = cv_sampler_default_params();
+    const convoy_sampling_params d = convoy_sampling_default_params();
     CHECK(r.params.sampler.temp == d.temp && r.params.sampler.top_k == d.top_k && r.params.sampler.seed == 777);
     CHECK(r.params.max_tokens == 16 && r.params.n_prompt == 3 && r.prompt[2] == 407 && r.params.top_logprobs == -1);
     CHECK(!r.stream && r.n_stop == 0);

@@ -54,7 +54,7 @@ static void make_jobs(job *jobs)
         j->p.prompt = j->prompt;
         j->p.n_prompt = j->n_prompt;
         j->p.max_tokens = MAX_TOK - 4 * (i % 3);
-        j->p.sampler = cv_sampler_default_params();
+        j->p.sampler = convoy_sampling_default_params();
         j->p.sampler.seed = 1000 + (uint64_t)i;
         j->p.sampler.temp = i % 2 ? 0.9f : 0.0f;
         if (i == 5)
@@ -384,7 +384,7 @@ static void test_speculation_max_tokens(void)
     make_jobs(plain);
     for (int i = 0; i < N_REQ; i++) {
         plain[i].p.max_tokens = max_tokens[i];
-        plain[i].p.sampler = cv_sampler_default_params();
+        plain[i].p.sampler = convoy_sampling_default_params();
         plain[i].p.sampler.temp = 0.0f;
         plain[i].p.ignore_eos = true;
     }

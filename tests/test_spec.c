@@ -272,7 +272,7 @@ static void sample_runs(convoy_ctx *c, convoy_spec *spec, int32_t (*out)[N_SAMPL
 {
     char err[512];
     for (int i = 0; i < N_SEED; i++) {
-        cv_sampler_params sp = cv_sampler_default_params();
+        convoy_sampling_params sp = convoy_sampling_default_params();
         sp.temp = 1.0f;
         sp.repeat_penalty = 1.1f;
         sp.seed = (uint64_t)i + 1;

@@ -2,7 +2,7 @@
  *
  * Design: both kinds share the request checks; "ngram" is a backward scan
  * of the history and holds nothing per slot. The model drafter is a whole
- * draft model in a cv_stage (greedy: no sampler is ever set) plus, per
+ * draft model in a cv_span (greedy: no sampler is ever set) plus, per
  * slot, a copy of the ids its KV cache holds (kv_ids, valid up to the
  * stage's kv.len of the slot). A proposal keeps the longest prefix that the
  * copy shares with the new history (at most all but the newest id, whose
@@ -19,7 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
-#include "infer/stage.h"
+#include "infer/span.h"
 
 /* Longest n-gram the prompt lookup tries to match. */
 #define NGRAM_MAX 3
@@ -29,13 +29,13 @@
 #define DRAFT_BATCH_MAX 128
 
 struct cv_drafter {
-    bool is_model; /* the stage is open */
+    bool is_model; /* the span is open */
     int32_t n_slot;
     int32_t k_max;
     uint64_t call;       /* number of the current proposal call */
     uint64_t *slot_call; /* [n_slot] the call that last asked for each slot (duplicate check) */
     /* model drafter */
-    cv_stage stage;   /* its kv.n_ctx and n_batch size the buffers below */
+    cv_span span;    /* its kv.n_ctx and n_batch size the buffers below */
     int32_t *kv_ids;  /* [n_slot][n_ctx] ids in the draft's KV cache (up to its kv.len of the slot) */
     int32_t *tok;     /* [n_batch] the batch being built */
     int32_t *pos;     /* [n_batch] */
@@ -60,21 +60,21 @@ static int32_t draft_batch_size(const cv_drafter_params *p)
 
 static int model_open(cv_drafter *d, const char *path, const cv_drafter_params *p, char *err, size_t errlen)
 {
-    const cv_stage_params sp = {.l0 = 0,
+    const cv_span_params sp = {.l0 = 0,
                                 .l1 = -1,
                                 .n_threads = p->n_threads,
                                 .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot,
                                 .n_batch = draft_batch_size(p)};
     char why[CV_ERRLEN];
-    if (cv_stage_open(&d->stage, path, &sp, why, sizeof why))
+    if (cv_span_open(&d->span, path, &sp, why, sizeof why))
         return cv_errf(err, errlen, "draft model: %s", why);
     d->is_model = true;
-    if (d->stage.model.hp.n_vocab != p->n_vocab)
+    if (d->span.model.hp.n_vocab != p->n_vocab)
         return cv_errf(err, errlen, "draft model %s: its vocabulary has %d ids, the target's %d", path,
-                       d->stage.model.hp.n_vocab, p->n_vocab);
-    const size_t nb = (size_t)d->stage.n_batch, ns = (size_t)p->n_slot;
-    d->kv_ids = cv_calloc(ns * (size_t)d->stage.kv.n_ctx, sizeof *d->kv_ids);
+                       d->span.model.hp.n_vocab, p->n_vocab);
+    const size_t nb = (size_t)d->span.n_batch, ns = (size_t)p->n_slot;
+    d->kv_ids = cv_calloc(ns * (size_t)d->span.kv.n_ctx, sizeof *d->kv_ids);
     d->tok = cv_calloc(nb, sizeof *d->tok);
     d->pos = cv_calloc(nb, sizeof *d->pos);
     d->seq = cv_calloc(nb, sizeof *d->seq);
@@ -85,7 +85,7 @@ static int model_open(cv_drafter *d, const char *path, const cv_drafter_params *
     d->limit = cv_calloc(ns, sizeof *d->limit);
     if (!d->kv_ids || !d->tok || !d->pos || !d->seq || !d->want || !d->row_req || !d->row_id || !d->fed || !d->limit)
         return cv_errf(err, errlen, "out of memory for the draft model's %d slots of %d positions", p->n_slot,
-                       d->stage.kv.n_ctx);
+                       d->span.kv.n_ctx);
     return 0;
 }
 
@@ -125,7 +125,7 @@ void cv_drafter_free(cv_drafter *d)
     if (!d)
         return;
     if (d->is_model)
-        cv_stage_close(&d->stage);
+        cv_span_close(&d->span);
     cv_free(d->kv_ids);
     cv_free(d->tok);
     cv_free(d->pos);
@@ -180,7 +180,7 @@ static void batch_put(cv_drafter *d, int32_t i, int32_t slot, int32_t pos, int32
     d->pos[i] = pos;
     d->seq[i] = slot;
     d->want[i] = want;
-    d->kv_ids[(size_t)slot * (size_t)d->stage.kv.n_ctx + (size_t)pos] = id;
+    d->kv_ids[(size_t)slot * (size_t)d->span.kv.n_ctx + (size_t)pos] = id;
 }
 
 /* Runs the n tokens of the batch built in d and appends the id of each of
@@ -189,7 +189,7 @@ static int draft_step(cv_drafter *d, cv_draft_req *reqs, int32_t n, int32_t n_ro
 {
     const cv_batch b = {.n_tokens = n, .token = d->tok, .pos = d->pos, .seq = d->seq, .want = d->want};
     char why[CV_ERRLEN];
-    if (cv_stage_step(&d->stage, &b, NULL, NULL, d->row_id, why, sizeof why))
+    if (cv_span_step(&d->span, &b, NULL, NULL, d->row_id, why, sizeof why))
         return cv_errf(err, errlen, "draft model: %s", why);
     for (int32_t row = 0; row < n_row; row++) {
         cv_draft_req *r = &reqs[d->row_req[row]];
@@ -205,15 +205,15 @@ static void model_reuse_prefixes(cv_drafter *d, const cv_draft_req *reqs, int32_
 {
     for (int32_t i = 0; i < n; i++) {
         const cv_draft_req *r = &reqs[i];
-        const int32_t *cached = d->kv_ids + (size_t)r->slot * (size_t)d->stage.kv.n_ctx;
-        const int32_t len = d->stage.kv.len[r->slot];
+        const int32_t *cached = d->kv_ids + (size_t)r->slot * (size_t)d->span.kv.n_ctx;
+        const int32_t len = d->span.kv.len[r->slot];
         const int32_t cap = len < r->n_hist - 1 ? len : r->n_hist - 1;
         int32_t keep = 0;
         while (keep < cap && cached[keep] == r->hist[keep])
             keep++;
-        cv_stage_seq_truncate(&d->stage, r->slot, keep);
+        cv_span_seq_truncate(&d->span, r->slot, keep);
         d->fed[i] = keep;
-        const int32_t room = d->stage.kv.n_ctx - r->n_hist + 1;
+        const int32_t room = d->span.kv.n_ctx - r->n_hist + 1;
         d->limit[i] = room < 1 ? 0 : room < r->k ? room : r->k;
     }
 }
@@ -224,9 +224,9 @@ static int model_catch_up(cv_drafter *d, cv_draft_req *reqs, int32_t n, char *er
 {
     for (;;) {
         int32_t n_tok = 0, n_row = 0;
-        for (int32_t i = 0; i < n && n_tok < d->stage.n_batch; i++) {
+        for (int32_t i = 0; i < n && n_tok < d->span.n_batch; i++) {
             const cv_draft_req *r = &reqs[i];
-            while (d->limit[i] > 0 && d->fed[i] < r->n_hist && n_tok < d->stage.n_batch) {
+            while (d->limit[i] > 0 && d->fed[i] < r->n_hist && n_tok < d->span.n_batch) {
                 const int32_t at = d->fed[i]++;
                 const bool last = at == r->n_hist - 1;
                 batch_put(d, n_tok++, r->slot, at, r->hist[at], last);
@@ -306,5 +306,5 @@ int cv_drafter_propose(cv_drafter *d, cv_draft_req *reqs, int32_t n, char *err, 
 void cv_drafter_seq_free(cv_drafter *d, int32_t slot)
 {
     if (d->is_model)
-        cv_stage_seq_free(&d->stage, slot);
+        cv_span_seq_free(&d->span, slot);
 }

@@ -19,6 +19,8 @@
  * each output the bits of that vec_dot. */
 #include "kernels/kernels.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,10 +125,13 @@ static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
+static atomic_bool kernels_chosen; /* cv_kernels_init has run */
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
 
 void cv_kernels_init(int force_ref)
 {
+    atomic_store(&kernels_chosen, true);
     const char *env = getenv("CONVOY_KERNELS");
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
@@ -160,6 +165,14 @@ void cv_kernels_init(int force_ref)
     }
     traits = traits_best;
 }
+
+static void kernels_default(void)
+{
+    if (!atomic_load(&kernels_chosen))
+        cv_kernels_init(0);
+}
+
+void cv_kernels_ensure(void) { pthread_once(&kernels_once, kernels_default); }
 
 const char *cv_kernels_name(void)
 {

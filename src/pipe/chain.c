@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
-#include "infer/stage.h"
+#include "infer/span.h"
 #include "model/fingerprint.h"
 #include "pipe/inbox.h"
 #include "pipe/plan.h"
@@ -28,9 +28,9 @@
 
 struct cv_chain {
     cv_chain_opts o;
-    cv_stage embd;                 /* token embeddings and the local layers [0, n_local) */
-    bool embd_open;
-    bool local;                    /* node 0 is this machine (no link) */
+    cv_span local;                 /* token embeddings and the local layers [0, n_local) */
+    bool local_open;
+    bool local_node;                   /* node 0 is this machine (no link) */
     int32_t n_local;               /* layers node 0 runs here (0 without a local node) */
     uint64_t fingerprint;
     uint64_t cluster_id;           /* the same in every HELLO of this chain */
@@ -106,29 +106,29 @@ static int hello(cv_chain *c, int i, const cv_msg_hello *h, cv_msg_hello_ok *ok,
 
 static cv_msg_hello base_hello(const cv_chain *c)
 {
-    const cv_llama_hparams *hp = &c->embd.model.hp;
+    const cv_llama_hparams *hp = &c->local.model.hp;
     return (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
                           .features = (c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0) |
                                       (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0),
                           .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
-                          .n_ctx = (uint32_t)c->embd.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
+                          .n_ctx = (uint32_t)c->local.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
                           .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
 }
 
 static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen)
 {
-    const cv_llama *m = &c->embd.model;
+    const cv_llama *m = &c->local.model;
     const int32_t n_layer = m->hp.n_layer;
     uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n_layer);
     if (!layer_bytes)
         return cv_errf(err, errlen, "out of memory");
     for (int32_t l = 0; l < n_layer; l++)
         layer_bytes[l] = cv_llama_layer_bytes(m, l);
-    const cv_stage_params sp = {.n_ctx = c->embd.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
+    const cv_span_params sp = {.n_ctx = c->local.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
                                 .kv_f16 = c->o.kv_f16};
-    cv_stage_costs costs;
-    cv_stage_costs_of(m, &sp, &costs);
+    cv_span_costs costs;
+    cv_span_costs_of(m, &sp, &costs);
     const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
                               .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra,
                               .head_work_bytes = cv_llama_head_bytes(m)};
@@ -142,7 +142,7 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
     if (rc)
         return -1;
     c->n_active = 0;
-    for (int i = c->local ? 1 : 0; i < c->n_nodes; i++)
+    for (int i = c->local_node ? 1 : 0; i < c->n_nodes; i++)
         if (c->last[i] > c->first[i])
             c->active[c->n_active++] = i;
     if (c->n_active == 0)
@@ -160,16 +160,16 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         return cv_errf(err, errlen, "out of memory");
     c->o = *o;
     c->n_nodes = o->n_nodes;
-    const cv_stage_params sp = {.l0 = 0, .l1 = 0, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_slot = o->n_slot,
+    const cv_span_params sp = {.l0 = 0, .l1 = 0, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_slot = o->n_slot,
                                 .n_batch = o->n_batch};
-    if (cv_stage_open(&c->embd, model_path, &sp, err, errlen))
+    if (cv_span_open(&c->local, model_path, &sp, err, errlen))
         goto fail;
-    c->embd_open = true;
-    c->fingerprint = cv_model_fingerprint(&c->embd.model.gguf);
+    c->local_open = true;
+    c->fingerprint = cv_model_fingerprint(&c->local.model.gguf);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-    const cv_llama_hparams *hp = &c->embd.model.hp;
+    const cv_llama_hparams *hp = &c->local.model.hp;
     const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
     c->rows = cv_calloc(nb, sizeof *c->rows);
     c->logits = o->want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)hp->n_vocab) : NULL;
@@ -186,9 +186,9 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
                 cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
                 goto fail;
             }
-            c->local = true;
+            c->local_node = true;
             ok[i] = (cv_msg_hello_ok){.mem_budget = o->local_mem_budget,
-                                      .us_per_layer_token = cv_stage_speed_probe(&c->embd.model, o->n_threads)};
+                                      .us_per_layer_token = cv_span_speed_probe(&c->local.model, o->n_threads)};
             continue;
         }
         char host[256];
@@ -205,22 +205,22 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
     }
     if (plan(c, ok, err, errlen))
         goto fail;
-    c->n_local = c->local ? c->last[0] : 0;
+    c->n_local = c->local_node ? c->last[0] : 0;
     if (c->n_local > 0) { /* bind the local layers */
-        cv_stage_close(&c->embd);
-        c->embd_open = false;
-        const cv_stage_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+        cv_span_close(&c->local);
+        c->local_open = false;
+        const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                                     .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
-        const uint64_t need = cv_stage_bytes_needed(&c->embd.model, &lp);
+        const uint64_t need = cv_span_bytes_needed(&c->local.model, &lp);
         if (o->local_mem_budget && need > o->local_mem_budget) {
             cv_errf(err, errlen, "layers [0, %d) here need %.2f GB (embeddings, weights, KV cache, buffers), the "
                                  "budget is %.2f GB",
                     c->n_local, need / 1e9, o->local_mem_budget / 1e9);
             goto fail;
         }
-        if (cv_stage_open(&c->embd, model_path, &lp, err, errlen))
+        if (cv_span_open(&c->local, model_path, &lp, err, errlen))
             goto fail;
-        c->embd_open = true;
+        c->local_open = true;
     }
     /* assign from the last node back, so each node finds its successor ready */
     for (int k = c->n_active - 1; k >= 0; k--) {
@@ -275,8 +275,8 @@ void cv_chain_close(cv_chain *c)
                 cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
             cv_link_close(c->link[i]);
         }
-    if (c->embd_open)
-        cv_stage_close(&c->embd);
+    if (c->local_open)
+        cv_span_close(&c->local);
     for (int k = 0; k < c->depth; k++) {
         cv_free_aligned(c->flight[k].hidden);
         cv_free_aligned(c->flight[k].fwd_head);
@@ -340,7 +340,7 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
         if (c->o.want_logits)
             memset(c->logits + (size_t)i * m->n_vocab, 0, sizeof(float) * m->n_vocab);
         tokens[i++] = -1;
-        cv_stage_seq_truncate(&c->embd, rec[t].seq, rec[t].pos);
+        cv_span_seq_truncate(&c->local, rec[t].seq, rec[t].pos);
     }
     if (r != m->n_rows)
         return cv_errf(err, errlen, "result of %u rows does not match the %d wanted tokens", m->n_rows, i);
@@ -387,10 +387,10 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
                 c->broken = true;
                 rc = -1;
             } else if (c->o.want_logits &&
-                       (!(m.flags & CV_RES_HAS_LOGITS) || m.n_vocab != (uint32_t)c->embd.model.hp.n_vocab)) {
+                       (!(m.flags & CV_RES_HAS_LOGITS) || m.n_vocab != (uint32_t)c->local.model.hp.n_vocab)) {
                 c->broken = true;
                 rc = cv_errf(err, errlen, "%s: result without the logits rows of %d ids asked for", cv_link_name(l),
-                             c->embd.model.hp.n_vocab);
+                             c->local.model.hp.n_vocab);
             } else if (spread_rows(c, fl, &m, tokens, why, sizeof why)) {
                 c->broken = true;
                 rc = cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
@@ -423,8 +423,8 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
         if (cv_link_wait_sent(first_link(c), f->ticket, err, errlen))
             return broken(c);
     }
-    const cv_llama_hparams *hp = &c->embd.model.hp;
-    if (cv_stage_step(&c->embd, b, NULL, f->hidden, NULL, err, errlen))
+    const cv_llama_hparams *hp = &c->local.model.hp;
+    if (cv_span_step(&c->local, b, NULL, f->hidden, NULL, err, errlen))
         return -1;
     cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
     f->n_want = 0;
@@ -480,7 +480,7 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
 
 const float *cv_chain_logits(const cv_chain *c, int32_t i)
 {
-    return c->logits ? c->logits + (size_t)i * (size_t)c->embd.model.hp.n_vocab : NULL;
+    return c->logits ? c->logits + (size_t)i * (size_t)c->local.model.hp.n_vocab : NULL;
 }
 
 static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen)
@@ -498,10 +498,18 @@ static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen
     return 0;
 }
 
-int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen)
+int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
+                         size_t errlen)
 {
+    (void)n_logprobs; /* INTERIM: the pipe helper makes the last node return them */
     const cv_msg_seq_op op = {.op = CV_SEQ_SET_SAMPLER, .seq = seq, .sampler = *p};
     return seq_op(c, &op, err, errlen);
+}
+
+int cv_chain_logprobs(const cv_chain *c, int32_t i, cv_logprob *out)
+{
+    (void)c, (void)i, (void)out; /* INTERIM */
+    return 0;
 }
 
 int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen)
@@ -509,7 +517,7 @@ int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size
     const cv_msg_seq_op op = {.op = CV_SEQ_TRUNCATE, .seq = seq, .len = len < 0 ? 0 : len};
     if (seq_op(c, &op, err, errlen))
         return -1;
-    cv_stage_seq_truncate(&c->embd, seq, op.len);
+    cv_span_seq_truncate(&c->local, seq, op.len);
     return 0;
 }
 
@@ -518,12 +526,12 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
     const cv_msg_seq_op op = {.op = CV_SEQ_FREE, .seq = seq};
     if (seq_op(c, &op, err, errlen))
         return -1;
-    cv_stage_seq_free(&c->embd, seq);
+    cv_span_seq_free(&c->local, seq);
     return 0;
 }
 
-int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->embd.kv.len[seq]; }
-int32_t cv_chain_n_ctx(const cv_chain *c) { return c->embd.kv.n_ctx; }
+int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->local.kv.len[seq]; }
+int32_t cv_chain_n_ctx(const cv_chain *c) { return c->local.kv.n_ctx; }
 
 int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen)
 {

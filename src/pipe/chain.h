@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "infer/forward.h"
+#include "infer/logprobs.h"
 #include "infer/sampler.h"
 #include "pipe/link.h"
 
@@ -67,7 +68,15 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
 int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
 /* Logits of wanted row i of the last step (only with want_logits). */
 const float *cv_chain_logits(const cv_chain *c, int32_t i);
-int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen);
+/* n_logprobs: -1, or the alternatives the last node returns with each of
+ * the slot's sampled ids (see cv_chain_logprobs). */
+int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
+                         size_t errlen);
+/* Log-probabilities of wanted row i of the last collect, as the last node
+ * computed them with cv_logprobs_row (infer/logprobs.h): writes 1 + the
+ * slot's n_logprobs entries and returns that count; 0 when the row emitted
+ * no token or its slot asked for none. */
+int cv_chain_logprobs(const cv_chain *c, int32_t i, cv_logprob *out);
 int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen);
 int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen);
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq);

@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
-#include "infer/stage.h"
+#include "infer/span.h"
 #include "model/fingerprint.h"
 #include "pipe/inbox.h"
 #include "pipe/link.h"
@@ -36,7 +36,7 @@ typedef struct node {
 
     /* session */
     cv_msg_hello hello;
-    cv_stage stage;
+    cv_span stage;
     bool stage_open;
     cv_link *head, *prev, *next;
     cv_inbox inbox;
@@ -110,7 +110,7 @@ static void session_end(node *n)
     cv_link_close(n->head);
     n->prev = n->next = n->head = NULL;
     if (n->stage_open)
-        cv_stage_close(&n->stage);
+        cv_span_close(&n->stage);
     n->stage_open = false;
     session_free_buffers(n);
     node keep = *n;
@@ -137,17 +137,17 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
                        h->n_layer, h->n_embd, h->l0, h->l1, hp->n_layer, hp->n_embd);
     if (h->act_type != CV_ACT_F32 && (h->act_type >= CV_ACT_COUNT || !(h->features & CV_FEAT_LOSSY_ACT)))
         return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
-    const cv_stage_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
+    const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
                                .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0};
-    *bytes = cv_stage_bytes_needed(&n->meta, &p);
+    *bytes = cv_span_bytes_needed(&n->meta, &p);
     if (n->o->mem_budget && *bytes > n->o->mem_budget) {
         *code = CV_PERR_NO_MEMORY;
         return cv_errf(err, errlen, "layers [%u, %u) with %u slots of %u positions need %.2f GB, the budget is %.2f GB",
                        h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->o->mem_budget / 1e9);
     }
     *code = CV_PERR_INTERNAL;
-    if (cv_stage_open(&n->stage, n->o->model_path, &p, err, errlen))
+    if (cv_span_open(&n->stage, n->o->model_path, &p, err, errlen))
         return -1;
     n->stage_open = true;
     const size_t nb = h->n_batch_max, ne = (size_t)hp->n_embd;
@@ -284,7 +284,7 @@ static int handshake(node *n, char *err, size_t errlen)
                               .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
         const bool query = n->hello.l0 == n->hello.l1;
         if (query) {
-            ok.us_per_layer_token = cv_stage_speed_probe(&n->meta, n->o->n_threads);
+            ok.us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
         } else if (assign(n, &code, &ok.layer_bytes, err, errlen) ||
                    (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))) {
             send_error(n->head, id, code, err);
@@ -341,7 +341,7 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
         const int32_t token = n->out_tokens[row++];
         if (token < 0) /* after a rejected draft */
             continue;
-        const float *logits = cv_stage_logits(&n->stage, (int32_t)row - 1);
+        const float *logits = cv_span_logits(&n->stage, (int32_t)row - 1);
         cv_result_row *r = &n->rows[n_rows];
         *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = token};
         const uint32_t np = n->n_probs[n->seq[t]];
@@ -351,14 +351,14 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
             r->top = top;
         }
         if (with_logits && row - 1 != n_rows) /* close the gaps of left-out rows */
-            memmove((float *)cv_stage_logits(&n->stage, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
+            memmove((float *)cv_span_logits(&n->stage, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
         n_rows++;
     }
     cv_msg_result m = {.n_rows = n_rows, .rows = n->rows};
     if (with_logits) {
         m.flags = CV_RES_HAS_LOGITS;
         m.n_vocab = (uint32_t)n_vocab;
-        m.logits = cv_stage_logits(&n->stage, 0);
+        m.logits = cv_span_logits(&n->stage, 0);
     }
     const uint64_t size = cv_msg_result_size(&m);
     if (size > n->res_cap) { /* only a result with full logits rows gets here */
@@ -435,7 +435,7 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
             return -1;
     }
     const uint64_t t0 = cv_now_ns();
-    if (cv_stage_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
+    if (cv_span_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
         return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
     n->stats.compute_ns += cv_now_ns() - t0;
     n->stats.steps++;
@@ -460,15 +460,15 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
         return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
     }
     if (op.op == CV_SEQ_TRUNCATE)
-        cv_stage_seq_truncate(&n->stage, op.seq, op.len);
+        cv_span_seq_truncate(&n->stage, op.seq, op.len);
     else if (op.op == CV_SEQ_FREE)
-        cv_stage_seq_free(&n->stage, op.seq);
+        cv_span_seq_free(&n->stage, op.seq);
     else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) {
         if (op.n_probs > NODE_MAX_PROBS) {
             snprintf(why, sizeof why, "%u top log-probabilities asked, at most %d", op.n_probs, NODE_MAX_PROBS);
             return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
         }
-        if (cv_stage_set_sampler(&n->stage, op.seq, &op.sampler, why, sizeof why))
+        if (cv_span_set_sampler(&n->stage, op.seq, &op.sampler, why, sizeof why))
             return send_error(n->head, f->h.id, CV_PERR_INTERNAL, why) ? -1 : 0;
         n->n_probs[op.seq] = op.n_probs;
     }

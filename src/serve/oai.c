@@ -162,8 +162,8 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
 
 static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request *r, oai_error *e)
 {
-    cv_sampler_params *sp = &r->params.sampler;
-    *sp = cv_sampler_default_params();
+    convoy_sampling_params *sp = &r->params.sampler;
+    *sp = convoy_sampling_default_params();
     sp->seed = default_seed;
     long long x;
     if (get_number(body, "temperature", 0.0, 2.0, &sp->temp, e) || get_number(body, "top_p", 0.0, 1.0, &sp->top_p, e) ||
@@ -195,14 +195,14 @@ static int parse_logprobs(const oai_server *srv, const json_t *body, oai_kind ki
     long long top = -1;
     const char *param = "logprobs";
     if (kind == OAI_COMPLETIONS) {
-        if (get_int(body, "logprobs", 0, SV_MAX_TOP_LOGPROBS, &top, e))
+        if (get_int(body, "logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &top, e))
             return -1;
     } else {
         bool on = false;
         if (get_bool(body, "logprobs", &on, e))
             return -1;
         long long k = -1;
-        if (get_int(body, "top_logprobs", 0, SV_MAX_TOP_LOGPROBS, &k, e))
+        if (get_int(body, "top_logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &k, e))
             return -1;
         if (k >= 0 && !on)
             return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");

@@ -57,7 +57,7 @@ struct sv_request {
     int32_t *prompt; /* [n_prompt + max_tokens]: the prompt, then the output (out) */
     int32_t n_prompt;
     int32_t max_tokens;
-    cv_sampler_params sampler;
+    convoy_sampling_params sampler;
     bool ignore_eos;
     int32_t top_logprobs;
     double t_submit;
@@ -701,7 +701,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
 {
     *out = NULL;
     if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
-        p->top_logprobs < -1 || p->top_logprobs > SV_MAX_TOP_LOGPROBS || (p->top_logprobs >= 0 && !s->has_logits)) {
+        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS || (p->top_logprobs >= 0 && !s->has_logits)) {
         cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
                 p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
         return SV_SUBMIT_ERROR;

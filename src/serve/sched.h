@@ -48,7 +48,6 @@
 
 #include "convoy.h"
 
-#define SV_MAX_TOP_LOGPROBS 20
 
 typedef struct sv_sched sv_sched;
 typedef struct sv_request sv_request;
@@ -67,9 +66,9 @@ typedef struct sv_request_params {
     const int32_t *prompt;    /* copied at submit */
     int32_t n_prompt;         /* >= 1 and < the context */
     int32_t max_tokens;       /* >= 1 and <= context - n_prompt */
-    cv_sampler_params sampler;
+    convoy_sampling_params sampler;
     bool ignore_eos;          /* end-of-generation tokens are output like any other */
-    int32_t top_logprobs;     /* -1: no logprobs; else 0..SV_MAX_TOP_LOGPROBS alternatives per token */
+    int32_t top_logprobs;     /* -1: no logprobs; else 0..CONVOY_MAX_TOP_LOGPROBS alternatives per token */
 } sv_request_params;
 
 /* One (id, log-probability) pair; log-probabilities are of the model's

@@ -3,7 +3,7 @@
  * n_slot slots, a thread pool, the forward pass and, when the stage holds
  * the output head, one sampler per slot.
  *
- * Contract: cv_stage_step runs one batch. A stage holding the embeddings
+ * Contract: cv_span_step runs one batch. A stage holding the embeddings
  * reads token ids; any other reads hidden states `in` [n][n_embd]. A stage
  * without the head writes hidden states `out_hidden` [n][n_embd]. A stage
  * with the head first records every token of the batch in its slot's
@@ -11,7 +11,7 @@
  * history, the same on one machine and on a chain), then samples every
  * wanted row with its slot's sampler and writes the ids to `out_tokens`
  * (one per wanted row, in batch order); the wanted rows' logits stay
- * readable through cv_stage_logits until the next step. A slot without
+ * readable through cv_span_logits until the next step. A slot without
  * sampler parameters samples greedily. Nothing is allocated by a step. One
  * thread owns a stage.
  *
@@ -30,8 +30,8 @@
  * then truncates the slot after the last emitted row's token.
  * Every token still enters the history in batch order, row by row, so each
  * row is sampled with exactly the history it would have without drafts. */
-#ifndef CONVOY_INFER_STAGE_H
-#define CONVOY_INFER_STAGE_H
+#ifndef CONVOY_INFER_SPAN_H
+#define CONVOY_INFER_SPAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,16 +43,16 @@
 #include "infer/sampler.h"
 #include "model/llama.h"
 
-typedef struct cv_stage_params {
+typedef struct cv_span_params {
     int32_t l0, l1;    /* layer range; l1 < 0 = n_layer */
     int32_t n_threads;
     int32_t n_ctx;     /* 0 = the model's training context */
     int32_t n_slot;
     int32_t n_batch;
     bool kv_f16;
-} cv_stage_params;
+} cv_span_params;
 
-typedef struct cv_stage {
+typedef struct cv_span {
     cv_llama model;
     cv_kv kv;
     cv_pool *pool;
@@ -62,43 +62,43 @@ typedef struct cv_stage {
     int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
     int32_t n_batch;
-} cv_stage;
+} cv_span;
 
 /* Memory a stage needs besides its weights: KV cache per layer, buffers,
  * and at the head the logits and samplers. */
-typedef struct cv_stage_costs {
+typedef struct cv_span_costs {
     uint64_t kv_per_layer;
     uint64_t fixed;
     uint64_t head_extra;
-} cv_stage_costs;
+} cv_span_costs;
 
-void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_costs *c);
+void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c);
 /* Bytes a stage with these parameters needs: weights of its layers (and of
  * the embeddings or head it holds), KV cache and buffers. Reads only the
  * tensor directory (m may be bound for any range). */
-uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p);
+uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p);
 
 /* Microseconds one layer takes per token on this machine with n_threads
  * (a timed matmul over up to 64 MiB of a layer's weight type), for the
  * layer planner; 0 when the type has no kernel to time. */
-uint32_t cv_stage_speed_probe(const cv_llama *m, int32_t n_threads);
+uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads);
 
-int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen);
-void cv_stage_close(cv_stage *s);
+int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *err, size_t errlen);
+void cv_span_close(cv_span *s);
 
-int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
+int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen);
 /* Logits of wanted row i of the last step (head stages only). */
-static inline const float *cv_stage_logits(const cv_stage *s, int32_t i)
+static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 {
     return s->logits + (size_t)i * (size_t)s->model.hp.n_vocab;
 }
 
 /* Sampler parameters of a slot (head stages): allocates, so it belongs to
  * request setup, not to a step. */
-int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen);
-void cv_stage_seq_truncate(cv_stage *s, int32_t slot, int32_t len);
+int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen);
+void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len);
 /* Empties a slot and resets its sampler to greedy. */
-void cv_stage_seq_free(cv_stage *s, int32_t slot);
+void cv_span_seq_free(cv_span *s, int32_t slot);
 
 #endif

@@ -2,7 +2,7 @@
  * step is the forward pass plus, at the last stage, sampling: the same code
  * runs on one machine (the stage holds every layer) and at the end of a
  * chain, which is what makes their tokens identical. */
-#include "infer/stage.h"
+#include "infer/span.h"
 
 #include <string.h>
 
@@ -11,7 +11,7 @@
 #include "core/err.h"
 #include "kernels/kernels.h"
 
-void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_costs *c)
+void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c)
 {
     const cv_llama_hparams *hp = &m->hp;
     const uint64_t n_ctx = (uint64_t)(p->n_ctx ? p->n_ctx : hp->n_ctx_train);
@@ -24,18 +24,19 @@ void cv_stage_costs_of(const cv_llama *m, const cv_stage_params *p, cv_stage_cos
                     (uint64_t)p->n_slot * (28 * (uint64_t)hp->n_vocab + 4 * n_ctx); /* samplers, history rings */
 }
 
-uint64_t cv_stage_bytes_needed(const cv_llama *m, const cv_stage_params *p)
+uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
 {
     const int32_t l1 = p->l1 < 0 ? m->hp.n_layer : p->l1;
-    cv_stage_costs c;
-    cv_stage_costs_of(m, p, &c);
+    cv_span_costs c;
+    cv_span_costs_of(m, p, &c);
     return cv_llama_weight_bytes(m, p->l0, l1, false) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
            (l1 == m->hp.n_layer ? c.head_extra : 0);
 }
 
-int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char *err, size_t errlen)
+int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
+    cv_kernels_ensure();
     if (p->n_threads < 1 || p->n_threads > 256 || p->n_slot < 1 || p->n_slot > 4096 || p->n_batch < 1 || p->n_ctx < 0)
         return cv_errf(err, errlen, "bad stage parameters (threads %d, slots %d, batch %d, context %d)", p->n_threads,
                        p->n_slot, p->n_batch, p->n_ctx);
@@ -66,11 +67,11 @@ int cv_stage_open(cv_stage *s, const char *path, const cv_stage_params *p, char 
     }
     return 0;
 fail:
-    cv_stage_close(s);
+    cv_span_close(s);
     return -1;
 }
 
-void cv_stage_close(cv_stage *s)
+void cv_span_close(cv_span *s)
 {
     if (s->samplers)
         for (int32_t i = 0; i < s->kv.n_slot; i++)
@@ -90,16 +91,16 @@ void cv_stage_close(cv_stage *s)
 
 /* Truncates each slot whose first token in the batch starts below its
  * cached length (the rollback rule of stage.h); the batch is checked. */
-static void roll_back(cv_stage *s, const cv_batch *b)
+static void roll_back(cv_span *s, const cv_batch *b)
 {
     for (int32_t t = 0; t < b->n_tokens; t++)
-        cv_stage_seq_truncate(s, b->seq[t], b->pos[t]);
+        cv_span_seq_truncate(s, b->seq[t], b->pos[t]);
 }
 
 /* Fills draft_of: for each row, the draft token that follows it in its
  * slot, or -1. A draft must follow a wanted row one position before it.
  * The batch's size and slots are checked. */
-static int link_drafts(cv_stage *s, const cv_batch *b, char *err, size_t errlen)
+static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
 {
     for (int32_t t = 0; t < b->n_tokens; t++)
         s->slot_row[b->seq[t]] = -1;
@@ -117,7 +118,7 @@ static int link_drafts(cv_stage *s, const cv_batch *b, char *err, size_t errlen)
     return 0;
 }
 
-int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
+int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen)
 {
     const bool head = cv_llama_has_head(&s->model);
@@ -145,7 +146,7 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
             cv_sampler_accept(sm, b->token[t]);
         if (!b->want[t])
             continue;
-        const float *logits = cv_stage_logits(s, row);
+        const float *logits = cv_span_logits(s, row);
         /* sampled as without a draft: an unequal draft is rejected and the
          * slot ends after this row's token */
         const int32_t id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
@@ -156,7 +157,7 @@ int cv_stage_step(cv_stage *s, const cv_batch *b, const float *in, float *out_hi
     return 0;
 }
 
-int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
+int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
 {
     if (!s->samplers)
         return cv_errf(err, errlen, "this stage does not hold the output head and does not sample");
@@ -170,7 +171,7 @@ int cv_stage_set_sampler(cv_stage *s, int32_t slot, const cv_sampler_params *p, 
     return 0;
 }
 
-void cv_stage_seq_truncate(cv_stage *s, int32_t slot, int32_t len)
+void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len)
 {
     if (slot < 0 || slot >= s->kv.n_slot)
         return;
@@ -179,7 +180,7 @@ void cv_stage_seq_truncate(cv_stage *s, int32_t slot, int32_t len)
     kv_seq_truncate(&s->kv, slot, len);
 }
 
-void cv_stage_seq_free(cv_stage *s, int32_t slot)
+void cv_span_seq_free(cv_span *s, int32_t slot)
 {
     if (slot < 0 || slot >= s->kv.n_slot)
         return;
@@ -190,7 +191,7 @@ void cv_stage_seq_free(cv_stage *s, int32_t slot)
     }
 }
 
-uint32_t cv_stage_speed_probe(const cv_llama *m, int32_t n_threads)
+uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, "blk.0.attn_q.weight");
     const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;

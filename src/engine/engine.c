@@ -1,16 +1,19 @@
 /* engine.c: include/convoy.h. A convoy_model is the GGUF's hyperparameters
  * and vocabulary (weights stay mapped and untouched until a stage binds
- * them); a convoy_ctx is either one cv_stage holding every layer on this
+ * them); a convoy_ctx is either one cv_span holding every layer on this
  * machine, or a cv_chain of remote stages. */
 #include "convoy.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
-#include "infer/stage.h"
+#include "infer/logprobs.h"
+#include "infer/span.h"
+#include "kernels/kernels.h"
 #include "pipe/chain.h"
 #include "model/llama.h"
 #include "model/vocab.h"
@@ -25,10 +28,12 @@ struct convoy_model {
 struct convoy_ctx {
     convoy_model *model;
     cv_chain *chain;  /* a pipeline, or NULL: */
-    cv_stage stage;   /* every layer here */
+    cv_span span;     /* every layer here */
     int32_t n_batch;
     int32_t n_slot;
     int32_t *tokens;  /* [n_batch] sampled ids of the last step */
+    int32_t *row_seq; /* [n_batch] one machine: the slot of each wanted row of the last step */
+    int32_t *n_logprobs; /* [n_slot] one machine: each slot's convoy_sampling_params.n_logprobs */
     int32_t n_done;   /* one machine: ids in tokens not yet collected, -1 when none */
 };
 
@@ -38,6 +43,7 @@ struct convoy_detok {
 
 convoy_model *convoy_model_load(const char *path, char *err, size_t errlen)
 {
+    cv_kernels_ensure();
     convoy_model *m = cv_calloc(1, sizeof *m);
     if (!m || !(m->path = cv_malloc(strlen(path) + 1))) {
         cv_free(m);
@@ -204,14 +210,14 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     c->n_batch = p->n_batch;
     c->n_slot = p->n_slot;
     c->n_done = -1;
-    const cv_stage_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
+    const cv_span_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16};
     if (p->nodes ? open_chain(c, p, err, errlen) : 0) {
         cv_free(c);
         return NULL;
     }
     if (!p->nodes) {
-        const uint64_t need = cv_stage_bytes_needed(&m->meta, &sp);
+        const uint64_t need = cv_span_bytes_needed(&m->meta, &sp);
         if (p->mem_budget && need > p->mem_budget) {
             cv_errf(err, errlen, "%s needs %.2f GB here (weights, KV cache, buffers), the budget is %.2f GB: "
                                  "split it over nodes with --nodes",
@@ -219,17 +225,21 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
             cv_free(c);
             return NULL;
         }
-        if (cv_stage_open(&c->stage, m->path, &sp, err, errlen)) {
+        if (cv_span_open(&c->span, m->path, &sp, err, errlen)) {
             cv_free(c);
             return NULL;
         }
     }
     c->tokens = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
-    if (!c->tokens) {
+    c->row_seq = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
+    c->n_logprobs = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
+    if (!c->tokens || !c->row_seq || !c->n_logprobs) {
         convoy_ctx_free(c);
         cv_errf(err, errlen, "out of memory");
         return NULL;
     }
+    for (int32_t i = 0; i < p->n_slot; i++)
+        c->n_logprobs[i] = -1;
     return c;
 }
 
@@ -240,12 +250,14 @@ void convoy_ctx_free(convoy_ctx *c)
     if (c->chain)
         cv_chain_close(c->chain);
     else
-        cv_stage_close(&c->stage);
+        cv_span_close(&c->span);
     cv_free(c->tokens);
+    cv_free(c->row_seq);
+    cv_free(c->n_logprobs);
     cv_free(c);
 }
 
-int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->chain ? cv_chain_n_ctx(c->chain) : c->stage.kv.n_ctx; }
+int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->chain ? cv_chain_n_ctx(c->chain) : c->span.kv.n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
 int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
@@ -259,28 +271,48 @@ static cv_batch to_cv_batch(const convoy_batch *b)
     return (cv_batch){.n_tokens = b->n_tokens, .token = b->token, .pos = b->pos, .seq = b->seq, .want = b->want};
 }
 
-int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen)
+/* One machine: runs a batch into c->tokens and notes each wanted row's
+ * slot for convoy_logprobs; returns the number of wanted rows. */
+static int32_t span_step(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen)
 {
     const cv_batch cb = to_cv_batch(b);
-    if (c->chain)
+    if (cv_span_step(&c->span, &cb, NULL, NULL, c->tokens, err, errlen))
+        return -1;
+    int32_t n = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++)
+        if (b->want[t])
+            c->row_seq[n++] = b->seq[t];
+    return n;
+}
+
+int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen)
+{
+    if (c->chain) {
+        const cv_batch cb = to_cv_batch(b);
         return cv_chain_step(c->chain, &cb, tokens, err, errlen);
-    return cv_stage_step(&c->stage, &cb, NULL, NULL, tokens, err, errlen);
+    }
+    const int32_t n = span_step(c, b, err, errlen);
+    if (n < 0)
+        return -1;
+    if (tokens != c->tokens)
+        memcpy(tokens, c->tokens, sizeof(int32_t) * (size_t)n);
+    return 0;
 }
 
 int convoy_ctx_depth(const convoy_ctx *c) { return c->chain ? cv_chain_depth(c->chain) : 1; }
 
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen)
 {
-    const cv_batch cb = to_cv_batch(b);
-    if (c->chain)
+    if (c->chain) {
+        const cv_batch cb = to_cv_batch(b);
         return cv_chain_submit(c->chain, &cb, err, errlen);
+    }
     if (c->n_done >= 0)
         return cv_errf(err, errlen, "a batch is in flight already (depth 1 on one machine)");
-    if (cv_stage_step(&c->stage, &cb, NULL, NULL, c->tokens, err, errlen))
+    const int32_t n = span_step(c, b, err, errlen);
+    if (n < 0)
         return -1;
-    c->n_done = 0;
-    for (int32_t t = 0; t < b->n_tokens; t++)
-        c->n_done += b->want[t] ? 1 : 0;
+    c->n_done = n;
     return 0;
 }
 
@@ -298,7 +330,7 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
 
 const float *convoy_logits(const convoy_ctx *c, int32_t i)
 {
-    return c->chain ? cv_chain_logits(c->chain, i) : cv_stage_logits(&c->stage, i);
+    return c->chain ? cv_chain_logits(c->chain, i) : cv_span_logits(&c->span, i);
 }
 
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen)
@@ -316,23 +348,57 @@ int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err
     return 0;
 }
 
-int convoy_set_sampler(convoy_ctx *c, int32_t seq, const cv_sampler_params *p, char *err, size_t errlen)
+convoy_sampling_params convoy_sampling_default_params(void)
+{
+    const cv_sampler_params d = cv_sampler_default_params();
+    return (convoy_sampling_params){.temp = d.temp, .top_k = d.top_k, .top_p = d.top_p, .min_p = d.min_p,
+                                    .repeat_penalty = d.repeat_penalty, .penalty_last_n = d.penalty_last_n,
+                                    .freq_penalty = d.freq_penalty, .presence_penalty = d.presence_penalty,
+                                    .seed = d.seed, .n_logprobs = -1};
+}
+
+_Static_assert(CONVOY_MAX_TOP_LOGPROBS == CV_MAX_TOP_LOGPROBS, "convoy.h's logprobs bound must be infer's");
+_Static_assert(sizeof(convoy_logprob) == sizeof(cv_logprob) &&
+                   offsetof(convoy_logprob, logprob) == offsetof(cv_logprob, logprob),
+               "convoy_logprob must be laid out as cv_logprob");
+
+int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params *p, char *err, size_t errlen)
+{
+    if (p->n_logprobs < -1 || p->n_logprobs > CONVOY_MAX_TOP_LOGPROBS)
+        return cv_errf(err, errlen, "%d log-probabilities asked, at most %d", p->n_logprobs, CONVOY_MAX_TOP_LOGPROBS);
+    const cv_sampler_params sp = {.temp = p->temp, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                                  .repeat_penalty = p->repeat_penalty, .penalty_last_n = p->penalty_last_n,
+                                  .freq_penalty = p->freq_penalty, .presence_penalty = p->presence_penalty,
+                                  .seed = p->seed};
+    if (c->chain)
+        return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen);
+    if (cv_span_set_sampler(&c->span, seq, &sp, err, errlen))
+        return -1;
+    c->n_logprobs[seq] = p->n_logprobs;
+    return 0;
+}
+
+int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 {
     if (c->chain)
-        return cv_chain_set_sampler(c->chain, seq, p, err, errlen);
-    return cv_stage_set_sampler(&c->stage, seq, p, err, errlen);
+        return cv_chain_logprobs(c->chain, i, (cv_logprob *)out);
+    const int32_t n = c->n_logprobs[c->row_seq[i]];
+    if (n < 0 || c->tokens[i] < 0)
+        return 0;
+    cv_logprobs_row(cv_span_logits(&c->span, i), c->model->meta.hp.n_vocab, c->tokens[i], n, (cv_logprob *)out);
+    return 1 + n;
 }
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq)
 {
-    return c->chain ? cv_chain_seq_len(c->chain, seq) : c->stage.kv.len[seq];
+    return c->chain ? cv_chain_seq_len(c->chain, seq) : c->span.kv.len[seq];
 }
 
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen)
 {
     if (c->chain)
         return cv_chain_seq_truncate(c->chain, seq, len, err, errlen);
-    cv_stage_seq_truncate(&c->stage, seq, len);
+    cv_span_seq_truncate(&c->span, seq, len);
     return 0;
 }
 
@@ -340,6 +406,7 @@ int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen)
 {
     if (c->chain)
         return cv_chain_seq_free(c->chain, seq, err, errlen);
-    cv_stage_seq_free(&c->stage, seq);
+    cv_span_seq_free(&c->span, seq);
+    c->n_logprobs[seq] = -1;
     return 0;
 }
