@@ -115,7 +115,6 @@ void cv_forward_free(cv_forward *f)
     cv_free(f);
 }
 
-int32_t cv_forward_batch_max(const cv_forward *f) { return f->n_batch_max; }
 
 /* ---- element-wise operations (one thread; cheap next to the matmuls) ---- */
 

@@ -46,7 +46,6 @@ typedef struct cv_forward cv_forward;
 cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
                               size_t errlen);
 void cv_forward_free(cv_forward *f);
-int32_t cv_forward_batch_max(const cv_forward *f);
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);
 /* The checks cv_forward_run makes of a batch, alone. With rollback, each

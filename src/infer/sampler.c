@@ -32,6 +32,7 @@
 #include <math.h>
 
 #include "core/alloc.h"
+#include "core/splitmix.h"
 
 typedef struct cv_candidate {
     float logit;
@@ -68,14 +69,6 @@ cv_sampler_params cv_sampler_default_params(void)
     return p;
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t rng_next(cv_sampler *s)
 {
     uint64_t old = s->rng_state;
@@ -95,7 +88,7 @@ void cv_sampler_reset(cv_sampler *s)
     for (int64_t i = 0; i < held; i++)
         s->count[s->history[i]] = 0;
     s->n_accepted = 0;
-    s->rng_state = splitmix64(s->params.seed);
+    s->rng_state = cv_splitmix64(s->params.seed);
 }
 
 void cv_sampler_free(cv_sampler *s)

@@ -17,11 +17,11 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/pool.h"
+#include "core/splitmix.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/vocab.h"
 
-#define SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
 #define SYNTH_MAX_DIM (1 << 22)
 #define SYNTH_MAX_LAYER 4096
 #define PIECE_MAX 24 /* bytes per vocabulary piece, NUL included */
@@ -78,13 +78,6 @@ const char *cv_synth_preset_name(int i)
 
 /* ---- the generator ---- */
 
-static uint64_t splitmix64_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t tensor_key(uint64_t seed, const char *name)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -92,7 +85,7 @@ static uint64_t tensor_key(uint64_t seed, const char *name)
         h ^= *s;
         h *= 0x100000001b3ull;
     }
-    return splitmix64_mix((seed ^ h) + SPLITMIX_GAMMA);
+    return cv_splitmix64_mix((seed ^ h) + CV_SPLITMIX_GAMMA);
 }
 
 /* Factor that turns the centred sum of four 16-bit uniforms into values of
@@ -105,9 +98,9 @@ static float value_scale(double std)
 /* x[j] = element first + j of the tensor with this key, j < n. */
 static void fill_values(uint64_t key, uint64_t first, int64_t n, float scale, float *x)
 {
-    uint64_t counter = key + (first + 1) * SPLITMIX_GAMMA;
-    for (int64_t j = 0; j < n; j++, counter += SPLITMIX_GAMMA) {
-        uint64_t r = splitmix64_mix(counter);
+    uint64_t counter = key + (first + 1) * CV_SPLITMIX_GAMMA;
+    for (int64_t j = 0; j < n; j++, counter += CV_SPLITMIX_GAMMA) {
+        uint64_t r = cv_splitmix64_mix(counter);
         int32_t sum = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
                       (int32_t)(r >> 48);
         x[j] = (float)(sum - 131070) * scale;

@@ -29,6 +29,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/splitmix.h"
 #include "serve/buf.h"
 #include "serve/text.h"
 
@@ -94,14 +95,6 @@ static void count_status(sv_http *h, enum route rt, int code)
     pthread_mutex_unlock(&h->mu);
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* A fresh 64-bit value per call: request ids and default seeds. */
 static uint64_t fresh(sv_http *h)
 {
@@ -110,7 +103,7 @@ static uint64_t fresh(sv_http *h)
     pthread_mutex_lock(&h->mu);
     const uint64_t n = ++h->next_id;
     pthread_mutex_unlock(&h->mu);
-    return splitmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n << 40) ^ n);
+    return cv_splitmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n << 40) ^ n);
 }
 
 static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const char *body,
