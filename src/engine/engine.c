@@ -1,7 +1,10 @@
-/* engine.c: include/convoy.h. A convoy_model is the GGUF's hyperparameters
- * and vocabulary (weights stay mapped and untouched until a stage binds
- * them); a convoy_ctx is either one cv_span holding every layer on this
- * machine, or a cv_chain of remote stages. */
+/* engine.c: include/convoy.h's models, contexts and steps. src/engine/ is
+ * the engine's floor of the house: it implements the API over infer/ (one
+ * machine) and pipe/ (a chain), and is all that serve/ and app/ see of
+ * them. A convoy_model is the GGUF's hyperparameters and vocabulary
+ * (weights stay mapped and untouched until a span binds them); a convoy_ctx
+ * is either one cv_span holding every layer on this machine, or a cv_chain
+ * of pipeline stages. */
 #include "convoy.h"
 
 #include <stddef.h>

@@ -1,7 +1,7 @@
-/* stage.c: one stage's inference state and its step (see stage.h). The
- * step is the forward pass plus, at the last stage, sampling: the same code
- * runs on one machine (the stage holds every layer) and at the end of a
- * chain, which is what makes their tokens identical. */
+/* span.c: a layer range's inference state and its step (see span.h). The
+ * step is the forward pass plus, in the span holding the head, sampling:
+ * the same code runs on one machine (the span holds every layer) and at the
+ * last stage of a chain, which is what makes their tokens identical. */
 #include "infer/span.h"
 
 #include <string.h>
@@ -38,7 +38,7 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
     memset(s, 0, sizeof *s);
     cv_kernels_ensure();
     if (p->n_threads < 1 || p->n_threads > 256 || p->n_slot < 1 || p->n_slot > 4096 || p->n_batch < 1 || p->n_ctx < 0)
-        return cv_errf(err, errlen, "bad stage parameters (threads %d, slots %d, batch %d, context %d)", p->n_threads,
+        return cv_errf(err, errlen, "bad span parameters (threads %d, slots %d, batch %d, context %d)", p->n_threads,
                        p->n_slot, p->n_batch, p->n_ctx);
     if (cv_llama_load(&s->model, path, p->l0, p->l1, err, errlen))
         return -1;
@@ -90,7 +90,7 @@ void cv_span_close(cv_span *s)
 }
 
 /* Truncates each slot whose first token in the batch starts below its
- * cached length (the rollback rule of stage.h); the batch is checked. */
+ * cached length (the rollback rule of span.h); the batch is checked. */
 static void roll_back(cv_span *s, const cv_batch *b)
 {
     for (int32_t t = 0; t < b->n_tokens; t++)
@@ -160,7 +160,7 @@ int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidd
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
 {
     if (!s->samplers)
-        return cv_errf(err, errlen, "this stage does not hold the output head and does not sample");
+        return cv_errf(err, errlen, "this span does not hold the output head and does not sample");
     if (slot < 0 || slot >= s->kv.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
     cv_sampler *sm = cv_sampler_create(p, s->model.hp.n_vocab, s->kv.n_ctx);

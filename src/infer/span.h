@@ -1,11 +1,13 @@
-/* stage.h: the inference state of one pipeline stage (or of the whole model
- * on one machine): the model bound for layers [l0, l1), a KV cache of
- * n_slot slots, a thread pool, the forward pass and, when the stage holds
- * the output head, one sampler per slot.
+/* span.h: the compute of a layer range: the model bound for layers
+ * [l0, l1), a KV cache of n_slot slots, a thread pool, the forward pass
+ * and, when the span holds the output head, one sampler per slot. One
+ * machine runs one span of every layer; a pipeline stage (the `convoy stage`
+ * process of pipe/node.c, or the head's local first stage) runs one span
+ * of its layers. "Stage" is kept for that position in the pipeline.
  *
- * Contract: cv_span_step runs one batch. A stage holding the embeddings
- * reads token ids; any other reads hidden states `in` [n][n_embd]. A stage
- * without the head writes hidden states `out_hidden` [n][n_embd]. A stage
+ * Contract: cv_span_step runs one batch. A span holding the embeddings
+ * reads token ids; any other reads hidden states `in` [n][n_embd]. A span
+ * without the head writes hidden states `out_hidden` [n][n_embd]. A span
  * with the head first records every token of the batch in its slot's
  * sampler history (in batch order: the ids that enter the model are the
  * history, the same on one machine and on a chain), then samples every
@@ -13,7 +15,7 @@
  * (one per wanted row, in batch order); the wanted rows' logits stay
  * readable through cv_span_logits until the next step. A slot without
  * sampler parameters samples greedily. Nothing is allocated by a step. One
- * thread owns a stage.
+ * thread owns a span.
  *
  * Rollback: a slot's first token in a batch at a position below the slot's
  * cached length truncates the slot to that position first (KV and, at the
@@ -26,7 +28,7 @@
  * before) samples. The head verifies drafts in batch order: each row that a
  * draft follows is sampled as it would be without one (see sampler.h); the
  * first id that differs from the draft ends the slot's emission, and its
- * later wanted rows emit -1 (and draw nothing from the RNG). The head stage
+ * later wanted rows emit -1 (and draw nothing from the RNG). The head span
  * then truncates the slot after the last emitted row's token.
  * Every token still enters the history in batch order, row by row, so each
  * row is sampled with exactly the history it would have without drafts. */
@@ -57,14 +59,14 @@ typedef struct cv_span {
     cv_kv kv;
     cv_pool *pool;
     cv_forward *fwd;
-    cv_sampler **samplers; /* [n_slot] when the stage holds the head */
-    float *logits;         /* [n_batch][n_vocab] when the stage holds the head */
+    cv_sampler **samplers; /* [n_slot] when the span holds the head */
+    float *logits;         /* [n_batch][n_vocab] when the span holds the head */
     int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
     int32_t n_batch;
 } cv_span;
 
-/* Memory a stage needs besides its weights: KV cache per layer, buffers,
+/* Memory a span needs besides its weights: KV cache per layer, buffers,
  * and at the head the logits and samplers. */
 typedef struct cv_span_costs {
     uint64_t kv_per_layer;
@@ -73,7 +75,7 @@ typedef struct cv_span_costs {
 } cv_span_costs;
 
 void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c);
-/* Bytes a stage with these parameters needs: weights of its layers (and of
+/* Bytes a span with these parameters needs: weights of its layers (and of
  * the embeddings or head it holds), KV cache and buffers. Reads only the
  * tensor directory (m may be bound for any range). */
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p);
@@ -88,13 +90,13 @@ void cv_span_close(cv_span *s);
 
 int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen);
-/* Logits of wanted row i of the last step (head stages only). */
+/* Logits of wanted row i of the last step (head spans only). */
 static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 {
     return s->logits + (size_t)i * (size_t)s->model.hp.n_vocab;
 }
 
-/* Sampler parameters of a slot (head stages): allocates, so it belongs to
+/* Sampler parameters of a slot (head spans): allocates, so it belongs to
  * request setup, not to a step. */
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen);
 void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len);

@@ -21,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "model/gguf.h"
 
 typedef struct slice {
     const char *p;
@@ -304,7 +305,7 @@ int cv_chat_detect(const char *t, cv_chat_kind *out, char *err, size_t errlen)
                    strlen(t), snip, ALL_NAMES);
 }
 
-int cv_chat_select(const gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
+int cv_chat_select(const struct gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
                    size_t errlen)
 {
     if (override_name) {

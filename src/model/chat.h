@@ -43,7 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/gguf.h"
+struct gguf_file; /* model/gguf.h: only cv_chat_select reads one */
 
 typedef enum cv_chat_kind {
     CV_CHAT_LLAMA2,
@@ -103,7 +103,7 @@ int cv_chat_detect(const char *tmpl, cv_chat_kind *out, char *err, size_t errlen
 
 /* The kind for a model: override_name if not NULL (--chat-template NAME),
  * else detected from the GGUF key tokenizer.chat_template. */
-int cv_chat_select(const gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
+int cv_chat_select(const struct gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
                    size_t errlen);
 
 /* Renders n messages into out (cap bytes, NUL-terminated on success) and
