@@ -1,20 +1,17 @@
 /* args.c: see args.h. */
 #include "args.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *arg_value(int argc, char **argv, int *i)
-{
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "convoy: %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
+/* The most options a command has, its own and the shared ones together. */
+#define ARG_MAX 64
+/* getopt_long's answer for table entry i is ARG_LONG + i (above every letter). */
+#define ARG_LONG 256
 
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
 {
@@ -29,7 +26,7 @@ int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
     return 0;
 }
 
-int arg_u64(const char *flag, const char *s, uint64_t *out)
+static int parse_u64(const char *flag, const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
@@ -42,7 +39,7 @@ int arg_u64(const char *flag, const char *s, uint64_t *out)
     return 0;
 }
 
-int arg_float(const char *flag, const char *s, float *out)
+static int parse_float(const char *flag, const char *s, float *out)
 {
     char *end;
     errno = 0;
@@ -55,7 +52,9 @@ int arg_float(const char *flag, const char *s, float *out)
     return 0;
 }
 
-int arg_bytes(const char *flag, const char *s, uint64_t *out)
+/* A byte count with an optional K, M, G or T suffix (powers of 1000, with
+ * a decimal point allowed, as "1.5G"; KiB, MiB, GiB, TiB powers of 1024). */
+static int parse_bytes(const char *flag, const char *s, uint64_t *out)
 {
     static const struct {
         const char *suffix;
@@ -74,35 +73,207 @@ int arg_bytes(const char *flag, const char *s, uint64_t *out)
     return -1;
 }
 
-int arg_engine(const char *a, const char *v, convoy_ctx_params *cp)
+static int parse_kv_type(const char *flag, const char *s, bool *f16)
 {
-    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-        return arg_int(a, v, 1, 256, &cp->n_threads);
-    if (!strcmp(a, "--ctx"))
-        return arg_int(a, v, 2, 1 << 24, &cp->n_ctx);
-    if (!strcmp(a, "--batch"))
-        return arg_int(a, v, 1, 1 << 16, &cp->n_batch);
-    if (!strcmp(a, "--mem"))
-        return arg_bytes(a, v, &cp->mem_budget);
-    if (!strcmp(a, "--timeout"))
-        return arg_int(a, v, 1, 1 << 30, &cp->timeout_ms);
-    if (!strcmp(a, "--kv-type")) {
-        if (strcmp(v, "f32") && strcmp(v, "f16")) {
-            fprintf(stderr, "convoy: --kv-type must be f32 or f16, got '%s'\n", v);
+    if (strcmp(s, "f32") && strcmp(s, "f16")) {
+        fprintf(stderr, "convoy: %s must be f32 or f16, got '%s'\n", flag, s);
+        return -1;
+    }
+    *f16 = !strcmp(s, "f16");
+    return 0;
+}
+
+static int set_value(const arg_opt *o, const char *flag, const char *v)
+{
+    switch (o->kind) {
+    case ARG_FLAG: *(bool *)o->dst = true; return 0;
+    case ARG_STR: *(const char **)o->dst = v; return 0;
+    case ARG_INT: return arg_int(flag, v, o->lo, o->hi, o->dst);
+    case ARG_U64: return parse_u64(flag, v, o->dst);
+    case ARG_FLOAT: return parse_float(flag, v, o->dst);
+    case ARG_BYTES: return parse_bytes(flag, v, o->dst);
+    case ARG_KV_TYPE: return parse_kv_type(flag, v, o->dst);
+    }
+    return -1;
+}
+
+/* Appends n_opts options to all[0..n); returns the new count. */
+static int append(arg_opt *all, int n, const arg_opt *opts, size_t n_opts)
+{
+    assert(n + n_opts <= ARG_MAX);
+    memcpy(all + n, opts, n_opts * sizeof *opts);
+    return n + (int)n_opts;
+}
+
+static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
+{
+    const arg_opt engine[] = {
+        {"threads", 't', ARG_INT, .dst = &cp->n_threads, .lo = 1, .hi = 256},
+        {"ctx", 0, ARG_INT, .dst = &cp->n_ctx, .lo = 2, .hi = 1 << 24},
+        {"batch", 0, ARG_INT, .dst = &cp->n_batch, .lo = 1, .hi = 1 << 16},
+        {"mem", 0, ARG_BYTES, .dst = &cp->mem_budget},
+        {"timeout", 0, ARG_INT, .dst = &cp->timeout_ms, .lo = 1, .hi = 1 << 30},
+        {"kv-type", 0, ARG_KV_TYPE, .dst = &cp->kv_f16},
+        {"nodes", 0, ARG_STR, .dst = &cp->nodes},
+        {"split", 0, ARG_STR, .dst = &cp->split},
+        {"wire", 0, ARG_STR, .dst = &cp->wire},
+    };
+    return append(all, n, engine, sizeof engine / sizeof engine[0]);
+}
+
+static int append_spec(arg_opt *all, int n, arg_spec *s)
+{
+    const arg_opt spec[] = {
+        {"draft", 0, ARG_STR, .dst = &s->p.draft},
+        {"spec-k", 0, ARG_INT, .dst = &s->p.k, .lo = 1, .hi = CONVOY_SPEC_K_LIMIT, .given = &s->k_given},
+        {"spec-k-max", 0, ARG_INT, .dst = &s->p.k_max, .lo = 1, .hi = CONVOY_SPEC_K_LIMIT,
+         .given = &s->k_max_given},
+    };
+    return append(all, n, spec, sizeof spec / sizeof spec[0]);
+}
+
+/* The command's options, then the shared ones it takes, into all[]. */
+static int collect(const arg_cmd *cmd, arg_opt *all)
+{
+    int n = 0;
+    for (const arg_opt *o = cmd->opts; o->name || o->letter; o++)
+        n = append(all, n, o, 1);
+    if (cmd->engine)
+        n = append_engine(all, n, cmd->engine);
+    if (cmd->spec)
+        n = append_spec(all, n, cmd->spec);
+    return n;
+}
+
+/* getopt_long's tables for the n options: ":" first (a missing value
+ * answers ':', not '?'), then the letters; -h/--help for every command. */
+static void getopt_tables(const arg_opt *all, int n, struct option *longs, char *letters)
+{
+    int k = 0, j = 0;
+    letters[j++] = ':';
+    for (int i = 0; i < n; i++) {
+        const int has_arg = all[i].kind == ARG_FLAG ? no_argument : required_argument;
+        if (all[i].name)
+            longs[k++] = (struct option){all[i].name, has_arg, NULL, ARG_LONG + i};
+        if (all[i].letter) {
+            letters[j++] = all[i].letter;
+            if (has_arg == required_argument)
+                letters[j++] = ':';
+        }
+    }
+    longs[k++] = (struct option){"help", no_argument, NULL, 'h'};
+    longs[k] = (struct option){0};
+    letters[j++] = 'h';
+    letters[j] = 0;
+}
+
+/* The table entry of getopt_long's answer c, or -1. */
+static int entry_of(const arg_opt *all, int n, int c)
+{
+    if (c >= ARG_LONG)
+        return c - ARG_LONG;
+    for (int i = 0; i < n; i++)
+        if (all[i].letter == c)
+            return i;
+    return -1;
+}
+
+/* The option as the user wrote it: "-m" for a letter, "--model" for a name. */
+static void spelled(const arg_opt *o, int c, char *out, size_t n)
+{
+    if (c >= ARG_LONG)
+        snprintf(out, n, "--%s", o->name);
+    else
+        snprintf(out, n, "-%c", c);
+}
+
+/* "-m/--model", "--tokens" or "-o": every name of an option. */
+static void all_names(const arg_opt *o, char *out, size_t n)
+{
+    if (o->letter && o->name)
+        snprintf(out, n, "-%c/--%s", o->letter, o->name);
+    else if (o->letter)
+        snprintf(out, n, "-%c", o->letter);
+    else
+        snprintf(out, n, "--%s", o->name);
+}
+
+/* Says what getopt_long's '?' or ':' was about: optopt is 0 for an
+ * unknown long option, the letter for an unknown one, else the option's. */
+static void report_error(const arg_cmd *cmd, const arg_opt *all, int n, int c, char **argv)
+{
+    if (c == '?' && optopt == 0) {
+        fprintf(stderr, "convoy %s: unknown option '%s'\n", cmd->name, argv[optind - 1]);
+        return;
+    }
+    const int i = entry_of(all, n, optopt);
+    if (i < 0) {
+        fprintf(stderr, "convoy %s: unknown option '-%c'\n", cmd->name, optopt);
+        return;
+    }
+    char flag[80];
+    spelled(&all[i], optopt, flag, sizeof flag);
+    fprintf(stderr, "convoy %s: option '%s' %s\n", cmd->name, flag, c == ':' ? "needs a value" : "takes no value");
+}
+
+/* After the options: the positional arguments and the required options. */
+static int check_rest(const arg_cmd *cmd, const arg_opt *all, int n, const bool *seen, int argc, char **argv)
+{
+    const int n_args = argc - optind;
+    if (n_args != cmd->n_args) {
+        if (cmd->n_args == 0)
+            fprintf(stderr, "convoy %s: unexpected argument '%s'\n", cmd->name, argv[optind]);
+        else
+            fprintf(stderr, "convoy %s: expects %d argument%s, got %d\n", cmd->name, cmd->n_args,
+                    cmd->n_args == 1 ? "" : "s", n_args);
+        return -1;
+    }
+    for (int i = 0; i < n_args; i++)
+        cmd->args[i] = argv[optind + i];
+    for (int i = 0; i < n; i++)
+        if (all[i].required && !seen[i]) {
+            char names[80];
+            all_names(&all[i], names, sizeof names);
+            fprintf(stderr, "convoy %s: %s is required\n", cmd->name, names);
             return -1;
         }
-        cp->kv_f16 = !strcmp(v, "f16");
-        return 0;
-    }
-    if (!strcmp(a, "--nodes"))
-        cp->nodes = v;
-    else if (!strcmp(a, "--split"))
-        cp->split = v;
-    else if (!strcmp(a, "--wire"))
-        cp->wire = v;
-    else
-        return 1;
     return 0;
+}
+
+int arg_parse(const arg_cmd *cmd, int argc, char **argv)
+{
+    arg_opt all[ARG_MAX];
+    struct option longs[ARG_MAX + 2];
+    char letters[2 * ARG_MAX + 3];
+    bool seen[ARG_MAX] = {0};
+    const int n = collect(cmd, all);
+    getopt_tables(all, n, longs, letters);
+    opterr = 0;  /* the messages below name the command */
+    optind = 0;  /* glibc: start afresh */
+    for (int c; (c = getopt_long(argc, argv, letters, longs, NULL)) != -1;) {
+        if (c == 'h') {
+            cmd->usage(stdout);
+            return 0;
+        }
+        if (c == '?' || c == ':') {
+            report_error(cmd, all, n, c, argv);
+            cmd->usage(stderr);
+            return 2;
+        }
+        const int i = entry_of(all, n, c);
+        char flag[80];
+        spelled(&all[i], c, flag, sizeof flag);
+        if (set_value(&all[i], flag, optarg))
+            return 2;
+        seen[i] = true;
+        if (all[i].given)
+            *all[i].given = true;
+    }
+    if (check_rest(cmd, all, n, seen, argc, argv)) {
+        cmd->usage(stderr);
+        return 2;
+    }
+    return ARG_GO;
 }
 
 arg_spec arg_spec_init(void)
@@ -110,26 +281,6 @@ arg_spec arg_spec_init(void)
     arg_spec s = {.p = convoy_spec_default_params()};
     s.p.draft = NULL;
     return s;
-}
-
-int arg_engine_or_spec(const char *a, const char *v, convoy_ctx_params *cp, arg_spec *s)
-{
-    const int engine = arg_engine(a, v, cp);
-    if (engine != 1)
-        return engine;
-    if (!strcmp(a, "--draft")) {
-        s->p.draft = v;
-        return 0;
-    }
-    if (!strcmp(a, "--spec-k")) {
-        s->k_given = true;
-        return arg_int(a, v, 1, CONVOY_SPEC_K_LIMIT, &s->p.k);
-    }
-    if (!strcmp(a, "--spec-k-max")) {
-        s->k_max_given = true;
-        return arg_int(a, v, 1, CONVOY_SPEC_K_LIMIT, &s->p.k_max);
-    }
-    return 1;
 }
 
 int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,

@@ -1,39 +1,68 @@
-/* args.h: small helpers for subcommand flags. Each returns 0 on success and
- * prints a usage error naming the flag otherwise. */
+/* args.h: the options of the subcommands. A command describes its options
+ * in one table of arg_opt and arg_parse reads argv against it with glibc's
+ * getopt_long, so every command takes options and arguments in any order,
+ * answers -h/--help with its usage on stdout, and reports unknown options,
+ * missing and bad values the same way (on stderr, naming the option). */
 #ifndef CONVOY_APP_ARGS_H
 #define CONVOY_APP_ARGS_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "convoy.h"
 
-/* Returns argv[++*i] or NULL (with a message) when the flag has no value. */
-const char *arg_value(int argc, char **argv, int *i);
-int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
-int arg_u64(const char *flag, const char *s, uint64_t *out);
-int arg_float(const char *flag, const char *s, float *out);
-/* Parses a byte count with an optional K, M, G or T suffix (powers of
- * 1000 with a decimal point allowed, as "1.5G"; KiB, MiB, GiB, TiB powers of 1024). */
-int arg_bytes(const char *flag, const char *s, uint64_t *out);
-/* The engine flags every command that runs a model takes: -t/--threads,
- * --ctx, --batch, --kv-type f32|f16, --mem, --nodes, --split, --wire,
- * --timeout. Returns 0 when `flag` (with value v) was one of them and is
- * now in cp, 1 when it is not an engine flag, -1 (after a message) when
- * its value is bad. */
-int arg_engine(const char *flag, const char *v, convoy_ctx_params *cp);
-/* The speculation flags of run and serve: --draft ngram|PATH, --spec-k K,
- * --spec-k-max K, gathered in an arg_spec (start from arg_spec_init); same
- * return convention as arg_engine. */
+typedef enum arg_kind {
+    ARG_FLAG,    /* bool, set to true; takes no value */
+    ARG_STR,     /* const char *, the value as given */
+    ARG_INT,     /* int32_t in [lo, hi] */
+    ARG_U64,     /* uint64_t */
+    ARG_FLOAT,   /* float, finite */
+    ARG_BYTES,   /* uint64_t, a size such as 1500000000, 1.5G or 1.4GiB */
+    ARG_KV_TYPE, /* bool, true for "f16", false for "f32" */
+} arg_kind;
+
+typedef struct arg_opt {
+    const char *name; /* long name without "--", or NULL */
+    char letter;      /* short name, or 0 */
+    arg_kind kind;
+    void *dst;
+    long lo, hi;      /* ARG_INT's bounds */
+    bool required;
+    bool *given;      /* when not NULL, set when the option appears */
+} arg_opt;
+
+/* The speculation options of run and serve (--draft ngram|PATH, --spec-k K,
+ * --spec-k-max K); start from arg_spec_init. */
 typedef struct arg_spec {
     convoy_spec_params p; /* p.draft NULL: no speculation */
     bool k_given, k_max_given;
 } arg_spec;
 
+typedef struct arg_cmd {
+    const char *name;          /* "run": messages begin "convoy run: " */
+    void (*usage)(FILE *f);
+    const arg_opt *opts;       /* the command's own options; the last entry has no names */
+    convoy_ctx_params *engine; /* not NULL: the engine options too (-t, --ctx, --batch, --kv-type, --mem,
+                                  --nodes, --split, --wire, --timeout) */
+    arg_spec *spec;            /* not NULL: the speculation options too */
+    const char **args;         /* the positional arguments go here: exactly n_args of them */
+    int n_args;
+} arg_cmd;
+
+/* arg_parse's answer when the command goes on. */
+#define ARG_GO (-1)
+
+/* Reads argv[1..argc) (argv[0] is the command's name) into the table's
+ * destinations. Returns ARG_GO, or the status the command exits with at
+ * once: 0 after printing the usage for -h/--help, 2 after a usage error. */
+int arg_parse(const arg_cmd *cmd, int argc, char **argv);
+
+/* Parses an integer in [lo, hi], or says (naming flag) why not. */
+int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
+
 arg_spec arg_spec_init(void);
-/* An engine flag (arg_engine) or a speculation flag, same convention. */
-int arg_engine_or_spec(const char *flag, const char *v, convoy_ctx_params *cp, arg_spec *s);
-/* After the flags: *out = NULL without --draft, else the convoy_spec for
+/* After the options: *out = NULL without --draft, else the convoy_spec for
  * ctx (K max raised to a larger --spec-k when not given). Returns 0, or -1
  * after a message naming cmd. */
 int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,

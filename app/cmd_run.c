@@ -12,16 +12,15 @@
 #include "args.h"
 #include "commands.h"
 #include "convoy.h"
-#include "core/alloc.h"
-#include "core/clock.h"
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
-            "                  [--ignore-eos] [--ids] [--mem BYTES] [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
+            "                  [--ignore-eos] [--ids] [--mem BYTES] [--draft ngram|PATH [--spec-k K] "
+            "[--spec-k-max K]]\n"
             "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--timeout MS]]\n"
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
             "  --ids: print the generated token ids (one JSON list) instead of the text\n"
@@ -31,6 +30,124 @@ static void usage(void)
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
             "  The output is the same as without it (the same tokens for the same seed).\n");
+}
+
+typedef struct run_opts {
+    const char *model_path, *prompt;
+    int32_t n_predict;
+    bool ignore_eos, print_ids, seed_given;
+    convoy_ctx_params cp;
+    convoy_sampling_params sp;
+    arg_spec spec;
+} run_opts;
+
+/* What a run holds from the model load to the end. */
+typedef struct run_state {
+    convoy_model *model;
+    convoy_model_info info;
+    convoy_ctx *ctx;
+    convoy_spec *spec; /* NULL without --draft */
+    convoy_detok *detok;
+    int32_t *tokens;   /* [n_ctx]: the prompt, then the generated ids */
+    int32_t n_prompt;
+    int32_t n_predict; /* -n, cut to the room the context leaves */
+    double load_s;
+} run_state;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_options(run_opts *o, int argc, char **argv)
+{
+    *o = (run_opts){.n_predict = 128, .cp = convoy_ctx_default_params(), .sp = convoy_sampling_default_params(),
+                    .spec = arg_spec_init()};
+    convoy_sampling_params *sp = &o->sp;
+    const arg_opt opts[] = {
+        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
+        {"prompt", 'p', ARG_STR, .dst = &o->prompt, .required = true},
+        {NULL, 'n', ARG_INT, .dst = &o->n_predict, .lo = 0, .hi = 1 << 24},
+        {"ignore-eos", 0, ARG_FLAG, .dst = &o->ignore_eos},
+        {"ids", 0, ARG_FLAG, .dst = &o->print_ids},
+        {"temp", 0, ARG_FLOAT, .dst = &sp->temp},
+        {"top-k", 0, ARG_INT, .dst = &sp->top_k, .lo = 0, .hi = 1 << 30},
+        {"top-p", 0, ARG_FLOAT, .dst = &sp->top_p},
+        {"min-p", 0, ARG_FLOAT, .dst = &sp->min_p},
+        {"repeat-penalty", 0, ARG_FLOAT, .dst = &sp->repeat_penalty},
+        {"repeat-last-n", 0, ARG_INT, .dst = &sp->penalty_last_n, .lo = 0, .hi = 1 << 24},
+        {"frequency-penalty", 0, ARG_FLOAT, .dst = &sp->freq_penalty},
+        {"presence-penalty", 0, ARG_FLOAT, .dst = &sp->presence_penalty},
+        {"seed", 0, ARG_U64, .dst = &sp->seed, .given = &o->seed_given},
+        {0},
+    };
+    const arg_cmd cmd = {.name = "run", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
+    const int status = arg_parse(&cmd, argc, argv);
+    if (status == ARG_GO && !o->seed_given) /* random, and printed so that the run can be repeated */
+        sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    return status;
+}
+
+/* Loads the model and creates the context (and the drafter); the time this
+ * takes is the load time reported. */
+static int open_engine(run_opts *o, run_state *s)
+{
+    char err[512];
+    const double t0 = now_s();
+    if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
+        !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return -1;
+    }
+    convoy_model_get_info(s->model, &s->info);
+    if (arg_spec_open(&o->spec, "run", s->ctx, s->model, o->cp.n_threads, &s->spec))
+        return -1;
+    s->load_s = now_s() - t0;
+    return 0;
+}
+
+/* Sets the sampler and tokenizes the prompt, which must leave room for a
+ * token when there is one to generate. */
+static int prepare_prompt(const run_opts *o, run_state *s)
+{
+    char err[512];
+    const int32_t n_ctx = convoy_ctx_n_ctx(s->ctx);
+    s->tokens = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    s->detok = convoy_detok_create(s->model);
+    if (!s->tokens || !s->detok) {
+        fprintf(stderr, "convoy: out of memory\n");
+        return -1;
+    }
+    if (convoy_set_sampler(s->ctx, 0, &o->sp, err, sizeof err)) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return -1;
+    }
+    const int n = convoy_tokenize(s->model, o->prompt, strlen(o->prompt), true, false, s->tokens, n_ctx);
+    if (n < 0 || n + (o->n_predict > 0 ? 1 : 0) > n_ctx) {
+        fprintf(stderr, "convoy: prompt of %d tokens does not fit the context of %d\n", n < 0 ? -n : n, n_ctx);
+        return -1;
+    }
+    if (n == 0) {
+        fprintf(stderr, "convoy: empty prompt and the model adds no BOS token\n");
+        return -1;
+    }
+    s->n_prompt = n;
+    s->n_predict = o->n_predict > n_ctx - n ? n_ctx - n : o->n_predict;
+    return 0;
+}
+
+/* The load line on stderr; the prompt (or the opening of the id list) on stdout. */
+static void announce(const run_opts *o, const run_state *s)
+{
+    fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", o->model_path,
+            s->load_s, s->info.n_layer, s->info.n_vocab, o->cp.n_threads, (unsigned long long)o->sp.seed);
+    if (o->print_ids)
+        putchar('[');
+    else
+        fputs(o->prompt, stdout);
+    fflush(stdout);
 }
 
 /* Prints each generated token as it comes (text or ids); stops at an
@@ -61,155 +178,65 @@ static int print_token(void *user, int32_t id)
     return 0;
 }
 
-int cmd_run(int argc, char **argv)
+/* Generates and prints the tokens, then the text the detokenizer still holds. */
+static int generate(const run_opts *o, run_state *s, convoy_gen_stats *st)
 {
-    const char *model_path = NULL, *prompt = NULL, *v;
-    int32_t n_predict = 128;
-    bool ignore_eos = false, seed_given = false, print_ids = false;
-    convoy_ctx_params cp = convoy_ctx_default_params();
-    convoy_sampling_params sp = convoy_sampling_default_params();
-    arg_spec spec_args = arg_spec_init();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = true;
-            continue;
-        } else if (!strcmp(a, "--ids")) {
-            print_ids = true;
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i)))
-            return 2;
-        const int known = arg_engine_or_spec(a, v, &cp, &spec_args);
-        if (known < 0)
-            return 2;
-        if (known == 0)
-            continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model_path = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            prompt = v;
-        else if (!strcmp(a, "-n"))
-            bad = arg_int(a, v, 0, 1 << 24, &n_predict);
-        else if (!strcmp(a, "--temp"))
-            bad = arg_float(a, v, &sp.temp);
-        else if (!strcmp(a, "--top-k"))
-            bad = arg_int(a, v, 0, 1 << 30, &sp.top_k);
-        else if (!strcmp(a, "--top-p"))
-            bad = arg_float(a, v, &sp.top_p);
-        else if (!strcmp(a, "--min-p"))
-            bad = arg_float(a, v, &sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty"))
-            bad = arg_float(a, v, &sp.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n"))
-            bad = arg_int(a, v, 0, 1 << 24, &sp.penalty_last_n);
-        else if (!strcmp(a, "--frequency-penalty"))
-            bad = arg_float(a, v, &sp.freq_penalty);
-        else if (!strcmp(a, "--presence-penalty"))
-            bad = arg_float(a, v, &sp.presence_penalty);
-        else if (!strcmp(a, "--seed"))
-            bad = arg_u64(a, v, &sp.seed), seed_given = true;
-        else {
-            fprintf(stderr, "convoy run: unknown option '%s'\n", a);
-            usage();
-            return 2;
-        }
-        if (bad)
-            return 2;
-    }
-    if (!model_path || !prompt) {
-        usage();
-        return 2;
-    }
-    if (!seed_given)
-        sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-
     char err[512];
-    double t0 = cv_now_s();
-    convoy_model *model = convoy_model_load(model_path, err, sizeof err);
-    if (!model) {
-        fprintf(stderr, "convoy: %s\n", err);
-        return 1;
-    }
-    convoy_model_info info;
-    convoy_model_get_info(model, &info);
-    convoy_ctx *ctx = convoy_ctx_create(model, &cp, err, sizeof err);
-    if (!ctx) {
-        fprintf(stderr, "convoy: %s\n", err);
-        convoy_model_free(model);
-        return 1;
-    }
-    const int32_t n_ctx = convoy_ctx_n_ctx(ctx);
-    int rc = 1;
-    convoy_spec *spec;
-    if (arg_spec_open(&spec_args, "run", ctx, model, cp.n_threads, &spec)) {
-        convoy_ctx_free(ctx);
-        convoy_model_free(model);
-        return 1;
-    }
-    double t_load = cv_now_s() - t0;
-
-    int32_t *tokens = cv_malloc(sizeof(int32_t) * (size_t)n_ctx);
-    convoy_detok *detok = convoy_detok_create(model);
-    if (!tokens || !detok) {
-        fprintf(stderr, "convoy: out of memory\n");
-        goto done;
-    }
-    if (convoy_set_sampler(ctx, 0, &sp, err, sizeof err)) {
-        fprintf(stderr, "convoy: %s\n", err);
-        goto done;
-    }
-    int n_prompt = convoy_tokenize(model, prompt, strlen(prompt), true, false, tokens, n_ctx);
-    if (n_prompt < 0 || n_prompt + (n_predict > 0 ? 1 : 0) > n_ctx) {
-        fprintf(stderr, "convoy: prompt of %d tokens does not fit the context of %d\n",
-                n_prompt < 0 ? -n_prompt : n_prompt, n_ctx);
-        goto done;
-    }
-    if (n_prompt == 0) {
-        fprintf(stderr, "convoy: empty prompt and the model adds no BOS token\n");
-        goto done;
-    }
-    if (n_predict > n_ctx - n_prompt)
-        n_predict = n_ctx - n_prompt;
-    fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", model_path, t_load,
-            info.n_layer, info.n_vocab, cp.n_threads, (unsigned long long)sp.seed);
-    if (print_ids)
-        putchar('[');
-    else
-        fputs(prompt, stdout);
-    fflush(stdout);
-
-    run_printer pr = {.model = model, .detok = detok, .ignore_eos = ignore_eos, .print_ids = print_ids};
-    convoy_gen_stats st;
-    if (convoy_generate(ctx, spec, 0, tokens, n_prompt, n_predict, print_token, &pr, &st, err, sizeof err)) {
+    run_printer pr = {.model = s->model, .detok = s->detok, .ignore_eos = o->ignore_eos, .print_ids = o->print_ids};
+    if (convoy_generate(s->ctx, s->spec, 0, s->tokens, s->n_prompt, s->n_predict, print_token, &pr, st, err,
+                        sizeof err)) {
         fprintf(stderr, "\nconvoy: %s\n", err);
-        goto done;
+        return -1;
     }
     if (pr.failed)
-        goto done;
-    static char text[64];
-    int k = print_ids ? 0 : convoy_detok_flush(detok, text, sizeof text);
+        return -1;
+    char text[64];
+    const int k = o->print_ids ? 0 : convoy_detok_flush(s->detok, text, sizeof text);
     if (k > 0)
         fwrite(text, 1, (size_t)k, stdout);
-    fputs(print_ids ? "]\n" : "\n", stdout);
+    fputs(o->print_ids ? "]\n" : "\n", stdout);
+    return 0;
+}
+
+/* Prefill and decode speeds, and how the speculation went. */
+static void report(const run_state *s, const convoy_gen_stats *st)
+{
     fprintf(stderr, "convoy: prefill %d tokens in %.3f s (%.2f tok/s), decode %d tokens in %.3f s (%.2f tok/s)\n",
-            n_prompt, st.prefill_s, n_prompt / st.prefill_s, st.n_gen, st.decode_s,
-            st.n_gen > 0 ? st.n_gen / st.decode_s : 0.0);
-    if (spec)
+            s->n_prompt, st->prefill_s, s->n_prompt / st->prefill_s, st->n_gen, st->decode_s,
+            st->n_gen > 0 ? st->n_gen / st->decode_s : 0.0);
+    if (s->spec)
         fprintf(stderr, "convoy: speculation (%s): %d rounds, %.2f tokens per round, %lld of %lld drafts accepted "
                         "(%.1f%%)\n",
-                convoy_spec_drafter(spec), st.rounds, st.rounds ? (double)(st.n_gen - 1) / st.rounds : 0.0,
-                (long long)st.accepted, (long long)st.drafted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0);
-    rc = 0;
-done:
-    convoy_spec_free(spec);
-    convoy_detok_free(detok);
-    cv_free(tokens);
-    convoy_ctx_free(ctx);
-    convoy_model_free(model);
+                convoy_spec_drafter(s->spec), st->rounds, st->rounds ? (double)(st->n_gen - 1) / st->rounds : 0.0,
+                (long long)st->accepted, (long long)st->drafted,
+                st->drafted ? 100.0 * st->accepted / st->drafted : 0.0);
+}
+
+static void close_engine(run_state *s)
+{
+    convoy_spec_free(s->spec);
+    convoy_detok_free(s->detok);
+    free(s->tokens);
+    convoy_ctx_free(s->ctx);
+    convoy_model_free(s->model);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_opts o;
+    const int status = parse_options(&o, argc, argv);
+    if (status != ARG_GO)
+        return status;
+    run_state s = {0};
+    convoy_gen_stats st;
+    int rc = 1;
+    if (!open_engine(&o, &s) && !prepare_prompt(&o, &s)) {
+        announce(&o, &s);
+        if (!generate(&o, &s, &st)) {
+            report(&s, &st);
+            rc = 0;
+        }
+    }
+    close_engine(&s);
     return rc;
 }

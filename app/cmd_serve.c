@@ -21,9 +21,9 @@
 #include "serve/render.h"
 #include "serve/sched.h"
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: convoy serve -m MODEL [--host ADDR] [--port N] [--slots N] [--ctx N] [--batch N] [-t N]\n"
             "                    [--queue N] [--alias NAME] [--chat-template NAME] [--max-body BYTES]\n"
             "                    [--kv-type f32|f16] [--mem BYTES] [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
@@ -43,6 +43,103 @@ static void usage(void)
             "  batch with the other requests. Outputs are the same as without (the same tokens per seed).\n");
 }
 
+typedef struct serve_opts {
+    const char *model_path, *host, *alias, *chat_template;
+    int32_t queue, port;
+    uint64_t max_body;
+    convoy_ctx_params cp;
+    arg_spec spec;
+} serve_opts;
+
+/* What the server holds from the model load to the end. */
+typedef struct serve_state {
+    convoy_model *model;
+    convoy_ctx *ctx;
+    convoy_spec *spec; /* NULL without --draft */
+    sv_sched *sched;
+    sv_chat chat;
+} serve_state;
+
+static int parse_options(serve_opts *o, int argc, char **argv)
+{
+    *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20,
+                      .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
+    o->cp.n_slot = 4;
+    const arg_opt opts[] = {
+        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
+        {"host", 0, ARG_STR, .dst = &o->host},
+        {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
+        {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096},
+        {"queue", 0, ARG_INT, .dst = &o->queue, .lo = 0, .hi = 1 << 20},
+        {"alias", 0, ARG_STR, .dst = &o->alias},
+        {"chat-template", 0, ARG_STR, .dst = &o->chat_template},
+        {"max-body", 0, ARG_BYTES, .dst = &o->max_body},
+        {0},
+    };
+    const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
+    const int status = arg_parse(&cmd, argc, argv);
+    if (status != ARG_GO)
+        return status;
+    if (o->max_body < 1024 || o->max_body > (1u << 30)) {
+        fprintf(stderr, "convoy serve: --max-body must be between 1KiB and 1GiB\n");
+        return 2;
+    }
+    if (o->cp.n_batch < o->cp.n_slot) {
+        fprintf(stderr, "convoy serve: --batch (%d) must be at least --slots (%d): every slot's next token "
+                        "goes into one batch\n", o->cp.n_batch, o->cp.n_slot);
+        return 2;
+    }
+    return ARG_GO;
+}
+
+/* Blocks SIGINT and SIGTERM (for sigwait) in this thread and so in every
+ * thread started from here on. */
+static void block_signals(sigset_t *stop_signals)
+{
+#ifdef __GLIBC__
+    /* One connection, one thread: without a cap glibc gives each thread its
+     * own malloc arena, and resident memory grows with the connections seen. */
+    mallopt(M_ARENA_MAX, 2);
+#endif
+    sigemptyset(stop_signals);
+    sigaddset(stop_signals, SIGINT);
+    sigaddset(stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Loads the model, recognizes its chat template, creates the context (the
+ * slots get the model's context, at most 4096, unless --ctx says) and the
+ * scheduler. Returns 0, or the exit status: 2 for an unknown template. */
+static int open_engine(serve_opts *o, serve_state *s)
+{
+    char err[512];
+    if (!(s->model = convoy_model_load(o->model_path, err, sizeof err))) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return 1;
+    }
+    if (sv_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
+        fprintf(stderr, "convoy serve: %s\n", err);
+        return 2;
+    }
+    convoy_model_info info;
+    convoy_model_get_info(s->model, &info);
+    if (o->cp.n_ctx == 0)
+        o->cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+    if (!(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return 1;
+    }
+    if (arg_spec_open(&o->spec, "serve", s->ctx, s->model, o->cp.n_threads, &s->spec))
+        return 1;
+    s->sched = sv_sched_create(s->ctx, s->model, o->cp.n_slot, o->queue, err, sizeof err);
+    if (!s->sched || sv_sched_set_spec(s->sched, s->spec, err, sizeof err)) {
+        fprintf(stderr, "convoy: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 /* The model id: the file name without directories and ".gguf". */
 static void model_id_of(const char *path, char *out, size_t n)
 {
@@ -54,136 +151,53 @@ static void model_id_of(const char *path, char *out, size_t n)
         out[len - 5] = 0;
 }
 
-int cmd_serve(int argc, char **argv)
+/* Serves HTTP until one of stop_signals comes. */
+static int serve_until_signal(const serve_opts *o, const serve_state *s, const sigset_t *stop_signals)
 {
-    const char *model_path = NULL, *alias = NULL, *chat_template = NULL, *v;
-    sv_http_opts ho = {.host = "127.0.0.1", .port = 8080};
-    int32_t queue = 64, port = 8080;
-    uint64_t max_body = 1u << 20;
-    convoy_ctx_params cp = convoy_ctx_default_params();
-    cp.n_slot = 4;
-    arg_spec spec_args = arg_spec_init();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        }
-        if (!(v = arg_value(argc, argv, &i)))
-            return 2;
-        const int known = arg_engine_or_spec(a, v, &cp, &spec_args);
-        if (known < 0)
-            return 2;
-        if (known == 0)
-            continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model_path = v;
-        else if (!strcmp(a, "--host"))
-            ho.host = v;
-        else if (!strcmp(a, "--port"))
-            bad = arg_int(a, v, 0, 65535, &port);
-        else if (!strcmp(a, "--slots"))
-            bad = arg_int(a, v, 1, 4096, &cp.n_slot);
-        else if (!strcmp(a, "--queue"))
-            bad = arg_int(a, v, 0, 1 << 20, &queue);
-        else if (!strcmp(a, "--alias"))
-            alias = v;
-        else if (!strcmp(a, "--chat-template"))
-            chat_template = v;
-        else if (!strcmp(a, "--max-body"))
-            bad = arg_bytes(a, v, &max_body);
-        else {
-            fprintf(stderr, "convoy serve: unknown option '%s'\n", a);
-            usage();
-            return 2;
-        }
-        if (bad)
-            return 2;
-    }
-    if (!model_path) {
-        usage();
-        return 2;
-    }
-    if (max_body < 1024 || max_body > (1u << 30)) {
-        fprintf(stderr, "convoy serve: --max-body must be between 1KiB and 1GiB\n");
-        return 2;
-    }
-    if (cp.n_batch < cp.n_slot) {
-        fprintf(stderr, "convoy serve: --batch (%d) must be at least --slots (%d): every slot's next token "
-                        "goes into one batch\n", cp.n_batch, cp.n_slot);
-        return 2;
-    }
-    ho.port = port;
-    ho.max_body = (size_t)max_body;
-
-#ifdef __GLIBC__
-    /* One connection, one thread: without a cap glibc gives each thread its
-     * own malloc arena, and resident memory grows with the connections seen. */
-    mallopt(M_ARENA_MAX, 2);
-#endif
-    /* Every thread started from here on inherits the blocked signals. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     char err[512], id[256];
-    int rc = 1;
-    convoy_ctx *ctx = NULL;
-    convoy_spec *spec = NULL;
-    sv_sched *sched = NULL;
-    convoy_model *model = convoy_model_load(model_path, err, sizeof err);
-    if (!model) {
+    model_id_of(o->model_path, id, sizeof id);
+    const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body};
+    const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
+                            .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat};
+    sv_http *http;
+    if (sv_http_start(&http, &ho, s->sched, &srv, err, sizeof err)) {
         fprintf(stderr, "convoy: %s\n", err);
         return 1;
     }
-    convoy_model_info info;
-    convoy_model_get_info(model, &info);
-    sv_chat chat;
-    if (sv_chat_setup(model, chat_template, &chat, err, sizeof err)) {
-        fprintf(stderr, "convoy serve: %s\n", err);
-        rc = 2;
-        goto done;
-    }
-    if (cp.n_ctx == 0)
-        cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
-    if (!(ctx = convoy_ctx_create(model, &cp, err, sizeof err))) {
-        fprintf(stderr, "convoy: %s\n", err);
-        goto done;
-    }
-    if (arg_spec_open(&spec_args, "serve", ctx, model, cp.n_threads, &spec))
-        goto done;
-    sched = sv_sched_create(ctx, model, cp.n_slot, queue, err, sizeof err);
-    if (!sched || sv_sched_set_spec(sched, spec, err, sizeof err)) {
-        fprintf(stderr, "convoy: %s\n", err);
-        goto done;
-    }
-    model_id_of(model_path, id, sizeof id);
-    const oai_server srv = {.model = model, .model_id = alias ? alias : id, .n_ctx = convoy_ctx_n_ctx(ctx),
-                            .has_logprobs = sv_sched_has_logprobs(sched), .chat = &chat};
-    sv_http *http;
-    if (sv_http_start(&http, &ho, sched, &srv, err, sizeof err)) {
-        fprintf(stderr, "convoy: %s\n", err);
-        goto done;
-    }
     fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d "
                     "tokens, batch %d, %d threads%s%s%s%s)\n",
-            ho.host, sv_http_port(http), srv.model_id, sv_chat_name(&chat), cp.n_slot, srv.n_ctx,
-            convoy_ctx_n_batch(ctx), cp.n_threads, spec ? ", drafts from " : "", spec ? convoy_spec_drafter(spec) : "",
-            cp.nodes ? ", nodes " : "", cp.nodes ? cp.nodes : "");
+            ho.host, sv_http_port(http), srv.model_id, sv_chat_name(&s->chat), o->cp.n_slot, srv.n_ctx,
+            convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
+            s->spec ? convoy_spec_drafter(s->spec) : "", o->cp.nodes ? ", nodes " : "",
+            o->cp.nodes ? o->cp.nodes : "");
     fflush(stderr);
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    sigwait(stop_signals, &sig);
     fprintf(stderr, "convoy serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     sv_http_stop(http);
-    rc = 0;
-done:
-    sv_sched_free(sched);
-    convoy_spec_free(spec);
-    convoy_ctx_free(ctx);
-    convoy_model_free(model);
+    return 0;
+}
+
+static void close_engine(serve_state *s)
+{
+    sv_sched_free(s->sched);
+    convoy_spec_free(s->spec);
+    convoy_ctx_free(s->ctx);
+    convoy_model_free(s->model);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_opts o;
+    const int status = parse_options(&o, argc, argv);
+    if (status != ARG_GO)
+        return status;
+    sigset_t stop_signals;
+    block_signals(&stop_signals);
+    serve_state s = {0};
+    int rc = open_engine(&o, &s);
+    if (rc == 0)
+        rc = serve_until_signal(&o, &s, &stop_signals);
+    close_engine(&s);
     return rc;
 }

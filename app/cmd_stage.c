@@ -6,7 +6,6 @@
 
 #include "args.h"
 #include "commands.h"
-#include "pipe/link.h"
 #include "pipe/node.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -17,53 +16,54 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: convoy stage --listen HOST:PORT -m MODEL [--mem BYTES] [-t THREADS] [--timeout MS]\n"
-                    "  serves the layers a head assigns, from this machine's copy of MODEL (checked by\n"
-                    "  fingerprint); --mem caps the memory it may use (e.g. 1.5G)\n");
+    fprintf(f, "usage: convoy stage --listen HOST:PORT -m MODEL [--mem BYTES] [-t THREADS] [--timeout MS]\n"
+               "  serves the layers a head assigns, from this machine's copy of MODEL (checked by\n"
+               "  fingerprint); --mem caps the memory it may use (e.g. 1.5G)\n");
+}
+
+/* Splits "HOST:PORT" (an IPv6 host in brackets) at its last colon. */
+static int split_listen(const char *listen, char *host, size_t host_len, int *port)
+{
+    const char *colon = strrchr(listen, ':'), *h = listen;
+    size_t n = colon ? (size_t)(colon - listen) : 0;
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    int32_t p;
+    if (n == 0 || n >= host_len) {
+        fprintf(stderr, "convoy stage: --listen expects HOST:PORT, got '%s'\n", listen);
+        return -1;
+    }
+    if (arg_int("--listen's port", colon + 1, 1, 65535, &p))
+        return -1;
+    memcpy(host, h, n);
+    host[n] = 0;
+    *port = p;
+    return 0;
 }
 
 int cmd_stage(int argc, char **argv)
 {
-    const char *listen = NULL, *v;
+    const char *listen = NULL;
     cv_node_opts o = {.n_threads = 1, .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        }
-        if (!(v = arg_value(argc, argv, &i)))
-            return 2;
-        if (!strcmp(a, "--listen"))
-            listen = v;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            o.model_path = v;
-        else if (!strcmp(a, "--mem"))
-            bad = arg_bytes(a, v, &o.mem_budget);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            bad = arg_int(a, v, 1, 256, &o.n_threads);
-        else if (!strcmp(a, "--timeout"))
-            bad = arg_int(a, v, 1, 1 << 30, &o.io_timeout_ms);
-        else {
-            fprintf(stderr, "convoy stage: unknown option '%s'\n", a);
-            usage();
-            return 2;
-        }
-        if (bad)
-            return 2;
-    }
-    if (!listen || !o.model_path) {
-        usage();
-        return 2;
-    }
+    const arg_opt opts[] = {
+        {"listen", 0, ARG_STR, .dst = &listen, .required = true},
+        {"model", 'm', ARG_STR, .dst = &o.model_path, .required = true},
+        {"mem", 0, ARG_BYTES, .dst = &o.mem_budget},
+        {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256},
+        {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},
+        {0},
+    };
+    const arg_cmd cmd = {.name = "stage", .usage = usage, .opts = opts};
+    const int status = arg_parse(&cmd, argc, argv);
+    if (status != ARG_GO)
+        return status;
     char host[256], err[512];
-    if (cv_parse_addr(listen, host, sizeof host, &o.port, err, sizeof err)) {
-        fprintf(stderr, "convoy stage: %s\n", err);
+    if (split_listen(listen, host, sizeof host, &o.port))
         return 2;
-    }
     o.host = host;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "commands.h"
-#include "kernels/kernels.h"
 
 static const struct {
     const char *name;
@@ -37,7 +36,6 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    cv_kernels_init(0);
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);

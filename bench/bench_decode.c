@@ -27,6 +27,7 @@
 #include "bench_raw.h"
 #include "convoy.h"
 #include "core/clock.h"
+#include "infer/sampler.h"
 #include "kernels/kernels.h"
 
 /* ---- read bandwidth ---- */

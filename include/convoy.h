@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct convoy_model convoy_model;
 typedef struct convoy_ctx convoy_ctx;
@@ -246,5 +247,78 @@ typedef struct convoy_gen_stats {
 
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen);
+
+/* ---- model files: info, quantize, synth (src/engine/files.c) ----
+ * These work on GGUF files without loading a model for inference. Type
+ * names are GGML's ("F32", "Q8_0", "Q4_K", ...). n_threads 0 means one
+ * thread per CPU; the files written do not depend on the thread count. */
+
+/* Writes `convoy info`'s report of a GGUF to out: the header, the
+ * hyperparameters, the tokenizer, the tensor table (absolute file offsets,
+ * so that tools can cut a tensor's bytes out), sizes and the fingerprint,
+ * one "key: value" per line. Nothing is written when the file is invalid. */
+int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen);
+
+typedef struct convoy_file_stats {
+    uint64_t n_tensors;
+    int64_t n_params;
+    uint64_t bytes;       /* the file's size */
+    uint64_t fingerprint; /* the model's shape: architecture keys and tensor directory, not weights */
+} convoy_file_stats;
+
+int convoy_file_get_stats(const char *path, convoy_file_stats *st, char *err, size_t errlen);
+
+/* What happened to one tensor of a file being written. */
+typedef struct convoy_tensor_note {
+    int32_t index, count; /* 0-based position in the output, and its number of tensors */
+    const char *name;
+    uint32_t n_dims;
+    const int64_t *ne;
+    const char *src_type;  /* the input's type (synth: F32, the generated values) */
+    const char *want_type; /* the type asked for */
+    const char *type;      /* the type written: another than want_type when the rows do not fit its blocks */
+    uint64_t src_bytes, bytes;
+} convoy_tensor_note;
+
+typedef void (*convoy_tensor_note_fn)(void *user, const convoy_tensor_note *note);
+
+/* True for a TYPE that quantize and synth take: F32 F16 BF16 Q8_0 Q4_0
+ * Q4_K Q5_K Q6_K, Q4_K_S / Q5_K_S (= Q4_K / Q5_K), and llama.cpp's mixes
+ * Q4_K_M / Q5_K_M; any case. */
+bool convoy_quant_type_known(const char *name);
+/* True for a tensor type name (quantize's output type). */
+bool convoy_tensor_type_known(const char *name);
+
+/* Converts the weight matrices of GGUF in to `type` (output.weight to
+ * output_type; NULL: as `type` says) into a new file out; norms and other
+ * 1-D tensors are copied. note (may be NULL) hears of every tensor. */
+int convoy_quantize_file(const char *in, const char *out, const char *type, const char *output_type,
+                         int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen);
+
+/* A deterministic pseudo-random Llama model (see model/synth.h): the same
+ * bytes on every machine for the same parameters. */
+typedef struct convoy_synth_params {
+    const char *name; /* general.name; NULL: "convoy-synth" */
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab;
+    int64_t n_ctx;
+    float rope_theta;
+    float output_scale; /* the output matrix's scale against the others' */
+    bool tied;          /* no output.weight: the output reuses token_embd */
+    uint64_t seed;
+    const char *type;   /* the matrices' TYPE, as quantize takes it */
+    int32_t n_threads;
+} convoy_synth_params;
+
+/* ctx 2048, rope theta 10000, output scale 1, untied, seed 1234, F32, one
+ * thread per CPU; dims 0 (set them, or a shape's with convoy_synth_set_shape). */
+convoy_synth_params convoy_synth_default_params(void);
+/* Sets the dims, ctx, rope theta and output scale of a named shape. */
+int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err, size_t errlen);
+/* Name of shape i, NULL past the last. */
+const char *convoy_synth_shape_name(int32_t i);
+/* Checks the parameters and writes the model to out; note (may be NULL)
+ * hears of every tensor once it is generated. */
+int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tensor_note_fn note, void *user,
+                      char *err, size_t errlen);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "convoy.h"
 #include "core/alloc.h"
+#include "infer/sampler.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

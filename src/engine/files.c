@@ -1,0 +1,326 @@
+/* files.c: include/convoy.h's model files: the report of `convoy info`,
+ * a file's stats, and writing models (quantize, synth) over src/model/. */
+#include "convoy.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/err.h"
+#include "kernels/kernels.h"
+#include "model/fingerprint.h"
+#include "model/gguf.h"
+#include "model/quantize.h"
+#include "model/synth.h"
+
+static const char *ftype_name(uint32_t ftype)
+{
+    switch (ftype) {
+    case 0: return "ALL_F32";
+    case 1: return "MOSTLY_F16";
+    case 2: return "MOSTLY_Q4_0";
+    case 7: return "MOSTLY_Q8_0";
+    case 14: return "MOSTLY_Q4_K_S";
+    case 15: return "MOSTLY_Q4_K_M";
+    case 16: return "MOSTLY_Q5_K_S";
+    case 17: return "MOSTLY_Q5_K_M";
+    case 18: return "MOSTLY_Q6_K";
+    case 32: return "MOSTLY_BF16";
+    default: return "other";
+    }
+}
+
+/* Length of a file string as printed: long ones are cut. */
+static int shown(gguf_str s)
+{
+    return s.len < 200 ? (int)s.len : 200;
+}
+
+static int64_t count_params(const gguf_file *f)
+{
+    int64_t n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        n += f->tensors[i].ne[0] * f->tensors[i].ne[1] * f->tensors[i].ne[2] * f->tensors[i].ne[3];
+    return n;
+}
+
+/* Prints "label: value" of the u32 key ARCH.suffix, or "-" when absent;
+ * returns the value (0 when absent). */
+static uint32_t print_arch_u32(FILE *out, const gguf_file *f, const char *arch, const char *label,
+                               const char *suffix)
+{
+    char key[160];
+    uint32_t v = 0;
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    if (gguf_get_u32(f, key, &v, NULL, 0)) {
+        fprintf(out, "%s: -\n", label);
+        return 0;
+    }
+    fprintf(out, "%s: %" PRIu32 "\n", label, v);
+    return v;
+}
+
+/* The vocabulary size from wherever the file states it, best source first. */
+static void print_n_vocab(FILE *out, const gguf_file *f, const char *arch)
+{
+    char key[160];
+    uint32_t u;
+    const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    snprintf(key, sizeof(key), "%s.vocab_size", arch);
+    if (!gguf_get_u32(f, key, &u, NULL, 0))
+        fprintf(out, "n_vocab: %" PRIu32 "\n", u);
+    else if (tokens && tokens->type == GGUF_ARRAY)
+        fprintf(out, "n_vocab: %" PRIu64 " (tokenizer)\n", tokens->arr_n);
+    else if (embd && embd->n_dims >= 2)
+        fprintf(out, "n_vocab: %" PRId64 " (token_embd)\n", embd->ne[1]);
+    else
+        fprintf(out, "n_vocab: -\n");
+}
+
+/* The rope and norm keys, with llama.cpp's defaults where it has one. */
+static void print_rope_norm(FILE *out, const gguf_file *f, const char *arch)
+{
+    char key[160];
+    float x;
+    uint32_t u;
+    snprintf(key, sizeof(key), "%s.rope.dimension_count", arch);
+    if (!gguf_get_u32(f, key, &u, NULL, 0))
+        fprintf(out, "rope_dim: %" PRIu32 "\n", u);
+    else
+        fprintf(out, "rope_dim: -\n");
+    snprintf(key, sizeof(key), "%s.rope.freq_base", arch);
+    if (!gguf_get_f32(f, key, &x, NULL, 0))
+        fprintf(out, "rope_theta: %g\n", x);
+    else
+        fprintf(out, "rope_theta: 10000 (default)\n");
+    snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", arch);
+    if (!gguf_get_f32(f, key, &x, NULL, 0))
+        fprintf(out, "rms_eps: %g\n", x);
+    else
+        fprintf(out, "rms_eps: -\n");
+}
+
+static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
+{
+    char key[160];
+    gguf_str s;
+    uint32_t u;
+    fprintf(out, "architecture: %s\n", arch);
+    if (!gguf_get_str(f, "general.name", &s, NULL, 0))
+        fprintf(out, "name: %.*s\n", shown(s), s.ptr);
+    if (!gguf_get_u32(f, "general.file_type", &u, NULL, 0))
+        fprintf(out, "file_type: %" PRIu32 " (%s)\n", u, ftype_name(u));
+    else
+        fprintf(out, "file_type: -\n");
+    uint32_t n_embd = print_arch_u32(out, f, arch, "n_embd", "embedding_length");
+    print_arch_u32(out, f, arch, "n_layer", "block_count");
+    uint32_t n_head = print_arch_u32(out, f, arch, "n_head", "attention.head_count");
+    snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
+    if (!gguf_get_u32(f, key, &u, NULL, 0))
+        fprintf(out, "n_head_kv: %" PRIu32 "\n", u);
+    else
+        fprintf(out, "n_head_kv: %" PRIu32 " (default: n_head)\n", n_head);
+    if (n_head && n_embd % n_head == 0)
+        fprintf(out, "head_dim: %" PRIu32 "\n", n_embd / n_head);
+    print_arch_u32(out, f, arch, "n_ff", "feed_forward_length");
+    print_n_vocab(out, f, arch);
+    print_arch_u32(out, f, arch, "n_ctx", "context_length");
+    print_rope_norm(out, f, arch);
+}
+
+static void print_tokenizer(FILE *out, const gguf_file *f)
+{
+    gguf_str model;
+    const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (gguf_get_str(f, "tokenizer.ggml.model", &model, NULL, 0) || !tokens || tokens->type != GGUF_ARRAY) {
+        fprintf(out, "tokenizer: -\n");
+        return;
+    }
+    const char *kind = gguf_str_eq(model, "llama") ? " (SentencePiece)"
+                       : gguf_str_eq(model, "gpt2") ? " (byte-level BPE)" : "";
+    fprintf(out, "tokenizer: %.*s%s, %" PRIu64 " tokens", shown(model), model.ptr, kind, tokens->arr_n);
+    static const char *const ids[][2] = {
+        {"bos", "tokenizer.ggml.bos_token_id"},
+        {"eos", "tokenizer.ggml.eos_token_id"},
+        {"unk", "tokenizer.ggml.unknown_token_id"},
+    };
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        uint32_t id;
+        if (!gguf_get_u32(f, ids[i][1], &id, NULL, 0))
+            fprintf(out, ", %s %" PRIu32, ids[i][0], id);
+    }
+    fprintf(out, "\n");
+}
+
+/* "[a, b, ...]" of n_dims dims. */
+static void format_shape(char *shape, size_t n, uint32_t n_dims, const int64_t *ne)
+{
+    int k = snprintf(shape, n, "[%" PRId64, ne[0]);
+    for (uint32_t d = 1; d < n_dims; d++)
+        k += snprintf(shape + k, n - (size_t)k, ", %" PRId64, ne[d]);
+    snprintf(shape + k, n - (size_t)k, "]");
+}
+
+static void print_tensors(FILE *out, const gguf_file *f)
+{
+    uint64_t total = 0;
+    fprintf(out, "tensors: %" PRIu64 "\n", f->n_tensors);
+    fprintf(out, "  %4s %-36s %-6s %-24s %14s %12s\n", "#", "name", "type", "shape", "file_offset", "bytes");
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        char shape[128]; /* 4 dims of at most 20 digits */
+        format_shape(shape, sizeof(shape), t->n_dims, t->ne);
+        fprintf(out, "  %4" PRIu64 " %-36.*s %-6s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, shown(t->name),
+                t->name.ptr, cv_type_name(t->type), shape, f->data_offset + t->offset, t->size);
+        total += t->size;
+    }
+    const int64_t n_params = count_params(f);
+    fprintf(out, "params: %" PRId64 " (%.2f M)\n", n_params, (double)n_params / 1e6);
+    fprintf(out, "tensor_bytes: %" PRIu64 " (%.2f MiB)\n", total, (double)total / (1 << 20));
+}
+
+int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
+{
+    cv_kernels_ensure();
+    gguf_file f;
+    if (gguf_open(&f, path, err, errlen))
+        return -1;
+    fprintf(out, "file: %s\n", path);
+    fprintf(out, "gguf: version %" PRIu32 ", %" PRIu64 " key/values, alignment %" PRIu64 ", data at %" PRIu64
+                 ", %zu bytes\n",
+            f.version, f.n_kv, f.alignment, f.data_offset, f.map.size);
+    gguf_str arch;
+    char arch_buf[64] = "-";
+    if (!gguf_get_str(&f, "general.architecture", &arch, NULL, 0))
+        snprintf(arch_buf, sizeof(arch_buf), "%.*s", shown(arch), arch.ptr);
+    print_hparams(out, &f, arch_buf);
+    print_tokenizer(out, &f);
+    print_tensors(out, &f);
+    fprintf(out, "fingerprint: %016" PRIx64 "\n", cv_model_fingerprint(&f));
+    gguf_close(&f);
+    return 0;
+}
+
+int convoy_file_get_stats(const char *path, convoy_file_stats *st, char *err, size_t errlen)
+{
+    cv_kernels_ensure();
+    gguf_file f;
+    if (gguf_open(&f, path, err, errlen))
+        return -1;
+    *st = (convoy_file_stats){.n_tensors = f.n_tensors, .n_params = count_params(&f), .bytes = f.map.size,
+                              .fingerprint = cv_model_fingerprint(&f)};
+    gguf_close(&f);
+    return 0;
+}
+
+/* ---- writing files ---- */
+
+static int threads_or_cpus(int32_t n_threads)
+{
+    const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return n_threads > 0 ? n_threads : n_cpu > 0 ? (int)n_cpu : 1;
+}
+
+/* Hands src/model's tensor notes on in convoy.h's terms. */
+typedef struct note_relay {
+    convoy_tensor_note_fn fn;
+    void *user;
+} note_relay;
+
+static void relay_note(void *ctx, const cv_tensor_note *n)
+{
+    const note_relay *r = ctx;
+    const convoy_tensor_note note = {
+        .index = n->index, .count = n->count, .name = n->name, .n_dims = n->n_dims, .ne = n->ne,
+        .src_type = cv_type_name(n->src_type), .want_type = cv_type_name(n->want_type),
+        .type = cv_type_name(n->type), .src_bytes = n->src_bytes, .bytes = n->bytes,
+    };
+    r->fn(r->user, &note);
+}
+
+bool convoy_quant_type_known(const char *name)
+{
+    cv_type type;
+    bool k_mix;
+    return cv_quant_parse_type(name, &type, &k_mix) == 0;
+}
+
+bool convoy_tensor_type_known(const char *name)
+{
+    return cv_type_from_name(name) >= 0;
+}
+
+int convoy_quantize_file(const char *in, const char *out, const char *type, const char *output_type,
+                         int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen)
+{
+    cv_kernels_ensure();
+    cv_quantize_params p = {.output_type = CV_TYPE_COUNT, .n_threads = threads_or_cpus(n_threads)};
+    if (cv_quant_parse_type(type, &p.type, &p.k_mix))
+        return cv_errf(err, errlen, "unknown type '%s'", type);
+    if (output_type) {
+        const int t = cv_type_from_name(output_type);
+        if (t < 0)
+            return cv_errf(err, errlen, "unknown type '%s'", output_type);
+        p.output_type = (cv_type)t;
+    }
+    note_relay relay = {note, user};
+    return cv_quantize_file(in, out, &p, note ? relay_note : NULL, &relay, err, errlen);
+}
+
+convoy_synth_params convoy_synth_default_params(void)
+{
+    cv_synth_params q;
+    cv_synth_defaults(&q);
+    return (convoy_synth_params){.n_ctx = q.n_ctx, .rope_theta = q.rope_theta, .output_scale = q.output_scale,
+                                 .tied = q.tied, .seed = q.seed, .type = cv_type_name(q.type)};
+}
+
+int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err, size_t errlen)
+{
+    cv_synth_params q;
+    cv_synth_defaults(&q);
+    if (cv_synth_preset(&q, shape, err, errlen))
+        return -1;
+    p->n_embd = q.n_embd;
+    p->n_layer = q.n_layer;
+    p->n_head = q.n_head;
+    p->n_head_kv = q.n_head_kv;
+    p->n_ff = q.n_ff;
+    p->n_vocab = q.n_vocab;
+    p->n_ctx = q.n_ctx;
+    p->rope_theta = q.rope_theta;
+    p->output_scale = q.output_scale;
+    return 0;
+}
+
+const char *convoy_synth_shape_name(int32_t i)
+{
+    return cv_synth_preset_name(i);
+}
+
+int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tensor_note_fn note, void *user,
+                      char *err, size_t errlen)
+{
+    cv_kernels_ensure();
+    cv_synth_params q;
+    cv_synth_defaults(&q); /* what p does not say: rms eps */
+    if (cv_quant_parse_type(p->type, &q.type, &q.k_mix))
+        return cv_errf(err, errlen, "unknown type '%s'", p->type);
+    snprintf(q.name, sizeof(q.name), "%s", p->name ? p->name : "");
+    q.n_embd = p->n_embd;
+    q.n_layer = p->n_layer;
+    q.n_head = p->n_head;
+    q.n_head_kv = p->n_head_kv;
+    q.n_ff = p->n_ff;
+    q.n_vocab = p->n_vocab;
+    q.n_ctx = p->n_ctx;
+    q.rope_theta = p->rope_theta;
+    q.output_scale = p->output_scale;
+    q.tied = p->tied;
+    q.seed = p->seed;
+    q.n_threads = threads_or_cpus(p->n_threads);
+    note_relay relay = {note, user};
+    return cv_synth_write(&q, out, note ? relay_note : NULL, &relay, err, errlen);
+}
