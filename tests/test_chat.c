@@ -38,6 +38,7 @@
 #include "core/err.h"
 #include "model/chat.h"
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "test.h"
 
 #define SYS CV_CHAT_SYSTEM

@@ -20,6 +20,7 @@
 #include "core/cursor.h"
 #include "core/err.h"
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "test.h"
 
 static char tmp_dir[256];

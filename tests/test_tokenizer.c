@@ -15,6 +15,7 @@
 
 #include "core/err.h"
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/vocab.h"
 #include "test.h"
 #include "tok_test.h"

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/vocab.h"
 
 static inline int tok_load_written(gguf_writer *w, const char *path, cv_vocab *v, char *err, size_t errlen)

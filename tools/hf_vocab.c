@@ -38,7 +38,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
-#include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/vocab.h"
 
 #define MAX_VOCAB (1 << 24)

@@ -32,6 +32,10 @@
  * open-addressing hash map from (text, split) to rank; pairs of adjacent
  * symbols are contiguous in the pre-token, so a lookup hashes one span.
  *
+ * Direction: the vocabulary (vocab.c) calls this file, never the reverse.
+ * BPE knows no cv_vocab: it finds the id of a symbol's text through the
+ * cv_bpe_lookup the caller passes to cv_bpe_tokenize.
+ *
  * Ownership: cv_bpe owns its blob and map; scratch memory lives for one
  * cv_bpe_tokenize call. Owner of this file: the BPE helper. */
 #include "model/bpe.h"
@@ -44,8 +48,11 @@
 #include "core/err.h"
 #include "model/unicode.h"
 
+/* The pre-tokenizer split, named by tokenizer.ggml.pre (bpe.h). */
+typedef enum bpe_pre { BPE_PRE_GPT2, BPE_PRE_LLAMA3, BPE_PRE_QWEN2 } bpe_pre;
+
 struct cv_bpe {
-    cv_bpe_pre pre;
+    bpe_pre pre;
     bool ignore_merges;
     uint32_t n_merges;
     char *blob;          /* left+right texts of every merge */
@@ -131,16 +138,16 @@ static int32_t merge_rank(const cv_bpe *b, const char *s, uint32_t n, uint32_t s
 
 static const struct {
     const char *name;
-    cv_bpe_pre pre;
+    bpe_pre pre;
 } pre_names[] = {
-    {"llama-bpe", CV_BPE_PRE_LLAMA3}, {"llama3", CV_BPE_PRE_LLAMA3}, {"llama-v3", CV_BPE_PRE_LLAMA3},
-    {"qwen2", CV_BPE_PRE_QWEN2},      {"deepseek-r1-qwen", CV_BPE_PRE_QWEN2},
-    {"gpt-2", CV_BPE_PRE_GPT2},       {"gpt2", CV_BPE_PRE_GPT2},
+    {"llama-bpe", BPE_PRE_LLAMA3}, {"llama3", BPE_PRE_LLAMA3}, {"llama-v3", BPE_PRE_LLAMA3},
+    {"qwen2", BPE_PRE_QWEN2},      {"deepseek-r1-qwen", BPE_PRE_QWEN2},
+    {"gpt-2", BPE_PRE_GPT2},       {"gpt2", BPE_PRE_GPT2},
 };
 
 static int read_pre(cv_bpe *b, const gguf_file *f, char *err, size_t errlen)
 {
-    b->pre = CV_BPE_PRE_GPT2;
+    b->pre = BPE_PRE_GPT2;
     if (!gguf_find_kv(f, "tokenizer.ggml.pre"))
         return 0;
     gguf_str name;
@@ -184,7 +191,7 @@ int cv_bpe_load(cv_bpe **out, const gguf_file *f, char *err, size_t errlen)
         cv_bpe_free(b);
         return -1;
     }
-    b->ignore_merges = b->pre == CV_BPE_PRE_LLAMA3;
+    b->ignore_merges = b->pre == BPE_PRE_LLAMA3;
     uint32_t cap = 16;
     while (cap < 2 * n)
         cap <<= 1;
@@ -241,14 +248,9 @@ void cv_bpe_free(cv_bpe *b)
     cv_free(b);
 }
 
-cv_bpe_pre cv_bpe_pre_type(const cv_bpe *b)
-{
-    return b->pre;
-}
-
 bool cv_bpe_adds_bos(const cv_bpe *b)
 {
-    return b->pre == CV_BPE_PRE_LLAMA3;
+    return b->pre == BPE_PRE_LLAMA3;
 }
 
 /* ---- pre-tokenizer ---- */
@@ -398,6 +400,7 @@ typedef struct scratch {
     symbol *sym;
     size_t sym_cap;
     cv_heap heap; /* of pair */
+    const cv_bpe_lookup *tokens;
     int32_t **ids;
     size_t *n_ids, *ids_cap;
     bool oom;
@@ -434,22 +437,27 @@ static void push_pair(const cv_bpe *b, scratch *s, int32_t left, int32_t right)
             s->oom = true;
 }
 
-static void emit_symbol(const cv_vocab *v, scratch *s, const char *text, uint32_t n)
+static int32_t token_id(const scratch *s, const char *text, size_t n)
 {
-    int32_t id = cv_token_from_text(v, text, n);
+    return s->tokens->token_id(s->tokens->ctx, text, n);
+}
+
+static void emit_symbol(scratch *s, const char *text, uint32_t n)
+{
+    int32_t id = token_id(s, text, n);
     if (id >= 0) {
         emit(s, id);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
-        id = cv_token_from_text(v, text + i, 1);
+        id = token_id(s, text + i, 1);
         if (id >= 0)
             emit(s, id);
     }
 }
 
 /* Steps 3-5 of the design comment for the code points cp[0..n). */
-static void bpe_word(const cv_bpe *b, const cv_vocab *v, scratch *s, const uint32_t *cp, size_t n)
+static void bpe_word(const cv_bpe *b, scratch *s, const uint32_t *cp, size_t n)
 {
     if (!reserve((void **)&s->text, &s->text_cap, 8 * n, 1, &s->oom) ||
         !reserve((void **)&s->sym, &s->sym_cap, 4 * n, sizeof(symbol), &s->oom))
@@ -469,7 +477,7 @@ static void bpe_word(const cv_bpe *b, const cv_vocab *v, scratch *s, const uint3
     s->sym[n_sym - 1].next = -1;
 
     if (b->ignore_merges) {
-        int32_t id = cv_token_from_text(v, s->text, len);
+        int32_t id = token_id(s, s->text, len);
         if (id >= 0) {
             emit(s, id);
             return;
@@ -493,17 +501,18 @@ static void bpe_word(const cv_bpe *b, const cv_vocab *v, scratch *s, const uint3
         push_pair(b, s, p.left, l->next);
     }
     for (int32_t i = 0; i >= 0 && !s->oom; i = s->sym[i].next)
-        emit_symbol(v, s, s->text + s->sym[i].off, s->sym[i].n);
+        emit_symbol(s, s->text + s->sym[i].off, s->sym[i].n);
 }
 
-int cv_bpe_tokenize(const cv_bpe *b, const cv_vocab *v, const char *text, size_t len, int32_t **ids,
+int cv_bpe_tokenize(const cv_bpe *b, const cv_bpe_lookup *tokens, const char *text, size_t len, int32_t **ids,
                     size_t *n_ids, size_t *cap)
 {
     if (len == 0)
         return 0;
     uint32_t *cp = cv_malloc(sizeof(uint32_t) * len);
     uint8_t *cls = cv_malloc(len);
-    scratch s = {.heap = {.elem = sizeof(pair), .before = pair_before}, .ids = ids, .n_ids = n_ids, .ids_cap = cap};
+    scratch s = {.heap = {.elem = sizeof(pair), .before = pair_before}, .tokens = tokens, .ids = ids, .n_ids = n_ids,
+                 .ids_cap = cap};
     if (!cp || !cls) {
         cv_free(cp);
         cv_free(cls);
@@ -518,9 +527,8 @@ int cv_bpe_tokenize(const cv_bpe *b, const cv_vocab *v, const char *text, size_t
     }
     text_cps t = {cp, cls, n};
     for (size_t p = 0; p < n && !s.oom;) {
-        size_t end = b->pre == CV_BPE_PRE_GPT2 ? next_gpt2(&t, p)
-                                               : next_llama3(&t, p, b->pre == CV_BPE_PRE_LLAMA3 ? 3 : 1);
-        bpe_word(b, v, &s, cp + p, end - p);
+        size_t end = b->pre == BPE_PRE_GPT2 ? next_gpt2(&t, p) : next_llama3(&t, p, b->pre == BPE_PRE_LLAMA3 ? 3 : 1);
+        bpe_word(b, &s, cp + p, end - p);
         p = end;
     }
     cv_free(cp);

@@ -1,6 +1,6 @@
-/* gguf.c: GGUF v2/v3 reader and v3 writer (gguf.h).
+/* gguf.c: the GGUF v2/v3 reader (gguf.h); the writer is gguf_write.c.
  *
- * Reader: one pass over the bytes through a cv_cursor: header, key/values,
+ * Parsing: one pass over the bytes through a cv_cursor: header, key/values,
  * tensor infos, then the data section checks. Nothing is allocated from a
  * count the file claims: counts are first compared with the bytes left
  * (each entry needs a known minimum), and the kv / tensor / string arrays
@@ -13,39 +13,30 @@
  * arrays (and the mapping, for gguf_open).
  *
  * Typed getters convert by value: an integer goes to uint32 if it fits, a
- * float64 or integer goes to float32 if it is exactly representable.
- *
- * Writer: keeps owned copies of keys, values and tensor names (tensor data
- * only referenced). Invalid input to a setter is remembered and reported by
- * gguf_write, which refuses to write a file the reader would reject. Values
- * are written in the host's byte order, which must be little-endian (as on
- * every platform convoy builds for). */
+ * float64 or integer goes to float32 if it is exactly representable. */
 #include "model/gguf.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/cursor.h"
 #include "core/err.h"
+#include "model/gguf_format.h"
 
-#define GGUF_DEFAULT_ALIGNMENT 32
 #define KV_MIN_BYTES 13     /* key length (8) + value type (4) + smallest value (1) */
 #define TENSOR_MIN_BYTES 32 /* name length (8) + n_dims (4) + one dim (8) + type (4) + offset (8) */
-#define GGUF_MAX_DIMS 4
 
 static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
     "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
     "bool",  "string", "array", "uint64", "int64", "float64",
 };
 
-static const char *vtype_name(uint32_t t) { return t < GGUF_VTYPE_COUNT ? vtype_names[t] : "unknown"; }
+const char *gguf_vtype_name(uint32_t t) { return t < GGUF_VTYPE_COUNT ? vtype_names[t] : "unknown"; }
 
 size_t gguf_vtype_size(uint32_t t)
 {
@@ -75,17 +66,6 @@ char *gguf_str_dup(gguf_str s)
         memcpy(d, s.ptr, (size_t)s.len);
     d[s.len] = '\0';
     return d;
-}
-
-static bool is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
-/* a * b into *out; false on uint64 overflow. */
-static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out)
-{
-    if (a != 0 && b > UINT64_MAX / a)
-        return false;
-    *out = a * b;
-    return true;
 }
 
 /* A name from the file made safe to print: at most 64 bytes, anything but
@@ -251,7 +231,7 @@ static int parse_array(parser *p, gguf_kv *kv)
     size_t es = gguf_vtype_size(kv->arr_type);
     if (kv->arr_n > left / es)
         return fail(p, "claims %" PRIu64 " %s elements (%zu bytes each) but only %zu bytes are left", kv->arr_n,
-                    vtype_name(kv->arr_type), es, left);
+                    gguf_vtype_name(kv->arr_type), es, left);
     kv->arr_data = cv_cursor_bytes(&p->c, kv->arr_n * es, "array elements");
     if (kv->arr_type == GGUF_BOOL)
         for (uint64_t i = 0; i < kv->arr_n; i++)
@@ -334,7 +314,7 @@ static int parse_tensor_info(parser *p, gguf_tensor *t)
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if (ne[d] == 0 || ne[d] > INT64_MAX)
             return fail(p, "has dimension %" PRIu32 " of size %" PRIu64 " (must be 1 to 2^63-1)", d, ne[d]);
-        if (!mul_u64(n_elem, ne[d], &n_elem) || n_elem > INT64_MAX)
+        if (!gguf_mul_u64(n_elem, ne[d], &n_elem) || n_elem > INT64_MAX)
             return fail(p, "has too many elements (dims %" PRIu64 " x %" PRIu64 " x %" PRIu64 " x %" PRIu64
                            " overflow 2^63-1)", ne[0], ne[1], ne[2], ne[3]);
     }
@@ -347,7 +327,7 @@ static int parse_tensor_info(parser *p, gguf_tensor *t)
         return fail(p, "has row length %" PRIu64 ", not a multiple of the %s block size %d", ne[0], tname, blck);
     uint64_t size = ne[0] / (uint64_t)blck;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS && size; d++)
-        if (!mul_u64(size, d == 0 ? tsize : ne[d], &size))
+        if (!gguf_mul_u64(size, d == 0 ? tsize : ne[d], &size))
             return fail(p, "has a data size that overflows (%s, dims %" PRIu64 " x %" PRIu64 " x %" PRIu64
                            " x %" PRIu64 ")", tname, ne[0], ne[1], ne[2], ne[3]);
     if (t->offset % f->alignment != 0)
@@ -369,8 +349,8 @@ static int check_alignment_key(parser *p)
         return 0;
     p->cur_name = kv->key;
     if (kv->type != GGUF_UINT32)
-        return fail(p, "has type %s (must be uint32)", vtype_name(kv->type));
-    if (!is_pow2(kv->v.u64))
+        return fail(p, "has type %s (must be uint32)", gguf_vtype_name(kv->type));
+    if (!gguf_is_pow2(kv->v.u64))
         return fail(p, "is %" PRIu64 " (must be a power of two)", kv->v.u64);
     f->alignment = kv->v.u64;
     return 0;
@@ -562,8 +542,19 @@ static const gguf_kv *find_typed(const gguf_file *f, const char *key, char *err,
     return kv;
 }
 
-static bool is_unsigned(uint32_t t) { return t == GGUF_UINT8 || t == GGUF_UINT16 || t == GGUF_UINT32 || t == GGUF_UINT64; }
+static bool is_unsigned(uint32_t t)
+{
+    return t == GGUF_UINT8 || t == GGUF_UINT16 || t == GGUF_UINT32 || t == GGUF_UINT64;
+}
+
 static bool is_signed(uint32_t t) { return t == GGUF_INT8 || t == GGUF_INT16 || t == GGUF_INT32 || t == GGUF_INT64; }
+
+static int wrong_type(const gguf_file *f, const char *key, const gguf_kv *kv, const char *expected, char *err,
+                      size_t errlen)
+{
+    return cv_errf(err, errlen, "%s: key '%s' has type %s, expected %s", f->name, key, gguf_vtype_name(kv->type),
+                   expected);
+}
 
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen)
 {
@@ -582,7 +573,7 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, 
         return cv_errf(err, errlen, "%s: key '%s' is %" PRIu64 ", too large for uint32", f->name, key, kv->v.u64);
     if (is_signed(kv->type))
         return cv_errf(err, errlen, "%s: key '%s' is %" PRId64 ", outside the uint32 range", f->name, key, kv->v.i64);
-    return cv_errf(err, errlen, "%s: key '%s' has type %s, expected an integer", f->name, key, vtype_name(kv->type));
+    return wrong_type(f, key, kv, "an integer", err, errlen);
 }
 
 int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen)
@@ -598,7 +589,7 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, siz
     else if (is_signed(kv->type))
         d = (double)kv->v.i64;
     else
-        return cv_errf(err, errlen, "%s: key '%s' has type %s, expected a number", f->name, key, vtype_name(kv->type));
+        return wrong_type(f, key, kv, "a number", err, errlen);
     bool exact = isnan(d) || (fabs(d) <= 3.4028234663852886e38 && (double)(float)d == d);
     if (exact && is_unsigned(kv->type))
         exact = d < 18446744073709551616.0 && (uint64_t)d == kv->v.u64;
@@ -606,7 +597,7 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, siz
         exact = d < 9223372036854775808.0 && (int64_t)d == kv->v.i64;
     if (!exact && !isinf(d))
         return cv_errf(err, errlen, "%s: key '%s' (%s %.17g) is not exactly representable as float32", f->name, key,
-                       vtype_name(kv->type), d);
+                       gguf_vtype_name(kv->type), d);
     *out = (float)d;
     return 0;
 }
@@ -617,7 +608,7 @@ int gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, siz
     if (!kv)
         return -1;
     if (kv->type != GGUF_BOOL)
-        return cv_errf(err, errlen, "%s: key '%s' has type %s, expected bool", f->name, key, vtype_name(kv->type));
+        return wrong_type(f, key, kv, "bool", err, errlen);
     *out = kv->v.b;
     return 0;
 }
@@ -628,7 +619,7 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, 
     if (!kv)
         return -1;
     if (kv->type != GGUF_STRING)
-        return cv_errf(err, errlen, "%s: key '%s' has type %s, expected string", f->name, key, vtype_name(kv->type));
+        return wrong_type(f, key, kv, "string", err, errlen);
     *out = kv->v.str;
     return 0;
 }
@@ -688,434 +679,4 @@ int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i)
     }
     default: return 0;
     }
-}
-
-/* ---- writer ---- */
-
-typedef struct wstr {
-    char *ptr;
-    uint64_t len;
-} wstr;
-
-typedef struct wkv {
-    wstr key;
-    uint32_t type;
-    union {
-        uint64_t u64;
-        int64_t i64;
-        double f64;
-        bool b;
-    } v;
-    wstr str;
-    uint32_t arr_type;
-    uint64_t arr_n;
-    uint8_t *arr_data;
-    wstr *arr_strs;
-} wkv;
-
-typedef struct wtensor {
-    wstr name;
-    uint32_t type;
-    uint32_t n_dims;
-    uint64_t ne[GGUF_MAX_DIMS];
-    const void *data;
-    uint64_t size;
-} wtensor;
-
-struct gguf_writer {
-    wkv *kv;
-    uint64_t n_kv, cap_kv;
-    wtensor *tensors;
-    uint64_t n_tensors, cap_tensors;
-    bool failed;
-    char err[CV_ERRLEN]; /* the first problem, reported by gguf_write */
-};
-
-static int wfail(gguf_writer *w, const char *fmt, ...) CV_PRINTF(2, 3);
-
-static int wfail(gguf_writer *w, const char *fmt, ...)
-{
-    if (w->failed)
-        return -1;
-    w->failed = true;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static bool wstr_set(gguf_writer *w, wstr *d, const char *ptr, uint64_t len)
-{
-    d->ptr = cv_malloc((size_t)len + 1);
-    d->len = len;
-    if (!d->ptr) {
-        d->len = 0;
-        wfail(w, "out of memory");
-        return false;
-    }
-    if (len)
-        memcpy(d->ptr, ptr, (size_t)len);
-    d->ptr[len] = '\0';
-    return true;
-}
-
-/* Frees the value of kv, keeping its key. */
-static void wkv_clear_value(wkv *kv)
-{
-    cv_free(kv->str.ptr);
-    cv_free(kv->arr_data);
-    if (kv->arr_strs)
-        for (uint64_t i = 0; i < kv->arr_n; i++)
-            cv_free(kv->arr_strs[i].ptr);
-    cv_free(kv->arr_strs);
-    wstr key = kv->key;
-    memset(kv, 0, sizeof *kv);
-    kv->key = key;
-}
-
-gguf_writer *gguf_writer_create(void) { return cv_calloc(1, sizeof(gguf_writer)); }
-
-void gguf_writer_free(gguf_writer *w)
-{
-    if (!w)
-        return;
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        wkv_clear_value(&w->kv[i]);
-        cv_free(w->kv[i].key.ptr);
-    }
-    for (uint64_t i = 0; i < w->n_tensors; i++)
-        cv_free(w->tensors[i].name.ptr);
-    cv_free(w->kv);
-    cv_free(w->tensors);
-    cv_free(w);
-}
-
-/* The entry for key with its value cleared: the existing one (so a key set
- * twice keeps its place and the last value), or a new one at the end. NULL
- * after recording a problem. */
-static wkv *wkv_slot(gguf_writer *w, const char *key, uint64_t key_len, uint32_t type)
-{
-    if (key_len == 0) {
-        wfail(w, "empty key");
-        return NULL;
-    }
-    if (memchr(key, 0, (size_t)key_len)) {
-        wfail(w, "key containing a NUL byte");
-        return NULL;
-    }
-    wkv *kv = NULL;
-    for (uint64_t i = 0; i < w->n_kv && !kv; i++)
-        if (w->kv[i].key.len == key_len && memcmp(w->kv[i].key.ptr, key, (size_t)key_len) == 0)
-            kv = &w->kv[i];
-    if (kv) {
-        wkv_clear_value(kv);
-    } else {
-        if (grow((void **)&w->kv, &w->cap_kv, w->n_kv + 1, UINT64_MAX / sizeof(wkv), sizeof(wkv)) != 0) {
-            wfail(w, "out of memory");
-            return NULL;
-        }
-        kv = &w->kv[w->n_kv];
-        if (!wstr_set(w, &kv->key, key, key_len))
-            return NULL;
-        w->n_kv++;
-    }
-    kv->type = type;
-    return kv;
-}
-
-void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v)
-{
-    wkv *kv = wkv_slot(w, key, strlen(key), GGUF_UINT32);
-    if (kv)
-        kv->v.u64 = v;
-}
-
-void gguf_set_i32(gguf_writer *w, const char *key, int32_t v)
-{
-    wkv *kv = wkv_slot(w, key, strlen(key), GGUF_INT32);
-    if (kv)
-        kv->v.i64 = v;
-}
-
-void gguf_set_f32(gguf_writer *w, const char *key, float v)
-{
-    wkv *kv = wkv_slot(w, key, strlen(key), GGUF_FLOAT32);
-    if (kv)
-        kv->v.f64 = v;
-}
-
-void gguf_set_bool(gguf_writer *w, const char *key, bool v)
-{
-    wkv *kv = wkv_slot(w, key, strlen(key), GGUF_BOOL);
-    if (kv)
-        kv->v.b = v;
-}
-
-void gguf_set_str(gguf_writer *w, const char *key, const char *v)
-{
-    wkv *kv = wkv_slot(w, key, strlen(key), GGUF_STRING);
-    if (kv)
-        wstr_set(w, &kv->str, v, strlen(v));
-}
-
-static void set_arr_raw(gguf_writer *w, const char *key, uint64_t key_len, uint32_t t, const void *data, uint64_t n)
-{
-    size_t es = gguf_vtype_size(t);
-    if (es == 0) {
-        wfail(w, "key '%.*s': arrays of %s need their own setter", (int)(key_len < 64 ? key_len : 64), key,
-              vtype_name(t));
-        return;
-    }
-    if (n > SIZE_MAX / es) {
-        wfail(w, "key '%.*s': array of %" PRIu64 " elements is too large", (int)(key_len < 64 ? key_len : 64), key, n);
-        return;
-    }
-    wkv *kv = wkv_slot(w, key, key_len, GGUF_ARRAY);
-    if (!kv)
-        return;
-    kv->arr_type = t;
-    kv->arr_data = cv_malloc((size_t)(n * es));
-    if (!kv->arr_data) {
-        wfail(w, "out of memory");
-        return;
-    }
-    kv->arr_n = n;
-    if (n)
-        memcpy(kv->arr_data, data, (size_t)(n * es));
-}
-
-void gguf_set_arr(gguf_writer *w, const char *key, uint32_t t, const void *data, uint64_t n)
-{
-    set_arr_raw(w, key, strlen(key), t, data, n);
-}
-
-/* String array from n (pointer, length) pairs given by one of two forms. */
-static void set_arr_strs(gguf_writer *w, const char *key, uint64_t key_len, const char *const *cstrs,
-                         const gguf_str *strs, uint64_t n)
-{
-    if (n > SIZE_MAX / sizeof(wstr)) {
-        wfail(w, "key '%.*s': array of %" PRIu64 " strings is too large", (int)(key_len < 64 ? key_len : 64), key, n);
-        return;
-    }
-    wkv *kv = wkv_slot(w, key, key_len, GGUF_ARRAY);
-    if (!kv)
-        return;
-    kv->arr_type = GGUF_STRING;
-    kv->arr_strs = cv_calloc((size_t)n, sizeof(wstr));
-    if (!kv->arr_strs) {
-        wfail(w, "out of memory");
-        return;
-    }
-    kv->arr_n = n;
-    for (uint64_t i = 0; i < n; i++) {
-        const char *ptr = cstrs ? cstrs[i] : strs[i].ptr;
-        uint64_t len = cstrs ? strlen(cstrs[i]) : strs[i].len;
-        if (!wstr_set(w, &kv->arr_strs[i], ptr, len))
-            return;
-    }
-}
-
-void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n)
-{
-    set_arr_strs(w, key, strlen(key), strs, NULL, n);
-}
-
-void gguf_copy_kv(gguf_writer *w, const gguf_kv *src)
-{
-    if (src->type == GGUF_ARRAY) {
-        if (src->arr_type == GGUF_STRING)
-            set_arr_strs(w, src->key.ptr, src->key.len, NULL, src->arr_strs, src->arr_n);
-        else
-            set_arr_raw(w, src->key.ptr, src->key.len, src->arr_type, src->arr_data, src->arr_n);
-        return;
-    }
-    if (src->type >= GGUF_VTYPE_COUNT) {
-        wfail(w, "key '%.*s': unknown value type %" PRIu32, (int)(src->key.len < 64 ? src->key.len : 64),
-              src->key.ptr, src->type);
-        return;
-    }
-    wkv *kv = wkv_slot(w, src->key.ptr, src->key.len, src->type);
-    if (!kv)
-        return;
-    if (src->type == GGUF_STRING)
-        wstr_set(w, &kv->str, src->v.str.ptr, src->v.str.len);
-    else if (src->type == GGUF_BOOL)
-        kv->v.b = src->v.b;
-    else
-        kv->v.u64 = src->v.u64; /* the widened value, whichever union member */
-}
-
-static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
-                      const void *data, uint64_t size)
-{
-    if (w->failed)
-        return -1;
-    size_t name_len = strlen(name);
-    if (name_len == 0)
-        return wfail(w, "tensor with an empty name");
-    for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (w->tensors[i].name.len == name_len && memcmp(w->tensors[i].name.ptr, name, name_len) == 0)
-            return wfail(w, "tensor '%s' added twice", name);
-    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
-        return wfail(w, "tensor '%s' has %" PRIu32 " dimensions (must be 1 to %d)", name, n_dims, GGUF_MAX_DIMS);
-    const char *tname;
-    int blck;
-    size_t tsize;
-    if (!cv_ggml_type_info((uint32_t)type, &tname, &blck, &tsize))
-        return wfail(w, "tensor '%s' has unknown type %d", name, (int)type);
-    uint64_t expect = tsize, n_elem = 1;
-    for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] < 1)
-            return wfail(w, "tensor '%s' has dimension %" PRIu32 " of size %" PRId64, name, d, ne[d]);
-        uint64_t rows_or_blocks = d == 0 ? (uint64_t)ne[0] / (uint64_t)blck : (uint64_t)ne[d];
-        if (!mul_u64(n_elem, (uint64_t)ne[d], &n_elem) || n_elem > INT64_MAX || !mul_u64(expect, rows_or_blocks, &expect))
-            return wfail(w, "tensor '%s' is too large", name);
-    }
-    if (ne[0] % blck != 0)
-        return wfail(w, "tensor '%s' has row length %" PRId64 ", not a multiple of the %s block size %d", name, ne[0],
-                     tname, blck);
-    if (size != expect)
-        return wfail(w, "tensor '%s' has %" PRIu64 " bytes of data, but its shape and type %s need %" PRIu64, name,
-                     size, tname, expect);
-    if (!data)
-        return wfail(w, "tensor '%s' has no data", name);
-    if (grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, UINT64_MAX / sizeof(wtensor),
-             sizeof(wtensor)) != 0)
-        return wfail(w, "out of memory");
-    wtensor *t = &w->tensors[w->n_tensors];
-    if (!wstr_set(w, &t->name, name, name_len))
-        return -1;
-    t->type = (uint32_t)type;
-    t->n_dims = n_dims;
-    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
-        t->ne[d] = d < n_dims ? (uint64_t)ne[d] : 1;
-    t->data = data;
-    t->size = size;
-    w->n_tensors++;
-    return 0;
-}
-
-void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
-                     const void *data, uint64_t size)
-{
-    add_tensor(w, name, type, n_dims, ne, data, size);
-}
-
-/* Buffered output that remembers the first write error. */
-typedef struct out {
-    FILE *fp;
-    uint64_t pos;
-    bool failed;
-} out;
-
-static void put(out *o, const void *p, size_t n)
-{
-    if (n && !o->failed && fwrite(p, 1, n, o->fp) != n)
-        o->failed = true;
-    o->pos += n;
-}
-
-static void put_le(out *o, uint64_t v, size_t n)
-{
-    uint8_t b[8];
-    for (size_t i = 0; i < n; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    put(o, b, n);
-}
-
-static void put_str(out *o, const wstr *s)
-{
-    put_le(o, s->len, 8);
-    put(o, s->ptr, (size_t)s->len);
-}
-
-static void put_pad(out *o, uint64_t alignment)
-{
-    static const uint8_t zeros[4096];
-    uint64_t pad = (alignment - o->pos % alignment) % alignment;
-    while (pad) {
-        size_t n = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
-        put(o, zeros, n);
-        pad -= n;
-    }
-}
-
-static void put_scalar(out *o, const wkv *kv)
-{
-    switch (kv->type) {
-    case GGUF_FLOAT32: put_le(o, cv_f32_bits((float)kv->v.f64), 4); break;
-    case GGUF_FLOAT64: {
-        uint64_t u;
-        memcpy(&u, &kv->v.f64, 8);
-        put_le(o, u, 8);
-        break;
-    }
-    case GGUF_BOOL: put_le(o, kv->v.b ? 1 : 0, 1); break;
-    case GGUF_STRING: put_str(o, &kv->str); break;
-    default: put_le(o, kv->v.u64, gguf_vtype_size(kv->type)); break; /* integers: two's complement bits */
-    }
-}
-
-int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
-{
-    if (w->failed)
-        return cv_errf(err, errlen, "%s: not written: %s", path, w->err);
-    uint64_t alignment = GGUF_DEFAULT_ALIGNMENT;
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->kv[i].key.ptr, "general.alignment") == 0) {
-            const wkv *kv = &w->kv[i];
-            if (kv->type != GGUF_UINT32 || !is_pow2(kv->v.u64))
-                return cv_errf(err, errlen, "%s: not written: general.alignment must be a power-of-two uint32", path);
-            alignment = kv->v.u64;
-        }
-    out o = {fopen(path, "wb"), 0, false};
-    if (!o.fp)
-        return cv_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-    put(&o, "GGUF", 4);
-    put_le(&o, 3, 4);
-    put_le(&o, w->n_tensors, 8);
-    put_le(&o, w->n_kv, 8);
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        const wkv *kv = &w->kv[i];
-        put_str(&o, &kv->key);
-        put_le(&o, kv->type, 4);
-        if (kv->type != GGUF_ARRAY) {
-            put_scalar(&o, kv);
-            continue;
-        }
-        put_le(&o, kv->arr_type, 4);
-        put_le(&o, kv->arr_n, 8);
-        if (kv->arr_type == GGUF_STRING)
-            for (uint64_t j = 0; j < kv->arr_n; j++)
-                put_str(&o, &kv->arr_strs[j]);
-        else
-            put(&o, kv->arr_data, (size_t)(kv->arr_n * gguf_vtype_size(kv->arr_type)));
-    }
-    uint64_t offset = 0;
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        const wtensor *t = &w->tensors[i];
-        put_str(&o, &t->name);
-        put_le(&o, t->n_dims, 4);
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            put_le(&o, t->ne[d], 8);
-        put_le(&o, t->type, 4);
-        put_le(&o, offset, 8);
-        offset += t->size + (alignment - t->size % alignment) % alignment;
-    }
-    put_pad(&o, alignment);
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        put(&o, w->tensors[i].data, (size_t)w->tensors[i].size);
-        put_pad(&o, alignment);
-    }
-    int e = o.failed ? errno : 0;
-    if (fclose(o.fp) != 0 && !o.failed) {
-        o.failed = true;
-        e = errno;
-    }
-    if (o.failed) {
-        unlink(path);
-        return cv_errf(err, errlen, "%s: write failed: %s", path, strerror(e));
-    }
-    return 0;
 }

@@ -1,6 +1,7 @@
-/* gguf.h: reader and writer of GGUF files (versions 2 and 3).
+/* gguf.h: reader of GGUF files (versions 2 and 3); the writer is
+ * gguf_write.h.
  *
- * Contract (reader): gguf_open maps the file and validates all of it before
+ * Contract: gguf_open maps the file and validates all of it before
  * returning success: magic, version, counts against the bytes that remain,
  * key and string lengths, value types (array element types too), no nested
  * arrays, duplicate keys and tensor names, tensor rank (1..4) and dims
@@ -16,11 +17,7 @@
  * NUL-terminated: use gguf_str_eq / gguf_str_dup. The file owns its arrays;
  * gguf_close releases everything. gguf_parse does the same on a buffer in
  * memory (the fuzz target uses it); then tensor data pointers point into
- * that buffer, which the caller keeps alive.
- *
- * Contract (writer): gguf_writer collects key/values and tensors (data
- * referenced, not copied) and writes a version-3 file with 32-byte
- * alignment. */
+ * that buffer, which the caller keeps alive. */
 #ifndef CONVOY_MODEL_GGUF_H
 #define CONVOY_MODEL_GGUF_H
 
@@ -114,23 +111,6 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, 
 double gguf_arr_f64(const gguf_kv *kv, uint64_t i);
 int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i);
 size_t gguf_vtype_size(uint32_t t); /* 0 for STRING/ARRAY/unknown */
-
-typedef struct gguf_writer gguf_writer;
-gguf_writer *gguf_writer_create(void);
-void gguf_writer_free(gguf_writer *w);
-void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
-void gguf_set_i32(gguf_writer *w, const char *key, int32_t v);
-void gguf_set_f32(gguf_writer *w, const char *key, float v);
-void gguf_set_bool(gguf_writer *w, const char *key, bool v);
-void gguf_set_str(gguf_writer *w, const char *key, const char *v);
-/* Array of n elements of numeric type t, copied. */
-void gguf_set_arr(gguf_writer *w, const char *key, uint32_t t, const void *data, uint64_t n);
-void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
-/* Copies key/value kv from a reader (used by quantize). */
-void gguf_copy_kv(gguf_writer *w, const gguf_kv *kv);
-/* Tensor whose data (size = rows * row bytes) stays owned by the caller until gguf_write. */
-void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
-                     const void *data, uint64_t size);
-int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+const char *gguf_vtype_name(uint32_t t); /* "uint8", ..., "float64"; "unknown" past the last */
 
 #endif

@@ -177,9 +177,8 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     m->l1 = l1;
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * (2 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv +
-                                                                   2 * (size_t)hp->head_dim) +
-                                               (size_t)n_embd + (size_t)hp->n_rot));
+    size_t per_layer = 2 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
+    m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + (size_t)hp->n_rot));
     if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
         goto fail;

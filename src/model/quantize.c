@@ -6,7 +6,10 @@
  * the threads of a cv_pool in contiguous ranges; each thread has its own
  * f32 scratch row. The converted tensors are owned here until gguf_write
  * has copied them to the file; tensors that keep their type are written
- * straight from the input mapping.
+ * straight from the input mapping. cv_quantize_file checks the target
+ * types, opens the input and runs write_output: copy the keys, add every
+ * tensor (add_tensor converts those whose type changes), set the two
+ * quantization keys, write.
  * Owner of this file: the tools helper. */
 #include "model/quantize.h"
 
@@ -19,6 +22,7 @@
 #include "core/pool.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 
 #define QUANT_VERSION 2 /* GGML_QNT_VERSION, written as general.quantization_version */
 
@@ -116,8 +120,6 @@ static int convert_rows(cv_type src_type, const void *src, cv_type dst_type, voi
     return 0;
 }
 
-/* True when both paths name the same existing file: writing the output
- * would truncate the mapped input. */
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and
  * every third one between get the higher type. */
 static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -170,14 +172,16 @@ static int block_count(const gguf_file *f)
     return (int)n;
 }
 
+/* True when both paths name the same existing file: writing the output
+ * would truncate the mapped input. */
 static bool same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
-                     cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen)
+/* Both types the policy can ask for must be writable before anything is read. */
+static int check_target_types(const cv_quantize_params *p, char *err, size_t errlen)
 {
     cv_type output_type = cv_quant_policy_type(p, "output.weight", -1, 0);
     if (!cv_quant_can_write(p->type))
@@ -186,84 +190,120 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
     if (!cv_quant_can_write(output_type))
         return cv_errf(err, errlen, "cannot quantize output.weight to %s: not a weight type this build can write",
                        cv_type_name(output_type));
+    return 0;
+}
 
+/* One file's conversion: the input, the writer and what it is handed. */
+typedef struct quant_run {
+    const cv_quantize_params *p;
+    const char *in_path;
+    gguf_file in;
+    int n_layer;
+    cv_pool *pool;
+    gguf_writer *w;
+    char **names; /* per tensor, NUL-terminated: the writer takes C strings */
+    void **bufs;  /* per tensor, the converted data; NULL when written from the input mapping */
+    cv_tensor_note_fn note;
+    void *note_ctx;
+} quant_run;
+
+/* Every key/value of the input but the two set anew at the end. */
+static void copy_keys(quant_run *q)
+{
+    for (uint64_t i = 0; i < q->in.n_kv; i++)
+        if (!gguf_str_eq(q->in.kv[i].key, "general.file_type") &&
+            !gguf_str_eq(q->in.kv[i].key, "general.quantization_version"))
+            gguf_copy_kv(q->w, &q->in.kv[i]);
+}
+
+/* Input tensor i: a weight matrix gets the policy's type, converted when
+ * that differs from its own; then it is added to the writer and noted. */
+static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
+{
+    const gguf_tensor *t = &q->in.tensors[i];
+    char *name = q->names[i] = gguf_str_dup(t->name);
+    if (!name)
+        return cv_errf(err, errlen, "%s: out of memory", q->in_path);
+    cv_type want = t->type, type = t->type;
+    if (cv_quant_is_weight_matrix(name, t->n_dims)) {
+        want = cv_quant_policy_type(q->p, name, cv_quant_layer_of(name), q->n_layer);
+        type = cv_quant_fit_type(want, t->ne[0]);
+    }
+    const void *data = t->data;
+    uint64_t size = t->size;
+    if (type != t->type) {
+        if (t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16)
+            return cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
+                           q->in_path, name, cv_type_name(t->type));
+        int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+        size = (uint64_t)n_rows * cv_row_bytes(type, t->ne[0]);
+        q->bufs[i] = cv_malloc(size);
+        if (!q->bufs[i] || convert_rows(t->type, t->data, type, q->bufs[i], n_rows, t->ne[0], q->pool))
+            return cv_errf(err, errlen, "%s: out of memory converting tensor '%s' (%llu bytes)", q->in_path, name,
+                           (unsigned long long)size);
+        data = q->bufs[i];
+    }
+    gguf_add_tensor(q->w, name, type, t->n_dims, t->ne, data, size);
+    if (q->note) {
+        cv_tensor_note n = {
+            .index = (int)i, .count = (int)q->in.n_tensors, .name = name, .n_dims = t->n_dims,
+            .ne = t->ne, .src_type = t->type, .want_type = want, .type = type,
+            .src_bytes = t->size, .bytes = size,
+        };
+        q->note(q->note_ctx, &n);
+    }
+    return 0;
+}
+
+/* Writes out_path from the open input: its keys, every tensor, then
+ * general.quantization_version and general.file_type. */
+static int write_output(quant_run *q, const char *out_path, char *err, size_t errlen)
+{
+    q->w = gguf_writer_create();
+    q->names = cv_calloc(q->in.n_tensors ? q->in.n_tensors : 1, sizeof(*q->names));
+    q->bufs = cv_calloc(q->in.n_tensors ? q->in.n_tensors : 1, sizeof(*q->bufs));
+    if (!q->w || !q->names || !q->bufs)
+        return cv_errf(err, errlen, "%s: out of memory", q->in_path);
+    q->n_layer = block_count(&q->in);
+    copy_keys(q);
+    for (uint64_t i = 0; i < q->in.n_tensors; i++)
+        if (add_tensor(q, i, err, errlen) != 0)
+            return -1;
+    gguf_set_u32(q->w, "general.quantization_version", QUANT_VERSION);
+    gguf_set_u32(q->w, "general.file_type", (uint32_t)cv_quant_file_type(q->p->type));
+    return gguf_write(q->w, out_path, err, errlen);
+}
+
+/* Releases what write_output allocated, the input and the threads. */
+static void close_run(quant_run *q)
+{
+    for (uint64_t i = 0; q->names && q->bufs && i < q->in.n_tensors; i++) {
+        cv_free(q->names[i]);
+        cv_free(q->bufs[i]);
+    }
+    cv_free(q->names);
+    cv_free(q->bufs);
+    gguf_writer_free(q->w);
+    gguf_close(&q->in);
+    cv_pool_free(q->pool);
+}
+
+int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
+                     cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen)
+{
+    if (check_target_types(p, err, errlen) != 0)
+        return -1;
     if (same_file(in_path, out_path))
         return cv_errf(err, errlen, "%s: the output would overwrite the input", out_path);
-    cv_pool *pool = cv_pool_create(p->n_threads);
-    if (!pool)
+    quant_run q = {.p = p, .in_path = in_path, .note = note, .note_ctx = note_ctx};
+    q.pool = cv_pool_create(p->n_threads);
+    if (!q.pool)
         return cv_errf(err, errlen, "cannot start %d threads", p->n_threads);
-    gguf_file in;
-    if (gguf_open(&in, in_path, err, errlen)) {
-        cv_pool_free(pool);
+    if (gguf_open(&q.in, in_path, err, errlen)) {
+        cv_pool_free(q.pool);
         return -1;
     }
-    int rc = -1;
-    gguf_writer *w = gguf_writer_create();
-    char **names = cv_calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*names));
-    void **bufs = cv_calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*bufs));
-    if (!w || !names || !bufs) {
-        cv_errf(err, errlen, "%s: out of memory", in_path);
-        goto done;
-    }
-    int n_layer = block_count(&in);
-    for (uint64_t i = 0; i < in.n_kv; i++)
-        if (!gguf_str_eq(in.kv[i].key, "general.file_type") &&
-            !gguf_str_eq(in.kv[i].key, "general.quantization_version"))
-            gguf_copy_kv(w, &in.kv[i]);
-
-    for (uint64_t i = 0; i < in.n_tensors; i++) {
-        const gguf_tensor *t = &in.tensors[i];
-        names[i] = gguf_str_dup(t->name);
-        if (!names[i]) {
-            cv_errf(err, errlen, "%s: out of memory", in_path);
-            goto done;
-        }
-        cv_type want = t->type, type = t->type;
-        if (cv_quant_is_weight_matrix(names[i], t->n_dims)) {
-            want = cv_quant_policy_type(p, names[i], cv_quant_layer_of(names[i]), n_layer);
-            type = cv_quant_fit_type(want, t->ne[0]);
-        }
-        const void *data = t->data;
-        uint64_t size = t->size;
-        if (type != t->type) {
-            if (t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16) {
-                cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
-                        in_path, names[i], cv_type_name(t->type));
-                goto done;
-            }
-            int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
-            size = (uint64_t)n_rows * cv_row_bytes(type, t->ne[0]);
-            bufs[i] = cv_malloc(size);
-            if (!bufs[i] || convert_rows(t->type, t->data, type, bufs[i], n_rows, t->ne[0], pool)) {
-                cv_errf(err, errlen, "%s: out of memory converting tensor '%s' (%llu bytes)", in_path, names[i],
-                        (unsigned long long)size);
-                goto done;
-            }
-            data = bufs[i];
-        }
-        gguf_add_tensor(w, names[i], type, t->n_dims, t->ne, data, size);
-        if (note) {
-            cv_tensor_note n = {
-                .index = (int)i, .count = (int)in.n_tensors, .name = names[i], .n_dims = t->n_dims,
-                .ne = t->ne, .src_type = t->type, .want_type = want, .type = type,
-                .src_bytes = t->size, .bytes = size,
-            };
-            note(note_ctx, &n);
-        }
-    }
-    gguf_set_u32(w, "general.quantization_version", QUANT_VERSION);
-    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_file_type(p->type));
-    rc = gguf_write(w, out_path, err, errlen);
-
-done:
-    for (uint64_t i = 0; names && bufs && i < in.n_tensors; i++) {
-        cv_free(names[i]);
-        cv_free(bufs[i]);
-    }
-    cv_free(names);
-    cv_free(bufs);
-    gguf_writer_free(w);
-    gguf_close(&in);
-    cv_pool_free(pool);
+    int rc = write_output(&q, out_path, err, errlen);
+    close_run(&q);
     return rc;
 }

@@ -19,7 +19,7 @@
 #include "core/pool.h"
 #include "core/splitmix.h"
 #include "kernels/kernels.h"
-#include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/vocab.h"
 
 #define SYNTH_MAX_DIM (1 << 22)

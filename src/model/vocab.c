@@ -1,21 +1,32 @@
 /* vocab.c: the vocabulary and its tokenizers, as llama.cpp runs them:
  * SentencePiece ("llama", below) and byte-level BPE ("gpt2", whose merges
  * and pre-tokenizer live in bpe.c; see "BPE" at the end of this comment).
+ * This file is the loader and front end: it calls bpe.c, which never calls
+ * back; BPE finds token ids through the cv_bpe_lookup given to it.
  *
- * Load: cv_vocab_load copies tokenizer.ggml.tokens into one text blob (an
- * empty token becomes "[EMPTY_<id>]", as in llama.cpp; two tokens with the
- * same text are an error), reads scores and token types (both optional,
- * default 0.0 / NORMAL; unknown type values become UNDEFINED), the special
- * ids (defaults BOS 1, EOS 2, UNK 0 as in llama.cpp; a key whose id lies
- * outside the vocabulary is ignored, as llama.cpp does, so the default
- * stays) and the add_* flags. Like llama.cpp it finds an EOT / EOM token by
- * its text when the GGUF names none ("<|eot_id|>", "<|im_end|>", ...), and
- * forces every end-of-generation token found by text to CONTROL type. It
- * then builds the private index: an open-addressing hash map from token
- * text to id, the rendered piece of every token (what cv_token_piece gives
- * with special = true), the list of "special" tokens (CONTROL,
- * USER_DEFINED, UNKNOWN) ordered longest text first (ties: lower id first)
- * and the end-of-generation ids.
+ * Load: cv_vocab_load runs one function per phase, in this order:
+ * 1. read_model_kind: tokenizer.ggml.model, "llama" (SPM) or "gpt2" (BPE).
+ * 2. find_token_arrays: the token list, its scores and token types (both
+ *    optional), checked against the token count, and the text blob's size.
+ * 3. alloc_tokens, read_tokens: tokenizer.ggml.tokens copied into one text
+ *    blob (an empty token becomes "[EMPTY_<id>]", as in llama.cpp; two
+ *    tokens with the same text are an error) and entered in the private
+ *    index's open-addressing hash map from token text to id; scores and
+ *    types default to 0.0 / NORMAL, unknown type values become UNDEFINED.
+ *    find_byte_tokens notes the <0xXX> token of every byte.
+ * 4. set_defaults: llama.cpp's special ids and flags (SPM: BOS 1, EOS 2,
+ *    UNK 0; BPE: see below, after its merges are loaded). Then
+ *    read_special_keys reads the special ids (a key whose id lies outside
+ *    the vocabulary is ignored, as llama.cpp does, so the default stays)
+ *    and the add_* flags.
+ * 5. find_eog_by_text: like llama.cpp, it finds an EOT / EOM token by its
+ *    text when the GGUF names none ("<|eot_id|>", "<|im_end|>", ...), and
+ *    forces every end-of-generation token found by text to CONTROL type.
+ * 6. build_tables: the rest of the index, once types are final: the
+ *    rendered piece of every token (what cv_token_piece gives with special
+ *    = true), the list of "special" tokens (CONTROL, USER_DEFINED, UNKNOWN)
+ *    ordered longest text first (ties: lower id first) and the
+ *    end-of-generation ids.
  *
  * Tokenize (llama.cpp's tokenize_impl for SPM):
  * 1. Partition the text on special tokens, in the order above: every
@@ -53,13 +64,14 @@
  * as llama.cpp prints it token by token.
  *
  * BPE ("gpt2"): loading also reads the merges and tokenizer.ggml.pre
- * (bpe.c); the defaults are llama.cpp's for BPE: BOS = EOS = 11 (when the
- * vocabulary is that large), no UNK, no EOS added, BOS added only for the
- * Llama 3 pre-tokenizer, no space prefix (the key is read but BPE ignores
- * it, as llama.cpp does). Step 1 (special tokens) and BOS/EOS are as for
- * SPM; each raw fragment goes to cv_bpe_tokenize. Pieces: NORMAL tokens
- * are byte-decoded (cv_bpe_decode_text), USER_DEFINED / CONTROL / UNKNOWN
- * as for SPM, every other type (BYTE included) as "".
+ * (cv_bpe_load, in set_defaults); the defaults are llama.cpp's for BPE:
+ * BOS = EOS = 11 (when the vocabulary is that large), no UNK, no EOS
+ * added, BOS added only for the Llama 3 pre-tokenizer, no space prefix (the
+ * key is read but BPE ignores it, as llama.cpp does). Step 1 (special
+ * tokens) and BOS/EOS are as for SPM; each raw fragment goes to
+ * cv_bpe_tokenize. Pieces: NORMAL tokens are byte-decoded
+ * (cv_bpe_decode_text), USER_DEFINED / CONTROL / UNKNOWN as for SPM, every
+ * other type (BYTE included) as "".
  *
  * Not done (llama.cpp applies these by model name or for other vocab
  * types): the lstrip/rstrip attributes of Phi-3 and Jina special tokens,
@@ -123,6 +135,12 @@ static int32_t text_to_token(const cv_vocab *v, const char *s, size_t n)
 int32_t cv_token_from_text(const cv_vocab *v, const char *text, size_t len)
 {
     return text_to_token(v, text, len);
+}
+
+/* The lookup BPE tokenizes with (bpe.h): ctx is the cv_vocab. */
+static int32_t bpe_token_id(const void *ctx, const char *text, size_t len)
+{
+    return text_to_token(ctx, text, len);
 }
 
 /* Inserts id; returns the id already holding the same text, or -1. */
@@ -339,11 +357,9 @@ static int build_tables(cv_vocab *v, int32_t eom, char *err, size_t errlen)
     return 0;
 }
 
-int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
+/* Reads tokenizer.ggml.model: which tokenizer runs (SPM or BPE). */
+static int read_model_kind(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
 {
-    memset(v, 0, sizeof(*v));
-    v->bos = v->eos = v->unk = v->pad = v->eot = -1;
-
     gguf_str model;
     if (!gguf_find_kv(f, "tokenizer.ggml.model"))
         return cv_errf(err, errlen, "%s: no tokenizer (tokenizer.ggml.model is missing)", f->name);
@@ -356,7 +372,21 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
     else
         return cv_errf(err, errlen, "%s: unknown tokenizer model '%.*s' (supported: 'llama', 'gpt2')", f->name,
                        (int)(model.len > 64 ? 64 : model.len), model.ptr);
+    return 0;
+}
 
+/* The per-token arrays of the GGUF, checked against each other before
+ * anything is allocated. */
+typedef struct token_arrays {
+    const gguf_kv *tokens;
+    const gguf_kv *scores, *types; /* NULL when absent */
+    int32_t n;
+    uint64_t blob_len;             /* bytes of the text blob, NULs and "[EMPTY_<id>]" texts included */
+} token_arrays;
+
+/* Finds the token list, the scores and the types, and sizes the text blob. */
+static int find_token_arrays(const gguf_file *f, token_arrays *a, char *err, size_t errlen)
+{
     const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!tokens)
         return cv_errf(err, errlen, "%s: tokenizer.ggml.tokens is missing", f->name);
@@ -365,23 +395,29 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
     if (tokens->arr_n == 0 || tokens->arr_n > INT32_MAX / 2)
         return cv_errf(err, errlen, "%s: tokenizer.ggml.tokens has %llu tokens", f->name,
                        (unsigned long long)tokens->arr_n);
-    int32_t n = (int32_t)tokens->arr_n;
-    const gguf_kv *scores, *types;
-    if (find_numeric_array(f, "tokenizer.ggml.scores", n, false, &scores, err, errlen) != 0 ||
-        find_numeric_array(f, "tokenizer.ggml.token_type", n, true, &types, err, errlen) != 0)
+    a->tokens = tokens;
+    a->n = (int32_t)tokens->arr_n;
+    if (find_numeric_array(f, "tokenizer.ggml.scores", a->n, false, &a->scores, err, errlen) != 0 ||
+        find_numeric_array(f, "tokenizer.ggml.token_type", a->n, true, &a->types, err, errlen) != 0)
         return -1;
 
-    uint64_t blob_len = 0;
-    for (int32_t i = 0; i < n; i++) {
+    a->blob_len = 0;
+    for (int32_t i = 0; i < a->n; i++) {
         uint64_t len = tokens->arr_strs[i].len;
         if (len > UINT32_MAX / 2)
             return cv_errf(err, errlen, "%s: token %d is %llu bytes long", f->name, (int)i, (unsigned long long)len);
-        blob_len += (len ? len : 24) + 1;
+        a->blob_len += (len ? len : 24) + 1;
     }
-    if (blob_len > UINT32_MAX)
+    if (a->blob_len > UINT32_MAX)
         return cv_errf(err, errlen, "%s: token texts total %llu bytes, too many", f->name,
-                       (unsigned long long)blob_len);
+                       (unsigned long long)a->blob_len);
+    return 0;
+}
 
+/* Allocates the per-token arrays and the index with its empty map and text blob. */
+static int alloc_tokens(cv_vocab *v, const gguf_file *f, const token_arrays *a, char *err, size_t errlen)
+{
+    int32_t n = a->n;
     v->n_vocab = n;
     v->index = cv_calloc(1, sizeof(cv_vocab_index));
     v->text = cv_malloc(sizeof(char *) * (size_t)n);
@@ -392,25 +428,31 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
     while (cap < 2u * (uint32_t)n)
         cap <<= 1;
     int32_t *map = cv_malloc(sizeof(int32_t) * cap);
-    char *blob = cv_malloc(blob_len);
+    char *blob = cv_malloc(a->blob_len);
     if (v->index) {
         v->index->map = map;
         v->index->map_mask = cap - 1;
         v->index->text_blob = blob;
     }
     if (!v->index || !v->text || !v->text_len || !v->score || !v->type || !map || !blob) {
-        if (!v->index) {
+        if (!v->index) { /* cv_vocab_free finds them only through the index */
             cv_free(map);
             cv_free(blob);
         }
-        cv_vocab_free(v);
         return cv_errf(err, errlen, "%s: out of memory loading %d tokens", f->name, (int)n);
     }
     memset(map, 0xff, sizeof(int32_t) * cap);
+    return 0;
+}
 
-    char *p = blob;
-    for (int32_t i = 0; i < n; i++) {
-        gguf_str s = tokens->arr_strs[i];
+/* Copies every token's text into the blob with its score and type, and
+ * enters it in the map; a repeated text or a BYTE token that is not
+ * <0xXX> is an error. */
+static int read_tokens(cv_vocab *v, const gguf_file *f, const token_arrays *a, char *err, size_t errlen)
+{
+    char *p = v->index->text_blob;
+    for (int32_t i = 0; i < a->n; i++) {
+        gguf_str s = a->tokens->arr_strs[i];
         v->text[i] = p;
         if (s.len == 0) {
             v->text_len[i] = (uint32_t)sprintf(p, "[EMPTY_%d]", (int)i);
@@ -420,34 +462,38 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
             v->text_len[i] = (uint32_t)s.len;
         }
         p += v->text_len[i] + 1;
-        v->score[i] = scores ? (float)gguf_arr_f64(scores, (uint64_t)i) : 0.0f;
-        v->type[i] = types ? normalize_type(gguf_arr_i64(types, (uint64_t)i)) : CV_TOKEN_NORMAL;
+        v->score[i] = a->scores ? (float)gguf_arr_f64(a->scores, (uint64_t)i) : 0.0f;
+        v->type[i] = a->types ? normalize_type(gguf_arr_i64(a->types, (uint64_t)i)) : CV_TOKEN_NORMAL;
         int32_t dup = map_insert(v, i);
-        if (dup >= 0) {
-            cv_errf(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", f->name, (int)dup, (int)i,
-                    (int)(v->text_len[i] > 64 ? 64 : v->text_len[i]), v->text[i]);
-            cv_vocab_free(v);
-            return -1;
-        }
-        if (v->type[i] == CV_TOKEN_BYTE && byte_token_value(v->text[i], v->text_len[i]) < 0) {
-            cv_errf(err, errlen, "%s: token %d has type BYTE but its text '%.*s' is not <0xXX>", f->name, (int)i,
-                    (int)(v->text_len[i] > 64 ? 64 : v->text_len[i]), v->text[i]);
-            cv_vocab_free(v);
-            return -1;
-        }
+        if (dup >= 0)
+            return cv_errf(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", f->name, (int)dup, (int)i,
+                           (int)(v->text_len[i] > 64 ? 64 : v->text_len[i]), v->text[i]);
+        if (v->type[i] == CV_TOKEN_BYTE && byte_token_value(v->text[i], v->text_len[i]) < 0)
+            return cv_errf(err, errlen, "%s: token %d has type BYTE but its text '%.*s' is not <0xXX>", f->name,
+                           (int)i, (int)(v->text_len[i] > 64 ? 64 : v->text_len[i]), v->text[i]);
     }
+    return 0;
+}
+
+/* The <0xXX> token of every byte, for SPM's byte fallback. */
+static void find_byte_tokens(cv_vocab *v)
+{
     for (int b = 0; b < 256; b++) {
         char hex[7];
         snprintf(hex, sizeof(hex), "<0x%02X>", b);
         v->byte_token[b] = text_to_token(v, hex, 6);
     }
+}
 
-    /* llama.cpp's defaults, then the keys. */
+/* llama.cpp's defaults for the special ids and flags, before the keys
+ * override them; BPE's depend on the pre-tokenizer, so the merges are
+ * loaded first. */
+static int set_defaults(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
+{
+    int32_t n = v->n_vocab;
     if (v->kind == CV_VOCAB_BPE) {
-        if (cv_bpe_load(&v->index->bpe, f, err, errlen) != 0) {
-            cv_vocab_free(v);
+        if (cv_bpe_load(&v->index->bpe, f, err, errlen) != 0)
             return -1;
-        }
         v->bos = v->eos = n > 11 ? 11 : -1;
         v->unk = -1;
         v->add_bos = cv_bpe_adds_bos(v->index->bpe);
@@ -460,44 +506,72 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
         v->add_space_prefix = true;
     }
     v->add_eos = false;
-    int32_t eom = -1;
+    return 0;
+}
+
+/* Reads the special ids (EOM into *eom: the vocab keeps it only in the EOG
+ * set) and the add_* flags; a flag that adds a token the vocabulary lacks
+ * is an error. */
+static int read_special_keys(cv_vocab *v, const gguf_file *f, int32_t *eom, char *err, size_t errlen)
+{
+    int32_t n = v->n_vocab;
     if (read_id_key(f, "tokenizer.ggml.bos_token_id", n, &v->bos, err, errlen) != 0 ||
         read_id_key(f, "tokenizer.ggml.eos_token_id", n, &v->eos, err, errlen) != 0 ||
         read_id_key(f, "tokenizer.ggml.unknown_token_id", n, &v->unk, err, errlen) != 0 ||
         read_id_key(f, "tokenizer.ggml.padding_token_id", n, &v->pad, err, errlen) != 0 ||
         read_id_key(f, "tokenizer.ggml.eot_token_id", n, &v->eot, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.eom_token_id", n, &eom, err, errlen) != 0 ||
+        read_id_key(f, "tokenizer.ggml.eom_token_id", n, eom, err, errlen) != 0 ||
         read_bool_key(f, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen) != 0 ||
         read_bool_key(f, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen) != 0 ||
-        read_bool_key(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen) != 0) {
-        cv_vocab_free(v);
+        read_bool_key(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen) != 0)
         return -1;
-    }
-    if ((v->add_bos && v->bos < 0) || (v->add_eos && v->eos < 0)) {
-        cv_errf(err, errlen, "%s: add_%s_token is set but the vocabulary has no %s token", f->name,
-                v->add_bos && v->bos < 0 ? "bos" : "eos", v->add_bos && v->bos < 0 ? "BOS" : "EOS");
-        cv_vocab_free(v);
-        return -1;
-    }
+    if ((v->add_bos && v->bos < 0) || (v->add_eos && v->eos < 0))
+        return cv_errf(err, errlen, "%s: add_%s_token is set but the vocabulary has no %s token", f->name,
+                       v->add_bos && v->bos < 0 ? "bos" : "eos", v->add_bos && v->bos < 0 ? "BOS" : "EOS");
+    return 0;
+}
 
-    /* End-of-generation tokens found by text become CONTROL, as in llama.cpp. */
+/* Finds EOT and EOM by their text when the GGUF names none, and makes every
+ * end-of-generation token found by text CONTROL, as llama.cpp does. */
+static void find_eog_by_text(cv_vocab *v, int32_t *eom)
+{
     int32_t forced[sizeof(eog_texts) / sizeof(eog_texts[0]) + 2];
     size_t n_forced = 0;
     if (v->eot < 0)
         forced[n_forced++] = v->eot = find_by_texts(v, eot_texts, sizeof(eot_texts) / sizeof(eot_texts[0]));
-    if (eom < 0)
-        forced[n_forced++] = eom = text_to_token(v, "<|eom_id|>", 10);
+    if (*eom < 0)
+        forced[n_forced++] = *eom = text_to_token(v, "<|eom_id|>", 10);
     for (size_t i = 0; i < sizeof(eog_texts) / sizeof(eog_texts[0]); i++)
         forced[n_forced++] = text_to_token(v, eog_texts[i], strlen(eog_texts[i]));
     for (size_t i = 0; i < n_forced; i++)
         if (forced[i] >= 0)
             v->type[forced[i]] = CV_TOKEN_CONTROL;
+}
 
-    if (build_tables(v, eom, err, errlen) != 0) {
-        cv_vocab_free(v);
-        return -1;
-    }
+/* The phases of "Load" in the design comment, in order; any failure
+ * leaves v empty. */
+int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof(*v));
+    v->bos = v->eos = v->unk = v->pad = v->eot = -1;
+    token_arrays arrays;
+    int32_t eom = -1;
+    if (read_model_kind(v, f, err, errlen) != 0 ||
+        find_token_arrays(f, &arrays, err, errlen) != 0 ||
+        alloc_tokens(v, f, &arrays, err, errlen) != 0 ||
+        read_tokens(v, f, &arrays, err, errlen) != 0)
+        goto fail;
+    find_byte_tokens(v);
+    if (set_defaults(v, f, err, errlen) != 0 ||
+        read_special_keys(v, f, &eom, err, errlen) != 0)
+        goto fail;
+    find_eog_by_text(v, &eom);
+    if (build_tables(v, eom, err, errlen) != 0)
+        goto fail;
     return 0;
+fail:
+    cv_vocab_free(v);
+    return -1;
 }
 
 void cv_vocab_free(cv_vocab *v)
@@ -755,6 +829,7 @@ int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_specia
         return INT_MIN;
 
     session s = {.heap = {.elem = sizeof(bigram), .before = bigram_above}};
+    const cv_bpe_lookup bpe_tokens = {bpe_token_id, v};
     if (add_special && v->add_bos)
         push_id(&s, v->bos);
     bool prev_special = true;
@@ -763,7 +838,7 @@ int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_specia
             push_id(&s, frags[i].token);
             prev_special = true;
         } else if (v->kind == CV_VOCAB_BPE) {
-            if (cv_bpe_tokenize(v->index->bpe, v, text + frags[i].off, frags[i].len, &s.ids, &s.n_ids,
+            if (cv_bpe_tokenize(v->index->bpe, &bpe_tokens, text + frags[i].off, frags[i].len, &s.ids, &s.n_ids,
                                 &s.ids_cap) != 0)
                 s.oom = true;
         } else {

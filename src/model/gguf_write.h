@@ -1,0 +1,39 @@
+/* gguf_write.h: the GGUF writer (version 3); the reader is gguf.h.
+ *
+ * Contract: a gguf_writer collects key/values (copied) and tensors (data
+ * referenced, not copied: it stays owned by the caller until gguf_write)
+ * and writes a version-3 file with general.alignment (default 32 bytes).
+ * Setting a key twice keeps its first place and the last value. A setter
+ * given invalid input records the first problem and gguf_write reports it
+ * ("PATH: not written: ...") without creating the file: it never writes a
+ * file the reader would reject. gguf_write returns 0, or -1 with the
+ * message in err; a file that fails half-way is removed. */
+#ifndef CONVOY_MODEL_GGUF_WRITE_H
+#define CONVOY_MODEL_GGUF_WRITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+#include "model/gguf.h"
+
+typedef struct gguf_writer gguf_writer;
+gguf_writer *gguf_writer_create(void);
+void gguf_writer_free(gguf_writer *w);
+void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_set_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_set_bool(gguf_writer *w, const char *key, bool v);
+void gguf_set_str(gguf_writer *w, const char *key, const char *v);
+/* Array of n elements of numeric type t, copied. */
+void gguf_set_arr(gguf_writer *w, const char *key, uint32_t t, const void *data, uint64_t n);
+void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Copies key/value kv from a reader (used by quantize). */
+void gguf_copy_kv(gguf_writer *w, const gguf_kv *kv);
+/* Tensor whose data (size = rows * row bytes) stays owned by the caller until gguf_write. */
+void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
+                     const void *data, uint64_t size);
+int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+
+#endif
