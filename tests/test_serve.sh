@@ -16,7 +16,13 @@
 #    loopback and checks the client basics and that the 8 requests, alone
 #    and concurrently, give the texts of step 1; then kills a node: a
 #    request gets a 500 error, /health a 503, and the server stays up;
-# 3. checks that SIGTERM stops the server cleanly.
+# 3. serves it over a pipeline of this machine and one `convoy stage`
+#    (--nodes local,HOST:PORT) and checks that completions and chat
+#    completions with logprobs (greedy and seeded temperature > 0,
+#    streamed or not, alone and concurrently) give step 1's texts and
+#    logprobs / top_logprobs bit for bit: jansson prints reals with 17
+#    significant digits, so equal text is equal bits;
+# 4. checks that SIGTERM stops each server cleanly.
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
 
@@ -55,7 +61,8 @@ fail() {
 start_server() {
     local log="$1"
     shift
-    "$convoy" serve -m "$model" --host 127.0.0.1 --port 0 "$@" 2>"$log" &
+    : >"$log"
+    "$convoy" serve -m "$model" --host 127.0.0.1 --port 0 "$@" 2>>"$log" &
     server_pid=$!
     pids+=("$server_pid")
     local port=""
@@ -95,6 +102,86 @@ run_node() {
     node "$npm_dir/test_serve.mjs" "$@" 2>&1
 }
 
+# The logprobs requests of step 3, up to convoy.h's most alternatives.
+max_top="$(sed -n 's/^#define CONVOY_MAX_TOP_LOGPROBS \([0-9][0-9]*\).*/\1/p' "$src/include/convoy.h")"
+chat='"messages":[{"role":"user","content":"Tell me a story"}]'
+lp_routes=(completions completions completions chat/completions chat/completions chat/completions)
+lp_bodies=(
+    '{"prompt":"Once upon a time","max_tokens":24,"temperature":0,"logprobs":5}'
+    '{"prompt":"The little dog","max_tokens":24,"temperature":0.9,"seed":42,"logprobs":'"$max_top"'}'
+    '{"prompt":"One day","max_tokens":20,"temperature":0.8,"seed":3,"logprobs":2,"stream":true}'
+    '{'"$chat"',"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":3}'
+    '{'"$chat"',"max_tokens":16,"temperature":1.0,"top_p":0.95,"seed":7,"logprobs":true}'
+    '{'"$chat"',"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":2,"stream":true}'
+)
+
+# fetch_logprobs DIR [concurrent]: sends the logprobs requests to $base one
+# after the other (or all at once) and keeps answer I in DIR/I.
+fetch_logprobs() {
+    local dir="$1" i curls=()
+    mkdir -p "$dir"
+    for i in "${!lp_bodies[@]}"; do
+        curl -s --max-time 60 "$base/${lp_routes[$i]}" -H 'Content-Type: application/json' \
+            -d '{"model":"stories260K",'"${lp_bodies[$i]:1}" >"$dir/$i" &
+        curls+=("$!")
+        [[ "${2:-}" == concurrent ]] || wait "$!"
+    done
+    wait "${curls[@]}"
+}
+
+# same_logprobs REF DIR: whether each answer in DIR has REF's text and
+# logprobs (reals compared as printed), and REF's have logprobs at all;
+# prints what differs.
+same_logprobs() {
+    python3 - "$1" "$2" "${#lp_bodies[@]}" <<'EOF'
+import json, sys
+
+def answer(path):
+    """(text, logprobs) of an answer, streamed or not; reals stay as printed."""
+    raw = open(path).read()
+    docs = [l[6:] for l in raw.splitlines() if l.startswith('data: ') and l != 'data: [DONE]'] or [raw]
+    text, lp = '', {}
+    for d in map(lambda d: json.loads(d, parse_float=str), docs):
+        if 'error' in d:
+            raise ValueError(d['error'].get('message'))
+        for ch in d.get('choices', []):
+            text += ch.get('text') or (ch.get('message') or ch.get('delta') or {}).get('content') or ''
+            for k, v in (ch.get('logprobs') or {}).items():
+                if isinstance(v, list):
+                    lp.setdefault(k, []).extend(v)
+                else:
+                    lp[k] = v
+    return text, lp
+
+def first_diff(want, have, at=''):
+    """Where have first differs from want, and how; None when equal."""
+    if isinstance(want, list) and isinstance(have, list) and len(want) == len(have):
+        keys = range(len(want))
+    elif isinstance(want, dict) and isinstance(have, dict) and want.keys() == have.keys():
+        keys = want.keys()
+    else:
+        return None if want == have else f'{at}: {json.dumps(have)[:160]}, expected {json.dumps(want)[:160]}'
+    return next(filter(None, (first_diff(want[k], have[k], f'{at}[{k!r}]') for k in keys)), None)
+
+ref, got, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bad = 0
+for i in range(n):
+    try:
+        want, have = answer(f'{ref}/{i}'), answer(f'{got}/{i}')
+    except ValueError as e:
+        print(f'answer {i}: {e}')
+        bad += 1
+        continue
+    if not (want[1].get('tokens') or want[1].get('content')):
+        print(f'answer {i}: the reference has no logprobs: {open(f"{ref}/{i}").read()[:300]}')
+        bad += 1
+    elif want != have:
+        print(f'answer {i} differs at (text, logprobs){first_diff(list(want), list(have))}')
+        bad += 1
+sys.exit(1 if bad else 0)
+EOF
+}
+
 # 1. one machine
 if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --chat-template chatml; then
     if run_node "$base" local "$tmp/alone.json"; then
@@ -102,6 +189,7 @@ if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --cha
     else
         fail "local suite (server log: $(tail -5 "$tmp/serve.log"))"
     fi
+    fetch_logprobs "$tmp/lp-local"
     stop_server
 fi
 
@@ -147,6 +235,32 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
     fi
 else
     fail "pipeline suite not run (no local results or no python3)"
+fi
+
+# 3. logprobs through a pipeline: this machine's layers, then a stage's,
+# which computes them (--split: the planner would keep so small a model here)
+if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
+    p="$(free_port)"
+    "$convoy" stage --listen "127.0.0.1:$p" -m "$model" 2>"$tmp/stage-lp.log" &
+    pids+=("$!")
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break
+        sleep 0.1
+    done
+    if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
+        --nodes "local,127.0.0.1:$p" --split 2,3 --timeout 5000; then
+        for how in alone concurrent; do
+            fetch_logprobs "$tmp/lp-chain-$how" "$how"
+            if out="$(same_logprobs "$tmp/lp-local" "$tmp/lp-chain-$how")"; then
+                pass "logprobs over local + 1 stage, requests $how: one machine's, bit for bit"
+            else
+                fail "logprobs over local + 1 stage, requests $how: $out (server log: $(tail -3 "$tmp/serve-lp.log"))"
+            fi
+        done
+        stop_server
+    fi
+else
+    fail "pipeline logprobs not checked (no local answers or no python3)"
 fi
 
 if ((failures)); then

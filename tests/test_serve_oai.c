@@ -235,8 +235,7 @@ int main(void)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    srv = (oai_server){.model = model, .model_id = "stories260K", .n_ctx = 512, .has_logprobs = true,
-                       .chat = &chat};
+    srv = (oai_server){.model = model, .model_id = "stories260K", .n_ctx = 512, .chat = &chat};
     TEST_RUN(test_parameters);
     TEST_RUN(test_errors);
     TEST_RUN(test_corrupted_bodies);

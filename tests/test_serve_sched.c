@@ -4,7 +4,8 @@
  * with few or many slots and a small or large batch; cancelling a running
  * or queued request frees its slot or queue place; a full queue refuses;
  * max_tokens ends with "length"; logprobs are a distribution's, with the greedy
- * choice on top; stopping fails what is left. Speculation (prompt lookup, or
+ * choice on top, and the engine's (convoy_logprobs) bit for bit; stopping
+ * fails what is left. Speculation (prompt lookup, or
  * stories260K drafting for itself; fixed or automatic K; a batch too small
  * for every draft) gives 8 concurrent greedy requests of 128+ tokens the
  * same tokens and logprobs as plain decoding, and never drafts past
@@ -40,7 +41,7 @@ typedef struct job {
     int32_t n_prompt;
     sv_request_params p;
     int32_t out[OUT_MAX];
-    sv_logprob lp[OUT_MAX * (1 + LP_TOP)]; /* when p.top_logprobs == LP_TOP */
+    convoy_logprob lp[OUT_MAX * (1 + LP_TOP)]; /* when p.top_logprobs == LP_TOP */
     int32_t n_out;
     sv_finish finish;
 } job;
@@ -86,7 +87,7 @@ static void collect(sv_request *r, job *j)
     j->n_out = n;
     memcpy(j->out, sv_request_tokens(r), sizeof(int32_t) * (size_t)n);
     if (j->p.top_logprobs == LP_TOP && n > 0)
-        memcpy(j->lp, sv_request_logprobs(r, 0), sizeof(sv_logprob) * (size_t)n * (1 + LP_TOP));
+        memcpy(j->lp, sv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
     j->finish = f;
     sv_request_release(r);
 }
@@ -226,6 +227,38 @@ static void test_cancel_and_queue(void)
     convoy_ctx_free(c);
 }
 
+/* Whether stepping p's request alone on a fresh context gives the same n
+ * tokens and the same logprobs bit for bit (convoy_logprobs' after each
+ * step): the scheduler passes the engine's logprobs on as they are. */
+static bool engine_gives(const sv_request_params *p, const int32_t *tokens, const convoy_logprob *lp, int32_t n)
+{
+    enum { MAX_PROMPT = 64 };
+    if (p->n_prompt > MAX_PROMPT)
+        return false;
+    char err[512];
+    convoy_ctx *c = make_ctx(1, MAX_PROMPT);
+    convoy_sampling_params sp = p->sampler;
+    sp.n_logprobs = p->top_logprobs;
+    bool same = c && !convoy_set_sampler(c, 0, &sp, err, sizeof err);
+    int32_t pos[MAX_PROMPT], seq[MAX_PROMPT] = {0}, id = -1;
+    uint8_t want[MAX_PROMPT] = {0};
+    for (int32_t t = 0; t < p->n_prompt; t++)
+        pos[t] = t;
+    want[p->n_prompt - 1] = CONVOY_WANT_SAMPLE;
+    convoy_batch b = {.n_tokens = p->n_prompt, .token = p->prompt, .pos = pos, .seq = seq, .want = want};
+    const size_t k = 1 + (size_t)p->top_logprobs;
+    convoy_logprob got[1 + CONVOY_MAX_TOP_LOGPROBS];
+    for (int32_t i = 0; same && i < n; i++) {
+        same = !convoy_step(c, &b, &id, err, sizeof err) && id == tokens[i] &&
+               convoy_logprobs(c, 0, got) == (int)k && !memcmp(got, lp + (size_t)i * k, sizeof(convoy_logprob) * k);
+        pos[0] = p->n_prompt + i;
+        want[0] = CONVOY_WANT_SAMPLE;
+        b = (convoy_batch){.n_tokens = 1, .token = &tokens[i], .pos = pos, .seq = seq, .want = want};
+    }
+    convoy_ctx_free(c);
+    return same;
+}
+
 static void test_finish_and_logprobs(void)
 {
     char err[512];
@@ -236,7 +269,6 @@ static void test_finish_and_logprobs(void)
         convoy_ctx_free(c);
         return;
     }
-    CHECK(sv_sched_has_logprobs(s));
     job jobs[N_REQ];
     make_jobs(jobs);
     /* (stories260K does not emit its EOS: the end-of-generation path is
@@ -253,12 +285,22 @@ static void test_finish_and_logprobs(void)
         n = sv_request_wait(r, n, 1000, &f);
     CHECKF(f == SV_FINISH_LENGTH && n == 30, "finish %d after %d tokens", f, n);
     for (int32_t i = 0; i < n; i++) {
-        const sv_logprob *lp = sv_request_logprobs(r, i);
+        const convoy_logprob *lp = sv_request_logprobs(r, i);
         CHECK(lp[0].id == sv_request_tokens(r)[i]);
         CHECK(lp[1].id == lp[0].id && lp[1].logprob == lp[0].logprob);
         CHECK(lp[0].logprob <= 0.0f && lp[1].logprob >= lp[2].logprob && lp[2].logprob >= lp[3].logprob);
         CHECK(expf(lp[1].logprob) + expf(lp[2].logprob) + expf(lp[3].logprob) <= 1.0001f);
     }
+    CHECK(engine_gives(&jobs[0].p, sv_request_tokens(r), sv_request_logprobs(r, 0), n));
+    /* and so at temperature > 0 with the most alternatives */
+    jobs[1].p.top_logprobs = CONVOY_MAX_TOP_LOGPROBS;
+    sv_request *r1;
+    CHECK(sv_sched_submit(s, &jobs[1].p, &r1, err, sizeof err) == SV_SUBMIT_OK);
+    int32_t n1 = 0;
+    for (f = SV_RUNNING; f == SV_RUNNING;)
+        n1 = sv_request_wait(r1, n1, 1000, &f);
+    CHECK(n1 > 0 && engine_gives(&jobs[1].p, sv_request_tokens(r1), sv_request_logprobs(r1, 0), n1));
+    sv_request_release(r1);
     /* the same without logprobs gives the same tokens */
     int32_t with_lp[30];
     memcpy(with_lp, sv_request_tokens(r), sizeof with_lp);
@@ -359,7 +401,7 @@ static void test_speculation_equals_plain(void)
                    "%s K %d batch %d: request %d differs from plain decoding (%d vs %d tokens)", drafter,
                    configs[k].k, configs[k].n_batch, i, spec[i].n_out, plain[i].n_out);
         }
-        CHECKF(!memcmp(spec[6].lp, plain[6].lp, sizeof(sv_logprob) * (size_t)plain[6].n_out * (1 + LP_TOP)),
+        CHECKF(!memcmp(spec[6].lp, plain[6].lp, sizeof(convoy_logprob) * (size_t)plain[6].n_out * (1 + LP_TOP)),
                "%s K %d: the logprobs differ from plain decoding", drafter, configs[k].k);
         /* (an automatic K may settle on 0 where drafting does not pay) */
         CHECKF(st.speculating && st.spec_rounds > 0 && st.spec_accepted <= st.spec_drafted &&

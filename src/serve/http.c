@@ -400,7 +400,8 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
     }
     sv_buf_puts(&b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
                     "# TYPE convoy_time_to_first_token_seconds summary\n");
-    snprintf(line, sizeof line, "convoy_time_to_first_token_seconds_sum %.9g\nconvoy_time_to_first_token_seconds_count %llu\n",
+    snprintf(line, sizeof line,
+             "convoy_time_to_first_token_seconds_sum %.9g\nconvoy_time_to_first_token_seconds_count %llu\n",
              st.ttft_seconds, (unsigned long long)st.ttft_count);
     sv_buf_puts(&b, line);
     const enum MHD_Result rc =

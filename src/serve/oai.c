@@ -190,10 +190,9 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
     return get_bool(body, "ignore_eos", &r->params.ignore_eos, e);
 }
 
-static int parse_logprobs(const oai_server *srv, const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
+static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
 {
     long long top = -1;
-    const char *param = "logprobs";
     if (kind == OAI_COMPLETIONS) {
         if (get_int(body, "logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &top, e))
             return -1;
@@ -208,10 +207,6 @@ static int parse_logprobs(const oai_server *srv, const json_t *body, oai_kind ki
             return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
         top = on ? (k >= 0 ? k : 0) : -1;
     }
-    if (top >= 0 && !srv->has_logprobs)
-        return oai_fail(e, 400, INVALID, NULL, param,
-                        "logprobs are not supported yet on a pipeline of nodes (--nodes): the last node returns "
-                        "only token ids");
     r->params.top_logprobs = (int32_t)top;
     return 0;
 }
@@ -410,7 +405,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     }
     json_t *so = opt(root, "stream_options");
     if (refuse_unsupported(root, kind, e) || get_bool(root, "stream", &out->stream, e) ||
-        parse_sampling(root, default_seed, out, e) || parse_logprobs(srv, root, kind, out, e) ||
+        parse_sampling(root, default_seed, out, e) || parse_logprobs(root, kind, out, e) ||
         parse_stop(root, out, e))
         goto done;
     if (so) {
@@ -488,7 +483,8 @@ static void token_strings(const convoy_model *m, int32_t id, sv_buf *text, char 
     sv_buf_append(text, "", 0);
     const unsigned char *s = (const unsigned char *)raw;
     for (int i = 0; i < *n_raw;) {
-        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3 : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
+                : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
         bool ok = len > 0 && i + len <= *n_raw;
         for (int k = 1; ok && k < len; k++)
             ok = (s[i + k] & 0xC0) == 0x80;
@@ -530,7 +526,7 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
     if (kind == OAI_COMPLETIONS) {
         json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
         for (int32_t i = first; i < first + n; i++) {
-            const sv_logprob *lp = sv_request_logprobs(r, i);
+            const convoy_logprob *lp = sv_request_logprobs(r, i);
             token_strings(m, lp[0].id, &text, raw, &n_raw, sizeof raw);
             json_array_append_new(tokens, json_string(text.p));
             json_array_append_new(lps, lp_real(lp[0].logprob));
@@ -548,7 +544,7 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
     } else {
         json_t *content = json_array();
         for (int32_t i = first; i < first + n; i++) {
-            const sv_logprob *lp = sv_request_logprobs(r, i);
+            const convoy_logprob *lp = sv_request_logprobs(r, i);
             json_t *alts = json_array();
             for (int32_t k = 1; k <= top; k++) {
                 token_strings(m, lp[k].id, &text, raw, &n_raw, sizeof raw);

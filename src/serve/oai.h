@@ -9,9 +9,9 @@
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
  * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
- * best_of, logit_bias, tools, a response_format other than text, logprobs
- * on an engine without logits) are refused rather than ignored. Unknown
- * fields are ignored, as OpenAI's own server does for most of them.
+ * best_of, logit_bias, tools, a response_format other than text) are
+ * refused rather than ignored. Unknown fields are ignored, as OpenAI's own
+ * server does for most of them.
  * Sampling parameters not given take convoy's defaults (those of `convoy
  * run` and llama.cpp: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05);
  * without a seed the caller's random seed is used.
@@ -49,7 +49,6 @@ typedef struct oai_server {
     const convoy_model *model;
     const char *model_id;
     int32_t n_ctx;
-    bool has_logprobs;
     const sv_chat *chat;
 } oai_server;
 

@@ -4,33 +4,42 @@
  * (state, refs, cancelled, finish, n_out) and the statistics; each request
  * has its own condition variable that the inference thread signals when it
  * appends tokens or ends the request. The slots and the batch buffers
- * belong to the inference thread alone. One turn of its loop:
- *   A. empties the slots whose request ended (convoy_seq_free), unlocked;
- *   B. under the lock: sleeps while there is nothing to do, ends cancelled
- *      requests, and moves queued requests into free slots;
- *   C. sets up the new slots' samplers (convoy_set_sampler), unlocked;
- *   D. while fewer than the engine's depth of batches are in flight (1 on
- *      one machine, the number of stages on a pipeline), builds the next
- *      group's batch (decode tokens first, each followed by its drafts when
- *      speculating, then prompt chunks in a rotating order) and submits it,
- *      unlocked, without allocating; slot i belongs to group i % depth and
- *      a slot is in at most one batch in flight, so while the last stage
- *      works on one group the first works on another;
- *   E. collects the oldest batch in flight and, under the lock, appends
- *      each emitted token to its request (or ends it), and wakes the
- *      waiting threads.
+ * belong to the inference thread alone. Functions called with the lock
+ * held end in _locked. One turn of the thread's loop (sched_main):
+ *   A. empty_ended_slots: empties the slots whose request ended
+ *      (convoy_seq_free), unlocked;
+ *   B. take_work: under the lock, sleeps while there is nothing to do
+ *      (wait_for_work_locked), ends cancelled requests
+ *      (end_cancelled_locked) and moves queued requests into free slots
+ *      (admit_locked);
+ *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
+ *      which also asks the engine for the request's logprobs), unlocked;
+ *   D. submit_batches: while fewer than the engine's depth of batches are
+ *      in flight (1 on one machine, the number of stages on a pipeline),
+ *      builds the next group's batch (build_batch: add_decode_rows, each
+ *      newest token followed by its drafts when speculating, from
+ *      propose_drafts; then add_prompt_chunks, in a rotating order) and
+ *      submits it, unlocked, without allocating; slot i belongs to group
+ *      i % depth and a slot is in at most one batch in flight, so while the
+ *      last stage works on one group the first works on another;
+ *   E. collect_oldest: collects the oldest batch in flight, takes its
+ *      logprobs (take_logprobs, unlocked), then under the lock appends each
+ *      emitted token to its request or ends it (distribute_locked) and
+ *      wakes the waiting threads; when the engine failed, it fails every
+ *      running request instead (fail_running_locked).
  * A slot's wanted rows in a batch are one run: its newest token (or the
  * last prompt token), then its drafts (want 2). The run's outputs are the
  * token after each row until the first rejected draft, -1 from there; the
  * engine cuts the slot back to its emitted tokens itself, and the slot
  * continues at convoy_seq_len. A request's prompt and output are one array,
- * the history the drafter reads. Logprobs are computed in E, unlocked,
- * from the step's logits rows, written past the published tokens, and
- * published by advancing n_out. A request is freed when both its
- * submitter and the scheduler have let it go (refs reaches 0). */
+ * the history the drafter reads. Logprobs come from convoy_logprobs (on a
+ * pipeline the last node computes them), are written past the published
+ * tokens and published by advancing n_out; a token the engine gave none
+ * for ends its request with an error rather than publish garbage. A
+ * request is freed when both its submitter and the scheduler have let it
+ * go (refs reaches 0). */
 #include "serve/sched.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,12 +66,11 @@ struct sv_request {
     int32_t *prompt; /* [n_prompt + max_tokens]: the prompt, then the output (out) */
     int32_t n_prompt;
     int32_t max_tokens;
-    convoy_sampling_params sampler;
+    convoy_sampling_params sampler; /* n_logprobs: the request's top_logprobs */
     bool ignore_eos;
-    int32_t top_logprobs;
     double t_submit;
-    int32_t *out;    /* prompt + n_prompt: [max_tokens] */
-    sv_logprob *lp;  /* [max_tokens][1 + top_logprobs], or NULL */
+    int32_t *out;        /* prompt + n_prompt: [max_tokens] */
+    convoy_logprob *lp;  /* [max_tokens][1 + sampler.n_logprobs], or NULL */
 };
 
 enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDING };
@@ -94,7 +102,6 @@ struct sv_sched {
     convoy_ctx *ctx;
     const convoy_model *model;
     int32_t n_slot, n_batch, n_ctx, n_vocab;
-    bool has_logits;
 
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -134,6 +141,12 @@ static void request_free(sv_request *r)
     cv_free(r);
 }
 
+/* Output i's logprobs: the sampled id's, then the alternatives. */
+static convoy_logprob *request_lp(const sv_request *r, int32_t i)
+{
+    return r->lp + (size_t)i * (size_t)(1 + r->sampler.n_logprobs);
+}
+
 /* Drops one reference; the caller holds mu. */
 static void unref_locked(sv_request *r)
 {
@@ -155,6 +168,14 @@ static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char 
     unref_locked(r);
 }
 
+/* Ends a slot's request; the slot is emptied in the next A. The caller
+ * holds mu. */
+static void end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg)
+{
+    finish_locked(s, sl->req, why, msg);
+    sl->state = SLOT_ENDING;
+}
+
 static sv_request *queue_pop_locked(sv_sched *s)
 {
     sv_request *r = s->queue[s->q_head];
@@ -174,36 +195,99 @@ static void queue_remove_locked(sv_sched *s, sv_request *r)
     s->q_len = k;
 }
 
-/* Fills out[0] with the chosen id's log-probability and out[1..k] with the
- * k most likely ids (ties to the lower id). NaN logits count as -inf. */
-static void row_logprobs(const float *x, int32_t n, int32_t chosen, int32_t k, sv_logprob *out)
+/* Empties slot i in the engine and the drafter and frees it; returns
+ * convoy_seq_free's result. */
+static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
 {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] > -INFINITY)
-            sum += exp((double)x[i] - (double)mx);
-    const double lse = (double)mx + log(sum);
-    sv_logprob *top = out + 1;
-    int32_t m = 0;
-    for (int32_t i = 0; i < n && k > 0; i++) {
-        const float v = x[i] == x[i] ? x[i] : -INFINITY;
-        if (m == k && !(v > top[m - 1].logprob))
+    const int rc = convoy_seq_free(s->ctx, i, err, errlen);
+    if (s->spec)
+        convoy_spec_seq_free(s->spec, i);
+    s->slots[i] = (sv_slot){.state = SLOT_FREE};
+    return rc;
+}
+
+/* A: empties the slots whose request ended; returns how many. */
+static int32_t empty_ended_slots(sv_sched *s)
+{
+    char err[CV_ERRLEN];
+    int32_t n_freed = 0;
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        if (s->slots[i].state != SLOT_ENDING)
             continue;
-        int32_t j = m < k ? m++ : k - 1;
-        while (j > 0 && v > top[j - 1].logprob) {
-            top[j] = top[j - 1];
-            j--;
-        }
-        top[j] = (sv_logprob){.id = i, .logprob = v};
+        if (slot_free(s, i, err, sizeof err))
+            fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
+        n_freed++;
     }
-    for (int32_t j = 0; j < m; j++)
-        top[j].logprob = (float)((double)top[j].logprob - lse);
-    const float xc = x[chosen] == x[chosen] ? x[chosen] : -INFINITY;
-    out[0] = (sv_logprob){.id = chosen, .logprob = (float)((double)xc - lse)};
+    return n_freed;
+}
+
+/* B: sleeps while there is nothing to do; false when the scheduler stops. */
+static bool wait_for_work_locked(sv_sched *s)
+{
+    while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0)
+        pthread_cond_wait(&s->wake, &s->mu);
+    return !s->stopping;
+}
+
+/* B: ends the requests cancelled while their slot is out of flight (a slot
+ * in flight ends when its batch is collected). */
+static void end_cancelled_locked(sv_sched *s)
+{
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        sv_slot *sl = &s->slots[i];
+        if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && !sl->in_flight && sl->req->cancelled)
+            end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+    }
+}
+
+/* B: moves queued requests into free slots, in queue order. */
+static void admit_locked(sv_sched *s)
+{
+    for (int32_t i = 0; i < s->n_slot && s->q_len > 0; i++) {
+        if (s->slots[i].state != SLOT_FREE)
+            continue;
+        sv_request *r = queue_pop_locked(s);
+        r->state = RQ_ACTIVE;
+        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r};
+        s->n_held++;
+        s->n_running++;
+    }
+}
+
+/* B: under the lock, counts the n_freed slots of A, waits for work, ends
+ * cancelled requests and admits queued ones; false when the scheduler
+ * stops. */
+static bool take_work(sv_sched *s, int32_t n_freed)
+{
+    pthread_mutex_lock(&s->mu);
+    s->n_held -= n_freed;
+    const bool working = wait_for_work_locked(s);
+    if (working) {
+        end_cancelled_locked(s);
+        admit_locked(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return working;
+}
+
+/* C: sets up each admitted slot's sampler (it allocates, so it is done
+ * here, out of the step loop); a slot the engine refuses ends its
+ * request. */
+static void start_admitted(sv_sched *s)
+{
+    char err[CV_ERRLEN];
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        sv_slot *sl = &s->slots[i];
+        if (sl->state != SLOT_STARTING)
+            continue;
+        if (convoy_set_sampler(s->ctx, i, &sl->req->sampler, err, sizeof err)) {
+            pthread_mutex_lock(&s->mu);
+            end_slot_locked(s, sl, SV_FINISH_ERROR, err);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        sl->state = SLOT_PREFILL;
+    }
 }
 
 static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
@@ -227,8 +311,9 @@ static void propose_drafts(sv_sched *s, int32_t g)
         const sv_request *r = sl->req;
         const int32_t room = min_i32(r->max_tokens - r->n_out - 1, s->n_ctx - 1 - sl->n_past);
         if (room > 0)
-            s->spec_reqs[n_req++] = (convoy_spec_req){.seq = i, .hist = r->prompt, .n_hist = r->n_prompt + r->n_out,
-                                                      .max_draft = room, .drafts = s->drafts + (size_t)i * (size_t)s->k_max};
+            s->spec_reqs[n_req++] = (convoy_spec_req){.seq = i, .hist = r->prompt,
+                                                      .n_hist = r->n_prompt + r->n_out, .max_draft = room,
+                                                      .drafts = s->drafts + (size_t)i * (size_t)s->k_max};
     }
     int32_t spare = s->n_batch - n_decoding;
     if (n_req == 0 || spare == 0)
@@ -254,84 +339,119 @@ static void propose_drafts(sv_sched *s, int32_t g)
     }
 }
 
-/* D: group g's next batch into f: the newest token of each decoding slot,
- * followed by its drafts when speculating, then prompt chunks up to the
- * batch size, starting from a rotating slot. Slots already in flight are
- * left for later. */
-static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
+/* D: appends to f the newest token of each of group g's decoding slots,
+ * followed by its drafts. Slots already in flight are left for later. */
+static void add_decode_rows(sv_sched *s, int32_t g, sv_flight *f)
 {
-    f->t_propose = cv_now_s();
-    if (s->spec)
-        propose_drafts(s, g);
-    int32_t n = 0, w = 0, np = 0, ns = 0;
     for (int32_t i = g; i < s->n_slot; i += s->depth) {
         sv_slot *sl = &s->slots[i];
         if (sl->state != SLOT_DECODE || sl->in_flight)
             continue;
         for (int32_t d = 0; d <= sl->n_draft; d++) {
-            f->token[n] = d == 0 ? sl->next : s->drafts[(size_t)i * (size_t)s->k_max + (size_t)(d - 1)];
-            f->pos[n] = sl->n_past++;
-            f->seq[n] = i;
-            f->want[n] = d == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
-            f->row_token[w++] = n;
-            n++;
+            f->token[f->n] = d == 0 ? sl->next : s->drafts[(size_t)i * (size_t)s->k_max + (size_t)(d - 1)];
+            f->pos[f->n] = sl->n_past++;
+            f->seq[f->n] = i;
+            f->want[f->n] = d == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
+            f->row_token[f->n_want++] = f->n;
+            f->n++;
         }
         sl->in_flight = true;
-        ns++;
+        f->n_seqs++;
     }
-    for (int32_t k = 0; k < s->n_slot && n < s->n_batch; k++) {
+}
+
+/* D: appends to f prompt chunks of group g's prefilling slots up to the
+ * batch size, starting from a rotating slot so that a long prompt delays
+ * nobody by more than its chunks. */
+static void add_prompt_chunks(sv_sched *s, int32_t g, sv_flight *f)
+{
+    for (int32_t k = 0; k < s->n_slot && f->n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
         sv_slot *sl = &s->slots[i];
         if (i % s->depth != g || sl->state != SLOT_PREFILL || sl->in_flight)
             continue;
         const sv_request *r = sl->req;
-        int32_t take = r->n_prompt - sl->n_fed;
-        if (take > s->n_batch - n)
-            take = s->n_batch - n;
+        const int32_t take = min_i32(r->n_prompt - sl->n_fed, s->n_batch - f->n);
         for (int32_t t = 0; t < take; t++) {
-            f->token[n] = r->prompt[sl->n_fed];
-            f->pos[n] = sl->n_past++;
-            f->seq[n] = i;
-            f->want[n] = ++sl->n_fed == r->n_prompt;
-            if (f->want[n])
-                f->row_token[w++] = n;
-            n++;
+            f->token[f->n] = r->prompt[sl->n_fed];
+            f->pos[f->n] = sl->n_past++;
+            f->seq[f->n] = i;
+            f->want[f->n] = ++sl->n_fed == r->n_prompt;
+            if (f->want[f->n])
+                f->row_token[f->n_want++] = f->n;
+            f->n++;
         }
         sl->in_flight = take > 0;
-        np += take;
-        ns += take > 0;
+        f->n_prompt_tokens += take;
+        f->n_seqs += take > 0;
     }
     s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
-    f->n = n;
-    f->n_want = w;
-    f->n_prompt_tokens = np;
-    f->n_seqs = ns;
 }
 
-/* Logprobs of the emitted rows, written past each request's published
- * tokens: the row `ahead` places into its slot's run gives the output
- * ahead places past n_out (they become visible when E advances n_out).
- * Rows after a rejected draft (id -1) have none. */
-static void compute_logprobs(sv_sched *s, const sv_flight *f)
+/* D: group g's next batch into f: decode rows first, then prompt chunks. */
+static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
+    f->n = f->n_want = f->n_prompt_tokens = f->n_seqs = 0;
+    f->t_propose = cv_now_s();
+    if (s->spec)
+        propose_drafts(s, g);
+    add_decode_rows(s, g, f);
+    add_prompt_chunks(s, g, f);
+}
+
+/* D: builds and submits the groups' batches in turn while fewer than depth
+ * are in flight, without allocating; after a batch goes out every group is
+ * looked at again, so it stops when depth are in flight or no group has
+ * work. Returns convoy_submit's failure. */
+static int submit_batches(sv_sched *s, char *err, size_t errlen)
+{
+    int rc = 0;
+    cv_alloc_forbid(1);
+    for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->depth; tries++) {
+        const int32_t g = s->next_group;
+        s->next_group = (s->next_group + 1) % s->depth;
+        sv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
+        build_batch(s, g, f);
+        if (f->n == 0)
+            continue;
+        const convoy_batch b = {.n_tokens = f->n, .token = f->token, .pos = f->pos, .seq = f->seq, .want = f->want};
+        f->t0 = cv_now_s();
+        rc = convoy_submit(s->ctx, &b, err, errlen);
+        s->n_flying += rc == 0;
+        tries = -1;
+    }
+    cv_alloc_forbid(0);
+    return rc;
+}
+
+/* E: the logprobs of the emitted rows, written past each request's
+ * published tokens: the row `ahead` places into its slot's run gives the
+ * output ahead places past n_out (they become visible when emit_locked
+ * advances n_out). Rows after a rejected draft (id -1) have none; an
+ * emitted row the engine gives none for is marked with id -1 for
+ * emit_locked. */
+static void take_logprobs(sv_sched *s, const sv_flight *f)
+{
+    convoy_logprob row_lp[1 + CONVOY_MAX_TOP_LOGPROBS];
     int32_t ahead = 0;
     for (int32_t row = 0; row < f->n_want; row++) {
         const int32_t t = f->row_token[row];
         ahead = f->want[t] == CONVOY_WANT_DRAFT ? ahead + 1 : 0;
         const sv_request *r = s->slots[f->seq[t]].req;
-        const int32_t id = s->b_sampled[row];
-        if (!r->lp || id < 0)
+        if (!r->lp || s->b_sampled[row] < 0)
             continue;
-        const float *logits = convoy_logits(s->ctx, row);
-        if (logits)
-            row_logprobs(logits, s->n_vocab, id, r->top_logprobs,
-                         r->lp + (size_t)(r->n_out + ahead) * (size_t)(1 + r->top_logprobs));
+        const int n = 1 + r->sampler.n_logprobs;
+        convoy_logprob *lp = request_lp(r, r->n_out + ahead);
+        if (convoy_logprobs(s->ctx, row, row_lp) == n)
+            memcpy(lp, row_lp, sizeof(convoy_logprob) * (size_t)n);
+        else
+            lp->id = -1;
     }
 }
 
-/* Appends a run's n_emit outputs to its slot's request in order, up to the
- * first end (the rest is dropped); out[j] is the token after the run's row
- * at batch index first + j. The caller holds mu. */
+/* E: appends a run's n_emit outputs to its slot's request in order, up to
+ * the first end (the rest is dropped); out[j] is the token after the run's
+ * row at batch index first + j. */
 static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const int32_t *out, int32_t n_emit,
                         double now)
 {
@@ -339,8 +459,7 @@ static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const in
     sv_slot *sl = &s->slots[slot];
     sv_request *r = sl->req;
     if (r->cancelled) {
-        finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
-        sl->state = SLOT_ENDING;
+        end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
         return;
     }
     for (int32_t j = 0; j < n_emit; j++) {
@@ -351,14 +470,16 @@ static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const in
             s->stats.ttft_count++;
         }
         if (!r->ignore_eos && convoy_token_is_eog(s->model, out[j])) {
-            finish_locked(s, r, SV_FINISH_STOP, NULL);
-            sl->state = SLOT_ENDING;
+            end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+            return;
+        }
+        if (r->lp && request_lp(r, r->n_out)->id != out[j]) {
+            end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no logprobs for a token");
             return;
         }
         r->out[r->n_out++] = out[j];
         if (r->n_out == r->max_tokens || f->pos[first + j] + 1 >= s->n_ctx) {
-            finish_locked(s, r, SV_FINISH_LENGTH, NULL);
-            sl->state = SLOT_ENDING;
+            end_slot_locked(s, sl, SV_FINISH_LENGTH, NULL);
             return;
         }
     }
@@ -370,8 +491,8 @@ static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const in
 
 /* E: hands each run's emitted tokens to its request and reports each
  * round that drafts were asked for (even when none came: a plain round
- * measures the fixed cost) to the convoy_spec; the caller holds mu. A request
- * cancelled while its batch was in flight ends here. */
+ * measures the fixed cost) to the convoy_spec. A request cancelled while
+ * its batch was in flight ends here. */
 static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
 {
     for (int32_t t = 0; t < f->n; t++)
@@ -392,6 +513,31 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
     }
 }
 
+/* E: a collected batch's statistics. */
+static void count_step_locked(sv_sched *s, const sv_flight *f, double t1)
+{
+    s->stats.steps++;
+    s->stats.steps_shared += f->n_seqs > 1;
+    s->stats.batch_tokens += (uint64_t)f->n;
+    s->stats.prompt_tokens += (uint64_t)f->n_prompt_tokens;
+    s->stats.step_seconds += t1 - f->t0;
+}
+
+/* E: the engine failed (a pipeline node died, ...): every running request
+ * fails with its message and no batch is in flight any more. */
+static void fail_running_locked(sv_sched *s, const char *err)
+{
+    snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
+    fprintf(stderr, "convoy serve: step failed: %s\n", err);
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        sv_slot *sl = &s->slots[i];
+        sl->in_flight = false;
+        if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE)
+            end_slot_locked(s, sl, SV_FINISH_ERROR, err);
+    }
+    s->n_flying = 0;
+}
+
 static void rate_sample_locked(sv_sched *s, double now)
 {
     const int last = (s->rate_head + s->rate_len - 1) % RATE_RING;
@@ -406,126 +552,44 @@ static void rate_sample_locked(sv_sched *s, double now)
     s->rate_n[at] = s->stats.generated_tokens;
 }
 
-/* Empties slot i in the engine and the drafter and frees it; returns
- * convoy_seq_free's result. */
-static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
+/* E: collects the oldest batch in flight (unless D's submit failed: rc),
+ * takes its logprobs unlocked, then under the lock hands its tokens to the
+ * requests, or fails them all when the engine failed. Allocates nothing. */
+static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
 {
-    const int rc = convoy_seq_free(s->ctx, i, err, errlen);
-    if (s->spec)
-        convoy_spec_seq_free(s->spec, i);
-    s->slots[i] = (sv_slot){.state = SLOT_FREE};
-    return rc;
+    const sv_flight *f = &s->flights[s->f_oldest];
+    int32_t n_sampled = 0;
+    if (rc == 0)
+        rc = convoy_collect(s->ctx, s->b_sampled, &n_sampled, err, errlen);
+    const double t1 = cv_now_s();
+    cv_alloc_forbid(1);
+    if (rc == 0)
+        take_logprobs(s, f);
+    pthread_mutex_lock(&s->mu);
+    s->stats.failing = rc != 0;
+    if (rc == 0) {
+        count_step_locked(s, f, t1);
+        distribute_locked(s, f, t1);
+        s->f_oldest = (s->f_oldest + 1) % s->depth;
+        s->n_flying--;
+    } else {
+        fail_running_locked(s, err);
+    }
+    rate_sample_locked(s, t1);
+    pthread_mutex_unlock(&s->mu);
+    cv_alloc_forbid(0);
 }
 
+/* The inference thread: the phases A to E of the design comment. */
 static void *sched_main(void *arg)
 {
     sv_sched *s = arg;
     char err[CV_ERRLEN];
-    for (;;) {
-        /* A */
-        int32_t n_freed = 0;
-        for (int32_t i = 0; i < s->n_slot; i++) {
-            if (s->slots[i].state != SLOT_ENDING)
-                continue;
-            if (slot_free(s, i, err, sizeof err))
-                fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
-            n_freed++;
-        }
-        /* B */
-        pthread_mutex_lock(&s->mu);
-        s->n_held -= n_freed;
-        while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0)
-            pthread_cond_wait(&s->wake, &s->mu);
-        if (s->stopping) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        for (int32_t i = 0; i < s->n_slot; i++) {
-            sv_slot *sl = &s->slots[i];
-            if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && !sl->in_flight && sl->req->cancelled) {
-                finish_locked(s, sl->req, SV_FINISH_CANCELLED, NULL);
-                sl->state = SLOT_ENDING;
-            }
-        }
-        for (int32_t i = 0; i < s->n_slot && s->q_len > 0; i++) {
-            if (s->slots[i].state != SLOT_FREE)
-                continue;
-            sv_request *r = queue_pop_locked(s);
-            r->state = RQ_ACTIVE;
-            s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r};
-            s->n_held++;
-            s->n_running++;
-        }
-        pthread_mutex_unlock(&s->mu);
-        /* C */
-        for (int32_t i = 0; i < s->n_slot; i++) {
-            sv_slot *sl = &s->slots[i];
-            if (sl->state != SLOT_STARTING)
-                continue;
-            if (convoy_set_sampler(s->ctx, i, &sl->req->sampler, err, sizeof err)) {
-                pthread_mutex_lock(&s->mu);
-                finish_locked(s, sl->req, SV_FINISH_ERROR, err);
-                pthread_mutex_unlock(&s->mu);
-                sl->state = SLOT_ENDING;
-                continue;
-            }
-            sl->state = SLOT_PREFILL;
-        }
-        /* D */
-        int rc = 0;
-        cv_alloc_forbid(1);
-        for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->depth; tries++) {
-            const int32_t g = s->next_group;
-            s->next_group = (s->next_group + 1) % s->depth;
-            sv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
-            build_batch(s, g, f);
-            if (f->n == 0)
-                continue;
-            const convoy_batch b = {.n_tokens = f->n, .token = f->token, .pos = f->pos, .seq = f->seq, .want = f->want};
-            f->t0 = cv_now_s();
-            rc = convoy_submit(s->ctx, &b, err, sizeof err);
-            s->n_flying += rc == 0;
-            tries = -1; /* a batch went out: look at every group again */
-        }
-        cv_alloc_forbid(0);
-        if (rc == 0 && s->n_flying == 0)
-            continue;
-        /* E */
-        sv_flight *f = &s->flights[s->f_oldest];
-        int32_t n_sampled = 0;
-        if (rc == 0)
-            rc = convoy_collect(s->ctx, s->b_sampled, &n_sampled, err, sizeof err);
-        const double t1 = cv_now_s();
-        cv_alloc_forbid(1);
-        if (rc == 0)
-            compute_logprobs(s, f);
-        pthread_mutex_lock(&s->mu);
-        s->stats.failing = rc != 0;
-        if (rc == 0) {
-            s->stats.steps++;
-            s->stats.steps_shared += f->n_seqs > 1;
-            s->stats.batch_tokens += (uint64_t)f->n;
-            s->stats.prompt_tokens += (uint64_t)f->n_prompt_tokens;
-            s->stats.step_seconds += t1 - f->t0;
-            distribute_locked(s, f, t1);
-            s->f_oldest = (s->f_oldest + 1) % s->depth;
-            s->n_flying--;
-        } else {
-            snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
-            fprintf(stderr, "convoy serve: step failed: %s\n", err);
-            for (int32_t i = 0; i < s->n_slot; i++) {
-                sv_slot *sl = &s->slots[i];
-                sl->in_flight = false;
-                if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) {
-                    finish_locked(s, sl->req, SV_FINISH_ERROR, err);
-                    sl->state = SLOT_ENDING;
-                }
-            }
-            s->n_flying = 0;
-        }
-        rate_sample_locked(s, t1);
-        pthread_mutex_unlock(&s->mu);
-        cv_alloc_forbid(0);
+    while (take_work(s, empty_ended_slots(s))) {
+        start_admitted(s);
+        const int rc = submit_batches(s, err, sizeof err);
+        if (rc != 0 || s->n_flying > 0)
+            collect_oldest(s, rc, err, sizeof err);
     }
     return NULL;
 }
@@ -556,7 +620,6 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->n_batch = n_batch;
     s->n_ctx = convoy_ctx_n_ctx(ctx);
     s->n_vocab = info.n_vocab;
-    s->has_logits = convoy_logits(ctx, 0) != NULL;
     s->queue_cap = queue_cap;
     s->q_ring = queue_cap + n_slot;
     s->stats.n_slot = n_slot;
@@ -666,8 +729,6 @@ int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
     return 0;
 }
 
-bool sv_sched_has_logprobs(const sv_sched *s) { return s->has_logits; }
-
 void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
 {
     const double now = cv_now_s();
@@ -701,7 +762,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
 {
     *out = NULL;
     if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
-        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS || (p->top_logprobs >= 0 && !s->has_logits)) {
+        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS) {
         cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
                 p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
         return SV_SUBMIT_ERROR;
@@ -718,7 +779,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     }
     r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
-        r->lp = cv_malloc(sizeof(sv_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
+        r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
     if (!r->prompt || (p->top_logprobs >= 0 && !r->lp)) {
         cv_free(r->lp);
         cv_free(r->prompt);
@@ -732,8 +793,8 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->sampler = p->sampler;
+    r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
-    r->top_logprobs = p->top_logprobs;
     r->t_submit = cv_now_s();
     r->refs = 2;
     r->state = RQ_QUEUED;
@@ -785,9 +846,9 @@ int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish
 
 const int32_t *sv_request_tokens(const sv_request *r) { return r->out; }
 
-const sv_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
+const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
 {
-    return r->lp ? r->lp + (size_t)i * (size_t)(1 + r->top_logprobs) : NULL;
+    return r->lp ? request_lp(r, i) : NULL;
 }
 
 const char *sv_request_error(const sv_request *r) { return r->error; }

@@ -33,10 +33,12 @@
  * A request ends with SV_FINISH_STOP (an end-of-generation token, which is
  * not part of the output), SV_FINISH_LENGTH (max_tokens reached or the
  * context is full), SV_FINISH_CANCELLED (sv_request_cancel) or
- * SV_FINISH_ERROR (the engine failed; sv_request_error says why). Its
- * output is append-only: sv_request_wait returns how many tokens exist,
- * and tokens [0, n) (with their logprobs, when asked for) never change
- * afterwards, so the caller reads them without a lock. The submitter owns
+ * SV_FINISH_ERROR (the engine failed, or gave no logprobs for a token of
+ * a request that asked for them; sv_request_error says why). Its output
+ * is append-only: sv_request_wait returns how many tokens exist, and
+ * tokens [0, n) (with their logprobs, when asked for: convoy_logprobs'
+ * on one machine and on a pipeline alike) never change afterwards, so the
+ * caller reads them without a lock. The submitter owns
  * one reference and gives it up with sv_request_release (which also
  * cancels); the scheduler drops its own when the request ends. */
 #ifndef CONVOY_SERVE_SCHED_H
@@ -66,17 +68,10 @@ typedef struct sv_request_params {
     const int32_t *prompt;    /* copied at submit */
     int32_t n_prompt;         /* >= 1 and < the context */
     int32_t max_tokens;       /* >= 1 and <= context - n_prompt */
-    convoy_sampling_params sampler;
+    convoy_sampling_params sampler; /* its n_logprobs is ignored: top_logprobs sets it */
     bool ignore_eos;          /* end-of-generation tokens are output like any other */
     int32_t top_logprobs;     /* -1: no logprobs; else 0..CONVOY_MAX_TOP_LOGPROBS alternatives per token */
 } sv_request_params;
-
-/* One (id, log-probability) pair; log-probabilities are of the model's
- * distribution (softmax of the raw logits, before penalties and sampling). */
-typedef struct sv_logprob {
-    int32_t id;
-    float logprob;
-} sv_logprob;
 
 typedef struct sv_sched_stats {
     uint64_t requests_finished[5]; /* by sv_finish (index 0 unused) */
@@ -113,8 +108,6 @@ int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen);
  * refuses new ones, and stops the inference thread. Idempotent. */
 void sv_sched_stop(sv_sched *s);
 void sv_sched_free(sv_sched *s);
-/* Whether logprobs can be given (the engine exposes logits rows). */
-bool sv_sched_has_logprobs(const sv_sched *s);
 void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st);
 
 sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
@@ -124,9 +117,11 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
  * timeout_ms passed; returns the number of tokens and sets *finish. */
 int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish);
 const int32_t *sv_request_tokens(const sv_request *r);
-/* The logprobs of token i: the sampled id's, then top_logprobs
- * alternatives (best first, ties to the lower id). */
-const sv_logprob *sv_request_logprobs(const sv_request *r, int32_t i);
+/* The logprobs of token i, as convoy_logprobs gives them: the sampled
+ * id's, then top_logprobs alternatives (best first, ties to the lower id),
+ * of the model's distribution (softmax of the raw logits, before penalties
+ * and sampling). NULL when the request asked for none. */
+const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i);
 /* The message of SV_FINISH_ERROR (valid once the request has ended). */
 const char *sv_request_error(const sv_request *r);
 void sv_request_cancel(sv_request *r);
