@@ -30,7 +30,7 @@
 typedef struct run {
     double tok_s;
     double ms_per_token;
-    double compute_ms[16]; /* per stage, per token */
+    double compute_ms[CV_CHAIN_MAX_NODES]; /* per stage, per token */
     int n_stages;
     double wire_bytes_per_token;
     int32_t tokens[4096];
@@ -88,10 +88,10 @@ static int bench_chain(const char *model, int threads, int p, int n, char *nodes
                        cv_chain_stats *plan)
 {
     char err[512];
-    const char *nodes[16];
-    int32_t split[16];
+    const char *nodes[CV_CHAIN_MAX_NODES];
+    int32_t split[CV_CHAIN_MAX_NODES];
     int n_nodes = 0;
-    for (char *tok = strtok(nodes_csv, ","); tok && n_nodes < 16; tok = strtok(NULL, ","))
+    for (char *tok = strtok(nodes_csv, ","); tok && n_nodes < CV_CHAIN_MAX_NODES; tok = strtok(NULL, ","))
         nodes[n_nodes++] = tok;
     cv_chain_opts o = cv_chain_default_opts();
     o.nodes = nodes;
@@ -103,7 +103,7 @@ static int bench_chain(const char *model, int threads, int p, int n, char *nodes
         char buf[256];
         snprintf(buf, sizeof buf, "%s", split_csv);
         int k = 0;
-        for (char *tok = strtok(buf, ","); tok && k < 16; tok = strtok(NULL, ","))
+        for (char *tok = strtok(buf, ","); tok && k < CV_CHAIN_MAX_NODES; tok = strtok(NULL, ","))
             split[k++] = atoi(tok);
         o.split = split;
     }
@@ -121,7 +121,7 @@ static int bench_chain(const char *model, int threads, int p, int n, char *nodes
     cv_batch b = {.n_tokens = p, .token = prompt_ids, .pos = pos, .seq = seq, .want = want};
     int32_t tok;
     int rc = cv_chain_step(c, &b, &tok, err, sizeof err);
-    cv_msg_stats before[16], after[16];
+    cv_msg_stats before[CV_CHAIN_MAX_NODES], after[CV_CHAIN_MAX_NODES];
     cv_chain_stats s0, s1;
     for (int k = 0; rc == 0 && k < plan->n_nodes; k++)
         rc = cv_chain_node_stats(c, k, &before[k], err, sizeof err);

@@ -6,6 +6,10 @@
  *   and on a local first stage ("local") with one remote stage;
  * - an F16 KV cache (--kv-type f16) reaches every stage: step by step, the
  *   chain's logits are one machine's with an F16 cache, bit for bit;
+ * - log-probabilities through a local first stage and a remote last one,
+ *   greedy and with temperature, with drafts accepted and rejected, and
+ *   with none asked for: bit for bit cv_logprobs_row over one machine's
+ *   logits, and none for a row that a rejected draft left empty;
  * - "local" anywhere but first is refused;
  * - a stage killed with SIGKILL: the step fails with a message naming the
  *   node, and this process (the head) goes on: a new chain over a fresh
@@ -186,6 +190,25 @@ static void micro_batches_match_alone(bool local)
 static void test_micro_batches_match_alone(void) { micro_batches_match_alone(false); }
 static void test_micro_batches_local_first_stage(void) { micro_batches_match_alone(true); }
 
+/* A chain of this process (layers 2) and one `convoy stage` (layers 3),
+ * with o's other options; *stage receives the stage's pid. */
+static cv_chain *open_local_and_stage(cv_chain_opts o, pid_t *stage)
+{
+    static char addr[64]; /* the chain keeps o */
+    static const char *nodes[2] = {CV_CHAIN_LOCAL, addr};
+    static const int32_t split[2] = {2, 3};
+    int port;
+    *stage = test_start_stage(model, &port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    o.nodes = nodes;
+    o.n_nodes = 2;
+    o.split = split;
+    char err[512];
+    cv_chain *c;
+    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    return c;
+}
+
 /* Sequence 0 alone on one machine: the logits of its prompt's last token,
  * then of each greedy token after it. */
 static void alone_logits(bool kv_f16, float out[KV_STEPS][KV_VOCAB])
@@ -206,23 +229,144 @@ static void test_kv_f16_on_every_stage(void)
     alone_logits(true, f16);
     alone_logits(false, f32);
     CHECK(memcmp(f16, f32, sizeof f16) != 0); /* else this test could not tell them apart */
-    int port;
-    pid_t s = test_start_stage(model, &port);
-    char addr[64], err[512];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    const char *nodes[2] = {CV_CHAIN_LOCAL, addr};
-    const int32_t split[2] = {2, 3};
-    cv_chain_opts o = small_opts(nodes);
-    o.split = split;
+    cv_chain_opts o = small_opts(NULL);
     o.kv_f16 = true;
     o.want_logits = true;
-    cv_chain *c;
-    CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
+    pid_t s;
+    cv_chain *c = open_local_and_stage(o, &s);
     if (c) {
         run_sequence(&(target){.chain = c}, 0, KV_STEPS, NULL, chain);
         CHECK(memcmp(chain, f16, sizeof chain) == 0);
         cv_chain_close(c);
     }
+    test_stop_stage(s);
+}
+
+enum { LP_STEPS = 8, LP_GEN = 3 * LP_STEPS, LP_ROWS = 3 };
+
+/* Every wanted row of a run: its token, log-probability count and entries
+ * (zero past the count, so that two runs compare with memcmp). */
+typedef struct lp_run {
+    int32_t token[LP_GEN][LP_ROWS];
+    int32_t n[LP_GEN][LP_ROWS];
+    cv_logprob lp[LP_GEN][LP_ROWS][1 + CV_MAX_TOP_LOGPROBS];
+} lp_run;
+
+/* Takes the wanted rows of a step into step g of out: cv_chain_logprobs on
+ * a chain, cv_logprobs_row over the logits (as convoy_logprobs computes
+ * them) on one machine. Returns the last emitted token; *emitted counts. */
+static int32_t take_logprobs(target *t, int32_t k, int g, int n_rows, const int32_t *got, int32_t *emitted,
+                             lp_run *out)
+{
+    int32_t last = -1;
+    for (int i = 0; i < n_rows; i++) {
+        out->token[g][i] = got[i];
+        if (t->chain) {
+            out->n[g][i] = cv_chain_logprobs(t->chain, i, out->lp[g][i]);
+        } else if (got[i] >= 0 && k >= 0) {
+            cv_logprobs_row(cv_span_logits(t->stage, i), t->stage->model.hp.n_vocab, got[i], k, out->lp[g][i]);
+            out->n[g][i] = 1 + k;
+        }
+        if (got[i] >= 0) {
+            last = got[i];
+            (*emitted)++;
+        }
+    }
+    return last;
+}
+
+/* Sequence 0 in slot 0, sampled with sp and k alternatives (-1: none): its
+ * prompt, then `steps` steps of its last token, each followed, when guess
+ * (the tokens of a run without drafts) is given, by two drafts from it:
+ * both right, the first wrong, the second wrong, in turn. */
+static void run_logprobs(target *t, const cv_sampler_params *sp, int32_t k, const int32_t *guess, int steps,
+                         lp_run *out)
+{
+    char err[512];
+    memset(out, 0, sizeof *out);
+    CHECKF((t->stage ? cv_span_set_sampler(t->stage, 0, sp, err, sizeof err)
+                     : cv_chain_set_sampler(t->chain, 0, sp, k, err, sizeof err)) == 0,
+           "%s", err);
+    int32_t tok[PROMPT], pos[PROMPT], seq[PROMPT] = {0}, got[LP_ROWS], emitted = 0;
+    uint8_t want[PROMPT] = {0, 0, 0, 1};
+    for (int i = 0; i < PROMPT; i++) {
+        tok[i] = prompt_of(0, i);
+        pos[i] = i;
+    }
+    cv_batch b = {.n_tokens = PROMPT, .token = tok, .pos = pos, .seq = seq, .want = want};
+    int n_rows = 1;
+    for (int g = 0; g < steps; g++) {
+        if (t->stage ? cv_span_step(t->stage, &b, NULL, NULL, got, err, sizeof err)
+                     : cv_chain_step(t->chain, &b, got, err, sizeof err)) {
+            CHECKF(0, "%s", err);
+            return;
+        }
+        tok[0] = take_logprobs(t, k, g, n_rows, got, &emitted, out);
+        pos[0] = PROMPT + emitted - 1;
+        want[0] = CV_WANT_SAMPLE;
+        for (int d = 1; guess && d < LP_ROWS; d++) { /* draft d guesses what row d - 1 samples */
+            tok[d] = g % 3 == d ? (guess[emitted + d - 1] + 1) % KV_VOCAB : guess[emitted + d - 1];
+            pos[d] = pos[0] + d;
+            want[d] = CV_WANT_DRAFT;
+        }
+        b.n_tokens = n_rows = guess ? LP_ROWS : 1;
+    }
+}
+
+/* run_logprobs on one machine and on the chain; they must match bit for
+ * bit. Returns the one machine's run. */
+static void compare_logprobs(cv_chain *c, const cv_sampler_params *sp, int32_t k, const int32_t *guess, int steps,
+                             lp_run *alone)
+{
+    static lp_run chain;
+    char err[512];
+    cv_span st;
+    if (!open_alone(&st, false))
+        return;
+    run_logprobs(&(target){.stage = &st}, sp, k, guess, steps, alone);
+    cv_span_close(&st);
+    CHECKF(cv_chain_seq_free(c, 0, err, sizeof err) == 0, "%s", err);
+    run_logprobs(&(target){.chain = c}, sp, k, guess, steps, &chain);
+    CHECKF(memcmp(alone, &chain, sizeof chain) == 0, "temp %.1f, %d alternatives, %s drafts: the chain's "
+           "log-probabilities differ from one machine's", sp->temp, k, guess ? "with" : "without");
+}
+
+static void test_logprobs_match_one_machine(void)
+{
+    if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
+        return;
+    pid_t s;
+    cv_chain *c = open_local_and_stage(small_opts(NULL), &s);
+    cv_sampler_params greedy = cv_sampler_default_params(), warm = greedy;
+    greedy.temp = 0;
+    warm.temp = 0.8f;
+    warm.seed = 7;
+    const struct {
+        const cv_sampler_params *sp;
+        int32_t k;
+    } cases[] = {{&greedy, 5}, {&warm, CV_MAX_TOP_LOGPROBS}, {&warm, 0}, {&greedy, -1}};
+    for (size_t i = 0; c && i < sizeof cases / sizeof cases[0]; i++) {
+        static lp_run plain, drafted;
+        compare_logprobs(c, cases[i].sp, cases[i].k, NULL, LP_GEN, &plain);
+        int32_t guess[LP_GEN];
+        for (int g = 0; g < LP_GEN; g++)
+            guess[g] = plain.token[g][0];
+        compare_logprobs(c, cases[i].sp, cases[i].k, guess, LP_STEPS, &drafted);
+        int emitted = 0, rejected = 0, with_logprobs = 0;
+        for (int g = 0; g < LP_STEPS; g++)
+            for (int r = 0; r < (g ? LP_ROWS : 1); r++) {
+                const int32_t t = drafted.token[g][r];
+                if (t >= 0)
+                    CHECKF(t == guess[emitted++], "drafts change the tokens (step %d row %d)", g, r);
+                rejected += t < 0;
+                with_logprobs += drafted.n[g][r] > 0;
+                CHECK(drafted.n[g][r] == (t >= 0 ? 1 + cases[i].k : 0));
+            }
+        CHECKF(emitted > LP_STEPS && rejected > 0, "%d tokens, %d rows rejected: drafts both accepted and rejected",
+               emitted, rejected);
+        CHECK(with_logprobs == (cases[i].k < 0 ? 0 : emitted));
+    }
+    cv_chain_close(c);
     test_stop_stage(s);
 }
 
@@ -299,6 +443,7 @@ int main(void)
     TEST_RUN(test_micro_batches_match_alone);
     TEST_RUN(test_micro_batches_local_first_stage);
     TEST_RUN(test_kv_f16_on_every_stage);
+    TEST_RUN(test_logprobs_match_one_machine);
     TEST_RUN(test_local_only_first);
     TEST_RUN(test_killed_stage_reported_head_survives);
     return test_summary();

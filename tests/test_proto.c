@@ -205,8 +205,8 @@ static void test_hello(void)
     CHECK(has(corrupt_u8(buf, n, 48, 40, dec_hello), "payload ends inside"));
     CHECK(has(corrupt_u8(buf, n, 49, 1, dec_hello), "next_addr length"));
     /* a different protocol version is refused first and reported */
-    const char *e = corrupt_u8(buf, n, 0, 4, dec_hello);
-    CHECKF(has(e, "protocol version 4"), "%s", e);
+    const char *e = corrupt_u8(buf, n, 0, 5, dec_hello);
+    CHECKF(has(e, "protocol version 5"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -257,7 +257,7 @@ static void test_hello_ok(void)
     CHECK(d.proto_version == m.proto_version && d.us_per_layer_token == 1234 && d.mem_budget == m.mem_budget &&
           d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload);
     check_truncations(buf, n, dec_hello_ok, "HELLO_OK");
-    CHECK(has(corrupt_u8(buf, n, 0, 4, dec_hello_ok), "protocol version 4"));
+    CHECK(has(corrupt_u8(buf, n, 0, 5, dec_hello_ok), "protocol version 5"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_hello_ok), "reserved"));
     CHECK(has(corrupt_u8(buf, n, 31, 1, dec_hello_ok), "reserved"));
     CHECK(has(corrupt_u32(buf, n, 24, 5, dec_hello_ok), "max_payload"));
@@ -423,7 +423,7 @@ static void test_result(void)
     CHECK(has(corrupt_u32(buf, n, 0, 5, dec_result), "n_rows 5 needs"));
     CHECK(has(corrupt_u32(buf, n, 0, 3, dec_result), "payload ends inside"));
     CHECK(has(corrupt_u32(buf, n, 4, 4, dec_result), "flags"));
-    CHECK(has(corrupt_u8(buf, n, 8 + 12, 200, dec_result), "n_top 200 needs"));
+    CHECK(has(corrupt_u8(buf, n, 8 + 12, 21, dec_result), "n_top 21 needs"));
     CHECK(has(corrupt_u8(buf, n, 8 + 13, 0xff, dec_result), "n_top 65283 exceeds"));
     CHECK(has(corrupt_u8(buf, n, 8 + 14, 1, dec_result), "reserved"));
     CHECK(has(corrupt_u32(buf, n, 8 + 0, 0xFFFFFFFFu, dec_result), "row 0: seq -1"));

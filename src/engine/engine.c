@@ -159,7 +159,7 @@ static int split_list(char *buf, char **items, int max)
 
 static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size_t errlen)
 {
-    enum { MAX = 16 };
+    enum { MAX = CV_CHAIN_MAX_NODES };
     char nodes_buf[4096], split_buf[256];
     char *nodes[MAX], *split_s[MAX];
     int32_t split[MAX];

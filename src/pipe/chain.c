@@ -7,7 +7,8 @@
  * FORWARD to the first remote node and takes one RESULT back from the
  * last; meanwhile an ERROR or a closed link from any node ends the step
  * with that node's name. Buffers are sized at open for the batch, so a
- * step allocates nothing. */
+ * step allocates nothing; that includes the log-probabilities of the last
+ * RESULT, kept per wanted row until the next one. */
 #include "pipe/chain.h"
 
 #include <stdio.h>
@@ -23,22 +24,21 @@
 #include "pipe/inbox.h"
 #include "pipe/plan.h"
 #include "pipe/proto.h"
-
-#define CHAIN_MAX_NODES 16
+#include "pipe/wire.h"
 
 struct cv_chain {
     cv_chain_opts o;
     cv_span local;                 /* token embeddings and the local layers [0, n_local) */
     bool local_open;
-    bool local_node;                   /* node 0 is this machine (no link) */
+    bool local_node;               /* node 0 is this machine (no link) */
     int32_t n_local;               /* layers node 0 runs here (0 without a local node) */
     uint64_t fingerprint;
     uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
-    cv_link *link[CHAIN_MAX_NODES];
-    char addr[CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
-    int32_t first[CHAIN_MAX_NODES], last[CHAIN_MAX_NODES];
-    int active[CHAIN_MAX_NODES];   /* indices of the nodes that serve layers, in order */
+    cv_link *link[CV_CHAIN_MAX_NODES];
+    char addr[CV_CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
+    int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
+    int active[CV_CHAIN_MAX_NODES]; /* indices of the nodes that serve layers, in order */
     int n_active;
     cv_inbox inbox;
     bool broken;
@@ -50,14 +50,13 @@ struct cv_chain {
         uint32_t id;
         int32_t n_tokens;
         int32_t n_want;
-        uint64_t ticket;           /* send of this slot's buffers */
-        bool ticket_live;
-        float *hidden;             /* [n_batch][n_embd] */
-        uint8_t *fwd_head;         /* FORWARD fixed part + records */
-        uint8_t *act;              /* lossy activations */
-    } flight[CHAIN_MAX_NODES];
+        cv_fwd_out out;            /* the local layers' output and its FORWARD */
+    } flight[CV_CHAIN_MAX_NODES];
     cv_result_row *rows;           /* [n_batch] */
     float *logits;                 /* [n_batch][n_vocab] with want_logits */
+    int32_t n_want;                /* wanted rows of the last collect */
+    cv_logprob *logprobs;          /* [n_batch][CV_PROTO_MAX_TOP] its wanted rows' log-probabilities */
+    uint16_t *n_logprobs;          /* [n_batch] entries of each, 0 for none */
     uint64_t forward_bytes;        /* FORWARD frames sent by the head */
     uint64_t result_bytes;         /* RESULT frames received */
 };
@@ -75,35 +74,6 @@ static int broken(cv_chain *c)
     return -1;
 }
 
-/* Sends HELLO to node i and waits for its HELLO_OK (or ERROR). */
-static int hello(cv_chain *c, int i, const cv_msg_hello *h, cv_msg_hello_ok *ok, char *err, size_t errlen)
-{
-    uint8_t buf[512];
-    size_t len;
-    char why[CV_ERRLEN];
-    if (cv_msg_hello_encode(h, buf, sizeof buf, &len, err, errlen) ||
-        cv_link_send(c->link[i], CV_MSG_HELLO, 0, buf, len, err, errlen))
-        return -1;
-    cv_frame f;
-    int rc = cv_link_recv(c->link[i], c->o.connect_timeout_ms + c->o.io_timeout_ms, &f, err, errlen);
-    if (rc == CV_LINK_TIMEOUT)
-        return cv_errf(err, errlen, "%s: no answer to HELLO", cv_link_name(c->link[i]));
-    if (rc)
-        return -1;
-    if (f.h.type == CV_MSG_HELLO_OK)
-        rc = cv_msg_hello_ok_decode(f.payload, f.h.payload_len, ok, err, errlen);
-    else if (f.h.type == CV_MSG_ERROR) {
-        cv_msg_error e;
-        rc = cv_msg_error_decode(f.payload, f.h.payload_len, &e, why, sizeof why)
-                 ? cv_errf(err, errlen, "%s: %s", cv_link_name(c->link[i]), why)
-                 : cv_errf(err, errlen, "%s refused: %s (%s)", cv_link_name(c->link[i]), e.message,
-                           cv_perr_name(e.code));
-    } else
-        rc = cv_errf(err, errlen, "%s: answered HELLO with %s", cv_link_name(c->link[i]), cv_msg_type_name(f.h.type));
-    cv_link_release(c->link[i], &f);
-    return rc;
-}
-
 static cv_msg_hello base_hello(const cv_chain *c)
 {
     const cv_llama_hparams *hp = &c->local.model.hp;
@@ -116,7 +86,80 @@ static cv_msg_hello base_hello(const cv_chain *c)
                           .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
 }
 
-static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen)
+/* Node i's HELLO exchange; an assignment may bind layers and reach the
+ * next node before it answers. */
+static int hello(cv_chain *c, int i, const cv_msg_hello *h, cv_msg_hello_ok *ok, char *err, size_t errlen)
+{
+    return cv_hello_ask(c->link[i], h, c->o.connect_timeout_ms + c->o.io_timeout_ms, ok, err, errlen);
+}
+
+/* Binds the embeddings (a span of no layers) and names the chain: the
+ * fingerprint of the model and a cluster id for this chain's HELLOs. */
+static int bind_embeddings(cv_chain *c, const char *model_path, char *err, size_t errlen)
+{
+    const cv_chain_opts *o = &c->o;
+    const cv_span_params sp = {.l0 = 0, .l1 = 0, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_slot = o->n_slot,
+                                .n_batch = o->n_batch};
+    if (cv_span_open(&c->local, model_path, &sp, err, errlen))
+        return -1;
+    c->local_open = true;
+    c->fingerprint = cv_model_fingerprint(&c->local.model.gguf);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    return 0;
+}
+
+/* The buffers a RESULT is taken into: rows, logits rows, log-probabilities. */
+static int alloc_results(cv_chain *c, char *err, size_t errlen)
+{
+    const size_t nb = (size_t)c->o.n_batch;
+    c->rows = cv_calloc(nb, sizeof *c->rows);
+    c->logits = c->o.want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)c->local.model.hp.n_vocab) : NULL;
+    c->logprobs = cv_malloc(sizeof *c->logprobs * nb * CV_PROTO_MAX_TOP);
+    c->n_logprobs = cv_calloc(nb, sizeof *c->n_logprobs);
+    if (!c->rows || (c->o.want_logits && !c->logits) || !c->logprobs || !c->n_logprobs)
+        return cv_errf(err, errlen, "out of memory for buffers of %d tokens", c->o.n_batch);
+    return 0;
+}
+
+/* Connects to node i and asks for its memory budget and speed (a HELLO
+ * with no layers). */
+static int ask_node(cv_chain *c, int i, cv_msg_hello_ok *offer, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    const cv_link_opts lo = cv_link_io_opts(c->o.io_timeout_ms);
+    if (cv_parse_addr(c->addr[i], host, sizeof host, &port, err, errlen) ||
+        cv_link_connect(host, port, c->o.connect_timeout_ms, &lo, &c->link[i], err, errlen))
+        return -1;
+    const cv_msg_hello query = base_hello(c);
+    return hello(c, i, &query, offer, err, errlen);
+}
+
+/* Connects to the nodes and asks each for its memory budget and speed;
+ * a first node "local" is this machine, which measures its own. */
+static int connect_and_ask(cv_chain *c, cv_msg_hello_ok *offer, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->n_nodes; i++) {
+        snprintf(c->addr[i], sizeof c->addr[i], "%s", c->o.nodes[i]);
+        if (strcmp(c->addr[i], CV_CHAIN_LOCAL)) {
+            if (ask_node(c, i, &offer[i], err, errlen))
+                return -1;
+            continue;
+        }
+        if (i > 0)
+            return cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
+        c->local_node = true;
+        offer[i] = (cv_msg_hello_ok){.mem_budget = c->o.local_mem_budget,
+                                     .us_per_layer_token = cv_span_speed_probe(&c->local.model, c->o.n_threads)};
+    }
+    return 0;
+}
+
+/* Plans the layers over the nodes' offers (opts->split overrides) and
+ * lists the nodes that serve some. */
+static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t errlen)
 {
     const cv_llama *m = &c->local.model;
     const int32_t n_layer = m->hp.n_layer;
@@ -132,11 +175,11 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
     const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
                               .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra,
                               .head_work_bytes = cv_llama_head_bytes(m)};
-    cv_plan_node nodes[CHAIN_MAX_NODES];
+    cv_plan_node nodes[CV_CHAIN_MAX_NODES];
     for (int i = 0; i < c->n_nodes; i++)
         nodes[i] = (cv_plan_node){.name = c->link[i] ? cv_link_name(c->link[i]) : "this machine",
-                                  .mem_budget = ok[i].mem_budget ? ok[i].mem_budget : UINT64_MAX,
-                                  .us_per_layer_token = ok[i].us_per_layer_token};
+                                  .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
+                                  .us_per_layer_token = offer[i].us_per_layer_token};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
     cv_free(layer_bytes);
     if (rc)
@@ -150,79 +193,34 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *ok, char *err, size_t errlen
     return 0;
 }
 
-int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o, char *err, size_t errlen)
+/* Binds the local node's layers [0, n_local) in place of the embeddings'
+ * span, within its budget. */
+static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_t errlen)
 {
-    *out = NULL;
-    if (o->n_nodes < 1 || o->n_nodes > CHAIN_MAX_NODES)
-        return cv_errf(err, errlen, "a chain has 1 to %d nodes, not %d", CHAIN_MAX_NODES, o->n_nodes);
-    cv_chain *c = cv_calloc(1, sizeof *c);
-    if (!c)
-        return cv_errf(err, errlen, "out of memory");
-    c->o = *o;
-    c->n_nodes = o->n_nodes;
-    const cv_span_params sp = {.l0 = 0, .l1 = 0, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_slot = o->n_slot,
-                                .n_batch = o->n_batch};
-    if (cv_span_open(&c->local, model_path, &sp, err, errlen))
-        goto fail;
-    c->local_open = true;
-    c->fingerprint = cv_model_fingerprint(&c->local.model.gguf);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-    const cv_llama_hparams *hp = &c->local.model.hp;
-    const size_t nb = (size_t)o->n_batch, ne = (size_t)hp->n_embd;
-    c->rows = cv_calloc(nb, sizeof *c->rows);
-    c->logits = o->want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)hp->n_vocab) : NULL;
-    if (!c->rows || (o->want_logits && !c->logits)) {
-        cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
-        goto fail;
-    }
-
-    cv_msg_hello_ok ok[CHAIN_MAX_NODES];
-    for (int i = 0; i < c->n_nodes; i++) {
-        snprintf(c->addr[i], sizeof c->addr[i], "%s", o->nodes[i]);
-        if (!strcmp(o->nodes[i], CV_CHAIN_LOCAL)) {
-            if (i > 0) {
-                cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
-                goto fail;
-            }
-            c->local_node = true;
-            ok[i] = (cv_msg_hello_ok){.mem_budget = o->local_mem_budget,
-                                      .us_per_layer_token = cv_span_speed_probe(&c->local.model, o->n_threads)};
-            continue;
-        }
-        char host[256];
-        int port;
-        cv_link_opts lo = cv_link_default_opts();
-        lo.read_timeout_ms = o->io_timeout_ms;
-        lo.send_timeout_ms = o->io_timeout_ms;
-        if (cv_parse_addr(o->nodes[i], host, sizeof host, &port, err, errlen) ||
-            cv_link_connect(host, port, o->connect_timeout_ms, &lo, &c->link[i], err, errlen))
-            goto fail;
-        cv_msg_hello query = base_hello(c);
-        if (hello(c, i, &query, &ok[i], err, errlen))
-            goto fail;
-    }
-    if (plan(c, ok, err, errlen))
-        goto fail;
+    const cv_chain_opts *o = &c->o;
     c->n_local = c->local_node ? c->last[0] : 0;
-    if (c->n_local > 0) { /* bind the local layers */
-        cv_span_close(&c->local);
-        c->local_open = false;
-        const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                                    .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
-        const uint64_t need = cv_span_bytes_needed(&c->local.model, &lp);
-        if (o->local_mem_budget && need > o->local_mem_budget) {
-            cv_errf(err, errlen, "layers [0, %d) here need %.2f GB (embeddings, weights, KV cache, buffers), the "
-                                 "budget is %.2f GB",
-                    c->n_local, need / 1e9, o->local_mem_budget / 1e9);
-            goto fail;
-        }
-        if (cv_span_open(&c->local, model_path, &lp, err, errlen))
-            goto fail;
-        c->local_open = true;
-    }
-    /* assign from the last node back, so each node finds its successor ready */
+    if (c->n_local == 0)
+        return 0;
+    cv_span_close(&c->local);
+    c->local_open = false;
+    const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                                .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
+    const uint64_t need = cv_span_bytes_needed(&c->local.model, &lp);
+    if (o->local_mem_budget && need > o->local_mem_budget)
+        return cv_errf(err, errlen, "layers [0, %d) here need %.2f GB (embeddings, weights, KV cache, buffers), the "
+                                    "budget is %.2f GB",
+                       c->n_local, need / 1e9, o->local_mem_budget / 1e9);
+    if (cv_span_open(&c->local, model_path, &lp, err, errlen))
+        return -1;
+    c->local_open = true;
+    return 0;
+}
+
+/* Assigns the serving nodes their layers from the last to the first, so
+ * each node finds its successor ready when it connects to it; then lets
+ * the nodes the plan left out go. */
+static int assign_from_last(cv_chain *c, char *err, size_t errlen)
+{
     for (int k = c->n_active - 1; k >= 0; k--) {
         const int i = c->active[k];
         cv_msg_hello h = base_hello(c);
@@ -234,34 +232,59 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
             h.features |= CV_FEAT_FROM_PREV;
         cv_msg_hello_ok assigned;
         if (hello(c, i, &h, &assigned, err, errlen))
-            goto fail;
+            return -1;
     }
     for (int i = 0; i < c->n_nodes; i++)
-        if (c->link[i] && c->last[i] == c->first[i]) { /* left out by the plan */
+        if (c->link[i] && c->last[i] == c->first[i]) {
             cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, errlen);
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
         }
+    return 0;
+}
+
+/* One set of FORWARD buffers per batch that can be in flight: one per
+ * stage, local included. */
+static int alloc_flights(cv_chain *c, char *err, size_t errlen)
+{
     c->depth = c->n_active + (c->n_local > 0);
-    for (int k = 0; k < c->depth; k++) {
-        struct flight *f = &c->flight[k];
-        f->hidden = cv_aligned_alloc(sizeof(float) * nb * ne);
-        f->fwd_head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
-        f->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne));
-        if (!f->hidden || !f->fwd_head || !f->act) {
-            cv_errf(err, errlen, "out of memory for buffers of %d tokens", o->n_batch);
-            goto fail;
-        }
-    }
+    for (int k = 0; k < c->depth; k++)
+        if (cv_fwd_out_alloc(&c->flight[k].out, (size_t)c->o.n_batch, (size_t)c->local.model.hp.n_embd, err,
+                             errlen))
+            return -1;
+    return 0;
+}
+
+/* The inbox that gathers the serving nodes' frames. */
+static int gather_frames(cv_chain *c, char *err, size_t errlen)
+{
     cv_inbox_init(&c->inbox);
     for (int k = 0; k < c->n_active; k++)
         if (cv_inbox_add(&c->inbox, c->link[c->active[k]], c->active[k], err, errlen))
-            goto fail;
+            return -1;
+    return 0;
+}
+
+int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (o->n_nodes < 1 || o->n_nodes > CV_CHAIN_MAX_NODES)
+        return cv_errf(err, errlen, "a chain has 1 to %d nodes, not %d", CV_CHAIN_MAX_NODES, o->n_nodes);
+    cv_chain *c = cv_calloc(1, sizeof *c);
+    if (!c)
+        return cv_errf(err, errlen, "out of memory");
+    c->o = *o;
+    c->n_nodes = o->n_nodes;
+    cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's memory budget and speed */
+    if (bind_embeddings(c, model_path, err, errlen) || alloc_results(c, err, errlen) ||
+        connect_and_ask(c, offer, err, errlen) || plan(c, offer, err, errlen) ||
+        bind_local_span(c, model_path, err, errlen) || assign_from_last(c, err, errlen) ||
+        alloc_flights(c, err, errlen) || gather_frames(c, err, errlen)) {
+        cv_chain_close(c);
+        return -1;
+    }
     *out = c;
     return 0;
-fail:
-    cv_chain_close(c);
-    return -1;
 }
 
 void cv_chain_close(cv_chain *c)
@@ -277,13 +300,12 @@ void cv_chain_close(cv_chain *c)
         }
     if (c->local_open)
         cv_span_close(&c->local);
-    for (int k = 0; k < c->depth; k++) {
-        cv_free_aligned(c->flight[k].hidden);
-        cv_free_aligned(c->flight[k].fwd_head);
-        cv_free_aligned(c->flight[k].act);
-    }
+    for (int k = 0; k < c->depth; k++)
+        cv_fwd_out_free(&c->flight[k].out);
     cv_free(c->rows);
     cv_free_aligned(c->logits);
+    cv_free(c->logprobs);
+    cv_free(c->n_logprobs);
     cv_free(c);
 }
 
@@ -298,7 +320,7 @@ static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
 {
     char first[CV_ERRLEN];
     snprintf(first, sizeof first, "%s", err);
-    bool reported[CHAIN_MAX_NODES] = {false};
+    bool reported[CV_CHAIN_MAX_NODES] = {false};
     reported[reporter] = true;
     cv_inbox_event ev;
     while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
@@ -313,37 +335,54 @@ static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
     }
 }
 
-/* Spreads the RESULT rows (and their logits rows, when asked for) over the
- * flight's wanted records: a record whose row was left out (after a
- * rejected draft) gets -1 and zero logits (as on one machine), and its slot
- * is cut back here
- * after the last emitted row, as every node cuts it back when the next
- * FORWARD comes. */
+/* Keeps RESULT row r (its token, logits row and log-probabilities) as
+ * wanted row i. */
+static int keep_row(cv_chain *c, const cv_msg_result *m, uint32_t r, int32_t i, int32_t *tokens, char *err,
+                    size_t errlen)
+{
+    const cv_result_row *row = &c->rows[r];
+    if (row->n_top && row->top[0].id != row->token)
+        return cv_errf(err, errlen, "the log-probabilities of slot %d position %d begin with id %d, not its token %d",
+                       row->seq, row->pos, row->top[0].id, row->token);
+    if (c->o.want_logits)
+        memcpy(c->logits + (size_t)i * m->n_vocab, m->logits + (size_t)r * m->n_vocab, sizeof(float) * m->n_vocab);
+    if (row->n_top)
+        memcpy(c->logprobs + (size_t)i * CV_PROTO_MAX_TOP, row->top, sizeof *c->logprobs * row->n_top);
+    c->n_logprobs[i] = row->n_top;
+    tokens[i] = row->token;
+    return 0;
+}
+
+/* Spreads the RESULT rows (and their logits rows and log-probabilities)
+ * over the flight's wanted records: a record whose row was left out (after
+ * a rejected draft) gets -1, zero logits (as on one machine) and no
+ * log-probabilities, and its slot is cut back here after the last emitted
+ * row, as every node cuts it back when the next FORWARD comes. */
 static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result *m, int32_t *tokens, char *err,
                        size_t errlen)
 {
-    const cv_fwd_token *rec = (const cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    const cv_fwd_token *rec = cv_fwd_out_records(&f->out);
     uint32_t r = 0;
     int32_t i = 0;
     for (int32_t t = 0; t < f->n_tokens; t++) {
         if (!rec[t].want)
             continue;
         if (r < m->n_rows && c->rows[r].seq == rec[t].seq && c->rows[r].pos == rec[t].pos) {
-            if (c->o.want_logits)
-                memcpy(c->logits + (size_t)i * m->n_vocab, m->logits + (size_t)r * m->n_vocab,
-                       sizeof(float) * m->n_vocab);
-            tokens[i++] = c->rows[r++].token;
+            if (keep_row(c, m, r++, i++, tokens, err, errlen))
+                return -1;
             continue;
         }
         if (rec[t].want != CV_WANT_DRAFT)
             return cv_errf(err, errlen, "result has no row for slot %d position %d", rec[t].seq, rec[t].pos);
         if (c->o.want_logits)
             memset(c->logits + (size_t)i * m->n_vocab, 0, sizeof(float) * m->n_vocab);
+        c->n_logprobs[i] = 0;
         tokens[i++] = -1;
         cv_span_seq_truncate(&c->local, rec[t].seq, rec[t].pos);
     }
     if (r != m->n_rows)
         return cv_errf(err, errlen, "result of %u rows does not match the %d wanted tokens", m->n_rows, i);
+    c->n_want = i;
     return 0;
 }
 
@@ -372,11 +411,7 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
         int rc = 1; /* 1: keep waiting */
         char why[CV_ERRLEN];
         if (f->h.type == CV_MSG_ERROR) {
-            cv_msg_error e;
-            if (cv_msg_error_decode(f->payload, f->h.payload_len, &e, why, sizeof why))
-                cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
-            else
-                cv_errf(err, errlen, "%s: %s (%s)", cv_link_name(l), e.message, cv_perr_name(e.code));
+            cv_error_frame_text(l, f, err, errlen);
             cv_link_release(l, &ev.frame);
             blame_dead_link(c, ev.source, err, errlen);
             return broken(c);
@@ -418,41 +453,25 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
     if (c->in_flight == c->depth)
         return cv_errf(err, errlen, "%d batches are in flight already, the chain's depth", c->depth);
     struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
-    if (f->ticket_live) { /* its buffers may still be on their way out */
-        f->ticket_live = false;
-        if (cv_link_wait_sent(first_link(c), f->ticket, err, errlen))
-            return broken(c);
-    }
-    const cv_llama_hparams *hp = &c->local.model.hp;
-    if (cv_span_step(&c->local, b, NULL, f->hidden, NULL, err, errlen))
+    if (cv_fwd_out_reclaim(&f->out, first_link(c), err, errlen)) /* its buffers may still be on their way out */
+        return broken(c);
+    if (cv_span_step(&c->local, b, NULL, f->out.hidden, NULL, err, errlen))
         return -1;
-    cv_fwd_token *rec = (cv_fwd_token *)(f->fwd_head + CV_FWD_FIXED_SIZE);
+    cv_fwd_token *rec = cv_fwd_out_records(&f->out);
     f->n_want = 0;
     f->n_tokens = b->n_tokens;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t]};
         f->n_want += rec[t].want ? 1 : 0;
     }
-    cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)hp->n_embd,
-                        .act_type = (uint8_t)c->o.act_type,
-                        .flags = CV_FWD_HAS_HIDDEN | (c->o.want_logits ? CV_FWD_WANT_LOGITS : 0), .tokens = rec,
-                        .act = f->hidden};
-    if (m.act_type != CV_ACT_F32) {
-        if (cv_act_from_f32(m.act_type, f->hidden, (uint64_t)b->n_tokens * hp->n_embd, f->act, err, errlen))
-            return broken(c); /* the local layers have taken the batch */
-        m.act = f->act;
-    }
-    size_t head_len;
-    if (cv_msg_forward_encode_head(&m, f->fwd_head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * (size_t)b->n_tokens,
-                                   &head_len, err, errlen))
-        return broken(c);
-    const size_t act_len = cv_act_bytes(m.act_type, (uint64_t)b->n_tokens, (uint64_t)hp->n_embd);
-    const struct iovec parts[2] = {{f->fwd_head, head_len}, {(void *)m.act, act_len}};
+    const cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)c->local.model.hp.n_embd,
+                              .act_type = (uint8_t)c->o.act_type,
+                              .flags = c->o.want_logits ? CV_FWD_WANT_LOGITS : 0, .tokens = rec};
+    uint64_t bytes;
     f->id = ++c->next_id;
-    if (cv_link_sendv(first_link(c), CV_MSG_FORWARD, f->id, parts, 2, &f->ticket, err, errlen))
-        return broken(c);
-    f->ticket_live = true;
-    c->forward_bytes += CV_FRAME_HEADER_SIZE + head_len + act_len;
+    if (cv_fwd_out_send(&f->out, first_link(c), f->id, &m, &bytes, err, errlen))
+        return broken(c); /* the local layers have taken the batch */
+    c->forward_bytes += bytes;
     c->in_flight++;
     return 0;
 }
@@ -501,15 +520,20 @@ static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
                          size_t errlen)
 {
-    (void)n_logprobs; /* INTERIM: the pipe helper makes the last node return them */
-    const cv_msg_seq_op op = {.op = CV_SEQ_SET_SAMPLER, .seq = seq, .sampler = *p};
+    if (n_logprobs < -1 || n_logprobs > CV_MAX_TOP_LOGPROBS)
+        return cv_errf(err, errlen, "%d log-probabilities asked, at most %d", n_logprobs, CV_MAX_TOP_LOGPROBS);
+    /* the wire counts the sampled token's entry too, so -1 (none) is 0 */
+    const cv_msg_seq_op op = {.op = CV_SEQ_SET_SAMPLER, .seq = seq, .sampler = *p,
+                              .n_probs = (uint32_t)(n_logprobs + 1)};
     return seq_op(c, &op, err, errlen);
 }
 
 int cv_chain_logprobs(const cv_chain *c, int32_t i, cv_logprob *out)
 {
-    (void)c, (void)i, (void)out; /* INTERIM */
-    return 0;
+    if (i < 0 || i >= c->n_want)
+        return 0;
+    memcpy(out, c->logprobs + (size_t)i * CV_PROTO_MAX_TOP, sizeof *out * c->n_logprobs[i]);
+    return c->n_logprobs[i];
 }
 
 int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen)
@@ -562,7 +586,7 @@ void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
     memset(s, 0, sizeof *s);
     s->n_local = c->n_local;
     s->n_nodes = c->n_active;
-    for (int k = 0; k < c->n_active && k < 16; k++) {
+    for (int k = 0; k < c->n_active; k++) {
         s->first[k] = c->first[c->active[k]];
         s->last[k] = c->last[c->active[k]];
     }

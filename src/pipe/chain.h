@@ -72,10 +72,10 @@ const float *cv_chain_logits(const cv_chain *c, int32_t i);
  * the slot's sampled ids (see cv_chain_logprobs). */
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
                          size_t errlen);
-/* Log-probabilities of wanted row i of the last collect, as the last node
- * computed them with cv_logprobs_row (infer/logprobs.h): writes 1 + the
- * slot's n_logprobs entries and returns that count; 0 when the row emitted
- * no token or its slot asked for none. */
+/* Log-probabilities of wanted row i of the last step or collect, as the
+ * last node computed them with cv_logprobs_row (infer/logprobs.h): writes
+ * 1 + the slot's n_logprobs entries and returns that count; 0 when the row
+ * emitted no token or its slot asked for none. */
 int cv_chain_logprobs(const cv_chain *c, int32_t i, cv_logprob *out);
 int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen);
 int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen);
@@ -86,7 +86,7 @@ int32_t cv_chain_n_ctx(const cv_chain *c);
 typedef struct cv_chain_stats {
     int32_t n_local;        /* layers [0, n_local) run here */
     int n_nodes;            /* remote nodes that serve layers */
-    int32_t first[16], last[16];
+    int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
     uint64_t bytes_sent;    /* by the head, headers included */
     uint64_t bytes_recv;
 } cv_chain_stats;

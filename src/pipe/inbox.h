@@ -18,7 +18,7 @@
 
 #include "pipe/link.h"
 
-#define CV_INBOX_MAX_LINKS 16 /* a chain's nodes (CHAIN_MAX_NODES) */
+#define CV_INBOX_MAX_LINKS CV_CHAIN_MAX_NODES /* a chain's nodes */
 #define CV_INBOX_SPIN_US 2000L
 
 typedef struct cv_inbox_event {

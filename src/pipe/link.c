@@ -136,6 +136,14 @@ cv_link_opts cv_link_default_opts(void)
     return o;
 }
 
+cv_link_opts cv_link_io_opts(int io_timeout_ms)
+{
+    cv_link_opts o = cv_link_default_opts();
+    o.read_timeout_ms = io_timeout_ms;
+    o.send_timeout_ms = io_timeout_ms;
+    return o;
+}
+
 int cv_parse_addr(const char *addr, char *host, size_t host_len, int *port, char *err, size_t errlen)
 {
     const char *colon = strrchr(addr, ':');
@@ -426,14 +434,6 @@ int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, si
     if (cv_link_sendv(l, type, id, &part, len ? 1 : 0, &ticket, err, errlen))
         return -1;
     return cv_link_wait_sent(l, ticket, err, errlen);
-}
-
-int cv_link_flush(cv_link *l, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&l->mu);
-    uint64_t last = l->next_ticket;
-    pthread_mutex_unlock(&l->mu);
-    return cv_link_wait_sent(l, last, err, errlen);
 }
 
 /* ---- receiving ---- */

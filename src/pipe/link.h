@@ -44,7 +44,7 @@
  *   their timeout passed with nothing to return (err says so; the link or
  *   listener is fine). A timeout_ms < 0 waits without limit.
  * - cv_link_close may not run concurrently with other calls on the link;
- *   it drops unsent frames (cv_link_flush first to deliver them). */
+ *   it drops unsent frames (cv_link_send waits until its frame is sent). */
 #ifndef CONVOY_PIPE_LINK_H
 #define CONVOY_PIPE_LINK_H
 
@@ -70,6 +70,9 @@ typedef struct cv_link_opts {
 } cv_link_opts;
 
 cv_link_opts cv_link_default_opts(void);
+/* The defaults with both timeouts at io_timeout_ms: the options of every
+ * link between the head and its nodes. */
+cv_link_opts cv_link_io_opts(int io_timeout_ms);
 
 /* A received frame; payload holds h.payload_len bytes (NULL when 0). */
 typedef struct cv_frame {
@@ -107,8 +110,8 @@ const char *cv_link_name(const cv_link *l);
  * an accepted link from the previous node is "peer ADDR:EPHEMERAL_PORT"
  * until then). Safe at any time; later messages use it. */
 void cv_link_set_name(cv_link *l, const char *name);
-/* The receive cap for frames whose header has not been read yet (after
- * the handshake: min of both sides' max_payload). */
+/* The receive cap for frames whose header has not been read yet (links
+ * between convoy processes keep the default, see proto.h). */
 void cv_link_set_max_payload(cv_link *l, uint32_t max_payload);
 
 /* Queues a frame of type and id whose payload is parts[0..n_parts)
@@ -120,8 +123,6 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
 int cv_link_wait_sent(cv_link *l, uint64_t ticket, char *err, size_t errlen);
 /* Sends one payload buffer and waits until it is sent. */
 int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, size_t len, char *err, size_t errlen);
-/* Waits until every frame queued so far is sent. */
-int cv_link_flush(cv_link *l, char *err, size_t errlen);
 
 /* The descriptor to poll (POLLIN) to wait on several links at once: when
  * it is readable, cv_link_recv(l, 0, ...) makes progress (a frame, part of

@@ -11,20 +11,19 @@
  * a test mode, grows the result buffer once). */
 #include "pipe/node.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "infer/logprobs.h"
 #include "infer/span.h"
 #include "model/fingerprint.h"
 #include "pipe/inbox.h"
 #include "pipe/link.h"
 #include "pipe/proto.h"
-
-#define NODE_MAX_PROBS 20
+#include "pipe/wire.h"
 
 enum { SRC_HEAD = 0, SRC_PREV = 1 };
 
@@ -43,16 +42,12 @@ typedef struct node {
     int32_t *tok, *pos, *seq;
     uint8_t *want;
     float *in_f32;           /* [n_batch][n_embd] activations converted from a lossy type */
-    float *hidden[2];        /* [n_batch][n_embd] stage output, alternating */
-    uint8_t *fwd_head[2];    /* FORWARD fixed part + records, alternating */
-    uint8_t *act[2];         /* lossy activations, alternating */
-    uint64_t ticket[2];
-    bool ticket_live[2];
+    cv_fwd_out out[2];       /* stage output and its FORWARD, alternating */
     int cur;
     int32_t *out_tokens;     /* [n_batch] */
     cv_result_row *rows;     /* [n_batch] */
-    cv_top_entry *top;       /* [n_batch][NODE_MAX_PROBS] */
-    uint32_t *n_probs;       /* [n_slot] */
+    cv_top_entry *top;       /* [n_batch][CV_PROTO_MAX_TOP] */
+    uint32_t *n_probs;       /* [n_slot] log-probabilities per row, as SET_SAMPLER counts them */
     uint8_t *res_buf;
     size_t res_cap;
     cv_msg_stats stats; /* compute time, steps and rows of this session */
@@ -87,11 +82,8 @@ static void session_free_buffers(node *n)
     cv_free(n->seq);
     cv_free(n->want);
     cv_free_aligned(n->in_f32);
-    for (int i = 0; i < 2; i++) {
-        cv_free_aligned(n->hidden[i]);
-        cv_free_aligned(n->fwd_head[i]);
-        cv_free_aligned(n->act[i]);
-    }
+    for (int i = 0; i < 2; i++)
+        cv_fwd_out_free(&n->out[i]);
     cv_free(n->out_tokens);
     cv_free(n->rows);
     cv_free(n->top);
@@ -157,24 +149,37 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
     n->want = cv_malloc(nb);
     n->in_f32 = cv_aligned_alloc(sizeof(float) * nb * ne);
     bool ok = n->tok && n->pos && n->seq && n->want && n->in_f32;
-    for (int i = 0; i < 2 && !has_head(n); i++) {
-        n->hidden[i] = cv_aligned_alloc(sizeof(float) * nb * ne);
-        n->fwd_head[i] = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb);
-        n->act[i] = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, nb, ne) + cv_act_bytes(CV_ACT_F32, nb, ne));
-        ok = ok && n->hidden[i] && n->fwd_head[i] && n->act[i];
-    }
     if (has_head(n)) {
         n->out_tokens = cv_malloc(sizeof(int32_t) * nb);
         n->rows = cv_calloc(nb, sizeof *n->rows);
-        n->top = cv_malloc(sizeof(cv_top_entry) * nb * NODE_MAX_PROBS);
+        n->top = cv_malloc(sizeof(cv_top_entry) * nb * CV_PROTO_MAX_TOP);
         n->n_probs = cv_calloc(h->n_slot, sizeof *n->n_probs);
-        n->res_cap = 12 + nb * (16 + sizeof(cv_top_entry) * NODE_MAX_PROBS);
+        n->res_cap = 12 + nb * (16 + sizeof(cv_top_entry) * CV_PROTO_MAX_TOP);
         n->res_buf = cv_aligned_alloc(n->res_cap);
         ok = ok && n->out_tokens && n->rows && n->top && n->n_probs && n->res_buf;
     }
     if (!ok)
         return cv_errf(err, errlen, "out of memory for buffers of %u tokens", h->n_batch_max);
+    for (int i = 0; i < 2 && !has_head(n); i++)
+        if (cv_fwd_out_alloc(&n->out[i], nb, ne, err, errlen))
+            return -1;
     return 0;
+}
+
+/* Answers a HELLO with HELLO_OK: this node's budget, with its speed (a
+ * query) or the bytes of the layers asked (an assignment). */
+static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_token, uint64_t layer_bytes,
+                        char *err, size_t errlen)
+{
+    const cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
+                                .mem_budget = n->o->mem_budget, .layer_bytes = layer_bytes,
+                                .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
+    uint8_t buf[CV_MSG_HELLO_OK_SIZE];
+    size_t len;
+    return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(l, CV_MSG_HELLO_OK, id, buf, len, err, errlen)
+               ? -1
+               : 0;
 }
 
 /* Opens the link to the next node and introduces this node to it. */
@@ -182,44 +187,22 @@ static int connect_next(node *n, char *err, size_t errlen)
 {
     char host[256];
     int port;
-    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen))
-        return -1;
-    cv_link_opts lo = cv_link_default_opts();
-    lo.read_timeout_ms = n->o->io_timeout_ms;
-    lo.send_timeout_ms = n->o->io_timeout_ms;
-    if (cv_link_connect(host, port, n->o->handshake_timeout_ms, &lo, &n->next, err, errlen))
+    const cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
+    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen) ||
+        cv_link_connect(host, port, n->o->handshake_timeout_ms, &lo, &n->next, err, errlen))
         return -1;
     cv_msg_hello h = n->hello;
     h.role = CV_ROLE_PREV_NODE;
     h.next_addr[0] = 0;
     h.features &= ~(uint32_t)CV_FEAT_FROM_PREV;
-    uint8_t buf[512];
-    size_t len;
-    cv_frame f;
-    if (cv_msg_hello_encode(&h, buf, sizeof buf, &len, err, errlen) ||
-        cv_link_send(n->next, CV_MSG_HELLO, 0, buf, len, err, errlen) ||
-        recv_frame(n->next, n->o->handshake_timeout_ms, &f, err, errlen))
-        return -1;
-    int rc = 0;
-    if (f.h.type == CV_MSG_ERROR) {
-        cv_msg_error e;
-        if (cv_msg_error_decode(f.payload, f.h.payload_len, &e, err, errlen) == 0)
-            rc = cv_errf(err, errlen, "%s refused this node: %s", cv_link_name(n->next), e.message);
-        else
-            rc = -1;
-    } else if (f.h.type != CV_MSG_HELLO_OK) {
-        rc = cv_errf(err, errlen, "%s answered %s to HELLO", cv_link_name(n->next), cv_msg_type_name(f.h.type));
-    }
-    cv_link_release(n->next, &f);
-    return rc;
+    cv_msg_hello_ok ok;
+    return cv_hello_ask(n->next, &h, n->o->handshake_timeout_ms, &ok, err, errlen);
 }
 
 /* The previous node connects after the handshake with the head. */
 static int accept_prev(node *n, char *err, size_t errlen)
 {
-    cv_link_opts lo = cv_link_default_opts();
-    lo.read_timeout_ms = n->o->io_timeout_ms;
-    lo.send_timeout_ms = n->o->io_timeout_ms;
+    const cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
     int rc = cv_listener_accept(n->listener, n->o->handshake_timeout_ms, &lo, &n->prev, err, errlen);
     if (rc == CV_LINK_TIMEOUT)
         return cv_errf(err, errlen, "the previous node did not connect within %d ms", n->o->handshake_timeout_ms);
@@ -239,13 +222,7 @@ static int accept_prev(node *n, char *err, size_t errlen)
         send_error(n->prev, 0, CV_PERR_CLUSTER, err);
         return -1;
     }
-    uint8_t buf[64];
-    size_t len;
-    cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
-    return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
-                   cv_link_send(n->prev, CV_MSG_HELLO_OK, 0, buf, len, err, errlen)
-               ? -1
-               : 0;
+    return answer_hello(n, n->prev, 0, 0, 0, err, errlen);
 }
 
 /* The head's handshake: queries, then one assignment. 0: the session runs;
@@ -279,21 +256,17 @@ static int handshake(node *n, char *err, size_t errlen)
             send_error(n->head, id, code, err);
             return -1;
         }
-        cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION,
-                              .mem_budget = n->o->mem_budget,
-                              .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
         const bool query = n->hello.l0 == n->hello.l1;
+        uint32_t us_per_layer_token = 0;
+        uint64_t layer_bytes = 0;
         if (query) {
-            ok.us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
-        } else if (assign(n, &code, &ok.layer_bytes, err, errlen) ||
+            us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
+        } else if (assign(n, &code, &layer_bytes, err, errlen) ||
                    (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))) {
             send_error(n->head, id, code, err);
             return -1;
         }
-        uint8_t buf[64];
-        size_t len;
-        if (cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
-            cv_link_send(n->head, CV_MSG_HELLO_OK, id, buf, len, err, errlen))
+        if (answer_hello(n, n->head, id, us_per_layer_token, layer_bytes, err, errlen))
             return -1;
         if (query)
             continue;
@@ -303,31 +276,6 @@ static int handshake(node *n, char *err, size_t errlen)
         }
         return 0;
     }
-}
-
-/* Top n log-probabilities of a logits row (log-softmax of the raw logits). */
-static uint16_t top_logprobs(const float *logits, int32_t n_vocab, uint32_t n, cv_top_entry *out)
-{
-    float max = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++)
-        max = logits[i] > max ? logits[i] : max;
-    double sum = 0;
-    for (int32_t i = 0; i < n_vocab; i++)
-        sum += exp((double)logits[i] - max);
-    const float log_z = (float)(log(sum) + max);
-    uint16_t k = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        float lp = logits[i] - log_z;
-        if (k == n && !(lp > out[k - 1].logprob))
-            continue;
-        uint16_t j = k < n ? k++ : (uint16_t)(k - 1);
-        while (j > 0 && out[j - 1].logprob < lp) {
-            out[j] = out[j - 1];
-            j--;
-        }
-        out[j] = (cv_top_entry){.id = i, .logprob = isnan(lp) ? -INFINITY : lp};
-    }
-    return k;
 }
 
 static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err, size_t errlen)
@@ -345,10 +293,11 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
         cv_result_row *r = &n->rows[n_rows];
         *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = token};
         const uint32_t np = n->n_probs[n->seq[t]];
-        if (np) {
-            cv_top_entry *top = n->top + (size_t)n_rows * NODE_MAX_PROBS;
-            r->n_top = top_logprobs(logits, n_vocab, np, top);
+        if (np) { /* the sampled token's, then np - 1 alternatives */
+            cv_top_entry *top = n->top + (size_t)n_rows * CV_PROTO_MAX_TOP;
+            cv_logprobs_row(logits, n_vocab, token, (int32_t)np - 1, top);
             r->top = top;
+            r->n_top = (uint16_t)np;
         }
         if (with_logits && row - 1 != n_rows) /* close the gaps of left-out rows */
             memmove((float *)cv_span_logits(&n->stage, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
@@ -373,30 +322,22 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
     return cv_link_send(n->head, CV_MSG_RESULT, id, n->res_buf, len, err, errlen);
 }
 
-/* Sends this stage's hidden states on, from the buffer `cur`. */
+/* Sends this stage's hidden states on, from the buffers `cur`. */
 static int send_forward(node *n, const cv_msg_forward *in, uint32_t id, char *err, size_t errlen)
 {
-    const int b = n->cur;
-    const uint32_t n_embd = (uint32_t)n->stage.model.hp.n_embd;
-    cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = n_embd, .act_type = n->hello.act_type,
-                        .flags = (uint8_t)(in->flags | CV_FWD_HAS_HIDDEN), .tokens = in->tokens,
-                        .act = n->hidden[b]};
-    if (m.act_type != CV_ACT_F32) {
-        if (cv_act_from_f32(m.act_type, n->hidden[b], (uint64_t)in->n_tokens * n_embd, n->act[b], err, errlen))
-            return -1;
-        m.act = n->act[b];
-    }
-    size_t head_len;
-    if (cv_msg_forward_encode_head(&m, n->fwd_head[b], CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * in->n_tokens,
-                                   &head_len, err, errlen))
+    const cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = (uint32_t)n->stage.model.hp.n_embd,
+                              .act_type = n->hello.act_type, .flags = in->flags, .tokens = in->tokens};
+    if (cv_fwd_out_send(&n->out[n->cur], n->next, id, &m, NULL, err, errlen))
         return -1;
-    const struct iovec parts[2] = {{n->fwd_head[b], head_len},
-                                   {(void *)m.act, cv_act_bytes(m.act_type, in->n_tokens, n_embd)}};
-    if (cv_link_sendv(n->next, CV_MSG_FORWARD, id, parts, 2, &n->ticket[b], err, errlen))
-        return -1;
-    n->ticket_live[b] = true;
-    n->cur = 1 - b;
+    n->cur = 1 - n->cur;
     return 0;
+}
+
+/* Answers a frame that the session survives with ERROR: 0, or -1 when
+ * the head cannot be told (the session ends). */
+static int refuse(node *n, const cv_frame *f, uint32_t code, const char *why)
+{
+    return send_error(n->head, f->h.id, code, why);
 }
 
 /* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
@@ -406,14 +347,14 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     cv_msg_forward fw;
     char why[CV_ERRLEN];
     if (cv_msg_forward_decode(f->payload, f->h.payload_len, &fw, why, sizeof why))
-        return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+        return refuse(n, f, CV_PERR_BAD_FRAME, why);
     const cv_llama_hparams *hp = &n->stage.model.hp;
     if (fw.n_tokens > n->hello.n_batch_max || !(fw.flags & CV_FWD_HAS_HIDDEN) || fw.n_embd != (uint32_t)hp->n_embd) {
         snprintf(why, sizeof why, "FORWARD of %u tokens of width %u (hidden states %s) does not fit this stage "
                                   "(batch %u, width %d)",
                  fw.n_tokens, fw.n_embd, (fw.flags & CV_FWD_HAS_HIDDEN) ? "present" : "missing",
                  n->hello.n_batch_max, hp->n_embd);
-        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+        return refuse(n, f, CV_PERR_BAD_BATCH, why);
     }
     for (uint32_t t = 0; t < fw.n_tokens; t++) {
         n->tok[t] = fw.tokens[t].token;
@@ -424,19 +365,16 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     const float *in = fw.act;
     if (fw.act_type != CV_ACT_F32) {
         if (cv_act_to_f32(fw.act_type, fw.act, (uint64_t)fw.n_tokens * fw.n_embd, n->in_f32, why, sizeof why))
-            return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+            return refuse(n, f, CV_PERR_BAD_FRAME, why);
         in = n->in_f32;
     }
     const cv_batch b = {.n_tokens = (int32_t)fw.n_tokens, .token = n->tok, .pos = n->pos, .seq = n->seq,
                         .want = n->want};
-    if (!has_head(n) && n->ticket_live[n->cur]) {
-        n->ticket_live[n->cur] = false;
-        if (cv_link_wait_sent(n->next, n->ticket[n->cur], err, errlen))
-            return -1;
-    }
+    if (!has_head(n) && cv_fwd_out_reclaim(&n->out[n->cur], n->next, err, errlen))
+        return -1;
     const uint64_t t0 = cv_now_ns();
-    if (cv_span_step(&n->stage, &b, in, has_head(n) ? NULL : n->hidden[n->cur], n->out_tokens, why, sizeof why))
-        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+    if (cv_span_step(&n->stage, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why, sizeof why))
+        return refuse(n, f, CV_PERR_BAD_BATCH, why);
     n->stats.compute_ns += cv_now_ns() - t0;
     n->stats.steps++;
     n->stats.tokens += fw.n_tokens;
@@ -454,22 +392,20 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
     cv_msg_seq_op op;
     char why[CV_ERRLEN];
     if (cv_msg_seq_op_decode(f->payload, f->h.payload_len, &op, why, sizeof why))
-        return send_error(n->head, f->h.id, CV_PERR_BAD_FRAME, why) ? -1 : 0;
+        return refuse(n, f, CV_PERR_BAD_FRAME, why);
     if (op.seq >= (int32_t)n->hello.n_slot) {
         snprintf(why, sizeof why, "SEQ_OP on slot %d, this chain has %u", op.seq, n->hello.n_slot);
-        return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
+        return refuse(n, f, CV_PERR_BAD_BATCH, why);
     }
-    if (op.op == CV_SEQ_TRUNCATE)
+    if (op.op == CV_SEQ_TRUNCATE) {
         cv_span_seq_truncate(&n->stage, op.seq, op.len);
-    else if (op.op == CV_SEQ_FREE)
+    } else if (op.op == CV_SEQ_FREE) {
         cv_span_seq_free(&n->stage, op.seq);
-    else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) {
-        if (op.n_probs > NODE_MAX_PROBS) {
-            snprintf(why, sizeof why, "%u top log-probabilities asked, at most %d", op.n_probs, NODE_MAX_PROBS);
-            return send_error(n->head, f->h.id, CV_PERR_BAD_BATCH, why) ? -1 : 0;
-        }
+        if (has_head(n))
+            n->n_probs[op.seq] = 0;
+    } else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) { /* the decoder bounds n_probs */
         if (cv_span_set_sampler(&n->stage, op.seq, &op.sampler, why, sizeof why))
-            return send_error(n->head, f->h.id, CV_PERR_INTERNAL, why) ? -1 : 0;
+            return refuse(n, f, CV_PERR_INTERNAL, why);
         n->n_probs[op.seq] = op.n_probs;
     }
     if (n->next && cv_link_send(n->next, CV_MSG_SEQ_OP, f->h.id, f->payload, f->h.payload_len, err, errlen)) {
@@ -564,9 +500,7 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
             (unsigned long long)n.fingerprint, cv_listener_port(n.listener),
             o->mem_budget ? "set" : "unlimited");
     for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
-        cv_link_opts lo = cv_link_default_opts();
-        lo.read_timeout_ms = o->io_timeout_ms;
-        lo.send_timeout_ms = o->io_timeout_ms;
+        const cv_link_opts lo = cv_link_io_opts(o->io_timeout_ms);
         int rc = cv_listener_accept(n.listener, 200, &lo, &n.head, err, errlen);
         if (rc == CV_LINK_TIMEOUT)
             continue;

@@ -10,7 +10,8 @@
  * (range [x, x)). With `split` (layer counts per node, as --split gives
  * them) the counts are taken as they are and only checked. When the nodes
  * together cannot hold the model the message says how much it needs and
- * how much they offer. first[i], last[i] receive node i's range. */
+ * how much they offer. first[i], last[i] receive node i's range. A chain
+ * has 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
 #ifndef CONVOY_PIPE_PLAN_H
 #define CONVOY_PIPE_PLAN_H
 

@@ -21,10 +21,10 @@
  *                            xor 0xFFFFFFFF) of the payload; 0 when empty
  *
  *    A receiver rejects a frame with another magic or version, an unknown
- *    type, unknown flags, payload_len above the link's cap, or a checksum
- *    that does not match. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB)
- *    until the handshake; then each side uses min(its own cap, the cap the
- *    other side announced) for both directions.
+ *    type, unknown flags, payload_len above the cap, or a checksum that
+ *    does not match. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB) on
+ *    every link, both ways, from the first frame: HELLO and HELLO_OK
+ *    announce it (max_payload), nothing negotiates another.
  *
  * 2. Messages. Type values are append-only. Every payload is parsed
  *    exactly: a count is checked against the bytes present and against
@@ -37,7 +37,7 @@
  *       u64 fingerprint (cv_model_fingerprint of the model),
  *       u32 l0, u32 l1 (the layers [l0, l1) this node serves),
  *       u32 n_layer, u32 n_ctx, u32 n_slot, u32 n_batch_max, u32 n_embd,
- *       u32 max_payload (the sender's receive cap),
+ *       u32 max_payload (the sender's receive cap, announced),
  *       u16 addr_len, addr_len bytes next_addr ("host:port" of the next
  *       node, empty for the last stage; no NUL or control bytes; at most
  *       CV_PROTO_ADDR_MAX), u64 cluster_id.
@@ -50,8 +50,8 @@
  *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
  *       probe: microseconds per layer per token, 0 = not measured),
  *       u64 mem_budget (bytes the node may use), u64 layer_bytes (bytes
- *       the node needs for the layers asked), u32 max_payload (the cap the
- *       node will use on this link, min of both), u32 reserved.
+ *       the node needs for the layers asked), u32 max_payload (the node's
+ *       receive cap, announced), u32 reserved.
  *    ERROR = 3 (either way): u32 code (CV_PERR_*, unknown codes are
  *       accepted and shown as numbers), u16 len, len bytes message (no NUL
  *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
@@ -88,14 +88,21 @@
  *       n_vocab when it is known), logprob not NaN, n_top <=
  *       CV_PROTO_MAX_TOP; then with CV_RES_HAS_LOGITS n_rows * n_vocab f32
  *       logits, row after row. Everything is 4-byte aligned.
+ *       A row's pairs are the seq's n_probs (SET_SAMPLER) log-probabilities
+ *       as cv_logprobs_row (infer/logprobs.h) gives them for the row's
+ *       logits: the sampled token's first, then the n_probs - 1 most likely
+ *       ids, most likely first; so one machine and a chain give the same
+ *       bits.
  *    SEQ_OP = 6 (head -> first node -> ... -> last node, in order with the
  *       FORWARDs): 12 bytes, 56 for SET_SAMPLER:
  *       u8 op (CV_SEQ_*), 3 reserved, i32 seq (>= 0), i32 len (TRUNCATE:
  *       the new length >= 0; other ops: 0); SET_SAMPLER adds f32 temp,
  *       i32 top_k, f32 top_p, f32 min_p, f32 repeat_penalty,
  *       i32 penalty_last_n (>= 0), f32 freq_penalty, f32 presence_penalty,
- *       u64 seed, u32 n_probs (top logprobs per row, <= CV_PROTO_MAX_TOP);
- *       every float finite.
+ *       u64 seed, u32 n_probs (log-probabilities in each of the seq's
+ *       RESULT rows: 0 for none, else 1 + k for the sampled token's and the
+ *       k most likely ids', k <= CV_MAX_TOP_LOGPROBS, so n_probs <=
+ *       CV_PROTO_MAX_TOP); every float finite. FREE resets n_probs to 0.
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
  *    BYE = 9: empty; the sender closes after it.
@@ -107,8 +114,8 @@
  *
  * 3. Versioning. proto_version in HELLO names the message set; a node that
  *    cannot speak it answers ERROR{CV_PERR_VERSION}. Adding a message type
- *    or an error code keeps the version; changing any payload layout bumps
- *    it.
+ *    or an error code keeps the version; changing any payload layout, or
+ *    what a field means, bumps it.
  *
  * API contract: encoders write into a caller buffer (no allocation) and
  * fail with a message if it is too small or the message breaks a rule
@@ -127,12 +134,13 @@
 #include <stdint.h>
 
 #include "infer/forward.h"
+#include "infer/logprobs.h"
 #include "infer/sampler.h"
 
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 3 /* 3: CV_FEAT_KV_F16, which a node must honour */
+#define CV_PROTO_VERSION 4 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -141,7 +149,11 @@
 #define CV_PROTO_MAX_LAYER 65536
 #define CV_PROTO_MAX_EMBD (1u << 20)
 #define CV_PROTO_MAX_VOCAB (1u << 24)
-#define CV_PROTO_MAX_TOP 1024
+#define CV_PROTO_MAX_TOP (1 + CV_MAX_TOP_LOGPROBS) /* the sampled token's, then the top alternatives */
+
+/* Not a wire field: the most nodes of a chain ("local" included), the one
+ * bound by which the head, its inbox and the planner size their tables. */
+#define CV_CHAIN_MAX_NODES 16
 
 typedef enum cv_msg_type {
     CV_MSG_HELLO = 1,
@@ -352,11 +364,11 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
 
 enum { CV_RES_HAS_LOGITS = 1u << 0 };
 
-typedef struct cv_top_entry {
-    int32_t id;
-    float logprob;
-} cv_top_entry;
+/* A RESULT pair is cv_logprobs_row's entry, so the last node writes the
+ * rows where they are sent from and the head reads them as they came. */
+typedef cv_logprob cv_top_entry;
 static_assert(sizeof(cv_top_entry) == 8, "cv_top_entry is its wire pair");
+static_assert(offsetof(cv_top_entry, id) == 0 && offsetof(cv_top_entry, logprob) == 4, "cv_top_entry pair offsets");
 
 typedef struct cv_result_row {
     int32_t seq;
@@ -397,7 +409,7 @@ typedef struct cv_msg_seq_op {
     int32_t seq;
     int32_t len;
     cv_sampler_params sampler; /* SET_SAMPLER only */
-    uint32_t n_probs;          /* SET_SAMPLER only: top logprobs returned per row */
+    uint32_t n_probs;          /* SET_SAMPLER only: log-probabilities per RESULT row, 0 or 1 + k */
 } cv_msg_seq_op;
 
 int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
