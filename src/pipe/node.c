@@ -489,10 +489,14 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
     node n;
     memset(&n, 0, sizeof n);
     n.o = o;
+    char host[CV_PROTO_ADDR_MAX + 1];
+    int port;
+    if (cv_parse_addr(o->listen, host, sizeof host, &port, err, errlen))
+        return -1;
     if (cv_llama_load(&n.meta, o->model_path, 0, 0, err, errlen))
         return -1;
     n.fingerprint = cv_model_fingerprint(&n.meta.gguf);
-    if (cv_listener_open(o->host, o->port, &n.listener, err, errlen)) {
+    if (cv_listener_open(host, port, &n.listener, err, errlen)) {
         cv_llama_free(&n.meta);
         return -1;
     }

@@ -20,8 +20,7 @@
 #include <stdint.h>
 
 typedef struct cv_node_opts {
-    const char *host;         /* listen address; NULL = all */
-    int port;
+    const char *listen;       /* "HOST:PORT" or "[V6]:PORT" to listen on */
     const char *model_path;
     uint64_t mem_budget;      /* bytes; 0 = no limit */
     int32_t n_threads;
