@@ -3,7 +3,7 @@
  * A convoy_spec owns a drafter (infer/draft.h) and chooses, per sequence,
  * how many drafts K the next verify carries. The verify itself is an
  * ordinary batch through convoy_submit: the newest token plus its drafts
- * (want 2), checked by the stage that holds the output head.
+ * (want 2), checked by the span that holds the output head (the last stage).
  *
  * Choosing K: with a per-draft acceptance rate a (drafts are accepted in
  * order until the first rejection, so a is estimated as accepted drafts

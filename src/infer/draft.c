@@ -4,13 +4,13 @@
  * of the history and holds nothing per slot. The model drafter is a whole
  * draft model in a cv_span (greedy: no sampler is ever set) plus, per
  * slot, a copy of the ids its KV cache holds (kv_ids, valid up to the
- * stage's kv.len of the slot). A proposal keeps the longest prefix that the
+ * span's kv.len of the slot). A proposal keeps the longest prefix that the
  * copy shares with the new history (at most all but the newest id, whose
  * logits are needed), truncates the slot to it, then runs two phases over
  * all requests at once: catch-up (the rest of each history, packed into
  * batches of n_batch tokens, only each history's last id wanted: its
  * argmax is the first draft id), then one-token steps, each batch holding
- * every request that still needs ids. The drafter owns the stage and every
+ * every request that still needs ids. The drafter owns the span and every
  * buffer below, all sized at open; a proposal only fills them. */
 #include "infer/draft.h"
 
@@ -24,7 +24,7 @@
 /* Longest n-gram the prompt lookup tries to match. */
 #define NGRAM_MAX 3
 /* Most tokens in one draft forward step unless the slots alone need more:
- * the stage keeps a row of logits for every batch token, so the batch size
+ * the span keeps a row of logits for every batch token, so the batch size
  * costs n_vocab floats a token. */
 #define DRAFT_BATCH_MAX 128
 

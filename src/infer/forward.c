@@ -5,7 +5,7 @@
  * head RMSNorm of Q and K for qwen3) -> RoPE -> K and V
  * appended in place to each token's slot -> attention of each (token, head)
  * over its slot's positions [0, pos] -> output projection + residual ->
- * RMSNorm -> SwiGLU feed-forward + residual. The last stage then applies
+ * RMSNorm -> SwiGLU feed-forward + residual. The span holding the head then applies
  * the final norm and the output matrix to the wanted rows only.
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;

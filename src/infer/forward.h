@@ -38,7 +38,7 @@ typedef struct cv_batch {
 } cv_batch;
 
 /* Values of a token's want (also on the wire): no output; sample it; it is
- * a draft of what the slot's previous token samples (see stage.h). */
+ * a draft of what the slot's previous token samples (see span.h). */
 enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
 
 typedef struct cv_forward cv_forward;

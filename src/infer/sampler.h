@@ -14,7 +14,7 @@
  * teacher forcing or speculation, accepts it itself); cv_sampler_rewind
  * takes back the last n accepted ids, exactly while the ids accepted (less
  * those taken back) number at most max(penalty_last_n, n_ctx): a slot's
- * context, as the stage passes it. Each sample makes one draw of the RNG (none when
+ * context, as the span passes it. Each sample makes one draw of the RNG (none when
  * greedy), and a rewind does not move the RNG back.
  *
  * Speculation needs nothing more: a drafted position is sampled as usual

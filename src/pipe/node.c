@@ -1,9 +1,9 @@
 /* node.c: `convoy stage`, one node of a pipeline (see node.h).
  *
  * The serving thread owns everything: the listener, the session's links,
- * the stage. It reads the head's and the previous node's links itself,
+ * the span of its layers. It reads the head's and the previous node's links itself,
  * through an inbox, so it waits on both at once.
- * Hidden states go to the next node straight from the stage's output
+ * Hidden states go to the next node straight from the span's output
  * buffer (two buffers alternate, so one can be on the wire while the next
  * batch is computed); the last stage answers the head with RESULT. All
  * buffers are allocated at assignment for the session's batch size; a
@@ -35,14 +35,14 @@ typedef struct node {
 
     /* session */
     cv_msg_hello hello;
-    cv_span stage;
-    bool stage_open;
+    cv_span span;
+    bool span_open;
     cv_link *head, *prev, *next;
     cv_inbox inbox;
     int32_t *tok, *pos, *seq;
     uint8_t *want;
     float *in_f32;           /* [n_batch][n_embd] activations converted from a lossy type */
-    cv_fwd_out out[2];       /* stage output and its FORWARD, alternating */
+    cv_fwd_out out[2];       /* span output and its FORWARD, alternating */
     int cur;
     int32_t *out_tokens;     /* [n_batch] */
     cv_result_row *rows;     /* [n_batch] */
@@ -101,9 +101,9 @@ static void session_end(node *n)
     cv_link_close(n->next);
     cv_link_close(n->head);
     n->prev = n->next = n->head = NULL;
-    if (n->stage_open)
-        cv_span_close(&n->stage);
-    n->stage_open = false;
+    if (n->span_open)
+        cv_span_close(&n->span);
+    n->span_open = false;
     session_free_buffers(n);
     node keep = *n;
     memset(n, 0, sizeof *n);
@@ -139,9 +139,9 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
                        h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->o->mem_budget / 1e9);
     }
     *code = CV_PERR_INTERNAL;
-    if (cv_span_open(&n->stage, n->o->model_path, &p, err, errlen))
+    if (cv_span_open(&n->span, n->o->model_path, &p, err, errlen))
         return -1;
-    n->stage_open = true;
+    n->span_open = true;
     const size_t nb = h->n_batch_max, ne = (size_t)hp->n_embd;
     n->tok = cv_malloc(sizeof(int32_t) * nb);
     n->pos = cv_malloc(sizeof(int32_t) * nb);
@@ -280,7 +280,7 @@ static int handshake(node *n, char *err, size_t errlen)
 
 static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err, size_t errlen)
 {
-    const int32_t n_vocab = n->stage.model.hp.n_vocab;
+    const int32_t n_vocab = n->span.model.hp.n_vocab;
     const bool with_logits = fw->flags & CV_FWD_WANT_LOGITS;
     uint32_t n_rows = 0;
     for (uint32_t t = 0, row = 0; t < fw->n_tokens; t++) {
@@ -289,7 +289,7 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
         const int32_t token = n->out_tokens[row++];
         if (token < 0) /* after a rejected draft */
             continue;
-        const float *logits = cv_span_logits(&n->stage, (int32_t)row - 1);
+        const float *logits = cv_span_logits(&n->span, (int32_t)row - 1);
         cv_result_row *r = &n->rows[n_rows];
         *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = token};
         const uint32_t np = n->n_probs[n->seq[t]];
@@ -300,14 +300,14 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
             r->n_top = (uint16_t)np;
         }
         if (with_logits && row - 1 != n_rows) /* close the gaps of left-out rows */
-            memmove((float *)cv_span_logits(&n->stage, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
+            memmove((float *)cv_span_logits(&n->span, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
         n_rows++;
     }
     cv_msg_result m = {.n_rows = n_rows, .rows = n->rows};
     if (with_logits) {
         m.flags = CV_RES_HAS_LOGITS;
         m.n_vocab = (uint32_t)n_vocab;
-        m.logits = cv_span_logits(&n->stage, 0);
+        m.logits = cv_span_logits(&n->span, 0);
     }
     const uint64_t size = cv_msg_result_size(&m);
     if (size > n->res_cap) { /* only a result with full logits rows gets here */
@@ -325,7 +325,7 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
 /* Sends this stage's hidden states on, from the buffers `cur`. */
 static int send_forward(node *n, const cv_msg_forward *in, uint32_t id, char *err, size_t errlen)
 {
-    const cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = (uint32_t)n->stage.model.hp.n_embd,
+    const cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = (uint32_t)n->span.model.hp.n_embd,
                               .act_type = n->hello.act_type, .flags = in->flags, .tokens = in->tokens};
     if (cv_fwd_out_send(&n->out[n->cur], n->next, id, &m, NULL, err, errlen))
         return -1;
@@ -341,14 +341,14 @@ static int refuse(node *n, const cv_frame *f, uint32_t code, const char *why)
 }
 
 /* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
- * the stage refuses is answered with ERROR and the session goes on. */
+ * the span refuses is answered with ERROR and the session goes on. */
 static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
 {
     cv_msg_forward fw;
     char why[CV_ERRLEN];
     if (cv_msg_forward_decode(f->payload, f->h.payload_len, &fw, why, sizeof why))
         return refuse(n, f, CV_PERR_BAD_FRAME, why);
-    const cv_llama_hparams *hp = &n->stage.model.hp;
+    const cv_llama_hparams *hp = &n->span.model.hp;
     if (fw.n_tokens > n->hello.n_batch_max || !(fw.flags & CV_FWD_HAS_HIDDEN) || fw.n_embd != (uint32_t)hp->n_embd) {
         snprintf(why, sizeof why, "FORWARD of %u tokens of width %u (hidden states %s) does not fit this stage "
                                   "(batch %u, width %d)",
@@ -373,7 +373,7 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     if (!has_head(n) && cv_fwd_out_reclaim(&n->out[n->cur], n->next, err, errlen))
         return -1;
     const uint64_t t0 = cv_now_ns();
-    if (cv_span_step(&n->stage, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why, sizeof why))
+    if (cv_span_step(&n->span, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why, sizeof why))
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
     n->stats.compute_ns += cv_now_ns() - t0;
     n->stats.steps++;
@@ -398,13 +398,13 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
     }
     if (op.op == CV_SEQ_TRUNCATE) {
-        cv_span_seq_truncate(&n->stage, op.seq, op.len);
+        cv_span_seq_truncate(&n->span, op.seq, op.len);
     } else if (op.op == CV_SEQ_FREE) {
-        cv_span_seq_free(&n->stage, op.seq);
+        cv_span_seq_free(&n->span, op.seq);
         if (has_head(n))
             n->n_probs[op.seq] = 0;
     } else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) { /* the decoder bounds n_probs */
-        if (cv_span_set_sampler(&n->stage, op.seq, &op.sampler, why, sizeof why))
+        if (cv_span_set_sampler(&n->span, op.seq, &op.sampler, why, sizeof why))
             return refuse(n, f, CV_PERR_INTERNAL, why);
         n->n_probs[op.seq] = op.n_probs;
     }
