@@ -26,13 +26,8 @@ typedef struct quantize_totals {
 static void print_tensor(void *user, const convoy_tensor_note *n)
 {
     quantize_totals *tot = user;
-    char shape[128]; /* 4 dims of at most 20 digits */
-    int k = snprintf(shape, sizeof(shape), "[%" PRId64, n->ne[0]);
-    for (uint32_t d = 1; d < n->n_dims; d++)
-        k += snprintf(shape + k, sizeof(shape) - (size_t)k, ", %" PRId64, n->ne[d]);
-    snprintf(shape + k, sizeof(shape) - (size_t)k, "]");
     printf("[%4d/%4d] %-36s %-16s %-5s -> %-5s %11" PRIu64 " -> %11" PRIu64 " bytes\n", n->index + 1, n->count,
-           n->name, shape, n->src_type, n->type, n->src_bytes, n->bytes);
+           n->name, n->shape, n->src_type, n->type, n->src_bytes, n->bytes);
     if (strcmp(n->type, n->want_type)) {
         printf("  fallback: %s: rows of %" PRId64 " do not fit %s blocks, using %s\n", n->name, n->ne[0],
                n->want_type, n->type);

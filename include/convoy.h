@@ -274,6 +274,7 @@ typedef struct convoy_tensor_note {
     const char *name;
     uint32_t n_dims;
     const int64_t *ne;
+    const char *shape;     /* "[ne0, ne1, ...]" as `convoy info` prints it */
     const char *src_type;  /* the input's type (synth: F32, the generated values) */
     const char *want_type; /* the type asked for */
     const char *type;      /* the type written: another than want_type when the rows do not fit its blocks */

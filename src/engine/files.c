@@ -232,8 +232,10 @@ typedef struct note_relay {
 static void relay_note(void *ctx, const cv_tensor_note *n)
 {
     const note_relay *r = ctx;
+    char shape[128]; /* 4 dims of at most 20 digits */
+    format_shape(shape, sizeof(shape), n->n_dims, n->ne);
     const convoy_tensor_note note = {
-        .index = n->index, .count = n->count, .name = n->name, .n_dims = n->n_dims, .ne = n->ne,
+        .index = n->index, .count = n->count, .name = n->name, .n_dims = n->n_dims, .ne = n->ne, .shape = shape,
         .src_type = cv_type_name(n->src_type), .want_type = cv_type_name(n->want_type),
         .type = cv_type_name(n->type), .src_bytes = n->src_bytes, .bytes = n->bytes,
     };
