@@ -11,7 +11,9 @@
 #     (memory-bound), a 121-token prompt then 64 tokens, 1 and 2 threads:
 #     prefill and decode tokens/s as convoy prints them;
 #   - serve: bench_users (the scheduler of `convoy serve` without HTTP) on
-#     the ~22 MB Q8_0 model, 4 users of 64 tokens: aggregate tokens/s.
+#     the ~22 MB Q8_0 model, 4 users of 64 tokens: aggregate tokens/s,
+#     unsplit and on a 2-stage chain (a local first stage and the build's
+#     own `convoy stage` on a loopback port).
 # Prints medians of each build's figures and of the new/old ratio of each
 # round's pair (with the smallest and largest ratio), and appends one JSON
 # line per measurement to bench/out/builds.jsonl.
@@ -47,8 +49,19 @@ measure() {
         echo "prefill_t$t $(sed -E 's/.*prefill [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/' <<<"$line")"
         echo "decode_t$t $(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/' <<<"$line")"
     done
-    line="$("$bin/bench_users" -m "$small" -n 64 --users 4 --repeat 1 | grep '^| unsplit | none | 4 |')"
-    echo "serve_u4 $(awk -F'|' '{gsub(/ /, "", $6); print $6}' <<<"$line")"
+    local log="$out/builds/$1/stage.log" table port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    "$bin/convoy" stage --listen "127.0.0.1:$port" -m "$small" 2>"$log" &
+    local stage=$!
+    for _ in $(seq 100); do
+        grep -q " on port " "$log" && break
+        sleep 0.1
+    done
+    table="$("$bin/bench_users" -m "$small" -n 64 --users 4 --repeat 1 --nodes "local,127.0.0.1:$port")"
+    kill "$stage"
+    wait "$stage" 2>/dev/null || true
+    echo "serve_u4 $(grep '^| unsplit | none | 4 |' <<<"$table" | awk -F'|' '{gsub(/ /, "", $6); print $6}')"
+    echo "serve_chain_u4 $(grep '^| pipeline | none | 4 |' <<<"$table" | awk -F'|' '{gsub(/ /, "", $6); print $6}')"
 }
 
 declare -A val
@@ -68,7 +81,7 @@ median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (
 echo "old ${revs[0]} against new ${revs[1]}, $rounds rounds alternating, medians (tokens/s)"
 echo "| figure | old | new | new / old (min-max) |"
 echo "|---|---:|---:|---:|"
-for metric in prefill_t1 decode_t1 prefill_t2 decode_t2 serve_u4; do
+for metric in prefill_t1 decode_t1 prefill_t2 decode_t2 serve_u4 serve_chain_u4; do
     olds=() news=() ratios=()
     for ((k = 0; k < rounds; k++)); do
         olds+=("${val[0,$metric,$k]}")

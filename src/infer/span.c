@@ -193,6 +193,7 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
 
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
+    cv_kernels_ensure(); /* a node probes before it opens any span: time the kernels it will run */
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, "blk.0.attn_q.weight");
     const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
     if (!tt || !tt->vec_dot)
