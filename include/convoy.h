@@ -84,6 +84,18 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 
+/* A pipeline whose node died, refused or went silent is closed at once
+ * (releasing its other nodes for another head) and is then down: steps,
+ * submits, collects and convoy_set_sampler fail naming the first failure,
+ * freeing or cutting a slot succeeds (there is nothing to free), a slot's
+ * length is 0. convoy_ctx_reconnect opens the chain again with the same
+ * options (every slot empty): 0 when the pipeline is up (at once if it
+ * was), -1 with the reason, e.g. the node it cannot reach. It may take up
+ * to the handshake's timeout; the caller chooses when to try. One machine
+ * is never down. */
+bool convoy_ctx_is_down(const convoy_ctx *c);
+int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen);
+
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with
  * the slot's RNG (64-bit PCG from seed); temp 0 is greedy (argmax, ties to

@@ -22,7 +22,11 @@
 #    streamed or not, alone and concurrently) give step 1's texts and
 #    logprobs / top_logprobs bit for bit: jansson prints reals with 17
 #    significant digits, so equal text is equal bits;
-# 4. checks that SIGTERM stops each server cleanly.
+# 4. serves it over this machine and one stage, kills the stage while a
+#    request streams and starts it again 3 s later: the stream ends with an
+#    error naming the node, requests meanwhile get 503, and the same server
+#    serves again by itself once the node is back, with the same text;
+# 5. checks that SIGTERM stops each server cleanly.
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
 
@@ -195,6 +199,16 @@ fi
 
 # 2. a pipeline of two stages on loopback
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_stage PORT LOG: a `convoy stage` on 127.0.0.1:PORT (stage_pid), once it listens.
+start_stage() {
+    "$convoy" stage --listen "127.0.0.1:$1" -m "$model" 2>>"$2" &
+    stage_pid=$!
+    pids+=("$stage_pid")
+    for _ in $(seq 100); do
+        grep -q " on port $1," "$2" && break
+        sleep 0.1
+    done
+}
 if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
     nodes=""
     stage_pids=()
@@ -241,12 +255,7 @@ fi
 # which computes them (--split: the planner would keep so small a model here)
 if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     p="$(free_port)"
-    "$convoy" stage --listen "127.0.0.1:$p" -m "$model" 2>"$tmp/stage-lp.log" &
-    pids+=("$!")
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break
-        sleep 0.1
-    done
+    start_stage "$p" "$tmp/stage-lp.log"
     if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
         --nodes "local,127.0.0.1:$p" --split 2,3 --timeout 5000; then
         for how in alone concurrent; do
@@ -261,6 +270,70 @@ if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     fi
 else
     fail "pipeline logprobs not checked (no local answers or no python3)"
+fi
+
+# 4. a restarted node: the only remote stage of local + 1 dies while a
+# request streams and comes back 3 s later on the same port. The stream
+# ends with an error naming the node, requests meanwhile get a 503 naming
+# it, /health says 503; then the server serves again by itself (the same
+# process): /health 200, the same text as before, one reconnect counted.
+completion_text() { # completion_text BODY: the text of a non-streamed completion
+    curl -s --max-time 30 "$base/completions" -d "$1" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
+}
+# stream_until_stopped: starts a long stream and stops the stage (SIGSTOP)
+# once tokens flow and before the stream ends; retries a few times.
+stream_until_stopped() {
+    local body='{"model":"stories260K","prompt":"Once","max_tokens":1900,"temperature":0,"ignore_eos":true,"stream":true}'
+    for _ in 1 2 3 4 5; do
+        : >"$tmp/rs-stream.txt"
+        curl -s -N --max-time 60 "$base/completions" -d "$body" >"$tmp/rs-stream.txt" &
+        stream_pid=$!
+        until grep -q '^data: {' "$tmp/rs-stream.txt" || ! kill -0 "$stream_pid" 2>/dev/null; do sleep 0.005; done
+        kill -STOP "$stage_pid"
+        grep -q 'DONE' "$tmp/rs-stream.txt" || return 0
+        kill -CONT "$stage_pid"
+        wait "$stream_pid"
+    done
+    return 1
+}
+if command -v python3 >/dev/null; then
+    p="$(free_port)"
+    start_stage "$p" "$tmp/stage-rs.log"
+    if start_server "$tmp/serve-rs.log" --slots 2 --ctx 2048 --nodes "local,127.0.0.1:$p" --split 2,3 \
+        --timeout 5000; then
+        body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":48,"temperature":0}'
+        before="$(completion_text "$body")"
+        if stream_until_stopped; then
+            { kill -9 "$stage_pid" && wait "$stage_pid"; } 2>/dev/null
+            wait "$stream_pid"
+            grep -q "error.*127.0.0.1:$p" "$tmp/rs-stream.txt" && pass "a stream whose node dies ends with an error naming it" ||
+                fail "the stream whose node died: $(tail -c 300 "$tmp/rs-stream.txt")"
+            code="$(curl -s -o "$tmp/rs-down.json" -w '%{http_code}' --max-time 10 "$base/completions" -d "$body")"
+            [[ "$code" == 503 ]] && grep -q "pipeline_down" "$tmp/rs-down.json" && grep -q "127.0.0.1:$p" "$tmp/rs-down.json" &&
+                pass "while the node is away: 503 naming it" || fail "while the node is away: $code $(cat "$tmp/rs-down.json")"
+            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
+            [[ "$code" == 503 ]] && pass "while the node is away: /health 503" || fail "while the node is away: /health $code"
+            sleep 3
+            start_stage "$p" "$tmp/stage-rs.log"
+            for _ in $(seq 200); do
+                code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
+                [[ "$code" == 200 ]] && break
+                sleep 0.1
+            done
+            [[ "$code" == 200 ]] && pass "the node is back: /health 200 without a restart" ||
+                fail "the node is back but /health says $code (log: $(tail -3 "$tmp/serve-rs.log"))"
+            after="$(completion_text "$body")"
+            [[ -n "$before" && "$after" == "$before" ]] && kill -0 "$server_pid" &&
+                pass "the same server serves the same text after the restart" ||
+                fail "after the restart: '$after', before: '$before'"
+            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_reconnects_total 1$' &&
+                pass "/metrics counts one reconnect" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep pipeline)"
+        else
+            fail "no stream could be caught mid-way"
+        fi
+        stop_server
+    fi
 fi
 
 if ((failures)); then

@@ -28,10 +28,24 @@ struct convoy_model {
     cv_vocab vocab;
 };
 
+/* The chain's options, parsed once from convoy_ctx_params and kept for
+ * reopening it (the strings point into the buffers). */
+typedef struct chain_setup {
+    cv_chain_opts o;
+    char nodes_buf[4096];
+    char *nodes[CV_CHAIN_MAX_NODES];
+    int32_t split[CV_CHAIN_MAX_NODES];
+} chain_setup;
+
 struct convoy_ctx {
     convoy_model *model;
-    cv_chain *chain;  /* a pipeline, or NULL: */
-    cv_span span;     /* every layer here */
+    bool pipeline;    /* the layers run on a chain: */
+    cv_chain *chain;  /* NULL while the pipeline is down */
+    chain_setup setup;
+    int depth;        /* a pipeline's depth when first opened */
+    int32_t n_ctx;
+    char down_why[256]; /* why the pipeline went down */
+    cv_span span;     /* or every layer here */
     int32_t n_batch;
     int32_t n_slot;
     int32_t *tokens;  /* [n_batch] sampled ids of the last step */
@@ -157,16 +171,16 @@ static int split_list(char *buf, char **items, int max)
     return n;
 }
 
-static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size_t errlen)
+/* The chain's options from the context's parameters, into s. */
+static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *err, size_t errlen)
 {
     enum { MAX = CV_CHAIN_MAX_NODES };
-    char nodes_buf[4096], split_buf[256];
-    char *nodes[MAX], *split_s[MAX];
-    int32_t split[MAX];
-    snprintf(nodes_buf, sizeof nodes_buf, "%s", p->nodes);
-    const int n_nodes = split_list(nodes_buf, nodes, MAX);
+    char split_buf[256];
+    char *split_s[MAX];
+    snprintf(s->nodes_buf, sizeof s->nodes_buf, "%s", p->nodes);
+    const int n_nodes = split_list(s->nodes_buf, s->nodes, MAX);
     cv_chain_opts o = cv_chain_default_opts();
-    o.nodes = (const char *const *)nodes;
+    o.nodes = (const char *const *)s->nodes;
     o.n_nodes = n_nodes;
     o.n_threads = p->n_threads;
     o.n_ctx = p->n_ctx;
@@ -187,9 +201,9 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
             long v = strtol(split_s[i], &end, 10);
             if (end == split_s[i] || *end || v < 0 || v > 65536)
                 return cv_errf(err, errlen, "--split: '%s' is not a layer count", split_s[i]);
-            split[i] = (int32_t)v;
+            s->split[i] = (int32_t)v;
         }
-        o.split = split;
+        o.split = s->split;
     }
     if (p->wire && strcmp(p->wire, "f32")) {
         if (!strcmp(p->wire, "f16"))
@@ -199,7 +213,56 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
         else
             return cv_errf(err, errlen, "wire type '%s' is not f32, f16 or q8_0", p->wire);
     }
-    return cv_chain_open(&c->chain, c->model->path, &o, err, errlen);
+    s->o = o;
+    return 0;
+}
+
+static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size_t errlen)
+{
+    c->pipeline = true;
+    if (chain_setup_parse(&c->setup, p, err, errlen) ||
+        cv_chain_open(&c->chain, c->model->path, &c->setup.o, err, errlen))
+        return -1;
+    c->depth = cv_chain_depth(c->chain);
+    c->n_ctx = cv_chain_n_ctx(c->chain);
+    return 0;
+}
+
+/* After a chain call failed: a chain that broke is closed at once, which
+ * releases its nodes for another head, and the pipeline is down until
+ * convoy_ctx_reconnect. */
+static int chain_failed(convoy_ctx *c, const char *err)
+{
+    if (c->chain && cv_chain_is_broken(c->chain)) {
+        cv_chain_close(c->chain);
+        c->chain = NULL;
+        snprintf(c->down_why, sizeof c->down_why, "%s", err);
+    }
+    return -1;
+}
+
+static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
+{
+    return cv_errf(err, errlen, "the pipeline is down: %s", c->down_why);
+}
+
+bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
+
+int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen)
+{
+    if (!convoy_ctx_is_down(c))
+        return 0;
+    cv_chain *chain;
+    if (cv_chain_open(&chain, c->model->path, &c->setup.o, err, errlen))
+        return -1;
+    if (cv_chain_depth(chain) < c->depth || cv_chain_n_ctx(chain) != c->n_ctx) {
+        cv_errf(err, errlen, "the nodes now give %d stages of %d positions, the pipeline had %d of %d",
+                cv_chain_depth(chain), cv_chain_n_ctx(chain), c->depth, c->n_ctx);
+        cv_chain_close(chain);
+        return -1;
+    }
+    c->chain = chain;
+    return 0;
 }
 
 convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen)
@@ -232,6 +295,7 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
             cv_free(c);
             return NULL;
         }
+        c->n_ctx = c->span.kv.n_ctx;
     }
     c->tokens = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
     c->row_seq = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
@@ -252,7 +316,7 @@ void convoy_ctx_free(convoy_ctx *c)
         return;
     if (c->chain)
         cv_chain_close(c->chain);
-    else
+    else if (!c->pipeline)
         cv_span_close(&c->span);
     cv_free(c->tokens);
     cv_free(c->row_seq);
@@ -260,7 +324,7 @@ void convoy_ctx_free(convoy_ctx *c)
     cv_free(c);
 }
 
-int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->chain ? cv_chain_n_ctx(c->chain) : c->span.kv.n_ctx; }
+int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
 int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
@@ -290,9 +354,11 @@ static int32_t span_step(convoy_ctx *c, const convoy_batch *b, char *err, size_t
 
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen)
 {
-    if (c->chain) {
+    if (c->pipeline) {
         const cv_batch cb = to_cv_batch(b);
-        return cv_chain_step(c->chain, &cb, tokens, err, errlen);
+        if (!c->chain)
+            return pipeline_down(c, err, errlen);
+        return cv_chain_step(c->chain, &cb, tokens, err, errlen) ? chain_failed(c, err) : 0;
     }
     const int32_t n = span_step(c, b, err, errlen);
     if (n < 0)
@@ -302,13 +368,15 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
     return 0;
 }
 
-int convoy_ctx_depth(const convoy_ctx *c) { return c->chain ? cv_chain_depth(c->chain) : 1; }
+int convoy_ctx_depth(const convoy_ctx *c) { return c->pipeline ? c->depth : 1; }
 
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen)
 {
-    if (c->chain) {
+    if (c->pipeline) {
         const cv_batch cb = to_cv_batch(b);
-        return cv_chain_submit(c->chain, &cb, err, errlen);
+        if (!c->chain)
+            return pipeline_down(c, err, errlen);
+        return cv_chain_submit(c->chain, &cb, err, errlen) ? chain_failed(c, err) : 0;
     }
     if (c->n_done >= 0)
         return cv_errf(err, errlen, "a batch is in flight already (depth 1 on one machine)");
@@ -321,8 +389,11 @@ int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen
 
 int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
 {
-    if (c->chain)
-        return cv_chain_collect(c->chain, tokens, n_tokens, err, errlen);
+    if (c->pipeline) {
+        if (!c->chain)
+            return pipeline_down(c, err, errlen);
+        return cv_chain_collect(c->chain, tokens, n_tokens, err, errlen) ? chain_failed(c, err) : 0;
+    }
     if (c->n_done < 0)
         return cv_errf(err, errlen, "no batch in flight");
     memcpy(tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_done);
@@ -333,14 +404,16 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
 
 const float *convoy_logits(const convoy_ctx *c, int32_t i)
 {
-    return c->chain ? cv_chain_logits(c->chain, i) : cv_span_logits(&c->span, i);
+    if (c->pipeline)
+        return c->chain ? cv_chain_logits(c->chain, i) : NULL;
+    return cv_span_logits(&c->span, i);
 }
 
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen)
 {
     if (convoy_step(c, b, c->tokens, err, errlen))
         return -1;
-    if (c->chain && !convoy_logits(c, 0))
+    if (c->pipeline && !convoy_logits(c, 0))
         return cv_errf(err, errlen, "this pipeline returns no logits (open it with want_logits)");
     const size_t row = sizeof(float) * (size_t)c->model->meta.hp.n_vocab;
     for (int32_t t = 0, i = 0; t < b->n_tokens; t++)
@@ -373,8 +446,11 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
                                   .repeat_penalty = p->repeat_penalty, .penalty_last_n = p->penalty_last_n,
                                   .freq_penalty = p->freq_penalty, .presence_penalty = p->presence_penalty,
                                   .seed = p->seed};
-    if (c->chain)
-        return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen);
+    if (c->pipeline) {
+        if (!c->chain)
+            return pipeline_down(c, err, errlen);
+        return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen) ? chain_failed(c, err) : 0;
+    }
     if (cv_span_set_sampler(&c->span, seq, &sp, err, errlen))
         return -1;
     c->n_logprobs[seq] = p->n_logprobs;
@@ -383,8 +459,8 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
 
 int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 {
-    if (c->chain)
-        return cv_chain_logprobs(c->chain, i, (cv_logprob *)out);
+    if (c->pipeline)
+        return c->chain ? cv_chain_logprobs(c->chain, i, (cv_logprob *)out) : 0;
     const int32_t n = c->n_logprobs[c->row_seq[i]];
     if (n < 0 || c->tokens[i] < 0)
         return 0;
@@ -394,21 +470,23 @@ int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq)
 {
-    return c->chain ? cv_chain_seq_len(c->chain, seq) : c->span.kv.len[seq];
+    if (c->pipeline)
+        return c->chain ? cv_chain_seq_len(c->chain, seq) : 0;
+    return c->span.kv.len[seq];
 }
 
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen)
 {
-    if (c->chain)
-        return cv_chain_seq_truncate(c->chain, seq, len, err, errlen);
+    if (c->pipeline) /* a pipeline that is down holds nothing to cut */
+        return c->chain && cv_chain_seq_truncate(c->chain, seq, len, err, errlen) ? chain_failed(c, err) : 0;
     cv_span_seq_truncate(&c->span, seq, len);
     return 0;
 }
 
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen)
 {
-    if (c->chain)
-        return cv_chain_seq_free(c->chain, seq, err, errlen);
+    if (c->pipeline) /* a pipeline that is down holds nothing to free */
+        return c->chain && cv_chain_seq_free(c->chain, seq, err, errlen) ? chain_failed(c, err) : 0;
     cv_span_seq_free(&c->span, seq);
     c->n_logprobs[seq] = -1;
     return 0;

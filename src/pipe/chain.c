@@ -444,6 +444,7 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
 }
 
 int cv_chain_depth(const cv_chain *c) { return c->depth; }
+bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
 int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
 
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)

@@ -63,6 +63,9 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
  * in two batches in flight (its next token depends on the last). Results
  * and a sequence's tokens are the same as with cv_chain_step. */
 int cv_chain_depth(const cv_chain *c);
+/* Whether a failure made the chain unusable (a node refused, died, went
+ * silent or sent garbage); it must then be closed and opened again. */
+bool cv_chain_is_broken(const cv_chain *c);
 int cv_chain_in_flight(const cv_chain *c);
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
 int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);

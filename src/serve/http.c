@@ -306,6 +306,8 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, enum route
         gen_free(g);
         if (sr == SV_SUBMIT_FULL)
             oai_fail(&e, 503, "server_error", "queue_full", NULL, "%s", err);
+        else if (sr == SV_SUBMIT_DOWN)
+            oai_fail(&e, 503, "server_error", "pipeline_down", NULL, "%s", err);
         else
             oai_fail(&e, 503, "server_error", NULL, NULL, "%s", err);
         return send_error(h, c, rt, &e);
@@ -392,6 +394,9 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
            (double)st.steps_shared);
     metric(&b, "convoy_batch_tokens_total", "counter", "Tokens over all batches.", (double)st.batch_tokens);
     metric(&b, "convoy_step_seconds_total", "counter", "Time spent in engine steps.", st.step_seconds);
+    metric(&b, "convoy_pipeline_down", "gauge", "1 while the pipeline is down and reconnects are tried.", st.down);
+    metric(&b, "convoy_pipeline_reconnects_total", "counter", "Times the pipeline came back after going down.",
+           (double)st.reconnects);
     if (st.speculating) {
         metric(&b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
                (double)st.spec_rounds);

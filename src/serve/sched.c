@@ -12,6 +12,10 @@
  *      (wait_for_work_locked), ends cancelled requests
  *      (end_cancelled_locked) and moves queued requests into free slots
  *      (admit_locked);
+ *   R. reconnect_when_due: while the pipeline is down (a node failed: the
+ *      engine closed the chain, every running request ended and submits
+ *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
+ *      over, waits doubling from 0.5 s to 4 s, unlocked;
  *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
  *      which also asks the engine for the request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
@@ -118,6 +122,8 @@ struct sv_sched {
     double rate_t[RATE_RING];
     uint64_t rate_n[RATE_RING];
     int rate_head, rate_len;
+    double retry_at;    /* while stats.down: the next reconnect */
+    double retry_wait;  /* and the wait after it, doubling */
 
     /* inference thread only */
     sv_slot *slots;
@@ -221,11 +227,25 @@ static int32_t empty_ended_slots(sv_sched *s)
     return n_freed;
 }
 
-/* B: sleeps while there is nothing to do; false when the scheduler stops. */
+/* B: sleeps while there is nothing to do (while the pipeline is down, at
+ * most until its next reconnect); false when the scheduler stops. */
 static bool wait_for_work_locked(sv_sched *s)
 {
-    while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0)
-        pthread_cond_wait(&s->wake, &s->mu);
+    while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0) {
+        if (!s->stats.down) {
+            pthread_cond_wait(&s->wake, &s->mu);
+            continue;
+        }
+        const double wait = s->retry_at - cv_now_s();
+        if (wait <= 0)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        const double t = (double)until.tv_sec + until.tv_nsec / 1e9 + wait;
+        until.tv_sec = (time_t)t;
+        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->wake, &s->mu, &until);
+    }
     return !s->stopping;
 }
 
@@ -270,6 +290,49 @@ static bool take_work(sv_sched *s, int32_t n_freed)
     return working;
 }
 
+enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000 };
+
+/* A failure took the pipeline down (the engine closed it, releasing its
+ * nodes): the scheduler refuses requests and tries to reconnect, the
+ * first time soon, then less often. */
+static void note_down_locked(sv_sched *s, const char *err)
+{
+    if (s->stats.down || !convoy_ctx_is_down(s->ctx))
+        return;
+    s->stats.down = true;
+    s->stats.failing = true;
+    snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
+    s->retry_wait = RETRY_FIRST_MS / 1e3;
+    s->retry_at = cv_now_s() + s->retry_wait;
+    fprintf(stderr, "convoy serve: the pipeline is down, reconnecting: %s\n", err);
+}
+
+/* R: while the pipeline is down, opens it again once its wait is over
+ * (unlocked: a node's handshake may take a while); every slot is empty by
+ * then, since going down ended every running request. */
+static void reconnect_when_due(sv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    const bool due = s->stats.down && cv_now_s() >= s->retry_at && s->n_held == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!due)
+        return;
+    char err[CV_ERRLEN];
+    const int rc = convoy_ctx_reconnect(s->ctx, err, sizeof err);
+    pthread_mutex_lock(&s->mu);
+    if (rc == 0) {
+        s->stats.down = s->stats.failing = false;
+        s->stats.reconnects++;
+        fprintf(stderr, "convoy serve: the pipeline is back\n");
+    } else {
+        snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
+        s->retry_wait = s->retry_wait * 2 < RETRY_MAX_MS / 1e3 ? s->retry_wait * 2 : RETRY_MAX_MS / 1e3;
+        s->retry_at = cv_now_s() + s->retry_wait;
+        fprintf(stderr, "convoy serve: reconnecting failed, next try in %.1f s: %s\n", s->retry_wait, err);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* C: sets up each admitted slot's sampler (it allocates, so it is done
  * here, out of the step loop); a slot the engine refuses ends its
  * request. */
@@ -283,6 +346,7 @@ static void start_admitted(sv_sched *s)
         if (convoy_set_sampler(s->ctx, i, &sl->req->sampler, err, sizeof err)) {
             pthread_mutex_lock(&s->mu);
             end_slot_locked(s, sl, SV_FINISH_ERROR, err);
+            note_down_locked(s, err);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
@@ -536,6 +600,7 @@ static void fail_running_locked(sv_sched *s, const char *err)
             end_slot_locked(s, sl, SV_FINISH_ERROR, err);
     }
     s->n_flying = 0;
+    note_down_locked(s, err);
 }
 
 static void rate_sample_locked(sv_sched *s, double now)
@@ -586,6 +651,7 @@ static void *sched_main(void *arg)
     sv_sched *s = arg;
     char err[CV_ERRLEN];
     while (take_work(s, empty_ended_slots(s))) {
+        reconnect_when_due(s);
         start_admitted(s);
         const int rc = submit_batches(s, err, sizeof err);
         if (rc != 0 || s->n_flying > 0)
@@ -805,6 +871,9 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     if (s->stopping) {
         cv_errf(err, errlen, "the server is shutting down");
         res = SV_SUBMIT_ERROR;
+    } else if (s->stats.down) {
+        cv_errf(err, errlen, "%s; reconnecting", s->stats.last_error);
+        res = SV_SUBMIT_DOWN;
     } else if (s->q_len >= s->queue_cap + (s->n_slot - s->n_running)) {
         cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d slots "
                              "are in use; try again later", s->q_len, s->queue_cap, s->n_slot);

@@ -15,6 +15,12 @@
  * request's tokens never depend on what else runs: they are the tokens it
  * would get alone. The step loop allocates nothing.
  *
+ * A pipeline that fails (a node died, went silent or refused) ends every
+ * running request with the error and goes down: submits are refused with
+ * SV_SUBMIT_DOWN (the server's 503, naming the failure) and the inference
+ * thread reconnects by itself, after waits doubling from 0.5 s to 4 s,
+ * until the nodes answer again (stats: down, reconnects).
+ *
  * Speculation (sv_sched_set_spec): every decoding sequence then
  * speculates. The decode rows of a batch become, per sequence, its newest
  * token followed by the drafts the convoy_spec proposes for it (one
@@ -62,7 +68,7 @@ typedef enum sv_finish {
     SV_FINISH_ERROR,
 } sv_finish;
 
-typedef enum sv_submit_result { SV_SUBMIT_OK = 0, SV_SUBMIT_FULL, SV_SUBMIT_ERROR } sv_submit_result;
+typedef enum sv_submit_result { SV_SUBMIT_OK = 0, SV_SUBMIT_FULL, SV_SUBMIT_DOWN, SV_SUBMIT_ERROR } sv_submit_result;
 
 typedef struct sv_request_params {
     const int32_t *prompt;    /* copied at submit */
@@ -90,7 +96,9 @@ typedef struct sv_sched_stats {
     uint64_t spec_drafted;         /* drafts sent */
     uint64_t spec_accepted;        /* drafts accepted */
     bool failing;                  /* the last step failed (a pipeline node died, ...) */
+    bool down;                     /* the pipeline is down: requests are refused, reconnects are tried */
     char last_error[512];          /* its message */
+    uint64_t reconnects;           /* times the pipeline came back */
 } sv_sched_stats;
 
 /* ctx must have been created for `model`; the scheduler owns it until
