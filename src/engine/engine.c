@@ -125,7 +125,7 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
     info->n_embd = hp->n_embd;
     info->bos = m->vocab.bos;
     info->eos = m->vocab.eos;
-    info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, true);
+    info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, CV_EMBD_ROW);
 }
 
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,

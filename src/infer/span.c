@@ -29,7 +29,7 @@ uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
     const int32_t l1 = p->l1 < 0 ? m->hp.n_layer : p->l1;
     cv_span_costs c;
     cv_span_costs_of(m, p, &c);
-    return cv_llama_weight_bytes(m, p->l0, l1, false) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
+    return cv_llama_weight_bytes(m, p->l0, l1, p->from_hidden ? CV_EMBD_NONE : CV_EMBD_ALL) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
            (l1 == m->hp.n_layer ? c.head_extra : 0);
 }
 

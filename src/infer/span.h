@@ -52,6 +52,7 @@ typedef struct cv_span_params {
     int32_t n_slot;
     int32_t n_batch;
     bool kv_f16;
+    bool from_hidden;  /* it reads a previous stage's hidden states, never token ids (a node) */
 } cv_span_params;
 
 typedef struct cv_span {

@@ -261,14 +261,14 @@ uint64_t cv_llama_head_bytes(const cv_llama *m)
            tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
 }
 
-uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row)
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_embd_use embd)
 {
     uint64_t total = 0;
     for (int32_t l = l0; l < l1; l++)
         total += cv_llama_layer_bytes(m, l);
-    if (l0 == 0) {
-        const uint64_t embd = tensor_bytes(m, "token_embd.weight");
-        total += embd_one_row ? embd / (uint64_t)m->hp.n_vocab : embd;
+    if (l0 == 0 && embd != CV_EMBD_NONE) {
+        const uint64_t all = tensor_bytes(m, "token_embd.weight");
+        total += embd == CV_EMBD_ROW ? all / (uint64_t)m->hp.n_vocab : all;
     }
     if (l1 == m->hp.n_layer)
         total += cv_llama_head_bytes(m);

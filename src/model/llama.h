@@ -84,11 +84,15 @@ void cv_llama_free(cv_llama *m);
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0; }
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
+/* How much of token_embd a range starting at layer 0 reads: all of it (it
+ * embeds token ids), one row (what one decoded token reads), or none (it
+ * reads hidden states from a previous stage). */
+typedef enum cv_embd_use { CV_EMBD_ALL, CV_EMBD_ROW, CV_EMBD_NONE } cv_embd_use;
+
 /* Bytes of the weights layers [l0, l1) use, read from the tensor directory
- * (any binding): every layer tensor, plus token_embd when l0 == 0 (all of
- * it, or one row when embd_one_row: what one decoded token reads), plus
- * output_norm and the output matrix when l1 == n_layer. */
-uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, bool embd_one_row);
+ * (any binding): every layer tensor, plus token_embd as `embd` says when
+ * l0 == 0, plus output_norm and the output matrix when l1 == n_layer. */
+uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_embd_use embd);
 /* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
 uint64_t cv_llama_head_bytes(const cv_llama *m);

@@ -131,7 +131,8 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
         return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
-                               .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0};
+                               .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
+                               .from_hidden = true};
     *bytes = cv_span_bytes_needed(&n->meta, &p);
     if (n->o->mem_budget && *bytes > n->o->mem_budget) {
         *code = CV_PERR_NO_MEMORY;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_plan_budget.sh: a node never refuses a plan made from its own
+# answer. Two `convoy stage` nodes on loopback with the same --mem, swept
+# in 32 KB steps (less than any tensor of stories260K that a plan could
+# forget) over 4.5 to 6.5 MiB, where stories260K's layers (4096 positions of
+# KV cache each) stop fitting one by one: at every budget the head either
+# plans and generates, or says up front that the nodes cannot hold the
+# model; a node refusing its layers (NO_MEMORY) is a failure.
+#
+# Usage (CTest passes these): test_plan_budget.sh PATH/TO/convoy SOURCE_DIR
+set -uo pipefail
+convoy="${1:?usage: test_plan_budget.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_plan_budget.sh PATH/TO/convoy SOURCE_DIR}"
+shared="${CONVOY_SHARED:-$src/../shared}"
+model="$shared/models/stories260K.gguf"
+. "$src/tests/lib.sh"
+[[ -f "$model" ]] || skip "test data $model not found"
+command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
+
+tmp="$(mktemp -d)"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+failures=0 ran=0 refused_up_front=0
+for ((kb = 4608; kb <= 6656; kb += 32)); do
+    nodes=""
+    pids=()
+    for i in 1 2; do
+        p="$(free_port)"
+        "$convoy" stage --listen "127.0.0.1:$p" -m "$model" --mem "$((kb * 1024))" 2>"$tmp/stage$i.log" &
+        pids+=("$!")
+        nodes="${nodes:+$nodes,}127.0.0.1:$p"
+        for _ in $(seq 100); do grep -q " on port $p," "$tmp/stage$i.log" && break; sleep 0.05; done
+    done
+    out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --nodes "$nodes" 2>&1)"
+    if grep -q "NO_MEMORY" <<<"$out"; then
+        echo "FAIL budget $kb KB: a node refused the plan: $(grep -m1 "NO_MEMORY" <<<"$out")"
+        failures=$((failures + 1))
+    elif grep -q "prefill" <<<"$out"; then
+        ran=$((ran + 1))
+    elif grep -q "offer\|its budget is" <<<"$out"; then
+        refused_up_front=$((refused_up_front + 1))
+    else
+        echo "FAIL budget $kb KB: $out"
+        failures=$((failures + 1))
+    fi
+    kill "${pids[@]}" 2>/dev/null
+    wait 2>/dev/null
+done
+echo "budgets swept: $ran generated, $refused_up_front refused by the planner up front, $failures refused by a node"
+# The sweep must cross the edge, or it tests nothing.
+[[ "$ran" -gt 0 && "$refused_up_front" -gt 0 ]] || { echo "FAIL the sweep did not cross the edge of the fit"; exit 1; }
+[[ "$failures" -eq 0 ]]
