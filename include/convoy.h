@@ -73,7 +73,8 @@ typedef struct convoy_ctx_params {
     const char *nodes;
     const char *split;   /* "a,b,c": layers per node instead of the planner's split */
     const char *wire;    /* activations on the wire: "f32" (default, lossless), "f16" or "q8_0" (lossy) */
-    int32_t timeout_ms;  /* a node's answer must come within this; default 30000 */
+    int32_t timeout_ms;  /* the longest a pipeline may stay silent in a step (no result, no pulse of
+                            a working node): it counts silence, not work; default 30000 */
     bool want_logits;    /* pipelines: return full logits rows (for tests; costs bandwidth) */
 } convoy_ctx_params;
 

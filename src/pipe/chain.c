@@ -388,20 +388,29 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
 
 /* Waits for the RESULT of the flight's FORWARD from the last node, failing
  * on any node's ERROR or lost link. */
+/* Waits for the RESULT of flight fl. The timeout counts silence, not
+ * work: any frame from a node, a working node's pulse included (proto.h),
+ * starts it again; when the chain falls silent, the node whose pulse came
+ * last (it stopped while working) or else the last node is named. */
 static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, char *err, size_t errlen)
 {
     const uint32_t id = fl->id;
     const int last = c->active[c->n_active - 1];
-    const int64_t t0 = cv_now_ms();
+    int64_t heard = cv_now_ms();
+    int pulsed = -1;
     for (;;) {
-        const int64_t waited = cv_now_ms() - t0;
-        if (waited >= c->o.io_timeout_ms) {
+        const int64_t silent = cv_now_ms() - heard;
+        if (silent >= c->o.io_timeout_ms) {
             c->broken = true;
-            return cv_errf(err, errlen, "node %s: no result within %d ms", c->addr[last], c->o.io_timeout_ms);
+            return cv_errf(err, errlen, "node %s: no result and no sign of work for %d ms",
+                           c->addr[pulsed >= 0 ? pulsed : last], c->o.io_timeout_ms);
         }
         cv_inbox_event ev;
-        if (cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - waited), &ev) == CV_LINK_TIMEOUT)
+        if (cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - silent), &ev) == CV_LINK_TIMEOUT)
             continue;
+        heard = cv_now_ms();
+        if (ev.ok && ev.frame.h.type == CV_MSG_PONG && ev.frame.h.id == 0)
+            pulsed = ev.source;
         if (!ev.ok) {
             snprintf(err, errlen, "%s", ev.err);
             return broken(c);

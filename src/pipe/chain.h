@@ -13,7 +13,8 @@
  * first node as one FORWARD,
  * and waits for the last node's RESULT: one sampled id per wanted token
  * (and, with opts->want_logits, the full logits rows). A node that
- * refuses, disconnects, stalls past opts->io_timeout_ms or sends garbage
+ * refuses, disconnects, falls silent (no frame, not even a working node's
+ * pulse, see proto.h) for opts->io_timeout_ms or sends garbage
  * makes the call fail with a message naming that node; the chain is then
  * unusable (cv_chain_close it). Sequence operations and sampler settings
  * travel the chain in order with the FORWARDs. One thread uses a chain. */
@@ -46,7 +47,7 @@ typedef struct cv_chain_opts {
     bool kv_f16;              /* every stage's KV cache in F16 instead of F32 */
     bool want_logits;         /* RESULT carries full logits rows (tests) */
     int connect_timeout_ms;
-    int io_timeout_ms;        /* the whole answer to a step must come within this */
+    int io_timeout_ms;        /* the longest the nodes may stay silent in a step: a working node pulses */
 } cv_chain_opts;
 
 cv_chain_opts cv_chain_default_opts(void);

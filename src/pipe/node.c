@@ -11,6 +11,8 @@
  * a test mode, grows the result buffer once). */
 #include "pipe/node.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +53,13 @@ typedef struct node {
     uint8_t *res_buf;
     size_t res_cap;
     cv_msg_stats stats; /* compute time, steps and rows of this session */
+
+    /* the pulse: see pulse_main */
+    pthread_t pulse;
+    pthread_mutex_t pulse_mu;
+    pthread_cond_t pulse_cv;
+    bool pulse_stop;    /* under pulse_mu */
+    atomic_bool working; /* a FORWARD is being computed */
 } node;
 
 static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
@@ -374,7 +383,11 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     if (!has_head(n) && cv_fwd_out_reclaim(&n->out[n->cur], n->next, err, errlen))
         return -1;
     const uint64_t t0 = cv_now_ns();
-    if (cv_span_step(&n->span, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why, sizeof why))
+    atomic_store(&n->working, true);
+    const int stepped = cv_span_step(&n->span, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why,
+                                     sizeof why);
+    atomic_store(&n->working, false);
+    if (stepped)
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
     n->stats.compute_ns += cv_now_ns() - t0;
     n->stats.steps++;
@@ -435,7 +448,7 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
 }
 
 /* The session's main loop: until the head leaves or a link fails. */
-static void serve_session(node *n)
+static void serve_frames(node *n)
 {
     char err[CV_ERRLEN];
     cv_inbox_init(&n->inbox);
@@ -485,11 +498,60 @@ static void serve_session(node *n)
     }
 }
 
+/* While a FORWARD is computed, a pulse (an unasked PONG, id 0) goes to the
+ * head every CV_PULSE_MS, so that the head's timeout measures silence, not
+ * work: a long prefill on a slow node is not taken for a dead one, and a
+ * stopped node still falls silent. Steps shorter than that send nothing. */
+static void *pulse_main(void *arg)
+{
+    node *n = arg;
+    char err[CV_ERRLEN];
+    uint8_t buf[CV_MSG_PING_SIZE];
+    size_t len;
+    pthread_mutex_lock(&n->pulse_mu);
+    while (!n->pulse_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += CV_PULSE_MS % 1000 * 1000000L;
+        until.tv_sec += CV_PULSE_MS / 1000 + until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&n->pulse_cv, &n->pulse_mu, &until);
+        if (n->pulse_stop || !atomic_load(&n->working))
+            continue;
+        pthread_mutex_unlock(&n->pulse_mu);
+        /* a dead link is the session's to see */
+        const cv_msg_ping pulse = {.nonce = 0, .timestamp = (uint64_t)cv_now_ns()};
+        if (cv_msg_ping_encode(&pulse, buf, sizeof buf, &len, err, sizeof err) == 0)
+            cv_link_send(n->head, CV_MSG_PONG, 0, buf, len, err, sizeof err);
+        pthread_mutex_lock(&n->pulse_mu);
+    }
+    pthread_mutex_unlock(&n->pulse_mu);
+    return NULL;
+}
+
+/* The session: the pulse beside the loop over frames. */
+static void serve_session(node *n)
+{
+    n->pulse_stop = false;
+    atomic_store(&n->working, false);
+    const bool pulsing = pthread_create(&n->pulse, NULL, pulse_main, n) == 0;
+    serve_frames(n);
+    if (pulsing) {
+        pthread_mutex_lock(&n->pulse_mu);
+        n->pulse_stop = true;
+        pthread_cond_signal(&n->pulse_cv);
+        pthread_mutex_unlock(&n->pulse_mu);
+        pthread_join(n->pulse, NULL);
+    }
+}
+
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
 {
     node n;
     memset(&n, 0, sizeof n);
     n.o = o;
+    pthread_mutex_init(&n.pulse_mu, NULL);
+    pthread_cond_init(&n.pulse_cv, NULL);
     char host[CV_PROTO_ADDR_MAX + 1];
     int port;
     if (cv_parse_addr(o->listen, host, sizeof host, &port, err, errlen))

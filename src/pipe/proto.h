@@ -105,6 +105,10 @@
  *       CV_PROTO_MAX_TOP); every float finite. FREE resets n_probs to 0.
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
+ *       The pulse: a node computing a FORWARD for longer than CV_PULSE_MS
+ *       sends the head an unasked PONG (id 0, nonce 0, its clock) every
+ *       CV_PULSE_MS until it is done, so that the head times out silence,
+ *       not work.
  *    BYE = 9: empty; the sender closes after it.
  *    STATS = 10 (head -> node): empty; asks for the node's counters.
  *    STATS_OK = 11 (node -> head): 32 bytes: u64 compute_ns (time spent in
@@ -418,6 +422,7 @@ int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char
 /* ---- PING / PONG / BYE ---- */
 
 #define CV_MSG_PING_SIZE 16
+#define CV_PULSE_MS 500
 
 typedef struct cv_msg_ping {
     uint64_t nonce;
