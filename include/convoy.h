@@ -96,6 +96,10 @@ int32_t convoy_ctx_n_batch(const convoy_ctx *c);
  * is never down. */
 bool convoy_ctx_is_down(const convoy_ctx *c);
 int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen);
+/* An idle pipeline's health check, with no batch in flight: every node must
+ * answer within the timeout, else the pipeline goes down (-1, naming the
+ * node). 0 on one machine. */
+int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen);
 
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with

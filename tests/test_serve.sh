@@ -25,7 +25,8 @@
 # 4. serves it over this machine and one stage, kills the stage while a
 #    request streams and starts it again 3 s later: the stream ends with an
 #    error naming the node, requests meanwhile get 503, and the same server
-#    serves again by itself once the node is back, with the same text;
+#    serves again by itself once the node is back, with the same text; then
+#    stops the stage while idle (/health turns 503) and continues it (200);
 # 5. checks that SIGTERM stops each server cleanly.
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
@@ -277,6 +278,14 @@ fi
 # ends with an error naming the node, requests meanwhile get a 503 naming
 # it, /health says 503; then the server serves again by itself (the same
 # process): /health 200, the same text as before, one reconnect counted.
+health_becomes() { # health_becomes CODE TRIES: polls /health every 0.1 s until it answers CODE
+    for _ in $(seq "$2"); do
+        code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
+        [[ "$code" == "$1" ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 completion_text() { # completion_text BODY: the text of a non-streamed completion
     curl -s --max-time 30 "$base/completions" -d "$1" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
@@ -316,11 +325,7 @@ if command -v python3 >/dev/null; then
             [[ "$code" == 503 ]] && pass "while the node is away: /health 503" || fail "while the node is away: /health $code"
             sleep 3
             start_stage "$p" "$tmp/stage-rs.log"
-            for _ in $(seq 200); do
-                code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
-                [[ "$code" == 200 ]] && break
-                sleep 0.1
-            done
+            health_becomes 200 200
             [[ "$code" == 200 ]] && pass "the node is back: /health 200 without a restart" ||
                 fail "the node is back but /health says $code (log: $(tail -3 "$tmp/serve-rs.log"))"
             after="$(completion_text "$body")"
@@ -329,6 +334,15 @@ if command -v python3 >/dev/null; then
                 fail "after the restart: '$after', before: '$before'"
             curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_reconnects_total 1$' &&
                 pass "/metrics counts one reconnect" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep pipeline)"
+            # stopped while idle: the idle check (every 2 s, --timeout 5000)
+            # finds it; continued, it is served again
+            kill -STOP "$stage_pid"
+            health_becomes 503 150 && pass "a stage stopped while idle: /health 503 within 15 s" ||
+                fail "a stage stopped while idle: /health still $code"
+            kill -CONT "$stage_pid"
+            health_becomes 200 150 && [[ "$(completion_text "$body")" == "$before" ]] &&
+                pass "the stage continued: /health 200 and the same text" ||
+                fail "the stage continued: /health $code (log: $(tail -3 "$tmp/serve-rs.log"))"
         else
             fail "no stream could be caught mid-way"
         fi

@@ -248,6 +248,15 @@ static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
 
 bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
 
+int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen)
+{
+    if (!c->pipeline)
+        return 0;
+    if (!c->chain)
+        return pipeline_down(c, err, errlen);
+    return cv_chain_ping(c->chain, err, errlen) ? chain_failed(c, err) : 0;
+}
+
 int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen)
 {
     if (!convoy_ctx_is_down(c))

@@ -567,6 +567,48 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->local.kv.len[seq]; }
 int32_t cv_chain_n_ctx(const cv_chain *c) { return c->local.kv.n_ctx; }
 
+int cv_chain_ping(cv_chain *c, char *err, size_t errlen)
+{
+    if (c->broken)
+        return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
+    if (c->in_flight)
+        return cv_errf(err, errlen, "%d batches are in flight", c->in_flight);
+    uint8_t buf[CV_MSG_PING_SIZE];
+    size_t len;
+    const uint32_t id = ++c->next_id;
+    const cv_msg_ping ping = {.nonce = id, .timestamp = cv_now_ns()};
+    if (cv_msg_ping_encode(&ping, buf, sizeof buf, &len, err, errlen))
+        return -1;
+    bool answered[CV_CHAIN_MAX_NODES] = {0};
+    for (int k = 0; k < c->n_active; k++)
+        if (cv_link_send(c->link[c->active[k]], CV_MSG_PING, id, buf, len, err, errlen))
+            return broken(c);
+    const int64_t t0 = cv_now_ms();
+    for (int n_answered = 0; n_answered < c->n_active;) {
+        const int64_t waited = cv_now_ms() - t0;
+        cv_inbox_event ev;
+        if (waited >= c->o.io_timeout_ms ||
+            cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - waited), &ev) == CV_LINK_TIMEOUT)
+            break;
+        if (!ev.ok) {
+            snprintf(err, errlen, "%s", ev.err);
+            return broken(c);
+        }
+        if (ev.frame.h.type == CV_MSG_PONG && ev.frame.h.id == id && !answered[ev.source]) {
+            answered[ev.source] = true;
+            n_answered++;
+        }
+        cv_link_release(c->link[ev.source], &ev.frame);
+    }
+    for (int k = 0; k < c->n_active; k++)
+        if (!answered[c->active[k]]) {
+            cv_errf(err, errlen, "node %s: no answer to a PING within %d ms", c->addr[c->active[k]],
+                    c->o.io_timeout_ms);
+            return broken(c);
+        }
+    return 0;
+}
+
 int cv_chain_node_stats(cv_chain *c, int k, cv_msg_stats *out, char *err, size_t errlen)
 {
     if (c->broken || k < 0 || k >= c->n_active)

@@ -86,6 +86,11 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen);
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq);
 int32_t cv_chain_n_ctx(const cv_chain *c);
 
+/* Asks every serving node for a PONG (no batch may be in flight): 0 when
+ * all answered within opts->io_timeout_ms, else -1 naming the first that
+ * did not, and the chain is broken. An idle chain's health check. */
+int cv_chain_ping(cv_chain *c, char *err, size_t errlen);
+
 /* What the chain did: the plan and the traffic, for benchmarks. */
 typedef struct cv_chain_stats {
     int32_t n_local;        /* layers [0, n_local) run here */

@@ -15,7 +15,9 @@
  *   R. reconnect_when_due: while the pipeline is down (a node failed: the
  *      engine closed the chain, every running request ended and submits
  *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
- *      over, waits doubling from 0.5 s to 4 s, unlocked;
+ *      over, waits doubling from 0.5 s to 4 s, unlocked; check_when_idle:
+ *      every 2 s without a step, the engine's health check (a pipeline's
+ *      nodes must answer a PING), which takes a silent pipeline down;
  *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
  *      which also asks the engine for the request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
@@ -124,6 +126,7 @@ struct sv_sched {
     int rate_head, rate_len;
     double retry_at;    /* while stats.down: the next reconnect */
     double retry_wait;  /* and the wait after it, doubling */
+    double check_at;    /* while idle: the next health check of the engine */
 
     /* inference thread only */
     sv_slot *slots;
@@ -227,16 +230,13 @@ static int32_t empty_ended_slots(sv_sched *s)
     return n_freed;
 }
 
-/* B: sleeps while there is nothing to do (while the pipeline is down, at
- * most until its next reconnect); false when the scheduler stops. */
+/* B: sleeps while there is nothing to do, at most until the next health
+ * check (or, while the pipeline is down, the next reconnect); false when
+ * the scheduler stops. */
 static bool wait_for_work_locked(sv_sched *s)
 {
     while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0) {
-        if (!s->stats.down) {
-            pthread_cond_wait(&s->wake, &s->mu);
-            continue;
-        }
-        const double wait = s->retry_at - cv_now_s();
+        const double wait = (s->stats.down ? s->retry_at : s->check_at) - cv_now_s();
         if (wait <= 0)
             break;
         struct timespec until;
@@ -290,7 +290,7 @@ static bool take_work(sv_sched *s, int32_t n_freed)
     return working;
 }
 
-enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000 };
+enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000, CHECK_MS = 2000 };
 
 /* A failure took the pipeline down (the engine closed it, releasing its
  * nodes): the scheduler refuses requests and tries to reconnect, the
@@ -330,6 +330,26 @@ static void reconnect_when_due(sv_sched *s)
         s->retry_at = cv_now_s() + s->retry_wait;
         fprintf(stderr, "convoy serve: reconnecting failed, next try in %.1f s: %s\n", s->retry_wait, err);
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* R: an idle engine is checked every CHECK_MS (a pipeline's nodes must
+ * answer a PING), so that /health and the next request learn of a node
+ * that died or stopped while nobody asked; unlocked. */
+static void check_when_idle(sv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    const bool due = !s->stats.down && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0 &&
+                     cv_now_s() >= s->check_at;
+    pthread_mutex_unlock(&s->mu);
+    if (!due)
+        return;
+    char err[CV_ERRLEN];
+    const int rc = convoy_ctx_check(s->ctx, err, sizeof err);
+    pthread_mutex_lock(&s->mu);
+    s->check_at = cv_now_s() + CHECK_MS / 1e3;
+    if (rc)
+        note_down_locked(s, err);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -633,6 +653,7 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
     pthread_mutex_lock(&s->mu);
     s->stats.failing = rc != 0;
     if (rc == 0) {
+        s->check_at = t1 + CHECK_MS / 1e3; /* a step is a check */
         count_step_locked(s, f, t1);
         distribute_locked(s, f, t1);
         s->f_oldest = (s->f_oldest + 1) % s->depth;
@@ -652,6 +673,7 @@ static void *sched_main(void *arg)
     char err[CV_ERRLEN];
     while (take_work(s, empty_ended_slots(s))) {
         reconnect_when_due(s);
+        check_when_idle(s);
         start_admitted(s);
         const int rc = submit_batches(s, err, sizeof err);
         if (rc != 0 || s->n_flying > 0)

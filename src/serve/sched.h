@@ -19,7 +19,9 @@
  * running request with the error and goes down: submits are refused with
  * SV_SUBMIT_DOWN (the server's 503, naming the failure) and the inference
  * thread reconnects by itself, after waits doubling from 0.5 s to 4 s,
- * until the nodes answer again (stats: down, reconnects).
+ * until the nodes answer again (stats: down, reconnects). An idle engine is
+ * checked every 2 s (convoy_ctx_check), so a node that dies or stops while
+ * nobody asks takes the pipeline down too.
  *
  * Speculation (sv_sched_set_spec): every decoding sequence then
  * speculates. The decode rows of a batch become, per sequence, its newest
