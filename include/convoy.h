@@ -10,7 +10,7 @@
  * composition and thread count. One thread at a time may use a convoy_ctx
  * (the engine is owned by one inference thread); a convoy_model may be
  * shared read-only. Failures return -1 (or NULL) with a message in err.
- * The kernels for this CPU are selected by the first model load.
+ * The kernels for this CPU are selected when the program starts.
  *
  * This header includes only standard headers: src/engine/ implements it
  * over the layers below (infer/ for one machine, pipe/ for a chain). */

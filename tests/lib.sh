@@ -10,3 +10,22 @@ skip() {
     echo "SKIP: $*"
     exit 0
 }
+
+# free_port: a TCP port of 127.0.0.1 that nothing listens on now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_local_stage CONVOY LOG PORT ARGS...: `convoy stage` on
+# 127.0.0.1:PORT with ARGS (-m MODEL, ...), its stderr appended to LOG;
+# sets stage_pid and returns once the stage listens (at most 5 s).
+start_local_stage() {
+    local convoy="$1" log="$2" port="$3"
+    shift 3
+    "$convoy" stage --listen "127.0.0.1:$port" "$@" 2>>"$log" &
+    stage_pid=$!
+    for _ in $(seq 100); do
+        grep -q " on port $port," "$log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+}

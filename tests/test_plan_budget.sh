@@ -20,7 +20,6 @@ command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
 tmp="$(mktemp -d)"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 failures=0 ran=0 refused_up_front=0
 for ((kb = 4608; kb <= 6656; kb += 32)); do
@@ -28,10 +27,10 @@ for ((kb = 4608; kb <= 6656; kb += 32)); do
     pids=()
     for i in 1 2; do
         p="$(free_port)"
-        "$convoy" stage --listen "127.0.0.1:$p" -m "$model" --mem "$((kb * 1024))" 2>"$tmp/stage$i.log" &
-        pids+=("$!")
+        : >"$tmp/stage$i.log"
+        start_local_stage "$convoy" "$tmp/stage$i.log" "$p" -m "$model" --mem "$((kb * 1024))"
+        pids+=("$stage_pid")
         nodes="${nodes:+$nodes,}127.0.0.1:$p"
-        for _ in $(seq 100); do grep -q " on port $p," "$tmp/stage$i.log" && break; sleep 0.05; done
     done
     out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --nodes "$nodes" 2>&1)"
     if grep -q "NO_MEMORY" <<<"$out"; then

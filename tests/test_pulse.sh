@@ -28,10 +28,9 @@ prompt="$(python3 -c 'print(" ".join(["The quick brown fox jumps over the lazy d
 
 start_stage() {
     local port
-    port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    "$convoy" stage --listen "127.0.0.1:$port" -m "$model" 2>"$tmp/stage.log" &
-    stage_pid=$!
-    for _ in $(seq 100); do grep -q " on port $port," "$tmp/stage.log" && break; sleep 0.05; done
+    port="$(free_port)"
+    : >"$tmp/stage.log"
+    start_local_stage "$convoy" "$tmp/stage.log" "$port" -m "$model"
     nodes="local,127.0.0.1:$port"
 }
 run_long() {

@@ -199,16 +199,10 @@ if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --cha
 fi
 
 # 2. a pipeline of two stages on loopback
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# start_stage PORT LOG: a `convoy stage` on 127.0.0.1:PORT (stage_pid), once it listens.
+# start_stage PORT LOG: the model's `convoy stage` on 127.0.0.1:PORT (stage_pid), once it listens.
 start_stage() {
-    "$convoy" stage --listen "127.0.0.1:$1" -m "$model" 2>>"$2" &
-    stage_pid=$!
+    start_local_stage "$convoy" "$2" "$1" -m "$model"
     pids+=("$stage_pid")
-    for _ in $(seq 100); do
-        grep -q " on port $1," "$2" && break
-        sleep 0.1
-    done
 }
 if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
     nodes=""

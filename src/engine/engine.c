@@ -16,7 +16,6 @@
 #include "core/err.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
-#include "kernels/kernels.h"
 #include "pipe/chain.h"
 #include "model/llama.h"
 #include "model/vocab.h"
@@ -60,7 +59,6 @@ struct convoy_detok {
 
 convoy_model *convoy_model_load(const char *path, char *err, size_t errlen)
 {
-    cv_kernels_ensure();
     convoy_model *m = cv_calloc(1, sizeof *m);
     if (!m || !(m->path = cv_malloc(strlen(path) + 1))) {
         cv_free(m);

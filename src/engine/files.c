@@ -183,7 +183,6 @@ static void print_tensors(FILE *out, const gguf_file *f)
 
 int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
 {
-    cv_kernels_ensure();
     gguf_file f;
     if (gguf_open(&f, path, err, errlen))
         return -1;
@@ -205,7 +204,6 @@ int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
 
 int convoy_file_get_stats(const char *path, convoy_file_stats *st, char *err, size_t errlen)
 {
-    cv_kernels_ensure();
     gguf_file f;
     if (gguf_open(&f, path, err, errlen))
         return -1;
@@ -257,7 +255,6 @@ bool convoy_tensor_type_known(const char *name)
 int convoy_quantize_file(const char *in, const char *out, const char *type, const char *output_type,
                          int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen)
 {
-    cv_kernels_ensure();
     cv_quantize_params p = {.output_type = CV_TYPE_COUNT, .n_threads = threads_or_cpus(n_threads)};
     if (cv_quant_parse_type(type, &p.type, &p.k_mix))
         return cv_errf(err, errlen, "unknown type '%s'", type);
@@ -305,7 +302,6 @@ const char *convoy_synth_shape_name(int32_t i)
 int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tensor_note_fn note, void *user,
                       char *err, size_t errlen)
 {
-    cv_kernels_ensure();
     cv_synth_params q;
     cv_synth_defaults(&q); /* what p does not say: rms eps */
     if (cv_quant_parse_type(p->type, &q.type, &q.k_mix))

@@ -36,7 +36,6 @@ uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
 int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
-    cv_kernels_ensure();
     if (p->n_threads < 1 || p->n_threads > 256 || p->n_slot < 1 || p->n_slot > 4096 || p->n_batch < 1 || p->n_ctx < 0)
         return cv_errf(err, errlen, "bad span parameters (threads %d, slots %d, batch %d, context %d)", p->n_threads,
                        p->n_slot, p->n_batch, p->n_ctx);
@@ -193,7 +192,6 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
 
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
-    cv_kernels_ensure(); /* a node probes before it opens any span: time the kernels it will run */
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, "blk.0.attn_q.weight");
     const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
     if (!tt || !tt->vec_dot)

@@ -19,8 +19,6 @@
  * each output the bits of that vec_dot. */
 #include "kernels/kernels.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,13 +123,10 @@ static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
-static atomic_bool kernels_chosen; /* cv_kernels_init has run */
-static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
 
 void cv_kernels_init(int force_ref)
 {
-    atomic_store(&kernels_chosen, true);
     const char *env = getenv("CONVOY_KERNELS");
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
@@ -166,13 +161,10 @@ void cv_kernels_init(int force_ref)
     traits = traits_best;
 }
 
-static void kernels_default(void)
-{
-    if (!atomic_load(&kernels_chosen))
-        cv_kernels_init(0);
-}
-
-void cv_kernels_ensure(void) { pthread_once(&kernels_once, kernels_default); }
+/* The kernels for this CPU are chosen when the program starts, before any
+ * caller can compute: no caller has to remember to (a node's speed probe
+ * once timed the reference kernels that way). A test may choose again. */
+__attribute__((constructor)) static void kernels_at_start(void) { cv_kernels_init(0); }
 
 const char *cv_kernels_name(void)
 {

@@ -13,8 +13,8 @@
  * - cv_kernels_init() selects the implementation once: AVX2 when the CPU
  *   has AVX2, FMA and F16C, NEON on arm64, else the reference. The
  *   environment variable CONVOY_KERNELS=ref (or cv_kernels_init(1)) forces
- *   the reference. It must run before any other call here; the engine
- *   runs it through cv_kernels_ensure, a test may call it first.
+ *   the reference. It runs by itself when the program starts (a
+ *   constructor); a test may call it again to force the reference.
  * - Each output element of cv_matmul_rows has the bits of one vec_dot call
  *   (many-token products share work between outputs, never the order of
  *   an output's sums), which do not depend on how many rows or tokens are
@@ -54,9 +54,6 @@ typedef struct cv_type_traits {
 
 /* kind: 0 = best for this CPU (or env override), 1 = force reference. */
 void cv_kernels_init(int force_ref);
-/* cv_kernels_init(0) unless some cv_kernels_init ran before: whatever
- * computes calls this first (model load, a span), so that no caller has to. */
-void cv_kernels_ensure(void);
 /* "avx2", "neon" or "ref": what cv_kernels_init selected. */
 const char *cv_kernels_name(void);
 

@@ -510,11 +510,7 @@ static void *pulse_main(void *arg)
     size_t len;
     pthread_mutex_lock(&n->pulse_mu);
     while (!n->pulse_stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += CV_PULSE_MS % 1000 * 1000000L;
-        until.tv_sec += CV_PULSE_MS / 1000 + until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        const struct timespec until = cv_deadline_ms(CV_PULSE_MS);
         pthread_cond_timedwait(&n->pulse_cv, &n->pulse_mu, &until);
         if (n->pulse_stop || !atomic_load(&n->working))
             continue;

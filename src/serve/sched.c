@@ -239,11 +239,7 @@ static bool wait_for_work_locked(sv_sched *s)
         const double wait = (s->stats.down ? s->retry_at : s->check_at) - cv_now_s();
         if (wait <= 0)
             break;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        const double t = (double)until.tv_sec + until.tv_nsec / 1e9 + wait;
-        until.tv_sec = (time_t)t;
-        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        const struct timespec until = cv_deadline_ms((int64_t)(wait * 1e3) + 1);
         pthread_cond_timedwait(&s->wake, &s->mu, &until);
     }
     return !s->stopping;
@@ -917,14 +913,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
 int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish)
 {
     sv_sched *s = r->sched;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    const struct timespec until = cv_deadline_ms(timeout_ms);
     pthread_mutex_lock(&s->mu);
     while (r->state != RQ_DONE && r->n_out <= n_seen)
         if (pthread_cond_timedwait(&r->cond, &s->mu, &until))
