@@ -112,11 +112,15 @@ static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
         {"ctx", 0, ARG_INT, .dst = &cp->n_ctx, .lo = 2, .hi = 1 << 24},
         {"batch", 0, ARG_INT, .dst = &cp->n_batch, .lo = 1, .hi = 1 << 16},
         {"mem", 0, ARG_BYTES, .dst = &cp->mem_budget},
-        {"timeout", 0, ARG_INT, .dst = &cp->timeout_ms, .lo = 1, .hi = 1 << 30},
+        {"peer-timeout", 0, ARG_INT, .dst = &cp->timeout_ms, .lo = 1, .hi = 1 << 30},
+        {"standby", 0, ARG_STR, .dst = &cp->standby},
+        {"failover-wait", 0, ARG_INT, .dst = &cp->failover_wait_ms, .lo = 0, .hi = 1 << 30},
         {"kv-type", 0, ARG_KV_TYPE, .dst = &cp->kv_f16},
         {"nodes", 0, ARG_STR, .dst = &cp->nodes},
         {"split", 0, ARG_STR, .dst = &cp->split},
         {"wire", 0, ARG_STR, .dst = &cp->wire},
+        {"key", 0, ARG_STR, .dst = &cp->key_file},
+        {"insecure", 0, ARG_FLAG, .dst = &cp->insecure},
     };
     return append(all, n, engine, sizeof engine / sizeof engine[0]);
 }

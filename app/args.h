@@ -44,7 +44,7 @@ typedef struct arg_cmd {
     void (*usage)(FILE *f);
     const arg_opt *opts;       /* the command's own options; the last entry has no names */
     convoy_ctx_params *engine; /* not NULL: the engine options too (-t, --ctx, --batch, --kv-type, --mem,
-                                  --nodes, --split, --wire, --timeout) */
+                                  --nodes, --split, --wire, --peer-timeout, --standby, --key, --insecure) */
     arg_spec *spec;            /* not NULL: the speculation options too */
     const char **args;         /* the positional arguments go here: exactly n_args of them */
     int n_args;

@@ -15,9 +15,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy eval -m MODEL --tokens IDS.json --logits OUT.f32 [-t THREADS] [--batch N] "
                "[--kv-type f32|f16]\n"
-               "                   [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]]\n"
+               "                   [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
+               "                    [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]]\n"
                "  IDS.json: an object whose \"tokens\" is the list of ids; with --nodes the logits\n"
-               "  are those computed at the pipeline's last stage\n");
+               "  are those computed at the pipeline's last stage\n"
+               "  --key FILE: the cluster key (`convoy keygen FILE`) that the stages hold too: every link is\n"
+               "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n");
 }
 
 /* Reads the "tokens" array of a JSON file into a malloc'ed array. */

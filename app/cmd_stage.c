@@ -1,5 +1,7 @@
 /* cmd_stage.c: `convoy stage`: a pipeline node. Serves heads one after
  * another until SIGINT or SIGTERM. */
+#include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,8 +21,14 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy stage --listen HOST:PORT -m MODEL [--mem BYTES] [-t THREADS] [--timeout MS]\n"
-               "  serves the layers a head assigns, from this machine's copy of MODEL (checked by\n"
-               "  fingerprint); --mem caps the memory it may use (e.g. 1.5G)\n");
+               "                    [--key FILE] [--insecure]\n"
+               "  serves the layers a head assigns, from this machine's copy of MODEL (its tensors'\n"
+               "  hashes checked against the head's, cached in MODEL.convoy-hashes); --mem caps its\n"
+               "  resident memory, touched weight pages included (e.g. 1.5G; default: MemAvailable\n"
+               "  when it starts); a session whose head sends nothing for --timeout MS ends\n"
+               "  --key FILE: the cluster key (`convoy keygen FILE`, the same on the head and every stage):\n"
+               "  only peers that prove it are served, and every link is encrypted; refusals are logged.\n"
+               "  Without --key, listening on an address that is not loopback needs --insecure.\n");
 }
 
 int cmd_stage(int argc, char **argv)
@@ -32,6 +40,8 @@ int cmd_stage(int argc, char **argv)
         {"mem", 0, ARG_BYTES, .dst = &o.mem_budget},
         {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256},
         {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},
+        {"key", 0, ARG_STR, .dst = &o.key_file},
+        {"insecure", 0, ARG_FLAG, .dst = &o.insecure},
         {0},
     };
     const arg_cmd cmd = {.name = "stage", .usage = usage, .opts = opts};
@@ -45,6 +55,17 @@ int cmd_stage(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* the node's memory count (pipe/plan.h) holds for this process: every
+     * thread's stack is CV_PLAN_THREAD_STACK, and a large block goes back
+     * to the system when freed (a fixed threshold: glibc's adaptive one
+     * would keep an ended session's freed buffers on the heap) */
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setstacksize(&attr, CV_PLAN_THREAD_STACK);
+        pthread_setattr_default_np(&attr);
+        pthread_attr_destroy(&attr);
+    }
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
     if (cv_node_serve(&o, err, sizeof err)) {
         fprintf(stderr, "convoy stage: %s\n", err);
         return 1;

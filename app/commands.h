@@ -13,5 +13,6 @@ int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_stage(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 #endif

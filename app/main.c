@@ -16,6 +16,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},
     {"eval", cmd_eval, "eval -m MODEL --tokens IDS.json --logits OUT.f32: teacher-forced logits"},
     {"quantize", cmd_quantize, "quantize IN OUT TYPE: convert weights to F16/BF16/Q8_0/Q4_0"},
+    {"keygen", cmd_keygen, "keygen FILE: a new cluster key for --key (mode 0600)"},
     {"synth", cmd_synth, "synth --shape NAME|--dims ... --type T -o OUT: deterministic random model"},
 };
 

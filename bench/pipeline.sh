@@ -56,7 +56,7 @@ hosts)
     bash scripts/cluster.sh up 5 >/dev/null
     for h in 1 2 3 4; do
         bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) build/convoy stage \
-            --listen "10.77.0.$((h + 1)):7000" -m "$model" 2>/dev/null &
+            --listen "10.77.0.$((h + 1)):7000" -m "$model" --insecure 2>/dev/null &
         pids+=($!)
         wait_port 0 "10.77.0.$((h + 1))" 7000
     done

@@ -1,59 +1,102 @@
 #!/usr/bin/env bash
-# pipeline_8b.sh: a model larger than any node's budget, served by 4 nodes.
+# pipeline_8b.sh: a model larger than any node's budget, served by 4 nodes,
+# each within its --mem.
 #
 # Makes (once) a synthetic Llama-3.1-8B-shaped Q4_0 model (about 4.1 GB) in
 # bench/out/models, then:
 #  1. a single machine with --mem 1.5G refuses it, naming what it needs;
 #  2. a single node started with --mem 1.5G refuses it (the head's plan);
-#  3. 4 stages, each on its own test host with --mem 1.5G, serve it: the
-#     head generates TOKENS (default 16) greedy tokens, identical to the
-#     unsplit model's on this (larger) machine when UNSPLIT=1;
-# and prints each stage's layers and peak resident memory (VmHWM), which grows
-# with its share of the model, not with the file.
+#  3. 4 stages, each on its own test host with the same --mem, at the edge
+#     of the fit: the smallest budget (to STEP_MB, default 8 MB) at which the
+#     head plans the model over them, found by bisection with 1-token runs,
+#     and that budget + 5%. At each the head generates TOKENS (default 16)
+#     greedy tokens (identical to the unsplit model's on this larger machine
+#     when UNSPLIT=1), and the script prints each stage's layers and peak
+#     resident memory (VmHWM: anonymous memory and touched weight pages)
+#     against its --mem; a stage over it is a failure (exit 1).
+# BUILD (default build) is the build folder; CONVOY_CLUSTER_PREFIX (default
+# cveight) names the test hosts, so two runs on one machine can coexist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tokens="${TOKENS:-16}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
+tokens="${TOKENS:-16}" step_mb="${STEP_MB:-8}" build="${BUILD:-build}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+make --no-print-directory -C "$build" -j2 convoy >/dev/null
+convoy="$build/convoy"
 mkdir -p bench/out/models
 model=bench/out/models/llama-8b-q4_0.gguf
-[[ -f "$model" ]] || build/convoy synth --shape llama-3.1-8b --type Q4_0 -o "$model" >/dev/null
+[[ -f "$model" ]] || "$convoy" synth --shape llama-3.1-8b --type Q4_0 -o "$model" >/dev/null
 echo "model: $model, $(stat -c %s "$model") bytes"
 
-export CONVOY_CLUSTER_PREFIX=cveight
+export CONVOY_CLUSTER_PREFIX="${CONVOY_CLUSTER_PREFIX:-cveight}"
+logs="bench/out/8b-$CONVOY_CLUSTER_PREFIX"
+mkdir -p "$logs"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
 bash scripts/cluster.sh up 5 >/dev/null
 on() { bash scripts/cluster.sh run "$@"; }
 addr() { echo "10.77.0.$(($1 + 1))"; }
+# start_stage HOST BUDGET: a stage on test host HOST with --mem BUDGET; its
+# pid is stage_pid[HOST]
+declare -A stage_pid
 start_stage() {
-    bash scripts/cluster.sh run "$1" build/convoy stage --listen "$(addr "$1"):7000" -m "$model" --mem 1.5G \
-        2>"bench/out/stage$1.log" &
+    bash scripts/cluster.sh run "$1" "$convoy" stage --listen "$(addr "$1"):7000" -m "$model" --mem "$2" --insecure \
+        2>"$logs/stage$1.log" &
     pids+=($!)
+    stage_pid[$1]=$!
     for _ in $(seq 100); do
         on 0 bash -c "exec 3<>/dev/tcp/$(addr "$1")/7000" 2>/dev/null && return
         sleep 0.1
     done
 }
-args=(-m "$model" -p "Once upon a time" -n "$tokens" --temp 0 --ignore-eos --ctx 2048 --batch 64 --ids)
+stop_stages() {
+    kill "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+    pids=()
+}
+args=(-m "$model" -p "Once upon a time" --temp 0 --ignore-eos --ctx 2048 --batch 64 --ids --insecure)
+nodes="$(addr 1):7000,$(addr 2):7000,$(addr 3):7000,$(addr 4):7000"
+# chain BUDGET_MB N: 4 stages with --mem BUDGET_MB M generate N tokens
+# (output in $logs/chain.ids, messages in $logs/head.log); the stages stay up
+chain() {
+    for h in 1 2 3 4; do start_stage "$h" "$1M"; done
+    on 0 "$convoy" run "${args[@]}" -n "$2" --nodes "$nodes" >"$logs/chain.ids" 2>"$logs/head.log"
+}
 
 echo "== 1. one machine, --mem 1.5G"
-build/convoy run "${args[@]}" --mem 1.5G || true
+"$convoy" run "${args[@]}" -n "$tokens" --mem 1.5G || true
 echo "== 2. one node with --mem 1.5G"
-start_stage 1
-on 0 build/convoy run "${args[@]}" --nodes "$(addr 1):7000" || true
-echo "== 3. four nodes with --mem 1.5G each"
-for h in 2 3 4; do start_stage "$h"; done
-start=$(date +%s)
-on 0 build/convoy run "${args[@]}" --nodes "$(addr 1):7000,$(addr 2):7000,$(addr 3):7000,$(addr 4):7000" \
-    >bench/out/8b-chain.ids
-echo "tokens: $(cat bench/out/8b-chain.ids) ($(($(date +%s) - start)) s with the handshake)"
-for h in 1 2 3 4; do
-    echo "stage on host $h: $(grep serving "bench/out/stage$h.log" | tail -1 | sed 's/convoy stage: //');" \
-        "peak resident (VmHWM) $(grep VmHWM "/proc/${pids[$((h - 1))]}/status" | awk '{printf "%.2f GB", $2 / 1e6}')"
+start_stage 1 1.5G
+on 0 "$convoy" run "${args[@]}" -n "$tokens" --nodes "$(addr 1):7000" || true
+stop_stages
+
+echo "== 3. four nodes at the edge of the fit"
+lo=512 hi=2048 # MB: the plan fails at lo and works at hi
+chain "$hi" 1 || { echo "the plan fails even at $hi MB per node: $(cat "$logs/head.log")"; exit 1; }
+stop_stages
+while ((hi - lo > step_mb)); do
+    mid=$(((lo + hi) / 2))
+    if chain "$mid" 1; then hi=$mid; else lo=$mid; fi
+    stop_stages
+done
+over=0
+for budget in "$hi" "$((hi * 105 / 100))"; do
+    start=$(date +%s)
+    chain "$budget" "$tokens" || { echo "budget $budget MB: $(cat "$logs/head.log")"; exit 1; }
+    echo "--mem ${budget}M ($((budget * 1048576)) bytes) on each of 4 stages: tokens $(cat "$logs/chain.ids")" \
+        "($(($(date +%s) - start)) s with the handshake)"
+    for h in 1 2 3 4; do
+        hwm_kb="$(awk '/VmHWM/ {print $2}' "/proc/${stage_pid[$h]}/status")"
+        echo "  stage on host $h: $(grep serving "$logs/stage$h.log" | tail -1 | sed 's/convoy stage: //');" \
+            "peak resident (VmHWM) $((hwm_kb / 1024)) MB of --mem ${budget} MB" \
+            "($(awk -v a="$hwm_kb" -v b="$budget" 'BEGIN { printf "%.1f%%", 100 * a / (b * 1024) }'))"
+        ((hwm_kb <= budget * 1024)) || over=$((over + 1))
+    done
+    stop_stages
 done
 if [[ "${UNSPLIT:-0}" == 1 ]]; then
-    build/convoy run "${args[@]}" >bench/out/8b-unsplit.ids
+    cp "$logs/chain.ids" bench/out/8b-chain.ids
+    "$convoy" run "${args[@]}" -n "$tokens" >bench/out/8b-unsplit.ids
     cmp -s bench/out/8b-chain.ids bench/out/8b-unsplit.ids && echo "identical to the unsplit model's tokens" ||
         echo "DIFFERENT from the unsplit model's tokens: $(cat bench/out/8b-unsplit.ids)"
 fi
+((over == 0)) || { echo "FAIL: $over stage(s) over their --mem"; exit 1; }

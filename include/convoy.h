@@ -73,9 +73,20 @@ typedef struct convoy_ctx_params {
     const char *nodes;
     const char *split;   /* "a,b,c": layers per node instead of the planner's split */
     const char *wire;    /* activations on the wire: "f32" (default, lossless), "f16" or "q8_0" (lossy) */
-    int32_t timeout_ms;  /* the longest a pipeline may stay silent in a step (no result, no pulse of
-                            a working node): it counts silence, not work; default 30000 */
+    const char *standby; /* "host:port,...": spare nodes that take a failed node's place */
+    int32_t failover_wait_ms; /* how long a failover keeps trying before the pipeline is down; default 15000 */
+    int32_t timeout_ms;  /* the peer timeout: the longest a node may stay silent (no result, no pulse of
+                            a working node, no answer to a PING): it counts silence, not work; default 5000 */
+    /* Where the engine reports failovers (the node, the cause, the new
+     * plan); NULL: stderr. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
     bool want_logits;    /* pipelines: return full logits rows (for tests; costs bandwidth) */
+    /* Pipelines: the cluster key file (`convoy keygen`, the same on every
+     * stage): links are then authenticated and encrypted. NULL: plaintext,
+     * which is refused for a node not on loopback unless insecure. */
+    const char *key_file;
+    bool insecure;
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -85,21 +96,34 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 
-/* A pipeline whose node died, refused or went silent is closed at once
- * (releasing its other nodes for another head) and is then down: steps,
- * submits, collects and convoy_set_sampler fail naming the first failure,
- * freeing or cutting a slot succeeds (there is nothing to free), a slot's
- * length is 0. convoy_ctx_reconnect opens the chain again with the same
- * options (every slot empty): 0 when the pipeline is up (at once if it
- * was), -1 with the reason, e.g. the node it cannot reach. It may take up
- * to the handshake's timeout; the caller chooses when to try. One machine
- * is never down. */
+/* Failover. The head keeps every slot's tokens and sampler (with the draws
+ * it made). When a node dies, refuses or stays silent past the peer
+ * timeout, the call that saw it closes the chain at once (releasing the
+ * other nodes), opens a new one over the nodes that answer (a standby in
+ * the failed node's place, the node itself when it is back, or the
+ * survivors when their budgets hold the model; tries are repeated for up to
+ * failover_wait_ms), replays every slot into it and runs the call again: the caller sees a slower call, and the ids
+ * that follow are those the failed chain would have given, greedy or
+ * sampled. When no chain can be opened the pipeline is down: steps,
+ * submits, collects and convoy_set_sampler fail naming the failure, the
+ * batches in flight are lost, freeing or cutting a slot is noted.
+ * convoy_ctx_reconnect then tries again (the same way, every node asked):
+ * 0 when the pipeline is up (at once if it was), -1 with the reason, e.g.
+ * the node it cannot reach. It may take up to the handshake's timeout; the
+ * caller chooses when to try. One machine is never down. */
 bool convoy_ctx_is_down(const convoy_ctx *c);
 int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen);
 /* An idle pipeline's health check, with no batch in flight: every node must
  * answer within the timeout, else the pipeline goes down (-1, naming the
  * node). 0 on one machine. */
 int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen);
+
+typedef struct convoy_ctx_stats {
+    uint64_t failovers;       /* chains replaced after a failure, every slot replayed */
+    double failover_seconds;  /* their pauses in all: closing, re-planning, replaying */
+    uint64_t replayed_tokens; /* tokens prefilled again by failovers */
+} convoy_ctx_stats;
+void convoy_ctx_get_stats(const convoy_ctx *c, convoy_ctx_stats *out);
 
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with

@@ -30,6 +30,7 @@ RULES=(
     "app/: convoy.h"
     "app/cmd_serve.c: serve/"
     "app/cmd_stage.c: pipe/node.h"
+    "app/cmd_keygen.c: pipe/seal.h"
 )
 
 # allowed_for FILE: the allowed entries of every rule that covers FILE.

@@ -69,7 +69,7 @@ start_stage() {
     local h="$1" m="$2"
     shift 2
     # cluster.sh and ip netns exec both exec, so $! is the stage process itself
-    bash "$cluster" run "$h" "$convoy" stage --listen "$(addr "$h"):7000" -m "$m" "$@" 2>>"$tmp/stage$h.log" &
+    bash "$cluster" run "$h" "$convoy" stage --listen "$(addr "$h"):7000" -m "$m" --insecure "$@" 2>>"$tmp/stage$h.log" &
     stage_pids+=($!)
     for _ in $(seq 100); do
         on 0 bash -c "exec 3<>/dev/tcp/$(addr "$h")/7000" 2>/dev/null && return 0
@@ -100,13 +100,13 @@ check_model() {
     for k in 2 3 4; do
         local nodes split="${splits[$((k - 2))]}"
         nodes="$(nodes_of "$k")"
-        if on 0 "$convoy" eval -m "$m" --tokens "$tokens" --logits "$tmp/$name-$k.f32" --nodes "$nodes" \
+        if on 0 "$convoy" eval --insecure -m "$m" --tokens "$tokens" --logits "$tmp/$name-$k.f32" --nodes "$nodes" \
             --split "$split" 2>"$tmp/err" && cmp -s "$tmp/$name-base.f32" "$tmp/$name-$k.f32"; then
             pass "$name: $k stages ($split): last-stage logits bit-identical to the unsplit model"
         else
             fail "$name: $k stages ($split): logits differ or eval failed: $(cat "$tmp/err")"
         fi
-        on 0 "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids --nodes "$nodes" \
+        on 0 "$convoy" run --insecure -m "$m" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids --nodes "$nodes" \
             --split "$split" >"$tmp/$name-$k.ids" 2>"$tmp/err"
         if cmp -s "$tmp/$name-base.ids" "$tmp/$name-$k.ids"; then
             pass "$name: $k stages: $n greedy tokens identical"
@@ -114,7 +114,7 @@ check_model() {
             fail "$name: $k stages: greedy tokens differ: $(cat "$tmp/$name-$k.ids") vs $(cat "$tmp/$name-base.ids") $(cat "$tmp/err")"
         fi
     done
-    on 0 "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids --nodes "$(nodes_of 3)" \
+    on 0 "$convoy" run --insecure -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids --nodes "$(nodes_of 3)" \
         >"$tmp/$name-sampled.ids" 2>"$tmp/err"
     if cmp -s "$tmp/$name-base-sampled.ids" "$tmp/$name-sampled.ids"; then
         pass "$name: 3 stages, planner's split, temperature 0.9 seed 42: sampled tokens identical"
@@ -137,13 +137,13 @@ check_model llama-1b-q4_0 "$big" "$tmp/big-tokens.json" "The quick brown fox" 6 
 # Refusals: another model's node, and a node whose budget is too small.
 start_stage 1 "$shared/models/stories260K.gguf"
 start_stage 2 "$big" --mem 100M
-on 0 "$convoy" run -m "$big" -p hi -n 2 --nodes "$(addr 1):7000" 2>"$tmp/err" >/dev/null
+on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(addr 1):7000" 2>"$tmp/err" >/dev/null
 if grep -q "fingerprint" "$tmp/err" && grep -q "$(addr 1):7000" "$tmp/err"; then
     pass "a node with another model is refused: $(tail -1 "$tmp/err")"
 else
     fail "fingerprint mismatch not reported: $(cat "$tmp/err")"
 fi
-on 0 "$convoy" run -m "$big" -p hi -n 2 --nodes "$(addr 2):7000" --split 16 2>"$tmp/err" >/dev/null
+on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(addr 2):7000" --split 16 2>"$tmp/err" >/dev/null
 if grep -q "budget" "$tmp/err" && grep -q "$(addr 2):7000" "$tmp/err"; then
     pass "a node refuses layers over its memory budget: $(tail -1 "$tmp/err")"
 else
@@ -151,12 +151,13 @@ else
 fi
 stop_stages
 
-# SIGKILL of the middle stage during a generation.
+# SIGKILL of the middle stage during a generation; --split pins the layers,
+# so no other node may take them (test_failover.sh has failovers).
 for h in 1 2 3; do start_stage "$h" "$big"; done
 middle_pid="${stage_pids[1]}"
 start=$(date +%s.%N)
-bash "$cluster" run 0 "$convoy" run -m "$big" -p "Once upon a time" -n 100000 --ctx 4096 --ignore-eos --temp 0 \
-    --nodes "$(nodes_of 3)" --timeout 5000 >/dev/null 2>"$tmp/err" &
+bash "$cluster" run 0 "$convoy" run --insecure -m "$big" -p "Once upon a time" -n 100000 --ctx 4096 --ignore-eos --temp 0 \
+    --nodes "$(nodes_of 3)" --split 6,5,5 --peer-timeout 5000 --failover-wait 2000 >/dev/null 2>"$tmp/err" &
 head_pid=$!
 sleep 3
 kill -9 "$middle_pid"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # test_plan_budget.sh: a node never refuses a plan made from its own
-# answer. Two `convoy stage` nodes on loopback with the same --mem, swept
-# in 32 KB steps (less than any tensor of stories260K that a plan could
-# forget) over 4.5 to 6.5 MiB, where stories260K's layers (4096 positions of
-# KV cache each) stop fitting one by one: at every budget the head either
-# plans and generates, or says up front that the nodes cannot hold the
-# model; a node refusing its layers (NO_MEMORY) is a failure.
+# answer, and stays within it. Two `convoy stage` nodes on loopback with
+# the same --mem, swept in 32 KB steps (less than any tensor of stories260K
+# that a plan could forget) over 2 MiB from 9 MiB above the process's own
+# bytes (the stage's start line says them), where stories260K's layers
+# (4096 positions of KV cache each) stop fitting one by one: at every
+# budget the head either plans and generates, or says up front that the
+# nodes cannot hold the model; a node refusing its layers (NO_MEMORY), or
+# one whose peak resident memory (VmHWM) went over its --mem, is a failure.
 #
 # Usage (CTest passes these): test_plan_budget.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
@@ -21,8 +23,16 @@ tmp="$(mktemp -d)"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 
+# the process's own bytes, as a stage reports them at start
+p="$(free_port)"
+start_local_stage "$convoy" "$tmp/own.log" "$p" -m "$model"
+kill "$stage_pid"
+wait 2>/dev/null
+own_kb="$(sed -n "s/.*, \([0-9.]*\) MB of it this process's own.*/\1/p" "$tmp/own.log" | awk '{printf "%d", $1 * 1e6 / 1024}')"
+[[ -n "$own_kb" ]] || { echo "FAIL the stage did not report its own bytes: $(cat "$tmp/own.log")"; exit 1; }
+
 failures=0 ran=0 refused_up_front=0
-for ((kb = 4608; kb <= 6656; kb += 32)); do
+for ((kb = own_kb + 9216; kb <= own_kb + 11264; kb += 32)); do
     nodes=""
     pids=()
     for i in 1 2; do
@@ -38,6 +48,10 @@ for ((kb = 4608; kb <= 6656; kb += 32)); do
         failures=$((failures + 1))
     elif grep -q "prefill" <<<"$out"; then
         ran=$((ran + 1))
+        for pid in "${pids[@]}"; do
+            hwm="$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")"
+            [[ "$hwm" -le "$kb" ]] || { echo "FAIL budget $kb KB: a stage peaked at $hwm KB"; failures=$((failures + 1)); }
+        done
     elif grep -q "offer\|its budget is" <<<"$out"; then
         refused_up_front=$((refused_up_front + 1))
     else
@@ -47,7 +61,8 @@ for ((kb = 4608; kb <= 6656; kb += 32)); do
     kill "${pids[@]}" 2>/dev/null
     wait 2>/dev/null
 done
-echo "budgets swept: $ran generated, $refused_up_front refused by the planner up front, $failures refused by a node"
+echo "budgets swept from $((own_kb + 9216)) KB: $ran generated, $refused_up_front refused by the planner up front," \
+    "$failures refused by a node or over budget"
 # The sweep must cross the edge, or it tests nothing.
 [[ "$ran" -gt 0 && "$refused_up_front" -gt 0 ]] || { echo "FAIL the sweep did not cross the edge of the fit"; exit 1; }
 [[ "$failures" -eq 0 ]]

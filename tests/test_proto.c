@@ -148,6 +148,10 @@ static const char *corrupt_u8(const uint8_t *enc, size_t n, size_t off, uint8_t 
 
 /* ---- HELLO ---- */
 
+/* An assignment of layers [4, 12) with three tensor hashes (at most
+ * 8 * 14 + 3 = 115). */
+static const uint8_t sample_hashes[3 * CV_PROTO_HASH_BYTES] = {1, 2, 3, [40] = 0x40, [95] = 0xff};
+
 static cv_msg_hello sample_hello(void)
 {
     cv_msg_hello m = {
@@ -155,7 +159,9 @@ static cv_msg_hello sample_hello(void)
         .role = CV_ROLE_HEAD,
         .act_type = CV_ACT_F32,
         .features = 0x10,
-        .fingerprint = 0x0123456789ABCDEFull,
+        .model_hash = {0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF, [31] = 0x5A},
+        .n_hashes = 3,
+        .hashes = sample_hashes,
         .l0 = 4,
         .l1 = 12,
         .n_layer = 16,
@@ -182,8 +188,10 @@ static void test_hello(void)
     cv_msg_hello m = sample_hello(), d;
     size_t n = 0;
     CHECKF(cv_msg_hello_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
-    CHECK(n == cv_msg_hello_size(&m) && n == 58 + strlen(m.next_addr));
+    CHECK(n == cv_msg_hello_size(&m) && n == 86 + strlen(m.next_addr) + 3 * 32);
     CHECKF(cv_msg_hello_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.hashes == buf + 86 + strlen(m.next_addr) && memcmp(d.hashes, sample_hashes, sizeof sample_hashes) == 0);
+    d.hashes = m.hashes;
     CHECK(memcmp(&d, &m, sizeof d) == 0);
     CHECK(cv_msg_validate(CV_MSG_HELLO, buf, n, err, sizeof err) == 0);
     check_truncations(buf, n, dec_hello, "HELLO");
@@ -191,22 +199,30 @@ static void test_hello(void)
     CHECK(has(corrupt_u8(buf, n, 2, 2, dec_hello), "role"));
     CHECK(has(corrupt_u8(buf, n, 3, 3, dec_hello), "act_type 3"));
     CHECK(has(corrupt_u8(buf, n, 3, CV_ACT_F16, dec_hello), "LOSSY_ACT"));
-    CHECK(has(corrupt_u32(buf, n, 20, 17, dec_hello), "layer range"));
-    CHECK(has(corrupt_u32(buf, n, 16, 13, dec_hello), "layer range"));
-    CHECK(has(corrupt_u32(buf, n, 24, 0, dec_hello), "n_layer"));
-    CHECK(has(corrupt_u32(buf, n, 28, 0, dec_hello), "n_ctx"));
-    CHECK(has(corrupt_u32(buf, n, 32, 0, dec_hello), "n_slot"));
-    CHECK(has(corrupt_u32(buf, n, 36, 0, dec_hello), "n_batch_max"));
-    CHECK(has(corrupt_u32(buf, n, 40, CV_PROTO_MAX_EMBD + 1, dec_hello), "n_embd"));
-    CHECK(has(corrupt_u32(buf, n, 44, 100, dec_hello), "max_payload"));
-    CHECK(has(corrupt_u8(buf, n, 50 + 2, 0, dec_hello), "next_addr has a NUL"));
-    CHECK(has(corrupt_u8(buf, n, 50 + 2, '\n', dec_hello), "control byte"));
+    CHECK(has(corrupt_u32(buf, n, 12, 17, dec_hello), "layer range"));
+    CHECK(has(corrupt_u32(buf, n, 8, 13, dec_hello), "layer range"));
+    CHECK(has(corrupt_u32(buf, n, 16, 0, dec_hello), "n_layer"));
+    CHECK(has(corrupt_u32(buf, n, 20, 0, dec_hello), "n_ctx"));
+    CHECK(has(corrupt_u32(buf, n, 24, 0, dec_hello), "n_slot"));
+    CHECK(has(corrupt_u32(buf, n, 28, 0, dec_hello), "n_batch_max"));
+    CHECK(has(corrupt_u32(buf, n, 32, CV_PROTO_MAX_EMBD + 1, dec_hello), "n_embd"));
+    CHECK(has(corrupt_u32(buf, n, 36, 100, dec_hello), "max_payload"));
+    CHECK(has(corrupt_u8(buf, n, 86 + 2, 0, dec_hello), "next_addr has a NUL"));
+    CHECK(has(corrupt_u8(buf, n, 86 + 2, '\n', dec_hello), "control byte"));
     /* next_addr length lies: longer than what is left, and over the limit */
-    CHECK(has(corrupt_u8(buf, n, 48, 40, dec_hello), "payload ends inside"));
-    CHECK(has(corrupt_u8(buf, n, 49, 1, dec_hello), "next_addr length"));
+    CHECK(has(corrupt_u8(buf, n, 84, 200, dec_hello), "payload ends inside"));
+    CHECK(has(corrupt_u8(buf, n, 85, 1, dec_hello), "next_addr length"));
+    /* the hash count: bounded by the layer range before it sizes a read,
+     * then matched with the bytes present */
+    CHECK(has(corrupt_u32(buf, n, 80, 116, dec_hello), "116 tensor hashes, at most 115"));
+    CHECK(has(corrupt_u32(buf, n, 80, 0xFFFFFFFFu, dec_hello), "at most 115"));
+    CHECK(has(corrupt_u32(buf, n, 80, 4, dec_hello), "payload ends inside"));
+    CHECK(has(corrupt_u32(buf, n, 80, 2, dec_hello), "trailing"));
+    /* a query (no layers) carries none */
+    CHECK(has(corrupt_u32(buf, n, 12, 4, dec_hello), "at most 0"));
     /* a different protocol version is refused first and reported */
-    const char *e = corrupt_u8(buf, n, 0, 5, dec_hello);
-    CHECKF(has(e, "protocol version 5"), "%s", e);
+    const char *e = corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello);
+    CHECKF(has(e, "protocol version 6"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -228,13 +244,19 @@ static void test_hello(void)
     bad.next_addr[0] = '\t';
     CHECK(cv_msg_hello_encode(&bad, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "control"));
     bad = sample_hello();
+    bad.role = CV_ROLE_PREV_NODE;
+    CHECK(cv_msg_hello_encode(&bad, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "at most 0"));
+    bad = sample_hello();
+    bad.hashes = NULL;
+    CHECK(cv_msg_hello_encode(&bad, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "no pointer"));
+    bad = sample_hello();
     bad.proto_version = 9;
     CHECK(cv_msg_hello_encode(&bad, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "proto_version"));
     m = sample_hello();
     CHECK(cv_msg_hello_encode(&m, buf, 30, &n, err, sizeof err) == -1 && has(err, "too small"));
     /* the last stage's HELLO has an empty next_addr */
     m.next_addr[0] = 0;
-    CHECK(cv_msg_hello_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 58);
+    CHECK(cv_msg_hello_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 86 + 3 * 32);
     CHECK(cv_msg_hello_decode(buf, n, &d, err, sizeof err) == 0 && d.next_addr[0] == 0);
 }
 
@@ -257,7 +279,7 @@ static void test_hello_ok(void)
     CHECK(d.proto_version == m.proto_version && d.us_per_layer_token == 1234 && d.mem_budget == m.mem_budget &&
           d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload);
     check_truncations(buf, n, dec_hello_ok, "HELLO_OK");
-    CHECK(has(corrupt_u8(buf, n, 0, 5, dec_hello_ok), "protocol version 5"));
+    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 6"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_hello_ok), "reserved"));
     CHECK(has(corrupt_u8(buf, n, 31, 1, dec_hello_ok), "reserved"));
     CHECK(has(corrupt_u32(buf, n, 24, 5, dec_hello_ok), "max_payload"));
@@ -493,6 +515,7 @@ static void test_seq_op(void)
     s.sampler = cv_sampler_default_params();
     s.sampler.seed = 0x1122334455667788ull;
     s.sampler.top_k = -1;
+    s.sampler.n_draws = 0x0102030405060708ull;
     CHECKF(cv_msg_seq_op_encode(&s, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
     CHECK(n == CV_SEQ_OP_SAMPLER_SIZE);
     CHECKF(cv_msg_seq_op_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);

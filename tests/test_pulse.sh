@@ -5,7 +5,7 @@
 #
 # A synthetic model (2048 wide, 4 layers, Q4_0, made once beside the
 # binary) over this machine's first layer and one `convoy stage` with the
-# other three, with --timeout 1000: a 781-token prompt keeps the stage
+# other three, with --peer-timeout 1000: a 781-token prompt keeps the stage
 # computing one FORWARD for seconds (about 2.6 s here), yet the run
 # succeeds, because the stage pulses while it works (proto.h); and a stage
 # stopped (SIGSTOP) in the middle of that prompt makes the run fail
@@ -34,12 +34,12 @@ start_stage() {
     nodes="local,127.0.0.1:$port"
 }
 run_long() {
-    "$convoy" run -m "$model" -p "$prompt" -n 2 --temp 0 --nodes "$nodes" --split 1,3 --timeout 1000 >"$tmp/run.txt" 2>&1
+    "$convoy" run -m "$model" -p "$prompt" -n 2 --temp 0 --nodes "$nodes" --split 1,3 --peer-timeout 1000 >"$tmp/run.txt" 2>&1
 }
 
 start_stage
 if run_long; then
-    echo "ok   a long FORWARD within --timeout 1000: $(grep -o 'prefill [^,]*' "$tmp/run.txt")"
+    echo "ok   a long FORWARD within --peer-timeout 1000: $(grep -o 'prefill [^,]*' "$tmp/run.txt")"
 else
     echo "FAIL a long FORWARD was taken for silence: $(tail -c 300 "$tmp/run.txt")"
     failures=$((failures + 1))

@@ -121,6 +121,35 @@ static void test_seed_reproducible(void)
     cv_sampler_free(c);
 }
 
+/* A sampler created with n_draws = k draws what one that has sampled k
+ * times draws next (a sequence replayed onto another node). */
+static void test_resume_after_draws(void)
+{
+    enum { V = 64, DRAWS = 300 };
+    float x[V];
+    fill_logits(x, V, 11, 2.0f);
+    cv_sampler_params p = plain_params(1234);
+    cv_sampler *a = cv_sampler_create(&p, V, 0);
+    static int32_t ids[DRAWS];
+    for (int i = 0; i < DRAWS; i++)
+        ids[i] = cv_sampler_sample(a, x);
+    const uint64_t ks[] = {0, 1, 2, 37, 128, 299};
+    for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+        p.n_draws = ks[j];
+        cv_sampler *b = cv_sampler_create(&p, V, 0);
+        int same = 1;
+        for (uint64_t i = ks[j]; i < DRAWS; i++)
+            same &= ids[i] == cv_sampler_sample(b, x);
+        CHECK(same);
+        cv_sampler_free(b);
+    }
+    p.n_draws = UINT64_MAX; /* any count from the wire is quick */
+    cv_sampler *c = cv_sampler_create(&p, V, 0);
+    CHECK(c && cv_sampler_sample(c, x) >= 0);
+    cv_sampler_free(c);
+    cv_sampler_free(a);
+}
+
 static void test_top_k_one_is_greedy(void)
 {
     enum { V = 1000 };
@@ -464,6 +493,7 @@ int main(void)
     TEST_RUN(test_argmax_ties);
     TEST_RUN(test_greedy);
     TEST_RUN(test_seed_reproducible);
+    TEST_RUN(test_resume_after_draws);
     TEST_RUN(test_top_k_one_is_greedy);
     TEST_RUN(test_top_p_tiny_is_greedy);
     TEST_RUN(test_top_k_keeps_the_k_best);

@@ -14,8 +14,10 @@
 #    its slot, /health and /metrics;
 # 2. serves the same model over a pipeline of 2 `convoy stage` nodes on
 #    loopback and checks the client basics and that the 8 requests, alone
-#    and concurrently, give the texts of step 1; then kills a node: a
-#    request gets a 500 error, /health a 503, and the server stays up;
+#    and concurrently, give the texts of step 1; then kills a node: the
+#    other takes its layers and gives the same text (a failover); then
+#    kills the other: a request gets a 500 error, /health a 503, and the
+#    server stays up;
 # 3. serves it over a pipeline of this machine and one `convoy stage`
 #    (--nodes local,HOST:PORT) and checks that completions and chat
 #    completions with logprobs (greedy and seeded temperature > 0,
@@ -23,10 +25,10 @@
 #    logprobs / top_logprobs bit for bit: jansson prints reals with 17
 #    significant digits, so equal text is equal bits;
 # 4. serves it over this machine and one stage, kills the stage while a
-#    request streams and starts it again 3 s later: the stream ends with an
-#    error naming the node, requests meanwhile get 503, and the same server
-#    serves again by itself once the node is back, with the same text; then
-#    stops the stage while idle (/health turns 503) and continues it (200);
+#    request streams and starts it again 3 s later: the stream pauses and
+#    ends with the text of a run without failure, a request sent meanwhile
+#    gets its usual text, the same server throughout; then stops the stage
+#    while idle (/health turns 503) and continues it (200);
 # 5. checks that SIGTERM stops each server cleanly.
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
@@ -216,16 +218,27 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
     done
     sleep 0.5
     if start_server "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes" \
-        --timeout 5000; then
+        --peer-timeout 5000; then
         if run_node "$base" chain "$tmp/alone.json"; then
             pass "pipeline suite (2 stages)"
         else
             fail "pipeline suite (server log: $(tail -5 "$tmp/serve-chain.log"))"
         fi
-        # a dead node: requests get a 500 error naming the problem, /health
-        # says 503, the server stays up and still answers
+        # a dead node: the other takes its layers (a failover) and the text
+        # stays the same; then the last node dies too: a request gets a 500
+        # error naming the problem, /health says 503, the server stays up
+        body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":8,"temperature":0}'
+        text_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
+        curl -s -o "$tmp/before.json" --max-time 30 "$base/completions" -d "$body"
         { kill -9 "${stage_pids[1]}" && wait "${stage_pids[1]}"; } 2>/dev/null
-        body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":8}'
+        code="$(curl -s -o "$tmp/after.json" -w '%{http_code}' --max-time 30 "$base/completions" -d "$body")"
+        if [[ "$code" == 200 && "$(text_of "$tmp/after.json")" == "$(text_of "$tmp/before.json")" ]] &&
+            curl -s "${base%/v1}/metrics" | grep -q '^convoy_failovers_total 1$'; then
+            pass "a dead node: the other node took its layers, the same text, one failover counted"
+        else
+            fail "a dead node: got $code $(cat "$tmp/after.json") (log: $(tail -3 "$tmp/serve-chain.log"))"
+        fi
+        { kill -9 "${stage_pids[0]}" && wait "${stage_pids[0]}"; } 2>/dev/null
         code="$(curl -s -o "$tmp/dead.json" -w '%{http_code}' --max-time 30 "$base/completions" -d "$body")"
         if [[ "$code" == 500 ]] && grep -q '"type":"server_error"' "$tmp/dead.json"; then
             pass "a dead node: 500 with an error ($(head -c 160 "$tmp/dead.json"))"
@@ -252,7 +265,7 @@ if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     p="$(free_port)"
     start_stage "$p" "$tmp/stage-lp.log"
     if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
-        --nodes "local,127.0.0.1:$p" --split 2,3 --timeout 5000; then
+        --nodes "local,127.0.0.1:$p" --split 2,3 --peer-timeout 5000; then
         for how in alone concurrent; do
             fetch_logprobs "$tmp/lp-chain-$how" "$how"
             if out="$(same_logprobs "$tmp/lp-local" "$tmp/lp-chain-$how")"; then
@@ -268,10 +281,13 @@ else
 fi
 
 # 4. a restarted node: the only remote stage of local + 1 dies while a
-# request streams and comes back 3 s later on the same port. The stream
-# ends with an error naming the node, requests meanwhile get a 503 naming
-# it, /health says 503; then the server serves again by itself (the same
-# process): /health 200, the same text as before, one reconnect counted.
+# request streams and comes back 3 s later on the same port (--split pins
+# the layers, so nothing else can take them; --failover-wait 6000). The
+# stream pauses and ends with the text of a run without failure, a request
+# sent meanwhile gets its usual text, one failover is counted, and the
+# server was never restarted. Then the stage is stopped while idle: the
+# failover gives up, /health says 503; continued, the server serves again
+# by itself: /health 200, the same text, one reconnect counted.
 health_becomes() { # health_becomes CODE TRIES: polls /health every 0.1 s until it answers CODE
     for _ in $(seq "$2"); do
         code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
@@ -284,10 +300,22 @@ completion_text() { # completion_text BODY: the text of a non-streamed completio
     curl -s --max-time 30 "$base/completions" -d "$1" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
 }
+stream_text() { # stream_text FILE: the text of a streamed completion, or its error
+    python3 -c '
+import json, sys
+text = []
+for line in open(sys.argv[1]):
+    if line.startswith("data: {"):
+        ev = json.loads(line[6:])
+        if "error" in ev:
+            print("error:", ev["error"]); sys.exit(1)
+        text.append(ev["choices"][0]["text"])
+print("".join(text))' "$1"
+}
 # stream_until_stopped: starts a long stream and stops the stage (SIGSTOP)
 # once tokens flow and before the stream ends; retries a few times.
 stream_until_stopped() {
-    local body='{"model":"stories260K","prompt":"Once","max_tokens":1900,"temperature":0,"ignore_eos":true,"stream":true}'
+    local body="${long%\}},\"stream\":true}"
     for _ in 1 2 3 4 5; do
         : >"$tmp/rs-stream.txt"
         curl -s -N --max-time 60 "$base/completions" -d "$body" >"$tmp/rs-stream.txt" &
@@ -304,39 +332,37 @@ if command -v python3 >/dev/null; then
     p="$(free_port)"
     start_stage "$p" "$tmp/stage-rs.log"
     if start_server "$tmp/serve-rs.log" --slots 2 --ctx 2048 --nodes "local,127.0.0.1:$p" --split 2,3 \
-        --timeout 5000; then
+        --peer-timeout 5000 --failover-wait 6000; then
         body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":48,"temperature":0}'
+        long='{"model":"stories260K","prompt":"Once","max_tokens":1900,"temperature":0,"ignore_eos":true}'
         before="$(completion_text "$body")"
+        reference="$(completion_text "$long")"
         if stream_until_stopped; then
             { kill -9 "$stage_pid" && wait "$stage_pid"; } 2>/dev/null
-            wait "$stream_pid"
-            grep -q "error.*127.0.0.1:$p" "$tmp/rs-stream.txt" && pass "a stream whose node dies ends with an error naming it" ||
-                fail "the stream whose node died: $(tail -c 300 "$tmp/rs-stream.txt")"
-            code="$(curl -s -o "$tmp/rs-down.json" -w '%{http_code}' --max-time 10 "$base/completions" -d "$body")"
-            [[ "$code" == 503 ]] && grep -q "pipeline_down" "$tmp/rs-down.json" && grep -q "127.0.0.1:$p" "$tmp/rs-down.json" &&
-                pass "while the node is away: 503 naming it" || fail "while the node is away: $code $(cat "$tmp/rs-down.json")"
-            code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
-            [[ "$code" == 503 ]] && pass "while the node is away: /health 503" || fail "while the node is away: /health $code"
+            completion_text "$body" >"$tmp/rs-meanwhile.txt" &
+            meanwhile_pid=$!
             sleep 3
             start_stage "$p" "$tmp/stage-rs.log"
-            health_becomes 200 200
-            [[ "$code" == 200 ]] && pass "the node is back: /health 200 without a restart" ||
-                fail "the node is back but /health says $code (log: $(tail -3 "$tmp/serve-rs.log"))"
-            after="$(completion_text "$body")"
-            [[ -n "$before" && "$after" == "$before" ]] && kill -0 "$server_pid" &&
-                pass "the same server serves the same text after the restart" ||
-                fail "after the restart: '$after', before: '$before'"
-            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_reconnects_total 1$' &&
-                pass "/metrics counts one reconnect" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep pipeline)"
-            # stopped while idle: the idle check (every 2 s, --timeout 5000)
-            # finds it; continued, it is served again
+            wait "$stream_pid" "$meanwhile_pid"
+            [[ -n "$reference" && "$(stream_text "$tmp/rs-stream.txt")" == "$reference" ]] &&
+                pass "a stream whose only node died and came back 3 s later ends with the text of a clean run" ||
+                fail "the stream whose node died: $(stream_text "$tmp/rs-stream.txt" | tail -c 200) (log: $(tail -3 "$tmp/serve-rs.log"))"
+            [[ -n "$before" && "$(cat "$tmp/rs-meanwhile.txt")" == "$before" ]] && kill -0 "$server_pid" &&
+                pass "a request sent while the node was away: the usual text, the same server" ||
+                fail "a request sent while the node was away: '$(cat "$tmp/rs-meanwhile.txt")', not '$before'"
+            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_failovers_total 1$' &&
+                pass "/metrics counts one failover" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep failover)"
+            # stopped while idle: the idle check (every 0.5 s, --peer-timeout 5000)
+            # finds it and the failover gives up; continued, it is served again
             kill -STOP "$stage_pid"
-            health_becomes 503 150 && pass "a stage stopped while idle: /health 503 within 15 s" ||
+            health_becomes 503 400 && pass "a stage stopped while idle: /health 503 within 40 s" ||
                 fail "a stage stopped while idle: /health still $code"
             kill -CONT "$stage_pid"
             health_becomes 200 150 && [[ "$(completion_text "$body")" == "$before" ]] &&
                 pass "the stage continued: /health 200 and the same text" ||
                 fail "the stage continued: /health $code (log: $(tail -3 "$tmp/serve-rs.log"))"
+            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_reconnects_total 1$' &&
+                pass "/metrics counts one reconnect" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep pipeline)"
         else
             fail "no stream could be caught mid-way"
         fi

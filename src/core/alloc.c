@@ -51,5 +51,10 @@ void *cv_aligned_alloc_at(size_t n, const char *file, int line)
 
 void cv_free(void *p) { free(p); }
 void cv_free_aligned(void *p) { free(p); }
-void cv_alloc_forbid(int on) { forbid = on; }
+int cv_alloc_forbid(int on)
+{
+    const int was = forbid;
+    forbid = on;
+    return was;
+}
 uint64_t cv_alloc_count(void) { return count; }

@@ -10,7 +10,8 @@
  * cv_alloc_forbid(1) marks the calling thread as inside a region that must
  * not allocate (a decode step); in debug builds (NDEBUG not defined) any
  * cv_* allocation on that thread then aborts with a message naming the
- * call site. cv_alloc_count() returns the number of allocations made by
+ * call site; an exception (a failover) lifts it for a while and puts the
+ * setting back. cv_alloc_count() returns the number of allocations made by
  * the calling thread so far, so a test can check a step made none in any
  * build. */
 #ifndef CONVOY_CORE_ALLOC_H
@@ -31,7 +32,7 @@ void cv_free_aligned(void *p);
 #define cv_realloc(p, n) cv_realloc_at((p), (n), __FILE__, __LINE__)
 #define cv_aligned_alloc(n) cv_aligned_alloc_at((n), __FILE__, __LINE__)
 
-void cv_alloc_forbid(int on);
+int cv_alloc_forbid(int on); /* returns the previous setting */
 uint64_t cv_alloc_count(void);
 
 #endif

@@ -7,16 +7,21 @@
  * of pipeline stages. */
 #include "convoy.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
+#include "engine/journal.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
 #include "pipe/chain.h"
+#include "pipe/seal.h"
 #include "model/llama.h"
 #include "model/vocab.h"
 
@@ -34,6 +39,10 @@ typedef struct chain_setup {
     char nodes_buf[4096];
     char *nodes[CV_CHAIN_MAX_NODES];
     int32_t split[CV_CHAIN_MAX_NODES];
+    char spares_buf[4096];
+    char *spares[CV_CHAIN_MAX_NODES];
+    cv_model_hashes hashes; /* the model's content hashes, loaded once for every chain opened */
+    cv_seal_key key;        /* o.key points here when keyed */
 } chain_setup;
 
 struct convoy_ctx {
@@ -43,7 +52,12 @@ struct convoy_ctx {
     chain_setup setup;
     int depth;        /* a pipeline's depth when first opened */
     int32_t n_ctx;
-    char down_why[256]; /* why the pipeline went down */
+    char down_why[2 * CV_ERRLEN + 32]; /* why the pipeline went down */
+    journal journal;  /* every slot's tokens and sampler, for a failover */
+    convoy_ctx_stats stats;
+    void (*log)(void *user, const char *line);
+    void *log_user;
+    int32_t failover_wait_ms;
     cv_span span;     /* or every layer here */
     int32_t n_batch;
     int32_t n_slot;
@@ -153,7 +167,8 @@ void convoy_detok_free(convoy_detok *d) { cv_free(d); }
 
 convoy_ctx_params convoy_ctx_default_params(void)
 {
-    return (convoy_ctx_params){.n_threads = 1, .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 30000};
+    return (convoy_ctx_params){.n_threads = 1, .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 5000,
+                                .failover_wait_ms = 15000};
 }
 
 /* Splits a comma list into at most max items (pointers into buf). */
@@ -187,6 +202,11 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     o.kv_f16 = p->kv_f16;
     o.want_logits = p->want_logits;
     o.local_mem_budget = p->mem_budget;
+    if (p->standby) {
+        snprintf(s->spares_buf, sizeof s->spares_buf, "%s", p->standby);
+        o.spares = (const char *const *)s->spares;
+        o.n_spares = split_list(s->spares_buf, s->spares, MAX);
+    }
     if (p->timeout_ms > 0)
         o.io_timeout_ms = p->timeout_ms;
     if (p->split) {
@@ -215,28 +235,163 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     return 0;
 }
 
+/* The links' cluster key (p->key_file) and plaintext policy, into s->o. */
+static int chain_setup_key(chain_setup *s, const convoy_ctx_params *p, char *err, size_t errlen)
+{
+    s->o.insecure = p->insecure;
+    if (!p->key_file)
+        return 0;
+    if (cv_seal_key_load(p->key_file, &s->key, err, errlen))
+        return -1;
+    s->o.key = &s->key;
+    return 0;
+}
+
+static void engine_log(const convoy_ctx *c, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->log)
+        c->log(c->log_user, line);
+    else
+        fprintf(stderr, "convoy: %s\n", line);
+}
+
+/* The model's content hashes, which the nodes check their weights against:
+ * from the cache beside the model when it matches, else read once here,
+ * and kept for every chain this context opens. */
+static int load_hashes(convoy_ctx *c, int32_t n_threads, char *err, size_t errlen)
+{
+    bool cached;
+    char note[2 * CV_ERRLEN];
+    if (cv_model_hashes_load(&c->model->meta.gguf, c->model->path, n_threads, &c->setup.hashes, &cached, note,
+                             sizeof note, err, errlen))
+        return -1;
+    c->setup.o.hashes = &c->setup.hashes;
+    return 0;
+}
+
 static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size_t errlen)
 {
     c->pipeline = true;
-    if (chain_setup_parse(&c->setup, p, err, errlen) ||
+    if (chain_setup_parse(&c->setup, p, err, errlen) || chain_setup_key(&c->setup, p, err, errlen) ||
+        load_hashes(c, p->n_threads, err, errlen) ||
         cv_chain_open(&c->chain, c->model->path, &c->setup.o, err, errlen))
         return -1;
     c->depth = cv_chain_depth(c->chain);
     c->n_ctx = cv_chain_n_ctx(c->chain);
+    if (journal_init(&c->journal, p->n_slot, c->n_ctx, p->n_batch, err, errlen)) {
+        cv_chain_close(c->chain);
+        return -1;
+    }
     return 0;
 }
 
-/* After a chain call failed: a chain that broke is closed at once, which
- * releases its nodes for another head, and the pipeline is down until
- * convoy_ctx_reconnect. */
-static int chain_failed(convoy_ctx *c, const char *err)
+/* ---- failover (convoy.h): the chain's state is the journal's ---- */
+
+/* A call fails over at most this often; a failover tries for up to
+ * failover_wait_ms, waits between tries doubling from the first. */
+enum { FAILOVERS_PER_CALL = 3, RETRY_FIRST_MS = 250, RETRY_MAX_MS = 2000 };
+
+/* Opens a chain over the nodes that answer (spares in place of the others,
+ * `avoid` not asked, the unreachable left out) and replays the journal
+ * into it. On failure *suspect names the node a replay lost, else is "". */
+static int open_and_replay(convoy_ctx *c, const char *avoid, char *suspect, size_t suspect_len, char *err,
+                           size_t errlen)
 {
-    if (c->chain && cv_chain_is_broken(c->chain)) {
+    cv_chain_opts o = c->setup.o;
+    o.avoid = avoid;
+    suspect[0] = 0;
+    o.drop_unreachable = true;
+    o.min_depth = c->depth;
+    const int64_t t0 = cv_now_ms();
+    cv_chain *chain;
+    if (cv_chain_open(&chain, c->model->path, &o, err, errlen))
+        return -1;
+    if (cv_chain_n_ctx(chain) != c->n_ctx) {
+        cv_errf(err, errlen, "the nodes now give %d positions, the pipeline had %d", cv_chain_n_ctx(chain), c->n_ctx);
+        cv_chain_close(chain);
+        return -1;
+    }
+    const int64_t t1 = cv_now_ms();
+    int64_t n_fed;
+    if (journal_replay(&c->journal, chain, &n_fed, err, errlen)) {
+        if (cv_chain_suspect(chain))
+            snprintf(suspect, suspect_len, "%s", cv_chain_suspect(chain));
+        cv_chain_close(chain);
+        return -1;
+    }
+    char plan[512];
+    cv_chain_describe(chain, plan, sizeof plan);
+    engine_log(c, "new chain in %lld ms: %s; replayed %lld tokens in %lld ms", (long long)(t1 - t0), plan,
+               (long long)n_fed, (long long)(cv_now_ms() - t1));
+    c->stats.replayed_tokens += (uint64_t)n_fed;
+    c->chain = chain;
+    return 0;
+}
+
+/* The pipeline is down: a chain call's failure stands (and why no new
+ * chain could take its place, when one was tried). */
+static int go_down(convoy_ctx *c, const char *why, const char *no_new_chain)
+{
+    if (no_new_chain)
+        snprintf(c->down_why, sizeof c->down_why, "%.511s (no new chain: %.511s)", why, no_new_chain);
+    else
+        snprintf(c->down_why, sizeof c->down_why, "%s", why);
+    journal_drop_flights(&c->journal);
+    engine_log(c, "the pipeline is down: %s", c->down_why);
+    return -1;
+}
+
+/* Replaces the broken chain: closes it (releasing its nodes), then opens
+ * and replays a new one, avoiding at first the node blamed (later tries
+ * ask it again: it may be back). */
+static int replace_chain(convoy_ctx *c, const char *why)
+{
+    const int64_t t0 = cv_now_ms();
+    char avoid[CV_PROTO_ADDR_MAX + 1], lost[CV_PROTO_ADDR_MAX + 1], err[CV_ERRLEN];
+    snprintf(avoid, sizeof avoid, "%s", cv_chain_suspect(c->chain) ? cv_chain_suspect(c->chain) : "");
+    cv_chain_close(c->chain);
+    c->chain = NULL;
+    engine_log(c, "failing over: %s", why);
+    for (int wait_ms = RETRY_FIRST_MS;; wait_ms = wait_ms * 2 < RETRY_MAX_MS ? wait_ms * 2 : RETRY_MAX_MS) {
+        if (open_and_replay(c, avoid[0] ? avoid : NULL, lost, sizeof lost, err, sizeof err) == 0) {
+            c->stats.failovers++;
+            c->stats.failover_seconds += (double)(cv_now_ms() - t0) / 1e3;
+            return 0;
+        }
+        if (cv_now_ms() + wait_ms - t0 > c->failover_wait_ms)
+            return go_down(c, why, err);
+        engine_log(c, "no new chain yet (%s), next try in %d ms", err, wait_ms);
+        snprintf(avoid, sizeof avoid, "%s", lost); /* the failed node may be back: only a replay's loss is avoided */
+        nanosleep(&(struct timespec){.tv_sec = wait_ms / 1000, .tv_nsec = (wait_ms % 1000) * 1000000L}, NULL);
+    }
+}
+
+static int fail_over(convoy_ctx *c, const char *why)
+{
+    const int forbidden = cv_alloc_forbid(0); /* a new chain is no step: it allocates */
+    const int rc = replace_chain(c, why);
+    cv_alloc_forbid(forbidden);
+    return rc;
+}
+
+/* After a chain call failed with err: true when a failover restored the
+ * state on a new chain (the call may run again), false when the failure
+ * stands: the call's own (the chain is fine) or the pipeline's (down). */
+static bool failed_over(convoy_ctx *c, int *n_failovers, const char *err)
+{
+    if (!cv_chain_is_broken(c->chain))
+        return false;
+    if ((*n_failovers)++ == FAILOVERS_PER_CALL) {
         cv_chain_close(c->chain);
         c->chain = NULL;
-        snprintf(c->down_why, sizeof c->down_why, "%s", err);
+        return go_down(c, err, NULL), false;
     }
-    return -1;
+    return fail_over(c, err) == 0;
 }
 
 static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
@@ -246,30 +401,24 @@ static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
 
 bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
 
+void convoy_ctx_get_stats(const convoy_ctx *c, convoy_ctx_stats *out) { *out = c->stats; }
+
 int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen)
 {
     if (!c->pipeline)
         return 0;
     if (!c->chain)
         return pipeline_down(c, err, errlen);
-    return cv_chain_ping(c->chain, err, errlen) ? chain_failed(c, err) : 0;
+    int n = 0;
+    return cv_chain_ping(c->chain, err, errlen) && !failed_over(c, &n, err) ? -1 : 0;
 }
 
 int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen)
 {
     if (!convoy_ctx_is_down(c))
         return 0;
-    cv_chain *chain;
-    if (cv_chain_open(&chain, c->model->path, &c->setup.o, err, errlen))
-        return -1;
-    if (cv_chain_depth(chain) < c->depth || cv_chain_n_ctx(chain) != c->n_ctx) {
-        cv_errf(err, errlen, "the nodes now give %d stages of %d positions, the pipeline had %d of %d",
-                cv_chain_depth(chain), cv_chain_n_ctx(chain), c->depth, c->n_ctx);
-        cv_chain_close(chain);
-        return -1;
-    }
-    c->chain = chain;
-    return 0;
+    char suspect[CV_PROTO_ADDR_MAX + 1];
+    return open_and_replay(c, NULL, suspect, sizeof suspect, err, errlen);
 }
 
 convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen)
@@ -283,9 +432,13 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     c->n_batch = p->n_batch;
     c->n_slot = p->n_slot;
     c->n_done = -1;
+    c->log = p->log;
+    c->log_user = p->log_user;
+    c->failover_wait_ms = p->failover_wait_ms;
     const cv_span_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16};
     if (p->nodes ? open_chain(c, p, err, errlen) : 0) {
+        cv_model_hashes_free(&c->setup.hashes);
         cv_free(c);
         return NULL;
     }
@@ -325,9 +478,13 @@ void convoy_ctx_free(convoy_ctx *c)
         cv_chain_close(c->chain);
     else if (!c->pipeline)
         cv_span_close(&c->span);
+    if (c->pipeline)
+        journal_free(&c->journal);
     cv_free(c->tokens);
     cv_free(c->row_seq);
     cv_free(c->n_logprobs);
+    cv_model_hashes_free(&c->setup.hashes);
+    cv_seal_key_wipe(&c->setup.key);
     cv_free(c);
 }
 
@@ -362,10 +519,11 @@ static int32_t span_step(convoy_ctx *c, const convoy_batch *b, char *err, size_t
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen)
 {
     if (c->pipeline) {
-        const cv_batch cb = to_cv_batch(b);
-        if (!c->chain)
-            return pipeline_down(c, err, errlen);
-        return cv_chain_step(c->chain, &cb, tokens, err, errlen) ? chain_failed(c, err) : 0;
+        int32_t n;
+        if (c->chain && cv_chain_in_flight(c->chain))
+            return cv_errf(err, errlen, "a step needs the chain idle, %d batches are in flight",
+                           cv_chain_in_flight(c->chain));
+        return convoy_submit(c, b, err, errlen) || convoy_collect(c, tokens, &n, err, errlen) ? -1 : 0;
     }
     const int32_t n = span_step(c, b, err, errlen);
     if (n < 0)
@@ -381,9 +539,14 @@ int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen
 {
     if (c->pipeline) {
         const cv_batch cb = to_cv_batch(b);
+        int n_failovers = 0;
         if (!c->chain)
             return pipeline_down(c, err, errlen);
-        return cv_chain_submit(c->chain, &cb, err, errlen) ? chain_failed(c, err) : 0;
+        while (cv_chain_submit(c->chain, &cb, err, errlen))
+            if (!failed_over(c, &n_failovers, err))
+                return -1;
+        journal_submit(&c->journal, &cb);
+        return 0;
     }
     if (c->n_done >= 0)
         return cv_errf(err, errlen, "a batch is in flight already (depth 1 on one machine)");
@@ -397,9 +560,14 @@ int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen
 int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen)
 {
     if (c->pipeline) {
+        int n_failovers = 0;
         if (!c->chain)
             return pipeline_down(c, err, errlen);
-        return cv_chain_collect(c->chain, tokens, n_tokens, err, errlen) ? chain_failed(c, err) : 0;
+        while (cv_chain_collect(c->chain, tokens, n_tokens, err, errlen))
+            if (!failed_over(c, &n_failovers, err))
+                return -1;
+        journal_collect(&c->journal, tokens);
+        return 0;
     }
     if (c->n_done < 0)
         return cv_errf(err, errlen, "no batch in flight");
@@ -454,9 +622,17 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
                                   .freq_penalty = p->freq_penalty, .presence_penalty = p->presence_penalty,
                                   .seed = p->seed};
     if (c->pipeline) {
+        int n_failovers = 0;
         if (!c->chain)
             return pipeline_down(c, err, errlen);
-        return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen) ? chain_failed(c, err) : 0;
+        if (seq < 0 || seq >= c->n_slot)
+            return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
+        journal_set_sampler(&c->journal, seq, &sp, p->n_logprobs);
+        /* a failover replays the journal, which has the sampler already */
+        return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen) &&
+                       !failed_over(c, &n_failovers, err)
+                   ? -1
+                   : 0;
     }
     if (cv_span_set_sampler(&c->span, seq, &sp, err, errlen))
         return -1;
@@ -478,22 +654,40 @@ int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq)
 {
     if (c->pipeline)
-        return c->chain ? cv_chain_seq_len(c->chain, seq) : 0;
+        return c->chain ? cv_chain_seq_len(c->chain, seq) : c->journal.slot[seq].len;
     return c->span.kv.len[seq];
+}
+
+/* A slot operation on a pipeline: noted in the journal (a pipeline that is
+ * down gets it when it is back), then sent; a failover replays it. */
+static int pipeline_seq_op(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen)
+{
+    if (seq < 0 || seq >= c->n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
+    if (len >= 0)
+        journal_truncate(&c->journal, seq, len);
+    else
+        journal_free_seq(&c->journal, seq);
+    if (!c->chain)
+        return 0;
+    int n_failovers = 0;
+    const int rc = len >= 0 ? cv_chain_seq_truncate(c->chain, seq, len, err, errlen)
+                            : cv_chain_seq_free(c->chain, seq, err, errlen);
+    return rc && !failed_over(c, &n_failovers, err) ? -1 : 0;
 }
 
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen)
 {
-    if (c->pipeline) /* a pipeline that is down holds nothing to cut */
-        return c->chain && cv_chain_seq_truncate(c->chain, seq, len, err, errlen) ? chain_failed(c, err) : 0;
+    if (c->pipeline)
+        return pipeline_seq_op(c, seq, len < 0 ? 0 : len, err, errlen);
     cv_span_seq_truncate(&c->span, seq, len);
     return 0;
 }
 
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen)
 {
-    if (c->pipeline) /* a pipeline that is down holds nothing to free */
-        return c->chain && cv_chain_seq_free(c->chain, seq, err, errlen) ? chain_failed(c, err) : 0;
+    if (c->pipeline)
+        return pipeline_seq_op(c, seq, -1, err, errlen);
     cv_span_seq_free(&c->span, seq);
     c->n_logprobs[seq] = -1;
     return 0;

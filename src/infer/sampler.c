@@ -69,10 +69,13 @@ cv_sampler_params cv_sampler_default_params(void)
     return p;
 }
 
+#define RNG_MUL 6364136223846793005ull
+#define RNG_INC 1442695040888963407ull
+
 static uint64_t rng_next(cv_sampler *s)
 {
     uint64_t old = s->rng_state;
-    s->rng_state = old * 6364136223846793005ull + 1442695040888963407ull;
+    s->rng_state = old * RNG_MUL + RNG_INC;
     uint64_t word = ((old >> ((old >> 59) + 5)) ^ old) * 12605985483714917081ull;
     return (word >> 43) ^ word;
 }
@@ -82,13 +85,29 @@ static double rng_uniform(cv_sampler *s)
     return (double)(rng_next(s) >> 11) * 0x1.0p-53;
 }
 
+/* The state n steps later, in O(log n) steps: composing the affine map
+ * x -> a x + c with itself by squaring (a wire-given n cannot stall us). */
+static uint64_t rng_skip(uint64_t state, uint64_t n)
+{
+    uint64_t a = RNG_MUL, c = RNG_INC, acc_a = 1, acc_c = 0;
+    for (; n; n >>= 1) {
+        if (n & 1) {
+            acc_a *= a;
+            acc_c = acc_c * a + c;
+        }
+        c *= a + 1;
+        a *= a;
+    }
+    return acc_a * state + acc_c;
+}
+
 void cv_sampler_reset(cv_sampler *s)
 {
     int64_t held = s->n_accepted < s->history_cap ? s->n_accepted : s->history_cap;
     for (int64_t i = 0; i < held; i++)
         s->count[s->history[i]] = 0;
     s->n_accepted = 0;
-    s->rng_state = cv_splitmix64(s->params.seed);
+    s->rng_state = rng_skip(cv_splitmix64(s->params.seed), s->params.n_draws);
 }
 
 void cv_sampler_free(cv_sampler *s)

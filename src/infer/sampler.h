@@ -15,7 +15,9 @@
  * takes back the last n accepted ids, exactly while the ids accepted (less
  * those taken back) number at most max(penalty_last_n, n_ctx): a slot's
  * context, as the span passes it. Each sample makes one draw of the RNG (none when
- * greedy), and a rewind does not move the RNG back.
+ * greedy), and a rewind does not move the RNG back. A sampler created with
+ * n_draws = n is the one that has made n draws, so a sequence replayed
+ * elsewhere goes on drawing the same numbers.
  *
  * Speculation needs nothing more: a drafted position is sampled as usual
  * and its draft accepted when they are equal, which for a deterministic
@@ -37,6 +39,7 @@ typedef struct cv_sampler_params {
     float freq_penalty;    /* default 0 */
     float presence_penalty;/* default 0 */
     uint64_t seed;
+    uint64_t n_draws;      /* draws made before: the RNG starts as after them (a replayed sequence) */
 } cv_sampler_params;
 
 typedef struct cv_sampler cv_sampler;

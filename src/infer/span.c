@@ -11,17 +11,42 @@
 #include "core/err.h"
 #include "kernels/kernels.h"
 
+/* Bytes one allocation of n can hold resident: the allocator's header and
+ * alignment, in whole pages (an upper bound for a block of any size). */
+static uint64_t alloc_bytes(uint64_t n) { return (n + 64 + 4095) / 4096 * 4096; }
+
+/* A head span's samplers: cv_sampler_create's five arrays and the struct. */
+static uint64_t sampler_bytes(uint64_t n_vocab, uint64_t n_ctx)
+{
+    return 3 * alloc_bytes(8 * n_vocab) + alloc_bytes(4 * n_vocab) + alloc_bytes(4 * n_ctx) + alloc_bytes(256);
+}
+
+/* cv_forward_create's buffers, the pool and the KV cache's bookkeeping:
+ * what cv_span_open allocates whatever the layers. */
+static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p, uint64_t n_ctx)
+{
+    const uint64_t n = (uint64_t)p->n_batch, ne = (uint64_t)hp->n_embd;
+    const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t n_kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, n_ff = (uint64_t)hp->n_ff;
+    const uint64_t max_in = n_ff > (ne > n_q ? ne : n_q) ? n_ff : (ne > n_q ? ne : n_q);
+    const uint64_t threads = (uint64_t)(p->n_threads > 0 ? p->n_threads : 1);
+    return 2 * alloc_bytes(4 * n * ne) + 2 * alloc_bytes(4 * n * n_q) + 2 * alloc_bytes(4 * n * n_kv) +
+           2 * alloc_bytes(4 * n * n_ff) + alloc_bytes(n * (4 * max_in + 64)) +
+           2 * alloc_bytes(4 * n * (uint64_t)(hp->n_rot / 2 + 1)) +
+           alloc_bytes(4 * threads * (n_ctx + 2 * (uint64_t)hp->head_dim)) + 2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
+           alloc_bytes(1024) + alloc_bytes(256 + 64 * threads) + 2 * alloc_bytes(0); /* forward, pool, K and V rounding */
+}
+
 void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c)
 {
     const cv_llama_hparams *hp = &m->hp;
     const uint64_t n_ctx = (uint64_t)(p->n_ctx ? p->n_ctx : hp->n_ctx_train);
-    const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-    const uint64_t wide = (uint64_t)hp->n_ff > n_q ? (uint64_t)hp->n_ff : n_q;
-    c->kv_per_layer = 2 * (uint64_t)p->n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
-    c->fixed = (uint64_t)p->n_batch * 4 * (4 * (uint64_t)hp->n_embd + 2 * n_q + 2 * kv_dim + 3 * wide);
-    c->head_extra = (uint64_t)p->n_batch * 4 * (uint64_t)hp->n_vocab +
-                    (uint64_t)p->n_slot * (28 * (uint64_t)hp->n_vocab + 4 * n_ctx); /* samplers, history rings */
+    const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, nv = (uint64_t)hp->n_vocab;
+    const uint64_t n_slot = (uint64_t)p->n_slot;
+    c->kv_per_layer = 2 * n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
+    c->fixed = fixed_bytes(hp, p, n_ctx);
+    c->head_extra = alloc_bytes(4 * (uint64_t)p->n_batch * nv) + n_slot * sampler_bytes(nv, n_ctx) +
+                    alloc_bytes(8 * n_slot) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * (uint64_t)p->n_batch);
 }
 
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)

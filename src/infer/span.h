@@ -67,8 +67,12 @@ typedef struct cv_span {
     int32_t n_batch;
 } cv_span;
 
-/* Memory a span needs besides its weights: KV cache per layer, buffers,
- * and at the head the logits and samplers. */
+/* Memory a span allocates besides its weights, each allocation counted in
+ * whole pages (what it can hold resident): KV cache per layer; `fixed`, the
+ * forward pass's buffers (attention scratch per thread included), the pool
+ * and bookkeeping; at the head the logits and a sampler per slot (its
+ * history as long as the context: a sampler's penalty_last_n must not be
+ * longer for this to hold). */
 typedef struct cv_span_costs {
     uint64_t kv_per_layer;
     uint64_t fixed;

@@ -6,6 +6,7 @@
  * of 1-D tensors stored in another type; weights point into the mapping. */
 #include "model/llama.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -240,19 +241,48 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
     return t ? t->size : 0;
 }
 
+/* Every tensor a layer may have, by architecture: llama's nine, qwen2's
+ * biases, qwen3's Q/K norms. */
+static const char *const layer_parts[] = {
+    "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
+    "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
+    "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
+static_assert(sizeof layer_parts / sizeof layer_parts[0] == CV_LLAMA_LAYER_TENSORS_MAX, "layer parts");
+
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
 {
-    static const char *const parts[] = {
-        "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
-        "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
-        "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
     uint64_t total = 0;
     char name[96];
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        snprintf(name, sizeof name, "blk.%d.%s", l, parts[i]);
+    for (size_t i = 0; i < CV_LLAMA_LAYER_TENSORS_MAX; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, layer_parts[i]);
         total += tensor_bytes(m, name);
     }
     return total;
+}
+
+/* Appends the index of tensor `name` to idx when the file has it. */
+static size_t add_tensor(const cv_llama *m, const char *name, uint64_t *idx, size_t n)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (t)
+        idx[n++] = (uint64_t)(t - m->gguf.tensors);
+    return n;
+}
+
+size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t *idx)
+{
+    size_t n = add_tensor(m, "rope_freqs.weight", idx, 0);
+    char name[96];
+    for (int32_t l = l0; l < l1; l++)
+        for (size_t i = 0; i < CV_LLAMA_LAYER_TENSORS_MAX; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, layer_parts[i]);
+            n = add_tensor(m, name, idx, n);
+        }
+    if (l1 == m->hp.n_layer) {
+        n = add_tensor(m, "output_norm.weight", idx, n);
+        n = add_tensor(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight", idx, n);
+    }
+    return n;
 }
 
 uint64_t cv_llama_head_bytes(const cv_llama *m)

@@ -97,4 +97,18 @@ uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_emb
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
 uint64_t cv_llama_head_bytes(const cv_llama *m);
 
+/* The tensors a pipeline stage serving layers [l0, l1) reads, as indices
+ * into m->gguf.tensors in a fixed order: rope_freqs when present, each
+ * layer's tensors (those of the architecture's list the file has), then,
+ * when l1 == n_layer, output_norm and the output matrix (token_embd when
+ * tied). Never token_embd for input: a stage reads hidden states. idx has
+ * room for cv_llama_span_tensors_max(l1 - l0); returns the count. */
+#define CV_LLAMA_LAYER_TENSORS_MAX 14
+#define CV_LLAMA_SPAN_EXTRA_MAX 3 /* rope_freqs, output_norm, output */
+static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)
+{
+    return (uint64_t)n_layers * CV_LLAMA_LAYER_TENSORS_MAX + CV_LLAMA_SPAN_EXTRA_MAX;
+}
+size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t *idx);
+
 #endif

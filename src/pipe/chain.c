@@ -32,7 +32,8 @@ struct cv_chain {
     bool local_open;
     bool local_node;               /* node 0 is this machine (no link) */
     int32_t n_local;               /* layers node 0 runs here (0 without a local node) */
-    uint64_t fingerprint;
+    const cv_model_hashes *hashes; /* the model's content hashes: opts->hashes or own_hashes */
+    cv_model_hashes own_hashes;
     uint64_t cluster_id;           /* the same in every HELLO of this chain */
     int n_nodes;                   /* nodes given */
     cv_link *link[CV_CHAIN_MAX_NODES];
@@ -42,6 +43,7 @@ struct cv_chain {
     int n_active;
     cv_inbox inbox;
     bool broken;
+    int suspect;                   /* the node a failure is blamed on, or -1 */
     uint32_t next_id;
     /* batches in flight, oldest first in a ring of `depth` */
     int depth;
@@ -74,16 +76,25 @@ static int broken(cv_chain *c)
     return -1;
 }
 
+/* The same, blaming node i. */
+static int broken_by(cv_chain *c, int i)
+{
+    c->suspect = i;
+    return broken(c);
+}
+
 static cv_msg_hello base_hello(const cv_chain *c)
 {
     const cv_llama_hparams *hp = &c->local.model.hp;
-    return (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
+    cv_msg_hello h = (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
                           .features = (c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0) |
                                       (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0),
-                          .fingerprint = c->fingerprint, .n_layer = (uint32_t)hp->n_layer,
+                          .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->local.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
                           .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD, .cluster_id = c->cluster_id};
+    memcpy(h.model_hash, c->hashes->meta, CV_HASH_BYTES);
+    return h;
 }
 
 /* Node i's HELLO exchange; an assignment may bind layers and reach the
@@ -94,7 +105,8 @@ static int hello(cv_chain *c, int i, const cv_msg_hello *h, cv_msg_hello_ok *ok,
 }
 
 /* Binds the embeddings (a span of no layers) and names the chain: the
- * fingerprint of the model and a cluster id for this chain's HELLOs. */
+ * content hashes of the model (loaded here unless opts has them) and a
+ * cluster id for this chain's HELLOs. */
 static int bind_embeddings(cv_chain *c, const char *model_path, char *err, size_t errlen)
 {
     const cv_chain_opts *o = &c->o;
@@ -103,10 +115,17 @@ static int bind_embeddings(cv_chain *c, const char *model_path, char *err, size_
     if (cv_span_open(&c->local, model_path, &sp, err, errlen))
         return -1;
     c->local_open = true;
-    c->fingerprint = cv_model_fingerprint(&c->local.model.gguf);
+    bool cached;
+    char note[2 * CV_ERRLEN];
+    if (!o->hashes && cv_model_hashes_load(&c->local.model.gguf, model_path, o->n_threads, &c->own_hashes, &cached,
+                                           note, sizeof note, err, errlen))
+        return -1;
+    c->hashes = o->hashes ? o->hashes : &c->own_hashes;
+    uint64_t model_id;
+    memcpy(&model_id, c->hashes->meta, sizeof model_id);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    c->cluster_id = c->fingerprint ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    c->cluster_id = model_id ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
     return 0;
 }
 
@@ -129,30 +148,67 @@ static int ask_node(cv_chain *c, int i, cv_msg_hello_ok *offer, char *err, size_
 {
     char host[256];
     int port;
-    const cv_link_opts lo = cv_link_io_opts(c->o.io_timeout_ms);
-    if (cv_parse_addr(c->addr[i], host, sizeof host, &port, err, errlen) ||
-        cv_link_connect(host, port, c->o.connect_timeout_ms, &lo, &c->link[i], err, errlen))
+    cv_link_opts lo = cv_link_io_opts(c->o.io_timeout_ms);
+    lo.key = c->o.key;
+    if (cv_parse_addr(c->addr[i], host, sizeof host, &port, err, errlen))
+        return -1;
+    if (!c->o.key && !c->o.insecure && !cv_host_is_loopback(host))
+        return cv_errf(err, errlen, "node %s is not on this machine and the head has no --key: give the head and "
+                                    "every stage --key FILE (made by `convoy keygen FILE`), or --insecure",
+                       c->addr[i]);
+    if (cv_link_connect(host, port, c->o.connect_timeout_ms, &lo, &c->link[i], err, errlen))
         return -1;
     const cv_msg_hello query = base_hello(c);
-    return hello(c, i, &query, offer, err, errlen);
+    if (hello(c, i, &query, offer, err, errlen) == 0)
+        return 0;
+    if (!c->o.key) { /* a keyed stage drops a plaintext HELLO without a word */
+        const size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (if the stage has --key, give the head the same key)");
+    }
+    return -1;
 }
 
-/* Connects to the nodes and asks each for its memory budget and speed;
+/* Asks node addr as node k, or else the next spares in turn (used up in
+ * order): 0 when one answered, -1 (err names the last asked) when none. */
+static int ask_node_or_spare(cv_chain *c, int k, const char *addr, int *next_spare, cv_msg_hello_ok *offer,
+                             char *err, size_t errlen)
+{
+    for (;;) {
+        snprintf(c->addr[k], sizeof c->addr[k], "%s", addr);
+        if (c->o.avoid && !strcmp(addr, c->o.avoid))
+            cv_errf(err, errlen, "node %s failed just before", addr);
+        else if (ask_node(c, k, offer, err, errlen) == 0)
+            return 0;
+        cv_link_close(c->link[k]);
+        c->link[k] = NULL;
+        if (*next_spare >= c->o.n_spares)
+            return -1;
+        addr = c->o.spares[(*next_spare)++];
+    }
+}
+
+/* Connects to the nodes and asks each for its memory budget and speed
+ * (spares replace the unreachable, which may be dropped, see chain.h);
  * a first node "local" is this machine, which measures its own. */
 static int connect_and_ask(cv_chain *c, cv_msg_hello_ok *offer, char *err, size_t errlen)
 {
-    for (int i = 0; i < c->n_nodes; i++) {
-        snprintf(c->addr[i], sizeof c->addr[i], "%s", c->o.nodes[i]);
-        if (strcmp(c->addr[i], CV_CHAIN_LOCAL)) {
-            if (ask_node(c, i, &offer[i], err, errlen))
+    int next_spare = 0;
+    for (int i = 0; i < c->o.n_nodes; i++) {
+        const int k = c->n_nodes;
+        if (strcmp(c->o.nodes[i], CV_CHAIN_LOCAL)) {
+            if (ask_node_or_spare(c, k, c->o.nodes[i], &next_spare, &offer[k], err, errlen) == 0)
+                c->n_nodes++;
+            else if (!c->o.drop_unreachable || c->o.split)
                 return -1;
             continue;
         }
         if (i > 0)
             return cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
+        snprintf(c->addr[k], sizeof c->addr[k], "%s", CV_CHAIN_LOCAL);
         c->local_node = true;
-        offer[i] = (cv_msg_hello_ok){.mem_budget = c->o.local_mem_budget,
+        offer[k] = (cv_msg_hello_ok){.mem_budget = c->o.local_mem_budget,
                                      .us_per_layer_token = cv_span_speed_probe(&c->local.model, c->o.n_threads)};
+        c->n_nodes++;
     }
     return 0;
 }
@@ -166,20 +222,17 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
     uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n_layer);
     if (!layer_bytes)
         return cv_errf(err, errlen, "out of memory");
-    for (int32_t l = 0; l < n_layer; l++)
-        layer_bytes[l] = cv_llama_layer_bytes(m, l);
-    const cv_span_params sp = {.n_ctx = c->local.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
-                                .kv_f16 = c->o.kv_f16};
-    cv_span_costs costs;
-    cv_span_costs_of(m, &sp, &costs);
-    const cv_plan_model pm = {.n_layer = n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = costs.kv_per_layer,
-                              .fixed_bytes = costs.fixed, .head_bytes = cv_llama_head_bytes(m) + costs.head_extra,
-                              .head_work_bytes = cv_llama_head_bytes(m)};
+    const cv_plan_session s = {.n_ctx = c->local.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
+                               .kv_f16 = c->o.kv_f16, .act_type = (uint32_t)c->o.act_type};
+    cv_plan_model pm;
+    cv_plan_model_of(m, &s, layer_bytes, &pm);
     cv_plan_node nodes[CV_CHAIN_MAX_NODES];
-    for (int i = 0; i < c->n_nodes; i++)
+    for (int i = 0; i < c->n_nodes; i++) /* a node's own bytes as it answered; this machine's as it counts them */
         nodes[i] = (cv_plan_node){.name = c->link[i] ? cv_link_name(c->link[i]) : "this machine",
                                   .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
-                                  .us_per_layer_token = offer[i].us_per_layer_token};
+                                  .us_per_layer_token = offer[i].us_per_layer_token,
+                                  .own_bytes = c->link[i] ? offer[i].layer_bytes
+                                                          : cv_plan_own_bytes(m, &s, CV_PLAN_LOCAL, c->o.n_threads, 0)};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
     cv_free(layer_bytes);
     if (rc)
@@ -194,7 +247,7 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
 }
 
 /* Binds the local node's layers [0, n_local) in place of the embeddings'
- * span, within its budget. */
+ * span (the plan kept them within its budget, counting the embeddings). */
 static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_t errlen)
 {
     const cv_chain_opts *o = &c->o;
@@ -205,14 +258,28 @@ static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_
     c->local_open = false;
     const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                                 .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
-    const uint64_t need = cv_span_bytes_needed(&c->local.model, &lp);
-    if (o->local_mem_budget && need > o->local_mem_budget)
-        return cv_errf(err, errlen, "layers [0, %d) here need %.2f GB (embeddings, weights, KV cache, buffers), the "
-                                    "budget is %.2f GB",
-                       c->n_local, need / 1e9, o->local_mem_budget / 1e9);
     if (cv_span_open(&c->local, model_path, &lp, err, errlen))
         return -1;
     c->local_open = true;
+    return 0;
+}
+
+/* Puts into h the content hashes of the tensors its layers [l0, l1) read,
+ * in HELLO's order, from *buf (cv_malloc'ed; the caller frees it). */
+static int span_hashes(const cv_chain *c, cv_msg_hello *h, uint8_t **buf, char *err, size_t errlen)
+{
+    uint64_t *idx = cv_malloc(sizeof *idx * cv_llama_span_tensors_max(h->l1 - h->l0));
+    const size_t n = idx ? cv_llama_span_tensors(&c->local.model, (int32_t)h->l0, (int32_t)h->l1, idx) : 0;
+    *buf = idx ? cv_malloc(n ? n * CV_HASH_BYTES : 1) : NULL;
+    if (!*buf) {
+        cv_free(idx);
+        return cv_errf(err, errlen, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        memcpy(*buf + i * CV_HASH_BYTES, c->hashes->tensor[idx[i]], CV_HASH_BYTES);
+    cv_free(idx);
+    h->n_hashes = (uint32_t)n;
+    h->hashes = *buf;
     return 0;
 }
 
@@ -231,7 +298,12 @@ static int assign_from_last(cv_chain *c, char *err, size_t errlen)
         if (k > 0)
             h.features |= CV_FEAT_FROM_PREV;
         cv_msg_hello_ok assigned;
-        if (hello(c, i, &h, &assigned, err, errlen))
+        uint8_t *hashes;
+        if (span_hashes(c, &h, &hashes, err, errlen))
+            return -1;
+        const int rc = hello(c, i, &h, &assigned, err, errlen);
+        cv_free(hashes);
+        if (rc)
             return -1;
     }
     for (int i = 0; i < c->n_nodes; i++)
@@ -243,16 +315,22 @@ static int assign_from_last(cv_chain *c, char *err, size_t errlen)
     return 0;
 }
 
+static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
+
 /* One set of FORWARD buffers per batch that can be in flight: one per
  * stage, local included. */
 static int alloc_flights(cv_chain *c, char *err, size_t errlen)
 {
     c->depth = c->n_active + (c->n_local > 0);
+    if (c->o.min_depth > c->depth)
+        c->depth = c->o.min_depth < CV_CHAIN_MAX_NODES ? c->o.min_depth : CV_CHAIN_MAX_NODES;
     for (int k = 0; k < c->depth; k++)
         if (cv_fwd_out_alloc(&c->flight[k].out, (size_t)c->o.n_batch, (size_t)c->local.model.hp.n_embd, err,
                              errlen))
             return -1;
-    return 0;
+    const cv_msg_forward largest = {.n_tokens = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)c->local.model.hp.n_embd,
+                                    .act_type = (uint8_t)c->o.act_type, .flags = CV_FWD_HAS_HIDDEN};
+    return cv_link_reserve(first_link(c), cv_msg_forward_size(&largest), err, errlen);
 }
 
 /* The inbox that gathers the serving nodes' frames. */
@@ -274,7 +352,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
     if (!c)
         return cv_errf(err, errlen, "out of memory");
     c->o = *o;
-    c->n_nodes = o->n_nodes;
+    c->suspect = -1;
     cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's memory budget and speed */
     if (bind_embeddings(c, model_path, err, errlen) || alloc_results(c, err, errlen) ||
         connect_and_ask(c, offer, err, errlen) || plan(c, offer, err, errlen) ||
@@ -306,17 +384,17 @@ void cv_chain_close(cv_chain *c)
     cv_free_aligned(c->logits);
     cv_free(c->logprobs);
     cv_free(c->n_logprobs);
+    cv_model_hashes_free(&c->own_hashes);
     cv_free(c);
 }
 
-static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
 
 /* After node `reporter` reported a failure, looks briefly for a link that
  * died: a node that lost its neighbour reports it at once, but the
  * neighbour that died is the cause and is named first. A node that
  * reported an error may end its session after it, so the end of its own
- * link is not the cause. */
-static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
+ * link is not the cause. Returns the node to blame. */
+static int blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
 {
     char first[CV_ERRLEN];
     snprintf(first, sizeof first, "%s", err);
@@ -326,13 +404,14 @@ static void blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
     while (cv_inbox_next(&c->inbox, 300, &ev) == 0) {
         if (!ev.ok && !reported[ev.source]) {
             snprintf(err, errlen, "%s (then %s)", ev.err, first);
-            return;
+            return ev.source;
         }
         if (ev.ok) {
             reported[ev.source] |= ev.frame.h.type == CV_MSG_ERROR;
             cv_link_release(c->link[ev.source], &ev.frame);
         }
     }
+    return reporter;
 }
 
 /* Keeps RESULT row r (its token, logits row and log-probabilities) as
@@ -386,12 +465,14 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
     return 0;
 }
 
-/* Waits for the RESULT of the flight's FORWARD from the last node, failing
- * on any node's ERROR or lost link. */
+enum { SILENCE_PROBE_MS = 500 };
+static int ping_all(cv_chain *c, int wait_ms, char *err, size_t errlen);
+
 /* Waits for the RESULT of flight fl. The timeout counts silence, not
  * work: any frame from a node, a working node's pulse included (proto.h),
- * starts it again; when the chain falls silent, the node whose pulse came
- * last (it stopped while working) or else the last node is named. */
+ * starts it again; when the chain falls silent, the node that does not
+ * answer a PING is named, or else the node whose pulse came last (it
+ * stopped while working), or the last node. */
 static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, char *err, size_t errlen)
 {
     const uint32_t id = fl->id;
@@ -401,9 +482,13 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
     for (;;) {
         const int64_t silent = cv_now_ms() - heard;
         if (silent >= c->o.io_timeout_ms) {
-            c->broken = true;
-            return cv_errf(err, errlen, "node %s: no result and no sign of work for %d ms",
-                           c->addr[pulsed >= 0 ? pulsed : last], c->o.io_timeout_ms);
+            /* the nodes around a stopped one are idle and answer at once */
+            char why[CV_ERRLEN];
+            if (ping_all(c, SILENCE_PROBE_MS, why, sizeof why) == 0)
+                c->suspect = pulsed >= 0 ? pulsed : last;
+            cv_errf(err, errlen, "node %s: no result and no sign of work for %d ms", c->addr[c->suspect],
+                    c->o.io_timeout_ms);
+            return broken(c);
         }
         cv_inbox_event ev;
         if (cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - silent), &ev) == CV_LINK_TIMEOUT)
@@ -413,7 +498,7 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
             pulsed = ev.source;
         if (!ev.ok) {
             snprintf(err, errlen, "%s", ev.err);
-            return broken(c);
+            return broken_by(c, ev.source);
         }
         cv_link *l = c->link[ev.source];
         const cv_frame *f = &ev.frame;
@@ -422,38 +507,49 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
         if (f->h.type == CV_MSG_ERROR) {
             cv_error_frame_text(l, f, err, errlen);
             cv_link_release(l, &ev.frame);
-            blame_dead_link(c, ev.source, err, errlen);
-            return broken(c);
+            return broken_by(c, blame_dead_link(c, ev.source, err, errlen));
         }
         if (f->h.type == CV_MSG_RESULT && ev.source == last && f->h.id == id) {
             cv_msg_result m;
             if (cv_msg_result_decode(f->payload, f->h.payload_len, &m, c->rows, (uint32_t)c->o.n_batch, err, errlen)) {
-                c->broken = true;
                 rc = -1;
             } else if (c->o.want_logits &&
                        (!(m.flags & CV_RES_HAS_LOGITS) || m.n_vocab != (uint32_t)c->local.model.hp.n_vocab)) {
-                c->broken = true;
                 rc = cv_errf(err, errlen, "%s: result without the logits rows of %d ids asked for", cv_link_name(l),
                              c->local.model.hp.n_vocab);
             } else if (spread_rows(c, fl, &m, tokens, why, sizeof why)) {
-                c->broken = true;
                 rc = cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
             } else {
                 c->result_bytes += CV_FRAME_HEADER_SIZE + f->h.payload_len;
                 rc = 0;
             }
         } else if (f->h.type != CV_MSG_PONG) {
-            c->broken = true;
             rc = cv_errf(err, errlen, "%s: unexpected %s", cv_link_name(l), cv_msg_type_name(f->h.type));
         }
         cv_link_release(l, &ev.frame);
-        if (rc <= 0)
-            return rc;
+        if (rc < 0)
+            return broken_by(c, ev.source);
+        if (rc == 0)
+            return 0;
     }
 }
 
 int cv_chain_depth(const cv_chain *c) { return c->depth; }
 bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
+const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect >= 0 ? c->addr[c->suspect] : NULL; }
+
+void cv_chain_describe(const cv_chain *c, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    if (c->n_local)
+        at = (size_t)snprintf(buf, len, "layers [0, %d) here", c->n_local);
+    for (int k = 0; k < c->n_active && at < len; k++) {
+        const int i = c->active[k];
+        at += (size_t)snprintf(buf + at, len - at, "%s[%d, %d) on %s", at ? ", " : "layers ", c->first[i],
+                               c->last[i], c->addr[i]);
+    }
+}
 int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
 
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
@@ -464,7 +560,7 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
         return cv_errf(err, errlen, "%d batches are in flight already, the chain's depth", c->depth);
     struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
     if (cv_fwd_out_reclaim(&f->out, first_link(c), err, errlen)) /* its buffers may still be on their way out */
-        return broken(c);
+        return broken_by(c, c->active[0]);
     if (cv_span_step(&c->local, b, NULL, f->out.hidden, NULL, err, errlen))
         return -1;
     cv_fwd_token *rec = cv_fwd_out_records(&f->out);
@@ -480,7 +576,7 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
     uint64_t bytes;
     f->id = ++c->next_id;
     if (cv_fwd_out_send(&f->out, first_link(c), f->id, &m, &bytes, err, errlen))
-        return broken(c); /* the local layers have taken the batch */
+        return broken_by(c, c->active[0]); /* the local layers have taken the batch */
     c->forward_bytes += bytes;
     c->in_flight++;
     return 0;
@@ -523,7 +619,7 @@ static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen
     if (cv_msg_seq_op_encode(op, buf, sizeof buf, &len, err, errlen))
         return -1;
     if (cv_link_send(first_link(c), CV_MSG_SEQ_OP, ++c->next_id, buf, len, err, errlen))
-        return broken(c);
+        return broken_by(c, c->active[0]);
     return 0;
 }
 
@@ -573,6 +669,14 @@ int cv_chain_ping(cv_chain *c, char *err, size_t errlen)
         return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
     if (c->in_flight)
         return cv_errf(err, errlen, "%d batches are in flight", c->in_flight);
+    return ping_all(c, c->o.io_timeout_ms, err, errlen);
+}
+
+/* Every serving node must answer a PING within wait_ms; else -1 naming the
+ * first that did not (or whose link failed), and the chain is broken.
+ * Other frames are dropped. */
+static int ping_all(cv_chain *c, int wait_ms, char *err, size_t errlen)
+{
     uint8_t buf[CV_MSG_PING_SIZE];
     size_t len;
     const uint32_t id = ++c->next_id;
@@ -582,17 +686,16 @@ int cv_chain_ping(cv_chain *c, char *err, size_t errlen)
     bool answered[CV_CHAIN_MAX_NODES] = {0};
     for (int k = 0; k < c->n_active; k++)
         if (cv_link_send(c->link[c->active[k]], CV_MSG_PING, id, buf, len, err, errlen))
-            return broken(c);
+            return broken_by(c, c->active[k]);
     const int64_t t0 = cv_now_ms();
     for (int n_answered = 0; n_answered < c->n_active;) {
         const int64_t waited = cv_now_ms() - t0;
         cv_inbox_event ev;
-        if (waited >= c->o.io_timeout_ms ||
-            cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - waited), &ev) == CV_LINK_TIMEOUT)
+        if (waited >= wait_ms || cv_inbox_next(&c->inbox, (int)(wait_ms - waited), &ev) == CV_LINK_TIMEOUT)
             break;
         if (!ev.ok) {
             snprintf(err, errlen, "%s", ev.err);
-            return broken(c);
+            return broken_by(c, ev.source);
         }
         if (ev.frame.h.type == CV_MSG_PONG && ev.frame.h.id == id && !answered[ev.source]) {
             answered[ev.source] = true;
@@ -602,9 +705,8 @@ int cv_chain_ping(cv_chain *c, char *err, size_t errlen)
     }
     for (int k = 0; k < c->n_active; k++)
         if (!answered[c->active[k]]) {
-            cv_errf(err, errlen, "node %s: no answer to a PING within %d ms", c->addr[c->active[k]],
-                    c->o.io_timeout_ms);
-            return broken(c);
+            cv_errf(err, errlen, "node %s: no answer to a PING within %d ms", c->addr[c->active[k]], wait_ms);
+            return broken_by(c, c->active[k]);
         }
     return 0;
 }

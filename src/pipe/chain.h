@@ -5,6 +5,9 @@
  * overrides), assigns them from the last node to the first (each node
  * connects to its successor, so hidden states go from stage to stage
  * without passing through the head), and binds the embeddings locally.
+ * Every HELLO carries the model's metadata hash and every assignment the
+ * content hashes of the tensors that node will read: a node whose model
+ * or weights differ refuses, naming the first tensor that differs.
  * A first node named "local" is this machine: it is planned like the
  * others (with opts->local_mem_budget and its measured speed) and its
  * layers run in the head, before the FORWARD leaves, so that a machine can
@@ -28,6 +31,7 @@
 #include "infer/forward.h"
 #include "infer/logprobs.h"
 #include "infer/sampler.h"
+#include "model/fingerprint.h"
 #include "pipe/link.h"
 
 typedef struct cv_chain cv_chain;
@@ -46,8 +50,24 @@ typedef struct cv_chain_opts {
     uint32_t act_type;        /* CV_ACT_F32 unless a lossy mode is asked for */
     bool kv_f16;              /* every stage's KV cache in F16 instead of F32 */
     bool want_logits;         /* RESULT carries full logits rows (tests) */
+    /* the model's content hashes (cv_model_hashes_load of model_path), which
+     * each node checks its layers' tensors against; NULL: open loads them */
+    const cv_model_hashes *hashes;
     int connect_timeout_ms;
     int io_timeout_ms;        /* the longest the nodes may stay silent in a step: a working node pulses */
+    const cv_seal_key *key;   /* the cluster key (seal.h): every link is keyed; NULL: plaintext, which a node
+                                 not on loopback refuses to open unless insecure */
+    bool insecure;
+    /* Reopening after a failure: a node that cannot be reached (or is
+     * `avoid`, the one that just failed) takes the place of the next spare
+     * that can; with none left it is dropped when drop_unreachable (the
+     * others then share its layers, if their budgets allow and there is no
+     * split), else opening fails naming it. */
+    const char *const *spares;
+    int n_spares;
+    const char *avoid;
+    bool drop_unreachable;
+    int min_depth;            /* at least this many batches may be in flight (the depth a caller had) */
 } cv_chain_opts;
 
 cv_chain_opts cv_chain_default_opts(void);
@@ -55,8 +75,8 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
 void cv_chain_close(cv_chain *c);
 
 int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, size_t errlen);
-/* Micro-batches: up to cv_chain_depth (the number of stages, local included)
- * batches in flight, so that every stage works on a different one.
+/* Micro-batches: up to cv_chain_depth (the number of stages, local included,
+ * or opts->min_depth when more) batches in flight, so that every stage works on a different one.
  * cv_chain_submit embeds a batch, runs the local layers, sends it and
  * returns without waiting for its result;
  * cv_chain_collect waits for the oldest batch in flight and writes one
@@ -67,6 +87,10 @@ int cv_chain_depth(const cv_chain *c);
 /* Whether a failure made the chain unusable (a node refused, died, went
  * silent or sent garbage); it must then be closed and opened again. */
 bool cv_chain_is_broken(const cv_chain *c);
+/* The address of the node a broken chain's failure is blamed on, or NULL. */
+const char *cv_chain_suspect(const cv_chain *c);
+/* The plan in words: "layers [0, 4) here, [4, 8) on 10.0.0.2:7001, ...". */
+void cv_chain_describe(const cv_chain *c, char *buf, size_t len);
 int cv_chain_in_flight(const cv_chain *c);
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
 int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);

@@ -30,7 +30,13 @@
  * the mutex when recorded, so cv_link_set_name is safe at any time; every
  * other read of the name also holds the mutex.
  * cv_link_close sets `closing`, broadcasts, and writes a byte to the wake
- * pipe that the writer polls next to the socket, then joins it. */
+ * pipe that the writer polls next to the socket, then joins it.
+ * A sealed link (seal.h) seals the head entry of the send queue when it is
+ * first written, into the link's scratch buffer: only the head entry is
+ * ever being written, by the caller that owns it or by the writer (handed
+ * over under mu), so one buffer and one counter serve, and frames take
+ * their counters in queue order. The receiver reads a sealed frame's tag
+ * after its payload and opens the payload in place. */
 #include "pipe/link.h"
 
 #include <errno.h>
@@ -96,11 +102,17 @@ struct cv_link {
     /* The frame being received: its header bytes, then its payload. */
     struct {
         uint8_t raw[CV_FRAME_HEADER_SIZE];
-        size_t got;       /* bytes of header and payload read */
+        uint8_t tag[CV_SEAL_TAG_BYTES]; /* a sealed frame's, after its payload */
+        size_t got;       /* bytes of header, payload and tag read */
         cv_frame f;       /* header decoded, payload buffer taken, once got >= the header's size */
         int64_t deadline; /* its last byte is due (set by its first byte) */
     } rx;
     char rfail[CV_LINK_NAME_MAX + 2 + CV_ERRLEN]; /* the receiving side failed: why */
+
+    bool sealed;          /* frames are sealed with seal's keys */
+    cv_seal_session seal; /* tx: the head entry's writer's; rx: the receiving caller's */
+    uint8_t *scratch;     /* the sealed frame being sent: header, ciphertext, tag */
+    size_t scratch_cap;
 
     pool_buf pool[LINK_POOL];
     int n_pool;
@@ -265,20 +277,75 @@ static int wait_writable(cv_link *l, char *msg, size_t msglen)
     }
 }
 
+/* Makes the scratch buffer hold a sealed frame of `need` bytes. */
+static int grow_scratch(cv_link *l, size_t need)
+{
+    if (need <= l->scratch_cap)
+        return 0;
+    cv_free_aligned(l->scratch);
+    l->scratch_cap = (need + LINK_BUF_ROUND - 1) / LINK_BUF_ROUND * LINK_BUF_ROUND;
+    if (!(l->scratch = cv_aligned_alloc(l->scratch_cap))) {
+        l->scratch_cap = 0;
+        return -1;
+    }
+    return 0;
+}
+
+int cv_link_reserve(cv_link *l, size_t payload, char *err, size_t errlen)
+{
+    if (!l->sealed)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    const int rc = grow_scratch(l, CV_FRAME_HEADER_SIZE + payload + CV_SEAL_TAG_BYTES);
+    pthread_mutex_unlock(&l->mu);
+    return rc ? cv_errf(err, errlen, "%s: out of memory to seal frames of %zu bytes", l->name, payload) : 0;
+}
+
+/* Copies a frame (its header encoded) into the scratch buffer and seals
+ * it there, header, ciphertext and tag becoming the entry's only part. */
+static int seal_entry(cv_link *l, send_entry *e, char *msg, size_t msglen)
+{
+    const size_t need = e->size + CV_SEAL_TAG_BYTES;
+    if (grow_scratch(l, need))
+        return cv_errf(msg, msglen, "out of memory to seal a %zu-byte %s frame", need, cv_msg_type_name(e->type));
+    size_t at = 0;
+    for (int i = 0; i < e->n_iov; i++) {
+        memcpy(l->scratch + at, e->iov[i].iov_base, e->iov[i].iov_len);
+        at += e->iov[i].iov_len;
+    }
+    if (cv_seal_frame(&l->seal.tx, e->hdr, l->scratch + CV_FRAME_HEADER_SIZE, e->size - CV_FRAME_HEADER_SIZE,
+                      l->scratch + e->size, msg, msglen))
+        return -1;
+    e->iov[0] = (struct iovec){l->scratch, need};
+    e->n_iov = 1;
+    e->size = need;
+    return 0;
+}
+
+/* Writes the entry's header, with the payload's checksum on a plaintext
+ * link; a sealed link's tag covers the payload instead (checksum 0) and
+ * the frame is sealed. A failure leaves the entry as it was. */
+static int encode_entry(cv_link *l, send_entry *e, char *msg, size_t msglen)
+{
+    uint32_t crc = 0;
+    for (int i = 1; i < e->n_iov && !l->sealed; i++)
+        crc = cv_crc32c(crc, e->iov[i].iov_base, e->iov[i].iov_len);
+    const cv_frame_header h = {.magic = CV_FRAME_MAGIC, .version = CV_FRAME_VERSION, .type = e->type, .id = e->id,
+                               .payload_len = (uint32_t)(e->size - CV_FRAME_HEADER_SIZE), .checksum = crc};
+    cv_frame_header_encode(&h, e->hdr);
+    if (l->sealed && seal_entry(l, e, msg, msglen))
+        return -1;
+    e->encoded = true;
+    return 0;
+}
+
 /* Sends the rest of a frame (from e->done) in gather writes, waiting for
  * room when may_wait. 0 (sent), 1 (closing), 2 (the socket is full and
  * may_wait is false) or -1 with a message. */
 static int write_frame(cv_link *l, send_entry *e, bool may_wait, char *msg, size_t msglen)
 {
-    if (!e->encoded) {
-        uint32_t crc = 0;
-        for (int i = 1; i < e->n_iov; i++)
-            crc = cv_crc32c(crc, e->iov[i].iov_base, e->iov[i].iov_len);
-        const cv_frame_header h = {.magic = CV_FRAME_MAGIC, .version = CV_FRAME_VERSION, .type = e->type, .id = e->id,
-                                   .payload_len = (uint32_t)(e->size - CV_FRAME_HEADER_SIZE), .checksum = crc};
-        cv_frame_header_encode(&h, e->hdr);
-        e->encoded = true;
-    }
+    if (!e->encoded && encode_entry(l, e, msg, msglen))
+        return -1;
     while (e->done < e->size) {
         struct iovec iov[1 + CV_LINK_MAX_PARTS];
         int n_iov = 0;
@@ -438,23 +505,36 @@ int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, si
 
 /* ---- receiving ---- */
 
+enum { RX_HEADER, RX_PAYLOAD, RX_TAG };
+
 /* The part of the frame being received that is still coming (its header,
- * then its payload): *got of its *want bytes have arrived. */
-static void rx_part(const cv_link *l, size_t *got, size_t *want)
+ * its payload, then a sealed frame's tag): *got of its *want bytes have
+ * arrived. Returns which part. */
+static int rx_part(const cv_link *l, size_t *got, size_t *want)
 {
-    const bool header = l->rx.got < CV_FRAME_HEADER_SIZE;
-    *got = header ? l->rx.got : l->rx.got - CV_FRAME_HEADER_SIZE;
-    *want = header ? CV_FRAME_HEADER_SIZE : l->rx.f.h.payload_len;
+    if (l->rx.got < CV_FRAME_HEADER_SIZE) {
+        *got = l->rx.got;
+        *want = CV_FRAME_HEADER_SIZE;
+        return RX_HEADER;
+    }
+    const size_t len = l->rx.f.h.payload_len;
+    *got = l->rx.got - CV_FRAME_HEADER_SIZE;
+    *want = len;
+    if (*got < len || !l->sealed)
+        return RX_PAYLOAD;
+    *got -= len;
+    *want = CV_SEAL_TAG_BYTES;
+    return RX_TAG;
 }
 
 /* Writes "<event> while reading <part> (got G of W bytes)" into msg. */
 static int rx_errf(const cv_link *l, const char *event, char *msg, size_t msglen)
 {
     size_t got, want;
-    rx_part(l, &got, &want);
+    const int part = rx_part(l, &got, &want);
     return cv_errf(msg, msglen, "%s while reading %s%s (got %zu of %zu bytes)", event,
-                   l->rx.got < CV_FRAME_HEADER_SIZE ? "frame header" : cv_msg_type_name(l->rx.f.h.type),
-                   l->rx.got < CV_FRAME_HEADER_SIZE ? "" : " payload", got, want);
+                   part == RX_HEADER ? "frame header" : cv_msg_type_name(l->rx.f.h.type),
+                   part == RX_HEADER ? "" : part == RX_PAYLOAD ? " payload" : " tag", got, want);
 }
 
 /* Decodes the header just read and takes a buffer for its payload. */
@@ -476,24 +556,31 @@ static int rx_begin_payload(cv_link *l, char *msg, size_t msglen)
     return 0;
 }
 
-/* Reads what the socket holds of the frame being received, up to its end:
- * 0 (the frame is complete in l->rx), 2 (the socket has no more of it yet)
- * or -1 with a message (end of stream, socket error, bad header or
- * checksum, no memory). */
-static int rx_advance(cv_link *l, char *msg, size_t msglen)
+/* A complete frame: its checksum, or a sealed frame's tag (the payload is
+ * then decrypted in place). */
+static int rx_finish(cv_link *l, char *msg, size_t msglen)
 {
     char why[CV_ERRLEN];
+    const cv_frame *f = &l->rx.f;
+    if (l->sealed ? cv_seal_open(&l->seal.rx, l->rx.raw, f->payload, f->h.payload_len, l->rx.tag, why, sizeof why)
+                  : f->h.payload_len && cv_frame_check_payload(&f->h, f->payload, why, sizeof why))
+        return cv_errf(msg, msglen, "%s", why);
+    atomic_fetch_add(&l->frames_recv, 1);
+    return 0;
+}
+
+/* Reads what the socket holds of the frame being received, up to its end:
+ * 0 (the frame is complete in l->rx), 2 (the socket has no more of it yet)
+ * or -1 with a message (end of stream, socket error, bad header, checksum
+ * or tag, no memory). */
+static int rx_advance(cv_link *l, char *msg, size_t msglen)
+{
     size_t got, want;
     for (;;) {
-        rx_part(l, &got, &want);
-        if (l->rx.got >= CV_FRAME_HEADER_SIZE && got == want) {
-            const cv_frame *f = &l->rx.f;
-            if (f->h.payload_len && cv_frame_check_payload(&f->h, f->payload, why, sizeof why))
-                return cv_errf(msg, msglen, "%s", why);
-            atomic_fetch_add(&l->frames_recv, 1);
-            return 0;
-        }
-        uint8_t *dst = l->rx.got < CV_FRAME_HEADER_SIZE ? l->rx.raw + got : l->rx.f.payload + got;
+        const int part = rx_part(l, &got, &want);
+        if (part != RX_HEADER && got == want && (part == RX_TAG || !l->sealed))
+            return rx_finish(l, msg, msglen);
+        uint8_t *dst = part == RX_HEADER ? l->rx.raw + got : part == RX_TAG ? l->rx.tag + got : l->rx.f.payload + got;
         const ssize_t r = recv(l->fd, dst, want - got, MSG_DONTWAIT);
         if (r == 0) {
             if (l->rx.got == 0)
@@ -559,8 +646,8 @@ int cv_link_recv(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errl
 
 /* ---- setup and teardown ---- */
 
-static int link_start(int fd, const char *default_name, const cv_link_opts *opts, cv_link **out, char *err,
-                      size_t errlen)
+static int link_start(int fd, const char *default_name, const cv_link_opts *opts, const cv_seal_session *session,
+                      cv_link **out, char *err, size_t errlen)
 {
     cv_link_opts o = opts ? *opts : cv_link_default_opts();
     cv_link *l = cv_calloc(1, sizeof *l);
@@ -573,6 +660,10 @@ static int link_start(int fd, const char *default_name, const cv_link_opts *opts
     l->read_timeout_ms = o.read_timeout_ms > 0 ? o.read_timeout_ms : 10000;
     l->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : 10000;
     atomic_init(&l->max_payload, o.max_payload ? o.max_payload : CV_PROTO_DEFAULT_MAX_PAYLOAD);
+    if (session) {
+        l->sealed = true;
+        l->seal = *session;
+    }
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;
@@ -619,6 +710,7 @@ void cv_link_close(cv_link *l)
     while (w < 0 && errno == EINTR);
     pthread_join(l->writer, NULL);
     cv_free_aligned(l->rx.f.payload);
+    cv_free_aligned(l->scratch);
     for (int i = 0; i < l->n_pool; i++)
         cv_free_aligned(l->pool[i].p);
     close(l->fd);
@@ -628,6 +720,7 @@ void cv_link_close(cv_link *l)
     pthread_cond_destroy(&l->sq_space);
     pthread_cond_destroy(&l->sq_work);
     pthread_cond_destroy(&l->sq_done);
+    cv_seal_session_wipe(&l->seal); /* keys outlive no link */
     cv_free(l);
 }
 
@@ -650,42 +743,119 @@ void cv_link_get_stats(cv_link *l, cv_link_stats *s)
     s->frames_recv = atomic_load(&l->frames_recv);
 }
 
-/* Non-blocking connect to one address within the deadline: the socket, or
- * -1 with errno set (ETIMEDOUT when the deadline passed). */
-static int connect_one(const struct addrinfo *ai, int64_t deadline)
+/* A lost SYN costs TCP a 1 s wait before it sends another, which on a
+ * lossy link would make many connects slow and some fail their deadline:
+ * when an attempt has not completed after CONNECT_RACE_MS, another starts
+ * beside it (up to CONNECT_RACE_MAX), and the first to complete wins. */
+enum { CONNECT_RACE_MS = 400, CONNECT_RACE_MAX = 3 };
+
+/* Starts a non-blocking connect: the socket (connected or in progress), or
+ * -1 with errno set. */
+static int start_connect(const struct addrinfo *ai)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0)
-        return -1;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)
         return fd;
-    if (errno != EINPROGRESS) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    for (;;) {
-        int rc = poll(&p, 1, left_ms(deadline));
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc <= 0) {
-            int e = rc == 0 ? ETIMEDOUT : errno;
-            close(fd);
-            errno = e;
-            return -1;
-        }
-        break;
-    }
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* Whether attempt fd is done: 1 connected, 0 still going, -1 failed
+ * (errno set). */
+static int connect_done(int fd, short revents)
+{
+    if (!revents)
+        return 0;
     int soerr = 0;
     socklen_t sl = sizeof soerr;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
-        close(fd);
-        errno = soerr ? soerr : EIO;
-        return -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+        return 1;
+    errno = soerr ? soerr : EIO;
+    return -1;
+}
+
+/* Connects to one address within the deadline, racing attempts (above):
+ * the socket, or -1 with errno set (ETIMEDOUT when the deadline passed). */
+static int connect_one(const struct addrinfo *ai, int64_t deadline)
+{
+    struct pollfd p[CONNECT_RACE_MAX];
+    int n = 0, fd = -1, e = ETIMEDOUT;
+    for (int64_t next = cv_now_ms(); fd < 0 && e == ETIMEDOUT;) {
+        if (n < CONNECT_RACE_MAX && cv_now_ms() >= next) {
+            const int c = start_connect(ai);
+            if (c < 0) {
+                e = errno;
+                break;
+            }
+            p[n++] = (struct pollfd){.fd = c, .events = POLLOUT};
+            next = cv_now_ms() + CONNECT_RACE_MS;
+        }
+        int wait = left_ms(deadline);
+        if (n < CONNECT_RACE_MAX && (wait < 0 || wait > left_ms(next)))
+            wait = left_ms(next);
+        const int rc = poll(p, (nfds_t)n, wait);
+        if (rc < 0 && errno != EINTR)
+            e = errno;
+        else if (rc == 0 && left_ms(deadline) == 0)
+            break;
+        for (int i = 0; rc > 0 && i < n && fd < 0 && e == ETIMEDOUT; i++) {
+            const int done = connect_done(p[i].fd, p[i].revents);
+            fd = done > 0 ? p[i].fd : -1;
+            e = done < 0 ? errno : e;
+        }
     }
+    for (int i = 0; i < n; i++)
+        if (p[i].fd != fd)
+            close(p[i].fd);
+    errno = e;
     return fd;
+}
+
+/* Sends (to_send) or receives n bytes by the deadline on a non-blocking
+ * socket: 0, or -1 with a message. */
+static int io_exact(int fd, bool to_send, uint8_t *buf, size_t n, int64_t deadline, char *msg, size_t msglen)
+{
+    for (size_t done = 0; done < n;) {
+        const ssize_t r = to_send ? send(fd, buf + done, n - done, MSG_NOSIGNAL) : recv(fd, buf + done, n - done, 0);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return cv_errf(msg, msglen, "connection closed by the node");
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return cv_errf(msg, msglen, "%s", errno == ECONNRESET || errno == EPIPE ? "connection reset by the node"
+                                                                                   : strerror(errno));
+        struct pollfd p = {.fd = fd, .events = to_send ? POLLOUT : POLLIN};
+        const int rc = poll(&p, 1, left_ms(deadline));
+        if (rc == 0)
+            return cv_errf(msg, msglen, "no answer");
+        if (rc < 0 && errno != EINTR)
+            return cv_errf(msg, msglen, "poll: %s", strerror(errno));
+    }
+    return 0;
+}
+
+/* The client's key handshake (seal.h section 2) by the deadline. */
+static int client_handshake(int fd, const cv_seal_key *key, int64_t deadline, cv_seal_session *session, char *msg,
+                            size_t msglen)
+{
+    cv_seal_hs hs;
+    uint8_t hello[CV_SEAL_HELLO_BYTES], reply[CV_SEAL_REPLY_BYTES], proof[CV_SEAL_PROOF_BYTES];
+    char why[CV_ERRLEN];
+    int rc = cv_seal_client_hello(&hs, hello, msg, msglen);
+    if (rc == 0 && (io_exact(fd, true, hello, sizeof hello, deadline, why, sizeof why) ||
+                    io_exact(fd, false, reply, sizeof reply, deadline, why, sizeof why)))
+        rc = cv_errf(msg, msglen, "key handshake: %s (does the node run with the same --key?)", why);
+    if (rc == 0 && (rc = cv_seal_client_finish(&hs, key, reply, proof, msg, msglen)) == 0 &&
+        io_exact(fd, true, proof, sizeof proof, deadline, why, sizeof why))
+        rc = cv_errf(msg, msglen, "key handshake: %s", why);
+    if (rc == 0)
+        *session = hs.session;
+    cv_seal_hs_wipe(&hs);
+    return rc;
 }
 
 int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
@@ -716,7 +886,49 @@ int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_op
             return cv_errf(err, errlen, "%s: connect timed out after %d ms", label, timeout_ms);
         return cv_errf(err, errlen, "%s: connect failed: %s", label, strerror(last_errno));
     }
-    return link_start(fd, name, opts, out, err, errlen);
+    if (!opts || !opts->key)
+        return link_start(fd, name, opts, NULL, out, err, errlen);
+    set_socket_options(fd); /* no Nagle delay between the handshake's last bytes and the first frame */
+    cv_seal_session session;
+    char msg[CV_ERRLEN];
+    if (client_handshake(fd, opts->key, deadline, &session, msg, sizeof msg)) {
+        close(fd);
+        return cv_errf(err, errlen, "%s: %s", label, msg);
+    }
+    const int rc = link_start(fd, name, opts, &session, out, err, errlen);
+    cv_seal_session_wipe(&session);
+    return rc;
+}
+
+int cv_link_adopt(int fd, const char *peer, const cv_link_opts *opts, const cv_seal_session *session, cv_link **out,
+                  char *err, size_t errlen)
+{
+    char name[CV_LINK_NAME_MAX];
+    snprintf(name, sizeof name, "peer %s", peer);
+    return link_start(fd, name, opts, session, out, err, errlen);
+}
+
+bool cv_host_is_loopback(const char *host)
+{
+    if (!host || !host[0])
+        return false;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return false;
+    bool all = res != NULL;
+    for (const struct addrinfo *ai = res; ai && all; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            const uint32_t a = ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
+            all = (a >> 24) == 127;
+        } else {
+            const struct in6_addr *a = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+            all = ai->ai_family == AF_INET6 &&
+                  (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127));
+        }
+    }
+    freeaddrinfo(res);
+    return all;
 }
 
 int cv_listener_open(const char *host, int port, cv_listener **out, char *err, size_t errlen)
@@ -775,23 +987,40 @@ int cv_listener_open(const char *host, int port, cv_listener **out, char *err, s
 
 int cv_listener_port(const cv_listener *l) { return l->port; }
 
-int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
-                       size_t errlen)
+int cv_listener_fd(const cv_listener *l) { return l->fd; }
+
+int cv_listener_take(cv_listener *l, int *fd, char *peer, size_t peerlen, char *err, size_t errlen)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : cv_now_ms() + timeout_ms;
-    struct pollfd p = {.fd = l->fd, .events = POLLIN};
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            char name[CV_LINK_NAME_MAX], addr[CV_LINK_NAME_MAX - 8];
-            format_sockaddr((struct sockaddr *)&ss, sl, addr, sizeof addr);
-            snprintf(name, sizeof name, "peer %s", addr);
-            return link_start(fd, name, opts, out, err, errlen);
+        *fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (*fd >= 0) {
+            format_sockaddr((struct sockaddr *)&ss, sl, peer, peerlen);
+            return 0;
         }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return CV_LINK_TIMEOUT;
+        if (errno != EINTR && errno != ECONNABORTED)
             return cv_errf(err, errlen, "listener %s: accept failed: %s", l->addr, strerror(errno));
+    }
+}
+
+int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
+                       size_t errlen)
+{
+    if (opts && opts->key)
+        return cv_errf(err, errlen, "listener %s: keyed links are accepted through a gate", l->addr);
+    int64_t deadline = timeout_ms < 0 ? -1 : cv_now_ms() + timeout_ms;
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    for (;;) {
+        int fd;
+        char addr[CV_LINK_NAME_MAX - 8];
+        const int taken = cv_listener_take(l, &fd, addr, sizeof addr, err, errlen);
+        if (taken == 0)
+            return cv_link_adopt(fd, addr, opts, NULL, out, err, errlen);
+        if (taken < 0)
+            return -1;
         int rc = poll(&p, 1, left_ms(deadline));
         if (rc < 0 && errno != EINTR)
             return cv_errf(err, errlen, "listener %s: poll failed: %s", l->addr, strerror(errno));

@@ -44,15 +44,26 @@
  *   their timeout passed with nothing to return (err says so; the link or
  *   listener is fine). A timeout_ms < 0 waits without limit.
  * - cv_link_close may not run concurrently with other calls on the link;
- *   it drops unsent frames (cv_link_send waits until its frame is sent). */
+ *   it drops unsent frames (cv_link_send waits until its frame is sent).
+ * - Keyed links (opts->key, seal.h): cv_link_connect runs the client's key
+ *   handshake before the link starts; the accepting side's handshake is a
+ *   gate's (gate.h), which hands the socket and session keys to
+ *   cv_link_adopt. Every frame is then sealed (seal.h section 3): the
+ *   writer copies a frame's header and parts into a scratch buffer of the
+ *   link and encrypts it there (the caller's buffers are read, as before,
+ *   until the frame is sent); the receiver checks each tag, and the first
+ *   frame that fails it ends the receiving side. Plaintext links copy
+ *   nothing. */
 #ifndef CONVOY_PIPE_LINK_H
 #define CONVOY_PIPE_LINK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
 #include "pipe/proto.h"
+#include "pipe/seal.h"
 
 #define CV_LINK_TIMEOUT 1
 #define CV_LINK_MAX_PARTS 4
@@ -67,6 +78,7 @@ typedef struct cv_link_opts {
     int read_timeout_ms;  /* a frame, once begun, must arrive within this; default 10000 */
     int send_timeout_ms;  /* the socket must take a byte within this while sending; default 10000 */
     uint32_t max_payload; /* receive cap until cv_link_set_max_payload; default CV_PROTO_DEFAULT_MAX_PAYLOAD */
+    const cv_seal_key *key; /* the cluster key: a keyed link; NULL: plaintext */
 } cv_link_opts;
 
 cv_link_opts cv_link_default_opts(void);
@@ -91,17 +103,37 @@ typedef struct cv_link_stats {
 /* Splits "host:port" (or "[v6addr]:port") into host and port. */
 int cv_parse_addr(const char *addr, char *host, size_t host_len, int *port, char *err, size_t errlen);
 
-/* Connects within timeout_ms (resolution included; numeric hosts do not
- * block) and starts the link's writer thread. opts may be NULL. */
+/* Whether every address host resolves to is a loopback one (127.0.0.0/8,
+ * ::1); false for NULL or "" (every address) and for a name that does not
+ * resolve. */
+bool cv_host_is_loopback(const char *host);
+
+/* Connects within timeout_ms (resolution and, with opts->key, the key
+ * handshake included; numeric hosts do not block) and starts the link's
+ * writer thread. opts may be NULL. */
 int cv_link_connect(const char *host, int port, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
                     size_t errlen);
 
 /* Listens on host:port (host NULL or "" = all addresses, port 0 = any). */
 int cv_listener_open(const char *host, int port, cv_listener **out, char *err, size_t errlen);
 int cv_listener_port(const cv_listener *l);
+/* Accepts one plaintext link (opts->key must be NULL: keyed links are
+ * accepted through a gate, gate.h). */
 int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts, cv_link **out, char *err,
                        size_t errlen);
+/* The listening socket, to poll (POLLIN) for connections. */
+int cv_listener_fd(const cv_listener *l);
+/* Accepts one waiting connection without waiting: 0 with *fd (non-blocking,
+ * the caller's) and its "ADDR:PORT" in peer, CV_LINK_TIMEOUT when none
+ * waits, -1 on a listener error. */
+int cv_listener_take(cv_listener *l, int *fd, char *peer, size_t peerlen, char *err, size_t errlen);
 void cv_listener_close(cv_listener *l);
+
+/* Starts a link over a socket a gate accepted (peer: its "ADDR:PORT"), keyed
+ * with session (the server's, from cv_seal_server_finish) or plaintext when
+ * session is NULL. The link owns fd from the call on, failure included. */
+int cv_link_adopt(int fd, const char *peer, const cv_link_opts *opts, const cv_seal_session *session, cv_link **out,
+                  char *err, size_t errlen);
 
 /* The name in messages. The pointer is valid until cv_link_set_name or
  * cv_link_close. */
@@ -121,6 +153,11 @@ int cv_link_sendv(cv_link *l, uint16_t type, uint32_t id, const struct iovec *pa
 /* Waits until the frame of ticket has been handed to the kernel (0) or
  * the sending side failed first (-1). Either way its buffers are free. */
 int cv_link_wait_sent(cv_link *l, uint64_t ticket, char *err, size_t errlen);
+/* A sealed link seals each frame in a buffer of its own, grown to the
+ * largest frame sent so far: makes it hold a payload of `payload` bytes
+ * now, so that a step's send allocates nothing. Plaintext links need
+ * nothing. Call it while no frame is being sent. */
+int cv_link_reserve(cv_link *l, size_t payload, char *err, size_t errlen);
 /* Sends one payload buffer and waits until it is sent. */
 int cv_link_send(cv_link *l, uint16_t type, uint32_t id, const void *payload, size_t len, char *err, size_t errlen);
 

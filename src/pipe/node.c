@@ -1,6 +1,6 @@
 /* node.c: `convoy stage`, one node of a pipeline (see node.h).
  *
- * The serving thread owns everything: the listener, the session's links,
+ * The serving thread owns everything: the gate, the session's links,
  * the span of its layers. It reads the head's and the previous node's links itself,
  * through an inbox, so it waits on both at once.
  * Hidden states go to the next node straight from the span's output
@@ -15,31 +15,74 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/procmem.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
 #include "model/fingerprint.h"
+#include "pipe/gate.h"
 #include "pipe/inbox.h"
 #include "pipe/link.h"
+#include "pipe/plan.h"
 #include "pipe/proto.h"
 #include "pipe/wire.h"
 
+/* HELLO's hashes are model/fingerprint.h's, of model/llama.h's span tensors. */
+static_assert(CV_PROTO_HASH_BYTES == CV_HASH_BYTES, "HELLO hash size");
+static_assert(CV_PROTO_HASHES_PER_LAYER == CV_LLAMA_LAYER_TENSORS_MAX && CV_PROTO_HASHES_EXTRA == CV_LLAMA_SPAN_EXTRA_MAX,
+              "HELLO hash count bound");
+
 enum { SRC_HEAD = 0, SRC_PREV = 1 };
+
+/* The most a connection may take to prove itself at the gate: a real head
+ * needs one round trip, and a pending stranger holds a slot meanwhile. */
+#define GATE_DEADLINE_MS 5000
+/* node.h's takeover: how long a head may be silent before a proven head
+ * that waits takes the stage, and how often a busy node looks at its gate. */
+#define TAKEOVER_MS 1000
+#define GATE_POLL_MS 20
+/* A chain's head sends one query per connection: a few more are slack, an
+ * endless stream of them is a peer holding the node. */
+#define HANDSHAKE_QUERIES_MAX 4
+/* Proven connections parked while a head holds the node, and how long one
+ * may take to send its first frame (a real peer sends it with its proof). */
+#define PARKED_MAX 4
+#define FIRST_FRAME_MS 2000
+/* Connecting to the next node (TCP, key handshake, HELLO) takes three
+ * round trips to a node that waits for it: a silent address must not hold
+ * this one for the handshake timeout. */
+#define NEXT_NODE_MS 1000
+
+/* A proven connection that arrived while a head held the node. */
+typedef struct parked {
+    cv_link *link;  /* NULL: a free slot */
+    int64_t since;  /* when the gate handed it over */
+    bool has_first; /* first: its first frame, read */
+    cv_frame first;
+} parked;
 
 typedef struct node {
     const cv_node_opts *o;
     cv_llama meta; /* hyperparameters and tensor directory, no layers bound */
-    uint64_t fingerprint;
-    cv_listener *listener;
+    cv_model_hashes hashes; /* of the model's content, compared with the head's */
+    cv_gate *gate;
+    parked park[PARKED_MAX]; /* outlive sessions: the next head may be one */
+    const cv_seal_key *key; /* NULL: plaintext links */
+    uint64_t budget;        /* --mem, else MemAvailable at start; 0 (neither known): no limit */
+    uint64_t process_bytes; /* this process at start (core/procmem.h), counted in every session */
 
     /* session */
     cv_msg_hello hello;
     cv_span span;
     bool span_open;
     cv_link *head, *prev, *next;
+    cv_frame first;      /* the head's first frame when it came parked (has_first) */
+    bool has_first;
+    int64_t heard;       /* when the head or the previous node last spoke (queries do not count) */
     cv_inbox inbox;
     int32_t *tok, *pos, *seq;
     uint8_t *want;
@@ -53,6 +96,7 @@ typedef struct node {
     uint8_t *res_buf;
     size_t res_cap;
     cv_msg_stats stats; /* compute time, steps and rows of this session */
+    uint32_t data_cap;  /* receive cap of the link FORWARDs arrive by (cv_plan_forward_cap) */
 
     /* the pulse: see pulse_main */
     pthread_t pulse;
@@ -73,15 +117,6 @@ static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
         return -1;
     }
     return 0;
-}
-
-/* Waits for one frame of one link (handshake steps), up to timeout_ms. */
-static int recv_frame(cv_link *l, int timeout_ms, cv_frame *f, char *err, size_t errlen)
-{
-    int rc = cv_link_recv(l, timeout_ms, f, err, errlen);
-    if (rc == CV_LINK_TIMEOUT)
-        return cv_errf(err, errlen, "%s: no handshake within %d ms", cv_link_name(l), timeout_ms);
-    return rc;
 }
 
 static void session_free_buffers(node *n)
@@ -106,6 +141,8 @@ static void session_end(node *n)
         char err[CV_ERRLEN];
         cv_link_send(n->next, CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
     }
+    if (n->has_first)
+        cv_link_release(n->head, &n->first);
     cv_link_close(n->prev);
     cv_link_close(n->next);
     cv_link_close(n->head);
@@ -118,14 +155,82 @@ static void session_end(node *n)
     memset(n, 0, sizeof *n);
     n->o = keep.o;
     n->meta = keep.meta;
-    n->fingerprint = keep.fingerprint;
-    n->listener = keep.listener;
+    n->hashes = keep.hashes;
+    n->gate = keep.gate;
+    memcpy(n->park, keep.park, sizeof n->park);
+    n->key = keep.key;
+    n->budget = keep.budget;
+    n->process_bytes = keep.process_bytes;
 }
 
 static bool has_head(const node *n) { return n->hello.l1 == n->hello.n_layer; }
 
+static cv_plan_session session_of(const cv_msg_hello *h)
+{
+    return (cv_plan_session){.n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
+                             .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
+                             .act_type = h->act_type};
+}
+
+/* What this node holds for the session asked besides its layers (plan.h):
+ * the answer to a query, and part of the count an assignment is checked by. */
+static uint64_t own_bytes(const node *n)
+{
+    const cv_plan_session s = session_of(&n->hello);
+    return cv_plan_own_bytes(&n->meta, &s, CV_PLAN_NODE, n->o->n_threads, n->process_bytes);
+}
+
+/* Refuses, before anything is sized by them, a HELLO's sizes beyond the
+ * protocol's limits or a batch whose FORWARD would not fit a frame
+ * (TOO_LARGE), and an activation type this node does not take. */
+static int check_sizes(const node *n, uint32_t *code, char *err, size_t errlen)
+{
+    const cv_msg_hello *h = &n->hello;
+    *code = CV_PERR_ACT_TYPE;
+    if (h->act_type != CV_ACT_F32 && (h->act_type >= CV_ACT_COUNT || !(h->features & CV_FEAT_LOSSY_ACT)))
+        return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
+    *code = CV_PERR_TOO_LARGE;
+    if (h->n_slot > CV_PROTO_MAX_SLOT)
+        return cv_errf(err, errlen, "n_slot %u exceeds the limit of %d", h->n_slot, CV_PROTO_MAX_SLOT);
+    if (h->n_ctx < 1 || h->n_ctx > CV_PROTO_MAX_CTX)
+        return cv_errf(err, errlen, "n_ctx %u is outside [1, %d]", h->n_ctx, CV_PROTO_MAX_CTX);
+    if (h->n_batch_max > CV_PROTO_MAX_BATCH)
+        return cv_errf(err, errlen, "n_batch_max %u exceeds the limit of %d", h->n_batch_max, CV_PROTO_MAX_BATCH);
+    const cv_plan_session s = session_of(h);
+    const uint64_t fwd = cv_plan_forward_cap(&s, n->meta.hp.n_embd);
+    if (fwd > CV_PROTO_DEFAULT_MAX_PAYLOAD)
+        return cv_errf(err, errlen, "n_batch_max %u exceeds the frame cap: a FORWARD of %u rows of width %d (%s) "
+                                    "takes %llu bytes, at most %u",
+                       h->n_batch_max, h->n_batch_max, n->meta.hp.n_embd, cv_act_type_name(h->act_type),
+                       (unsigned long long)fwd, CV_PROTO_DEFAULT_MAX_PAYLOAD);
+    return 0;
+}
+
+/* Counts what layers [l0, l1) take here as the planner counted them from
+ * this node's answer (plan.h), into *bytes; refuses over the budget. */
+static int check_budget(const node *n, uint32_t *code, uint64_t *bytes, char *err, size_t errlen)
+{
+    const cv_msg_hello *h = &n->hello;
+    *code = CV_PERR_INTERNAL;
+    uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n->meta.hp.n_layer);
+    if (!layer_bytes)
+        return cv_errf(err, errlen, "out of memory");
+    const cv_plan_session s = session_of(h);
+    cv_plan_model pm;
+    cv_plan_model_of(&n->meta, &s, layer_bytes, &pm);
+    const cv_plan_node self = {.mem_budget = n->budget, .own_bytes = own_bytes(n)};
+    *bytes = cv_plan_range_bytes(&pm, &self, (int32_t)h->l0, (int32_t)h->l1);
+    cv_free(layer_bytes);
+    *code = CV_PERR_NO_MEMORY;
+    if (n->budget && *bytes > n->budget)
+        return cv_errf(err, errlen, "layers [%u, %u) with %u slots of %u positions need %.2f GB, the budget is %.2f GB",
+                       h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->budget / 1e9);
+    return 0;
+}
+
 /* Checks an assignment against this node's model and budget, binds the
- * layers and allocates the session's buffers. On failure the message is
+ * layers and allocates the session's buffers (plan.c's node_bytes and
+ * result_bytes count them: keep them in step). On failure the message is
  * for the head and *code says which ERROR. */
 static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t errlen)
 {
@@ -136,18 +241,14 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
         return cv_errf(err, errlen, "the head's model has %u layers of width %u and asks for layers [%u, %u); this "
                                     "node's has %d of width %d",
                        h->n_layer, h->n_embd, h->l0, h->l1, hp->n_layer, hp->n_embd);
-    if (h->act_type != CV_ACT_F32 && (h->act_type >= CV_ACT_COUNT || !(h->features & CV_FEAT_LOSSY_ACT)))
-        return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
+    if (check_budget(n, code, bytes, err, errlen))
+        return -1;
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
                                .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
                                .from_hidden = true};
-    *bytes = cv_span_bytes_needed(&n->meta, &p);
-    if (n->o->mem_budget && *bytes > n->o->mem_budget) {
-        *code = CV_PERR_NO_MEMORY;
-        return cv_errf(err, errlen, "layers [%u, %u) with %u slots of %u positions need %.2f GB, the budget is %.2f GB",
-                       h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->o->mem_budget / 1e9);
-    }
+    const cv_plan_session s = session_of(h);
+    n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
     *code = CV_PERR_INTERNAL;
     if (cv_span_open(&n->span, n->o->model_path, &p, err, errlen))
         return -1;
@@ -170,20 +271,23 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
     }
     if (!ok)
         return cv_errf(err, errlen, "out of memory for buffers of %u tokens", h->n_batch_max);
+    if (has_head(n) && cv_link_reserve(n->head, n->res_cap, err, errlen))
+        return -1;
     for (int i = 0; i < 2 && !has_head(n); i++)
         if (cv_fwd_out_alloc(&n->out[i], nb, ne, err, errlen))
             return -1;
     return 0;
 }
 
-/* Answers a HELLO with HELLO_OK: this node's budget, with its speed (a
- * query) or the bytes of the layers asked (an assignment). */
+/* Answers a HELLO with HELLO_OK: this node's budget, with its speed and
+ * own bytes for the session asked (a query) or the bytes of the layers
+ * asked (an assignment), and the receive cap it applies. */
 static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_token, uint64_t layer_bytes,
                         char *err, size_t errlen)
 {
     const cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
-                                .mem_budget = n->o->mem_budget, .layer_bytes = layer_bytes,
-                                .max_payload = CV_PROTO_DEFAULT_MAX_PAYLOAD};
+                                .mem_budget = n->budget, .layer_bytes = layer_bytes,
+                                .max_payload = n->span_open ? n->data_cap : cv_plan_hello_cap(n->meta.hp.n_layer)};
     uint8_t buf[CV_MSG_HELLO_OK_SIZE];
     size_t len;
     return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
@@ -192,98 +296,328 @@ static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_
                : 0;
 }
 
+/* The options of every link of a session: keyed when the node is. */
+static cv_link_opts link_opts(const node *n)
+{
+    cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
+    lo.key = n->key;
+    return lo;
+}
+
+/* Closes a parked connection; with why, it is told (ERROR code) and the
+ * refusal logged. */
+static void unpark(parked *p, uint32_t code, const char *why)
+{
+    if (why) {
+        fprintf(stderr, "convoy stage: refused %s: %s\n", cv_link_name(p->link), why);
+        send_error(p->link, p->has_first ? p->first.h.id : 0, code, why);
+    }
+    if (p->has_first)
+        cv_link_release(p->link, &p->first);
+    cv_link_close(p->link);
+    *p = (parked){0};
+}
+
+/* Parks the next proven connection of the gate, waiting up to wait_ms for
+ * one when a slot is free (else just waits: parked ones leave within
+ * FIRST_FRAME_MS or TAKEOVER_MS), and reads the first frame of those that
+ * have sent it. Never waits on a parked peer. */
+static void park_poll(node *n, int wait_ms)
+{
+    int free_slot = -1;
+    for (int i = PARKED_MAX - 1; i >= 0; i--)
+        free_slot = n->park[i].link ? free_slot : i;
+    char err[CV_ERRLEN];
+    cv_link *l = NULL;
+    const cv_link_opts lo = link_opts(n);
+    if (free_slot < 0) {
+        const struct timespec ts = {.tv_nsec = (long)wait_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    } else if (cv_gate_next(n->gate, wait_ms, &lo, &l, err, sizeof err) == 0) {
+        cv_link_set_max_payload(l, cv_plan_hello_cap(n->meta.hp.n_layer)); /* a HELLO at most, as handshake() */
+        n->park[free_slot] = (parked){.link = l, .since = cv_now_ms()};
+    }
+    for (int i = 0; i < PARKED_MAX; i++) {
+        parked *p = &n->park[i];
+        if (!p->link || p->has_first)
+            continue;
+        const int rc = cv_link_recv(p->link, 0, &p->first, err, sizeof err);
+        if (rc == 0)
+            p->has_first = true;
+        else if (rc < 0 || cv_now_ms() - p->since > FIRST_FRAME_MS)
+            unpark(p, CV_PERR_BAD_STATE, rc < 0 ? err : "no HELLO after the key handshake");
+    }
+}
+
+/* Whether parked p's first frame is a HELLO of role `role`, into *h. */
+static bool parked_hello(const parked *p, uint8_t role, cv_msg_hello *h)
+{
+    char why[CV_ERRLEN];
+    return p->has_first && p->first.h.type == CV_MSG_HELLO &&
+           cv_msg_hello_decode(p->first.payload, p->first.h.payload_len, h, why, sizeof why) == 0 && h->role == role;
+}
+
+/* Whether h is the previous node of this node's chain. */
+static bool is_prev(const node *n, const cv_msg_hello *h)
+{
+    return h->role == CV_ROLE_PREV_NODE && h->cluster_id == n->hello.cluster_id &&
+           !memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES);
+}
+
+/* Sorts the parked connections that spoke: a head's HELLO waits (node.h's
+ * takeover), this chain's previous node is returned when want_prev (its
+ * slot freed, its HELLO read), anything else is refused. */
+static cv_link *park_sort(node *n, bool want_prev)
+{
+    for (int i = 0; i < PARKED_MAX; i++) {
+        parked *p = &n->park[i];
+        cv_msg_hello h;
+        if (!p->has_first || parked_hello(p, CV_ROLE_HEAD, &h))
+            continue;
+        if (!parked_hello(p, CV_ROLE_PREV_NODE, &h))
+            unpark(p, CV_PERR_BAD_STATE, "expected HELLO");
+        else if (!want_prev || !is_prev(n, &h))
+            unpark(p, CV_PERR_CLUSTER, "not the previous node of the chain this node serves");
+        else {
+            cv_link *l = p->link;
+            cv_link_release(l, &p->first);
+            *p = (parked){0};
+            return l;
+        }
+    }
+    return NULL;
+}
+
+/* The oldest parked head (its HELLO read), or NULL. */
+static parked *contender(node *n)
+{
+    parked *c = NULL;
+    cv_msg_hello h;
+    for (int i = 0; i < PARKED_MAX; i++)
+        if (parked_hello(&n->park[i], CV_ROLE_HEAD, &h) && (!c || n->park[i].since < c->since))
+            c = &n->park[i];
+    return c;
+}
+
+/* node.h's takeover rule: a parked head takes the node once the session's
+ * head has been silent for TAKEOVER_MS (true: the session must end, see
+ * yield_node); one parked before the head last spoke is refused. */
+static bool takeover_due(node *n)
+{
+    parked *c = contender(n);
+    if (!c || cv_now_ms() - n->heard >= TAKEOVER_MS)
+        return c != NULL;
+    if (n->heard > c->since)
+        unpark(c, CV_PERR_BAD_STATE, "this node serves another head, which is active");
+    return false;
+}
+
+/* Ends the session for a parked head (takeover_due): the head is told why. */
+static int yield_node(node *n, char *err, size_t errlen)
+{
+    cv_errf(err, errlen, "%s was silent for %lld ms and %s asks for this node: the session ends",
+            cv_link_name(n->head), (long long)(cv_now_ms() - n->heard), cv_link_name(contender(n)->link));
+    send_error(n->head, 0, CV_PERR_TIMEOUT, err);
+    return -1;
+}
+
+/* Makes the oldest parked connection (a head that took over, or any, when
+ * none is a head) the head of the next session; false when none is parked. */
+static bool unpark_head(node *n)
+{
+    parked *p = contender(n);
+    if (!p)
+        for (int i = 0; i < PARKED_MAX; i++)
+            if (n->park[i].link && (!p || n->park[i].since < p->since))
+                p = &n->park[i];
+    if (!p)
+        return false;
+    n->head = p->link;
+    n->first = p->first;
+    n->has_first = p->has_first;
+    *p = (parked){0};
+    return true;
+}
+
 /* Opens the link to the next node and introduces this node to it. */
 static int connect_next(node *n, char *err, size_t errlen)
 {
     char host[256];
     int port;
-    const cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
-    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen) ||
-        cv_link_connect(host, port, n->o->handshake_timeout_ms, &lo, &n->next, err, errlen))
+    const cv_link_opts lo = link_opts(n);
+    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen))
+        return -1;
+    if (!n->key && !n->o->insecure && !cv_host_is_loopback(host))
+        return cv_errf(err, errlen, "the next node %s is not on this machine and this stage has no --key: give every "
+                                    "stage and the head --key FILE, or --insecure",
+                       n->hello.next_addr);
+    const int64_t t0 = cv_now_ms();
+    const int limit = n->o->handshake_timeout_ms < NEXT_NODE_MS ? n->o->handshake_timeout_ms : NEXT_NODE_MS;
+    if (cv_link_connect(host, port, limit, &lo, &n->next, err, errlen))
         return -1;
     cv_msg_hello h = n->hello;
     h.role = CV_ROLE_PREV_NODE;
     h.next_addr[0] = 0;
     h.features &= ~(uint32_t)CV_FEAT_FROM_PREV;
     cv_msg_hello_ok ok;
-    return cv_hello_ask(n->next, &h, n->o->handshake_timeout_ms, &ok, err, errlen);
+    const int64_t left = limit - (cv_now_ms() - t0);
+    return cv_hello_ask(n->next, &h, left > 0 ? (int)left : 1, &ok, err, errlen) ||
+                   cv_link_reserve(n->next, n->data_cap, err, errlen)
+               ? -1
+               : 0;
 }
 
-/* The previous node connects after the handshake with the head. */
+/* The previous node connects after the handshake with the head (it is
+ * parked like any proven connection, see park_sort), within the
+ * handshake's timeout, unless a parked head takes the node meanwhile. */
 static int accept_prev(node *n, char *err, size_t errlen)
 {
-    const cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
-    int rc = cv_listener_accept(n->listener, n->o->handshake_timeout_ms, &lo, &n->prev, err, errlen);
-    if (rc == CV_LINK_TIMEOUT)
-        return cv_errf(err, errlen, "the previous node did not connect within %d ms", n->o->handshake_timeout_ms);
-    cv_frame f;
-    if (rc || recv_frame(n->prev, n->o->handshake_timeout_ms, &f, err, errlen))
-        return -1;
-    cv_msg_hello h;
-    rc = 0;
-    if (f.h.type != CV_MSG_HELLO || cv_msg_hello_decode(f.payload, f.h.payload_len, &h, err, errlen))
-        rc = f.h.type != CV_MSG_HELLO ? cv_errf(err, errlen, "%s sent %s instead of HELLO", cv_link_name(n->prev),
-                                                cv_msg_type_name(f.h.type))
-                                      : -1;
-    else if (h.role != CV_ROLE_PREV_NODE || h.cluster_id != n->hello.cluster_id || h.fingerprint != n->fingerprint)
-        rc = cv_errf(err, errlen, "%s is not the previous node of this chain", cv_link_name(n->prev));
-    cv_link_release(n->prev, &f);
-    if (rc) {
-        send_error(n->prev, 0, CV_PERR_CLUSTER, err);
-        return -1;
+    const int64_t deadline = cv_now_ms() + n->o->handshake_timeout_ms;
+    while (cv_now_ms() < deadline) {
+        park_poll(n, GATE_POLL_MS);
+        if ((n->prev = park_sort(n, true)) != NULL) {
+            n->heard = cv_now_ms();
+            return answer_hello(n, n->prev, 0, 0, 0, err, errlen);
+        }
+        if (takeover_due(n))
+            return yield_node(n, err, errlen);
     }
-    return answer_hello(n, n->prev, 0, 0, 0, err, errlen);
+    cv_errf(err, errlen, "the previous node did not connect within %d ms", n->o->handshake_timeout_ms);
+    send_error(n->head, 0, CV_PERR_BAD_STATE, err);
+    return -1;
 }
 
-/* The head's handshake: queries, then one assignment. 0: the session runs;
- * -1: it ended (the head has been told why when it can be). */
+/* The head's next handshake frame: the one it came parked with, else the
+ * next within the handshake's timeout, unless a parked head takes the node
+ * meanwhile (node.h). */
+static int head_frame(node *n, cv_frame *f, char *err, size_t errlen)
+{
+    if (n->has_first) {
+        *f = n->first;
+        n->has_first = false;
+        return 0;
+    }
+    const int64_t deadline = cv_now_ms() + n->o->handshake_timeout_ms;
+    for (int64_t left; (left = deadline - cv_now_ms()) > 0;) {
+        park_poll(n, 0);
+        park_sort(n, false);
+        if (takeover_due(n))
+            return yield_node(n, err, errlen);
+        const int rc = cv_link_recv(n->head, left < GATE_POLL_MS ? (int)left : GATE_POLL_MS, f, err, errlen);
+        if (rc != CV_LINK_TIMEOUT)
+            return rc;
+    }
+    return cv_errf(err, errlen, "%s: no handshake within %d ms", cv_link_name(n->head), n->o->handshake_timeout_ms);
+}
+
+/* Compares the head's model (n->hello) with this node's: the metadata
+ * hash, then, for an assignment, the hashes of the tensors its layers will
+ * read, in order. The message goes to the head: it names the first tensor
+ * that differs, never this node's path or hashes. */
+static int check_model(const node *n, char *err, size_t errlen)
+{
+    const cv_msg_hello *h = &n->hello;
+    if (memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES))
+        return cv_errf(err, errlen, "model fingerprint differs: the head's model is not this node's (tokenizer, "
+                                    "hyperparameters or tensor directory)");
+    if (h->l0 >= h->l1 || h->l1 > (uint32_t)n->meta.hp.n_layer) /* a query; a range assign() refuses */
+        return 0;
+    uint64_t *idx = cv_malloc(sizeof *idx * cv_llama_span_tensors_max(h->l1 - h->l0));
+    if (!idx)
+        return cv_errf(err, errlen, "out of memory");
+    const size_t k = cv_llama_span_tensors(&n->meta, (int32_t)h->l0, (int32_t)h->l1, idx);
+    int rc = k == h->n_hashes ? 0
+                              : cv_errf(err, errlen, "the head sent %u tensor hashes for layers [%u, %u), this node "
+                                                     "reads %zu tensors there",
+                                        h->n_hashes, h->l0, h->l1, k);
+    for (size_t i = 0; i < k && rc == 0; i++)
+        if (memcmp(h->hashes + i * CV_HASH_BYTES, n->hashes.tensor[idx[i]], CV_HASH_BYTES)) {
+            const gguf_str name = n->meta.gguf.tensors[idx[i]].name;
+            rc = cv_errf(err, errlen, "tensor %.*s differs from the head's (different weights)", (int)name.len,
+                         name.ptr);
+        }
+    cv_free(idx);
+    return rc;
+}
+
+/* Once assigned, a link's receive cap is the largest frame the session
+ * carries on it (proto.h): FORWARDs on the one they arrive by, control
+ * frames on the head's when they come from the previous node; so no peer
+ * makes this node hold a larger buffer than its budget counts. */
+static void limit_links(node *n)
+{
+    cv_link_set_max_payload(n->prev ? n->prev : n->head, n->data_cap);
+    if (n->prev)
+        cv_link_set_max_payload(n->head, CV_PROTO_MIN_MAX_PAYLOAD);
+}
+
+/* Reads the head's next HELLO into n->hello: one of a head, of this
+ * node's model. 0, or -1 (the head has been told why when it can be). */
+static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
+{
+    cv_frame f;
+    if (head_frame(n, &f, err, errlen))
+        return -1;
+    if (f.h.type == CV_MSG_BYE) {
+        cv_link_release(n->head, &f);
+        return cv_errf(err, errlen, "%s said BYE during the handshake", cv_link_name(n->head));
+    }
+    uint32_t code = CV_PERR_BAD_STATE;
+    int rc = f.h.type == CV_MSG_HELLO ? cv_msg_hello_decode(f.payload, f.h.payload_len, &n->hello, err, errlen)
+                                      : cv_errf(err, errlen, "expected HELLO, got %s", cv_msg_type_name(f.h.type));
+    *id = f.h.id;
+    if (rc && f.h.type == CV_MSG_HELLO)
+        code = CV_PERR_BAD_FRAME;
+    if (rc == 0 && n->hello.role != CV_ROLE_HEAD)
+        rc = cv_errf(err, errlen, "a previous node connected, but no head has set up a chain here");
+    if (rc == 0 && (rc = check_model(n, err, errlen)) != 0)
+        code = CV_PERR_FINGERPRINT;
+    else if (rc && n->hello.proto_version != CV_PROTO_VERSION)
+        code = CV_PERR_VERSION;
+    cv_link_release(n->head, &f);
+    n->hello.hashes = NULL; /* they were in the frame */
+    n->hello.n_hashes = 0;
+    if (rc)
+        send_error(n->head, *id, code, err);
+    return rc ? -1 : 0;
+}
+
+/* The head's handshake: a few queries, then one assignment. 0: the session
+ * runs; -1: it ended (the head has been told why when it can be). Queries
+ * are not heard (n->heard): a head that only asks is silent to a parked one. */
 static int handshake(node *n, char *err, size_t errlen)
 {
-    for (;;) {
-        cv_frame f;
-        if (recv_frame(n->head, n->o->handshake_timeout_ms, &f, err, errlen))
+    /* no frame of a handshake is larger, so a stranger's cannot make this
+     * node hold more than its budget counts */
+    cv_link_set_max_payload(n->head, cv_plan_hello_cap(n->meta.hp.n_layer));
+    n->heard = cv_now_ms();
+    for (int queries = 0;; queries++) {
+        uint32_t id = 0, code = CV_PERR_BAD_STATE;
+        if (next_hello(n, &id, err, errlen))
             return -1;
-        if (f.h.type == CV_MSG_BYE) {
-            cv_link_release(n->head, &f);
-            return cv_errf(err, errlen, "%s said BYE during the handshake", cv_link_name(n->head));
-        }
-        uint32_t code = CV_PERR_BAD_STATE;
-        int rc = f.h.type == CV_MSG_HELLO ? cv_msg_hello_decode(f.payload, f.h.payload_len, &n->hello, err, errlen)
-                                          : cv_errf(err, errlen, "expected HELLO, got %s", cv_msg_type_name(f.h.type));
-        const uint32_t id = f.h.id;
-        cv_link_release(n->head, &f);
-        if (rc == 0 && n->hello.role != CV_ROLE_HEAD)
-            rc = cv_errf(err, errlen, "a previous node connected, but no head has set up a chain here");
-        if (rc == 0 && n->hello.fingerprint != n->fingerprint) {
-            code = CV_PERR_FINGERPRINT;
-            rc = cv_errf(err, errlen, "model fingerprint %016llx differs from this node's %016llx (%s)",
-                         (unsigned long long)n->hello.fingerprint, (unsigned long long)n->fingerprint,
-                         n->o->model_path);
-        } else if (rc && n->hello.proto_version != CV_PROTO_VERSION) {
-            code = CV_PERR_VERSION;
-        }
-        if (rc) {
-            send_error(n->head, id, code, err);
-            return -1;
-        }
         const bool query = n->hello.l0 == n->hello.l1;
         uint32_t us_per_layer_token = 0;
         uint64_t layer_bytes = 0;
-        if (query) {
-            us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
-        } else if (assign(n, &code, &layer_bytes, err, errlen) ||
-                   (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))) {
+        if ((query && queries == HANDSHAKE_QUERIES_MAX &&
+             cv_errf(err, errlen, "%d queries and no assignment: the handshake ends", queries)) ||
+            check_sizes(n, &code, err, errlen) ||
+            (!query && (assign(n, &code, &layer_bytes, err, errlen) ||
+                        (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))))) {
             send_error(n->head, id, code, err);
             return -1;
+        }
+        if (query) {
+            us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
+            layer_bytes = own_bytes(n);
         }
         if (answer_hello(n, n->head, id, us_per_layer_token, layer_bytes, err, errlen))
             return -1;
         if (query)
             continue;
-        if ((n->hello.features & CV_FEAT_FROM_PREV) && accept_prev(n, err, errlen)) {
-            send_error(n->head, 0, CV_PERR_BAD_STATE, err);
+        n->heard = cv_now_ms();
+        if ((n->hello.features & CV_FEAT_FROM_PREV) && accept_prev(n, err, errlen))
             return -1;
-        }
+        limit_links(n);
         return 0;
     }
 }
@@ -352,20 +686,41 @@ static int refuse(node *n, const cv_frame *f, uint32_t code, const char *why)
 
 /* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
  * the span refuses is answered with ERROR and the session goes on. */
+/* Decodes a FORWARD into fw and checks it against what HELLO agreed: its
+ * size first (no larger than n_batch_max rows of the agreed activation
+ * type), then rows, activation type and width. 0, or the ERROR code with
+ * the reason in why. */
+static uint32_t check_forward(const node *n, const cv_frame *f, cv_msg_forward *fw, char *why, size_t whylen)
+{
+    const cv_msg_hello *h = &n->hello;
+    const int32_t n_embd = n->span.model.hp.n_embd;
+    if (f->h.payload_len > n->data_cap)
+        return cv_errf(why, whylen, "FORWARD of %u bytes exceeds the %u that %u rows of %s take", f->h.payload_len,
+                       n->data_cap, h->n_batch_max, cv_act_type_name(h->act_type)),
+               CV_PERR_TOO_LARGE;
+    if (cv_msg_forward_decode(f->payload, f->h.payload_len, fw, why, whylen))
+        return CV_PERR_BAD_FRAME;
+    if (fw->n_tokens > h->n_batch_max)
+        return cv_errf(why, whylen, "FORWARD of %u rows exceeds n_batch_max %u", fw->n_tokens, h->n_batch_max),
+               CV_PERR_TOO_LARGE;
+    if ((fw->flags & CV_FWD_HAS_HIDDEN) && fw->act_type != h->act_type)
+        return cv_errf(why, whylen, "FORWARD activations are %s, the session agreed on %s",
+                       cv_act_type_name(fw->act_type), cv_act_type_name(h->act_type)),
+               CV_PERR_ACT_TYPE;
+    if (!(fw->flags & CV_FWD_HAS_HIDDEN) || fw->n_embd != (uint32_t)n_embd)
+        return cv_errf(why, whylen, "FORWARD of width %u (hidden states %s) does not fit this stage (width %d)",
+                       fw->n_embd, (fw->flags & CV_FWD_HAS_HIDDEN) ? "present" : "missing", n_embd),
+               CV_PERR_BAD_BATCH;
+    return 0;
+}
+
 static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
 {
     cv_msg_forward fw;
     char why[CV_ERRLEN];
-    if (cv_msg_forward_decode(f->payload, f->h.payload_len, &fw, why, sizeof why))
-        return refuse(n, f, CV_PERR_BAD_FRAME, why);
-    const cv_llama_hparams *hp = &n->span.model.hp;
-    if (fw.n_tokens > n->hello.n_batch_max || !(fw.flags & CV_FWD_HAS_HIDDEN) || fw.n_embd != (uint32_t)hp->n_embd) {
-        snprintf(why, sizeof why, "FORWARD of %u tokens of width %u (hidden states %s) does not fit this stage "
-                                  "(batch %u, width %d)",
-                 fw.n_tokens, fw.n_embd, (fw.flags & CV_FWD_HAS_HIDDEN) ? "present" : "missing",
-                 n->hello.n_batch_max, hp->n_embd);
-        return refuse(n, f, CV_PERR_BAD_BATCH, why);
-    }
+    const uint32_t code = check_forward(n, f, &fw, why, sizeof why);
+    if (code)
+        return refuse(n, f, code, why); /* before any compute */
     for (uint32_t t = 0; t < fw.n_tokens; t++) {
         n->tok[t] = fw.tokens[t].token;
         n->pos[t] = fw.tokens[t].pos;
@@ -411,6 +766,12 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
         snprintf(why, sizeof why, "SEQ_OP on slot %d, this chain has %u", op.seq, n->hello.n_slot);
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
     }
+    if (op.op == CV_SEQ_SET_SAMPLER && op.sampler.penalty_last_n > (int32_t)n->hello.n_ctx) {
+        /* a sampler's history is as long as this, and the budget counted a context's */
+        snprintf(why, sizeof why, "SET_SAMPLER penalty_last_n %d exceeds n_ctx %u", op.sampler.penalty_last_n,
+                 n->hello.n_ctx);
+        return refuse(n, f, CV_PERR_TOO_LARGE, why);
+    }
     if (op.op == CV_SEQ_TRUNCATE) {
         cv_span_seq_truncate(&n->span, op.seq, op.len);
     } else if (op.op == CV_SEQ_FREE) {
@@ -447,7 +808,70 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
                : 0;
 }
 
-/* The session's main loop: until the head leaves or a link fails. */
+/* A link's receiving side failed (closed, timed out, a bad frame or one
+ * over its cap): the head is told why while its link can still send, and
+ * quietly, since a head that left hears nothing. */
+static void link_failed(node *n, const cv_inbox_event *ev)
+{
+    char msg[CV_ERRLEN], err[CV_ERRLEN];
+    uint8_t buf[CV_PROTO_ERRMSG_MAX + 16];
+    size_t len;
+    snprintf(msg, sizeof msg, "%s%s", ev->source == SRC_PREV ? "lost the previous node: " : "", ev->err);
+    if (cv_msg_error_encode(ev->source == SRC_PREV ? CV_PERR_NEXT_NODE : CV_PERR_BAD_FRAME, msg, buf, sizeof buf,
+                            &len, err, sizeof err) == 0)
+        cv_link_send(n->head, CV_MSG_ERROR, 0, buf, len, err, sizeof err);
+    fprintf(stderr, "convoy stage: session ends: %s\n", ev->err);
+}
+
+/* Whether the session ends before its next frame: its head was silent for
+ * the session timeout, or a parked head takes the node (node.h); the head
+ * is told why. The gate is looked at every GATE_POLL_MS. */
+static bool session_over(node *n, int64_t *polled)
+{
+    char err[CV_ERRLEN];
+    if (cv_now_ms() - n->heard > n->o->io_timeout_ms) {
+        snprintf(err, sizeof err, "no frame from the head for %d ms: the session ends", n->o->io_timeout_ms);
+        send_error(n->head, 0, CV_PERR_TIMEOUT, err);
+        fprintf(stderr, "convoy stage: session ends: %s\n", err);
+        return true;
+    }
+    if (cv_now_ms() - *polled < GATE_POLL_MS)
+        return false;
+    *polled = cv_now_ms();
+    park_poll(n, 0);
+    park_sort(n, false);
+    if (!takeover_due(n))
+        return false;
+    yield_node(n, err, sizeof err);
+    fprintf(stderr, "convoy stage: session ends: %s\n", err);
+    return true;
+}
+
+/* Handles one frame of the session: 0, or -1 when the session ends (err
+ * says why). */
+static int handle_frame(node *n, const cv_inbox_event *ev, char *err, size_t errlen)
+{
+    cv_link *src = ev->source == SRC_HEAD ? n->head : n->prev;
+    const uint16_t type = ev->frame.h.type;
+    const bool data = ev->source == (n->prev ? SRC_PREV : SRC_HEAD);
+    if (type == CV_MSG_FORWARD && data)
+        return run_forward(n, &ev->frame, err, errlen);
+    if (type == CV_MSG_SEQ_OP && data)
+        return run_seq_op(n, &ev->frame, err, errlen);
+    if (type == CV_MSG_STATS && ev->source == SRC_HEAD)
+        return send_stats(n, ev->frame.h.id, err, errlen);
+    if (type == CV_MSG_PING && ev->source == SRC_HEAD)
+        return cv_link_send(n->head, CV_MSG_PONG, ev->frame.h.id, ev->frame.payload, ev->frame.h.payload_len, err,
+                            errlen);
+    if (type == CV_MSG_BYE)
+        return cv_errf(err, errlen, "%s said BYE", cv_link_name(src));
+    snprintf(err, errlen, "unexpected %s from %s", cv_msg_type_name(type), cv_link_name(src));
+    send_error(n->head, ev->frame.h.id, CV_PERR_BAD_STATE, err);
+    return 0;
+}
+
+/* The session's main loop: until the head leaves, a link fails, the head
+ * falls silent for the session timeout or a parked head takes over. */
 static void serve_frames(node *n)
 {
     char err[CV_ERRLEN];
@@ -459,42 +883,23 @@ static void serve_frames(node *n)
     }
     fprintf(stderr, "convoy stage: serving layers [%u, %u) of %u%s\n", n->hello.l0, n->hello.l1, n->hello.n_layer,
             has_head(n) ? " and the output head" : "");
-    while (!*n->o->stop) {
+    n->heard = cv_now_ms(); /* when the last frame was handled: computing is not silence */
+    int64_t polled = 0;
+    while (!*n->o->stop && !session_over(n, &polled)) {
         cv_inbox_event ev;
-        if (cv_inbox_next(&n->inbox, 200, &ev) == CV_LINK_TIMEOUT)
+        if (cv_inbox_next(&n->inbox, GATE_POLL_MS, &ev) == CV_LINK_TIMEOUT)
             continue;
-        cv_link *src = ev.source == SRC_HEAD ? n->head : n->prev;
         if (!ev.ok) {
-            if (ev.source == SRC_PREV) {
-                snprintf(err, sizeof err, "lost the previous node: %s", ev.err);
-                send_error(n->head, 0, CV_PERR_NEXT_NODE, err);
-            }
-            fprintf(stderr, "convoy stage: session ends: %s\n", ev.err);
+            link_failed(n, &ev);
             return;
         }
-        const uint16_t type = ev.frame.h.type;
-        const bool data = ev.source == (n->prev ? SRC_PREV : SRC_HEAD);
-        int rc = 0;
-        if (type == CV_MSG_FORWARD && data)
-            rc = run_forward(n, &ev.frame, err, sizeof err);
-        else if (type == CV_MSG_SEQ_OP && data)
-            rc = run_seq_op(n, &ev.frame, err, sizeof err);
-        else if (type == CV_MSG_STATS && ev.source == SRC_HEAD)
-            rc = send_stats(n, ev.frame.h.id, err, sizeof err);
-        else if (type == CV_MSG_PING && ev.source == SRC_HEAD)
-            rc = cv_link_send(n->head, CV_MSG_PONG, ev.frame.h.id, ev.frame.payload, ev.frame.h.payload_len, err,
-                              sizeof err);
-        else if (type == CV_MSG_BYE)
-            rc = -1, snprintf(err, sizeof err, "%s said BYE", cv_link_name(src));
-        else {
-            snprintf(err, sizeof err, "unexpected %s from %s", cv_msg_type_name(type), cv_link_name(src));
-            send_error(n->head, ev.frame.h.id, CV_PERR_BAD_STATE, err);
-        }
-        cv_link_release(src, &ev.frame);
+        const int rc = handle_frame(n, &ev, err, sizeof err);
+        cv_link_release(ev.source == SRC_HEAD ? n->head : n->prev, &ev.frame);
         if (rc) {
             fprintf(stderr, "convoy stage: session ends: %s\n", err);
             return;
         }
+        n->heard = cv_now_ms();
     }
 }
 
@@ -541,6 +946,26 @@ static void serve_session(node *n)
     }
 }
 
+/* Loads the key into *key (with key_file), refuses plaintext beyond
+ * loopback without insecure, and listens through a gate whose pending
+ * connections have the handshake timeout, GATE_DEADLINE_MS at most. */
+static int open_gate(node *n, const char *host, int port, cv_seal_key *key, char *err, size_t errlen)
+{
+    const cv_node_opts *o = n->o;
+    if (o->key_file && cv_seal_key_load(o->key_file, key, err, errlen))
+        return -1;
+    n->key = o->key_file ? key : NULL;
+    if (!n->key && !o->insecure && !cv_host_is_loopback(host))
+        return cv_errf(err, errlen, "listening on %s without --key would serve any host that reaches it: give "
+                                    "--key FILE (made by `convoy keygen FILE`, the same on every stage and head), "
+                                    "or --insecure on a network you trust",
+                       o->listen);
+    const cv_gate_opts go = {.key = n->key, .log_prefix = "convoy stage",
+                             .deadline_ms = o->handshake_timeout_ms < GATE_DEADLINE_MS ? o->handshake_timeout_ms
+                                                                                       : GATE_DEADLINE_MS};
+    return cv_gate_open(host, port, &go, &n->gate, err, errlen);
+}
+
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
 {
     node n;
@@ -554,17 +979,28 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
         return -1;
     if (cv_llama_load(&n.meta, o->model_path, 0, 0, err, errlen))
         return -1;
-    n.fingerprint = cv_model_fingerprint(&n.meta.gguf);
-    if (cv_listener_open(host, port, &n.listener, err, errlen)) {
+    bool cached;
+    char note[CV_ERRLEN * 2], hex[17];
+    cv_seal_key key;
+    if (cv_model_hashes_load(&n.meta.gguf, o->model_path, o->n_threads, &n.hashes, &cached, note, sizeof note, err,
+                             errlen) ||
+        open_gate(&n, host, port, &key, err, errlen)) {
+        cv_seal_key_wipe(&key);
+        cv_model_hashes_free(&n.hashes);
         cv_llama_free(&n.meta);
         return -1;
     }
-    fprintf(stderr, "convoy stage: %s (fingerprint %016llx) on port %d, budget %s\n", o->model_path,
-            (unsigned long long)n.fingerprint, cv_listener_port(n.listener),
-            o->mem_budget ? "set" : "unlimited");
+    cv_hash_hex8(n.hashes.meta, hex);
+    /* ready: what the process holds now is what every session adds to */
+    n.budget = o->mem_budget ? o->mem_budget : cv_mem_available();
+    n.process_bytes = cv_proc_baseline(o->model_path);
+    fprintf(stderr, "convoy stage: %s\nconvoy stage: %s (model hash %s) on port %d, budget %.2f GB (%s), %.1f MB "
+                    "of it this process's own\n",
+            note, o->model_path, hex, cv_gate_port(n.gate), n.budget / 1e9,
+            o->mem_budget ? "--mem" : n.budget ? "MemAvailable" : "unknown: no limit", n.process_bytes / 1e6);
     for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
-        const cv_link_opts lo = cv_link_io_opts(o->io_timeout_ms);
-        int rc = cv_listener_accept(n.listener, 200, &lo, &n.head, err, errlen);
+        const cv_link_opts lo = link_opts(&n);
+        int rc = unpark_head(&n) ? 0 : cv_gate_next(n.gate, 200, &lo, &n.head, err, errlen);
         if (rc == CV_LINK_TIMEOUT)
             continue;
         if (rc) {
@@ -578,7 +1014,12 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
             fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
         session_end(&n);
     }
-    cv_listener_close(n.listener);
+    for (int i = 0; i < PARKED_MAX; i++)
+        if (n.park[i].link)
+            unpark(&n.park[i], CV_PERR_SHUTDOWN, "the node is stopping");
+    cv_gate_close(n.gate);
+    cv_seal_key_wipe(&key);
+    cv_model_hashes_free(&n.hashes);
     cv_llama_free(&n.meta);
     return 0;
 }

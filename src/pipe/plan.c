@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "infer/span.h"
 #include "pipe/proto.h"
 
 /* Each round of sharing pins a node or moves the head, and a plan settles
@@ -20,9 +21,9 @@
 #define PLAN_MAX_ROUNDS (16 * CV_CHAIN_MAX_NODES)
 
 /* Layers [l0, l0 + n) fit in budget? (first-fit from l0, in order) */
-static int32_t capacity(const cv_plan_model *m, int32_t l0, uint64_t budget)
+static int32_t capacity(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, uint64_t budget)
 {
-    uint64_t used = m->fixed_bytes;
+    uint64_t used = m->fixed_bytes + node->own_bytes;
     int32_t n = 0;
     while (l0 + n < m->n_layer && used + m->layer_bytes[l0 + n] + m->kv_bytes_per_layer <= budget) {
         used += m->layer_bytes[l0 + n] + m->kv_bytes_per_layer;
@@ -31,9 +32,9 @@ static int32_t capacity(const cv_plan_model *m, int32_t l0, uint64_t budget)
     return used > budget ? 0 : n;
 }
 
-static uint64_t range_bytes(const cv_plan_model *m, int32_t l0, int32_t l1, bool last)
+uint64_t cv_plan_range_bytes(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
 {
-    uint64_t b = m->fixed_bytes + (last ? m->head_bytes : 0);
+    uint64_t b = m->fixed_bytes + node->own_bytes + (l1 == m->n_layer ? m->head_bytes : 0);
     for (int32_t l = l0; l < l1; l++)
         b += m->layer_bytes[l] + m->kv_bytes_per_layer;
     return b;
@@ -53,10 +54,9 @@ static int last_with_layers(const int32_t *count, int n)
 static int check(const cv_plan_model *m, int n, const cv_plan_node *nodes, const int32_t *count, char *err,
                  size_t errlen)
 {
-    const int last_node = last_with_layers(count, n);
     int32_t l0 = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t need = range_bytes(m, l0, l0 + count[i], i == last_node);
+        const uint64_t need = cv_plan_range_bytes(m, &nodes[i], l0, l0 + count[i]);
         if (count[i] > 0 && need > nodes[i].mem_budget) {
             char name[32];
             snprintf(name, sizeof name, "node %d", i);
@@ -156,7 +156,7 @@ static bool pin_over_capacity(shares *s)
         uint64_t budget = s->nodes[i].mem_budget;
         if (i == s->head_node)
             budget = budget > s->m->head_bytes ? budget - s->m->head_bytes : 0;
-        const int32_t cap = capacity(s->m, l0, budget);
+        const int32_t cap = capacity(s->m, &s->nodes[i], l0, budget);
         if (s->count[i] > cap) {
             s->count[i] = cap;
             s->pinned[i] = true;
@@ -169,9 +169,12 @@ static bool pin_over_capacity(shares *s)
 
 static int too_small(const cv_plan_model *m, int n, const cv_plan_node *nodes, char *err, size_t errlen)
 {
-    uint64_t need = range_bytes(m, 0, m->n_layer, true) - m->fixed_bytes, offer = 0;
-    for (int i = 0; i < n; i++)
-        offer += nodes[i].mem_budget > m->fixed_bytes ? nodes[i].mem_budget - m->fixed_bytes : 0;
+    const cv_plan_node bare = {0};
+    uint64_t need = cv_plan_range_bytes(m, &bare, 0, m->n_layer) - m->fixed_bytes, offer = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t own = m->fixed_bytes + nodes[i].own_bytes;
+        offer += nodes[i].mem_budget > own ? nodes[i].mem_budget - own : 0;
+    }
     return cv_errf(err, errlen, "the model needs %.2f GB for weights and KV cache, the %d node(s) offer %.2f GB",
                    need / 1e9, n, offer / 1e9);
 }
@@ -203,6 +206,88 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
     }
     memcpy(count, s.count, sizeof(int32_t) * (size_t)n);
     return 0;
+}
+
+/* The most tensors a layer has (cv_llama_layer_bytes's list). */
+#define LAYER_TENSORS_MAX 14
+
+/* As span.c counts an allocation: its header and alignment, whole pages. */
+static uint64_t alloc_bytes(uint64_t n) { return (n + 64 + 4095) / 4096 * 4096; }
+
+/* Weights in the file pages they touch: each tensor may straddle one page
+ * more than its size, and a fault maps up to CV_PLAN_FAULT_AROUND of file
+ * around it, on either side of a run of tensors. */
+static uint64_t touched(uint64_t bytes, uint64_t n_tensors)
+{
+    return bytes + 4096 * n_tensors + 2 * (uint64_t)CV_PLAN_FAULT_AROUND;
+}
+
+static cv_span_params span_params(const cv_plan_session *s, int32_t n_threads)
+{
+    return (cv_span_params){.n_threads = n_threads, .n_ctx = s->n_ctx, .n_slot = s->n_slot, .n_batch = s->n_batch,
+                            .kv_f16 = s->kv_f16};
+}
+
+/* The last node's RESULT buffers (node.c's assign() and send_result: the
+ * result buffer grows to full logits rows once a FORWARD asks for them). */
+static uint64_t result_bytes(const cv_plan_session *s, int32_t n_vocab)
+{
+    const uint64_t nb = (uint64_t)s->n_batch;
+    return alloc_bytes(4 * nb) + alloc_bytes(nb * sizeof(cv_result_row)) +
+           alloc_bytes(nb * sizeof(cv_top_entry) * CV_PROTO_MAX_TOP) + alloc_bytes(4 * (uint64_t)s->n_slot) +
+           alloc_bytes(12 + nb * (16 + sizeof(cv_top_entry) * CV_PROTO_MAX_TOP + 4 * (uint64_t)n_vocab));
+}
+
+void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *layer_bytes, cv_plan_model *pm)
+{
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        layer_bytes[l] = touched(cv_llama_layer_bytes(m, l), LAYER_TENSORS_MAX);
+    const cv_span_params sp = span_params(s, 1);
+    cv_span_costs c;
+    cv_span_costs_of(m, &sp, &c);
+    *pm = (cv_plan_model){.n_layer = m->hp.n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = c.kv_per_layer,
+                          .head_bytes = touched(cv_llama_head_bytes(m), 3) + c.head_extra +
+                                        result_bytes(s, m->hp.n_vocab),
+                          .head_work_bytes = cv_llama_head_bytes(m)};
+}
+
+uint32_t cv_plan_hello_cap(int32_t n_layer) { return CV_PROTO_MIN_MAX_PAYLOAD + 1024u * (uint32_t)n_layer; }
+
+uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd)
+{
+    const uint64_t n = (uint64_t)s->n_batch;
+    const uint64_t size = CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * n + cv_act_bytes(s->act_type, n, (uint64_t)n_embd);
+    return size > CV_PROTO_MIN_MAX_PAYLOAD ? size : CV_PROTO_MIN_MAX_PAYLOAD;
+}
+
+/* A node's session buffers (node.c's assign()), its links' receive
+ * buffers (a frame held and one arriving on the data link, the handshake's
+ * HELLO, small frames on the others, each link's own state) and its threads' stacks (the
+ * compute pool's, the pulse, a writer per link, the main thread's growth). */
+static uint64_t node_bytes(const cv_plan_session *s, int32_t n_embd, int32_t n_layer, int32_t n_threads)
+{
+    const uint64_t nb = (uint64_t)s->n_batch, ne = (uint64_t)n_embd;
+    const uint64_t fwd_out = alloc_bytes(4 * nb * ne) + alloc_bytes(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * nb) +
+                             alloc_bytes(cv_act_bytes(CV_ACT_F16, nb, ne));
+    const uint64_t buffers = 3 * alloc_bytes(4 * nb) + alloc_bytes(nb) + alloc_bytes(4 * nb * ne) + 2 * fwd_out;
+    const uint64_t links = 2 * alloc_bytes(cv_plan_forward_cap(s, n_embd)) + alloc_bytes(cv_plan_hello_cap(n_layer)) +
+                           3 * 2 * alloc_bytes(CV_PROTO_MIN_MAX_PAYLOAD);
+    const uint64_t threads = (uint64_t)(n_threads - 1 + 1 + 3 + 1) * CV_PLAN_THREAD_STACK;
+    return buffers + links + threads;
+}
+
+uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_role role, int32_t n_threads,
+                           uint64_t process_bytes)
+{
+    const cv_span_params sp = span_params(s, n_threads);
+    cv_span_costs c;
+    cv_span_costs_of(m, &sp, &c);
+    /* the span maps the file again and reads its header */
+    const uint64_t header = touched(m->gguf.data_offset, 0);
+    const uint64_t own = process_bytes + c.fixed + header;
+    if (role == CV_PLAN_LOCAL)
+        return own + touched(cv_llama_weight_bytes(m, 0, 0, CV_EMBD_ALL), 1);
+    return own + node_bytes(s, m->hp.n_embd, m->hp.n_layer, n_threads);
 }
 
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,

@@ -1,37 +1,97 @@
-/* plan.h: the layer plan: which node of a chain serves which layers.
+/* plan.h: the layer plan: which node of a chain serves which layers, and
+ * what a stage's memory is.
+ *
+ * Memory: a node's --mem bounds its resident memory, what RSS (VmRSS, and
+ * VmHWM at the peak) shows: anonymous memory and every file page it maps,
+ * the weight pages it touches among them (weights stay in the file
+ * mapping, and a touched page is resident). cv_plan_range_bytes is the one
+ * count of it: the node's own bytes (cv_plan_own_bytes: its process as it
+ * measured it at start, session buffers, link receive buffers, thread
+ * stacks, the pages of its own mapping's header; a local first stage: its
+ * buffers and the token embeddings), plus per layer its weights (whole
+ * pages, and the pages the kernel maps around a fault) and KV cache, plus
+ * at the last stage the output weights, logits, samplers and RESULT
+ * buffers. Every allocation counts whole pages. A node answers a query
+ * with its own bytes (HELLO_OK layer_bytes), the planner plans with them,
+ * and the node checks an assignment with the same count, so a node never
+ * refuses a plan made from its own answer; the rest depends only on the
+ * tensor directory (which the fingerprint covers) and the session.
  *
  * Contract: cv_plan_layers splits layers [0, n_layer) into consecutive
  * ranges, one per node in chain order, in proportion to each node's
  * measured speed (1 / us_per_layer_token; nodes that did not measure count
  * as equal), the output matrix (head_work_bytes) counting as work of the
- * node that ends up last, never giving a node more layers than fit its memory budget
- * (its layer bytes + KV cache per layer, plus the output matrix for the
- * node that ends up last). A node whose share rounds to zero is left out
- * (range [x, x)). With `split` (layer counts per node, as --split gives
- * them) the counts are taken as they are and only checked. When the nodes
- * together cannot hold the model the message says how much it needs and
- * how much they offer. first[i], last[i] receive node i's range. A chain
- * has 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
+ * node that ends up last, never giving a node more layers than fit its
+ * memory budget (cv_plan_range_bytes). A node whose share rounds to zero
+ * is left out (range [x, x)). With `split` (layer counts per node, as
+ * --split gives them) the counts are taken as they are and only checked.
+ * When the nodes together cannot hold the model the message says how much
+ * it needs and how much they offer. first[i], last[i] receive node i's
+ * range. A chain has 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
 #ifndef CONVOY_PIPE_PLAN_H
 #define CONVOY_PIPE_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "model/llama.h"
+
+/* The stack of every thread a node starts (cmd_stage.c makes it the
+ * process's default), counted whole for each. */
+#define CV_PLAN_THREAD_STACK (256u << 10)
+/* The most file pages the kernel maps around one page fault (Linux's
+ * fault_around_bytes), counted on both sides of each layer's weights. */
+#define CV_PLAN_FAULT_AROUND (64u << 10)
 
 typedef struct cv_plan_node {
     const char *name;             /* for messages ("node 10.0.0.2:7000"); NULL: "node I" */
     uint64_t mem_budget;          /* bytes the node may use */
     uint32_t us_per_layer_token;  /* 0 = not measured */
+    uint64_t own_bytes;           /* what it holds besides its layers (cv_plan_own_bytes), as it answered */
 } cv_plan_node;
 
 typedef struct cv_plan_model {
     int32_t n_layer;
-    const uint64_t *layer_bytes;  /* [n_layer] weights of each layer */
+    const uint64_t *layer_bytes;  /* [n_layer] weights of each layer, in the pages they touch */
     uint64_t kv_bytes_per_layer;  /* KV cache of all slots for one layer */
-    uint64_t fixed_bytes;         /* buffers every node needs */
-    uint64_t head_bytes;          /* output norm + matrix + logits, for the last node */
+    uint64_t fixed_bytes;         /* what every node needs besides its own bytes */
+    uint64_t head_bytes;          /* output weights, logits, samplers, RESULT buffers: the last node's */
     uint64_t head_work_bytes;     /* the output matrix, read once per token like a layer */
 } cv_plan_model;
+
+/* The session a plan is for, as the head's HELLO gives it. */
+typedef struct cv_plan_session {
+    int32_t n_ctx;      /* positions per slot */
+    int32_t n_slot;
+    int32_t n_batch;    /* rows of a FORWARD at most */
+    bool kv_f16;
+    uint32_t act_type;  /* activations on the wire (CV_ACT_*) */
+} cv_plan_session;
+
+typedef enum cv_plan_role {
+    CV_PLAN_NODE,  /* a `convoy stage` process: reads hidden states from a link */
+    CV_PLAN_LOCAL, /* the head's own first stage: embeds token ids */
+} cv_plan_role;
+
+/* The plan's model for a session, from m's tensor directory (any binding);
+ * layer_bytes is the caller's [n_layer], which pm->layer_bytes then points to. */
+void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *layer_bytes, cv_plan_model *pm);
+/* A stage's own bytes for the session: process_bytes (a node's process as
+ * measured at start, see core/procmem.h) and everything it allocates for
+ * a session whatever its layers, with n_threads compute threads. */
+uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_role role, int32_t n_threads,
+                           uint64_t process_bytes);
+/* Bytes `node` needs to serve layers [l0, l1) (the output head too when
+ * l1 == n_layer): the count a node checks and the planner plans with. */
+uint64_t cv_plan_range_bytes(const cv_plan_model *pm, const cv_plan_node *node, int32_t l0, int32_t l1);
+/* A node's receive cap during a handshake: a HELLO, whose tensor hashes
+ * take less than 1 KiB per layer. */
+uint32_t cv_plan_hello_cap(int32_t n_layer);
+/* The largest FORWARD payload of the session (n_batch rows of its
+ * activation type, width n_embd), at least CV_PROTO_MIN_MAX_PAYLOAD: a
+ * node's receive cap on the link its FORWARDs arrive by. */
+uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd);
 
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,
                    int32_t *first, int32_t *last, char *err, size_t errlen);

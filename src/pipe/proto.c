@@ -119,7 +119,8 @@ const char *cv_perr_name(uint32_t code)
         [CV_PERR_BAD_RANGE] = "BAD_RANGE",     [CV_PERR_BAD_BATCH] = "BAD_BATCH",
         [CV_PERR_INTERNAL] = "INTERNAL",       [CV_PERR_SHUTDOWN] = "SHUTDOWN",
         [CV_PERR_CLUSTER] = "CLUSTER",         [CV_PERR_BAD_STATE] = "BAD_STATE",
-        [CV_PERR_NEXT_NODE] = "NEXT_NODE",
+        [CV_PERR_NEXT_NODE] = "NEXT_NODE",     [CV_PERR_TOO_LARGE] = "TOO_LARGE",
+        [CV_PERR_ACT_TYPE] = "ACT_TYPE",       [CV_PERR_TIMEOUT] = "TIMEOUT",
     };
     return code > 0 && code < sizeof names / sizeof names[0] ? names[code] : "unknown";
 }
@@ -310,7 +311,12 @@ int cv_act_to_f32(uint32_t act_type, const void *in, uint64_t n, float *out, cha
 
 /* ---- HELLO ---- */
 
-#define HELLO_FIXED_SIZE 58
+uint64_t cv_msg_hello_max_hashes(const cv_msg_hello *m)
+{
+    if (m->role != CV_ROLE_HEAD || m->l0 >= m->l1 || m->l1 > CV_PROTO_MAX_LAYER)
+        return 0;
+    return (uint64_t)(m->l1 - m->l0) * CV_PROTO_HASHES_PER_LAYER + CV_PROTO_HASHES_EXTRA;
+}
 
 static int check_hello(const cv_msg_hello *m, char *err, size_t errlen)
 {
@@ -340,12 +346,15 @@ static int check_hello(const cv_msg_hello *m, char *err, size_t errlen)
     if (m->max_payload < CV_PROTO_MIN_MAX_PAYLOAD)
         return cv_errf(err, errlen, "HELLO: max_payload %" PRIu32 " is below the minimum %u", m->max_payload,
                        CV_PROTO_MIN_MAX_PAYLOAD);
+    if (m->n_hashes > cv_msg_hello_max_hashes(m))
+        return cv_errf(err, errlen, "HELLO: %" PRIu32 " tensor hashes, at most %" PRIu64 " for this HELLO",
+                       m->n_hashes, cv_msg_hello_max_hashes(m));
     return 0;
 }
 
 size_t cv_msg_hello_size(const cv_msg_hello *m)
 {
-    return HELLO_FIXED_SIZE + strnlen(m->next_addr, sizeof m->next_addr);
+    return CV_HELLO_FIXED_SIZE + strnlen(m->next_addr, sizeof m->next_addr) + (size_t)m->n_hashes * CV_PROTO_HASH_BYTES;
 }
 
 int cv_msg_hello_encode(const cv_msg_hello *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
@@ -361,7 +370,9 @@ int cv_msg_hello_encode(const cv_msg_hello *m, void *buf, size_t cap, size_t *le
         return cv_errf(err, errlen, "HELLO: next_addr has a control byte at %ld", bad);
     if (check_hello(m, err, errlen))
         return -1;
-    size_t need = HELLO_FIXED_SIZE + addr_len;
+    if (m->n_hashes && !m->hashes)
+        return cv_errf(err, errlen, "HELLO: %" PRIu32 " tensor hashes and no pointer to them", m->n_hashes);
+    const size_t need = cv_msg_hello_size(m), hashes_len = (size_t)m->n_hashes * CV_PROTO_HASH_BYTES;
     if (cap < need)
         return fail_cap("HELLO", need, cap, err, errlen);
     uint8_t *p = buf;
@@ -369,18 +380,16 @@ int cv_msg_hello_encode(const cv_msg_hello *m, void *buf, size_t cap, size_t *le
     p[2] = m->role;
     p[3] = m->act_type;
     put_u32(p + 4, m->features);
-    put_u64(p + 8, m->fingerprint);
-    put_u32(p + 16, m->l0);
-    put_u32(p + 20, m->l1);
-    put_u32(p + 24, m->n_layer);
-    put_u32(p + 28, m->n_ctx);
-    put_u32(p + 32, m->n_slot);
-    put_u32(p + 36, m->n_batch_max);
-    put_u32(p + 40, m->n_embd);
-    put_u32(p + 44, m->max_payload);
-    put_u16(p + 48, (uint16_t)addr_len);
-    memcpy(p + 50, m->next_addr, addr_len);
-    put_u64(p + 50 + addr_len, m->cluster_id);
+    const uint32_t u32s[8] = {m->l0, m->l1, m->n_layer, m->n_ctx, m->n_slot, m->n_batch_max, m->n_embd, m->max_payload};
+    for (int i = 0; i < 8; i++)
+        put_u32(p + CV_HELLO_OFF_L0 + 4 * i, u32s[i]);
+    put_u64(p + CV_HELLO_OFF_CLUSTER_ID, m->cluster_id);
+    memcpy(p + CV_HELLO_OFF_MODEL_HASH, m->model_hash, CV_PROTO_HASH_BYTES);
+    put_u32(p + CV_HELLO_OFF_N_HASHES, m->n_hashes);
+    put_u16(p + CV_HELLO_OFF_ADDR_LEN, (uint16_t)addr_len);
+    memcpy(p + CV_HELLO_FIXED_SIZE, m->next_addr, addr_len);
+    if (hashes_len)
+        memcpy(p + CV_HELLO_FIXED_SIZE + addr_len, m->hashes, hashes_len);
     *len = need;
     return 0;
 }
@@ -397,7 +406,6 @@ int cv_msg_hello_decode(const void *payload, size_t len, cv_msg_hello *m, char *
     m->role = cv_cursor_u8(&c, "role");
     m->act_type = cv_cursor_u8(&c, "act_type");
     m->features = cv_cursor_u32(&c, "features");
-    m->fingerprint = cv_cursor_u64(&c, "fingerprint");
     m->l0 = cv_cursor_u32(&c, "l0");
     m->l1 = cv_cursor_u32(&c, "l1");
     m->n_layer = cv_cursor_u32(&c, "n_layer");
@@ -406,19 +414,29 @@ int cv_msg_hello_decode(const void *payload, size_t len, cv_msg_hello *m, char *
     m->n_batch_max = cv_cursor_u32(&c, "n_batch_max");
     m->n_embd = cv_cursor_u32(&c, "n_embd");
     m->max_payload = cv_cursor_u32(&c, "max_payload");
+    m->cluster_id = cv_cursor_u64(&c, "cluster_id");
+    const uint8_t *model_hash = cv_cursor_bytes(&c, CV_PROTO_HASH_BYTES, "model_hash");
+    m->n_hashes = cv_cursor_u32(&c, "n_hashes");
     uint16_t addr_len = cv_cursor_u16(&c, "next_addr length");
+    /* the rules, the hash count's bound by the layer range among them,
+     * before the count sizes a read */
+    if (!c.failed && check_hello(m, err, errlen))
+        return -1;
     if (addr_len > CV_PROTO_ADDR_MAX)
         return cv_errf(err, errlen, "HELLO: next_addr length %u exceeds %d", addr_len, CV_PROTO_ADDR_MAX);
     const uint8_t *addr = cv_cursor_bytes(&c, addr_len, "next_addr");
-    m->cluster_id = cv_cursor_u64(&c, "cluster_id");
+    m->hashes = cv_cursor_bytes(&c, (uint64_t)m->n_hashes * CV_PROTO_HASH_BYTES, "tensor hashes");
     if (finish(&c, "HELLO", err, errlen))
         return -1;
     long bad = bad_text_byte(addr, addr_len);
     if (bad >= 0)
         return cv_errf(err, errlen, "HELLO: next_addr has a NUL or control byte at %ld", bad);
+    memcpy(m->model_hash, model_hash, CV_PROTO_HASH_BYTES);
     memcpy(m->next_addr, addr, addr_len);
     m->next_addr[addr_len] = '\0';
-    return check_hello(m, err, errlen);
+    if (m->n_hashes == 0)
+        m->hashes = NULL;
+    return 0;
 }
 
 /* ---- HELLO_OK ---- */
@@ -886,6 +904,7 @@ int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *
         put_f32(p + 40, s->presence_penalty);
         put_u64(p + 44, s->seed);
         put_u32(p + 52, m->n_probs);
+        put_u64(p + 56, s->n_draws);
     }
     *len = need;
     return 0;
@@ -912,6 +931,7 @@ int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char
         s->presence_penalty = cv_cursor_f32(&c, "presence_penalty");
         s->seed = cv_cursor_u64(&c, "seed");
         m->n_probs = cv_cursor_u32(&c, "n_probs");
+        s->n_draws = cv_cursor_u64(&c, "n_draws");
     }
     if (finish(&c, "SEQ_OP", err, errlen))
         return -1;

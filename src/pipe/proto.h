@@ -22,36 +22,55 @@
  *
  *    A receiver rejects a frame with another magic or version, an unknown
  *    type, unknown flags, payload_len above the cap, or a checksum that
- *    does not match. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB) on
+ *    does not match. On a keyed link (seal.h) a key handshake comes first,
+ *    and every frame is sealed: checksum 0, the payload encrypted, a tag
+ *    after it. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB) on
  *    every link, both ways, from the first frame: HELLO and HELLO_OK
- *    announce it (max_payload), nothing negotiates another.
+ *    announce it (max_payload), nothing negotiates another; except that a
+ *    node receives no larger frame than its state can carry: a HELLO
+ *    during the handshake, then, once assigned, a FORWARD of n_batch_max
+ *    rows of the agreed act_type on the link FORWARDs arrive by, and
+ *    CV_PROTO_MIN_MAX_PAYLOAD on the head's when they come from the
+ *    previous node; HELLO_OK announces that cap.
  *
  * 2. Messages. Type values are append-only. Every payload is parsed
  *    exactly: a count is checked against the bytes present and against
  *    the limits below before anything is read, reserved bytes must be zero,
  *    and trailing bytes are an error.
  *
- *    HELLO = 1 (head -> node, or node -> next node): 58 + addr_len bytes
+ *    HELLO = 1 (head -> node, or node -> next node): 86 + addr_len + 32 *
+ *       n_hashes bytes
  *       u16 proto_version (CV_PROTO_VERSION), u8 role (CV_ROLE_*),
  *       u8 act_type (CV_ACT_*), u32 features (CV_FEAT_*),
- *       u64 fingerprint (cv_model_fingerprint of the model),
  *       u32 l0, u32 l1 (the layers [l0, l1) this node serves),
  *       u32 n_layer, u32 n_ctx, u32 n_slot, u32 n_batch_max, u32 n_embd,
  *       u32 max_payload (the sender's receive cap, announced),
- *       u16 addr_len, addr_len bytes next_addr ("host:port" of the next
- *       node, empty for the last stage; no NUL or control bytes; at most
- *       CV_PROTO_ADDR_MAX), u64 cluster_id.
+ *       u64 cluster_id, 32 bytes model_hash (the metadata hash of the
+ *       model: model/fingerprint.h), u32 n_hashes, u16 addr_len,
+ *       addr_len bytes next_addr ("host:port" of the next node, empty for
+ *       the last stage; no NUL or control bytes; at most
+ *       CV_PROTO_ADDR_MAX), then n_hashes tensor hashes of 32 bytes: in an
+ *       assignment from the head, the content hashes of the tensors the
+ *       node will read, in cv_llama_span_tensors' order (model/llama.h),
+ *       which the node compares with its own before it binds anything.
  *       Rules: l0 <= l1 <= n_layer <= CV_PROTO_MAX_LAYER; n_slot,
  *       n_batch_max >= 1; n_embd <= CV_PROTO_MAX_EMBD; max_payload >=
  *       CV_PROTO_MIN_MAX_PAYLOAD; an act_type other than F32 needs
- *       CV_FEAT_LOSSY_ACT. Unknown feature bits are carried, not rejected
- *       (the node answers ERROR if it needs one it lacks).
+ *       CV_FEAT_LOSSY_ACT; n_hashes <= (l1 - l0) * CV_PROTO_HASHES_PER_LAYER
+ *       + CV_PROTO_HASHES_EXTRA in an assignment from the head (role HEAD,
+ *       l0 < l1), 0 in any other HELLO. Unknown feature bits are carried,
+ *       not rejected (the node answers ERROR if it needs one it lacks).
+ *       A node refuses (TOO_LARGE) n_slot > CV_PROTO_MAX_SLOT, n_ctx
+ *       outside [1, CV_PROTO_MAX_CTX], n_batch_max > CV_PROTO_MAX_BATCH
+ *       or a FORWARD of n_batch_max rows over the payload cap, and
+ *       (NO_MEMORY) a session over its budget, before it allocates.
  *    HELLO_OK = 2 (node -> whoever sent HELLO): 32 bytes
  *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
  *       probe: microseconds per layer per token, 0 = not measured),
  *       u64 mem_budget (bytes the node may use), u64 layer_bytes (bytes
- *       the node needs for the layers asked), u32 max_payload (the node's
- *       receive cap, announced), u32 reserved.
+ *       the node needs for the layers asked; to a query, what it needs
+ *       for the session asked besides any layer: pipe/plan.h), u32
+ *       max_payload (the node's receive cap, announced), u32 reserved.
  *    ERROR = 3 (either way): u32 code (CV_PERR_*, unknown codes are
  *       accepted and shown as numbers), u16 len, len bytes message (no NUL
  *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
@@ -94,7 +113,7 @@
  *       ids, most likely first; so one machine and a chain give the same
  *       bits.
  *    SEQ_OP = 6 (head -> first node -> ... -> last node, in order with the
- *       FORWARDs): 12 bytes, 56 for SET_SAMPLER:
+ *       FORWARDs): 12 bytes, 64 for SET_SAMPLER:
  *       u8 op (CV_SEQ_*), 3 reserved, i32 seq (>= 0), i32 len (TRUNCATE:
  *       the new length >= 0; other ops: 0); SET_SAMPLER adds f32 temp,
  *       i32 top_k, f32 top_p, f32 min_p, f32 repeat_penalty,
@@ -102,7 +121,9 @@
  *       u64 seed, u32 n_probs (log-probabilities in each of the seq's
  *       RESULT rows: 0 for none, else 1 + k for the sampled token's and the
  *       k most likely ids', k <= CV_MAX_TOP_LOGPROBS, so n_probs <=
- *       CV_PROTO_MAX_TOP); every float finite. FREE resets n_probs to 0.
+ *       CV_PROTO_MAX_TOP), u64 n_draws (RNG draws the seq's sampler made
+ *       before: a head replaying a seq onto a new chain goes on with the
+ *       same draws); every float finite. FREE resets n_probs to 0.
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
  *       The pulse: a node computing a FORWARD for longer than CV_PULSE_MS
@@ -144,7 +165,8 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 4 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's */
+#define CV_PROTO_VERSION 5 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+                              5: SET_SAMPLER's n_draws, HELLO's content hashes */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -154,6 +176,12 @@
 #define CV_PROTO_MAX_EMBD (1u << 20)
 #define CV_PROTO_MAX_VOCAB (1u << 24)
 #define CV_PROTO_MAX_TOP (1 + CV_MAX_TOP_LOGPROBS) /* the sampled token's, then the top alternatives */
+#define CV_PROTO_MAX_SLOT 4096      /* a node refuses a HELLO over these (TOO_LARGE) */
+#define CV_PROTO_MAX_CTX (1 << 24)
+#define CV_PROTO_MAX_BATCH (1 << 16)
+#define CV_PROTO_HASH_BYTES 32
+#define CV_PROTO_HASHES_PER_LAYER 14 /* the most tensors a layer has (qwen2's biases, qwen3's norms) */
+#define CV_PROTO_HASHES_EXTRA 3      /* rope_freqs, output_norm, output */
 
 /* Not a wire field: the most nodes of a chain ("local" included), the one
  * bound by which the head, its inbox and the planner size their tables. */
@@ -258,7 +286,6 @@ typedef struct cv_msg_hello {
     uint8_t role;
     uint8_t act_type;
     uint32_t features;
-    uint64_t fingerprint;
     uint32_t l0, l1;
     uint32_t n_layer;
     uint32_t n_ctx;
@@ -266,9 +293,32 @@ typedef struct cv_msg_hello {
     uint32_t n_batch_max;
     uint32_t n_embd;
     uint32_t max_payload;
-    char next_addr[CV_PROTO_ADDR_MAX + 1]; /* NUL-terminated, "" for the last stage */
     uint64_t cluster_id;
+    uint8_t model_hash[CV_PROTO_HASH_BYTES];
+    uint32_t n_hashes;
+    const uint8_t *hashes; /* n_hashes * CV_PROTO_HASH_BYTES; after decode, in the payload */
+    char next_addr[CV_PROTO_ADDR_MAX + 1]; /* NUL-terminated, "" for the last stage */
 } cv_msg_hello;
+
+/* HELLO's wire offsets: the u32 fields run from l0 to max_payload, and each
+ * field below starts where the one before ends. */
+#define CV_HELLO_OFF_L0 8
+#define CV_HELLO_OFF_CLUSTER_ID 40
+#define CV_HELLO_OFF_MODEL_HASH 48
+#define CV_HELLO_OFF_N_HASHES 80
+#define CV_HELLO_OFF_ADDR_LEN 84
+#define CV_HELLO_FIXED_SIZE 86 /* next_addr, then the tensor hashes, follow */
+static_assert(CV_HELLO_OFF_CLUSTER_ID == CV_HELLO_OFF_L0 + 8 * 4, "HELLO: l0 .. max_payload are 8 u32");
+static_assert(CV_HELLO_OFF_MODEL_HASH == CV_HELLO_OFF_CLUSTER_ID + 8, "HELLO: model_hash offset");
+static_assert(CV_HELLO_OFF_N_HASHES == CV_HELLO_OFF_MODEL_HASH + CV_PROTO_HASH_BYTES, "HELLO: n_hashes offset");
+static_assert(CV_HELLO_OFF_ADDR_LEN == CV_HELLO_OFF_N_HASHES + 4, "HELLO: addr_len offset");
+static_assert(CV_HELLO_FIXED_SIZE == CV_HELLO_OFF_ADDR_LEN + 2, "HELLO: fixed size");
+/* the largest HELLO fits the payload cap */
+static_assert(CV_HELLO_FIXED_SIZE + CV_PROTO_ADDR_MAX +
+                      ((uint64_t)CV_PROTO_MAX_LAYER * CV_PROTO_HASHES_PER_LAYER + CV_PROTO_HASHES_EXTRA) *
+                          CV_PROTO_HASH_BYTES <=
+                  CV_PROTO_DEFAULT_MAX_PAYLOAD,
+              "HELLO: the most hashes fit a payload");
 
 typedef struct cv_msg_hello_ok {
     uint16_t proto_version;
@@ -280,6 +330,8 @@ typedef struct cv_msg_hello_ok {
 
 #define CV_MSG_HELLO_OK_SIZE 32
 
+/* The most tensor hashes m may carry (section 2's rule for n_hashes). */
+uint64_t cv_msg_hello_max_hashes(const cv_msg_hello *m);
 size_t cv_msg_hello_size(const cv_msg_hello *m);
 int cv_msg_hello_encode(const cv_msg_hello *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 /* A HELLO of another proto_version is refused before the rest is read (its
@@ -294,7 +346,7 @@ int cv_msg_hello_ok_decode(const void *payload, size_t len, cv_msg_hello_ok *m, 
 typedef enum cv_perr_code {
     CV_PERR_BAD_FRAME = 1,   /* a frame failed header, checksum or payload checks */
     CV_PERR_VERSION = 2,     /* protocol version not spoken */
-    CV_PERR_FINGERPRINT = 3, /* the node's model differs from the head's */
+    CV_PERR_FINGERPRINT = 3, /* the node's model (metadata, or a tensor it would read) differs from the head's */
     CV_PERR_NO_MEMORY = 4,   /* the layers asked do not fit the node's budget */
     CV_PERR_BAD_RANGE = 5,   /* layer range or model shape does not match */
     CV_PERR_BAD_BATCH = 6,   /* a FORWARD the node cannot run (slot, position, size) */
@@ -303,6 +355,9 @@ typedef enum cv_perr_code {
     CV_PERR_CLUSTER = 9,     /* cluster id does not match */
     CV_PERR_BAD_STATE = 10,  /* a message not expected at this point */
     CV_PERR_NEXT_NODE = 11,  /* the node could not reach or lost the next node */
+    CV_PERR_TOO_LARGE = 12,  /* a size over a protocol limit or over what HELLO agreed (slots, context, rows) */
+    CV_PERR_ACT_TYPE = 13,   /* an activation type not taken, or not the one HELLO agreed */
+    CV_PERR_TIMEOUT = 14,    /* the head was silent for the node's session timeout: the session ends */
 } cv_perr_code;
 
 const char *cv_perr_name(uint32_t code); /* "BAD_FRAME", ...; "unknown" */
@@ -406,7 +461,7 @@ typedef enum cv_seq_op_kind {
 } cv_seq_op_kind;
 
 #define CV_SEQ_OP_SIZE 12
-#define CV_SEQ_OP_SAMPLER_SIZE 56
+#define CV_SEQ_OP_SAMPLER_SIZE 64
 
 typedef struct cv_msg_seq_op {
     uint8_t op;

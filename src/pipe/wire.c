@@ -63,11 +63,17 @@ int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward
 
 int cv_hello_ask(cv_link *l, const cv_msg_hello *h, int timeout_ms, cv_msg_hello_ok *ok, char *err, size_t errlen)
 {
-    uint8_t buf[512];
+    /* an assignment's tensor hashes make it kilobytes (megabytes at most) */
+    const size_t cap = cv_msg_hello_size(h);
+    uint8_t *buf = cv_malloc(cap);
     size_t len;
     char why[CV_ERRLEN];
-    if (cv_msg_hello_encode(h, buf, sizeof buf, &len, err, errlen) ||
-        cv_link_send(l, CV_MSG_HELLO, 0, buf, len, err, errlen))
+    if (!buf)
+        return cv_errf(err, errlen, "out of memory for a HELLO of %zu bytes", cap);
+    const int failed = cv_msg_hello_encode(h, buf, cap, &len, err, errlen) ||
+                       cv_link_send(l, CV_MSG_HELLO, 0, buf, len, err, errlen);
+    cv_free(buf);
+    if (failed)
         return -1;
     cv_frame f;
     int rc = cv_link_recv(l, timeout_ms, &f, err, errlen);

@@ -397,6 +397,10 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
     metric(&b, "convoy_pipeline_down", "gauge", "1 while the pipeline is down and reconnects are tried.", st.down);
     metric(&b, "convoy_pipeline_reconnects_total", "counter", "Times the pipeline came back after going down.",
            (double)st.reconnects);
+    metric(&b, "convoy_failovers_total", "counter", "Failed nodes replaced, every sequence replayed.",
+           (double)st.failovers);
+    metric(&b, "convoy_failover_pause_seconds_total", "counter",
+           "Time requests waited for failovers: a new chain planned, sequences replayed.", st.failover_seconds);
     if (st.speculating) {
         metric(&b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
                (double)st.spec_rounds);

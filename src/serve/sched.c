@@ -16,8 +16,8 @@
  *      engine closed the chain, every running request ended and submits
  *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
  *      over, waits doubling from 0.5 s to 4 s, unlocked; check_when_idle:
- *      every 2 s without a step, the engine's health check (a pipeline's
- *      nodes must answer a PING), which takes a silent pipeline down;
+ *      every 0.5 s without a step, the engine's health check (a pipeline's
+ *      nodes must answer a PING), which fails a silent node over;
  *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
  *      which also asks the engine for the request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
@@ -286,7 +286,10 @@ static bool take_work(sv_sched *s, int32_t n_freed)
     return working;
 }
 
-enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000, CHECK_MS = 2000 };
+/* CHECK_MS: an idle pipeline is pinged this often, which also keeps its
+ * nodes ours: a node gives itself to another head after 1 s of silence
+ * (pipe/node.h). */
+enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000, CHECK_MS = 500 };
 
 /* A failure took the pipeline down (the engine closed it, releasing its
  * nodes): the scheduler refuses requests and tries to reconnect, the
@@ -329,6 +332,15 @@ static void reconnect_when_due(sv_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The engine's failovers, for the stats. */
+static void note_failovers_locked(sv_sched *s)
+{
+    convoy_ctx_stats cs;
+    convoy_ctx_get_stats(s->ctx, &cs);
+    s->stats.failovers = cs.failovers;
+    s->stats.failover_seconds = cs.failover_seconds;
+}
+
 /* R: an idle engine is checked every CHECK_MS (a pipeline's nodes must
  * answer a PING), so that /health and the next request learn of a node
  * that died or stopped while nobody asked; unlocked. */
@@ -344,6 +356,7 @@ static void check_when_idle(sv_sched *s)
     const int rc = convoy_ctx_check(s->ctx, err, sizeof err);
     pthread_mutex_lock(&s->mu);
     s->check_at = cv_now_s() + CHECK_MS / 1e3;
+    note_failovers_locked(s);
     if (rc)
         note_down_locked(s, err);
     pthread_mutex_unlock(&s->mu);
@@ -648,6 +661,7 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
         take_logprobs(s, f);
     pthread_mutex_lock(&s->mu);
     s->stats.failing = rc != 0;
+    note_failovers_locked(s);
     if (rc == 0) {
         s->check_at = t1 + CHECK_MS / 1e3; /* a step is a check */
         count_step_locked(s, f, t1);

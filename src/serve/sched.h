@@ -15,13 +15,15 @@
  * request's tokens never depend on what else runs: they are the tokens it
  * would get alone. The step loop allocates nothing.
  *
- * A pipeline that fails (a node died, went silent or refused) ends every
- * running request with the error and goes down: submits are refused with
- * SV_SUBMIT_DOWN (the server's 503, naming the failure) and the inference
- * thread reconnects by itself, after waits doubling from 0.5 s to 4 s,
- * until the nodes answer again (stats: down, reconnects). An idle engine is
- * checked every 2 s (convoy_ctx_check), so a node that dies or stops while
- * nobody asks takes the pipeline down too.
+ * A pipeline whose node fails (died, went silent or refused) fails over in
+ * the engine (convoy.h): requests pause and go on with the same tokens
+ * (stats: failovers, failover_seconds). When no new chain can be opened the
+ * pipeline is down: every running request ends with the error, submits are
+ * refused with SV_SUBMIT_DOWN (the server's 503, naming the failure) and
+ * the inference thread reconnects by itself, after waits doubling from
+ * 0.5 s to 4 s, until the nodes answer again (stats: down, reconnects). An
+ * idle engine is checked every 0.5 s (convoy_ctx_check), so a node that dies
+ * or stops while nobody asks is replaced (or the pipeline goes down) too.
  *
  * Speculation (sv_sched_set_spec): every decoding sequence then
  * speculates. The decode rows of a batch become, per sequence, its newest
@@ -101,6 +103,8 @@ typedef struct sv_sched_stats {
     bool down;                     /* the pipeline is down: requests are refused, reconnects are tried */
     char last_error[512];          /* its message */
     uint64_t reconnects;           /* times the pipeline came back */
+    uint64_t failovers;            /* the engine's convoy_ctx_stats */
+    double failover_seconds;
 } sv_sched_stats;
 
 /* ctx must have been created for `model`; the scheduler owns it until

@@ -1,0 +1,208 @@
+/* journal.c: every slot's tokens and sampler, kept by the head for a
+ * failover (see journal.h). */
+#include "engine/journal.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+static int batch_alloc(journal_batch *b, int32_t n)
+{
+    b->n_tokens = 0;
+    b->token = cv_malloc(sizeof(int32_t) * (size_t)n);
+    b->pos = cv_malloc(sizeof(int32_t) * (size_t)n);
+    b->seq = cv_malloc(sizeof(int32_t) * (size_t)n);
+    b->want = cv_malloc((size_t)n);
+    return b->token && b->pos && b->seq && b->want ? 0 : -1;
+}
+
+static void batch_free(journal_batch *b)
+{
+    cv_free(b->token);
+    cv_free(b->pos);
+    cv_free(b->seq);
+    cv_free(b->want);
+}
+
+static cv_batch as_batch(const journal_batch *b)
+{
+    return (cv_batch){.n_tokens = b->n_tokens, .token = b->token, .pos = b->pos, .seq = b->seq, .want = b->want};
+}
+
+int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen)
+{
+    memset(j, 0, sizeof *j);
+    j->n_slot = n_slot;
+    j->n_ctx = n_ctx;
+    j->n_batch = n_batch;
+    j->tok = cv_malloc(sizeof(int32_t) * (size_t)n_slot * (size_t)n_ctx);
+    j->slot = cv_malloc(sizeof *j->slot * (size_t)n_slot);
+    bool ok = j->tok && j->slot && batch_alloc(&j->feed, n_batch) == 0;
+    for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
+        ok = ok && batch_alloc(&j->flight[k], n_batch) == 0;
+    if (!ok) {
+        journal_free(j);
+        return cv_errf(err, errlen, "out of memory for the journal of %d slots of %d positions", n_slot, n_ctx);
+    }
+    for (int32_t s = 0; s < n_slot; s++)
+        journal_free_seq(j, s);
+    return 0;
+}
+
+void journal_free(journal *j)
+{
+    cv_free(j->tok);
+    cv_free(j->slot);
+    batch_free(&j->feed);
+    for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
+        batch_free(&j->flight[k]);
+    memset(j, 0, sizeof *j);
+}
+
+void journal_submit(journal *j, const cv_batch *b)
+{
+    journal_batch *f = &j->flight[(j->oldest + j->in_flight) % CV_CHAIN_MAX_NODES];
+    const size_t n = (size_t)b->n_tokens;
+    f->n_tokens = b->n_tokens;
+    memcpy(f->token, b->token, sizeof(int32_t) * n);
+    memcpy(f->pos, b->pos, sizeof(int32_t) * n);
+    memcpy(f->seq, b->seq, sizeof(int32_t) * n);
+    memcpy(f->want, b->want, n);
+    j->in_flight++;
+}
+
+/* The oldest batch in flight landed: its tokens enter their slots as the
+ * head's span takes them (cut back to the batch's first position, then
+ * appended), a rejected draft cuts its slot back, and every emitted id of
+ * a slot that samples at a temperature was one draw. */
+void journal_collect(journal *j, const int32_t *tokens)
+{
+    const journal_batch *f = &j->flight[j->oldest];
+    for (int32_t t = 0; t < f->n_tokens; t++) {
+        journal_slot *s = &j->slot[f->seq[t]];
+        if (f->pos[t] < s->len)
+            journal_truncate(j, f->seq[t], f->pos[t]);
+    }
+    for (int32_t t = 0, row = 0; t < f->n_tokens; t++) {
+        journal_slot *s = &j->slot[f->seq[t]];
+        j->tok[(size_t)f->seq[t] * (size_t)j->n_ctx + (size_t)f->pos[t]] = f->token[t];
+        if (f->pos[t] + 1 > s->len)
+            s->len = f->pos[t] + 1;
+        if (!f->want[t])
+            continue;
+        if (tokens[row] < 0)
+            journal_truncate(j, f->seq[t], f->pos[t]);
+        else if (s->sampler_at >= 0 && s->sampler.temp > 0.0f)
+            s->sampler.n_draws++;
+        row++;
+    }
+    j->oldest = (j->oldest + 1) % CV_CHAIN_MAX_NODES;
+    j->in_flight--;
+}
+
+void journal_drop_flights(journal *j) { j->in_flight = 0; }
+
+void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs)
+{
+    journal_slot *s = &j->slot[seq];
+    s->sampler = *p;
+    s->sampler.n_draws = 0;
+    s->sampler_at = s->len;
+    s->n_logprobs = n_logprobs;
+}
+
+void journal_truncate(journal *j, int32_t seq, int32_t len)
+{
+    journal_slot *s = &j->slot[seq];
+    if (len < 0)
+        len = 0;
+    if (len < s->len)
+        s->len = len;
+    if (s->sampler_at > s->len)
+        s->sampler_at = s->len;
+}
+
+void journal_free_seq(journal *j, int32_t seq)
+{
+    j->slot[seq] = (journal_slot){.len = 0, .sampler_at = -1, .n_logprobs = -1};
+}
+
+/* ---- replay ---- */
+
+/* Collects batches until at most `keep` are in flight (their results are
+ * the journal's already). */
+static int drain(cv_chain *c, int keep, char *err, size_t errlen)
+{
+    int32_t ignored[1], n;
+    while (cv_chain_in_flight(c) > keep)
+        if (cv_chain_collect(c, ignored, &n, err, errlen))
+            return -1;
+    return 0;
+}
+
+/* Sends the prefill batch, keeping the chain's depth busy. */
+static int feed_send(journal *j, cv_chain *c, char *err, size_t errlen)
+{
+    if (j->feed.n_tokens == 0)
+        return 0;
+    const cv_batch b = as_batch(&j->feed);
+    if (drain(c, cv_chain_depth(c) - 1, err, errlen) || cv_chain_submit(c, &b, err, errlen))
+        return -1;
+    j->feed.n_tokens = 0;
+    return 0;
+}
+
+/* Prefills positions [from, to) of slot seq, nothing sampled; rows of
+ * several slots share batches (kernels are batch-invariant). */
+static int feed_range(journal *j, cv_chain *c, int32_t seq, int32_t from, int32_t to, int64_t *n_fed, char *err,
+                      size_t errlen)
+{
+    const int32_t *tok = j->tok + (size_t)seq * (size_t)j->n_ctx;
+    for (int32_t p = from; p < to; p++) {
+        if (j->feed.n_tokens == j->n_batch && feed_send(j, c, err, errlen))
+            return -1;
+        const int32_t t = j->feed.n_tokens++;
+        j->feed.token[t] = tok[p];
+        j->feed.pos[t] = p;
+        j->feed.seq[t] = seq;
+        j->feed.want[t] = CV_WANT_NONE;
+    }
+    *n_fed += to - from;
+    return 0;
+}
+
+/* The tokens each slot had before its sampler was set, then the samplers
+ * (a sampler's penalty history starts where it was set), then the rest. */
+static int replay_slots(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen)
+{
+    for (int32_t s = 0; s < j->n_slot; s++) {
+        const journal_slot *js = &j->slot[s];
+        if (feed_range(j, c, s, 0, js->sampler_at >= 0 ? js->sampler_at : js->len, n_fed, err, errlen))
+            return -1;
+    }
+    if (feed_send(j, c, err, errlen))
+        return -1;
+    for (int32_t s = 0; s < j->n_slot; s++) {
+        const journal_slot *js = &j->slot[s];
+        if (js->sampler_at >= 0 &&
+            (cv_chain_set_sampler(c, s, &js->sampler, js->n_logprobs, err, errlen) ||
+             feed_range(j, c, s, js->sampler_at, js->len, n_fed, err, errlen)))
+            return -1;
+    }
+    return feed_send(j, c, err, errlen) || drain(c, 0, err, errlen) ? -1 : 0;
+}
+
+int journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen)
+{
+    *n_fed = 0;
+    j->feed.n_tokens = 0;
+    if (replay_slots(j, c, n_fed, err, errlen))
+        return -1;
+    for (int k = 0; k < j->in_flight; k++) {
+        const cv_batch b = as_batch(&j->flight[(j->oldest + k) % CV_CHAIN_MAX_NODES]);
+        if (cv_chain_submit(c, &b, err, errlen))
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# test_failover.sh: a stage that dies or stops loses no request.
+#
+# Usage (CTest passes these): test_failover.sh PATH/TO/convoy SOURCE_DIR
+#
+# A synthetic model (1024 wide, 6 layers, Q4_0, made once beside the
+# build), stages A, B, C and a standby S on loopback, and `convoy serve
+# --nodes A,B,C --standby S --peer-timeout 2000`, every link keyed. Four streaming completions
+# at once, 200 tokens each: two greedy, two at temperature 0.8 with seeds.
+# 1. Without failure: the reference texts.
+# 2. SIGKILL of the middle stage B once the streams have 400 chunks (mid-stream): all four
+#    complete with the reference texts, /metrics counts one failover, the
+#    server log names B; the pause (kill to the next chunk) is printed.
+# 3. B restarted; SIGSTOP of C, now serving, once the streams have 400
+#    chunks: the same texts, C named within --peer-timeout, two failovers.
+set -uo pipefail
+
+convoy="${1:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
+. "$src/tests/lib.sh"
+command -v python3 >/dev/null || skip "python3 is needed for the streaming clients"
+command -v curl >/dev/null || skip "curl is needed"
+
+models="$(cd "$(dirname "$convoy")" && pwd)/test-models"
+model="$models/failover-1024x6-q4_0.gguf"
+mkdir -p "$models"
+[[ -f "$model" ]] || "$convoy" synth --dims 1024,6,8,4,2816,2048 --type Q4_0 -o "$model" >/dev/null ||
+    { echo "FAIL: could not synthesize $model"; exit 1; }
+
+tmp="$(mktemp -d)"
+declare -A stage_of=()
+server_pid=""
+cleanup() {
+    for p in "${stage_of[@]}" $server_pid; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+checks=0 failures=0
+pass() {
+    echo "ok   $*"
+    checks=$((checks + 1))
+}
+fail() {
+    echo "FAIL $*"
+    checks=$((checks + 1)) failures=$((failures + 1))
+}
+
+declare -A port_of=()
+for s in A B C S; do port_of[$s]="$(free_port)"; done
+key="$tmp/cluster.key"
+"$convoy" keygen "$key" >/dev/null || { echo "FAIL: convoy keygen"; exit 1; }
+start_stage() { # NAME
+    start_local_stage "$convoy" "$tmp/stage-$1.log" "${port_of[$1]}" -m "$model" --key "$key"
+    stage_of[$1]=$stage_pid
+}
+for s in A B C S; do start_stage "$s"; done
+addr() { echo "127.0.0.1:${port_of[$1]}"; }
+
+port="$(free_port)"
+base="http://127.0.0.1:$port/v1"
+"$convoy" serve -m "$model" --port "$port" --slots 4 --ctx 512 --peer-timeout 2000 \
+    --nodes "$(addr A),$(addr B),$(addr C)" --standby "$(addr S)" --key "$key" 2>"$tmp/serve.log" &
+server_pid=$!
+for _ in $(seq 300); do
+    curl -sf "${base%/v1}/health" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+curl -sf "${base%/v1}/health" >/dev/null || { fail "the server did not start: $(tail -5 "$tmp/serve.log")"; exit 1; }
+
+python3 - >"$tmp/requests.json" <<'EOF'
+import json
+base = {"model": "failover-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
+reqs = [dict(base, temperature=0), dict(base, prompt="The fox", temperature=0),
+        dict(base, temperature=0.8, seed=11), dict(base, prompt="In a town", temperature=0.8, seed=12)]
+print(json.dumps(reqs))
+EOF
+# streams NAME [SIG PID]: the four requests at once, the report in NAME.json
+# (tools/stream_client.py); with SIG, sends it to PID once the streams have
+# 400 chunks (mid-stream) and notes when in NAME.signal.
+streams() {
+    python3 "$src/tools/stream_client.py" "$base" "$tmp/requests.json" "$tmp/$1.json" --concurrency 4 \
+        --progress "$tmp/$1.progress" &
+    local client=$!
+    if [[ $# -gt 1 ]]; then
+        until (($(cut -d' ' -f1 "$tmp/$1.progress" 2>/dev/null || echo 0) >= 400)) || ! kill -0 "$client" 2>/dev/null; do
+            sleep 0.01
+        done
+        kill -"$2" "$3"
+        date +%s.%N >"$tmp/$1.signal"
+    fi
+    wait "$client"
+}
+# pause NAME: the longest wait for a chunk after the signal (any stream).
+pause() {
+    python3 -c 'import json, sys
+t = float(open(sys.argv[2]).read())
+times = [x for x in json.load(open(sys.argv[1]))["chunk_times"] if x > t]
+print(round(max(b - a for a, b in zip([t] + times, times)), 2) if times else "none")' "$tmp/$1.json" "$tmp/$1.signal"
+}
+field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r[sys.argv[2]]))" "$@"; }
+failovers() { curl -s "${base%/v1}/metrics" | awk '$1 == "convoy_failovers_total" {print $2}'; }
+
+streams clean
+if [[ "$(field "$tmp/clean.json" tokens)" == "[200, 200, 200, 200]" && "$(field "$tmp/clean.json" errors)" == "[null, null, null, null]" ]]; then
+    pass "four streams of 200 tokens without failure"
+else
+    fail "the clean run: tokens $(field "$tmp/clean.json" tokens), errors $(field "$tmp/clean.json" errors)"
+fi
+
+# check_run NAME RUN N_FAILOVERS NODE: the texts are the clean run's and
+# the server failed over N times, naming NODE.
+check_run() {
+    local name="$1" report="$tmp/$2.json"
+    if [[ "$(field "$report" texts)" == "$(field "$tmp/clean.json" texts)" &&
+        "$(field "$report" errors)" == "[null, null, null, null]" ]]; then
+        pass "$name: the four texts are the clean run's (the longest pause after the signal: $(pause "$2") s)"
+    else
+        fail "$name: $(head -c 600 "$report") / server: $(tail -3 "$tmp/serve.log")"
+    fi
+    if [[ "$(failovers)" == "$3" ]] && grep -q "failing over: node $4" "$tmp/serve.log"; then
+        pass "$name: failover $3 counted, the log names $4: $(grep 'new chain' "$tmp/serve.log" | tail -1)"
+    else
+        fail "$name: failovers $(failovers), log: $(grep -E 'failing|chain|down' "$tmp/serve.log" | tail -3)"
+    fi
+}
+
+streams kill KILL "${stage_of[B]}"
+check_run "SIGKILL of the middle stage" kill 1 "$(addr B)"
+
+kill -9 "${stage_of[B]}" 2>/dev/null
+wait "${stage_of[B]}" 2>/dev/null
+start_stage B
+streams stop STOP "${stage_of[C]}"
+check_run "SIGSTOP of a serving stage" stop 2 "$(addr C)"
+if grep -q "node $(addr C): no result and no sign of work for 2000 ms" "$tmp/serve.log"; then
+    pass "the stopped stage was named after 2000 ms of silence (--peer-timeout)"
+else
+    fail "the stopped stage was not detected by silence: $(grep failing "$tmp/serve.log" | tail -1)"
+fi
+
+echo "$((checks - failures)) passed, $failures failed"
+[[ "$failures" -eq 0 ]]

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# test_fingerprint.sh: a stage is accepted only if the weights it will read
+# are the head's. Tiny synthetic models, a head with a local first stage
+# (layers [0, 2) here, --split 2,3) and one `convoy stage` on loopback
+# (layers [2, 5) and the output head):
+# 1. the same shape with other weights (--seed 2) is refused at HELLO,
+#    naming the first tensor of the stage's layers that differs;
+# 2. one byte flipped in blk.3.attn_k.weight (the stage's layers) is
+#    refused naming that tensor, and one in output.weight (the stage holds
+#    the output head) naming it;
+# 3. one byte flipped in blk.0.attn_q.weight (the head's own layers) or in
+#    token_embd.weight (a stage reads hidden states, not embeddings) is
+#    accepted, and the chain generates what one machine does.
+#
+# Usage (CTest passes these): test_fingerprint.sh PATH/TO/convoy SOURCE_DIR
+set -uo pipefail
+convoy="${1:?usage: test_fingerprint.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_fingerprint.sh PATH/TO/convoy SOURCE_DIR}"
+. "$src/tests/lib.sh"
+command -v python3 >/dev/null || skip "python3 is needed to pick free ports and flip bytes"
+
+tmp="$(mktemp -d)"
+stage_pid=
+trap '[[ -n "$stage_pid" ]] && kill "$stage_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+failures=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+synth() { "$convoy" synth --shape tiny --type Q8_0 --seed "$1" -o "$2" >/dev/null 2>&1; }
+synth 1 "$tmp/a.gguf" && synth 2 "$tmp/seed2.gguf" || { echo "FAIL convoy synth"; exit 1; }
+
+# flip MODEL TENSOR: a copy of a.gguf as MODEL with one byte of TENSOR's
+# data inverted (its middle byte; `convoy info` lists the file offsets).
+flip() {
+    local model=$1 tensor=$2 off bytes
+    read -r off bytes < <("$convoy" info "$tmp/a.gguf" | awk -v t="$tensor" '$2 == t { print $(NF - 1), $NF }')
+    [[ -n "$off" ]] || { echo "FAIL no tensor $tensor in convoy info"; exit 1; }
+    cp "$tmp/a.gguf" "$model"
+    python3 -c "
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 0xff]))
+" "$model" "$((off + bytes / 2))"
+}
+
+# run_against MODEL: the head (a.gguf, layers [0, 2) here) with a stage
+# serving MODEL; the head's output in $tmp/out and err, its status returned.
+run_against() {
+    local port
+    port="$(free_port)"
+    : >"$tmp/stage.log"
+    start_local_stage "$convoy" "$tmp/stage.log" "$port" -m "$1"
+    "$convoy" run -m "$tmp/a.gguf" -p "Once upon a time" -n 8 --temp 0 --ids --nodes "local,127.0.0.1:$port" \
+        --split 2,3 >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    kill "$stage_pid" 2>/dev/null
+    wait "$stage_pid" 2>/dev/null
+    stage_pid=
+    return $rc
+}
+
+# refused MODEL TENSOR WHY: the stage serving MODEL is refused naming TENSOR.
+refused() {
+    if run_against "$1"; then
+        fail "$3: the chain ran: $(cat "$tmp/out")"
+    elif grep -q "tensor $2 differs from the head's (different weights) (FINGERPRINT)" "$tmp/err"; then
+        pass "$3: $(grep -m1 FINGERPRINT "$tmp/err")"
+    else
+        fail "$3: not refused naming $2: $(cat "$tmp/err")"
+    fi
+    if grep -q "$1" "$tmp/err"; then
+        fail "$3: the refusal shows the stage's model path"
+    fi
+}
+
+one="$("$convoy" run -m "$tmp/a.gguf" -p "Once upon a time" -n 8 --temp 0 --ids 2>/dev/null)"
+[[ -n "$one" ]] || { echo "FAIL one machine generated nothing"; exit 1; }
+
+# accepted MODEL WHY: the stage serving MODEL is accepted and the chain
+# generates one machine's tokens.
+accepted() {
+    if run_against "$1" && [[ "$(cat "$tmp/out")" == "$one" ]]; then
+        pass "$2: accepted, the same tokens as one machine $one"
+    else
+        fail "$2: $(cat "$tmp/out" "$tmp/err")"
+    fi
+}
+
+refused "$tmp/seed2.gguf" blk.2.attn_q.weight "another seed (same shape)"
+flip "$tmp/layer3.gguf" blk.3.attn_k.weight
+refused "$tmp/layer3.gguf" blk.3.attn_k.weight "one byte in the stage's layer 3"
+flip "$tmp/output.gguf" output.weight
+refused "$tmp/output.gguf" output.weight "one byte in the stage's output matrix"
+flip "$tmp/layer0.gguf" blk.0.attn_q.weight
+accepted "$tmp/layer0.gguf" "one byte in layer 0 (the head's)"
+flip "$tmp/embd.gguf" token_embd.weight
+accepted "$tmp/embd.gguf" "one byte in token_embd (not read by a stage)"
+
+# The stage cached its hashes beside its model; a second start reads them.
+: >"$tmp/stage.log"
+start_local_stage "$convoy" "$tmp/stage.log" "$(free_port)" -m "$tmp/embd.gguf"
+kill "$stage_pid" 2>/dev/null
+wait "$stage_pid" 2>/dev/null
+stage_pid=
+if grep -q "hashes from $tmp/embd.gguf.convoy-hashes" "$tmp/stage.log"; then
+    pass "a restarted stage reads its hashes from the cache"
+else
+    fail "no cache hit on restart: $(cat "$tmp/stage.log")"
+fi
+
+[[ "$failures" -eq 0 ]]
