@@ -25,7 +25,7 @@ static void usage(FILE *f)
                "  serves the layers a head assigns, from this machine's copy of MODEL (its tensors'\n"
                "  hashes checked against the head's, cached in MODEL.convoy-hashes); --mem caps its\n"
                "  resident memory, touched weight pages included (e.g. 1.5G; default: MemAvailable\n"
-               "  when it starts); a session whose head sends nothing for --timeout MS ends\n"
+               "  when it starts); a session whose head sends nothing for --timeout MS (default 30000) ends;\n"
                "  --key FILE: the cluster key (`convoy keygen FILE`, the same on the head and every stage):\n"
                "  only peers that prove it are served, and every link is encrypted; refusals are logged.\n"
                "  Without --key, listening on an address that is not loopback needs --insecure.\n");
