@@ -11,8 +11,11 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_split(int argc, char **argv);
 int cmd_stage(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_unpack(int argc, char **argv);
 
 #endif

@@ -11,12 +11,15 @@ static const struct {
 } commands[] = {
     {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS] [--nodes HOST:PORT,...]"},
     {"serve", cmd_serve, "serve -m MODEL [--port N] [--slots N] [--ctx N] [--nodes HOST:PORT,...]: OpenAI API"},
-    {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL [--mem BYTES]: a pipeline node"},
+    {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL|SHARD [--mem BYTES]: a pipeline node"},
     {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},
     {"eval", cmd_eval, "eval -m MODEL --tokens IDS.json --logits OUT.f32: teacher-forced logits"},
     {"quantize", cmd_quantize, "quantize IN OUT TYPE: convert weights to F16/BF16/Q8_0/Q4_0"},
     {"keygen", cmd_keygen, "keygen FILE: a new cluster key for --key (mode 0600)"},
+    {"pack", cmd_pack, "pack IN.gguf OUT: every tensor losslessly coded (rANS); unpack gives IN back"},
+    {"unpack", cmd_unpack, "unpack IN OUT.gguf: the GGUF a pack file holds, byte for byte"},
+    {"split", cmd_split, "split MODEL --stages N|--split A,B,... -o DIR: per-stage shard files for `convoy stage`"},
     {"synth", cmd_synth, "synth --shape NAME|--dims ... --type T -o OUT: deterministic random model"},
 };
 

@@ -289,15 +289,15 @@ typedef struct convoy_gen_stats {
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen);
 
-/* ---- model files: info, quantize, synth (src/engine/files.c) ----
+/* ---- model files: info, quantize, synth, pack (src/engine/files.c) ----
  * These work on GGUF files without loading a model for inference. Type
  * names are GGML's ("F32", "Q8_0", "Q4_K", ...). n_threads 0 means one
  * thread per CPU; the files written do not depend on the thread count. */
 
 /* Writes `convoy info`'s report of a GGUF to out: the header, the
  * hyperparameters, the tokenizer, the tensor table (absolute file offsets,
- * so that tools can cut a tensor's bytes out), sizes and the fingerprint,
- * one "key: value" per line. Nothing is written when the file is invalid. */
+ * so that tools can cut a tensor's bytes out), sizes, a shard's layers
+ * and the fingerprint, one "key: value" per line. Nothing is written when the file is invalid. */
 int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen);
 
 typedef struct convoy_file_stats {
@@ -337,6 +337,20 @@ bool convoy_tensor_type_known(const char *name);
 int convoy_quantize_file(const char *in, const char *out, const char *type, const char *output_type,
                          int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen);
 
+/* Sizes of a packed GGUF (codec/pack.h): the GGUF's bytes, the packed
+ * file's, and the tensors coded. */
+typedef struct convoy_pack_stats {
+    uint64_t file_bytes, packed_bytes, n_tensors;
+} convoy_pack_stats;
+
+/* Writes GGUF in as a packed file out: every tensor's data losslessly
+ * coded (convoy's rANS over byte planes and scale/quant streams), the
+ * other bytes as they are. st may be NULL. */
+int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen);
+/* Gives back the packed file in's GGUF, byte for byte, as out; a malformed
+ * packed file is refused (and out removed). st may be NULL. */
+int convoy_unpack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen);
+
 /* A deterministic pseudo-random Llama model (see model/synth.h): the same
  * bytes on every machine for the same parameters. */
 typedef struct convoy_synth_params {
@@ -362,5 +376,19 @@ const char *convoy_synth_shape_name(int32_t i);
  * hears of every tensor once it is generated. */
 int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tensor_note_fn note, void *user,
                       char *err, size_t errlen);
+
+/* What convoy_split_file tells of each shard it wrote: shard k (from 0)
+ * of n, its path, its layers [first, last), tensors and bytes. */
+typedef void (*convoy_shard_note_fn)(void *user, int32_t k, int32_t n, const char *path, int32_t first, int32_t last,
+                                     uint64_t n_tensors, uint64_t bytes);
+
+/* Cuts the whole model at `in` into n per-stage files in dir (see
+ * src/model/shard.h): shard k holds layers counts[k] (each >= 1, in order,
+ * summing to the model's layers), or, with counts NULL, n shares as equal
+ * as they go (the first ones one layer more). Each carries the whole
+ * model's key/values and metadata hash and its layer range; `convoy stage
+ * -m SHARD` serves from one. note (may be NULL) hears of every shard. */
+int convoy_split_file(const char *in, const char *dir, int32_t n, const int32_t *counts, convoy_shard_note_fn note,
+                      void *user, char *err, size_t errlen);
 
 #endif

@@ -12,11 +12,12 @@
 #   iputils-ping                          test hosts (reachability checks)
 #   python3 python3-jinja2                tools, reference checks, chat templates rendered by Jinja2
 #   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user   NEON kernels built and run as arm64
+#   libzstd-dev                           zstd -19, bench_rans's yardstick for convoy's own coder (bench only)
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libsodium-dev
           libmicrohttpd-dev nodejs npm iproute2 nftables util-linux iputils-ping python3 python3-jinja2
-          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libzstd-dev)
 
 # Packages that also count as present when their command is on PATH: node
 # from NodeSource ships npm inside its nodejs package (and conflicts with

@@ -11,6 +11,22 @@ skip() {
     exit 0
 }
 
+# flip_tensor_byte CONVOY FILE TENSOR: inverts one byte of TENSOR's data in
+# FILE (its middle byte; `convoy info` lists the file offsets).
+flip_tensor_byte() {
+    local off bytes
+    read -r off bytes < <("$1" info "$2" | awk -v t="$3" '$2 == t { print $(NF - 1), $NF }')
+    [[ -n "$off" ]] || { echo "FAIL no tensor $3 in $2"; exit 1; }
+    python3 -c "
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 0xff]))
+" "$2" "$((off + bytes / 2))"
+}
+
 # free_port: a TCP port of 127.0.0.1 that nothing listens on now.
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -1,5 +1,5 @@
 # stage_peer.py: raw frames to and from `convoy stage` for test_stage_limits.sh
-# (a helper, not a test). The wire format is src/pipe/proto.h's header comment.
+# and test_split.sh (a helper, not a test). The wire format is src/pipe/proto.h's header comment.
 #
 #   stage_peer.py capture PORT OUT   act as a node for one head: answer its
 #                                    query HELLO, save its assignment HELLO's
@@ -16,7 +16,7 @@ import time
 
 MAGIC = 0x31595643
 HELLO, HELLO_OK, ERROR, FORWARD, STATS, STATS_OK = 1, 2, 3, 4, 10, 11
-CODES = {1: "BAD_FRAME", 4: "NO_MEMORY", 12: "TOO_LARGE", 13: "ACT_TYPE", 14: "TIMEOUT"}
+CODES = {1: "BAD_FRAME", 4: "NO_MEMORY", 5: "BAD_RANGE", 12: "TOO_LARGE", 13: "ACT_TYPE", 14: "TIMEOUT"}
 # the head of test_stage_limits.sh runs stories260K with --ctx 256 --batch 4
 N_LAYER, N_CTX, N_SLOT, N_BATCH, N_EMBD = 5, 256, 1, 4, 64
 
@@ -84,7 +84,7 @@ def capture(port, out):
             open(out, "wb").write(p)
             return
         version = struct.unpack_from("<H", p, 0)[0]
-        ok = struct.pack("<HHIQQII", version, 0, 100, 1 << 40, 0, 64 << 20, 0)
+        ok = struct.pack("<HHIQQIIII", version, 0, 100, 1 << 40, 0, 64 << 20, 0, N_LAYER, 0)
         s.sendall(frame(HELLO_OK, fid, ok))
 
 
@@ -140,6 +140,10 @@ def check(port, hello, scenario):
         # a 64 MiB FORWARD: its header alone is refused, no payload is read
         s.sendall(struct.pack("<IHHIIII", MAGIC, 1, FORWARD, 0, 5, 64 << 20, 0))
         expect_error(s, 1, ("67108864",))
+    elif scenario == "shard":  # an assignment of every layer to a stage serving a shard of [0, 2)
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(frame(HELLO, 1, hello))
+        expect_error(s, 5, ("a shard of layers [0, 2)", "layers [0, 5)"))
     elif scenario == "silent":  # the stage ends a session whose head went silent
         s = session(port, hello)
         t0 = time.time()

@@ -30,20 +30,10 @@ synth() { "$convoy" synth --shape tiny --type Q8_0 --seed "$1" -o "$2" >/dev/nul
 synth 1 "$tmp/a.gguf" && synth 2 "$tmp/seed2.gguf" || { echo "FAIL convoy synth"; exit 1; }
 
 # flip MODEL TENSOR: a copy of a.gguf as MODEL with one byte of TENSOR's
-# data inverted (its middle byte; `convoy info` lists the file offsets).
+# data inverted.
 flip() {
-    local model=$1 tensor=$2 off bytes
-    read -r off bytes < <("$convoy" info "$tmp/a.gguf" | awk -v t="$tensor" '$2 == t { print $(NF - 1), $NF }')
-    [[ -n "$off" ]] || { echo "FAIL no tensor $tensor in convoy info"; exit 1; }
-    cp "$tmp/a.gguf" "$model"
-    python3 -c "
-import sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(int(sys.argv[2]))
-    b = f.read(1)
-    f.seek(int(sys.argv[2]))
-    f.write(bytes([b[0] ^ 0xff]))
-" "$model" "$((off + bytes / 2))"
+    cp "$tmp/a.gguf" "$1"
+    flip_tensor_byte "$convoy" "$1" "$2"
 }
 
 # run_against MODEL: the head (a.gguf, layers [0, 2) here) with a stage

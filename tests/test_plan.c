@@ -21,7 +21,7 @@ static cv_plan_model model16(void)
 static void test_equal_speed_equal_share(void)
 {
     cv_plan_model m = model16();
-    cv_plan_node nodes[4] = {{NULL, 10 * GB, 100, 0}, {NULL, 10 * GB, 100, 0}, {NULL, 10 * GB, 100, 0}, {NULL, 10 * GB, 100, 0}};
+    cv_plan_node nodes[4] = {{NULL, 10 * GB, 100, 0, 0, 0}, {NULL, 10 * GB, 100, 0, 0, 0}, {NULL, 10 * GB, 100, 0, 0, 0}, {NULL, 10 * GB, 100, 0, 0, 0}};
     int32_t first[4], last[4];
     char err[256];
     CHECKF(cv_plan_layers(&m, 4, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
@@ -32,7 +32,7 @@ static void test_equal_speed_equal_share(void)
 static void test_faster_node_more_layers(void)
 {
     cv_plan_model m = model16();
-    cv_plan_node nodes[2] = {{NULL, 10 * GB, 50, 0}, {NULL, 10 * GB, 150, 0}}; /* node 0 three times as fast */
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 50, 0, 0, 0}, {NULL, 10 * GB, 150, 0, 0, 0}}; /* node 0 three times as fast */
     int32_t first[2], last[2];
     char err[256];
     CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
@@ -50,7 +50,7 @@ static void test_head_matrix_counts_as_work(void)
     for (int i = 0; i < 5; i++)
         layer5[i] = 3400000;
     cv_plan_model m = {.n_layer = 5, .layer_bytes = layer5, .head_bytes = 2100000, .head_work_bytes = 2100000};
-    cv_plan_node nodes[2] = {{NULL, 10 * GB, 100, 0}, {NULL, 10 * GB, 100, 0}};
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 100, 0, 0, 0}, {NULL, 10 * GB, 100, 0, 0, 0}};
     int32_t first[2], last[2];
     char err[256];
     CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
@@ -64,7 +64,7 @@ static void test_memory_caps_and_head_bytes(void)
 {
     cv_plan_model m = model16();
     /* 4 nodes of 1.5 GB: 6 layers fit each, but the last also holds 0.5 GB of head */
-    cv_plan_node nodes[4] = {{NULL, 3 * GB / 2, 0, 0}, {NULL, 3 * GB / 2, 0, 0}, {NULL, 3 * GB / 2, 0, 0}, {NULL, 3 * GB / 2, 0, 0}};
+    cv_plan_node nodes[4] = {{NULL, 3 * GB / 2, 0, 0, 0, 0}, {NULL, 3 * GB / 2, 0, 0, 0, 0}, {NULL, 3 * GB / 2, 0, 0, 0, 0}, {NULL, 3 * GB / 2, 0, 0, 0, 0}};
     int32_t first[4], last[4];
     char err[256];
     CHECKF(cv_plan_layers(&m, 4, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
@@ -79,7 +79,7 @@ static void test_memory_caps_and_head_bytes(void)
 static void test_slow_node_left_out(void)
 {
     cv_plan_model m = model16();
-    cv_plan_node nodes[3] = {{NULL, 10 * GB, 10, 0}, {NULL, 10 * GB, 100000, 0}, {NULL, 10 * GB, 10, 0}};
+    cv_plan_node nodes[3] = {{NULL, 10 * GB, 10, 0, 0, 0}, {NULL, 10 * GB, 100000, 0, 0, 0}, {NULL, 10 * GB, 10, 0, 0, 0}};
     int32_t first[3], last[3];
     char err[256];
     CHECKF(cv_plan_layers(&m, 3, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
@@ -90,7 +90,7 @@ static void test_slow_node_left_out(void)
 static void test_split_override(void)
 {
     cv_plan_model m = model16();
-    cv_plan_node nodes[2] = {{NULL, 10 * GB, 10, 0}, {NULL, 10 * GB, 10, 0}};
+    cv_plan_node nodes[2] = {{NULL, 10 * GB, 10, 0, 0, 0}, {NULL, 10 * GB, 10, 0, 0, 0}};
     int32_t first[2], last[2];
     char err[256];
     int32_t split[2] = {3, 13};
@@ -98,9 +98,34 @@ static void test_split_override(void)
     CHECK(first[1] == 3 && last[1] == 16);
     int32_t bad[2] = {3, 12};
     CHECK(cv_plan_layers(&m, 2, nodes, bad, first, last, err, sizeof err) == -1 && strstr(err, "covers 15"));
-    cv_plan_node small[2] = {{"node a:1", GB, 10, 0}, {NULL, 10 * GB, 10, 0}};
+    cv_plan_node small[2] = {{"node a:1", GB, 10, 0, 0, 0}, {NULL, 10 * GB, 10, 0, 0, 0}};
     int32_t heavy[2] = {8, 8};
     CHECK(cv_plan_layers(&m, 2, small, heavy, first, last, err, sizeof err) == -1 && strstr(err, "node a:1"));
+}
+
+/* Shards: each node only inside the layers its file holds, in chain order. */
+static void test_held_ranges(void)
+{
+    cv_plan_model m = model16();
+    int32_t first[3], last[3];
+    char err[256];
+    cv_plan_node shards[3] = {{"a", 10 * GB, 10, 0, 0, 6}, {"b", 10 * GB, 10, 0, 6, 12}, {"c", 10 * GB, 10, 0, 12, 16}};
+    CHECKF(cv_plan_layers(&m, 3, shards, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECK(first[0] == 0 && last[0] == 6 && first[1] == 6 && last[1] == 12 && first[2] == 12 && last[2] == 16);
+    /* a whole-model node before shards takes only what they leave */
+    cv_plan_node mixed[2] = {{"local", 10 * GB, 10, 0, 0, 0}, {"b", 10 * GB, 10, 0, 4, 16}};
+    CHECKF(cv_plan_layers(&m, 2, mixed, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECK(last[0] == 4 && first[1] == 4 && last[1] == 16);
+    /* a gap in chain order names the node where the chain stops */
+    cv_plan_node gap[2] = {{"a", 10 * GB, 10, 0, 0, 6}, {"c", 10 * GB, 10, 0, 8, 16}};
+    CHECK(cv_plan_layers(&m, 2, gap, NULL, first, last, err, sizeof err) == -1 && strstr(err, "c holds layers [8, 16)") &&
+          strstr(err, "[6, 8)"));
+    cv_plan_node short_end[2] = {{"a", 10 * GB, 10, 0, 0, 6}, {"b", 10 * GB, 10, 0, 6, 12}};
+    CHECK(cv_plan_layers(&m, 2, short_end, NULL, first, last, err, sizeof err) == -1 && strstr(err, "[12, 16)"));
+    /* --split outside a node's range */
+    int32_t split[3] = {4, 8, 4};
+    CHECK(cv_plan_layers(&m, 3, shards, split, first, last, err, sizeof err) == -1 &&
+          strstr(err, "b holds layers [6, 12) only") && strstr(err, "[4, 12)"));
 }
 
 int main(void)
@@ -111,5 +136,6 @@ int main(void)
     TEST_RUN(test_memory_caps_and_head_bytes);
     TEST_RUN(test_slow_node_left_out);
     TEST_RUN(test_split_override);
+    TEST_RUN(test_held_ranges);
     return test_summary();
 }

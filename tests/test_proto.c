@@ -222,7 +222,7 @@ static void test_hello(void)
     CHECK(has(corrupt_u32(buf, n, 12, 4, dec_hello), "at most 0"));
     /* a different protocol version is refused first and reported */
     const char *e = corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello);
-    CHECKF(has(e, "protocol version 6"), "%s", e);
+    CHECKF(has(e, "protocol version 7"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -271,17 +271,19 @@ static int dec_hello_ok(const void *p, size_t n, char *err, size_t errlen)
 static void test_hello_ok(void)
 {
     char err[CV_ERRLEN] = "";
-    cv_msg_hello_ok m = {CV_PROTO_VERSION, 1234, 3ull << 30, 123456789012ull, 1u << 22}, d;
+    cv_msg_hello_ok m = {CV_PROTO_VERSION, 1234, 3ull << 30, 123456789012ull, 1u << 22, 2, 5}, d;
     size_t n = 0;
     CHECKF(cv_msg_hello_ok_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
     CHECK(n == CV_MSG_HELLO_OK_SIZE);
     CHECKF(cv_msg_hello_ok_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
     CHECK(d.proto_version == m.proto_version && d.us_per_layer_token == 1234 && d.mem_budget == m.mem_budget &&
-          d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload);
+          d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload && d.held_l0 == 2 && d.held_l1 == 5);
     check_truncations(buf, n, dec_hello_ok, "HELLO_OK");
-    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 6"));
+    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 7"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_hello_ok), "reserved"));
-    CHECK(has(corrupt_u8(buf, n, 31, 1, dec_hello_ok), "reserved"));
+    CHECK(has(corrupt_u8(buf, n, 39, 1, dec_hello_ok), "reserved"));
+    CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_HELD_L1, 2, dec_hello_ok), "held layers [2, 2)"));
+    CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_HELD_L1, CV_PROTO_MAX_LAYER + 1, dec_hello_ok), "held layers"));
     CHECK(has(corrupt_u32(buf, n, 24, 5, dec_hello_ok), "max_payload"));
     m.max_payload = 0;
     CHECK(cv_msg_hello_ok_encode(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "max_payload"));
@@ -648,7 +650,7 @@ static int write_corpus(const char *dir)
     cv_msg_hello h = sample_hello();
     rc |= cv_msg_hello_encode(&h, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "hello", CV_MSG_HELLO, buf, n);
-    cv_msg_hello_ok ok = {CV_PROTO_VERSION, 10, 1u << 30, 1u << 20, 1u << 24};
+    cv_msg_hello_ok ok = {CV_PROTO_VERSION, 10, 1u << 30, 1u << 20, 1u << 24, 0, 22};
     rc |= cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "hello_ok", CV_MSG_HELLO_OK, buf, n);
     rc |= cv_msg_error_encode(CV_PERR_NO_MEMORY, "layers 0..8 need 3 GiB", buf, sizeof buf, &n, err, sizeof err);

@@ -1,17 +1,23 @@
 /* files.c: include/convoy.h's model files: the report of `convoy info`,
- * a file's stats, and writing models (quantize, synth) over src/model/. */
+ * a file's stats, writing models (quantize, synth) over src/model/, and
+ * packing them (codec/pack.h). */
 #include "convoy.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "codec/pack.h"
+#include "core/alloc.h"
 #include "core/err.h"
+#include "core/fmap.h"
 #include "kernels/kernels.h"
 #include "model/fingerprint.h"
 #include "model/gguf.h"
 #include "model/quantize.h"
+#include "model/shard.h"
 #include "model/synth.h"
 
 static const char *ftype_name(uint32_t ftype)
@@ -181,6 +187,15 @@ static void print_tensors(FILE *out, const gguf_file *f)
     fprintf(out, "tensor_bytes: %" PRIu64 " (%.2f MiB)\n", total, (double)total / (1 << 20));
 }
 
+/* A shard's layers ("shard: layers [1, 3) of 5"), or nothing for a whole model. */
+static void print_shard(FILE *out, const gguf_file *f)
+{
+    uint32_t first, last, n_layer;
+    if (cv_shard_is(f) && !gguf_get_u32(f, CV_SHARD_KEY_FIRST, &first, NULL, 0) &&
+        !gguf_get_u32(f, CV_SHARD_KEY_LAST, &last, NULL, 0) && !gguf_get_u32(f, CV_SHARD_KEY_N_LAYER, &n_layer, NULL, 0))
+        fprintf(out, "shard: layers [%" PRIu32 ", %" PRIu32 ") of %" PRIu32 "\n", first, last, n_layer);
+}
+
 int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
 {
     gguf_file f;
@@ -197,6 +212,7 @@ int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
     print_hparams(out, &f, arch_buf);
     print_tokenizer(out, &f);
     print_tensors(out, &f);
+    print_shard(out, &f);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", cv_model_fingerprint(&f));
     gguf_close(&f);
     return 0;
@@ -321,4 +337,89 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.n_threads = threads_or_cpus(p->n_threads);
     note_relay relay = {note, user};
     return cv_synth_write(&q, out, note ? relay_note : NULL, &relay, err, errlen);
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const cv_pack_tensor *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Writes through a new file at path, removed again when write fails. */
+static int write_file(const char *path, int (*write)(void *, FILE *, char *, size_t), void *ctx, char *err,
+                      size_t errlen)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp)
+        return cv_errf(err, errlen, "%s: cannot create", path);
+    int rc = write(ctx, fp, err, errlen);
+    if (fclose(fp) && !rc)
+        rc = cv_errf(err, errlen, "%s: write failed", path);
+    if (rc)
+        unlink(path);
+    return rc;
+}
+
+typedef struct pack_job {
+    const gguf_file *f;
+    cv_pack_tensor *t;
+    const cv_fmap *map;
+    convoy_pack_stats st;
+} pack_job;
+
+static int write_packed(void *ctx, FILE *fp, char *err, size_t errlen)
+{
+    pack_job *j = ctx;
+    return cv_pack_write(j->f->map.data, j->f->map.size, j->t, j->f->n_tensors, fp, &j->st.packed_bytes, err,
+                         errlen);
+}
+
+int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen)
+{
+    gguf_file f;
+    if (gguf_open(&f, in, err, errlen))
+        return -1;
+    pack_job j = {.f = &f, .t = cv_calloc(f.n_tensors ? f.n_tensors : 1, sizeof(cv_pack_tensor))};
+    int rc = j.t ? 0 : cv_errf(err, errlen, "%s: out of memory", in);
+    for (uint64_t i = 0; j.t && i < f.n_tensors; i++)
+        j.t[i] = (cv_pack_tensor){f.data_offset + f.tensors[i].offset, f.tensors[i].size, f.tensors[i].type};
+    if (j.t) {
+        qsort(j.t, f.n_tensors, sizeof(cv_pack_tensor), by_offset);
+        rc = write_file(out, write_packed, &j, err, errlen);
+    }
+    j.st.file_bytes = f.map.size;
+    j.st.n_tensors = f.n_tensors;
+    if (st)
+        *st = j.st;
+    cv_free(j.t);
+    gguf_close(&f);
+    return rc;
+}
+
+static int write_unpacked(void *ctx, FILE *fp, char *err, size_t errlen)
+{
+    pack_job *j = ctx;
+    return cv_pack_read(j->map->data, j->map->size, fp, &j->st.file_bytes, &j->st.n_tensors, err, errlen);
+}
+
+int convoy_unpack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen)
+{
+    cv_fmap map;
+    if (cv_fmap_open(&map, in, err, errlen))
+        return -1;
+    pack_job j = {.map = &map, .st.packed_bytes = map.size};
+    char why[CV_ERRLEN];
+    const int rc = write_file(out, write_unpacked, &j, why, sizeof why);
+    if (rc)
+        cv_errf(err, errlen, "%s: %s", in, why);
+    if (st)
+        *st = j.st;
+    cv_fmap_close(&map);
+    return rc;
+}
+
+int convoy_split_file(const char *in, const char *dir, int32_t n, const int32_t *counts, convoy_shard_note_fn note,
+                      void *user, char *err, size_t errlen)
+{
+    return cv_shard_write(in, dir, n, counts, note, user, err, errlen);
 }

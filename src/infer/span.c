@@ -4,6 +4,7 @@
  * last stage of a chain, which is what makes their tokens identical. */
 #include "infer/span.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -217,13 +218,15 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
 
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, "blk.0.attn_q.weight");
+    char name[64]; /* the first layer the file holds: a shard may not have layer 0 */
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", m->held_l0);
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
     const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
     if (!tt || !tt->vec_dot)
         return 0;
     const int32_t n_in = (int32_t)t->ne[0];
     const size_t row = cv_row_bytes(t->type, n_in);
-    uint64_t bytes = cv_llama_layer_bytes(m, 0);
+    uint64_t bytes = cv_llama_layer_bytes(m, m->held_l0);
     if (bytes > (64u << 20))
         bytes = 64u << 20;
     const long rows = (long)(bytes / row);
@@ -241,7 +244,7 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
             const double dt = 1e-3 * (double)(cv_now_ns() - t0);
             best = dt < best ? dt : best;
         }
-        double full = best * (double)cv_llama_layer_bytes(m, 0) / (double)((size_t)rows * row);
+        double full = best * (double)cv_llama_layer_bytes(m, m->held_l0) / (double)((size_t)rows * row);
         us = full < 1 ? 1 : (uint32_t)(full / (n_threads > 0 ? n_threads : 1));
     }
     cv_free_aligned(w);

@@ -24,6 +24,7 @@
 #include "core/cursor.h"
 #include "core/err.h"
 #include "core/pool.h"
+#include "model/shard.h"
 
 /* ---- canonical bytes ---- */
 
@@ -460,6 +461,23 @@ static void cache_store(const char *path, const cv_model_hashes *h, const file_k
     snprintf(note, notelen, "not cached (%s; %s)", why, why2);
 }
 
+/* A shard answers for the model it was cut from (model/shard.h): its
+ * metadata hash is that model's, recorded by the split, since its own
+ * key/values and tensor directory differ. Its cache is keyed by its own. */
+static int whole_model_meta(const gguf_file *f, cv_model_hashes *h, char *err, size_t errlen)
+{
+    if (!cv_shard_is(f))
+        return 0;
+    const gguf_kv *kv = gguf_find_kv(f, CV_SHARD_KEY_MODEL_HASH);
+    if (!kv || kv->type != GGUF_ARRAY || kv->arr_type != GGUF_UINT8 || kv->arr_n != CV_HASH_BYTES) {
+        cv_model_hashes_free(h);
+        return cv_errf(err, errlen, "%s: %s is missing or not %d bytes", f->name, CV_SHARD_KEY_MODEL_HASH,
+                       CV_HASH_BYTES);
+    }
+    memcpy(h->meta, kv->arr_data, CV_HASH_BYTES);
+    return 0;
+}
+
 int cv_model_hashes_load(const gguf_file *f, const char *path, int n_threads, cv_model_hashes *h, bool *cached,
                          char *note, size_t notelen, char *err, size_t errlen)
 {
@@ -475,7 +493,7 @@ int cv_model_hashes_load(const gguf_file *f, const char *path, int n_threads, cv
         if (cache_path(path, beside, p, sizeof p) && cache_read(p, &k, meta, h)) {
             *cached = true;
             snprintf(note, notelen, "hashes from %s", p);
-            return 0;
+            return whole_model_meta(f, h, err, errlen);
         }
     *cached = false;
     cv_model_hashes_free(h);
@@ -486,5 +504,5 @@ int cv_model_hashes_load(const gguf_file *f, const char *path, int n_threads, cv
     cache_store(path, h, &k, where, sizeof where);
     snprintf(note, notelen, "hashed %.2f GB in %.1f s, %s", (double)k.v[0] / 1e9, (double)(cv_now_ms() - t0) / 1e3,
              where);
-    return 0;
+    return whole_model_meta(f, h, err, errlen);
 }

@@ -31,7 +31,10 @@
  *   only if its format, checksum, file size, inode, modification time (ns),
  *   tensor count and metadata hash all match the file now; anything else (stale,
  *   truncated, corrupt) is ignored and rewritten, never trusted. Failing to
- *   write a cache is not an error (the note says why). */
+ *   write a cache is not an error (the note says why). A shard
+ *   (model/shard.h) is cached by its own hashes like any file, but loads
+ *   with `meta` the whole model's, as its split recorded it: the model it
+ *   serves a part of, which the head compares. */
 #ifndef CONVOY_MODEL_FINGERPRINT_H
 #define CONVOY_MODEL_FINGERPRINT_H
 

@@ -14,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "kernels/kernels.h"
+#include "model/shard.h"
 
 static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
                    char *err, size_t errlen)
@@ -44,6 +45,23 @@ static const struct {
     {"qwen2", CV_ARCH_QWEN2, true},
     {"qwen3", CV_ARCH_QWEN3, true},
 };
+
+/* The vocabulary: token_embd's rows, else (a shard without the
+ * embeddings) what its shard keys record. */
+static int vocab_size(const gguf_file *f, uint32_t n_embd, int32_t *n_vocab, char *err, size_t errlen)
+{
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    uint32_t n = 0;
+    if (!te && cv_shard_is(f) && gguf_get_u32(f, CV_SHARD_KEY_N_VOCAB, &n, err, errlen))
+        return -1;
+    if (!te && (n < 1 || n > (1u << 24)))
+        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' is missing", f->name);
+    if (te && (te->n_dims != 2 || te->ne[0] != n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24)))
+        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%u, n_vocab]",
+                       f->name, (long long)te->ne[0], (long long)te->ne[1], n_embd);
+    *n_vocab = te ? (int32_t)te->ne[1] : (int32_t)n;
+    return 0;
+}
 
 static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
 {
@@ -91,15 +109,12 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
                        head_dim);
     if (!(eps > 0 && eps < 1) || !(theta > 0) || !isfinite(theta))
         return cv_errf(err, errlen, "%s: bad rms epsilon %g or rope base %g", f->name, eps, theta);
-    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te)
-        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' is missing", f->name);
-    if (te->n_dims != 2 || te->ne[0] != n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
-        return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%u, n_vocab]",
-                       f->name, (long long)te->ne[0], (long long)te->ne[1], n_embd);
+    int32_t n_vocab = 0;
+    if (vocab_size(f, n_embd, &n_vocab, err, errlen))
+        return -1;
     *hp = (cv_llama_hparams){
         .arch = archs[a].arch,
-        .n_vocab = (int32_t)te->ne[1],
+        .n_vocab = n_vocab,
         .n_embd = (int32_t)n_embd,
         .n_layer = (int32_t)n_layer,
         .n_head = (int32_t)n_head,
@@ -174,6 +189,13 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
         cv_errf(err, errlen, "%s: layer range [%d, %d) is not inside [0, %d)", m->gguf.name, l0, l1, hp->n_layer);
         goto fail;
     }
+    if (cv_shard_range(&m->gguf, hp->n_layer, &m->held_l0, &m->held_l1, err, errlen))
+        goto fail;
+    if (l0 < l1 && (l0 < m->held_l0 || l1 > m->held_l1)) {
+        cv_errf(err, errlen, "%s: a shard of layers [%d, %d) does not hold layers [%d, %d)", m->gguf.name,
+                m->held_l0, m->held_l1, l0, l1);
+        goto fail;
+    }
     m->l0 = l0;
     m->l1 = l1;
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
@@ -185,7 +207,8 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
         goto fail;
     }
     float *copy = m->vec_copies;
-    if (l0 == 0 && bind_matrix(m, "token_embd.weight", n_embd, hp->n_vocab, &m->tok_embd, err, errlen))
+    if (l0 == 0 && m->held_l0 == 0 &&
+        bind_matrix(m, "token_embd.weight", n_embd, hp->n_vocab, &m->tok_embd, err, errlen))
         goto fail;
     if (gguf_find_tensor(&m->gguf, "rope_freqs.weight") &&
         bind_vec(m, "rope_freqs.weight", hp->n_rot / 2, &copy, &m->rope_freqs, err, errlen))

@@ -4,7 +4,10 @@
  * Contract: cv_llama_load opens a GGUF, reads and checks the architecture's
  * hyperparameters, and binds the tensors that layers [l0, l1) need, plus
  * token_embd when l0 == 0 and output_norm / output (or the tied token_embd)
- * when l1 == n_layer. Every bound tensor is checked for presence, type
+ * when l1 == n_layer. A shard (model/shard.h) binds only the layers it
+ * holds (held_l0, held_l1), and [0, 0) binds token_embd only when the
+ * file has the embeddings (a first shard or a whole model); its n_vocab
+ * comes from its shard keys when it has no token_embd. Every bound tensor is checked for presence, type
  * (one convoy computes with) and shape before use; the first problem is
  * reported naming the tensor. Weights stay in the file mapping: only the
  * pages of bound tensors are ever touched. Norm vectors are F32 (converted
@@ -68,6 +71,7 @@ typedef struct cv_llama {
     gguf_file gguf;
     cv_llama_hparams hp;
     int32_t l0, l1;          /* bound layer range [l0, l1) */
+    int32_t held_l0, held_l1;/* the layers the file holds: [0, n_layer), or a shard's */
     cv_weight tok_embd;      /* n_vocab rows of n_embd (when l0 == 0) */
     const float *output_norm;/* [n_embd] (when l1 == n_layer) */
     cv_weight output;        /* n_embd -> n_vocab (when l1 == n_layer) */
@@ -81,7 +85,7 @@ typedef struct cv_llama {
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen);
 void cv_llama_free(cv_llama *m);
 
-static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0; }
+static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0 && m->tok_embd.data; }
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
 /* How much of token_embd a range starting at layer 0 reads: all of it (it

@@ -207,7 +207,8 @@ static int connect_and_ask(cv_chain *c, cv_msg_hello_ok *offer, char *err, size_
         snprintf(c->addr[k], sizeof c->addr[k], "%s", CV_CHAIN_LOCAL);
         c->local_node = true;
         offer[k] = (cv_msg_hello_ok){.mem_budget = c->o.local_mem_budget,
-                                     .us_per_layer_token = cv_span_speed_probe(&c->local.model, c->o.n_threads)};
+                                     .us_per_layer_token = cv_span_speed_probe(&c->local.model, c->o.n_threads),
+                                     .held_l0 = 0, .held_l1 = (uint32_t)c->local.model.hp.n_layer};
         c->n_nodes++;
     }
     return 0;
@@ -232,7 +233,8 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
                                   .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = offer[i].us_per_layer_token,
                                   .own_bytes = c->link[i] ? offer[i].layer_bytes
-                                                          : cv_plan_own_bytes(m, &s, CV_PLAN_LOCAL, c->o.n_threads, 0)};
+                                                          : cv_plan_own_bytes(m, &s, CV_PLAN_LOCAL, c->o.n_threads, 0),
+                                  .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
     cv_free(layer_bytes);
     if (rc)

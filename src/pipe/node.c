@@ -241,6 +241,10 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
         return cv_errf(err, errlen, "the head's model has %u layers of width %u and asks for layers [%u, %u); this "
                                     "node's has %d of width %d",
                        h->n_layer, h->n_embd, h->l0, h->l1, hp->n_layer, hp->n_embd);
+    if (h->l0 < (uint32_t)n->meta.held_l0 || h->l1 > (uint32_t)n->meta.held_l1)
+        return cv_errf(err, errlen, "this node's model file is a shard of layers [%d, %d): it cannot serve layers "
+                                    "[%u, %u)",
+                       n->meta.held_l0, n->meta.held_l1, h->l0, h->l1);
     if (check_budget(n, code, bytes, err, errlen))
         return -1;
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
@@ -287,7 +291,8 @@ static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_
 {
     const cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
                                 .mem_budget = n->budget, .layer_bytes = layer_bytes,
-                                .max_payload = n->span_open ? n->data_cap : cv_plan_hello_cap(n->meta.hp.n_layer)};
+                                .max_payload = n->span_open ? n->data_cap : cv_plan_hello_cap(n->meta.hp.n_layer),
+                                .held_l0 = (uint32_t)n->meta.held_l0, .held_l1 = (uint32_t)n->meta.held_l1};
     uint8_t buf[CV_MSG_HELLO_OK_SIZE];
     size_t len;
     return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
@@ -520,7 +525,8 @@ static int check_model(const node *n, char *err, size_t errlen)
     if (memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES))
         return cv_errf(err, errlen, "model fingerprint differs: the head's model is not this node's (tokenizer, "
                                     "hyperparameters or tensor directory)");
-    if (h->l0 >= h->l1 || h->l1 > (uint32_t)n->meta.hp.n_layer) /* a query; a range assign() refuses */
+    if (h->l0 >= h->l1 || h->l1 > (uint32_t)n->meta.hp.n_layer || h->l0 < (uint32_t)n->meta.held_l0 ||
+        h->l1 > (uint32_t)n->meta.held_l1) /* a query; a range assign() refuses */
         return 0;
     uint64_t *idx = cv_malloc(sizeof *idx * cv_llama_span_tensors_max(h->l1 - h->l0));
     if (!idx)

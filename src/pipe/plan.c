@@ -51,23 +51,88 @@ static int last_with_layers(const int32_t *count, int n)
     return last;
 }
 
+/* "node I", or the node's name, into buf. */
+static const char *node_name(const cv_plan_node *nodes, int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "node %d", i);
+    return nodes[i].name ? nodes[i].name : buf;
+}
+
+/* The layers node holds: [0, n_layer) unless its file is a shard. */
+static void held(const cv_plan_model *m, const cv_plan_node *node, int32_t *lo, int32_t *hi)
+{
+    *lo = node->held_l1 ? node->held_l0 : 0;
+    *hi = node->held_l1 ? node->held_l1 : m->n_layer;
+}
+
 static int check(const cv_plan_model *m, int n, const cv_plan_node *nodes, const int32_t *count, char *err,
                  size_t errlen)
 {
-    int32_t l0 = 0;
+    int32_t l0 = 0, lo, hi;
+    char name[32];
     for (int i = 0; i < n; i++) {
         const uint64_t need = cv_plan_range_bytes(m, &nodes[i], l0, l0 + count[i]);
-        if (count[i] > 0 && need > nodes[i].mem_budget) {
-            char name[32];
-            snprintf(name, sizeof name, "node %d", i);
+        held(m, &nodes[i], &lo, &hi);
+        if (count[i] > 0 && (l0 < lo || l0 + count[i] > hi))
+            return cv_errf(err, errlen, "%s holds layers [%d, %d) only (its model file is a shard), the plan gives it "
+                                        "layers [%d, %d)",
+                           node_name(nodes, i, name, sizeof name), lo, hi, l0, l0 + count[i]);
+        if (count[i] > 0 && need > nodes[i].mem_budget)
             return cv_errf(err, errlen, "%s: layers [%d, %d) need %.2f GB, its budget is %.2f GB",
-                           nodes[i].name ? nodes[i].name : name, l0, l0 + count[i], need / 1e9,
+                           node_name(nodes, i, name, sizeof name), l0, l0 + count[i], need / 1e9,
                            nodes[i].mem_budget / 1e9);
-        }
         l0 += count[i];
     }
     if (l0 != m->n_layer)
         return cv_errf(err, errlen, "the split covers %d layers, the model has %d", l0, m->n_layer);
+    return 0;
+}
+
+/* Whether every node holds every layer (no shards). */
+static bool all_whole(const cv_plan_model *m, int n, const cv_plan_node *nodes)
+{
+    int32_t lo, hi;
+    for (int i = 0; i < n; i++) {
+        held(m, &nodes[i], &lo, &hi);
+        if (lo > 0 || hi < m->n_layer)
+            return false;
+    }
+    return true;
+}
+
+/* Nodes whose files hold parts of the model (shards): the plan follows the
+ * files in chain order. Each node takes the layers from where the chain
+ * stands up to where the next node's file starts, or to the end of its own
+ * when it is the last or the next starts further on than it ends; none
+ * when the next node's file starts where the chain stands or before (the
+ * next can take them). A layer no node reaches in chain order is an
+ * error naming where the chain stops. */
+static int plan_by_ranges(const cv_plan_model *m, int n, const cv_plan_node *nodes, int32_t *count, char *err,
+                          size_t errlen)
+{
+    int32_t l0 = 0, lo, hi, next_lo, next_hi;
+    char name[32];
+    for (int i = 0; i < n; i++) {
+        count[i] = 0;
+        held(m, &nodes[i], &lo, &hi);
+        if (l0 >= hi)
+            continue;
+        int32_t end = hi;
+        if (i + 1 < n) {
+            held(m, &nodes[i + 1], &next_lo, &next_hi);
+            end = next_lo <= l0 ? l0 : next_lo < hi ? next_lo : hi;
+        }
+        if (end > l0 && lo > l0)
+            return cv_errf(err, errlen, "%s holds layers [%d, %d), but the nodes before it in the chain reach layer %d "
+                                        "only: no node holds layers [%d, %d) in chain order",
+                           node_name(nodes, i, name, sizeof name), lo, hi, l0, l0, lo);
+        count[i] = end - l0;
+        l0 = end;
+    }
+    if (l0 < m->n_layer)
+        return cv_errf(err, errlen, "the nodes hold layers [0, %d) in chain order, the model has %d: no node after "
+                                    "them holds layers [%d, %d)",
+                       l0, m->n_layer, l0, m->n_layer);
     return 0;
 }
 
@@ -296,8 +361,9 @@ int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *node
     if (n_nodes < 1 || n_nodes > CV_CHAIN_MAX_NODES)
         return cv_errf(err, errlen, "a chain has 1 to %d nodes, not %d", CV_CHAIN_MAX_NODES, n_nodes);
     int32_t count[CV_CHAIN_MAX_NODES];
-    if ((split ? take_split(split, n_nodes, count, err, errlen)
-               : plan_by_speed(m, n_nodes, nodes, count, err, errlen)) ||
+    if ((split                           ? take_split(split, n_nodes, count, err, errlen)
+         : all_whole(m, n_nodes, nodes) ? plan_by_speed(m, n_nodes, nodes, count, err, errlen)
+                                        : plan_by_ranges(m, n_nodes, nodes, count, err, errlen)) ||
         check(m, n_nodes, nodes, count, err, errlen))
         return -1;
     for (int i = 0, l0 = 0; i < n_nodes; i++) {

@@ -26,8 +26,14 @@
  * is left out (range [x, x)). With `split` (layer counts per node, as
  * --split gives them) the counts are taken as they are and only checked.
  * When the nodes together cannot hold the model the message says how much
- * it needs and how much they offer. first[i], last[i] receive node i's
- * range. A chain has 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
+ * it needs and how much they offer. A node is given layers only inside
+ * the range its file holds (held_l0, held_l1: a shard, model/shard.h);
+ * when some node holds less than every layer, the plan follows the
+ * ranges in chain order instead of speed (plan.c's plan_by_ranges), and
+ * when they cannot cover the model in chain order the message names the
+ * node where the chain stops. `split` outside a node's range is refused
+ * naming the node. first[i], last[i] receive node i's range. A chain has
+ * 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
 #ifndef CONVOY_PIPE_PLAN_H
 #define CONVOY_PIPE_PLAN_H
 
@@ -49,6 +55,7 @@ typedef struct cv_plan_node {
     uint64_t mem_budget;          /* bytes the node may use */
     uint32_t us_per_layer_token;  /* 0 = not measured */
     uint64_t own_bytes;           /* what it holds besides its layers (cv_plan_own_bytes), as it answered */
+    int32_t held_l0, held_l1;     /* the layers its model file holds (a shard's); held_l1 0: every layer */
 } cv_plan_node;
 
 typedef struct cv_plan_model {

@@ -449,6 +449,9 @@ static int check_hello_ok(const cv_msg_hello_ok *m, char *err, size_t errlen)
     if (m->max_payload < CV_PROTO_MIN_MAX_PAYLOAD)
         return cv_errf(err, errlen, "HELLO_OK: max_payload %" PRIu32 " is below the minimum %u", m->max_payload,
                        CV_PROTO_MIN_MAX_PAYLOAD);
+    if (m->held_l0 >= m->held_l1 || m->held_l1 > CV_PROTO_MAX_LAYER)
+        return cv_errf(err, errlen, "HELLO_OK: held layers [%" PRIu32 ", %" PRIu32 ") are not a range inside [0, %d]",
+                       m->held_l0, m->held_l1, CV_PROTO_MAX_LAYER);
     return 0;
 }
 
@@ -464,7 +467,9 @@ int cv_msg_hello_ok_encode(const cv_msg_hello_ok *m, void *buf, size_t cap, size
     put_u32(p + 4, m->us_per_layer_token);
     put_u64(p + 8, m->mem_budget);
     put_u64(p + 16, m->layer_bytes);
-    put_u32(p + 24, m->max_payload);
+    put_u32(p + CV_HELLO_OK_OFF_MAX_PAYLOAD, m->max_payload);
+    put_u32(p + CV_HELLO_OK_OFF_HELD_L0, m->held_l0);
+    put_u32(p + CV_HELLO_OK_OFF_HELD_L1, m->held_l1);
     *len = CV_MSG_HELLO_OK_SIZE;
     return 0;
 }
@@ -480,6 +485,8 @@ int cv_msg_hello_ok_decode(const void *payload, size_t len, cv_msg_hello_ok *m, 
     m->mem_budget = cv_cursor_u64(&c, "mem_budget");
     m->layer_bytes = cv_cursor_u64(&c, "layer_bytes");
     m->max_payload = cv_cursor_u32(&c, "max_payload");
+    m->held_l0 = cv_cursor_u32(&c, "held_l0");
+    m->held_l1 = cv_cursor_u32(&c, "held_l1");
     uint32_t reserved1 = cv_cursor_u32(&c, "reserved");
     if (finish(&c, "HELLO_OK", err, errlen))
         return -1;

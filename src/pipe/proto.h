@@ -64,13 +64,17 @@
  *       outside [1, CV_PROTO_MAX_CTX], n_batch_max > CV_PROTO_MAX_BATCH
  *       or a FORWARD of n_batch_max rows over the payload cap, and
  *       (NO_MEMORY) a session over its budget, before it allocates.
- *    HELLO_OK = 2 (node -> whoever sent HELLO): 32 bytes
+ *    HELLO_OK = 2 (node -> whoever sent HELLO): 40 bytes
  *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
  *       probe: microseconds per layer per token, 0 = not measured),
  *       u64 mem_budget (bytes the node may use), u64 layer_bytes (bytes
  *       the node needs for the layers asked; to a query, what it needs
  *       for the session asked besides any layer: pipe/plan.h), u32
- *       max_payload (the node's receive cap, announced), u32 reserved.
+ *       max_payload (the node's receive cap, announced), u32 held_l0,
+ *       u32 held_l1 (the layers [held_l0, held_l1) its model file holds:
+ *       all of them for a whole model, a shard's range (model/shard.h);
+ *       the head assigns it layers only inside them), u32 reserved.
+ *       Rule: held_l0 < held_l1 <= CV_PROTO_MAX_LAYER.
  *    ERROR = 3 (either way): u32 code (CV_PERR_*, unknown codes are
  *       accepted and shown as numbers), u16 len, len bytes message (no NUL
  *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
@@ -165,8 +169,8 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 5 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
-                              5: SET_SAMPLER's n_draws, HELLO's content hashes */
+#define CV_PROTO_VERSION 6 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+                              5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -326,9 +330,18 @@ typedef struct cv_msg_hello_ok {
     uint64_t mem_budget;
     uint64_t layer_bytes;
     uint32_t max_payload;
+    uint32_t held_l0, held_l1; /* the layers the node's file holds */
 } cv_msg_hello_ok;
 
-#define CV_MSG_HELLO_OK_SIZE 32
+#define CV_HELLO_OK_OFF_MAX_PAYLOAD 24
+#define CV_HELLO_OK_OFF_HELD_L0 28
+#define CV_HELLO_OK_OFF_HELD_L1 32
+#define CV_HELLO_OK_OFF_RESERVED 36
+#define CV_MSG_HELLO_OK_SIZE 40
+static_assert(CV_HELLO_OK_OFF_HELD_L0 == CV_HELLO_OK_OFF_MAX_PAYLOAD + 4, "HELLO_OK: held_l0 offset");
+static_assert(CV_HELLO_OK_OFF_HELD_L1 == CV_HELLO_OK_OFF_HELD_L0 + 4, "HELLO_OK: held_l1 offset");
+static_assert(CV_HELLO_OK_OFF_RESERVED == CV_HELLO_OK_OFF_HELD_L1 + 4, "HELLO_OK: reserved offset");
+static_assert(CV_MSG_HELLO_OK_SIZE == CV_HELLO_OK_OFF_RESERVED + 4, "HELLO_OK: size");
 
 /* The most tensor hashes m may carry (section 2's rule for n_hashes). */
 uint64_t cv_msg_hello_max_hashes(const cv_msg_hello *m);
