@@ -8,7 +8,7 @@
 # when there is any. Standard headers (<...>) are always allowed, and so is
 # a header of the including file's own folder.
 #
-# The house, lower floors first: core -> model, kernels, codec -> infer -> pipe ->
+# The house, lower floors first: core -> kernels -> model, codec -> infer -> pipe ->
 # engine -> serve -> app. A floor includes only floors below it, and the
 # engine API (include/convoy.h) includes nothing of the project: serve and
 # app reach the engine through it alone.
@@ -21,7 +21,7 @@ ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 RULES=(
     "src/core/:"
     "src/kernels/: core/"
-    "src/codec/: core/"
+    "src/codec/: core/ kernels/"
     "src/model/: core/ kernels/"
     "src/infer/: core/ kernels/ model/"
     "src/pipe/: core/ kernels/ model/ infer/"

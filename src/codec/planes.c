@@ -8,6 +8,7 @@
 #include "codec/rans.h"
 #include "core/alloc.h"
 #include "core/err.h"
+#include "kernels/types.h"
 
 typedef struct run {
     uint16_t len;
@@ -21,17 +22,28 @@ typedef struct layout {
     run runs[8];
 } layout;
 
-/* planes.h's table. */
+/* planes.h's table, runs in the order of the block structs' fields (an
+ * fp16 scale is two runs: its low byte, then its high byte). */
+#define FIELD(T, f) ((uint16_t)sizeof(((T *)0)->f))
 static const layout layouts[] = {
-    {0, 4, 4, 4, {{1, 0}, {1, 1}, {1, 2}, {1, 3}}},                              /* F32 */
-    {1, 2, 2, 2, {{1, 0}, {1, 1}}},                                              /* F16 */
-    {30, 2, 2, 2, {{1, 0}, {1, 1}}},                                             /* BF16 */
-    {2, 18, 3, 3, {{1, 0}, {1, 1}, {16, 2}}},                                    /* Q4_0 */
-    {8, 34, 3, 3, {{1, 0}, {1, 1}, {32, 2}}},                                    /* Q8_0 */
-    {12, 144, 4, 6, {{1, 0}, {1, 1}, {1, 0}, {1, 1}, {12, 2}, {128, 3}}},          /* Q4_K */
-    {13, 176, 5, 7, {{1, 0}, {1, 1}, {1, 0}, {1, 1}, {12, 2}, {32, 3}, {128, 4}}}, /* Q5_K */
-    {14, 210, 5, 5, {{128, 0}, {64, 1}, {16, 2}, {1, 3}, {1, 4}}},                /* Q6_K */
+    {CV_TYPE_F32, sizeof(float), 4, 4, {{1, 0}, {1, 1}, {1, 2}, {1, 3}}},
+    {CV_TYPE_F16, sizeof(cv_fp16), 2, 2, {{1, 0}, {1, 1}}},
+    {CV_TYPE_BF16, sizeof(cv_bf16), 2, 2, {{1, 0}, {1, 1}}},
+    {CV_TYPE_Q4_0, sizeof(block_q4_0), 3, 3, {{1, 0}, {1, 1}, {FIELD(block_q4_0, qs), 2}}},
+    {CV_TYPE_Q8_0, sizeof(block_q8_0), 3, 3, {{1, 0}, {1, 1}, {FIELD(block_q8_0, qs), 2}}},
+    {CV_TYPE_Q4_K, sizeof(block_q4_K), 4, 6,
+     {{1, 0}, {1, 1}, {1, 0}, {1, 1}, {FIELD(block_q4_K, scales), 2}, {FIELD(block_q4_K, qs), 3}}},
+    {CV_TYPE_Q5_K, sizeof(block_q5_K), 5, 7,
+     {{1, 0}, {1, 1}, {1, 0}, {1, 1}, {FIELD(block_q5_K, scales), 2}, {FIELD(block_q5_K, qh), 3},
+      {FIELD(block_q5_K, qs), 4}}},
+    {CV_TYPE_Q6_K, sizeof(block_q6_K), 5, 5,
+     {{FIELD(block_q6_K, ql), 0}, {FIELD(block_q6_K, qh), 1}, {FIELD(block_q6_K, scales), 2}, {1, 3}, {1, 4}}},
 };
+/* the runs above follow the fields with no gap */
+static_assert(offsetof(block_q4_0, qs) == 2 && offsetof(block_q8_0, qs) == 2, "Q4_0/Q8_0: d, then qs");
+static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q5_K, qh) == 4 + K_SCALE_SIZE,
+              "K-quants: d, dmin, scales, ...");
+static_assert(offsetof(block_q6_K, d) == sizeof(block_q6_K) - 2, "Q6_K: ql, qh, scales, then d");
 
 static const layout whole = {0, 1, 1, 1, {{1, 0}}};
 

@@ -9,7 +9,7 @@
  * stream; stream s is the bytes of stream s's runs of every block, block
  * after block. When n is not a whole number of blocks, or T has no layout
  * below, the tensor is one stream of its bytes. Layouts (GGML's block
- * formats, as kernels/types.h declares them; test_rans checks the offsets):
+ * formats, taken from kernels/types.h):
  *
  *   F32   4 bytes: byte 0, 1, 2, 3 -> streams 0, 1, 2, 3 (byte 3: sign and
  *         exponent, byte 2: exponent's low bit and mantissa's top)

@@ -342,8 +342,8 @@ static void note_failovers_locked(sv_sched *s)
 }
 
 /* R: an idle engine is checked every CHECK_MS (a pipeline's nodes must
- * answer a PING), so that /health and the next request learn of a node
- * that died or stopped while nobody asked; unlocked. */
+ * answer a PING), so that a node that died or stopped while nobody asked
+ * is replaced, or /health learns that the pipeline is down; unlocked. */
 static void check_when_idle(sv_sched *s)
 {
     pthread_mutex_lock(&s->mu);
