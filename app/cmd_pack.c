@@ -24,7 +24,7 @@ static void unpack_usage(FILE *f)
 static void print_sizes(const char *out, const convoy_pack_stats *st)
 {
     const double pct = st->file_bytes ? 100.0 * (double)st->packed_bytes / (double)st->file_bytes : 0.0;
-    printf("%" PRIu64 " tensors: %" PRIu64 " bytes of GGUF, %" PRIu64 " packed (%.2f%%)\n", st->n_tensors,
+    printf("%" PRIu64 " segments: %" PRIu64 " bytes of GGUF, %" PRIu64 " packed (%.2f%%)\n", st->n_segments,
            st->file_bytes, st->packed_bytes, pct);
     printf("wrote %s\n", out);
 }

@@ -20,10 +20,13 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: convoy stage --listen HOST:PORT -m MODEL [--mem BYTES] [-t THREADS] [--timeout MS]\n"
-               "                    [--key FILE] [--insecure]\n"
-               "  serves the layers a head assigns, from this machine's copy of MODEL (its tensors'\n"
-               "  hashes checked against the head's, cached in MODEL.convoy-hashes); --mem caps its\n"
+    fprintf(f, "usage: convoy stage --listen HOST:PORT (-m MODEL | --cache DIR) [--mem BYTES] [-t THREADS]\n"
+               "                    [--timeout MS] [--key FILE] [--insecure]\n"
+               "  serves the layers a head assigns, from this machine's copy of MODEL (a whole model or\n"
+               "  a shard of `convoy split`; its tensors' hashes checked against the head's, cached in\n"
+               "  MODEL.convoy-hashes), or, with --cache DIR and no model, from the shard of those layers\n"
+               "  that the head ships (coded losslessly, checked by hash, kept in DIR for the next start,\n"
+               "  resumed when a transfer was cut); --mem caps its\n"
                "  resident memory, touched weight pages included (e.g. 1.5G; default: MemAvailable\n"
                "  when it starts); a session whose head sends nothing for --timeout MS (default 30000) ends;\n"
                "  --key FILE: the cluster key (`convoy keygen FILE`, the same on the head and every stage):\n"
@@ -36,7 +39,8 @@ int cmd_stage(int argc, char **argv)
     cv_node_opts o = {.n_threads = 1, .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
     const arg_opt opts[] = {
         {"listen", 0, ARG_STR, .dst = &o.listen, .required = true},
-        {"model", 'm', ARG_STR, .dst = &o.model_path, .required = true},
+        {"model", 'm', ARG_STR, .dst = &o.model_path},
+        {"cache", 0, ARG_STR, .dst = &o.cache_dir},
         {"mem", 0, ARG_BYTES, .dst = &o.mem_budget},
         {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256},
         {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},

@@ -338,9 +338,9 @@ int convoy_quantize_file(const char *in, const char *out, const char *type, cons
                          int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen);
 
 /* Sizes of a packed GGUF (codec/pack.h): the GGUF's bytes, the packed
- * file's, and the tensors coded. */
+ * file's, and its segments (of at most 1 MiB of the GGUF each). */
 typedef struct convoy_pack_stats {
-    uint64_t file_bytes, packed_bytes, n_tensors;
+    uint64_t file_bytes, packed_bytes, n_segments;
 } convoy_pack_stats;
 
 /* Writes GGUF in as a packed file out: every tensor's data losslessly

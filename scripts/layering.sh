@@ -24,7 +24,7 @@ RULES=(
     "src/codec/: core/ kernels/"
     "src/model/: core/ kernels/"
     "src/infer/: core/ kernels/ model/"
-    "src/pipe/: core/ kernels/ model/ infer/"
+    "src/pipe/: core/ codec/ kernels/ model/ infer/"
     "src/engine/: core/ codec/ kernels/ model/ infer/ pipe/ convoy.h"
     "src/serve/: core/ convoy.h model/chat.h"
     "include/:"

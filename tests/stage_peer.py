@@ -84,7 +84,7 @@ def capture(port, out):
             open(out, "wb").write(p)
             return
         version = struct.unpack_from("<H", p, 0)[0]
-        ok = struct.pack("<HHIQQIIII", version, 0, 100, 1 << 40, 0, 64 << 20, 0, N_LAYER, 0)
+        ok = struct.pack("<HHIQQIIIII", version, 0, 100, 1 << 40, 0, 64 << 20, 0, N_LAYER, 0, 1)
         s.sendall(frame(HELLO_OK, fid, ok))
 
 

@@ -26,30 +26,11 @@
 #include "pipe/link.h"
 #include "pipe/proto.h"
 #include "test.h"
+#include "link_test.h"
 
 #define MARGIN_MS 1500 /* scheduling slack on a loaded machine */
 
 static int has(const char *s, const char *needle) { return strstr(s, needle) != NULL; }
-
-/* A connected pair: *a from cv_link_connect, *b accepted. */
-static int make_pair(const cv_link_opts *oa, const cv_link_opts *ob, cv_link **a, cv_link **b)
-{
-    char err[CV_ERRLEN];
-    cv_listener *ls = NULL;
-    if (cv_listener_open("127.0.0.1", 0, &ls, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    int rc = cv_link_connect("127.0.0.1", cv_listener_port(ls), 2000, oa, a, err, sizeof err);
-    if (rc == 0 && cv_listener_accept(ls, 2000, ob, b, err, sizeof err) != 0) {
-        cv_link_close(*a);
-        rc = -1;
-    }
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    cv_listener_close(ls);
-    return rc;
-}
 
 /* A link accepted from a raw socket, which the test then drives by hand. */
 static int make_raw_pair(const cv_link_opts *o, int *raw, cv_link **l)
@@ -87,7 +68,7 @@ static void test_frames_both_ways(void)
     cv_link *a, *b;
     cv_link_opts oa = cv_link_default_opts();
     oa.name = "node A";
-    if (make_pair(&oa, NULL, &a, &b))
+    if (test_link_pair(&oa, NULL, &a, &b))
         SKIP("no loopback TCP");
     CHECK(strcmp(cv_link_name(a), "node A") == 0);
     CHECK(strncmp(cv_link_name(b), "peer 127.0.0.1:", 15) == 0);
@@ -171,9 +152,9 @@ static void test_frames_both_ways(void)
 static void test_poll_fds(void)
 {
     cv_link *a1, *b1, *a2, *b2;
-    if (make_pair(NULL, NULL, &a1, &b1))
+    if (test_link_pair(NULL, NULL, &a1, &b1))
         SKIP("no loopback TCP");
-    if (make_pair(NULL, NULL, &a2, &b2)) {
+    if (test_link_pair(NULL, NULL, &a2, &b2)) {
         cv_link_close(a1);
         cv_link_close(b1);
         SKIP("no loopback TCP");
@@ -200,7 +181,7 @@ static void test_poll_fds(void)
 static void test_large_payload_and_cap(void)
 {
     cv_link *a, *b;
-    if (make_pair(NULL, NULL, &a, &b))
+    if (test_link_pair(NULL, NULL, &a, &b))
         SKIP("no loopback TCP");
     char err[CV_ERRLEN];
     size_t n = 24u << 20;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_pack.sh: `convoy pack` then `convoy unpack` gives back the GGUF byte
-# for byte: stories260K (F32, from ../shared) and a small synthetic Q4_K
-# model; a cut or corrupted pack file is refused and leaves no output.
+# for byte: stories260K (F32, from ../shared), a small synthetic Q4_K model
+# and a Q8_0 one whose tensors span several segments; a cut or corrupted
+# pack file, a version 1 one, and one claiming a terabyte-long segment are
+# refused and leave no output.
 #
 # Usage (CTest passes these): test_pack.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
@@ -30,6 +32,26 @@ round_trip() {
 
 "$convoy" synth --dims 256,2,4,2,512,300 --type Q4_K -o "$tmp/q4k.gguf" >/dev/null 2>&1 || fail "convoy synth"
 round_trip synth-q4_k "$tmp/q4k.gguf"
+
+"$convoy" synth --dims 1024,1,8,8,2048,4000 --type Q8_0 -o "$tmp/q8.gguf" >/dev/null 2>&1 || fail "convoy synth"
+round_trip synth-q8_0 "$tmp/q8.gguf"
+
+# refused NAME WANT BYTES: a pack file of BYTES (printf format) is refused
+# with a message holding WANT, leaving no output.
+refused() {
+    local name=$1 want=$2
+    printf "$3" >"$tmp/$name.cvpk"
+    if "$convoy" unpack "$tmp/$name.cvpk" "$tmp/$name.gguf" >/dev/null 2>"$tmp/$name.err" ||
+        [[ -e "$tmp/$name.gguf" ]] || ! grep -q "$want" "$tmp/$name.err"; then
+        fail "$name: accepted, leaves output or says: $(cat "$tmp/$name.err")"
+    else
+        pass "$name refused: $(cat "$tmp/$name.err")"
+    fi
+}
+zero8='\x00\x00\x00\x00\x00\x00\x00\x00'
+tera='\x00\x00\x00\x00\x00\x01\x00\x00'
+refused version-1 "version 1" "CVPK\x01\x00\x00\x00$zero8$zero8"
+refused huge-segment "over the" "CVPK\x02\x00\x00\x00$tera\x01\x00\x00\x00\x00\x00\x00\x00\x00$tera"
 
 # A pack file cut short, and one with a byte of its coded data changed.
 size=$(stat -c %s "$tmp/synth-q4_k.cvpk")

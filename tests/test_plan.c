@@ -40,6 +40,19 @@ static void test_faster_node_more_layers(void)
            last[1]);
 }
 
+/* A node that did not measure (a node that receives its layers) counts as
+ * the mean of those that did: 50 and 150 us measured, the third as 75. */
+static void test_unmeasured_node_as_the_mean(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[3] = {{NULL, 10 * GB, 50, 0, 0, 0}, {NULL, 10 * GB, 150, 0, 0, 0}, {NULL, 10 * GB, 0, 0, 0, 0}};
+    int32_t first[3], last[3];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 3, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(last[0] - first[0] == 8 && last[1] - first[1] == 3 && last[2] - first[2] == 5, "[%d,%d) [%d,%d) [%d,%d)",
+           first[0], last[0], first[1], last[1], first[2], last[2]);
+}
+
 /* 5 layers of 3.4 MB and a 2.1 MB output matrix over 2 equal nodes: the
  * last node's matrix is worth 0.62 of a layer, so 3 + 2 balances better
  * (3 vs 2.62) than 2 + 3 (2 vs 3.62); with a matrix worth 2.5 layers,
@@ -132,6 +145,7 @@ int main(void)
 {
     TEST_RUN(test_equal_speed_equal_share);
     TEST_RUN(test_faster_node_more_layers);
+    TEST_RUN(test_unmeasured_node_as_the_mean);
     TEST_RUN(test_head_matrix_counts_as_work);
     TEST_RUN(test_memory_caps_and_head_bytes);
     TEST_RUN(test_slow_node_left_out);

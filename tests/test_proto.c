@@ -222,7 +222,7 @@ static void test_hello(void)
     CHECK(has(corrupt_u32(buf, n, 12, 4, dec_hello), "at most 0"));
     /* a different protocol version is refused first and reported */
     const char *e = corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello);
-    CHECKF(has(e, "protocol version 7"), "%s", e);
+    CHECKF(has(e, "protocol version 8"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -271,22 +271,62 @@ static int dec_hello_ok(const void *p, size_t n, char *err, size_t errlen)
 static void test_hello_ok(void)
 {
     char err[CV_ERRLEN] = "";
-    cv_msg_hello_ok m = {CV_PROTO_VERSION, 1234, 3ull << 30, 123456789012ull, 1u << 22, 2, 5}, d;
+    cv_msg_hello_ok m = {CV_PROTO_VERSION, 1234, 3ull << 30, 123456789012ull, 1u << 22, 2, 5, CV_HOK_RECEIVES, 3}, d;
     size_t n = 0;
     CHECKF(cv_msg_hello_ok_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
     CHECK(n == CV_MSG_HELLO_OK_SIZE);
     CHECKF(cv_msg_hello_ok_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
     CHECK(d.proto_version == m.proto_version && d.us_per_layer_token == 1234 && d.mem_budget == m.mem_budget &&
-          d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload && d.held_l0 == 2 && d.held_l1 == 5);
+          d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload && d.held_l0 == 2 && d.held_l1 == 5 &&
+          d.flags == CV_HOK_RECEIVES && d.n_threads == 3);
     check_truncations(buf, n, dec_hello_ok, "HELLO_OK");
-    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 7"));
+    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 8"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_hello_ok), "reserved"));
-    CHECK(has(corrupt_u8(buf, n, 39, 1, dec_hello_ok), "reserved"));
+    CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_FLAGS, 2, dec_hello_ok), "unknown flags"));
     CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_HELD_L1, 2, dec_hello_ok), "held layers [2, 2)"));
     CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_HELD_L1, CV_PROTO_MAX_LAYER + 1, dec_hello_ok), "held layers"));
     CHECK(has(corrupt_u32(buf, n, 24, 5, dec_hello_ok), "max_payload"));
     m.max_payload = 0;
     CHECK(cv_msg_hello_ok_encode(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "max_payload"));
+}
+
+/* ---- FETCH / SHIP ---- */
+
+static int dec_fetch(const void *p, size_t n, char *err, size_t errlen)
+{
+    uint64_t have;
+    return cv_msg_fetch_decode(p, n, &have, err, errlen);
+}
+
+static int dec_ship(const void *p, size_t n, char *err, size_t errlen)
+{
+    cv_msg_ship m;
+    return cv_msg_ship_decode(p, n, &m, err, errlen);
+}
+
+static void test_fetch_ship(void)
+{
+    char err[CV_ERRLEN] = "";
+    size_t n = 0;
+    uint64_t have = 0;
+    CHECKF(cv_msg_fetch_encode(123456789ull, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == CV_MSG_FETCH_SIZE && cv_msg_fetch_decode(buf, n, &have, err, sizeof err) == 0 && have == 123456789ull);
+    check_truncations(buf, n, dec_fetch, "FETCH");
+    CHECK(cv_msg_validate(CV_MSG_FETCH, buf, n, err, sizeof err) == 0);
+    cv_msg_ship m = {.offset = 4096, .size = 1u << 20}, d;
+    CHECKF(cv_msg_ship_encode_head(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == CV_SHIP_FIXED_SIZE);
+    memcpy(buf + n, "\0\1\0\0\0\0\0\0\0x", 10); /* a raw segment of one byte */
+    CHECKF(cv_msg_ship_decode(buf, n + 10, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.offset == 4096 && d.size == 1u << 20 && d.segment == buf + n && d.segment_len == 10);
+    CHECK(cv_msg_validate(CV_MSG_SHIP, buf, n + 10, err, sizeof err) == 0);
+    CHECK(dec_ship(buf, n, err, sizeof err) == -1 && has(err, "a segment of 0 bytes"));
+    CHECK(dec_ship(buf, 12, err, sizeof err) == -1 && has(err, "SHIP"));
+    CHECK(has(corrupt_u32(buf, n + 10, 0, 1u << 20, dec_ship), "not inside the file"));
+    CHECK(dec_ship(buf, CV_SHIP_PAYLOAD_MAX + 1, err, sizeof err) == -1 && has(err, "expected 1 to"));
+    m.offset = m.size;
+    CHECK(cv_msg_ship_encode_head(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "not inside"));
+    CHECK(!strcmp(cv_msg_type_name(CV_MSG_FETCH), "FETCH") && !strcmp(cv_msg_type_name(CV_MSG_SHIP), "SHIP"));
 }
 
 /* ---- ERROR ---- */
@@ -650,7 +690,7 @@ static int write_corpus(const char *dir)
     cv_msg_hello h = sample_hello();
     rc |= cv_msg_hello_encode(&h, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "hello", CV_MSG_HELLO, buf, n);
-    cv_msg_hello_ok ok = {CV_PROTO_VERSION, 10, 1u << 30, 1u << 20, 1u << 24, 0, 22};
+    cv_msg_hello_ok ok = {CV_PROTO_VERSION, 10, 1u << 30, 1u << 20, 1u << 24, 0, 22, 0, 2};
     rc |= cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "hello_ok", CV_MSG_HELLO_OK, buf, n);
     rc |= cv_msg_error_encode(CV_PERR_NO_MEMORY, "layers 0..8 need 3 GiB", buf, sizeof buf, &n, err, sizeof err);
@@ -687,6 +727,12 @@ static int write_corpus(const char *dir)
     cv_msg_stats st = {1000, 2, 3, 4096};
     rc |= cv_msg_stats_encode(&st, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "stats_ok", CV_MSG_STATS_OK, buf, n);
+    rc |= cv_msg_fetch_encode(1u << 20, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "fetch", CV_MSG_FETCH, buf, n);
+    const cv_msg_ship ship = {.offset = 0, .size = 64};
+    rc |= cv_msg_ship_encode_head(&ship, buf, sizeof buf, &n, err, sizeof err);
+    memcpy(buf + n, "\0\4\0\0\0\0\0\0\0GGUF", 13);
+    write_seed(dir, "ship", CV_MSG_SHIP, buf, n + 13);
     if (rc)
         fprintf(stderr, "corpus: %s\n", err);
     return rc ? 1 : 0;
@@ -701,6 +747,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_header);
     TEST_RUN(test_hello);
     TEST_RUN(test_hello_ok);
+    TEST_RUN(test_fetch_ship);
     TEST_RUN(test_error);
     TEST_RUN(test_forward);
     TEST_RUN(test_result);

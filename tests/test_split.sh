@@ -8,7 +8,8 @@
 #    the shards leave);
 # 2. the shards of another model (a synth model of the same shape and
 #    another seed, split the same way) are refused naming the first tensor
-#    that differs, and a shard with one byte changed in a tensor naming it;
+#    that differs, a shard with one byte changed in a tensor naming it, and
+#    a shard with a changed key/value by the model's fingerprint;
 # 3. a node holding layers [0, 2) given [2, 5) by --split, and nodes whose
 #    ranges stop short of the model, are refused with a message naming them,
 #    and a node given layers outside its shard by a head that ignores the
@@ -92,16 +93,19 @@ chain "3 shards" "$nodes"
 chain "local + shards 2, 3 of 3" "local,${nodes#*,}"
 stop_stages
 
-# refused NODES TENSOR WHY: a chain over NODES is refused naming TENSOR.
+# refused NODES PATTERN WHY: a chain over NODES is refused (FINGERPRINT)
+# with a message that matches PATTERN.
 refused() {
     if "$convoy" run -m "$head" -p "$prompt" -n 4 --temp 0 --ids --nodes "$1" >"$tmp/out" 2>"$tmp/err"; then
         fail "$3: the chain ran: $(cat "$tmp/out")"
-    elif grep -q "tensor $2 differs from the head's (different weights) (FINGERPRINT)" "$tmp/err"; then
+    elif grep -q "$2.*(FINGERPRINT)" "$tmp/err"; then
         pass "$3: $(grep -m1 FINGERPRINT "$tmp/err")"
     else
-        fail "$3: not refused naming $2: $(cat "$tmp/err")"
+        fail "$3: not refused with '$2': $(cat "$tmp/err")"
     fi
 }
+# names TENSOR: the refusal of a tensor whose weights differ.
+names() { echo "tensor $1 differs from the head's (different weights)"; }
 
 synth() { "$convoy" synth --shape tiny --type Q8_0 --seed "$1" -o "$2" >/dev/null 2>&1; }
 mkdir -p "$tmp/a" "$tmp/b"
@@ -110,13 +114,28 @@ synth 1 "$tmp/a/m.gguf" && synth 2 "$tmp/b/m.gguf" || { echo "FAIL convoy synth"
     -o "$tmp/b" >/dev/null || { echo "FAIL split of the synth models"; exit 1; }
 head="$tmp/a/m.gguf"
 serve "$tmp/a/m.shard-1-of-2.gguf" "$tmp/b/m.shard-2-of-2.gguf"
-refused "$nodes" blk.3.attn_q.weight "a shard of another model (seed 2) as the last stage"
+refused "$nodes" "$(names blk.3.attn_q.weight)" "a shard of another model (seed 2) as the last stage"
 stop_stages
 
 cp "$tmp/a/m.shard-1-of-2.gguf" "$tmp/flipped.gguf"
 flip_tensor_byte "$convoy" "$tmp/flipped.gguf" blk.1.ffn_up.weight
 serve "$tmp/flipped.gguf" "$tmp/a/m.shard-2-of-2.gguf"
-refused "$nodes" blk.1.ffn_up.weight "one byte changed in the first shard's blk.1.ffn_up.weight"
+refused "$nodes" "$(names blk.1.ffn_up.weight)" "one byte changed in the first shard's blk.1.ffn_up.weight"
+stop_stages
+
+# a shard's key/values are the model's: one changed (llama.rope.freq_base
+# 10000 -> 20000) makes its metadata hash another model's
+cp "$tmp/a/m.shard-2-of-2.gguf" "$tmp/rekeyed.gguf"
+python3 -c "
+import struct, sys
+d = bytearray(open(sys.argv[1], 'rb').read())
+key = b'llama.rope.freq_base'
+i = d.find(key) + len(key)
+assert struct.unpack_from('<If', d, i) == (6, 10000.0)
+struct.pack_into('<f', d, i + 4, 20000.0)
+open(sys.argv[1], 'wb').write(d)" "$tmp/rekeyed.gguf"
+serve "$tmp/a/m.shard-1-of-2.gguf" "$tmp/rekeyed.gguf"
+refused "$nodes" "model fingerprint differs" "a shard with a changed key/value"
 stop_stages
 
 # ranges that do not fit

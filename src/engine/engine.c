@@ -202,6 +202,8 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     o.kv_f16 = p->kv_f16;
     o.want_logits = p->want_logits;
     o.local_mem_budget = p->mem_budget;
+    o.log = p->log; /* layers shipped to a node that receives them */
+    o.log_user = p->log_user;
     if (p->standby) {
         snprintf(s->spares_buf, sizeof s->spares_buf, "%s", p->standby);
         o.spares = (const char *const *)s->spares;

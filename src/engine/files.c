@@ -370,8 +370,10 @@ typedef struct pack_job {
 static int write_packed(void *ctx, FILE *fp, char *err, size_t errlen)
 {
     pack_job *j = ctx;
-    return cv_pack_write(j->f->map.data, j->f->map.size, j->t, j->f->n_tensors, fp, &j->st.packed_bytes, err,
-                         errlen);
+    cv_pack_src src;
+    cv_pack_src_of_buffer(&src, j->f->map.data, j->f->map.size, j->t, j->f->n_tensors);
+    j->st.n_segments = cv_pack_count(&src);
+    return cv_pack_write(&src, fp, &j->st.packed_bytes, err, errlen);
 }
 
 int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen)
@@ -388,7 +390,6 @@ int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, cha
         rc = write_file(out, write_packed, &j, err, errlen);
     }
     j.st.file_bytes = f.map.size;
-    j.st.n_tensors = f.n_tensors;
     if (st)
         *st = j.st;
     cv_free(j.t);
@@ -399,7 +400,7 @@ int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, cha
 static int write_unpacked(void *ctx, FILE *fp, char *err, size_t errlen)
 {
     pack_job *j = ctx;
-    return cv_pack_read(j->map->data, j->map->size, fp, &j->st.file_bytes, &j->st.n_tensors, err, errlen);
+    return cv_pack_read(j->map->data, j->map->size, fp, &j->st.file_bytes, &j->st.n_segments, err, errlen);
 }
 
 int convoy_unpack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen)

@@ -156,28 +156,62 @@ static int sodium_ready(char *err, size_t errlen)
     return sodium_init() < 0 ? cv_errf(err, errlen, "libsodium failed to initialize") : 0;
 }
 
-/* general.* keys other than the architecture describe a model (name,
- * description, author, file type) without changing what it computes: a
- * renamed copy is the same model. */
-static bool descriptive(gguf_str key)
+static bool has_prefix(gguf_str key, const char *prefix)
 {
-    static const char general[] = "general.";
-    return key.len > sizeof general - 1 && !memcmp(key.ptr, general, sizeof general - 1) &&
-           !gguf_str_eq(key, "general.architecture");
+    const size_t n = strlen(prefix);
+    return key.len > n && !memcmp(key.ptr, prefix, n);
 }
 
-int cv_model_meta_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES], char *err, size_t errlen)
+/* general.* keys other than the architecture describe a model (name,
+ * description, author, file type) without changing what it computes: a
+ * renamed copy is the same model. A shard's keys describe the cut. */
+static bool descriptive(gguf_str key)
 {
-    if (sodium_ready(err, errlen))
-        return -1;
+    return (has_prefix(key, "general.") && !gguf_str_eq(key, "general.architecture")) ||
+           has_prefix(key, CV_SHARD_KEY_PREFIX);
+}
+
+/* The metadata hash is H(H(key/values) || H(tensor directory)): a shard
+ * holds the whole model's key/values but only part of its directory, so it
+ * records the directory's hash, and its key/values are checked. */
+static void kv_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES])
+{
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, CV_HASH_BYTES);
     sink s = {.b2 = &st};
     for (uint64_t i = 0; i < f->n_kv; i++)
         if (!descriptive(f->kv[i].key))
             feed_kv(&s, &f->kv[i]);
+    crypto_generichash_final(&st, out, CV_HASH_BYTES);
+}
+
+static void meta_of(const uint8_t kv[CV_HASH_BYTES], const uint8_t dir[CV_HASH_BYTES], uint8_t out[CV_HASH_BYTES])
+{
+    uint8_t both[2 * CV_HASH_BYTES];
+    memcpy(both, kv, CV_HASH_BYTES);
+    memcpy(both + CV_HASH_BYTES, dir, CV_HASH_BYTES);
+    crypto_generichash(out, CV_HASH_BYTES, both, sizeof both, NULL, 0);
+}
+
+int cv_model_dir_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES], char *err, size_t errlen)
+{
+    if (sodium_ready(err, errlen))
+        return -1;
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, CV_HASH_BYTES);
+    sink s = {.b2 = &st};
     feed_directory(&s, f, false);
     crypto_generichash_final(&st, out, CV_HASH_BYTES);
+    return 0;
+}
+
+int cv_model_meta_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES], char *err, size_t errlen)
+{
+    uint8_t kv[CV_HASH_BYTES], dir[CV_HASH_BYTES];
+    if (cv_model_dir_hash(f, dir, err, errlen))
+        return -1;
+    kv_hash(f, kv);
+    meta_of(kv, dir, out);
     return 0;
 }
 
@@ -462,19 +496,23 @@ static void cache_store(const char *path, const cv_model_hashes *h, const file_k
 }
 
 /* A shard answers for the model it was cut from (model/shard.h): its
- * metadata hash is that model's, recorded by the split, since its own
- * key/values and tensor directory differ. Its cache is keyed by its own. */
+ * metadata hash is that model's, from its own key/values (the model's)
+ * and the directory hash its split recorded, since its own directory
+ * holds only its tensors. Its cache is keyed by its own. */
 static int whole_model_meta(const gguf_file *f, cv_model_hashes *h, char *err, size_t errlen)
 {
     if (!cv_shard_is(f))
         return 0;
-    const gguf_kv *kv = gguf_find_kv(f, CV_SHARD_KEY_MODEL_HASH);
-    if (!kv || kv->type != GGUF_ARRAY || kv->arr_type != GGUF_UINT8 || kv->arr_n != CV_HASH_BYTES) {
+    const gguf_kv *dir = gguf_find_kv(f, CV_SHARD_KEY_DIR_HASH);
+    if (!dir || dir->type != GGUF_ARRAY || dir->arr_type != GGUF_UINT8 || dir->arr_n != CV_HASH_BYTES) {
         cv_model_hashes_free(h);
-        return cv_errf(err, errlen, "%s: %s is missing or not %d bytes", f->name, CV_SHARD_KEY_MODEL_HASH,
-                       CV_HASH_BYTES);
+        return cv_errf(err, errlen, "%s: %s is missing or not %d bytes (a shard of an older convoy: split the model "
+                                    "again)",
+                       f->name, CV_SHARD_KEY_DIR_HASH, CV_HASH_BYTES);
     }
-    memcpy(h->meta, kv->arr_data, CV_HASH_BYTES);
+    uint8_t kv[CV_HASH_BYTES];
+    kv_hash(f, kv);
+    meta_of(kv, dir->arr_data, h->meta);
     return 0;
 }
 

@@ -10,14 +10,14 @@
  *   any file size; two files with the same architecture keys and tensor
  *   directory get the same fingerprint, whatever their weights.
  * - The content hashes (cv_model_hashes) are BLAKE2b-256 (libsodium's
- *   crypto_generichash): `meta` over every key/value of the file that can
- *   change what the model computes (in file order, as above: all but the
- *   descriptive general.* keys, such as general.name or
- *   general.description; general.architecture counts) and the tensor
- *   directory without data offsets (count, then name, type, rank, dims),
- *   so it covers the tokenizer and hyperparameters; tensor[i] over tensor
- *   i's name, type,
- *   rank, dims and data bytes. Integers enter as little-endian bytes, so
+ *   crypto_generichash): `meta` is H(K || D), K the hash of every
+ *   key/value of the file that can change what the model computes (in
+ *   file order, as above: all but the descriptive general.* keys, such as
+ *   general.name or general.description, and a shard's convoy.shard.*
+ *   keys; general.architecture counts), D (cv_model_dir_hash) that of the
+ *   tensor directory without data offsets (count, then name, type, rank,
+ *   dims), so it covers the tokenizer and hyperparameters; tensor[i] over
+ *   tensor i's name, type, rank, dims and data bytes. Integers enter as little-endian bytes, so
  *   every machine gets the same values. Two models hash alike only if they
  *   agree on the tokenizer, the hyperparameters and every weight byte; a
  *   stage compares the hashes of just the tensors it uses.
@@ -33,8 +33,9 @@
  *   truncated, corrupt) is ignored and rewritten, never trusted. Failing to
  *   write a cache is not an error (the note says why). A shard
  *   (model/shard.h) is cached by its own hashes like any file, but loads
- *   with `meta` the whole model's, as its split recorded it: the model it
- *   serves a part of, which the head compares. */
+ *   with `meta` the whole model's, from its own key/values and the
+ *   directory hash its split recorded: the model it serves a part of,
+ *   which the head compares. */
 #ifndef CONVOY_MODEL_FINGERPRINT_H
 #define CONVOY_MODEL_FINGERPRINT_H
 
@@ -54,7 +55,8 @@ typedef struct cv_model_hashes {
     uint8_t (*tensor)[CV_HASH_BYTES]; /* [n_tensors], in file order */
 } cv_model_hashes;
 
-/* The metadata hash alone (instant: no tensor data is read). */
+/* The metadata hash alone (instant: no tensor data is read), and D. */
+int cv_model_dir_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES], char *err, size_t errlen);
 int cv_model_meta_hash(const gguf_file *f, uint8_t out[CV_HASH_BYTES], char *err, size_t errlen);
 /* Every hash, read from the file now (no cache). */
 int cv_model_hashes_compute(const gguf_file *f, int n_threads, cv_model_hashes *h, char *err, size_t errlen);

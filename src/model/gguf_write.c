@@ -331,17 +331,21 @@ void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_
     add_tensor(w, name, type, n_dims, ne, data, size);
 }
 
-/* Buffered output that remembers the first write error. */
+/* Output to a file (remembering the first write error), to a buffer, or,
+ * with neither, only counted. */
 typedef struct out {
     FILE *fp;
+    uint8_t *buf;
     uint64_t pos;
     bool failed;
 } out;
 
 static void put(out *o, const void *p, size_t n)
 {
-    if (n && !o->failed && fwrite(p, 1, n, o->fp) != n)
+    if (n && o->fp && !o->failed && fwrite(p, 1, n, o->fp) != n)
         o->failed = true;
+    if (n && o->buf)
+        memcpy(o->buf + o->pos, p, n);
     o->pos += n;
 }
 
@@ -386,53 +390,72 @@ static void put_scalar(out *o, const wkv *kv)
     }
 }
 
-int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
+/* general.alignment, or the default; -1 when it is not a power-of-two u32. */
+static int alignment_of(const gguf_writer *w, uint64_t *alignment)
 {
-    if (w->failed)
-        return cv_errf(err, errlen, "%s: not written: %s", path, w->err);
-    uint64_t alignment = GGUF_DEFAULT_ALIGNMENT;
+    *alignment = GGUF_DEFAULT_ALIGNMENT;
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key.ptr, "general.alignment") == 0) {
             const wkv *kv = &w->kv[i];
             if (kv->type != GGUF_UINT32 || !gguf_is_pow2(kv->v.u64))
-                return cv_errf(err, errlen, "%s: not written: general.alignment must be a power-of-two uint32", path);
-            alignment = kv->v.u64;
+                return -1;
+            *alignment = kv->v.u64;
         }
-    out o = {fopen(path, "wb"), 0, false};
-    if (!o.fp)
-        return cv_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-    put(&o, "GGUF", 4);
-    put_le(&o, 3, 4);
-    put_le(&o, w->n_tensors, 8);
-    put_le(&o, w->n_kv, 8);
+    return 0;
+}
+
+/* Everything before the first tensor's data: the header, the key/values,
+ * the tensor directory (data offsets into offsets[], when given) and the
+ * padding after it. */
+static void put_header(out *o, const gguf_writer *w, uint64_t alignment, uint64_t *offsets)
+{
+    put(o, "GGUF", 4);
+    put_le(o, 3, 4);
+    put_le(o, w->n_tensors, 8);
+    put_le(o, w->n_kv, 8);
     for (size_t i = 0; i < w->n_kv; i++) {
         const wkv *kv = &w->kv[i];
-        put_str(&o, &kv->key);
-        put_le(&o, kv->type, 4);
+        put_str(o, &kv->key);
+        put_le(o, kv->type, 4);
         if (kv->type != GGUF_ARRAY) {
-            put_scalar(&o, kv);
+            put_scalar(o, kv);
             continue;
         }
-        put_le(&o, kv->arr_type, 4);
-        put_le(&o, kv->arr_n, 8);
+        put_le(o, kv->arr_type, 4);
+        put_le(o, kv->arr_n, 8);
         if (kv->arr_type == GGUF_STRING)
             for (uint64_t j = 0; j < kv->arr_n; j++)
-                put_str(&o, &kv->arr_strs[j]);
+                put_str(o, &kv->arr_strs[j]);
         else
-            put(&o, kv->arr_data, (size_t)(kv->arr_n * gguf_vtype_size(kv->arr_type)));
+            put(o, kv->arr_data, (size_t)(kv->arr_n * gguf_vtype_size(kv->arr_type)));
     }
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n_tensors; i++) {
         const wtensor *t = &w->tensors[i];
-        put_str(&o, &t->name);
-        put_le(&o, t->n_dims, 4);
+        put_str(o, &t->name);
+        put_le(o, t->n_dims, 4);
         for (uint32_t d = 0; d < t->n_dims; d++)
-            put_le(&o, t->ne[d], 8);
-        put_le(&o, t->type, 4);
-        put_le(&o, offset, 8);
+            put_le(o, t->ne[d], 8);
+        put_le(o, t->type, 4);
+        put_le(o, offset, 8);
+        if (offsets)
+            offsets[i] = offset;
         offset += t->size + (alignment - t->size % alignment) % alignment;
     }
-    put_pad(&o, alignment);
+    put_pad(o, alignment);
+}
+
+int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
+{
+    uint64_t alignment;
+    if (w->failed)
+        return cv_errf(err, errlen, "%s: not written: %s", path, w->err);
+    if (alignment_of(w, &alignment))
+        return cv_errf(err, errlen, "%s: not written: general.alignment must be a power-of-two uint32", path);
+    out o = {.fp = fopen(path, "wb")};
+    if (!o.fp)
+        return cv_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    put_header(&o, w, alignment, NULL);
     for (size_t i = 0; i < w->n_tensors; i++) {
         put(&o, w->tensors[i].data, (size_t)w->tensors[i].size);
         put_pad(&o, alignment);
@@ -447,4 +470,40 @@ int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
         return cv_errf(err, errlen, "%s: write failed: %s", path, strerror(e));
     }
     return 0;
+}
+
+int gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen)
+{
+    memset(l, 0, sizeof *l);
+    uint64_t alignment;
+    if (w->failed)
+        return cv_errf(err, errlen, "not laid out: %s", w->err);
+    if (alignment_of(w, &alignment))
+        return cv_errf(err, errlen, "not laid out: general.alignment must be a power-of-two uint32");
+    out count = {0};
+    put_header(&count, w, alignment, NULL);
+    out o = {.buf = cv_malloc(count.pos)};
+    l->offsets = cv_malloc(sizeof(uint64_t) * (w->n_tensors ? w->n_tensors : 1));
+    if (!o.buf || !l->offsets) {
+        cv_free(o.buf);
+        cv_free(l->offsets);
+        return cv_errf(err, errlen, "out of memory for a header of %" PRIu64 " bytes", count.pos);
+    }
+    put_header(&o, w, alignment, l->offsets);
+    l->header = o.buf;
+    l->header_len = o.pos;
+    l->alignment = alignment;
+    l->size = o.pos;
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        l->offsets[i] += o.pos;
+        l->size = l->offsets[i] + w->tensors[i].size + (alignment - w->tensors[i].size % alignment) % alignment;
+    }
+    return 0;
+}
+
+void gguf_layout_free(gguf_layout *l)
+{
+    cv_free(l->header);
+    cv_free(l->offsets);
+    memset(l, 0, sizeof *l);
 }

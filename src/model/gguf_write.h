@@ -36,4 +36,18 @@ void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_
                      const void *data, uint64_t size);
 int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen);
 
+/* The file gguf_write would write, without writing it: its header (every
+ * byte before the first tensor's data, padding included), each tensor's
+ * data offset in the file (in the order added; zero padding fills the
+ * gaps) and the file's size. */
+typedef struct gguf_layout {
+    uint8_t *header;
+    uint64_t header_len;
+    uint64_t *offsets;
+    uint64_t alignment;
+    uint64_t size;
+} gguf_layout;
+int gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen);
+void gguf_layout_free(gguf_layout *l);
+
 #endif

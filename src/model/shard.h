@@ -9,9 +9,11 @@
  *   convoy.shard.n_layer (u32): the whole model's block count;
  *   convoy.shard.n_vocab (u32): the vocabulary, which a shard without
  *     token_embd cannot tell from its tensors;
- *   convoy.shard.model_hash (32 x u8): the whole model's metadata hash
- *     (model/fingerprint.h), which a shard answers for: its own tensor
- *     directory is not the model's.
+ *   convoy.shard.dir_hash (32 x u8): the hash of the whole model's tensor
+ *     directory (model/fingerprint.h), which with the shard's own
+ *     key/values (the model's) gives the model's metadata hash: the one a
+ *     shard answers for, so a shard whose key/values were changed does not
+ *     pass for the model's.
  * A tensor's content hash covers only its name, type, dims and data, so it
  * is the same in a shard as in the whole model: a stage compares those of
  * the tensors it reads, shard or not.
@@ -30,12 +32,15 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
+#include "model/gguf_write.h"
+#include "model/llama.h"
 
 #define CV_SHARD_KEY_FIRST "convoy.shard.first"
 #define CV_SHARD_KEY_LAST "convoy.shard.last"
 #define CV_SHARD_KEY_N_LAYER "convoy.shard.n_layer"
 #define CV_SHARD_KEY_N_VOCAB "convoy.shard.n_vocab"
-#define CV_SHARD_KEY_MODEL_HASH "convoy.shard.model_hash"
+#define CV_SHARD_KEY_DIR_HASH "convoy.shard.dir_hash"
+#define CV_SHARD_KEY_PREFIX "convoy.shard." /* keys of the cut, not of the model */
 #define CV_SHARD_MAX 64 /* shards one split writes at most */
 
 /* The layers the file holds: [0, n_layer) for a whole model, a shard's
@@ -50,5 +55,19 @@ typedef void (*cv_shard_note_fn)(void *user, int32_t k, int32_t n, const char *p
 
 int cv_shard_write(const char *in, const char *dir, int32_t n, const int32_t *counts, cv_shard_note_fn note,
                    void *user, char *err, size_t errlen);
+
+/* The file cv_shard_write writes for layers [l0, l1) of the whole model m
+ * (its file mapped, no layers need be bound), laid out without writing it:
+ * its header and each of its tensors' offset in it (layout), and which
+ * of m's tensors those are (tensors[k], an index into m's, for
+ * layout.offsets[k]), so that a head can send it byte for byte. */
+typedef struct cv_shard_image {
+    gguf_layout layout;
+    uint64_t *tensors;
+    uint64_t n_tensors;
+} cv_shard_image;
+
+int cv_shard_image_make(const cv_llama *m, int32_t l0, int32_t l1, cv_shard_image *img, char *err, size_t errlen);
+void cv_shard_image_free(cv_shard_image *img);
 
 #endif

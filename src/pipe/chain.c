@@ -11,6 +11,7 @@
  * RESULT, kept per wanted row until the next one. */
 #include "pipe/chain.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +25,7 @@
 #include "pipe/inbox.h"
 #include "pipe/plan.h"
 #include "pipe/proto.h"
+#include "pipe/ship.h"
 #include "pipe/wire.h"
 
 struct cv_chain {
@@ -214,6 +216,18 @@ static int connect_and_ask(cv_chain *c, cv_msg_hello_ok *offer, char *err, size_
     return 0;
 }
 
+/* A node's own bytes as it answered (a receiving node's counted from this
+ * model, plan.h); this machine's as it counts them. */
+static uint64_t own_bytes(const cv_llama *m, const cv_plan_session *s, bool remote, const cv_msg_hello_ok *offer,
+                          int32_t n_threads)
+{
+    if (!remote)
+        return cv_plan_own_bytes(m, s, CV_PLAN_LOCAL, n_threads, 0);
+    if (offer->flags & CV_HOK_RECEIVES)
+        return cv_plan_received_bytes(m, s, (int32_t)offer->n_threads, offer->layer_bytes, true);
+    return offer->layer_bytes;
+}
+
 /* Plans the layers over the nodes' offers (opts->split overrides) and
  * lists the nodes that serve some. */
 static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t errlen)
@@ -228,12 +242,11 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
     cv_plan_model pm;
     cv_plan_model_of(m, &s, layer_bytes, &pm);
     cv_plan_node nodes[CV_CHAIN_MAX_NODES];
-    for (int i = 0; i < c->n_nodes; i++) /* a node's own bytes as it answered; this machine's as it counts them */
+    for (int i = 0; i < c->n_nodes; i++)
         nodes[i] = (cv_plan_node){.name = c->link[i] ? cv_link_name(c->link[i]) : "this machine",
                                   .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = offer[i].us_per_layer_token,
-                                  .own_bytes = c->link[i] ? offer[i].layer_bytes
-                                                          : cv_plan_own_bytes(m, &s, CV_PLAN_LOCAL, c->o.n_threads, 0),
+                                  .own_bytes = own_bytes(m, &s, c->link[i] != NULL, &offer[i], c->o.n_threads),
                                   .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
     cv_free(layer_bytes);
@@ -285,6 +298,58 @@ static int span_hashes(const cv_chain *c, cv_msg_hello *h, uint8_t **buf, char *
     return 0;
 }
 
+static void chain_log(const cv_chain *c, const char *fmt, ...) CV_PRINTF(2, 3);
+static void chain_log(const cv_chain *c, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->o.log)
+        c->o.log(c->o.log_user, line);
+    else
+        fprintf(stderr, "convoy: %s\n", line);
+}
+
+/* What a shipment's progress note needs. */
+typedef struct shipment {
+    const cv_chain *c;
+    const char *addr;
+    uint32_t l0, l1;
+} shipment;
+
+static void note_shipping(void *user, const cv_ship_progress *p)
+{
+    const shipment *s = user;
+    char line[256];
+    cv_ship_describe(p, line, sizeof line);
+    chain_log(s->c, "%s layers [%u, %u) to node %s: %s", p->finished ? "shipped" : "shipping", s->l0, s->l1, s->addr,
+              line);
+}
+
+/* Node i's assignment h: it answers HELLO_OK, or, a receiving node that
+ * lacks the layers, FETCH, and the head ships them (ship.h) before it
+ * answers again. */
+static int assign_node(cv_chain *c, int i, const cv_msg_hello *h, char *err, size_t errlen)
+{
+    const int timeout = c->o.connect_timeout_ms + c->o.io_timeout_ms;
+    cv_msg_hello_ok ok;
+    uint64_t have;
+    int rc = cv_hello_send(c->link[i], h, err, errlen);
+    for (int fetches = 0; rc == 0; fetches++) {
+        rc = cv_hello_answer(c->link[i], timeout, &ok, &have, err, errlen);
+        if (rc != CV_HELLO_FETCH)
+            break;
+        shipment s = {.c = c, .addr = c->addr[i], .l0 = h->l0, .l1 = h->l1};
+        rc = fetches < 2 ? cv_ship_send(c->link[i], 0, &c->local.model, (int32_t)h->l0, (int32_t)h->l1, have,
+                                        note_shipping, &s, err, errlen)
+                         : cv_errf(err, errlen, "node %s: asked for layers [%u, %u) a third time", c->addr[i],
+                                   h->l0, h->l1);
+    }
+    return rc;
+}
+
 /* Assigns the serving nodes their layers from the last to the first, so
  * each node finds its successor ready when it connects to it; then lets
  * the nodes the plan left out go. */
@@ -299,11 +364,10 @@ static int assign_from_last(cv_chain *c, char *err, size_t errlen)
             snprintf(h.next_addr, sizeof h.next_addr, "%s", c->addr[c->active[k + 1]]);
         if (k > 0)
             h.features |= CV_FEAT_FROM_PREV;
-        cv_msg_hello_ok assigned;
         uint8_t *hashes;
         if (span_hashes(c, &h, &hashes, err, errlen))
             return -1;
-        const int rc = hello(c, i, &h, &assigned, err, errlen);
+        const int rc = assign_node(c, i, &h, err, errlen);
         cv_free(hashes);
         if (rc)
             return -1;

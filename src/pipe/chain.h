@@ -7,7 +7,10 @@
  * without passing through the head), and binds the embeddings locally.
  * Every HELLO carries the model's metadata hash and every assignment the
  * content hashes of the tensors that node will read: a node whose model
- * or weights differ refuses, naming the first tensor that differs.
+ * or weights differ refuses, naming the first tensor that differs. A node
+ * without a model file (ship.h) is planned like one that holds every
+ * layer, and answers its assignment by fetching them: the head ships the
+ * shard of its layers before it goes on (progress through opts->log).
  * A first node named "local" is this machine: it is planned like the
  * others (with opts->local_mem_budget and its measured speed) and its
  * layers run in the head, before the FORWARD leaves, so that a machine can
@@ -68,6 +71,10 @@ typedef struct cv_chain_opts {
     const char *avoid;
     bool drop_unreachable;
     int min_depth;            /* at least this many batches may be in flight (the depth a caller had) */
+    /* where lines about the chain go (layers shipped to a node that
+     * receives them, ship.h); NULL: stderr, after "convoy: " */
+    void (*log)(void *user, const char *line);
+    void *log_user;
 } cv_chain_opts;
 
 cv_chain_opts cv_chain_default_opts(void);

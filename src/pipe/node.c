@@ -11,11 +11,14 @@
  * a test mode, grows the result buffer once). */
 #include "pipe/node.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -29,6 +32,7 @@
 #include "pipe/link.h"
 #include "pipe/plan.h"
 #include "pipe/proto.h"
+#include "pipe/ship.h"
 #include "pipe/wire.h"
 
 /* HELLO's hashes are model/fingerprint.h's, of model/llama.h's span tensors. */
@@ -67,6 +71,10 @@ typedef struct parked {
 
 typedef struct node {
     const cv_node_opts *o;
+    /* the model: --model's, or with --cache the last shard received (none
+     * before the first: has_model false) */
+    char model_path[4096];
+    bool has_model;
     cv_llama meta; /* hyperparameters and tensor directory, no layers bound */
     cv_model_hashes hashes; /* of the model's content, compared with the head's */
     cv_gate *gate;
@@ -77,6 +85,7 @@ typedef struct node {
 
     /* session */
     cv_msg_hello hello;
+    uint8_t *hashes_asked; /* a receiving node's copy of the assignment's tensor hashes (hello.hashes) */
     cv_span span;
     bool span_open;
     cv_link *head, *prev, *next;
@@ -133,6 +142,7 @@ static void session_free_buffers(node *n)
     cv_free(n->top);
     cv_free(n->n_probs);
     cv_free_aligned(n->res_buf);
+    cv_free(n->hashes_asked);
 }
 
 static void session_end(node *n)
@@ -154,6 +164,8 @@ static void session_end(node *n)
     node keep = *n;
     memset(n, 0, sizeof *n);
     n->o = keep.o;
+    memcpy(n->model_path, keep.model_path, sizeof n->model_path);
+    n->has_model = keep.has_model;
     n->meta = keep.meta;
     n->hashes = keep.hashes;
     n->gate = keep.gate;
@@ -177,7 +189,16 @@ static cv_plan_session session_of(const cv_msg_hello *h)
 static uint64_t own_bytes(const node *n)
 {
     const cv_plan_session s = session_of(&n->hello);
+    if (n->o->cache_dir) /* counted as the head counted it (plan.h) */
+        return cv_plan_received_bytes(&n->meta, &s, n->o->n_threads, n->process_bytes, false);
     return cv_plan_own_bytes(&n->meta, &s, CV_PLAN_NODE, n->o->n_threads, n->process_bytes);
+}
+
+/* The receive cap of a handshake: a HELLO of the model's layers (the
+ * head's count of them until a receiving node has a model). */
+static uint32_t hello_cap(const node *n)
+{
+    return cv_plan_hello_cap(n->has_model ? n->meta.hp.n_layer : (int32_t)n->hello.n_layer);
 }
 
 /* Refuses, before anything is sized by them, a HELLO's sizes beyond the
@@ -197,11 +218,11 @@ static int check_sizes(const node *n, uint32_t *code, char *err, size_t errlen)
     if (h->n_batch_max > CV_PROTO_MAX_BATCH)
         return cv_errf(err, errlen, "n_batch_max %u exceeds the limit of %d", h->n_batch_max, CV_PROTO_MAX_BATCH);
     const cv_plan_session s = session_of(h);
-    const uint64_t fwd = cv_plan_forward_cap(&s, n->meta.hp.n_embd);
+    const uint64_t fwd = cv_plan_forward_cap(&s, (int32_t)h->n_embd); /* assign() checks n_embd */
     if (fwd > CV_PROTO_DEFAULT_MAX_PAYLOAD)
-        return cv_errf(err, errlen, "n_batch_max %u exceeds the frame cap: a FORWARD of %u rows of width %d (%s) "
+        return cv_errf(err, errlen, "n_batch_max %u exceeds the frame cap: a FORWARD of %u rows of width %u (%s) "
                                     "takes %llu bytes, at most %u",
-                       h->n_batch_max, h->n_batch_max, n->meta.hp.n_embd, cv_act_type_name(h->act_type),
+                       h->n_batch_max, h->n_batch_max, h->n_embd, cv_act_type_name(h->act_type),
                        (unsigned long long)fwd, CV_PROTO_DEFAULT_MAX_PAYLOAD);
     return 0;
 }
@@ -254,7 +275,7 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
     const cv_plan_session s = session_of(h);
     n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
     *code = CV_PERR_INTERNAL;
-    if (cv_span_open(&n->span, n->o->model_path, &p, err, errlen))
+    if (cv_span_open(&n->span, n->model_path, &p, err, errlen))
         return -1;
     n->span_open = true;
     const size_t nb = h->n_batch_max, ne = (size_t)hp->n_embd;
@@ -289,10 +310,15 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
 static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_token, uint64_t layer_bytes,
                         char *err, size_t errlen)
 {
-    const cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
-                                .mem_budget = n->budget, .layer_bytes = layer_bytes,
-                                .max_payload = n->span_open ? n->data_cap : cv_plan_hello_cap(n->meta.hp.n_layer),
-                                .held_l0 = (uint32_t)n->meta.held_l0, .held_l1 = (uint32_t)n->meta.held_l1};
+    cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
+                          .mem_budget = n->budget, .layer_bytes = layer_bytes,
+                          .max_payload = n->span_open ? n->data_cap : hello_cap(n),
+                          .held_l0 = (uint32_t)n->meta.held_l0, .held_l1 = (uint32_t)n->meta.held_l1,
+                          .n_threads = (uint32_t)n->o->n_threads};
+    if (n->o->cache_dir) /* any layers of the head's model */
+        ok = (cv_msg_hello_ok){.proto_version = CV_PROTO_VERSION, .mem_budget = n->budget, .layer_bytes = layer_bytes,
+                               .max_payload = ok.max_payload, .held_l0 = 0, .held_l1 = n->hello.n_layer,
+                               .flags = CV_HOK_RECEIVES, .n_threads = ok.n_threads};
     uint8_t buf[CV_MSG_HELLO_OK_SIZE];
     size_t len;
     return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
@@ -339,7 +365,7 @@ static void park_poll(node *n, int wait_ms)
         const struct timespec ts = {.tv_nsec = (long)wait_ms * 1000000L};
         nanosleep(&ts, NULL);
     } else if (cv_gate_next(n->gate, wait_ms, &lo, &l, err, sizeof err) == 0) {
-        cv_link_set_max_payload(l, cv_plan_hello_cap(n->meta.hp.n_layer)); /* a HELLO at most, as handshake() */
+        cv_link_set_max_payload(l, hello_cap(n)); /* a HELLO at most, as handshake() */
         n->park[free_slot] = (parked){.link = l, .since = cv_now_ms()};
     }
     for (int i = 0; i < PARKED_MAX; i++) {
@@ -557,6 +583,19 @@ static void limit_links(node *n)
         cv_link_set_max_payload(n->head, CV_PROTO_MIN_MAX_PAYLOAD);
 }
 
+/* A receiving node keeps the assignment's tensor hashes (in the frame
+ * until then) for the layers it gets. */
+static int keep_hashes(node *n, char *err, size_t errlen)
+{
+    cv_free(n->hashes_asked);
+    n->hashes_asked = cv_malloc((size_t)n->hello.n_hashes * CV_HASH_BYTES + 1);
+    if (!n->hashes_asked)
+        return cv_errf(err, errlen, "out of memory");
+    memcpy(n->hashes_asked, n->hello.hashes, (size_t)n->hello.n_hashes * CV_HASH_BYTES);
+    n->hello.hashes = n->hashes_asked;
+    return 0;
+}
+
 /* Reads the head's next HELLO into n->hello: one of a head, of this
  * node's model. 0, or -1 (the head has been told why when it can be). */
 static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
@@ -576,16 +615,169 @@ static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
         code = CV_PERR_BAD_FRAME;
     if (rc == 0 && n->hello.role != CV_ROLE_HEAD)
         rc = cv_errf(err, errlen, "a previous node connected, but no head has set up a chain here");
-    if (rc == 0 && (rc = check_model(n, err, errlen)) != 0)
+    if (rc == 0 && n->o->cache_dir)
+        rc = keep_hashes(n, err, errlen); /* checked once the layers are here */
+    else if (rc == 0 && (rc = check_model(n, err, errlen)) != 0)
         code = CV_PERR_FINGERPRINT;
     else if (rc && n->hello.proto_version != CV_PROTO_VERSION)
         code = CV_PERR_VERSION;
     cv_link_release(n->head, &f);
-    n->hello.hashes = NULL; /* they were in the frame */
-    n->hello.n_hashes = 0;
+    if (!n->hashes_asked) { /* they were in the frame */
+        n->hello.hashes = NULL;
+        n->hello.n_hashes = 0;
+    }
     if (rc)
         send_error(n->head, *id, code, err);
     return rc ? -1 : 0;
+}
+
+/* ---- a receiving node's layers (ship.h) ---- */
+
+static void unload_model(node *n)
+{
+    if (n->has_model) {
+        cv_model_hashes_free(&n->hashes);
+        cv_llama_free(&n->meta);
+    }
+    n->has_model = false;
+}
+
+/* Makes the file at path this node's model: its metadata and the content
+ * hashes of its tensors (from the cache beside it when they match). */
+static int load_model(node *n, const char *path, char *err, size_t errlen)
+{
+    unload_model(n);
+    bool cached;
+    char note[CV_ERRLEN * 2];
+    if (cv_llama_load(&n->meta, path, 0, 0, err, errlen))
+        return -1;
+    if (cv_model_hashes_load(&n->meta.gguf, path, n->o->n_threads, &n->hashes, &cached, note, sizeof note, err,
+                             errlen)) {
+        cv_llama_free(&n->meta);
+        return -1;
+    }
+    fprintf(stderr, "convoy stage: %s\n", note);
+    snprintf(n->model_path, sizeof n->model_path, "%s", path);
+    n->has_model = true;
+    return 0;
+}
+
+/* Loads the shard at path and checks it against the assignment; a file
+ * that fails is removed (with its hashes' cache). */
+static int take_shard(node *n, const char *path, char *err, size_t errlen)
+{
+    if (load_model(n, path, err, errlen) == 0 && check_model(n, err, errlen) == 0)
+        return 0;
+    char hashes[sizeof n->model_path + 16];
+    snprintf(hashes, sizeof hashes, "%s.convoy-hashes", path);
+    unload_model(n);
+    unlink(path);
+    unlink(hashes);
+    return -1;
+}
+
+static void note_receiving(void *user, const cv_ship_progress *p)
+{
+    const node *n = user;
+    char line[256];
+    cv_ship_describe(p, line, sizeof line);
+    fprintf(stderr, "convoy stage: %s layers [%u, %u): %s\n", p->finished ? "received" : "receiving", n->hello.l0,
+            n->hello.l1, line);
+}
+
+/* FETCH: asks the head for the shard from what rx's .part holds. */
+static int ask_shard(node *n, uint32_t id, const cv_ship_rx *rx, char *err, size_t errlen)
+{
+    uint8_t buf[CV_MSG_FETCH_SIZE];
+    size_t len;
+    if (rx->have)
+        fprintf(stderr, "convoy stage: resuming layers [%u, %u) after byte %llu of %s\n", n->hello.l0, n->hello.l1,
+                (unsigned long long)rx->have, rx->part);
+    const uint32_t cap = hello_cap(n);
+    cv_link_set_max_payload(n->head, CV_SHIP_PAYLOAD_MAX > cap ? CV_SHIP_PAYLOAD_MAX : cap);
+    return cv_msg_fetch_encode(rx->have, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(n->head, CV_MSG_FETCH, id, buf, len, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* Takes SHIP frames until the shard is complete, telling its progress. */
+static int take_ships(node *n, cv_ship_rx *rx, char *err, size_t errlen)
+{
+    int64_t noted = cv_now_ms();
+    for (bool done = false; !done;) {
+        cv_frame f;
+        if (head_frame(n, &f, err, errlen))
+            return -1;
+        const int rc = f.h.type == CV_MSG_SHIP
+                           ? cv_ship_rx_take(rx, f.payload, f.h.payload_len, &done, err, errlen)
+                           : cv_errf(err, errlen, "expected SHIP, got %s", cv_msg_type_name(f.h.type));
+        cv_link_release(n->head, &f);
+        n->heard = cv_now_ms();
+        if (rc)
+            return -1;
+        if (done || n->heard - noted >= 1000) {
+            note_receiving(n, &rx->progress);
+            noted = n->heard;
+        }
+    }
+    return 0;
+}
+
+static int fetch_shard(node *n, uint32_t id, const char *path, char *err, size_t errlen)
+{
+    cv_ship_rx rx;
+    const int rc = cv_ship_rx_open(&rx, path, err, errlen) || ask_shard(n, id, &rx, err, errlen) ||
+                           take_ships(n, &rx, err, errlen)
+                       ? -1
+                       : 0;
+    cv_ship_rx_close(&rx);
+    cv_link_set_max_payload(n->head, hello_cap(n));
+    return rc;
+}
+
+/* Where the shard of the assignment's layers of the head's model is kept:
+ * DIR/HASH.layers-L0-L1.gguf (HASH: the model's metadata hash, 16 hex). */
+static void shard_path(const node *n, char *path, size_t len)
+{
+    char hex[17];
+    cv_hash_hex8(n->hello.model_hash, hex);
+    snprintf(path, len, "%s/%s.layers-%u-%u.gguf", n->o->cache_dir, hex, n->hello.l0, n->hello.l1);
+}
+
+/* A receiving node's layers: the shard it has when it checks, else from
+ * the cache, else fetched from the head (resumed from a .part; a resumed
+ * file that fails the check is fetched again, whole). */
+static int receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_t errlen)
+{
+    char path[sizeof n->model_path], part[sizeof path + 8];
+    shard_path(n, path, sizeof path);
+    snprintf(part, sizeof part, "%s.part", path);
+    *code = CV_PERR_FINGERPRINT;
+    if (n->has_model && !strcmp(n->model_path, path) && check_model(n, err, errlen) == 0)
+        return 0;
+    if (access(path, F_OK) == 0) {
+        if (take_shard(n, path, err, errlen) == 0) {
+            fprintf(stderr, "convoy stage: layers [%u, %u) from the cache: %s\n", n->hello.l0, n->hello.l1, path);
+            return 0;
+        }
+        fprintf(stderr, "convoy stage: the cached layers do not check: %s; fetching them\n", err);
+    }
+    struct stat st;
+    const bool resumed = stat(part, &st) == 0 && st.st_size > 0;
+    for (int attempt = 0; attempt < 1 + resumed; attempt++) {
+        *code = CV_PERR_INTERNAL;
+        if (attempt > 0)
+            unlink(part);
+        if (fetch_shard(n, id, path, err, errlen))
+            return -1;
+        *code = CV_PERR_FINGERPRINT;
+        if (take_shard(n, path, err, errlen) == 0)
+            return 0;
+        fprintf(stderr, "convoy stage: the layers received do not check: %s%s\n", err,
+                attempt + 1 < 1 + resumed ? "; fetching them whole" : "");
+    }
+    return -1;
 }
 
 /* The head's handshake: a few queries, then one assignment. 0: the session
@@ -595,7 +787,7 @@ static int handshake(node *n, char *err, size_t errlen)
 {
     /* no frame of a handshake is larger, so a stranger's cannot make this
      * node hold more than its budget counts */
-    cv_link_set_max_payload(n->head, cv_plan_hello_cap(n->meta.hp.n_layer));
+    cv_link_set_max_payload(n->head, hello_cap(n));
     n->heard = cv_now_ms();
     for (int queries = 0;; queries++) {
         uint32_t id = 0, code = CV_PERR_BAD_STATE;
@@ -607,12 +799,15 @@ static int handshake(node *n, char *err, size_t errlen)
         if ((query && queries == HANDSHAKE_QUERIES_MAX &&
              cv_errf(err, errlen, "%d queries and no assignment: the handshake ends", queries)) ||
             check_sizes(n, &code, err, errlen) ||
+            (!query && n->o->cache_dir && receive_layers(n, id, &code, err, errlen)) ||
             (!query && (assign(n, &code, &layer_bytes, err, errlen) ||
                         (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))))) {
             send_error(n->head, id, code, err);
             return -1;
         }
-        if (query) {
+        if (query && n->o->cache_dir) /* the head counts the rest from its model */
+            layer_bytes = n->process_bytes;
+        else if (query) {
             us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
             layer_bytes = own_bytes(n);
         }
@@ -972,6 +1167,28 @@ static int open_gate(node *n, const char *host, int port, cv_seal_key *key, char
     return cv_gate_open(host, port, &go, &n->gate, err, errlen);
 }
 
+/* The node's model at start: --model's (its hashes from their cache or
+ * read now), or none with --cache (the directory made if need be). */
+static int open_model(node *n, char *err, size_t errlen)
+{
+    const cv_node_opts *o = n->o;
+    if (!o->cache_dir) {
+        if (load_model(n, o->model_path, err, errlen))
+            return -1;
+        char hex[17];
+        cv_hash_hex8(n->hashes.meta, hex);
+        fprintf(stderr, "convoy stage: %s (model hash %s)\n", o->model_path, hex);
+        return 0;
+    }
+    if (mkdir(o->cache_dir, 0755) && errno != EEXIST)
+        return cv_errf(err, errlen, "--cache %s: cannot create: %s", o->cache_dir, strerror(errno));
+    struct stat st;
+    if (stat(o->cache_dir, &st) || !S_ISDIR(st.st_mode) || access(o->cache_dir, W_OK))
+        return cv_errf(err, errlen, "--cache %s: not a directory this process can write", o->cache_dir);
+    fprintf(stderr, "convoy stage: no model: the head ships the layers it assigns, kept in %s\n", o->cache_dir);
+    return 0;
+}
+
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
 {
     node n;
@@ -981,28 +1198,22 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
     pthread_cond_init(&n.pulse_cv, NULL);
     char host[CV_PROTO_ADDR_MAX + 1];
     int port;
+    cv_seal_key key;
     if (cv_parse_addr(o->listen, host, sizeof host, &port, err, errlen))
         return -1;
-    if (cv_llama_load(&n.meta, o->model_path, 0, 0, err, errlen))
-        return -1;
-    bool cached;
-    char note[CV_ERRLEN * 2], hex[17];
-    cv_seal_key key;
-    if (cv_model_hashes_load(&n.meta.gguf, o->model_path, o->n_threads, &n.hashes, &cached, note, sizeof note, err,
-                             errlen) ||
-        open_gate(&n, host, port, &key, err, errlen)) {
+    if (!o->model_path == !o->cache_dir)
+        return cv_errf(err, errlen, "a stage serves from a model file (--model) or receives its layers (--cache), "
+                                    "one of the two");
+    if (open_model(&n, err, errlen) || open_gate(&n, host, port, &key, err, errlen)) {
         cv_seal_key_wipe(&key);
-        cv_model_hashes_free(&n.hashes);
-        cv_llama_free(&n.meta);
+        unload_model(&n);
         return -1;
     }
-    cv_hash_hex8(n.hashes.meta, hex);
     /* ready: what the process holds now is what every session adds to */
     n.budget = o->mem_budget ? o->mem_budget : cv_mem_available();
-    n.process_bytes = cv_proc_baseline(o->model_path);
-    fprintf(stderr, "convoy stage: %s\nconvoy stage: %s (model hash %s) on port %d, budget %.2f GB (%s), %.1f MB "
-                    "of it this process's own\n",
-            note, o->model_path, hex, cv_gate_port(n.gate), n.budget / 1e9,
+    n.process_bytes = cv_proc_baseline(o->model_path ? o->model_path : "");
+    fprintf(stderr, "convoy stage: on port %d, budget %.2f GB (%s), %.1f MB of it this process's own\n",
+            cv_gate_port(n.gate), n.budget / 1e9,
             o->mem_budget ? "--mem" : n.budget ? "MemAvailable" : "unknown: no limit", n.process_bytes / 1e6);
     for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
         const cv_link_opts lo = link_opts(&n);
@@ -1025,7 +1236,6 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
             unpark(&n.park[i], CV_PERR_SHUTDOWN, "the node is stopping");
     cv_gate_close(n.gate);
     cv_seal_key_wipe(&key);
-    cv_model_hashes_free(&n.hashes);
-    cv_llama_free(&n.meta);
+    unload_model(&n);
     return 0;
 }

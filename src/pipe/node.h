@@ -43,7 +43,14 @@
  * every second. A handshake takes at most 4 queries, and the next node
  * (TCP, key handshake, HELLO) must answer within 1 s. Without a key, listening
  * on, or being told to connect to, an address that is not loopback is
- * refused unless insecure is set. */
+ * refused unless insecure is set.
+ * A node with cache_dir and no model receives its layers (ship.h): it
+ * offers any layers (HELLO_OK's CV_HOK_RECEIVES, its own bytes counted by
+ * the head from the model's, plan.h), and for an assignment uses the shard
+ * of those layers of the head's model in cache_dir when one is there and
+ * checks, else FETCHes it from the head (resuming a .part), writes it to
+ * cache_dir and checks it like any model (a resumed file that fails is
+ * fetched again whole), then serves as a node with that file would. */
 #ifndef CONVOY_PIPE_NODE_H
 #define CONVOY_PIPE_NODE_H
 
@@ -56,7 +63,8 @@
 
 typedef struct cv_node_opts {
     const char *listen;       /* "HOST:PORT" or "[V6]:PORT" to listen on */
-    const char *model_path;
+    const char *model_path;   /* the model file; or NULL with cache_dir */
+    const char *cache_dir;    /* no model: layers shipped by the head are kept here (ship.h) */
     uint64_t mem_budget;      /* resident bytes (pipe/plan.h); 0 = MemAvailable at start */
     int32_t n_threads;
     int handshake_timeout_ms; /* per handshake step */

@@ -14,6 +14,7 @@
 
 #include "core/err.h"
 #include "infer/span.h"
+#include "model/fingerprint.h"
 #include "pipe/proto.h"
 
 /* Each round of sharing pins a node or moves the head, and a plan settles
@@ -244,6 +245,21 @@ static int too_small(const cv_plan_model *m, int n, const cv_plan_node *nodes, c
                    need / 1e9, n, offer / 1e9);
 }
 
+/* Each node's speed, 1 / us_per_layer_token; a node that did not measure
+ * counts as the mean of those that did (as 1 when none did). */
+static void speeds(const cv_plan_node *nodes, int n, double *w)
+{
+    double sum = 0;
+    int measured = 0;
+    for (int i = 0; i < n; i++)
+        if (nodes[i].us_per_layer_token) {
+            sum += 1.0 / nodes[i].us_per_layer_token;
+            measured++;
+        }
+    for (int i = 0; i < n; i++)
+        w[i] = nodes[i].us_per_layer_token ? 1.0 / nodes[i].us_per_layer_token : measured ? sum / measured : 1.0;
+}
+
 /* Shares by speed, pins the nodes over capacity and shares the rest
  * again, until every count fits and the head stays on the last node with
  * layers (when it moves, capacities change: every pin is lifted). */
@@ -251,8 +267,7 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
                          size_t errlen)
 {
     shares s = {.m = m, .nodes = nodes, .n = n, .head_node = n - 1}; /* the head starts on the last node */
-    for (int i = 0; i < n; i++)
-        s.w[i] = nodes[i].us_per_layer_token ? 1.0 / nodes[i].us_per_layer_token : 1.0;
+    speeds(nodes, n, s.w);
     uint64_t all_layers = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
         all_layers += m->layer_bytes[l];
@@ -339,6 +354,24 @@ static uint64_t node_bytes(const cv_plan_session *s, int32_t n_embd, int32_t n_l
                            3 * 2 * alloc_bytes(CV_PROTO_MIN_MAX_PAYLOAD);
     const uint64_t threads = (uint64_t)(n_threads - 1 + 1 + 3 + 1) * CV_PLAN_THREAD_STACK;
     return buffers + links + threads;
+}
+
+uint64_t cv_plan_meta_bytes(const cv_llama *m)
+{
+    const gguf_file *f = &m->gguf;
+    uint64_t strings = 0;
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        strings += f->kv[i].arr_strs ? alloc_bytes(f->kv[i].arr_n * sizeof(gguf_str)) : 0;
+    return touched(f->data_offset, 0) + alloc_bytes(f->n_kv * sizeof(gguf_kv)) + strings +
+           2 * alloc_bytes(f->n_tensors * sizeof(gguf_tensor)) + alloc_bytes(f->n_tensors * CV_HASH_BYTES) +
+           alloc_bytes((uint64_t)m->hp.n_layer * sizeof(cv_llama_layer));
+}
+
+uint64_t cv_plan_received_bytes(const cv_llama *m, const cv_plan_session *s, int32_t n_threads,
+                                uint64_t process_bytes, bool whole)
+{
+    const uint64_t meta = cv_plan_meta_bytes(m) + (whole ? CV_PLAN_SHARD_KEYS_BYTES : 0);
+    return cv_plan_own_bytes(m, s, CV_PLAN_NODE, n_threads, process_bytes + meta);
 }
 
 uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_role role, int32_t n_threads,

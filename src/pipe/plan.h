@@ -19,8 +19,8 @@
  *
  * Contract: cv_plan_layers splits layers [0, n_layer) into consecutive
  * ranges, one per node in chain order, in proportion to each node's
- * measured speed (1 / us_per_layer_token; nodes that did not measure count
- * as equal), the output matrix (head_work_bytes) counting as work of the
+ * measured speed (1 / us_per_layer_token; a node that did not measure
+ * counts as the mean of those that did), the output matrix (head_work_bytes) counting as work of the
  * node that ends up last, never giving a node more layers than fit its
  * memory budget (cv_plan_range_bytes). A node whose share rounds to zero
  * is left out (range [x, x)). With `split` (layer counts per node, as
@@ -89,6 +89,20 @@ void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *lay
  * a session whatever its layers, with n_threads compute threads. */
 uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_role role, int32_t n_threads,
                            uint64_t process_bytes);
+/* A node that receives its layers (proto.h's CV_HOK_RECEIVES) starts
+ * without a model: once a shard has come it loads the shard's metadata,
+ * which cv_plan_meta_bytes counts (its header's pages, its parsed key/
+ * values, tensor directory (the model's and the span's) and hashes, the
+ * layer table). cv_plan_received_bytes is such a node's own bytes: the head
+ * counts them from the whole model (whole: true), with the shard's keys
+ * (CV_PLAN_SHARD_KEYS_BYTES, whole pages of them in the header and the
+ * parsed key/values, twice) on top, and the node from the shard it got,
+ * which holds no more than the whole model besides those keys: so the
+ * node never finds more than the head planned with. */
+#define CV_PLAN_SHARD_KEYS_BYTES (16u << 10)
+uint64_t cv_plan_meta_bytes(const cv_llama *m);
+uint64_t cv_plan_received_bytes(const cv_llama *m, const cv_plan_session *s, int32_t n_threads,
+                                uint64_t process_bytes, bool whole);
 /* Bytes `node` needs to serve layers [l0, l1) (the output head too when
  * l1 == n_layer): the count a node checks and the planner plans with. */
 uint64_t cv_plan_range_bytes(const cv_plan_model *pm, const cv_plan_node *node, int32_t l0, int32_t l1);

@@ -106,7 +106,8 @@ const char *cv_msg_type_name(uint32_t type)
         [CV_MSG_HELLO] = "HELLO",   [CV_MSG_HELLO_OK] = "HELLO_OK", [CV_MSG_ERROR] = "ERROR",
         [CV_MSG_FORWARD] = "FORWARD", [CV_MSG_RESULT] = "RESULT",   [CV_MSG_SEQ_OP] = "SEQ_OP",
         [CV_MSG_PING] = "PING",     [CV_MSG_PONG] = "PONG",         [CV_MSG_BYE] = "BYE",
-        [CV_MSG_STATS] = "STATS",   [CV_MSG_STATS_OK] = "STATS_OK",
+        [CV_MSG_STATS] = "STATS",   [CV_MSG_STATS_OK] = "STATS_OK", [CV_MSG_FETCH] = "FETCH",
+        [CV_MSG_SHIP] = "SHIP",
     };
     return type > 0 && type < CV_MSG_COUNT ? names[type] : "unknown";
 }
@@ -452,6 +453,8 @@ static int check_hello_ok(const cv_msg_hello_ok *m, char *err, size_t errlen)
     if (m->held_l0 >= m->held_l1 || m->held_l1 > CV_PROTO_MAX_LAYER)
         return cv_errf(err, errlen, "HELLO_OK: held layers [%" PRIu32 ", %" PRIu32 ") are not a range inside [0, %d]",
                        m->held_l0, m->held_l1, CV_PROTO_MAX_LAYER);
+    if (m->flags & ~(uint32_t)CV_HOK_RECEIVES)
+        return cv_errf(err, errlen, "HELLO_OK: unknown flags 0x%08" PRIx32, m->flags);
     return 0;
 }
 
@@ -470,6 +473,8 @@ int cv_msg_hello_ok_encode(const cv_msg_hello_ok *m, void *buf, size_t cap, size
     put_u32(p + CV_HELLO_OK_OFF_MAX_PAYLOAD, m->max_payload);
     put_u32(p + CV_HELLO_OK_OFF_HELD_L0, m->held_l0);
     put_u32(p + CV_HELLO_OK_OFF_HELD_L1, m->held_l1);
+    put_u32(p + CV_HELLO_OK_OFF_FLAGS, m->flags);
+    put_u32(p + CV_HELLO_OK_OFF_N_THREADS, m->n_threads);
     *len = CV_MSG_HELLO_OK_SIZE;
     return 0;
 }
@@ -487,10 +492,11 @@ int cv_msg_hello_ok_decode(const void *payload, size_t len, cv_msg_hello_ok *m, 
     m->max_payload = cv_cursor_u32(&c, "max_payload");
     m->held_l0 = cv_cursor_u32(&c, "held_l0");
     m->held_l1 = cv_cursor_u32(&c, "held_l1");
-    uint32_t reserved1 = cv_cursor_u32(&c, "reserved");
+    m->flags = cv_cursor_u32(&c, "flags");
+    m->n_threads = cv_cursor_u32(&c, "n_threads");
     if (finish(&c, "HELLO_OK", err, errlen))
         return -1;
-    if (reserved0 || reserved1)
+    if (reserved0)
         return cv_errf(err, errlen, "HELLO_OK: reserved bytes are not zero");
     return check_hello_ok(m, err, errlen);
 }
@@ -1001,6 +1007,57 @@ int cv_msg_stats_decode(const void *payload, size_t len, cv_msg_stats *m, char *
     return finish(&c, "STATS_OK", err, errlen);
 }
 
+/* ---- FETCH / SHIP ---- */
+
+int cv_msg_fetch_encode(uint64_t have, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
+{
+    if (cap < CV_MSG_FETCH_SIZE)
+        return fail_cap("FETCH", CV_MSG_FETCH_SIZE, cap, err, errlen);
+    put_u64(buf, have);
+    *len = CV_MSG_FETCH_SIZE;
+    return 0;
+}
+
+int cv_msg_fetch_decode(const void *payload, size_t len, uint64_t *have, char *err, size_t errlen)
+{
+    cv_cursor c;
+    cv_cursor_init(&c, payload, len);
+    *have = cv_cursor_u64(&c, "have");
+    return finish(&c, "FETCH", err, errlen);
+}
+
+int cv_msg_ship_encode_head(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
+{
+    if (m->offset >= m->size)
+        return cv_errf(err, errlen, "SHIP: offset %" PRIu64 " is not inside the file's %" PRIu64 " bytes", m->offset,
+                       m->size);
+    if (cap < CV_SHIP_FIXED_SIZE)
+        return fail_cap("SHIP", CV_SHIP_FIXED_SIZE, cap, err, errlen);
+    put_u64(buf, m->offset);
+    put_u64((uint8_t *)buf + 8, m->size);
+    *len = CV_SHIP_FIXED_SIZE;
+    return 0;
+}
+
+int cv_msg_ship_decode(const void *payload, size_t len, cv_msg_ship *m, char *err, size_t errlen)
+{
+    cv_cursor c;
+    cv_cursor_init(&c, payload, len);
+    m->offset = cv_cursor_u64(&c, "offset");
+    m->size = cv_cursor_u64(&c, "size");
+    if (c.failed)
+        return fail_short(&c, "SHIP", err, errlen);
+    if (m->offset >= m->size)
+        return cv_errf(err, errlen, "SHIP: offset %" PRIu64 " is not inside the file's %" PRIu64 " bytes", m->offset,
+                       m->size);
+    if (len == CV_SHIP_FIXED_SIZE || len > CV_SHIP_PAYLOAD_MAX)
+        return cv_errf(err, errlen, "SHIP: a segment of %zu bytes, expected 1 to %u", len - CV_SHIP_FIXED_SIZE,
+                       (unsigned)CV_PACK_SEGMENT_BOUND);
+    m->segment = (const uint8_t *)payload + CV_SHIP_FIXED_SIZE;
+    m->segment_len = len - CV_SHIP_FIXED_SIZE;
+    return 0;
+}
+
 int cv_msg_validate(uint16_t type, const void *payload, size_t len, char *err, size_t errlen)
 {
     switch (type) {
@@ -1041,6 +1098,14 @@ int cv_msg_validate(uint16_t type, const void *payload, size_t len, char *err, s
     case CV_MSG_STATS_OK: {
         cv_msg_stats m;
         return cv_msg_stats_decode(payload, len, &m, err, errlen);
+    }
+    case CV_MSG_FETCH: {
+        uint64_t have;
+        return cv_msg_fetch_decode(payload, len, &have, err, errlen);
+    }
+    case CV_MSG_SHIP: {
+        cv_msg_ship m;
+        return cv_msg_ship_decode(payload, len, &m, err, errlen);
     }
     default: return cv_errf(err, errlen, "unknown message type %u", type);
     }

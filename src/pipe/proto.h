@@ -64,7 +64,7 @@
  *       outside [1, CV_PROTO_MAX_CTX], n_batch_max > CV_PROTO_MAX_BATCH
  *       or a FORWARD of n_batch_max rows over the payload cap, and
  *       (NO_MEMORY) a session over its budget, before it allocates.
- *    HELLO_OK = 2 (node -> whoever sent HELLO): 40 bytes
+ *    HELLO_OK = 2 (node -> whoever sent HELLO): 44 bytes
  *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
  *       probe: microseconds per layer per token, 0 = not measured),
  *       u64 mem_budget (bytes the node may use), u64 layer_bytes (bytes
@@ -73,8 +73,15 @@
  *       max_payload (the node's receive cap, announced), u32 held_l0,
  *       u32 held_l1 (the layers [held_l0, held_l1) its model file holds:
  *       all of them for a whole model, a shard's range (model/shard.h);
- *       the head assigns it layers only inside them), u32 reserved.
- *       Rule: held_l0 < held_l1 <= CV_PROTO_MAX_LAYER.
+ *       the head assigns it layers only inside them), u32 flags
+ *       (CV_HOK_*), u32 n_threads (the node's compute threads).
+ *       With CV_HOK_RECEIVES the node has no model file: it takes any
+ *       layers [0, n_layer) and receives them from the head (FETCH,
+ *       SHIP); to a query, its layer_bytes is then its process's own
+ *       bytes alone, from which the head counts the rest with n_threads
+ *       (plan.h's cv_plan_received_bytes), and it measures no speed.
+ *       Rule: held_l0 < held_l1 <= CV_PROTO_MAX_LAYER; unknown flags are
+ *       refused.
  *    ERROR = 3 (either way): u32 code (CV_PERR_*, unknown codes are
  *       accepted and shown as numbers), u16 len, len bytes message (no NUL
  *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
@@ -140,6 +147,26 @@
  *       its forward passes this session), u64 steps (FORWARDs run),
  *       u64 tokens (rows run), u64 bytes_sent (on its links, headers
  *       included).
+ *    FETCH = 12 (node -> head, answering an assignment HELLO with its id,
+ *       in place of HELLO_OK, by a CV_HOK_RECEIVES node that does not hold
+ *       the layers asked): 8 bytes: u64 have (bytes of the layers' shard
+ *       file the node holds already, from its start: a transfer cut
+ *       before resumes; 0 for none). The shard file of an assignment is
+ *       the file `convoy split` writes for its layers [l0, l1) of the
+ *       head's model (model/shard.h): the same bytes every time. The head
+ *       answers with SHIP frames from the largest segment boundary
+ *       (codec/pack.h) not above `have` to the end; the node then checks
+ *       the file as any model (the metadata hash and the assignment's
+ *       tensor hashes) and answers the assignment: HELLO_OK, ERROR, or
+ *       once, when a resumed file fails the check, FETCH with have 0.
+ *    SHIP = 13 (head -> node, the assignment's id): 16 bytes, then one
+ *       segment as codec/pack.h encodes it (at most CV_PACK_SEGMENT_MAX
+ *       bytes of the file, a tensor's coded by codec/planes.h): u64
+ *       offset (where the segment's bytes go in the shard file), u64 size
+ *       (the shard file's bytes). Rules: offset < size, offset +
+ *       the segment's bytes <= size, each SHIP starts where the last
+ *       ended; the segment itself is decoded (and refused when malformed)
+ *       by the codec. A frame holds at most CV_SHIP_PAYLOAD_MAX bytes.
  *
  * 3. Versioning. proto_version in HELLO names the message set; a node that
  *    cannot speak it answers ERROR{CV_PERR_VERSION}. Adding a message type
@@ -162,6 +189,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/pack.h"
 #include "infer/forward.h"
 #include "infer/logprobs.h"
 #include "infer/sampler.h"
@@ -169,8 +197,9 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 6 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
-                              5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers */
+#define CV_PROTO_VERSION 7 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+                              5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
+                              7: HELLO_OK's flags and n_threads, FETCH and SHIP */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -203,6 +232,8 @@ typedef enum cv_msg_type {
     CV_MSG_BYE = 9,
     CV_MSG_STATS = 10,
     CV_MSG_STATS_OK = 11,
+    CV_MSG_FETCH = 12,
+    CV_MSG_SHIP = 13,
     CV_MSG_COUNT /* one past the last type; not a type */
 } cv_msg_type;
 
@@ -331,17 +362,24 @@ typedef struct cv_msg_hello_ok {
     uint64_t layer_bytes;
     uint32_t max_payload;
     uint32_t held_l0, held_l1; /* the layers the node's file holds */
+    uint32_t flags;            /* CV_HOK_* */
+    uint32_t n_threads;
 } cv_msg_hello_ok;
+
+/* HELLO_OK flags */
+enum { CV_HOK_RECEIVES = 1u << 0 /* no model file: the head ships the layers it assigns */ };
 
 #define CV_HELLO_OK_OFF_MAX_PAYLOAD 24
 #define CV_HELLO_OK_OFF_HELD_L0 28
 #define CV_HELLO_OK_OFF_HELD_L1 32
-#define CV_HELLO_OK_OFF_RESERVED 36
-#define CV_MSG_HELLO_OK_SIZE 40
+#define CV_HELLO_OK_OFF_FLAGS 36
+#define CV_HELLO_OK_OFF_N_THREADS 40
+#define CV_MSG_HELLO_OK_SIZE 44
 static_assert(CV_HELLO_OK_OFF_HELD_L0 == CV_HELLO_OK_OFF_MAX_PAYLOAD + 4, "HELLO_OK: held_l0 offset");
 static_assert(CV_HELLO_OK_OFF_HELD_L1 == CV_HELLO_OK_OFF_HELD_L0 + 4, "HELLO_OK: held_l1 offset");
-static_assert(CV_HELLO_OK_OFF_RESERVED == CV_HELLO_OK_OFF_HELD_L1 + 4, "HELLO_OK: reserved offset");
-static_assert(CV_MSG_HELLO_OK_SIZE == CV_HELLO_OK_OFF_RESERVED + 4, "HELLO_OK: size");
+static_assert(CV_HELLO_OK_OFF_FLAGS == CV_HELLO_OK_OFF_HELD_L1 + 4, "HELLO_OK: flags offset");
+static_assert(CV_HELLO_OK_OFF_N_THREADS == CV_HELLO_OK_OFF_FLAGS + 4, "HELLO_OK: n_threads offset");
+static_assert(CV_MSG_HELLO_OK_SIZE == CV_HELLO_OK_OFF_N_THREADS + 4, "HELLO_OK: size");
 
 /* The most tensor hashes m may carry (section 2's rule for n_hashes). */
 uint64_t cv_msg_hello_max_hashes(const cv_msg_hello *m);
@@ -514,6 +552,27 @@ typedef struct cv_msg_stats {
 
 int cv_msg_stats_encode(const cv_msg_stats *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 int cv_msg_stats_decode(const void *payload, size_t len, cv_msg_stats *m, char *err, size_t errlen);
+
+/* ---- FETCH / SHIP ---- */
+
+#define CV_MSG_FETCH_SIZE 8
+#define CV_SHIP_FIXED_SIZE 16
+/* The largest SHIP: its fixed part and one encoded segment. */
+#define CV_SHIP_PAYLOAD_MAX (CV_SHIP_FIXED_SIZE + CV_PACK_SEGMENT_BOUND)
+static_assert(CV_SHIP_PAYLOAD_MAX <= CV_PROTO_DEFAULT_MAX_PAYLOAD, "SHIP fits a frame");
+
+typedef struct cv_msg_ship {
+    uint64_t offset, size;
+    const uint8_t *segment; /* after decode, in the payload */
+    size_t segment_len;
+} cv_msg_ship;
+
+int cv_msg_fetch_encode(uint64_t have, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_fetch_decode(const void *payload, size_t len, uint64_t *have, char *err, size_t errlen);
+/* Encodes the fixed part only: the segment follows it in a second part. */
+int cv_msg_ship_encode_head(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+/* Checks the fixed part; m->segment points to the segment, not decoded. */
+int cv_msg_ship_decode(const void *payload, size_t len, cv_msg_ship *m, char *err, size_t errlen);
 
 /* Validates a payload of any type as its decoder would (RESULT rows are
  * checked without being stored), for receivers that check a frame before

@@ -61,21 +61,24 @@ int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward
     return 0;
 }
 
-int cv_hello_ask(cv_link *l, const cv_msg_hello *h, int timeout_ms, cv_msg_hello_ok *ok, char *err, size_t errlen)
+int cv_hello_send(cv_link *l, const cv_msg_hello *h, char *err, size_t errlen)
 {
     /* an assignment's tensor hashes make it kilobytes (megabytes at most) */
     const size_t cap = cv_msg_hello_size(h);
     uint8_t *buf = cv_malloc(cap);
     size_t len;
-    char why[CV_ERRLEN];
     if (!buf)
         return cv_errf(err, errlen, "out of memory for a HELLO of %zu bytes", cap);
     const int failed = cv_msg_hello_encode(h, buf, cap, &len, err, errlen) ||
                        cv_link_send(l, CV_MSG_HELLO, 0, buf, len, err, errlen);
     cv_free(buf);
-    if (failed)
-        return -1;
+    return failed ? -1 : 0;
+}
+
+int cv_hello_answer(cv_link *l, int timeout_ms, cv_msg_hello_ok *ok, uint64_t *fetch, char *err, size_t errlen)
+{
     cv_frame f;
+    char why[CV_ERRLEN];
     int rc = cv_link_recv(l, timeout_ms, &f, err, errlen);
     if (rc == CV_LINK_TIMEOUT)
         return cv_errf(err, errlen, "%s: no answer to HELLO within %d ms", cv_link_name(l), timeout_ms);
@@ -85,12 +88,21 @@ int cv_hello_ask(cv_link *l, const cv_msg_hello *h, int timeout_ms, cv_msg_hello
         rc = cv_msg_hello_ok_decode(f.payload, f.h.payload_len, ok, why, sizeof why)
                  ? cv_errf(err, errlen, "%s: %s", cv_link_name(l), why)
                  : 0;
+    else if (f.h.type == CV_MSG_FETCH && fetch)
+        rc = cv_msg_fetch_decode(f.payload, f.h.payload_len, fetch, why, sizeof why)
+                 ? cv_errf(err, errlen, "%s: %s", cv_link_name(l), why)
+                 : CV_HELLO_FETCH;
     else if (f.h.type == CV_MSG_ERROR)
         rc = cv_error_frame_text(l, &f, err, errlen);
     else
         rc = cv_errf(err, errlen, "%s: answered HELLO with %s", cv_link_name(l), cv_msg_type_name(f.h.type));
     cv_link_release(l, &f);
     return rc;
+}
+
+int cv_hello_ask(cv_link *l, const cv_msg_hello *h, int timeout_ms, cv_msg_hello_ok *ok, char *err, size_t errlen)
+{
+    return cv_hello_send(l, h, err, errlen) || cv_hello_answer(l, timeout_ms, ok, NULL, err, errlen) ? -1 : 0;
 }
 
 int cv_error_frame_text(const cv_link *l, const cv_frame *f, char *err, size_t errlen)

@@ -11,7 +11,8 @@
  *   frame is sent, so cv_fwd_out_reclaim waits for that before a batch
  *   writes them again.
  * - cv_hello_ask sends a HELLO and waits for its answer: HELLO_OK, or an
- *   ERROR, whose text becomes the message.
+ *   ERROR, whose text becomes the message (or a FETCH, to a head that
+ *   ships layers: cv_hello_answer).
  * - cv_error_frame_text writes a received ERROR frame as a message.
  * Messages name the link. */
 #ifndef CONVOY_PIPE_WIRE_H
@@ -49,6 +50,12 @@ int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward
                     size_t errlen);
 
 int cv_hello_ask(cv_link *l, const cv_msg_hello *h, int timeout_ms, cv_msg_hello_ok *ok, char *err, size_t errlen);
+/* The two halves of cv_hello_ask. An answer may also be a FETCH (a
+ * receiving node asks for its layers, ship.h) when fetch is given:
+ * CV_HELLO_FETCH, with what the node holds in *fetch. */
+#define CV_HELLO_FETCH 1
+int cv_hello_send(cv_link *l, const cv_msg_hello *h, char *err, size_t errlen);
+int cv_hello_answer(cv_link *l, int timeout_ms, cv_msg_hello_ok *ok, uint64_t *fetch, char *err, size_t errlen);
 /* "LINK: MESSAGE (CODE)", or what is wrong with the frame; returns -1. */
 int cv_error_frame_text(const cv_link *l, const cv_frame *f, char *err, size_t errlen);
 

@@ -1,0 +1,288 @@
+/* ship.c: the head's sending and the node's receiving of a shard (see
+ * ship.h). */
+#include "pipe/ship.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codec/pack.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/cursor.h"
+#include "core/err.h"
+#include "model/shard.h"
+
+#define NOTE_MS 1000
+
+void cv_ship_describe(const cv_ship_progress *p, char *buf, size_t len)
+{
+    const double mb = 1e6, rate = p->seconds > 0 ? p->coded / mb / p->seconds : 0;
+    if (!p->finished) {
+        snprintf(buf, len, "%.1f of %.1f MB (%.0f%%), %.1f MB/s", p->at / mb, p->size / mb,
+                 p->size ? 100.0 * (double)p->at / (double)p->size : 100.0, rate);
+        return;
+    }
+    const uint64_t moved = p->at - p->from;
+    snprintf(buf, len, "%.1f MB from byte %" PRIu64 " as %.1f MB coded (%.1f%%) in %.2f s, %.2f MB/s coded",
+             moved / mb, p->from, p->coded / mb, moved ? 100.0 * (double)p->coded / (double)moved : 0.0, p->seconds,
+             rate);
+}
+
+/* ---- sending ---- */
+
+/* The image as codec/pack.h reads it: bytes from the header, from the
+ * model's mapping, or zeros (the padding between tensors). */
+typedef struct image_src {
+    const cv_llama *m;
+    cv_shard_image img;
+    cv_pack_tensor *tensors; /* [img.n_tensors] places in the image */
+    uint8_t *zeros;          /* [alignment] */
+} image_src;
+
+/* Index of the tensor holding off, or -1 (header or padding). */
+static long tensor_at(const image_src *s, uint64_t off)
+{
+    size_t lo = 0, hi = s->img.n_tensors;
+    while (lo < hi) { /* the first tensor starting after off */
+        const size_t mid = (lo + hi) / 2;
+        if (s->tensors[mid].offset <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || off >= s->tensors[lo - 1].offset + s->tensors[lo - 1].size)
+        return -1;
+    return (long)lo - 1;
+}
+
+static const uint8_t *image_bytes(const void *user, uint64_t off, uint64_t n)
+{
+    const image_src *s = user;
+    (void)n;
+    if (off < s->img.layout.header_len)
+        return s->img.layout.header + off;
+    const long k = tensor_at(s, off);
+    if (k < 0)
+        return s->zeros;
+    const gguf_tensor *t = &s->m->gguf.tensors[s->img.tensors[k]];
+    return (const uint8_t *)t->data + (off - s->tensors[k].offset);
+}
+
+static int image_open(image_src *s, const cv_llama *m, int32_t l0, int32_t l1, cv_pack_src *src, char *err,
+                      size_t errlen)
+{
+    *s = (image_src){.m = m};
+    if (cv_shard_image_make(m, l0, l1, &s->img, err, errlen))
+        return -1;
+    s->tensors = cv_malloc(sizeof *s->tensors * (s->img.n_tensors ? s->img.n_tensors : 1));
+    s->zeros = cv_calloc(1, s->img.layout.alignment);
+    if (!s->tensors || !s->zeros)
+        return cv_errf(err, errlen, "out of memory");
+    for (uint64_t k = 0; k < s->img.n_tensors; k++) {
+        const gguf_tensor *t = &m->gguf.tensors[s->img.tensors[k]];
+        s->tensors[k] = (cv_pack_tensor){.offset = s->img.layout.offsets[k], .size = t->size, .type = t->type};
+    }
+    *src = (cv_pack_src){.size = s->img.layout.size, .tensors = s->tensors, .n_tensors = s->img.n_tensors,
+                         .bytes = image_bytes, .user = s};
+    return cv_pack_src_check(src, err, errlen);
+}
+
+static void image_close(image_src *s)
+{
+    cv_shard_image_free(&s->img);
+    cv_free(s->tensors);
+    cv_free(s->zeros);
+}
+
+/* Two frames in turn: one is coded while the link sends the other. */
+typedef struct sender {
+    cv_link *l;
+    uint32_t id;
+    uint8_t *buf[2];
+    uint64_t ticket[2];
+    bool live[2];
+} sender;
+
+/* Codes the segment at `at` into frame k and queues it; *coded gets its
+ * payload bytes. The model pages it read are released. */
+static int send_segment(sender *s, int k, const cv_pack_src *src, const image_src *img, uint64_t at,
+                        uint64_t *next, uint64_t *coded, char *err, size_t errlen)
+{
+    if (s->live[k] && cv_link_wait_sent(s->l, s->ticket[k], err, errlen))
+        return -1;
+    s->live[k] = false;
+    cv_pack_segment seg;
+    cv_pack_segment_at(src, at, &seg);
+    const cv_msg_ship m = {.offset = at, .size = src->size};
+    size_t head;
+    uint64_t len;
+    if (cv_msg_ship_encode_head(&m, s->buf[k], CV_SHIP_FIXED_SIZE, &head, err, errlen) ||
+        cv_pack_segment_encode(src, &seg, s->buf[k] + head, CV_PACK_SEGMENT_BOUND, &len, err, errlen))
+        return -1;
+    const long t = seg.kind == CV_PACK_TENSOR ? tensor_at(img, at) : -1;
+    if (t >= 0) {
+        const gguf_file *f = &img->m->gguf;
+        const uint8_t *data = image_bytes(img, at, seg.len);
+        cv_fmap_release((cv_fmap *)&f->map, (size_t)(data - f->map.data), (size_t)seg.len);
+    }
+    const struct iovec part = {.iov_base = s->buf[k], .iov_len = head + len};
+    if (cv_link_sendv(s->l, CV_MSG_SHIP, s->id, &part, 1, &s->ticket[k], err, errlen))
+        return -1;
+    s->live[k] = true;
+    *next = at + seg.len;
+    *coded = head + len;
+    return 0;
+}
+
+static int send_all(sender *s, const cv_pack_src *src, const image_src *img, uint64_t have, cv_ship_note_fn note,
+                    void *user, char *err, size_t errlen)
+{
+    const int64_t t0 = cv_now_ms();
+    int64_t noted = t0;
+    cv_ship_progress p = {.from = cv_pack_boundary(src, have), .size = src->size};
+    p.at = p.from;
+    for (int k = 0; p.at < src->size; k = 1 - k) {
+        uint64_t coded;
+        if (send_segment(s, k, src, img, p.at, &p.at, &coded, err, errlen))
+            return -1;
+        p.coded += coded;
+        p.seconds = (cv_now_ms() - t0) / 1e3;
+        if (note && cv_now_ms() - noted >= NOTE_MS) {
+            note(user, &p);
+            noted = cv_now_ms();
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (s->live[k] && cv_link_wait_sent(s->l, s->ticket[k], err, errlen))
+            return -1;
+    p.seconds = (cv_now_ms() - t0) / 1e3;
+    p.finished = true;
+    if (note)
+        note(user, &p);
+    return 0;
+}
+
+int cv_ship_send(cv_link *l, uint32_t id, const cv_llama *m, int32_t l0, int32_t l1, uint64_t have,
+                 cv_ship_note_fn note, void *user, char *err, size_t errlen)
+{
+    image_src img;
+    cv_pack_src src;
+    sender s = {.l = l, .id = id};
+    int rc = image_open(&img, m, l0, l1, &src, err, errlen);
+    for (int k = 0; rc == 0 && k < 2; k++)
+        if (!(s.buf[k] = cv_malloc(CV_SHIP_PAYLOAD_MAX)))
+            rc = cv_errf(err, errlen, "out of memory");
+    if (rc == 0 && have > src.size)
+        rc = cv_errf(err, errlen, "%s: holds %" PRIu64 " bytes of layers [%d, %d), whose shard has %" PRIu64,
+                     cv_link_name(l), have, l0, l1, src.size);
+    if (rc == 0)
+        rc = send_all(&s, &src, &img, have, note, user, err, errlen);
+    for (int k = 0; k < 2; k++) {
+        char ignored[CV_ERRLEN]; /* a failed send: the link reads the buffer until it gives up */
+        if (s.live[k])
+            cv_link_wait_sent(l, s.ticket[k], ignored, sizeof ignored);
+        cv_free(s.buf[k]);
+    }
+    image_close(&img);
+    return rc;
+}
+
+/* ---- receiving ---- */
+
+int cv_ship_rx_open(cv_ship_rx *rx, const char *path, char *err, size_t errlen)
+{
+    memset(rx, 0, sizeof *rx);
+    if (snprintf(rx->path, sizeof rx->path, "%s", path) >= (int)sizeof rx->path)
+        return cv_errf(err, errlen, "%s: path too long", path);
+    snprintf(rx->part, sizeof rx->part, "%s.part", path);
+    if (!(rx->fp = fopen(rx->part, "ab")))
+        return cv_errf(err, errlen, "%s: cannot open: %s", rx->part, strerror(errno));
+    struct stat st;
+    rx->have = fstat(fileno(rx->fp), &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (!(rx->buf = cv_malloc(CV_PACK_SEGMENT_MAX)))
+        return cv_errf(err, errlen, "out of memory");
+    return 0;
+}
+
+/* The first SHIP may start before the end of the .part (at the boundary
+ * below it): the rest of the .part goes. */
+static int rx_start(cv_ship_rx *rx, const cv_msg_ship *m, char *err, size_t errlen)
+{
+    if (fflush(rx->fp) || ftruncate(fileno(rx->fp), (off_t)m->offset))
+        return cv_errf(err, errlen, "%s: cannot truncate: %s", rx->part, strerror(errno));
+    rx->have = m->offset;
+    rx->size = m->size;
+    rx->progress = (cv_ship_progress){.from = m->offset, .at = m->offset, .size = m->size};
+    rx->t0_ms = cv_now_ms();
+    return 0;
+}
+
+/* Whether m starts where it must: the first at or before the end of the
+ * .part, the others where the last ended, in a file of the same size. */
+static int rx_follows(const cv_ship_rx *rx, const cv_msg_ship *m, char *err, size_t errlen)
+{
+    if (rx->size == 0)
+        return m->offset <= rx->have ? 0
+                                     : cv_errf(err, errlen, "SHIP at byte %" PRIu64 ", but %s holds %" PRIu64,
+                                               m->offset, rx->part, rx->have);
+    if (m->offset != rx->have || m->size != rx->size)
+        return cv_errf(err, errlen, "SHIP of bytes at %" PRIu64 " of %" PRIu64 ", expected at %" PRIu64 " of %" PRIu64,
+                       m->offset, m->size, rx->have, rx->size);
+    return 0;
+}
+
+/* Flushes the complete file to disk and gives it its name. */
+static int rx_finish(cv_ship_rx *rx, char *err, size_t errlen)
+{
+    const int failed = fflush(rx->fp) || fsync(fileno(rx->fp));
+    const int e = errno;
+    fclose(rx->fp);
+    rx->fp = NULL;
+    if (failed)
+        return cv_errf(err, errlen, "%s: write failed: %s", rx->part, strerror(e));
+    if (rename(rx->part, rx->path))
+        return cv_errf(err, errlen, "%s: cannot rename to %s: %s", rx->part, rx->path, strerror(errno));
+    rx->progress.finished = true;
+    return 0;
+}
+
+int cv_ship_rx_take(cv_ship_rx *rx, const void *payload, size_t len, bool *done, char *err, size_t errlen)
+{
+    cv_msg_ship m;
+    cv_cursor c;
+    uint64_t n;
+    *done = false;
+    if (cv_msg_ship_decode(payload, len, &m, err, errlen) || rx_follows(rx, &m, err, errlen))
+        return -1;
+    cv_cursor_init(&c, m.segment, m.segment_len);
+    if (cv_pack_segment_decode(&c, rx->buf, CV_PACK_SEGMENT_MAX, &n, NULL, NULL, err, errlen))
+        return -1;
+    if (cv_cursor_left(&c) || n > m.size - m.offset)
+        return cv_errf(err, errlen, "SHIP: a segment of %" PRIu64 " bytes (%zu bytes after it) at %" PRIu64
+                                    " of a %" PRIu64 "-byte file",
+                       n, cv_cursor_left(&c), m.offset, m.size);
+    if (rx->size == 0 && rx_start(rx, &m, err, errlen))
+        return -1;
+    if (fwrite(rx->buf, 1, n, rx->fp) != n)
+        return cv_errf(err, errlen, "%s: write failed: %s", rx->part, strerror(errno));
+    rx->have += n;
+    rx->progress.at = rx->have;
+    rx->progress.coded += len;
+    rx->progress.seconds = (cv_now_ms() - rx->t0_ms) / 1e3;
+    if (rx->have < rx->size)
+        return 0;
+    *done = true;
+    return rx_finish(rx, err, errlen);
+}
+
+void cv_ship_rx_close(cv_ship_rx *rx)
+{
+    if (rx->fp)
+        fclose(rx->fp);
+    cv_free(rx->buf);
+    rx->fp = NULL;
+    rx->buf = NULL;
+}
