@@ -591,7 +591,8 @@ static int keep_hashes(node *n, char *err, size_t errlen)
     n->hashes_asked = cv_malloc((size_t)n->hello.n_hashes * CV_HASH_BYTES + 1);
     if (!n->hashes_asked)
         return cv_errf(err, errlen, "out of memory");
-    memcpy(n->hashes_asked, n->hello.hashes, (size_t)n->hello.n_hashes * CV_HASH_BYTES);
+    if (n->hello.n_hashes) /* a query has none (and no pointer) */
+        memcpy(n->hashes_asked, n->hello.hashes, (size_t)n->hello.n_hashes * CV_HASH_BYTES);
     n->hello.hashes = n->hashes_asked;
     return 0;
 }
