@@ -2,8 +2,10 @@
  * (convoy_synth_file) and prints what it wrote. */
 #include <ctype.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
@@ -124,19 +126,26 @@ static void set_name(synth_opts *o)
     o->p.name = name;
 }
 
-static void note_fallback(void *user, const convoy_tensor_note *n)
+/* Each tensor as it is written: a fallback is said; at a terminal, a
+ * progress line is rewritten in place (a 1B model takes half a minute). */
+static void note_tensor(void *user, const convoy_tensor_note *n)
 {
-    (void)user;
+    const bool *at_terminal = user;
+    if (*at_terminal)
+        fprintf(stderr, "\rconvoy synth: [%d/%d] %-40.40s", n->index + 1, n->count, n->name);
+    if (*at_terminal && n->index + 1 == n->count)
+        fputc('\n', stderr);
     if (strcmp(n->type, n->want_type))
-        fprintf(stderr, "convoy synth: %s: rows of %" PRId64 " do not fit %s blocks, using %s\n", n->name, n->ne[0],
-                n->want_type, n->type);
+        fprintf(stderr, "%sconvoy synth: %s: rows of %" PRId64 " do not fit %s blocks, using %s\n",
+                *at_terminal ? "\n" : "", n->name, n->ne[0], n->want_type, n->type);
 }
 
 /* Writes the model, then reads it back for the line that says what it is. */
 static int write_and_report(const synth_opts *o)
 {
     char err[512];
-    if (convoy_synth_file(&o->p, o->out, note_fallback, NULL, err, sizeof err)) {
+    bool at_terminal = isatty(STDERR_FILENO);
+    if (convoy_synth_file(&o->p, o->out, note_tensor, &at_terminal, err, sizeof err)) {
         fprintf(stderr, "convoy synth: %s\n", err);
         return 1;
     }

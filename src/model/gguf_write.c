@@ -46,8 +46,10 @@ typedef struct wtensor {
     uint32_t type;
     uint32_t n_dims;
     uint64_t ne[GGUF_MAX_DIMS];
-    const void *data;
+    const void *data; /* NULL for a made tensor */
     uint64_t size;
+    gguf_make_fn make;
+    void *make_ctx;
 } wtensor;
 
 struct gguf_writer {
@@ -276,7 +278,7 @@ void gguf_copy_kv(gguf_writer *w, const gguf_kv *src)
 }
 
 static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
-                      const void *data, uint64_t size)
+                      const void *data, uint64_t size, gguf_make_fn make, void *make_ctx)
 {
     if (w->failed)
         return -1;
@@ -308,7 +310,7 @@ static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n
     if (size != expect)
         return wfail(w, "tensor '%s' has %" PRIu64 " bytes of data, but its shape and type %s need %" PRIu64, name,
                      size, tname, expect);
-    if (!data)
+    if (!data && !make)
         return wfail(w, "tensor '%s' has no data", name);
     if (!cv_reserve((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof(wtensor)))
         return wfail(w, "out of memory");
@@ -321,6 +323,8 @@ static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n
         t->ne[d] = d < n_dims ? (uint64_t)ne[d] : 1;
     t->data = data;
     t->size = size;
+    t->make = make;
+    t->make_ctx = make_ctx;
     w->n_tensors++;
     return 0;
 }
@@ -328,7 +332,13 @@ static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n
 void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
                      const void *data, uint64_t size)
 {
-    add_tensor(w, name, type, n_dims, ne, data, size);
+    add_tensor(w, name, type, n_dims, ne, data, size, NULL, NULL);
+}
+
+void gguf_add_made_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
+                          uint64_t size, gguf_make_fn make, void *ctx)
+{
+    add_tensor(w, name, type, n_dims, ne, NULL, size, make, ctx);
 }
 
 /* Output to a file (remembering the first write error), to a buffer, or,
@@ -445,31 +455,49 @@ static void put_header(out *o, const gguf_writer *w, uint64_t alignment, uint64_
     put_pad(o, alignment);
 }
 
+/* The tensors' data after the header: each made one made in `made` (as
+ * large as the largest) just before it is written. */
+static int put_tensors(out *o, const gguf_writer *w, uint64_t alignment, uint8_t *made, const char *path,
+                       char *err, size_t errlen)
+{
+    for (size_t i = 0; i < w->n_tensors && !o->failed; i++) {
+        const wtensor *t = &w->tensors[i];
+        char why[CV_ERRLEN];
+        if (t->make && t->make(t->make_ctx, i, made, why, sizeof why))
+            return cv_errf(err, errlen, "%s: not written: %s", path, why);
+        put(o, t->make ? made : t->data, (size_t)t->size);
+        put_pad(o, alignment);
+    }
+    return 0;
+}
+
 int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
 {
-    uint64_t alignment;
+    uint64_t alignment, made_size = 0;
     if (w->failed)
         return cv_errf(err, errlen, "%s: not written: %s", path, w->err);
     if (alignment_of(w, &alignment))
         return cv_errf(err, errlen, "%s: not written: general.alignment must be a power-of-two uint32", path);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        if (w->tensors[i].make && w->tensors[i].size > made_size)
+            made_size = w->tensors[i].size;
+    uint8_t *made = made_size ? cv_malloc(made_size) : NULL;
+    if (made_size && !made)
+        return cv_errf(err, errlen, "%s: not written: out of memory for a tensor of %" PRIu64 " bytes", path,
+                       made_size);
     out o = {.fp = fopen(path, "wb")};
-    if (!o.fp)
-        return cv_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-    put_header(&o, w, alignment, NULL);
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        put(&o, w->tensors[i].data, (size_t)w->tensors[i].size);
-        put_pad(&o, alignment);
+    int rc = o.fp ? 0 : cv_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    if (rc == 0) {
+        put_header(&o, w, alignment, NULL);
+        rc = put_tensors(&o, w, alignment, made, path, err, errlen);
+        const int e = o.failed ? errno : 0;
+        if ((fclose(o.fp) != 0 || o.failed) && rc == 0)
+            rc = cv_errf(err, errlen, "%s: write failed: %s", path, strerror(e ? e : errno));
+        if (rc)
+            unlink(path);
     }
-    int e = o.failed ? errno : 0;
-    if (fclose(o.fp) != 0 && !o.failed) {
-        o.failed = true;
-        e = errno;
-    }
-    if (o.failed) {
-        unlink(path);
-        return cv_errf(err, errlen, "%s: write failed: %s", path, strerror(e));
-    }
-    return 0;
+    cv_free(made);
+    return rc;
 }
 
 int gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen)

@@ -34,6 +34,14 @@ void gguf_copy_kv(gguf_writer *w, const gguf_kv *kv);
 /* Tensor whose data (size = rows * row bytes) stays owned by the caller until gguf_write. */
 void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
                      const void *data, uint64_t size);
+/* A tensor whose size bytes are made when gguf_write comes to it: make
+ * writes them into dst (the writer's buffer, as large as the largest made
+ * tensor; index: the tensor's place, in the order added), so that a file
+ * is written holding one tensor at a time. make returns 0, or -1 with a
+ * message in err; gguf_write then fails and removes the file. */
+typedef int (*gguf_make_fn)(void *ctx, uint64_t index, void *dst, char *err, size_t errlen);
+void gguf_add_made_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
+                          uint64_t size, gguf_make_fn make, void *ctx);
 int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen);
 
 /* The file gguf_write would write, without writing it: its header (every

@@ -4,12 +4,12 @@
  * type's to_float; F32 rows are used in place) and handed to the target
  * type's `quantize`, llama.cpp's reference quantizer. Rows are split over
  * the threads of a cv_pool in contiguous ranges; each thread has its own
- * f32 scratch row. The converted tensors are owned here until gguf_write
- * has copied them to the file; tensors that keep their type are written
- * straight from the input mapping. cv_quantize_file checks the target
- * types, opens the input and runs write_output: copy the keys, add every
- * tensor (add_tensor converts those whose type changes), set the two
- * quantization keys, write.
+ * f32 scratch row. Every tensor is made when the writer comes to it
+ * (gguf_write.h: converted, or copied, into the writer's one buffer), and
+ * its input pages are released then, so the process holds one tensor at a
+ * time. cv_quantize_file checks the target types, opens the input and runs
+ * write_output: copy the keys, add every tensor with its type (add_tensor),
+ * set the two quantization keys, write (make_tensor converts each).
  * Owner of this file: the tools helper. */
 #include "model/quantize.h"
 
@@ -201,8 +201,9 @@ typedef struct quant_run {
     int n_layer;
     cv_pool *pool;
     gguf_writer *w;
-    char **names; /* per tensor, NUL-terminated: the writer takes C strings */
-    void **bufs;  /* per tensor, the converted data; NULL when written from the input mapping */
+    char **names;   /* per tensor, NUL-terminated: the writer takes C strings */
+    cv_type *want;  /* per tensor, the type the policy asked for */
+    cv_type *type;  /* per tensor, the type written */
     cv_tensor_note_fn note;
     void *note_ctx;
 } quant_run;
@@ -216,38 +217,23 @@ static void copy_keys(quant_run *q)
             gguf_copy_kv(q->w, &q->in.kv[i]);
 }
 
-/* Input tensor i: a weight matrix gets the policy's type, converted when
- * that differs from its own; then it is added to the writer and noted. */
-static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
+/* gguf_write's maker of tensor i: converted or copied into dst; then its
+ * input pages go and it is noted. */
+static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errlen)
 {
+    quant_run *q = ctx;
     const gguf_tensor *t = &q->in.tensors[i];
-    char *name = q->names[i] = gguf_str_dup(t->name);
-    if (!name)
-        return cv_errf(err, errlen, "%s: out of memory", q->in_path);
-    cv_type want = t->type, type = t->type;
-    if (cv_quant_is_weight_matrix(name, t->n_dims)) {
-        want = cv_quant_policy_type(q->p, name, cv_quant_layer_of(name), q->n_layer);
-        type = cv_quant_fit_type(want, t->ne[0]);
-    }
-    const void *data = t->data;
-    uint64_t size = t->size;
-    if (type != t->type) {
-        if (t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16)
-            return cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
-                           q->in_path, name, cv_type_name(t->type));
-        int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
-        size = (uint64_t)n_rows * cv_row_bytes(type, t->ne[0]);
-        q->bufs[i] = cv_malloc(size);
-        if (!q->bufs[i] || convert_rows(t->type, t->data, type, q->bufs[i], n_rows, t->ne[0], q->pool))
-            return cv_errf(err, errlen, "%s: out of memory converting tensor '%s' (%llu bytes)", q->in_path, name,
-                           (unsigned long long)size);
-        data = q->bufs[i];
-    }
-    gguf_add_tensor(q->w, name, type, t->n_dims, t->ne, data, size);
+    const int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const uint64_t size = (uint64_t)n_rows * cv_row_bytes(q->type[i], t->ne[0]);
+    if (q->type[i] == t->type)
+        memcpy(dst, t->data, size);
+    else if (convert_rows(t->type, t->data, q->type[i], dst, n_rows, t->ne[0], q->pool))
+        return cv_errf(err, errlen, "%s: out of memory converting tensor '%s'", q->in_path, q->names[i]);
+    cv_fmap_release(&q->in.map, (size_t)((const uint8_t *)t->data - q->in.map.data), (size_t)t->size);
     if (q->note) {
         cv_tensor_note n = {
-            .index = (int)i, .count = (int)q->in.n_tensors, .name = name, .n_dims = t->n_dims,
-            .ne = t->ne, .src_type = t->type, .want_type = want, .type = type,
+            .index = (int)i, .count = (int)q->in.n_tensors, .name = q->names[i], .n_dims = t->n_dims,
+            .ne = t->ne, .src_type = t->type, .want_type = q->want[i], .type = q->type[i],
             .src_bytes = t->size, .bytes = size,
         };
         q->note(q->note_ctx, &n);
@@ -255,14 +241,38 @@ static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
     return 0;
 }
 
+/* Input tensor i: a weight matrix gets the policy's type; it is added to
+ * the writer, to be made when written. */
+static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
+{
+    const gguf_tensor *t = &q->in.tensors[i];
+    char *name = q->names[i] = gguf_str_dup(t->name);
+    if (!name)
+        return cv_errf(err, errlen, "%s: out of memory", q->in_path);
+    q->want[i] = q->type[i] = t->type;
+    if (cv_quant_is_weight_matrix(name, t->n_dims)) {
+        q->want[i] = cv_quant_policy_type(q->p, name, cv_quant_layer_of(name), q->n_layer);
+        q->type[i] = cv_quant_fit_type(q->want[i], t->ne[0]);
+    }
+    if (q->type[i] != t->type && t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16)
+        return cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
+                       q->in_path, name, cv_type_name(t->type));
+    const int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+    gguf_add_made_tensor(q->w, name, q->type[i], t->n_dims, t->ne,
+                         (uint64_t)n_rows * cv_row_bytes(q->type[i], t->ne[0]), make_tensor, q);
+    return 0;
+}
+
 /* Writes out_path from the open input: its keys, every tensor, then
  * general.quantization_version and general.file_type. */
 static int write_output(quant_run *q, const char *out_path, char *err, size_t errlen)
 {
+    const size_t n = q->in.n_tensors ? q->in.n_tensors : 1;
     q->w = gguf_writer_create();
-    q->names = cv_calloc(q->in.n_tensors ? q->in.n_tensors : 1, sizeof(*q->names));
-    q->bufs = cv_calloc(q->in.n_tensors ? q->in.n_tensors : 1, sizeof(*q->bufs));
-    if (!q->w || !q->names || !q->bufs)
+    q->names = cv_calloc(n, sizeof(*q->names));
+    q->want = cv_calloc(n, sizeof(*q->want));
+    q->type = cv_calloc(n, sizeof(*q->type));
+    if (!q->w || !q->names || !q->want || !q->type)
         return cv_errf(err, errlen, "%s: out of memory", q->in_path);
     q->n_layer = block_count(&q->in);
     copy_keys(q);
@@ -277,12 +287,11 @@ static int write_output(quant_run *q, const char *out_path, char *err, size_t er
 /* Releases what write_output allocated, the input and the threads. */
 static void close_run(quant_run *q)
 {
-    for (uint64_t i = 0; q->names && q->bufs && i < q->in.n_tensors; i++) {
+    for (uint64_t i = 0; q->names && i < q->in.n_tensors; i++)
         cv_free(q->names[i]);
-        cv_free(q->bufs[i]);
-    }
     cv_free(q->names);
-    cv_free(q->bufs);
+    cv_free(q->want);
+    cv_free(q->type);
     gguf_writer_free(q->w);
     gguf_close(&q->in);
     cv_pool_free(q->pool);

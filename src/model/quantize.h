@@ -24,9 +24,10 @@
  *   must have run.
  * - Conversions are row by row and each row is converted alone, so results
  *   do not depend on the thread count.
- * - cv_quantize_file keeps the converted tensors in memory until the output
- *   is written (at most the size of the output file) and reads the input
- *   through its mapping. The output has all key/values of the input except
+ * - cv_quantize_file converts each tensor as it writes it, holding one
+ *   (the largest output tensor, at most) besides the threads' f32 rows,
+ *   and reads the input through its mapping, whose pages it releases
+ *   tensor by tensor; note hears of each tensor as it is written. The output has all key/values of the input except
  *   general.file_type and general.quantization_version, which are set anew
  *   at the end (as llama-quantize does); general.alignment is kept, and the
  *   writer aligns to it. Tensors keep their order. Only F32, F16 and BF16

@@ -4,9 +4,9 @@
  * matrix is generated row by row on the n_threads threads of a cv_pool
  * (each row from its own counters of a splitmix64 stream keyed by the
  * tensor's name, so rows are independent) into an f32 scratch row and
- * quantized with the target type's `quantize` straight into the tensor's
- * buffer (F32 rows are generated in place). The buffers live until
- * gguf_write has copied them to the file.
+ * quantized with the target type's `quantize` straight into the writer's
+ * buffer (F32 rows are generated in place) when gguf_write comes to the
+ * tensor (gguf_write.h's made tensors), so one tensor is held at a time.
  * Owner of this file: the tools helper. */
 #include "model/synth.h"
 
@@ -234,7 +234,6 @@ typedef struct synth_tensor {
     bool is_norm;
     double std;
     cv_type type;
-    void *data;
     uint64_t size;
 } synth_tensor;
 
@@ -326,28 +325,50 @@ static cv_type wanted_type(const cv_synth_params *p, const synth_tensor *t)
     return cv_quant_policy_type(&qp, t->name, cv_quant_layer_of(t->name), (int)p->n_layer);
 }
 
-static int generate_tensor(const cv_synth_params *p, synth_tensor *t, cv_pool *pool, float *scratch, char *err,
-                           size_t errlen)
+/* Types and sizes: norms F32, matrices the policy's type that fits. */
+static void type_tensor(const cv_synth_params *p, synth_tensor *t)
 {
     t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(wanted_type(p, t), t->ne[0]);
-    size_t row_bytes = cv_row_bytes(t->type, t->ne[0]);
-    t->size = (uint64_t)row_bytes * (uint64_t)t->ne[1];
-    t->data = cv_malloc(t->size);
-    if (!t->data)
-        return cv_errf(err, errlen, "out of memory for tensor '%s' (%llu bytes)", t->name,
-                       (unsigned long long)t->size);
+    t->size = (uint64_t)cv_row_bytes(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+}
+
+/* One write's generation: what gguf_write's maker needs. */
+typedef struct synth_run {
+    const cv_synth_params *p;
+    const synth_tensor *tensors;
+    int n_tensors;
+    cv_pool *pool;
+    float *scratch; /* an f32 row per thread */
+    cv_tensor_note_fn note;
+    void *note_ctx;
+} synth_run;
+
+/* gguf_write's maker of tensor i: its rows generated into dst; noted. */
+static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    const synth_run *r = ctx;
+    const synth_tensor *t = &r->tensors[i];
     if (t->is_norm) {
-        float *x = t->data;
-        for (int64_t i = 0; i < t->ne[0]; i++)
-            x[i] = 1.0f;
-        return 0;
+        float *x = dst;
+        for (int64_t k = 0; k < t->ne[0]; k++)
+            x[k] = 1.0f;
+    } else {
+        gen_job job = {
+            .key = tensor_key(r->p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1],
+            .row_len = t->ne[0], .type = t->type, .row_bytes = cv_row_bytes(t->type, t->ne[0]), .dst = dst,
+            .scratch = t->type == CV_TYPE_F32 ? NULL : r->scratch,
+        };
+        cv_pool_run(r->pool, gen_range, &job);
     }
-    gen_job job = {
-        .key = tensor_key(p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1],
-        .row_len = t->ne[0], .type = t->type, .row_bytes = row_bytes, .dst = t->data,
-        .scratch = t->type == CV_TYPE_F32 ? NULL : scratch,
-    };
-    cv_pool_run(pool, gen_range, &job);
+    if (r->note) {
+        cv_tensor_note n = {
+            .index = (int)i, .count = r->n_tensors, .name = t->name, .n_dims = t->n_dims, .ne = t->ne,
+            .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : wanted_type(r->p, t), .type = t->type,
+            .src_bytes = (uint64_t)(t->ne[0] * t->ne[1]) * sizeof(float), .bytes = t->size,
+        };
+        r->note(r->note_ctx, &n);
+    }
     return 0;
 }
 
@@ -414,25 +435,16 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     set_vocab(w, &v);
 
     n_tensors = tensor_list(p, tensors);
+    const synth_run run = {.p = p, .tensors = tensors, .n_tensors = n_tensors, .pool = pool, .scratch = scratch,
+                           .note = note, .note_ctx = note_ctx};
     for (int i = 0; i < n_tensors; i++) {
-        synth_tensor *t = &tensors[i];
-        if (generate_tensor(p, t, pool, scratch, err, errlen))
-            goto done;
-        gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
-        if (note) {
-            cv_tensor_note n = {
-                .index = i, .count = n_tensors, .name = t->name, .n_dims = t->n_dims, .ne = t->ne,
-                .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : wanted_type(p, t), .type = t->type,
-                .src_bytes = (uint64_t)(t->ne[0] * t->ne[1]) * sizeof(float), .bytes = t->size,
-            };
-            note(note_ctx, &n);
-        }
+        type_tensor(p, &tensors[i]);
+        gguf_add_made_tensor(w, tensors[i].name, tensors[i].type, tensors[i].n_dims, tensors[i].ne, tensors[i].size,
+                             make_tensor, (void *)&run);
     }
     rc = gguf_write(w, path, err, errlen);
 
 done:
-    for (int i = 0; tensors && i < n_tensors; i++)
-        cv_free(tensors[i].data);
     cv_free(tensors);
     cv_free(v.text);
     cv_free(v.tokens);
