@@ -7,11 +7,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The most options a command has, its own and the shared ones together. */
 #define ARG_MAX 64
 /* getopt_long's answer for table entry i is ARG_LONG + i (above every letter). */
 #define ARG_LONG 256
+/* getopt_long's answer for --version (below every letter). */
+#define ARG_VERSION 1
+
+const char *arg_version(void) { return "convoy " CONVOY_VERSION; }
 
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
 {
@@ -166,6 +171,7 @@ static void getopt_tables(const arg_opt *all, int n, struct option *longs, char 
         }
     }
     longs[k++] = (struct option){"help", no_argument, NULL, 'h'};
+    longs[k++] = (struct option){"version", no_argument, NULL, ARG_VERSION};
     longs[k] = (struct option){0};
     letters[j++] = 'h';
     letters[j] = 0;
@@ -244,19 +250,45 @@ static int check_rest(const arg_cmd *cmd, const arg_opt *all, int n, const bool 
     return 0;
 }
 
-int arg_parse(const arg_cmd *cmd, int argc, char **argv)
+/* argv with each single-dash word ("-np") spelled as its long option
+ * ("--parallel"), up to a "--": a malloc'd copy of the pointers, the
+ * spellings after them; NULL when out of memory. */
+static char **spell_words(const arg_opt *all, int n, int argc, char **argv)
 {
-    arg_opt all[ARG_MAX];
-    struct option longs[ARG_MAX + 2];
+    enum { SPELLED = 80 };
+    char **av = malloc(sizeof *av * (size_t)(argc + 1) + (size_t)argc * SPELLED);
+    if (!av)
+        return NULL;
+    char *spellings = (char *)(av + argc + 1);
+    bool after_options = false;
+    for (int i = 0; i < argc; i++) {
+        av[i] = argv[i];
+        after_options |= !strcmp(argv[i], "--");
+        for (int k = 0; i > 0 && !after_options && argv[i][0] == '-' && k < n; k++)
+            if (all[k].word && !strcmp(argv[i] + 1, all[k].word)) {
+                av[i] = spellings + (size_t)i * SPELLED;
+                snprintf(av[i], SPELLED, "--%s", all[k].name);
+            }
+    }
+    av[argc] = NULL;
+    return av;
+}
+
+/* The loop of arg_parse over argv (words spelled). */
+static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, char **argv)
+{
+    struct option longs[ARG_MAX + 3];
     char letters[2 * ARG_MAX + 3];
     bool seen[ARG_MAX] = {0};
-    const int n = collect(cmd, all);
     getopt_tables(all, n, longs, letters);
     opterr = 0;  /* the messages below name the command */
     optind = 0;  /* glibc: start afresh */
     for (int c; (c = getopt_long(argc, argv, letters, longs, NULL)) != -1;) {
-        if (c == 'h') {
-            cmd->usage(stdout);
+        if (c == 'h' || c == ARG_VERSION) {
+            if (c == 'h')
+                cmd->usage(stdout);
+            else
+                printf("%s\n", arg_version());
             return 0;
         }
         if (c == '?' || c == ':') {
@@ -277,7 +309,21 @@ int arg_parse(const arg_cmd *cmd, int argc, char **argv)
         cmd->usage(stderr);
         return 2;
     }
-    return ARG_GO;
+    return cmd->spec && arg_spec_check(cmd->spec, cmd->name) ? 2 : ARG_GO;
+}
+
+int arg_parse(const arg_cmd *cmd, int argc, char **argv)
+{
+    arg_opt all[ARG_MAX];
+    const int n = collect(cmd, all);
+    char **av = spell_words(all, n, argc, argv);
+    if (!av) {
+        fprintf(stderr, "convoy %s: out of memory\n", cmd->name);
+        return 1;
+    }
+    const int status = parse_all(cmd, all, n, argc, av);
+    free(av);
+    return status;
 }
 
 arg_spec arg_spec_init(void)
@@ -285,6 +331,16 @@ arg_spec arg_spec_init(void)
     arg_spec s = {.p = convoy_spec_default_params()};
     s.p.draft = NULL;
     return s;
+}
+
+int arg_spec_check(const arg_spec *s, const char *cmd)
+{
+    const char *d = s->p.draft;
+    if (!d || !*d || strspn(d, "0123456789") != strlen(d) || access(d, F_OK) == 0)
+        return 0;
+    fprintf(stderr, "convoy %s: --draft takes 'ngram' or the path of a draft model (a GGUF), not a number "
+                    "('%s'); the drafts per round are --spec-k %s\n", cmd, d, d);
+    return -1;
 }
 
 int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_model *m, int32_t n_threads,

@@ -1,8 +1,10 @@
 /* args.h: the options of the subcommands. A command describes its options
  * in one table of arg_opt and arg_parse reads argv against it with glibc's
  * getopt_long, so every command takes options and arguments in any order,
- * answers -h/--help with its usage on stdout, and reports unknown options,
- * missing and bad values the same way (on stderr, naming the option). */
+ * answers -h/--help with its usage and --version with convoy's version on
+ * stdout, and reports unknown options, missing and bad values the same way
+ * (on stderr, naming the option). Besides --name and -x an option may have
+ * a single-dash spelling of several letters, as llama.cpp's -np and -ngl. */
 #ifndef CONVOY_APP_ARGS_H
 #define CONVOY_APP_ARGS_H
 
@@ -30,6 +32,7 @@ typedef struct arg_opt {
     long lo, hi;      /* ARG_INT's bounds */
     bool required;
     bool *given;      /* when not NULL, set when the option appears */
+    const char *word; /* with name: a single-dash spelling ("np" for -np), or NULL */
 } arg_opt;
 
 /* The speculation options of run and serve (--draft ngram|PATH, --spec-k K,
@@ -58,10 +61,17 @@ typedef struct arg_cmd {
  * once: 0 after printing the usage for -h/--help, 2 after a usage error. */
 int arg_parse(const arg_cmd *cmd, int argc, char **argv);
 
+/* "convoy VERSION": what --version prints. */
+const char *arg_version(void);
+
 /* Parses an integer in [lo, hi], or says (naming flag) why not. */
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
 
 arg_spec arg_spec_init(void);
+/* After the options (arg_parse calls it): a --draft that is a number and
+ * no file is refused, pointing at --spec-k. Returns 0, or -1 after a
+ * message naming cmd. */
+int arg_spec_check(const arg_spec *s, const char *cmd);
 /* After the options: *out = NULL without --draft, else the convoy_spec for
  * ctx (K max raised to a larger --spec-k when not given). Returns 0, or -1
  * after a message naming cmd. */

@@ -1,41 +1,64 @@
-/* cmd_serve.c: `convoy serve`: the OpenAI-compatible HTTP server. Loads
- * the model, creates the engine context (local, or a pipeline over
- * --nodes) with one sequence slot per concurrent request, hands it to the
- * scheduler (serve/sched.h), with --draft a convoy_spec that makes every
- * decoding request speculate, and serves HTTP (serve/http.h) until SIGINT
- * or SIGTERM. The signals are blocked in every thread and taken by the
- * main thread with sigwait, so shutdown runs in plain code: the server
- * stops, running requests fail with a message, then everything is freed. */
+/* cmd_serve.c: `convoy serve`: the OpenAI-compatible HTTP server. Reads
+ * the API keys and the CORS policy, loads the model, creates the engine
+ * context (local, or a pipeline over --nodes) with one sequence slot per
+ * concurrent request, hands it to the scheduler (serve/sched.h), with
+ * --draft a convoy_spec that makes every decoding request speculate, and
+ * serves HTTP (serve/http.h) until SIGINT or SIGTERM. The signals are
+ * blocked in every thread and taken by the main thread with sigwait, so
+ * shutdown runs in plain code: the server drains (streams end with an
+ * error event and [DONE]), then everything is freed. llama-server's
+ * common options mean here what they mean there (-c is the context of all
+ * slots together, -np the slots, -s the seed of requests without one); its
+ * -f (a prompt file) is llama-cli's, which llama-server refuses too. Lines
+ * after the options go through serve/log.h (timestamps, levels). */
 #include <pthread.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
 #include "commands.h"
 #include "convoy.h"
+#include "serve/access.h"
 #include "serve/http.h"
+#include "serve/log.h"
 #include "serve/render.h"
 #include "serve/sched.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: convoy serve -m MODEL [--host ADDR] [--port N] [--slots N] [--ctx N] [--batch N] [-t N]\n"
-            "                    [--queue N] [--alias NAME] [--chat-template NAME] [--max-body BYTES]\n"
-            "                    [--kv-type f32|f16] [--mem BYTES] [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
+            "usage: convoy serve -m MODEL [--host ADDR] [--port N] [-np|--parallel|--slots N]\n"
+            "                    [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N] [-s|--seed N] [--queue N]\n"
+            "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
+            "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
+            "                    [--chat-template NAME] [--max-body BYTES]\n"
+            "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
+            "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
             "                     [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]]\n"
-            "  --host 127.0.0.1, --port 8080 (0: any free port, printed); --slots 4 requests run at once,\n"
-            "  --queue 64 more may wait (then 503); --ctx: tokens per slot (default: the model's, at most 4096);\n"
-            "  --batch 512: tokens per engine step (decode tokens first, then prompt chunks);\n"
-            "  --alias: the model name clients use (default: the file name without .gguf);\n"
+            "  --host 127.0.0.1, --port 8080 (0: any free port, printed); -np/--parallel/--slots 4 requests run at\n"
+            "  once (--slots is this count, not llama-server's /slots switch), --queue 64 more may wait (then 503);\n"
+            "  -c/--ctx-size N: the context of all slots together, each gets N / slots tokens (as llama-server);\n"
+            "  --ctx N: tokens per slot (default: the model's, at most 4096); -b/--batch-size 512: tokens per engine\n"
+            "  step (decode tokens first, then prompt chunks); -s/--seed: the seed of requests that give none\n"
+            "  (default: a fresh one each); -ngl/--n-gpu-layers is accepted and ignored: this build has no GPU;\n"
+            "  -a/--alias: the model's name (default: the file name without .gguf); any name a request gives is\n"
+            "  served as this one, unless --strict-model (then another name is a 404, as OpenAI answers);\n"
+            "  --api-key / --api-key-file (one key per line, mode 0600): requests need 'Authorization: Bearer KEY'\n"
+            "  (all but /health); --cors: the web origins (https://host:port,...) whose pages may use the server,\n"
+            "  '*' any, 'none' no page (default: '*' when listening on loopback, else none);\n"
+            "  --client-slots N: the most slots one client address runs at once (default: all but one, so that\n"
+            "  another client always finds one); --client-connections 128: connections per client address\n"
+            "  (behind a reverse proxy every request is the proxy's: raise both);\n"
             "  --chat-template NAME: llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3\n"
             "  (default: recognized from the model's tokenizer.chat_template; ChatML when it has none);\n"
-            "  --max-body: largest request body (default 1MiB);\n"
+            "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too;\n"
             "  --nodes: a pipeline of `convoy stage` nodes; a first node \"local\" makes this machine the\n"
             "  first stage (--nodes local,HOST:PORT: two machines, two stages); a node silent for\n"
             "  --peer-timeout (default 5000 ms; a working node pulses) or gone is replaced by a --standby\n"
@@ -51,7 +74,10 @@ static void usage(FILE *f)
 
 typedef struct serve_opts {
     const char *model_path, *host, *alias, *chat_template;
-    int32_t queue, port;
+    const char *api_key, *api_key_file, *cors, *seed, *gpu_layers;
+    int32_t queue, port, ctx_size, client_slots, client_connections;
+    bool ctx_size_given, client_slots_given, strict_model, verbose;
+    int64_t seed_value; /* -1: a fresh seed per request */
     uint64_t max_body;
     convoy_ctx_params cp;
     arg_spec spec;
@@ -59,6 +85,7 @@ typedef struct serve_opts {
 
 /* What the server holds from the model load to the end. */
 typedef struct serve_state {
+    sv_access access;
     convoy_model *model;
     convoy_ctx *ctx;
     convoy_spec *spec; /* NULL without --draft */
@@ -66,28 +93,39 @@ typedef struct serve_state {
     sv_chat chat;
 } serve_state;
 
-static int parse_options(serve_opts *o, int argc, char **argv)
+/* -s/--seed: a seed, or -1 (llama-server's "random"). */
+static int parse_seed(serve_opts *o)
 {
-    *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20,
-                      .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
-    o->cp.n_slot = 4;
-    const arg_opt opts[] = {
-        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
-        {"host", 0, ARG_STR, .dst = &o->host},
-        {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
-        {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096},
-        {"queue", 0, ARG_INT, .dst = &o->queue, .lo = 0, .hi = 1 << 20},
-        {"alias", 0, ARG_STR, .dst = &o->alias},
-        {"chat-template", 0, ARG_STR, .dst = &o->chat_template},
-        {"max-body", 0, ARG_BYTES, .dst = &o->max_body},
-        {0},
-    };
-    const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
-    const int status = arg_parse(&cmd, argc, argv);
-    if (status != ARG_GO)
-        return status;
+    o->seed_value = -1;
+    if (!o->seed || !strcmp(o->seed, "-1"))
+        return 0;
+    char *end;
+    errno = 0;
+    const long long v = strtoll(o->seed, &end, 10);
+    if (errno || end == o->seed || *end || v < 0) {
+        fprintf(stderr, "convoy serve: -s/--seed expects a non-negative integer or -1, got '%s'\n", o->seed);
+        return -1;
+    }
+    o->seed_value = v;
+    return 0;
+}
+
+/* The checks that need several options: sizes, -c against --ctx and the
+ * slots, the batch against the slots, the seed. */
+static int check_options(serve_opts *o)
+{
     if (o->max_body < 1024 || o->max_body > (1u << 30)) {
         fprintf(stderr, "convoy serve: --max-body must be between 1KiB and 1GiB\n");
+        return 2;
+    }
+    if (o->ctx_size_given && o->cp.n_ctx) {
+        fprintf(stderr, "convoy serve: give -c/--ctx-size (all slots together, as llama-server) or --ctx (per "
+                        "slot), not both\n");
+        return 2;
+    }
+    if (o->ctx_size_given && o->ctx_size > 0 && (o->cp.n_ctx = o->ctx_size / o->cp.n_slot) < 2) {
+        fprintf(stderr, "convoy serve: -c/--ctx-size %d gives each of the %d slots %d tokens: too few\n",
+                o->ctx_size, o->cp.n_slot, o->cp.n_ctx);
         return 2;
     }
     if (o->cp.n_batch < o->cp.n_slot) {
@@ -95,7 +133,43 @@ static int parse_options(serve_opts *o, int argc, char **argv)
                         "goes into one batch\n", o->cp.n_batch, o->cp.n_slot);
         return 2;
     }
-    return ARG_GO;
+    if (!o->client_slots_given)
+        o->client_slots = o->cp.n_slot > 1 ? o->cp.n_slot - 1 : 1;
+    return parse_seed(o) ? 2 : ARG_GO;
+}
+
+static int parse_options(serve_opts *o, int argc, char **argv)
+{
+    *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20,
+                      .client_connections = 128, .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
+    o->cp.n_slot = 4;
+    const arg_opt opts[] = {
+        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
+        {"host", 0, ARG_STR, .dst = &o->host},
+        {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
+        {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096},
+        {"parallel", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096, .word = "np"},
+        {"ctx-size", 'c', ARG_INT, .dst = &o->ctx_size, .lo = 0, .hi = 1 << 30, .given = &o->ctx_size_given},
+        {"batch-size", 'b', ARG_INT, .dst = &o->cp.n_batch, .lo = 1, .hi = 1 << 16},
+        {"seed", 's', ARG_STR, .dst = &o->seed},
+        {"queue", 0, ARG_INT, .dst = &o->queue, .lo = 0, .hi = 1 << 20},
+        {"alias", 'a', ARG_STR, .dst = &o->alias},
+        {"strict-model", 0, ARG_FLAG, .dst = &o->strict_model},
+        {"chat-template", 0, ARG_STR, .dst = &o->chat_template},
+        {"max-body", 0, ARG_BYTES, .dst = &o->max_body},
+        {"api-key", 0, ARG_STR, .dst = &o->api_key},
+        {"api-key-file", 0, ARG_STR, .dst = &o->api_key_file},
+        {"cors", 0, ARG_STR, .dst = &o->cors},
+        {"client-slots", 0, ARG_INT, .dst = &o->client_slots, .lo = 1, .hi = 4096, .given = &o->client_slots_given},
+        {"client-connections", 0, ARG_INT, .dst = &o->client_connections, .lo = 1, .hi = 1 << 16},
+        {"n-gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers, .word = "ngl"},
+        {"gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers},
+        {"verbose", 'v', ARG_FLAG, .dst = &o->verbose},
+        {0},
+    };
+    const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
+    const int status = arg_parse(&cmd, argc, argv);
+    return status != ARG_GO ? status : check_options(o);
 }
 
 /* Blocks SIGINT and SIGTERM (for sigwait) in this thread and so in every
@@ -114,35 +188,59 @@ static void block_signals(sigset_t *stop_signals)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* The keys and the CORS policy ('*' on loopback unless --cors says), with
+ * a warning for a server that others reach without a key. */
+static int open_access(const serve_opts *o, serve_state *s)
+{
+    char err[CV_ERRLEN];
+    const bool loopback = sv_is_loopback_host(o->host);
+    const char *cors = o->cors ? o->cors : loopback ? "*" : "none";
+    if (sv_access_init(&s->access, o->api_key, o->api_key_file, cors, err, sizeof err)) {
+        sv_log(SV_LOG_ERROR, "%s", err);
+        return 2;
+    }
+    if (!loopback && !sv_access_has_keys(&s->access))
+        sv_log(SV_LOG_WARN, "listening on %s without an API key: anyone who reaches this port may use the server "
+                            "(--api-key KEY or --api-key-file FILE)", o->host);
+    if (o->gpu_layers)
+        sv_log(SV_LOG_WARN, "-ngl/--n-gpu-layers %s: this build has no GPU; every layer runs on the CPU",
+               o->gpu_layers);
+    return 0;
+}
+
 /* Loads the model, recognizes its chat template, creates the context (the
- * slots get the model's context, at most 4096, unless --ctx says) and the
- * scheduler. Returns 0, or the exit status: 2 for an unknown template. */
+ * slots get the model's context, at most 4096, unless -c or --ctx says) and
+ * the scheduler. Returns 0, or the exit status: 2 for an unknown template. */
 static int open_engine(serve_opts *o, serve_state *s)
 {
     char err[512];
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err))) {
-        fprintf(stderr, "convoy: %s\n", err);
+        sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
     if (sv_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
-        fprintf(stderr, "convoy serve: %s\n", err);
+        sv_log(SV_LOG_ERROR, "%s", err);
         return 2;
     }
     convoy_model_info info;
     convoy_model_get_info(s->model, &info);
+    sv_log(SV_LOG_INFO, "model %s: %s, %d layers, %d tokens of vocabulary, %s", o->model_path, info.arch,
+           info.n_layer, info.n_vocab, o->cp.nodes ? "on a pipeline (its plan follows)" : "every layer here");
     if (o->cp.n_ctx == 0)
         o->cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+    o->cp.log = sv_log_engine;
     if (!(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
-        fprintf(stderr, "convoy: %s\n", err);
+        sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
     if (arg_spec_open(&o->spec, "serve", s->ctx, s->model, o->cp.n_threads, &s->spec))
         return 1;
     s->sched = sv_sched_create(s->ctx, s->model, o->cp.n_slot, o->queue, err, sizeof err);
     if (!s->sched || sv_sched_set_spec(s->sched, s->spec, err, sizeof err)) {
-        fprintf(stderr, "convoy: %s\n", err);
+        sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
+    sv_sched_set_client_slots(s->sched, o->client_slots);
     return 0;
 }
 
@@ -157,30 +255,42 @@ static void model_id_of(const char *path, char *out, size_t n)
         out[len - 5] = 0;
 }
 
+static void log_listening(const serve_opts *o, const serve_state *s, const oai_server *srv, int port)
+{
+    sv_log(SV_LOG_INFO, "listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d tokens, at most "
+                        "%d per client, batch %d, %d threads%s%s%s%s)",
+           o->host, port, srv->model_id, sv_chat_name(&s->chat), o->cp.n_slot, srv->n_ctx, o->client_slots,
+           convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
+           s->spec ? convoy_spec_drafter(s->spec) : "", o->cp.nodes ? ", nodes " : "", o->cp.nodes ? o->cp.nodes : "");
+    sv_log(SV_LOG_INFO, "API key %s; web pages: %s; requests without a seed: %s",
+           sv_access_has_keys(&s->access) ? "required (all but /health)" : "not required",
+           s->access.any_origin ? "from any origin" : s->access.n_origins ? "from the --cors origins" : "none",
+           o->seed_value >= 0 ? "the -s seed" : "a fresh seed each");
+}
+
 /* Serves HTTP until one of stop_signals comes. */
 static int serve_until_signal(const serve_opts *o, const serve_state *s, const sigset_t *stop_signals)
 {
     char err[512], id[256];
     model_id_of(o->model_path, id, sizeof id);
-    const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body};
+    const sv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
+                            .seed = o->seed_value};
+    const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
+                             .client_connections = o->client_connections, .access = &s->access, .props = &props};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
-                            .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat};
+                            .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model};
     sv_http *http;
     if (sv_http_start(&http, &ho, s->sched, &srv, err, sizeof err)) {
-        fprintf(stderr, "convoy: %s\n", err);
+        sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
-    fprintf(stderr, "convoy serve: listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d "
-                    "tokens, batch %d, %d threads%s%s%s%s)\n",
-            ho.host, sv_http_port(http), srv.model_id, sv_chat_name(&s->chat), o->cp.n_slot, srv.n_ctx,
-            convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
-            s->spec ? convoy_spec_drafter(s->spec) : "", o->cp.nodes ? ", nodes " : "",
-            o->cp.nodes ? o->cp.nodes : "");
-    fflush(stderr);
+    log_listening(o, s, &srv, sv_http_port(http));
     int sig = 0;
     sigwait(stop_signals, &sig);
-    fprintf(stderr, "convoy serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    sv_log(SV_LOG_INFO, "%s: draining (no new connections; running requests end with an error)",
+           sig == SIGINT ? "SIGINT" : "SIGTERM");
     sv_http_stop(http);
+    sv_log(SV_LOG_INFO, "stopped");
     return 0;
 }
 
@@ -190,6 +300,7 @@ static void close_engine(serve_state *s)
     convoy_spec_free(s->spec);
     convoy_ctx_free(s->ctx);
     convoy_model_free(s->model);
+    sv_access_free(&s->access);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -198,10 +309,13 @@ int cmd_serve(int argc, char **argv)
     const int status = parse_options(&o, argc, argv);
     if (status != ARG_GO)
         return status;
+    sv_log_set_verbose(o.verbose);
     sigset_t stop_signals;
     block_signals(&stop_signals);
     serve_state s = {0};
-    int rc = open_engine(&o, &s);
+    int rc = open_access(&o, &s);
+    if (rc == 0)
+        rc = open_engine(&o, &s);
     if (rc == 0)
         rc = serve_until_signal(&o, &s, &stop_signals);
     close_engine(&s);

@@ -17,5 +17,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
+int cmd_render_template(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "commands.h"
 
 static const struct {
@@ -10,7 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS] [--nodes HOST:PORT,...]"},
-    {"serve", cmd_serve, "serve -m MODEL [--port N] [--slots N] [--ctx N] [--nodes HOST:PORT,...]: OpenAI API"},
+    {"serve", cmd_serve, "serve -m MODEL [--port N] [-np N] [-c N] [--api-key KEY] [--nodes HOST:PORT,...]: OpenAI API"},
     {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL|SHARD [--mem BYTES]: a pipeline node"},
     {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT: print the token ids"},
@@ -20,6 +21,8 @@ static const struct {
     {"pack", cmd_pack, "pack IN.gguf OUT: every tensor losslessly coded (rANS); unpack gives IN back"},
     {"unpack", cmd_unpack, "unpack IN OUT.gguf: the GGUF a pack file holds, byte for byte"},
     {"split", cmd_split, "split MODEL --stages N|--split A,B,... -o DIR: per-stage shard files for `convoy stage`"},
+    {"render-template", cmd_render_template,
+     "render-template --template FILE --request REQ.json: the prompt a chat template makes of a request"},
     {"synth", cmd_synth, "synth --shape NAME|--dims ... --type T -o OUT: deterministic random model"},
 };
 
@@ -38,6 +41,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("%s\n", arg_version());
         return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

@@ -107,8 +107,8 @@ start_stage() {
 # start_head LOG NODES STANDBY: `convoy serve` in host 0, back once /health answers.
 start_head() {
     local log="$1" nodes="$2" standby="$3"
-    bash "$cluster" run 0 "$convoy" serve -m "$MODEL" --port "$port" --slots "$CONCURRENCY" --ctx 512 "${security[@]}" \
-        --nodes "$nodes" --standby "$standby" --peer-timeout "$PEER_TIMEOUT_MS" 2>"$log" &
+    bash "$cluster" run 0 "$convoy" serve -m "$MODEL" --port "$port" --slots "$CONCURRENCY" --client-slots "$CONCURRENCY" --ctx 512 \
+        "${security[@]}" --nodes "$nodes" --standby "$standby" --peer-timeout "$PEER_TIMEOUT_MS" 2>"$log" &
     head_pid=$!
     for _ in $(seq 300); do
         on 0 curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0

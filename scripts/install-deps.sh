@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# install-deps.sh: installs what convoy's build, tests and scripts need and
-# this machine lacks, with apt-get (Debian 12 package names). Idempotent:
-# prints nothing and changes nothing when everything is present. Runs as
-# root, or through sudo when it exists.
+# install-deps.sh: installs what convoy needs and this machine lacks, with
+# apt-get (Debian 12 package names). Idempotent: prints nothing and changes
+# nothing when everything is present. Runs as root, or through sudo when it
+# exists.
+#
+#   install-deps.sh run     what building and running convoy needs (the first three lines below)
+#   install-deps.sh         that, and what the tests, benchmarks and scripts need (all of them)
 #
 #   build-essential cmake pkg-config      C toolchain and build
-#   clang libclang-rt-dev                 clang and its libFuzzer/sanitizer runtimes
 #   libjansson-dev libsodium-dev libmicrohttpd-dev   JSON, link crypto, HTTP
+#   util-linux                            taskset: run.sh pins each stage to a core
+#   clang libclang-rt-dev                 clang and its libFuzzer/sanitizer runtimes
 #   nodejs npm                            HTTP API client tests
-#   iproute2 nftables util-linux          test hosts (ip netns, tc, loss rules, taskset)
+#   iproute2 nftables                     test hosts (ip netns, tc, loss rules)
 #   iputils-ping                          test hosts (reachability checks)
 #   python3 python3-jinja2                tools, reference checks, chat templates rendered by Jinja2
 #   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user   NEON kernels built and run as arm64
 #   libzstd-dev                           zstd -19, bench_rans's yardstick for convoy's own coder (bench only)
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libsodium-dev
-          libmicrohttpd-dev nodejs npm iproute2 nftables util-linux iputils-ping python3 python3-jinja2
-          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libzstd-dev)
+packages=(build-essential cmake pkg-config libjansson-dev libsodium-dev libmicrohttpd-dev util-linux)
+if [[ "${1:-}" != run ]]; then
+    packages+=(clang libclang-rt-dev nodejs npm iproute2 nftables iputils-ping python3 python3-jinja2
+               gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libzstd-dev)
+fi
 
 # Packages that also count as present when their command is on PATH: node
 # from NodeSource ships npm inside its nodejs package (and conflicts with

@@ -59,7 +59,7 @@ addr() { echo "127.0.0.1:${port_of[$1]}"; }
 
 port="$(free_port)"
 base="http://127.0.0.1:$port/v1"
-"$convoy" serve -m "$model" --port "$port" --slots 4 --ctx 512 --peer-timeout 2000 \
+"$convoy" serve -m "$model" --port "$port" --slots 4 --client-slots 4 --ctx 512 --peer-timeout 2000 \
     --nodes "$(addr A),$(addr B),$(addr C)" --standby "$(addr S)" --key "$key" 2>"$tmp/serve.log" &
 server_pid=$!
 for _ in $(seq 300); do

@@ -9,7 +9,8 @@
 #    32-token batch so prompts go through in chunks, ChatML) and runs the
 #    whole suite: streamed and non-streamed completions and chat
 #    completions, stop strings, seeds, penalties, logprobs, bad requests
-#    (4xx OpenAI errors), 8 requests bit-identical alone and concurrently
+#    (4xx OpenAI errors; another model name is served as this one), 8
+#    requests bit-identical alone and concurrently
 #    in random orders, a full queue (503), a client disconnect that frees
 #    its slot, /health and /metrics;
 # 2. serves the same model over a pipeline of 2 `convoy stage` nodes on
@@ -19,8 +20,9 @@
 #    kills the other: a request gets a 500 error, /health a 503, and the
 #    server stays up;
 # 3. serves it over a pipeline of this machine and one `convoy stage`
-#    (--nodes local,HOST:PORT) and checks that completions and chat
-#    completions with logprobs (greedy and seeded temperature > 0,
+#    (--nodes local,HOST:PORT), checks that the log shows the plan and
+#    that completions and chat completions with logprobs (greedy and
+#    seeded temperature > 0,
 #    streamed or not, alone and concurrently) give step 1's texts and
 #    logprobs / top_logprobs bit for bit: jansson prints reals with 17
 #    significant digits, so equal text is equal bits;
@@ -190,7 +192,8 @@ EOF
 }
 
 # 1. one machine
-if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --chat-template chatml; then
+# (--client-slots 4: the suite is one client, which may use every slot here)
+if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --chat-template chatml --client-slots 4; then
     if run_node "$base" local "$tmp/alone.json"; then
         pass "local suite"
     else
@@ -266,6 +269,9 @@ if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     start_stage "$p" "$tmp/stage-lp.log"
     if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
         --nodes "local,127.0.0.1:$p" --split 2,3 --peer-timeout 5000; then
+        grep -q "INFO  plan: layers \[0, 2) here, \[2, 5) on 127.0.0.1:$p$" "$tmp/serve-lp.log" &&
+            pass "the head logs the plan: $(grep -o 'plan: .*' "$tmp/serve-lp.log")" ||
+            fail "no plan in the server log: $(head -3 "$tmp/serve-lp.log")"
         for how in alone concurrent; do
             fetch_logprobs "$tmp/lp-chain-$how" "$how"
             if out="$(same_logprobs "$tmp/lp-local" "$tmp/lp-chain-$how")"; then

@@ -1,7 +1,9 @@
 /* test_serve_oai.c: OpenAI request parsing (serve/oai.h) on stories260K's
  * tokenizer: parameters land in the sampler and request fields with
  * convoy's defaults where absent; a chat renders as ChatML and stops at
- * <|im_end|>; each kind of bad body gets its status, parameter and code;
+ * <|im_end|>; each kind of bad body gets its status, parameter and code
+ * (with strict_model an unknown or missing model too; without it any name
+ * is served as the server's);
  * every truncation and many byte corruptions of valid bodies are parsed
  * without a crash or leak (run under the sanitizer build) and either
  * succeed or fail with a 4xx; response shapes are valid JSON. */
@@ -127,6 +129,7 @@ static void test_errors(void)
          "\"response_format\":{\"type\":\"json_object\"}}",
          400, "response_format", NULL},
     };
+    srv.strict_model = true; /* the model's cases: as OpenAI answers */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         oai_request r;
         oai_error e;
@@ -141,6 +144,7 @@ static void test_errors(void)
         json_decref(j);
         free(json);
     }
+    srv.strict_model = false;
     /* a prompt longer than the context */
     char *big = malloc(20000);
     strcpy(big, "{\"model\":\"stories260K\",\"prompt\":\"");
@@ -152,6 +156,31 @@ static void test_errors(void)
     CHECK(parse(OAI_COMPLETIONS, big, &r, &e) == -1 && e.status == 400 && e.code &&
           !strcmp(e.code, "context_length_exceeded"));
     free(big);
+}
+
+/* Without strict_model any name, or none, is served (as llama-server
+ * does) and answered as the server's; a name that is not a string is
+ * still refused. */
+static void test_any_model(void)
+{
+    static const char *const bodies[] = {
+        "{\"model\":\"gpt-3.5-turbo\",\"prompt\":\"a\"}",
+        "{\"prompt\":\"a\"}",
+        "{\"model\":null,\"prompt\":\"a\"}",
+        "{\"model\":\"\",\"prompt\":\"a\"}",
+    };
+    oai_request r;
+    oai_error e;
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        CHECKF(parse(OAI_COMPLETIONS, bodies[i], &r, &e) == 0, "%s: %s", bodies[i], e.message);
+        oai_request_free(&r);
+    }
+    CHECK(parse(OAI_COMPLETIONS, "{\"model\":7,\"prompt\":\"a\"}", &r, &e) == -1 && e.status == 400 &&
+          !strcmp(e.param, "model"));
+    const oai_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
+    char *s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "x", 1, "stop", NULL, &u);
+    CHECK(s && strstr(s, "\"model\":\"stories260K\""));
+    free(s);
 }
 
 static void test_corrupted_bodies(void)
@@ -238,6 +267,7 @@ int main(void)
     srv = (oai_server){.model = model, .model_id = "stories260K", .n_ctx = 512, .chat = &chat};
     TEST_RUN(test_parameters);
     TEST_RUN(test_errors);
+    TEST_RUN(test_any_model);
     TEST_RUN(test_corrupted_bodies);
     TEST_RUN(test_responses);
     convoy_model_free(model);

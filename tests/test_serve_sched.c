@@ -3,6 +3,9 @@
  * read in chunks) are the same alone and with up to 7 others in any order,
  * with few or many slots and a small or large batch; cancelling a running
  * or queued request frees its slot or queue place; a full queue refuses;
+ * clients: a client runs at most its share of the slots, the next free
+ * slot goes to the client running the fewest, the queue's bound counts the
+ * slots a client may still take, and sharing changes no request's tokens;
  * max_tokens ends with "length"; logprobs are a distribution's, with the greedy
  * choice on top, and the engine's (convoy_logprobs) bit for bit; stopping
  * fails what is left. Speculation (prompt lookup, or
@@ -140,6 +143,11 @@ static void test_batched_equals_alone(void)
             convoy_ctx_free(c);
             continue;
         }
+        if (k % 2) { /* three clients sharing the slots, two at most each */
+            for (int i = 0; i < N_REQ; i++)
+                together[i].p.client = (uint64_t)(i % 3);
+            sv_sched_set_client_slots(s, 2);
+        }
         sv_request *reqs[N_REQ];
         for (int i = 0; i < N_REQ; i++)
             CHECK(sv_sched_submit(s, &together[order[i]].p, &reqs[order[i]], err, sizeof err) == SV_SUBMIT_OK);
@@ -223,6 +231,78 @@ static void test_cancel_and_queue(void)
     CHECK(sv_sched_submit(s, &jobs[0].p, &d, err, sizeof err) == SV_SUBMIT_ERROR);
     sv_request_release(a);
     sv_request_release(b);
+    sv_sched_free(s);
+    convoy_ctx_free(c);
+}
+
+/* Client A's long requests (2000 tokens: none ends while this runs) and
+ * client B's: returns whether B got a token while A's queued ones, ra[from,
+ * to), still wait and every slot runs, then releases them all. */
+static bool b_runs_before_queued_a(sv_sched *s, sv_request **ra, int from, int to, sv_request *rb)
+{
+    sv_finish f;
+    bool ok = sv_request_wait(rb, 0, 10000, &f) > 0;
+    for (int i = from; i < to; i++)
+        ok &= sv_request_wait(ra[i], 0, 0, &f) == 0 && f == SV_RUNNING;
+    sv_sched_stats st;
+    sv_sched_get_stats(s, &st);
+    ok &= st.active == 4;
+    sv_request_release(rb);
+    for (int i = 0; i < to; i++)
+        sv_request_release(ra[i]);
+    return ok;
+}
+
+/* Two clients on 4 slots and a queue of 3. With a share of 3, A runs 3
+ * and queues 3, its next submit is refused, and B still finds a slot at
+ * once. With every slot A's share, B waits in line behind A's older queued
+ * requests, but takes the next free slot before them. */
+static void test_clients(void)
+{
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = 2048;
+    cp.n_slot = 4;
+    cp.n_batch = 64;
+    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
+    sv_sched *s = c ? sv_sched_create(c, model, 4, 3, err, sizeof err) : NULL;
+    CHECKF(s, "%s", err);
+    if (!s) {
+        convoy_ctx_free(c);
+        return;
+    }
+    static job jobs[N_REQ];
+    make_jobs(jobs);
+    job a = jobs[0], b = jobs[1];
+    a.p.prompt = a.prompt;
+    b.p.prompt = b.prompt;
+    a.p.max_tokens = 2000;
+    a.p.ignore_eos = true;
+    b.p.client = 1;
+    sv_request *ra[6], *rb, *extra;
+    sv_finish f;
+    sv_sched_set_client_slots(s, 3);
+    for (int i = 0; i < 6; i++)
+        CHECK(sv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == SV_SUBMIT_OK);
+    CHECK(sv_request_wait(ra[2], 0, 10000, &f) > 0); /* A runs its share */
+    CHECK(sv_sched_submit(s, &a.p, &extra, err, sizeof err) == SV_SUBMIT_FULL && extra == NULL);
+    CHECK(strstr(err, "the most one client may run"));
+    CHECK(sv_sched_submit(s, &b.p, &rb, err, sizeof err) == SV_SUBMIT_OK);
+    CHECKF(b_runs_before_queued_a(s, ra, 3, 6, rb), "share 3: B did not get the free slot at once");
+
+    sv_sched_stats st = {.active = 1};
+    for (int k = 0; k < 10000 && (st.active || st.queued); k++) { /* the released requests end */
+        usleep(1000);
+        sv_sched_get_stats(s, &st);
+    }
+    sv_sched_set_client_slots(s, 4);
+    for (int i = 0; i < 6; i++)
+        CHECK(sv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == SV_SUBMIT_OK);
+    CHECK(sv_request_wait(ra[3], 0, 10000, &f) > 0); /* every slot runs A */
+    CHECK(sv_sched_submit(s, &b.p, &rb, err, sizeof err) == SV_SUBMIT_OK);
+    sv_request_release(ra[0]);
+    ra[0] = NULL;
+    CHECKF(b_runs_before_queued_a(s, ra, 4, 6, rb), "share 4: B was not next");
     sv_sched_free(s);
     convoy_ctx_free(c);
 }
@@ -480,6 +560,7 @@ int main(void)
         return test_summary();
     TEST_RUN(test_batched_equals_alone);
     TEST_RUN(test_cancel_and_queue);
+    TEST_RUN(test_clients);
     TEST_RUN(test_finish_and_logprobs);
     TEST_RUN(test_speculation_equals_plain);
     TEST_RUN(test_speculation_max_tokens);

@@ -111,6 +111,13 @@ check "info: 48 tensors, norms F32, ffn_down F16, others Q8_0" test \
     "$(tensor_table "$TMP/tiny-a.gguf" | awk '{ k = $1; sub(/^blk\.[0-9]+\./, "", k); print k, $2 }' | sort -u | tr '\n' ',')" = \
     "attn_k.weight Q8_0,attn_norm.weight F32,attn_output.weight Q8_0,attn_q.weight Q8_0,attn_v.weight Q8_0,ffn_down.weight F16,ffn_gate.weight Q8_0,ffn_norm.weight F32,ffn_up.weight Q8_0,output.weight Q8_0,output_norm.weight F32,token_embd.weight Q8_0,"
 
+# a model's name is its author's: control bytes are printed escaped
+"$CONVOY" synth --shape tiny --type Q8_0 --name "$(printf 'evil\033]0;owned\007\nfile_type: 99')" \
+    -o "$TMP/evil.gguf" > /dev/null
+check "info: a name's control bytes are escaped, on its one line" \
+    test "$("$CONVOY" info "$TMP/evil.gguf" | grep -c -e $'\033' -e '^file_type: 99')$("$CONVOY" info "$TMP/evil.gguf" |
+        sed -n 's/^name: //p')" = '0evil\x1B]0;owned\x07\x0Afile_type: 99'
+
 if need_shared models/stories260K.gguf; then
     S=$SHARED/models/stories260K.gguf
     "$CONVOY" info "$S" > "$TMP/info-s.txt"

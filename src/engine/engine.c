@@ -289,6 +289,9 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
         cv_chain_close(c->chain);
         return -1;
     }
+    char plan[512];
+    cv_chain_describe(c->chain, plan, sizeof plan);
+    engine_log(c, "plan: %s", plan);
     return 0;
 }
 

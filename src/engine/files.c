@@ -12,6 +12,7 @@
 #include "codec/pack.h"
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/utf8.h"
 #include "core/fmap.h"
 #include "kernels/kernels.h"
 #include "model/fingerprint.h"
@@ -38,9 +39,13 @@ static const char *ftype_name(uint32_t ftype)
 }
 
 /* Length of a file string as printed: long ones are cut. */
-static int shown(gguf_str s)
+/* A GGUF's strings are its author's: printed escaped (core/utf8.h), so
+ * that a model's name cannot steer the terminal, and at most 200 bytes. */
+#define SHOWN_MAX 200
+#define SHOWN_BUF (4 * SHOWN_MAX + 1)
+static const char *shown(const char *ptr, uint64_t len, char buf[SHOWN_BUF])
 {
-    return s.len < 200 ? (int)s.len : 200;
+    return cv_escape(buf, SHOWN_BUF, ptr, len < SHOWN_MAX ? (size_t)len : SHOWN_MAX);
 }
 
 static int64_t count_params(const gguf_file *f)
@@ -110,12 +115,12 @@ static void print_rope_norm(FILE *out, const gguf_file *f, const char *arch)
 
 static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
 {
-    char key[160];
+    char key[160], buf[SHOWN_BUF];
     gguf_str s;
     uint32_t u;
-    fprintf(out, "architecture: %s\n", arch);
+    fprintf(out, "architecture: %s\n", shown(arch, strlen(arch), buf));
     if (!gguf_get_str(f, "general.name", &s, NULL, 0))
-        fprintf(out, "name: %.*s\n", shown(s), s.ptr);
+        fprintf(out, "name: %s\n", shown(s.ptr, s.len, buf));
     if (!gguf_get_u32(f, "general.file_type", &u, NULL, 0))
         fprintf(out, "file_type: %" PRIu32 " (%s)\n", u, ftype_name(u));
     else
@@ -146,7 +151,8 @@ static void print_tokenizer(FILE *out, const gguf_file *f)
     }
     const char *kind = gguf_str_eq(model, "llama") ? " (SentencePiece)"
                        : gguf_str_eq(model, "gpt2") ? " (byte-level BPE)" : "";
-    fprintf(out, "tokenizer: %.*s%s, %" PRIu64 " tokens", shown(model), model.ptr, kind, tokens->arr_n);
+    char buf[SHOWN_BUF];
+    fprintf(out, "tokenizer: %s%s, %" PRIu64 " tokens", shown(model.ptr, model.len, buf), kind, tokens->arr_n);
     static const char *const ids[][2] = {
         {"bos", "tokenizer.ggml.bos_token_id"},
         {"eos", "tokenizer.ggml.eos_token_id"},
@@ -176,10 +182,11 @@ static void print_tensors(FILE *out, const gguf_file *f)
     fprintf(out, "  %4s %-36s %-6s %-24s %14s %12s\n", "#", "name", "type", "shape", "file_offset", "bytes");
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        char shape[128]; /* 4 dims of at most 20 digits */
+        char shape[128], buf[SHOWN_BUF]; /* 4 dims of at most 20 digits */
         format_shape(shape, sizeof(shape), t->n_dims, t->ne);
-        fprintf(out, "  %4" PRIu64 " %-36.*s %-6s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, shown(t->name),
-                t->name.ptr, cv_type_name(t->type), shape, f->data_offset + t->offset, t->size);
+        fprintf(out, "  %4" PRIu64 " %-36s %-6s %-24s %14" PRIu64 " %12" PRIu64 "\n", i,
+                shown(t->name.ptr, t->name.len, buf), cv_type_name(t->type), shape, f->data_offset + t->offset,
+                t->size);
         total += t->size;
     }
     const int64_t n_params = count_params(f);
@@ -208,7 +215,7 @@ int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
     gguf_str arch;
     char arch_buf[64] = "-";
     if (!gguf_get_str(&f, "general.architecture", &arch, NULL, 0))
-        snprintf(arch_buf, sizeof(arch_buf), "%.*s", shown(arch), arch.ptr);
+        snprintf(arch_buf, sizeof(arch_buf), "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
     print_hparams(out, &f, arch_buf);
     print_tokenizer(out, &f);
     print_tensors(out, &f);

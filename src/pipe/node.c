@@ -105,6 +105,7 @@ typedef struct node {
     uint8_t *res_buf;
     size_t res_cap;
     cv_msg_stats stats; /* compute time, steps and rows of this session */
+    int64_t served_ms;  /* when the session began serving (0: it did not) */
     uint32_t data_cap;  /* receive cap of the link FORWARDs arrive by (cv_plan_forward_cap) */
 
     /* the pulse: see pulse_main */
@@ -145,8 +146,20 @@ static void session_free_buffers(node *n)
     cv_free(n->hashes_asked);
 }
 
+/* What a session did, for the log: its share of the time in compute. */
+static void report_session(const node *n)
+{
+    if (!n->served_ms)
+        return;
+    const double wall = (cv_now_ms() - n->served_ms) / 1e3, compute = n->stats.compute_ns / 1e9;
+    fprintf(stderr, "convoy stage: layers [%u, %u): %llu steps, %llu tokens, %.3f s of compute in %.3f s (%.0f%%)\n",
+            n->hello.l0, n->hello.l1, (unsigned long long)n->stats.steps, (unsigned long long)n->stats.tokens,
+            compute, wall, wall > 0 ? 100.0 * compute / wall : 0.0);
+}
+
 static void session_end(node *n)
 {
+    report_session(n);
     if (n->next) {
         char err[CV_ERRLEN];
         cv_link_send(n->next, CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
@@ -820,6 +833,7 @@ static int handshake(node *n, char *err, size_t errlen)
         if ((n->hello.features & CV_FEAT_FROM_PREV) && accept_prev(n, err, errlen))
             return -1;
         limit_links(n);
+        n->served_ms = cv_now_ms();
         return 0;
     }
 }

@@ -1,22 +1,35 @@
 /* http.c: the HTTP routes of `convoy serve` on libmicrohttpd (see http.h).
  *
  * Design: the daemon runs one thread per connection, so a connection's
- * thread may block while its request is generated. A body is gathered in
- * the connection's context up to the cap; a body that grows past it is
- * dropped as it arrives and refused (413) when it ends, or at once when the
- * client declared its size and waits for "100 Continue", and the
- * connection is closed once a body passes 16 times the cap. A generation (struct gen) owns the
- * parsed request, the scheduler's request handle and the text state; it
- * waits on the request in slices of POLL_MS and between them looks at the
- * socket (a hang-up or EOF means the client left: the request is
- * released, which cancels it). Non-streaming answers wait in the access
- * handler and then send one JSON body; streaming answers are a callback
- * response whose reader waits the same way and returns server-sent events,
- * one chunk per batch of new text. The reader never returns 0 bytes (with
- * a thread per connection that would spin). The gen is freed by the
- * response's free callback, or by the handler for non-streaming answers. */
+ * thread may block while its request is generated. The access handler is
+ * called once when a request's headers are in (begin: the route, the
+ * method, the key, the origin and the body's type are judged there and a
+ * refusal is kept in the request's struct conn), then once per piece of
+ * body (take_body: gathered up to the cap, dropped past it or when the
+ * request is refused), then once more (answer). Answers go out in that
+ * last call, never in the first: a response queued before the daemon has
+ * read the whole request makes it close the connection, and a client
+ * still sending its body would see a reset instead of the answer. The
+ * exceptions close on purpose: a declared body far past the cap, or any
+ * refusal when the client waits for "100 Continue", is answered before the
+ * body is read.
+ *
+ * A generation (struct gen) owns the parsed request, the scheduler's
+ * request handle and the text state; it waits on the request in slices of
+ * POLL_MS and between them looks at the socket (a hang-up or EOF means the
+ * client left: the request is released, which cancels it). Non-streaming
+ * answers wait in the handler and then send one JSON body; streaming
+ * answers are a callback response whose reader waits the same way and
+ * returns server-sent events, one chunk per batch of new text. The reader
+ * never returns 0 bytes (with a thread per connection that would spin).
+ * The gen is freed by the response's free callback, or by the handler for
+ * non-streaming answers; h->n_gens counts those not yet freed, for the
+ * drain. The request's struct conn outlives its gen (it is freed when the
+ * request completes), so the gen writes the log's counts into it. */
 #include "serve/http.h"
 
+#include <arpa/inet.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -26,18 +39,38 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/splitmix.h"
+#include "core/utf8.h"
 #include "serve/buf.h"
+#include "serve/log.h"
 #include "serve/text.h"
 
-enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024 };
+enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
 
-enum route { R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_OTHER, N_ROUTES };
-static const char *const route_names[N_ROUTES] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                   "/v1/models/{id}", "/health", "/metrics", "other"};
+enum route {
+    R_COMPLETIONS,
+    R_CHAT,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_MODELS,
+    R_MODEL,
+    R_HEALTH,
+    R_METRICS,
+    R_PROPS,
+    R_OTHER,
+    N_ROUTES
+};
+static const char *const route_names[N_ROUTES] = {
+    "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/models", "/v1/models/{id}",
+    "/health",         "/metrics",             "/props",    "other"};
+
+/* Routes below R_MODELS take POST, the others GET and HEAD. */
+static bool takes_post(enum route rt) { return rt < R_MODELS; }
 
 typedef struct status_count {
     int route, code;
@@ -48,22 +81,44 @@ struct sv_http {
     struct MHD_Daemon *daemon;
     sv_sched *sched;
     const oai_server *srv;
+    const sv_access *access; /* never NULL */
+    sv_access no_access;     /* what access points to without opts->access */
+    sv_props props;
     size_t max_body;
     long long started;
     pthread_mutex_t mu;
+    pthread_cond_t gens_done; /* signalled when n_gens drops */
+    int n_gens;               /* gens not yet freed */
+    bool draining;
     uint64_t next_id;
     status_count counts[64];
     int n_counts;
 };
 
+/* One request, from its headers to its end. */
 typedef struct conn {
+    enum route rt;
+    bool options;           /* an OPTIONS request */
+    const char *origin;     /* an allowed Origin (the daemon's copy), or NULL */
+    oai_error refusal;      /* status != 0: answered with it once the body is in */
+    int retry_after;        /* seconds, for a 503 */
     sv_buf body;
     size_t received;
     bool too_large;
+    /* for the log line */
+    double t0, ttft;        /* headers in; seconds to the first token (< 0: none) */
+    int status;
+    char failure[160];      /* a stream that ended with an error event: its message */
+    int32_t n_prompt, n_gen;
+    uint64_t client_id;
+    char client[64];
+    char method[24];
+    char path[200];
 } conn;
 
 typedef struct gen {
     sv_http *h;
+    conn *cc;
     oai_request req;
     sv_request *r;
     sv_text text;
@@ -106,34 +161,65 @@ static uint64_t fresh(sv_http *h)
     return cv_splitmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n << 40) ^ n);
 }
 
-static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const char *body,
-                                 size_t len)
+static bool draining(sv_http *h)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", type);
+    pthread_mutex_lock(&h->mu);
+    const bool d = h->draining;
+    pthread_mutex_unlock(&h->mu);
+    return d;
+}
+
+/* Queues resp with the headers every answer carries: CORS for an allowed
+ * origin, Allow on 405, Retry-After on 503; notes the status. */
+static enum MHD_Result queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
+{
+    if (cc->origin) {
+        const bool any = h->access->any_origin;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, any ? "*" : cc->origin);
+        if (!any)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+    }
+    if (status == 405 || cc->options)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                takes_post(cc->rt) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    if (status == 503) {
+        char s[16];
+        snprintf(s, sizeof s, "%d", cc->retry_after > 0 ? cc->retry_after : 1);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, s);
+    }
+    if (status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    cc->status = status;
+    count_status(h, cc->rt, status);
     const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
 }
 
-static enum MHD_Result send_json(sv_http *h, struct MHD_Connection *c, enum route rt, int status, char *json)
+static enum MHD_Result send_body(sv_http *h, struct MHD_Connection *c, conn *cc, int status, const char *type,
+                                 const char *body, size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (type)
+        MHD_add_response_header(resp, "Content-Type", type);
+    return queue(h, c, cc, status, resp);
+}
+
+static enum MHD_Result send_json(sv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json)
 {
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                               "\"code\":null}}";
-    if (!json)
-        status = 500;
-    count_status(h, rt, status);
-    const enum MHD_Result rc = json ? send_body(c, status, "application/json", json, strlen(json))
-                                    : send_body(c, 500, "application/json", oom, sizeof oom - 1);
+    const enum MHD_Result rc = json ? send_body(h, c, cc, status, "application/json", json, strlen(json))
+                                    : send_body(h, c, cc, 500, "application/json", oom, sizeof oom - 1);
     free(json);
     return rc;
 }
 
-static enum MHD_Result send_error(sv_http *h, struct MHD_Connection *c, enum route rt, const oai_error *e)
+static enum MHD_Result send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
 {
-    return send_json(h, c, rt, e->status, oai_error_json(e));
+    return send_json(h, c, cc, e->status, oai_error_json(e));
 }
 
 /* True when the peer has closed or reset the connection. */
@@ -151,12 +237,29 @@ static bool peer_gone(int fd)
 static void gen_free(void *cls)
 {
     gen *g = cls;
+    sv_http *h = g->h;
     sv_request_release(g->r);
     sv_text_free(&g->text);
     oai_request_free(&g->req);
     sv_buf_free(&g->out);
     sv_buf_free(&g->sse);
     cv_free(g);
+    pthread_mutex_lock(&h->mu);
+    h->n_gens--;
+    pthread_cond_broadcast(&h->gens_done);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Why a generation ended without its text: 503 while the server shuts down. */
+static void gen_failed(gen *g, sv_finish f)
+{
+    if (draining(g->h)) {
+        g->cc->retry_after = 5;
+        oai_fail(&g->error, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return;
+    }
+    oai_fail(&g->error, 500, "server_error", NULL, NULL, "the generation failed: %s",
+             f == SV_FINISH_ERROR ? sv_request_error(g->r) : "cancelled");
 }
 
 /* Turns the tokens that arrived into text. Returns 1 once the generation
@@ -166,6 +269,8 @@ static int gen_poll(gen *g, int timeout_ms)
     sv_finish f;
     const int32_t n = sv_request_wait(g->r, g->n_seen, timeout_ms, &f);
     const int32_t *toks = sv_request_tokens(g->r);
+    if (n > 0 && g->cc->ttft < 0)
+        g->cc->ttft = cv_now_s() - g->cc->t0;
     while (g->n_seen < n && !g->finish) {
         const int rc = sv_text_push(&g->text, toks[g->n_seen++], &g->out);
         if (rc < 0)
@@ -175,13 +280,13 @@ static int gen_poll(gen *g, int timeout_ms)
             sv_request_cancel(g->r);
         }
     }
+    g->cc->n_gen = g->n_seen;
     if (g->finish)
         return 1;
     if (f == SV_RUNNING)
         return 0;
     if (f == SV_FINISH_ERROR || f == SV_FINISH_CANCELLED) {
-        oai_fail(&g->error, 500, "server_error", NULL, NULL, "the generation failed: %s",
-                 f == SV_FINISH_ERROR ? sv_request_error(g->r) : "cancelled");
+        gen_failed(g, f);
         return 1;
     }
     const int rc = sv_text_finish(&g->text, &g->out);
@@ -223,6 +328,7 @@ static int sse_fill(gen *g, bool over)
     const oai_server *srv = g->h->srv;
     const oai_usage usage = gen_usage(g);
     if (g->error.status) {
+        snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
         if (sse_event(g, oai_error_json(&g->error)))
             return -1;
     } else {
@@ -280,44 +386,64 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
-static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, enum route rt, const conn *cc)
+/* A refused submit as an answer: every refusal is a 503 with Retry-After. */
+static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char *why, oai_error *e)
 {
-    const oai_kind kind = rt == R_CHAT ? OAI_CHAT : OAI_COMPLETIONS;
-    oai_error e = {0};
+    sv_sched_stats st;
+    sv_sched_get_stats(h->sched, &st);
+    cc->retry_after = sr == SV_SUBMIT_DOWN ? (int)ceil(st.retry_in) + 1 : sr == SV_SUBMIT_FULL ? 1 : 5;
+    const char *code = sr == SV_SUBMIT_FULL ? "queue_full" : sr == SV_SUBMIT_DOWN ? "pipeline_down" : NULL;
+    oai_fail(e, 503, "server_error", code, NULL, "%s", why);
+}
+
+/* Parses and submits the request of cc's body into a new gen; NULL with
+ * e filled when refused. */
+static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, oai_error *e)
+{
     gen *g = cv_calloc(1, sizeof *g);
-    if (!g) {
-        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        return send_error(h, c, rt, &e);
-    }
+    if (!g)
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     g->h = h;
-    const uint64_t seed = fresh(h);
-    if (oai_parse_request(h->srv, kind, cc->body.p ? cc->body.p : "", cc->body.n, seed, &g->req, &e)) {
-        cv_free(g);
-        return send_error(h, c, rt, &e);
+    g->cc = cc;
+    pthread_mutex_lock(&h->mu);
+    h->n_gens++;
+    pthread_mutex_unlock(&h->mu);
+    const uint64_t seed = h->props.seed >= 0 ? (uint64_t)h->props.seed : fresh(h);
+    if (oai_parse_request(h->srv, kind, cc->body.p ? cc->body.p : "", cc->body.n, seed, &g->req, e)) {
+        gen_free(g);
+        return NULL;
     }
+    cc->n_prompt = g->req.params.n_prompt;
+    g->req.params.client = cc->client_id;
     if (sv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
         gen_free(g);
-        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        return send_error(h, c, rt, &e);
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     char err[CV_ERRLEN];
     const sv_submit_result sr = sv_sched_submit(h->sched, &g->req.params, &g->r, err, sizeof err);
     if (sr != SV_SUBMIT_OK) {
         gen_free(g);
-        if (sr == SV_SUBMIT_FULL)
-            oai_fail(&e, 503, "server_error", "queue_full", NULL, "%s", err);
-        else if (sr == SV_SUBMIT_DOWN)
-            oai_fail(&e, 503, "server_error", "pipeline_down", NULL, "%s", err);
-        else
-            oai_fail(&e, 503, "server_error", NULL, NULL, "%s", err);
-        return send_error(h, c, rt, &e);
+        submit_refused(h, cc, sr, err, e);
+        return NULL;
     }
     snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)fresh(h));
+    sv_log(SV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
+           g->id, g->req.params.n_prompt, g->req.params.max_tokens,
+           (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
     g->created = (long long)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
+    return g;
+}
 
+static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
+{
+    const oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : OAI_COMPLETIONS;
+    oai_error e = {0};
+    gen *g = gen_start(h, c, cc, kind, &e);
+    if (!g)
+        return send_error(h, c, cc, &e);
     if (g->req.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, g,
                                                                       gen_free);
@@ -327,10 +453,7 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, enum route
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        count_status(h, rt, 200);
-        const enum MHD_Result rc = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        return rc;
+        return queue(h, c, cc, 200, resp);
     }
     while (!gen_poll(g, POLL_MS))
         if (peer_gone(g->fd)) {
@@ -338,7 +461,7 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, enum route
             return MHD_NO;
         }
     if (g->error.status) {
-        const enum MHD_Result rc = send_error(h, c, rt, &g->error);
+        const enum MHD_Result rc = send_error(h, c, cc, &g->error);
         gen_free(g);
         return rc;
     }
@@ -346,7 +469,7 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, enum route
     char *json = oai_response_json(h->srv, kind, g->id, g->created, g->out.p ? g->out.p : "", g->out.n, g->finish,
                                    gen_logprobs(g), &usage);
     gen_free(g);
-    return send_json(h, c, rt, 200, json);
+    return send_json(h, c, cc, 200, json);
 }
 
 static void metric(sv_buf *b, const char *name, const char *type, const char *help, double v)
@@ -356,95 +479,267 @@ static void metric(sv_buf *b, const char *name, const char *type, const char *he
     sv_buf_puts(b, line);
 }
 
-static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c)
+/* /metrics: the answers by route and status, the generations by reason. */
+static void metrics_counts(sv_http *h, const sv_sched_stats *st, sv_buf *b)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
-    sv_buf b = {0};
     char line[256];
-    sv_buf_puts(&b, "# HELP convoy_requests_total HTTP requests answered, by route and status code.\n"
-                    "# TYPE convoy_requests_total counter\n");
-    count_status(h, R_METRICS, 200);
+    sv_buf_puts(b, "# HELP convoy_requests_total HTTP requests answered, by route and status code.\n"
+                   "# TYPE convoy_requests_total counter\n");
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->n_counts; i++) {
         snprintf(line, sizeof line, "convoy_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
                  route_names[h->counts[i].route], h->counts[i].code, (unsigned long long)h->counts[i].n);
-        sv_buf_puts(&b, line);
+        sv_buf_puts(b, line);
     }
     pthread_mutex_unlock(&h->mu);
     static const char *const reasons[] = {"", "stop", "length", "cancelled", "error"};
-    sv_buf_puts(&b, "# HELP convoy_generations_total Generations ended, by reason.\n"
-                    "# TYPE convoy_generations_total counter\n");
+    sv_buf_puts(b, "# HELP convoy_generations_total Generations ended, by reason.\n"
+                   "# TYPE convoy_generations_total counter\n");
     for (int i = 1; i < 5; i++) {
         snprintf(line, sizeof line, "convoy_generations_total{reason=\"%s\"} %llu\n", reasons[i],
-                 (unsigned long long)st.requests_finished[i]);
-        sv_buf_puts(&b, line);
+                 (unsigned long long)st->requests_finished[i]);
+        sv_buf_puts(b, line);
     }
-    metric(&b, "convoy_prompt_tokens_total", "counter", "Prompt tokens run through the model.",
-           (double)st.prompt_tokens);
-    metric(&b, "convoy_generated_tokens_total", "counter", "Tokens sampled.", (double)st.generated_tokens);
-    metric(&b, "convoy_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 seconds.",
-           st.tokens_per_second);
-    metric(&b, "convoy_queue_length", "gauge", "Requests waiting for a slot.", st.queued);
-    metric(&b, "convoy_queue_capacity", "gauge", "Requests that may wait beyond the free slots.", st.queue_cap);
-    metric(&b, "convoy_active_slots", "gauge", "Sequence slots running a request.", st.active);
-    metric(&b, "convoy_slots", "gauge", "Sequence slots.", st.n_slot);
-    metric(&b, "convoy_steps_total", "counter", "Engine steps (batches) run.", (double)st.steps);
-    metric(&b, "convoy_steps_shared_total", "counter", "Engine steps that carried tokens of two or more requests.",
-           (double)st.steps_shared);
-    metric(&b, "convoy_batch_tokens_total", "counter", "Tokens over all batches.", (double)st.batch_tokens);
-    metric(&b, "convoy_step_seconds_total", "counter", "Time spent in engine steps.", st.step_seconds);
-    metric(&b, "convoy_pipeline_down", "gauge", "1 while the pipeline is down and reconnects are tried.", st.down);
-    metric(&b, "convoy_pipeline_reconnects_total", "counter", "Times the pipeline came back after going down.",
-           (double)st.reconnects);
-    metric(&b, "convoy_failovers_total", "counter", "Failed nodes replaced, every sequence replayed.",
-           (double)st.failovers);
-    metric(&b, "convoy_failover_pause_seconds_total", "counter",
-           "Time requests waited for failovers: a new chain planned, sequences replayed.", st.failover_seconds);
-    if (st.speculating) {
-        metric(&b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
-               (double)st.spec_rounds);
-        metric(&b, "convoy_spec_drafted_total", "counter", "Drafts sent for verification.", (double)st.spec_drafted);
-        metric(&b, "convoy_spec_accepted_total", "counter", "Drafts accepted.", (double)st.spec_accepted);
+}
+
+static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
+{
+    metric(b, "convoy_prompt_tokens_total", "counter", "Prompt tokens run through the model.",
+           (double)st->prompt_tokens);
+    metric(b, "convoy_generated_tokens_total", "counter", "Tokens sampled.", (double)st->generated_tokens);
+    metric(b, "convoy_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 seconds.",
+           st->tokens_per_second);
+    metric(b, "convoy_queue_length", "gauge", "Requests waiting for a slot.", st->queued);
+    metric(b, "convoy_queue_capacity", "gauge", "Requests that may wait beyond the free slots.", st->queue_cap);
+    metric(b, "convoy_active_slots", "gauge", "Sequence slots running a request.", st->active);
+    metric(b, "convoy_slots", "gauge", "Sequence slots.", st->n_slot);
+    metric(b, "convoy_steps_total", "counter", "Engine steps (batches) run.", (double)st->steps);
+    metric(b, "convoy_steps_shared_total", "counter", "Engine steps that carried tokens of two or more requests.",
+           (double)st->steps_shared);
+    metric(b, "convoy_batch_tokens_total", "counter", "Tokens over all batches.", (double)st->batch_tokens);
+    metric(b, "convoy_step_seconds_total", "counter", "Time spent in engine steps.", st->step_seconds);
+    metric(b, "convoy_pipeline_down", "gauge", "1 while the pipeline is down and reconnects are tried.", st->down);
+    metric(b, "convoy_pipeline_reconnects_total", "counter", "Times the pipeline came back after going down.",
+           (double)st->reconnects);
+    metric(b, "convoy_failovers_total", "counter", "Failed nodes replaced, every sequence replayed.",
+           (double)st->failovers);
+    metric(b, "convoy_failover_pause_seconds_total", "counter",
+           "Time requests waited for failovers: a new chain planned, sequences replayed.", st->failover_seconds);
+    if (st->speculating) {
+        metric(b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
+               (double)st->spec_rounds);
+        metric(b, "convoy_spec_drafted_total", "counter", "Drafts sent for verification.", (double)st->spec_drafted);
+        metric(b, "convoy_spec_accepted_total", "counter", "Drafts accepted.", (double)st->spec_accepted);
     }
-    sv_buf_puts(&b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
-                    "# TYPE convoy_time_to_first_token_seconds summary\n");
+    char line[256];
+    sv_buf_puts(b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
+                   "# TYPE convoy_time_to_first_token_seconds summary\n");
     snprintf(line, sizeof line,
              "convoy_time_to_first_token_seconds_sum %.9g\nconvoy_time_to_first_token_seconds_count %llu\n",
-             st.ttft_seconds, (unsigned long long)st.ttft_count);
-    sv_buf_puts(&b, line);
-    const enum MHD_Result rc =
-        b.p ? send_body(c, 200, "text/plain; version=0.0.4", b.p, b.n) : send_body(c, 500, "text/plain", "", 0);
+             st->ttft_seconds, (unsigned long long)st->ttft_count);
+    sv_buf_puts(b, line);
+}
+
+static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c, conn *cc)
+{
+    sv_sched_stats st;
+    sv_sched_get_stats(h->sched, &st);
+    sv_buf b = {0};
+    count_status(h, R_METRICS, 200); /* this answer counts itself */
+    metrics_counts(h, &st, &b);
+    metrics_engine(&st, &b);
+    const enum MHD_Result rc = b.p ? send_body(h, c, cc, 200, "text/plain; version=0.0.4", b.p, b.n)
+                                   : send_body(h, c, cc, 500, "text/plain", "", 0);
     sv_buf_free(&b);
     return rc;
 }
 
 /* 200 {"status":"ok"}, or 503 with the engine's error while its last
  * step failed (a pipeline whose node died stays failed). */
-static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c)
+static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
     sv_sched_stats st;
     sv_sched_get_stats(h->sched, &st);
     if (!st.failing)
-        return send_json(h, c, R_HEALTH, 200, oai_health_json(NULL));
-    return send_json(h, c, R_HEALTH, 503, oai_health_json(st.last_error));
+        return send_json(h, c, cc, 200, oai_health_json(NULL));
+    cc->retry_after = (int)ceil(st.retry_in) + 1;
+    return send_json(h, c, cc, 503, oai_health_json(st.last_error));
+}
+
+/* OPTIONS: 204 with Allow; for a browser's preflight the CORS answer. */
+static enum MHD_Result send_options(sv_http *h, struct MHD_Connection *c, conn *cc)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    if (cc->origin) {
+        const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_HEADERS);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
+                                want && strlen(want) < 1024 ? want : "Authorization, Content-Type");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
+    }
+    return queue(h, c, cc, 204, resp);
+}
+
+/* A body answer of extra.h (NULL: e says why). */
+static enum MHD_Result send_extra(sv_http *h, struct MHD_Connection *c, conn *cc, char *json, const oai_error *e)
+{
+    return json ? send_json(h, c, cc, 200, json) : send_error(h, c, cc, e);
+}
+
+/* The last call of a request: its refusal, or its route's answer. */
+static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, const char *url)
+{
+    oai_error e = {0};
+    const char *body = cc->body.p ? cc->body.p : "";
+    if (cc->too_large)
+        oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
+                 "the request body is larger than the limit of %zu bytes", h->max_body);
+    if (cc->refusal.status)
+        return send_error(h, c, cc, &cc->refusal);
+    if (cc->options)
+        return send_options(h, c, cc);
+    switch (cc->rt) {
+    case R_COMPLETIONS:
+    case R_CHAT:
+        return generate(h, c, cc);
+    case R_TOKENIZE:
+        return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
+    case R_DETOKENIZE:
+        return send_extra(h, c, cc, sv_detokenize_json(h->srv, body, cc->body.n, &e), &e);
+    case R_MODELS:
+        return send_json(h, c, cc, 200, oai_models_json(h->srv, h->started));
+    case R_MODEL:
+        if (h->srv->strict_model && strcmp(url + 11, h->srv->model_id)) {
+            oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                     "the model '%.200s' does not exist: this server serves '%.200s'", url + 11, h->srv->model_id);
+            return send_error(h, c, cc, &e);
+        }
+        return send_json(h, c, cc, 200, oai_model_json(h->srv, h->started));
+    case R_HEALTH:
+        return send_health(h, c, cc);
+    case R_METRICS:
+        return send_metrics(h, c, cc);
+    case R_PROPS:
+        return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props));
+    default:
+        return MHD_NO;
+    }
 }
 
 static enum route route_of(const char *url)
 {
-    if (!strcmp(url, "/v1/completions"))
-        return R_COMPLETIONS;
-    if (!strcmp(url, "/v1/chat/completions"))
-        return R_CHAT;
-    if (!strcmp(url, "/v1/models"))
-        return R_MODELS;
-    if (!strncmp(url, "/v1/models/", 11))
-        return R_MODEL;
-    if (!strcmp(url, "/health"))
-        return R_HEALTH;
-    if (!strcmp(url, "/metrics"))
-        return R_METRICS;
-    return R_OTHER;
+    static const struct {
+        const char *path;
+        enum route rt;
+    } exact[] = {{"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT}, {"/tokenize", R_TOKENIZE},
+                 {"/detokenize", R_DETOKENIZE},      {"/v1/models", R_MODELS},        {"/health", R_HEALTH},
+                 {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS}};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (!strcmp(url, exact[i].path))
+            return exact[i].rt;
+    return strncmp(url, "/v1/models/", 11) ? R_OTHER : R_MODEL;
+}
+
+/* The peer's address, as text for the log and as the scheduler's client. */
+static void note_peer(struct MHD_Connection *c, conn *cc)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    snprintf(cc->client, sizeof cc->client, "?");
+    if (sa && sa->sa_family == AF_INET) {
+        const struct in_addr *a = &((const struct sockaddr_in *)sa)->sin_addr;
+        inet_ntop(AF_INET, a, cc->client, sizeof cc->client);
+        cc->client_id = cv_splitmix64(4 ^ (uint64_t)ntohl(a->s_addr) << 8);
+    } else if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        inet_ntop(AF_INET6, a, cc->client, sizeof cc->client);
+        uint64_t hi, lo;
+        memcpy(&hi, a->s6_addr, 8);
+        memcpy(&lo, a->s6_addr + 8, 8);
+        cc->client_id = cv_splitmix64(cv_splitmix64(6 ^ hi) ^ lo);
+    }
+}
+
+/* The request's refusal from its headers alone (none: status 0). */
+static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *method, oai_error *e)
+{
+    const bool post = takes_post(cc->rt);
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    char shown[160];
+    if (origin && sv_access_origin_ok(h->access, origin))
+        cc->origin = origin;
+    if (draining(h)) {
+        cc->retry_after = 5;
+        oai_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    } else if (cc->rt == R_OTHER) {
+        oai_fail(e, 404, "invalid_request_error", "unknown_url", NULL, "no route %s %s", cc->method, cc->path);
+    } else if (origin && !cc->origin) {
+        oai_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                 "web pages from %s may not use this server (see convoy serve --cors)",
+                 cv_escape(shown, sizeof shown, origin, strlen(origin)));
+    } else if (cc->options) {
+        return;
+    } else if (post ? strcmp(method, "POST") : strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        oai_fail(e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %s", cc->path,
+                 post ? "POST" : "GET or HEAD", cc->method);
+    } else if (cc->rt != R_HEALTH && !sv_access_key_ok(h->access, auth)) {
+        oai_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                 auth ? "the API key is not valid" : "no API key: send it as 'Authorization: Bearer KEY'");
+    } else if (post && origin && !sv_is_json_type(type)) {
+        oai_fail(e, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                 "a request from a web page must have Content-Type: application/json");
+    }
+}
+
+/* The first call of a request: its headers are in. Answers at once only
+ * what must not wait for the body (see the design comment). */
+static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *url, const char *method,
+                             void **con_cls)
+{
+    conn *cc = cv_calloc(1, sizeof *cc);
+    if (!cc)
+        return MHD_NO;
+    *con_cls = cc;
+    cc->t0 = cv_now_s();
+    cc->ttft = -1;
+    cc->rt = route_of(url);
+    cc->options = !strcmp(method, "OPTIONS");
+    cv_escape(cc->method, sizeof cc->method, method, strlen(method));
+    cv_escape(cc->path, sizeof cc->path, url, strlen(url));
+    note_peer(c, cc);
+    judge(h, c, cc, method, &cc->refusal);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    if (!cc->refusal.status && declared > h->max_body && (expect || declared / 16 > h->max_body))
+        oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
+                 "the request body has %llu bytes; the limit is %zu", declared, h->max_body);
+    if (cc->refusal.status && (expect || cc->refusal.status == 413))
+        return send_error(h, c, cc, &cc->refusal);
+    return MHD_YES;
+}
+
+/* A piece of body: kept up to the cap, dropped past it or when refused;
+ * a client that keeps sending far past the cap is cut off. */
+static enum MHD_Result take_body(sv_http *h, conn *cc, const char *upload, size_t *upload_size)
+{
+    cc->received += *upload_size;
+    if (!cc->too_large && cc->received > h->max_body) {
+        cc->too_large = true;
+        sv_buf_free(&cc->body);
+    }
+    if (cc->too_large && cc->received / 16 > h->max_body)
+        return MHD_NO;
+    if (!cc->too_large && !cc->refusal.status && takes_post(cc->rt) &&
+        sv_buf_append(&cc->body, upload, *upload_size))
+        return MHD_NO;
+    *upload_size = 0;
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -452,90 +747,70 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
     (void)version;
     sv_http *h = cls;
-    const enum route rt = route_of(url);
-    const bool post = rt == R_COMPLETIONS || rt == R_CHAT;
-    oai_error e = {0};
     conn *cc = *con_cls;
-    if (!cc) {
-        if (!(cc = cv_calloc(1, sizeof *cc)))
-            return MHD_NO;
-        *con_cls = cc;
-        if (rt == R_OTHER) {
-            oai_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "no route %.100s %.300s", method, url);
-            return send_error(h, c, rt, &e);
-        }
-        if (strcmp(method, post ? "POST" : "GET")) {
-            oai_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.20s", url,
-                     post ? "POST" : "GET", method);
-            return send_error(h, c, rt, &e);
-        }
-        /* A declared body past the cap is refused before it is read when
-         * the client waits for "100 Continue" or the body is huge; else it
-         * is read and dropped, so that the client, still sending, sees the
-         * answer rather than a reset. */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-        const unsigned long long declared = post && cl ? strtoull(cl, NULL, 10) : 0;
-        if (declared > h->max_body && (expect || declared / 16 > h->max_body)) {
-            oai_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                     "the request body has %llu bytes; the limit is %zu", declared, h->max_body);
-            return send_error(h, c, rt, &e);
-        }
-        if (post)
-            return MHD_YES;
-    }
-    if (*upload_size) {
-        /* Past the cap the body is dropped as it comes (the daemon cannot
-         * answer in the middle of an upload); a client that keeps sending
-         * far past it is cut off. */
-        cc->received += *upload_size;
-        if (!cc->too_large && cc->received > h->max_body) {
-            cc->too_large = true;
-            sv_buf_free(&cc->body);
-        }
-        if (cc->too_large && cc->received / 16 > h->max_body)
-            return MHD_NO;
-        if (!cc->too_large && sv_buf_append(&cc->body, upload, *upload_size))
-            return MHD_NO;
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    if (cc->too_large) {
-        oai_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                 "the request body is larger than the limit of %zu bytes", h->max_body);
-        return send_error(h, c, rt, &e);
-    }
-    switch (rt) {
-    case R_COMPLETIONS:
-    case R_CHAT:
-        return generate(h, c, rt, cc);
-    case R_MODELS:
-        return send_json(h, c, rt, 200, oai_models_json(h->srv, h->started));
-    case R_MODEL:
-        if (strcmp(url + 11, h->srv->model_id)) {
-            oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
-                     "the model '%.200s' does not exist: this server serves '%.200s'", url + 11, h->srv->model_id);
-            return send_error(h, c, rt, &e);
-        }
-        return send_json(h, c, rt, 200, oai_model_json(h->srv, h->started));
-    case R_HEALTH:
-        return send_health(h, c);
-    case R_METRICS:
-        return send_metrics(h, c);
-    default:
-        return MHD_NO;
-    }
+    if (!cc)
+        return begin(h, c, url, method, con_cls);
+    if (*upload_size)
+        return take_body(h, cc, upload, upload_size);
+    return answer(h, c, cc, url);
+}
+
+/* The request's log line: a generation's with its tokens and times. */
+static void log_request(const conn *cc, enum MHD_RequestTerminationCode toe)
+{
+    const double ms = (cv_now_s() - cc->t0) * 1e3;
+    const sv_log_level level = cc->status >= 500 || cc->failure[0] ? SV_LOG_WARN
+                               : (cc->rt == R_HEALTH || cc->rt == R_METRICS) ? SV_LOG_DEBUG
+                                                                               : SV_LOG_INFO;
+    char status[16], ttft[48] = "";
+    snprintf(status, sizeof status, "%d", cc->status);
+    if (cc->ttft >= 0)
+        snprintf(ttft, sizeof ttft, ", first token %.1f ms", cc->ttft * 1e3);
+    char ended[200] = "";
+    if (cc->failure[0])
+        snprintf(ended, sizeof ended, " (the stream ended with an error: %.150s)", cc->failure);
+    else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        snprintf(ended, sizeof ended, "%s", cc->status ? " (the client left before the end)" : " (the client left)");
+    if (cc->n_prompt > 0)
+        sv_log(level, "%s %s %s from %s: %d prompt + %d generated tokens%s, total %.1f ms%s", cc->method, cc->path,
+               cc->status ? status : "-", cc->client, cc->n_prompt, cc->n_gen, ttft, ms, ended);
+    else
+        sv_log(level, "%s %s %s from %s in %.1f ms%s", cc->method, cc->path, cc->status ? status : "-", cc->client,
+               ms, ended);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    (void)cls, (void)c;
     conn *cc = *con_cls;
-    if (cc) {
-        sv_buf_free(&cc->body);
-        cv_free(cc);
-        *con_cls = NULL;
-    }
+    if (!cc)
+        return;
+    log_request(cc, toe);
+    sv_buf_free(&cc->body);
+    cv_free(cc);
+    *con_cls = NULL;
+}
+
+static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const struct addrinfo *ai)
+{
+    /* No MHD_USE_ERROR_LOG: it would print a line for every client that
+     * hangs up, which is normal here. MHD_USE_ITC: for MHD_quiesce_daemon. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    return MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(o->max_connections > 0 ? o->max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(o->client_connections > 0 ? o->client_connections : 128), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(o->idle_timeout_s > 0 ? o->idle_timeout_s : 10), MHD_OPTION_END);
+}
+
+static void http_free(sv_http *h)
+{
+    pthread_cond_destroy(&h->gens_done);
+    pthread_mutex_destroy(&h->mu);
+    cv_free(h);
 }
 
 int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const oai_server *srv, char *err,
@@ -558,23 +833,16 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     }
     h->sched = sched;
     h->srv = srv;
+    h->access = o->access ? o->access : &h->no_access;
+    h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .seed = -1};
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
-    /* No MHD_USE_ERROR_LOG: it would print a line for every client that
-     * hangs up, which is normal here. */
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                                 MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)(o->max_connections > 0 ? o->max_connections : 512),
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+    pthread_cond_init(&h->gens_done, NULL);
+    h->daemon = start_daemon(h, o, ai);
     freeaddrinfo(ai);
     if (!h->daemon) {
-        pthread_mutex_destroy(&h->mu);
-        cv_free(h);
+        http_free(h);
         return cv_errf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this machine)", host,
                        o->port);
     }
@@ -588,12 +856,35 @@ int sv_http_port(const sv_http *h)
     return di ? di->port : -1;
 }
 
+/* Waits until every gen is freed (its answer went out), at most ms. */
+static void wait_for_gens(sv_http *h, int ms)
+{
+    const struct timespec until = cv_deadline_ms(ms);
+    pthread_mutex_lock(&h->mu);
+    while (h->n_gens > 0)
+        if (pthread_cond_timedwait(&h->gens_done, &h->mu, &until))
+            break;
+    if (h->n_gens > 0)
+        sv_log(SV_LOG_WARN, "%d answers were still going out after %d ms; closing them", h->n_gens, ms);
+    pthread_mutex_unlock(&h->mu);
+}
+
 void sv_http_stop(sv_http *h)
 {
     if (!h)
         return;
+    /* the listening socket stays open until the daemon stops (its threads
+     * may still hold it), but shut down: connecting is refused from now */
+    const MHD_socket listener = MHD_quiesce_daemon(h->daemon);
+    if (listener != MHD_INVALID_SOCKET)
+        shutdown(listener, SHUT_RDWR);
+    pthread_mutex_lock(&h->mu);
+    h->draining = true;
+    pthread_mutex_unlock(&h->mu);
     sv_sched_stop(h->sched);
+    wait_for_gens(h, DRAIN_MS);
     MHD_stop_daemon(h->daemon);
-    pthread_mutex_destroy(&h->mu);
-    cv_free(h);
+    if (listener != MHD_INVALID_SOCKET)
+        close(listener);
+    http_free(h);
 }

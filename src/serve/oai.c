@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/utf8.h"
 #include "serve/buf.h"
 #include "serve/render.h"
 
@@ -367,6 +368,23 @@ static int parse_max_tokens(const oai_server *srv, const json_t *body, oai_reque
     return 0;
 }
 
+/* The request's model: any name (or none) unless the server is strict. */
+static int check_model(const oai_server *srv, const json_t *root, oai_error *e)
+{
+    json_t *model = opt(root, "model");
+    if (model && !json_is_string(model))
+        return bad(e, "model", "'%s' must be %s", "a string");
+    if (!srv->strict_model)
+        return 0;
+    if (!model)
+        return oai_fail(e, 400, INVALID, NULL, "model", "you must provide a 'model' parameter");
+    if (strcmp(json_string_value(model), srv->model_id))
+        return oai_fail(e, 404, INVALID, "model_not_found", "model",
+                        "the model '%.200s' does not exist: this server serves '%.200s'", json_string_value(model),
+                        srv->model_id);
+    return 0;
+}
+
 int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
                       oai_request *out, oai_error *e)
 {
@@ -388,21 +406,8 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
         oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
         goto done;
     }
-    json_t *model = opt(root, "model");
-    if (!model) {
-        oai_fail(e, 400, INVALID, NULL, "model", "you must provide a 'model' parameter");
+    if (check_model(srv, root, e))
         goto done;
-    }
-    if (!json_is_string(model)) {
-        bad(e, "model", "'%s' must be %s", "a string");
-        goto done;
-    }
-    if (strcmp(json_string_value(model), srv->model_id)) {
-        oai_fail(e, 404, INVALID, "model_not_found", "model",
-                 "the model '%.200s' does not exist: this server serves '%.200s'", json_string_value(model),
-                 srv->model_id);
-        goto done;
-    }
     json_t *so = opt(root, "stream_options");
     if (refuse_unsupported(root, kind, e) || get_bool(root, "stream", &out->stream, e) ||
         parse_sampling(root, default_seed, out, e) || parse_logprobs(root, kind, out, e) ||
@@ -481,26 +486,11 @@ static void token_strings(const convoy_model *m, int32_t id, sv_buf *text, char 
     *n_raw = n < 0 ? 0 : n;
     text->n = 0;
     sv_buf_append(text, "", 0);
-    const unsigned char *s = (const unsigned char *)raw;
     for (int i = 0; i < *n_raw;) {
-        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
-                : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
-        bool ok = len > 0 && i + len <= *n_raw;
-        for (int k = 1; ok && k < len; k++)
-            ok = (s[i + k] & 0xC0) == 0x80;
-        if (ok && len == 2 && s[i] < 0xC2)
-            ok = false;
-        if (ok && len == 3) {
-            const unsigned cp = ((s[i] & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6);
-            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
-        }
-        if (ok && len == 4) {
-            const unsigned cp = ((s[i] & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12);
-            ok = cp >= 0x10000 && cp <= 0x10FFFF;
-        }
-        if (ok) {
-            sv_buf_append(text, raw + i, (size_t)len);
-            i += len;
+        const size_t len = cv_utf8_len(raw + i, (size_t)(*n_raw - i));
+        if (len) {
+            sv_buf_append(text, raw + i, len);
+            i += (int)len;
         } else {
             sv_buf_puts(text, "\xEF\xBF\xBD");
             i++;

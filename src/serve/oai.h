@@ -44,12 +44,16 @@ typedef struct oai_error {
     char message[512];
 } oai_error;
 
-/* What requests are checked against. */
+/* What requests are checked against. The server serves one model: any
+ * model name a request gives (or none) is served and answered as model_id,
+ * as llama-server does, unless strict_model (then another name is a 404
+ * model_not_found and a missing one a 400, as OpenAI answers). */
 typedef struct oai_server {
     const convoy_model *model;
     const char *model_id;
     int32_t n_ctx;
     const sv_chat *chat;
+    bool strict_model;
 } oai_server;
 
 typedef struct oai_request {

@@ -11,7 +11,8 @@
  *   B. take_work: under the lock, sleeps while there is nothing to do
  *      (wait_for_work_locked), ends cancelled requests
  *      (end_cancelled_locked) and moves queued requests into free slots
- *      (admit_locked);
+ *      (admit_locked: fairly across clients, each within its share, with
+ *      the requests running in each slot in s->active);
  *   R. reconnect_when_due: while the pipeline is down (a node failed: the
  *      engine closed the chain, every running request ended and submits
  *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
@@ -54,6 +55,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "serve/log.h"
 
 enum rq_state { RQ_QUEUED, RQ_ACTIVE, RQ_DONE };
 
@@ -74,6 +76,8 @@ struct sv_request {
     int32_t max_tokens;
     convoy_sampling_params sampler; /* n_logprobs: the request's top_logprobs */
     bool ignore_eos;
+    uint64_t client;
+    int32_t slot;        /* while RQ_ACTIVE */
     double t_submit;
     int32_t *out;        /* prompt + n_prompt: [max_tokens] */
     convoy_logprob *lp;  /* [max_tokens][1 + sampler.n_logprobs], or NULL */
@@ -120,6 +124,8 @@ struct sv_sched {
     int32_t queue_cap, q_ring, q_head, q_len;
     int32_t n_held;     /* slots not SLOT_FREE */
     int32_t n_running;  /* requests in slots, not yet ended */
+    sv_request **active; /* [n_slot] the request running in each slot, or NULL (for the clients' shares) */
+    int32_t client_slots; /* the most slots one client runs at once */
     sv_sched_stats stats;
     double rate_t[RATE_RING];
     uint64_t rate_n[RATE_RING];
@@ -166,8 +172,10 @@ static void unref_locked(sv_request *r)
 /* Ends a request and drops the scheduler's reference; the caller holds mu. */
 static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg)
 {
-    if (r->state == RQ_ACTIVE)
+    if (r->state == RQ_ACTIVE) {
         s->n_running--;
+        s->active[r->slot] = NULL;
+    }
     r->state = RQ_DONE;
     r->finish = why;
     if (msg)
@@ -224,7 +232,7 @@ static int32_t empty_ended_slots(sv_sched *s)
         if (s->slots[i].state != SLOT_ENDING)
             continue;
         if (slot_free(s, i, err, sizeof err))
-            fprintf(stderr, "convoy serve: freeing slot %d: %s\n", i, err);
+            sv_log(SV_LOG_ERROR, "freeing slot %d: %s", i, err);
         n_freed++;
     }
     return n_freed;
@@ -256,14 +264,46 @@ static void end_cancelled_locked(sv_sched *s)
     }
 }
 
-/* B: moves queued requests into free slots, in queue order. */
+/* Requests of client c running now. */
+static int32_t running_of_locked(const sv_sched *s, uint64_t c)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slot; i++)
+        n += s->active[i] && s->active[i]->client == c;
+    return n;
+}
+
+/* The queued request that gets the next free slot: of the clients under
+ * their share, the one running the fewest requests, its oldest; NULL when
+ * every queued client runs its share. */
+static sv_request *next_admitted_locked(const sv_sched *s)
+{
+    sv_request *best = NULL;
+    int32_t best_n = s->client_slots;
+    for (int32_t i = 0; i < s->q_len && best_n > 0; i++) {
+        sv_request *r = s->queue[(s->q_head + i) % s->q_ring];
+        const int32_t n = running_of_locked(s, r->client);
+        if (n < best_n) {
+            best = r;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+/* B: moves queued requests into free slots, fairly across clients. */
 static void admit_locked(sv_sched *s)
 {
     for (int32_t i = 0; i < s->n_slot && s->q_len > 0; i++) {
         if (s->slots[i].state != SLOT_FREE)
             continue;
-        sv_request *r = queue_pop_locked(s);
+        sv_request *r = next_admitted_locked(s);
+        if (!r)
+            return;
+        queue_remove_locked(s, r);
         r->state = RQ_ACTIVE;
+        r->slot = i;
+        s->active[i] = r;
         s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r};
         s->n_held++;
         s->n_running++;
@@ -303,7 +343,7 @@ static void note_down_locked(sv_sched *s, const char *err)
     snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
     s->retry_wait = RETRY_FIRST_MS / 1e3;
     s->retry_at = cv_now_s() + s->retry_wait;
-    fprintf(stderr, "convoy serve: the pipeline is down, reconnecting: %s\n", err);
+    sv_log(SV_LOG_ERROR, "the pipeline is down, reconnecting: %s", err);
 }
 
 /* R: while the pipeline is down, opens it again once its wait is over
@@ -322,12 +362,12 @@ static void reconnect_when_due(sv_sched *s)
     if (rc == 0) {
         s->stats.down = s->stats.failing = false;
         s->stats.reconnects++;
-        fprintf(stderr, "convoy serve: the pipeline is back\n");
+        sv_log(SV_LOG_INFO, "the pipeline is back");
     } else {
         snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
         s->retry_wait = s->retry_wait * 2 < RETRY_MAX_MS / 1e3 ? s->retry_wait * 2 : RETRY_MAX_MS / 1e3;
         s->retry_at = cv_now_s() + s->retry_wait;
-        fprintf(stderr, "convoy serve: reconnecting failed, next try in %.1f s: %s\n", s->retry_wait, err);
+        sv_log(SV_LOG_WARN, "reconnecting failed, next try in %.1f s: %s", s->retry_wait, err);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -413,7 +453,7 @@ static void propose_drafts(sv_sched *s, int32_t g)
         return;
     char err[CV_ERRLEN];
     if (convoy_spec_propose(s->spec, s->spec_reqs, n_req, err, sizeof err)) {
-        fprintf(stderr, "convoy serve: a round without drafts: %s\n", err);
+        sv_log(SV_LOG_WARN, "a round without drafts: %s", err);
         return;
     }
     const int32_t share = spare / n_req;
@@ -621,7 +661,7 @@ static void count_step_locked(sv_sched *s, const sv_flight *f, double t1)
 static void fail_running_locked(sv_sched *s, const char *err)
 {
     snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
-    fprintf(stderr, "convoy serve: step failed: %s\n", err);
+    sv_log(SV_LOG_ERROR, "step failed: %s", err);
     for (int32_t i = 0; i < s->n_slot; i++) {
         sv_slot *sl = &s->slots[i];
         sl->in_flight = false;
@@ -719,6 +759,7 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->n_ctx = convoy_ctx_n_ctx(ctx);
     s->n_vocab = info.n_vocab;
     s->queue_cap = queue_cap;
+    s->client_slots = n_slot;
     s->q_ring = queue_cap + n_slot;
     s->stats.n_slot = n_slot;
     s->stats.queue_cap = queue_cap;
@@ -726,10 +767,11 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     pthread_cond_init(&s->wake, NULL);
     s->queue = cv_calloc((size_t)s->q_ring, sizeof *s->queue);
     s->slots = cv_calloc((size_t)n_slot, sizeof *s->slots);
+    s->active = cv_calloc((size_t)n_slot, sizeof *s->active);
     s->depth = convoy_ctx_depth(ctx) < n_slot ? convoy_ctx_depth(ctx) : n_slot;
     s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    bool ok = s->queue && s->slots && s->flights && s->b_sampled;
+    bool ok = s->queue && s->slots && s->active && s->flights && s->b_sampled;
     for (int32_t k = 0; ok && k < s->depth; k++) {
         sv_flight *f = &s->flights[k];
         f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
@@ -800,8 +842,17 @@ void sv_sched_free(sv_sched *s)
     cv_free(s->drafts);
     cv_free(s->spec_reqs);
     cv_free(s->slots);
+    cv_free(s->active);
     cv_free(s->queue);
     cv_free(s);
+}
+
+void sv_sched_set_client_slots(sv_sched *s, int32_t n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->client_slots = n < 1 ? 1 : n > s->n_slot ? s->n_slot : n;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
@@ -834,6 +885,7 @@ void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
     *st = s->stats;
     st->queued = s->q_len;
     st->active = s->n_running;
+    st->retry_in = s->stats.down && s->retry_at > now ? s->retry_at - now : 0.0;
     /* the spec counts its rounds in convoy_spec_observe, under mu */
     st->speculating = s->spec != NULL;
     if (s->spec) {
@@ -853,6 +905,13 @@ void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
         }
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* The free slots a request of client c may take: those its share leaves. */
+static int32_t free_slots_for_locked(const sv_sched *s, uint64_t c)
+{
+    const int32_t free = s->n_slot - s->n_running, mine = s->client_slots - running_of_locked(s, c);
+    return min_i32(free, mine > 0 ? mine : 0);
 }
 
 sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
@@ -893,6 +952,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->sampler = p->sampler;
     r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
+    r->client = p->client;
     r->t_submit = cv_now_s();
     r->refs = 2;
     r->state = RQ_QUEUED;
@@ -906,9 +966,14 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     } else if (s->stats.down) {
         cv_errf(err, errlen, "%s; reconnecting", s->stats.last_error);
         res = SV_SUBMIT_DOWN;
-    } else if (s->q_len >= s->queue_cap + (s->n_slot - s->n_running)) {
-        cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d slots "
-                             "are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
+    } else if (s->q_len >= s->queue_cap + free_slots_for_locked(s, p->client)) {
+        if (s->n_running < s->n_slot && running_of_locked(s, p->client) >= s->client_slots)
+            cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and you run %d "
+                                 "requests, the most one client may run at once; try again later", s->q_len,
+                    s->queue_cap, s->client_slots);
+        else
+            cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d "
+                                 "slots are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
         res = SV_SUBMIT_FULL;
     } else {
         s->queue[(s->q_head + s->q_len) % s->q_ring] = r;

@@ -25,6 +25,15 @@
  * idle engine is checked every 0.5 s (convoy_ctx_check), so a node that dies
  * or stops while nobody asks is replaced (or the pipeline goes down) too.
  *
+ * Clients (sv_request_params.client: the server gives each peer address
+ * its own value). A free slot goes to the queued request whose client runs
+ * the fewest requests, the oldest among those, so one client's long queue
+ * does not keep another waiting behind it; and no client runs more than
+ * sv_sched_set_client_slots' share at once (default: every slot), so that
+ * with a share below the slots a newcomer finds a slot free at once. The
+ * queue's bound counts, for each submit, only the free slots its client may
+ * still take. Who runs with whom never changes a request's tokens.
+ *
  * Speculation (sv_sched_set_spec): every decoding sequence then
  * speculates. The decode rows of a batch become, per sequence, its newest
  * token followed by the drafts the convoy_spec proposes for it (one
@@ -81,6 +90,7 @@ typedef struct sv_request_params {
     convoy_sampling_params sampler; /* its n_logprobs is ignored: top_logprobs sets it */
     bool ignore_eos;          /* end-of-generation tokens are output like any other */
     int32_t top_logprobs;     /* -1: no logprobs; else 0..CONVOY_MAX_TOP_LOGPROBS alternatives per token */
+    uint64_t client;          /* who sent it: requests of one client share its slots (see above) */
 } sv_request_params;
 
 typedef struct sv_sched_stats {
@@ -101,6 +111,7 @@ typedef struct sv_sched_stats {
     uint64_t spec_accepted;        /* drafts accepted */
     bool failing;                  /* the last step failed (a pipeline node died, ...) */
     bool down;                     /* the pipeline is down: requests are refused, reconnects are tried */
+    double retry_in;               /* while down: seconds until the next reconnect */
     char last_error[512];          /* its message */
     uint64_t reconnects;           /* times the pipeline came back */
     uint64_t failovers;            /* the engine's convoy_ctx_stats */
@@ -118,6 +129,9 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
  * its inference thread until sv_sched_free, which does not free it. Fails
  * when out of memory or when a spec was set already. */
 int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen);
+/* The most slots one client may run at once: 1 to the slots (a larger n
+ * means all of them). */
+void sv_sched_set_client_slots(sv_sched *s, int32_t n);
 /* Fails every queued and running request ("the server is shutting down"),
  * refuses new ones, and stops the inference thread. Idempotent. */
 void sv_sched_stop(sv_sched *s);

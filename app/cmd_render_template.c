@@ -1,0 +1,124 @@
+/* cmd_render_template.c: `convoy render-template`: prints, byte for byte
+ * and with nothing added, the prompt a chat template makes of an OpenAI
+ * chat request body (convoy.h's convoy_render_chat says how the request
+ * becomes the template's variables), as the server would feed it to the
+ * model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "args.h"
+#include "commands.h"
+#include "convoy.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: convoy render-template --template FILE --request REQ.json [--bos TEXT] [--eos TEXT]\n"
+               "                              [--date \"01 Dec 2026\"] [--no-generation-prompt]\n"
+               "  --template FILE          a Jinja chat template (a model's tokenizer.chat_template)\n"
+               "  --request REQ.json       an OpenAI chat request body (messages, tools, chat_template_kwargs); - "
+               "reads stdin\n"
+               "  --bos, --eos TEXT        the model's BOS and EOS texts (default: empty)\n"
+               "  --date DATE              strftime_now's date, \"01 Dec 2026\" or 2026-12-01 (default: today)\n"
+               "  --no-generation-prompt   add_generation_prompt false unless the request says\n");
+}
+
+/* A whole file (or stdin for "-"), NUL-terminated; NULL after a message. */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *grown = realloc(buf, cap * 2);
+        if (!grown)
+            free(buf);
+        buf = grown;
+        cap *= 2;
+    }
+    bool bad = !buf || ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (bad) {
+        fprintf(stderr, "convoy render-template: cannot read %s\n", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* "01 Dec 2026" (day, English month name or its first three letters,
+ * year) or "2026-12-01". */
+static int parse_date(const char *s, convoy_render_params *p)
+{
+    static const char *const months[] = {"january", "february", "march",     "april",   "may",      "june",
+                                         "july",    "august",   "september", "october", "november", "december"};
+    int d, y, m = 0, used = 0;
+    char name[16];
+    if (sscanf(s, "%d-%d-%d%n", &y, &m, &d, &used) == 3 && !s[used]) {
+        p->year = y, p->month = m, p->day = d;
+    } else if (sscanf(s, "%d %15s %d%n", &d, name, &y, &used) == 3 && !s[used]) {
+        for (int k = 0; k < 12 && !m; k++)
+            if ((strlen(name) == 3 && strncasecmp(name, months[k], 3) == 0) || strcasecmp(name, months[k]) == 0)
+                m = k + 1;
+        p->year = y, p->month = m, p->day = d;
+    }
+    if (m < 1 || m > 12 || p->day < 1 || p->day > 31 || p->year < 1 || p->year > 9999) {
+        fprintf(stderr,
+                "convoy render-template: --date expects a date such as \"01 Dec 2026\" or 2026-12-01, got '%s'\n", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int render(const char *tmpl_path, const char *req_path, const convoy_render_params *p)
+{
+    size_t tlen, rlen, out_len;
+    char *tmpl = read_all(tmpl_path, &tlen), *req = tmpl ? read_all(req_path, &rlen) : NULL, *out = NULL;
+    char err[512];
+    int rc = 1;
+    convoy_template *t = req ? convoy_template_parse(tmpl, tlen, err, sizeof err) : NULL;
+    if (req && !t)
+        fprintf(stderr, "convoy render-template: %s: %s\n", tmpl_path, err);
+    else if (t && convoy_render_chat(t, req, rlen, p, &out, &out_len, err, sizeof err) != 0)
+        fprintf(stderr, "convoy render-template: %s: %s\n", req_path, err);
+    else if (t)
+        rc = fwrite(out, 1, out_len, stdout) == out_len && fflush(stdout) == 0 ? 0 : 1;
+    convoy_text_free(out);
+    convoy_template_free(t);
+    free(req);
+    free(tmpl);
+    return rc;
+}
+
+int cmd_render_template(int argc, char **argv)
+{
+    const char *tmpl = NULL, *req = NULL, *date = NULL;
+    convoy_render_params p = {0};
+    const arg_opt opts[] = {
+        {"template", 0, ARG_STR, .dst = &tmpl, .required = true},
+        {"request", 0, ARG_STR, .dst = &req, .required = true},
+        {"bos", 0, ARG_STR, .dst = &p.bos_token},
+        {"eos", 0, ARG_STR, .dst = &p.eos_token},
+        {"date", 0, ARG_STR, .dst = &date},
+        {"no-generation-prompt", 0, ARG_FLAG, .dst = &p.no_generation_prompt},
+        {0},
+    };
+    const arg_cmd cmd = {.name = "render-template", .usage = usage, .opts = opts};
+    const int status = arg_parse(&cmd, argc, argv);
+    if (status != ARG_GO)
+        return status;
+    if (date && parse_date(date, &p) != 0)
+        return 2;
+    return render(tmpl, req, &p);
+}

@@ -1,0 +1,181 @@
+/* extra.c: see extra.h. Bodies are read with jansson like oai.c's. */
+#include "serve/extra.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/utf8.h"
+#include "serve/buf.h"
+#include "serve/text.h"
+
+#define INVALID "invalid_request_error"
+
+static char *dump(json_t *j)
+{
+    if (!j)
+        return NULL;
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static char *oom(oai_error *e)
+{
+    oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
+}
+
+/* The body as a JSON object, or NULL with e filled. */
+static json_t *load_object(const char *body, size_t len, oai_error *e)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root) {
+        oai_fail(e, 400, INVALID, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
+                 jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* A boolean field (absent or null: dflt); -1 with e filled when not one. */
+static int flag(const json_t *o, const char *key, bool dflt, bool *out, oai_error *e)
+{
+    json_t *v = json_object_get(o, key);
+    *out = dflt;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A token's piece: a string when valid UTF-8, else a list of its bytes. */
+static json_t *piece_json(const convoy_model *m, int32_t id)
+{
+    char raw[256];
+    const int n = convoy_token_piece(m, id, raw, sizeof raw);
+    size_t at = 0, len = n > 0 ? (size_t)n : 0;
+    while (at < len && cv_utf8_len(raw + at, len - at))
+        at += cv_utf8_len(raw + at, len - at);
+    if (at == len)
+        return json_stringn(raw, len);
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < len; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)raw[i]));
+    return bytes;
+}
+
+static json_t *tokens_json(const convoy_model *m, const int32_t *ids, int n, bool with_pieces)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        json_array_append_new(a, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", piece_json(m, ids[i]))
+                                             : json_integer(ids[i]));
+    return json_pack("{s:o}", "tokens", a);
+}
+
+/* The ids of text (specials as the flags say) as a /tokenize answer. */
+static char *tokenize(const oai_server *srv, const json_t *content, bool add_special, bool parse_special,
+                      bool with_pieces, oai_error *e)
+{
+    const size_t n_text = json_string_length(content);
+    /* every token holds a byte of the text at least, but the specials */
+    const int32_t cap = n_text < (size_t)INT32_MAX - 8 ? (int32_t)n_text + 8 : INT32_MAX;
+    int32_t *ids = cv_malloc(sizeof *ids * (size_t)cap);
+    if (!ids)
+        return oom(e);
+    const int n = convoy_tokenize(srv->model, json_string_value(content), n_text, add_special, parse_special, ids,
+                                  cap);
+    char *res = NULL;
+    if (n < 0)
+        oai_fail(e, 400, INVALID, NULL, "content", "the text cannot be tokenized (too long)");
+    else if (!(res = dump(tokens_json(srv->model, ids, n, with_pieces))))
+        oom(e);
+    cv_free(ids);
+    return res;
+}
+
+char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+{
+    json_t *root = load_object(body, len, e);
+    if (!root)
+        return NULL;
+    json_t *content = json_object_get(root, "content");
+    bool add_special, parse_special, with_pieces;
+    char *res = NULL;
+    if (!json_is_string(content))
+        oai_fail(e, 400, INVALID, NULL, "content", "'content' must be a string");
+    else if (flag(root, "add_special", false, &add_special, e) == 0 &&
+             flag(root, "parse_special", true, &parse_special, e) == 0 &&
+             flag(root, "with_pieces", false, &with_pieces, e) == 0)
+        res = tokenize(srv, content, add_special, parse_special, with_pieces, e);
+    json_decref(root);
+    return res;
+}
+
+/* The text of the ids of a /detokenize body into out; -1 with e filled. */
+static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, oai_error *e)
+{
+    convoy_model_info info;
+    convoy_model_get_info(srv->model, &info);
+    sv_text text;
+    if (sv_text_init(&text, srv->model, NULL, 0))
+        return oom(e), -1;
+    size_t i;
+    json_t *t;
+    int rc = 0;
+    json_array_foreach(tokens, i, t)
+    {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= info.n_vocab) {
+            rc = oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' item %zu is not a token id (an integer in "
+                                                            "[0, %d))", i, info.n_vocab);
+            break;
+        }
+        if (sv_text_push(&text, (int32_t)json_integer_value(t), out) < 0) {
+            rc = (oom(e), -1);
+            break;
+        }
+    }
+    if (rc == 0 && (sv_text_finish(&text, out) < 0 || sv_buf_append(out, "", 0)))
+        rc = (oom(e), -1);
+    sv_text_free(&text);
+    return rc;
+}
+
+char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+{
+    json_t *root = load_object(body, len, e);
+    if (!root)
+        return NULL;
+    json_t *tokens = json_object_get(root, "tokens");
+    char *res = NULL;
+    sv_buf out = {0};
+    if (!json_is_array(tokens))
+        oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' must be a list of token ids");
+    else if (detokenize(srv, tokens, &out, e) == 0 &&
+             !(res = dump(json_pack("{s:s%}", "content", out.p, out.n))))
+        oom(e);
+    sv_buf_free(&out);
+    json_decref(root);
+    return res;
+}
+
+char *sv_props_json(const oai_server *srv, const sv_props *p)
+{
+    const convoy_sampling_params d = convoy_sampling_default_params();
+    const char *tmpl = convoy_model_chat_template(srv->model);
+    json_t *params = json_pack("{s:I,s:f,s:i,s:f,s:f}", "seed", (json_int_t)p->seed, "temperature", (double)d.temp,
+                               "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p);
+    return dump(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s}", "default_generation_settings", "n_ctx", srv->n_ctx,
+                          "params", params, "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
+                          p->model_path, "chat_template", tmpl ? tmpl : "", "build_info", p->build_info));
+}
