@@ -56,8 +56,9 @@ static void usage(FILE *f)
             "  --client-slots N: the most slots one client address runs at once (default: all but one, so that\n"
             "  another client always finds one); --client-connections 128: connections per client address\n"
             "  (behind a reverse proxy every request is the proxy's: raise both);\n"
-            "  --chat-template NAME: llama2, llama3, llama3.1, chatml, qwen2.5, qwen3, mistral, gemma, phi3\n"
-            "  (default: recognized from the model's tokenizer.chat_template; ChatML when it has none);\n"
+            "  --chat-template NAME|FILE: a built-in family (llama2, llama3, llama3.1, chatml, qwen2.5, qwen3,\n"
+            "  mistral, gemma, phi3) or a Jinja template file (default: the model's own tokenizer.chat_template,\n"
+            "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too;\n"
             "  --nodes: a pipeline of `convoy stage` nodes; a first node \"local\" makes this machine the\n"
             "  first stage (--nodes local,HOST:PORT: two machines, two stages); a node silent for\n"
@@ -257,7 +258,7 @@ static void model_id_of(const char *path, char *out, size_t n)
 
 static void log_listening(const serve_opts *o, const serve_state *s, const oai_server *srv, int port)
 {
-    sv_log(SV_LOG_INFO, "listening on http://%s:%d/v1 (model '%s', chat template %s, %d slots of %d tokens, at most "
+    sv_log(SV_LOG_INFO, "listening on http://%s:%d/v1 (model '%s', chat template: %s, %d slots of %d tokens, at most "
                         "%d per client, batch %d, %d threads%s%s%s%s)",
            o->host, port, srv->model_id, sv_chat_name(&s->chat), o->cp.n_slot, srv->n_ctx, o->client_slots,
            convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
@@ -299,6 +300,7 @@ static void close_engine(serve_state *s)
     sv_sched_free(s->sched);
     convoy_spec_free(s->spec);
     convoy_ctx_free(s->ctx);
+    sv_chat_free(&s->chat);
     convoy_model_free(s->model);
     sv_access_free(&s->access);
 }

@@ -42,6 +42,15 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info);
 /* Tokenization as llama.cpp's llama_tokenize (see model/vocab.h). */
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                     int32_t *out, int32_t n_max);
+/* convoy_tokenize with special tokens parsed, except inside the plain
+ * spans (byte ranges of text, sorted and disjoint): a rendered chat whose
+ * message contents must stay text ("<|im_start|>" a user writes is not the
+ * control token). */
+typedef struct convoy_span {
+    size_t off, len;
+} convoy_span;
+int convoy_tokenize_spans(const convoy_model *m, const char *text, size_t len, bool add_special,
+                          const convoy_span *plain, int32_t n_plain, int32_t *out, int32_t n_max);
 int convoy_token_piece(const convoy_model *m, int32_t id, char *buf, int32_t n);
 bool convoy_token_is_eog(const convoy_model *m, int32_t id);
 

@@ -746,6 +746,7 @@ static void tokenize_fragment(const cv_vocab *v, session *s, const char *text, s
 typedef struct fragment {
     int32_t token; /* -1: raw text [off, off+len) */
     size_t off, len;
+    bool plain; /* inside a plain span: only USER_DEFINED tokens are parsed */
 } fragment;
 
 static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m)
@@ -764,24 +765,65 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
     return NULL;
 }
 
+/* The text as raw fragments, cut at the plain spans (sorted, disjoint,
+ * inside the text); SIZE_MAX when out of memory. */
+static size_t initial_fragments(size_t len, const cv_text_span *plain, int n_plain, fragment **frags, size_t *cap)
+{
+    size_t need = 2 * (size_t)(n_plain > 0 ? n_plain : 0) + 1, n = 0, at = 0;
+    fragment *f = cv_realloc(*frags, need * sizeof(fragment));
+    if (!f) {
+        cv_free(*frags);
+        return SIZE_MAX;
+    }
+    for (int i = 0; i < n_plain; i++) {
+        if (plain[i].off > at)
+            f[n++] = (fragment){-1, at, plain[i].off - at, false};
+        if (plain[i].len > 0)
+            f[n++] = (fragment){-1, plain[i].off, plain[i].len, true};
+        at = plain[i].off + plain[i].len;
+    }
+    if (len > at)
+        f[n++] = (fragment){-1, at, len - at, false};
+    *frags = f;
+    *cap = need;
+    return n;
+}
+
+/* Joins adjacent raw fragments, so that text the spans cut but no special
+ * token split is tokenized as one (as without spans). Returns the count. */
+static size_t merge_raw(fragment *f, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0 && f[i].token < 0 && f[m - 1].token < 0 && f[m - 1].off + f[m - 1].len == f[i].off)
+            f[m - 1].len += f[i].len;
+        else
+            f[m++] = f[i];
+    }
+    return m;
+}
+
 /* Step 1: splits the text on special tokens. Returns the fragment count, or -1 when out of memory. */
-static ptrdiff_t partition(const cv_vocab *v, const char *text, size_t len, bool parse_special, fragment **out)
+static ptrdiff_t partition(const cv_vocab *v, const char *text, size_t len, bool parse_special,
+                           const cv_text_span *plain, int n_plain, fragment **out)
 {
     size_t cap = 1, n = 0;
     fragment *frags = cv_malloc(sizeof(fragment));
     if (!frags)
         return -1;
-    if (len > 0)
-        frags[n++] = (fragment){-1, 0, len};
+    n = initial_fragments(len, plain, n_plain, &frags, &cap);
+    if (n == SIZE_MAX)
+        return -1;
     const cv_vocab_index *ix = v->index;
     for (int32_t k = 0; k < ix->n_special; k++) {
         int32_t id = ix->special[k];
-        if (!parse_special && v->type[id] != CV_TOKEN_USER_DEFINED)
+        const bool user = v->type[id] == CV_TOKEN_USER_DEFINED;
+        if (!parse_special && !user)
             continue;
         const char *st = v->text[id];
         size_t sl = v->text_len[id];
         for (size_t i = 0; i < n; i++) {
-            if (frags[i].token >= 0)
+            if (frags[i].token >= 0 || (frags[i].plain && !user))
                 continue;
             const char *base = text + frags[i].off;
             const char *hit = find_bytes(base, frags[i].len, st, sl);
@@ -807,24 +849,30 @@ static ptrdiff_t partition(const cv_vocab *v, const char *text, size_t len, bool
             n += add;
             size_t j = i;
             if (left > 0)
-                frags[j++] = (fragment){-1, orig.off, left};
-            frags[j] = (fragment){id, 0, 0};
+                frags[j++] = (fragment){-1, orig.off, left, orig.plain};
+            frags[j] = (fragment){id, 0, 0, false};
             if (right > 0)
-                frags[j + 1] = (fragment){-1, orig.off + left + sl, right};
+                frags[j + 1] = (fragment){-1, orig.off + left + sl, right, orig.plain};
             i = j; /* the loop's i++ moves onto the right part, if any */
         }
     }
     *out = frags;
-    return (ptrdiff_t)n;
+    return (ptrdiff_t)merge_raw(frags, n);
 }
 
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max)
 {
+    return cv_tokenize_spans(v, text, len, add_special, parse_special, NULL, 0, out, n_max);
+}
+
+int cv_tokenize_spans(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                      const cv_text_span *plain, int n_plain, int32_t *out, int n_max)
+{
     if (len > TOKENIZE_MAX_BYTES)
         return INT_MIN;
     fragment *frags;
-    ptrdiff_t n_frags = partition(v, text, len, parse_special, &frags);
+    ptrdiff_t n_frags = partition(v, text, len, parse_special, plain, n_plain, &frags);
     if (n_frags < 0)
         return INT_MIN;
 

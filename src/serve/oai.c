@@ -212,13 +212,15 @@ static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai
     return 0;
 }
 
-/* Tokenizes text into r->prompt (at most n_ctx tokens are kept). */
-static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, oai_request *r, oai_error *e)
+/* Tokenizes text into r->prompt (at most n_ctx tokens are kept), special
+ * tokens parsed outside the plain spans. */
+static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, const convoy_span *plain, int n_plain,
+                           oai_request *r, oai_error *e)
 {
     r->prompt = cv_malloc(sizeof(int32_t) * (size_t)srv->n_ctx);
     if (!r->prompt)
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    const int n = convoy_tokenize(srv->model, text, len, true, true, r->prompt, srv->n_ctx);
+    const int n = convoy_tokenize_spans(srv->model, text, len, true, plain, n_plain, r->prompt, srv->n_ctx);
     if (n == INT_MIN)
         return oai_fail(e, 400, INVALID, NULL, r->kind == OAI_CHAT ? "messages" : "prompt",
                         "the prompt cannot be tokenized (too long)");
@@ -238,7 +240,7 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
                                                         json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
     if (json_is_string(p))
-        return tokenize_prompt(srv, json_string_value(p), json_string_length(p), r, e);
+        return tokenize_prompt(srv, json_string_value(p), json_string_length(p), NULL, 0, r, e);
     if (!json_is_array(p))
         return bad(e, "prompt", "'%s' must be %s", "a string or a list of token ids");
     const size_t n = json_array_size(p);
@@ -304,6 +306,8 @@ static int parse_messages(const oai_server *srv, const json_t *body, oai_request
     sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
     sv_buf *texts = cv_calloc(n, sizeof *texts);
     sv_buf prompt = {0};
+    convoy_span *spans = NULL;
+    int n_spans = 0;
     char err[256];
     int rc = -1;
     if (!cm || !texts) {
@@ -330,11 +334,11 @@ static int parse_messages(const oai_server *srv, const json_t *body, oai_request
         cm[i].role = rs;
         cm[i].content = texts[i].p ? texts[i].p : "";
     }
-    if (sv_render_chat(srv->chat, cm, (int)n, &prompt, err, sizeof err)) {
+    if (sv_render_chat(srv->chat, cm, (int)n, &prompt, &spans, &n_spans, err, sizeof err)) {
         oai_fail(e, 400, INVALID, NULL, "messages", "%s", err);
         goto done;
     }
-    rc = tokenize_prompt(srv, prompt.p, prompt.n, r, e);
+    rc = tokenize_prompt(srv, prompt.p, prompt.n, spans, n_spans, r, e);
     for (const char *const *s = sv_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
         rc = add_stop(r, *s, strlen(*s), e);
 done:
@@ -342,6 +346,7 @@ done:
         sv_buf_free(&texts[i]);
     cv_free(texts);
     cv_free(cm);
+    cv_free(spans);
     sv_buf_free(&prompt);
     return rc;
 }

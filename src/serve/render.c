@@ -1,48 +1,136 @@
 /* render.c: chat templates for the server (see render.h), over the native
- * renderers of model/chat.h. */
+ * renderers of model/chat.h and the Jinja engine of convoy.h. */
 #include "serve/render.h"
 
+#include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "serve/log.h"
+
+/* Private-use characters around a message's index: no template writes them. */
+#define MARK_OPEN "\xee\x80\x80"
+#define MARK_CLOSE "\xee\x80\x81"
+
+/* Parses the Jinja template text into c; its name as given. */
+static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
+{
+    if (!(c->jinja = convoy_template_parse(text, len, err, errlen)))
+        return -1;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return 0;
+}
+
+static int use_file(sv_chat *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cv_errf(err, errlen, "unknown chat template '%s' (neither a file nor one of: %s)", path,
+                       cv_chat_kind_names());
+    sv_buf text = {0};
+    char chunk[4096];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        rc = sv_buf_append(&text, chunk, got);
+    if (rc || ferror(f))
+        rc = cv_errf(err, errlen, "cannot read the chat template %s", path);
+    fclose(f);
+    char msg[CV_ERRLEN];
+    if (rc == 0 && use_jinja(c, text.p ? text.p : "", text.n, path, msg, sizeof msg))
+        rc = cv_errf(err, errlen, "%s: %s", path, msg);
+    sv_buf_free(&text);
+    return rc;
+}
+
+static void use_native(sv_chat *c, cv_chat_kind kind)
+{
+    c->kind = kind;
+    snprintf(c->name, sizeof c->name, "%s (built in)", cv_chat_kind_name(kind));
+}
 
 int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen)
 {
     convoy_model_info info;
     convoy_model_get_info(m, &info);
     const char *bos = convoy_token_text(m, info.bos), *eos = convoy_token_text(m, info.eos);
-    out->bos = bos ? bos : "";
-    out->eos = eos ? eos : "";
+    *out = (sv_chat){.model = m, .bos = bos ? bos : "", .eos = eos ? eos : ""};
     if (override_name) {
         const int k = cv_chat_kind_from_name(override_name);
         if (k < 0)
-            return cv_errf(err, errlen, "unknown chat template '%s' (known: %s)", override_name,
-                           cv_chat_kind_names());
-        out->kind = (cv_chat_kind)k;
+            return use_file(out, override_name, err, errlen);
+        use_native(out, (cv_chat_kind)k);
         return 0;
     }
     const char *tmpl = convoy_model_chat_template(m);
     if (!tmpl) {
-        out->kind = (cv_chat_kind)cv_chat_kind_from_name("chatml");
+        use_native(out, (cv_chat_kind)cv_chat_kind_from_name("chatml"));
         return 0;
     }
-    return cv_chat_detect(tmpl, &out->kind, err, errlen);
+    char why[CV_ERRLEN], why_native[CV_ERRLEN];
+    if (use_jinja(out, tmpl, strlen(tmpl), "the model's own (Jinja)", why, sizeof why) == 0)
+        return 0;
+    cv_chat_kind kind;
+    if (cv_chat_detect(tmpl, &kind, why_native, sizeof why_native))
+        return cv_errf(err, errlen, "the model's %s; and natively: %s", why, why_native);
+    sv_log(SV_LOG_WARN, "the model's %s; rendering it as the built-in %s instead", why, cv_chat_kind_name(kind));
+    use_native(out, kind);
+    return 0;
 }
 
-const char *sv_chat_name(const sv_chat *c) { return cv_chat_kind_name(c->kind); }
+void sv_chat_free(sv_chat *c)
+{
+    convoy_template_free(c->jinja);
+    c->jinja = NULL;
+}
 
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, char *err, size_t errlen)
+const char *sv_chat_name(const sv_chat *c) { return c->name; }
+
+/* The messages as a chat request body, contents replaced by markers when marked. */
+static char *request_of(const sv_chat_msg *msgs, int n, bool marked)
+{
+    json_t *arr = json_array(), *req = json_pack("{s:o}", "messages", arr);
+    char mark[32];
+    for (int i = 0; req && i < n; i++) {
+        snprintf(mark, sizeof mark, MARK_OPEN "%d" MARK_CLOSE, i);
+        json_array_append_new(arr, json_pack("{s:s,s:s}", "role", msgs[i].role, "content",
+                                             marked ? mark : msgs[i].content));
+    }
+    char *body = req && json_array_size(arr) == (size_t)n ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return body;
+}
+
+static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
+                        size_t errlen)
+{
+    char *body = request_of(msgs, n, marked), *text = NULL;
+    if (!body)
+        return cv_errf(err, errlen, "out of memory (or a message that is not UTF-8)");
+    const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos};
+    size_t len;
+    int rc = convoy_render_chat(c->jinja, body, strlen(body), &p, &text, &len, err, errlen);
+    if (rc == 0 && sv_buf_append(out, text, len))
+        rc = cv_errf(err, errlen, "out of memory rendering the chat");
+    convoy_text_free(text);
+    free(body);
+    return rc;
+}
+
+static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
+                         size_t errlen)
 {
     cv_chat_msg *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *cm);
-    if (!cm)
-        return cv_errf(err, errlen, "out of memory rendering the chat");
-    int rc = 0;
+    char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
+    int rc = cm && marks ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
     for (int i = 0; i < n && rc == 0; i++) {
         const int role = cv_chat_role_from_name(msgs[i].role);
         if (role < 0)
             rc = cv_errf(err, errlen, "messages[%d]: role '%s' is not supported", i, msgs[i].role);
-        cm[i] = (cv_chat_msg){.role = (cv_chat_role)role, .content = msgs[i].content};
+        snprintf(marks[i], sizeof marks[i], MARK_OPEN "%d" MARK_CLOSE, i);
+        cm[i] = (cv_chat_msg){.role = (cv_chat_role)role, .content = marked ? marks[i] : msgs[i].content};
     }
     size_t len = 0;
     if (rc == 0)
@@ -53,8 +141,94 @@ int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out
         rc = cv_chat_render(c->kind, cm, n, true, c->bos, c->eos, NULL, out->p + out->n, len + 1, &len, err, errlen);
     if (rc == 0)
         out->n += len;
+    cv_free(marks);
     cv_free(cm);
     return rc;
 }
 
-const char *const *sv_chat_stop_strings(const sv_chat *c) { return cv_chat_stop_strings(c->kind); }
+static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
+                       size_t errlen)
+{
+    return c->jinja ? render_jinja(c, msgs, n, marked, out, err, errlen)
+                    : render_native(c, msgs, n, marked, out, err, errlen);
+}
+
+/* The marked rendering with the contents put back, and their spans.
+ * Returns 0, or -1 when out of memory. */
+static int unmark(const sv_buf *marked, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans,
+                  int *n_spans)
+{
+    const char *p = marked->p ? marked->p : "", *end = p + marked->n;
+    while (p < end) {
+        const char *o = strstr(p, MARK_OPEN);
+        char *after;
+        const long i = o ? strtol(o + strlen(MARK_OPEN), &after, 10) : -1;
+        if (!o || i < 0 || i >= n || strncmp(after, MARK_CLOSE, strlen(MARK_CLOSE))) {
+            const char *stop = o ? o + strlen(MARK_OPEN) : end;
+            if (sv_buf_append(out, p, (size_t)(stop - p)))
+                return -1;
+            p = stop;
+            continue;
+        }
+        convoy_span *grown = cv_realloc(*spans, sizeof **spans * (size_t)(*n_spans + 1));
+        if (!grown || sv_buf_append(out, p, (size_t)(o - p)))
+            return -1;
+        *spans = grown;
+        grown[(*n_spans)++] = (convoy_span){out->n, strlen(msgs[i].content)};
+        if (sv_buf_puts(out, msgs[i].content))
+            return -1;
+        p = after + strlen(MARK_CLOSE);
+    }
+    return 0;
+}
+
+/* Without spans: refuses a content that holds special token text. */
+static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        const size_t len = strlen(msgs[i].content);
+        int32_t *ids = cv_malloc(sizeof(int32_t) * 2 * (len + 1));
+        if (!ids)
+            return cv_errf(err, errlen, "out of memory rendering the chat");
+        const int a = convoy_tokenize(c->model, msgs[i].content, len, false, true, ids, (int32_t)(len + 1));
+        const int b = convoy_tokenize(c->model, msgs[i].content, len, false, false, ids + len + 1, (int32_t)(len + 1));
+        const bool same = a == b && a >= 0 && memcmp(ids, ids + len + 1, sizeof(int32_t) * (size_t)a) == 0;
+        cv_free(ids);
+        if (!same)
+            return cv_errf(err, errlen, "messages[%d].content holds a control token's text, which this chat template "
+                                        "does not keep apart from its own", i);
+    }
+    return 0;
+}
+
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans, int *n_spans,
+                   char *err, size_t errlen)
+{
+    *spans = NULL;
+    *n_spans = 0;
+    sv_buf marked = {0}, back = {0};
+    const size_t at = out->n;
+    int rc = render_with(c, msgs, n, false, out, err, errlen);
+    if (rc == 0)
+        rc = render_with(c, msgs, n, true, &marked, err, errlen);
+    if (rc == 0 && unmark(&marked, msgs, n, &back, spans, n_spans))
+        rc = cv_errf(err, errlen, "out of memory rendering the chat");
+    if (rc == 0 && (back.n != out->n - at || memcmp(back.p, out->p + at, back.n))) {
+        /* The template changed the contents: no spans, and a check instead. */
+        cv_free(*spans);
+        *spans = NULL;
+        *n_spans = 0;
+        rc = check_contents(c, msgs, n, err, errlen);
+    }
+    for (int i = 0; rc == 0 && i < *n_spans; i++)
+        (*spans)[i].off += at;
+    sv_buf_free(&marked);
+    sv_buf_free(&back);
+    return rc;
+}
+
+const char *const *sv_chat_stop_strings(const sv_chat *c)
+{
+    static const char *const none[] = {NULL};
+    return c->jinja ? none : cv_chat_stop_strings(c->kind);
+}

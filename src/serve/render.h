@@ -1,16 +1,29 @@
 /* render.h: the chat template of `convoy serve`.
  *
- * Contract: sv_chat_setup picks the template once at start-up: the
- * --chat-template NAME when given (model/chat.h lists the names), else
- * the one recognized from the model's tokenizer.chat_template, else (a
- * model without a template) ChatML, as llama.cpp does; it fails with a
- * message for an unknown name or an unrecognized template. sv_render_chat
- * renders a conversation natively (no Jinja), followed by the opening of
- * the assistant's turn; the prompt is then tokenized with special tokens
- * parsed. sv_chat_stop_strings lists the texts that end an assistant turn
- * (generation stops there, besides end-of-generation tokens). Returns 0,
- * or -1 with a message (a conversation the template refuses, out of
- * memory). */
+ * Contract: sv_chat_setup picks the template once at start-up. With
+ * --chat-template NAME (model/chat.h lists the names) that built-in family
+ * renders natively; with --chat-template FILE the file is a Jinja template
+ * (convoy.h's convoy_template_parse). Without either, the model's own
+ * tokenizer.chat_template is rendered by the Jinja engine; one the engine
+ * refuses falls back, with a warning naming the construct, to the family
+ * cv_chat_detect recognizes; a model without a template gets ChatML, as
+ * llama.cpp does. It fails with a message for an unknown name, an unreadable
+ * or refused FILE, or a template neither way renders (both reasons).
+ * sv_chat_name says which is used, for the start line.
+ *
+ * sv_render_chat renders a conversation followed by the opening of the
+ * assistant's turn (Jinja: add_generation_prompt true, the model's BOS/EOS
+ * texts, today's date) and gives the spans of the prompt that are message
+ * content: the prompt is tokenized with special tokens parsed outside them
+ * only (convoy_tokenize_spans), so that what users write stays text. The
+ * spans come from rendering once more with each content replaced by a
+ * marker; a template that changes content (trim, split) so that the markers
+ * do not map back gets no spans, and a message whose content holds special
+ * token text is then refused rather than turned into control tokens.
+ * sv_chat_stop_strings lists the texts that end an assistant turn
+ * (generation stops there, besides end-of-generation tokens; none for
+ * Jinja). Returns 0, or -1 with a message (a conversation the template
+ * refuses, out of memory). */
 #ifndef CONVOY_SERVE_RENDER_H
 #define CONVOY_SERVE_RENDER_H
 
@@ -22,8 +35,11 @@
 #include "serve/buf.h"
 
 typedef struct sv_chat {
-    cv_chat_kind kind;
-    const char *bos, *eos; /* the model's texts of those tokens ("" when absent) */
+    cv_chat_kind kind;           /* the native family, when jinja is NULL */
+    convoy_template *jinja;      /* the Jinja template, or NULL */
+    const convoy_model *model;   /* for the fallback's check of contents */
+    const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
+    char name[256];              /* what the start line says */
 } sv_chat;
 
 /* One message; role is "system", "user" or "assistant". */
@@ -34,7 +50,10 @@ typedef struct sv_chat_msg {
 
 int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen);
 const char *sv_chat_name(const sv_chat *c);
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, char *err, size_t errlen);
+void sv_chat_free(sv_chat *c);
+/* *spans (release with cv_free) gets *n_spans content spans of out. */
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans, int *n_spans,
+                   char *err, size_t errlen);
 /* A NULL-terminated list. */
 const char *const *sv_chat_stop_strings(const sv_chat *c);
 
