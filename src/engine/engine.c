@@ -297,9 +297,11 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
         cv_chain_close(c->chain);
         return -1;
     }
-    char plan[512];
+    char plan[1024];
     cv_chain_describe(c->chain, plan, sizeof plan);
     engine_log(c, "plan: %s", plan);
+    cv_chain_describe_nodes(c->chain, plan, sizeof plan);
+    engine_log(c, "nodes: %s", plan);
     return 0;
 }
 

@@ -41,6 +41,7 @@ struct cv_chain {
     cv_link *link[CV_CHAIN_MAX_NODES];
     char addr[CV_CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
     int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
+    cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's answer: memory budget and speed */
     int active[CV_CHAIN_MAX_NODES]; /* indices of the nodes that serve layers, in order */
     int n_active;
     cv_inbox inbox;
@@ -419,7 +420,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         return cv_errf(err, errlen, "out of memory");
     c->o = *o;
     c->suspect = -1;
-    cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's memory budget and speed */
+    cv_msg_hello_ok *offer = c->offer;
     if (bind_embeddings(c, model_path, err, errlen) || alloc_results(c, err, errlen) ||
         connect_and_ask(c, offer, err, errlen) || plan(c, offer, err, errlen) ||
         bind_local_span(c, model_path, err, errlen) || assign_from_last(c, err, errlen) ||
@@ -616,6 +617,23 @@ void cv_chain_describe(const cv_chain *c, char *buf, size_t len)
                                c->last[i], c->addr[i]);
     }
 }
+void cv_chain_describe_nodes(const cv_chain *c, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_nodes && at < len; i++) {
+        const cv_msg_hello_ok *o = &c->offer[i];
+        char speed[64] = "speed not measured", budget[64] = "no memory limit";
+        if (o->us_per_layer_token)
+            snprintf(speed, sizeof speed, "%u us per layer and token", o->us_per_layer_token);
+        if (o->mem_budget)
+            snprintf(budget, sizeof budget, "budget %.2f GB", o->mem_budget / 1e9);
+        at += (size_t)snprintf(buf + at, len - at, "%s%s: %s, %s%s", at ? "; " : "",
+                               i == 0 && c->local_node ? "here" : c->addr[i], budget, speed,
+                               o->flags & CV_HOK_RECEIVES ? ", receives its layers" : "");
+    }
+}
+
 int cv_chain_in_flight(const cv_chain *c) { return c->in_flight; }
 
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)

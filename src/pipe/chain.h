@@ -98,6 +98,10 @@ bool cv_chain_is_broken(const cv_chain *c);
 const char *cv_chain_suspect(const cv_chain *c);
 /* The plan in words: "layers [0, 4) here, [4, 8) on 10.0.0.2:7001, ...". */
 void cv_chain_describe(const cv_chain *c, char *buf, size_t len);
+/* What each node answered: "here: budget 3.00 GB, 12 us per layer and
+ * token; 10.0.0.2:7001: budget 8.00 GB, speed not measured, receives its
+ * layers". */
+void cv_chain_describe_nodes(const cv_chain *c, char *buf, size_t len);
 int cv_chain_in_flight(const cv_chain *c);
 int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
 int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
