@@ -28,6 +28,10 @@
 #    accepted with a note, --version, -f (a prompt file, llama-cli's: not
 #    llama-server's either) is unknown, and listening beyond loopback without
 #    a key warns.
+# 5. (in 1) /v1/responses with the AI SDK's default OpenAI provider (`ai`,
+#    `@ai-sdk/openai`, installed beside openai) and fetch
+#    (test_serve_responses.mjs); without those packages it is left out with
+#    a note, and fails under CI=true.
 # Without npm (or when installing openai fails) it skips, except under CI=true.
 set -uo pipefail
 
@@ -48,7 +52,11 @@ if [[ ! -f "$npm_dir/node_modules/@langchain/openai/package.json" ]]; then
     npm install --silent --no-audit --no-fund --prefix "$npm_dir" @langchain/openai @langchain/core >/dev/null 2>&1 ||
         echo "note: npm install @langchain/openai failed: its requests are emulated"
 fi
-cp "$src/tests/test_serve_clients.mjs" "$npm_dir/test_serve_clients.mjs"
+if [[ ! -f "$npm_dir/node_modules/@ai-sdk/openai/package.json" ]]; then
+    npm install --silent --no-audit --no-fund --prefix "$npm_dir" ai @ai-sdk/openai >/dev/null 2>&1 ||
+        echo "note: npm install ai @ai-sdk/openai failed: /v1/responses is not checked"
+fi
+cp "$src/tests/test_serve_clients.mjs" "$src/tests/test_serve_responses.mjs" "$npm_dir/"
 
 tmp="$(mktemp -d)"
 pids=()
@@ -132,6 +140,15 @@ sys.exit(not (p["total_slots"] == 4 and p["default_generation_settings"]["n_ctx"
         pass "clients: $(grep -c '^ok' <<<"$out") checks${note:+ ($note)}"
     else
         fail "clients: $(grep -E '^(FAIL|note)' <<<"$out")"
+    fi
+    if [[ -f "$npm_dir/node_modules/@ai-sdk/openai/package.json" ]]; then
+        if out="$(node "$npm_dir/test_serve_responses.mjs" "$base/v1" "$key" 2>&1)"; then
+            pass "/v1/responses (AI SDK, fetch): $(grep -c '^ok' <<<"$out") checks"
+        else
+            fail "/v1/responses: $(grep -E '^FAIL' <<<"$out")"
+        fi
+    elif [[ "${CI:-}" == true ]]; then
+        fail "/v1/responses: ai and @ai-sdk/openai are not installed (CI=true)"
     fi
     check "/health needs no key" test "$(status "$base/health")" = 200
     check "HEAD /health" test "$(curl -s -o /dev/null -w '%{http_code}' -I "$base/health")" = 200

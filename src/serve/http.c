@@ -48,6 +48,7 @@
 #include "core/utf8.h"
 #include "serve/buf.h"
 #include "serve/log.h"
+#include "serve/resp.h"
 #include "serve/text.h"
 
 enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
@@ -55,6 +56,7 @@ enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
 enum route {
     R_COMPLETIONS,
     R_CHAT,
+    R_RESPONSES,
     R_TOKENIZE,
     R_DETOKENIZE,
     R_MODELS,
@@ -66,8 +68,8 @@ enum route {
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/models", "/v1/models/{id}",
-    "/health",         "/metrics",             "/props",    "other"};
+    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",
+    "/v1/models/{id}", "/health",              "/metrics",      "/props",    "other"};
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
@@ -128,6 +130,9 @@ typedef struct gen {
     int32_t n_seen;     /* tokens turned into text */
     int32_t lp_next;    /* first token whose logprobs are not yet sent */
     sv_buf out;         /* text not yet sent */
+    sv_buf all;         /* a streamed response's whole text, for its .done events */
+    resp_ids resp;      /* a response's ids and event count */
+    char msg_id[48];
     size_t text_sent;   /* bytes of text sent before out */
     const char *finish; /* "stop" / "length" once over */
     oai_error error;    /* status != 0: failed */
@@ -242,6 +247,7 @@ static void gen_free(void *cls)
     sv_text_free(&g->text);
     oai_request_free(&g->req);
     sv_buf_free(&g->out);
+    sv_buf_free(&g->all);
     sv_buf_free(&g->sse);
     cv_free(g);
     pthread_mutex_lock(&h->mu);
@@ -321,10 +327,36 @@ static int sse_event(gen *g, char *json)
     return rc ? -1 : 0;
 }
 
+/* sse_fill for /v1/responses: the opening events first, then a delta per
+ * batch of text, then the closing events (no [DONE]: OpenAI sends none). */
+static int resp_fill(gen *g, bool over)
+{
+    const oai_usage usage = gen_usage(g);
+    if (!g->role_sent && resp_sse_start(g->h->srv, &g->resp, &g->sse))
+        return -1;
+    g->role_sent = true;
+    if (g->error.status) {
+        snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
+        if (resp_sse_error(&g->resp, &g->error, &g->sse))
+            return -1;
+    } else if (g->out.n) {
+        if (resp_sse_delta(&g->resp, g->out.p, g->out.n, &g->sse) || sv_buf_append(&g->all, g->out.p, g->out.n))
+            return -1;
+        sv_buf_consume(&g->out, g->out.n);
+    }
+    if (over && !g->error.status &&
+        resp_sse_done(g->h->srv, &g->resp, g->all.p ? g->all.p : "", g->all.n, g->finish, &usage, &g->sse))
+        return -1;
+    g->over = over;
+    return 0;
+}
+
 /* Appends the events for what gen_poll produced: a text chunk, and when
  * the generation is over the final chunk, the usage chunk and [DONE]. */
 static int sse_fill(gen *g, bool over)
 {
+    if (g->req.kind == OAI_RESPONSES)
+        return resp_fill(g, over);
     const oai_server *srv = g->h->srv;
     const oai_usage usage = gen_usage(g);
     if (g->error.status) {
@@ -380,7 +412,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (peer_gone(g->fd))
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        const bool over = g->role_sent || g->req.kind != OAI_CHAT ? gen_poll(g, POLL_MS) : false;
+        const bool over = g->role_sent || g->req.kind == OAI_COMPLETIONS ? gen_poll(g, POLL_MS) : false;
         if (sse_fill(g, over))
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -426,12 +458,18 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
         submit_refused(h, cc, sr, err, e);
         return NULL;
     }
-    snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)fresh(h));
+    const unsigned long long serial = (unsigned long long)fresh(h);
+    if (kind == OAI_RESPONSES) { /* OpenAI's ids: resp_ for the response, msg_ for its message */
+        snprintf(g->id, sizeof g->id, "resp_%016llx", serial);
+        snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", serial);
+    } else {
+        snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", serial);
+    }
     sv_log(SV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
            g->id, g->req.params.n_prompt, g->req.params.max_tokens,
            (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
     g->created = (long long)time(NULL);
+    g->resp = (resp_ids){.id = g->id, .msg_id = g->msg_id, .created = g->created};
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
     return g;
@@ -439,7 +477,7 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
 
 static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
-    const oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : OAI_COMPLETIONS;
+    const oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
     oai_error e = {0};
     gen *g = gen_start(h, c, cc, kind, &e);
     if (!g)
@@ -466,8 +504,11 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
         return rc;
     }
     const oai_usage usage = gen_usage(g);
-    char *json = oai_response_json(h->srv, kind, g->id, g->created, g->out.p ? g->out.p : "", g->out.n, g->finish,
-                                   gen_logprobs(g), &usage);
+    const char *text = g->out.p ? g->out.p : "";
+    char *json = kind == OAI_RESPONSES
+                     ? resp_object_json(h->srv, &g->resp, text, g->out.n, g->finish, &usage)
+                     : oai_response_json(h->srv, kind, g->id, g->created, text, g->out.n, g->finish, gen_logprobs(g),
+                                         &usage);
     gen_free(g);
     return send_json(h, c, cc, 200, json);
 }
@@ -604,6 +645,7 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     switch (cc->rt) {
     case R_COMPLETIONS:
     case R_CHAT:
+    case R_RESPONSES:
         return generate(h, c, cc);
     case R_TOKENIZE:
         return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
@@ -634,7 +676,8 @@ static enum route route_of(const char *url)
     static const struct {
         const char *path;
         enum route rt;
-    } exact[] = {{"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT}, {"/tokenize", R_TOKENIZE},
+    } exact[] = {{"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
+                 {"/v1/responses", R_RESPONSES},     {"/tokenize", R_TOKENIZE},
                  {"/detokenize", R_DETOKENIZE},      {"/v1/models", R_MODELS},        {"/health", R_HEALTH},
                  {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

@@ -4,6 +4,8 @@
  * see sv_http_port) and serves, one thread per connection:
  *   POST /v1/completions, POST /v1/chat/completions  (JSON, or server-sent
  *        events with "stream": true, ending in "data: [DONE]")
+ *   POST /v1/responses (stateless: JSON, or with "stream": true the
+ *        Responses API's typed events, resp.h)
  *   POST /tokenize, POST /detokenize (llama-server's shapes, extra.h)
  *   GET  /v1/models, GET /v1/models/ID, GET /health (also /v1/health),
  *   GET  /metrics, GET /props

@@ -37,6 +37,12 @@ int oai_fail(oai_error *e, int status, const char *type, const char *code, const
     return -1;
 }
 
+/* The field that holds a request's prompt. */
+static const char *prompt_param(oai_kind k)
+{
+    return k == OAI_COMPLETIONS ? "prompt" : k == OAI_CHAT ? "messages" : "input";
+}
+
 static int bad(oai_error *e, const char *param, const char *fmt, const char *what)
 {
     return oai_fail(e, 400, INVALID, NULL, param, fmt, param, what);
@@ -151,6 +157,10 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
     v = opt(body, "tools");
     if (v && (!json_is_array(v) || json_array_size(v) > 0))
         return oai_fail(e, 400, INVALID, NULL, "tools", "tools (function calling) are not supported");
+    v = json_object_get(opt(body, "text"), "format");
+    const char *format = json_string_value(json_object_get(v, "type"));
+    if (v && !json_is_null(v) && (!format || strcmp(format, "text")))
+        return oai_fail(e, 400, INVALID, NULL, "text.format", "only the text.format {\"type\": \"text\"} is supported");
     v = opt(body, "response_format");
     if (v) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
@@ -194,7 +204,10 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
 static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
 {
     long long top = -1;
-    if (kind == OAI_COMPLETIONS) {
+    if (kind == OAI_RESPONSES) {
+        if (opt(body, "top_logprobs"))
+            return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' is not supported on /v1/responses");
+    } else if (kind == OAI_COMPLETIONS) {
         if (get_int(body, "logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &top, e))
             return -1;
     } else {
@@ -222,11 +235,9 @@ static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, 
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     const int n = convoy_tokenize_spans(srv->model, text, len, true, plain, n_plain, r->prompt, srv->n_ctx);
     if (n == INT_MIN)
-        return oai_fail(e, 400, INVALID, NULL, r->kind == OAI_CHAT ? "messages" : "prompt",
-                        "the prompt cannot be tokenized (too long)");
+        return oai_fail(e, 400, INVALID, NULL, prompt_param(r->kind), "the prompt cannot be tokenized (too long)");
     if (n < 0)
-        return oai_fail(e, 400, INVALID, "context_length_exceeded", r->kind == OAI_CHAT ? "messages" : "prompt",
-                        "the prompt has %d tokens, more than the context of %d tokens", -n, srv->n_ctx);
+        return oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(r->kind), "the prompt has %d tokens, more than the context of %d tokens", -n, srv->n_ctx);
     r->params.n_prompt = n;
     return 0;
 }
@@ -267,10 +278,18 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
     return 0;
 }
 
+/* A text part's type: chat's "text", or the Responses API's "input_text"
+ * (what users write) and "output_text" (earlier answers). */
+static bool text_part(const json_t *type)
+{
+    const char *t = json_string_value(type);
+    return t && (!strcmp(t, "text") || !strcmp(t, "input_text") || !strcmp(t, "output_text"));
+}
+
 /* A message's content: a string, a list of text parts (joined by
  * newlines), or null (""); appended to out. Roles are system (also
  * OpenAI's "developer"), user and assistant. */
-static int message_content(const json_t *m, size_t i, sv_buf *out, oai_error *e)
+static int message_content(const json_t *m, const char *param, size_t i, sv_buf *out, oai_error *e)
 {
     json_t *c = opt(m, "content");
     if (!c)
@@ -278,30 +297,28 @@ static int message_content(const json_t *m, size_t i, sv_buf *out, oai_error *e)
     if (json_is_string(c))
         return sv_buf_append(out, json_string_value(c), json_string_length(c));
     if (!json_is_array(c))
-        return oai_fail(e, 400, INVALID, NULL, "messages",
-                        "messages[%zu].content must be a string or a list of content parts", i);
+        return oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].content must be a string or a list of content parts",
+                        param, i);
     size_t k;
     json_t *part;
     json_array_foreach(c, k, part)
     {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
-            return oai_fail(e, 400, INVALID, NULL, "messages",
-                            "messages[%zu].content[%zu]: only text parts ({\"type\": \"text\", \"text\": ...}) "
-                            "are supported", i, k);
+        if (!text_part(type) || !json_is_string(text))
+            return oai_fail(e, 400, INVALID, NULL, param,
+                            "%s[%zu].content[%zu]: only text parts ({\"type\": \"text\", \"text\": ...}) "
+                            "are supported", param, i, k);
         if ((k > 0 && sv_buf_puts(out, "\n")) || sv_buf_append(out, json_string_value(text), json_string_length(text)))
             return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     return 0;
 }
 
-static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+/* Renders the messages msgs (a non-empty array, given in the request's
+ * field param) with the chat template and tokenizes them. */
+static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, oai_request *r,
+                           oai_error *e)
 {
-    json_t *msgs = opt(body, "messages");
-    if (!msgs)
-        return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
     const size_t n = json_array_size(msgs);
     sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
     sv_buf *texts = cv_calloc(n, sizeof *texts);
@@ -317,25 +334,25 @@ static int parse_messages(const oai_server *srv, const json_t *body, oai_request
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
         if (!json_is_object(m) || !json_is_string(role)) {
-            oai_fail(e, 400, INVALID, NULL, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            oai_fail(e, 400, INVALID, NULL, param, "%s[%zu] must be an object with a string 'role'", param, i);
             goto done;
         }
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            oai_fail(e, 400, INVALID, NULL, "messages",
-                     "messages[%zu].role must be system, developer, user or assistant (tool messages are not "
-                     "supported)", i);
+            oai_fail(e, 400, INVALID, NULL, param,
+                     "%s[%zu].role must be system, developer, user or assistant (tool messages are not supported)",
+                     param, i);
             goto done;
         }
-        if (message_content(m, i, &texts[i], e))
+        if (message_content(m, param, i, &texts[i], e))
             goto done;
         cm[i].role = rs;
         cm[i].content = texts[i].p ? texts[i].p : "";
     }
     if (sv_render_chat(srv->chat, cm, (int)n, &prompt, &spans, &n_spans, err, sizeof err)) {
-        oai_fail(e, 400, INVALID, NULL, "messages", "%s", err);
+        oai_fail(e, 400, INVALID, NULL, param, "%s", err);
         goto done;
     }
     rc = tokenize_prompt(srv, prompt.p, prompt.n, spans, n_spans, r, e);
@@ -351,11 +368,64 @@ done:
     return rc;
 }
 
+static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    json_t *msgs = opt(body, "messages");
+    if (!msgs)
+        return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
+    return render_messages(srv, msgs, "messages", r, e);
+}
+
+/* The Responses API's prompt as chat messages: instructions (a system
+ * message first), then input, a string (one user message) or a list of
+ * messages; items of other types (function calls, references to stored
+ * items) are refused, as this server keeps no state. */
+static int parse_input(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    json_t *in = opt(body, "input"), *ins = opt(body, "instructions");
+    if (!in)
+        return oai_fail(e, 400, INVALID, NULL, "input", "you must provide 'input'");
+    if (ins && !json_is_string(ins))
+        return bad(e, "instructions", "'%s' must be %s", "a string");
+    if (opt(body, "previous_response_id"))
+        return oai_fail(e, 400, INVALID, NULL, "previous_response_id",
+                        "'previous_response_id' is not supported: this server stores no responses; send the whole "
+                        "conversation in 'input'");
+    if (!json_is_string(in) && (!json_is_array(in) || json_array_size(in) == 0))
+        return bad(e, "input", "'%s' must be %s", "a string or a non-empty list of messages");
+    json_t *msgs = json_array();
+    if (msgs && ins)
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+    if (msgs && json_is_string(in))
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_is_array(in) ? in : NULL, i, item)
+    {
+        json_t *type = json_object_get(item, "type");
+        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message"))) {
+            json_decref(msgs);
+            return oai_fail(e, 400, INVALID, NULL, "input",
+                            "input[%zu]: only messages are supported (items of type \"message\", or with a 'role')",
+                            i);
+        }
+        if (msgs)
+            json_array_append(msgs, item);
+    }
+    const int rc = msgs ? render_messages(srv, msgs, "input", r, e)
+                        : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_decref(msgs);
+    return rc;
+}
+
 static int parse_max_tokens(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
     const int32_t room = srv->n_ctx - r->params.n_prompt;
-    const char *key = r->kind == OAI_CHAT && opt(body, "max_completion_tokens") ? "max_completion_tokens"
-                                                                                : "max_tokens";
+    const char *key = r->kind == OAI_RESPONSES                               ? "max_output_tokens"
+                      : r->kind == OAI_CHAT && opt(body, "max_completion_tokens") ? "max_completion_tokens"
+                                                                                  : "max_tokens";
     long long m = -1;
     if (get_int(body, key, LLONG_MIN, LLONG_MAX, &m, e))
         return -1;
@@ -430,16 +500,16 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
         if (get_bool(so, "include_usage", &out->include_usage, e))
             goto done;
     }
-    if (kind == OAI_COMPLETIONS ? parse_prompt(srv, root, out, e) : parse_messages(srv, root, out, e))
+    if (kind == OAI_COMPLETIONS ? parse_prompt(srv, root, out, e)
+        : kind == OAI_CHAT      ? parse_messages(srv, root, out, e)
+                                : parse_input(srv, root, out, e))
         goto done;
     if (out->params.n_prompt == 0) {
-        oai_fail(e, 400, INVALID, NULL, kind == OAI_CHAT ? "messages" : "prompt",
-                 "the prompt is empty (and the model adds no BOS token)");
+        oai_fail(e, 400, INVALID, NULL, prompt_param(kind), "the prompt is empty (and the model adds no BOS token)");
         goto done;
     }
     if (out->params.n_prompt >= srv->n_ctx) {
-        oai_fail(e, 400, INVALID, "context_length_exceeded", kind == OAI_CHAT ? "messages" : "prompt",
-                 "the prompt has %d tokens; the context holds %d, so no token is left to generate",
+        oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(kind), "the prompt has %d tokens; the context holds %d, so no token is left to generate",
                  out->params.n_prompt, srv->n_ctx);
         goto done;
     }

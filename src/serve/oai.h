@@ -1,11 +1,14 @@
 /* oai.h: the OpenAI API's shapes: request bodies in, JSON bodies out.
  *
- * Contract: oai_parse_request checks a /v1/completions or
- * /v1/chat/completions body completely before anything runs: JSON syntax,
- * the type and range of every parameter it knows, the model name, the
- * prompt (a string, or one list of token ids; for chat, the messages,
- * rendered with the server's chat template) tokenized against the context,
- * and max_tokens against the room the prompt leaves. On failure it fills
+ * Contract: oai_parse_request checks a /v1/completions,
+ * /v1/chat/completions or /v1/responses body completely before anything
+ * runs: JSON syntax, the type and range of every parameter it knows, the
+ * model name, the prompt (a string, or one list of token ids; for chat,
+ * the messages, rendered with the server's chat template; for responses,
+ * instructions then input, a string or messages with text parts, rendered
+ * the same way) tokenized against the context, and max_tokens
+ * (max_output_tokens) against the room the prompt leaves. Responses are
+ * stateless: previous_response_id is refused. On failure it fills
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
  * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
@@ -34,7 +37,7 @@
 #include "serve/render.h"
 #include "serve/sched.h"
 
-typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT } oai_kind;
+typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT, OAI_RESPONSES } oai_kind;
 
 typedef struct oai_error {
     int status;       /* HTTP status */
