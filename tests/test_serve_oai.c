@@ -6,7 +6,10 @@
  * is served as the server's);
  * every truncation and many byte corruptions of valid bodies are parsed
  * without a crash or leak (run under the sanitizer build) and either
- * succeed or fail with a 4xx; response shapes are valid JSON. */
+ * succeed or fail with a 4xx; response shapes are valid JSON; tool calls
+ * parsed from a canned output answer in OpenAI's shape, whole (message
+ * tool_calls, content null, finish "tool_calls") and streamed (a head and
+ * an arguments chunk per call). */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -198,7 +201,7 @@ static void test_any_model(void)
     CHECK(parse(OAI_COMPLETIONS, "{\"model\":7,\"prompt\":\"a\"}", &r, &e) == -1 && e.status == 400 &&
           !strcmp(e.param, "model"));
     const oai_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
-    char *s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "x", 1, "stop", NULL, &u);
+    char *s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "x", 1, "stop", NULL, NULL, &u);
     CHECK(s && strstr(s, "\"model\":\"stories260K\""));
     free(s);
 }
@@ -252,7 +255,7 @@ static void test_corrupted_bodies(void)
 static void test_responses(void)
 {
     const oai_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
-    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, "caf\xc3\xa9", 5, "stop", NULL, &u);
+    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, "caf\xc3\xa9", 5, "stop", NULL, NULL, &u);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     CHECK(j);
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
@@ -269,8 +272,68 @@ static void test_responses(void)
     json_decref(j);
     free(s);
     /* invalid UTF-8 text cannot become JSON: NULL, not a broken body */
-    s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "\xff", 1, "stop", NULL, &u);
+    s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "\xff", 1, "stop", NULL, NULL, &u);
     CHECK(s == NULL);
+}
+
+static json_t *chunk(const oai_chunk *c)
+{
+    char *s = oai_chunk_json(&srv, OAI_CHAT, "chatcmpl-1", 5, c);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    json_t *call = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                                                  "delta"),
+                                                  "tool_calls"),
+                                  0);
+    json_incref(call);
+    json_decref(j);
+    return call;
+}
+
+static void test_tool_answers(void)
+{
+    const char *out = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}</tool_call>";
+    sv_tool_calls calls = {0};
+    CHECK(sv_tools_parse(SV_TOOLS_HERMES, out, strlen(out), 1, &calls) == 0 && calls.n == 1);
+    const oai_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
+    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, out, strlen(out), "stop", &calls, NULL, &u);
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0), *msg = json_object_get(choice, "message");
+    json_t *call = json_array_get(json_object_get(msg, "tool_calls"), 0), *fn = json_object_get(call, "function");
+    CHECK(json_is_null(json_object_get(msg, "content")));
+    CHECK(!strcmp(json_string_value(json_object_get(choice, "finish_reason")), "tool_calls"));
+    CHECK(!strcmp(json_string_value(json_object_get(call, "id")), calls.calls[0].id));
+    CHECK(!strcmp(json_string_value(json_object_get(call, "type")), "function"));
+    CHECK(!strcmp(json_string_value(json_object_get(fn, "name")), "get_weather"));
+    CHECK(!strcmp(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\"}"));
+    json_decref(j);
+    free(s);
+
+    json_t *head = chunk(&(oai_chunk){.call = &calls.calls[0], .call_index = 0});
+    fn = json_object_get(head, "function");
+    CHECK(json_integer_value(json_object_get(head, "index")) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(head, "id")), calls.calls[0].id));
+    CHECK(!strcmp(json_string_value(json_object_get(head, "type")), "function"));
+    CHECK(!strcmp(json_string_value(json_object_get(fn, "name")), "get_weather"));
+    CHECK(!strcmp(json_string_value(json_object_get(fn, "arguments")), ""));
+    json_decref(head);
+    json_t *args = chunk(&(oai_chunk){.call = &calls.calls[0], .call_index = 0, .call_args = true});
+    fn = json_object_get(args, "function");
+    CHECK(json_integer_value(json_object_get(args, "index")) == 0 && !json_object_get(args, "id"));
+    CHECK(!strcmp(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\"}"));
+    json_decref(args);
+
+    /* text around the calls stays the message's content */
+    sv_tool_calls_free(&calls);
+    const char *mixed = "Checking.<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>";
+    CHECK(sv_tools_parse(SV_TOOLS_HERMES, mixed, strlen(mixed), 1, &calls) == 0 && calls.n == 1);
+    s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, mixed, strlen(mixed), "stop", &calls, NULL, &u);
+    j = s ? json_loads(s, 0, NULL) : NULL;
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "Checking."));
+    json_decref(j);
+    free(s);
+    sv_tool_calls_free(&calls);
 }
 
 int main(void)
@@ -290,6 +353,7 @@ int main(void)
     TEST_RUN(test_any_model);
     TEST_RUN(test_corrupted_bodies);
     TEST_RUN(test_responses);
+    TEST_RUN(test_tool_answers);
     convoy_model_free(model);
     return test_summary();
 }

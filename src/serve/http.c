@@ -130,7 +130,7 @@ typedef struct gen {
     int32_t n_seen;     /* tokens turned into text */
     int32_t lp_next;    /* first token whose logprobs are not yet sent */
     sv_buf out;         /* text not yet sent */
-    sv_buf all;         /* a streamed response's whole text, for its .done events */
+    sv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
     resp_ids resp;      /* a response's ids and event count */
     char msg_id[48];
     size_t text_sent;   /* bytes of text sent before out */
@@ -351,6 +351,54 @@ static int resp_fill(gen *g, bool over)
     return 0;
 }
 
+/* Sends a text chunk of the n bytes at p when there is text, logprobs or
+ * (chat) the role to send. */
+static int text_chunk(gen *g, const char *p, size_t n)
+{
+    const bool lp = g->req.params.top_logprobs >= 0 && g->lp_next < g->n_seen;
+    if (!n && !lp && (g->req.kind != OAI_CHAT || g->role_sent))
+        return 0;
+    const oai_chunk ch = {.text = p, .text_len = n, .first = g->req.kind == OAI_CHAT && !g->role_sent,
+                          .logprobs = gen_logprobs(g), .include_usage = g->req.include_usage};
+    if (sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &ch)))
+        return -1;
+    g->role_sent = true;
+    g->text_sent += n;
+    return 0;
+}
+
+/* A chat with tools: the text so far gathers in g->all and goes out only
+ * as far as sv_tools_safe lets it (the rest may be a call); when over, the
+ * rest of the content, then each call's head and arguments chunks, and
+ * *finish becomes "tool_calls" when there are calls. */
+static int tools_fill(gen *g, bool over, const char **finish)
+{
+    if (sv_buf_append(&g->all, g->out.p, g->out.n))
+        return -1;
+    const char *all = g->all.p ? g->all.p : "";
+    if (!over) {
+        const size_t safe = sv_tools_safe(g->req.tools, all, g->all.n);
+        return text_chunk(g, all + g->text_sent, safe > g->text_sent ? safe - g->text_sent : 0);
+    }
+    sv_tool_calls calls = {0};
+    if (sv_tools_parse(g->req.tools, all, g->all.n, fresh(g->h), &calls))
+        return -1;
+    /* the content begins with every byte already sent (tools.h) */
+    const char *content = calls.content.p ? calls.content.p : "";
+    int rc = text_chunk(g, content + g->text_sent, calls.content.n > g->text_sent ? calls.content.n - g->text_sent : 0);
+    for (int i = 0; i < calls.n && !rc; i++) {
+        const oai_chunk head = {.call = &calls.calls[i], .call_index = i, .include_usage = g->req.include_usage};
+        const oai_chunk args = {.call = &calls.calls[i], .call_index = i, .call_args = true,
+                                .include_usage = g->req.include_usage};
+        rc = sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &head)) ||
+             sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &args));
+    }
+    if (calls.n)
+        *finish = "tool_calls";
+    sv_tool_calls_free(&calls);
+    return rc ? -1 : 0;
+}
+
 /* Appends the events for what gen_poll produced: a text chunk, and when
  * the generation is over the final chunk, the usage chunk and [DONE]. */
 static int sse_fill(gen *g, bool over)
@@ -364,19 +412,13 @@ static int sse_fill(gen *g, bool over)
         if (sse_event(g, oai_error_json(&g->error)))
             return -1;
     } else {
-        const bool has_text = g->out.n > 0 || (g->req.params.top_logprobs >= 0 && g->lp_next < g->n_seen);
-        if (has_text || (g->req.kind == OAI_CHAT && !g->role_sent)) {
-            const oai_chunk ch = {.text = g->out.p ? g->out.p : "", .text_len = g->out.n,
-                                  .first = g->req.kind == OAI_CHAT && !g->role_sent, .logprobs = gen_logprobs(g),
-                                  .include_usage = g->req.include_usage};
-            if (sse_event(g, oai_chunk_json(srv, g->req.kind, g->id, g->created, &ch)))
-                return -1;
-            g->role_sent = true;
-            g->text_sent += g->out.n;
-            sv_buf_consume(&g->out, g->out.n);
-        }
+        const char *finish = g->finish;
+        if (g->req.tools != SV_TOOLS_NONE ? tools_fill(g, over, &finish)
+                                          : text_chunk(g, g->out.p ? g->out.p : "", g->out.n))
+            return -1;
+        sv_buf_consume(&g->out, g->out.n);
         if (over) {
-            const oai_chunk fin = {.text = "", .finish = g->finish, .include_usage = g->req.include_usage,
+            const oai_chunk fin = {.text = "", .finish = finish, .include_usage = g->req.include_usage,
                                    .usage = g->req.include_usage ? NULL : &usage};
             if (sse_event(g, oai_chunk_json(srv, g->req.kind, g->id, g->created, &fin)))
                 return -1;
@@ -475,6 +517,24 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     return g;
 }
 
+/* A whole answer's body (NULL when out of memory); a chat with tools gets
+ * the calls read out of its text. */
+static char *answer_json(gen *g)
+{
+    const oai_usage usage = gen_usage(g);
+    const char *text = g->out.p ? g->out.p : "";
+    if (g->req.kind == OAI_RESPONSES)
+        return resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &usage);
+    const bool tools = g->req.tools != SV_TOOLS_NONE;
+    sv_tool_calls calls = {0};
+    if (tools && sv_tools_parse(g->req.tools, text, g->out.n, fresh(g->h), &calls))
+        return NULL;
+    char *json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, text, g->out.n, g->finish,
+                                   tools ? &calls : NULL, gen_logprobs(g), &usage);
+    sv_tool_calls_free(&calls);
+    return json;
+}
+
 static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
     const oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
@@ -503,12 +563,7 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
         gen_free(g);
         return rc;
     }
-    const oai_usage usage = gen_usage(g);
-    const char *text = g->out.p ? g->out.p : "";
-    char *json = kind == OAI_RESPONSES
-                     ? resp_object_json(h->srv, &g->resp, text, g->out.n, g->finish, &usage)
-                     : oai_response_json(h->srv, kind, g->id, g->created, text, g->out.n, g->finish, gen_logprobs(g),
-                                         &usage);
+    char *json = answer_json(g);
     gen_free(g);
     return send_json(h, c, cc, 200, json);
 }

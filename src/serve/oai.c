@@ -155,8 +155,8 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
     if (v && (!json_is_object(v) || json_object_size(v) > 0))
         return oai_fail(e, 400, INVALID, NULL, "logit_bias", "'logit_bias' is not supported");
     v = opt(body, "tools");
-    if (v && (!json_is_array(v) || json_array_size(v) > 0))
-        return oai_fail(e, 400, INVALID, NULL, "tools", "tools (function calling) are not supported");
+    if (kind != OAI_CHAT && v && (!json_is_array(v) || json_array_size(v) > 0))
+        return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions only");
     v = json_object_get(opt(body, "text"), "format");
     const char *format = json_string_value(json_object_get(v, "type"));
     if (v && !json_is_null(v) && (!format || strcmp(format, "text")))
@@ -316,8 +316,8 @@ static int message_content(const json_t *m, const char *param, size_t i, sv_buf 
 
 /* Renders the messages msgs (a non-empty array, given in the request's
  * field param) with the chat template and tokenizes them. */
-static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, oai_request *r,
-                           oai_error *e)
+static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, const json_t *tools,
+                           oai_request *r, oai_error *e)
 {
     const size_t n = json_array_size(msgs);
     sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
@@ -340,9 +340,8 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            oai_fail(e, 400, INVALID, NULL, param,
-                     "%s[%zu].role must be system, developer, user or assistant (tool messages are not supported)",
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].role must be system, developer, user, assistant or tool",
                      param, i);
             goto done;
         }
@@ -350,8 +349,9 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
             goto done;
         cm[i].role = rs;
         cm[i].content = texts[i].p ? texts[i].p : "";
+        cm[i].json = m;
     }
-    if (sv_render_chat(srv->chat, cm, (int)n, &prompt, &spans, &n_spans, err, sizeof err)) {
+    if (sv_render_chat(srv->chat, cm, (int)n, tools, &prompt, &spans, &n_spans, err, sizeof err)) {
         oai_fail(e, 400, INVALID, NULL, param, "%s", err);
         goto done;
     }
@@ -368,14 +368,40 @@ done:
     return rc;
 }
 
+/* tools and tool_choice: *tools gets the tools the template sees (NULL
+ * for none or tool_choice "none"), r->tools how to read calls back. */
+static int parse_tools(const oai_server *srv, const json_t *body, const json_t **tools, oai_request *r, oai_error *e)
+{
+    const json_t *t = opt(body, "tools"), *choice = opt(body, "tool_choice");
+    *tools = NULL;
+    if (t && !json_is_array(t))
+        return bad(e, "tools", "'%s' must be %s", "a list of tools");
+    if (choice && !json_is_string(choice) && !json_is_object(choice))
+        return bad(e, "tool_choice", "'%s' must be %s", "\"none\", \"auto\", \"required\" or a named function");
+    const char *cs = json_string_value(choice);
+    if (cs && strcmp(cs, "none") && strcmp(cs, "auto") && strcmp(cs, "required"))
+        return bad(e, "tool_choice", "'%s' must be %s", "\"none\", \"auto\", \"required\" or a named function");
+    if (!t || json_array_size(t) == 0 || (cs && !strcmp(cs, "none")))
+        return 0;
+    if (!srv->chat->jinja)
+        return oai_fail(e, 400, INVALID, NULL, "tools", "tools need a Jinja chat template (this one is %s)",
+                        srv->chat->name);
+    *tools = t;
+    r->tools = srv->chat->tools;
+    return 0;
+}
+
 static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
     json_t *msgs = opt(body, "messages");
+    const json_t *tools;
     if (!msgs)
         return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
-    return render_messages(srv, msgs, "messages", r, e);
+    if (parse_tools(srv, body, &tools, r, e))
+        return -1;
+    return render_messages(srv, msgs, "messages", tools, r, e);
 }
 
 /* The Responses API's prompt as chat messages: instructions (a system
@@ -414,7 +440,7 @@ static int parse_input(const oai_server *srv, const json_t *body, oai_request *r
         if (msgs)
             json_array_append(msgs, item);
     }
-    const int rc = msgs ? render_messages(srv, msgs, "input", r, e)
+    const int rc = msgs ? render_messages(srv, msgs, "input", NULL, r, e)
                         : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     json_decref(msgs);
     return rc;
@@ -633,8 +659,31 @@ static json_t *usage_json(const oai_usage *u)
                      "total_tokens", u->prompt_tokens + u->completion_tokens);
 }
 
+/* OpenAI's tool_calls array: [{id, type "function", function {name, arguments}}]. */
+static json_t *tool_calls_json(const sv_tool_calls *calls)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < calls->n; i++)
+        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", calls->calls[i].id, "type", "function",
+                                           "function", "name", calls->calls[i].name, "arguments",
+                                           calls->calls[i].arguments));
+    return a;
+}
+
+/* A chat answer's message: the text, or with tool calls their content (null
+ * when empty) and the calls. */
+static json_t *chat_message(const char *text, size_t text_len, const sv_tool_calls *calls)
+{
+    if (!calls || calls->n == 0)
+        return json_pack("{s:s,s:s%,s:n}", "role", "assistant", "content", text, text_len, "refusal");
+    json_t *content = calls->content.n ? json_stringn(calls->content.p, calls->content.n) : json_null();
+    return json_pack("{s:s,s:o,s:n,s:o}", "role", "assistant", "content", content, "refusal", "tool_calls",
+                     tool_calls_json(calls));
+}
+
 char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
-                        size_t text_len, const char *finish, json_t *logprobs, const oai_usage *u)
+                        size_t text_len, const char *finish, const sv_tool_calls *calls, json_t *logprobs,
+                        const oai_usage *u)
 {
     if (!logprobs)
         logprobs = json_null();
@@ -643,10 +692,28 @@ char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, lo
                               "created", (json_int_t)created, "model", srv->model_id, "choices", "text", text,
                               text_len, "index", 0, "logprobs", logprobs, "finish_reason", finish, "usage",
                               usage_json(u)));
-    return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:s%,s:n},s:o,s:s}],s:o}", "id", id, "object",
-                          "chat.completion", "created", (json_int_t)created, "model", srv->model_id, "choices",
-                          "index", 0, "message", "role", "assistant", "content", text, text_len, "refusal",
-                          "logprobs", logprobs, "finish_reason", finish, "usage", usage_json(u)));
+    if (calls && calls->n)
+        finish = "tool_calls";
+    return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object", "chat.completion",
+                          "created", (json_int_t)created, "model", srv->model_id, "choices", "index", 0, "message",
+                          chat_message(text, text_len, calls), "logprobs", logprobs, "finish_reason", finish, "usage",
+                          usage_json(u)));
+}
+
+/* A chat chunk's delta: a tool call's head or arguments, the end (empty),
+ * or text (with the role in the first). */
+static json_t *chat_delta(const oai_chunk *c)
+{
+    if (c->call && c->call_args)
+        return json_pack("{s:[{s:i,s:{s:s}}]}", "tool_calls", "index", c->call_index, "function", "arguments",
+                         c->call->arguments);
+    if (c->call)
+        return json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", c->call_index, "id", c->call->id,
+                         "type", "function", "function", "name", c->call->name, "arguments", "");
+    if (c->finish && c->text_len == 0 && !c->first)
+        return json_object();
+    return c->first ? json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text, c->text_len)
+                    : json_pack("{s:s%}", "content", c->text, c->text_len);
 }
 
 char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c)
@@ -659,10 +726,7 @@ char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long 
         json_array_append_new(choices, json_pack("{s:s%,s:i,s:o,s:o}", "text", c->text, c->text_len, "index", 0,
                                                  "logprobs", logprobs, "finish_reason", str_or_null(c->finish)));
     } else {
-        json_t *delta = c->finish && c->text_len == 0 && !c->first ? json_object()
-                        : c->first ? json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text, c->text_len)
-                                   : json_pack("{s:s%}", "content", c->text, c->text_len);
-        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
+        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", chat_delta(c), "logprobs",
                                                  logprobs, "finish_reason", str_or_null(c->finish)));
     }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", id, "object",

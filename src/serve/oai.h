@@ -12,7 +12,7 @@
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
  * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
- * best_of, logit_bias, tools, a response_format other than text) are
+ * best_of, logit_bias, a response_format other than text) are
  * refused rather than ignored. Unknown fields are ignored, as OpenAI's own
  * server does for most of them.
  * Sampling parameters not given take convoy's defaults (those of `convoy
@@ -66,6 +66,7 @@ typedef struct oai_request {
     int32_t *prompt;
     sv_request_params params; /* params.prompt points into prompt */
     char **stop;              /* stop strings (with the template's end-of-turn texts for chat) */
+    sv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
     int n_stop;
 } oai_request;
 
@@ -94,13 +95,21 @@ typedef struct oai_usage {
 } oai_usage;
 
 /* A whole answer (non-streaming). logprobs: NULL or a reference that is
- * taken over. finish: "stop" or "length". */
+ * taken over. finish: "stop" or "length". calls: NULL, or (chat) the tool
+ * calls read out of text: when there are any, the message's content is
+ * calls->content (null when empty), it gets "tool_calls" [{id, type
+ * "function", function {name, arguments}}] and finish_reason is
+ * "tool_calls", as OpenAI answers. */
 char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
-                        size_t text_len, const char *finish, json_t *logprobs, const oai_usage *u);
+                        size_t text_len, const char *finish, const sv_tool_calls *calls, json_t *logprobs,
+                        const oai_usage *u);
 /* One streamed chunk: a text delta (chat: the first chunk also carries
  * the role), an optional finish reason, logprobs (taken over) and usage
  * (NULL: "usage": null when include_usage, else absent). With
- * usage_only, a chunk with no choices and the usage. */
+ * usage_only, a chunk with no choices and the usage. With call (chat), a
+ * tool_calls delta instead of text, as OpenAI streams a call: its head
+ * {index, id, type "function", function {name, arguments ""}}, or with
+ * call_args {index, function {arguments}}. */
 typedef struct oai_chunk {
     const char *text;
     size_t text_len;
@@ -110,6 +119,9 @@ typedef struct oai_chunk {
     const oai_usage *usage;
     bool include_usage;
     bool usage_only;
+    const sv_tool_call *call;
+    int call_index;
+    bool call_args;
 } oai_chunk;
 char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
 /* {"status":"ok"}, or {"status":"error","error":MESSAGE}. */

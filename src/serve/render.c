@@ -19,6 +19,7 @@ static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name,
 {
     if (!(c->jinja = convoy_template_parse(text, len, err, errlen)))
         return -1;
+    c->tools = sv_tools_detect(text);
     snprintf(c->name, sizeof c->name, "%s", name);
     return 0;
 }
@@ -88,25 +89,30 @@ void sv_chat_free(sv_chat *c)
 
 const char *sv_chat_name(const sv_chat *c) { return c->name; }
 
-/* The messages as a chat request body, contents replaced by markers when marked. */
-static char *request_of(const sv_chat_msg *msgs, int n, bool marked)
+/* The messages (and tools) as a chat request body, contents replaced by
+ * markers when marked. */
+static char *request_of(const sv_chat_msg *msgs, int n, const json_t *tools, bool marked)
 {
     json_t *arr = json_array(), *req = json_pack("{s:o}", "messages", arr);
     char mark[32];
+    if (req && tools)
+        json_object_set(req, "tools", (json_t *)tools);
     for (int i = 0; req && i < n; i++) {
         snprintf(mark, sizeof mark, MARK_OPEN "%d" MARK_CLOSE, i);
-        json_array_append_new(arr, json_pack("{s:s,s:s}", "role", msgs[i].role, "content",
-                                             marked ? mark : msgs[i].content));
+        json_t *m = msgs[i].json ? json_copy((json_t *)msgs[i].json) : json_object();
+        json_object_set_new(m, "role", json_string(msgs[i].role));
+        json_object_set_new(m, "content", json_string(marked ? mark : msgs[i].content));
+        json_array_append_new(arr, m);
     }
     char *body = req && json_array_size(arr) == (size_t)n ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     return body;
 }
 
-static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
-                        size_t errlen)
+static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, bool marked,
+                        sv_buf *out, char *err, size_t errlen)
 {
-    char *body = request_of(msgs, n, marked), *text = NULL;
+    char *body = request_of(msgs, n, tools, marked), *text = NULL;
     if (!body)
         return cv_errf(err, errlen, "out of memory (or a message that is not UTF-8)");
     const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos};
@@ -146,10 +152,10 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool 
     return rc;
 }
 
-static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
-                       size_t errlen)
+static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, bool marked,
+                       sv_buf *out, char *err, size_t errlen)
 {
-    return c->jinja ? render_jinja(c, msgs, n, marked, out, err, errlen)
+    return c->jinja ? render_jinja(c, msgs, n, tools, marked, out, err, errlen)
                     : render_native(c, msgs, n, marked, out, err, errlen);
 }
 
@@ -201,16 +207,16 @@ static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char
     return 0;
 }
 
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans, int *n_spans,
-                   char *err, size_t errlen)
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, sv_buf *out,
+                   convoy_span **spans, int *n_spans, char *err, size_t errlen)
 {
     *spans = NULL;
     *n_spans = 0;
     sv_buf marked = {0}, back = {0};
     const size_t at = out->n;
-    int rc = render_with(c, msgs, n, false, out, err, errlen);
+    int rc = render_with(c, msgs, n, tools, false, out, err, errlen);
     if (rc == 0)
-        rc = render_with(c, msgs, n, true, &marked, err, errlen);
+        rc = render_with(c, msgs, n, tools, true, &marked, err, errlen);
     if (rc == 0 && unmark(&marked, msgs, n, &back, spans, n_spans))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0 && (back.n != out->n - at || memcmp(back.p, out->p + at, back.n))) {

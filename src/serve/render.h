@@ -30,30 +30,38 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "convoy.h"
 #include "model/chat.h"
 #include "serve/buf.h"
+#include "serve/tools.h"
 
 typedef struct sv_chat {
     cv_chat_kind kind;           /* the native family, when jinja is NULL */
     convoy_template *jinja;      /* the Jinja template, or NULL */
     const convoy_model *model;   /* for the fallback's check of contents */
     const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
+    sv_tool_format tools;        /* how the Jinja template's model writes tool calls */
     char name[256];              /* what the start line says */
 } sv_chat;
 
-/* One message; role is "system", "user" or "assistant". */
+/* One message; role is "system", "user", "assistant" or "tool" (Jinja
+ * templates only). json: the request's message, whose other members
+ * (tool_calls, tool_call_id, name) reach a Jinja template; or NULL. */
 typedef struct sv_chat_msg {
     const char *role;
     const char *content;
+    const json_t *json;
 } sv_chat_msg;
 
 int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen);
 const char *sv_chat_name(const sv_chat *c);
 void sv_chat_free(sv_chat *c);
-/* *spans (release with cv_free) gets *n_spans content spans of out. */
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans, int *n_spans,
-                   char *err, size_t errlen);
+/* *spans (release with cv_free) gets *n_spans content spans of out.
+ * tools: the request's tool definitions (Jinja templates only), or NULL. */
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, sv_buf *out,
+                   convoy_span **spans, int *n_spans, char *err, size_t errlen);
 /* A NULL-terminated list. */
 const char *const *sv_chat_stop_strings(const sv_chat *c);
 
