@@ -11,18 +11,11 @@
 // Prints "ok   ..." / "FAIL ..." per check; exits 1 on any failure.
 import fs from 'node:fs';
 import OpenAI from 'openai';
+import { check, finish } from './checks.mjs';
 
 const [base, mode, resultsPath] = process.argv.slice(2);
 const model = 'stories260K';
 const client = new OpenAI({ baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-let failures = 0;
-const check = (cond, what, detail) => {
-  if (cond) console.log(`ok   ${what}`);
-  else {
-    failures++;
-    console.log(`FAIL ${what}${detail !== undefined ? ': ' + JSON.stringify(detail).slice(0, 600) : ''}`);
-  }
-};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function raw(path, body, headers = {}) {
@@ -272,7 +265,7 @@ async function disconnect() {
     after['convoy_requests_total{route="/v1/completions",code="200"}'] > 0, '/metrics counts', after);
 }
 
-try {
+await finish(async () => {
   if (mode === 'local') {
     const greedy = await basics();
     await parameters(greedy);
@@ -287,9 +280,4 @@ try {
     await identitySuite(reference);
     await disconnect();
   }
-} catch (e) {
-  failures++;
-  console.log(`FAIL unexpected error: ${e?.stack ?? e}`);
-}
-console.log(failures ? `${failures} checks failed` : 'all checks passed');
-process.exit(failures ? 1 : 0);
+});

@@ -106,7 +106,7 @@ stop_server() {
 
 # node resolves ESM imports from the script's folder upwards, not from
 # NODE_PATH: run a copy beside node_modules.
-cp "$src/tests/test_serve.mjs" "$npm_dir/test_serve.mjs"
+cp "$src/tests/test_serve.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 run_node() {
     node "$npm_dir/test_serve.mjs" "$@" 2>&1
 }

@@ -12,16 +12,9 @@
 // are sent with fetch instead, and the output says so).
 // Prints "ok   ..." / "FAIL ..." per check; exits 1 on any failure.
 import OpenAI from 'openai';
+import { check, finish } from './checks.mjs';
 
 const [base, key] = process.argv.slice(2);
-let failures = 0;
-const check = (cond, what, detail) => {
-  if (cond) console.log(`ok   ${what}`);
-  else {
-    failures++;
-    console.log(`FAIL ${what}${detail !== undefined ? ': ' + JSON.stringify(detail).slice(0, 600) : ''}`);
-  }
-};
 
 async function openaiClient() {
   const client = new OpenAI({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 60000 });
@@ -98,13 +91,8 @@ async function langchain() {
     events.slice(-3));
 }
 
-try {
+await finish(async () => {
   await openaiClient();
   await withoutKey();
   await langchain();
-} catch (e) {
-  failures++;
-  console.log(`FAIL unexpected error: ${e?.stack ?? e}`);
-}
-console.log(failures ? `${failures} checks failed` : 'all checks passed');
-process.exit(failures ? 1 : 0);
+});

@@ -56,7 +56,7 @@ if [[ ! -f "$npm_dir/node_modules/@ai-sdk/openai/package.json" ]]; then
     npm install --silent --no-audit --no-fund --prefix "$npm_dir" ai @ai-sdk/openai >/dev/null 2>&1 ||
         echo "note: npm install ai @ai-sdk/openai failed: /v1/responses is not checked"
 fi
-cp "$src/tests/test_serve_clients.mjs" "$src/tests/test_serve_responses.mjs" "$npm_dir/"
+cp "$src/tests/test_serve_clients.mjs" "$src/tests/test_serve_responses.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 
 tmp="$(mktemp -d)"
 pids=()

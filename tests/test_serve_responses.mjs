@@ -12,16 +12,9 @@
 // Prints "ok   ..." / "FAIL ..." per check; exits 1 on any failure.
 import { generateText, streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
+import { check, finish } from './checks.mjs';
 
 const [base, key] = process.argv.slice(2);
-let failures = 0;
-const check = (cond, what, detail) => {
-  if (cond) console.log(`ok   ${what}`);
-  else {
-    failures++;
-    console.log(`FAIL ${what}${detail !== undefined ? ': ' + JSON.stringify(detail).slice(0, 600) : ''}`);
-  }
-};
 
 async function aiSdk() {
   const provider = createOpenAI({ baseURL: base, apiKey: key });
@@ -82,10 +75,7 @@ async function shapes() {
   'fetch: the deltas add up to the final text, with usage', [deltas, last]);
 }
 
-try {
+await finish(async () => {
   await aiSdk();
   await shapes();
-} catch (e) {
-  check(false, 'no exception', String(e?.stack ?? e));
-}
-process.exit(failures ? 1 : 0);
+});

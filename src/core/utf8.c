@@ -58,3 +58,14 @@ char *cv_escape(char *out, size_t n, const char *text, size_t len)
         out[at] = 0;
     return out;
 }
+
+int cv_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

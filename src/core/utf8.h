@@ -16,6 +16,8 @@
 #include <stddef.h>
 
 size_t cv_utf8_len(const char *s, size_t n);
+/* The value of hex digit c (0-9, a-f, A-F), or -1. */
+int cv_hex_digit(char c);
 char *cv_escape(char *out, size_t n, const char *text, size_t len);
 
 #endif

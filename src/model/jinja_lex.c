@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/utf8.h"
 #include "model/jinja_impl.h"
 
 #define MAX_BRACKETS 200
@@ -150,17 +151,6 @@ static int lex_name(lexer *L)
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Digits (with single underscores between them) in base at s[*i]. */
 static bool read_digits(lexer *L, size_t *i, int base, uint64_t *v, bool *overflow)
 {
@@ -168,11 +158,12 @@ static bool read_digits(lexer *L, size_t *i, int base, uint64_t *v, bool *overfl
     bool any = false;
     while (j < L->n) {
         char c = L->s[j];
-        if (c == '_' && any && j + 1 < L->n && hexval(L->s[j + 1]) >= 0 && hexval(L->s[j + 1]) < base) {
+        const int next = j + 1 < L->n ? cv_hex_digit(L->s[j + 1]) : -1;
+        if (c == '_' && any && next >= 0 && next < base) {
             j++;
             continue;
         }
-        int d = hexval(c);
+        int d = cv_hex_digit(c);
         if (d < 0 || d >= base)
             break;
         if (*v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
@@ -269,7 +260,7 @@ static size_t unescape_one(const char *p, const char *end, char *out, size_t *o,
     }
     uint32_t v = 0;
     for (int k = 0; k < width; k++) {
-        int d = p + 2 + k < end ? hexval(p[2 + k]) : -1;
+        int d = p + 2 + k < end ? cv_hex_digit(p[2 + k]) : -1;
         if (d < 0) {
             *bad = true;
             return 2;

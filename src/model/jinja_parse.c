@@ -581,41 +581,41 @@ static int binary(parser *P, int kind, int op, jnode **io, jnode *right, int lin
     return 0;
 }
 
-static int parse_pow(parser *P, jnode **out)
+/* Operand parsers of the binary levels, and the operators of each. */
+typedef int (*operand_fn)(parser *P, jnode **out);
+static int unary_filtered(parser *P, jnode **out) { return parse_unary(P, true, out); }
+static bool at_pow(parser *P) { return at_op(P, OP_POW); }
+static bool at_mul(parser *P)
 {
-    if (parse_unary(P, true, out) != 0)
+    return at_op(P, OP_MUL) || at_op(P, OP_DIV) || at_op(P, OP_FLOORDIV) || at_op(P, OP_MOD);
+}
+static bool at_add(parser *P) { return at_op(P, OP_ADD) || at_op(P, OP_SUB); }
+static bool at_and(parser *P) { return at_name(P, "and"); }
+static bool at_or(parser *P) { return at_name(P, "or"); }
+
+/* One left-associative level: operands parsed by next, joined by the
+ * operators at() accepts into nodes of kind (N_BIN nodes keep the token's
+ * operator). */
+static int parse_left(parser *P, operand_fn next, bool (*at)(parser *), int kind, jnode **out)
+{
+    if (next(P, out) != 0)
         return -1;
     int k = 0;
-    while (at_op(P, OP_POW)) {
+    while (at(P)) {
         if (chain(P, &k) != 0)
             return -1;
-        int line = cur(P)->line;
+        const int op = kind == N_BIN ? cur(P)->op : OP_NONE, line = cur(P)->line;
         jnode *r = NULL;
         P->pos++;
-        if (parse_unary(P, true, &r) != 0 || binary(P, N_BIN, OP_POW, out, r, line) != 0)
+        if (next(P, &r) != 0 || binary(P, kind, op, out, r, line) != 0)
             return -1;
     }
     P->depth -= k;
     return 0;
 }
 
-static int parse_math2(parser *P, jnode **out)
-{
-    if (parse_pow(P, out) != 0)
-        return -1;
-    int k = 0;
-    while (at_op(P, OP_MUL) || at_op(P, OP_DIV) || at_op(P, OP_FLOORDIV) || at_op(P, OP_MOD)) {
-        if (chain(P, &k) != 0)
-            return -1;
-        int op = cur(P)->op, line = cur(P)->line;
-        jnode *r = NULL;
-        P->pos++;
-        if (parse_pow(P, &r) != 0 || binary(P, N_BIN, op, out, r, line) != 0)
-            return -1;
-    }
-    P->depth -= k;
-    return 0;
-}
+static int parse_pow(parser *P, jnode **out) { return parse_left(P, unary_filtered, at_pow, N_BIN, out); }
+static int parse_math2(parser *P, jnode **out) { return parse_left(P, parse_pow, at_mul, N_BIN, out); }
 
 static int parse_concat(parser *P, jnode **out)
 {
@@ -637,23 +637,7 @@ static int parse_concat(parser *P, jnode **out)
     return rc ? rc : rc2;
 }
 
-static int parse_math1(parser *P, jnode **out)
-{
-    if (parse_concat(P, out) != 0)
-        return -1;
-    int k = 0;
-    while (at_op(P, OP_ADD) || at_op(P, OP_SUB)) {
-        if (chain(P, &k) != 0)
-            return -1;
-        int op = cur(P)->op, line = cur(P)->line;
-        jnode *r = NULL;
-        P->pos++;
-        if (parse_concat(P, &r) != 0 || binary(P, N_BIN, op, out, r, line) != 0)
-            return -1;
-    }
-    P->depth -= k;
-    return 0;
-}
+static int parse_math1(parser *P, jnode **out) { return parse_left(P, parse_concat, at_add, N_BIN, out); }
 
 /* The comparison operator at the cursor (consumed), or OP_NONE. */
 static int compare_op(parser *P)
@@ -715,41 +699,9 @@ static int parse_not(parser *P, jnode **out)
     return rc;
 }
 
-static int parse_and(parser *P, jnode **out)
-{
-    if (parse_not(P, out) != 0)
-        return -1;
-    int k = 0;
-    while (at_name(P, "and")) {
-        if (chain(P, &k) != 0)
-            return -1;
-        int line = cur(P)->line;
-        jnode *r = NULL;
-        P->pos++;
-        if (parse_not(P, &r) != 0 || binary(P, N_AND, OP_NONE, out, r, line) != 0)
-            return -1;
-    }
-    P->depth -= k;
-    return 0;
-}
+static int parse_and(parser *P, jnode **out) { return parse_left(P, parse_not, at_and, N_AND, out); }
 
-static int parse_or(parser *P, jnode **out)
-{
-    if (parse_and(P, out) != 0)
-        return -1;
-    int k = 0;
-    while (at_name(P, "or")) {
-        if (chain(P, &k) != 0)
-            return -1;
-        int line = cur(P)->line;
-        jnode *r = NULL;
-        P->pos++;
-        if (parse_and(P, &r) != 0 || binary(P, N_OR, OP_NONE, out, r, line) != 0)
-            return -1;
-    }
-    P->depth -= k;
-    return 0;
-}
+static int parse_or(parser *P, jnode **out) { return parse_left(P, parse_and, at_or, N_OR, out); }
 
 static int parse_expression(parser *P, bool with_cond, jnode **out)
 {

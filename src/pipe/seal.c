@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/err.h"
+#include "core/utf8.h"
 
 #define HEX_LEN (2 * CV_SEAL_KEY_BYTES)
 
@@ -25,17 +26,6 @@ int cv_seal_init(char *err, size_t errlen)
 
 /* ---- key files ---- */
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Parses the file's bytes: 64 hex digits and an optional newline. */
 static int parse_key(const char *path, const char *text, size_t n, cv_seal_key *key, char *err, size_t errlen)
 {
@@ -43,7 +33,7 @@ static int parse_key(const char *path, const char *text, size_t n, cv_seal_key *
         return cv_errf(err, errlen, "key file %s: expected %d hex digits and a newline, found %zu bytes", path,
                        HEX_LEN, n);
     for (int i = 0; i < CV_SEAL_KEY_BYTES; i++) {
-        const int hi = hex_digit(text[2 * i]), lo = hex_digit(text[2 * i + 1]);
+        const int hi = cv_hex_digit(text[2 * i]), lo = cv_hex_digit(text[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return cv_errf(err, errlen, "key file %s: byte %d is not a hex digit", path, hi < 0 ? 2 * i : 2 * i + 1);
         key->k[i] = (uint8_t)(hi << 4 | lo);
