@@ -16,7 +16,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: convoy synth (--shape NAME | --dims N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB)\n"
             "                    --type T -o OUT [--seed S] [--ctx N] [--rope-theta X]\n"
-            "                    [--output-scale X] [--tied] [--name NAME] [-t THREADS]\n"
+            "                    [--output-scale X] [--tied] [--chatml] [--name NAME]\n"
+            "                    [-t THREADS]\n"
             "  types: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (those this build can write)\n"
             "  shapes:");
     for (int i = 0; convoy_synth_shape_name(i); i++)
@@ -27,7 +28,7 @@ static void usage(FILE *f)
 /* The flags. The shape is applied first, then the flags that override it,
  * so those wait here until the shape is known. */
 typedef struct synth_opts {
-    convoy_synth_params p; /* --tied, --seed and -t go straight in */
+    convoy_synth_params p; /* --tied, --chatml, --seed and -t go straight in */
     const char *shape, *dims, *type, *out, *name;
     int32_t n_ctx;
     float rope_theta, output_scale;
@@ -48,6 +49,7 @@ static int parse_options(synth_opts *o, int argc, char **argv)
         {"rope-theta", 0, ARG_FLOAT, .dst = &o->rope_theta, .given = &o->theta_given},
         {"output-scale", 0, ARG_FLOAT, .dst = &o->output_scale, .given = &o->scale_given},
         {"tied", 0, ARG_FLAG, .dst = &o->p.tied},
+        {"chatml", 0, ARG_FLAG, .dst = &o->p.chatml},
         {"seed", 0, ARG_U64, .dst = &o->p.seed},
         {"threads", 't', ARG_INT, .dst = &o->p.n_threads, .lo = 1, .hi = 1024},
         {0},

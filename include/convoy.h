@@ -240,6 +240,17 @@ const float *convoy_logits(const convoy_ctx *c, int32_t i);
 int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err, size_t errlen);
 /* Sampling parameters of a slot (allocates: call at request setup). */
 int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params *p, char *err, size_t errlen);
+/* Constrained output: after convoy_set_sampler, holds the slot's tokens at
+ * positions >= from (the first generated one, at least the slot's length)
+ * to a GBNF grammar (llama.cpp's grammar language, root rule `root`): each
+ * sampled token is one whose text the grammar allows next, or an
+ * end-of-generation token once the grammar may end. The stage that samples
+ * applies it, so one machine and a pipeline give the same ids. Until the
+ * slot's sampler is set again or the slot is freed. convoy_grammar_check
+ * parses a grammar alone (the same errors, naming the line). */
+int convoy_grammar_check(const char *text, size_t len, char *err, size_t errlen);
+int convoy_set_grammar(convoy_ctx *c, int32_t seq, const char *text, size_t len, int32_t from, char *err,
+                       size_t errlen);
 
 /* The log-probabilities of the i-th wanted token of the last step or
  * collect, for a slot whose sampler asked for them (n_logprobs >= 0):
@@ -404,6 +415,7 @@ typedef struct convoy_synth_params {
     float rope_theta;
     float output_scale; /* the output matrix's scale against the others' */
     bool tied;          /* no output.weight: the output reuses token_embd */
+    bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
     uint64_t seed;
     const char *type;   /* the matrices' TYPE, as quantize takes it */
     int32_t n_threads;

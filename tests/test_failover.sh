@@ -6,7 +6,8 @@
 # A synthetic model (1024 wide, 6 layers, Q4_0, made once beside the
 # build), stages A, B, C and a standby S on loopback, and `convoy serve
 # --nodes A,B,C --standby S --peer-timeout 2000`, every link keyed. Four streaming completions
-# at once, 200 tokens each: two greedy, two at temperature 0.8 with seeds.
+# at once, 200 tokens each: two greedy, two at temperature 0.8 with seeds
+# (one held to a grammar: its state is replayed too).
 # 1. Without failure: the reference texts.
 # 2. SIGKILL of the middle stage B once the streams have 400 chunks (mid-stream): all four
 #    complete with the reference texts, /metrics counts one failover, the
@@ -72,7 +73,7 @@ python3 - >"$tmp/requests.json" <<'EOF'
 import json
 base = {"model": "failover-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
 reqs = [dict(base, temperature=0), dict(base, prompt="The fox", temperature=0),
-        dict(base, temperature=0.8, seed=11), dict(base, prompt="In a town", temperature=0.8, seed=12)]
+        dict(base, temperature=0.8, seed=11), dict(base, prompt="In a town", temperature=0.8, seed=12, grammar='root ::= [a-z ]+')]
 print(json.dumps(reqs))
 EOF
 # streams NAME [SIG PID]: the four requests at once, the report in NAME.json
@@ -102,8 +103,9 @@ field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(jso
 failovers() { curl -s "${base%/v1}/metrics" | awk '$1 == "convoy_failovers_total" {print $2}'; }
 
 streams clean
-if [[ "$(field "$tmp/clean.json" tokens)" == "[200, 200, 200, 200]" && "$(field "$tmp/clean.json" errors)" == "[null, null, null, null]" ]]; then
-    pass "four streams of 200 tokens without failure"
+if [[ "$(field "$tmp/clean.json" tokens)" == "[200, 200, 200, 200]" && "$(field "$tmp/clean.json" errors)" == "[null, null, null, null]" ]] &&
+    python3 -c 'import json, re, sys; t = json.load(open(sys.argv[1]))["texts"][3]; sys.exit(not re.fullmatch("[a-z ]+", t))' "$tmp/clean.json"; then
+    pass "four streams of 200 tokens without failure (the fourth held to its grammar)"
 else
     fail "the clean run: tokens $(field "$tmp/clean.json" tokens), errors $(field "$tmp/clean.json" errors)"
 fi

@@ -222,7 +222,7 @@ static void test_hello(void)
     CHECK(has(corrupt_u32(buf, n, 12, 4, dec_hello), "at most 0"));
     /* a different protocol version is refused first and reported */
     const char *e = corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello);
-    CHECKF(has(e, "protocol version 8"), "%s", e);
+    CHECKF(has(e, "protocol version 9"), "%s", e);
     cv_msg_hello v;
     uint8_t two[2] = {7, 0};
     CHECK(cv_msg_hello_decode(two, 2, &v, err, sizeof err) == -1 && v.proto_version == 7);
@@ -280,7 +280,7 @@ static void test_hello_ok(void)
           d.layer_bytes == m.layer_bytes && d.max_payload == m.max_payload && d.held_l0 == 2 && d.held_l1 == 5 &&
           d.flags == CV_HOK_RECEIVES && d.n_threads == 3);
     check_truncations(buf, n, dec_hello_ok, "HELLO_OK");
-    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 8"));
+    CHECK(has(corrupt_u8(buf, n, 0, CV_PROTO_VERSION + 1, dec_hello_ok), "protocol version 9"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_hello_ok), "reserved"));
     CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_FLAGS, 2, dec_hello_ok), "unknown flags"));
     CHECK(has(corrupt_u32(buf, n, CV_HELLO_OK_OFF_HELD_L1, 2, dec_hello_ok), "held layers [2, 2)"));
@@ -548,7 +548,7 @@ static void test_seq_op(void)
     CHECK(has(corrupt_u8(buf, n, 0, 9, dec_seq_op), "op 9"));
     CHECK(has(corrupt_u8(buf, n, 2, 1, dec_seq_op), "reserved"));
     CHECK(has(corrupt_u32(buf, n, 4, 0xFFFFFFFFu, dec_seq_op), "seq -1"));
-    CHECK(has(corrupt_u32(buf, n, 8, 0xFFFFFFFFu, dec_seq_op), "negative length"));
+    CHECK(has(corrupt_u32(buf, n, 8, 0xFFFFFFFFu, dec_seq_op), "TRUNCATE at negative position"));
     CHECK(has(corrupt_u8(buf, n, 0, CV_SEQ_FREE, dec_seq_op), "len 17"));
     /* SET_SAMPLER claimed on a 12-byte payload: the parameters are missing */
     CHECK(has(corrupt_u8(buf, n, 0, CV_SEQ_SET_SAMPLER, dec_seq_op), "payload ends inside temp"));
@@ -572,6 +572,27 @@ static void test_seq_op(void)
     s.sampler.top_p = NAN;
     CHECK(cv_msg_seq_op_encode(&s, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "top_p"));
     CHECK(cv_msg_seq_op_encode(&t, buf, 11, &n, err, sizeof err) == -1 && has(err, "too small"));
+
+    /* SET_GRAMMAR: the position in len, then the text */
+    const char *gbnf = "root ::= \"yes\" | \"no\"";
+    cv_msg_seq_op g = {.op = CV_SEQ_SET_GRAMMAR, .seq = 3, .len = 40, .grammar = gbnf,
+                       .grammar_len = (uint32_t)strlen(gbnf)};
+    CHECKF(cv_msg_seq_op_encode(&g, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == CV_SEQ_OP_GRAMMAR_FIXED_SIZE + strlen(gbnf) && n == cv_msg_seq_op_size(&g));
+    CHECKF(cv_msg_seq_op_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.op == CV_SEQ_SET_GRAMMAR && d.seq == 3 && d.len == 40 && d.grammar_len == strlen(gbnf) &&
+          !memcmp(d.grammar, gbnf, d.grammar_len));
+    check_truncations(buf, n, dec_seq_op, "SEQ_OP");
+    CHECK(has(corrupt_u32(buf, n, 8, 0xFFFFFFFFu, dec_seq_op), "SET_GRAMMAR at negative position"));
+    uint8_t empty[CV_SEQ_OP_GRAMMAR_FIXED_SIZE];
+    memcpy(empty, buf, sizeof empty);
+    memset(empty + 12, 0, 4);
+    CHECK(dec_seq_op(empty, sizeof empty, err, sizeof err) == -1 && has(err, "text of 0 bytes"));
+    CHECK(has(corrupt_u32(buf, n, 12, CV_PROTO_MAX_GRAMMAR + 1, dec_seq_op), "at most"));
+    CHECK(has(corrupt_u32(buf, n, 12, (uint32_t)strlen(gbnf) + 1, dec_seq_op), "payload ends inside grammar"));
+    CHECK(has(corrupt_u8(buf, n, 20, 0, dec_seq_op), "NUL"));
+    g.grammar_len = CV_PROTO_MAX_GRAMMAR + 1;
+    CHECK(cv_msg_seq_op_encode(&g, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "not 1.."));
 }
 
 /* ---- PING / PONG / BYE, dispatch ---- */

@@ -4,9 +4,8 @@
 # the system turn, calls as <tool_call>, tool results as a tool turn)
 # written here. A chat with `tools` and a `tool` message is answered 200,
 # whole (a chat.completion whose finish_reason is stop, length or
-# tool_calls) and streamed (chunks ending in [DONE]); the model cannot call
-# a tool, so the shapes of calls are checked on canned outputs by
-# test_serve_oai.c and test_serve_tools.c.
+# tool_calls) and streamed (chunks ending in [DONE]). Calls from canned
+# outputs (a grammar holds the model to them) are test_serve_structured.sh's.
 #
 # Usage (CTest passes these): test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail

@@ -655,6 +655,41 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
     return 0;
 }
 
+int convoy_grammar_check(const char *text, size_t len, char *err, size_t errlen)
+{
+    if (len > CV_CONSTRAINT_TEXT_MAX)
+        return cv_errf(err, errlen, "the grammar has %zu bytes, at most %u are taken", len, CV_CONSTRAINT_TEXT_MAX);
+    if (memchr(text, 0, len))
+        return cv_errf(err, errlen, "the grammar holds a NUL byte");
+    cv_grammar *g = cv_grammar_parse(text, len, err, errlen);
+    cv_grammar_free(g);
+    return g ? 0 : -1;
+}
+
+int convoy_set_grammar(convoy_ctx *c, int32_t seq, const char *text, size_t len, int32_t from, char *err,
+                       size_t errlen)
+{
+    if (convoy_grammar_check(text, len, err, errlen))
+        return -1; /* refused here, so that no node fails on it */
+    if (!c->pipeline)
+        return cv_span_set_grammar(&c->span, seq, text, len, from, err, errlen);
+    if (!c->chain)
+        return pipeline_down(c, err, errlen);
+    if (seq < 0 || seq >= c->n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
+    if (c->journal.slot[seq].sampler_at < 0)
+        return cv_errf(err, errlen, "slot %d has no sampler: a grammar follows convoy_set_sampler", seq);
+    if (from < c->journal.slot[seq].len)
+        return cv_errf(err, errlen, "a grammar from position %d, but slot %d holds %d positions", from, seq,
+                       c->journal.slot[seq].len);
+    if (journal_set_grammar(&c->journal, seq, text, len, from))
+        return cv_errf(err, errlen, "out of memory for a grammar of %zu bytes", len);
+    int n_failovers = 0;
+    return cv_chain_set_grammar(c->chain, seq, text, len, from, err, errlen) && !failed_over(c, &n_failovers, err)
+               ? -1
+               : 0;
+}
+
 int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 {
     if (c->pipeline)

@@ -340,6 +340,7 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.rope_theta = p->rope_theta;
     q.output_scale = p->output_scale;
     q.tied = p->tied;
+    q.chatml = p->chatml;
     q.seed = p->seed;
     q.n_threads = threads_or_cpus(p->n_threads);
     note_relay relay = {note, user};

@@ -37,7 +37,7 @@ int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, cha
     j->n_ctx = n_ctx;
     j->n_batch = n_batch;
     j->tok = cv_malloc(sizeof(int32_t) * (size_t)n_slot * (size_t)n_ctx);
-    j->slot = cv_malloc(sizeof *j->slot * (size_t)n_slot);
+    j->slot = cv_calloc((size_t)n_slot, sizeof *j->slot);
     bool ok = j->tok && j->slot && batch_alloc(&j->feed, n_batch) == 0;
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         ok = ok && batch_alloc(&j->flight[k], n_batch) == 0;
@@ -53,6 +53,8 @@ int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, cha
 void journal_free(journal *j)
 {
     cv_free(j->tok);
+    for (int32_t s = 0; j->slot && s < j->n_slot; s++)
+        cv_free(j->slot[s].grammar);
     cv_free(j->slot);
     batch_free(&j->feed);
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
@@ -110,6 +112,22 @@ void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, in
     s->sampler.n_draws = 0;
     s->sampler_at = s->len;
     s->n_logprobs = n_logprobs;
+    cv_free(s->grammar);
+    s->grammar = NULL;
+}
+
+int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from)
+{
+    journal_slot *s = &j->slot[seq];
+    char *copy = cv_malloc(len ? len : 1);
+    if (!copy)
+        return -1;
+    memcpy(copy, text, len);
+    cv_free(s->grammar);
+    s->grammar = copy;
+    s->grammar_len = (uint32_t)len;
+    s->grammar_from = from;
+    return 0;
 }
 
 void journal_truncate(journal *j, int32_t seq, int32_t len)
@@ -125,6 +143,7 @@ void journal_truncate(journal *j, int32_t seq, int32_t len)
 
 void journal_free_seq(journal *j, int32_t seq)
 {
+    cv_free(j->slot[seq].grammar);
     j->slot[seq] = (journal_slot){.len = 0, .sampler_at = -1, .n_logprobs = -1};
 }
 
@@ -187,6 +206,8 @@ static int replay_slots(journal *j, cv_chain *c, int64_t *n_fed, char *err, size
         const journal_slot *js = &j->slot[s];
         if (js->sampler_at >= 0 &&
             (cv_chain_set_sampler(c, s, &js->sampler, js->n_logprobs, err, errlen) ||
+             (js->grammar &&
+              cv_chain_set_grammar(c, s, js->grammar, js->grammar_len, js->grammar_from, err, errlen)) ||
              feed_range(j, c, s, js->sampler_at, js->len, n_fed, err, errlen)))
             return -1;
     }

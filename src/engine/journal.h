@@ -17,7 +17,8 @@
  * flight are submitted again in order. Because kernels are batch-invariant
  * and the sampler resumes its RNG, the chain then computes the very bits
  * the failed one would have: a request goes on as if nothing had happened.
- * Replay allocates nothing; the journal's memory is fixed at init. */
+ * A slot's grammar (copied when set, the only allocation after init) is
+ * set again right after its sampler. Replay allocates nothing. */
 #ifndef CONVOY_ENGINE_JOURNAL_H
 #define CONVOY_ENGINE_JOURNAL_H
 
@@ -34,6 +35,9 @@ typedef struct journal_slot {
     int32_t sampler_at;        /* its length when the sampler was set; -1: none set */
     cv_sampler_params sampler; /* n_draws counts the draws made so far */
     int32_t n_logprobs;
+    char *grammar;             /* GBNF text (grammar_len bytes) the slot's output is held to, or NULL */
+    uint32_t grammar_len;
+    int32_t grammar_from;
 } journal_slot;
 
 typedef struct journal_batch { /* a copy of a batch in flight */
@@ -61,6 +65,8 @@ void journal_collect(journal *j, const int32_t *tokens);
 void journal_drop_flights(journal *j);
 
 void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs);
+/* Copies the grammar: -1 when out of memory. */
+int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from);
 void journal_truncate(journal *j, int32_t seq, int32_t len);
 void journal_free_seq(journal *j, int32_t seq);
 

@@ -82,10 +82,11 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
         goto fail;
     if (cv_llama_has_head(&s->model)) {
         s->samplers = cv_calloc((size_t)p->n_slot, sizeof *s->samplers);
+        s->constraints = cv_calloc((size_t)p->n_slot, sizeof *s->constraints);
         s->logits = cv_aligned_alloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_vocab);
         s->slot_row = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
         s->draft_of = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
-        if (!s->samplers || !s->logits || !s->slot_row || !s->draft_of) {
+        if (!s->samplers || !s->constraints || !s->logits || !s->slot_row || !s->draft_of) {
             cv_errf(err, errlen, "out of memory for %d rows of logits", p->n_batch);
             goto fail;
         }
@@ -98,10 +99,16 @@ fail:
 
 void cv_span_close(cv_span *s)
 {
-    if (s->samplers)
-        for (int32_t i = 0; i < s->kv.n_slot; i++)
+    for (int32_t i = 0; i < s->kv.n_slot; i++) {
+        if (s->samplers)
             cv_sampler_free(s->samplers[i]);
+        if (s->constraints)
+            cv_constraint_free(s->constraints[i]);
+    }
     cv_free(s->samplers);
+    cv_free(s->constraints);
+    cv_vocab_pieces_free(&s->pieces);
+    cv_free(s->masked);
     cv_free_aligned(s->logits);
     cv_free(s->slot_row);
     cv_free(s->draft_of);
@@ -167,11 +174,17 @@ int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidd
             }
             continue;
         }
+        cv_constraint *ct = s->constraints[slot];
         if (sm)
             cv_sampler_accept(sm, b->token[t]);
+        if (ct)
+            cv_constraint_enter(ct, &s->pieces, b->pos[t], b->token[t]);
         if (!b->want[t])
             continue;
         const float *logits = cv_span_logits(s, row);
+        const float *held = ct ? cv_constraint_mask(ct, &s->pieces, b->pos[t], logits, s->masked) : NULL;
+        if (held)
+            logits = held;
         /* sampled as without a draft: an unequal draft is rejected and the
          * slot ends after this row's token */
         const int32_t id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
@@ -193,6 +206,39 @@ int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, ch
         return cv_errf(err, errlen, "out of memory for a sampler");
     cv_sampler_free(s->samplers[slot]);
     s->samplers[slot] = sm;
+    cv_constraint_free(s->constraints[slot]);
+    s->constraints[slot] = NULL;
+    return 0;
+}
+
+int cv_span_set_grammar(cv_span *s, int32_t slot, const char *text, size_t len, int32_t from, char *err,
+                        size_t errlen)
+{
+    if (!s->samplers)
+        return cv_errf(err, errlen, "this span does not hold the output head and does not sample");
+    if (slot < 0 || slot >= s->kv.n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
+    if (!s->pieces.pieces) {
+        if (cv_vocab_pieces_load(&s->pieces, &s->model.gguf, err, errlen))
+            return -1;
+        if (s->pieces.n_vocab != s->model.hp.n_vocab) {
+            const int32_t n = s->pieces.n_vocab;
+            cv_vocab_pieces_free(&s->pieces);
+            return cv_errf(err, errlen, "the vocabulary has %d tokens but the output %d", n, s->model.hp.n_vocab);
+        }
+        if (!(s->masked = cv_malloc(sizeof(float) * (size_t)s->model.hp.n_vocab))) {
+            cv_vocab_pieces_free(&s->pieces);
+            return cv_errf(err, errlen, "out of memory for a grammar's logits");
+        }
+    }
+    if (from < s->kv.len[slot]) /* the ids it would match have entered already */
+        return cv_errf(err, errlen, "a grammar from position %d, but slot %d holds %d positions", from, slot,
+                       s->kv.len[slot]);
+    cv_constraint *c = cv_constraint_create(text, len, from, s->kv.n_ctx, err, errlen);
+    if (!c)
+        return -1;
+    cv_constraint_free(s->constraints[slot]);
+    s->constraints[slot] = c;
     return 0;
 }
 
@@ -202,6 +248,8 @@ void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len)
         return;
     if (s->samplers && s->samplers[slot] && len < s->kv.len[slot])
         cv_sampler_rewind(s->samplers[slot], s->kv.len[slot] - (len < 0 ? 0 : len));
+    if (s->constraints && s->constraints[slot])
+        cv_constraint_truncate(s->constraints[slot], &s->pieces, len);
     kv_seq_truncate(&s->kv, slot, len);
 }
 
@@ -213,6 +261,8 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
     if (s->samplers) {
         cv_sampler_free(s->samplers[slot]);
         s->samplers[slot] = NULL;
+        cv_constraint_free(s->constraints[slot]);
+        s->constraints[slot] = NULL;
     }
 }
 

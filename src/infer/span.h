@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "core/pool.h"
+#include "infer/constraint.h"
 #include "infer/forward.h"
 #include "infer/kv.h"
 #include "infer/sampler.h"
@@ -61,6 +62,9 @@ typedef struct cv_span {
     cv_pool *pool;
     cv_forward *fwd;
     cv_sampler **samplers; /* [n_slot] when the span holds the head */
+    cv_constraint **constraints; /* [n_slot] when the span holds the head: a slot's grammar, or NULL */
+    cv_vocab_pieces pieces;      /* loaded with the first grammar */
+    float *masked;               /* [n_vocab] a row's logits under its slot's grammar */
     float *logits;         /* [n_batch][n_vocab] when the span holds the head */
     int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
@@ -104,8 +108,13 @@ static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 /* Sampler parameters of a slot (head spans): allocates, so it belongs to
  * request setup, not to a step. */
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen);
+/* Holds a slot's output to a GBNF grammar from position `from` on (see
+ * constraint.h), until its sampler is set again or it is freed: request
+ * setup too, after cv_span_set_sampler. */
+int cv_span_set_grammar(cv_span *s, int32_t slot, const char *text, size_t len, int32_t from, char *err,
+                        size_t errlen);
 void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len);
-/* Empties a slot and resets its sampler to greedy. */
+/* Empties a slot and resets its sampler to greedy, without a grammar. */
 void cv_span_seq_free(cv_span *s, int32_t slot);
 
 #endif

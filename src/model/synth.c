@@ -195,11 +195,19 @@ static void vocab_add_prefixes(vocab_build *v, const char *prefix, const char *s
     }
 }
 
-static void vocab_fill(vocab_build *v)
+#define CHATML_START "<|im_start|>"
+#define CHATML_END "<|im_end|>"
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static void vocab_fill(vocab_build *v, bool chatml)
 {
     static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     static const char punct[] = ".,!?;:'\"-()[]{}<>/\\@#$%^&*_+=~`|";
     char piece[PIECE_MAX];
+    if (chatml)
+        v->cap -= 2; /* the last two ids are ChatML's */
     vocab_push(v, "<unk>", CV_TOKEN_UNKNOWN);
     vocab_push(v, "<s>", CV_TOKEN_CONTROL);
     vocab_push(v, "</s>", CV_TOKEN_CONTROL);
@@ -222,6 +230,11 @@ static void vocab_fill(vocab_build *v)
     for (int k = 0; v->n < v->cap; k++) {
         snprintf(piece, sizeof(piece), "tok%05d", k);
         vocab_push(v, piece, CV_TOKEN_NORMAL);
+    }
+    if (chatml) {
+        v->cap += 2;
+        vocab_push(v, CHATML_START, CV_TOKEN_CONTROL);
+        vocab_push(v, CHATML_END, CV_TOKEN_CONTROL);
     }
 }
 
@@ -261,9 +274,10 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
     if (p->n_head % p->n_head_kv)
         return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
                        (long long)p->n_head_kv);
-    if (p->n_vocab < CV_SYNTH_MIN_VOCAB)
-        return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens)",
-                       (long long)p->n_vocab, CV_SYNTH_MIN_VOCAB);
+    if (p->n_vocab < CV_SYNTH_MIN_VOCAB + (p->chatml ? 2 : 0))
+        return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens%s)",
+                       (long long)p->n_vocab, CV_SYNTH_MIN_VOCAB + (p->chatml ? 2 : 0),
+                       p->chatml ? ", 2 of ChatML" : "");
     if (!(p->rope_theta > 0 && isfinite(p->rope_theta)))
         return cv_errf(err, errlen, "rope theta %g must be positive", p->rope_theta);
     if (!(p->rms_eps > 0 && isfinite(p->rms_eps)))
@@ -394,7 +408,7 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps);
 }
 
-static void set_vocab(gguf_writer *w, const vocab_build *v)
+static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml)
 {
     gguf_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
@@ -402,9 +416,11 @@ static void set_vocab(gguf_writer *w, const vocab_build *v)
     gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
     gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
     gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", chatml ? (uint32_t)(v->n - 1) : 2);
     gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (chatml)
+        gguf_set_str(w, "tokenizer.chat_template", chatml_template);
 }
 
 int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn note, void *note_ctx,
@@ -430,9 +446,9 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
         cv_errf(err, errlen, pool ? "out of memory" : "cannot start %d threads", p->n_threads);
         goto done;
     }
-    vocab_fill(&v);
+    vocab_fill(&v, p->chatml);
     set_hparams(w, p);
-    set_vocab(w, &v);
+    set_vocab(w, &v, p->chatml);
 
     n_tensors = tensor_list(p, tensors);
     const synth_run run = {.p = p, .tensors = tensors, .n_tensors = n_tensors, .pool = pool, .scratch = scratch,

@@ -28,7 +28,10 @@
  * some common English words and every prefix of some suffixes (so SPM merges
  * can reach them), then fillers tok00000, tok00001, ... up to n_vocab.
  * Scores are 0 for ids 0..258 and -k for the k-th piece after them. bos 1,
- * eos 2, unk 0, add_bos_token true, add_eos_token false.
+ * eos 2, unk 0, add_bos_token true, add_eos_token false. A ChatML model
+ * (chatml) has <|im_start|> and <|im_end|> (control) as its last two ids,
+ * <|im_end|> as eos (as Qwen's models) and the ChatML chat template as
+ * tokenizer.chat_template.
  *
  * Memory: the tensors are generated into memory (the size of the output
  * file) and then written; no f32 copy of a whole tensor is made. */
@@ -52,6 +55,7 @@ typedef struct cv_synth_params {
     float rms_eps;
     float output_scale;
     bool tied;             /* no output.weight: the output reuses token_embd */
+    bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
     uint64_t seed;
     cv_type type;
     bool k_mix;            /* llama.cpp's _M mix (see quantize.h) */

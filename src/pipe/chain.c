@@ -698,13 +698,18 @@ static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen
         return cv_errf(err, errlen, "the chain failed earlier and must be reopened");
     if (op->seq < 0 || op->seq >= c->o.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", op->seq, c->o.n_slot);
-    uint8_t buf[CV_SEQ_OP_SAMPLER_SIZE];
+    uint8_t small[CV_SEQ_OP_SAMPLER_SIZE]; /* a grammar's op is larger: allocated (request setup) */
+    const size_t size = cv_msg_seq_op_size(op);
+    uint8_t *buf = size <= sizeof small ? small : cv_malloc(size);
+    if (!buf)
+        return cv_errf(err, errlen, "out of memory for a SEQ_OP of %zu bytes", size);
     size_t len;
-    if (cv_msg_seq_op_encode(op, buf, sizeof buf, &len, err, errlen))
-        return -1;
-    if (cv_link_send(first_link(c), CV_MSG_SEQ_OP, ++c->next_id, buf, len, err, errlen))
-        return broken_by(c, c->active[0]);
-    return 0;
+    int rc = cv_msg_seq_op_encode(op, buf, size, &len, err, errlen);
+    if (!rc && cv_link_send(first_link(c), CV_MSG_SEQ_OP, ++c->next_id, buf, len, err, errlen))
+        rc = broken_by(c, c->active[0]);
+    if (buf != small)
+        cv_free(buf);
+    return rc;
 }
 
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
@@ -715,6 +720,16 @@ int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, i
     /* the wire counts the sampled token's entry too, so -1 (none) is 0 */
     const cv_msg_seq_op op = {.op = CV_SEQ_SET_SAMPLER, .seq = seq, .sampler = *p,
                               .n_probs = (uint32_t)(n_logprobs + 1)};
+    return seq_op(c, &op, err, errlen);
+}
+
+int cv_chain_set_grammar(cv_chain *c, int32_t seq, const char *text, size_t len, int32_t from, char *err,
+                         size_t errlen)
+{
+    if (len > CV_PROTO_MAX_GRAMMAR)
+        return cv_errf(err, errlen, "the grammar has %zu bytes, at most %u are taken", len, CV_PROTO_MAX_GRAMMAR);
+    const cv_msg_seq_op op = {.op = CV_SEQ_SET_GRAMMAR, .seq = seq, .len = from, .grammar = text,
+                              .grammar_len = (uint32_t)len};
     return seq_op(c, &op, err, errlen);
 }
 

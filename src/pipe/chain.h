@@ -111,6 +111,10 @@ const float *cv_chain_logits(const cv_chain *c, int32_t i);
  * the slot's sampled ids (see cv_chain_logprobs). */
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,
                          size_t errlen);
+/* Holds a slot's output to a GBNF grammar from position `from` (SET_GRAMMAR,
+ * after the slot's sampler; the last node parses it: check it first). */
+int cv_chain_set_grammar(cv_chain *c, int32_t seq, const char *text, size_t len, int32_t from, char *err,
+                         size_t errlen);
 /* Log-probabilities of wanted row i of the last step or collect, as the
  * last node computed them with cv_logprobs_row (infer/logprobs.h): writes
  * 1 + the slot's n_logprobs entries and returns that count; 0 when the row

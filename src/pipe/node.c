@@ -998,6 +998,9 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
         if (cv_span_set_sampler(&n->span, op.seq, &op.sampler, why, sizeof why))
             return refuse(n, f, CV_PERR_INTERNAL, why);
         n->n_probs[op.seq] = op.n_probs;
+    } else if (op.op == CV_SEQ_SET_GRAMMAR && has_head(n)) {
+        if (cv_span_set_grammar(&n->span, op.seq, op.grammar, op.grammar_len, op.len, why, sizeof why))
+            return refuse(n, f, CV_PERR_BAD_STATE, why);
     }
     if (n->next && cv_link_send(n->next, CV_MSG_SEQ_OP, f->h.id, f->payload, f->h.payload_len, err, errlen)) {
         send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);

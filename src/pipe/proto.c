@@ -868,14 +868,24 @@ static int check_finite(float x, const char *what, char *err, size_t errlen)
 
 static int check_seq_op(const cv_msg_seq_op *m, char *err, size_t errlen)
 {
-    if (m->op != CV_SEQ_TRUNCATE && m->op != CV_SEQ_FREE && m->op != CV_SEQ_SET_SAMPLER)
+    if (m->op < CV_SEQ_TRUNCATE || m->op > CV_SEQ_SET_GRAMMAR)
         return cv_errf(err, errlen, "SEQ_OP: op %u is unknown", m->op);
     if (m->seq < 0)
         return cv_errf(err, errlen, "SEQ_OP: seq %" PRId32 " is negative", m->seq);
-    if (m->op == CV_SEQ_TRUNCATE && m->len < 0)
-        return cv_errf(err, errlen, "SEQ_OP: TRUNCATE to negative length %" PRId32, m->len);
-    if (m->op != CV_SEQ_TRUNCATE && m->len != 0)
+    const bool has_len = m->op == CV_SEQ_TRUNCATE || m->op == CV_SEQ_SET_GRAMMAR;
+    if (has_len && m->len < 0)
+        return cv_errf(err, errlen, "SEQ_OP: %s at negative position %" PRId32,
+                       m->op == CV_SEQ_TRUNCATE ? "TRUNCATE" : "SET_GRAMMAR", m->len);
+    if (!has_len && m->len != 0)
         return cv_errf(err, errlen, "SEQ_OP: len %" PRId32 " given for an op without a length", m->len);
+    if (m->op == CV_SEQ_SET_GRAMMAR) {
+        if (m->grammar_len < 1 || m->grammar_len > CV_PROTO_MAX_GRAMMAR)
+            return cv_errf(err, errlen, "SEQ_OP: SET_GRAMMAR text of %" PRIu32 " bytes, not 1..%u", m->grammar_len,
+                           CV_PROTO_MAX_GRAMMAR);
+        if (memchr(m->grammar, 0, m->grammar_len))
+            return cv_errf(err, errlen, "SEQ_OP: SET_GRAMMAR text holds a NUL byte");
+        return 0;
+    }
     if (m->op != CV_SEQ_SET_SAMPLER)
         return 0;
     const cv_sampler_params *s = &m->sampler;
@@ -893,11 +903,18 @@ static int check_seq_op(const cv_msg_seq_op *m, char *err, size_t errlen)
     return 0;
 }
 
+size_t cv_msg_seq_op_size(const cv_msg_seq_op *m)
+{
+    if (m->op == CV_SEQ_SET_SAMPLER)
+        return CV_SEQ_OP_SAMPLER_SIZE;
+    return m->op == CV_SEQ_SET_GRAMMAR ? CV_SEQ_OP_GRAMMAR_FIXED_SIZE + (size_t)m->grammar_len : CV_SEQ_OP_SIZE;
+}
+
 int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
 {
     if (check_seq_op(m, err, errlen))
         return -1;
-    size_t need = m->op == CV_SEQ_SET_SAMPLER ? CV_SEQ_OP_SAMPLER_SIZE : CV_SEQ_OP_SIZE;
+    const size_t need = cv_msg_seq_op_size(m);
     if (cap < need)
         return fail_cap("SEQ_OP", need, cap, err, errlen);
     uint8_t *p = buf;
@@ -918,6 +935,9 @@ int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *
         put_u64(p + 44, s->seed);
         put_u32(p + 52, m->n_probs);
         put_u64(p + 56, s->n_draws);
+    } else if (m->op == CV_SEQ_SET_GRAMMAR) {
+        put_u32(p + 12, m->grammar_len);
+        memcpy(p + CV_SEQ_OP_GRAMMAR_FIXED_SIZE, m->grammar, m->grammar_len);
     }
     *len = need;
     return 0;
@@ -945,6 +965,12 @@ int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char
         s->seed = cv_cursor_u64(&c, "seed");
         m->n_probs = cv_cursor_u32(&c, "n_probs");
         s->n_draws = cv_cursor_u64(&c, "n_draws");
+    } else if (!c.failed && m->op == CV_SEQ_SET_GRAMMAR) {
+        m->grammar_len = cv_cursor_u32(&c, "text_len");
+        if (m->grammar_len > CV_PROTO_MAX_GRAMMAR)
+            return cv_errf(err, errlen, "SEQ_OP: SET_GRAMMAR text of %" PRIu32 " bytes, at most %u", m->grammar_len,
+                           CV_PROTO_MAX_GRAMMAR);
+        m->grammar = (const char *)cv_cursor_bytes(&c, m->grammar_len, "grammar");
     }
     if (finish(&c, "SEQ_OP", err, errlen))
         return -1;

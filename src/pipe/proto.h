@@ -135,6 +135,12 @@
  *       CV_PROTO_MAX_TOP), u64 n_draws (RNG draws the seq's sampler made
  *       before: a head replaying a seq onto a new chain goes on with the
  *       same draws); every float finite. FREE resets n_probs to 0.
+ *       SET_GRAMMAR holds the seq's output to a GBNF grammar
+ *       (infer/constraint.h) from position len (the first generated
+ *       position) until the next SET_SAMPLER or FREE: it adds u32
+ *       text_len (1..CV_PROTO_MAX_GRAMMAR) and the grammar's text_len
+ *       bytes (UTF-8, no NUL), so 16 + text_len bytes; it follows the
+ *       seq's SET_SAMPLER, and len is at least the seq's length.
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
  *       The pulse: a node computing a FORWARD for longer than CV_PULSE_MS
@@ -190,6 +196,7 @@
 #include <stdint.h>
 
 #include "codec/pack.h"
+#include "infer/constraint.h"
 #include "infer/forward.h"
 #include "infer/logprobs.h"
 #include "infer/sampler.h"
@@ -197,9 +204,9 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 7 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+#define CV_PROTO_VERSION 8 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
                               5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
-                              7: HELLO_OK's flags and n_threads, FETCH and SHIP */
+                              7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -212,6 +219,7 @@
 #define CV_PROTO_MAX_SLOT 4096      /* a node refuses a HELLO over these (TOO_LARGE) */
 #define CV_PROTO_MAX_CTX (1 << 24)
 #define CV_PROTO_MAX_BATCH (1 << 16)
+#define CV_PROTO_MAX_GRAMMAR CV_CONSTRAINT_TEXT_MAX
 #define CV_PROTO_HASH_BYTES 32
 #define CV_PROTO_HASHES_PER_LAYER 14 /* the most tensors a layer has (qwen2's biases, qwen3's norms) */
 #define CV_PROTO_HASHES_EXTRA 3      /* rope_freqs, output_norm, output */
@@ -509,10 +517,14 @@ typedef enum cv_seq_op_kind {
     CV_SEQ_TRUNCATE = 1,    /* keep the first len positions of seq */
     CV_SEQ_FREE = 2,        /* drop seq entirely */
     CV_SEQ_SET_SAMPLER = 3, /* the last stage samples seq with these params */
+    CV_SEQ_SET_GRAMMAR = 4, /* ... and holds its output to this grammar */
 } cv_seq_op_kind;
 
 #define CV_SEQ_OP_SIZE 12
 #define CV_SEQ_OP_SAMPLER_SIZE 64
+#define CV_SEQ_OP_GRAMMAR_FIXED_SIZE 16
+static_assert(CV_SEQ_OP_GRAMMAR_FIXED_SIZE + CV_PROTO_MAX_GRAMMAR <= CV_PROTO_MIN_MAX_PAYLOAD,
+              "SET_GRAMMAR: the largest grammar fits the smallest receive cap");
 
 typedef struct cv_msg_seq_op {
     uint8_t op;
@@ -520,7 +532,12 @@ typedef struct cv_msg_seq_op {
     int32_t len;
     cv_sampler_params sampler; /* SET_SAMPLER only */
     uint32_t n_probs;          /* SET_SAMPLER only: log-probabilities per RESULT row, 0 or 1 + k */
+    const char *grammar;       /* SET_GRAMMAR only: grammar_len bytes (in the payload after decode) */
+    uint32_t grammar_len;
 } cv_msg_seq_op;
+
+/* Bytes of m's payload. */
+size_t cv_msg_seq_op_size(const cv_msg_seq_op *m);
 
 int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char *err, size_t errlen);

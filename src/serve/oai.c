@@ -17,9 +17,11 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/err.h"
 #include "core/utf8.h"
 #include "serve/buf.h"
 #include "serve/render.h"
+#include "serve/schema.h"
 
 #define INVALID "invalid_request_error"
 enum { MAX_STOP = 16, MAX_STOP_LEN = 1024 };
@@ -157,16 +159,90 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
     v = opt(body, "tools");
     if (kind != OAI_CHAT && v && (!json_is_array(v) || json_array_size(v) > 0))
         return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions only");
-    v = json_object_get(opt(body, "text"), "format");
-    const char *format = json_string_value(json_object_get(v, "type"));
-    if (v && !json_is_null(v) && (!format || strcmp(format, "text")))
-        return oai_fail(e, 400, INVALID, NULL, "text.format", "only the text.format {\"type\": \"text\"} is supported");
-    v = opt(body, "response_format");
-    if (v) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return oai_fail(e, 400, INVALID, NULL, "response_format",
-                            "only the response_format {\"type\": \"text\"} is supported");
+    return 0;
+}
+
+/* Keeps a grammar for the request; NULL grammar: out of memory. */
+static int take_grammar(oai_request *r, char *grammar, const char *param, oai_error *e)
+{
+    if (!grammar)
+        return oai_fail(e, 500, "server_error", NULL, param, "out of memory");
+    char why[CV_ERRLEN];
+    if (convoy_grammar_check(grammar, strlen(grammar), why, sizeof why)) {
+        cv_free(grammar);
+        return oai_fail(e, 400, INVALID, NULL, param, "the grammar is refused: %s", why);
+    }
+    r->grammar = grammar;
+    r->params.grammar = grammar;
+    r->params.grammar_len = strlen(grammar);
+    return 0;
+}
+
+/* A JSON schema's grammar. */
+static int take_schema(oai_request *r, const json_t *schema, const char *param, oai_error *e)
+{
+    if (!json_is_object(schema) && !json_is_true(schema))
+        return bad(e, param, "'%s' must be %s", "a JSON schema (an object)");
+    char why[CV_ERRLEN];
+    char *g = cv_schema_grammar(schema, why, sizeof why);
+    if (!g)
+        return oai_fail(e, 400, INVALID, NULL, param, "the JSON schema is not supported: %s", why);
+    return take_grammar(r, g, param, e);
+}
+
+/* A format object: {"type": "text"}, {"type": "json_object"} (with an
+ * optional "schema", as llama-server takes it) or {"type": "json_schema"}
+ * whose "schema" is in its "json_schema" (chat, completions) or in itself
+ * (responses: schema_inside). */
+static int parse_format_object(oai_request *r, const json_t *f, const char *param, bool schema_inside,
+                               oai_error *e)
+{
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return bad(e, param, "'%s' must be %s", "an object with a \"type\"");
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object")) {
+        const json_t *schema = json_object_get(f, "schema");
+        return schema ? take_schema(r, schema, param, e) : take_grammar(r, cv_schema_any_object_grammar(), param, e);
+    }
+    if (!strcmp(type, "json_schema")) {
+        const json_t *holder = schema_inside ? f : json_object_get(f, "json_schema");
+        const json_t *schema = json_object_get(holder, "schema");
+        if (!schema)
+            return oai_fail(e, 400, INVALID, NULL, param, "a json_schema format needs its \"schema\"");
+        return take_schema(r, schema, param, e);
+    }
+    return oai_fail(e, 400, INVALID, NULL, param, "the format type '%s' is not one of text, json_object, json_schema",
+                    type);
+}
+
+/* Constrained output, from at most one of: response_format (chat and
+ * completions), text.format (responses), json_schema or grammar
+ * (llama-server's own fields). */
+static int parse_format(const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
+{
+    const json_t *rf = opt(body, "response_format"), *tf = opt(opt(body, "text"), "format");
+    const json_t *js = opt(body, "json_schema"), *gr = opt(body, "grammar");
+    if (kind == OAI_RESPONSES && rf)
+        return oai_fail(e, 400, INVALID, NULL, "response_format", "/v1/responses takes text.format instead");
+    const int n = (rf != NULL) + (tf != NULL) + (js != NULL) + (gr != NULL);
+    if (n > 1)
+        return oai_fail(e, 400, INVALID, NULL, gr ? "grammar" : "json_schema",
+                        "give one of response_format, text.format, json_schema and grammar");
+    if (rf)
+        return parse_format_object(r, rf, "response_format", false, e);
+    if (tf)
+        return parse_format_object(r, tf, "text.format", true, e);
+    if (js)
+        return take_schema(r, js, "json_schema", e);
+    if (gr) {
+        if (!json_is_string(gr))
+            return bad(e, "grammar", "'%s' must be %s", "a string (GBNF)");
+        char *g = cv_malloc(json_string_length(gr) + 1);
+        if (g)
+            memcpy(g, json_string_value(gr), json_string_length(gr) + 1);
+        return take_grammar(r, g, "grammar", e);
     }
     return 0;
 }
@@ -512,7 +588,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     json_t *so = opt(root, "stream_options");
     if (refuse_unsupported(root, kind, e) || get_bool(root, "stream", &out->stream, e) ||
         parse_sampling(root, default_seed, out, e) || parse_logprobs(root, kind, out, e) ||
-        parse_stop(root, out, e))
+        parse_stop(root, out, e) || parse_format(root, kind, out, e))
         goto done;
     if (so) {
         if (!out->stream) {
@@ -556,6 +632,7 @@ void oai_request_free(oai_request *r)
         cv_free(r->stop[i]);
     cv_free(r->stop);
     cv_free(r->prompt);
+    cv_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

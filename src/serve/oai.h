@@ -12,8 +12,11 @@
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
  * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
- * best_of, logit_bias, a response_format other than text) are
- * refused rather than ignored. Unknown fields are ignored, as OpenAI's own
+ * best_of, logit_bias) are refused rather than ignored. Structured output:
+ * response_format (text.format on /v1/responses) json_object or
+ * json_schema, or llama-server's json_schema and grammar (GBNF) fields,
+ * become the grammar the output is held to (serve/schema.h); a schema or
+ * grammar the server cannot hold output to is a 400 naming why. Unknown fields are ignored, as OpenAI's own
  * server does for most of them.
  * Sampling parameters not given take convoy's defaults (those of `convoy
  * run` and llama.cpp: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05);
@@ -67,6 +70,7 @@ typedef struct oai_request {
     sv_request_params params; /* params.prompt points into prompt */
     char **stop;              /* stop strings (with the template's end-of-turn texts for chat) */
     sv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
+    char *grammar;            /* the output's grammar (params.grammar), or NULL */
     int n_stop;
 } oai_request;
 

@@ -77,6 +77,8 @@ struct sv_request {
     convoy_sampling_params sampler; /* n_logprobs: the request's top_logprobs */
     bool ignore_eos;
     uint64_t client;
+    char *grammar;       /* NULL or grammar_len bytes */
+    size_t grammar_len;
     int32_t slot;        /* while RQ_ACTIVE */
     double t_submit;
     int32_t *out;        /* prompt + n_prompt: [max_tokens] */
@@ -153,6 +155,7 @@ static void request_free(sv_request *r)
     pthread_cond_destroy(&r->cond);
     cv_free(r->lp);
     cv_free(r->prompt);
+    cv_free(r->grammar);
     cv_free(r);
 }
 
@@ -412,7 +415,9 @@ static void start_admitted(sv_sched *s)
         sv_slot *sl = &s->slots[i];
         if (sl->state != SLOT_STARTING)
             continue;
-        if (convoy_set_sampler(s->ctx, i, &sl->req->sampler, err, sizeof err)) {
+        const sv_request *r = sl->req;
+        if (convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
+            (r->grammar && convoy_set_grammar(s->ctx, i, r->grammar, r->grammar_len, r->n_prompt, err, sizeof err))) {
             pthread_mutex_lock(&s->mu);
             end_slot_locked(s, sl, SV_FINISH_ERROR, err);
             note_down_locked(s, err);
@@ -937,9 +942,14 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
-    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp)) {
+    if (p->grammar && (r->grammar = cv_malloc(p->grammar_len + 1))) {
+        memcpy(r->grammar, p->grammar, p->grammar_len);
+        r->grammar_len = p->grammar_len;
+    }
+    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp) || (p->grammar && !r->grammar)) {
         cv_free(r->lp);
         cv_free(r->prompt);
+        cv_free(r->grammar);
         cv_free(r);
         cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
         return SV_SUBMIT_ERROR;

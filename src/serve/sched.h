@@ -10,8 +10,8 @@
  * token of every decoding sequence, then prompt chunks of the sequences
  * still reading their prompt, up to the context's batch size (the prefill
  * order rotates, so a long prompt delays nobody by more than its chunks).
- * A slot is set up with convoy_set_sampler (the request's own seed) when
- * its request starts and emptied with convoy_seq_free when it ends, so a
+ * A slot is set up with convoy_set_sampler (the request's own seed) and
+ * its grammar, if it has one, when its request starts and emptied with convoy_seq_free when it ends, so a
  * request's tokens never depend on what else runs: they are the tokens it
  * would get alone. The step loop allocates nothing.
  *
@@ -91,6 +91,8 @@ typedef struct sv_request_params {
     bool ignore_eos;          /* end-of-generation tokens are output like any other */
     int32_t top_logprobs;     /* -1: no logprobs; else 0..CONVOY_MAX_TOP_LOGPROBS alternatives per token */
     uint64_t client;          /* who sent it: requests of one client share its slots (see above) */
+    const char *grammar;      /* NULL, or GBNF text the output is held to (convoy_set_grammar); copied at submit */
+    size_t grammar_len;
 } sv_request_params;
 
 typedef struct sv_sched_stats {
