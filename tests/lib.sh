@@ -27,6 +27,20 @@ with open(sys.argv[1], 'r+b') as f:
 " "$2" "$((off + bytes / 2))"
 }
 
+# npm_need DIR PKG...: installs into DIR/node_modules (once) each npm
+# package it lacks; skips the test without node and npm or when an install
+# fails (offline?).
+npm_need() {
+    local dir="$1" pkg
+    shift
+    command -v node >/dev/null && command -v npm >/dev/null || skip "node and npm are needed for $*"
+    for pkg in "$@"; do
+        [[ -f "$dir/node_modules/$pkg/package.json" ]] ||
+            npm install --silent --no-audit --no-fund --prefix "$dir" "$pkg" >/dev/null 2>&1 ||
+            skip "npm install $pkg failed (offline?)"
+    done
+}
+
 # free_port: a TCP port of 127.0.0.1 that nothing listens on now.
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

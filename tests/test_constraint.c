@@ -99,6 +99,18 @@ static int text_of(const run *r, char *out, int cap)
     return n;
 }
 
+/* One machine, N_CTX positions per slot; NULL (reported) on failure. */
+static convoy_ctx *make_ctx(int32_t n_slot)
+{
+    char err[512];
+    convoy_ctx_params p = convoy_ctx_default_params();
+    p.n_ctx = N_CTX;
+    p.n_slot = n_slot;
+    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    CHECKF(c, "%s", err);
+    return c;
+}
+
 static run alone[12];
 
 static void test_sentences(void)
@@ -136,11 +148,7 @@ static void test_sentences(void)
 static void test_batched_and_speculative(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    p.n_slot = 3;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(3);
     if (!c)
         return;
     for (int with_spec = 0; with_spec < 2; with_spec++) {
@@ -229,10 +237,7 @@ static void test_batched_and_speculative(void)
 static void test_truncate(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
-    CHECKF(c, "%s", err);
+    convoy_ctx *c = make_ctx(1);
     if (!c)
         return;
     run a;
@@ -262,9 +267,7 @@ static void test_truncate(void)
 static void test_forced_refusal(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    convoy_ctx *c = make_ctx(1);
     if (!c)
         return;
     run a;
@@ -286,9 +289,7 @@ static void test_forced_refusal(void)
 static void test_refusals(void)
 {
     char err[512];
-    convoy_ctx_params p = convoy_ctx_default_params();
-    p.n_ctx = N_CTX;
-    convoy_ctx *c = convoy_ctx_create(model, &p, err, sizeof err);
+    convoy_ctx *c = make_ctx(1);
     if (!c)
         return;
     convoy_sampling_params sp = convoy_sampling_default_params();

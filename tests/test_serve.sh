@@ -43,11 +43,7 @@ npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
 
 . "$src/tests/lib.sh"
 [[ -f "$model" ]] || skip "test data $model not found"
-command -v node >/dev/null && command -v npm >/dev/null || skip "node and npm are needed for the openai client"
-if [[ ! -f "$npm_dir/node_modules/openai/package.json" ]]; then
-    npm install --silent --no-audit --no-fund --prefix "$npm_dir" openai >/dev/null 2>&1 ||
-        skip "npm install openai failed (offline?)"
-fi
+npm_need "$npm_dir" openai
 
 tmp="$(mktemp -d)"
 pids=()

@@ -25,12 +25,7 @@ npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
 
 . "$src/tests/lib.sh"
 [[ -f "$model" ]] || skip "test data $model not found"
-command -v node >/dev/null && command -v npm >/dev/null || skip "node and npm are needed for the openai client"
-for pkg in openai ajv ajv-formats; do
-    [[ -f "$npm_dir/node_modules/$pkg/package.json" ]] ||
-        npm install --silent --no-audit --no-fund --prefix "$npm_dir" "$pkg" >/dev/null 2>&1 ||
-        skip "npm install $pkg failed (offline?)"
-done
+npm_need "$npm_dir" openai ajv ajv-formats
 cp "$src/tests/test_serve_structured.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 build="$(cd "$(dirname "$convoy")" && pwd)"
 
