@@ -223,6 +223,11 @@ static int open_engine(serve_opts *o, serve_state *s)
         sv_log(SV_LOG_ERROR, "%s", err);
         return 2;
     }
+    char missing[256];
+    if (sv_chat_missing_tokens(&s->chat, missing, sizeof missing) > 0)
+        sv_log(SV_LOG_WARN, "the chat template %s writes %s, which this model's vocabulary does not have as tokens: "
+                            "the model reads them as plain text",
+               sv_chat_name(&s->chat), missing);
     convoy_model_info info;
     convoy_model_get_info(s->model, &info);
     sv_log(SV_LOG_INFO, "model %s: %s, %d layers, %d tokens of vocabulary, %s", o->model_path, info.arch,

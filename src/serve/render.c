@@ -233,6 +233,71 @@ int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_
     return rc;
 }
 
+/* The end of a marker that starts at p ("<|x|>", "<｜x｜>", "[INST]",
+ * "<start_of_turn>"), or NULL when none starts there. */
+static const char *marker_end(const char *p)
+{
+    static const struct {
+        const char *open, *close;
+    } shapes[] = {{"<|", "|>"}, {"<\xef\xbd\x9c", "\xef\xbd\x9c>"}, {"[", "]"}, {"<", ">"}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const size_t no = strlen(shapes[s].open);
+        if (strncmp(p, shapes[s].open, no))
+            continue;
+        const char *close = strstr(p + no, shapes[s].close);
+        const size_t inner = close ? (size_t)(close - p - no) : 0;
+        if (!close || inner < 2 || inner > 40)
+            continue;
+        bool word = true, upper = true, underscore = false; /* "[INST]" and "<end_of_turn>", not "[1]" or "<b>" */
+        for (const char *q = p + no; q < close; q++) {
+            word &= *q == '_' || *q == '/' || *q == '-' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+                    (*q >= '0' && *q <= '9') || (unsigned char)*q >= 0x80;
+            upper &= *q == '_' || *q == '/' || (*q >= 'A' && *q <= 'Z');
+            underscore |= *q == '_';
+        }
+        if (word && (s < 2 || (s == 2 && upper) || (s == 3 && underscore)))
+            return close + strlen(shapes[s].close);
+    }
+    return NULL;
+}
+
+int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
+{
+    /* no system turn: some templates refuse one */
+    static const char probe[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, "
+                                "{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"v\"}]}";
+    json_t *req = json_loads(probe, 0, NULL);
+    const json_t *m = json_object_get(req, "messages");
+    sv_chat_msg msgs[3];
+    for (size_t i = 0; i < 3; i++)
+        msgs[i] = (sv_chat_msg){json_string_value(json_object_get(json_array_get(m, i), "role")),
+                                json_string_value(json_object_get(json_array_get(m, i), "content")),
+                                json_array_get(m, i)};
+    sv_buf text = {0};
+    char err[CV_ERRLEN];
+    int missing = 0;
+    size_t used = 0;
+    out[0] = 0;
+    if (req && render_with(c, msgs, 3, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
+        for (const char *p = text.p; *p; p++) {
+            const char *end = marker_end(p);
+            int32_t id[2];
+            if (!end || convoy_tokenize(c->model, p, (size_t)(end - p), false, true, id, 2) == 1)
+                continue;
+            const int k = (int)(end - p);
+            char one[64];
+            snprintf(one, sizeof one, "%.*s", k, p);
+            if (!strstr(out, one) && used + (size_t)k + 3 < n) {
+                used += (size_t)snprintf(out + used, n - used, "%s%s", missing ? ", " : "", one);
+                missing++;
+            }
+            p = end - 1;
+        }
+    sv_buf_free(&text);
+    json_decref(req);
+    return missing;
+}
+
 const char *const *sv_chat_stop_strings(const sv_chat *c)
 {
     static const char *const none[] = {NULL};

@@ -62,6 +62,11 @@ void sv_chat_free(sv_chat *c);
  * tools: the request's tool definitions (Jinja templates only), or NULL. */
 int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, sv_buf *out,
                    convoy_span **spans, int *n_spans, char *err, size_t errlen);
+/* The control-token texts ("<|im_start|>", "[INST]", ...) the template
+ * writes for a short chat that are not tokens of the model's vocabulary
+ * (the model would read them as plain text), listed into out (n bytes);
+ * returns how many. */
+int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n);
 /* A NULL-terminated list. */
 const char *const *sv_chat_stop_strings(const sv_chat *c);
 

@@ -3,7 +3,7 @@
  *
  * Contract: cv_schema_grammar takes the schema itself (the "schema" member
  * of response_format.json_schema; the caller unwraps it) and returns a
- * malloc'd NUL-terminated GBNF grammar (release with free) whose start
+ * NUL-terminated GBNF grammar (release with cv_free) whose start
  * rule is `root`, or NULL with one sentence in err naming the keyword or
  * value it cannot honour and its place as a JSON pointer ("#/properties/
  * a/pattern"). Every complete sentence of the grammar is a JSON text that
