@@ -102,7 +102,7 @@ int convoy_detok_flush(convoy_detok *d, char *out, int32_t n);
 void convoy_detok_free(convoy_detok *d);
 
 typedef struct convoy_ctx_params {
-    int32_t n_threads; /* default 1 */
+    int32_t n_threads; /* default: the physical cores this process may run on */
     int32_t n_ctx;     /* positions per slot; 0 = the model's training context */
     int32_t n_slot;    /* sequence slots; default 1 */
     int32_t n_batch;   /* most tokens per convoy_decode; default 512 */

@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -213,4 +214,44 @@ void cv_pool_free(cv_pool *p)
     pthread_mutex_destroy(&p->mu);
     cv_free(p->workers);
     cv_free_aligned(p);
+}
+
+/* Reads one small integer file of a CPU's sysfs topology; -1 when absent. */
+static long topology_of(int cpu, const char *what)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f && fscanf(f, "%ld", &v) != 1)
+        v = -1;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+int cv_physical_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 1;
+    long seen[CPU_SETSIZE][2];
+    int n_cpus = 0, n_cores = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set))
+            continue;
+        n_cpus++;
+        const long pkg = topology_of(cpu, "physical_package_id"), core = topology_of(cpu, "core_id");
+        if (pkg < 0 || core < 0)
+            return n_cpus > 0 ? CPU_COUNT(&set) : 1; /* no topology: every CPU */
+        int k = 0;
+        while (k < n_cores && !(seen[k][0] == pkg && seen[k][1] == core))
+            k++;
+        if (k == n_cores) {
+            seen[n_cores][0] = pkg;
+            seen[n_cores][1] = core;
+            n_cores++;
+        }
+    }
+    return n_cores > 0 ? n_cores : 1;
 }

@@ -20,6 +20,13 @@ int cv_pool_size(const cv_pool *p);
 void cv_pool_run(cv_pool *p, cv_pool_fn fn, void *ctx);
 void cv_pool_free(cv_pool *p);
 
+/* The physical cores this process may run on (SMT siblings counted once,
+ * from sysfs topology and the CPU affinity mask); the number of CPUs it
+ * may run on when the topology is unknown; at least 1. The default
+ * compute thread count: a second thread on a core's sibling only competes
+ * for the same memory bandwidth and execution units. */
+int cv_physical_cores(void);
+
 /* Splits [0, n) into nth contiguous ranges; thread ith gets [*lo, *hi). */
 static inline void cv_split_range(long n, int ith, int nth, long *lo, long *hi)
 {

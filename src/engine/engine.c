@@ -17,6 +17,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/pool.h"
 #include "engine/journal.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
@@ -175,7 +176,7 @@ void convoy_detok_free(convoy_detok *d) { cv_free(d); }
 
 convoy_ctx_params convoy_ctx_default_params(void)
 {
-    return (convoy_ctx_params){.n_threads = 1, .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 5000,
+    return (convoy_ctx_params){.n_threads = cv_physical_cores(), .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 5000,
                                 .failover_wait_ms = 15000};
 }
 
