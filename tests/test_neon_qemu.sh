@@ -1,5 +1,6 @@
 #!/bin/bash
-# test_neon_qemu.sh: runs the kernel tests (tests/test_kernels.c) as an
+# test_neon_qemu.sh: runs the kernel tests (tests/test_kernels.c, and the
+# kernel part of tests/test_attention.c) as an
 # aarch64 program under qemu, so the NEON kernels are checked bit for bit
 # against the references on an x86 machine. Skips with a message unless the
 # cross compiler and qemu are installed (Debian gcc-aarch64-linux-gnu,
@@ -18,10 +19,15 @@ for f in "$src"/src/core/*.c "$src"/src/kernels/*.c; do
     case "$f" in *_avx2.c) continue ;; esac
     sources+=("$f")
 done
-if ! $cc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-fast-math -D_GNU_SOURCE \
-        -DCONVOY_SOURCE_DIR="\"$src\"" -DCONVOY_BINARY_DIR="\"$tmp\"" -I"$src/src" -I"$src/tests" \
-        "${sources[@]}" "$src/tests/test_kernels.c" -static -pthread -lm -o "$tmp/test_kernels"; then
-    echo "FAIL: aarch64 build of test_kernels"
-    exit 1
-fi
-qemu-aarch64 "$tmp/test_kernels"
+status=0
+# test_attention: only its kernel checks (CONVOY_KERNELS_ONLY leaves out the engine)
+for t in test_kernels test_attention; do
+    if ! $cc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-fast-math -D_GNU_SOURCE -DCONVOY_KERNELS_ONLY \
+            -DCONVOY_SOURCE_DIR="\"$src\"" -DCONVOY_BINARY_DIR="\"$tmp\"" -I"$src/src" -I"$src/tests" \
+            "${sources[@]}" "$src/tests/$t.c" -static -pthread -lm -o "$tmp/$t"; then
+        echo "FAIL: aarch64 build of $t"
+        exit 1
+    fi
+    qemu-aarch64 "$tmp/$t" || status=1
+done
+exit $status

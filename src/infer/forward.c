@@ -10,7 +10,7 @@
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
- * over the pool's threads by output rows and by (token, head) pairs: each
+ * over the pool's threads by output rows and by (token, KV head) pairs: each
  * value is computed by one thread in one fixed order, never split along the
  * reduction, so results do not depend on threads or batch composition.
  * Activations are converted to each weight's vec_dot_type (Q8_0 for Q4_0
@@ -23,6 +23,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 struct cv_forward {
@@ -42,7 +43,7 @@ struct cv_forward {
     float *up;   /* [n][n_ff] */
     void *xq;    /* activations converted for the weights: n rows of up to 4 * max_in bytes */
     float *rope_cos, *rope_sin; /* [n][n_rot / 2] */
-    float *att_scratch;         /* per thread: scores [n_ctx] + k and v rows [head_dim] each */
+    float *att_scratch;         /* per thread: cv_attn_scratch_floats(head_dim, group) */
     int32_t *next_pos;          /* [n_slot] validation scratch */
 };
 
@@ -84,7 +85,8 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->xq = cv_aligned_alloc(n * (4 * max_in + 64));
     f->rope_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->rope_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
-    f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads * ((size_t)kv->n_ctx + 2 * hp->head_dim));
+    f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads *
+                                      cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv));
     f->next_pos = cv_calloc((size_t)kv->n_slot, sizeof *f->next_pos);
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xq || !f->rope_cos ||
         !f->rope_sin || !f->att_scratch || !f->next_pos) {
@@ -271,53 +273,33 @@ typedef struct attn_job {
     int32_t layer;
 } attn_job;
 
-static const float *kv_row_f32(const cv_kv *kv, void *base, int32_t layer, int32_t slot, int32_t pos, int32_t off,
-                               int32_t n, float *tmp)
-{
-    const void *p = cv_kv_at(kv, base, layer, slot, pos);
-    if (kv->type == CV_TYPE_F32)
-        return (const float *)p + off;
-    const cv_fp16 *h = (const cv_fp16 *)p + off;
-    for (int32_t i = 0; i < n; i++)
-        tmp[i] = cv_fp16_to_fp32(h[i]);
-    return tmp;
-}
-
+/* One (token, KV head) pair at a time: the fused kernel runs the group's
+ * query heads together over the slot's positions [0, pos]. */
 static void attn_worker(void *ctx, int ith, int nth)
 {
     const attn_job *j = ctx;
     cv_forward *f = j->f;
     const cv_llama_hparams *hp = &f->m->hp;
     const cv_kv *kv = f->kv;
-    const int32_t hd = hp->head_dim, n_head = hp->n_head, group = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = f->att_scratch + (size_t)ith * ((size_t)kv->n_ctx + 2 * hd);
-    float *ktmp = scores + kv->n_ctx, *vtmp = ktmp + hd;
+    const int32_t hd = hp->head_dim, n_head = hp->n_head, n_head_kv = hp->n_head_kv, group = n_head / n_head_kv;
+    cv_attn_args a = {.head_dim = hd,
+                      .group = group,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .kv_type = kv->type,
+                      .kv_stride = (size_t)kv->kv_dim,
+                      .scratch = f->att_scratch + (size_t)ith * cv_attn_scratch_floats(hd, group)};
     long p0, p1;
-    cv_split_range((long)j->b->n_tokens * n_head, ith, nth, &p0, &p1);
+    cv_split_range((long)j->b->n_tokens * n_head_kv, ith, nth, &p0, &p1);
     for (long p = p0; p < p1; p++) {
-        const int32_t t = (int32_t)(p / n_head), h = (int32_t)(p % n_head), kvh = h / group;
-        const int32_t slot = j->b->seq[t], n_pos = j->b->pos[t] + 1;
-        const float *q = f->q + ((size_t)t * n_head + h) * hd;
-        float max = -INFINITY;
-        for (int32_t i = 0; i < n_pos; i++) {
-            const float *k = kv_row_f32(kv, kv->k, j->layer, slot, i, kvh * hd, hd, ktmp);
-            scores[i] = cv_dot_f32(hd, q, k) * scale;
-            if (scores[i] > max)
-                max = scores[i];
-        }
-        double sum = 0.0;
-        for (int32_t i = 0; i < n_pos; i++) {
-            scores[i] = expf(scores[i] - max);
-            sum += (double)scores[i];
-        }
-        const float inv = (float)(1.0 / sum);
-        float *out = f->att + ((size_t)t * n_head + h) * hd;
-        memset(out, 0, sizeof(float) * (size_t)hd);
-        for (int32_t i = 0; i < n_pos; i++) {
-            const float *v = kv_row_f32(kv, kv->v, j->layer, slot, i, kvh * hd, hd, vtmp);
-            cv_axpy_f32(hd, scores[i] * inv, v, out);
-        }
+        const int32_t t = (int32_t)(p / n_head_kv), kvh = (int32_t)(p % n_head_kv);
+        const int32_t slot = j->b->seq[t];
+        const size_t qoff = ((size_t)t * n_head + (size_t)kvh * group) * hd, kvoff = (size_t)kvh * hd * kv->elt_size;
+        a.n_pos = j->b->pos[t] + 1;
+        a.q = f->q + qoff;
+        a.out = f->att + qoff;
+        a.k = (const char *)cv_kv_at(kv, kv->k, j->layer, slot, 0) + kvoff;
+        a.v = (const char *)cv_kv_at(kv, kv->v, j->layer, slot, 0) + kvoff;
+        cv_attn_group(&a);
     }
 }
 

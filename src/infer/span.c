@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 /* Bytes one allocation of n can hold resident: the allocator's header and
@@ -24,7 +25,7 @@ static uint64_t sampler_bytes(uint64_t n_vocab, uint64_t n_ctx)
 
 /* cv_forward_create's buffers, the pool and the KV cache's bookkeeping:
  * what cv_span_open allocates whatever the layers. */
-static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p, uint64_t n_ctx)
+static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p)
 {
     const uint64_t n = (uint64_t)p->n_batch, ne = (uint64_t)hp->n_embd;
     const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
@@ -34,7 +35,8 @@ static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p,
     return 2 * alloc_bytes(4 * n * ne) + 2 * alloc_bytes(4 * n * n_q) + 2 * alloc_bytes(4 * n * n_kv) +
            2 * alloc_bytes(4 * n * n_ff) + alloc_bytes(n * (4 * max_in + 64)) +
            2 * alloc_bytes(4 * n * (uint64_t)(hp->n_rot / 2 + 1)) +
-           alloc_bytes(4 * threads * (n_ctx + 2 * (uint64_t)hp->head_dim)) + 2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
+           alloc_bytes(4 * threads * (uint64_t)cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv)) +
+           2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
            alloc_bytes(1024) + alloc_bytes(256 + 64 * threads) + 2 * alloc_bytes(0); /* forward, pool, K and V rounding */
 }
 
@@ -45,7 +47,7 @@ void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs 
     const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, nv = (uint64_t)hp->n_vocab;
     const uint64_t n_slot = (uint64_t)p->n_slot;
     c->kv_per_layer = 2 * n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
-    c->fixed = fixed_bytes(hp, p, n_ctx);
+    c->fixed = fixed_bytes(hp, p);
     c->head_extra = alloc_bytes(4 * (uint64_t)p->n_batch * nv) + n_slot * sampler_bytes(nv, n_ctx) +
                     alloc_bytes(8 * n_slot) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * (uint64_t)p->n_batch);
 }

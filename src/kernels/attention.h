@@ -1,0 +1,98 @@
+/* attention.h: fused attention of one token over one KV head, all the
+ * query heads of that KV group together (grouped-query attention), with an
+ * online softmax over blocks of positions.
+ *
+ * Contract: cv_attn_group computes, for each of the `group` query heads g,
+ *   out[g] = sum_i softmax_i(scale * q[g] . K[i]) V[i],  i in [0, n_pos),
+ * reading each K and V row once for the whole group. K and V rows are F32 or
+ * F16 (widened exactly). The result depends only on q, the rows and the
+ * arguments (never on threads, batch or other heads): the reference
+ * (attn_group_ref), AVX2+FMA+F16C (attn_group_avx2) and NEON
+ * (attn_group_neon) versions give the same bits, NaN payloads aside.
+ * Dispatch follows cv_kernels_name() (CONVOY_KERNELS=ref, cv_kernels_init(1)
+ * force the reference). It allocates nothing: scratch is the caller's, of
+ * cv_attn_scratch_floats(head_dim, group) floats.
+ *
+ * The schedule every version follows (hd = head_dim, "8-lane vector" =
+ * float[8], fma(a, b, c) = a*b+c rounded once, max(a, b) = a > b ? a : b):
+ *
+ * Positions are taken in blocks of CV_ATTN_BLOCK (the last one may be
+ * shorter); each query head g keeps a running max m_g (starts -inf), a
+ * running sum l_g (starts +0) and its accumulator out[g][0..hd) (starts +0).
+ * For each block [p0, p1), n = p1 - p0:
+ * 1. Scores, for each g and position i of the block: an 8-lane accumulator
+ *    a (starts +0); for each full chunk c of 8 elements,
+ *    a[l] = fma(q[g][8c+l], k_i[8c+l], a[l]); then
+ *    s = ((a0+a1) + (a2+a3)) + ((a4+a5) + (a6+a7)), each element d of the
+ *    tail (hd % 8 of them, in order) s = fma(q[g][d], k_i[d], s), and
+ *    S[g][i] = s * scale.
+ * 2. Online softmax, for each g: an 8-lane max b[l] (starts -inf) over the
+ *    block's scores, lane l taking positions i = l (mod 8) in order,
+ *    b[l] = max(S[i], b[l]); mb = max(max(max(b0, b4), max(b2, b6)),
+ *    max(max(b1, b5), max(b3, b7))) (each max(x, y) here: x the first
+ *    named); m' = max(mb, m_g); alpha = exp(m_g - m'); then
+ *    P[i] = exp(S[i] - m') for each i; an 8-lane sum t (starts +0),
+ *    t[i % 8] = t[i % 8] + P[i] in order of i; bsum =
+ *    ((t0+t1) + (t2+t3)) + ((t4+t5) + (t6+t7)); l_g = fma(l_g, alpha, bsum);
+ *    m_g = m'.
+ * 3. Values, for each g and element d: when alpha != 1,
+ *    out[g][d] = out[g][d] * alpha; then for each i of the block in order,
+ *    out[g][d] = fma(P[g][i], v_i[d], out[g][d]).
+ * At the end out[g][d] = out[g][d] / l_g.
+ *
+ * exp(x), for x <= 0 or NaN (Cephes' expf polynomial, every step one IEEE
+ * operation): x = max(-87, x) (NaN stays NaN); t = x * log2(e) + 0x1.8p23
+ * (two roundings: the product, then the sum, which rounds to an integer
+ * n = t - 0x1.8p23, ties to even); r = fma(n, -0.693359375, x);
+ * r = fma(n, 2.12194440e-4, r); p = 1.9875691500e-4; p = fma(p, r, c) for c
+ * = 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+ * 5.0000001201e-1 in turn; p = fma(p, r * r, r); p = p + 1; exp = p * 2^n,
+ * 2^n built from the bits of t (((bits(t) - bits(0x1.8p23)) + 127) << 23,
+ * in uint32). Within 2 ulp of expf for x in [-87, 0]; exp(0) = 1 exactly. */
+#ifndef CONVOY_KERNELS_ATTENTION_H
+#define CONVOY_KERNELS_ATTENTION_H
+
+#include <stddef.h>
+
+#include "kernels/types.h"
+
+/* Positions per online-softmax block (part of the schedule: every version
+ * uses it). */
+#define CV_ATTN_BLOCK 64
+
+typedef struct cv_attn_args {
+    int head_dim;     /* hd >= 1 */
+    int group;        /* query heads sharing this KV head, >= 1 */
+    int n_pos;        /* positions [0, n_pos), >= 1 */
+    float scale;      /* multiplies each score (1/sqrt(hd)) */
+    const float *q;   /* [group][hd] */
+    cv_type kv_type;  /* CV_TYPE_F32 or CV_TYPE_F16 */
+    const void *k;    /* position 0's hd values of this KV head */
+    const void *v;
+    size_t kv_stride; /* elements from one position's row to the next */
+    float *out;       /* [group][hd] */
+    float *scratch;   /* cv_attn_scratch_floats(hd, group) floats */
+} cv_attn_args;
+
+/* Scratch floats cv_attn_group needs for this shape. */
+size_t cv_attn_scratch_floats(int head_dim, int group);
+
+/* Selected implementation (see cv_kernels_name). */
+void cv_attn_group(const cv_attn_args *a);
+
+/* The versions (private to src/kernels and its tests). */
+void attn_group_ref(const cv_attn_args *a);
+#if defined(__x86_64__)
+void attn_group_avx2(const cv_attn_args *a);
+#endif
+#if defined(__aarch64__)
+void attn_group_neon(const cv_attn_args *a);
+#endif
+
+/* Scratch layout shared by the versions: scores [group][CV_ATTN_BLOCK], then
+ * m [group], l [group], alpha [group], then 8 rows of hd floats (F16 keys
+ * widened by the SIMD versions). */
+#define CV_ATTN_SCRATCH(hd, group) \
+    ((size_t)(group) * (CV_ATTN_BLOCK + 3) + 8 * (size_t)(hd) + 16)
+
+#endif

@@ -1,0 +1,186 @@
+/* attention_neon.c: the fused attention with NEON (aarch64), lane for lane
+ * the schedule of attention.h; an 8-lane vector is two float32x4 (lanes
+ * 0-3, 4-7). NEON's fmax differs from the schedule's max on NaN and signed
+ * zeros, so max is a compare and select. */
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/attention_impl.h"
+
+static inline float32x4_t max4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+
+static inline float32x4_t exp4(float32x4_t x)
+{
+    x = max4(vdupq_n_f32(ATTN_EXP_LO), x);
+    const float32x4_t magic = vdupq_n_f32(ATTN_MAGIC);
+    const float32x4_t t = vaddq_f32(vmulq_f32(x, vdupq_n_f32(ATTN_LOG2E)), magic);
+    const float32x4_t n = vsubq_f32(t, magic);
+    float32x4_t r = vfmaq_f32(x, n, vdupq_n_f32(-ATTN_C1));
+    r = vfmaq_f32(r, n, vdupq_n_f32(ATTN_C2));
+    float32x4_t p = vdupq_n_f32(ATTN_P0);
+    p = vfmaq_f32(vdupq_n_f32(ATTN_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(ATTN_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(ATTN_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(ATTN_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(ATTN_P5), p, r);
+    p = vfmaq_f32(r, p, vmulq_f32(r, r));
+    p = vaddq_f32(p, vdupq_n_f32(1.0f));
+    const uint32x4_t e =
+        vshlq_n_u32(vaddq_u32(vsubq_u32(vreinterpretq_u32_f32(t), vdupq_n_u32(ATTN_MAGIC_BITS)), vdupq_n_u32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_u32(e));
+}
+
+static inline float32x4_t load4(const void *row, int f16, int d)
+{
+    if (f16)
+        return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + d)));
+    return vld1q_f32((const float *)row + d);
+}
+
+/* Scores of 8 positions (rows kr[0..8), f32) for query q, into s[0..8):
+ * per position (v0+v1)+(v2+v3) of lanes 0-3 plus the same of 4-7. */
+static inline void scores8(const float *q, const float *const *kr, int hd, float scale, float *s)
+{
+    const int full = hd - hd % 8;
+    float32x4_t lo[8], hi[8];
+    for (int j = 0; j < 8; j++)
+        lo[j] = hi[j] = vdupq_n_f32(0.0f);
+    for (int c = 0; c < full; c += 8) {
+        const float32x4_t q0 = vld1q_f32(q + c), q1 = vld1q_f32(q + c + 4);
+        for (int j = 0; j < 8; j++) {
+            lo[j] = vfmaq_f32(lo[j], q0, vld1q_f32(kr[j] + c));
+            hi[j] = vfmaq_f32(hi[j], q1, vld1q_f32(kr[j] + c + 4));
+        }
+    }
+    for (int h = 0; h < 2; h++) { /* positions 4h .. 4h+3 */
+        const float32x4_t *L = lo + 4 * h, *H = hi + 4 * h;
+        const float32x4_t sl = vpaddq_f32(vpaddq_f32(L[0], L[1]), vpaddq_f32(L[2], L[3]));
+        const float32x4_t sh = vpaddq_f32(vpaddq_f32(H[0], H[1]), vpaddq_f32(H[2], H[3]));
+        vst1q_f32(s + 4 * h, vaddq_f32(sl, sh));
+    }
+    for (int j = 0; j < 8; j++) {
+        for (int d = full; d < hd; d++)
+            s[j] = fmaf(q[d], kr[j][d], s[j]);
+        s[j] = s[j] * scale;
+    }
+}
+
+#define VG 8
+
+void attn_group_neon(const cv_attn_args *a)
+{
+    const int hd = a->head_dim, G = a->group, f16 = a->kv_type == CV_TYPE_F16;
+    const size_t esz = f16 ? sizeof(cv_fp16) : sizeof(float), rstride = a->kv_stride * esz;
+    float *S = a->scratch, *m = S + (size_t)G * CV_ATTN_BLOCK, *l = m + G, *alpha = l + G;
+    float *kw = alpha + G, *zero = kw;
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    memset(a->out, 0, sizeof(float) * (size_t)G * (size_t)hd);
+    for (int p0 = 0; p0 < a->n_pos; p0 += CV_ATTN_BLOCK) {
+        const int n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
+        const int n8 = (n + 7) & ~7;
+        const char *kb = (const char *)a->k + (size_t)p0 * rstride;
+        for (int i0 = 0; i0 < n; i0 += 8) {
+            const int c = n - i0 < 8 ? n - i0 : 8;
+            const float *kr[8];
+            if (f16) {
+                for (int j = 0; j < 8; j++) {
+                    float *row = kw + (size_t)j * hd;
+                    if (j < c) {
+                        const cv_fp16 *h = (const cv_fp16 *)(kb + (size_t)(i0 + j) * rstride);
+                        int d = 0;
+                        for (; d + 4 <= hd; d += 4)
+                            vst1q_f32(row + d, load4(h, 1, d));
+                        for (; d < hd; d++)
+                            row[d] = cv_fp16_to_fp32(h[d]);
+                    } else {
+                        memset(row, 0, sizeof(float) * (size_t)hd);
+                    }
+                    kr[j] = row;
+                }
+            } else {
+                if (c < 8)
+                    memset(zero, 0, sizeof(float) * (size_t)hd);
+                for (int j = 0; j < 8; j++)
+                    kr[j] = j < c ? (const float *)(kb + (size_t)(i0 + j) * rstride) : zero;
+            }
+            for (int g = 0; g < G; g++)
+                scores8(a->q + (size_t)g * hd, kr, hd, a->scale, S + (size_t)g * CV_ATTN_BLOCK + i0);
+        }
+        for (int g = 0; g < G; g++) {
+            float *Sg = S + (size_t)g * CV_ATTN_BLOCK;
+            for (int i = n; i < n8; i++)
+                Sg[i] = -INFINITY;
+            float32x4_t b0 = vdupq_n_f32(-INFINITY), b1 = b0;
+            for (int i0 = 0; i0 < n8; i0 += 8) {
+                b0 = max4(vld1q_f32(Sg + i0), b0);
+                b1 = max4(vld1q_f32(Sg + i0 + 4), b1);
+            }
+            const float32x4_t m4 = max4(b0, b1); /* max(b_l, b_l+4) */
+            const float mb = attn_max(attn_max(vgetq_lane_f32(m4, 0), vgetq_lane_f32(m4, 2)),
+                                      attn_max(vgetq_lane_f32(m4, 1), vgetq_lane_f32(m4, 3)));
+            const float mn = attn_max(mb, m[g]);
+            alpha[g] = attn_exp(m[g] - mn);
+            const float32x4_t mv = vdupq_n_f32(mn);
+            float32x4_t t0 = vdupq_n_f32(0.0f), t1 = t0;
+            for (int i0 = 0; i0 < n8; i0 += 8) {
+                float32x4_t p0v = exp4(vsubq_f32(vld1q_f32(Sg + i0), mv));
+                float32x4_t p1v = exp4(vsubq_f32(vld1q_f32(Sg + i0 + 4), mv));
+                if (i0 + 8 > n) {
+                    const int k = n - i0;
+                    const int32x4_t lane = {0, 1, 2, 3};
+                    p0v = vbslq_f32(vcltq_s32(lane, vdupq_n_s32(k)), p0v, vdupq_n_f32(0.0f));
+                    p1v = vbslq_f32(vcltq_s32(vaddq_s32(lane, vdupq_n_s32(4)), vdupq_n_s32(k)), p1v,
+                                    vdupq_n_f32(0.0f));
+                }
+                vst1q_f32(Sg + i0, p0v);
+                vst1q_f32(Sg + i0 + 4, p1v);
+                t0 = vaddq_f32(t0, p0v);
+                t1 = vaddq_f32(t1, p1v);
+            }
+            const float32x4_t s0 = vpaddq_f32(t0, t0), s1 = vpaddq_f32(t1, t1);
+            const float bsum = vgetq_lane_f32(vpaddq_f32(s0, s0), 0) + vgetq_lane_f32(vpaddq_f32(s1, s1), 0);
+            l[g] = fmaf(l[g], alpha[g], bsum);
+            m[g] = mn;
+        }
+        const char *vb = (const char *)a->v + (size_t)p0 * rstride;
+        for (int g0 = 0; g0 < G; g0 += VG) {
+            const int ng = G - g0 < VG ? G - g0 : VG;
+            for (int d = 0; d + 4 <= hd; d += 4) {
+                float32x4_t acc[VG];
+                for (int g = 0; g < ng; g++) {
+                    acc[g] = vld1q_f32(a->out + (size_t)(g0 + g) * hd + d);
+                    if (alpha[g0 + g] != 1.0f)
+                        acc[g] = vmulq_n_f32(acc[g], alpha[g0 + g]);
+                }
+                const float *P = S + (size_t)g0 * CV_ATTN_BLOCK;
+                for (int i = 0; i < n; i++) {
+                    const float32x4_t vv = load4(vb + (size_t)i * rstride, f16, d);
+                    for (int g = 0; g < ng; g++)
+                        acc[g] = vfmaq_n_f32(acc[g], vv, P[(size_t)g * CV_ATTN_BLOCK + i]);
+                }
+                for (int g = 0; g < ng; g++)
+                    vst1q_f32(a->out + (size_t)(g0 + g) * hd + d, acc[g]);
+            }
+        }
+        for (int d = hd - hd % 4; d < hd; d++)
+            for (int g = 0; g < G; g++) {
+                float o = a->out[(size_t)g * hd + d];
+                if (alpha[g] != 1.0f)
+                    o = o * alpha[g];
+                for (int i = 0; i < n; i++) {
+                    const void *v = vb + (size_t)i * rstride;
+                    const float vd = f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
+                    o = fmaf(S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
+                }
+                a->out[(size_t)g * hd + d] = o;
+            }
+    }
+    for (int g = 0; g < G; g++)
+        for (int d = 0; d < hd; d++)
+            a->out[(size_t)g * hd + d] = a->out[(size_t)g * hd + d] / l[g];
+}
