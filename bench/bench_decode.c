@@ -11,7 +11,13 @@
  * ../shared/reference/llamacpp-speed.md. Prints a table and appends one
  * JSON line per measurement to bench/out/decode.jsonl.
  *
- * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only] */
+ * With --model PATH, one measurement instead (no bandwidth, no table): a
+ * warm-up step, then prefill of --pp tokens and decode of --tg tokens at
+ * --threads, printed as one line "pp_tok_s TG_tok_s" for
+ * bench/vs_llamacpp.sh.
+ *
+ * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]
+ *        bench_decode --model PATH [--threads N] [--pp P] [--tg T] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +157,13 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         pos[i] = i;
     }
     if (pp > 0) {
+        /* one token first, so that the timed prefill finds the weights
+         * mapped and cached, as decode's first untimed step does */
+        uint8_t w1 = 1;
+        convoy_batch b1 = {.n_tokens = 1, .token = tok, .pos = pos, .seq = seq, .want = &w1};
+        if (convoy_decode(c, &b1, logits, err, sizeof err))
+            fprintf(stderr, "bench_decode: %s\n", err);
+        convoy_seq_free(c, 0, err, sizeof err);
         want[pp - 1] = 1;
         convoy_batch b = {.n_tokens = pp, .token = tok, .pos = pos, .seq = seq, .want = want};
         double t0 = cv_now_s();
@@ -174,7 +187,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         }
         id = cv_argmax(logits, info.n_vocab);
     }
-    s.tg = tg / (cv_now_s() - t0);
+    s.tg = tg > 0 ? tg / (cv_now_s() - t0) : 0;
     free(logits);
     free(tok);
     free(pos);
@@ -186,10 +199,18 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
 
 int main(int argc, char **argv)
 {
-    const char *dir = "bench/out/models", *only = NULL;
-    int quick = 0, bandwidth_only = 0;
+    const char *dir = "bench/out/models", *only = NULL, *one = NULL;
+    int quick = 0, bandwidth_only = 0, one_threads = 1, one_pp = 0, one_tg = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--models") && i + 1 < argc)
+        if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            one = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            one_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pp") && i + 1 < argc)
+            one_pp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tg") && i + 1 < argc)
+            one_tg = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--models") && i + 1 < argc)
             dir = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
@@ -198,11 +219,24 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--bandwidth-only"))
             bandwidth_only = 1;
         else {
-            fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]\n");
+            fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]\n"
+                            "       bench_decode --model PATH [--threads N] [--pp P] [--tg T]\n");
             return 2;
         }
     }
     cv_kernels_init(0);
+    if (one) {
+        char err[512];
+        convoy_model *m = convoy_model_load(one, err, sizeof err);
+        if (!m) {
+            fprintf(stderr, "bench_decode: %s\n", err);
+            return 1;
+        }
+        speed s = measure(m, one_threads, one_pp, one_tg);
+        printf("%.3f %.3f\n", s.pp, s.tg);
+        convoy_model_free(m);
+        return 0;
+    }
     const char *convoy_bin = getenv("CONVOY_BIN") ? getenv("CONVOY_BIN") : "build/convoy";
     const char *md = getenv("CONVOY_SHARED") ? NULL : "../shared/reference/llamacpp-speed.md";
     char md_buf[512];

@@ -1,5 +1,5 @@
-/* bench_kernels.c: single-thread throughput of the Q4_0 and Q8_0 matrix
- * products of cv_matmul_rows.
+/* bench_kernels.c: single-thread throughput of the Q4_0, Q8_0, Q4_K, Q5_K
+ * and Q6_K matrix products of cv_matmul_rows.
  *
  * Decode (one token): GB/s of weight bytes read, for the reference and the
  * selected kernels. The weight matrix (random quants, default 16384 x 4096)
@@ -9,7 +9,8 @@
  * per output (what cv_matmul_rows did before it had tile kernels) and of
  * cv_matmul_rows, run alternately and timed in thread CPU time so that a
  * busy machine slows both alike; the outputs must match bit for bit.
- * Usage: bench_kernels [ROWS [COLS [REPS]]]. */
+ * Usage: bench_kernels [ROWS [COLS [REPS [TYPE]]]] (TYPE: only that one). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,17 +36,41 @@ static uint64_t rng_next(void)
     return rng;
 }
 
-/* Random quant bytes, with every block scale set to a small finite fp16. */
+/* Random quant bytes, with every block's fp16 scales (d, and dmin where
+ * the type has one) set to small finite values. */
 static void fill_blocks(cv_type t, void *p, size_t bytes)
 {
     uint8_t *b = p;
     for (size_t i = 0; i < bytes; i++)
         b[i] = (uint8_t)rng_next();
     size_t block = cv_type_get(t)->type_size;
-    for (size_t i = 0; i + block <= bytes; i += block) {
-        cv_fp16 d = cv_fp32_to_fp16((float)(rng_next() % 1000) * 1e-5f);
-        memcpy(b + i, &d, sizeof d);
+    size_t d_at = t == CV_TYPE_Q6_K ? offsetof(block_q6_K, d) : 0;
+    int n_scales = t == CV_TYPE_Q4_K || t == CV_TYPE_Q5_K ? 2 : 1;
+    for (size_t i = 0; i + block <= bytes; i += block)
+        for (int k = 0; k < n_scales; k++) {
+            cv_fp16 d = cv_fp32_to_fp16((float)(rng_next() % 1000) * 1e-5f);
+            memcpy(b + i + d_at + k * sizeof d, &d, sizeof d);
+        }
+}
+
+/* m activation rows of n, from random floats in [-1, 1), as the type t
+ * multiplies them. */
+static void *make_activations(cv_type t, int n, int m)
+{
+    const cv_type act = cv_type_get(t)->vec_dot_type;
+    const cv_type_traits *at = cv_type_get(act);
+    const size_t row = cv_row_bytes(act, n);
+    float *f = malloc((size_t)n * sizeof(float));
+    char *x = malloc((size_t)m * row);
+    if (!f || !x)
+        exit(1);
+    for (int k = 0; k < m; k++) {
+        for (int i = 0; i < n; i++)
+            f[i] = (float)(rng_next() % 2000) / 1000.0f - 1.0f;
+        at->from_float(f, x + (size_t)k * row, n);
     }
+    free(f);
+    return x;
 }
 
 /* Best GB/s of `reps` runs of one matrix-vector product over all rows. */
@@ -78,7 +103,7 @@ static void matmul_per_output(cv_type t, const void *w, int cols, const void *x,
 static void bench_prefill(cv_type t, const void *w, long rows, int cols, const void *x, int m, float *y_old,
                           float *y_new, int reps, double *s_old, double *s_new)
 {
-    const size_t x_stride = cv_row_bytes(CV_TYPE_Q8_0, cols);
+    const size_t x_stride = cv_row_bytes(cv_type_get(t)->vec_dot_type, cols);
     *s_old = *s_new = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = thread_cpu_s();
@@ -98,21 +123,23 @@ int main(int argc, char **argv)
     long rows = argc > 1 ? atol(argv[1]) : 16384;
     int cols = argc > 2 ? atoi(argv[2]) : 4096;
     int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (rows <= 0 || cols <= 0 || cols % QK8_0 || reps <= 0) {
-        fprintf(stderr, "usage: bench_kernels [ROWS [COLS (multiple of 32) [REPS]]]\n");
+    const char *only = argc > 4 ? argv[4] : NULL;
+    if (rows <= 0 || cols <= 0 || cols % QK_K || reps <= 0) {
+        fprintf(stderr, "usage: bench_kernels [ROWS [COLS (multiple of 256) [REPS [TYPE]]]]\n");
         return 2;
     }
-    static const cv_type types[] = {CV_TYPE_Q4_0, CV_TYPE_Q8_0};
+    static const cv_type types[] = {CV_TYPE_Q4_0, CV_TYPE_Q8_0, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
+    enum { N_TYPES = 5 };
     float *y = malloc((size_t)rows * sizeof(float));
-    void *x = malloc(cv_row_bytes(CV_TYPE_Q8_0, cols));
-    if (!y || !x)
+    if (!y)
         return 1;
-    fill_blocks(CV_TYPE_Q8_0, x, cv_row_bytes(CV_TYPE_Q8_0, cols));
     printf("matrix %ld x %d, 1 thread, best of %d\n", rows, cols, reps);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_TYPES; i++) {
         cv_type t = types[i];
+        if (only && cv_type_from_name(only) != (int)t)
+            continue;
         size_t bytes = (size_t)rows * cv_row_bytes(t, cols);
-        void *w = malloc(bytes);
+        void *w = malloc(bytes), *x = make_activations(t, cols, 1);
         if (!w)
             return 1;
         fill_blocks(t, w, bytes);
@@ -123,26 +150,26 @@ int main(int argc, char **argv)
         printf("%-5s %6.1f MB  ref %6.2f GB/s  %-4s %6.2f GB/s  (x%.1f)\n", cv_type_name(t), bytes / 1e6, gb_ref,
                cv_kernels_name(), gb_best, gb_best / gb_ref);
         free(w);
+        free(x);
     }
-    free(x);
     free(y);
 
     /* prefill */
     static const int tokens[] = {64, 512};
     const long p_rows = 4096;
     const int max_m = 512;
-    x = malloc((size_t)max_m * cv_row_bytes(CV_TYPE_Q8_0, cols));
     float *y_old = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
     float *y_new = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
-    if (!x || !y_old || !y_new)
+    if (!y_old || !y_new)
         return 1;
-    fill_blocks(CV_TYPE_Q8_0, x, (size_t)max_m * cv_row_bytes(CV_TYPE_Q8_0, cols));
     int mismatch = 0;
     printf("prefill: matrix %ld x %d, 1 thread, best of %d, GFLOP/s\n", p_rows, cols, reps);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_TYPES; i++) {
         cv_type t = types[i];
+        if (only && cv_type_from_name(only) != (int)t)
+            continue;
         size_t bytes = (size_t)p_rows * cv_row_bytes(t, cols);
-        void *w = malloc(bytes);
+        void *w = malloc(bytes), *x = make_activations(t, cols, max_m);
         if (!w)
             return 1;
         fill_blocks(t, w, bytes);
@@ -157,8 +184,8 @@ int main(int argc, char **argv)
                    flop / s_old * 1e-9, flop / s_new * 1e-9, s_old / s_new, same ? "" : "  OUTPUTS DIFFER");
         }
         free(w);
+        free(x);
     }
-    free(x);
     free(y_old);
     free(y_new);
     return mismatch;

@@ -19,6 +19,7 @@
 #include "infer/forward.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -200,25 +201,51 @@ static void add_bias_rows(float *x, const float *bias, int32_t rows, int32_t n)
 
 /* ---- matrix products over the pool ---- */
 
+/* Rows are handed out in chunks, about CHUNKS_PER_THREAD per thread and
+ * weight, from one counter: a thread slowed by another process on its core
+ * takes fewer, so two threads stay ahead of one. Which thread computes a
+ * row never changes its bits. Chunks are whole multiples of CHUNK_ALIGN rows
+ * (the tile kernels' row groups). */
+#define CHUNKS_PER_THREAD 8
+#define CHUNK_ALIGN 16
+
 typedef struct matmul_job {
     const cv_weight *w[3];
     float *y[3];
+    long chunk[3];    /* rows per chunk of each weight */
+    long first[4];    /* chunk index where each weight's chunks start; first[n_w]: the total */
     int n_w;
     const void *xq;
     size_t x_stride;
     int32_t m;
+    atomic_long next; /* the next chunk to take */
 } matmul_job;
 
 static void matmul_worker(void *ctx, int ith, int nth)
 {
-    const matmul_job *j = ctx;
-    for (int i = 0; i < j->n_w; i++) {
+    (void)ith, (void)nth;
+    matmul_job *j = ctx;
+    for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->first[j->n_w];) {
+        int i = 0;
+        while (c >= j->first[i + 1])
+            i++;
         const cv_weight *w = j->w[i];
-        long r0, r1;
-        cv_split_range(w->n_out, ith, nth, &r0, &r1);
-        if (r0 < r1)
-            cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+        const long r0 = (c - j->first[i]) * j->chunk[i];
+        const long r1 = r0 + j->chunk[i] < w->n_out ? r0 + j->chunk[i] : w->n_out;
+        cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
     }
+}
+
+/* Each weight's chunk size and where its chunks start. */
+static void plan_chunks(matmul_job *j, int nth)
+{
+    j->first[0] = 0;
+    for (int i = 0; i < j->n_w; i++) {
+        const long n = j->w[i]->n_out, want = (n + (long)nth * CHUNKS_PER_THREAD - 1) / ((long)nth * CHUNKS_PER_THREAD);
+        j->chunk[i] = (want + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+        j->first[i + 1] = j->first[i] + (n + j->chunk[i] - 1) / j->chunk[i];
+    }
+    atomic_init(&j->next, 0);
 }
 
 /* Converts m rows of x (n_in wide) to the activation type of w[0] (all the
@@ -234,6 +261,7 @@ static void matmul(cv_forward *f, const float *x, int32_t m, const cv_weight *co
         j.w[i] = w[i];
         j.y[i] = y[i];
     }
+    plan_chunks(&j, cv_pool_size(f->pool));
     if (act == CV_TYPE_F32) {
         j.xq = x;
         j.x_stride = sizeof(float) * (size_t)n_in;

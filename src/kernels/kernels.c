@@ -89,9 +89,12 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
-    [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2},
-    [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2},
-    [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2},
+    [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2, .matmul_tile = matmul_tile_q4_K_q8_K_avx2,
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+    [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2, .matmul_tile = matmul_tile_q5_K_q8_K_avx2,
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+    [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
 };
 
 static bool cpu_has_avx2_fma_f16c(void)
@@ -123,26 +126,22 @@ static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
-static void (*axpy_f32)(int n, float a, const float *x, float *y) = axpy_f32_ref;
 
 void cv_kernels_init(int force_ref)
 {
     const char *env = getenv("CONVOY_KERNELS");
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
-    axpy_f32 = axpy_f32_ref;
     memset(matmul_tile, 0, sizeof matmul_tile);
     if (!force_ref && !(env && strcmp(env, "ref") == 0)) {
 #if defined(__x86_64__)
         if (cpu_has_avx2_fma_f16c()) {
             simd = kernels_avx2;
             kernels_name = "avx2";
-            axpy_f32 = axpy_f32_avx2;
         }
 #elif defined(__aarch64__)
         simd = kernels_neon;
         kernels_name = "neon";
-        axpy_f32 = axpy_f32_neon;
 #endif
     }
     if (!simd) {
@@ -227,8 +226,10 @@ static void matmul_by_vec_dot(cv_vec_dot_fn vec_dot, int n_in, const char *w, si
 }
 
 /* Activation bytes a token block may take: it stays in L2 while the rows
- * of the range meet it, TILE_ROWS at a time. */
-#define TOKEN_BLOCK_BYTES (192 * 1024)
+ * of the range meet it, TILE_ROWS at a time. Larger blocks prepare each
+ * weight panel for more tokens (64 tokens of 2048-wide rows measured 5-10%
+ * faster than 32). */
+#define TOKEN_BLOCK_BYTES (384 * 1024)
 
 void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
                     float *y, int ldy, long r0, long r1)
@@ -255,12 +256,3 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     }
 }
 
-float cv_dot_f32(int n, const float *a, const float *b)
-{
-    return traits[CV_TYPE_F32].vec_dot(n, a, b);
-}
-
-void cv_axpy_f32(int n, float a, const float *x, float *y)
-{
-    axpy_f32(n, a, x, y);
-}

@@ -72,9 +72,4 @@ size_t cv_row_bytes(cv_type t, int64_t n);
 void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
                     float *y, int ldy, long r0, long r1);
 
-/* The F32 dot product used by attention (same lane order on every path). */
-float cv_dot_f32(int n, const float *a, const float *b);
-/* y[i] += a * x[i] (one fused multiply-add per element, any order). */
-void cv_axpy_f32(int n, float a, const float *x, float *y);
-
 #endif

@@ -136,6 +136,8 @@ float vec_dot_q8_0_q8_0_avx2(int n, const void *wv, const void *xv)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
+        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES + 64, _MM_HINT_T0);
         __m256 s0 = block_q8_0_q8_0(&w[b], &x[b]);
         __m256 s1 = block_q8_0_q8_0(&w[b + 1], &x[b + 1]);
         acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
@@ -185,6 +187,7 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
+        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES, _MM_HINT_T0);
         __m256 s0 = block_q4_0_q8_0(&w[b], &x[b]);
         __m256 s1 = block_q4_0_q8_0(&w[b + 1], &x[b + 1]);
         acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
@@ -247,14 +250,20 @@ static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, i
         _mm_prefetch((const char *)row + i, _MM_HINT_T0);
 }
 
-/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel;
- * prefetches the chunk after. */
+/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel.
+ * Prefetches the chunk after, or after the last chunk the first chunk of
+ * the next TILE_ROWS rows, which the next tile reads first (prefetches do
+ * not fault past the matrix). */
 static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
 {
     const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
     for (int r = 0; r < TILE_ROWS; r++) {
         const block_q4_0 *row = (const block_q4_0 *)(w + (size_t)r * w_stride);
-        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        if (b0 + nbc < nb)
+            prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        else
+            prefetch_blocks(w + (size_t)(r + TILE_ROWS) * w_stride, sizeof *row, 0,
+                            nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
         for (int b = 0; b < nbc; b++) {
             p->q4[b][r] = unpack_q4_0(row[b0 + b].qs);
             p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
@@ -267,7 +276,11 @@ static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, in
     const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
     for (int r = 0; r < TILE_ROWS; r++) {
         const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)r * w_stride);
-        prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        if (b0 + nbc < nb)
+            prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+        else
+            prefetch_blocks(w + (size_t)(r + TILE_ROWS) * w_stride, sizeof *row, 0,
+                            nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
         for (int b = 0; b < nbc; b++) {
             p->q[b][r] = widen_q8_0(row[b0 + b].qs);
             p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
@@ -478,14 +491,4 @@ void convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
         y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
-}
-
-void axpy_f32_avx2(int n, float a, const float *x, float *y)
-{
-    const __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] = fmaf(a, x[i], y[i]);
 }

@@ -188,12 +188,3 @@ void convert_row_f32_to_f16_neon(const float *x, void *vy, int64_t n)
     for (; i < n; i++)
         y[i] = cv_fp32_to_fp16(x[i]);
 }
-
-void axpy_f32_neon(int n, float a, const float *x, float *y)
-{
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
-    for (; i < n; i++)
-        y[i] = fmaf(a, x[i], y[i]);
-}

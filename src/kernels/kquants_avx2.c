@@ -15,9 +15,16 @@
  * (t0 + t2) + (t1 + t3) and hsum8(v) = reduce4(lo(v) + hi(v)).
  * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
  * the same bits. This is also the float order of llama.cpp's AVX2 kernels
- * (non-repacked), so convoy's K-quant matmuls can agree with llama.cpp's. */
+ * (non-repacked), so convoy's K-quant matmuls can agree with llama.cpp's.
+ * Each vec_dot prefetches its row VEC_DOT_PREFETCH_BYTES ahead.
+ *
+ * The matmul_tile_* kernels (second half, Q4_K, Q5_K and Q6_K) compute many
+ * outputs at once for cv_matmul_rows, each with the bits of its vec_dot
+ * here. */
 #include <immintrin.h>
+#include <string.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
 
@@ -33,6 +40,20 @@ static inline float reduce4(__m128 t)
 static inline float hsum8(__m256 v)
 {
     return reduce4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+/* Prefetches the cache lines of bytes [0, bytes) of p. */
+static inline void prefetch_lines(const void *p, int bytes)
+{
+    for (int i = 0; i < bytes; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+}
+
+/* Prefetches the super-block VEC_DOT_PREFETCH_BYTES ahead of b (bytes
+ * long). */
+static inline void prefetch_ahead(const void *b, int bytes)
+{
+    prefetch_lines((const char *)b + VEC_DOT_PREFETCH_BYTES, bytes);
 }
 
 /* 16-bit lane k of v (k < 8) copied to every 16-bit lane of both halves. */
@@ -59,6 +80,7 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
     __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&wb[i], sizeof wb[i]);
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(wb[i].scales, sc, mn);
         const __m256i scales = _mm256_broadcastsi128_si256(
@@ -66,6 +88,9 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
         const uint8_t *q = wb[i].qs;
         const int8_t *y = xb[i].qs;
         __m256i isum = _mm256_setzero_si256();
+        /* unrolled, so that bcast_i16's masks are constants (a third
+         * faster when compute-bound) */
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
             const __m256i lo = _mm256_and_si256(qb, m4);
@@ -94,6 +119,7 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
     __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&wb[i], sizeof wb[i]);
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(wb[i].scales, sc, mn);
         const __m256i scales = _mm256_broadcastsi128_si256(
@@ -104,6 +130,8 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
          * weight 64j + 32 + l; hb is shifted down by 2 per chunk */
         __m256i hb = _mm256_loadu_si256((const __m256i *)wb[i].qh);
         __m256i isum = _mm256_setzero_si256();
+        /* unrolled as in Q4_K */
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
             __m256i lo = _mm256_and_si256(qb, m4);
@@ -140,6 +168,7 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
                                    _mm_set1_epi16((short)(((4 * m + 1) << 8) | (4 * m))));
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&wb[i], sizeof wb[i]);
         const int8_t *y = xb[i].qs;
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)wb[i].scales);
         /* 32 * sum of scale * bsum, paired as madd pairs them */
@@ -169,4 +198,263 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
     return hsum8(acc);
+}
+
+/* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
+ *
+ * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or of _q5_K_): the
+ * same int32 lanes per super-block (integer sums are exact, so forming them
+ * in another order changes nothing), then the same two fmas per super-block
+ * in super-block order and the same final reduction. The tile only shares
+ * work: for a chunk of Q45_PANEL_SB super-blocks of the 8 rows, the weight
+ * side is prepared once into a panel that stays in L1 (nibbles unpacked to
+ * bytes, each sub-block's scale broadcast to 16-bit lanes, mins widened, d
+ * and dmin converted and laid out as the fmas use them), and then met by
+ * every token, whose quants are loaded once for the 8 rows, with the int32
+ * sums of the 8 outputs in registers (one token at a time measured faster
+ * than two sharing the panel loads). While the tokens meet a chunk, what
+ * the tile reads next is prefetched. The scale products d * x.d are formed
+ * lane-wise from the same two floats as vec_dot's, so they are the same
+ * floats. */
+
+enum { Q45_PANEL_SB = 4 };
+
+typedef struct panel_q45_K {
+    __m256i q[Q45_PANEL_SB][TILE_ROWS][8];  /* quants of sub-block s (weights 32s..32s+31) as bytes */
+    __m256i sc[Q45_PANEL_SB][TILE_ROWS][8]; /* scale of sub-block s in every 16-bit lane */
+    __m256 d[Q45_PANEL_SB][TILE_ROWS];      /* d in every lane */
+    /* rows 2i and 2i + 1 side by side, as their mins terms are formed */
+    __m256i mn[Q45_PANEL_SB][TILE_ROWS / 2];  /* the 8 mins of each as int16 */
+    __m256 dmin[Q45_PANEL_SB][TILE_ROWS / 2]; /* dmin of each in its 4 lanes */
+} panel_q45_K;
+
+/* Accumulators of one token: vec_dot's acc of each row, and its accm of
+ * rows 2i and 2i + 1 in accm[i]. */
+typedef struct tile_acc_q45_K {
+    __m256 acc[TILE_ROWS];
+    __m256 accm[TILE_ROWS / 2];
+} tile_acc_q45_K;
+
+/* Prefetches what the tile of the TILE_ROWS rows at w (w_stride bytes
+ * apart, nb super-blocks of block_bytes) reads after the chunk [b0, b0 +
+ * nbc): the next chunk of these rows, or after the last one the first chunk
+ * of the next TILE_ROWS rows, which the next tile reads first (prefetches do
+ * not fault past the matrix). */
+static void prefetch_next_chunk(const char *w, size_t w_stride, size_t block_bytes, int b0, int nbc, int nb, int chunk)
+{
+    const int last = b0 + nbc == nb, left = last ? nb : nb - (b0 + nbc);
+    const char *next = last ? w + TILE_ROWS * w_stride : w + (size_t)(b0 + nbc) * block_bytes;
+    for (int r = 0; r < TILE_ROWS; r++)
+        prefetch_lines(next + (size_t)r * w_stride, (int)block_bytes * (left < chunk ? left : chunk));
+}
+
+/* Super-blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb super-blocks)
+ * into a panel; prefetches what comes next. Q4_K (q5 = 0) and Q5_K (q5 =
+ * 1, the fifth bits from qh as vec_dot_q5_K_q8_K_avx2 adds them; a
+ * constant after inlining) share the panel and the rest of the tile. */
+static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K *p, const char *w, size_t w_stride,
+                                                                    int b0, int nbc, int nb, int q5)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    const size_t block_bytes = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, Q45_PANEL_SB);
+    for (int r = 0; r < TILE_ROWS; r++) {
+        for (int b = 0; b < nbc; b++) {
+            const char *blk = w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes;
+            const block_q4_K *b4 = (const block_q4_K *)blk;
+            const block_q5_K *b5 = (const block_q5_K *)blk;
+            const uint8_t *qs = q5 ? b5->qs : b4->qs;
+            uint8_t sc[8], mn[8];
+            kq_unpack_scales_mins(q5 ? b5->scales : b4->scales, sc, mn);
+            __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+                __m256i lo = _mm256_and_si256(qb, m4), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+                if (q5) {
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+                    hb = _mm256_srli_epi16(hb, 2);
+                }
+                p->q[b][r][2 * j] = lo;
+                p->q[b][r][2 * j + 1] = hi;
+            }
+            for (int s = 0; s < 8; s++)
+                p->sc[b][r][s] = _mm256_set1_epi16(sc[s]);
+            p->d[b][r] = _mm256_set1_ps(_cvtsh_ss(q5 ? b5->d : b4->d));
+            const float dmin = _cvtsh_ss(q5 ? b5->dmin : b4->dmin);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+            if (r % 2 == 0) {
+                p->mn[b][r / 2] = _mm256_castsi128_si256(mins);
+                p->dmin[b][r / 2] = _mm256_set1_ps(dmin);
+            } else {
+                p->mn[b][r / 2] = _mm256_inserti128_si256(p->mn[b][r / 2], mins, 1);
+                p->dmin[b][r / 2] = _mm256_blend_ps(p->dmin[b][r / 2], _mm256_set1_ps(dmin), 0xF0);
+            }
+        }
+    }
+}
+
+/* Adds super-blocks [0, nbc) of the panel times the token's super-blocks
+ * x[0, nbc) to its accumulators. */
+static void panel_token_q45_K(const panel_q45_K *p, int nbc, const block_q8_K *x, tile_acc_q45_K *a)
+{
+    for (int b = 0; b < nbc; b++) {
+        const __m256 xd = _mm256_set1_ps(x[b].d);
+        /* the bsums pair sums of mins_dot, for rows 2i and 2i + 1 at once */
+        const __m128i *bsums = (const __m128i *)x[b].bsums;
+        const __m256i bs =
+            _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)));
+#pragma GCC unroll 4
+        for (int i = 0; i < TILE_ROWS / 2; i++)
+            a->accm[i] = _mm256_fmadd_ps(_mm256_mul_ps(p->dmin[b][i], xd),
+                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(p->mn[b][i], bs)), a->accm[i]);
+        __m256i isum[TILE_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < TILE_ROWS; r++)
+            isum[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * j));
+            const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * j + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < TILE_ROWS; r++) {
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j], ylo), p->sc[b][r][2 * j]);
+                const __m256i p1 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j + 1], yhi), p->sc[b][r][2 * j + 1]);
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < TILE_ROWS; r++)
+            a->acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(p->d[b][r], xd), _mm256_cvtepi32_ps(isum[r]), a->acc[r]);
+    }
+}
+
+static inline const block_q8_K *token_q8_K(const void *x, size_t x_stride, int t)
+{
+    return (const block_q8_K *)((const char *)x + (size_t)t * x_stride);
+}
+
+static inline __attribute__((always_inline)) void tile_q45(int n, const void *w, size_t w_stride, const void *x,
+                                                           size_t x_stride, int m, float *y, size_t ldy, int q5)
+{
+    const int nb = n / QK_K;
+    panel_q45_K panel;
+    tile_acc_q45_K acc[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int b0 = 0; b0 < nb; b0 += Q45_PANEL_SB) {
+        const int nbc = nb - b0 < Q45_PANEL_SB ? nb - b0 : Q45_PANEL_SB;
+        panel_prepare_q45(&panel, w, w_stride, b0, nbc, nb, q5);
+        for (int t = 0; t < m; t++)
+            panel_token_q45_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, &acc[t]);
+    }
+    for (int t = 0; t < m; t++)
+        for (int r = 0; r < TILE_ROWS; r++) {
+            const __m256 am = acc[t].accm[r / 2];
+            const __m128 accm = r % 2 ? _mm256_extractf128_ps(am, 1) : _mm256_castps256_ps128(am);
+            y[(size_t)t * ldy + (size_t)r] = hsum8(acc[t].acc[r]) - reduce4(accm);
+        }
+}
+
+void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 0);
+}
+
+void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
+}
+
+/* ---- Q6_K tile, planned as the Q4_K tile ----
+ *
+ * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: the same int32
+ * lanes per super-block (the offset of 32 taken out exactly through the
+ * bsums), one fma per super-block, the same final reduction. The panel
+ * holds each 32-weight group's 6-bit quants as bytes and its two scales
+ * (one per 16 weights) as 16-bit lanes, the 16 scales widened for the
+ * offset term, and d. */
+
+enum { Q6K_PANEL_SB = 4 };
+
+typedef struct panel_q6_K {
+    __m256i q[Q6K_PANEL_SB][TILE_ROWS][8];  /* quants of group g (weights 32g..32g+31) as bytes */
+    __m256i sc[Q6K_PANEL_SB][TILE_ROWS][8]; /* scale 2g in the low 8 16-bit lanes, 2g + 1 in the high 8 */
+    __m256i sc16[Q6K_PANEL_SB][TILE_ROWS];  /* the 16 scales as int16 */
+    __m256 d[Q6K_PANEL_SB][TILE_ROWS];      /* d in every lane */
+} panel_q6_K;
+
+/* As panel_prepare_q45, for Q6_K. */
+static void panel_prepare_q6_K(panel_q6_K *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    prefetch_next_chunk(w, w_stride, sizeof(block_q6_K), b0, nbc, nb, Q6K_PANEL_SB);
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const block_q6_K *row = (const block_q6_K *)(w + (size_t)r * w_stride);
+        for (int b = 0; b < nbc; b++) {
+            const block_q6_K *blk = &row[b0 + b];
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h));
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+                __m256i *q = p->q[b][r] + 4 * h;
+                q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            }
+            for (int g = 0; g < 8; g++)
+                p->sc[b][r][g] =
+                    _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * g + 1]), _mm_set1_epi16(blk->scales[2 * g]));
+            p->sc16[b][r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+            p->d[b][r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
+        }
+    }
+}
+
+/* As panel_token_q45_K, for Q6_K; a holds one acc per row. */
+static void panel_token_q6_K(const panel_q6_K *p, int nbc, const block_q8_K *x, __m256 *a)
+{
+    for (int b = 0; b < nbc; b++) {
+        /* the offset of 32, taken out exactly first, as vec_dot does */
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[b].bsums);
+        __m256i isum[TILE_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < TILE_ROWS; r++)
+            isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(p->sc16[b][r], bsums), 5));
+        for (int g = 0; g < 8; g++) {
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * g));
+#pragma GCC unroll 8
+            for (int r = 0; r < TILE_ROWS; r++)
+                isum[r] = _mm256_add_epi32(isum[r],
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][g], yv), p->sc[b][r][g]));
+        }
+        const __m256 xd = _mm256_set1_ps(x[b].d);
+#pragma GCC unroll 8
+        for (int r = 0; r < TILE_ROWS; r++)
+            a[r] = _mm256_fmadd_ps(_mm256_mul_ps(p->d[b][r], xd), _mm256_cvtepi32_ps(isum[r]), a[r]);
+    }
+}
+
+void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    const int nb = n / QK_K;
+    panel_q6_K panel;
+    __m256 acc[TILE_TOKENS][TILE_ROWS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int b0 = 0; b0 < nb; b0 += Q6K_PANEL_SB) {
+        const int nbc = nb - b0 < Q6K_PANEL_SB ? nb - b0 : Q6K_PANEL_SB;
+        panel_prepare_q6_K(&panel, w, w_stride, b0, nbc, nb);
+        for (int t = 0; t < m; t++)
+            panel_token_q6_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, acc[t]);
+    }
+    for (int t = 0; t < m; t++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            y[(size_t)t * ldy + (size_t)r] = hsum8(acc[t][r]);
 }

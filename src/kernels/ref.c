@@ -152,12 +152,6 @@ void convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)
         y[i] = cv_fp32_to_fp16(x[i]);
 }
 
-void axpy_f32_ref(int n, float a, const float *x, float *y)
-{
-    for (int i = 0; i < n; i++)
-        y[i] = fmaf(a, x[i], y[i]);
-}
-
 void copy_row_f32(const float *x, void *y, int64_t n)
 {
     memcpy(y, x, (size_t)n * sizeof(float));

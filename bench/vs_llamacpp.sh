@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# vs_llamacpp.sh: convoy against llama.cpp's own AVX2 build, side by side.
+#
+# For each model and thread count, runs convoy (build/bench_decode --model)
+# and llama-bench in turns, run by run, on the same file: prefill of a
+# PP-token prompt and decode of TG tokens. Alternating makes a busy
+# machine slow both alike; each round gives one ratio (convoy tok/s /
+# llama.cpp tok/s) and the table prints the median ratio and the median
+# tokens/s of each.
+#
+# usage: bench/vs_llamacpp.sh [-r ROUNDS] [-t "1 2"] [-b BUILD_DIR] [MODEL.gguf ...]
+#   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 TESTS="pp tg"
+#   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q6_k,q8_0}.gguf
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=5 threads="1 2" build=build
+while getopts r:t:b: o; do
+    case $o in
+    r) rounds=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    b) build=$OPTARG ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+PP=${PP:-512} TG=${TG:-64} TESTS=${TESTS:-pp tg}
+shared=${CONVOY_SHARED:-../shared}
+lb=$shared/tools/llama.cpp/bin/llama-bench
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(bench/out/models/llama-1b-{q4_0,q4_k,q6_k,q8_0}.gguf)
+for f in "$build/bench_decode" "$lb" "${models[@]}"; do
+    [ -e "$f" ] || { echo "vs_llamacpp: missing $f" >&2; exit 1; }
+done
+
+# llama-bench's tokens/s of one test (pp or tg) as one number.
+llama() { # model threads pp tg
+    "$lb" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o jsonl 2>/dev/null |
+        sed -n 's/.*"avg_ts": *\([0-9.e+-]*\).*/\1/p' | head -1
+}
+median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+printf '| model | threads | test | convoy tok/s | llama.cpp tok/s | ratio (median of %d) |\n|---|---:|---|---:|---:|---:|\n' "$rounds"
+for m in "${models[@]}"; do
+    name=$(basename "$m" .gguf)
+    for t in $threads; do
+        for test in $TESTS; do
+            [ "$test" = pp ] && test=pp$PP || test=tg$TG
+            cv=() ll=() ra=()
+            for ((r = 0; r < rounds; r++)); do
+                if [ "${test:0:2}" = pp ]; then
+                    c=$("$build/bench_decode" --model "$m" --threads "$t" --pp "$PP" --tg 0 | awk '{print $1}')
+                    l=$(llama "$m" "$t" "$PP" 0)
+                else
+                    c=$("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG" | awk '{print $2}')
+                    l=$(llama "$m" "$t" 0 "$TG")
+                fi
+                cv+=("$c") ll+=("$l") ra+=("$(awk -v a="$c" -v b="$l" 'BEGIN {printf "%.4f", a / b}')")
+            done
+            printf '| %s | %s | %s | %.2f | %.2f | %.2fx |\n' "$name" "$t" "$test" \
+                "$(printf '%s\n' "${cv[@]}" | median)" "$(printf '%s\n' "${ll[@]}" | median)" \
+                "$(printf '%s\n' "${ra[@]}" | median)"
+        done
+    done
+done
