@@ -8,7 +8,6 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/pool.h"
 #include "pipe/node.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -37,7 +36,8 @@ static void usage(FILE *f)
 
 int cmd_stage(int argc, char **argv)
 {
-    cv_node_opts o = {.n_threads = cv_physical_cores(), .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
+    /* threads: the engine's default, the physical cores */
+    cv_node_opts o = {.n_threads = convoy_ctx_default_params().n_threads, .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
     const arg_opt opts[] = {
         {"listen", 0, ARG_STR, .dst = &o.listen, .required = true},
         {"model", 'm', ARG_STR, .dst = &o.model_path},
