@@ -426,101 +426,142 @@ static int repeat(parser *p, uint32_t r, uint32_t sym, uint32_t min, uint32_t ma
 
 static int parse_alternates(parser *p, uint32_t r, bool nested);
 
+/* "..." at '"' into r's characters. */
+static int parse_literal(parser *p, uint32_t r)
+{
+    const size_t at = p->pos;
+    p->pos++;
+    for (;;) {
+        if (p->pos >= p->len)
+            return perr(p, at, "unterminated string literal");
+        if (peek(p, 0) == '"')
+            break;
+        uint32_t cp;
+        if (parse_char(p, &cp) != 0 || push_el(p, r, E_CHAR, cp) != 0)
+            return -1;
+    }
+    p->pos++;
+    return 0;
+}
+
+/* A rule name at its first character into a reference of r. */
+static int parse_ref(parser *p, uint32_t r)
+{
+    const size_t at = p->pos;
+    while (is_word(peek(p, 0)))
+        p->pos++;
+    uint32_t id;
+    if (rule_named(p, at, p->pos - at, &id) != 0 || push_el(p, r, E_REF, id) != 0)
+        return -1;
+    return 0;
+}
+
+/* (...) at '(' into a generated rule that r references. */
+static int parse_group(parser *p, uint32_t r)
+{
+    const size_t at = p->pos;
+    if (p->depth >= CV_GRAMMAR_MAX_NESTING)
+        return perr(p, at, "parentheses nested more than %u deep", CV_GRAMMAR_MAX_NESTING);
+    p->pos++;
+    skip_space(p, true);
+    uint32_t g;
+    if (new_rule(p, p->rules[r].owner, at, &g) != 0)
+        return -1;
+    p->rules[g].defined = true;
+    p->depth++;
+    const int rc = parse_alternates(p, g, true);
+    p->depth--;
+    if (rc != 0)
+        return -1;
+    if (peek(p, 0) != ')') {
+        char b[8];
+        size_t line, col;
+        line_col(p->s, p->len, at, &line, &col);
+        return perr(p, p->pos, "expecting ')' to close the group opened at %zu:%zu, found %s", line, col,
+                    show(peek(p, 0), b));
+    }
+    p->pos++;
+    if (push_el(p, r, E_REF, g) != 0)
+        return -1;
+    return 0;
+}
+
+/* The bounds after '{' (at: the '{'): {m}, {m,} or {m,n}, through '}';
+ * *max is left as is for {m,}. */
+static int parse_bounds(parser *p, bool nested, size_t at, uint32_t *min, uint32_t *max)
+{
+    skip_space(p, nested);
+    if (parse_int(p, min) != 0)
+        return -1;
+    skip_space(p, nested);
+    if (peek(p, 0) == '}') {
+        *max = *min;
+    } else if (peek(p, 0) == ',') {
+        p->pos++;
+        skip_space(p, nested);
+        if (peek(p, 0) >= '0' && peek(p, 0) <= '9') {
+            if (parse_int(p, max) != 0)
+                return -1;
+            skip_space(p, nested);
+        }
+        if (peek(p, 0) != '}')
+            return perr(p, p->pos, "bad repetition bounds: expecting '}'");
+    } else {
+        return perr(p, p->pos, "bad repetition bounds: expecting ',' or '}'");
+    }
+    p->pos++;
+    if (*max < *min)
+        return perr(p, at, "bad repetition bounds {%u,%u}: the maximum is below the minimum", (unsigned)*min,
+                    (unsigned)*max);
+    return 0;
+}
+
+/* '*', '+', '?' or '{' at the operator: repeats r's last symbol (from sym). */
+static int parse_repetition(parser *p, uint32_t r, uint32_t sym, bool nested)
+{
+    const int c = peek(p, 0);
+    const size_t at = p->pos;
+    if (sym == p->rules[r].n)
+        return perr(p, at, "repetition '%c' with nothing before it to repeat", c);
+    uint32_t min = c == '+' ? 1 : 0, max = c == '?' ? 1 : UINT32_MAX;
+    p->pos++;
+    if (c == '{' && parse_bounds(p, nested, at, &min, &max) != 0)
+        return -1;
+    if (repeat(p, r, sym, min, max, at) != 0)
+        return -1;
+    return 0;
+}
+
+/* One sequence of symbols into r, each followed by its repetitions. */
 static int parse_sequence(parser *p, uint32_t r, bool nested)
 {
     uint32_t sym = p->rules[r].n; /* where the last symbol starts */
     while (p->pos < p->len && !p->failed) {
         const int c = peek(p, 0);
-        const size_t at = p->pos;
-        if (c == '"') {
+        int rc;
+        if (c == '*' || c == '+' || c == '?' || c == '{') {
+            rc = parse_repetition(p, r, sym, nested);
+        } else if (c == '"') {
             sym = p->rules[r].n;
-            p->pos++;
-            for (;;) {
-                if (p->pos >= p->len)
-                    return perr(p, at, "unterminated string literal");
-                if (peek(p, 0) == '"')
-                    break;
-                uint32_t cp;
-                if (parse_char(p, &cp) != 0 || push_el(p, r, E_CHAR, cp) != 0)
-                    return -1;
-            }
-            p->pos++;
+            rc = parse_literal(p, r);
         } else if (c == '[') {
             sym = p->rules[r].n;
-            if (parse_class(p, r) != 0)
-                return -1;
+            rc = parse_class(p, r);
         } else if (is_word(c)) {
             sym = p->rules[r].n;
-            while (is_word(peek(p, 0)))
-                p->pos++;
-            uint32_t id;
-            if (rule_named(p, at, p->pos - at, &id) != 0 || push_el(p, r, E_REF, id) != 0)
-                return -1;
+            rc = parse_ref(p, r);
         } else if (c == '(') {
             sym = p->rules[r].n;
-            if (p->depth >= CV_GRAMMAR_MAX_NESTING)
-                return perr(p, at, "parentheses nested more than %u deep", CV_GRAMMAR_MAX_NESTING);
-            p->pos++;
-            skip_space(p, true);
-            uint32_t g;
-            if (new_rule(p, p->rules[r].owner, at, &g) != 0)
-                return -1;
-            p->rules[g].defined = true;
-            p->depth++;
-            const int rc = parse_alternates(p, g, true);
-            p->depth--;
-            if (rc != 0)
-                return -1;
-            if (peek(p, 0) != ')') {
-                char b[8];
-                size_t line, col;
-                line_col(p->s, p->len, at, &line, &col);
-                return perr(p, p->pos, "expecting ')' to close the group opened at %zu:%zu, found %s", line, col,
-                            show(peek(p, 0), b));
-            }
-            p->pos++;
-            if (push_el(p, r, E_REF, g) != 0)
-                return -1;
+            rc = parse_group(p, r);
         } else if (c == '.') {
             sym = p->rules[r].n;
             p->pos++;
-            if (push_el(p, r, E_ANY, 0) != 0)
-                return -1;
-        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-            if (sym == p->rules[r].n)
-                return perr(p, at, "repetition '%c' with nothing before it to repeat", c);
-            uint32_t min = c == '+' ? 1 : 0, max = c == '?' ? 1 : UINT32_MAX;
-            p->pos++;
-            if (c == '{') {
-                skip_space(p, nested);
-                if (parse_int(p, &min) != 0)
-                    return -1;
-                skip_space(p, nested);
-                if (peek(p, 0) == '}') {
-                    max = min;
-                } else if (peek(p, 0) == ',') {
-                    p->pos++;
-                    skip_space(p, nested);
-                    if (peek(p, 0) >= '0' && peek(p, 0) <= '9') {
-                        if (parse_int(p, &max) != 0)
-                            return -1;
-                        skip_space(p, nested);
-                    }
-                    if (peek(p, 0) != '}')
-                        return perr(p, p->pos, "bad repetition bounds: expecting '}'");
-                } else {
-                    return perr(p, p->pos, "bad repetition bounds: expecting ',' or '}'");
-                }
-                p->pos++;
-                if (max < min)
-                    return perr(p, at, "bad repetition bounds {%u,%u}: the maximum is below the minimum",
-                                (unsigned)min, (unsigned)max);
-            }
-            if (repeat(p, r, sym, min, max, at) != 0)
-                return -1;
+            rc = push_el(p, r, E_ANY, 0);
         } else {
             break;
         }
+        if (rc != 0)
+            return -1;
         skip_space(p, nested);
     }
     return p->failed ? -1 : 0;
@@ -598,6 +639,161 @@ static const char *rule_label(const parser *p, uint32_t r, char *buf, size_t n)
     return buf;
 }
 
+/* compile's working tables. */
+typedef struct ctabs {
+    uint32_t *alt_rule, *alt_end; /* an alternative's rule and its ALT or END element */
+    uint32_t *remaining;          /* its references not yet known nullable; UINT32_MAX: has a terminal */
+    uint32_t *occ_off, *occ;      /* the alternatives referring to rule r: occ[occ_off[r] .. occ_off[r+1]) */
+    uint8_t *nullable;
+    uint32_t *queue; /* rules found nullable, to propagate */
+    uint8_t *color;  /* DFS: 0 unseen, 1 on the path, 2 done */
+    uint32_t *dfs;   /* frames (rule, next element) */
+} ctabs;
+
+static void ctabs_release(ctabs *t)
+{
+    cv_free(t->alt_rule);
+    cv_free(t->alt_end);
+    cv_free(t->remaining);
+    cv_free(t->occ_off);
+    cv_free(t->occ);
+    cv_free(t->nullable);
+    cv_free(t->queue);
+    cv_free(t->color);
+    cv_free(t->dfs);
+}
+
+/* Copies the rules' elements one after the other into g, noting where
+ * each rule's alternatives start and end. */
+static void flatten(const parser *p, cv_grammar *g, ctabs *t)
+{
+    uint32_t at = 0, a = 0;
+    for (uint32_t r = 0; r < p->n_rules; r++) {
+        const prule *ru = &p->rules[r];
+        g->rule_alt[r] = a;
+        g->alt_start[a] = at;
+        t->alt_rule[a] = r;
+        for (uint32_t k = 0; k < ru->n; k++) {
+            g->el[at] = ru->el[k];
+            if (ru->el[k].type == E_ALT || ru->el[k].type == E_END) {
+                t->alt_end[a] = at;
+                a++;
+                if (ru->el[k].type == E_ALT) {
+                    g->alt_start[a] = at + 1;
+                    t->alt_rule[a] = r;
+                }
+            }
+            at++;
+        }
+    }
+    g->rule_alt[p->n_rules] = a;
+}
+
+/* Nullable rules by a worklist: an alternative is nullable when all its
+ * elements are references to nullable rules. */
+static void find_nullable(const cv_grammar *g, ctabs *t)
+{
+    const uint32_t nr = g->n_rules;
+    for (uint32_t i = 0; i < g->n_el; i++)
+        if (g->el[i].type == E_REF)
+            t->occ_off[g->el[i].v + 1]++;
+    for (uint32_t r = 0; r < nr; r++)
+        t->occ_off[r + 1] += t->occ_off[r];
+    uint32_t nq = 0;
+    for (uint32_t a = 0; a < g->n_alts; a++) {
+        t->remaining[a] = 0;
+        for (uint32_t i = g->alt_start[a]; i < t->alt_end[a]; i++) {
+            if (g->el[i].type == E_REF) {
+                t->occ[t->occ_off[g->el[i].v]++] = a;
+                if (t->remaining[a] != UINT32_MAX)
+                    t->remaining[a]++;
+            } else {
+                t->remaining[a] = UINT32_MAX;
+            }
+        }
+        if (t->remaining[a] == 0 && !t->nullable[t->alt_rule[a]]) {
+            t->nullable[t->alt_rule[a]] = 1;
+            t->queue[nq++] = t->alt_rule[a];
+        }
+    }
+    for (uint32_t r = nr; r > 0; r--) /* occ_off[r] now ends r's list: shift back */
+        t->occ_off[r] = t->occ_off[r - 1];
+    t->occ_off[0] = 0;
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const uint32_t r = t->queue[qi];
+        for (uint32_t k = t->occ_off[r]; k < t->occ_off[r + 1]; k++) {
+            const uint32_t oa = t->occ[k];
+            if (t->remaining[oa] != UINT32_MAX && --t->remaining[oa] == 0 && !t->nullable[t->alt_rule[oa]]) {
+                t->nullable[t->alt_rule[oa]] = 1;
+                t->queue[nq++] = t->alt_rule[oa];
+            }
+        }
+    }
+}
+
+/* Records that rule r is left-recursive; returns -1. */
+static int left_recursive(parser *p, uint32_t r)
+{
+    char b[256];
+    const prule *t = &p->rules[r];
+    if (t->named)
+        perr(p, t->pos, "rule '%s' is left-recursive (it can reach itself before matching a character)",
+             rule_label(p, r, b, sizeof b));
+    else
+        perr(p, t->pos,
+             "rule '%s' is left-recursive here (a group or repetition that can reach itself before "
+             "matching a character, as a repetition of what can be empty)",
+             rule_label(p, r, b, sizeof b));
+    return -1;
+}
+
+/* Left recursion among the rules reachable from root: a cycle of "r can
+ * start with s" edges; iterative DFS with (rule, next element) frames. */
+static int check_left_recursion(parser *p, const cv_grammar *g, ctabs *t, uint32_t root)
+{
+    uint32_t *dfs = t->dfs;
+    uint8_t *color = t->color;
+    dfs[0] = root;
+    dfs[1] = g->alt_start[g->rule_alt[root]];
+    color[root] = 1;
+    uint32_t sp = 1;
+    while (sp) {
+        uint32_t *f = &dfs[2 * (sp - 1)];
+        const uint32_t r = f[0];
+        /* f[1]: the element to look at next, within r's elements */
+        const uint32_t end = g->alt_start[g->rule_alt[r]] + p->rules[r].n;
+        if (f[1] >= end) {
+            color[r] = 2;
+            sp--;
+            continue;
+        }
+        const gelem e = g->el[f[1]];
+        if (e.type == E_ALT || e.type == E_END) {
+            f[1]++;
+            continue;
+        }
+        if (e.type == E_REF && t->nullable[e.v]) {
+            f[1]++; /* what follows may start r too */
+        } else {    /* the rest of this alternative cannot start r */
+            uint32_t j = f[1];
+            while (g->el[j].type != E_ALT && g->el[j].type != E_END)
+                j++;
+            f[1] = j + 1;
+        }
+        if (e.type != E_REF)
+            continue;
+        if (color[e.v] == 1)
+            return left_recursive(p, e.v);
+        if (color[e.v] == 0) {
+            color[e.v] = 1;
+            dfs[2 * sp] = e.v;
+            dfs[2 * sp + 1] = g->alt_start[g->rule_alt[e.v]];
+            sp++;
+        }
+    }
+    return 0;
+}
+
 /* Flattens the rules into g, then refuses left recursion. */
 static int compile(parser *p, cv_grammar *g)
 {
@@ -612,146 +808,30 @@ static int compile(parser *p, cv_grammar *g)
     g->el = cv_malloc((size_t)p->n_el * sizeof *g->el + 1);
     g->rule_alt = cv_malloc(((size_t)nr + 1) * sizeof *g->rule_alt);
     g->alt_start = cv_malloc((size_t)n_alts * sizeof *g->alt_start + 1);
-    uint32_t *alt_rule = cv_malloc((size_t)n_alts * sizeof *alt_rule + 1);
-    uint32_t *alt_end = cv_malloc((size_t)n_alts * sizeof *alt_end + 1);
-    uint32_t *remaining = cv_malloc((size_t)n_alts * sizeof *remaining + 1);
-    uint32_t *occ_off = cv_calloc((size_t)nr + 2, sizeof *occ_off);
-    uint32_t *occ = cv_malloc((size_t)p->n_el * sizeof *occ + 1);
-    uint8_t *nullable = cv_calloc((size_t)nr + 1, 1);
-    uint32_t *queue = cv_malloc(((size_t)nr + 1) * sizeof *queue);
-    uint8_t *color = cv_calloc((size_t)nr + 1, 1);
-    uint32_t *dfs = cv_malloc(((size_t)nr + 1) * 2 * sizeof *dfs);
+    ctabs t;
+    t.alt_rule = cv_malloc((size_t)n_alts * sizeof *t.alt_rule + 1);
+    t.alt_end = cv_malloc((size_t)n_alts * sizeof *t.alt_end + 1);
+    t.remaining = cv_malloc((size_t)n_alts * sizeof *t.remaining + 1);
+    t.occ_off = cv_calloc((size_t)nr + 2, sizeof *t.occ_off);
+    t.occ = cv_malloc((size_t)p->n_el * sizeof *t.occ + 1);
+    t.nullable = cv_calloc((size_t)nr + 1, 1);
+    t.queue = cv_malloc(((size_t)nr + 1) * sizeof *t.queue);
+    t.color = cv_calloc((size_t)nr + 1, 1);
+    t.dfs = cv_malloc(((size_t)nr + 1) * 2 * sizeof *t.dfs);
     int rc = -1;
-    if (!g->el || !g->rule_alt || !g->alt_start || !alt_rule || !alt_end || !remaining || !occ_off || !occ ||
-        !nullable || !queue || !color || !dfs) {
+    if (!g->el || !g->rule_alt || !g->alt_start || !t.alt_rule || !t.alt_end || !t.remaining || !t.occ_off ||
+        !t.occ || !t.nullable || !t.queue || !t.color || !t.dfs) {
         perr(p, 0, "out of memory compiling the grammar");
         goto done;
     }
-    /* flatten */
-    uint32_t at = 0, a = 0;
-    for (uint32_t r = 0; r < nr; r++) {
-        const prule *ru = &p->rules[r];
-        g->rule_alt[r] = a;
-        g->alt_start[a] = at;
-        alt_rule[a] = r;
-        for (uint32_t k = 0; k < ru->n; k++) {
-            g->el[at] = ru->el[k];
-            if (ru->el[k].type == E_ALT || ru->el[k].type == E_END) {
-                alt_end[a] = at;
-                a++;
-                if (ru->el[k].type == E_ALT) {
-                    g->alt_start[a] = at + 1;
-                    alt_rule[a] = r;
-                }
-            }
-            at++;
-        }
-    }
-    g->rule_alt[nr] = a;
-    /* nullable rules: an alternative is nullable when all its elements are
-     * references to nullable rules */
-    for (uint32_t i = 0; i < p->n_el; i++)
-        if (g->el[i].type == E_REF)
-            occ_off[g->el[i].v + 1]++;
-    for (uint32_t r = 0; r < nr; r++)
-        occ_off[r + 1] += occ_off[r];
-    uint32_t nq = 0;
-    for (a = 0; a < n_alts; a++) {
-        remaining[a] = 0;
-        for (uint32_t i = g->alt_start[a]; i < alt_end[a]; i++) {
-            if (g->el[i].type == E_REF) {
-                occ[occ_off[g->el[i].v]++] = a;
-                if (remaining[a] != UINT32_MAX)
-                    remaining[a]++;
-            } else {
-                remaining[a] = UINT32_MAX;
-            }
-        }
-        if (remaining[a] == 0 && !nullable[alt_rule[a]]) {
-            nullable[alt_rule[a]] = 1;
-            queue[nq++] = alt_rule[a];
-        }
-    }
-    for (uint32_t r = nr; r > 0; r--) /* occ_off[r] now ends r's list: shift back */
-        occ_off[r] = occ_off[r - 1];
-    occ_off[0] = 0;
-    for (uint32_t qi = 0; qi < nq; qi++) {
-        const uint32_t r = queue[qi];
-        for (uint32_t k = occ_off[r]; k < occ_off[r + 1]; k++) {
-            const uint32_t oa = occ[k];
-            if (remaining[oa] != UINT32_MAX && --remaining[oa] == 0 && !nullable[alt_rule[oa]]) {
-                nullable[alt_rule[oa]] = 1;
-                queue[nq++] = alt_rule[oa];
-            }
-        }
-    }
-    /* left recursion: a cycle of "r can start with s" edges; iterative DFS
-     * with (rule, next alternative, next element) frames */
-    for (uint32_t root = 0; root < nr; root++) {
-        if (color[root])
-            continue;
-        uint32_t sp = 0;
-        dfs[0] = root;
-        dfs[1] = g->alt_start[g->rule_alt[root]];
-        color[root] = 1;
-        sp = 1;
-        while (sp) {
-            uint32_t *f = &dfs[2 * (sp - 1)];
-            const uint32_t r = f[0];
-            /* f[1]: the element to look at next, within r's elements */
-            const uint32_t end = g->alt_start[g->rule_alt[r]] + p->rules[r].n;
-            if (f[1] >= end) {
-                color[r] = 2;
-                sp--;
-                continue;
-            }
-            const gelem e = g->el[f[1]];
-            if (e.type == E_ALT || e.type == E_END) {
-                f[1]++;
-                continue;
-            }
-            if (e.type == E_REF && nullable[e.v]) {
-                f[1]++; /* what follows may start r too */
-            } else {  /* the rest of this alternative cannot start r */
-                uint32_t j = f[1];
-                while (g->el[j].type != E_ALT && g->el[j].type != E_END)
-                    j++;
-                f[1] = j + 1;
-            }
-            if (e.type != E_REF)
-                continue;
-            if (color[e.v] == 1) {
-                char b[256];
-                const prule *t = &p->rules[e.v];
-                if (t->named)
-                    perr(p, t->pos, "rule '%s' is left-recursive (it can reach itself before matching a character)",
-                         rule_label(p, e.v, b, sizeof b));
-                else
-                    perr(p, t->pos,
-                         "rule '%s' is left-recursive here (a group or repetition that can reach itself before "
-                         "matching a character, as a repetition of what can be empty)",
-                         rule_label(p, e.v, b, sizeof b));
-                goto done;
-            }
-            if (color[e.v] == 0) {
-                color[e.v] = 1;
-                dfs[2 * sp] = e.v;
-                dfs[2 * sp + 1] = g->alt_start[g->rule_alt[e.v]];
-                sp++;
-            }
-        }
-    }
+    flatten(p, g, &t);
+    find_nullable(g, &t);
+    for (uint32_t root = 0; root < nr; root++)
+        if (!t.color[root] && check_left_recursion(p, g, &t, root) != 0)
+            goto done;
     rc = 0;
 done:
-    cv_free(alt_rule);
-    cv_free(alt_end);
-    cv_free(remaining);
-    cv_free(occ_off);
-    cv_free(occ);
-    cv_free(nullable);
-    cv_free(queue);
-    cv_free(color);
-    cv_free(dfs);
+    ctabs_release(&t);
     return rc;
 }
 
@@ -1140,6 +1220,167 @@ static int start(const cv_grammar *g, scratch *w, outf *o)
     return R_OK;
 }
 
+/* Adds byte b to the pending UTF-8 of out (a copy of in): 1 when it
+ * completes code point *cp (out has nothing pending then), 0 when the
+ * sequence goes on, -1 when b cannot come next. */
+static int utf8_add(const mpos *in, uint8_t b, mpos *out, uint32_t *cp)
+{
+    if (in->plen == 0) {
+        if (b < 0x80) {
+            *cp = b;
+            return 1;
+        }
+        const uint8_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        if (!need)
+            return -1;
+        out->pb[0] = b;
+        out->plen = 1;
+        out->need = need;
+        return 0;
+    }
+    const uint8_t lead = in->pb[0];
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (in->plen == 1) {
+        if (lead == 0xE0)
+            lo = 0xA0;
+        else if (lead == 0xED)
+            hi = 0x9F;
+        else if (lead == 0xF0)
+            lo = 0x90;
+        else if (lead == 0xF4)
+            hi = 0x8F;
+    }
+    if (b < lo || b > hi)
+        return -1;
+    out->pb[out->plen++] = b;
+    if (out->plen != out->need)
+        return 0;
+    uint32_t v = out->need == 2 ? lead & 0x1Fu : out->need == 3 ? lead & 0x0Fu : lead & 0x07u;
+    for (uint32_t k = 1; k < out->need; k++)
+        v = v << 6 | (out->pb[k] & 0x3Fu);
+    out->plen = 0;
+    out->need = 0;
+    *cp = v;
+    return 1;
+}
+
+/* R_OK when some top of in meets a code point that out's partial
+ * sequence may begin, else R_REJECT. */
+static int partial_fits(const cv_grammar *g, const mpos *in, const mpos *out)
+{
+    const uint8_t lead = out->pb[0];
+    uint32_t v = out->need == 2 ? lead & 0x1Fu : out->need == 3 ? lead & 0x0Fu : lead & 0x07u;
+    for (uint32_t k = 1; k < out->plen; k++)
+        v = v << 6 | (out->pb[k] & 0x3Fu);
+    const uint32_t bits = 6u * (uint32_t)(out->need - out->plen);
+    uint32_t lo = v << bits, hi = lo | ((1u << bits) - 1);
+    if (out->plen == 1) {
+        if (lead == 0xE0 && lo < 0x800)
+            lo = 0x800;
+        if (lead == 0xED && hi > 0xD7FF)
+            hi = 0xD7FF;
+        if (lead == 0xF0 && lo < 0x10000)
+            lo = 0x10000;
+        if (lead == 0xF4 && hi > 0x10FFFF)
+            hi = 0x10FFFF;
+    }
+    for (uint32_t t = 0; t < in->n_tops; t++)
+        if (meets(g, g->el[in->nodes[in->tops[t]].pos], lo, hi))
+            return R_OK;
+    return R_REJECT;
+}
+
+/* The tops of in (at most 64) that cp matches, a bit each. */
+static uint64_t top_signature(const cv_grammar *g, const mpos *in, uint32_t cp)
+{
+    uint64_t sig = 0;
+    for (uint32_t t = 0; t < in->n_tops; t++)
+        if (matches(g, g->el[in->nodes[in->tops[t]].pos], cp))
+            sig |= (uint64_t)1 << t;
+    return sig;
+}
+
+static bool loops_in_place(const stepcache *c, uint64_t sig)
+{
+    for (uint32_t i = 0; i < c->n_self; i++)
+        if (c->self[i] == sig)
+            return true;
+    return false;
+}
+
+/* Whether a step gave back in's own forest. */
+static bool same_forest(const mpos *in, const outf *o)
+{
+    return o->n_nodes == in->n_nodes && o->n_tops == in->n_tops && o->accepting == in->accepting &&
+           memcmp(o->nodes, in->nodes, (size_t)o->n_nodes * sizeof *o->nodes) == 0 &&
+           memcmp(o->tops, in->tops, (size_t)o->n_tops * sizeof *o->tops) == 0;
+}
+
+/* Remembers the step of signature sig (result rc, forest in o). */
+static void cache_step(stepcache *c, uint64_t sig, int rc, const outf *o)
+{
+    /* a step that ran out of arena leaves nothing to reuse */
+    c->valid = rc != R_NOSPACE;
+    c->accepting = o->accepting;
+    c->rc = rc;
+    c->sig = sig;
+    c->n_nodes = o->n_nodes;
+    c->n_tops = o->n_tops;
+}
+
+/* out takes o's forest. */
+static void take_forest(mpos *out, const outf *o, bool *stepped)
+{
+    out->nodes = o->nodes;
+    out->tops = o->tops;
+    out->n_nodes = o->n_nodes;
+    out->n_tops = o->n_tops;
+    out->accepting = o->accepting;
+    *stepped = true;
+}
+
+/* Code point cp from in: a step into o, unless the level's cache c (NULL:
+ * none) knows the result, or knows the step gives in's forest back. */
+static int feed_code_point(const cv_grammar *g, scratch *w, const mpos *in, uint32_t cp, mpos *out, outf *o,
+                           bool *stepped, stepcache *c)
+{
+    const bool cached = c && in->n_tops <= 64;
+    uint64_t sig = 0;
+    if (cached) {
+        sig = top_signature(g, in, cp);
+        if (!sig)
+            return R_REJECT;
+        if (loops_in_place(c, sig)) {
+            c->valid = false; /* what follows reuses the arena after the level */
+            return R_OK;
+        }
+        if (c->valid && c->sig == sig) {
+            if (c->rc)
+                return c->rc;
+            o->n_nodes = c->n_nodes;
+            o->n_tops = c->n_tops;
+            o->accepting = c->accepting;
+            take_forest(out, o, stepped);
+            return R_OK;
+        }
+    } else if (c) {
+        c->valid = false;
+    }
+    const int rc = step(g, w, in, cp, o);
+    if (cached) {
+        if (rc == R_OK && same_forest(in, o)) {
+            c->self[c->n_self < N_SELF ? c->n_self++ : sig % N_SELF] = sig;
+            c->valid = false;
+            return R_OK; /* the same forest: out keeps in's */
+        }
+        cache_step(c, sig, rc, o);
+    }
+    if (rc)
+        return rc;
+    take_forest(out, o, stepped);
+    return R_OK;
+}
+
 /* One byte from in into out; a completed code point steps into o (then
  * *stepped is set and out's forest is o's). */
 static int feed(const cv_grammar *g, scratch *w, const mpos *in, uint8_t b, mpos *out, outf *o, bool *stepped,
@@ -1148,119 +1389,14 @@ static int feed(const cv_grammar *g, scratch *w, const mpos *in, uint8_t b, mpos
     *out = *in;
     *stepped = false;
     uint32_t cp;
-    if (in->plen == 0) {
-        if (b < 0x80) {
-            cp = b;
-            goto code_point;
-        }
-        const uint8_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
-        if (!need)
-            return R_REJECT;
-        out->pb[0] = b;
-        out->plen = 1;
-        out->need = need;
-    } else {
-        const uint8_t lead = in->pb[0];
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (in->plen == 1) {
-            if (lead == 0xE0)
-                lo = 0xA0;
-            else if (lead == 0xED)
-                hi = 0x9F;
-            else if (lead == 0xF0)
-                lo = 0x90;
-            else if (lead == 0xF4)
-                hi = 0x8F;
-        }
-        if (b < lo || b > hi)
-            return R_REJECT;
-        out->pb[out->plen++] = b;
-        if (out->plen == out->need) {
-            cp = out->need == 2 ? lead & 0x1Fu : out->need == 3 ? lead & 0x0Fu : lead & 0x07u;
-            for (uint32_t k = 1; k < out->need; k++)
-                cp = cp << 6 | (out->pb[k] & 0x3Fu);
-            out->plen = 0;
-            out->need = 0;
-            goto code_point;
-        }
-    }
+    const int u = utf8_add(in, b, out, &cp);
+    if (u < 0)
+        return R_REJECT;
+    if (u > 0)
+        return feed_code_point(g, w, in, cp, out, o, stepped, c);
     if (c) /* what follows a partial byte reuses the arena after the level */
         c->valid = false;
-    {
-        /* a partial sequence: the code points it may begin */
-        const uint8_t lead = out->pb[0];
-        uint32_t v = out->need == 2 ? lead & 0x1Fu : out->need == 3 ? lead & 0x0Fu : lead & 0x07u;
-        for (uint32_t k = 1; k < out->plen; k++)
-            v = v << 6 | (out->pb[k] & 0x3Fu);
-        const uint32_t bits = 6u * (uint32_t)(out->need - out->plen);
-        uint32_t lo = v << bits, hi = lo | ((1u << bits) - 1);
-        if (out->plen == 1) {
-            if (lead == 0xE0 && lo < 0x800)
-                lo = 0x800;
-            if (lead == 0xED && hi > 0xD7FF)
-                hi = 0xD7FF;
-            if (lead == 0xF0 && lo < 0x10000)
-                lo = 0x10000;
-            if (lead == 0xF4 && hi > 0x10FFFF)
-                hi = 0x10FFFF;
-        }
-        for (uint32_t t = 0; t < in->n_tops; t++)
-            if (meets(g, g->el[in->nodes[in->tops[t]].pos], lo, hi))
-                return R_OK;
-        return R_REJECT;
-    }
-code_point: {
-    uint64_t sig = 0;
-    if (c && in->n_tops <= 64) {
-        for (uint32_t t = 0; t < in->n_tops; t++)
-            if (matches(g, g->el[in->nodes[in->tops[t]].pos], cp))
-                sig |= (uint64_t)1 << t;
-        if (!sig)
-            return R_REJECT;
-        for (uint32_t i = 0; i < c->n_self; i++)
-            if (c->self[i] == sig) {
-                c->valid = false; /* what follows reuses the arena after the level */
-                return R_OK;
-            }
-        if (c->valid && c->sig == sig) {
-            if (c->rc)
-                return c->rc;
-            o->n_nodes = c->n_nodes;
-            o->n_tops = c->n_tops;
-            o->accepting = c->accepting;
-            goto stepped;
-        }
-    } else if (c) {
-        c->valid = false;
-    }
-    const int rc = step(g, w, in, cp, o);
-    if (c && in->n_tops <= 64) {
-        if (rc == R_OK && o->n_nodes == in->n_nodes && o->n_tops == in->n_tops && o->accepting == in->accepting &&
-            memcmp(o->nodes, in->nodes, (size_t)o->n_nodes * sizeof *o->nodes) == 0 &&
-            memcmp(o->tops, in->tops, (size_t)o->n_tops * sizeof *o->tops) == 0) {
-            c->self[c->n_self < N_SELF ? c->n_self++ : sig % N_SELF] = sig;
-            c->valid = false;
-            return R_OK; /* the same forest: out keeps in's */
-        }
-        /* a step that ran out of arena leaves nothing to reuse */
-        c->valid = rc != R_NOSPACE;
-        c->accepting = o->accepting;
-        c->rc = rc;
-        c->sig = sig;
-        c->n_nodes = o->n_nodes;
-        c->n_tops = o->n_tops;
-    }
-    if (rc)
-        return rc;
-stepped:
-    out->nodes = o->nodes;
-    out->tops = o->tops;
-    out->n_nodes = o->n_nodes;
-    out->n_tops = o->n_tops;
-    out->accepting = o->accepting;
-    *stepped = true;
-    return R_OK;
-}
+    return partial_fits(g, in, out); /* a partial sequence: the code points it may begin */
 }
 
 /* Matches bytes from *m with the ping-pong buffers; *m is the result. */

@@ -112,136 +112,231 @@ static inline void prefetch_row(const char *row, size_t bytes)
         _mm_prefetch(row + o, _MM_HINT_T0);
 }
 
+/* The kernel's state: the arguments, derived sizes and the scratch
+ * pointers (layout of CV_ATTN_SCRATCH). */
+typedef struct attn_state {
+    const cv_attn_args *a;
+    int hd, G, f16, full;
+    size_t esz, rstride;
+    float *S, *m, *l, *alpha;
+    float *kw; /* 8 widened F16 rows; for F32 keys, row 0 is the zero row */
+} attn_state;
+
+/* One block of positions [p0, p0 + n), n8 = n rounded up to 8. */
+typedef struct attn_block {
+    int p0, n, n8;
+    const char *kb, *vb; /* the block's first K and V rows */
+} attn_block;
+
+/* Start: m = -inf, l = +0, out = +0. */
+static inline void attn_init(attn_state *st, const cv_attn_args *a)
+{
+    st->a = a;
+    st->hd = a->head_dim;
+    st->G = a->group;
+    st->f16 = a->kv_type == CV_TYPE_F16;
+    st->full = st->hd - st->hd % 8;
+    st->esz = st->f16 ? sizeof(cv_fp16) : sizeof(float);
+    st->rstride = a->kv_stride * st->esz;
+    st->S = a->scratch;
+    st->m = st->S + (size_t)st->G * CV_ATTN_BLOCK;
+    st->l = st->m + st->G;
+    st->alpha = st->l + st->G;
+    st->kw = st->alpha + st->G;
+    for (int g = 0; g < st->G; g++) {
+        st->m[g] = -INFINITY;
+        st->l[g] = 0.0f;
+    }
+    memset(a->out, 0, sizeof(float) * (size_t)st->G * (size_t)st->hd);
+}
+
+static inline attn_block attn_block_at(const attn_state *st, int p0)
+{
+    const cv_attn_args *a = st->a;
+    attn_block b;
+    b.p0 = p0;
+    b.n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
+    b.n8 = (b.n + 7) & ~7;
+    b.kb = (const char *)a->k + (size_t)p0 * st->rstride;
+    b.vb = (const char *)a->v + (size_t)p0 * st->rstride;
+    return b;
+}
+
+/* Prefetch the keys PF_POS positions ahead and the values of positions
+ * i0 .. i0 + c of the block. */
+static inline void prefetch_rows(const attn_state *st, const attn_block *b, int i0, int c)
+{
+    const size_t bytes = (size_t)st->hd * st->esz;
+    const int pf = b->p0 + i0 + PF_POS, pf_n = st->a->n_pos - pf < 8 ? st->a->n_pos - pf : 8;
+    for (int j = 0; j < pf_n; j++)
+        prefetch_row((const char *)st->a->k + (size_t)(pf + j) * st->rstride, bytes);
+    for (int j = 0; j < c; j++)
+        prefetch_row(b->vb + (size_t)(i0 + j) * st->rstride, bytes);
+}
+
+/* F32 key rows of positions i0 .. i0 + 8 (c present, the rest zeros). */
+static inline void key_rows8(const attn_state *st, const attn_block *b, int i0, int c, const float **kr)
+{
+    const int hd = st->hd;
+    if (st->f16) {
+        for (int j = 0; j < 8; j++) {
+            float *row = st->kw + (size_t)j * hd;
+            if (j < c)
+                widen_row((const cv_fp16 *)(b->kb + (size_t)(i0 + j) * st->rstride), row, hd);
+            else
+                memset(row, 0, sizeof(float) * (size_t)hd);
+            kr[j] = row;
+        }
+    } else {
+        float *zero = st->kw;
+        if (c < 8)
+            memset(zero, 0, sizeof(float) * (size_t)hd);
+        for (int j = 0; j < 8; j++)
+            kr[j] = j < c ? (const float *)(b->kb + (size_t)(i0 + j) * st->rstride) : zero;
+    }
+}
+
+/* 1. Scores of the block, eight positions at a time (missing ones read
+ * zeros). */
+static inline void block_scores(const attn_state *st, const attn_block *b)
+{
+    for (int i0 = 0; i0 < b->n; i0 += 8) {
+        const int c = b->n - i0 < 8 ? b->n - i0 : 8;
+        const float *kr[8];
+        prefetch_rows(st, b, i0, c);
+        key_rows8(st, b, i0, c, kr);
+        for (int g = 0; g < st->G; g++)
+            scores8(st->a->q + (size_t)g * st->hd, kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
+    }
+}
+
+/* 2. Online softmax of query head g: S[g] becomes P[g]; m, l, alpha. */
+static inline void softmax_head(const attn_state *st, const attn_block *b, int g, __m256 tail_mask)
+{
+    const int n = b->n, n8 = b->n8;
+    float *Sg = st->S + (size_t)g * CV_ATTN_BLOCK;
+    for (int i = n; i < n8; i++)
+        Sg[i] = -INFINITY;
+    __m256 bm = _mm256_set1_ps(-INFINITY);
+    for (int i0 = 0; i0 < n8; i0 += 8)
+        bm = _mm256_max_ps(_mm256_loadu_ps(Sg + i0), bm);
+    const float mn = attn_max(hmax8(bm), st->m[g]);
+    st->alpha[g] = attn_exp(st->m[g] - mn);
+    const __m256 mv = _mm256_set1_ps(mn);
+    __m256 t = _mm256_setzero_ps();
+    for (int i0 = 0; i0 < n8; i0 += 8) {
+        __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sg + i0), mv));
+        if (i0 + 8 > n)
+            p = _mm256_and_ps(p, tail_mask);
+        _mm256_storeu_ps(Sg + i0, p);
+        t = _mm256_add_ps(t, p);
+    }
+    st->l[g] = fmaf(st->l[g], st->alpha[g], hsum8(t));
+    st->m[g] = mn;
+}
+
+static inline void block_softmax(const attn_state *st, const attn_block *b)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 tail_mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(b->n - (b->n8 - 8)), lane));
+    for (int g = 0; g < st->G; g++)
+        softmax_head(st, b, g, tail_mask);
+}
+
+/* acc[g] += P[g][i] * v_i[d..d+8) for each i of the block in order, ng
+ * heads (P rows CV_ATTN_BLOCK apart); 1, 2 and 4 heads unrolled. */
+static inline void values8_fma(__m256 *acc, int ng, const float *P, const char *vb, size_t rstride, int f16, int n,
+                               int d)
+{
+    if (ng == 1) {
+        for (int i = 0; i < n; i++)
+            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), load_v8(vb + (size_t)i * rstride, f16, d), acc[0]);
+    } else if (ng == 2) {
+        for (int i = 0; i < n; i++) {
+            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
+            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
+            acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
+        }
+    } else if (ng == 4) {
+        for (int i = 0; i < n; i++) {
+            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
+            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
+            acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
+            acc[2] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 2 * CV_ATTN_BLOCK + i), vv, acc[2]);
+            acc[3] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 3 * CV_ATTN_BLOCK + i), vv, acc[3]);
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
+            for (int g = 0; g < ng; g++)
+                acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + (size_t)g * CV_ATTN_BLOCK + i), vv, acc[g]);
+        }
+    }
+}
+
+/* 3. Values, the full chunks: eight elements of up to VG heads at a time. */
+static inline void block_values_full(const attn_state *st, const attn_block *b)
+{
+    const int hd = st->hd, G = st->G;
+    float *out = st->a->out;
+    for (int g0 = 0; g0 < G; g0 += VG) {
+        const int ng = G - g0 < VG ? G - g0 : VG;
+        for (int d = 0; d < st->full; d += 8) {
+            __m256 acc[VG];
+            for (int g = 0; g < ng; g++) {
+                acc[g] = _mm256_loadu_ps(out + (size_t)(g0 + g) * hd + d);
+                if (st->alpha[g0 + g] != 1.0f)
+                    acc[g] = _mm256_mul_ps(acc[g], _mm256_set1_ps(st->alpha[g0 + g]));
+            }
+            values8_fma(acc, ng, st->S + (size_t)g0 * CV_ATTN_BLOCK, b->vb, st->rstride, st->f16, b->n, d);
+            for (int g = 0; g < ng; g++)
+                _mm256_storeu_ps(out + (size_t)(g0 + g) * hd + d, acc[g]);
+        }
+    }
+}
+
+/* 3. Values, the tail elements (hd % 8), one at a time. */
+static inline void block_values_tail(const attn_state *st, const attn_block *b)
+{
+    const int hd = st->hd;
+    for (int d = st->full; d < hd; d++)
+        for (int g = 0; g < st->G; g++) {
+            float o = st->a->out[(size_t)g * hd + d];
+            if (st->alpha[g] != 1.0f)
+                o = o * st->alpha[g];
+            for (int i = 0; i < b->n; i++) {
+                const void *v = b->vb + (size_t)i * st->rstride;
+                const float vd = st->f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
+                o = fmaf(st->S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
+            }
+            st->a->out[(size_t)g * hd + d] = o;
+        }
+}
+
+/* The end: out[g] / l_g. */
+static inline void attn_finish(const attn_state *st)
+{
+    for (int g = 0; g < st->G; g++) {
+        const __m256 lv = _mm256_set1_ps(st->l[g]);
+        float *o = st->a->out + (size_t)g * st->hd;
+        int d = 0;
+        for (; d < st->full; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), lv));
+        for (; d < st->hd; d++)
+            o[d] = o[d] / st->l[g];
+    }
+}
+
 void attn_group_avx2(const cv_attn_args *a)
 {
-    const int hd = a->head_dim, G = a->group, f16 = a->kv_type == CV_TYPE_F16, full = hd - hd % 8;
-    const size_t esz = f16 ? sizeof(cv_fp16) : sizeof(float), rstride = a->kv_stride * esz;
-    float *S = a->scratch, *m = S + (size_t)G * CV_ATTN_BLOCK, *l = m + G, *alpha = l + G;
-    float *kw = alpha + G; /* 8 widened F16 rows; also a zero row for missing positions */
-    float *zero = kw;       /* F32 keys: kw row 0 holds zeros */
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
-    memset(a->out, 0, sizeof(float) * (size_t)G * (size_t)hd);
+    attn_state st;
+    attn_init(&st, a);
     for (int p0 = 0; p0 < a->n_pos; p0 += CV_ATTN_BLOCK) {
-        const int n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
-        const int n8 = (n + 7) & ~7;
-        const char *kb = (const char *)a->k + (size_t)p0 * rstride;
-        /* 1. scores, eight positions at a time (missing ones read zeros) */
-        const char *vb = (const char *)a->v + (size_t)p0 * rstride;
-        for (int i0 = 0; i0 < n; i0 += 8) {
-            const int c = n - i0 < 8 ? n - i0 : 8;
-            const float *kr[8];
-            const int pf = p0 + i0 + PF_POS, pf_n = a->n_pos - pf < 8 ? a->n_pos - pf : 8;
-            for (int j = 0; j < pf_n; j++)
-                prefetch_row((const char *)a->k + (size_t)(pf + j) * rstride, (size_t)hd * esz);
-            for (int j = 0; j < c; j++)
-                prefetch_row(vb + (size_t)(i0 + j) * rstride, (size_t)hd * esz);
-            if (f16) {
-                for (int j = 0; j < 8; j++) {
-                    float *row = kw + (size_t)j * hd;
-                    if (j < c)
-                        widen_row((const cv_fp16 *)(kb + (size_t)(i0 + j) * rstride), row, hd);
-                    else
-                        memset(row, 0, sizeof(float) * (size_t)hd);
-                    kr[j] = row;
-                }
-            } else {
-                if (c < 8)
-                    memset(zero, 0, sizeof(float) * (size_t)hd);
-                for (int j = 0; j < 8; j++)
-                    kr[j] = j < c ? (const float *)(kb + (size_t)(i0 + j) * rstride) : zero;
-            }
-            for (int g = 0; g < G; g++)
-                scores8(a->q + (size_t)g * hd, kr, hd, a->scale, S + (size_t)g * CV_ATTN_BLOCK + i0);
-        }
-        /* 2. online softmax */
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m256 tail_mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - (n8 - 8)), lane));
-        for (int g = 0; g < G; g++) {
-            float *Sg = S + (size_t)g * CV_ATTN_BLOCK;
-            for (int i = n; i < n8; i++)
-                Sg[i] = -INFINITY;
-            __m256 b = _mm256_set1_ps(-INFINITY);
-            for (int i0 = 0; i0 < n8; i0 += 8)
-                b = _mm256_max_ps(_mm256_loadu_ps(Sg + i0), b);
-            const float mn = attn_max(hmax8(b), m[g]);
-            alpha[g] = attn_exp(m[g] - mn);
-            const __m256 mv = _mm256_set1_ps(mn);
-            __m256 t = _mm256_setzero_ps();
-            for (int i0 = 0; i0 < n8; i0 += 8) {
-                __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sg + i0), mv));
-                if (i0 + 8 > n)
-                    p = _mm256_and_ps(p, tail_mask);
-                _mm256_storeu_ps(Sg + i0, p);
-                t = _mm256_add_ps(t, p);
-            }
-            l[g] = fmaf(l[g], alpha[g], hsum8(t));
-            m[g] = mn;
-        }
-        /* 3. values: eight elements of up to VG heads at a time */
-        for (int g0 = 0; g0 < G; g0 += VG) {
-            const int ng = G - g0 < VG ? G - g0 : VG;
-            for (int d = 0; d < full; d += 8) {
-                __m256 acc[VG];
-                for (int g = 0; g < ng; g++) {
-                    float *o = a->out + (size_t)(g0 + g) * hd + d;
-                    acc[g] = _mm256_loadu_ps(o);
-                    if (alpha[g0 + g] != 1.0f)
-                        acc[g] = _mm256_mul_ps(acc[g], _mm256_set1_ps(alpha[g0 + g]));
-                }
-                const float *P = S + (size_t)g0 * CV_ATTN_BLOCK;
-                if (ng == 1) {
-                    for (int i = 0; i < n; i++)
-                        acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), load_v8(vb + (size_t)i * rstride, f16, d),
-                                                 acc[0]);
-                } else if (ng == 2) {
-                    for (int i = 0; i < n; i++) {
-                        const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-                        acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
-                    }
-                } else if (ng == 4) {
-                    for (int i = 0; i < n; i++) {
-                        const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-                        acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
-                        acc[2] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 2 * CV_ATTN_BLOCK + i), vv, acc[2]);
-                        acc[3] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 3 * CV_ATTN_BLOCK + i), vv, acc[3]);
-                    }
-                } else {
-                    for (int i = 0; i < n; i++) {
-                        const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-                        for (int g = 0; g < ng; g++)
-                            acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + (size_t)g * CV_ATTN_BLOCK + i), vv,
-                                                     acc[g]);
-                    }
-                }
-                for (int g = 0; g < ng; g++)
-                    _mm256_storeu_ps(a->out + (size_t)(g0 + g) * hd + d, acc[g]);
-            }
-        }
-        for (int d = full; d < hd; d++) /* tail elements, one at a time */
-            for (int g = 0; g < G; g++) {
-                float o = a->out[(size_t)g * hd + d];
-                if (alpha[g] != 1.0f)
-                    o = o * alpha[g];
-                for (int i = 0; i < n; i++) {
-                    const void *v = vb + (size_t)i * rstride;
-                    const float vd = f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
-                    o = fmaf(S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
-                }
-                a->out[(size_t)g * hd + d] = o;
-            }
+        const attn_block b = attn_block_at(&st, p0);
+        block_scores(&st, &b);      /* 1. scores */
+        block_softmax(&st, &b);     /* 2. online softmax */
+        block_values_full(&st, &b); /* 3. values */
+        block_values_tail(&st, &b);
     }
-    for (int g = 0; g < G; g++) {
-        const __m256 lv = _mm256_set1_ps(l[g]);
-        float *o = a->out + (size_t)g * hd;
-        int d = 0;
-        for (; d < full; d += 8)
-            _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), lv));
-        for (; d < hd; d++)
-            o[d] = o[d] / l[g];
-    }
+    attn_finish(&st);
 }

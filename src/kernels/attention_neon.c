@@ -69,118 +69,210 @@ static inline void scores8(const float *q, const float *const *kr, int hd, float
 
 #define VG 8
 
+/* The kernel's state: the arguments, derived sizes and the scratch
+ * pointers (layout of CV_ATTN_SCRATCH). */
+typedef struct attn_state {
+    const cv_attn_args *a;
+    int hd, G, f16;
+    size_t rstride;
+    float *S, *m, *l, *alpha;
+    float *kw; /* 8 widened F16 rows; for F32 keys, row 0 is the zero row */
+} attn_state;
+
+/* One block of positions [p0, p0 + n), n8 = n rounded up to 8. */
+typedef struct attn_block {
+    int n, n8;
+    const char *kb, *vb; /* the block's first K and V rows */
+} attn_block;
+
+/* Start: m = -inf, l = +0, out = +0. */
+static inline void attn_init(attn_state *st, const cv_attn_args *a)
+{
+    st->a = a;
+    st->hd = a->head_dim;
+    st->G = a->group;
+    st->f16 = a->kv_type == CV_TYPE_F16;
+    st->rstride = a->kv_stride * (st->f16 ? sizeof(cv_fp16) : sizeof(float));
+    st->S = a->scratch;
+    st->m = st->S + (size_t)st->G * CV_ATTN_BLOCK;
+    st->l = st->m + st->G;
+    st->alpha = st->l + st->G;
+    st->kw = st->alpha + st->G;
+    for (int g = 0; g < st->G; g++) {
+        st->m[g] = -INFINITY;
+        st->l[g] = 0.0f;
+    }
+    memset(a->out, 0, sizeof(float) * (size_t)st->G * (size_t)st->hd);
+}
+
+static inline attn_block attn_block_at(const attn_state *st, int p0)
+{
+    const cv_attn_args *a = st->a;
+    attn_block b;
+    b.n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
+    b.n8 = (b.n + 7) & ~7;
+    b.kb = (const char *)a->k + (size_t)p0 * st->rstride;
+    b.vb = (const char *)a->v + (size_t)p0 * st->rstride;
+    return b;
+}
+
+static inline void widen_row(const cv_fp16 *h, float *row, int hd)
+{
+    int d = 0;
+    for (; d + 4 <= hd; d += 4)
+        vst1q_f32(row + d, load4(h, 1, d));
+    for (; d < hd; d++)
+        row[d] = cv_fp16_to_fp32(h[d]);
+}
+
+/* F32 key rows of positions i0 .. i0 + 8 (c present, the rest zeros). */
+static inline void key_rows8(const attn_state *st, const attn_block *b, int i0, int c, const float **kr)
+{
+    const int hd = st->hd;
+    if (st->f16) {
+        for (int j = 0; j < 8; j++) {
+            float *row = st->kw + (size_t)j * hd;
+            if (j < c)
+                widen_row((const cv_fp16 *)(b->kb + (size_t)(i0 + j) * st->rstride), row, hd);
+            else
+                memset(row, 0, sizeof(float) * (size_t)hd);
+            kr[j] = row;
+        }
+    } else {
+        float *zero = st->kw;
+        if (c < 8)
+            memset(zero, 0, sizeof(float) * (size_t)hd);
+        for (int j = 0; j < 8; j++)
+            kr[j] = j < c ? (const float *)(b->kb + (size_t)(i0 + j) * st->rstride) : zero;
+    }
+}
+
+/* 1. Scores of the block, eight positions at a time (missing ones read
+ * zeros). */
+static inline void block_scores(const attn_state *st, const attn_block *b)
+{
+    for (int i0 = 0; i0 < b->n; i0 += 8) {
+        const int c = b->n - i0 < 8 ? b->n - i0 : 8;
+        const float *kr[8];
+        key_rows8(st, b, i0, c, kr);
+        for (int g = 0; g < st->G; g++)
+            scores8(st->a->q + (size_t)g * st->hd, kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
+    }
+}
+
+/* 2. The block's max of scores Sg[0..n8): lanes l and l+4 in b0, b1. */
+static inline float block_max(const float *Sg, int n8)
+{
+    float32x4_t b0 = vdupq_n_f32(-INFINITY), b1 = b0;
+    for (int i0 = 0; i0 < n8; i0 += 8) {
+        b0 = max4(vld1q_f32(Sg + i0), b0);
+        b1 = max4(vld1q_f32(Sg + i0 + 4), b1);
+    }
+    const float32x4_t m4 = max4(b0, b1); /* max(b_l, b_l+4) */
+    return attn_max(attn_max(vgetq_lane_f32(m4, 0), vgetq_lane_f32(m4, 2)),
+                    attn_max(vgetq_lane_f32(m4, 1), vgetq_lane_f32(m4, 3)));
+}
+
+/* 2. P = exp(S - mn) in place (positions n.. zero); returns their sum. */
+static inline float block_exp_sum(float *Sg, int n, int n8, float mn)
+{
+    const float32x4_t mv = vdupq_n_f32(mn);
+    float32x4_t t0 = vdupq_n_f32(0.0f), t1 = t0;
+    for (int i0 = 0; i0 < n8; i0 += 8) {
+        float32x4_t p0v = exp4(vsubq_f32(vld1q_f32(Sg + i0), mv));
+        float32x4_t p1v = exp4(vsubq_f32(vld1q_f32(Sg + i0 + 4), mv));
+        if (i0 + 8 > n) {
+            const int k = n - i0;
+            const int32x4_t lane = {0, 1, 2, 3};
+            p0v = vbslq_f32(vcltq_s32(lane, vdupq_n_s32(k)), p0v, vdupq_n_f32(0.0f));
+            p1v = vbslq_f32(vcltq_s32(vaddq_s32(lane, vdupq_n_s32(4)), vdupq_n_s32(k)), p1v, vdupq_n_f32(0.0f));
+        }
+        vst1q_f32(Sg + i0, p0v);
+        vst1q_f32(Sg + i0 + 4, p1v);
+        t0 = vaddq_f32(t0, p0v);
+        t1 = vaddq_f32(t1, p1v);
+    }
+    const float32x4_t s0 = vpaddq_f32(t0, t0), s1 = vpaddq_f32(t1, t1);
+    return vgetq_lane_f32(vpaddq_f32(s0, s0), 0) + vgetq_lane_f32(vpaddq_f32(s1, s1), 0);
+}
+
+/* 2. Online softmax: S becomes P; m, l, alpha of each head. */
+static inline void block_softmax(const attn_state *st, const attn_block *b)
+{
+    for (int g = 0; g < st->G; g++) {
+        float *Sg = st->S + (size_t)g * CV_ATTN_BLOCK;
+        for (int i = b->n; i < b->n8; i++)
+            Sg[i] = -INFINITY;
+        const float mn = attn_max(block_max(Sg, b->n8), st->m[g]);
+        st->alpha[g] = attn_exp(st->m[g] - mn);
+        st->l[g] = fmaf(st->l[g], st->alpha[g], block_exp_sum(Sg, b->n, b->n8, mn));
+        st->m[g] = mn;
+    }
+}
+
+/* 3. Values, the full chunks: four elements of up to VG heads at a time. */
+static inline void block_values_full(const attn_state *st, const attn_block *b)
+{
+    const int hd = st->hd, G = st->G, f16 = st->f16, n = b->n;
+    const size_t rstride = st->rstride;
+    float *out = st->a->out;
+    for (int g0 = 0; g0 < G; g0 += VG) {
+        const int ng = G - g0 < VG ? G - g0 : VG;
+        for (int d = 0; d + 4 <= hd; d += 4) {
+            float32x4_t acc[VG];
+            for (int g = 0; g < ng; g++) {
+                acc[g] = vld1q_f32(out + (size_t)(g0 + g) * hd + d);
+                if (st->alpha[g0 + g] != 1.0f)
+                    acc[g] = vmulq_n_f32(acc[g], st->alpha[g0 + g]);
+            }
+            const float *P = st->S + (size_t)g0 * CV_ATTN_BLOCK;
+            for (int i = 0; i < n; i++) {
+                const float32x4_t vv = load4(b->vb + (size_t)i * rstride, f16, d);
+                for (int g = 0; g < ng; g++)
+                    acc[g] = vfmaq_n_f32(acc[g], vv, P[(size_t)g * CV_ATTN_BLOCK + i]);
+            }
+            for (int g = 0; g < ng; g++)
+                vst1q_f32(out + (size_t)(g0 + g) * hd + d, acc[g]);
+        }
+    }
+}
+
+/* 3. Values, the tail elements (hd % 4), one at a time. */
+static inline void block_values_tail(const attn_state *st, const attn_block *b)
+{
+    const int hd = st->hd;
+    for (int d = hd - hd % 4; d < hd; d++)
+        for (int g = 0; g < st->G; g++) {
+            float o = st->a->out[(size_t)g * hd + d];
+            if (st->alpha[g] != 1.0f)
+                o = o * st->alpha[g];
+            for (int i = 0; i < b->n; i++) {
+                const void *v = b->vb + (size_t)i * st->rstride;
+                const float vd = st->f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
+                o = fmaf(st->S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
+            }
+            st->a->out[(size_t)g * hd + d] = o;
+        }
+}
+
+/* The end: out[g] / l_g. */
+static inline void attn_finish(const attn_state *st)
+{
+    for (int g = 0; g < st->G; g++)
+        for (int d = 0; d < st->hd; d++)
+            st->a->out[(size_t)g * st->hd + d] = st->a->out[(size_t)g * st->hd + d] / st->l[g];
+}
+
 void attn_group_neon(const cv_attn_args *a)
 {
-    const int hd = a->head_dim, G = a->group, f16 = a->kv_type == CV_TYPE_F16;
-    const size_t esz = f16 ? sizeof(cv_fp16) : sizeof(float), rstride = a->kv_stride * esz;
-    float *S = a->scratch, *m = S + (size_t)G * CV_ATTN_BLOCK, *l = m + G, *alpha = l + G;
-    float *kw = alpha + G, *zero = kw;
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
-    memset(a->out, 0, sizeof(float) * (size_t)G * (size_t)hd);
+    attn_state st;
+    attn_init(&st, a);
     for (int p0 = 0; p0 < a->n_pos; p0 += CV_ATTN_BLOCK) {
-        const int n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
-        const int n8 = (n + 7) & ~7;
-        const char *kb = (const char *)a->k + (size_t)p0 * rstride;
-        for (int i0 = 0; i0 < n; i0 += 8) {
-            const int c = n - i0 < 8 ? n - i0 : 8;
-            const float *kr[8];
-            if (f16) {
-                for (int j = 0; j < 8; j++) {
-                    float *row = kw + (size_t)j * hd;
-                    if (j < c) {
-                        const cv_fp16 *h = (const cv_fp16 *)(kb + (size_t)(i0 + j) * rstride);
-                        int d = 0;
-                        for (; d + 4 <= hd; d += 4)
-                            vst1q_f32(row + d, load4(h, 1, d));
-                        for (; d < hd; d++)
-                            row[d] = cv_fp16_to_fp32(h[d]);
-                    } else {
-                        memset(row, 0, sizeof(float) * (size_t)hd);
-                    }
-                    kr[j] = row;
-                }
-            } else {
-                if (c < 8)
-                    memset(zero, 0, sizeof(float) * (size_t)hd);
-                for (int j = 0; j < 8; j++)
-                    kr[j] = j < c ? (const float *)(kb + (size_t)(i0 + j) * rstride) : zero;
-            }
-            for (int g = 0; g < G; g++)
-                scores8(a->q + (size_t)g * hd, kr, hd, a->scale, S + (size_t)g * CV_ATTN_BLOCK + i0);
-        }
-        for (int g = 0; g < G; g++) {
-            float *Sg = S + (size_t)g * CV_ATTN_BLOCK;
-            for (int i = n; i < n8; i++)
-                Sg[i] = -INFINITY;
-            float32x4_t b0 = vdupq_n_f32(-INFINITY), b1 = b0;
-            for (int i0 = 0; i0 < n8; i0 += 8) {
-                b0 = max4(vld1q_f32(Sg + i0), b0);
-                b1 = max4(vld1q_f32(Sg + i0 + 4), b1);
-            }
-            const float32x4_t m4 = max4(b0, b1); /* max(b_l, b_l+4) */
-            const float mb = attn_max(attn_max(vgetq_lane_f32(m4, 0), vgetq_lane_f32(m4, 2)),
-                                      attn_max(vgetq_lane_f32(m4, 1), vgetq_lane_f32(m4, 3)));
-            const float mn = attn_max(mb, m[g]);
-            alpha[g] = attn_exp(m[g] - mn);
-            const float32x4_t mv = vdupq_n_f32(mn);
-            float32x4_t t0 = vdupq_n_f32(0.0f), t1 = t0;
-            for (int i0 = 0; i0 < n8; i0 += 8) {
-                float32x4_t p0v = exp4(vsubq_f32(vld1q_f32(Sg + i0), mv));
-                float32x4_t p1v = exp4(vsubq_f32(vld1q_f32(Sg + i0 + 4), mv));
-                if (i0 + 8 > n) {
-                    const int k = n - i0;
-                    const int32x4_t lane = {0, 1, 2, 3};
-                    p0v = vbslq_f32(vcltq_s32(lane, vdupq_n_s32(k)), p0v, vdupq_n_f32(0.0f));
-                    p1v = vbslq_f32(vcltq_s32(vaddq_s32(lane, vdupq_n_s32(4)), vdupq_n_s32(k)), p1v,
-                                    vdupq_n_f32(0.0f));
-                }
-                vst1q_f32(Sg + i0, p0v);
-                vst1q_f32(Sg + i0 + 4, p1v);
-                t0 = vaddq_f32(t0, p0v);
-                t1 = vaddq_f32(t1, p1v);
-            }
-            const float32x4_t s0 = vpaddq_f32(t0, t0), s1 = vpaddq_f32(t1, t1);
-            const float bsum = vgetq_lane_f32(vpaddq_f32(s0, s0), 0) + vgetq_lane_f32(vpaddq_f32(s1, s1), 0);
-            l[g] = fmaf(l[g], alpha[g], bsum);
-            m[g] = mn;
-        }
-        const char *vb = (const char *)a->v + (size_t)p0 * rstride;
-        for (int g0 = 0; g0 < G; g0 += VG) {
-            const int ng = G - g0 < VG ? G - g0 : VG;
-            for (int d = 0; d + 4 <= hd; d += 4) {
-                float32x4_t acc[VG];
-                for (int g = 0; g < ng; g++) {
-                    acc[g] = vld1q_f32(a->out + (size_t)(g0 + g) * hd + d);
-                    if (alpha[g0 + g] != 1.0f)
-                        acc[g] = vmulq_n_f32(acc[g], alpha[g0 + g]);
-                }
-                const float *P = S + (size_t)g0 * CV_ATTN_BLOCK;
-                for (int i = 0; i < n; i++) {
-                    const float32x4_t vv = load4(vb + (size_t)i * rstride, f16, d);
-                    for (int g = 0; g < ng; g++)
-                        acc[g] = vfmaq_n_f32(acc[g], vv, P[(size_t)g * CV_ATTN_BLOCK + i]);
-                }
-                for (int g = 0; g < ng; g++)
-                    vst1q_f32(a->out + (size_t)(g0 + g) * hd + d, acc[g]);
-            }
-        }
-        for (int d = hd - hd % 4; d < hd; d++)
-            for (int g = 0; g < G; g++) {
-                float o = a->out[(size_t)g * hd + d];
-                if (alpha[g] != 1.0f)
-                    o = o * alpha[g];
-                for (int i = 0; i < n; i++) {
-                    const void *v = vb + (size_t)i * rstride;
-                    const float vd = f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
-                    o = fmaf(S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
-                }
-                a->out[(size_t)g * hd + d] = o;
-            }
+        const attn_block b = attn_block_at(&st, p0);
+        block_scores(&st, &b);      /* 1. scores */
+        block_softmax(&st, &b);     /* 2. online softmax */
+        block_values_full(&st, &b); /* 3. values */
+        block_values_tail(&st, &b);
     }
-    for (int g = 0; g < G; g++)
-        for (int d = 0; d < hd; d++)
-            a->out[(size_t)g * hd + d] = a->out[(size_t)g * hd + d] / l[g];
+    attn_finish(&st);
 }

@@ -1071,76 +1071,86 @@ typedef struct member {
     char *kv; /* rule name */
 } member;
 
-/* Object of listed members (in order) then extras (extra: a value expression or NULL for none). */
-static char *gen_object_members(ctx *c, member *m, int n, const json_t *addl)
+/* The rule "name": value for one listed member. */
+static char *member_kv(ctx *c, const member *mi)
 {
-    char *extra = NULL;
-    int bad = 0;
-    for (int i = 0; i < n && !c->failed; i++) {
-        const size_t old = path_push(c, "properties");
-        path_push(c, m[i].name);
-        c->depth++;
-        char *v = gen(c, m[i].schema);
-        c->depth--;
-        path_pop(c, old);
-        if (!v)
-            return NULL;
-        char *js = json_string_text(m[i].name);
-        char *lit = js ? xfmt("%s:", js) : NULL;
-        char *klit = lit ? gbnf_lit(lit) : NULL;
-        char *ws = use_prim(c, "ws");
-        char *body = klit && ws ? xfmt("%s %s %s", klit, ws, v) : NULL;
-        cv_free(js);
-        cv_free(lit);
-        cv_free(klit);
-        cv_free(ws);
-        cv_free(v);
-        if (!body)
-            return c->failed ? NULL : oom(c);
-        char base[64];
-        snprintf(base, sizeof base, "%s-kv", m[i].name);
-        m[i].kv = add_rule(c, base, body);
-        if (!m[i].kv)
-            return NULL;
-    }
-    if (c->failed)
+    const size_t old = path_push(c, "properties");
+    path_push(c, mi->name);
+    c->depth++;
+    char *v = gen(c, mi->schema);
+    c->depth--;
+    path_pop(c, old);
+    if (!v)
         return NULL;
-    if (!json_is_false(addl)) {
-        char *v;
-        c->depth++;
-        if (!addl || json_is_true(addl)) {
-            v = use_prim(c, "value");
-        } else {
-            const size_t old = path_push(c, "additionalProperties");
-            v = gen(c, addl);
-            path_pop(c, old);
-        }
-        c->depth--;
-        if (!v)
-            return NULL;
-        char *key;
-        if (!n) {
-            key = use_prim(c, "string");
-        } else {
-            trie t = {{0}, false, NULL, 0};
-            for (int i = 0; i < n && !bad; i++)
-                bad |= trie_add(&t, m[i].name);
-            char *node = bad ? NULL : trie_rule(c, &t);
-            trie_free(&t);
-            key = node ? xfmt("\"\\\"\" %s", node) : NULL;
-            cv_free(node);
-        }
-        char *ws = use_prim(c, "ws");
-        char *body = key && ws ? xfmt("%s \":\" %s %s", key, ws, v) : NULL;
-        cv_free(key);
-        cv_free(ws);
-        cv_free(v);
-        if (!body)
-            return c->failed ? NULL : oom(c);
-        extra = add_rule(c, "extra-kv", body);
-        if (!extra)
-            return NULL;
+    char *js = json_string_text(mi->name);
+    char *lit = js ? xfmt("%s:", js) : NULL;
+    char *klit = lit ? gbnf_lit(lit) : NULL;
+    char *ws = use_prim(c, "ws");
+    char *body = klit && ws ? xfmt("%s %s %s", klit, ws, v) : NULL;
+    cv_free(js);
+    cv_free(lit);
+    cv_free(klit);
+    cv_free(ws);
+    cv_free(v);
+    if (!body)
+        return c->failed ? NULL : oom(c);
+    char base[64];
+    snprintf(base, sizeof base, "%s-kv", mi->name);
+    return add_rule(c, base, body);
+}
+
+/* The value expression of extra members (additionalProperties absent, true or a schema). */
+static char *extra_value(ctx *c, const json_t *addl)
+{
+    char *v;
+    c->depth++;
+    if (!addl || json_is_true(addl)) {
+        v = use_prim(c, "value");
+    } else {
+        const size_t old = path_push(c, "additionalProperties");
+        v = gen(c, addl);
+        path_pop(c, old);
     }
+    c->depth--;
+    return v;
+}
+
+/* The key expression of extra members: any string, or one that differs from every listed name. */
+static char *extra_key(ctx *c, const member *m, int n)
+{
+    if (!n)
+        return use_prim(c, "string");
+    int bad = 0;
+    trie t = {{0}, false, NULL, 0};
+    for (int i = 0; i < n && !bad; i++)
+        bad |= trie_add(&t, m[i].name);
+    char *node = bad ? NULL : trie_rule(c, &t);
+    trie_free(&t);
+    char *key = node ? xfmt("\"\\\"\" %s", node) : NULL;
+    cv_free(node);
+    return key;
+}
+
+/* The rule key: value for extra members. */
+static char *extra_kv(ctx *c, const member *m, int n, const json_t *addl)
+{
+    char *v = extra_value(c, addl);
+    if (!v)
+        return NULL;
+    char *key = extra_key(c, m, n);
+    char *ws = use_prim(c, "ws");
+    char *body = key && ws ? xfmt("%s \":\" %s %s", key, ws, v) : NULL;
+    cv_free(key);
+    cv_free(ws);
+    cv_free(v);
+    if (!body)
+        return c->failed ? NULL : oom(c);
+    return add_rule(c, "extra-kv", body);
+}
+
+/* The braces around the members in order (required ones always, optional ones maybe) then extras. */
+static char *member_sequence(const member *m, int n, const char *extra)
+{
     /* F(i): members from i on, none written yet; A(i): members from i on, each after a comma */
     char *f = extra ? xfmt("( %s ( \",\" ws %s )* )?", extra, extra) : xstrdup("");
     char *a = extra ? xfmt("( \",\" ws %s )*", extra) : xstrdup("");
@@ -1156,6 +1166,26 @@ static char *gen_object_members(ctx *c, member *m, int n, const json_t *addl)
     char *r = f && a ? xfmt("\"{\" %s \"}\"", f) : NULL;
     cv_free(f);
     cv_free(a);
+    return r;
+}
+
+/* Object of listed members (in order) then extras (extra: a value expression or NULL for none). */
+static char *gen_object_members(ctx *c, member *m, int n, const json_t *addl)
+{
+    for (int i = 0; i < n && !c->failed; i++) {
+        m[i].kv = member_kv(c, &m[i]);
+        if (!m[i].kv)
+            return NULL;
+    }
+    if (c->failed)
+        return NULL;
+    char *extra = NULL;
+    if (!json_is_false(addl)) {
+        extra = extra_kv(c, m, n, addl);
+        if (!extra)
+            return NULL;
+    }
+    char *r = member_sequence(m, n, extra);
     cv_free(extra);
     return r ? r : (c->failed ? NULL : oom(c));
 }
@@ -1213,101 +1243,165 @@ static char *gen_object(ctx *c, const json_t *s)
     return r;
 }
 
-static char *gen_array(ctx *c, const json_t *s)
+/* An array schema read: the prefix items (under prefix_kw, the first k of them used), the schema of
+ * the items after them (under rest_kw; has_rest: whether any may follow) and the count bounds. */
+typedef struct array_shape {
+    const json_t *prefix, *rest;
+    const char *prefix_kw, *rest_kw;
+    long long mn, mx /* -1: unbounded */, k;
+    bool has_rest;
+} array_shape;
+
+/* The prefix and rest keywords: prefixItems and items, or a draft-07 items array and additionalItems. */
+static int array_items(ctx *c, const json_t *s, array_shape *a)
 {
     const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
-    const json_t *rest = items;
-    const char *prefix_kw = "prefixItems", *rest_kw = "items";
+    a->prefix = prefix;
+    a->rest = items;
+    a->prefix_kw = "prefixItems";
+    a->rest_kw = "items";
     if (json_is_array(items)) {
-        if (prefix)
-            return fail(c, "prefixItems next to an items array is not supported");
-        prefix = items;
-        prefix_kw = "items";
-        rest = json_object_get(s, "additionalItems");
-        rest_kw = "additionalItems";
+        if (prefix) {
+            fail(c, "prefixItems next to an items array is not supported");
+            return -1;
+        }
+        a->prefix = items;
+        a->prefix_kw = "items";
+        a->rest = json_object_get(s, "additionalItems");
+        a->rest_kw = "additionalItems";
     } else if (json_object_get(s, "additionalItems")) {
         /* additionalItems without an items array has no effect */
     }
-    if (prefix && !json_is_array(prefix))
-        return fail(c, "prefixItems must be an array of schemas");
-    if (rest && !json_is_object(rest) && !json_is_boolean(rest))
-        return fail(c, "%s must be a schema", rest_kw);
+    if (a->prefix && !json_is_array(a->prefix)) {
+        fail(c, "prefixItems must be an array of schemas");
+        return -1;
+    }
+    if (a->rest && !json_is_object(a->rest) && !json_is_boolean(a->rest)) {
+        fail(c, "%s must be a schema", a->rest_kw);
+        return -1;
+    }
     const json_t *uniq = json_object_get(s, "uniqueItems");
-    if (uniq && !json_is_false(uniq))
-        return fail(c, "uniqueItems true is not supported");
+    if (uniq && !json_is_false(uniq)) {
+        fail(c, "uniqueItems true is not supported");
+        return -1;
+    }
+    return 0;
+}
+
+/* minItems and maxItems, then how many prefix items are used and whether more may follow. */
+static int array_bounds(ctx *c, const json_t *s, array_shape *a)
+{
     const long long mn0 = count_kw(c, s, "minItems"), mx = count_kw(c, s, "maxItems");
     if (mn0 == -2 || mx == -2)
-        return NULL;
+        return -1;
     const long long mn = mn0 < 0 ? 0 : mn0;
-    if (mx >= 0 && mn > mx)
-        return fail(c, "minItems %lld exceeds maxItems %lld", mn, mx);
-    long long k = (long long)json_array_size(prefix);
+    if (mx >= 0 && mn > mx) {
+        fail(c, "minItems %lld exceeds maxItems %lld", mn, mx);
+        return -1;
+    }
+    long long k = (long long)json_array_size(a->prefix);
     if (mx >= 0 && mx < k)
         k = mx;
     /* a prefix item with the schema false ends the array there */
     for (long long i = 0; i < k; i++)
-        if (json_is_false(json_array_get(prefix, (size_t)i))) {
+        if (json_is_false(json_array_get(a->prefix, (size_t)i))) {
             k = i;
-            rest = json_false();
+            a->rest = json_false();
             break;
         }
-    const bool has_rest = !json_is_false(rest) && !(mx >= 0 && mx <= k);
-    if (!has_rest && mn > k)
-        return fail(c, "minItems %lld cannot be met: at most %lld items are allowed", mn, k);
-    char *r_expr = NULL;
-    c->depth++;
-    if (has_rest) {
-        if (!rest || json_is_true(rest)) {
-            r_expr = use_prim(c, "value");
-        } else {
-            const size_t old = path_push(c, rest_kw);
-            r_expr = gen(c, rest);
-            path_pop(c, old);
-        }
+    a->mn = mn;
+    a->mx = mx;
+    a->k = k;
+    a->has_rest = !json_is_false(a->rest) && !(mx >= 0 && mx <= k);
+    if (!a->has_rest && mn > k) {
+        fail(c, "minItems %lld cannot be met: at most %lld items are allowed", mn, k);
+        return -1;
     }
-    char **p = cv_calloc(k ? (size_t)k : 1, sizeof *p);
-    for (long long i = 0; p && i < k && !c->failed; i++) {
-        const size_t old = path_push_index(c, prefix_kw, (size_t)i);
-        p[i] = gen(c, json_array_get(prefix, (size_t)i));
+    return 0;
+}
+
+/* The expression of the items after the prefix (NULL when none may follow or on failure). */
+static char *array_item_rule(ctx *c, const array_shape *a)
+{
+    if (!a->has_rest)
+        return NULL;
+    if (!a->rest || json_is_true(a->rest))
+        return use_prim(c, "value");
+    const size_t old = path_push(c, a->rest_kw);
+    char *r = gen(c, a->rest);
+    path_pop(c, old);
+    return r;
+}
+
+/* The expressions of the k prefix items (NULL when out of memory; entries NULL after a failure). */
+static char **array_prefix_rules(ctx *c, const array_shape *a)
+{
+    char **p = cv_calloc(a->k ? (size_t)a->k : 1, sizeof *p);
+    for (long long i = 0; p && i < a->k && !c->failed; i++) {
+        const size_t old = path_push_index(c, a->prefix_kw, (size_t)i);
+        p[i] = gen(c, json_array_get(a->prefix, (size_t)i));
         path_pop(c, old);
     }
+    return p;
+}
+
+/* Items without a prefix: r_expr repeated within the count bounds. */
+static char *array_rest_only(const array_shape *a, const char *r_expr)
+{
+    if (!a->has_rest)
+        return xstrdup("");
+    const long long mn = a->mn, mx = a->mx;
+    char *cur = NULL;
+    char *sep = xfmt("( \",\" ws %s )", r_expr);
+    char *more = sep ? rep(sep, mn > 0 ? mn - 1 : 0, mx < 0 ? -1 : mx - 1) : NULL;
+    if (more)
+        cur = mn > 0 ? xfmt("%s %s", r_expr, more) : xfmt("( %s %s )?", r_expr, more);
+    cv_free(sep);
+    cv_free(more);
+    return cur;
+}
+
+/* The prefix items (those from minItems on optional, each only after the one before), then the rest. */
+static char *array_prefixed(const array_shape *a, char **p, const char *r_expr)
+{
+    const long long mn = a->mn, mx = a->mx, k = a->k;
+    char *cur;
+    if (a->has_rest) {
+        char *sep = xfmt("( \",\" ws %s )", r_expr);
+        cur = sep ? rep(sep, mn > k ? mn - k : 0, mx < 0 ? -1 : mx - k) : NULL;
+        cv_free(sep);
+    } else {
+        cur = xstrdup("");
+    }
+    for (long long j = k - 1; j >= 0 && cur; j--) {
+        char *item = xfmt("%s%s %s", j ? "\",\" ws " : "", p[j], cur);
+        cv_free(cur);
+        cur = item && j >= mn ? xfmt("( %s )?", item) : item;
+        if (item && j >= mn)
+            cv_free(item);
+    }
+    return cur;
+}
+
+static char *gen_array(ctx *c, const json_t *s)
+{
+    array_shape a;
+    if (array_items(c, s, &a) || array_bounds(c, s, &a))
+        return NULL;
+    c->depth++;
+    char *r_expr = array_item_rule(c, &a);
+    char **p = array_prefix_rules(c, &a);
     c->depth--;
     char *cur = NULL;
     char *ws = use_prim(c, "ws");
     if (!p)
         oom(c);
-    if (!c->failed && (!has_rest || r_expr)) {
-        if (k == 0) {
-            if (!has_rest) {
-                cur = xstrdup("");
-            } else {
-                char *sep = xfmt("( \",\" ws %s )", r_expr);
-                char *more = sep ? rep(sep, mn > 0 ? mn - 1 : 0, mx < 0 ? -1 : mx - 1) : NULL;
-                if (more)
-                    cur = mn > 0 ? xfmt("%s %s", r_expr, more) : xfmt("( %s %s )?", r_expr, more);
-                cv_free(sep);
-                cv_free(more);
-            }
-        } else {
-            if (has_rest) {
-                char *sep = xfmt("( \",\" ws %s )", r_expr);
-                cur = sep ? rep(sep, mn > k ? mn - k : 0, mx < 0 ? -1 : mx - k) : NULL;
-                cv_free(sep);
-            } else {
-                cur = xstrdup("");
-            }
-            for (long long j = k - 1; j >= 0 && cur; j--) {
-                char *item = xfmt("%s%s %s", j ? "\",\" ws " : "", p[j], cur);
-                cv_free(cur);
-                cur = item && j >= mn ? xfmt("( %s )?", item) : item;
-                if (item && j >= mn)
-                    cv_free(item);
-            }
-        }
+    if (!c->failed && (!a.has_rest || r_expr)) {
+        cur = a.k == 0 ? array_rest_only(&a, r_expr) : array_prefixed(&a, p, r_expr);
         if (!cur)
             oom(c);
     }
-    for (long long i = 0; p && i < k; i++)
+    for (long long i = 0; p && i < a.k; i++)
         cv_free(p[i]);
     cv_free(p);
     cv_free(r_expr);
@@ -1460,16 +1554,9 @@ static char *gen_type(ctx *c, const json_t *s, const char *t)
     return gen_object(c, s);
 }
 
-static char *gen(ctx *c, const json_t *s)
+/* Refuses the first keyword that is neither an annotation nor handled (0: none). */
+static int check_keywords(ctx *c, const json_t *s)
 {
-    if (c->failed)
-        return NULL;
-    if (json_is_true(s))
-        return use_prim(c, "value");
-    if (json_is_false(s))
-        return fail(c, "the schema false admits no value");
-    if (!json_is_object(s))
-        return fail(c, "a schema must be an object or a boolean");
     const char *k;
     const json_t *v;
     json_object_foreach ((json_t *)s, k, v) {
@@ -1479,136 +1566,162 @@ static char *gen(ctx *c, const json_t *s)
             const size_t old = path_push(c, k);
             fail(c, "keyword \"%s\" is not supported", k);
             path_pop(c, old);
-            return NULL;
+            return -1;
         }
     }
-    const json_t *ref = json_object_get(s, "$ref");
-    if (ref) {
-        if (!json_is_string(ref))
-            return fail(c, "$ref must be a string");
-        const char *other = other_key(s, (const char *const[]){"$ref", NULL});
-        if (other)
-            return fail(c, "\"%s\" next to $ref is not supported", other);
-        return gen_ref(c, json_string_value(ref));
-    }
-    const json_t *all = json_object_get(s, "allOf");
-    if (all) {
-        if (!json_is_array(all) || !json_array_size(all))
-            return fail(c, "allOf must be a non-empty array");
-        if (json_array_size(all) == 1 && !other_key(s, (const char *const[]){"allOf", NULL})) {
-            const size_t old = path_push_index(c, "allOf", 0);
-            char *r = gen(c, json_array_get(all, 0));
-            path_pop(c, old);
-            return r;
-        }
-        return gen_allof(c, s);
-    }
-    const json_t *any = json_object_get(s, "anyOf");
-    const char *any_kw = "anyOf";
-    if (json_object_get(s, "oneOf")) {
-        if (any)
-            return fail(c, "anyOf and oneOf together are not supported");
-        any = json_object_get(s, "oneOf");
-        any_kw = "oneOf";
-    }
-    if (any) {
-        if (!json_is_array(any) || !json_array_size(any))
-            return fail(c, "%s must be a non-empty array", any_kw);
-        const char *other = other_key(s, (const char *const[]){"anyOf", "oneOf", NULL});
-        if (other)
-            return fail(c, "\"%s\" next to %s is not supported", other, any_kw);
-        const size_t n = json_array_size(any);
-        char **e = cv_calloc(n, sizeof *e);
-        if (!e)
-            return oom(c);
-        int k2 = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (json_is_false(json_array_get(any, i)))
-                continue;
-            const size_t old = path_push_index(c, any_kw, i);
-            e[k2] = gen(c, json_array_get(any, i));
-            path_pop(c, old);
-            if (!e[k2])
-                break;
-            k2++;
-        }
-        if (c->failed || !k2) {
-            for (int i = 0; i < k2; i++)
-                cv_free(e[i]);
-            cv_free(e);
-            return c->failed ? NULL : fail(c, "every branch of %s is false", any_kw);
-        }
-        char *r = alts(c, e, k2);
-        cv_free(e);
+    return 0;
+}
+
+/* $ref alone. */
+static char *gen_ref_kw(ctx *c, const json_t *s, const json_t *ref)
+{
+    if (!json_is_string(ref))
+        return fail(c, "$ref must be a string");
+    const char *other = other_key(s, (const char *const[]){"$ref", NULL});
+    if (other)
+        return fail(c, "\"%s\" next to $ref is not supported", other);
+    return gen_ref(c, json_string_value(ref));
+}
+
+/* allOf: a single subschema alone is that subschema, else the object schemas merged. */
+static char *gen_allof_kw(ctx *c, const json_t *s, const json_t *all)
+{
+    if (!json_is_array(all) || !json_array_size(all))
+        return fail(c, "allOf must be a non-empty array");
+    if (json_array_size(all) == 1 && !other_key(s, (const char *const[]){"allOf", NULL})) {
+        const size_t old = path_push_index(c, "allOf", 0);
+        char *r = gen(c, json_array_get(all, 0));
+        path_pop(c, old);
         return r;
     }
-    if (json_object_get(s, "enum") || json_object_get(s, "const"))
-        return gen_enum(c, s);
+    return gen_allof(c, s);
+}
 
-    /* the types */
-    const char *types[8];
-    int nt = 0;
-    const json_t *type = json_object_get(s, "type");
-    if (type) {
-        const size_t old = path_push(c, "type");
-        if (json_is_string(type)) {
-            types[nt++] = json_string_value(type);
-        } else if (json_is_array(type) && json_array_size(type) && json_array_size(type) <= 7) {
-            for (size_t i = 0; i < json_array_size(type); i++) {
-                const json_t *t = json_array_get(type, i);
-                if (!json_is_string(t)) {
-                    nt = -1;
-                    break;
-                }
-                bool dup = false;
-                for (int j = 0; j < nt; j++)
-                    dup |= !strcmp(types[j], json_string_value(t));
-                if (!dup)
-                    types[nt++] = json_string_value(t);
-            }
-        } else {
-            nt = -1;
-        }
-        if (nt < 0) {
-            fail(c, "type must be a type name or a non-empty array of them");
-            path_pop(c, old);
-            return NULL;
-        }
-        for (int i = 0; i < nt; i++)
-            if (!known_type(types[i])) {
-                fail(c, "unknown type \"%s\"", types[i]);
-                path_pop(c, old);
-                return NULL;
-            }
+/* anyOf or oneOf (any, under any_kw) alone: the alternatives of the branches that are not false. */
+static char *gen_anyof(ctx *c, const json_t *s, const json_t *any, const char *any_kw)
+{
+    if (!json_is_array(any) || !json_array_size(any))
+        return fail(c, "%s must be a non-empty array", any_kw);
+    const char *other = other_key(s, (const char *const[]){"anyOf", "oneOf", NULL});
+    if (other)
+        return fail(c, "\"%s\" next to %s is not supported", other, any_kw);
+    const size_t n = json_array_size(any);
+    char **e = cv_calloc(n, sizeof *e);
+    if (!e)
+        return oom(c);
+    int k2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (json_is_false(json_array_get(any, i)))
+            continue;
+        const size_t old = path_push_index(c, any_kw, i);
+        e[k2] = gen(c, json_array_get(any, i));
         path_pop(c, old);
-        /* "number" covers "integer" */
-        bool has_number = false;
-        for (int i = 0; i < nt; i++)
-            has_number |= !strcmp(types[i], "number");
-        if (has_number) {
-            int w = 0;
-            for (int i = 0; i < nt; i++)
-                if (strcmp(types[i], "integer"))
-                    types[w++] = types[i];
-            nt = w;
-        }
-    } else {
-        static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
-        static const char *const arr[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                                          "uniqueItems", NULL};
-        static const char *const str[] = {"minLength", "maxLength", "format", NULL};
-        static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
-        static const char *const *const kws[] = {obj, arr, str, num};
-        static const char *const names[] = {"object", "array", "string", "number"};
-        for (int g = 0; g < 4; g++)
-            for (const char *const *p = kws[g]; *p; p++)
-                if (json_object_get(s, *p)) {
-                    types[nt++] = names[g];
-                    break;
-                }
-        if (!nt)
-            return use_prim(c, "value");
+        if (!e[k2])
+            break;
+        k2++;
     }
+    if (c->failed || !k2) {
+        for (int i = 0; i < k2; i++)
+            cv_free(e[i]);
+        cv_free(e);
+        return c->failed ? NULL : fail(c, "every branch of %s is false", any_kw);
+    }
+    char *r = alts(c, e, k2);
+    cv_free(e);
+    return r;
+}
+
+/* The names of the type keyword (a name or a list of at most 7), without duplicates: their count,
+ * or -1 when it is not such a list. */
+static int type_list(const json_t *type, const char **types)
+{
+    if (json_is_string(type)) {
+        types[0] = json_string_value(type);
+        return 1;
+    }
+    if (!json_is_array(type) || !json_array_size(type) || json_array_size(type) > 7)
+        return -1;
+    int nt = 0;
+    for (size_t i = 0; i < json_array_size(type); i++) {
+        const json_t *t = json_array_get(type, i);
+        if (!json_is_string(t))
+            return -1;
+        bool dup = false;
+        for (int j = 0; j < nt; j++)
+            dup |= !strcmp(types[j], json_string_value(t));
+        if (!dup)
+            types[nt++] = json_string_value(t);
+    }
+    return nt;
+}
+
+/* The valid names of the type keyword, at #/.../type: their count, or -1 after a failure. */
+static int checked_type_names(ctx *c, const json_t *type, const char **types)
+{
+    const int nt = type_list(type, types);
+    if (nt < 0) {
+        fail(c, "type must be a type name or a non-empty array of them");
+        return -1;
+    }
+    for (int i = 0; i < nt; i++)
+        if (!known_type(types[i])) {
+            fail(c, "unknown type \"%s\"", types[i]);
+            return -1;
+        }
+    return nt;
+}
+
+/* The types the type keyword lists ("number" covers "integer"): their count, or -1 after a failure. */
+static int explicit_types(ctx *c, const json_t *type, const char **types)
+{
+    const size_t old = path_push(c, "type");
+    int nt = checked_type_names(c, type, types);
+    path_pop(c, old);
+    if (nt < 0)
+        return -1;
+    bool has_number = false;
+    for (int i = 0; i < nt; i++)
+        has_number |= !strcmp(types[i], "number");
+    if (has_number) {
+        int w = 0;
+        for (int i = 0; i < nt; i++)
+            if (strcmp(types[i], "integer"))
+                types[w++] = types[i];
+        nt = w;
+    }
+    return nt;
+}
+
+/* The types that a schema without "type" implies by its keywords: their count (0: any value). */
+static int implied_types(const json_t *s, const char **types)
+{
+    static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
+    static const char *const arr[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                      "uniqueItems", NULL};
+    static const char *const str[] = {"minLength", "maxLength", "format", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const char *const *const kws[] = {obj, arr, str, num};
+    static const char *const names[] = {"object", "array", "string", "number"};
+    int nt = 0;
+    for (int g = 0; g < 4; g++)
+        for (const char *const *p = kws[g]; *p; p++)
+            if (json_object_get(s, *p)) {
+                types[nt++] = names[g];
+                break;
+            }
+    return nt;
+}
+
+/* The schema by its types, explicit or implied: the alternatives of one expression per type. */
+static char *gen_types(ctx *c, const json_t *s)
+{
+    const char *types[8];
+    const json_t *type = json_object_get(s, "type");
+    const int nt = type ? explicit_types(c, type, types) : implied_types(s, types);
+    if (nt < 0)
+        return NULL;
+    if (!nt)
+        return use_prim(c, "value");
     char *e[8];
     for (int i = 0; i < nt; i++) {
         e[i] = gen_type(c, s, types[i]);
@@ -1619,6 +1732,40 @@ static char *gen(ctx *c, const json_t *s)
         }
     }
     return alts(c, e, nt);
+}
+
+/* One schema: boolean schemas, then by keyword family ($ref, allOf, anyOf/oneOf, enum/const, types). */
+static char *gen(ctx *c, const json_t *s)
+{
+    if (c->failed)
+        return NULL;
+    if (json_is_true(s))
+        return use_prim(c, "value");
+    if (json_is_false(s))
+        return fail(c, "the schema false admits no value");
+    if (!json_is_object(s))
+        return fail(c, "a schema must be an object or a boolean");
+    if (check_keywords(c, s))
+        return NULL;
+    const json_t *ref = json_object_get(s, "$ref");
+    if (ref)
+        return gen_ref_kw(c, s, ref);
+    const json_t *all = json_object_get(s, "allOf");
+    if (all)
+        return gen_allof_kw(c, s, all);
+    const json_t *any = json_object_get(s, "anyOf");
+    const char *any_kw = "anyOf";
+    if (json_object_get(s, "oneOf")) {
+        if (any)
+            return fail(c, "anyOf and oneOf together are not supported");
+        any = json_object_get(s, "oneOf");
+        any_kw = "oneOf";
+    }
+    if (any)
+        return gen_anyof(c, s, any, any_kw);
+    if (json_object_get(s, "enum") || json_object_get(s, "const"))
+        return gen_enum(c, s);
+    return gen_types(c, s);
 }
 
 static char *assemble(ctx *c)
