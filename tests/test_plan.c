@@ -89,6 +89,23 @@ static void test_memory_caps_and_head_bytes(void)
     CHECKF(strstr(err, "needs 4.50 GB") && strstr(err, "offer 1.50 GB"), "%s", err);
 }
 
+/* A last node too small for the head and a layer: the head moves to the
+ * node before it, which then holds every layer, or the plan is refused as
+ * too small (it used to swing between the two nodes and leave layers out). */
+static void test_head_moves_forward(void)
+{
+    cv_plan_model m = model16();
+    cv_plan_node nodes[2] = {{NULL, 46 * GB / 10, 100, 0, 0, 0}, {NULL, 6 * GB / 10, 100, 0, 0, 0}};
+    int32_t first[2], last[2];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(first[0] == 0 && last[0] == 16 && first[1] == last[1], "[%d,%d) [%d,%d)", first[0], last[0], first[1],
+           last[1]);
+    nodes[0].mem_budget = 42 * GB / 10; /* 4 GB of layers and the 0.5 GB head no longer fit */
+    CHECK(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == -1);
+    CHECKF(strstr(err, "offer"), "%s", err);
+}
+
 static void test_slow_node_left_out(void)
 {
     cv_plan_model m = model16();
@@ -148,6 +165,7 @@ int main(void)
     TEST_RUN(test_unmeasured_node_as_the_mean);
     TEST_RUN(test_head_matrix_counts_as_work);
     TEST_RUN(test_memory_caps_and_head_bytes);
+    TEST_RUN(test_head_moves_forward);
     TEST_RUN(test_slow_node_left_out);
     TEST_RUN(test_split_override);
     TEST_RUN(test_held_ranges);

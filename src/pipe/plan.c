@@ -262,7 +262,9 @@ static void speeds(const cv_plan_node *nodes, int n, double *w)
 
 /* Shares by speed, pins the nodes over capacity and shares the rest
  * again, until every count fits and the head stays on the last node with
- * layers (when it moves, capacities change: every pin is lifted). */
+ * layers (when it moves, capacities change: every pin is lifted, and the
+ * nodes after it are held at none, so the head only moves toward the
+ * first node and the sharing settles). */
 static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *nodes, int32_t *count, char *err,
                          size_t errlen)
 {
@@ -280,8 +282,14 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
         if (!changed && new_head == s.head_node)
             break;
         if (new_head != s.head_node && new_head >= 0) {
+            /* the nodes after the head keep no layers: one that took some
+             * would hold the head again, and the plan would swing back */
             s.head_node = new_head;
             memset(s.pinned, 0, sizeof s.pinned);
+            for (int i = new_head + 1; i < n; i++) {
+                s.pinned[i] = true;
+                s.count[i] = 0;
+            }
         }
     }
     memcpy(count, s.count, sizeof(int32_t) * (size_t)n);
