@@ -125,6 +125,7 @@ static void test_sentences(void)
     cv_grammar *g = cv_grammar_parse(GRAMMAR, strlen(GRAMMAR), err, sizeof err);
     CHECKF(g, "%s", err);
     int distinct = 0;
+    char first[1024] = "";
     for (int i = 0; i < 12 && g; i++) {
         run_init(&alone[i]);
         generate_alone(c, NULL, &alone[i], 100 + (uint64_t)i, 1.0f);
@@ -134,7 +135,9 @@ static void test_sentences(void)
         CHECKF(alone[i].ended && held && !strncmp(text, "Once ", 5) && text[n - 1] == '.', "seed %d: \"%s\"%s",
                100 + i, text, alone[i].ended ? "" : " (no EOS)");
         cv_grammar_state_free(s);
-        distinct += i == 0 || strcmp(text, (text_of(&alone[0], err, sizeof err), err)) != 0;
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", text);
+        distinct += i == 0 || strcmp(text, first) != 0;
         if (i < 3)
             printf("  seed %d: %s\n", 100 + i, text);
     }

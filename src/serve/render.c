@@ -264,21 +264,13 @@ static const char *marker_end(const char *p)
 int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
 {
     /* no system turn: some templates refuse one */
-    static const char probe[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, "
-                                "{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"v\"}]}";
-    json_t *req = json_loads(probe, 0, NULL);
-    const json_t *m = json_object_get(req, "messages");
-    sv_chat_msg msgs[3];
-    for (size_t i = 0; i < 3; i++)
-        msgs[i] = (sv_chat_msg){json_string_value(json_object_get(json_array_get(m, i), "role")),
-                                json_string_value(json_object_get(json_array_get(m, i), "content")),
-                                json_array_get(m, i)};
+    const sv_chat_msg msgs[3] = {{"user", "u", NULL}, {"assistant", "a", NULL}, {"user", "v", NULL}};
     sv_buf text = {0};
     char err[CV_ERRLEN];
     int missing = 0;
     size_t used = 0;
     out[0] = 0;
-    if (req && render_with(c, msgs, 3, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
+    if (render_with(c, msgs, 3, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
         for (const char *p = text.p; *p; p++) {
             const char *end = marker_end(p);
             int32_t id[2];
@@ -294,7 +286,6 @@ int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
             p = end - 1;
         }
     sv_buf_free(&text);
-    json_decref(req);
     return missing;
 }
 

@@ -942,7 +942,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
-    if (p->grammar && (r->grammar = cv_malloc(p->grammar_len + 1))) {
+    if (p->grammar && (r->grammar = cv_malloc(p->grammar_len ? p->grammar_len : 1))) {
         memcpy(r->grammar, p->grammar, p->grammar_len);
         r->grammar_len = p->grammar_len;
     }
