@@ -7,9 +7,9 @@
 # models and stories260K; quantize falls back (and says so) for rows that
 # do not fit a block; quantized tensors are byte-identical to llama.cpp's
 # llama-quantize output for the same F32 model (../shared/reference/models);
-# synth --type T equals quantize of the F32 synth model; bad input gives an
-# error, never a crash. Data under ../shared is skipped when absent, and a
-# failure when CI=true.
+# synth --type T (Q4_K_M too, with file_type 15) equals quantize of the F32
+# synth model; bad input gives an error, never a crash. Data under ../shared
+# is skipped when absent, and a failure when CI=true.
 set -u
 
 CONVOY=$1
@@ -91,12 +91,15 @@ check "--tied drops output.weight" test "$(tensor_table "$TMP/mini-tied.gguf" | 
 check "the fingerprint follows the tensor directory" test "$fp_mini" != "$(info_line "$TMP/mini-tied.gguf" fingerprint)"
 
 # synth --type T quantizes the same f32 values that --type F32 stores
-for t in Q8_0 Q4_0 F16 Q4_K; do
+for t in Q8_0 Q4_0 F16 Q4_K Q4_K_M; do
     "$CONVOY" synth --shape synth-mini --type $t -o "$TMP/mini-synth-$t.gguf" > /dev/null
     "$CONVOY" quantize "$TMP/mini-f32.gguf" "$TMP/mini-quant-$t.gguf" $t > /dev/null
     check "synth --type $t equals quantize of the F32 synth model (39 tensors)" \
         test "$(same_tensors "$TMP/mini-synth-$t.gguf" "$TMP/mini-quant-$t.gguf")" = "39 0"
 done
+check "synth and quantize Q4_K_M set llama.cpp's file_type 15" \
+    test "$(info_line "$TMP/mini-synth-Q4_K_M.gguf" file_type),$(info_line "$TMP/mini-quant-Q4_K_M.gguf" file_type)" = \
+    "15 (MOSTLY_Q4_K_M),15 (MOSTLY_Q4_K_M)"
 
 # ---- info ----
 

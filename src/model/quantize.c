@@ -69,6 +69,13 @@ int cv_quant_file_type(cv_type t)
     }
 }
 
+int cv_quant_policy_file_type(const cv_quantize_params *p)
+{
+    if (p->k_mix && (p->type == CV_TYPE_Q4_K || p->type == CV_TYPE_Q5_K))
+        return p->type == CV_TYPE_Q4_K ? 15 : 17;
+    return cv_quant_file_type(p->type);
+}
+
 bool cv_quant_can_write(cv_type t)
 {
     if (cv_quant_file_type(t) < 0)
@@ -280,7 +287,7 @@ static int write_output(quant_run *q, const char *out_path, char *err, size_t er
         if (add_tensor(q, i, err, errlen) != 0)
             return -1;
     gguf_set_u32(q->w, "general.quantization_version", QUANT_VERSION);
-    gguf_set_u32(q->w, "general.file_type", (uint32_t)cv_quant_file_type(q->p->type));
+    gguf_set_u32(q->w, "general.file_type", (uint32_t)cv_quant_policy_file_type(q->p));
     return gguf_write(q->w, out_path, err, errlen);
 }
 

@@ -85,6 +85,10 @@ int cv_quant_layer_of(const char *name);
 /* The type the policy of p wants for a weight matrix of layer `layer`
  * (-1 for tensors outside the blocks) of n_layer. */
 cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer);
+/* llama.cpp's general.file_type for a file made with the policy of p:
+ * MOSTLY_Q4_K_M 15 and MOSTLY_Q5_K_M 17 for the mixes, else
+ * cv_quant_file_type(p->type). */
+int cv_quant_policy_file_type(const cv_quantize_params *p);
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen);

@@ -332,10 +332,16 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
     return n;
 }
 
+/* The quantization policy of p: quantize's, for its type or mix. */
+static cv_quantize_params policy_of(const cv_synth_params *p)
+{
+    return (cv_quantize_params){.type = p->type, .output_type = CV_TYPE_COUNT, .k_mix = p->k_mix};
+}
+
 /* The type the quantization policy wants for a matrix (before fitting). */
 static cv_type wanted_type(const cv_synth_params *p, const synth_tensor *t)
 {
-    const cv_quantize_params qp = {.type = p->type, .output_type = CV_TYPE_COUNT, .k_mix = p->k_mix};
+    const cv_quantize_params qp = policy_of(p);
     return cv_quant_policy_type(&qp, t->name, cv_quant_layer_of(t->name), (int)p->n_layer);
 }
 
@@ -394,7 +400,8 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     gguf_set_str(w, "general.architecture", "llama");
     gguf_set_str(w, "general.name", p->name[0] ? p->name : "convoy-synth");
     gguf_set_str(w, "general.description", desc);
-    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_file_type(p->type));
+    const cv_quantize_params qp = policy_of(p);
+    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_policy_file_type(&qp));
     gguf_set_u32(w, "general.quantization_version", 2);
     gguf_set_u32(w, "llama.vocab_size", (uint32_t)p->n_vocab);
     gguf_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);

@@ -8,8 +8,11 @@
  *   output.weight [n_embd, n_vocab] (absent when tied), and per layer N
  *   blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
  *   ffn_gate, ffn_up, ffn_down}.weight.
- * Norms are F32 and exactly 1.0. Every matrix has type `type` (or the type
- * cv_quant_fit_type picks when its rows do not fit) and is quantized row by
+ * Norms are F32 and exactly 1.0. Every matrix has the type quantize's
+ * policy gives it (cv_quant_policy_type: `type`, or with k_mix llama.cpp's
+ * Q4_K_M / Q5_K_M mix), or the type cv_quant_fit_type picks when its rows
+ * do not fit; general.file_type is cv_quant_policy_file_type's (15 for
+ * Q4_K_M, 17 for Q5_K_M, as llama.cpp). Each matrix is quantized row by
  * row from f32 values of std 1/sqrt(row length) (token_embd: std 1; output:
  * output_scale/sqrt(n_embd)).
  *
