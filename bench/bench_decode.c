@@ -1,19 +1,19 @@
 /* bench_decode.c: single-machine prefill and decode speed against the
- * memory-bandwidth roofline and llama.cpp's figures.
+ * memory-bandwidth roofline.
  *
  * For each synthetic model (Llama-3.2-1B shape in Q4_0, Q8_0 and Q4_K_M, Llama-3.1-
  * 8B shape in Q4_0; made once with `convoy synth` into the model directory)
  * and 1 and 2 threads: prefill of pp tokens in one batch and decode of tg
  * tokens one at a time (tokens/s), the read bandwidth measured in the same
- * run (a 2 GiB float array summed by 1 and 2 threads, best of 5), the
- * roofline (bandwidth / weight bytes read per token), the fraction of it
- * reached, and the ratio to llama.cpp's median in
- * ../shared/reference/llamacpp-speed.md. Prints a table and appends one
- * JSON line per measurement to bench/out/decode.jsonl.
+ * run (a 2 GiB float array in huge pages, as convoy holds weights, summed
+ * by 1 and 2 threads, best of 5), the roofline (bandwidth / weight bytes
+ * read per token) and the fraction of it reached. Prints a table and
+ * appends one JSON line per measurement to bench/out/decode.jsonl.
+ * llama.cpp side by side: bench/vs_llamacpp.sh.
  *
  * With --model PATH, one measurement instead (no bandwidth, no table): a
  * warm-up step, then prefill of --pp tokens and decode of --tg tokens at
- * --threads, printed as one line "pp_tok_s TG_tok_s" for
+ * --threads, printed as one line "pp_tok_s tg_tok_s bytes_per_token" for
  * bench/vs_llamacpp.sh.
  *
  * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]
@@ -32,6 +32,7 @@
 
 #include "bench_raw.h"
 #include "convoy.h"
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "infer/sampler.h"
 #include "kernels/kernels.h"
@@ -103,30 +104,6 @@ static double measure_bandwidth(float *buf, size_t n, int threads, int reps)
     return best;
 }
 
-/* ---- llama.cpp's figures ---- */
-
-/* Median tokens/s of `model` `test` at `threads` from llamacpp-speed.md's
- * table rows "| model | test | threads | n | **median** | ...", 0 if absent. */
-static double llamacpp_figure(const char *md_path, const char *model, const char *test, int threads)
-{
-    FILE *f = fopen(md_path, "r");
-    if (!f)
-        return 0;
-    char line[1024], want[256];
-    double v = 0;
-    snprintf(want, sizeof want, "| %s | %s | %d | ", model, test, threads);
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, want, strlen(want)))
-            continue;
-        const char *p = strstr(line + strlen(want), "**");
-        if (p)
-            v = atof(p + 2);
-        break;
-    }
-    fclose(f);
-    return v;
-}
-
 /* ---- speed ---- */
 
 typedef struct speed {
@@ -157,15 +134,14 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         pos[i] = i;
     }
     if (pp > 0) {
-        /* one token first, so that the timed prefill finds the weights
-         * mapped and cached, as decode's first untimed step does */
-        uint8_t w1 = 1;
-        convoy_batch b1 = {.n_tokens = 1, .token = tok, .pos = pos, .seq = seq, .want = &w1};
-        if (convoy_decode(c, &b1, logits, err, sizeof err))
-            fprintf(stderr, "bench_decode: %s\n", err);
-        convoy_seq_free(c, 0, err, sizeof err);
+        /* the same prefill once untimed first, so that the timed one
+         * finds the weights cached and the buffers touched, as llama-bench
+         * warms up with its prompt */
         want[pp - 1] = 1;
         convoy_batch b = {.n_tokens = pp, .token = tok, .pos = pos, .seq = seq, .want = want};
+        if (convoy_decode(c, &b, logits, err, sizeof err))
+            fprintf(stderr, "bench_decode: %s\n", err);
+        convoy_seq_free(c, 0, err, sizeof err);
         double t0 = cv_now_s();
         if (convoy_decode(c, &b, logits, err, sizeof err))
             fprintf(stderr, "bench_decode: %s\n", err);
@@ -233,17 +209,13 @@ int main(int argc, char **argv)
             return 1;
         }
         speed s = measure(m, one_threads, one_pp, one_tg);
-        printf("%.3f %.3f\n", s.pp, s.tg);
+        convoy_model_info info;
+        convoy_model_get_info(m, &info);
+        printf("%.3f %.3f %llu\n", s.pp, s.tg, (unsigned long long)info.bytes_per_token);
         convoy_model_free(m);
         return 0;
     }
     const char *convoy_bin = getenv("CONVOY_BIN") ? getenv("CONVOY_BIN") : "build/convoy";
-    const char *md = getenv("CONVOY_SHARED") ? NULL : "../shared/reference/llamacpp-speed.md";
-    char md_buf[512];
-    if (!md) {
-        snprintf(md_buf, sizeof md_buf, "%s/reference/llamacpp-speed.md", getenv("CONVOY_SHARED"));
-        md = md_buf;
-    }
     struct {
         const char *name, *shape, *type;
         int pp, tg;
@@ -258,20 +230,19 @@ int main(int argc, char **argv)
     FILE *raw = bench_raw_open("bench/out/decode.jsonl");
 
     const size_t bw_n = (size_t)1 << 29; /* 2 GiB of floats */
-    float *bw_buf = aligned_alloc(64, bw_n * sizeof(float));
+    float *bw_buf = cv_huge_alloc(bw_n * sizeof(float));
     for (size_t i = 0; i < bw_n; i++)
         bw_buf[i] = (float)(i & 7);
     double bw[3] = {0};
     bw[1] = measure_bandwidth(bw_buf, bw_n, 1, 5);
     bw[2] = measure_bandwidth(bw_buf, bw_n, 2, 5);
-    free(bw_buf);
+    cv_huge_free(bw_buf, bw_n * sizeof(float));
     printf("read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads), ratio %.2f; kernels: %s\n\n", bw[1], bw[2],
            bw[2] / bw[1], cv_kernels_name());
     if (bandwidth_only)
         return 0;
-    printf("| model | threads | pp%s tok/s | tg tok/s | roofline tok/s | fraction of roof | llama.cpp tg | ratio |\n",
-           quick ? "64" : "512");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| model | threads | pp%s tok/s | tg tok/s | roofline tok/s | fraction of roof |\n", quick ? "64" : "512");
+    printf("|---|---:|---:|---:|---:|---:|\n");
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         if (only && strcmp(only, models[k].name))
             continue;
@@ -297,24 +268,17 @@ int main(int argc, char **argv)
         for (int threads = 1; threads <= 2; threads++) {
             speed s = measure(m, threads, pp, tg);
             double roof = bw[threads] * 1e9 / (double)info.bytes_per_token;
-            char test[16];
-            snprintf(test, sizeof test, "tg%d", models[k].tg);
-            double ref = llamacpp_figure(md, models[k].name, models[k].tg == 32 ? "tg32 (not tg128)" : test, threads);
-            char pp_s[32] = "n/a", ref_s[32] = "n/a", ratio_s[32] = "n/a";
+            char pp_s[32] = "n/a";
             if (pp)
                 snprintf(pp_s, sizeof pp_s, "%.2f", s.pp);
-            if (ref > 0) {
-                snprintf(ref_s, sizeof ref_s, "%.2f", ref);
-                snprintf(ratio_s, sizeof ratio_s, "%.2fx", s.tg / ref);
-            }
-            printf("| %s | %d | %s | %.2f | %.2f | %.0f%% | %s | %s |\n", models[k].name, threads, pp_s, s.tg, roof,
-                   100 * s.tg / roof, ref_s, ratio_s);
+            printf("| %s | %d | %s | %.2f | %.2f | %.0f%% |\n", models[k].name, threads, pp_s, s.tg, roof,
+                   100 * s.tg / roof);
             fflush(stdout);
-            bench_raw_append(raw, json_pack("{s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:I,s:f,s:s,s:i}", "bench",
+            bench_raw_append(raw, json_pack("{s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:I,s:s,s:i}", "bench",
                                             "decode", "model", models[k].name, "threads", threads, "pp", pp, "tg", tg,
                                             "pp_tok_s", s.pp, "tg_tok_s", s.tg, "bandwidth_gb_s", bw[threads],
                                             "roofline_tok_s", roof, "bytes_per_token",
-                                            (json_int_t)info.bytes_per_token, "llamacpp_tg_tok_s", ref, "kernels",
+                                            (json_int_t)info.bytes_per_token, "kernels",
                                             cv_kernels_name(), "time", (int)time(NULL)));
         }
         convoy_model_free(m);

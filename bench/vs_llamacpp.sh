@@ -6,11 +6,13 @@
 # PP-token prompt and decode of TG tokens. Alternating makes a busy
 # machine slow both alike; each round gives one ratio (convoy tok/s /
 # llama.cpp tok/s) and the table prints the median ratio and the median
-# tokens/s of each.
+# tokens/s of each. Decode rows also show the roofline: the read bandwidth
+# of 1 or 2 threads (bench_decode --bandwidth-only, measured once at the
+# start) over the weight bytes convoy reads per token.
 #
 # usage: bench/vs_llamacpp.sh [-r ROUNDS] [-t "1 2"] [-b BUILD_DIR] [MODEL.gguf ...]
 #   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 TESTS="pp tg"
-#   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q6_k,q8_0}.gguf
+#   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q5_k,q6_k,q8_0,q4_k_m}.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=5 threads="1 2" build=build
@@ -27,7 +29,7 @@ PP=${PP:-512} TG=${TG:-64} TESTS=${TESTS:-pp tg}
 shared=${CONVOY_SHARED:-../shared}
 lb=$shared/tools/llama.cpp/bin/llama-bench
 models=("$@")
-[ ${#models[@]} -gt 0 ] || models=(bench/out/models/llama-1b-{q4_0,q4_k,q6_k,q8_0}.gguf)
+[ ${#models[@]} -gt 0 ] || models=(bench/out/models/llama-1b-{q4_0,q4_k,q5_k,q6_k,q8_0,q4_k_m}.gguf)
 for f in "$build/bench_decode" "$lb" "${models[@]}"; do
     [ -e "$f" ] || { echo "vs_llamacpp: missing $f" >&2; exit 1; }
 done
@@ -39,26 +41,36 @@ llama() { # model threads pp tg
 }
 median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-printf '| model | threads | test | convoy tok/s | llama.cpp tok/s | ratio (median of %d) |\n|---|---:|---|---:|---:|---:|\n' "$rounds"
+# GB/s of 1 and 2 threads
+read -r bw1 bw2 < <("$build/bench_decode" --bandwidth-only |
+    sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s (1 thread), \([0-9.]*\) GB\/s.*/\1 \2/p')
+echo "read bandwidth: $bw1 GB/s (1 thread), $bw2 GB/s (2 threads)"
+printf '| model | threads | test | convoy tok/s | llama.cpp tok/s | ratio (median of %d) | roofline tok/s | convoy of roof |\n|---|---:|---|---:|---:|---:|---:|---:|\n' "$rounds"
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
     for t in $threads; do
         for test in $TESTS; do
             [ "$test" = pp ] && test=pp$PP || test=tg$TG
-            cv=() ll=() ra=()
+            cv=() ll=() ra=() bytes=0
             for ((r = 0; r < rounds; r++)); do
                 if [ "${test:0:2}" = pp ]; then
                     c=$("$build/bench_decode" --model "$m" --threads "$t" --pp "$PP" --tg 0 | awk '{print $1}')
                     l=$(llama "$m" "$t" "$PP" 0)
                 else
-                    c=$("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG" | awk '{print $2}')
+                    read -r _ c bytes < <("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG")
                     l=$(llama "$m" "$t" 0 "$TG")
                 fi
                 cv+=("$c") ll+=("$l") ra+=("$(awk -v a="$c" -v b="$l" 'BEGIN {printf "%.4f", a / b}')")
             done
-            printf '| %s | %s | %s | %.2f | %.2f | %.2fx |\n' "$name" "$t" "$test" \
-                "$(printf '%s\n' "${cv[@]}" | median)" "$(printf '%s\n' "${ll[@]}" | median)" \
-                "$(printf '%s\n' "${ra[@]}" | median)"
+            c=$(printf '%s\n' "${cv[@]}" | median)
+            roof=n/a of=n/a
+            if [ "$bytes" -gt 0 ]; then
+                [ "$t" = 1 ] && bw=$bw1 || bw=$bw2
+                roof=$(awk -v g="$bw" -v b="$bytes" 'BEGIN {printf "%.2f", g * 1e9 / b}')
+                of=$(awk -v c="$c" -v r="$roof" 'BEGIN {printf "%.0f%%", 100 * c / r}')
+            fi
+            printf '| %s | %s | %s | %.2f | %.2f | %.2fx | %s | %s |\n' "$name" "$t" "$test" "$c" \
+                "$(printf '%s\n' "${ll[@]}" | median)" "$(printf '%s\n' "${ra[@]}" | median)" "$roof" "$of"
         done
     done
 done

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -21,6 +22,7 @@
 #include "core/err.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/llama.h"
 #include "test.h"
 
 static char tmp_dir[256];
@@ -208,6 +210,58 @@ static void test_fmap_release(void)
         free(copy);
     }
     gguf_close(&f);
+}
+
+/* cv_fmap_read copies the file's bytes; a range past the end is refused
+ * naming it. */
+static void test_fmap_read(void)
+{
+    char path[512], err[CV_ERRLEN];
+    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf"))
+        return;
+    cv_fmap m;
+    if (cv_fmap_open(&m, path, err, sizeof err) != 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    uint8_t *buf = malloc(m.size);
+    CHECK(cv_fmap_read(&m, 0, m.size, buf, err, sizeof err) == 0 && memcmp(buf, m.data, m.size) == 0);
+    CHECK(cv_fmap_read(&m, m.size - 7, 7, buf, err, sizeof err) == 0 && memcmp(buf, m.data + m.size - 7, 7) == 0);
+    CHECK(cv_fmap_read(&m, m.size - 7, 8, buf, err, sizeof err) == -1 && strstr(err, "past the file's end"));
+    CHECK(cv_fmap_read(&m, m.size + 1, 0, buf, err, sizeof err) == -1);
+    free(buf);
+    cv_fmap_close(&m);
+}
+
+/* Each bound matrix is read into the resident block (64-byte aligned,
+ * inside it) with the file's bytes; token_embd stays in the mapping. */
+static void test_resident_weights(void)
+{
+    char path[512], err[CV_ERRLEN];
+    if (!test_shared_path(path, sizeof path, "models/stories260K.gguf"))
+        return;
+    cv_llama m;
+    if (cv_llama_load(&m, path, 0, -1, err, sizeof err) != 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    const uint8_t *lo = m.resident, *hi = m.resident + m.resident_bytes;
+    const struct {
+        const char *name;
+        const cv_weight *w;
+    } bound[] = {{"output.weight", &m.output}, {"blk.0.attn_q.weight", &m.layers[0].wq},
+                 {"blk.0.ffn_down.weight", &m.layers[0].w_down}, {"token_embd.weight", &m.tok_embd}};
+    for (size_t i = 0; i < sizeof bound / sizeof bound[0]; i++) {
+        const gguf_tensor *t = gguf_find_tensor(&m.gguf, bound[i].name);
+        if (!t) /* tied output */
+            t = gguf_find_tensor(&m.gguf, "token_embd.weight");
+        const uint8_t *p = bound[i].w->data;
+        const bool mapped = p >= m.gguf.map.data && p < m.gguf.map.data + m.gguf.map.size;
+        CHECKF(mapped == !strcmp(bound[i].name, "token_embd.weight"), "%s", bound[i].name);
+        CHECKF(mapped || (p >= lo && p + t->size <= hi && (uintptr_t)p % 64 == 0), "%s", bound[i].name);
+        CHECKF(memcmp(p, t->data, t->size) == 0, "%s", bound[i].name);
+    }
+    cv_llama_free(&m);
 }
 
 /* The cursor underneath the reader: short reads fail, stick, and report
@@ -783,6 +837,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_vocab_only);
     TEST_RUN(test_open_errors);
     TEST_RUN(test_fmap_release);
+    TEST_RUN(test_fmap_read);
+    TEST_RUN(test_resident_weights);
     TEST_RUN(test_cursor);
     TEST_RUN(test_writer_round_trip);
     TEST_RUN(test_writer_copy_kv);

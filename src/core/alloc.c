@@ -2,8 +2,10 @@
  * thread and, in debug builds, abort inside a region marked no-allocation. */
 #include "core/alloc.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 static _Thread_local int forbid;
 static _Thread_local uint64_t count;
@@ -47,6 +49,34 @@ void *cv_aligned_alloc_at(size_t n, const char *file, int line)
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         return NULL;
     return p;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t huge_round(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
+void *cv_huge_alloc_at(size_t n, const char *file, int line)
+{
+    note(file, line);
+    const size_t len = huge_round(n ? n : 1);
+    /* map one huge page more, then trim to an aligned range */
+    uint8_t *p = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    const size_t head = (HUGE_PAGE - (uintptr_t)p % HUGE_PAGE) % HUGE_PAGE;
+    if (head)
+        munmap(p, head);
+    munmap(p + head + len, HUGE_PAGE - head);
+#ifdef MADV_HUGEPAGE
+    madvise(p + head, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages where refused */
+#endif
+    return p + head;
+}
+
+void cv_huge_free(void *p, size_t n)
+{
+    if (p)
+        munmap(p, huge_round(n ? n : 1));
 }
 
 void cv_free(void *p) { free(p); }

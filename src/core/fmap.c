@@ -66,6 +66,22 @@ void cv_fmap_release(cv_fmap *m, size_t off, size_t n)
         madvise((void *)(m->data + lo), hi - lo, MADV_DONTNEED);
 }
 
+int cv_fmap_read(const cv_fmap *m, size_t off, size_t n, void *dst, char *err, size_t errlen)
+{
+    if (off > m->size || n > m->size - off)
+        return cv_errf(err, errlen, "bytes [%zu, %zu) lie past the file's end (%zu)", off, off + n, m->size);
+    for (size_t done = 0; done < n;) {
+        const ssize_t r = pread(m->fd, (uint8_t *)dst + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return cv_errf(err, errlen, "cannot read bytes [%zu, %zu): %s", off + done, off + n,
+                           r < 0 ? strerror(errno) : "the file shrank");
+        done += (size_t)r;
+    }
+    return 0;
+}
+
 void cv_fmap_close(cv_fmap *m)
 {
     if (m->data)

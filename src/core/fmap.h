@@ -5,7 +5,9 @@
  * reads only some tensors keeps only those pages resident.
  * cv_fmap_release tells the kernel that the pages of [off, off+n) will not
  * be needed again (after a tensor has been repacked into private memory);
- * reading them later is still valid and faults them back in. */
+ * reading them later is still valid and faults them back in.
+ * cv_fmap_read copies bytes [off, off+n) of the file into dst with pread,
+ * so the mapping's pages are not touched; an error names the file's range. */
 #ifndef CONVOY_CORE_FMAP_H
 #define CONVOY_CORE_FMAP_H
 
@@ -20,6 +22,7 @@ typedef struct cv_fmap {
 
 int cv_fmap_open(cv_fmap *m, const char *path, char *err, size_t errlen);
 void cv_fmap_release(cv_fmap *m, size_t off, size_t n);
+int cv_fmap_read(const cv_fmap *m, size_t off, size_t n, void *dst, char *err, size_t errlen);
 void cv_fmap_close(cv_fmap *m);
 
 #endif

@@ -175,6 +175,62 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
     return 0;
 }
 
+/* ---- weights in private memory ---- */
+
+enum { LAYER_MATRICES = 7 };
+
+static cv_weight *layer_matrix(cv_llama_layer *L, int i)
+{
+    cv_weight *const w[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return w[i];
+}
+
+/* Bytes a matrix takes in the resident block: 64-byte aligned starts. */
+static size_t resident_size(const cv_weight *w)
+{
+    const size_t n = w->data ? cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out : 0;
+    return (n + 63) / 64 * 64;
+}
+
+/* Reads matrix w from the file into *at, points w there, moves *at on. */
+static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, size_t errlen)
+{
+    if (!w->data)
+        return 0;
+    const size_t n = cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
+    char why[256];
+    if (cv_fmap_read(&m->gguf.map, (size_t)((const uint8_t *)w->data - m->gguf.map.data), n, *at, why, sizeof why))
+        return cv_errf(err, errlen, "%s: %s", m->gguf.name, why);
+    w->data = *at;
+    *at += resident_size(w);
+    return 0;
+}
+
+/* The bound matrices move from the file mapping into one block of private
+ * memory in huge pages, read with pread so the mapping's pages are never
+ * touched (resident memory stays one copy). Decode streams every weight
+ * once per token; through a mapping's 4 KiB pages one core read 11.4 GB/s,
+ * through huge pages 14.9. token_embd stays mapped: a token reads a row. */
+static int make_resident(cv_llama *m, char *err, size_t errlen)
+{
+    size_t total = resident_size(&m->output);
+    for (int32_t l = m->l0; l < m->l1; l++)
+        for (int i = 0; i < LAYER_MATRICES; i++)
+            total += resident_size(layer_matrix(&m->layers[l], i));
+    if (total == 0)
+        return 0;
+    m->resident = cv_huge_alloc(total);
+    if (!m->resident)
+        return cv_errf(err, errlen, "%s: out of memory for %zu bytes of weights", m->gguf.name, total);
+    m->resident_bytes = total;
+    uint8_t *at = m->resident;
+    for (int32_t l = m->l0; l < m->l1; l++)
+        for (int i = 0; i < LAYER_MATRICES; i++)
+            if (move_resident(m, layer_matrix(&m->layers[l], i), &at, err, errlen))
+                return -1;
+    return move_resident(m, &m->output, &at, err, errlen);
+}
+
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
@@ -244,6 +300,8 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
         if (bind_matrix(m, out_name, n_embd, hp->n_vocab, &m->output, err, errlen))
             goto fail;
     }
+    if (make_resident(m, err, errlen))
+        goto fail;
     return 0;
 fail:
     cv_llama_free(m);
@@ -254,6 +312,7 @@ void cv_llama_free(cv_llama *m)
 {
     cv_free(m->layers);
     cv_free(m->vec_copies);
+    cv_huge_free(m->resident, m->resident_bytes);
     gguf_close(&m->gguf);
     memset(m, 0, sizeof *m);
 }
