@@ -119,7 +119,7 @@ void cv_forward_free(cv_forward *f)
 }
 
 
-/* ---- element-wise operations (one thread; cheap next to the matmuls) ---- */
+/* ---- element-wise operations (one thread but swiglu; cheap next to the matmuls) ---- */
 
 /* y = x / rms(x) * w, rows of n; the sum of squares in double, as llama.cpp. */
 static void rmsnorm_rows(float *y, const float *x, const float *w, int32_t rows, int32_t n, float eps)
@@ -143,11 +143,22 @@ static void add_rows(float *x, const float *d, size_t n)
         x[i] += d[i];
 }
 
-static void swiglu_rows(float *gate, const float *up, size_t n)
+typedef struct swiglu_job {
+    float *gate;
+    const float *up;
+    long n;
+} swiglu_job;
+
+/* gate = silu(gate) * up over this thread's share (a prompt's expf calls
+ * are too many for one thread while the other waits) */
+static void swiglu_worker(void *ctx, int ith, int nth)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float g = gate[i];
-        gate[i] = (g / (1.0f + expf(-g))) * up[i];
+    const swiglu_job *j = ctx;
+    long lo, hi;
+    cv_split_range(j->n, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        const float g = j->gate[i];
+        j->gate[i] = (g / (1.0f + expf(-g))) * j->up[i];
     }
 }
 
@@ -248,6 +259,25 @@ static void plan_chunks(matmul_job *j, int nth)
     atomic_init(&j->next, 0);
 }
 
+typedef struct quant_job {
+    cv_from_float_fn from_float;
+    const float *x;
+    char *xq;
+    int32_t n_in;
+    size_t stride;
+    int32_t m;
+} quant_job;
+
+/* This thread's share of the m rows of x in the activation type. */
+static void quant_worker(void *ctx, int ith, int nth)
+{
+    const quant_job *j = ctx;
+    long lo, hi;
+    cv_split_range(j->m, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++)
+        j->from_float(j->x + (size_t)t * j->n_in, j->xq + (size_t)t * j->stride, j->n_in);
+}
+
 /* Converts m rows of x (n_in wide) to the activation type of w[0] (all the
  * weights of one call share n_in and the activation type), then computes
  * y[i] = w[i] . x for each i in one pass over the pool. */
@@ -267,8 +297,11 @@ static void matmul(cv_forward *f, const float *x, int32_t m, const cv_weight *co
         j.x_stride = sizeof(float) * (size_t)n_in;
     } else {
         j.x_stride = cv_row_bytes(act, n_in);
-        for (int32_t t = 0; t < m; t++)
-            at->from_float(x + (size_t)t * n_in, (char *)f->xq + (size_t)t * j.x_stride, n_in);
+        quant_job qj = {.from_float = at->from_float, .x = x, .xq = f->xq, .n_in = n_in, .stride = j.x_stride, .m = m};
+        if (m < cv_pool_size(f->pool))
+            quant_worker(&qj, 0, 1);
+        else
+            cv_pool_run(f->pool, quant_worker, &qj);
         j.xq = f->xq;
     }
     cv_pool_run(f->pool, matmul_worker, &j);
@@ -316,9 +349,9 @@ static void attn_worker(void *ctx, int ith, int nth)
                       .kv_type = kv->type,
                       .kv_stride = (size_t)kv->kv_dim,
                       .scratch = f->att_scratch + (size_t)ith * cv_attn_scratch_floats(hd, group)};
-    long p0, p1;
-    cv_split_range((long)j->b->n_tokens * n_head_kv, ith, nth, &p0, &p1);
-    for (long p = p0; p < p1; p++) {
+    /* dealt round-robin: a later token sees more positions, and contiguous
+     * ranges gave the last of two threads 3/4 of a prompt's attention */
+    for (long p = ith; p < (long)j->b->n_tokens * n_head_kv; p += nth) {
         const int32_t t = (int32_t)(p / n_head_kv), kvh = (int32_t)(p % n_head_kv);
         const int32_t slot = j->b->seq[t];
         const size_t qoff = ((size_t)t * n_head + (size_t)kvh * group) * hd, kvoff = (size_t)kvh * hd * kv->elt_size;
@@ -431,7 +464,8 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
         const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
         float *const gu_y[2] = {f->gate, f->up};
         matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
-        swiglu_rows(f->gate, f->up, (size_t)n * hp->n_ff);
+        swiglu_job sj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff};
+        cv_pool_run(f->pool, swiglu_worker, &sj);
         const cv_weight *d_w[1] = {&L->w_down};
         float *const d_y[1] = {f->xn};
         matmul(f, f->gate, n, d_w, d_y, 1);
