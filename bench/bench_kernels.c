@@ -5,7 +5,8 @@
  * selected kernels. The weight matrix (random quants, default 16384 x 4096)
  * is larger than the caches, so the best kernel should run near memory
  * bandwidth.
- * Prefill (64 and 512 tokens, 4096 x COLS weight): GFLOP/s of one vec_dot
+ * Batches (2, 4, 8, 16 tokens: decode of several users at once) and prefill
+ * (64 and 512 tokens), 4096 x COLS weight: GFLOP/s of one vec_dot
  * per output (what cv_matmul_rows did before it had tile kernels) and of
  * cv_matmul_rows, run alternately and timed in thread CPU time so that a
  * busy machine slows both alike; the outputs must match bit for bit.
@@ -155,7 +156,8 @@ int main(int argc, char **argv)
     free(y);
 
     /* prefill */
-    static const int tokens[] = {64, 512};
+    static const int tokens[] = {2, 4, 8, 16, 64, 512};
+    enum { N_TOKENS = 6 };
     const long p_rows = 4096;
     const int max_m = 512;
     float *y_old = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
@@ -173,7 +175,7 @@ int main(int argc, char **argv)
         if (!w)
             return 1;
         fill_blocks(t, w, bytes);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < N_TOKENS; k++) {
             int m = tokens[k];
             double s_old, s_new;
             bench_prefill(t, w, p_rows, cols, x, m, y_old, y_new, reps, &s_old, &s_new);

@@ -22,6 +22,7 @@
  * outputs at once for cv_matmul_rows, each with the bits of its vec_dot
  * here. */
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
@@ -72,6 +73,25 @@ static inline __m128i mins_dot(const uint8_t mn[8], const int16_t *bsums)
     return _mm_madd_epi16(mins, s);
 }
 
+/* Chunk j's 64 weights of a Q4_K (q5 = 0) or Q5_K block as bytes: lo holds
+ * weights 64j..64j+31, hi the next 32. For Q5_K, *hb is the block's qh
+ * shifted down by 2 per chunk already taken: bit 0 of each byte is the
+ * fifth bit of lo's weight, bit 1 of hi's. */
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *qs, int j, __m256i *hb, int q5,
+                                                             __m256i *lo, __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    *lo = _mm256_and_si256(qb, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+    if (q5) {
+        const __m256i bit4 = _mm256_set1_epi8(0x10);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(*hb, 4), bit4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(*hb, 3), bit4));
+        *hb = _mm256_srli_epi16(*hb, 2);
+    }
+}
+
 float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q4_K *wb = w;
@@ -114,8 +134,6 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q5_K *wb = w;
     const block_q8_K *xb = x;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
@@ -133,12 +151,8 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
         /* unrolled as in Q4_K */
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
-            __m256i lo = _mm256_and_si256(qb, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-            hb = _mm256_srli_epi16(hb, 2);
+            __m256i lo, hi;
+            unpack_q45(q, j, &hb, 1, &lo, &hi);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y + 64 * j)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 64 * j + 32)));
             p0 = _mm256_madd_epi16(p0, bcast_i16(scales, 2 * j));
@@ -255,8 +269,6 @@ static void prefetch_next_chunk(const char *w, size_t w_stride, size_t block_byt
 static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K *p, const char *w, size_t w_stride,
                                                                     int b0, int nbc, int nb, int q5)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
     const size_t block_bytes = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, Q45_PANEL_SB);
     for (int r = 0; r < TILE_ROWS; r++) {
@@ -268,17 +280,8 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
             uint8_t sc[8], mn[8];
             kq_unpack_scales_mins(q5 ? b5->scales : b4->scales, sc, mn);
             __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {
-                const __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-                __m256i lo = _mm256_and_si256(qb, m4), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-                if (q5) {
-                    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-                    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-                    hb = _mm256_srli_epi16(hb, 2);
-                }
-                p->q[b][r][2 * j] = lo;
-                p->q[b][r][2 * j + 1] = hi;
-            }
+            for (int j = 0; j < 4; j++)
+                unpack_q45(qs, j, &hb, q5, &p->q[b][r][2 * j], &p->q[b][r][2 * j + 1]);
             for (int s = 0; s < 8; s++)
                 p->sc[b][r][s] = _mm256_set1_epi16(sc[s]);
             p->d[b][r] = _mm256_set1_ps(_cvtsh_ss(q5 ? b5->d : b4->d));
@@ -356,16 +359,225 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
         }
 }
 
+/* ---- Q4_K and Q5_K tiles for few tokens (batched decode) ----
+ *
+ * The panel costs as much to prepare as a few tokens take to meet it, so
+ * for up to SMALL_TOKENS tokens (measured: 4 and 8 faster, 16 even) the
+ * weights stay in registers instead: for one row and one 32-byte chunk of
+ * a super-block the nibbles are unpacked once and the tokens meet them,
+ * their int32 sums in registers.
+ * The tile goes through the rows SMALL_SB super-blocks at a time, so that
+ * those blocks of the tokens stay in L1 while the 8 rows meet them. Scales
+ * and mins are unpacked per chunk for the 8 rows (to int32 words that
+ * broadcast by a load alone), the tokens' d and bsum pairs per chunk for
+ * the group (token t in lane t). The same ints and floats as vec_dot meet
+ * in the same order: accm's lane l of token t lives in lane t of accm[l]. */
+
+enum { SMALL_SB = 4, SMALL_GROUP = 8, SMALL_TOKENS = 8 };
+
+/* Scales of a chunk of the tile's rows. */
+typedef struct small_w_q45 {
+    int32_t sc[SMALL_SB][TILE_ROWS][8]; /* scale of sub-block s in both 16-bit halves */
+    int32_t mn[SMALL_SB][TILE_ROWS][4]; /* mins 2l and 2l + 1 as 16-bit pair l */
+    float d[SMALL_SB][TILE_ROWS], dmin[SMALL_SB][TILE_ROWS];
+} small_w_q45;
+
+/* A chunk of a group of tokens: token t in lane t (0 past the group). */
+typedef struct small_x_q45 {
+    const int8_t *q[SMALL_SB][SMALL_GROUP]; /* quants of each token's super-block */
+    __m256 xd[SMALL_SB];
+    __m256i bs[SMALL_SB][4]; /* mins_dot's pair l of bsum sums */
+} small_x_q45;
+
+/* The 8 scales and 8 mins of a Q4_K (or Q5_K) block as bytes [sc0..sc7,
+ * mn0..mn7] (kq_unpack_scales_mins in one vector). */
+static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
+{
+    /* 16 bytes from the block, not from its 12-byte scales[] (GCC took
+     * that overread for undefined and dropped the caller) */
+    const __m128i v = _mm_loadu_si128((const __m128i *)((const char *)blk + offsetof(block_q4_K, scales)));
+    /* low bits: a, c, b, c; top two bits of scales/mins 4..7: a, b */
+    const __m128i s1 = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i s2 = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i lo = _mm_and_si128(s1, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(s1, 4), _mm_setr_epi32(0, 0, 0, 0x0F0F0F0F));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(s2, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(lo, hi), top);
+}
+
+/* Scales, mins, d and dmin of super-blocks [b0, b0 + nbc) of the rows;
+ * prefetches what comes next. Inlined early: as a separate function GCC 12
+ * -O2 dropped its call (IPA mod/ref; clang and -fno-ipa-modref kept it). */
+static inline __attribute__((always_inline)) void small_prepare_w_q45(small_w_q45 *p, const char *w, size_t w_stride,
+                                                                      int b0, int nbc, int nb, int q5)
+{
+    const size_t block_bytes = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, SMALL_SB);
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int b = 0; b < nbc; b++) {
+            /* Q4_K and Q5_K agree on d, dmin and scales */
+            const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes);
+            const __m128i sm = unpack_scales_mins_v(blk);
+            const __m256i sc = _mm256_cvtepu8_epi32(sm);
+            _mm256_storeu_si256((__m256i *)p->sc[b][r], _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+            _mm_storeu_si128((__m128i *)p->mn[b][r], _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+            p->d[b][r] = _cvtsh_ss(blk->d);
+            p->dmin[b][r] = _cvtsh_ss(blk->dmin);
+        }
+}
+
+/* Super-blocks [b0, b0 + nbc) of tokens [0, nt) of x into p. */
+static void small_prepare_x(small_x_q45 *p, const void *x, size_t x_stride, int nt, int b0, int nbc)
+{
+    for (int b = 0; b < nbc; b++) {
+        float xd[SMALL_GROUP] = {0};
+        __m128i v[SMALL_GROUP];
+        for (int t = 0; t < SMALL_GROUP; t++) {
+            const block_q8_K *xb = (const block_q8_K *)((const char *)x + (size_t)(t < nt ? t : 0) * x_stride) + b0 + b;
+            const __m128i *bsums = (const __m128i *)xb->bsums;
+            p->q[b][t] = xb->qs;
+            xd[t] = t < nt ? xb->d : 0.0f;
+            v[t] = t < nt ? _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)) : _mm_setzero_si128();
+        }
+        p->xd[b] = _mm256_loadu_ps(xd);
+        /* 8 x 4 int32 transposed: pair l of token t to lane t of bs[l] */
+        __m256i a[4], u[4];
+        for (int k = 0; k < 4; k++)
+            a[k] = _mm256_set_m128i(v[k + 4], v[k]);
+        u[0] = _mm256_unpacklo_epi32(a[0], a[1]);
+        u[1] = _mm256_unpacklo_epi32(a[2], a[3]);
+        u[2] = _mm256_unpackhi_epi32(a[0], a[1]);
+        u[3] = _mm256_unpackhi_epi32(a[2], a[3]);
+        p->bs[b][0] = _mm256_unpacklo_epi64(u[0], u[1]);
+        p->bs[b][1] = _mm256_unpackhi_epi64(u[0], u[1]);
+        p->bs[b][2] = _mm256_unpacklo_epi64(u[2], u[3]);
+        p->bs[b][3] = _mm256_unpackhi_epi64(u[2], u[3]);
+    }
+}
+
+/* One super-block of row r (blk) times the nt tokens of the group: adds to
+ * acc[t] (token t) and accm[l]. */
+static inline __attribute__((always_inline)) void small_block_q45(const char *blk, const small_w_q45 *pw,
+                                                                  const small_x_q45 *px, int b, int r, int nt,
+                                                                  int q5, __m256 *acc, __m256 *accm)
+{
+    const uint8_t *qs = q5 ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
+    __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)((const block_q5_K *)blk)->qh) : _mm256_setzero_si256();
+    __m256i isum[SMALL_GROUP];
+    for (int t = 0; t < nt; t++)
+        isum[t] = _mm256_setzero_si256();
+    /* not unrolled: GCC then spilled the products of all four chunks */
+#pragma GCC unroll 1
+    for (int j = 0; j < 4; j++) {
+        __m256i lo, hi;
+        unpack_q45(qs, j, &hb, q5, &lo, &hi);
+        const __m256i s0 = _mm256_set1_epi32(pw->sc[b][r][2 * j]), s1 = _mm256_set1_epi32(pw->sc[b][r][2 * j + 1]);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const int8_t *y = px->q[b][t] + 64 * j;
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)), s0);
+            const __m256i p1 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))), s1);
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
+        }
+    }
+    float dx[SMALL_GROUP];
+    _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_set1_ps(pw->d[b][r]), px->xd[b]));
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[t]), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    const __m256 dmx = _mm256_mul_ps(_mm256_set1_ps(pw->dmin[b][r]), px->xd[b]);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++)
+        accm[l] = _mm256_fmadd_ps(
+            dmx, _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi32(pw->mn[b][r][l]), px->bs[b][l])), accm[l]);
+}
+
+/* Accumulators of a tile of few tokens: acc[r][t], and accm[r][g][l] with
+ * lane i of the group g's token 8g + i. */
+typedef struct small_acc_q45 {
+    __m256 acc[TILE_ROWS][SMALL_TOKENS];
+    __m256 accm[TILE_ROWS][SMALL_TOKENS / SMALL_GROUP][4];
+} small_acc_q45;
+
+/* The chunk's super-blocks of the 8 rows times group g of nt tokens. */
+static inline __attribute__((always_inline)) void small_chunk_q45(const char *w, size_t w_stride,
+                                                                  const small_w_q45 *pw, const small_x_q45 *px,
+                                                                  int b0, int nbc, int g, int nt, int q5,
+                                                                  small_acc_q45 *a)
+{
+    const size_t block_bytes = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int b = 0; b < nbc; b++)
+            small_block_q45(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes, pw, px, b, r, nt, q5,
+                            a->acc[r] + SMALL_GROUP * g, a->accm[r][g]);
+}
+
+#define SMALL_CHUNK_FN(name, q5)                                                                                   \
+    static void name(const char *w, size_t w_stride, const small_w_q45 *pw, const small_x_q45 *px, int b0,       \
+                     int nbc, int g, int nt, small_acc_q45 *a)                                                     \
+    {                                                                                                              \
+        switch (nt) {                                                                                              \
+        case 1: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 1, q5, a); break;                               \
+        case 2: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 2, q5, a); break;                               \
+        case 3: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 3, q5, a); break;                               \
+        case 4: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 4, q5, a); break;                               \
+        case 5: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 5, q5, a); break;                               \
+        case 6: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 6, q5, a); break;                               \
+        case 7: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 7, q5, a); break;                               \
+        default: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 8, q5, a); break;                              \
+        }                                                                                                          \
+    }
+/* one copy per token count, so that the sums of a group stay in registers */
+SMALL_CHUNK_FN(small_chunk_q4_K, 0)
+SMALL_CHUNK_FN(small_chunk_q5_K, 1)
+
+static inline __attribute__((always_inline)) void tile_small_q45(int n, const void *w, size_t w_stride,
+                                                                 const void *x, size_t x_stride, int m, float *y,
+                                                                 size_t ldy, int q5)
+{
+    const int nb = n / QK_K;
+    small_w_q45 pw;
+    small_x_q45 px;
+    small_acc_q45 a;
+    memset(&a, 0, sizeof a);
+    for (int b0 = 0; b0 < nb; b0 += SMALL_SB) {
+        const int nbc = nb - b0 < SMALL_SB ? nb - b0 : SMALL_SB;
+        small_prepare_w_q45(&pw, w, w_stride, b0, nbc, nb, q5);
+        for (int g = 0; g * SMALL_GROUP < m; g++) {
+            const int nt = m - g * SMALL_GROUP < SMALL_GROUP ? m - g * SMALL_GROUP : SMALL_GROUP;
+            small_prepare_x(&px, (const char *)x + (size_t)g * SMALL_GROUP * x_stride, x_stride, nt, b0, nbc);
+            if (q5)
+                small_chunk_q5_K(w, w_stride, &pw, &px, b0, nbc, g, nt, &a);
+            else
+                small_chunk_q4_K(w, w_stride, &pw, &px, b0, nbc, g, nt, &a);
+        }
+    }
+    for (int t = 0; t < m; t++)
+        for (int r = 0; r < TILE_ROWS; r++) {
+            const __m256 *am = a.accm[r][t / SMALL_GROUP];
+            const int i = t % SMALL_GROUP;
+            const __m128 accm = _mm_setr_ps(am[0][i], am[1][i], am[2][i], am[3][i]);
+            y[(size_t)t * ldy + (size_t)r] = hsum8(a.acc[r][t]) - reduce4(accm);
+        }
+}
+
 void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
-    tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 0);
+    if (m <= SMALL_TOKENS)
+        tile_small_q45(n, w, w_stride, x, x_stride, m, y, ldy, 0);
+    else
+        tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 0);
 }
 
 void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
-    tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
+    if (m <= SMALL_TOKENS)
+        tile_small_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
+    else
+        tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
 }
 
 /* ---- Q6_K tile, planned as the Q4_K tile ----
