@@ -90,9 +90,9 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
     [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2, .matmul_tile = matmul_tile_q4_K_q8_K_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+                      .tile_min_tokens = TILE_MIN_TOKENS_Q45},
     [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2, .matmul_tile = matmul_tile_q5_K_q8_K_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+                      .tile_min_tokens = TILE_MIN_TOKENS_Q45},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
 };

@@ -362,7 +362,8 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
 /* ---- Q4_K and Q5_K tiles for few tokens (batched decode) ----
  *
  * The panel costs as much to prepare as a few tokens take to meet it, so
- * for up to SMALL_TOKENS tokens (measured: 4 and 8 faster, 16 even) the
+ * for up to SMALL_TOKENS tokens (in cache 4 and 8 were faster, 16 even;
+ * streamed from memory only 7 and 8 beat vec_dots: TILE_MIN_TOKENS_Q45) the
  * weights stay in registers instead: for one row and one 32-byte chunk of
  * a super-block the nibbles are unpacked once and the tokens meet them,
  * their int32 sums in registers.
