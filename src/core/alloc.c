@@ -68,7 +68,10 @@ void *cv_huge_alloc_at(size_t n, const char *file, int line)
         munmap(p, head);
     munmap(p + head + len, HUGE_PAGE - head);
 #ifdef MADV_HUGEPAGE
-    madvise(p + head, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages where refused */
+    /* only the huge pages n fills: a partial last one would be made
+     * resident whole (advice only: 4 KiB pages where refused) */
+    if (n >= HUGE_PAGE)
+        madvise(p + head, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
 #endif
     return p + head;
 }

@@ -6,10 +6,11 @@
  * message on out-of-memory only where documented by the caller; it returns
  * NULL like malloc otherwise. Aligned allocations (cv_aligned_alloc) are
  * 64-byte aligned and released with cv_free_aligned. cv_huge_alloc gives
- * zeroed private memory in 2 MiB-aligned pages the kernel is asked to back
- * with huge pages (fewer TLB misses when streaming weights: one core read a
- * 600 MB model at 14.9 GB/s so against 11.4 through a file mapping's 4 KiB
- * pages); cv_huge_free takes the same size back.
+ * zeroed private memory, 2 MiB-aligned, whose whole 2 MiB pages the kernel
+ * is asked to back with huge pages (fewer TLB misses when streaming
+ * weights: one core read a 600 MB model at 14.9 GB/s so against 11.4
+ * through a file mapping's 4 KiB pages); cv_huge_free takes the same size
+ * back.
  *
  * cv_alloc_forbid(1) marks the calling thread as inside a region that must
  * not allocate (a decode step); in debug builds (NDEBUG not defined) any
