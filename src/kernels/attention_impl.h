@@ -1,5 +1,6 @@
-/* attention_impl.h: the scalar steps of the attention schedule (see
- * attention.h) that every version shares: max and the exp polynomial.
+/* attention_impl.h: what every version of the attention schedule (see
+ * attention.h) shares: max, the exp polynomial, the kernel's state over
+ * its scratch, the blocks of positions and the gathering of key rows.
  * Private to src/kernels. */
 #ifndef CONVOY_KERNELS_ATTENTION_IMPL_H
 #define CONVOY_KERNELS_ATTENTION_IMPL_H
@@ -7,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kernels/attention.h"
 
 /* x86 maxps and the schedule's max: the second operand unless a > b. */
 static inline float attn_max(float a, float b) { return a > b ? a : b; }
@@ -46,6 +49,83 @@ static inline float attn_exp(float x)
     float e;
     memcpy(&e, &eb, sizeof e);
     return p * e;
+}
+
+/* The kernel's state: the arguments, derived sizes and the scratch
+ * pointers (layout of CV_ATTN_SCRATCH). */
+typedef struct attn_state {
+    const cv_attn_args *a;
+    int hd, G, f16, full;
+    size_t esz, rstride;
+    float *S, *m, *l, *alpha;
+    float *kw; /* 8 widened F16 rows; for F32 keys, row 0 is the zero row */
+} attn_state;
+
+/* One block of positions [p0, p0 + n), n8 = n rounded up to 8. */
+typedef struct attn_block {
+    int p0, n, n8;
+    const char *kb, *vb; /* the block's first K and V rows */
+} attn_block;
+
+/* Start: m = -inf, l = +0, out = +0. */
+static inline void attn_init(attn_state *st, const cv_attn_args *a)
+{
+    st->a = a;
+    st->hd = a->head_dim;
+    st->G = a->group;
+    st->f16 = a->kv_type == CV_TYPE_F16;
+    st->full = st->hd - st->hd % 8;
+    st->esz = st->f16 ? sizeof(cv_fp16) : sizeof(float);
+    st->rstride = a->kv_stride * st->esz;
+    st->S = a->scratch;
+    st->m = st->S + (size_t)st->G * CV_ATTN_BLOCK;
+    st->l = st->m + st->G;
+    st->alpha = st->l + st->G;
+    st->kw = st->alpha + st->G;
+    for (int g = 0; g < st->G; g++) {
+        st->m[g] = -INFINITY;
+        st->l[g] = 0.0f;
+    }
+    memset(a->out, 0, sizeof(float) * (size_t)st->G * (size_t)st->hd);
+}
+
+static inline attn_block attn_block_at(const attn_state *st, int p0)
+{
+    const cv_attn_args *a = st->a;
+    attn_block b;
+    b.p0 = p0;
+    b.n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
+    b.n8 = (b.n + 7) & ~7;
+    b.kb = (const char *)a->k + (size_t)p0 * st->rstride;
+    b.vb = (const char *)a->v + (size_t)p0 * st->rstride;
+    return b;
+}
+
+/* Widens hd F16 values to F32. */
+typedef void (*attn_widen_fn)(const cv_fp16 *h, float *y, int hd);
+
+/* F32 key rows of positions i0 .. i0 + 8 (c present, the rest zeros); F16
+ * rows are widened by the ISA's widen into st->kw. */
+static inline __attribute__((always_inline)) void attn_key_rows8(const attn_state *st, const attn_block *b, int i0,
+                                                                  int c, attn_widen_fn widen, const float **kr)
+{
+    const int hd = st->hd;
+    if (st->f16) {
+        for (int j = 0; j < 8; j++) {
+            float *row = st->kw + (size_t)j * hd;
+            if (j < c)
+                widen((const cv_fp16 *)(b->kb + (size_t)(i0 + j) * st->rstride), row, hd);
+            else
+                memset(row, 0, sizeof(float) * (size_t)hd);
+            kr[j] = row;
+        }
+    } else {
+        float *zero = st->kw;
+        if (c < 8)
+            memset(zero, 0, sizeof(float) * (size_t)hd);
+        for (int j = 0; j < 8; j++)
+            kr[j] = j < c ? (const float *)(b->kb + (size_t)(i0 + j) * st->rstride) : zero;
+    }
 }
 
 #endif

@@ -69,53 +69,6 @@ static inline void scores8(const float *q, const float *const *kr, int hd, float
 
 #define VG 8
 
-/* The kernel's state: the arguments, derived sizes and the scratch
- * pointers (layout of CV_ATTN_SCRATCH). */
-typedef struct attn_state {
-    const cv_attn_args *a;
-    int hd, G, f16;
-    size_t rstride;
-    float *S, *m, *l, *alpha;
-    float *kw; /* 8 widened F16 rows; for F32 keys, row 0 is the zero row */
-} attn_state;
-
-/* One block of positions [p0, p0 + n), n8 = n rounded up to 8. */
-typedef struct attn_block {
-    int n, n8;
-    const char *kb, *vb; /* the block's first K and V rows */
-} attn_block;
-
-/* Start: m = -inf, l = +0, out = +0. */
-static inline void attn_init(attn_state *st, const cv_attn_args *a)
-{
-    st->a = a;
-    st->hd = a->head_dim;
-    st->G = a->group;
-    st->f16 = a->kv_type == CV_TYPE_F16;
-    st->rstride = a->kv_stride * (st->f16 ? sizeof(cv_fp16) : sizeof(float));
-    st->S = a->scratch;
-    st->m = st->S + (size_t)st->G * CV_ATTN_BLOCK;
-    st->l = st->m + st->G;
-    st->alpha = st->l + st->G;
-    st->kw = st->alpha + st->G;
-    for (int g = 0; g < st->G; g++) {
-        st->m[g] = -INFINITY;
-        st->l[g] = 0.0f;
-    }
-    memset(a->out, 0, sizeof(float) * (size_t)st->G * (size_t)st->hd);
-}
-
-static inline attn_block attn_block_at(const attn_state *st, int p0)
-{
-    const cv_attn_args *a = st->a;
-    attn_block b;
-    b.n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
-    b.n8 = (b.n + 7) & ~7;
-    b.kb = (const char *)a->k + (size_t)p0 * st->rstride;
-    b.vb = (const char *)a->v + (size_t)p0 * st->rstride;
-    return b;
-}
-
 static inline void widen_row(const cv_fp16 *h, float *row, int hd)
 {
     int d = 0;
@@ -125,28 +78,6 @@ static inline void widen_row(const cv_fp16 *h, float *row, int hd)
         row[d] = cv_fp16_to_fp32(h[d]);
 }
 
-/* F32 key rows of positions i0 .. i0 + 8 (c present, the rest zeros). */
-static inline void key_rows8(const attn_state *st, const attn_block *b, int i0, int c, const float **kr)
-{
-    const int hd = st->hd;
-    if (st->f16) {
-        for (int j = 0; j < 8; j++) {
-            float *row = st->kw + (size_t)j * hd;
-            if (j < c)
-                widen_row((const cv_fp16 *)(b->kb + (size_t)(i0 + j) * st->rstride), row, hd);
-            else
-                memset(row, 0, sizeof(float) * (size_t)hd);
-            kr[j] = row;
-        }
-    } else {
-        float *zero = st->kw;
-        if (c < 8)
-            memset(zero, 0, sizeof(float) * (size_t)hd);
-        for (int j = 0; j < 8; j++)
-            kr[j] = j < c ? (const float *)(b->kb + (size_t)(i0 + j) * st->rstride) : zero;
-    }
-}
-
 /* 1. Scores of the block, eight positions at a time (missing ones read
  * zeros). */
 static inline void block_scores(const attn_state *st, const attn_block *b)
@@ -154,7 +85,7 @@ static inline void block_scores(const attn_state *st, const attn_block *b)
     for (int i0 = 0; i0 < b->n; i0 += 8) {
         const int c = b->n - i0 < 8 ? b->n - i0 : 8;
         const float *kr[8];
-        key_rows8(st, b, i0, c, kr);
+        attn_key_rows8(st, b, i0, c, widen_row, kr);
         for (int g = 0; g < st->G; g++)
             scores8(st->a->q + (size_t)g * st->hd, kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
     }
