@@ -18,17 +18,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/avx2_impl.h"
 #include "kernels/kernels_impl.h"
 
 #define ROUND_NEAREST_EVEN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* v[l] + v[l+4] */
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         /* s[l] + s[l+2] */
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));                                          /* s[0] + s[1] */
-    return _mm_cvtss_f32(s);
-}
 
 static inline __m256 load8_f16(const cv_fp16 *p)
 {
@@ -331,9 +324,12 @@ static void panel_token_q8_0(const panel_q8_0 *p, int nb, const block_q8_0 *x, t
 /* y[t * ldy + r] = hsum8(acc0 + acc1) of each output, as vec_dot returns it. */
 static void tile_store(const tile_acc *acc, int m, float *y, size_t ldy)
 {
-    for (int t = 0; t < m; t++)
+    for (int t = 0; t < m; t++) {
+        __m256 sum[TILE_ROWS];
         for (int r = 0; r < TILE_ROWS; r++)
-            y[(size_t)t * ldy + (size_t)r] = hsum8(_mm256_add_ps(acc[t][0][r], acc[t][1][r]));
+            sum[r] = _mm256_add_ps(acc[t][0][r], acc[t][1][r]);
+        _mm256_storeu_ps(y + (size_t)t * ldy, hsum8_rows8(sum));
+    }
 }
 
 void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
@@ -426,13 +422,17 @@ static inline __attribute__((always_inline)) void float_tile(int n, const char *
         }
         for (int t = 0; t < mt; t++) {
             const char *xt = x + (size_t)(t0 + t) * x_stride;
+            __m256 lanes[TILE_ROWS];
+            float sum[TILE_ROWS];
+            for (int r = 0; r < TILE_ROWS; r++)
+                lanes[r] = _mm256_add_ps(_mm256_add_ps(acc[t][0][r], acc[t][1][r]),
+                                         _mm256_add_ps(acc[t][2][r], acc[t][3][r]));
+            _mm256_storeu_ps(sum, hsum8_rows8(lanes));
             for (int r = 0; r < TILE_ROWS; r++) {
                 const char *wr = w + (size_t)r * w_stride;
-                float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0][r], acc[t][1][r]),
-                                                _mm256_add_ps(acc[t][2][r], acc[t][3][r])));
                 for (int i = n32; i < n; i++)
-                    sum = fmaf(load1(wr, i), load1(xt, i), sum);
-                y[(size_t)(t0 + t) * ldy + (size_t)r] = sum;
+                    sum[r] = fmaf(load1(wr, i), load1(xt, i), sum[r]);
+                y[(size_t)(t0 + t) * ldy + (size_t)r] = sum[r];
             }
         }
     }

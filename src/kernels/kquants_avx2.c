@@ -25,23 +25,10 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels/avx2_impl.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
-
-/* (t0 + t2) + (t1 + t3) */
-static inline float reduce4(__m128 t)
-{
-    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    t = _mm_add_ss(t, _mm_movehdup_ps(t));
-    return _mm_cvtss_f32(t);
-}
-
-/* reduce4 of t[i] = v[i] + v[i+4] */
-static inline float hsum8(__m256 v)
-{
-    return reduce4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
 
 /* Prefetches the cache lines of bytes [0, bytes) of p. */
 static inline void prefetch_lines(const void *p, int bytes)
@@ -214,6 +201,22 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
     return hsum8(acc);
 }
 
+/* The 8 scales and 8 mins of a Q4_K (or Q5_K) block as bytes [sc0..sc7,
+ * mn0..mn7] (kq_unpack_scales_mins in one vector). */
+static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
+{
+    /* 16 bytes from the block, not from its 12-byte scales[] (GCC took
+     * that overread for undefined and dropped the caller) */
+    const __m128i v = _mm_loadu_si128((const __m128i *)((const char *)blk + offsetof(block_q4_K, scales)));
+    /* low bits: a, c, b, c; top two bits of scales/mins 4..7: a, b */
+    const __m128i s1 = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i s2 = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i lo = _mm_and_si128(s1, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(s1, 4), _mm_setr_epi32(0, 0, 0, 0x0F0F0F0F));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(s2, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(lo, hi), top);
+}
+
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
  * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or of _q5_K_): the
@@ -232,14 +235,15 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
  * floats. */
 
 enum { Q45_PANEL_SB = 4 };
+_Static_assert(TILE_ROWS == 8, "hsum8_rows8 finishes the tiles' rows");
 
 typedef struct panel_q45_K {
     __m256i q[Q45_PANEL_SB][TILE_ROWS][8];  /* quants of sub-block s (weights 32s..32s+31) as bytes */
     __m256i sc[Q45_PANEL_SB][TILE_ROWS][8]; /* scale of sub-block s in every 16-bit lane */
-    __m256 d[Q45_PANEL_SB][TILE_ROWS];      /* d in every lane */
+    float d[Q45_PANEL_SB][TILE_ROWS];       /* d of each row */
     /* rows 2i and 2i + 1 side by side, as their mins terms are formed */
-    __m256i mn[Q45_PANEL_SB][TILE_ROWS / 2];  /* the 8 mins of each as int16 */
-    __m256 dmin[Q45_PANEL_SB][TILE_ROWS / 2]; /* dmin of each in its 4 lanes */
+    __m256i mn[Q45_PANEL_SB][TILE_ROWS / 2]; /* the 8 mins of each as int16 */
+    float dmin[Q45_PANEL_SB][TILE_ROWS];     /* dmin of each row */
 } panel_q45_K;
 
 /* Accumulators of one token: vec_dot's acc of each row, and its accm of
@@ -277,25 +281,32 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
             const block_q4_K *b4 = (const block_q4_K *)blk;
             const block_q5_K *b5 = (const block_q5_K *)blk;
             const uint8_t *qs = q5 ? b5->qs : b4->qs;
-            uint8_t sc[8], mn[8];
-            kq_unpack_scales_mins(q5 ? b5->scales : b4->scales, sc, mn);
             __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
             for (int j = 0; j < 4; j++)
                 unpack_q45(qs, j, &hb, q5, &p->q[b][r][2 * j], &p->q[b][r][2 * j + 1]);
+            /* Q4_K and Q5_K agree on d, dmin and scales */
+            const __m128i sm = unpack_scales_mins_v(b4);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+#pragma GCC unroll 8
             for (int s = 0; s < 8; s++)
-                p->sc[b][r][s] = _mm256_set1_epi16(sc[s]);
-            p->d[b][r] = _mm256_set1_ps(_cvtsh_ss(q5 ? b5->d : b4->d));
-            const float dmin = _cvtsh_ss(q5 ? b5->dmin : b4->dmin);
-            const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-            if (r % 2 == 0) {
-                p->mn[b][r / 2] = _mm256_castsi128_si256(mins);
-                p->dmin[b][r / 2] = _mm256_set1_ps(dmin);
-            } else {
-                p->mn[b][r / 2] = _mm256_inserti128_si256(p->mn[b][r / 2], mins, 1);
-                p->dmin[b][r / 2] = _mm256_blend_ps(p->dmin[b][r / 2], _mm256_set1_ps(dmin), 0xF0);
-            }
+                p->sc[b][r][s] = bcast_i16(sc, s);
+            p->d[b][r] = _cvtsh_ss(b4->d);
+            p->dmin[b][r] = _cvtsh_ss(b4->dmin);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            p->mn[b][r / 2] = r % 2 ? _mm256_inserti128_si256(p->mn[b][r / 2], mins, 1) : _mm256_castsi128_si256(mins);
         }
     }
+}
+
+/* The int32 lanes of 32-byte chunk j of super-block b of row r of the
+ * panel (sub-blocks 2j and 2j + 1) times the token's quants y. */
+static inline __m256i panel_chunk_q45(const panel_q45_K *p, int b, int r, int j, const int8_t *y)
+{
+    const __m256i ylo = _mm256_loadu_si256((const __m256i *)(y + 64 * j));
+    const __m256i yhi = _mm256_loadu_si256((const __m256i *)(y + 64 * j + 32));
+    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j], ylo), p->sc[b][r][2 * j]);
+    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j + 1], yhi), p->sc[b][r][2 * j + 1]);
+    return _mm256_add_epi32(p0, p1);
 }
 
 /* Adds super-blocks [0, nbc) of the panel times the token's super-blocks
@@ -308,28 +319,31 @@ static void panel_token_q45_K(const panel_q45_K *p, int nbc, const block_q8_K *x
         const __m128i *bsums = (const __m128i *)x[b].bsums;
         const __m256i bs =
             _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)));
+        /* dmin * x.d of the 8 rows, then of rows 2i and 2i + 1 in the halves */
+        const __m256 dmx = _mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd);
 #pragma GCC unroll 4
-        for (int i = 0; i < TILE_ROWS / 2; i++)
-            a->accm[i] = _mm256_fmadd_ps(_mm256_mul_ps(p->dmin[b][i], xd),
-                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(p->mn[b][i], bs)), a->accm[i]);
+        for (int i = 0; i < TILE_ROWS / 2; i++) {
+            const int lo = 2 * i, hi = 2 * i + 1;
+            const __m256 dm = _mm256_permutevar8x32_ps(dmx, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi));
+            a->accm[i] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(_mm256_madd_epi16(p->mn[b][i], bs)), a->accm[i]);
+        }
+        /* the 8 products d * x.d, each broadcast by a load */
+        float dx[TILE_ROWS];
+        _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd));
+        /* chunk 0 starts the sums (7 adds per row, not 8) */
         __m256i isum[TILE_ROWS];
 #pragma GCC unroll 8
         for (int r = 0; r < TILE_ROWS; r++)
-            isum[r] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * j));
-            const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * j + 32));
+            isum[r] = panel_chunk_q45(p, b, r, 0, x[b].qs);
+#pragma GCC unroll 1
+        for (int j = 1; j < 4; j++) {
 #pragma GCC unroll 8
-            for (int r = 0; r < TILE_ROWS; r++) {
-                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j], ylo), p->sc[b][r][2 * j]);
-                const __m256i p1 =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j + 1], yhi), p->sc[b][r][2 * j + 1]);
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
-            }
+            for (int r = 0; r < TILE_ROWS; r++)
+                isum[r] = _mm256_add_epi32(isum[r], panel_chunk_q45(p, b, r, j, x[b].qs));
         }
 #pragma GCC unroll 8
         for (int r = 0; r < TILE_ROWS; r++)
-            a->acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(p->d[b][r], xd), _mm256_cvtepi32_ps(isum[r]), a->acc[r]);
+            a->acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dx[r]), _mm256_cvtepi32_ps(isum[r]), a->acc[r]);
     }
 }
 
@@ -351,12 +365,11 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
         for (int t = 0; t < m; t++)
             panel_token_q45_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, &acc[t]);
     }
-    for (int t = 0; t < m; t++)
-        for (int r = 0; r < TILE_ROWS; r++) {
-            const __m256 am = acc[t].accm[r / 2];
-            const __m128 accm = r % 2 ? _mm256_extractf128_ps(am, 1) : _mm256_castps256_ps128(am);
-            y[(size_t)t * ldy + (size_t)r] = hsum8(acc[t].acc[r]) - reduce4(accm);
-        }
+    for (int t = 0; t < m; t++) {
+        const __m256 *am = acc[t].accm;
+        _mm256_storeu_ps(y + (size_t)t * ldy,
+                         _mm256_sub_ps(hsum8_rows8(acc[t].acc), reduce4_rows8(am[0], am[1], am[2], am[3])));
+    }
 }
 
 /* ---- Q4_K and Q5_K tiles for few tokens (batched decode) ----
@@ -375,6 +388,7 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
  * in the same order: accm's lane l of token t lives in lane t of accm[l]. */
 
 enum { SMALL_SB = 4, SMALL_GROUP = 8, SMALL_TOKENS = 8 };
+_Static_assert(SMALL_TOKENS == SMALL_GROUP, "the tile finishes one group");
 
 /* Scales of a chunk of the tile's rows. */
 typedef struct small_w_q45 {
@@ -389,22 +403,6 @@ typedef struct small_x_q45 {
     __m256 xd[SMALL_SB];
     __m256i bs[SMALL_SB][4]; /* mins_dot's pair l of bsum sums */
 } small_x_q45;
-
-/* The 8 scales and 8 mins of a Q4_K (or Q5_K) block as bytes [sc0..sc7,
- * mn0..mn7] (kq_unpack_scales_mins in one vector). */
-static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
-{
-    /* 16 bytes from the block, not from its 12-byte scales[] (GCC took
-     * that overread for undefined and dropped the caller) */
-    const __m128i v = _mm_loadu_si128((const __m128i *)((const char *)blk + offsetof(block_q4_K, scales)));
-    /* low bits: a, c, b, c; top two bits of scales/mins 4..7: a, b */
-    const __m128i s1 = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i s2 = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    const __m128i lo = _mm_and_si128(s1, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(s1, 4), _mm_setr_epi32(0, 0, 0, 0x0F0F0F0F));
-    const __m128i top = _mm_and_si128(_mm_srli_epi16(s2, 2), _mm_set1_epi8(0x30));
-    return _mm_or_si128(_mm_or_si128(lo, hi), top);
-}
 
 /* Scales, mins, d and dmin of super-blocks [b0, b0 + nbc) of the rows;
  * prefetches what comes next. Inlined early: as a separate function GCC 12
@@ -554,13 +552,16 @@ static inline __attribute__((always_inline)) void tile_small_q45(int n, const vo
                 small_chunk_q4_K(w, w_stride, &pw, &px, b0, nbc, g, nt, &a);
         }
     }
-    for (int t = 0; t < m; t++)
-        for (int r = 0; r < TILE_ROWS; r++) {
-            const __m256 *am = a.accm[r][t / SMALL_GROUP];
-            const int i = t % SMALL_GROUP;
-            const __m128 accm = _mm_setr_ps(am[0][i], am[1][i], am[2][i], am[3][i]);
-            y[(size_t)t * ldy + (size_t)r] = hsum8(a.acc[r][t]) - reduce4(accm);
-        }
+    /* row r of token t in lane t: hsum8 across the tokens' acc, reduce4
+     * lane-wise across accm */
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const __m256 *am = a.accm[r][0];
+        float out[SMALL_TOKENS];
+        const __m256 mins = _mm256_add_ps(_mm256_add_ps(am[0], am[2]), _mm256_add_ps(am[1], am[3]));
+        _mm256_storeu_ps(out, _mm256_sub_ps(hsum8_rows8(a.acc[r]), mins));
+        for (int t = 0; t < m; t++)
+            y[(size_t)t * ldy + (size_t)r] = out[t];
+    }
 }
 
 void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
@@ -596,7 +597,7 @@ typedef struct panel_q6_K {
     __m256i q[Q6K_PANEL_SB][TILE_ROWS][8];  /* quants of group g (weights 32g..32g+31) as bytes */
     __m256i sc[Q6K_PANEL_SB][TILE_ROWS][8]; /* scale 2g in the low 8 16-bit lanes, 2g + 1 in the high 8 */
     __m256i sc16[Q6K_PANEL_SB][TILE_ROWS];  /* the 16 scales as int16 */
-    __m256 d[Q6K_PANEL_SB][TILE_ROWS];      /* d in every lane */
+    float d[Q6K_PANEL_SB][TILE_ROWS];       /* d of each row */
 } panel_q6_K;
 
 /* As panel_prepare_q45, for Q6_K. */
@@ -624,7 +625,7 @@ static void panel_prepare_q6_K(panel_q6_K *p, const char *w, size_t w_stride, in
                 p->sc[b][r][g] =
                     _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * g + 1]), _mm_set1_epi16(blk->scales[2 * g]));
             p->sc16[b][r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
-            p->d[b][r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
+            p->d[b][r] = _cvtsh_ss(blk->d);
         }
     }
 }
@@ -647,10 +648,11 @@ static void panel_token_q6_K(const panel_q6_K *p, int nbc, const block_q8_K *x, 
                 isum[r] = _mm256_add_epi32(isum[r],
                                            _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][g], yv), p->sc[b][r][g]));
         }
-        const __m256 xd = _mm256_set1_ps(x[b].d);
+        float dx[TILE_ROWS];
+        _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), _mm256_set1_ps(x[b].d)));
 #pragma GCC unroll 8
         for (int r = 0; r < TILE_ROWS; r++)
-            a[r] = _mm256_fmadd_ps(_mm256_mul_ps(p->d[b][r], xd), _mm256_cvtepi32_ps(isum[r]), a[r]);
+            a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dx[r]), _mm256_cvtepi32_ps(isum[r]), a[r]);
     }
 }
 
@@ -668,6 +670,5 @@ void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
             panel_token_q6_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, acc[t]);
     }
     for (int t = 0; t < m; t++)
-        for (int r = 0; r < TILE_ROWS; r++)
-            y[(size_t)t * ldy + (size_t)r] = hsum8(acc[t][r]);
+        _mm256_storeu_ps(y + (size_t)t * ldy, hsum8_rows8(acc[t]));
 }

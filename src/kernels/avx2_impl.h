@@ -1,0 +1,55 @@
+/* avx2_impl.h: the final reductions of the AVX2 kernels (private to
+ * src/kernels; for files built with -mavx2 -mfma -mf16c).
+ *
+ * hsum8 is kernels_impl.h's: ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)),
+ * that is reduce4 of t[l] = v[l] + v[l+4], reduce4(t) = (t0+t2) + (t1+t3).
+ * The _rows8 forms reduce the outputs of a tile's 8 rows at once, with
+ * the same additions of the same operands (a + b and b + a are the same
+ * float), so each lane holds the bits the scalar form returns: an 8-row
+ * tile then finishes a token in about 25 instructions instead of 120. */
+#ifndef CONVOY_KERNELS_AVX2_IMPL_H
+#define CONVOY_KERNELS_AVX2_IMPL_H
+
+#include <immintrin.h>
+
+static inline float reduce4(__m128 t)
+{
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t)); /* t0 + t2, t1 + t3 */
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));  /* (t0 + t2) + (t1 + t3) */
+    return _mm_cvtss_f32(t);
+}
+
+static inline float hsum8(__m256 v)
+{
+    return reduce4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+/* reduce4 of 8 rows in lanes 0..7, from t_ab holding row a's 4 terms in
+ * its low half and row b's in its high half. */
+static inline __m256 reduce4_rows8(__m256 t01, __m256 t23, __m256 t45, __m256 t67)
+{
+    /* t0 + t2, t1 + t3 of rows 0, 2 | 1, 3 (and 4, 6 | 5, 7) */
+    const __m256 s0123 = _mm256_add_ps(_mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 s4567 = _mm256_add_ps(_mm256_shuffle_ps(t45, t67, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm256_shuffle_ps(t45, t67, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* rows 0, 2, 4, 6 | 1, 3, 5, 7 */
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(s0123, s4567, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(s0123, s4567, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* v[l] + v[l+4] of row a in the low half, of row b in the high half. */
+static inline __m256 fold_halves2(__m256 a, __m256 b)
+{
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+/* hsum8 of v[r] in lane r. */
+static inline __m256 hsum8_rows8(const __m256 v[8])
+{
+    return reduce4_rows8(fold_halves2(v[0], v[1]), fold_halves2(v[2], v[3]), fold_halves2(v[4], v[5]),
+                         fold_halves2(v[6], v[7]));
+}
+
+#endif
