@@ -484,6 +484,60 @@ static void test_dispatch(void)
     fprintf(stderr, "kernels: %s\n", cv_kernels_name());
 }
 
+/* Q4_K/Q5_K at their largest sums: every quant and 6-bit scale and min at
+ * its maximum, activations all -128 or alternating -128 and 127. The tiles
+ * add groups of products in int16 before scaling them; here they must
+ * still give vec_dot_ref's bits, and vec_dot_ref the exact value. */
+static void test_kquant_extremes(void)
+{
+    enum { N = 512, ROWS = 16, TOKENS = 64 };
+    static const cv_type types[] = {CV_TYPE_Q4_K, CV_TYPE_Q5_K};
+    static const int token_counts[] = {1, 7, 8, 9, 64};
+    for (int ti = 0; ti < 2; ti++)
+        for (int alternate = 0; alternate < 2; alternate++) {
+            const cv_type t = types[ti];
+            const size_t w_row = cv_row_bytes(t, N), x_row = cv_row_bytes(CV_TYPE_Q8_K, N);
+            uint8_t *w = malloc(ROWS * w_row), *x = malloc(TOKENS * x_row);
+            float *y = malloc(TOKENS * ROWS * sizeof(float));
+            memset(w, 0xFF, ROWS * w_row); /* quants 15 (31), scales and mins 63 */
+            for (int b = 0; b < ROWS * N / 256; b++) {
+                cv_fp16 *d = (cv_fp16 *)(w + (size_t)b * cv_row_bytes(t, 256));
+                d[0] = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f); /* d */
+                d[1] = cv_fp32_to_fp16(0.25f);                 /* dmin */
+            }
+            block_q8_K *xb = (block_q8_K *)x;
+            for (int b = 0; b < TOKENS * N / 256; b++) {
+                xb[b].d = 1.0f;
+                for (int e = 0; e < 256; e++)
+                    xb[b].qs[e] = (int8_t)(alternate && e % 2 ? 127 : -128);
+                for (int k = 0; k < 16; k++)
+                    xb[b].bsums[k] = (int16_t)(alternate ? 8 * (127 - 128) : 16 * -128);
+            }
+            const int qmax = t == CV_TYPE_Q4_K ? 15 : 31, per_sb_y = alternate ? 128 * -1 : 256 * -128;
+            /* per super-block: 63 * qmax * sum(y) - 63 * sum(y) (the mins), times d or dmin */
+            for (int mi = 0; mi < 5; mi++) {
+                const int m = token_counts[mi];
+                cv_matmul_rows(t, w, N, x, x_row, m, y, ROWS, 0, ROWS);
+                for (int s = 0; s < m; s++)
+                    for (int r = 0; r < ROWS; r++) {
+                        const float ref = cv_type_get(t)->vec_dot_ref(N, w + r * w_row, x + s * x_row);
+                        double exact = 0;
+                        for (int b = 0; b < N / 256; b++) {
+                            const double d = (r * (N / 256) + b) % 2 ? 1.0 : -0.5;
+                            exact += d * 63.0 * qmax * per_sb_y - 0.25 * 63.0 * per_sb_y;
+                        }
+                        CHECKF(same_bits(y[s * ROWS + r], ref), "%s m=%d row %d token %d: %.9g, ref %.9g",
+                               cv_type_get(t)->name, m, r, s, y[s * ROWS + r], ref);
+                        CHECKF(fabs(ref - exact) <= 1e-6 * fabs(exact), "%s row %d: ref %.9g, exact %.9g",
+                               cv_type_get(t)->name, r, ref, exact);
+                    }
+            }
+            free(w);
+            free(x);
+            free(y);
+        }
+}
+
 int main(void)
 {
     cv_kernels_init(0);
@@ -496,5 +550,6 @@ int main(void)
     TEST_RUN(test_round_trip);
     TEST_RUN(test_vec_dot_accuracy);
     TEST_RUN(test_matmul_rows);
+    TEST_RUN(test_kquant_extremes);
     return test_summary();
 }

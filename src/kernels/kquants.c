@@ -20,15 +20,17 @@
  * same activation bytes.
  *
  * Dot products: the _ref functions reproduce, operation for operation, the
- * float arithmetic of the SIMD kernels (kquants_avx2.c, kquants_neon.c):
- * per super-block each kernel forms exact int32 sums in 8 lanes (lane k
- * gathers weights 4k..4k+3 of every 32-weight group), converts them to
- * float and fuses them into 8 float accumulators with d; Q4_K/Q5_K also
- * fuse their min terms into 4 accumulators with dmin. The final reduction
- * is fixed: hsum8(acc) = (t0 + t2) + (t1 + t3) of t[i] = acc[i] + acc[i+4],
- * minus (m0 + m2) + (m1 + m3) of accm for Q4_K/Q5_K. The integer sums are
- * exact, so only this float order has to match. (It is also the order of
- * llama.cpp's non-repacked AVX2 kernels.)
+ * float arithmetic of the SIMD kernels (kquants_avx2.c, kquants_neon.c).
+ * The integer sums are exact, so only the float order has to match:
+ * - Q4_K, Q5_K: per super-block the whole int32 sum isum = sum of scale *
+ *   q * y and the whole mins sum msum = sum of min * (bsum pair), then
+ *   acc = fma(d, (float)isum, acc) and accm = fma(dmin, (float)msum, accm)
+ *   on two scalars; the result is acc - accm. One sum per super-block
+ *   lets a tile keep 8 rows in the lanes of a vector (kquants_avx2.c).
+ * - Q6_K: exact int32 sums in 8 lanes (lane k gathers weights 4k..4k+3 of
+ *   every 32-weight group), fused into 8 float accumulators with d; the
+ *   result is hsum8(acc) = (t0 + t2) + (t1 + t3) of t[i] = acc[i] +
+ *   acc[i+4] (llama.cpp's non-repacked AVX2 order).
  * kquants_impl.h holds the scale packing and the Q6_K bit access shared by
  * all three files. */
 #include "kernels/kquants.h"
@@ -401,36 +403,26 @@ static float hsum8(const float v[8])
     return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
-/* Lane k of the mins term: mn[2k] * s[2k] + mn[2k+1] * s[2k+1], where s[j]
- * is the int16 sum of the two bsums of sub-block j (as _mm_hadd_epi16). */
-static void mins_lanes(const uint8_t mn[8], const int16_t bsums[16], int32_t out[4])
+/* Sub-block s (weights 32s..32s+31) of Q4_K, or of Q5_K with the fifth
+ * bits qh (NULL for Q4_K), times y: the int sum of q * y. */
+static int32_t q45_subblock(const uint8_t *qs, const uint8_t *qh, int s, const int8_t *y)
 {
-    for (int k = 0; k < 4; k++) {
-        int16_t s0 = (int16_t)(bsums[4 * k] + bsums[4 * k + 1]);
-        int16_t s1 = (int16_t)(bsums[4 * k + 2] + bsums[4 * k + 3]);
-        out[k] = mn[2 * k] * s0 + mn[2 * k + 1] * s1;
+    const uint8_t *q = qs + 32 * (s / 2);
+    int32_t sum = 0;
+    for (int e = 0; e < 32; e++) {
+        const int nib = s % 2 ? q[e] >> 4 : q[e] & 0xF;
+        const int fifth = qh ? ((qh[e] >> s) & 1) << 4 : 0;
+        sum += (nib | fifth) * y[32 * s + e];
     }
+    return sum;
 }
 
-/* Lane k of sub-block pair j of Q4_K (fifth bits qh == NULL) or Q5_K:
- * sc_lo * (weights 4k..4k+3 of sub-block 2j) + sc_hi * (same of 2j+1). */
-static int32_t q45_lane(const uint8_t *q, const uint8_t *qh, int j, int k, const int8_t *y, int sc_lo, int sc_hi)
-{
-    int lo = 0, hi = 0;
-    for (int e = 4 * k; e < 4 * k + 4; e++) {
-        int hb_lo = qh ? ((qh[e] >> (2 * j)) & 1) << 4 : 0;
-        int hb_hi = qh ? ((qh[e] >> (2 * j + 1)) & 1) << 4 : 0;
-        lo += ((q[e] & 0xF) | hb_lo) * y[e];
-        hi += ((q[e] >> 4) | hb_hi) * y[32 + e];
-    }
-    return sc_lo * lo + sc_hi * hi;
-}
-
-/* Q4_K and Q5_K (fifth bits qh, NULL for Q4_K): 8 lanes with d, the mins
- * in 4 lanes with dmin; the result is hsum8(acc) - ((m0 + m2) + (m1 + m3)). */
+/* Q4_K and Q5_K (fifth bits qh, NULL for Q4_K): the whole sums of each
+ * super-block into two scalars, acc with d and accm with dmin. The bsum
+ * pair of a sub-block is an int16 sum, as _mm_hadd_epi16 forms it. */
 static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const block_q8_K *xb)
 {
-    float acc[8] = {0}, accm[4] = {0};
+    float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         const uint8_t *scales = w4 ? w4[i].scales : w5[i].scales;
         const uint8_t *qs = w4 ? w4[i].qs : w5[i].qs;
@@ -438,19 +430,17 @@ static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const bl
         const cv_fp16 d16 = w4 ? w4[i].d : w5[i].d, dmin16 = w4 ? w4[i].dmin : w5[i].dmin;
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(scales, sc, mn);
-        int32_t isum[8] = {0}, msum[4];
-        for (int j = 0; j < 4; j++)
-            for (int k = 0; k < 8; k++)
-                isum[k] += q45_lane(qs + 32 * j, qh, j, k, xb[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]);
-        mins_lanes(mn, xb[i].bsums, msum);
+        int32_t isum = 0, msum = 0;
+        for (int s = 0; s < 8; s++) {
+            isum += sc[s] * q45_subblock(qs, qh, s, xb[i].qs);
+            msum += mn[s] * (int16_t)(xb[i].bsums[2 * s] + xb[i].bsums[2 * s + 1]);
+        }
         const float d = xb[i].d * cv_fp16_to_fp32(d16);
         const float dm = xb[i].d * cv_fp16_to_fp32(dmin16);
-        for (int k = 0; k < 8; k++)
-            acc[k] = fmaf(d, (float)isum[k], acc[k]);
-        for (int k = 0; k < 4; k++)
-            accm[k] = fmaf(dm, (float)msum[k], accm[k]);
+        acc = fmaf(d, (float)isum, acc);
+        accm = fmaf(dm, (float)msum, accm);
     }
-    return hsum8(acc) - ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+    return acc - accm;
 }
 
 float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)

@@ -3,25 +3,23 @@
  * Each kernel works one super-block (256 weights) at a time:
  * - unsigned quants (0..15, 0..31, 0..63) times the int8 activations with
  *   _mm256_maddubs_epi16 (never saturates at these ranges), then
- *   _mm256_madd_epi16 with the sub-block scale: int32 lane k sums weights
- *   4k..4k+3 of a 32-weight group, and the groups add up in 8 lanes;
+ *   _mm256_madd_epi16 with the sub-block scale;
  * - the per-sub-block terms that involve every weight of the sub-block
  *   (Q4_K/Q5_K mins, Q6_K's offset of 32) use the Q8_K bsums: for Q6_K they
- *   are subtracted exactly in the integer lanes, for Q4_K/Q5_K they go to
- *   a separate 4-lane sum with their own scale dmin;
- * - once per super-block the int32 lanes become float and are fused into
- *   the accumulators: acc = fma(d, lanes, acc), accm = fma(dmin, mins, accm).
- * The result is hsum8(acc) (- reduce4(accm)), with reduce4(t) =
- * (t0 + t2) + (t1 + t3) and hsum8(v) = reduce4(lo(v) + hi(v)).
+ *   are subtracted exactly in the integer lanes, for Q4_K/Q5_K they form a
+ *   separate sum with its own scale dmin;
+ * - the float part is kquants.c's: Q4_K/Q5_K fuse the whole int32 sums of
+ *   a super-block into two scalars (acc - accm at the end); Q6_K fuses 8
+ *   int32 lanes (lane k: weights 4k..4k+3 of each group of 32) into 8
+ *   floats and ends with hsum8 (avx2_impl.h).
  * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
- * the same bits. This is also the float order of llama.cpp's AVX2 kernels
- * (non-repacked), so convoy's K-quant matmuls can agree with llama.cpp's.
- * Each vec_dot prefetches its row VEC_DOT_PREFETCH_BYTES ahead.
+ * the same bits. Each vec_dot prefetches its row VEC_DOT_PREFETCH_BYTES
+ * ahead.
  *
- * The matmul_tile_* kernels (second half, Q4_K, Q5_K and Q6_K) compute many
- * outputs at once for cv_matmul_rows, each with the bits of its vec_dot
- * here. */
+ * The matmul_tile_* kernels (second half) compute many outputs at once for
+ * cv_matmul_rows, each with the bits of its vec_dot here. */
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -48,6 +46,29 @@ static inline void prefetch_ahead(const void *b, int bytes)
 static inline __m256i bcast_i16(__m256i v, int k)
 {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
+}
+
+/* Sums of the int32 lanes (exact, so in any order). */
+static inline int32_t sum4_i32(__m128i t)
+{
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(t) + _mm_extract_epi32(t, 1);
+}
+
+static inline int32_t sum8_i32(__m256i v)
+{
+    return sum4_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* Lane i: the sum of the int32 lanes of v[i]. */
+static inline __m256i sums8_i32(const __m256i v[8])
+{
+    __m256i f[4]; /* f[i]: v[2i]'s lanes l + (l + 4) in the low half, v[2i + 1]'s in the high */
+    for (int i = 0; i < 4; i++)
+        f[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x20),
+                                _mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x31));
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
+    return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* h: 0 2 4 6 | 1 3 5 7 */
 }
 
 /* Lane k of the Q4_K/Q5_K mins term: mn[2k] * s[2k] + mn[2k+1] * s[2k+1],
@@ -84,8 +105,7 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
     const block_q4_K *wb = w;
     const block_q8_K *xb = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&wb[i], sizeof wb[i]);
         uint8_t sc[8], mn[8];
@@ -108,21 +128,20 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
             p1 = _mm256_madd_epi16(p1, bcast_i16(scales, 2 * j + 1));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
         }
-        const __m128i msum = mins_dot(mn, xb[i].bsums);
+        const int32_t msum = sum4_i32(mins_dot(mn, xb[i].bsums));
         const float d = xb[i].d * _cvtsh_ss(wb[i].d);
         const float dm = xb[i].d * _cvtsh_ss(wb[i].dmin);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dm), _mm_cvtepi32_ps(msum), accm);
+        acc = fmaf(d, (float)sum8_i32(isum), acc);
+        accm = fmaf(dm, (float)msum, accm);
     }
-    return hsum8(acc) - reduce4(accm);
+    return acc - accm;
 }
 
 float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q5_K *wb = w;
     const block_q8_K *xb = x;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&wb[i], sizeof wb[i]);
         uint8_t sc[8], mn[8];
@@ -146,13 +165,13 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
             p1 = _mm256_madd_epi16(p1, bcast_i16(scales, 2 * j + 1));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
         }
-        const __m128i msum = mins_dot(mn, xb[i].bsums);
+        const int32_t msum = sum4_i32(mins_dot(mn, xb[i].bsums));
         const float d = xb[i].d * _cvtsh_ss(wb[i].d);
         const float dm = xb[i].d * _cvtsh_ss(wb[i].dmin);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dm), _mm_cvtepi32_ps(msum), accm);
+        acc = fmaf(d, (float)sum8_i32(isum), acc);
+        accm = fmaf(dm, (float)msum, accm);
     }
-    return hsum8(acc) - reduce4(accm);
+    return acc - accm;
 }
 
 float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
@@ -220,37 +239,35 @@ static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
  * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or of _q5_K_): the
- * same int32 lanes per super-block (integer sums are exact, so forming them
- * in another order changes nothing), then the same two fmas per super-block
- * in super-block order and the same final reduction. The tile only shares
- * work: for a chunk of Q45_PANEL_SB super-blocks of the 8 rows, the weight
- * side is prepared once into a panel that stays in L1 (nibbles unpacked to
- * bytes, each sub-block's scale broadcast to 16-bit lanes, mins widened, d
- * and dmin converted and laid out as the fmas use them), and then met by
- * every token, whose quants are loaded once for the 8 rows, with the int32
- * sums of the 8 outputs in registers (one token at a time measured faster
- * than two sharing the panel loads). While the tokens meet a chunk, what
- * the tile reads next is prefetched. The scale products d * x.d are formed
- * lane-wise from the same two floats as vec_dot's, so they are the same
- * floats. */
+ * same whole int32 sums per super-block (exact, so formed in any order),
+ * then the same two fmas per super-block in super-block order. Since a
+ * super-block ends in one sum per row, the tile keeps row r in lane r:
+ * for a chunk of Q45_PANEL_SB super-blocks of the 8 rows, a panel (in L1)
+ * holds each group of 4 weights of the 8 rows as one vector (row r in
+ * dword r, nibbles unpacked to bytes), each sub-block's 8 scales and the
+ * mins in the same lanes, d and dmin. A token then meets a group with one
+ * maddubs against its 4 quants broadcast, and the groups of a sub-block
+ * add up in int16 before one madd applies the 8 scales: 9 multiplies per
+ * 256 products where the vec_dot layout needs 16, and one fma for 8 rows.
+ * The int16 sums cannot overflow: a maddubs lane is at most 2 * 31 * 128 =
+ * 7936 (Q5_K; Q4_K 3840), and Q45_GROUPS_Q5 (Q4_K: all 8) of them add up.
+ * While the tokens meet a chunk, what the tile reads next is prefetched. */
 
-enum { Q45_PANEL_SB = 4 };
-_Static_assert(TILE_ROWS == 8, "hsum8_rows8 finishes the tiles' rows");
+enum { Q45_PANEL_SB = 4, Q45_GROUPS = 8, Q45_GROUPS_Q5 = 4 };
+_Static_assert(TILE_ROWS == 8, "a panel vector holds a dword of each of the 8 rows");
+_Static_assert(Q45_GROUPS * 2 * 15 * 128 <= INT16_MAX && Q45_GROUPS_Q5 * 2 * 31 * 128 <= INT16_MAX,
+               "int16 group sums of a sub-block");
 
 typedef struct panel_q45_K {
-    __m256i q[Q45_PANEL_SB][TILE_ROWS][8];  /* quants of sub-block s (weights 32s..32s+31) as bytes */
-    __m256i sc[Q45_PANEL_SB][TILE_ROWS][8]; /* scale of sub-block s in every 16-bit lane */
-    float d[Q45_PANEL_SB][TILE_ROWS];       /* d of each row */
-    /* rows 2i and 2i + 1 side by side, as their mins terms are formed */
-    __m256i mn[Q45_PANEL_SB][TILE_ROWS / 2]; /* the 8 mins of each as int16 */
-    float dmin[Q45_PANEL_SB][TILE_ROWS];     /* dmin of each row */
+    __m256i q[Q45_PANEL_SB][8][Q45_GROUPS]; /* [b][s][g]: dword r = weights 32s+4g..+3 of row r */
+    __m256i sc[Q45_PANEL_SB][8];            /* [b][s]: both int16 halves of dword r = scale s of row r */
+    __m256i mn[Q45_PANEL_SB][4];            /* [b][k]: dword r = mins 2k, 2k+1 of row r as int16 */
+    float d[Q45_PANEL_SB][TILE_ROWS], dmin[Q45_PANEL_SB][TILE_ROWS];
 } panel_q45_K;
 
-/* Accumulators of one token: vec_dot's acc of each row, and its accm of
- * rows 2i and 2i + 1 in accm[i]. */
+/* Accumulators of one token, row r in lane r: vec_dot's acc and accm. */
 typedef struct tile_acc_q45_K {
-    __m256 acc[TILE_ROWS];
-    __m256 accm[TILE_ROWS / 2];
+    __m256 acc, accm;
 } tile_acc_q45_K;
 
 /* Prefetches what the tile of the TILE_ROWS rows at w (w_stride bytes
@@ -266,6 +283,25 @@ static void prefetch_next_chunk(const char *w, size_t w_stride, size_t block_byt
         prefetch_lines(next + (size_t)r * w_stride, (int)block_bytes * (left < chunk ? left : chunk));
 }
 
+/* out[g] = dword g of v[0..7], in lanes 0..7. */
+static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
+{
+    __m256i a[8], b[8];
+    for (int i = 0; i < 4; i++) { /* rows 2i, 2i+1: dwords 0 1 | 4 5 and 2 3 | 6 7 */
+        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) /* rows 4i..4i+3: dword h | 4 + h in b[4i + h] */
+        for (int h = 0; h < 2; h++) {
+            b[4 * i + 2 * h] = _mm256_unpacklo_epi64(a[4 * i + h], a[4 * i + 2 + h]);
+            b[4 * i + 2 * h + 1] = _mm256_unpackhi_epi64(a[4 * i + h], a[4 * i + 2 + h]);
+        }
+    for (int g = 0; g < 4; g++) {
+        out[g] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x20);
+        out[g + 4] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x31);
+    }
+}
+
 /* Super-blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb super-blocks)
  * into a panel; prefetches what comes next. Q4_K (q5 = 0) and Q5_K (q5 =
  * 1, the fifth bits from qh as vec_dot_q5_K_q8_K_avx2 adds them; a
@@ -275,75 +311,74 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
 {
     const size_t block_bytes = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, Q45_PANEL_SB);
-    for (int r = 0; r < TILE_ROWS; r++) {
-        for (int b = 0; b < nbc; b++) {
-            const char *blk = w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes;
-            const block_q4_K *b4 = (const block_q4_K *)blk;
-            const block_q5_K *b5 = (const block_q5_K *)blk;
-            const uint8_t *qs = q5 ? b5->qs : b4->qs;
-            __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++)
-                unpack_q45(qs, j, &hb, q5, &p->q[b][r][2 * j], &p->q[b][r][2 * j + 1]);
-            /* Q4_K and Q5_K agree on d, dmin and scales */
-            const __m128i sm = unpack_scales_mins_v(b4);
-            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-#pragma GCC unroll 8
-            for (int s = 0; s < 8; s++)
-                p->sc[b][r][s] = bcast_i16(sc, s);
-            p->d[b][r] = _cvtsh_ss(b4->d);
-            p->dmin[b][r] = _cvtsh_ss(b4->dmin);
-            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-            p->mn[b][r / 2] = r % 2 ? _mm256_inserti128_si256(p->mn[b][r / 2], mins, 1) : _mm256_castsi128_si256(mins);
+    for (int b = 0; b < nbc; b++) {
+        const block_q4_K *blk[TILE_ROWS]; /* Q4_K and Q5_K agree on d, dmin and scales */
+        __m256i sc[TILE_ROWS], mn[TILE_ROWS], lo[TILE_ROWS], hi[TILE_ROWS], unused[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) {
+            blk[r] = (const block_q4_K *)(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes);
+            const __m128i sm = unpack_scales_mins_v(blk[r]);
+            const __m256i s32 = _mm256_cvtepu8_epi32(sm);
+            sc[r] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+            mn[r] = _mm256_set_m128i(_mm_setzero_si128(), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+            p->d[b][r] = _cvtsh_ss(blk[r]->d);
+            p->dmin[b][r] = _cvtsh_ss(blk[r]->dmin);
+        }
+        transpose8_i32(sc, p->sc[b]);
+        transpose8_i32(mn, unused);
+        memcpy(p->mn[b], unused, sizeof p->mn[b]);
+        for (int j = 0; j < 4; j++) {
+            for (int r = 0; r < TILE_ROWS; r++) {
+                const block_q5_K *b5 = (const block_q5_K *)blk[r];
+                __m256i hb = q5 ? _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)b5->qh), 2 * j)
+                                : _mm256_setzero_si256();
+                unpack_q45(q5 ? b5->qs : blk[r]->qs, j, &hb, q5, &lo[r], &hi[r]);
+            }
+            transpose8_i32(lo, p->q[b][2 * j]);
+            transpose8_i32(hi, p->q[b][2 * j + 1]);
         }
     }
 }
 
-/* The int32 lanes of 32-byte chunk j of super-block b of row r of the
- * panel (sub-blocks 2j and 2j + 1) times the token's quants y. */
-static inline __m256i panel_chunk_q45(const panel_q45_K *p, int b, int r, int j, const int8_t *y)
+/* Sub-block s of super-block b of the panel times the token's quants y:
+ * the int32 sum of each row, row r in lane r. */
+static inline __attribute__((always_inline)) __m256i panel_subblock_q45(const panel_q45_K *p, int b, int s,
+                                                                        const int8_t *y, int q5)
 {
-    const __m256i ylo = _mm256_loadu_si256((const __m256i *)(y + 64 * j));
-    const __m256i yhi = _mm256_loadu_si256((const __m256i *)(y + 64 * j + 32));
-    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j], ylo), p->sc[b][r][2 * j]);
-    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][2 * j + 1], yhi), p->sc[b][r][2 * j + 1]);
-    return _mm256_add_epi32(p0, p1);
+    const int per_madd = q5 ? Q45_GROUPS_Q5 : Q45_GROUPS;
+    __m256i sum = _mm256_setzero_si256();
+    for (int g0 = 0; g0 < Q45_GROUPS; g0 += per_madd) {
+        __m256i h = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = g0; g < g0 + per_madd; g++) {
+            int32_t y4;
+            memcpy(&y4, y + 32 * s + 4 * g, 4);
+            h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q[b][s][g], _mm256_set1_epi32(y4)));
+        }
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(h, p->sc[b][s]));
+    }
+    return sum;
 }
 
 /* Adds super-blocks [0, nbc) of the panel times the token's super-blocks
  * x[0, nbc) to its accumulators. */
-static void panel_token_q45_K(const panel_q45_K *p, int nbc, const block_q8_K *x, tile_acc_q45_K *a)
+static inline __attribute__((always_inline)) void panel_token_q45(const panel_q45_K *p, int nbc,
+                                                                  const block_q8_K *x, int q5, tile_acc_q45_K *a)
 {
     for (int b = 0; b < nbc; b++) {
-        const __m256 xd = _mm256_set1_ps(x[b].d);
-        /* the bsums pair sums of mins_dot, for rows 2i and 2i + 1 at once */
-        const __m128i *bsums = (const __m128i *)x[b].bsums;
-        const __m256i bs =
-            _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)));
-        /* dmin * x.d of the 8 rows, then of rows 2i and 2i + 1 in the halves */
-        const __m256 dmx = _mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd);
-#pragma GCC unroll 4
-        for (int i = 0; i < TILE_ROWS / 2; i++) {
-            const int lo = 2 * i, hi = 2 * i + 1;
-            const __m256 dm = _mm256_permutevar8x32_ps(dmx, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi));
-            a->accm[i] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(_mm256_madd_epi16(p->mn[b][i], bs)), a->accm[i]);
-        }
-        /* the 8 products d * x.d, each broadcast by a load */
-        float dx[TILE_ROWS];
-        _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd));
-        /* chunk 0 starts the sums (7 adds per row, not 8) */
-        __m256i isum[TILE_ROWS];
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_ROWS; r++)
-            isum[r] = panel_chunk_q45(p, b, r, 0, x[b].qs);
+        __m256i isum = panel_subblock_q45(p, b, 0, x[b].qs, q5);
 #pragma GCC unroll 1
-        for (int j = 1; j < 4; j++) {
-#pragma GCC unroll 8
-            for (int r = 0; r < TILE_ROWS; r++)
-                isum[r] = _mm256_add_epi32(isum[r], panel_chunk_q45(p, b, r, j, x[b].qs));
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_ROWS; r++)
-            a->acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dx[r]), _mm256_cvtepi32_ps(isum[r]), a->acc[r]);
+        for (int s = 1; s < 8; s++)
+            isum = _mm256_add_epi32(isum, panel_subblock_q45(p, b, s, x[b].qs, q5));
+        /* mins: the int16 bsum pairs of sub-blocks 2k, 2k + 1 in every dword */
+        const __m128i *bsums = (const __m128i *)x[b].bsums;
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1));
+        __m256i msum = _mm256_madd_epi16(p->mn[b][0], _mm256_broadcastd_epi32(bs));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][1], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 4))));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][2], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 8))));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][3], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 12))));
+        const __m256 xd = _mm256_set1_ps(x[b].d);
+        a->acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd), _mm256_cvtepi32_ps(isum), a->acc);
+        a->accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd), _mm256_cvtepi32_ps(msum), a->accm);
     }
 }
 
@@ -363,13 +398,10 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
         const int nbc = nb - b0 < Q45_PANEL_SB ? nb - b0 : Q45_PANEL_SB;
         panel_prepare_q45(&panel, w, w_stride, b0, nbc, nb, q5);
         for (int t = 0; t < m; t++)
-            panel_token_q45_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, &acc[t]);
+            panel_token_q45(&panel, nbc, token_q8_K(x, x_stride, t) + b0, q5, &acc[t]);
     }
-    for (int t = 0; t < m; t++) {
-        const __m256 *am = acc[t].accm;
-        _mm256_storeu_ps(y + (size_t)t * ldy,
-                         _mm256_sub_ps(hsum8_rows8(acc[t].acc), reduce4_rows8(am[0], am[1], am[2], am[3])));
-    }
+    for (int t = 0; t < m; t++)
+        _mm256_storeu_ps(y + (size_t)t * ldy, _mm256_sub_ps(acc[t].acc, acc[t].accm));
 }
 
 /* ---- Q4_K and Q5_K tiles for few tokens (batched decode) ----
@@ -384,8 +416,9 @@ static inline __attribute__((always_inline)) void tile_q45(int n, const void *w,
  * those blocks of the tokens stay in L1 while the 8 rows meet them. Scales
  * and mins are unpacked per chunk for the 8 rows (to int32 words that
  * broadcast by a load alone), the tokens' d and bsum pairs per chunk for
- * the group (token t in lane t). The same ints and floats as vec_dot meet
- * in the same order: accm's lane l of token t lives in lane t of accm[l]. */
+ * the group (token t in lane t). A super-block's int32 lanes of the tokens
+ * are summed into one vector, token t in lane t, which meets vec_dot's two
+ * fmas: acc and accm of a row hold token t in lane t. */
 
 enum { SMALL_SB = 4, SMALL_GROUP = 8, SMALL_TOKENS = 8 };
 _Static_assert(SMALL_TOKENS == SMALL_GROUP, "the tile finishes one group");
@@ -454,8 +487,8 @@ static void small_prepare_x(small_x_q45 *p, const void *x, size_t x_stride, int 
     }
 }
 
-/* One super-block of row r (blk) times the nt tokens of the group: adds to
- * acc[t] (token t) and accm[l]. */
+/* One super-block of row r (blk) times the nt tokens of the group: adds
+ * to acc and accm of the row, token t in lane t. */
 static inline __attribute__((always_inline)) void small_block_q45(const char *blk, const small_w_q45 *pw,
                                                                   const small_x_q45 *px, int b, int r, int nt,
                                                                   int q5, __m256 *acc, __m256 *accm)
@@ -480,23 +513,22 @@ static inline __attribute__((always_inline)) void small_block_q45(const char *bl
             isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
         }
     }
-    float dx[SMALL_GROUP];
-    _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_set1_ps(pw->d[b][r]), px->xd[b]));
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++)
-        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[t]), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-    const __m256 dmx = _mm256_mul_ps(_mm256_set1_ps(pw->dmin[b][r]), px->xd[b]);
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; l++)
-        accm[l] = _mm256_fmadd_ps(
-            dmx, _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi32(pw->mn[b][r][l]), px->bs[b][l])), accm[l]);
+    for (int t = nt; t < SMALL_GROUP; t++)
+        isum[t] = _mm256_setzero_si256();
+    __m256i msum = _mm256_madd_epi16(_mm256_set1_epi32(pw->mn[b][r][0]), px->bs[b][0]);
+#pragma GCC unroll 3
+    for (int l = 1; l < 4; l++)
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_set1_epi32(pw->mn[b][r][l]), px->bs[b][l]));
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(pw->d[b][r]), px->xd[b]), _mm256_cvtepi32_ps(sums8_i32(isum)),
+                           *acc);
+    *accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(pw->dmin[b][r]), px->xd[b]), _mm256_cvtepi32_ps(msum), *accm);
 }
 
-/* Accumulators of a tile of few tokens: acc[r][t], and accm[r][g][l] with
- * lane i of the group g's token 8g + i. */
+/* Accumulators of a tile of few tokens: vec_dot's acc and accm of row r
+ * and token 8g + t in lane t of acc[r][g], accm[r][g]. */
 typedef struct small_acc_q45 {
-    __m256 acc[TILE_ROWS][SMALL_TOKENS];
-    __m256 accm[TILE_ROWS][SMALL_TOKENS / SMALL_GROUP][4];
+    __m256 acc[TILE_ROWS][SMALL_TOKENS / SMALL_GROUP];
+    __m256 accm[TILE_ROWS][SMALL_TOKENS / SMALL_GROUP];
 } small_acc_q45;
 
 /* The chunk's super-blocks of the 8 rows times group g of nt tokens. */
@@ -509,7 +541,7 @@ static inline __attribute__((always_inline)) void small_chunk_q45(const char *w,
     for (int r = 0; r < TILE_ROWS; r++)
         for (int b = 0; b < nbc; b++)
             small_block_q45(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes, pw, px, b, r, nt, q5,
-                            a->acc[r] + SMALL_GROUP * g, a->accm[r][g]);
+                            &a->acc[r][g], &a->accm[r][g]);
 }
 
 #define SMALL_CHUNK_FN(name, q5)                                                                                   \
@@ -552,13 +584,9 @@ static inline __attribute__((always_inline)) void tile_small_q45(int n, const vo
                 small_chunk_q4_K(w, w_stride, &pw, &px, b0, nbc, g, nt, &a);
         }
     }
-    /* row r of token t in lane t: hsum8 across the tokens' acc, reduce4
-     * lane-wise across accm */
     for (int r = 0; r < TILE_ROWS; r++) {
-        const __m256 *am = a.accm[r][0];
         float out[SMALL_TOKENS];
-        const __m256 mins = _mm256_add_ps(_mm256_add_ps(am[0], am[2]), _mm256_add_ps(am[1], am[3]));
-        _mm256_storeu_ps(out, _mm256_sub_ps(hsum8_rows8(a.acc[r]), mins));
+        _mm256_storeu_ps(out, _mm256_sub_ps(a.acc[r][0], a.accm[r][0]));
         for (int t = 0; t < m; t++)
             y[(size_t)t * ldy + (size_t)r] = out[t];
     }
@@ -582,14 +610,16 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
         tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
 }
 
-/* ---- Q6_K tile, planned as the Q4_K tile ----
+/* ---- Q6_K tile: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
  * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: the same int32
  * lanes per super-block (the offset of 32 taken out exactly through the
- * bsums), one fma per super-block, the same final reduction. The panel
- * holds each 32-weight group's 6-bit quants as bytes and its two scales
- * (one per 16 weights) as 16-bit lanes, the 16 scales widened for the
- * offset term, and d. */
+ * bsums), one fma per super-block, the same final reduction. Q6_K keeps
+ * vec_dot's 8 lanes per row, so its panel follows the rows: it holds each
+ * 32-weight group's 6-bit quants as bytes and its two scales (one per 16
+ * weights) as 16-bit lanes, the 16 scales widened for the offset term,
+ * and d; each token meets it with its quants loaded once for the 8 rows,
+ * as the Q4_K/Q5_K tile did before it put rows in lanes. */
 
 enum { Q6K_PANEL_SB = 4 };
 

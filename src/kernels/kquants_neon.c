@@ -1,16 +1,18 @@
 /* kquants_neon.c: K-quant dot products with NEON (aarch64).
  *
- * The same arithmetic as kquants_avx2.c, on 128-bit vectors: the 8 int32
- * lanes of a super-block are two int32x4 (lanes 0..3: weights 0..15 of
- * each 32-weight group, lanes 4..7: weights 16..31), each lane the exact
- * sum over 4 consecutive weights (vdotq_s32 where the CPU has the dot
+ * The same arithmetic as kquants_avx2.c, on 128-bit vectors: the int32
+ * sums of a super-block are formed in two int32x4 (lanes 0..3: weights
+ * 0..15 of each 32-weight group, lanes 4..7: weights 16..31), each lane the
+ * exact sum over 4 consecutive weights (vdotq_s32 where the CPU has the dot
  * product extension, else widening multiplies and pairwise adds, which
  * group the same 4 weights). The float part is the one of the reference:
- * acc = fma(d, lanes, acc) per super-block, accm likewise with dmin, and
- * the final hsum8(acc) (- reduce4(accm)) with reduce4(t) = (t0 + t2) +
- * (t1 + t3), hsum8 = reduce4(acc_lo + acc_hi). So the results are
- * bit-identical to vec_dot_*_ref and the AVX2 kernels. */
+ * Q4_K/Q5_K fuse the whole sums of a super-block into two scalars, acc =
+ * fma(d, isum, acc) and accm = fma(dmin, msum, accm), and return acc -
+ * accm; Q6_K fuses its 8 lanes, acc = fma(d, lanes, acc), and ends with
+ * hsum8 = reduce4(acc_lo + acc_hi), reduce4(t) = (t0 + t2) + (t1 + t3). So
+ * the results are bit-identical to vec_dot_*_ref and the AVX2 kernels. */
 #include <arm_neon.h>
+#include <math.h>
 
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
@@ -54,7 +56,7 @@ float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
     const block_q4_K *wb = w;
     const block_q8_K *xb = x;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    float32x4_t acc_lo = vdupq_n_f32(0), acc_hi = vdupq_n_f32(0), accm = vdupq_n_f32(0);
+    float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(wb[i].scales, sc, mn);
@@ -73,14 +75,12 @@ float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
             isum_lo = vmlaq_n_s32(isum_lo, dot4(hi_a, vld1q_s8(yj + 32)), sc[2 * j + 1]);
             isum_hi = vmlaq_n_s32(isum_hi, dot4(hi_b, vld1q_s8(yj + 48)), sc[2 * j + 1]);
         }
-        const int32x4_t msum = mins_dot(mn, xb[i].bsums);
         const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
         const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
-        acc_lo = vfmaq_f32(acc_lo, vdupq_n_f32(d), vcvtq_f32_s32(isum_lo));
-        acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
-        accm = vfmaq_f32(accm, vdupq_n_f32(dm), vcvtq_f32_s32(msum));
+        acc = fmaf(d, (float)vaddvq_s32(vaddq_s32(isum_lo, isum_hi)), acc);
+        accm = fmaf(dm, (float)vaddvq_s32(mins_dot(mn, xb[i].bsums)), accm);
     }
-    return hsum8(acc_lo, acc_hi) - reduce4(accm);
+    return acc - accm;
 }
 
 float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
@@ -88,7 +88,7 @@ float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
     const block_q5_K *wb = w;
     const block_q8_K *xb = x;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), bit4 = vdupq_n_u8(0x10);
-    float32x4_t acc_lo = vdupq_n_f32(0), acc_hi = vdupq_n_f32(0), accm = vdupq_n_f32(0);
+    float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(wb[i].scales, sc, mn);
@@ -115,14 +115,12 @@ float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
             isum_lo = vmlaq_n_s32(isum_lo, dot4(hi_a, vld1q_s8(yj + 32)), sc[2 * j + 1]);
             isum_hi = vmlaq_n_s32(isum_hi, dot4(hi_b, vld1q_s8(yj + 48)), sc[2 * j + 1]);
         }
-        const int32x4_t msum = mins_dot(mn, xb[i].bsums);
         const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
         const float dm = xb[i].d * cv_fp16_to_fp32(wb[i].dmin);
-        acc_lo = vfmaq_f32(acc_lo, vdupq_n_f32(d), vcvtq_f32_s32(isum_lo));
-        acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
-        accm = vfmaq_f32(accm, vdupq_n_f32(dm), vcvtq_f32_s32(msum));
+        acc = fmaf(d, (float)vaddvq_s32(vaddq_s32(isum_lo, isum_hi)), acc);
+        accm = fmaf(dm, (float)vaddvq_s32(mins_dot(mn, xb[i].bsums)), accm);
     }
-    return hsum8(acc_lo, acc_hi) - reduce4(accm);
+    return acc - accm;
 }
 
 float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
