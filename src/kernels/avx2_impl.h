@@ -1,5 +1,7 @@
-/* avx2_impl.h: the final reductions of the AVX2 kernels (private to
- * src/kernels; for files built with -mavx2 -mfma -mf16c).
+/* avx2_impl.h: what the AVX2 kernels share (private to src/kernels; for
+ * files built with -mavx2 -mfma -mf16c): the final reductions, the sums
+ * of int32 lanes and the transpose that puts 8 rows in the lanes of a
+ * vector.
  *
  * hsum8 is kernels_impl.h's: ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)),
  * that is reduce4 of t[l] = v[l] + v[l+4], reduce4(t) = (t0+t2) + (t1+t3).
@@ -50,6 +52,36 @@ static inline __m256 hsum8_rows8(const __m256 v[8])
 {
     return reduce4_rows8(fold_halves2(v[0], v[1]), fold_halves2(v[2], v[3]), fold_halves2(v[4], v[5]),
                          fold_halves2(v[6], v[7]));
+}
+
+/* Lane i: the sum of the int32 lanes of v[i]. */
+static inline __m256i sums8_i32(const __m256i v[8])
+{
+    __m256i f[4]; /* f[i]: v[2i]'s lanes l + (l + 4) in the low half, v[2i + 1]'s in the high */
+    for (int i = 0; i < 4; i++)
+        f[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x20),
+                                _mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x31));
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
+    return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* h: 0 2 4 6 | 1 3 5 7 */
+}
+
+/* out[g] = dword g of v[0..7], in lanes 0..7. */
+static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
+{
+    __m256i a[8], b[8];
+    for (int i = 0; i < 4; i++) { /* rows 2i, 2i+1: dwords 0 1 | 4 5 and 2 3 | 6 7 */
+        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) /* b[4i + k]: dword k | 4 + k of rows 4i..4i+3 */
+        for (int h = 0; h < 2; h++) {
+            b[4 * i + 2 * h] = _mm256_unpacklo_epi64(a[4 * i + h], a[4 * i + 2 + h]);
+            b[4 * i + 2 * h + 1] = _mm256_unpackhi_epi64(a[4 * i + h], a[4 * i + 2 + h]);
+        }
+    for (int g = 0; g < 4; g++) {
+        out[g] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x20);
+        out[g + 4] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x31);
+    }
 }
 
 #endif

@@ -97,6 +97,14 @@ static inline __m256 block_scale(cv_fp16 a, cv_fp16 b)
     return _mm256_set1_ps(_cvtsh_ss(a) * _cvtsh_ss(b));
 }
 
+/* Prefetches the units [b1, b2) of a row (blocks, or elements of a float
+ * row), of unit_bytes bytes each. */
+static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, int b2)
+{
+    for (size_t i = (size_t)b1 * unit_bytes; i < (size_t)b2 * unit_bytes; i += 64)
+        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+}
+
 /* A Q8_0 block's quants widened to int16: elements 0..15 and 16..31. */
 typedef struct q8_0_wide {
     __m256i lo, hi;
@@ -165,30 +173,48 @@ static inline __m256i lanes_q4_0_q8_0(__m256i q4, __m256i y, __m256i y_offset)
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-/* One block of a Q4_0 x Q8_0 dot product, as float lane sums. */
-static inline __m256 block_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x)
+/* Blocks [b0, b0 + nbk) of a Q4_0 x Q8_0 dot product (nbk <= 8): their
+ * exact sums (lane k: block b0 + k) and scales (0 past nbk). */
+static inline __attribute__((always_inline)) __m256i blocks_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x,
+                                                                        int b0, int nbk, __m256 *d)
 {
-    __m256i y = _mm256_loadu_si256((const __m256i *)x->qs);
-    return _mm256_cvtepi32_ps(lanes_q4_0_q8_0(unpack_q4_0(w->qs), y, offset_q4_0(y)));
+    __m256i lanes[8];
+    cv_fp16 wd[8] = {0}, xd[8] = {0};
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        if (k < nbk) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)x[b0 + k].qs);
+            lanes[k] = lanes_q4_0_q8_0(unpack_q4_0(w[b0 + k].qs), y, offset_q4_0(y));
+            wd[k] = w[b0 + k].d;
+            xd[k] = x[b0 + k].d;
+        } else {
+            lanes[k] = _mm256_setzero_si256();
+        }
+    }
+    *d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd)),
+                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xd)));
+    /* block totals: pairs within halves, then the halves of 0..3 and 4..7 */
+    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
+    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[4], lanes[5]), _mm256_hadd_epi32(lanes[6], lanes[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
+/* Block b into lane b % 8, 8 blocks at a time. Past the last block a lane
+ * adds 0 * 0, which leaves it as it is (an accumulator is never -0). */
 float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
 {
     const block_q4_0 *w = wv;
     const block_q8_0 *x = xv;
     const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES, _MM_HINT_T0);
-        __m256 s0 = block_q4_0_q8_0(&w[b], &x[b]);
-        __m256 s1 = block_q4_0_q8_0(&w[b + 1], &x[b + 1]);
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
-        acc1 = _mm256_fmadd_ps(block_scale(w[b + 1].d, x[b + 1].d), s1, acc1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        prefetch_blocks(w, sizeof *w, b0 + VEC_DOT_PREFETCH_BYTES / (int)sizeof *w,
+                        b0 + 8 + VEC_DOT_PREFETCH_BYTES / (int)sizeof *w);
+        __m256 d;
+        const __m256i s = nb - b0 >= 8 ? blocks_q4_0_q8_0(w, x, b0, 8, &d) : blocks_q4_0_q8_0(w, x, b0, nb - b0, &d);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
     }
-    if (b < nb)
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), block_q4_0_q8_0(&w[b], &x[b]), acc0);
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    return hsum8(acc);
 }
 
 /* ---- tiles: TILE_ROWS weight rows times up to TILE_TOKENS activation rows ----
@@ -196,14 +222,21 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
  * Every output of a tile follows the schedule of its vec_dot exactly; the
  * tile only shares work between outputs. The rows are cut into chunks of
  * PANEL_BLOCKS blocks. For each chunk, the weight side is prepared once in
- * a panel in L1 (Q4_0 quants unpacked to bytes, Q8_0 quants widened to
- * int16, scales converted to f32) and then met by every token, whose block
- * is loaded (and given its Q4_0 offset term, or widened) once for the 8
- * rows. The block scales fp16(w_r.d) * fp16(x.d) are exact in f32, so any
- * way of forming them gives block_scale's value: Q4_0 forms the 8 of a
- * block with one multiply and broadcasts them from memory, Q8_0 (whose
- * loop has more loads) multiplies per row, which measured faster for each.
- * While the tokens meet a chunk, the next chunk of the rows is prefetched.
+ * a panel in L1 and then met by every token. The block scales fp16(w_r.d)
+ * * fp16(x.d) are exact in f32, so any way of forming them gives
+ * block_scale's value. While the tokens meet a chunk, the next chunk of
+ * the rows is prefetched.
+ *
+ * Q4_0 ends each block in one sum per row, so its panel keeps row r in
+ * lane r: each group of 4 weights of the 8 rows is one vector (row r in
+ * dword r, nibbles unpacked to bytes). A token meets a group with one
+ * maddubs against its 4 quants broadcast; the 8 groups of a block add up
+ * in int16 (at most 8 * 2 * 15 * 128 = 30720), one madd makes them int32
+ * and 8 * (sum of the block's quants) takes the offset of 8 off. The block
+ * then meets the 8 rows' accumulators b % 8 with one fma.
+ *
+ * Q8_0 keeps vec_dot's lanes: its panel holds the quants widened to int16
+ * and the scales, and a token's block is widened once for the 8 rows.
  * An output's two accumulators
  * (acc0 for even blocks, acc1 for odd ones) live in memory between chunks;
  * within a chunk, a token goes over the even blocks and then over the odd
@@ -213,15 +246,18 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
 
 _Static_assert(TILE_ROWS == 8, "a panel block holds one __m256 of scales, one per row");
 
-enum { PANEL_BLOCKS = 32 }; /* even, so a block's parity is the same in a chunk and in the row */
+enum { PANEL_BLOCKS = 32 }; /* a multiple of 8, so b % 8 (and the parity) is the same in a chunk and in the row */
 
 /* Accumulators of one token: [parity][row]. */
 typedef __m256 tile_acc[2][TILE_ROWS];
 
 typedef struct panel_q4_0 {
-    __m256i q4[PANEL_BLOCKS][TILE_ROWS]; /* unpack_q4_0 of each block */
-    float d[PANEL_BLOCKS][TILE_ROWS];    /* weight scales */
+    __m256i q4[PANEL_BLOCKS][8];      /* [b][g]: dword r = weights 4g..4g+3 of row r, as bytes */
+    float d[PANEL_BLOCKS][TILE_ROWS]; /* weight scales */
 } panel_q4_0;
+
+/* Accumulators of one Q4_0 token: [block % 8], row r in lane r. */
+typedef __m256 tile_acc_q4_0[8];
 
 typedef struct panel_q8_0 {
     q8_0_wide q[PANEL_BLOCKS][TILE_ROWS]; /* widen_q8_0 of each block */
@@ -235,13 +271,6 @@ static inline void panel_scales(const float wd[TILE_ROWS], cv_fp16 xd, float d[T
     _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_loadu_ps(wd), _mm256_set1_ps(_cvtsh_ss(xd))));
 }
 
-/* Prefetches the units [b1, b2) of a row (blocks, or elements of a float
- * row), of unit_bytes bytes each. */
-static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, int b2)
-{
-    for (size_t i = (size_t)b1 * unit_bytes; i < (size_t)b2 * unit_bytes; i += 64)
-        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
-}
 
 /* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel.
  * Prefetches the chunk after, or after the last chunk the first chunk of
@@ -257,10 +286,14 @@ static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, in
         else
             prefetch_blocks(w + (size_t)(r + TILE_ROWS) * w_stride, sizeof *row, 0,
                             nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
-        for (int b = 0; b < nbc; b++) {
-            p->q4[b][r] = unpack_q4_0(row[b0 + b].qs);
+        for (int b = 0; b < nbc; b++)
             p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
-        }
+    }
+    for (int b = 0; b < nbc; b++) {
+        __m256i q4[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++)
+            q4[r] = unpack_q4_0(((const block_q4_0 *)(w + (size_t)r * w_stride))[b0 + b].qs);
+        transpose8_i32(q4, p->q4[b]);
     }
 }
 
@@ -281,25 +314,33 @@ static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, in
     }
 }
 
-/* Adds blocks [0, nb) of the panel times the token's blocks x[0, nb) to its
- * accumulators. */
-static void panel_token_q4_0(const panel_q4_0 *p, int nb, const block_q8_0 *x, tile_acc acc)
+/* The exact sums of block b of the panel's 8 rows (row r in lane r) and
+ * the token's block y. */
+static inline __m256i panel_block_q4_0(const panel_q4_0 *p, int b, const int8_t *y)
 {
-    for (int parity = 0; parity < 2; parity++) {
-        __m256 a[TILE_ROWS];
-        memcpy(a, acc[parity], sizeof a);
-        for (int b = parity; b < nb; b += 2) {
-            const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
-            const __m256i y_offset = offset_q4_0(y);
-            float d[TILE_ROWS];
-            panel_scales(p->d[b], x[b].d, d);
+    __m256i h = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int r = 0; r < TILE_ROWS; r++) {
-                __m256 s = _mm256_cvtepi32_ps(lanes_q4_0_q8_0(p->q4[b][r], y, y_offset));
-                a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d[r]), s, a[r]);
-            }
-        }
-        memcpy(acc[parity], a, sizeof a);
+    for (int g = 0; g < 8; g++) {
+        int32_t y4;
+        memcpy(&y4, y + 4 * g, 4);
+        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q4[b][g], _mm256_set1_epi32(y4)));
+    }
+    /* the sum of the block's quants in every lane */
+    __m256i ysum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)y)),
+                                     _mm256_set1_epi16(1));
+    ysum = _mm256_add_epi32(ysum, _mm256_shuffle_epi32(ysum, 0x4E));
+    ysum = _mm256_add_epi32(ysum, _mm256_shuffle_epi32(ysum, 0xB1));
+    ysum = _mm256_add_epi32(ysum, _mm256_permute2x128_si256(ysum, ysum, 1));
+    return _mm256_sub_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(1)), _mm256_slli_epi32(ysum, 3));
+}
+
+/* Adds blocks [0, nb) of the panel times the token's blocks x[0, nb) to its
+ * accumulators (nb from a chunk start, so block b goes to acc[b % 8]). */
+static void panel_token_q4_0(const panel_q4_0 *p, int nb, const block_q8_0 *x, tile_acc_q4_0 acc)
+{
+    for (int b = 0; b < nb; b++) {
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), _mm256_set1_ps(_cvtsh_ss(x[b].d)));
+        acc[b % 8] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(panel_block_q4_0(p, b, x[b].qs)), acc[b % 8]);
     }
 }
 
@@ -337,7 +378,7 @@ void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
 {
     const int nb = n / QK8_0;
     panel_q4_0 panel;
-    tile_acc acc[TILE_TOKENS];
+    tile_acc_q4_0 acc[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
         const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
@@ -345,7 +386,13 @@ void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
         for (int t = 0; t < m; t++)
             panel_token_q4_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
     }
-    tile_store(acc, m, y, ldy);
+    /* vec_dot's hsum8 over the 8 accumulators, lane by lane */
+    for (int t = 0; t < m; t++) {
+        const __m256 *a = acc[t];
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                         _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+        _mm256_storeu_ps(y + (size_t)t * ldy, sum);
+    }
 }
 
 void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,

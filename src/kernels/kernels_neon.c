@@ -121,18 +121,16 @@ float vec_dot_q4_0_q8_0_neon(int n, const void *wv, const void *xv)
     const block_q4_0 *w = wv;
     const block_q8_0 *x = xv;
     const int8x16_t eight = vdupq_n_s8(8);
-    float32x4_t acc[2][2] = {{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}, {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}};
+    float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
         uint8x16_t packed = vld1q_u8(w[b].qs);
         int8x16_t q_lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), eight);
         int8x16_t q_hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), eight);
-        int32x4_t lo = lanes_of_four(q_lo, vld1q_s8(x[b].qs));
-        int32x4_t hi = lanes_of_four(q_hi, vld1q_s8(x[b].qs + 16));
+        int32x4_t lanes = vaddq_s32(lanes_of_four(q_lo, vld1q_s8(x[b].qs)), lanes_of_four(q_hi, vld1q_s8(x[b].qs + 16)));
         float d = fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d);
-        acc[b & 1][0] = vfmaq_n_f32(acc[b & 1][0], vcvtq_f32_s32(lo), d);
-        acc[b & 1][1] = vfmaq_n_f32(acc[b & 1][1], vcvtq_f32_s32(hi), d);
+        acc[b % 8] = fmaf(d, (float)vaddvq_s32(lanes), acc[b % 8]);
     }
-    return hsum8(vaddq_f32(acc[0][0], acc[1][0]), vaddq_f32(acc[0][1], acc[1][1]));
+    return hsum8(vld1q_f32(acc), vld1q_f32(acc + 4));
 }
 
 /* x86 maxps: b unless a > b. */

@@ -60,17 +60,6 @@ static inline int32_t sum8_i32(__m256i v)
     return sum4_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
-/* Lane i: the sum of the int32 lanes of v[i]. */
-static inline __m256i sums8_i32(const __m256i v[8])
-{
-    __m256i f[4]; /* f[i]: v[2i]'s lanes l + (l + 4) in the low half, v[2i + 1]'s in the high */
-    for (int i = 0; i < 4; i++)
-        f[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x20),
-                                _mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x31));
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
-    return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* h: 0 2 4 6 | 1 3 5 7 */
-}
-
 /* Lane k of the Q4_K/Q5_K mins term: mn[2k] * s[2k] + mn[2k+1] * s[2k+1],
  * s[j] the sum of sub-block j's two bsums. */
 static inline __m128i mins_dot(const uint8_t mn[8], const int16_t *bsums)
@@ -281,25 +270,6 @@ static void prefetch_next_chunk(const char *w, size_t w_stride, size_t block_byt
     const char *next = last ? w + TILE_ROWS * w_stride : w + (size_t)(b0 + nbc) * block_bytes;
     for (int r = 0; r < TILE_ROWS; r++)
         prefetch_lines(next + (size_t)r * w_stride, (int)block_bytes * (left < chunk ? left : chunk));
-}
-
-/* out[g] = dword g of v[0..7], in lanes 0..7. */
-static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
-{
-    __m256i a[8], b[8];
-    for (int i = 0; i < 4; i++) { /* rows 2i, 2i+1: dwords 0 1 | 4 5 and 2 3 | 6 7 */
-        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) /* rows 4i..4i+3: dword h | 4 + h in b[4i + h] */
-        for (int h = 0; h < 2; h++) {
-            b[4 * i + 2 * h] = _mm256_unpacklo_epi64(a[4 * i + h], a[4 * i + 2 + h]);
-            b[4 * i + 2 * h + 1] = _mm256_unpackhi_epi64(a[4 * i + h], a[4 * i + 2 + h]);
-        }
-    for (int g = 0; g < 4; g++) {
-        out[g] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x20);
-        out[g + 4] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x31);
-    }
 }
 
 /* Super-blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb super-blocks)

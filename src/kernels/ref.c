@@ -102,25 +102,15 @@ float vec_dot_q4_0_q8_0_ref(int n, const void *wv, const void *xv)
 {
     const block_q4_0 *w = wv;
     const block_q8_0 *x = xv;
-    float acc[2][8] = {{0}};
+    float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
-        int8_t q4[QK4_0];
-        for (int j = 0; j < QK4_0 / 2; j++) {
-            q4[j] = (int8_t)((w[b].qs[j] & 15) - 8);
-            q4[j + QK4_0 / 2] = (int8_t)((w[b].qs[j] >> 4) - 8);
-        }
-        const int8_t *q = x[b].qs;
-        float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = q4[4 * l] * q[4 * l] + q4[4 * l + 1] * q[4 * l + 1] +
-                        q4[4 * l + 2] * q[4 * l + 2] + q4[4 * l + 3] * q[4 * l + 3];
-            acc[b & 1][l] = fmaf(d, (float)s, acc[b & 1][l]);
-        }
+        int32_t s = 0;
+        for (int j = 0; j < QK4_0 / 2; j++)
+            s += ((w[b].qs[j] & 15) - 8) * x[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + QK4_0 / 2];
+        const float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+        acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
-    float v[8];
-    for (int l = 0; l < 8; l++)
-        v[l] = acc[0][l] + acc[1][l];
-    return hsum8(v);
+    return hsum8(acc);
 }
 
 void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
