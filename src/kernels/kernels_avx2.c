@@ -264,14 +264,6 @@ typedef struct panel_q8_0 {
     float d[PANEL_BLOCKS][TILE_ROWS];
 } panel_q8_0;
 
-/* The 8 scales d_r = fp16(w_r.d) * fp16(x.d) of one block, for
- * broadcasting. */
-static inline void panel_scales(const float wd[TILE_ROWS], cv_fp16 xd, float d[TILE_ROWS])
-{
-    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_loadu_ps(wd), _mm256_set1_ps(_cvtsh_ss(xd))));
-}
-
-
 /* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel.
  * Prefetches the chunk after, or after the last chunk the first chunk of
  * the next TILE_ROWS rows, which the next tile reads first (prefetches do
