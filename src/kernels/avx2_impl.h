@@ -57,12 +57,10 @@ static inline __m256 hsum8_rows8(const __m256 v[8])
 /* Lane i: the sum of the int32 lanes of v[i]. */
 static inline __m256i sums8_i32(const __m256i v[8])
 {
-    __m256i f[4]; /* f[i]: v[2i]'s lanes l + (l + 4) in the low half, v[2i + 1]'s in the high */
-    for (int i = 0; i < 4; i++)
-        f[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x20),
-                                _mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x31));
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
-    return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* h: 0 2 4 6 | 1 3 5 7 */
+    /* g0: the sums of lanes 0..3 of v[0..3] in the low half, of lanes 4..7 in the high; g1 for v[4..7] */
+    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
 /* out[g] = dword g of v[0..7], in lanes 0..7. */

@@ -193,10 +193,7 @@ static inline __attribute__((always_inline)) __m256i blocks_q4_0_q8_0(const bloc
     }
     *d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd)),
                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xd)));
-    /* block totals: pairs within halves, then the halves of 0..3 and 4..7 */
-    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
-    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[4], lanes[5]), _mm256_hadd_epi32(lanes[6], lanes[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+    return sums8_i32(lanes);
 }
 
 /* Block b into lane b % 8, 8 blocks at a time. Past the last block a lane

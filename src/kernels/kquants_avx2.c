@@ -283,7 +283,7 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
     prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, Q45_PANEL_SB);
     for (int b = 0; b < nbc; b++) {
         const block_q4_K *blk[TILE_ROWS]; /* Q4_K and Q5_K agree on d, dmin and scales */
-        __m256i sc[TILE_ROWS], mn[TILE_ROWS], lo[TILE_ROWS], hi[TILE_ROWS], unused[TILE_ROWS];
+        __m256i sc[TILE_ROWS], mn[TILE_ROWS], lo[TILE_ROWS], hi[TILE_ROWS], mn_t[TILE_ROWS];
         for (int r = 0; r < TILE_ROWS; r++) {
             blk[r] = (const block_q4_K *)(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes);
             const __m128i sm = unpack_scales_mins_v(blk[r]);
@@ -294,8 +294,8 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
             p->dmin[b][r] = _cvtsh_ss(blk[r]->dmin);
         }
         transpose8_i32(sc, p->sc[b]);
-        transpose8_i32(mn, unused);
-        memcpy(p->mn[b], unused, sizeof p->mn[b]);
+        transpose8_i32(mn, mn_t); /* mn_t[4..7]: the zero upper halves */
+        memcpy(p->mn[b], mn_t, sizeof p->mn[b]);
         for (int j = 0; j < 4; j++) {
             for (int r = 0; r < TILE_ROWS; r++) {
                 const block_q5_K *b5 = (const block_q5_K *)blk[r];
@@ -339,13 +339,14 @@ static inline __attribute__((always_inline)) void panel_token_q45(const panel_q4
 #pragma GCC unroll 1
         for (int s = 1; s < 8; s++)
             isum = _mm256_add_epi32(isum, panel_subblock_q45(p, b, s, x[b].qs, q5));
-        /* mins: the int16 bsum pairs of sub-blocks 2k, 2k + 1 in every dword */
+        /* mins: pair[k] holds the int16 bsum sums of sub-blocks 2k and 2k + 1 */
         const __m128i *bsums = (const __m128i *)x[b].bsums;
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1));
-        __m256i msum = _mm256_madd_epi16(p->mn[b][0], _mm256_broadcastd_epi32(bs));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][1], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 4))));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][2], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 8))));
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][3], _mm256_broadcastd_epi32(_mm_srli_si128(bs, 12))));
+        int32_t pair[4];
+        _mm_storeu_si128((__m128i *)pair, _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)));
+        __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][k], _mm256_set1_epi32(pair[k])));
         const __m256 xd = _mm256_set1_ps(x[b].d);
         a->acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd), _mm256_cvtepi32_ps(isum), a->acc);
         a->accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd), _mm256_cvtepi32_ps(msum), a->accm);
