@@ -1,5 +1,6 @@
 /* bench_kernels.c: single-thread throughput of the Q4_0, Q8_0, Q4_K, Q5_K
- * and Q6_K matrix products of cv_matmul_rows.
+ * and Q6_K matrix products of cv_matmul_rows, and of cv_matmul_interleaved
+ * for the types this CPU holds interleaved (what a loaded model uses).
  *
  * Decode (one token): GB/s of weight bytes read, for the reference and the
  * selected kernels. The weight matrix (random quants, default 16384 x 4096)
@@ -8,8 +9,9 @@
  * Batches (2, 4, 8, 16 tokens: decode of several users at once) and prefill
  * (64 and 512 tokens), 4096 x COLS weight: GFLOP/s of one vec_dot
  * per output (what cv_matmul_rows did before it had tile kernels) and of
- * cv_matmul_rows, run alternately and timed in thread CPU time so that a
- * busy machine slows both alike; the outputs must match bit for bit.
+ * cv_matmul_rows (and interleaved), run alternately and timed in thread
+ * CPU time so that a busy machine slows them alike; the outputs must
+ * match bit for bit.
  * Usage: bench_kernels [ROWS [COLS [REPS [TYPE]]]] (TYPE: only that one). */
 #include <stddef.h>
 #include <stdio.h>
@@ -74,13 +76,38 @@ static void *make_activations(cv_type t, int n, int m)
     return x;
 }
 
+/* The rows of w interleaved, or NULL for a type this CPU does not hold so. */
+static void *interleaved_copy(cv_type t, const void *w, long rows, int cols)
+{
+    if (!cv_interleave_supported(t, cols) || rows % 8)
+        return NULL;
+    const size_t bytes = (size_t)rows * cv_row_bytes(t, cols);
+    void *wi = malloc(bytes);
+    if (wi && (memcpy(wi, w, bytes), cv_interleave(t, cols, rows, wi))) {
+        free(wi);
+        wi = NULL;
+    }
+    return wi;
+}
+
+/* One product of m tokens over all rows: of the plain rows w, or of the
+ * interleaved ones wi when not NULL. */
+static void matmul(cv_type t, const void *w, const void *wi, int cols, const void *x, size_t x_stride, int m,
+                   float *y, long rows)
+{
+    if (wi)
+        cv_matmul_interleaved(t, wi, cols, x, x_stride, m, y, (int)rows, 0, rows);
+    else
+        cv_matmul_rows(t, w, cols, x, x_stride, m, y, (int)rows, 0, rows);
+}
+
 /* Best GB/s of `reps` runs of one matrix-vector product over all rows. */
-static double bench(cv_type t, const void *w, const void *x, float *y, long rows, int cols, int reps)
+static double bench(cv_type t, const void *w, const void *wi, const void *x, float *y, long rows, int cols, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = cv_now_s();
-        cv_matmul_rows(t, w, cols, x, 0, 1, y, 0, 0, rows);
+        matmul(t, w, wi, cols, x, 0, 1, y, rows);
         double dt = cv_now_s() - t0;
         if (dt < best)
             best = dt;
@@ -100,23 +127,24 @@ static void matmul_per_output(cv_type t, const void *w, int cols, const void *x,
                 vec_dot(cols, (const char *)w + (size_t)r * row_bytes, (const char *)x + (size_t)k * x_stride);
 }
 
-/* Best seconds of the per-output loop and of cv_matmul_rows, run in turns. */
-static void bench_prefill(cv_type t, const void *w, long rows, int cols, const void *x, int m, float *y_old,
-                          float *y_new, int reps, double *s_old, double *s_new)
+/* Best seconds of the per-output loop, of cv_matmul_rows and (wi not
+ * NULL) of cv_matmul_interleaved, run in turns. */
+static void bench_prefill(cv_type t, const void *w, const void *wi, long rows, int cols, const void *x, int m,
+                          float *y[3], int reps, double s[3])
 {
     const size_t x_stride = cv_row_bytes(cv_type_get(t)->vec_dot_type, cols);
-    *s_old = *s_new = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = thread_cpu_s();
-        matmul_per_output(t, w, cols, x, x_stride, m, y_old, rows);
-        double t1 = thread_cpu_s();
-        cv_matmul_rows(t, w, cols, x, x_stride, m, y_new, (int)rows, 0, rows);
-        double t2 = thread_cpu_s();
-        if (t1 - t0 < *s_old)
-            *s_old = t1 - t0;
-        if (t2 - t1 < *s_new)
-            *s_new = t2 - t1;
-    }
+    s[0] = s[1] = s[2] = 1e30;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < (wi ? 3 : 2); k++) {
+            double t0 = thread_cpu_s();
+            if (k == 0)
+                matmul_per_output(t, w, cols, x, x_stride, m, y[0], rows);
+            else
+                matmul(t, w, k == 2 ? wi : NULL, cols, x, x_stride, m, y[k], rows);
+            double dt = thread_cpu_s() - t0;
+            if (dt < s[k])
+                s[k] = dt;
+        }
 }
 
 int main(int argc, char **argv)
@@ -144,13 +172,18 @@ int main(int argc, char **argv)
         if (!w)
             return 1;
         fill_blocks(t, w, bytes);
+        void *wi = interleaved_copy(t, w, rows, cols);
         cv_kernels_init(1);
-        double gb_ref = bench(t, w, x, y, rows, cols, reps);
+        double gb_ref = bench(t, w, NULL, x, y, rows, cols, reps);
         cv_kernels_init(0);
-        double gb_best = bench(t, w, x, y, rows, cols, reps);
-        printf("%-5s %6.1f MB  ref %6.2f GB/s  %-4s %6.2f GB/s  (x%.1f)\n", cv_type_name(t), bytes / 1e6, gb_ref,
+        double gb_best = bench(t, w, NULL, x, y, rows, cols, reps);
+        printf("%-5s %6.1f MB  ref %6.2f GB/s  %-4s %6.2f GB/s  (x%.1f)", cv_type_name(t), bytes / 1e6, gb_ref,
                cv_kernels_name(), gb_best, gb_best / gb_ref);
+        if (wi)
+            printf("  interleaved %6.2f GB/s", bench(t, w, wi, x, y, rows, cols, reps));
+        printf("\n");
         free(w);
+        free(wi);
         free(x);
     }
     free(y);
@@ -160,10 +193,10 @@ int main(int argc, char **argv)
     enum { N_TOKENS = 6 };
     const long p_rows = 4096;
     const int max_m = 512;
-    float *y_old = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
-    float *y_new = malloc((size_t)max_m * (size_t)p_rows * sizeof(float));
-    if (!y_old || !y_new)
-        return 1;
+    float *ys[3];
+    for (int k = 0; k < 3; k++)
+        if (!(ys[k] = malloc((size_t)max_m * (size_t)p_rows * sizeof(float))))
+            return 1;
     int mismatch = 0;
     printf("prefill: matrix %ld x %d, 1 thread, best of %d, GFLOP/s\n", p_rows, cols, reps);
     for (int i = 0; i < N_TYPES; i++) {
@@ -175,20 +208,26 @@ int main(int argc, char **argv)
         if (!w)
             return 1;
         fill_blocks(t, w, bytes);
+        void *wi = interleaved_copy(t, w, p_rows, cols);
         for (int k = 0; k < N_TOKENS; k++) {
             int m = tokens[k];
-            double s_old, s_new;
-            bench_prefill(t, w, p_rows, cols, x, m, y_old, y_new, reps, &s_old, &s_new);
+            double s[3];
+            bench_prefill(t, w, wi, p_rows, cols, x, m, ys, reps, s);
             double flop = 2.0 * (double)p_rows * cols * m;
-            int same = memcmp(y_old, y_new, (size_t)m * (size_t)p_rows * sizeof(float)) == 0;
+            const size_t y_bytes = (size_t)m * (size_t)p_rows * sizeof(float);
+            int same = memcmp(ys[0], ys[1], y_bytes) == 0 && (!wi || memcmp(ys[0], ys[2], y_bytes) == 0);
             mismatch |= !same;
-            printf("%-5s m=%-4d per-output vec_dot %6.1f  cv_matmul_rows %6.1f  (x%.2f)%s\n", cv_type_name(t), m,
-                   flop / s_old * 1e-9, flop / s_new * 1e-9, s_old / s_new, same ? "" : "  OUTPUTS DIFFER");
+            printf("%-5s m=%-4d per-output vec_dot %6.1f  cv_matmul_rows %6.1f  (x%.2f)", cv_type_name(t), m,
+                   flop / s[0] * 1e-9, flop / s[1] * 1e-9, s[0] / s[1]);
+            if (wi)
+                printf("  interleaved %6.1f  (x%.2f)", flop / s[2] * 1e-9, s[0] / s[2]);
+            printf("%s\n", same ? "" : "  OUTPUTS DIFFER");
         }
         free(w);
+        free(wi);
         free(x);
     }
-    free(y_old);
-    free(y_new);
+    for (int k = 0; k < 3; k++)
+        free(ys[k]);
     return mismatch;
 }

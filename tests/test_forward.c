@@ -222,6 +222,7 @@ static void check_determinism(const char *rel)
 static void test_bit_identical_stories260K(void) { check_determinism("models/stories260K.gguf"); }
 static void test_bit_identical_q4_0(void) { check_determinism("reference/models/synth-mini-q4_0.gguf"); }
 static void test_bit_identical_q8_0(void) { check_determinism("reference/models/synth-mini-q8_0.gguf"); }
+static void test_bit_identical_q4_k_m(void) { check_determinism("reference/models/synth-mini-q4_k_m.gguf"); }
 static void test_bit_identical_f16(void) { check_determinism("reference/models/synth-mini-f16.gguf"); }
 static void test_bit_identical_bf16(void) { check_determinism("reference/models/synth-mini-bf16.gguf"); }
 
@@ -297,6 +298,7 @@ int main(void)
     TEST_RUN(test_bit_identical_stories260K);
     TEST_RUN(test_bit_identical_q4_0);
     TEST_RUN(test_bit_identical_q8_0);
+    TEST_RUN(test_bit_identical_q4_k_m);
     TEST_RUN(test_bit_identical_f16);
     TEST_RUN(test_bit_identical_bf16);
     TEST_RUN(test_decode_allocates_nothing);

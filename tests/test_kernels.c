@@ -377,6 +377,46 @@ static void matmul_split(cv_type t, const void *w, int n, const void *xq, size_t
         cv_matmul_rows(t, w, n, xq, x_stride, m, y, MM_LDY, cuts[c], cuts[c + 1]);
 }
 
+/* The rows [0, rows) of w interleaved (for the types that have the
+ * layout) give each output of cv_matmul_interleaved the bits of want,
+ * whole and cut at a group edge, with this CPU's kernels and with the
+ * reference; nothing outside the outputs is written. */
+static void check_interleaved(cv_type t, const void *w, int n, long rows, const void *xq, size_t x_row, int m,
+                              const float *want, float *y)
+{
+    const size_t bytes = cv_row_bytes(t, n) * (size_t)rows;
+    void *wi = malloc(bytes);
+    memcpy(wi, w, bytes);
+    if (cv_interleave(t, n, rows, wi) != 0) {
+        CHECK(t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K);
+        free(wi);
+        return;
+    }
+    for (int pass = 0; pass < 3; pass++) {
+        const long cut = pass == 1 ? 8 : 0;
+        for (int i = 0; i < (MM_MAX_TOKENS + 1) * MM_LDY; i++)
+            y[i] = -7.0f;
+        cv_kernels_init(pass == 2);
+        cv_matmul_interleaved(t, wi, n, xq, x_row, m, y, MM_LDY, 0, cut);
+        cv_matmul_interleaved(t, wi, n, xq, x_row, m, y, MM_LDY, cut, rows);
+        cv_kernels_init(0);
+        int bad = 0, outside = 0;
+        for (int s = 0; s <= m; s++)
+            for (int r = 0; r < MM_LDY; r++) {
+                const int j = s * MM_LDY + r;
+                if (s < m && r < rows)
+                    bad += !same_bits(y[j], want[j]);
+                else
+                    outside += y[j] != -7.0f;
+            }
+        CHECKF(bad == 0, "%s interleaved n=%d rows=%ld m=%d pass %d: %d outputs differ from vec_dot_ref",
+               cv_type_name(t), n, rows, m, pass, bad);
+        CHECKF(outside == 0, "%s interleaved n=%d rows=%ld m=%d: %d writes outside the outputs", cv_type_name(t), n,
+               rows, m, outside);
+    }
+    free(wi);
+}
+
 /* Every output of cv_matmul_rows is the bits of vec_dot_ref of its row and
  * token, whatever the number of rows and tokens (tiles and their tails),
  * the row split, the width (chunk and token block edges), or the forced
@@ -449,6 +489,8 @@ static void test_matmul_rows(void)
                            raw ? " (raw)" : "", rows, m, bad);
                     CHECKF(outside == 0, "%s n=%d rows=%ld m=%d: %d writes outside the outputs", tt->name, n, rows,
                            m, outside);
+                    if (rows % 8 == 0)
+                        check_interleaved(t, wq, n, rows, xq, x_row, m, want, y_all);
                 }
             }
         }
@@ -482,6 +524,55 @@ static void test_dispatch(void)
         CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
 #endif
     fprintf(stderr, "kernels: %s\n", cv_kernels_name());
+}
+
+/* cv_matmul_interleaved of the rows of w, interleaved, gives vec_dot_ref's
+ * bits for m tokens. */
+static void check_interleaved_extremes(cv_type t, const uint8_t *w, int n, int rows, const uint8_t *x, size_t x_row,
+                                       int m)
+{
+    const size_t w_row = cv_row_bytes(t, n);
+    uint8_t *wi = malloc(rows * w_row);
+    float *y = malloc((size_t)m * rows * sizeof(float));
+    memcpy(wi, w, rows * w_row);
+    CHECK(cv_interleave(t, n, rows, wi) == 0);
+    cv_matmul_interleaved(t, wi, n, x, x_row, m, y, rows, 0, rows);
+    int bad = 0;
+    for (int s = 0; s < m; s++)
+        for (int r = 0; r < rows; r++)
+            bad += !same_bits(y[s * rows + r], cv_type_get(t)->vec_dot_ref(n, w + r * w_row, x + s * x_row));
+    CHECKF(bad == 0, "%s interleaved m=%d: %d outputs differ from vec_dot_ref", cv_type_name(t), m, bad);
+    free(wi);
+    free(y);
+}
+
+/* Q4_0 at its largest sums: every quant 15 (15 - 8 = 7) against
+ * activations of -128, which the interleaved kernel sums in int16 over
+ * the 8 groups of 4 of a block; the result is exact. */
+static void test_q4_0_extremes(void)
+{
+    enum { N = 256, ROWS = 16, TOKENS = 9 };
+    const size_t w_row = cv_row_bytes(CV_TYPE_Q4_0, N), x_row = cv_row_bytes(CV_TYPE_Q8_0, N);
+    uint8_t *w = malloc(ROWS * w_row), *x = malloc(TOKENS * x_row);
+    memset(w, 0xFF, ROWS * w_row);
+    for (int b = 0; b < ROWS * N / QK4_0; b++) {
+        block_q4_0 *blk = (block_q4_0 *)w + b;
+        blk->d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
+    }
+    for (int b = 0; b < TOKENS * N / QK8_0; b++) {
+        block_q8_0 *blk = (block_q8_0 *)x + b;
+        blk->d = cv_fp32_to_fp16(1.0f);
+        memset(blk->qs, 0x80, QK8_0);
+    }
+    for (int r = 0; r < ROWS; r++) {
+        const float ref = cv_type_get(CV_TYPE_Q4_0)->vec_dot_ref(N, w + r * w_row, x);
+        const double exact = N / QK4_0 / 2 * (1.0 - 0.5) * 7 * -128 * QK4_0;
+        CHECKF(ref == exact, "row %d: ref %.9g, exact %.9g", r, ref, exact);
+    }
+    for (int m = 1; m <= TOKENS; m += 4)
+        check_interleaved_extremes(CV_TYPE_Q4_0, w, N, ROWS, x, x_row, m);
+    free(w);
+    free(x);
 }
 
 /* Q4_K/Q5_K at their largest sums: every quant and 6-bit scale and min at
@@ -518,6 +609,8 @@ static void test_kquant_extremes(void)
             for (int mi = 0; mi < 5; mi++) {
                 const int m = token_counts[mi];
                 cv_matmul_rows(t, w, N, x, x_row, m, y, ROWS, 0, ROWS);
+                if (t == CV_TYPE_Q4_K) /* the interleaved kernel sums 8 groups in int16 too */
+                    check_interleaved_extremes(t, w, N, ROWS, x, x_row, m);
                 for (int s = 0; s < m; s++)
                     for (int r = 0; r < ROWS; r++) {
                         const float ref = cv_type_get(t)->vec_dot_ref(N, w + r * w_row, x + s * x_row);
@@ -551,5 +644,6 @@ int main(void)
     TEST_RUN(test_vec_dot_accuracy);
     TEST_RUN(test_matmul_rows);
     TEST_RUN(test_kquant_extremes);
+    TEST_RUN(test_q4_0_extremes);
     return test_summary();
 }

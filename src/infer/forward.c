@@ -243,7 +243,10 @@ static void matmul_worker(void *ctx, int ith, int nth)
         const cv_weight *w = j->w[i];
         const long r0 = (c - j->first[i]) * j->chunk[i];
         const long r1 = r0 + j->chunk[i] < w->n_out ? r0 + j->chunk[i] : w->n_out;
-        cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+        if (w->interleaved)
+            cv_matmul_interleaved(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+        else
+            cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
     }
 }
 

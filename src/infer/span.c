@@ -281,7 +281,9 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
     uint64_t bytes = cv_llama_layer_bytes(m, m->held_l0);
     if (bytes > (64u << 20))
         bytes = 64u << 20;
-    const long rows = (long)(bytes / row);
+    /* whole groups of 8 rows, held as a loaded model holds them */
+    const bool interleaved = cv_interleave_supported(t->type, n_in);
+    const long rows = (long)(bytes / row) / 8 * 8;
     uint8_t *w = cv_aligned_alloc((size_t)rows * row);
     uint8_t *x = cv_aligned_alloc(4 * (size_t)n_in + 64);
     float *y = cv_aligned_alloc(sizeof(float) * (size_t)rows);
@@ -292,7 +294,10 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             const uint64_t t0 = cv_now_ns();
-            cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+            if (interleaved) /* zeros are the same bytes in either layout */
+                cv_matmul_interleaved(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+            else
+                cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
             const double dt = 1e-3 * (double)(cv_now_ns() - t0);
             best = dt < best ? dt : best;
         }

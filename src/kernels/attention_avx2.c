@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/avx2_impl.h"
 #include "kernels/attention_impl.h"
 
 static inline __m256 exp8(__m256 x)
@@ -48,7 +49,7 @@ static inline float hmax8(__m256 b)
     return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
 }
 
-static inline float hsum8(__m256 t)
+static inline float hsum8_hadd(__m256 t)
 {
     const __m256 h = _mm256_hadd_ps(t, t);
     const __m256 h2 = _mm256_hadd_ps(h, h);
@@ -109,7 +110,7 @@ static inline void scores8(const float *q, const float *const *kr, int hd, float
 static inline void prefetch_row(const char *row, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(row + o, _MM_HINT_T0);
+        prefetch_t0(row + o);
 }
 
 /* Prefetch the keys PF_POS positions ahead and the values of positions
@@ -159,7 +160,7 @@ static inline void softmax_head(const attn_state *st, const attn_block *b, int g
         _mm256_storeu_ps(Sg + i0, p);
         t = _mm256_add_ps(t, p);
     }
-    st->l[g] = fmaf(st->l[g], st->alpha[g], hsum8(t));
+    st->l[g] = fmaf(st->l[g], st->alpha[g], hsum8_hadd(t));
     st->m[g] = mn;
 }
 

@@ -16,7 +16,9 @@
  * unpacking of each weight block between tokens), in token blocks that
  * stay in L2; the rows a tile cannot cover, and products of too few
  * tokens for a tile to pay (decode), take one vec_dot per output. A tile gives
- * each output the bits of that vec_dot. */
+ * each output the bits of that vec_dot. cv_matmul_interleaved hands the
+ * groups of an interleaved matrix to the type's interleaved kernel (the
+ * selected ISA's, else the reference) in the same token blocks. */
 #include "kernels/kernels.h"
 
 #include <stdlib.h>
@@ -75,7 +77,21 @@ typedef struct simd_kernels {
     cv_from_float_fn from_float;
     matmul_tile_fn matmul_tile;
     int tile_min_tokens;
+    matmul_interleaved_fn matmul_interleaved;
 } simd_kernels;
+
+/* The interleaved layout of each type that has one: the conversion, and
+ * the reference dot product of a row, which serves when the selected ISA
+ * has no interleaved kernel. */
+typedef struct interleaved_layout {
+    interleave_fn interleave;
+    vec_dot_interleaved_fn vec_dot_ref;
+} interleaved_layout;
+
+static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
+    [CV_TYPE_Q4_0] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_q4_0_ref},
+    [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
+};
 
 #if defined(__x86_64__)
 static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
@@ -88,9 +104,11 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
                       .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT,
+                      .matmul_interleaved = matmul_interleaved_q4_0_avx2},
     [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_avx2, .matmul_tile = matmul_tile_q4_K_q8_K_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_Q45},
+                      .tile_min_tokens = TILE_MIN_TOKENS_Q45,
+                      .matmul_interleaved = matmul_interleaved_q4_K_avx2},
     [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2, .matmul_tile = matmul_tile_q5_K_q8_K_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_Q45},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
@@ -124,6 +142,7 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
 static cv_type_traits traits_best[CV_TYPE_COUNT];
 static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
+static matmul_interleaved_fn matmul_interleaved[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
 
@@ -133,6 +152,7 @@ void cv_kernels_init(int force_ref)
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
     memset(matmul_tile, 0, sizeof matmul_tile);
+    memset(matmul_interleaved, 0, sizeof matmul_interleaved);
     if (!force_ref && !(env && strcmp(env, "ref") == 0)) {
 #if defined(__x86_64__)
         if (cpu_has_avx2_fma_f16c()) {
@@ -155,6 +175,7 @@ void cv_kernels_init(int force_ref)
         if (simd[t].from_float)
             traits_best[t].from_float = simd[t].from_float;
         matmul_tile[t] = simd[t].matmul_tile;
+        matmul_interleaved[t] = simd[t].matmul_interleaved;
         tile_min_tokens[t] = simd[t].tile_min_tokens;
     }
     traits = traits_best;
@@ -231,6 +252,14 @@ static void matmul_by_vec_dot(cv_vec_dot_fn vec_dot, int n_in, const char *w, si
  * faster than 32). */
 #define TOKEN_BLOCK_BYTES (384 * 1024)
 
+/* Tokens per block of a product with rows of n_in elements of type wt. */
+static int token_block(cv_type wt, int n_in)
+{
+    const size_t x_bytes = cv_row_bytes(traits[wt].vec_dot_type, n_in);
+    const int block = x_bytes ? (int)(TOKEN_BLOCK_BYTES / x_bytes) : TILE_TOKENS;
+    return block < 1 ? 1 : block > TILE_TOKENS ? TILE_TOKENS : block;
+}
+
 void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m,
                     float *y, int ldy, long r0, long r1)
 {
@@ -244,11 +273,9 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     }
     /* Tiles cover rows [r0, r_tiles); vec_dot the rest. */
     const long r_tiles = r1 - (r1 - r0) % TILE_ROWS;
-    const size_t x_bytes = cv_row_bytes(traits[wt].vec_dot_type, n_in);
-    int token_block = x_bytes ? (int)(TOKEN_BLOCK_BYTES / x_bytes) : TILE_TOKENS;
-    token_block = token_block < 1 ? 1 : token_block > TILE_TOKENS ? TILE_TOKENS : token_block;
-    for (int t0 = 0; t0 < m; t0 += token_block) {
-        const int t1 = m - t0 < token_block ? m : t0 + token_block;
+    const int tokens = token_block(wt, n_in);
+    for (int t0 = 0; t0 < m; t0 += tokens) {
+        const int t1 = m - t0 < tokens ? m : t0 + tokens;
         for (long r = r0; r < r_tiles; r += TILE_ROWS)
             tile(n_in, wc + (size_t)r * row_bytes, row_bytes, xc + (size_t)t0 * x_stride, x_stride, t1 - t0,
                  y + (size_t)t0 * (size_t)ldy + (size_t)r, (size_t)ldy);
@@ -256,3 +283,56 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     }
 }
 
+bool cv_interleave_supported(cv_type t, int n_in)
+{
+    return (unsigned)t < CV_TYPE_COUNT && matmul_interleaved[t] != NULL && n_in <= INTERLEAVE_MAX_IN;
+}
+
+int cv_interleave(cv_type t, int n_in, long n_rows, void *w)
+{
+    if ((unsigned)t >= CV_TYPE_COUNT || !interleaved[t].interleave || n_in > INTERLEAVE_MAX_IN ||
+        n_rows % ROW_GROUP)
+        return -1;
+    const size_t group_bytes = ROW_GROUP * cv_row_bytes(t, n_in);
+    char *rows = malloc(group_bytes);
+    if (!rows)
+        return -1;
+    for (long g = 0; g < n_rows / ROW_GROUP; g++) {
+        char *at = (char *)w + (size_t)g * group_bytes;
+        memcpy(rows, at, group_bytes);
+        interleaved[t].interleave(rows, group_bytes / ROW_GROUP, n_in, at);
+    }
+    free(rows);
+    return 0;
+}
+
+/* Outputs of groups [g0, g1) of an interleaved matrix and m tokens, one
+ * reference dot product each. */
+static void matmul_interleaved_by_ref(cv_type wt, const char *w, int n_in, const char *x, size_t x_stride, int m,
+                                      float *y, int ldy, long g0, long g1)
+{
+    const size_t group_bytes = ROW_GROUP * cv_row_bytes(wt, n_in);
+    for (long g = g0; g < g1; g++)
+        for (int r = 0; r < ROW_GROUP; r++)
+            for (int t = 0; t < m; t++)
+                y[(size_t)t * (size_t)ldy + (size_t)(ROW_GROUP * g + r)] =
+                    interleaved[wt].vec_dot_ref(n_in, w + (size_t)g * group_bytes, r, x + (size_t)t * x_stride);
+}
+
+void cv_matmul_interleaved(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m, float *y,
+                           int ldy, long r0, long r1)
+{
+    const matmul_interleaved_fn kernel = matmul_interleaved[wt];
+    const long g0 = r0 / ROW_GROUP, g1 = r1 / ROW_GROUP;
+    if (!kernel) {
+        matmul_interleaved_by_ref(wt, w, n_in, x, x_stride, m, y, ldy, g0, g1);
+        return;
+    }
+    const char *group = (const char *)w + (size_t)r0 * cv_row_bytes(wt, n_in);
+    const int tokens = token_block(wt, n_in);
+    for (int t0 = 0; t0 < m; t0 += tokens) {
+        const int t1 = m - t0 < tokens ? m : t0 + tokens;
+        kernel(n_in, group, g1 - g0, (const char *)x + (size_t)t0 * x_stride, x_stride, t1 - t0,
+               y + (size_t)t0 * (size_t)ldy + (size_t)r0, (size_t)ldy);
+    }
+}

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/avx2_impl.h"
+#include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
 
 #define ROUND_NEAREST_EVEN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -102,7 +103,7 @@ static inline __m256 block_scale(cv_fp16 a, cv_fp16 b)
 static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, int b2)
 {
     for (size_t i = (size_t)b1 * unit_bytes; i < (size_t)b2 * unit_bytes; i += 64)
-        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+        prefetch_t0((const char *)row + i);
 }
 
 /* A Q8_0 block's quants widened to int16: elements 0..15 and 16..31. */
@@ -137,8 +138,8 @@ float vec_dot_q8_0_q8_0_avx2(int n, const void *wv, const void *xv)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
-        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        prefetch_t0((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES);
+        prefetch_t0((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES + 64);
         __m256 s0 = block_q8_0_q8_0(&w[b], &x[b]);
         __m256 s1 = block_q8_0_q8_0(&w[b + 1], &x[b + 1]);
         acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
@@ -527,4 +528,140 @@ void convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
         y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- Q4_0 interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+ *
+ * Every output gets the bits of vec_dot_q4_0_q8_0_avx2, as in the tile:
+ * row r in lane r, the 8 groups of a block against the token's quants
+ * broadcast, summed in int16, one madd, the offset of 8 taken off with the
+ * sum of the token's block, one fma into accumulator b % 8. The quants are
+ * read as they are stored and met by the tokens 8 at a time, their int16
+ * sums in registers. The tokens' block sums (times 8) and scales are
+ * formed once per pass over the groups, X8_TOKEN_BLOCKS of them. */
+
+enum { X8_TOKEN_BLOCKS = 4096 };
+_Static_assert(X8_TOKEN_BLOCKS >= INTERLEAVE_MAX_IN / QK4_0, "a pass holds at least one token");
+
+typedef struct token_sums_q4_0 {
+    int32_t ysum8[X8_TOKEN_BLOCKS]; /* [t * nb + b]: 8 * the sum of token t's block b */
+    float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
+} token_sums_q4_0;
+
+static const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
+{
+    return (const block_q8_0 *)((const char *)x + (size_t)t * x_stride);
+}
+
+static void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, token_sums_q4_0 *ts)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *xb = token_q8_0(x, x_stride, t);
+        for (int b0 = 0; b0 < nb; b0 += 8) {
+            __m256i v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = b0 + k < nb ? _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256(
+                                                                                   (const __m256i *)xb[b0 + k].qs)),
+                                                       ones16)
+                                   : _mm256_setzero_si256();
+            int32_t sums[8];
+            _mm256_storeu_si256((__m256i *)sums, _mm256_slli_epi32(sums8_i32(v), 3));
+            for (int k = 0; k < 8 && b0 + k < nb; k++) {
+                ts->ysum8[t * nb + b0 + k] = sums[k];
+                ts->xd[t * nb + b0 + k] = _cvtsh_ss(xb[b0 + k].d);
+            }
+        }
+    }
+}
+
+/* The nb blocks of a group of 8 rows times nt <= 8 tokens (the rows of
+ * their quants x[t], their sums and scales ysum8[t * nb + b], xd[t * nb +
+ * b]): adds block b to acc[t][b % 8]. */
+static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x8 *group, int nb,
+                                                               const block_q8_0 *const x[8], const int32_t *ysum8,
+                                                               const float *xd, int nt, tile_acc_q4_0 *acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int b = 0; b < nb; b++) {
+        const block_q4_0x8 *blk = &group[b];
+        prefetch_blocks(blk, 1, VEC_DOT_PREFETCH_BYTES, VEC_DOT_PREFETCH_BYTES + (int)sizeof *blk);
+        __m256i h[8];
+#pragma GCC unroll 4
+        for (int k = 0; k < QK4_0 / 8; k++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)blk->qs[k]);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++) { /* elements 4k.. in the low nibbles, 16+4k.. in the high */
+                const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++) {
+                    int32_t y4;
+                    memcpy(&y4, x[t][b].qs + 16 * half + 4 * k, 4);
+                    const __m256i prod = _mm256_maddubs_epi16(q, _mm256_set1_epi32(y4));
+                    h[t] = k || half ? _mm256_add_epi16(h[t], prod) : prod;
+                    KEEP_IN_REGISTER(h[t]);
+                }
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(h[t], _mm256_set1_epi16(1)),
+                                               _mm256_set1_epi32(ysum8[t * nb + b]));
+            const __m256 dt = _mm256_mul_ps(d, _mm256_set1_ps(xd[t * nb + b]));
+            acc[t][b % 8] = _mm256_fmadd_ps(dt, _mm256_cvtepi32_ps(s), acc[t][b % 8]);
+        }
+    }
+}
+
+/* group_q4_0x8 with nt a constant, so that the sums stay in registers. */
+static void group_q4_0x8_n(const block_q4_0x8 *group, int nb, const block_q8_0 *const x[8], const int32_t *ysum8,
+                           const float *xd, int nt, tile_acc_q4_0 *acc)
+{
+    switch (nt) {
+    case 1: group_q4_0x8(group, nb, x, ysum8, xd, 1, acc); break;
+    case 2: group_q4_0x8(group, nb, x, ysum8, xd, 2, acc); break;
+    case 3: group_q4_0x8(group, nb, x, ysum8, xd, 3, acc); break;
+    case 4: group_q4_0x8(group, nb, x, ysum8, xd, 4, acc); break;
+    case 5: group_q4_0x8(group, nb, x, ysum8, xd, 5, acc); break;
+    case 6: group_q4_0x8(group, nb, x, ysum8, xd, 6, acc); break;
+    case 7: group_q4_0x8(group, nb, x, ysum8, xd, 7, acc); break;
+    default: group_q4_0x8(group, nb, x, ysum8, xd, 8, acc); break;
+    }
+}
+
+/* The groups times tokens [0, nt) (nt * nb <= X8_TOKEN_BLOCKS). */
+static void pass_q4_0x8(int nb, const block_q4_0x8 *group, long n_groups, const void *x, size_t x_stride, int nt,
+                        float *y, size_t ldy)
+{
+    token_sums_q4_0 ts;
+    tile_acc_q4_0 acc[TILE_TOKENS];
+    token_sums_q4_0_prepare(x, x_stride, nt, nb, &ts);
+    for (long g = 0; g < n_groups; g++, group += nb) {
+        memset(acc, 0, (size_t)nt * sizeof acc[0]);
+        for (int t0 = 0; t0 < nt; t0 += 8) { /* the group stays in L1 for the next 8 tokens */
+            const block_q8_0 *xt[8];
+            for (int t = 0; t < 8 && t0 + t < nt; t++)
+                xt[t] = token_q8_0(x, x_stride, t0 + t);
+            group_q4_0x8_n(group, nb, xt, ts.ysum8 + t0 * nb, ts.xd + t0 * nb, nt - t0 < 8 ? nt - t0 : 8, acc + t0);
+        }
+        /* vec_dot's hsum8 over the 8 accumulators, lane by lane */
+        for (int t = 0; t < nt; t++) {
+            const __m256 *a = acc[t];
+            const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                             _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+            _mm256_storeu_ps(y + (size_t)t * ldy + (size_t)(ROW_GROUP * g), sum);
+        }
+    }
+}
+
+void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    const int nb = n / QK4_0;
+    const int per_pass = X8_TOKEN_BLOCKS / nb;
+    for (int t0 = 0; t0 < m; t0 += per_pass) {
+        const int nt = m - t0 < per_pass ? m - t0 : per_pass;
+        pass_q4_0x8(nb, w, n_groups, token_q8_0(x, x_stride, t0), x_stride, nt, y + (size_t)t0 * ldy, ldy);
+    }
 }

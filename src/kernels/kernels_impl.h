@@ -72,6 +72,47 @@
 typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                float *y, size_t ldy);
 
+/* Interleaved weights (kernels.h): the rows of a matrix in groups of
+ * ROW_GROUP, each group a run of blocks of the types below, block b
+ * holding block b of each of the group's rows. They take the bytes of the
+ * plain rows: d (and dmin) of the 8 rows side by side, then their scales,
+ * then the quants with dword r of every 32 bytes from row r. A product
+ * then meets a group of 4 weights of the 8 rows with one maddubs, row r in
+ * lane r, as the tiles' panels do, but reads them as they are stored.
+ * - Q4_0: qs[k] dword r = bytes 4k..4k+3 of row r's qs: low nibbles are
+ *   elements 4k..4k+3, high nibbles elements 16+4k..16+4k+3.
+ * - Q4_K: qs[8j+k] dword r = bytes 32j+4k..32j+4k+3 of row r's qs: low
+ *   nibbles are weights 64j+4k.. of sub-block 2j, high nibbles the same
+ *   places of sub-block 2j+1. The 6-bit scales and mins of the 8 rows are
+ *   laid out for vectors to unpack (kq_scale_x8, kq_min_x8): scale s of
+ *   row r has index i = 8s + r, min s = 2k + p of row r index i = 16k +
+ *   2r + p; scale_lo[i] holds the low 4 bits of scale i and (high nibble)
+ *   of min i, scale_hi[i % 32] their top two bits, at bits 0-1 (scale)
+ *   and 2-3 (min) for i < 32, at 4-5 and 6-7 for the others.
+ * matmul_interleaved_* compute n_groups groups (consecutive) times m
+ * activation rows (1 <= m <= TILE_TOKENS): y[t * ldy + 8g + r] =
+ * vec_dot(n, row r of group g, x row t) of the same ISA, bit for bit.
+ * vec_dot_interleaved_*_ref is vec_dot_ref of row r of a group. */
+#define ROW_GROUP 8
+typedef struct {
+    cv_fp16 d[ROW_GROUP];
+    uint8_t qs[QK4_0 / 8][32];
+} block_q4_0x8;
+static_assert(sizeof(block_q4_0x8) == ROW_GROUP * sizeof(block_q4_0), "block_q4_0x8 size");
+typedef struct {
+    cv_fp16 d[ROW_GROUP], dmin[ROW_GROUP];
+    uint8_t scale_lo[64];
+    uint8_t scale_hi[32];
+    uint8_t qs[QK_K / 8][32];
+} block_q4_Kx8;
+static_assert(sizeof(block_q4_Kx8) == ROW_GROUP * sizeof(block_q4_K), "block_q4_Kx8 size");
+typedef void (*matmul_interleaved_fn)(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                      float *y, size_t ldy);
+typedef float (*vec_dot_interleaved_fn)(int n, const void *group, int r, const void *x);
+/* A group of 8 plain rows (row_bytes apart, n elements) as interleaved
+ * blocks at out. */
+typedef void (*interleave_fn)(const void *rows, size_t row_bytes, int n, void *out);
+
 /* Reference (ref.c). */
 float vec_dot_f32_ref(int n, const void *w, const void *x);
 float vec_dot_f16_ref(int n, const void *w, const void *x);
@@ -80,6 +121,11 @@ float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
 void convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
+float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
+void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
+/* kquants.c */
+float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
+void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
 
 /* One version for every ISA (ref.c): row conversions off the hot path. */
 void copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
@@ -110,6 +156,8 @@ void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
                                 float *y, size_t ldy);
 void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
+void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy);
 /* kquants_avx2.c */
 void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
@@ -117,6 +165,8 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
                                 float *y, size_t ldy);
 void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
+void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy);
 void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
 #endif

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/kquants_impl.h"
 
 /* Round to nearest, ties to even, by adding 1.5 * 2^23 (valid for
@@ -417,17 +418,38 @@ static int32_t q45_subblock(const uint8_t *qs, const uint8_t *qh, int s, const i
     return sum;
 }
 
-/* Q4_K and Q5_K (fifth bits qh, NULL for Q4_K): the whole sums of each
- * super-block into two scalars, acc with d and accm with dmin. The bsum
- * pair of a sub-block is an int16 sum, as _mm_hadd_epi16 forms it. */
-static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const block_q8_K *xb)
+/* Row r of super-block i: of the plain row w, or (w NULL) of the
+ * interleaved group w8. */
+static block_q4_K block_q4_K_of(const block_q4_K *w, const block_q4_Kx8 *w8, int r, int i)
+{
+    if (w)
+        return w[i];
+    block_q4_K blk = {.d = w8[i].d[r], .dmin = w8[i].dmin[r]};
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; s++) {
+        sc[s] = kq_scale_x8(w8[i].scale_lo, w8[i].scale_hi, r, s);
+        mn[s] = kq_min_x8(w8[i].scale_lo, w8[i].scale_hi, r, s);
+    }
+    kq_pack_scales_mins(sc, mn, blk.scales);
+    for (int j = 0; j < QK_K / 2; j++)
+        blk.qs[j] = w8[i].qs[j / 4][4 * r + j % 4];
+    return blk;
+}
+
+/* Q4_K (a plain row w4, or row r of the interleaved group w8) and Q5_K
+ * (w5): the whole sums of each super-block into two scalars, acc with d
+ * and accm with dmin. The bsum pair of a sub-block is an int16 sum, as
+ * _mm_hadd_epi16 forms it. */
+static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const block_q4_Kx8 *w8, int r,
+                     const block_q8_K *xb)
 {
     float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const uint8_t *scales = w4 ? w4[i].scales : w5[i].scales;
-        const uint8_t *qs = w4 ? w4[i].qs : w5[i].qs;
-        const uint8_t *qh = w4 ? NULL : w5[i].qh;
-        const cv_fp16 d16 = w4 ? w4[i].d : w5[i].d, dmin16 = w4 ? w4[i].dmin : w5[i].dmin;
+        const block_q4_K b4 = w5 ? (block_q4_K){0} : block_q4_K_of(w4, w8, r, i);
+        const uint8_t *scales = w5 ? w5[i].scales : b4.scales;
+        const uint8_t *qs = w5 ? w5[i].qs : b4.qs;
+        const uint8_t *qh = w5 ? w5[i].qh : NULL;
+        const cv_fp16 d16 = w5 ? w5[i].d : b4.d, dmin16 = w5 ? w5[i].dmin : b4.dmin;
         uint8_t sc[8], mn[8];
         kq_unpack_scales_mins(scales, sc, mn);
         int32_t isum = 0, msum = 0;
@@ -445,12 +467,41 @@ static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const bl
 
 float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    return dot_q45(n, w, NULL, x);
+    return dot_q45(n, w, NULL, NULL, 0, x);
 }
 
 float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    return dot_q45(n, NULL, w, x);
+    return dot_q45(n, NULL, w, NULL, 0, x);
+}
+
+float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_q45(n, NULL, NULL, group, r, x);
+}
+
+void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
+{
+    block_q4_Kx8 *o = out;
+    for (int i = 0; i < n / QK_K; i++) {
+        memset(o[i].scale_hi, 0, sizeof o[i].scale_hi);
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const block_q4_K *blk = (const block_q4_K *)((const char *)rows + (size_t)r * row_bytes) + i;
+            o[i].d[r] = blk->d;
+            o[i].dmin[r] = blk->dmin;
+            uint8_t sc[8], mn[8];
+            kq_unpack_scales_mins(blk->scales, sc, mn);
+            for (int s = 0; s < 8; s++) {
+                const int is = 8 * s + r, im = 16 * (s / 2) + 2 * r + s % 2;
+                o[i].scale_lo[is] = (uint8_t)((o[i].scale_lo[is] & 0xF0) | (sc[s] & 15));
+                o[i].scale_lo[im] = (uint8_t)((o[i].scale_lo[im] & 0x0F) | (mn[s] & 15) << 4);
+                o[i].scale_hi[is % 32] |= (uint8_t)((sc[s] >> 4) << (4 * (is / 32)));
+                o[i].scale_hi[im % 32] |= (uint8_t)((mn[s] >> 4) << (2 + 4 * (im / 32)));
+            }
+            for (int j = 0; j < QK_K / 8; j++)
+                memcpy(o[i].qs[j] + 4 * r, blk->qs + 4 * j, 4);
+        }
+    }
 }
 
 /* Q6_K: lane k sums sc * q * y over weights 32g + 4k .. 32g + 4k + 3 of

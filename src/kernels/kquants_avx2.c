@@ -32,7 +32,7 @@
 static inline void prefetch_lines(const void *p, int bytes)
 {
     for (int i = 0; i < bytes; i += 64)
-        _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+        prefetch_t0((const char *)p + i);
 }
 
 /* Prefetches the super-block VEC_DOT_PREFETCH_BYTES ahead of b (bytes
@@ -210,12 +210,11 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
 }
 
 /* The 8 scales and 8 mins of a Q4_K (or Q5_K) block as bytes [sc0..sc7,
- * mn0..mn7] (kq_unpack_scales_mins in one vector). */
-static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
+ * mn0..mn7] (kq_unpack_scales_mins in one vector), from the 12 scale
+ * bytes at p, which 4 more readable bytes follow. */
+static inline __m128i unpack_scales_mins_v(const uint8_t *p)
 {
-    /* 16 bytes from the block, not from its 12-byte scales[] (GCC took
-     * that overread for undefined and dropped the caller) */
-    const __m128i v = _mm_loadu_si128((const __m128i *)((const char *)blk + offsetof(block_q4_K, scales)));
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
     /* low bits: a, c, b, c; top two bits of scales/mins 4..7: a, b */
     const __m128i s1 = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
     const __m128i s2 = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
@@ -223,6 +222,46 @@ static inline __m128i unpack_scales_mins_v(const block_q4_K *blk)
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(s1, 4), _mm_setr_epi32(0, 0, 0, 0x0F0F0F0F));
     const __m128i top = _mm_and_si128(_mm_srli_epi16(s2, 2), _mm_set1_epi8(0x30));
     return _mm_or_si128(_mm_or_si128(lo, hi), top);
+}
+
+/* The scale bytes of a plain block, as a pointer into the whole block (16
+ * bytes from its 12-byte scales[] were taken for an overread by GCC, which
+ * dropped the caller). */
+static inline const uint8_t *scales_of(const block_q4_K *blk)
+{
+    return (const uint8_t *)blk + offsetof(block_q4_K, scales);
+}
+
+/* The scales and mins of 8 rows (the 12 scale bytes of row r at
+ * scales[r]) with row r in lane r: sc[s] holds scale s in both int16
+ * halves, mn[k] mins 2k and 2k + 1 as int16. */
+static inline void scales_mins_rows8(const uint8_t *const scales[ROW_GROUP], __m256i sc[8], __m256i mn[4])
+{
+    __m256i s32[ROW_GROUP], m16[ROW_GROUP], mn_t[ROW_GROUP];
+    for (int r = 0; r < ROW_GROUP; r++) {
+        const __m128i sm = unpack_scales_mins_v(scales[r]);
+        const __m256i v = _mm256_cvtepu8_epi32(sm);
+        s32[r] = _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+        m16[r] = _mm256_set_m128i(_mm_setzero_si128(), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+    }
+    transpose8_i32(s32, sc);
+    transpose8_i32(m16, mn_t); /* mn_t[4..7]: the zero upper halves */
+    memcpy(mn, mn_t, 4 * sizeof mn[0]);
+}
+
+/* The mins sums of 8 rows (mn from scales_mins_rows8, row r in lane r)
+ * with a token's super-block: mins_dot of each row. */
+static inline __m256i mins_rows8(const __m256i mn[4], const int16_t *bsums)
+{
+    /* pair[k] holds the int16 bsum sums of sub-blocks 2k and 2k + 1 */
+    int32_t pair[4];
+    _mm_storeu_si128((__m128i *)pair, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                                     _mm_loadu_si128((const __m128i *)(bsums + 8))));
+    __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(pair[k])));
+    return msum;
 }
 
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
@@ -283,19 +322,15 @@ static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K 
     prefetch_next_chunk(w, w_stride, block_bytes, b0, nbc, nb, Q45_PANEL_SB);
     for (int b = 0; b < nbc; b++) {
         const block_q4_K *blk[TILE_ROWS]; /* Q4_K and Q5_K agree on d, dmin and scales */
-        __m256i sc[TILE_ROWS], mn[TILE_ROWS], lo[TILE_ROWS], hi[TILE_ROWS], mn_t[TILE_ROWS];
+        const uint8_t *scales[TILE_ROWS];
+        __m256i lo[TILE_ROWS], hi[TILE_ROWS];
         for (int r = 0; r < TILE_ROWS; r++) {
             blk[r] = (const block_q4_K *)(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes);
-            const __m128i sm = unpack_scales_mins_v(blk[r]);
-            const __m256i s32 = _mm256_cvtepu8_epi32(sm);
-            sc[r] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
-            mn[r] = _mm256_set_m128i(_mm_setzero_si128(), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+            scales[r] = scales_of(blk[r]);
             p->d[b][r] = _cvtsh_ss(blk[r]->d);
             p->dmin[b][r] = _cvtsh_ss(blk[r]->dmin);
         }
-        transpose8_i32(sc, p->sc[b]);
-        transpose8_i32(mn, mn_t); /* mn_t[4..7]: the zero upper halves */
-        memcpy(p->mn[b], mn_t, sizeof p->mn[b]);
+        scales_mins_rows8(scales, p->sc[b], p->mn[b]);
         for (int j = 0; j < 4; j++) {
             for (int r = 0; r < TILE_ROWS; r++) {
                 const block_q5_K *b5 = (const block_q5_K *)blk[r];
@@ -339,14 +374,7 @@ static inline __attribute__((always_inline)) void panel_token_q45(const panel_q4
 #pragma GCC unroll 1
         for (int s = 1; s < 8; s++)
             isum = _mm256_add_epi32(isum, panel_subblock_q45(p, b, s, x[b].qs, q5));
-        /* mins: pair[k] holds the int16 bsum sums of sub-blocks 2k and 2k + 1 */
-        const __m128i *bsums = (const __m128i *)x[b].bsums;
-        int32_t pair[4];
-        _mm_storeu_si128((__m128i *)pair, _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)));
-        __m256i msum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(p->mn[b][k], _mm256_set1_epi32(pair[k])));
+        const __m256i msum = mins_rows8(p->mn[b], x[b].bsums);
         const __m256 xd = _mm256_set1_ps(x[b].d);
         a->acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd), _mm256_cvtepi32_ps(isum), a->acc);
         a->accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd), _mm256_cvtepi32_ps(msum), a->accm);
@@ -420,7 +448,7 @@ static inline __attribute__((always_inline)) void small_prepare_w_q45(small_w_q4
         for (int b = 0; b < nbc; b++) {
             /* Q4_K and Q5_K agree on d, dmin and scales */
             const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * w_stride + (size_t)(b0 + b) * block_bytes);
-            const __m128i sm = unpack_scales_mins_v(blk);
+            const __m128i sm = unpack_scales_mins_v(scales_of(blk));
             const __m256i sc = _mm256_cvtepu8_epi32(sm);
             _mm256_storeu_si256((__m256i *)p->sc[b][r], _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
             _mm_storeu_si128((__m128i *)p->mn[b][r], _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
@@ -579,6 +607,140 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
         tile_small_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
     else
         tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
+}
+
+/* ---- Q4_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+ *
+ * Every output gets the bits of vec_dot_q4_K_q8_K_avx2, as in the tile
+ * above: row r in lane r, a group of 4 weights of the 8 rows against a
+ * token's 4 quants broadcast, the 8 groups of a sub-block summed in int16,
+ * one madd with the 8 scales, the same two fmas per super-block. The
+ * quants are read as they are stored, so a super-block of a group is
+ * unpacked once (its scales and mins) and met by the tokens, 8 at a time
+ * with their int16 sums in registers. One token (decode) reads the group
+ * at the memory's pace; 8 share each load of it. */
+
+/* A super-block of the 8 rows: its scales and mins as scales_mins_rows8
+ * forms them, d and dmin. */
+typedef struct scales_q4_Kx8 {
+    __m256i sc[8], mn[4];
+    __m256 d, dmin;
+} scales_q4_Kx8;
+
+static inline void scales_q4_Kx8_prepare(const block_q4_Kx8 *blk, scales_q4_Kx8 *p)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)blk->scale_lo);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->scale_lo + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)blk->scale_hi);
+    /* the 6-bit values by index (kernels_impl.h): the top bits of index i
+     * and i + 32 share a byte of h, each moved to bits 4-5 */
+    __m256i sc[2], mn[2];
+    sc[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+    sc[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(h, m30));
+    mn[0] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                            _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+    const uint8_t *scb = (const uint8_t *)sc, *mnb = (const uint8_t *)mn;
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) { /* bytes 8s..8s+7: scale s of rows 0..7 */
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(scb + 8 * s)));
+        p->sc[s] = _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* bytes 16k..16k+15: mins 2k, 2k + 1 of rows 0..7 */
+        p->mn[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(mnb + 16 * k)));
+    p->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+    p->dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+}
+
+/* Super-block blk of the 8 rows times the super-blocks xb[0, nt) of nt
+ * <= 8 tokens: adds to acc[t] and accm[t] (row r in lane r). */
+static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_Kx8 *blk, const scales_q4_Kx8 *p,
+                                                                const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                                __m256 *acc, __m256 *accm)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i isum[ROW_GROUP];
+    for (int t = 0; t < nt; t++)
+        isum[t] = _mm256_setzero_si256();
+    /* the 4 chunks not unrolled, their two sub-blocks unrolled */
+#pragma GCC unroll 1
+    for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) { /* sub-block 2j + half: the low nibbles, then the high */
+            const int s = 2 * j + half;
+            __m256i h[ROW_GROUP];
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)blk->qs[8 * j + g]);
+                const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++) {
+                    int32_t y4;
+                    memcpy(&y4, xb[t]->qs + 32 * s + 4 * g, 4);
+                    const __m256i prod = _mm256_maddubs_epi16(q, _mm256_set1_epi32(y4));
+                    h[t] = g ? _mm256_add_epi16(h[t], prod) : prod;
+                    KEEP_IN_REGISTER(h[t]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++)
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(h[t], p->sc[s]));
+        }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const __m256 xd = _mm256_set1_ps(xb[t]->d);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->d, xd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->dmin, xd), _mm256_cvtepi32_ps(mins_rows8(p->mn, xb[t]->bsums)),
+                                  accm[t]);
+    }
+}
+
+/* tokens_q4_Kx8 with nt a constant, so that the sums stay in registers. */
+static void tokens_q4_Kx8_n(const block_q4_Kx8 *blk, const scales_q4_Kx8 *p, const block_q8_K *const xb[ROW_GROUP],
+                            int nt, __m256 *acc, __m256 *accm)
+{
+    switch (nt) {
+    case 1: tokens_q4_Kx8(blk, p, xb, 1, acc, accm); break;
+    case 2: tokens_q4_Kx8(blk, p, xb, 2, acc, accm); break;
+    case 3: tokens_q4_Kx8(blk, p, xb, 3, acc, accm); break;
+    case 4: tokens_q4_Kx8(blk, p, xb, 4, acc, accm); break;
+    case 5: tokens_q4_Kx8(blk, p, xb, 5, acc, accm); break;
+    case 6: tokens_q4_Kx8(blk, p, xb, 6, acc, accm); break;
+    case 7: tokens_q4_Kx8(blk, p, xb, 7, acc, accm); break;
+    default: tokens_q4_Kx8(blk, p, xb, 8, acc, accm); break;
+    }
+}
+
+void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    const int nb = n / QK_K;
+    const block_q4_Kx8 *group = w;
+    __m256 acc[TILE_TOKENS], accm[TILE_TOKENS];
+    for (long g = 0; g < n_groups; g++, group += nb) {
+        memset(acc, 0, (size_t)m * sizeof acc[0]);
+        memset(accm, 0, (size_t)m * sizeof accm[0]);
+        for (int i = 0; i < nb; i++) {
+            /* the next super-block (past the group's end: the next group's
+             * first); 3 ahead stalled decode on the line fill buffers
+             * (1B model, 1 thread: 17 tok/s, 1 ahead 24.6) */
+            prefetch_lines(&group[i + 1], sizeof group[i]);
+            scales_q4_Kx8 p;
+            scales_q4_Kx8_prepare(&group[i], &p);
+            for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
+                const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
+                const block_q8_K *xb[ROW_GROUP];
+                for (int t = 0; t < nt; t++)
+                    xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
+                tokens_q4_Kx8_n(&group[i], &p, xb, nt, acc + t0, accm + t0);
+            }
+        }
+        for (int t = 0; t < m; t++)
+            _mm256_storeu_ps(y + (size_t)t * ldy + (size_t)(ROW_GROUP * g), _mm256_sub_ps(acc[t], accm[t]));
+    }
 }
 
 /* ---- Q6_K tile: TILE_ROWS rows times up to TILE_TOKENS tokens ----

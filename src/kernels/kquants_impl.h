@@ -8,8 +8,10 @@
  * the top two bits of byte j - 4; the min's low four bits are the high
  * nibble of byte j + 4 and its top two bits the top two bits of byte j.
  * The unpacking reads the bytes as little-endian words (every convoy
- * target is little-endian). kq_q6_value returns the unsigned 6-bit quant (0..63) of weight e of a
- * Q6_K block (see kquants.c for the layout). */
+ * target is little-endian). kq_scale_x8 and kq_min_x8 read the scales and
+ * mins of an interleaved block (kernels_impl.h). kq_q6_value returns the
+ * unsigned 6-bit quant (0..63) of weight e of a Q6_K block (see kquants.c
+ * for the layout). */
 #ifndef CONVOY_KERNELS_KQUANTS_IMPL_H
 #define CONVOY_KERNELS_KQUANTS_IMPL_H
 
@@ -39,6 +41,20 @@ static inline void kq_pack_scales_mins(const uint8_t sc[8], const uint8_t mn[8],
         p[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
         p[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
     }
+}
+
+/* Scale s and min s of row r of an interleaved Q4_K block
+ * (kernels_impl.h: block_q4_Kx8's scale_lo and scale_hi). */
+static inline uint8_t kq_scale_x8(const uint8_t lo[64], const uint8_t hi[32], int r, int s)
+{
+    const int i = 8 * s + r;
+    return (uint8_t)((lo[i] & 15) | ((hi[i % 32] >> (4 * (i / 32))) & 3) << 4);
+}
+
+static inline uint8_t kq_min_x8(const uint8_t lo[64], const uint8_t hi[32], int r, int s)
+{
+    const int i = 16 * (s / 2) + 2 * r + s % 2;
+    return (uint8_t)((lo[i] >> 4) | ((hi[i % 32] >> (2 + 4 * (i / 32))) & 3) << 4);
 }
 
 static inline int kq_q6_value(const block_q6_K *b, int e)

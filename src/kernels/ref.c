@@ -98,19 +98,52 @@ float vec_dot_q8_0_q8_0_ref(int n, const void *wv, const void *xv)
     return hsum8(v);
 }
 
-float vec_dot_q4_0_q8_0_ref(int n, const void *wv, const void *xv)
+/* Row r of block b: of the plain row w, or (w NULL) of the interleaved
+ * group w8. */
+static block_q4_0 block_q4_0_of(const block_q4_0 *w, const block_q4_0x8 *w8, int r, int b)
 {
-    const block_q4_0 *w = wv;
-    const block_q8_0 *x = xv;
+    if (w)
+        return w[b];
+    block_q4_0 blk = {.d = w8[b].d[r]};
+    for (int j = 0; j < QK4_0 / 2; j++)
+        blk.qs[j] = w8[b].qs[j / 4][4 * r + j % 4];
+    return blk;
+}
+
+static float dot_q4_0(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x)
+{
     float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
+        const block_q4_0 wb = block_q4_0_of(w, w8, r, b);
         int32_t s = 0;
         for (int j = 0; j < QK4_0 / 2; j++)
-            s += ((w[b].qs[j] & 15) - 8) * x[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + QK4_0 / 2];
-        const float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+            s += ((wb.qs[j] & 15) - 8) * x[b].qs[j] + ((wb.qs[j] >> 4) - 8) * x[b].qs[j + QK4_0 / 2];
+        const float d = cv_fp16_to_fp32(wb.d) * cv_fp16_to_fp32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
     return hsum8(acc);
+}
+
+float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x)
+{
+    return dot_q4_0(n, w, NULL, 0, x);
+}
+
+float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_q4_0(n, NULL, group, r, x);
+}
+
+void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
+{
+    block_q4_0x8 *o = out;
+    for (int b = 0; b < n / QK4_0; b++)
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const block_q4_0 *blk = (const block_q4_0 *)((const char *)rows + (size_t)r * row_bytes) + b;
+            o[b].d[r] = blk->d;
+            for (int k = 0; k < QK4_0 / 8; k++)
+                memcpy(o[b].qs[k] + 4 * r, blk->qs + 4 * k, 4);
+        }
 }
 
 void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)

@@ -54,6 +54,7 @@ typedef struct cv_weight {
     const void *data;
     int32_t n_in;
     int32_t n_out;
+    bool interleaved; /* rows in groups of 8, cv_interleave's layout (kernels.h) */
 } cv_weight;
 
 typedef struct cv_llama_layer {
