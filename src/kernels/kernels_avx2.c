@@ -92,12 +92,6 @@ float vec_dot_bf16_avx2(int n, const void *wv, const void *xv)
     return sum;
 }
 
-/* d = fp16(a) * fp16(b), broadcast. */
-static inline __m256 block_scale(cv_fp16 a, cv_fp16 b)
-{
-    return _mm256_set1_ps(_cvtsh_ss(a) * _cvtsh_ss(b));
-}
-
 /* Prefetches the units [b1, b2) of a row (blocks, or elements of a float
  * row), of unit_bytes bytes each. */
 static inline void prefetch_blocks(const void *row, size_t unit_bytes, int b1, int b2)
@@ -124,32 +118,6 @@ static inline __m256i lanes_q8_0_q8_0(q8_0_wide p, q8_0_wide q)
     return _mm256_add_epi32(_mm256_madd_epi16(p.lo, q.lo), _mm256_madd_epi16(p.hi, q.hi));
 }
 
-/* One block of a Q8_0 x Q8_0 dot product, as float lane sums. */
-static inline __m256 block_q8_0_q8_0(const block_q8_0 *w, const block_q8_0 *x)
-{
-    return _mm256_cvtepi32_ps(lanes_q8_0_q8_0(widen_q8_0(w->qs), widen_q8_0(x->qs)));
-}
-
-float vec_dot_q8_0_q8_0_avx2(int n, const void *wv, const void *xv)
-{
-    const block_q8_0 *w = wv;
-    const block_q8_0 *x = xv;
-    const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        prefetch_t0((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES);
-        prefetch_t0((const char *)&w[b] + VEC_DOT_PREFETCH_BYTES + 64);
-        __m256 s0 = block_q8_0_q8_0(&w[b], &x[b]);
-        __m256 s1 = block_q8_0_q8_0(&w[b + 1], &x[b + 1]);
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), s0, acc0);
-        acc1 = _mm256_fmadd_ps(block_scale(w[b + 1].d, x[b + 1].d), s1, acc1);
-    }
-    if (b < nb)
-        acc0 = _mm256_fmadd_ps(block_scale(w[b].d, x[b].d), block_q8_0_q8_0(&w[b], &x[b]), acc0);
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
 /* The 32 quants of a Q4_0 block as unsigned bytes 0..15 in element order:
  * element j < 16 is the low nibble of packed[j], j >= 16 the high nibble of
  * packed[j-16]. */
@@ -174,19 +142,23 @@ static inline __m256i lanes_q4_0_q8_0(__m256i q4, __m256i y, __m256i y_offset)
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-/* Blocks [b0, b0 + nbk) of a Q4_0 x Q8_0 dot product (nbk <= 8): their
- * exact sums (lane k: block b0 + k) and scales (0 past nbk). */
-static inline __attribute__((always_inline)) __m256i blocks_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x,
-                                                                        int b0, int nbk, __m256 *d)
+/* Blocks [b0, b0 + nbk) of a Q4_0 (q8 = 0) or Q8_0 (q8 = 1, a constant
+ * after inlining) row w times a Q8_0 row x (nbk <= 8): their exact sums
+ * (lane k: block b0 + k) and scales (0 past nbk). */
+static inline __attribute__((always_inline)) __m256i blocks_x_q8_0(const void *w, const block_q8_0 *x, int b0,
+                                                                     int nbk, int q8, __m256 *d)
 {
+    const size_t block_bytes = q8 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     __m256i lanes[8];
     cv_fp16 wd[8] = {0}, xd[8] = {0};
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         if (k < nbk) {
+            const char *wb = (const char *)w + (size_t)(b0 + k) * block_bytes; /* d, then the quants */
             const __m256i y = _mm256_loadu_si256((const __m256i *)x[b0 + k].qs);
-            lanes[k] = lanes_q4_0_q8_0(unpack_q4_0(w[b0 + k].qs), y, offset_q4_0(y));
-            wd[k] = w[b0 + k].d;
+            lanes[k] = q8 ? lanes_q8_0_q8_0(widen_q8_0((const int8_t *)wb + 2), widen_q8_0(x[b0 + k].qs))
+                          : lanes_q4_0_q8_0(unpack_q4_0((const uint8_t *)wb + 2), y, offset_q4_0(y));
+            memcpy(&wd[k], wb, sizeof wd[k]);
             xd[k] = x[b0 + k].d;
         } else {
             lanes[k] = _mm256_setzero_si256();
@@ -199,20 +171,29 @@ static inline __attribute__((always_inline)) __m256i blocks_q4_0_q8_0(const bloc
 
 /* Block b into lane b % 8, 8 blocks at a time. Past the last block a lane
  * adds 0 * 0, which leaves it as it is (an accumulator is never -0). */
-float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
+static inline __attribute__((always_inline)) float vec_dot_x_q8_0(int n, const void *w, const block_q8_0 *x, int q8)
 {
-    const block_q4_0 *w = wv;
-    const block_q8_0 *x = xv;
+    const int block_bytes = q8 ? (int)sizeof(block_q8_0) : (int)sizeof(block_q4_0);
     const int nb = n / QK8_0;
     __m256 acc = _mm256_setzero_ps();
     for (int b0 = 0; b0 < nb; b0 += 8) {
-        prefetch_blocks(w, sizeof *w, b0 + VEC_DOT_PREFETCH_BYTES / (int)sizeof *w,
-                        b0 + 8 + VEC_DOT_PREFETCH_BYTES / (int)sizeof *w);
+        prefetch_blocks(w, (size_t)block_bytes, b0 + VEC_DOT_PREFETCH_BYTES / block_bytes,
+                        b0 + 8 + VEC_DOT_PREFETCH_BYTES / block_bytes);
         __m256 d;
-        const __m256i s = nb - b0 >= 8 ? blocks_q4_0_q8_0(w, x, b0, 8, &d) : blocks_q4_0_q8_0(w, x, b0, nb - b0, &d);
+        const __m256i s = nb - b0 >= 8 ? blocks_x_q8_0(w, x, b0, 8, q8, &d) : blocks_x_q8_0(w, x, b0, nb - b0, q8, &d);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
     }
     return hsum8(acc);
+}
+
+float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x)
+{
+    return vec_dot_x_q8_0(n, w, x, 0);
+}
+
+float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x)
+{
+    return vec_dot_x_q8_0(n, w, x, 1);
 }
 
 /* ---- tiles: TILE_ROWS weight rows times up to TILE_TOKENS activation rows ----
@@ -222,63 +203,69 @@ float vec_dot_q4_0_q8_0_avx2(int n, const void *wv, const void *xv)
  * PANEL_BLOCKS blocks. For each chunk, the weight side is prepared once in
  * a panel in L1 and then met by every token. The block scales fp16(w_r.d)
  * * fp16(x.d) are exact in f32, so any way of forming them gives
- * block_scale's value. While the tokens meet a chunk, the next chunk of
- * the rows is prefetched.
+ * vec_dot's value. While the tokens meet a chunk, the next chunk of the
+ * rows is prefetched.
  *
- * Q4_0 ends each block in one sum per row, so its panel keeps row r in
- * lane r: each group of 4 weights of the 8 rows is one vector (row r in
- * dword r, nibbles unpacked to bytes). A token meets a group with one
- * maddubs against its 4 quants broadcast; the 8 groups of a block add up
- * in int16 (at most 8 * 2 * 15 * 128 = 30720), one madd makes them int32
- * and 8 * (sum of the block's quants) takes the offset of 8 off. The block
- * then meets the 8 rows' accumulators b % 8 with one fma.
- *
- * Q8_0 keeps vec_dot's lanes: its panel holds the quants widened to int16
- * and the scales, and a token's block is widened once for the 8 rows.
- * An output's two accumulators
- * (acc0 for even blocks, acc1 for odd ones) live in memory between chunks;
- * within a chunk, a token goes over the even blocks and then over the odd
- * blocks, with the 8 accumulators of one parity in registers. Each
- * accumulator thus sees its blocks in vec_dot's order, and the final
- * hsum8(acc0 + acc1) is vec_dot's. */
+ * Q4_0 and Q8_0 end each block in one sum per row, so their panels keep
+ * row r in lane r, and a block meets the 8 rows' accumulators b % 8 with
+ * one fma.
+ * - Q4_0: each group of 4 weights of the 8 rows is one vector (row r in
+ *   dword r, nibbles unpacked to bytes). A token meets a group with one
+ *   maddubs against its 4 quants broadcast; the 8 groups of a block add up
+ *   in int16 (at most 8 * 2 * 15 * 128 = 30720), one madd makes them int32
+ *   and 8 * (sum of the block's quants) takes the offset of 8 off.
+ * - Q8_0: each pair of weights of the 8 rows is one vector of int16 (row r
+ *   in dword r), which a token's pair, widened and broadcast, meets with
+ *   one madd (exact for every int8); the 16 pairs add up in int32. */
 
 _Static_assert(TILE_ROWS == 8, "a panel block holds one __m256 of scales, one per row");
 
-enum { PANEL_BLOCKS = 32 }; /* a multiple of 8, so b % 8 (and the parity) is the same in a chunk and in the row */
-
-/* Accumulators of one token: [parity][row]. */
-typedef __m256 tile_acc[2][TILE_ROWS];
+enum { PANEL_BLOCKS = 32 }; /* a multiple of 8, so b % 8 is the same in a chunk and in the row */
 
 typedef struct panel_q4_0 {
     __m256i q4[PANEL_BLOCKS][8];      /* [b][g]: dword r = weights 4g..4g+3 of row r, as bytes */
     float d[PANEL_BLOCKS][TILE_ROWS]; /* weight scales */
 } panel_q4_0;
 
-/* Accumulators of one Q4_0 token: [block % 8], row r in lane r. */
-typedef __m256 tile_acc_q4_0[8];
-
 typedef struct panel_q8_0 {
-    q8_0_wide q[PANEL_BLOCKS][TILE_ROWS]; /* widen_q8_0 of each block */
+    __m256i q[PANEL_BLOCKS][QK8_0 / 2]; /* [b][k]: dword r = weights 2k, 2k+1 of row r as int16 */
     float d[PANEL_BLOCKS][TILE_ROWS];
 } panel_q8_0;
 
-/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks) into a panel.
- * Prefetches the chunk after, or after the last chunk the first chunk of
- * the next TILE_ROWS rows, which the next tile reads first (prefetches do
- * not fault past the matrix). */
-static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
+/* Accumulators of one token: [block % 8], row r in lane r. */
+typedef __m256 acc_blocks8[8];
+
+static const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
+{
+    return (const block_q8_0 *)((const char *)x + (size_t)t * x_stride);
+}
+
+/* The scales of blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb blocks
+ * of block_bytes) into d. Prefetches the chunk after, or after the last
+ * chunk the first chunk of the next TILE_ROWS rows, which the next tile
+ * reads first (prefetches do not fault past the matrix). */
+static void panel_scales(float d[][TILE_ROWS], const char *w, size_t w_stride, size_t block_bytes, int b0, int nbc,
+                         int nb)
 {
     const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
     for (int r = 0; r < TILE_ROWS; r++) {
-        const block_q4_0 *row = (const block_q4_0 *)(w + (size_t)r * w_stride);
+        const char *row = w + (size_t)r * w_stride;
         if (b0 + nbc < nb)
-            prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
+            prefetch_blocks(row, block_bytes, b0 + nbc, b_next_end);
         else
-            prefetch_blocks(w + (size_t)(r + TILE_ROWS) * w_stride, sizeof *row, 0,
-                            nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
-        for (int b = 0; b < nbc; b++)
-            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
+            prefetch_blocks(row + TILE_ROWS * w_stride, block_bytes, 0, nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
+        for (int b = 0; b < nbc; b++) {
+            cv_fp16 h;
+            memcpy(&h, row + (size_t)(b0 + b) * block_bytes, sizeof h); /* d opens both blocks */
+            d[b][r] = _cvtsh_ss(h);
+        }
     }
+}
+
+/* Blocks [b0, b0 + nbc) of the TILE_ROWS rows into a panel. */
+static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
+{
+    panel_scales(p->d, w, w_stride, sizeof(block_q4_0), b0, nbc, nb);
     for (int b = 0; b < nbc; b++) {
         __m256i q4[TILE_ROWS];
         for (int r = 0; r < TILE_ROWS; r++)
@@ -289,18 +276,16 @@ static void panel_prepare_q4_0(panel_q4_0 *p, const char *w, size_t w_stride, in
 
 static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, int b0, int nbc, int nb)
 {
-    const int b_next_end = nb - (b0 + nbc) < nbc ? nb : b0 + 2 * nbc;
-    for (int r = 0; r < TILE_ROWS; r++) {
-        const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)r * w_stride);
-        if (b0 + nbc < nb)
-            prefetch_blocks(row, sizeof *row, b0 + nbc, b_next_end);
-        else
-            prefetch_blocks(w + (size_t)(r + TILE_ROWS) * w_stride, sizeof *row, 0,
-                            nb < PANEL_BLOCKS ? nb : PANEL_BLOCKS);
-        for (int b = 0; b < nbc; b++) {
-            p->q[b][r] = widen_q8_0(row[b0 + b].qs);
-            p->d[b][r] = _cvtsh_ss(row[b0 + b].d);
+    panel_scales(p->d, w, w_stride, sizeof(block_q8_0), b0, nbc, nb);
+    for (int b = 0; b < nbc; b++) {
+        __m256i lo[TILE_ROWS], hi[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) {
+            const q8_0_wide q = widen_q8_0(((const block_q8_0 *)(w + (size_t)r * w_stride))[b0 + b].qs);
+            lo[r] = q.lo;
+            hi[r] = q.hi;
         }
+        transpose8_i32(lo, p->q[b]);
+        transpose8_i32(hi, p->q[b] + 8);
     }
 }
 
@@ -324,59 +309,52 @@ static inline __m256i panel_block_q4_0(const panel_q4_0 *p, int b, const int8_t 
     return _mm256_sub_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(1)), _mm256_slli_epi32(ysum, 3));
 }
 
-/* Adds blocks [0, nb) of the panel times the token's blocks x[0, nb) to its
- * accumulators (nb from a chunk start, so block b goes to acc[b % 8]). */
-static void panel_token_q4_0(const panel_q4_0 *p, int nb, const block_q8_0 *x, tile_acc_q4_0 acc)
+/* pairs[k] of block b = the token's weights 2k, 2k+1 as int16: its blocks
+ * [0, nb) widened before they meet the panel, so that their broadcasts
+ * read stores long done. */
+typedef int32_t token_pairs_q8_0[PANEL_BLOCKS][QK8_0 / 2];
+
+static void widen_token_q8_0(const block_q8_0 *x, int nb, token_pairs_q8_0 pairs)
 {
     for (int b = 0; b < nb; b++) {
-        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), _mm256_set1_ps(_cvtsh_ss(x[b].d)));
-        acc[b % 8] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(panel_block_q4_0(p, b, x[b].qs)), acc[b % 8]);
+        const q8_0_wide y16 = widen_q8_0(x[b].qs);
+        _mm256_storeu_si256((__m256i *)pairs[b], y16.lo);
+        _mm256_storeu_si256((__m256i *)(pairs[b] + 8), y16.hi);
     }
 }
 
-static void panel_token_q8_0(const panel_q8_0 *p, int nb, const block_q8_0 *x, tile_acc acc)
+static inline __m256i panel_block_q8_0(const panel_q8_0 *p, int b, const int32_t pairs[QK8_0 / 2])
 {
-    for (int parity = 0; parity < 2; parity++) {
-        __m256 a[TILE_ROWS];
-        memcpy(a, acc[parity], sizeof a);
-        for (int b = parity; b < nb; b += 2) {
-            const q8_0_wide y = widen_q8_0(x[b].qs);
-            const __m256 xd = _mm256_set1_ps(_cvtsh_ss(x[b].d));
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int r = 0; r < TILE_ROWS; r++) {
-                __m256 s = _mm256_cvtepi32_ps(lanes_q8_0_q8_0(p->q[b][r], y));
-                a[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&p->d[b][r]), xd), s, a[r]);
-            }
-        }
-        memcpy(acc[parity], a, sizeof a);
+    for (int k = 0; k < QK8_0 / 2; k += 2) {
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p->q[b][k], _mm256_set1_epi32(pairs[k])));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p->q[b][k + 1], _mm256_set1_epi32(pairs[k + 1])));
+    }
+    return _mm256_add_epi32(s0, s1);
+}
+
+/* Adds blocks [0, nb) of the panel (Q4_0, or Q8_0 for q8 = 1) times the
+ * token's blocks x[0, nb) to its accumulators (nb from a chunk start, so
+ * block b goes to acc[b % 8]). */
+static inline __attribute__((always_inline)) void panel_token_x_q8_0(const void *panel, int nb, const block_q8_0 *x,
+                                                                     int q8, acc_blocks8 acc)
+{
+    const float(*d)[TILE_ROWS] = q8 ? ((const panel_q8_0 *)panel)->d : ((const panel_q4_0 *)panel)->d;
+    token_pairs_q8_0 pairs;
+    if (q8)
+        widen_token_q8_0(x, nb, pairs);
+    for (int b = 0; b < nb; b++) {
+        const __m256i s = q8 ? panel_block_q8_0(panel, b, pairs[b]) : panel_block_q4_0(panel, b, x[b].qs);
+        const __m256 db = _mm256_mul_ps(_mm256_loadu_ps(d[b]), _mm256_set1_ps(_cvtsh_ss(x[b].d)));
+        acc[b % 8] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(s), acc[b % 8]);
     }
 }
 
-/* y[t * ldy + r] = hsum8(acc0 + acc1) of each output, as vec_dot returns it. */
-static void tile_store(const tile_acc *acc, int m, float *y, size_t ldy)
+/* y[t * ldy + r] = vec_dot's hsum8 over the 8 accumulators of each token,
+ * lane by lane. */
+static void store_blocks8(const acc_blocks8 *acc, int m, float *y, size_t ldy)
 {
-    for (int t = 0; t < m; t++) {
-        __m256 sum[TILE_ROWS];
-        for (int r = 0; r < TILE_ROWS; r++)
-            sum[r] = _mm256_add_ps(acc[t][0][r], acc[t][1][r]);
-        _mm256_storeu_ps(y + (size_t)t * ldy, hsum8_rows8(sum));
-    }
-}
-
-void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
-                                float *y, size_t ldy)
-{
-    const int nb = n / QK8_0;
-    panel_q4_0 panel;
-    tile_acc_q4_0 acc[TILE_TOKENS];
-    memset(acc, 0, (size_t)m * sizeof acc[0]);
-    for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
-        const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
-        panel_prepare_q4_0(&panel, w, w_stride, b0, nbc, nb);
-        for (int t = 0; t < m; t++)
-            panel_token_q4_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
-    }
-    /* vec_dot's hsum8 over the 8 accumulators, lane by lane */
     for (int t = 0; t < m; t++) {
         const __m256 *a = acc[t];
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
@@ -385,20 +363,39 @@ void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
     }
 }
 
-void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
-                                float *y, size_t ldy)
+/* The tile of Q4_0 (q8 = 0) or Q8_0 rows. */
+static inline __attribute__((always_inline)) void tile_x_q8_0(int n, const void *w, size_t w_stride, const void *x,
+                                                              size_t x_stride, int m, float *y, size_t ldy, int q8)
 {
     const int nb = n / QK8_0;
-    panel_q8_0 panel;
-    tile_acc acc[TILE_TOKENS];
+    union {
+        panel_q4_0 q4;
+        panel_q8_0 q8;
+    } panel;
+    acc_blocks8 acc[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
         const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
-        panel_prepare_q8_0(&panel, w, w_stride, b0, nbc, nb);
+        if (q8)
+            panel_prepare_q8_0(&panel.q8, w, w_stride, b0, nbc, nb);
+        else
+            panel_prepare_q4_0(&panel.q4, w, w_stride, b0, nbc, nb);
         for (int t = 0; t < m; t++)
-            panel_token_q8_0(&panel, nbc, (const block_q8_0 *)((const char *)x + (size_t)t * x_stride) + b0, acc[t]);
+            panel_token_x_q8_0(&panel, nbc, token_q8_0(x, x_stride, t) + b0, q8, acc[t]);
     }
-    tile_store(acc, m, y, ldy);
+    store_blocks8(acc, m, y, ldy);
+}
+
+void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    tile_x_q8_0(n, w, w_stride, x, x_stride, m, y, ldy, 0);
+}
+
+void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+                                float *y, size_t ldy)
+{
+    tile_x_q8_0(n, w, w_stride, x, x_stride, m, y, ldy, 1);
 }
 
 /* F32, F16 and BF16 tiles, with the same plan. The rows are cut into chunks of FLOAT_CHUNK
@@ -548,11 +545,6 @@ typedef struct token_sums_q4_0 {
     float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
 } token_sums_q4_0;
 
-static const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
-{
-    return (const block_q8_0 *)((const char *)x + (size_t)t * x_stride);
-}
-
 static void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, token_sums_q4_0 *ts)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
@@ -580,7 +572,7 @@ static void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int 
  * b]): adds block b to acc[t][b % 8]. */
 static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x8 *group, int nb,
                                                                const block_q8_0 *const x[8], const int32_t *ysum8,
-                                                               const float *xd, int nt, tile_acc_q4_0 *acc)
+                                                               const float *xd, int nt, acc_blocks8 *acc)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int b = 0; b < nb; b++) {
@@ -616,7 +608,7 @@ static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x
 
 /* group_q4_0x8 with nt a constant, so that the sums stay in registers. */
 static void group_q4_0x8_n(const block_q4_0x8 *group, int nb, const block_q8_0 *const x[8], const int32_t *ysum8,
-                           const float *xd, int nt, tile_acc_q4_0 *acc)
+                           const float *xd, int nt, acc_blocks8 *acc)
 {
     switch (nt) {
     case 1: group_q4_0x8(group, nb, x, ysum8, xd, 1, acc); break;
@@ -635,7 +627,7 @@ static void pass_q4_0x8(int nb, const block_q4_0x8 *group, long n_groups, const 
                         float *y, size_t ldy)
 {
     token_sums_q4_0 ts;
-    tile_acc_q4_0 acc[TILE_TOKENS];
+    acc_blocks8 acc[TILE_TOKENS];
     token_sums_q4_0_prepare(x, x_stride, nt, nb, &ts);
     for (long g = 0; g < n_groups; g++, group += nb) {
         memset(acc, 0, (size_t)nt * sizeof acc[0]);
@@ -645,13 +637,7 @@ static void pass_q4_0x8(int nb, const block_q4_0x8 *group, long n_groups, const 
                 xt[t] = token_q8_0(x, x_stride, t0 + t);
             group_q4_0x8_n(group, nb, xt, ts.ysum8 + t0 * nb, ts.xd + t0 * nb, nt - t0 < 8 ? nt - t0 : 8, acc + t0);
         }
-        /* vec_dot's hsum8 over the 8 accumulators, lane by lane */
-        for (int t = 0; t < nt; t++) {
-            const __m256 *a = acc[t];
-            const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                                             _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
-            _mm256_storeu_ps(y + (size_t)t * ldy + (size_t)(ROW_GROUP * g), sum);
-        }
+        store_blocks8(acc, nt, y + (size_t)(ROW_GROUP * g), ldy);
     }
 }
 

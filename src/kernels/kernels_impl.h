@@ -16,18 +16,12 @@
  * sum = hsum8((acc0+acc1) + (acc2+acc3)) (lane-wise), and each remaining
  * element i (n % 32 of them, in order) does sum = fma(w[i], x[i], sum).
  *
- * Q8_0 weights with a Q8_0 activation row: per block b, eight exact int32
- * lane sums s[l] of products of the integer quants, lane l summing
- * elements 2l, 2l+1, 16+2l, 17+2l, then acc_(b%2)[l] = fma(d, (float)s[l],
- * acc_(b%2)[l]) with d = fp16(w.d) * fp16(x.d) (exact in f32), two 8-lane
- * accumulators; result hsum8(acc0 + acc1). Integer sums are exact, so only
- * which elements meet in a lane matters.
- *
- * Q4_0 weights with a Q8_0 activation row: per block b, the exact int32
- * sum s of (q - 8) * y over its 32 elements, then acc[b % 8] = fma(d,
- * (float)s, acc[b % 8]) with d as for Q8_0, one 8-lane accumulator;
- * result hsum8(acc). One sum per block lets vec_dot do 8 blocks per fma
- * and a tile keep 8 rows in the lanes of a vector.
+ * Q8_0 and Q4_0 weights with a Q8_0 activation row: per block b, the
+ * exact int32 sum s of w * y (Q4_0: (q - 8) * y) over its 32 elements,
+ * then acc[b % 8] = fma(d, (float)s, acc[b % 8]) with d = fp16(w.d) *
+ * fp16(x.d) (exact in f32), one 8-lane accumulator; result hsum8(acc).
+ * One sum per block lets vec_dot do 8 blocks per fma and a tile keep 8
+ * rows in the lanes of a vector.
  *
  * Q8_0 activation quantizer (quantize_row_q8_0_*), llama.cpp's AVX2 rule:
  * per block of 32, with max(a, b) = a > b ? a : b (x86 maxps):

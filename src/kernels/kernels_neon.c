@@ -105,15 +105,14 @@ float vec_dot_q8_0_q8_0_neon(int n, const void *wv, const void *xv)
 {
     const block_q8_0 *w = wv;
     const block_q8_0 *x = xv;
-    float32x4_t acc[2][2] = {{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}, {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}};
+    float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
         int32x4_t lo, hi;
         lanes_q8_0_q8_0(w[b].qs, x[b].qs, &lo, &hi);
         float d = fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d);
-        acc[b & 1][0] = vfmaq_n_f32(acc[b & 1][0], vcvtq_f32_s32(lo), d);
-        acc[b & 1][1] = vfmaq_n_f32(acc[b & 1][1], vcvtq_f32_s32(hi), d);
+        acc[b % 8] = fmaf(d, (float)vaddvq_s32(vaddq_s32(lo, hi)), acc[b % 8]);
     }
-    return hsum8(vaddq_f32(acc[0][0], acc[1][0]), vaddq_f32(acc[0][1], acc[1][1]));
+    return hsum8(vld1q_f32(acc), vld1q_f32(acc + 4));
 }
 
 float vec_dot_q4_0_q8_0_neon(int n, const void *wv, const void *xv)

@@ -81,21 +81,15 @@ float vec_dot_q8_0_q8_0_ref(int n, const void *wv, const void *xv)
 {
     const block_q8_0 *w = wv;
     const block_q8_0 *x = xv;
-    float acc[2][8] = {{0}};
+    float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
-        const int8_t *p = w[b].qs;
-        const int8_t *q = x[b].qs;
-        float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = p[2 * l] * q[2 * l] + p[2 * l + 1] * q[2 * l + 1] +
-                        p[16 + 2 * l] * q[16 + 2 * l] + p[17 + 2 * l] * q[17 + 2 * l];
-            acc[b & 1][l] = fmaf(d, (float)s, acc[b & 1][l]);
-        }
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++)
+            s += w[b].qs[j] * x[b].qs[j];
+        const float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+        acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
-    float v[8];
-    for (int l = 0; l < 8; l++)
-        v[l] = acc[0][l] + acc[1][l];
-    return hsum8(v);
+    return hsum8(acc);
 }
 
 /* Row r of block b: of the plain row w, or (w NULL) of the interleaved
