@@ -13,11 +13,12 @@
  *
  * With --model PATH, one measurement instead (no bandwidth, no table): a
  * warm-up step, then prefill of --pp tokens and decode of --tg tokens at
- * --threads, printed as one line "pp_tok_s tg_tok_s bytes_per_token" for
+ * --threads, the decode after --depth tokens of context (llama-bench's
+ * -d), printed as one line "pp_tok_s tg_tok_s bytes_per_token" for
  * bench/vs_llamacpp.sh.
  *
  * usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]
- *        bench_decode --model PATH [--threads N] [--pp P] [--tg T] */
+ *        bench_decode --model PATH [--threads N] [--pp P] [--tg T] [--depth D] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,15 +111,81 @@ typedef struct speed {
     double pp, tg;
 } speed;
 
-static speed measure(convoy_model *m, int threads, int pp, int tg)
+/* Batch of the tokens [p0, p0 + n) of one sequence (token i is the same
+ * made-up id wherever it is asked for), logits of the last one. */
+typedef struct run_batch {
+    int32_t *tok, *pos, *seq;
+    uint8_t *want;
+} run_batch;
+
+static int decode_span(convoy_ctx *c, const convoy_model_info *info, run_batch *rb, int p0, int n, float *logits)
+{
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        rb->tok[i] = 3 + ((p0 + i) * 7919) % (info->n_vocab - 3);
+        rb->pos[i] = p0 + i;
+        rb->want[i] = i == n - 1;
+    }
+    convoy_batch b = {.n_tokens = n, .token = rb->tok, .pos = rb->pos, .seq = rb->seq, .want = rb->want};
+    if (convoy_decode(c, &b, logits, err, sizeof err)) {
+        fprintf(stderr, "bench_decode: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Tokens/s of a prefill of pp tokens in one batch, timed after the same
+ * prefill once untimed, so that the timed one finds the weights cached and
+ * the buffers touched, as llama-bench warms up with its prompt. */
+static double time_prefill(convoy_ctx *c, const convoy_model_info *info, run_batch *rb, int pp, float *logits)
+{
+    char err[512];
+    decode_span(c, info, rb, 0, pp, logits);
+    convoy_seq_free(c, 0, err, sizeof err);
+    const double t0 = cv_now_s();
+    decode_span(c, info, rb, 0, pp, logits);
+    const double tok_s = pp / (cv_now_s() - t0);
+    convoy_seq_free(c, 0, err, sizeof err);
+    return tok_s;
+}
+
+/* Tokens/s of decoding tg tokens one at a time after depth tokens of
+ * context (filled untimed, n_batch at a time), as llama-bench's tg with -d:
+ * a BOS, then each greedy token; the first step is not timed (it warms the
+ * pages and caches). */
+static double time_decode(convoy_ctx *c, const convoy_model_info *info, run_batch *rb, int n_batch, int depth, int tg,
+                          float *logits)
+{
+    char err[512];
+    for (int p0 = 0; p0 < depth; p0 += n_batch)
+        if (decode_span(c, info, rb, p0, depth - p0 < n_batch ? depth - p0 : n_batch, logits))
+            return 0;
+    int32_t id = info->bos;
+    uint8_t w = 1;
+    double t0 = 0;
+    for (int i = 0; i <= tg; i++) {
+        if (i == 1)
+            t0 = cv_now_s();
+        int32_t ps = depth + i;
+        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = rb->seq, .want = &w};
+        if (convoy_decode(c, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "bench_decode: %s\n", err);
+            return 0;
+        }
+        id = cv_argmax(logits, info->n_vocab);
+    }
+    return tg > 0 ? tg / (cv_now_s() - t0) : 0;
+}
+
+static speed measure(convoy_model *m, int threads, int pp, int tg, int depth)
 {
     char err[512];
     convoy_model_info info;
     convoy_model_get_info(m, &info);
     convoy_ctx_params p = convoy_ctx_default_params();
     p.n_threads = threads;
-    p.n_ctx = pp + tg + 1;
-    p.n_batch = pp > 0 ? pp : 1;
+    p.n_ctx = (pp > depth + tg ? pp : depth + tg) + 1;
+    p.n_batch = pp > 0 ? pp : depth > 0 ? (depth < 512 ? depth : 512) : 1;
     convoy_ctx *c = convoy_ctx_create(m, &p, err, sizeof err);
     speed s = {0, 0};
     if (!c) {
@@ -126,49 +193,16 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
         return s;
     }
     float *logits = malloc(sizeof(float) * (size_t)info.n_vocab);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)p.n_batch), *pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
-    int32_t *seq = calloc((size_t)p.n_batch, sizeof(int32_t));
-    uint8_t *want = calloc((size_t)p.n_batch, 1);
-    for (int i = 0; i < p.n_batch; i++) {
-        tok[i] = 3 + (i * 7919) % (info.n_vocab - 3);
-        pos[i] = i;
-    }
-    if (pp > 0) {
-        /* the same prefill once untimed first, so that the timed one
-         * finds the weights cached and the buffers touched, as llama-bench
-         * warms up with its prompt */
-        want[pp - 1] = 1;
-        convoy_batch b = {.n_tokens = pp, .token = tok, .pos = pos, .seq = seq, .want = want};
-        if (convoy_decode(c, &b, logits, err, sizeof err))
-            fprintf(stderr, "bench_decode: %s\n", err);
-        convoy_seq_free(c, 0, err, sizeof err);
-        double t0 = cv_now_s();
-        if (convoy_decode(c, &b, logits, err, sizeof err))
-            fprintf(stderr, "bench_decode: %s\n", err);
-        s.pp = pp / (cv_now_s() - t0);
-        convoy_seq_free(c, 0, err, sizeof err);
-    }
-    /* tg: a BOS then tg tokens one at a time (as llama-bench's tg) */
-    int32_t id = info.bos;
-    uint8_t w = 1;
-    double t0 = 0;
-    for (int i = 0; i <= tg; i++) {
-        if (i == 1)
-            t0 = cv_now_s(); /* the first step warms the pages and caches */
-        int32_t ps = i;
-        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = seq, .want = &w};
-        if (convoy_decode(c, &b, logits, err, sizeof err)) {
-            fprintf(stderr, "bench_decode: %s\n", err);
-            break;
-        }
-        id = cv_argmax(logits, info.n_vocab);
-    }
-    s.tg = tg > 0 ? tg / (cv_now_s() - t0) : 0;
+    run_batch rb = {malloc(sizeof(int32_t) * (size_t)p.n_batch), malloc(sizeof(int32_t) * (size_t)p.n_batch),
+                    calloc((size_t)p.n_batch, sizeof(int32_t)), malloc((size_t)p.n_batch)};
+    if (pp > 0)
+        s.pp = time_prefill(c, &info, &rb, pp, logits);
+    s.tg = time_decode(c, &info, &rb, p.n_batch, depth, tg, logits);
     free(logits);
-    free(tok);
-    free(pos);
-    free(seq);
-    free(want);
+    free(rb.tok);
+    free(rb.pos);
+    free(rb.seq);
+    free(rb.want);
     convoy_ctx_free(c);
     return s;
 }
@@ -176,7 +210,7 @@ static speed measure(convoy_model *m, int threads, int pp, int tg)
 int main(int argc, char **argv)
 {
     const char *dir = "bench/out/models", *only = NULL, *one = NULL;
-    int quick = 0, bandwidth_only = 0, one_threads = 1, one_pp = 0, one_tg = 0;
+    int quick = 0, bandwidth_only = 0, one_threads = 1, one_pp = 0, one_tg = 0, one_depth = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             one = argv[++i];
@@ -186,6 +220,8 @@ int main(int argc, char **argv)
             one_pp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tg") && i + 1 < argc)
             one_tg = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc)
+            one_depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--models") && i + 1 < argc)
             dir = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
@@ -196,7 +232,7 @@ int main(int argc, char **argv)
             bandwidth_only = 1;
         else {
             fprintf(stderr, "usage: bench_decode [--models DIR] [--only NAME] [--quick] [--bandwidth-only]\n"
-                            "       bench_decode --model PATH [--threads N] [--pp P] [--tg T]\n");
+                            "       bench_decode --model PATH [--threads N] [--pp P] [--tg T] [--depth D]\n");
             return 2;
         }
     }
@@ -208,7 +244,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_decode: %s\n", err);
             return 1;
         }
-        speed s = measure(m, one_threads, one_pp, one_tg);
+        speed s = measure(m, one_threads, one_pp, one_tg, one_depth);
         convoy_model_info info;
         convoy_model_get_info(m, &info);
         printf("%.3f %.3f %llu\n", s.pp, s.tg, (unsigned long long)info.bytes_per_token);
@@ -266,7 +302,7 @@ int main(int argc, char **argv)
         convoy_model_get_info(m, &info);
         int pp = quick ? (models[k].pp ? 64 : 0) : models[k].pp, tg = quick ? 16 : models[k].tg;
         for (int threads = 1; threads <= 2; threads++) {
-            speed s = measure(m, threads, pp, tg);
+            speed s = measure(m, threads, pp, tg, 0);
             double roof = bw[threads] * 1e9 / (double)info.bytes_per_token;
             char pp_s[32] = "n/a";
             if (pp)

@@ -8,10 +8,12 @@
 # llama.cpp tok/s) and the table prints the median ratio and the median
 # tokens/s of each. Decode rows also show the roofline: the read bandwidth
 # of 1 or 2 threads (bench_decode --bandwidth-only, measured once at the
-# start) over the weight bytes convoy reads per token.
+# start) over the weight bytes convoy reads per token. With DEPTH set, the
+# decode runs after DEPTH tokens of context (llama-bench -d, with flash
+# attention on; convoy's attention is always fused).
 #
 # usage: bench/vs_llamacpp.sh [-r ROUNDS] [-t "1 2"] [-b BUILD_DIR] [MODEL.gguf ...]
-#   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 TESTS="pp tg"
+#   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 DEPTH=0 TESTS="pp tg"
 #   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q5_k,q6_k,q8_0,q4_k_m}.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,7 @@ while getopts r:t:b: o; do
     esac
 done
 shift $((OPTIND - 1))
-PP=${PP:-512} TG=${TG:-64} TESTS=${TESTS:-pp tg}
+PP=${PP:-512} TG=${TG:-64} DEPTH=${DEPTH:-0} TESTS=${TESTS:-pp tg}
 shared=${CONVOY_SHARED:-../shared}
 lb=$shared/tools/llama.cpp/bin/llama-bench
 models=("$@")
@@ -35,8 +37,10 @@ for f in "$build/bench_decode" "$lb" "${models[@]}"; do
 done
 
 # llama-bench's tokens/s of one test (pp or tg) as one number.
-llama() { # model threads pp tg
-    "$lb" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o jsonl 2>/dev/null |
+llama() { # model threads pp tg [depth]
+    local depth=()
+    [ "${5:-0}" -gt 0 ] && depth=(-d "$5" -fa on)
+    "$lb" -m "$1" -t "$2" -p "$3" -n "$4" "${depth[@]}" -r 1 -o jsonl 2>/dev/null |
         sed -n 's/.*"avg_ts": *\([0-9.e+-]*\).*/\1/p' | head -1
 }
 median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -51,14 +55,17 @@ for m in "${models[@]}"; do
     for t in $threads; do
         for test in $TESTS; do
             [ "$test" = pp ] && test=pp$PP || test=tg$TG
+            [ "${test:0:2}" = tg ] && [ "$DEPTH" -gt 0 ] && test=$test@d$DEPTH
             cv=() ll=() ra=() bytes=0
             for ((r = 0; r < rounds; r++)); do
                 if [ "${test:0:2}" = pp ]; then
                     c=$("$build/bench_decode" --model "$m" --threads "$t" --pp "$PP" --tg 0 | awk '{print $1}')
                     l=$(llama "$m" "$t" "$PP" 0)
                 else
-                    read -r _ c bytes < <("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG")
-                    l=$(llama "$m" "$t" 0 "$TG")
+                    read -r _ c bytes < <("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG" \
+                        --depth "$DEPTH")
+                    l=$(llama "$m" "$t" 0 "$TG" "$DEPTH")
+                    [ "$DEPTH" -eq 0 ] || bytes=0 # the roofline counts weights, not the KV cache
                 fi
                 cv+=("$c") ll+=("$l") ra+=("$(awk -v a="$c" -v b="$l" 'BEGIN {printf "%.4f", a / b}')")
             done
