@@ -79,7 +79,7 @@ static void *make_activations(cv_type t, int n, int m)
 /* The rows of w interleaved, or NULL for a type this CPU does not hold so. */
 static void *interleaved_copy(cv_type t, const void *w, long rows, int cols)
 {
-    if (!cv_interleave_supported(t, cols) || rows % 8)
+    if (!cv_interleave_supported(t, cols, rows))
         return NULL;
     const size_t bytes = (size_t)rows * cv_row_bytes(t, cols);
     void *wi = malloc(bytes);

@@ -282,8 +282,8 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
     if (bytes > (64u << 20))
         bytes = 64u << 20;
     /* whole groups of 8 rows, held as a loaded model holds them */
-    const bool interleaved = cv_interleave_supported(t->type, n_in);
-    const long rows = (long)(bytes / row) / 8 * 8;
+    const long rows = (long)(bytes / row) / INTERLEAVE_ROWS * INTERLEAVE_ROWS;
+    const bool interleaved = cv_interleave_supported(t->type, n_in, rows);
     uint8_t *w = cv_aligned_alloc((size_t)rows * row);
     uint8_t *x = cv_aligned_alloc(4 * (size_t)n_in + 64);
     float *y = cv_aligned_alloc(sizeof(float) * (size_t)rows);

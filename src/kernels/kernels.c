@@ -283,9 +283,10 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     }
 }
 
-bool cv_interleave_supported(cv_type t, int n_in)
+bool cv_interleave_supported(cv_type t, int n_in, long n_rows)
 {
-    return (unsigned)t < CV_TYPE_COUNT && matmul_interleaved[t] != NULL && n_in <= INTERLEAVE_MAX_IN;
+    return (unsigned)t < CV_TYPE_COUNT && matmul_interleaved[t] != NULL && n_in <= INTERLEAVE_MAX_IN &&
+           n_rows % ROW_GROUP == 0;
 }
 
 int cv_interleave(cv_type t, int n_in, long n_rows, void *w)

@@ -73,8 +73,8 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
                     float *y, int ldy, long r0, long r1);
 
 /* Interleaved weights, for the types with interleaved kernels on this CPU
- * (cv_interleave_supported, for rows of n_in elements; rows of more than
- * INTERLEAVE_MAX_IN never are): a matrix whose rows come in groups of 8 can
+ * (cv_interleave_supported, for n_rows rows of n_in elements: whole groups
+ * of INTERLEAVE_ROWS, rows of at most INTERLEAVE_MAX_IN): such a matrix can
  * be held with block b of the 8 rows of a group side by side
  * (kernels_impl.h), in the same bytes. A product then reads 8 rows' block
  * as one piece, as a tile needs it, with no repacking per call: batched
@@ -84,8 +84,9 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
  * cv_matmul_interleaved is cv_matmul_rows for such a matrix, with r0 and
  * r1 multiples of 8, and gives each output the bits cv_matmul_rows gives
  * from the plain rows (whichever kernels are selected later). */
+#define INTERLEAVE_ROWS 8
 #define INTERLEAVE_MAX_IN 131072
-bool cv_interleave_supported(cv_type t, int n_in);
+bool cv_interleave_supported(cv_type t, int n_in, long n_rows);
 int cv_interleave(cv_type t, int n_in, long n_rows, void *w);
 void cv_matmul_interleaved(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m, float *y,
                            int ldy, long r0, long r1);

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "kernels/avx2_impl.h"
-#include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
 
 #define ROUND_NEAREST_EVEN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "kernels/types.h"
 
 /* The AVX2 vec_dot kernels of the quantized types prefetch their weight
@@ -87,7 +88,7 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * activation rows (1 <= m <= TILE_TOKENS): y[t * ldy + 8g + r] =
  * vec_dot(n, row r of group g, x row t) of the same ISA, bit for bit.
  * vec_dot_interleaved_*_ref is vec_dot_ref of row r of a group. */
-#define ROW_GROUP 8
+#define ROW_GROUP INTERLEAVE_ROWS
 typedef struct {
     cv_fp16 d[ROW_GROUP];
     uint8_t qs[QK4_0 / 8][32];

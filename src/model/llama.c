@@ -202,7 +202,7 @@ static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, siz
     if (cv_fmap_read(&m->gguf.map, (size_t)((const uint8_t *)w->data - m->gguf.map.data), n, *at, why, sizeof why))
         return cv_errf(err, errlen, "%s: %s", m->gguf.name, why);
     /* products of 2-8 tokens (batched decode) share each load of 8 rows */
-    if (cv_interleave_supported(w->type, w->n_in) && w->n_out % 8 == 0) {
+    if (cv_interleave_supported(w->type, w->n_in, w->n_out)) {
         if (cv_interleave(w->type, w->n_in, w->n_out, *at))
             return cv_errf(err, errlen, "%s: out of memory interleaving weights", m->gguf.name);
         w->interleaved = true;
