@@ -46,6 +46,16 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# wait_listening PORT: returns once something listens on TCP port PORT of
+# this machine (at most 5 s).
+wait_listening() {
+    for _ in $(seq 100); do
+        python3 -c "import sys; sys.exit(f':{int(sys.argv[1]):04X} ' not in open('/proc/net/tcp').read())" "$1" &&
+            return 0
+        sleep 0.05
+    done
+}
+
 # start_local_stage CONVOY LOG PORT ARGS...: `convoy stage` on
 # 127.0.0.1:PORT with ARGS (-m MODEL, ...), its stderr appended to LOG;
 # sets stage_pid and returns once the stage listens (at most 5 s).

@@ -165,10 +165,7 @@ stop_stages
 fake="$(free_port)"
 python3 "$src/tests/stage_peer.py" capture "$fake" "$tmp/hello" &
 capture_pid=$!
-for _ in $(seq 100); do # until it listens
-    python3 -c "import sys; sys.exit(f':{int(sys.argv[1]):04X} ' not in open('/proc/net/tcp').read())" "$fake" && break
-    sleep 0.05
-done
+wait_listening "$fake"
 "$convoy" run -m "$model" -p "$prompt" -n 4 --temp 0 --ctx 256 --batch 4 --nodes "127.0.0.1:$fake" >/dev/null 2>&1
 if wait "$capture_pid"; then
     serve "$tmp/c/stories260K.shard-1-of-2.gguf"

@@ -37,7 +37,7 @@ fail() {
 fake="$(free_port)"
 "${peer[@]}" capture "$fake" "$tmp/hello" &
 capture_pid=$!
-sleep 0.3
+wait_listening "$fake"
 "$convoy" run "${head[@]}" --nodes "127.0.0.1:$fake" >/dev/null 2>&1
 wait "$capture_pid" || fail "no assignment HELLO captured from the head"
 

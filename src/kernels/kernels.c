@@ -71,12 +71,13 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
 
 /* The SIMD versions of a type's vec_dot and from_float, NULL keeping the
  * reference, and its tile kernel for cv_matmul_rows (NULL: none) with the
- * fewest tokens it is used for. */
+ * fewest tokens it is used for and the rows it covers (0: TILE_ROWS). */
 typedef struct simd_kernels {
     cv_vec_dot_fn vec_dot;
     cv_from_float_fn from_float;
     matmul_tile_fn matmul_tile;
     int tile_min_tokens;
+    int tile_rows;
     matmul_interleaved_fn matmul_interleaved;
 } simd_kernels;
 
@@ -102,7 +103,8 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_BF16] = {.vec_dot = vec_dot_bf16_avx2, .matmul_tile = matmul_tile_bf16_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_FLOAT},
     [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
-                      .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+                      .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_Q8_0,
+                      .tile_rows = Q8_0_TILE_ROWS},
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT,
                       .matmul_interleaved = matmul_interleaved_q4_0_avx2},
@@ -144,6 +146,7 @@ static const cv_type_traits *traits = traits_ref;
 static matmul_tile_fn matmul_tile[CV_TYPE_COUNT];
 static matmul_interleaved_fn matmul_interleaved[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
+static int tile_rows[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
 
 void cv_kernels_init(int force_ref)
@@ -177,6 +180,7 @@ void cv_kernels_init(int force_ref)
         matmul_tile[t] = simd[t].matmul_tile;
         matmul_interleaved[t] = simd[t].matmul_interleaved;
         tile_min_tokens[t] = simd[t].tile_min_tokens;
+        tile_rows[t] = simd[t].tile_rows ? simd[t].tile_rows : TILE_ROWS;
     }
     traits = traits_best;
 }
@@ -267,16 +271,16 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
     const matmul_tile_fn tile = matmul_tile[wt];
     const size_t row_bytes = cv_row_bytes(wt, n_in);
     const char *wc = w, *xc = x;
-    if (!tile || m < tile_min_tokens[wt] || r1 - r0 < TILE_ROWS) {
+    if (!tile || m < tile_min_tokens[wt] || r1 - r0 < tile_rows[wt]) {
         matmul_by_vec_dot(vec_dot, n_in, wc, row_bytes, xc, x_stride, y, ldy, r0, r1, 0, m);
         return;
     }
     /* Tiles cover rows [r0, r_tiles); vec_dot the rest. */
-    const long r_tiles = r1 - (r1 - r0) % TILE_ROWS;
+    const long r_tiles = r1 - (r1 - r0) % tile_rows[wt];
     const int tokens = token_block(wt, n_in);
     for (int t0 = 0; t0 < m; t0 += tokens) {
         const int t1 = m - t0 < tokens ? m : t0 + tokens;
-        for (long r = r0; r < r_tiles; r += TILE_ROWS)
+        for (long r = r0; r < r_tiles; r += tile_rows[wt])
             tile(n_in, wc + (size_t)r * row_bytes, row_bytes, xc + (size_t)t0 * x_stride, x_stride, t1 - t0,
                  y + (size_t)t0 * (size_t)ldy + (size_t)r, (size_t)ldy);
         matmul_by_vec_dot(vec_dot, n_in, wc, row_bytes, xc, x_stride, y, ldy, r_tiles, r1, t0, t1);

@@ -48,14 +48,16 @@
  * next row, which the product reads next. */
 #define VEC_DOT_PREFETCH_BYTES 2048
 
-/* Tile kernels (matmul_tile_*, SIMD only): the outputs of TILE_ROWS
- * consecutive weight rows (w, w_stride bytes apart) times m activation rows
- * (x, x_stride bytes apart, 1 <= m <= TILE_TOKENS) of n elements:
- * y[t * ldy + r] = vec_dot(n, w row r, x row t) of the same ISA, bit for bit,
- * for r < TILE_ROWS, t < m. cv_matmul_rows covers the other rows with
+/* Tile kernels (matmul_tile_*, SIMD only): the outputs of the tile's rows
+ * (TILE_ROWS consecutive weight rows, or Q8_0_TILE_ROWS for the AVX2 Q8_0
+ * tile; w, w_stride bytes apart) times m activation rows (x, x_stride
+ * bytes apart, 1 <= m <= TILE_TOKENS) of n elements: y[t * ldy + r] =
+ * vec_dot(n, w row r, x row t) of the same ISA, bit for bit, for r below
+ * the tile's rows, t < m. cv_matmul_rows covers the other rows with
  * vec_dot. */
 #define TILE_ROWS 8
 #define TILE_TOKENS 64
+#define Q8_0_TILE_ROWS 16
 /* Below these many tokens, preparing a tile's weights costs more than it
  * saves (measured): one vec_dot per output is faster. */
 #define TILE_MIN_TOKENS_QUANT 3
@@ -64,6 +66,10 @@
  * ran 4 tokens at 48 GFLOP/s where vec_dots ran 66 (6 tokens: 63 and 68,
  * 8: 72 and 67). */
 #define TILE_MIN_TOKENS_Q45 7
+/* Q8_0: the 16-row tile widens its panel to int16 and pays it back from 7
+ * tokens (4096 x 2048, GFLOP/s of tile and vec_dots: m = 5 44 and 47, 6 49
+ * and 49, 7 54 and 50, 8 60 and 48). */
+#define TILE_MIN_TOKENS_Q8_0 7
 typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                float *y, size_t ldy);
 
