@@ -32,6 +32,28 @@ static inline void prefetch_t0(const void *p)
  * operands spill (Q4_K, 8 tokens in cache: 150 GFLOP/s, with it 190). */
 #define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 
+/* CALL(k) with k the constant equal to the token count n, 1 <= n <= 4 or
+ * 8 (more runs the most): a kernel inlined with its count known keeps the
+ * sums of its tokens in registers. */
+#define WITH_CONST_TOKENS_4(n, CALL)                                                                                   \
+    switch (n) {                                                                                                       \
+    case 1: CALL(1); break;                                                                                            \
+    case 2: CALL(2); break;                                                                                            \
+    case 3: CALL(3); break;                                                                                            \
+    default: CALL(4); break;                                                                                           \
+    }
+#define WITH_CONST_TOKENS_8(n, CALL)                                                                                   \
+    switch (n) {                                                                                                       \
+    case 1: CALL(1); break;                                                                                            \
+    case 2: CALL(2); break;                                                                                            \
+    case 3: CALL(3); break;                                                                                            \
+    case 4: CALL(4); break;                                                                                            \
+    case 5: CALL(5); break;                                                                                            \
+    case 6: CALL(6); break;                                                                                            \
+    case 7: CALL(7); break;                                                                                            \
+    default: CALL(8); break;                                                                                           \
+    }
+
 static inline float reduce4(__m128 t)
 {
     t = _mm_add_ps(t, _mm_movehl_ps(t, t)); /* t0 + t2, t1 + t3 */

@@ -226,6 +226,7 @@ _Static_assert(TILE_ROWS == 8, "a panel block holds one __m256 of scales, one pe
 
 enum { PANEL_BLOCKS = 32 }; /* a multiple of 8, so b % 8 is the same in a chunk and in the row */
 enum { Q8_0_GROUPS = Q8_0_TILE_ROWS / 8, Q8_0_TOKENS = 4 }; /* the Q8_0 tile's groups of 8 rows, tokens per load */
+_Static_assert(Q8_0_GROUPS == 2, "the Q8_0 tile names its two groups' vectors");
 
 typedef struct panel_q4_0 {
     __m256i q4[PANEL_BLOCKS][8];      /* [b][g]: dword r = weights 4g..4g+3 of row r, as bytes */
@@ -377,13 +378,10 @@ static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_
 /* panel_tokens_q8_0 with nt a constant, so that the sums stay in registers. */
 static void panel_tokens_q8_0_n(const panel_q8_0 *p, int nb, const token_q8_0_wide *wide, int nt, acc_q8_0 *acc)
 {
-    _Static_assert(Q8_0_TOKENS == 4, "one case per token count");
-    switch (nt) {
-    case 1: panel_tokens_q8_0(p, nb, wide, 1, acc); break;
-    case 2: panel_tokens_q8_0(p, nb, wide, 2, acc); break;
-    case 3: panel_tokens_q8_0(p, nb, wide, 3, acc); break;
-    default: panel_tokens_q8_0(p, nb, wide, 4, acc); break;
-    }
+    _Static_assert(Q8_0_TOKENS == 4, "WITH_CONST_TOKENS_4");
+#define PANEL_TOKENS(k) panel_tokens_q8_0(p, nb, wide, k, acc)
+    WITH_CONST_TOKENS_4(nt, PANEL_TOKENS)
+#undef PANEL_TOKENS
 }
 
 /* Adds blocks [0, nb) of the Q4_0 panel times the token's blocks x[0, nb)
@@ -659,16 +657,9 @@ static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x
 static void group_q4_0x8_n(const block_q4_0x8 *group, int nb, const block_q8_0 *const x[8], const int32_t *ysum8,
                            const float *xd, int nt, acc_blocks8 *acc)
 {
-    switch (nt) {
-    case 1: group_q4_0x8(group, nb, x, ysum8, xd, 1, acc); break;
-    case 2: group_q4_0x8(group, nb, x, ysum8, xd, 2, acc); break;
-    case 3: group_q4_0x8(group, nb, x, ysum8, xd, 3, acc); break;
-    case 4: group_q4_0x8(group, nb, x, ysum8, xd, 4, acc); break;
-    case 5: group_q4_0x8(group, nb, x, ysum8, xd, 5, acc); break;
-    case 6: group_q4_0x8(group, nb, x, ysum8, xd, 6, acc); break;
-    case 7: group_q4_0x8(group, nb, x, ysum8, xd, 7, acc); break;
-    default: group_q4_0x8(group, nb, x, ysum8, xd, 8, acc); break;
-    }
+#define GROUP_TOKENS(k) group_q4_0x8(group, nb, x, ysum8, xd, k, acc)
+    WITH_CONST_TOKENS_8(nt, GROUP_TOKENS)
+#undef GROUP_TOKENS
 }
 
 /* The groups times tokens [0, nt) (nt * nb <= X8_TOKEN_BLOCKS). */

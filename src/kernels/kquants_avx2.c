@@ -543,24 +543,28 @@ static inline __attribute__((always_inline)) void small_chunk_q45(const char *w,
                             &a->acc[r][g], &a->accm[r][g]);
 }
 
-#define SMALL_CHUNK_FN(name, q5)                                                                                   \
-    static void name(const char *w, size_t w_stride, const small_w_q45 *pw, const small_x_q45 *px, int b0,       \
-                     int nbc, int g, int nt, small_acc_q45 *a)                                                     \
-    {                                                                                                              \
-        switch (nt) {                                                                                              \
-        case 1: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 1, q5, a); break;                               \
-        case 2: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 2, q5, a); break;                               \
-        case 3: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 3, q5, a); break;                               \
-        case 4: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 4, q5, a); break;                               \
-        case 5: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 5, q5, a); break;                               \
-        case 6: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 6, q5, a); break;                               \
-        case 7: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 7, q5, a); break;                               \
-        default: small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, 8, q5, a); break;                              \
-        }                                                                                                          \
-    }
-/* one copy per token count, so that the sums of a group stay in registers */
-SMALL_CHUNK_FN(small_chunk_q4_K, 0)
-SMALL_CHUNK_FN(small_chunk_q5_K, 1)
+/* small_chunk_q45 with nt a constant (one copy per token count), so that
+ * the sums of a group stay in registers. */
+static inline __attribute__((always_inline)) void small_chunk_n(const char *w, size_t w_stride, const small_w_q45 *pw,
+                                                                const small_x_q45 *px, int b0, int nbc, int g,
+                                                                int nt, int q5, small_acc_q45 *a)
+{
+#define CHUNK_TOKENS(k) small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, k, q5, a)
+    WITH_CONST_TOKENS_8(nt, CHUNK_TOKENS)
+#undef CHUNK_TOKENS
+}
+
+static void small_chunk_q4_K(const char *w, size_t w_stride, const small_w_q45 *pw, const small_x_q45 *px, int b0,
+                             int nbc, int g, int nt, small_acc_q45 *a)
+{
+    small_chunk_n(w, w_stride, pw, px, b0, nbc, g, nt, 0, a);
+}
+
+static void small_chunk_q5_K(const char *w, size_t w_stride, const small_w_q45 *pw, const small_x_q45 *px, int b0,
+                             int nbc, int g, int nt, small_acc_q45 *a)
+{
+    small_chunk_n(w, w_stride, pw, px, b0, nbc, g, nt, 1, a);
+}
 
 static inline __attribute__((always_inline)) void tile_small_q45(int n, const void *w, size_t w_stride,
                                                                  const void *x, size_t x_stride, int m, float *y,
@@ -702,16 +706,9 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_K
 static void tokens_q4_Kx8_n(const block_q4_Kx8 *blk, const scales_q4_Kx8 *p, const block_q8_K *const xb[ROW_GROUP],
                             int nt, __m256 *acc, __m256 *accm)
 {
-    switch (nt) {
-    case 1: tokens_q4_Kx8(blk, p, xb, 1, acc, accm); break;
-    case 2: tokens_q4_Kx8(blk, p, xb, 2, acc, accm); break;
-    case 3: tokens_q4_Kx8(blk, p, xb, 3, acc, accm); break;
-    case 4: tokens_q4_Kx8(blk, p, xb, 4, acc, accm); break;
-    case 5: tokens_q4_Kx8(blk, p, xb, 5, acc, accm); break;
-    case 6: tokens_q4_Kx8(blk, p, xb, 6, acc, accm); break;
-    case 7: tokens_q4_Kx8(blk, p, xb, 7, acc, accm); break;
-    default: tokens_q4_Kx8(blk, p, xb, 8, acc, accm); break;
-    }
+#define X8_TOKENS(k) tokens_q4_Kx8(blk, p, xb, k, acc, accm)
+    WITH_CONST_TOKENS_8(nt, X8_TOKENS)
+#undef X8_TOKENS
 }
 
 void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
