@@ -234,7 +234,7 @@ typedef struct panel_q4_0 {
 } panel_q4_0;
 
 typedef struct panel_q8_0 {
-    __m256i q[PANEL_BLOCKS][QK8_0 / 2][Q8_0_GROUPS]; /* [b][k][g]: dword r = weights 2k, 2k+1 of row 8g + r, int16 */
+    __m256i q[PANEL_BLOCKS][Q8_0_GROUPS][QK8_0 / 2]; /* [b][g][k]: dword r = weights 2k, 2k+1 of row 8g + r, int16 */
     float d[PANEL_BLOCKS][Q8_0_TILE_ROWS];
 } panel_q8_0;
 
@@ -287,17 +287,15 @@ static void panel_prepare_q8_0(panel_q8_0 *p, const char *w, size_t w_stride, in
     panel_scales(p->d[0], Q8_0_TILE_ROWS, w, w_stride, sizeof(block_q8_0), b0, nbc, nb);
     for (int b = 0; b < nbc; b++)
         for (int g = 0; g < Q8_0_GROUPS; g++) {
-            __m256i lo[8], hi[8], t[QK8_0 / 2];
+            __m256i lo[8], hi[8];
             for (int r = 0; r < 8; r++) {
                 const block_q8_0 *row = (const block_q8_0 *)(w + (size_t)(8 * g + r) * w_stride);
                 const q8_0_wide q = widen_q8_0(row[b0 + b].qs);
                 lo[r] = q.lo;
                 hi[r] = q.hi;
             }
-            transpose8_i32(lo, t);
-            transpose8_i32(hi, t + 8);
-            for (int k = 0; k < QK8_0 / 2; k++)
-                p->q[b][k][g] = t[k];
+            transpose8_i32(lo, p->q[b][g]);
+            transpose8_i32(hi, p->q[b][g] + 8);
         }
 }
 
@@ -353,7 +351,7 @@ static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_
             s[t][0] = s[t][1] = _mm256_setzero_si256();
 #pragma GCC unroll 16
         for (int k = 0; k < QK8_0 / 2; k++) {
-            const __m256i w0 = _mm256_load_si256(&p->q[b][k][0]), w1 = _mm256_load_si256(&p->q[b][k][1]);
+            const __m256i w0 = _mm256_load_si256(&p->q[b][0][k]), w1 = _mm256_load_si256(&p->q[b][1][k]);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const __m256i xk = _mm256_set1_epi32(wide[t].pairs[b][k]);
@@ -378,7 +376,7 @@ static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_
 /* panel_tokens_q8_0 with nt a constant, so that the sums stay in registers. */
 static void panel_tokens_q8_0_n(const panel_q8_0 *p, int nb, const token_q8_0_wide *wide, int nt, acc_q8_0 *acc)
 {
-    _Static_assert(Q8_0_TOKENS == 4, "WITH_CONST_TOKENS_4");
+    _Static_assert(Q8_0_TOKENS == 4, "the switch covers 1 to 4 tokens");
 #define PANEL_TOKENS(k) panel_tokens_q8_0(p, nb, wide, k, acc)
     WITH_CONST_TOKENS_4(nt, PANEL_TOKENS)
 #undef PANEL_TOKENS
@@ -396,8 +394,7 @@ static void panel_token_q4_0(const panel_q4_0 *p, int nb, const block_q8_0 *x, a
     }
 }
 
-/* y[t * ldy + r] = vec_dot's hsum8 over the 8 accumulators of a token
- * (row r in lane r). */
+/* y[r] = vec_dot's hsum8 over a token's 8 accumulators (row r in lane r). */
 static void store_blocks8(const acc_blocks8 acc, float *y)
 {
     const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
