@@ -10,10 +10,12 @@
 # of 1 or 2 threads (bench_decode --bandwidth-only, measured once at the
 # start) over the weight bytes convoy reads per token. With DEPTH set, the
 # decode runs after DEPTH tokens of context (llama-bench -d, with flash
-# attention on; convoy's attention is always fused).
+# attention on; convoy's attention is always fused). 1-thread runs of both
+# programs are pinned to the same core (CORE, default 0): the cores of a
+# VM can differ by 20%, so an unpinned run's speed depends on where it lands.
 #
 # usage: bench/vs_llamacpp.sh [-r ROUNDS] [-t "1 2"] [-b BUILD_DIR] [MODEL.gguf ...]
-#   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 DEPTH=0 TESTS="pp tg"
+#   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 DEPTH=0 CORE=0 TESTS="pp tg"
 #   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q5_k,q6_k,q8_0,q4_k_m}.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +29,7 @@ while getopts r:t:b: o; do
     esac
 done
 shift $((OPTIND - 1))
-PP=${PP:-512} TG=${TG:-64} DEPTH=${DEPTH:-0} TESTS=${TESTS:-pp tg}
+PP=${PP:-512} TG=${TG:-64} DEPTH=${DEPTH:-0} CORE=${CORE:-0} TESTS=${TESTS:-pp tg}
 shared=${CONVOY_SHARED:-../shared}
 lb=$shared/tools/llama.cpp/bin/llama-bench
 models=("$@")
@@ -36,11 +38,15 @@ for f in "$build/bench_decode" "$lb" "${models[@]}"; do
     [ -e "$f" ] || { echo "vs_llamacpp: missing $f" >&2; exit 1; }
 done
 
+# A command of THREADS threads: on core CORE alone when THREADS is 1.
+pinned() { # threads command...
+    if [ "$1" = 1 ]; then taskset -c "$CORE" "${@:2}"; else "${@:2}"; fi
+}
 # llama-bench's tokens/s of one test (pp or tg) as one number.
 llama() { # model threads pp tg [depth]
     local depth=()
     [ "${5:-0}" -gt 0 ] && depth=(-d "$5" -fa on)
-    "$lb" -m "$1" -t "$2" -p "$3" -n "$4" "${depth[@]}" -r 1 -o jsonl 2>/dev/null |
+    pinned "$2" "$lb" -m "$1" -t "$2" -p "$3" -n "$4" "${depth[@]}" -r 1 -o jsonl 2>/dev/null |
         sed -n 's/.*"avg_ts": *\([0-9.e+-]*\).*/\1/p' | head -1
 }
 median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -59,10 +65,10 @@ for m in "${models[@]}"; do
             cv=() ll=() ra=() bytes=0
             for ((r = 0; r < rounds; r++)); do
                 if [ "${test:0:2}" = pp ]; then
-                    c=$("$build/bench_decode" --model "$m" --threads "$t" --pp "$PP" --tg 0 | awk '{print $1}')
+                    c=$(pinned "$t" "$build/bench_decode" --model "$m" --threads "$t" --pp "$PP" --tg 0 | awk '{print $1}')
                     l=$(llama "$m" "$t" "$PP" 0)
                 else
-                    read -r _ c bytes < <("$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG" \
+                    read -r _ c bytes < <(pinned "$t" "$build/bench_decode" --model "$m" --threads "$t" --pp 0 --tg "$TG" \
                         --depth "$DEPTH")
                     l=$(llama "$m" "$t" 0 "$TG" "$DEPTH")
                     [ "$DEPTH" -eq 0 ] || bytes=0 # the roofline counts weights, not the KV cache

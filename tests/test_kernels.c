@@ -388,7 +388,7 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
     void *wi = malloc(bytes);
     memcpy(wi, w, bytes);
     if (cv_interleave(t, n, rows, wi) != 0) {
-        CHECK(t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K);
+        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K);
         free(wi);
         return;
     }

@@ -90,6 +90,7 @@ typedef struct interleaved_layout {
 } interleaved_layout;
 
 static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
+    [CV_TYPE_Q8_0] = {.interleave = interleave_q8_0, .vec_dot_ref = vec_dot_interleaved_q8_0_ref},
     [CV_TYPE_Q4_0] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_q4_0_ref},
     [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
 };
@@ -104,7 +105,7 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .tile_min_tokens = TILE_MIN_TOKENS_FLOAT},
     [CV_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0_q8_0_avx2, .from_float = quantize_row_q8_0_avx2,
                       .matmul_tile = matmul_tile_q8_0_q8_0_avx2, .tile_min_tokens = TILE_MIN_TOKENS_Q8_0,
-                      .tile_rows = Q8_0_TILE_ROWS},
+                      .tile_rows = Q8_0_TILE_ROWS, .matmul_interleaved = matmul_interleaved_q8_0_avx2},
     [CV_TYPE_Q4_0] = {.vec_dot = vec_dot_q4_0_q8_0_avx2, .matmul_tile = matmul_tile_q4_0_q8_0_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT,
                       .matmul_interleaved = matmul_interleaved_q4_0_avx2},

@@ -337,21 +337,51 @@ static void widen_token_q8_0(const block_q8_0 *x, int nb, token_q8_0_wide *wide)
     }
 }
 
-/* Adds blocks [0, nb) of the Q8_0 panel times tokens [0, nt) (nt a
- * constant after inlining) to their accumulators: the exact sums of block
- * b (row 8g + r in lane r of group g), then one fma into acc[t][g][b % 8]. */
-static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_q8_0 *p, int nb,
-                                                                    const token_q8_0_wide *wide, int nt,
-                                                                    acc_q8_0 *acc)
+/* The weights of two row groups of 8 as the Q8_0 tokens meet them: the
+ * tile's panel (widened once per chunk), or two interleaved groups,
+ * widened as they are read. */
+typedef struct q8_0_pairs {
+    const panel_q8_0 *panel;             /* or NULL: */
+    const block_q8_0x8 *x8[Q8_0_GROUPS]; /* the chunk's first block of each group */
+} q8_0_pairs;
+
+/* Pair k of block b of group g: dword r = weights 2k, 2k+1 of row r. */
+static inline __attribute__((always_inline)) __m256i pair_q8_0(const q8_0_pairs *w, int x8, int b, int g, int k)
+{
+    if (x8)
+        return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->x8[g][b].qs[k]));
+    return _mm256_load_si256(&w->panel->q[b][g][k]);
+}
+
+/* The scales of block b of group g, row r in lane r. */
+static inline __attribute__((always_inline)) __m256 scales_q8_0(const q8_0_pairs *w, int x8, int b, int g)
+{
+    if (x8)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w->x8[g][b].d));
+    return _mm256_loadu_ps(&w->panel->d[b][8 * g]);
+}
+
+/* Adds blocks [0, nb) of the two groups (from the panel, or interleaved
+ * when x8; both constants after inlining, as nt) times tokens [0, nt) to
+ * their accumulators: the exact sums of block b (row 8g + r in lane r of
+ * group g), then one fma into acc[t][g][b % 8]. Interleaved groups stream
+ * from memory when prefetch is set: their blocks are fetched ahead. */
+static inline __attribute__((always_inline)) void tokens_q8_0(const q8_0_pairs *w, int x8, int nb,
+                                                              const token_q8_0_wide *wide, int nt, int prefetch,
+                                                              acc_q8_0 *acc)
 {
     for (int b = 0; b < nb; b++) {
+        if (x8 && prefetch)
+            for (int g = 0; g < Q8_0_GROUPS; g++)
+                prefetch_blocks(&w->x8[g][b], 1, VEC_DOT_PREFETCH_BYTES,
+                                VEC_DOT_PREFETCH_BYTES + (int)sizeof(block_q8_0x8));
         __m256i s[Q8_0_TOKENS][Q8_0_GROUPS];
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             s[t][0] = s[t][1] = _mm256_setzero_si256();
 #pragma GCC unroll 16
         for (int k = 0; k < QK8_0 / 2; k++) {
-            const __m256i w0 = _mm256_load_si256(&p->q[b][0][k]), w1 = _mm256_load_si256(&p->q[b][1][k]);
+            const __m256i w0 = pair_q8_0(w, x8, b, 0, k), w1 = pair_q8_0(w, x8, b, 1, k);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const __m256i xk = _mm256_set1_epi32(wide[t].pairs[b][k]);
@@ -363,7 +393,7 @@ static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_
         }
 #pragma GCC unroll 2
         for (int g = 0; g < Q8_0_GROUPS; g++) {
-            const __m256 d = _mm256_loadu_ps(&p->d[b][8 * g]);
+            const __m256 d = scales_q8_0(w, x8, b, g);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const __m256 db = _mm256_mul_ps(d, _mm256_set1_ps(wide[t].d[b]));
@@ -373,13 +403,23 @@ static inline __attribute__((always_inline)) void panel_tokens_q8_0(const panel_
     }
 }
 
-/* panel_tokens_q8_0 with nt a constant, so that the sums stay in registers. */
+/* tokens_q8_0 with nt a constant, so that the sums stay in registers: of
+ * the panel, or of interleaved groups. */
 static void panel_tokens_q8_0_n(const panel_q8_0 *p, int nb, const token_q8_0_wide *wide, int nt, acc_q8_0 *acc)
 {
     _Static_assert(Q8_0_TOKENS == 4, "the switch covers 1 to 4 tokens");
-#define PANEL_TOKENS(k) panel_tokens_q8_0(p, nb, wide, k, acc)
+    const q8_0_pairs w = {.panel = p};
+#define PANEL_TOKENS(k) tokens_q8_0(&w, 0, nb, wide, k, 0, acc)
     WITH_CONST_TOKENS_4(nt, PANEL_TOKENS)
 #undef PANEL_TOKENS
+}
+
+static void x8_tokens_q8_0_n(const q8_0_pairs *w, int nb, const token_q8_0_wide *wide, int nt, int prefetch,
+                             acc_q8_0 *acc)
+{
+#define X8_TOKENS(k) tokens_q8_0(w, 1, nb, wide, k, prefetch, acc)
+    WITH_CONST_TOKENS_4(nt, X8_TOKENS)
+#undef X8_TOKENS
 }
 
 /* Adds blocks [0, nb) of the Q4_0 panel times the token's blocks x[0, nb)
@@ -569,6 +609,42 @@ void convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
         y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- Q8_0 interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+ *
+ * The Q8_0 tile's schedule, its panel read from the groups as stored: a
+ * pair of weights of 8 rows is one load widened to int16 (row r in dword
+ * r), met by a token's pair broadcast with one madd. Two groups share
+ * each broadcast; an odd last group is met as both and stored once. One
+ * token (decode) reads the groups at the memory's pace, where vec_dot
+ * per row paid a horizontal sum and a gather of 8 scales per 8 blocks. */
+
+void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    const int nb = n / QK8_0;
+    const block_q8_0x8 *groups = w;
+    token_q8_0_wide wide[Q8_0_TOKENS];
+    acc_q8_0 acc[TILE_TOKENS];
+    for (long g = 0; g < n_groups; g += Q8_0_GROUPS) {
+        const int stored = n_groups - g < Q8_0_GROUPS ? (int)(n_groups - g) : Q8_0_GROUPS;
+        const block_q8_0x8 *first = groups + (size_t)g * nb, *second = first + (size_t)(stored - 1) * nb;
+        memset(acc, 0, (size_t)m * sizeof acc[0]);
+        for (int b0 = 0; b0 < nb; b0 += PANEL_BLOCKS) {
+            const int nbc = nb - b0 < PANEL_BLOCKS ? nb - b0 : PANEL_BLOCKS;
+            const q8_0_pairs chunk = {.x8 = {first + b0, second + b0}};
+            for (int t0 = 0; t0 < m; t0 += Q8_0_TOKENS) {
+                const int nt = m - t0 < Q8_0_TOKENS ? m - t0 : Q8_0_TOKENS;
+                for (int t = 0; t < nt; t++)
+                    widen_token_q8_0(token_q8_0(x, x_stride, t0 + t) + b0, nbc, &wide[t]);
+                x8_tokens_q8_0_n(&chunk, nbc, wide, nt, t0 == 0, acc + t0);
+            }
+        }
+        for (int t = 0; t < m; t++)
+            for (int gi = 0; gi < stored; gi++)
+                store_blocks8(acc[t][gi], y + (size_t)t * ldy + (size_t)(ROW_GROUP * (g + gi)));
+    }
 }
 
 /* ---- Q4_0 interleaved (kernels_impl.h): groups of 8 rows, any tokens ----

@@ -77,9 +77,11 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * ROW_GROUP, each group a run of blocks of the types below, block b
  * holding block b of each of the group's rows. They take the bytes of the
  * plain rows: d (and dmin) of the 8 rows side by side, then their scales,
- * then the quants with dword r of every 32 bytes from row r. A product
- * then meets a group of 4 weights of the 8 rows with one maddubs, row r in
+ * then the quants with dword r of every 32 bytes from row r (Q8_0: word r
+ * of every 16 bytes). A product then meets a group of 4 weights of the 8
+ * rows with one maddubs (Q8_0: a pair, widened, with one madd), row r in
  * lane r, as the tiles' panels do, but reads them as they are stored.
+ * - Q8_0: qs[k] word r = elements 2k, 2k+1 of row r.
  * - Q4_0: qs[k] dword r = bytes 4k..4k+3 of row r's qs: low nibbles are
  *   elements 4k..4k+3, high nibbles elements 16+4k..16+4k+3.
  * - Q4_K: qs[8j+k] dword r = bytes 32j+4k..32j+4k+3 of row r's qs: low
@@ -95,6 +97,11 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * vec_dot(n, row r of group g, x row t) of the same ISA, bit for bit.
  * vec_dot_interleaved_*_ref is vec_dot_ref of row r of a group. */
 #define ROW_GROUP INTERLEAVE_ROWS
+typedef struct {
+    cv_fp16 d[ROW_GROUP];
+    int8_t qs[QK8_0 / 2][2 * ROW_GROUP];
+} block_q8_0x8;
+static_assert(sizeof(block_q8_0x8) == ROW_GROUP * sizeof(block_q8_0), "block_q8_0x8 size");
 typedef struct {
     cv_fp16 d[ROW_GROUP];
     uint8_t qs[QK4_0 / 8][32];
@@ -122,6 +129,8 @@ float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
 void convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
+float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x);
+void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
 float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
 /* kquants.c */
@@ -157,6 +166,8 @@ void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
                                 float *y, size_t ldy);
 void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
+void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy);
 void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
                                   size_t ldy);
 /* kquants_avx2.c */

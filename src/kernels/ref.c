@@ -77,19 +77,52 @@ float vec_dot_bf16_ref(int n, const void *w, const void *x)
     return dot_float_rows(n, w, x, load_bf16);
 }
 
-float vec_dot_q8_0_q8_0_ref(int n, const void *wv, const void *xv)
+/* Row r of block b: of the plain row w, or (w NULL) of the interleaved
+ * group w8. */
+static block_q8_0 block_q8_0_of(const block_q8_0 *w, const block_q8_0x8 *w8, int r, int b)
 {
-    const block_q8_0 *w = wv;
-    const block_q8_0 *x = xv;
+    if (w)
+        return w[b];
+    block_q8_0 blk = {.d = w8[b].d[r]};
+    for (int j = 0; j < QK8_0; j++)
+        blk.qs[j] = w8[b].qs[j / 2][2 * r + j % 2];
+    return blk;
+}
+
+static float dot_q8_0(int n, const block_q8_0 *w, const block_q8_0x8 *w8, int r, const block_q8_0 *x)
+{
     float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
+        const block_q8_0 wb = block_q8_0_of(w, w8, r, b);
         int32_t s = 0;
         for (int j = 0; j < QK8_0; j++)
-            s += w[b].qs[j] * x[b].qs[j];
-        const float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
+            s += wb.qs[j] * x[b].qs[j];
+        const float d = cv_fp16_to_fp32(wb.d) * cv_fp16_to_fp32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
     return hsum8(acc);
+}
+
+float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x)
+{
+    return dot_q8_0(n, w, NULL, 0, x);
+}
+
+float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_q8_0(n, NULL, group, r, x);
+}
+
+void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out)
+{
+    block_q8_0x8 *o = out;
+    for (int b = 0; b < n / QK8_0; b++)
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const block_q8_0 *blk = (const block_q8_0 *)((const char *)rows + (size_t)r * row_bytes) + b;
+            o[b].d[r] = blk->d;
+            for (int k = 0; k < QK8_0 / 2; k++)
+                memcpy(o[b].qs[k] + 2 * r, blk->qs + 2 * k, 2);
+        }
 }
 
 /* Row r of block b: of the plain row w, or (w NULL) of the interleaved
