@@ -667,8 +667,10 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_K
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i isum[ROW_GROUP];
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
         isum[t] = _mm256_setzero_si256();
+        KEEP_IN_REGISTER(isum[t]); /* not a memset: rep stos cost 6% at 8 tokens */
+    }
     /* the 4 chunks not unrolled, their two sub-blocks unrolled */
 #pragma GCC unroll 1
     for (int j = 0; j < 4; j++)
