@@ -13,7 +13,7 @@
  *   int32 lanes (lane k: weights 4k..4k+3 of each group of 32) into 8
  *   floats and ends with hsum8 (avx2_impl.h).
  * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
- * the same bits. Each vec_dot prefetches its row VEC_DOT_PREFETCH_BYTES
+ * the same bits. Each vec_dot prefetches its row KQUANT_PREFETCH_BYTES
  * ahead.
  *
  * The matmul_tile_* kernels (second half) compute many outputs at once for
@@ -35,11 +35,11 @@ static inline void prefetch_lines(const void *p, int bytes)
         prefetch_t0((const char *)p + i);
 }
 
-/* Prefetches the super-block VEC_DOT_PREFETCH_BYTES ahead of b (bytes
+/* Prefetches the super-block KQUANT_PREFETCH_BYTES ahead of b (bytes
  * long). */
 static inline void prefetch_ahead(const void *b, int bytes)
 {
-    prefetch_lines((const char *)b + VEC_DOT_PREFETCH_BYTES, bytes);
+    prefetch_lines((const char *)b + KQUANT_PREFETCH_BYTES, bytes);
 }
 
 /* 16-bit lane k of v (k < 8) copied to every 16-bit lane of both halves. */
@@ -184,6 +184,8 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
         const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
                                                _mm256_loadu_si256((const __m256i *)xb[i].bsums));
         __m256i isum = _mm256_setzero_si256();
+        /* unrolled: a loop kept qv in memory and waited on it */
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
                 h ? _mm_srli_si128(sc8, 8) : sc8));
@@ -196,6 +198,7 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
             qv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
             qv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                     _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 4
             for (int m = 0; m < 4; m++) {
                 const __m256i yv = _mm256_loadu_si256((const __m256i *)(y + 128 * h + 32 * m));
                 const __m256i p = _mm256_maddubs_epi16(qv[m], yv);
