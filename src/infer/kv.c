@@ -23,8 +23,11 @@ int cv_kv_create(cv_kv *kv, cv_type type, int32_t n_slot, int32_t n_ctx, int32_t
     kv->kv_dim = kv_dim;
     kv->elt_size = type == CV_TYPE_F32 ? 4 : 2;
     size_t bytes = (size_t)(l1 - l0) * (size_t)n_slot * (size_t)n_ctx * (size_t)kv_dim * kv->elt_size;
-    kv->k = cv_aligned_alloc(bytes);
-    kv->v = cv_aligned_alloc(bytes);
+    /* in 2 MiB pages: attention reads a KV head's rows kv_dim apart, and on
+     * 4 KiB pages every other row missed the TLB (1B Q4_K decode at 4096
+     * positions: 10.3 -> 18.3 tok/s) */
+    kv->k = cv_huge_alloc(bytes);
+    kv->v = cv_huge_alloc(bytes);
     kv->len = cv_calloc((size_t)n_slot, sizeof *kv->len);
     if (!kv->k || !kv->v || !kv->len) {
         cv_kv_free(kv);
@@ -35,8 +38,10 @@ int cv_kv_create(cv_kv *kv, cv_type type, int32_t n_slot, int32_t n_ctx, int32_t
 
 void cv_kv_free(cv_kv *kv)
 {
-    cv_free_aligned(kv->k);
-    cv_free_aligned(kv->v);
+    const size_t bytes = (size_t)(kv->l1 - kv->l0) * (size_t)kv->n_slot * (size_t)kv->n_ctx * (size_t)kv->kv_dim *
+                         kv->elt_size;
+    cv_huge_free(kv->k, bytes);
+    cv_huge_free(kv->v, bytes);
     cv_free(kv->len);
     memset(kv, 0, sizeof *kv);
 }
