@@ -113,16 +113,26 @@ float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *
     return dot_q8_0(n, NULL, group, r, x);
 }
 
+/* Blocks [0, nb) of 8 rows of a type whose block is d (fp16), then its
+ * quants, as interleaved blocks (kernels_impl.h): the 8 d's, then word k
+ * (word bytes) of the quants of row r at word 8k + r. */
+static void interleave_words(const void *rows, size_t row_bytes, int nb, size_t block_bytes, size_t word, void *out)
+{
+    const size_t d_bytes = sizeof(cv_fp16), words = (block_bytes - d_bytes) / word;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = (uint8_t *)out + (size_t)b * ROW_GROUP * block_bytes;
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * row_bytes + (size_t)b * block_bytes;
+            memcpy(o + d_bytes * r, blk, d_bytes);
+            for (size_t k = 0; k < words; k++)
+                memcpy(o + d_bytes * ROW_GROUP + (k * ROW_GROUP + r) * word, blk + d_bytes + k * word, word);
+        }
+    }
+}
+
 void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out)
 {
-    block_q8_0x8 *o = out;
-    for (int b = 0; b < n / QK8_0; b++)
-        for (int r = 0; r < ROW_GROUP; r++) {
-            const block_q8_0 *blk = (const block_q8_0 *)((const char *)rows + (size_t)r * row_bytes) + b;
-            o[b].d[r] = blk->d;
-            for (int k = 0; k < QK8_0 / 2; k++)
-                memcpy(o[b].qs[k] + 2 * r, blk->qs + 2 * k, 2);
-        }
+    interleave_words(rows, row_bytes, n / QK8_0, sizeof(block_q8_0), 2, out);
 }
 
 /* Row r of block b: of the plain row w, or (w NULL) of the interleaved
@@ -163,14 +173,7 @@ float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *
 
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
 {
-    block_q4_0x8 *o = out;
-    for (int b = 0; b < n / QK4_0; b++)
-        for (int r = 0; r < ROW_GROUP; r++) {
-            const block_q4_0 *blk = (const block_q4_0 *)((const char *)rows + (size_t)r * row_bytes) + b;
-            o[b].d[r] = blk->d;
-            for (int k = 0; k < QK4_0 / 8; k++)
-                memcpy(o[b].qs[k] + 4 * r, blk->qs + 4 * k, 4);
-        }
+    interleave_words(rows, row_bytes, n / QK4_0, sizeof(block_q4_0), 4, out);
 }
 
 void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
