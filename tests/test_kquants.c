@@ -368,6 +368,61 @@ static void test_vec_dot_random_bytes(void)
     }
 }
 
+/* The AVX2 Q8_K quantizer gives quantize_row_q8_K's bytes: random rows,
+ * ties of +max and -max, NaN and inf anywhere, subnormal maxima (iscale
+ * overflows to inf) and random bit patterns. */
+static void test_q8_K_simd_matches_ref(void)
+{
+#if defined(__x86_64__)
+    if (!have_simd())
+        SKIP("no SIMD kernels for this CPU");
+    enum { N = 4096, NB = N / QK_K };
+    static float x[N];
+    static block_q8_K a[NB], b[NB];
+    for (int trial = 0; trial < 40; trial++) {
+        fill_row(x, N, trial % 2);
+        for (int blk = 0; blk < NB; blk++) {
+            float *xb = x + blk * QK_K;
+            const int e = (int)(rng_u32() % QK_K);
+            switch ((trial + blk) % 8) {
+            case 0: /* a tie within 8 lanes, either first */
+                xb[e ^ 3] *= 64;
+                xb[e] = -xb[e ^ 3];
+                break;
+            case 7: /* a tie across vectors */
+                xb[(e + 77) % QK_K] *= 64;
+                xb[e] = -xb[(e + 77) % QK_K];
+                break;
+            case 1: xb[e] = NAN; break;
+            case 2: xb[e] = (rng_u32() & 1) ? INFINITY : -INFINITY; break;
+            case 3:
+                for (int k = 0; k < QK_K; k++)
+                    xb[k] *= 1e-40f; /* subnormal: -127 / max is inf */
+                break;
+            case 4: memset(xb, 0, QK_K * sizeof(float)); xb[e] = -0.0f; break;
+            case 5:
+                for (int k = 0; k < QK_K; k++) {
+                    const uint32_t u = rng_u32();
+                    memcpy(&xb[k], &u, 4);
+                }
+                break;
+            case 6:
+                for (int k = 0; k < QK_K; k++)
+                    xb[k] = NAN;
+                break;
+            }
+        }
+        quantize_row_q8_K_avx2(x, a, N);
+        quantize_row_q8_K(x, b, N);
+        for (int blk = 0; blk < NB; blk++)
+            CHECKF(memcmp(&a[blk], &b[blk], sizeof a[blk]) == 0, "Q8_K avx2 quantizer, trial %d block %d (case %d)",
+                   trial, blk, (trial + blk) % 8);
+    }
+#else
+    SKIP("no SIMD Q8_K quantizer on this architecture");
+#endif
+}
+
 /* The K-quants in the kernels' type table (kernels.c), with the kernels
  * cv_kernels_init selects. */
 static void test_type_table(void)
@@ -393,7 +448,12 @@ static void test_type_table(void)
     CHECK(q8 != NULL);
     if (q8) {
         CHECK(strcmp(q8->name, "Q8_K") == 0 && q8->blck_size == QK_K && q8->type_size == sizeof(block_q8_K));
-        CHECK(q8->from_float == quantize_row_q8_K && q8->to_float == dequantize_row_q8_K);
+#if defined(__x86_64__)
+        CHECK(q8->from_float == (simd ? quantize_row_q8_K_avx2 : quantize_row_q8_K));
+#else
+        CHECK(q8->from_float == quantize_row_q8_K);
+#endif
+        CHECK(q8->to_float == dequantize_row_q8_K);
         CHECK(q8->quantize == NULL && q8->vec_dot == NULL); /* activations only */
     }
 }
@@ -493,6 +553,7 @@ int main(void)
     TEST_RUN(test_q6_layout);
     TEST_RUN(test_q45_layout);
     TEST_RUN(test_q8_K);
+    TEST_RUN(test_q8_K_simd_matches_ref);
     TEST_RUN(test_quantize_roundtrip);
     TEST_RUN(test_vec_dot);
     TEST_RUN(test_vec_dot_random_bytes);

@@ -116,6 +116,7 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .tile_min_tokens = TILE_MIN_TOKENS_Q45},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+    [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
 static bool cpu_has_avx2_fma_f16c(void)

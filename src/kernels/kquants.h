@@ -30,6 +30,7 @@ float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x);
 float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x);
 float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x);
 float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x);
+void quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
 #endif
 #if defined(__aarch64__)
 float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x);

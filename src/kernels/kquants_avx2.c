@@ -212,6 +212,80 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
     return hsum8(acc);
 }
 
+/* ---- Q8_K activations: quantize_row_q8_K's bits ----
+ *
+ * The maximum is the first element of the largest magnitude, as the scalar
+ * loop keeps it (NaNs never win: max_ps returns its second operand when the
+ * first is NaN). Each quant is rounded by the same magic-number addition
+ * as round_nearest, so NaN and inf give the scalar's bytes too. */
+
+/* The quants of 8 elements as the low bytes of int32 lanes:
+ * round_nearest(iscale * x), at most 127, cast to int8 (which truncates
+ * the values an overflowed iscale gives). */
+static inline __m256i quants8_q8_K(const float *x, __m256 iscale)
+{
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(iscale, _mm256_loadu_ps(x)), _mm256_set1_ps(12582912.f));
+    const __m256i v = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(t), _mm256_set1_epi32(0x007fffff)),
+                                       _mm256_set1_epi32(0x00400000));
+    return _mm256_and_si256(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(0xFF));
+}
+
+/* The element of x[0, QK_K) that quantize_row_q8_K scales by, 0 if all
+ * are zero (or NaN). */
+static float block_max_q8_K(const float *x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int e = 0; e < QK_K; e += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), m);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const __m256 amax = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    if (_mm_cvtss_f32(m4) == 0.0f)
+        return 0.0f;
+    for (int e = 0; e < QK_K; e += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), amax,
+                                                         _CMP_EQ_OQ));
+        if (hit)
+            return x[e + __builtin_ctz((unsigned)hit)];
+    }
+    return 0.0f; /* not reached: amax is one of the elements */
+}
+
+void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t n)
+{
+    block_q8_K *y = vy;
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        const float max = block_max_q8_K(x);
+        if (max == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int k = 0; k < QK_K / 32; k++) { /* elements 32k..32k+31: bsums 2k, 2k + 1 */
+            const float *xk = x + 32 * k;
+            /* bytes in 0..255 pass the unsigned packs unchanged; the packs
+             * interleave 128-bit halves, the permute puts the groups of 4
+             * back in order */
+            const __m256i q = _mm256_permutevar8x32_epi32(
+                _mm256_packus_epi16(_mm256_packus_epi32(quants8_q8_K(xk, is), quants8_q8_K(xk + 8, is)),
+                                    _mm256_packus_epi32(quants8_q8_K(xk + 16, is), quants8_q8_K(xk + 24, is))),
+                order);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * k), q);
+            const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16); /* sums of 4 */
+            __m128i s = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+            s = _mm_hadd_epi32(s, s);
+            y[i].bsums[2 * k] = (int16_t)_mm_cvtsi128_si32(s);
+            y[i].bsums[2 * k + 1] = (int16_t)_mm_extract_epi32(s, 1);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 /* The 8 scales and 8 mins of a Q4_K (or Q5_K) block as bytes [sc0..sc7,
  * mn0..mn7] (kq_unpack_scales_mins in one vector), from the 12 scale
  * bytes at p, which 4 more readable bytes follow. */
