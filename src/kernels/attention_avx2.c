@@ -42,13 +42,6 @@ static inline __m256 reduce8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 
     return _mm256_add_ps(_mm256_permute2f128_ps(x0123, x4567, 0x20), _mm256_permute2f128_ps(x0123, x4567, 0x31));
 }
 
-static inline float hmax8(__m256 b)
-{
-    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
-    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
-}
-
 static inline float hsum8_hadd(__m256 t)
 {
     const __m256 h = _mm256_hadd_ps(t, t);

@@ -66,6 +66,16 @@ static inline float hsum8(__m256 v)
     return reduce4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
+/* The largest of the 8 lanes in a fixed tree (max_ps keeps its second
+ * operand where the first is NaN, so the order shows with NaNs). */
+static inline float hmax8(__m256 m)
+{
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
 /* reduce4 of 8 rows in lanes 0..7, from t_ab holding row a's 4 terms in
  * its low half and row b's in its high half. */
 static inline __m256 reduce4_rows8(__m256 t01, __m256 t23, __m256 t45, __m256 t67)

@@ -238,14 +238,12 @@ static float block_max_q8_K(const float *x)
     __m256 m = _mm256_setzero_ps();
     for (int e = 0; e < QK_K; e += 8)
         m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), m);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const __m256 amax = _mm256_set1_ps(_mm_cvtss_f32(m4));
-    if (_mm_cvtss_f32(m4) == 0.0f)
+    const float amax = hmax8(m);
+    if (amax == 0.0f)
         return 0.0f;
+    const __m256 amax8 = _mm256_set1_ps(amax);
     for (int e = 0; e < QK_K; e += 8) {
-        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), amax,
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)), amax8,
                                                          _CMP_EQ_OQ));
         if (hit)
             return x[e + __builtin_ctz((unsigned)hit)];
