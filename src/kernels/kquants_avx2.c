@@ -328,15 +328,13 @@ static inline void scales_mins_rows8(const uint8_t *const scales[ROW_GROUP], __m
  * with a token's super-block: mins_dot of each row. */
 static inline __m256i mins_rows8(const __m256i mn[4], const int16_t *bsums)
 {
-    /* pair[k] holds the int16 bsum sums of sub-blocks 2k and 2k + 1 */
-    int32_t pair[4];
-    _mm_storeu_si128((__m128i *)pair, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
-                                                     _mm_loadu_si128((const __m128i *)(bsums + 8))));
-    __m256i msum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(pair[k])));
-    return msum;
+    /* dword k of each half: the int16 bsum sums of sub-blocks 2k and 2k + 1 */
+    const __m256i pairs = _mm256_broadcastsi128_si256(
+        _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums), _mm_loadu_si128((const __m128i *)(bsums + 8))));
+    __m256i msum = _mm256_madd_epi16(mn[0], _mm256_shuffle_epi32(pairs, 0x00));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[1], _mm256_shuffle_epi32(pairs, 0x55)));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[2], _mm256_shuffle_epi32(pairs, 0xAA)));
+    return _mm256_add_epi32(msum, _mm256_madd_epi16(mn[3], _mm256_shuffle_epi32(pairs, 0xFF)));
 }
 
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
