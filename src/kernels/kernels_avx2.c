@@ -704,9 +704,7 @@ static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x
                 const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++) {
-                    int32_t y4;
-                    memcpy(&y4, x[t][b].qs + 16 * half + 4 * k, 4);
-                    const __m256i prod = _mm256_maddubs_epi16(q, _mm256_set1_epi32(y4));
+                    const __m256i prod = _mm256_maddubs_epi16(q, token_quads(x[t][b].qs, 4 * half + k, nt));
                     h[t] = k || half ? _mm256_add_epi16(h[t], prod) : prod;
                     KEEP_IN_REGISTER(h[t]);
                 }

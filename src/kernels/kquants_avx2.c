@@ -757,9 +757,7 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_K
                 const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++) {
-                    int32_t y4;
-                    memcpy(&y4, xb[t]->qs + 32 * s + 4 * g, 4);
-                    const __m256i prod = _mm256_maddubs_epi16(q, _mm256_set1_epi32(y4));
+                    const __m256i prod = _mm256_maddubs_epi16(q, token_quads(xb[t]->qs + 32 * s, g, nt));
                     h[t] = g ? _mm256_add_epi16(h[t], prod) : prod;
                     KEEP_IN_REGISTER(h[t]);
                 }
