@@ -1,8 +1,8 @@
 /* avx2_impl.h: what the AVX2 kernels share (private to src/kernels; for
  * files built with -mavx2 -mfma -mf16c): the final reductions, the sums
  * of int32 lanes, the transpose that puts 8 rows in the lanes of a
- * vector, and the broadcast of a token's quants that the interleaved
- * kernels meet 8 rows with.
+ * vector, and the broadcasts of a token's quants that meet 8 rows in
+ * lanes.
  *
  * prefetch_t0 is the one software prefetch of the AVX2 kernels, and
  * KEEP_IN_REGISTER their one guard against the compiler's reassociation.
@@ -135,19 +135,24 @@ static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
     }
 }
 
-/* Quants 4g..4g+3 of a token's 32 at qs, broadcast to every dword, for an
- * interleaved kernel meeting nt tokens. With 1 or 2 tokens the load ports
- * are the bottleneck, so one 16-byte load serves 4 groups through in-lane
- * shuffles (Q4_K at 1 token, in cache: +8%); more tokens keep the shuffle
- * pipes busy, and a broadcast load each is faster (8 tokens: -10% with
- * shuffles). */
+/* Quants 4g..4g+3 at qs, broadcast to every dword by one load: what a
+ * group of 4 weights of 8 rows (row r in dword r) meets with one maddubs. */
+static inline __m256i quads_bcast(const int8_t *qs, int g)
+{
+    int32_t y4;
+    memcpy(&y4, qs + 4 * g, 4);
+    return _mm256_set1_epi32(y4);
+}
+
+/* quads_bcast of a token's 32 quants at qs, for an interleaved kernel
+ * meeting nt tokens. With 1 or 2 tokens the load ports are the bottleneck,
+ * so one 16-byte load serves 4 groups through in-lane shuffles (Q4_K at 1
+ * token, in cache: +8%); more tokens keep the shuffle pipes busy, and a
+ * broadcast load each is faster (8 tokens: -10% with shuffles). */
 static inline __attribute__((always_inline)) __m256i token_quads(const int8_t *qs, int g, int nt)
 {
-    if (nt > 2) {
-        int32_t y4;
-        memcpy(&y4, qs + 4 * g, 4);
-        return _mm256_set1_epi32(y4);
-    }
+    if (nt > 2)
+        return quads_bcast(qs, g);
     const __m256i y16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + 16 * (g >> 2))));
     switch (g & 3) {
     case 0: return _mm256_shuffle_epi32(y16, 0x00);

@@ -305,11 +305,8 @@ static inline __m256i panel_block_q4_0(const panel_q4_0 *p, int b, const int8_t 
 {
     __m256i h = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        int32_t y4;
-        memcpy(&y4, y + 4 * g, 4);
-        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q4[b][g], _mm256_set1_epi32(y4)));
-    }
+    for (int g = 0; g < 8; g++)
+        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q4[b][g], quads_bcast(y, g)));
     /* the sum of the block's quants in every lane */
     __m256i ysum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)y)),
                                      _mm256_set1_epi16(1));

@@ -427,11 +427,8 @@ static inline __attribute__((always_inline)) __m256i panel_subblock_q45(const pa
     for (int g0 = 0; g0 < Q45_GROUPS; g0 += per_madd) {
         __m256i h = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int g = g0; g < g0 + per_madd; g++) {
-            int32_t y4;
-            memcpy(&y4, y + 32 * s + 4 * g, 4);
-            h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q[b][s][g], _mm256_set1_epi32(y4)));
-        }
+        for (int g = g0; g < g0 + per_madd; g++)
+            h = _mm256_add_epi16(h, _mm256_maddubs_epi16(p->q[b][s][g], quads_bcast(y + 32 * s, g)));
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(h, p->sc[b][s]));
     }
     return sum;
