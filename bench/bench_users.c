@@ -211,9 +211,9 @@ int main(int argc, char **argv)
     }
     const spec_setting plain = {NULL, 0};
     printf("%s %s, %d generated tokens per user, greedy, EOS ignored; baseline: unsplit, 1 user, %d thread(s)%s%s%s; "
-           "medians of %d runs, each paired with a baseline run\n\n",
+           "medians of %d runs, each paired with a baseline run; kernels: %s\n\n",
            label, model_path, n_tokens, threads, spec.draft ? "; speculation: draft " : "", spec.draft ? spec.draft : "",
-           spec.draft ? (spec.k ? ", K fixed" : ", K automatic") : "", repeat);
+           spec.draft ? (spec.k ? ", K fixed" : ", K automatic") : "", repeat, cv_kernels_name());
     printf("| target | speculation | users | per-user tok/s | aggregate tok/s | TTFT p50 (s) | TTFT p95 (s) | "
            "baseline tok/s | aggregate / baseline (min-max) | aggregate / baseline with the same speculation |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -13,6 +13,9 @@
 # attention on; convoy's attention is always fused). 1-thread runs of both
 # programs are pinned to the same core (CORE, default 0): the cores of a
 # VM can differ by 20%, so an unpinned run's speed depends on where it lands.
+# On a CPU with AVX-512 VNNI convoy runs its AVX-512 kernels there, while
+# llama.cpp's build here is AVX2: CONVOY_KERNELS=avx2 compares AVX2 with
+# AVX2. The first line names the kernels convoy ran.
 #
 # usage: bench/vs_llamacpp.sh [-r ROUNDS] [-t "1 2"] [-b BUILD_DIR] [MODEL.gguf ...]
 #   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 DEPTH=0 CORE=0 TESTS="pp tg"
@@ -52,9 +55,9 @@ llama() { # model threads pp tg [depth]
 median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # GB/s of 1 and 2 threads
-read -r bw1 bw2 < <("$build/bench_decode" --bandwidth-only |
-    sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s (1 thread), \([0-9.]*\) GB\/s.*/\1 \2/p')
-echo "read bandwidth: $bw1 GB/s (1 thread), $bw2 GB/s (2 threads)"
+read -r bw1 bw2 kernels < <("$build/bench_decode" --bandwidth-only |
+    sed -n 's/^read bandwidth: \([0-9.]*\) GB\/s (1 thread), \([0-9.]*\) GB\/s.*kernels: \(.*\)$/\1 \2 \3/p')
+echo "read bandwidth: $bw1 GB/s (1 thread), $bw2 GB/s (2 threads); convoy kernels: $kernels"
 printf '| model | threads | test | convoy tok/s | llama.cpp tok/s | ratio (median of %d) | roofline tok/s | convoy of roof |\n|---|---:|---|---:|---:|---:|---:|---:|\n' "$rounds"
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)

@@ -175,7 +175,7 @@ static void test_simd_matches_ref(void)
                     CHECKF(same_bits(ref, got, no), "%s hd %d group %d n_pos %d %s: differs from the reference",
                            cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32");
 #if defined(__x86_64__)
-                    if (!strcmp(cv_kernels_name(), "avx2")) {
+                    if (cv_kernels_avx2()) {
                         run_case(&c, attn_group_avx2, 0, G, got);
                         CHECKF(same_bits(ref, got, no), "avx2 hd %d group %d n_pos %d", hd, G, np);
                     }

@@ -520,8 +520,13 @@ static void test_dispatch(void)
     else
         CHECK(strcmp(cv_kernels_name(), "neon") == 0);
 #elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                           !(env && strcmp(env, "avx2") == 0);
+        CHECK(strcmp(cv_kernels_name(), avx512 ? "avx512" : "avx2") == 0);
+        CHECK(cv_kernels_avx2());
+    }
 #endif
     fprintf(stderr, "kernels: %s\n", cv_kernels_name());
 }
@@ -631,6 +636,28 @@ static void test_kquant_extremes(void)
         }
 }
 
+/* Where AVX-512 kernels were selected, the AVX2 kernels they replace are
+ * checked too: other nodes of a cluster run them. */
+static void test_avx2_beside_avx512(void)
+{
+    if (strcmp(cv_kernels_name(), "avx512") != 0)
+        SKIP("no AVX-512 kernels selected here (kernels: %s)", cv_kernels_name());
+    const char *was = getenv("CONVOY_KERNELS");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("CONVOY_KERNELS", "avx2", 1);
+    cv_kernels_init(0);
+    CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
+    test_matmul_rows();
+    test_kquant_extremes();
+    test_q4_0_extremes();
+    if (saved)
+        setenv("CONVOY_KERNELS", saved, 1);
+    else
+        unsetenv("CONVOY_KERNELS");
+    free(saved);
+    cv_kernels_init(0);
+}
+
 int main(void)
 {
     cv_kernels_init(0);
@@ -645,5 +672,6 @@ int main(void)
     TEST_RUN(test_matmul_rows);
     TEST_RUN(test_kquant_extremes);
     TEST_RUN(test_q4_0_extremes);
+    TEST_RUN(test_avx2_beside_avx512);
     return test_summary();
 }

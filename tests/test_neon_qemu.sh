@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sources=()
 for f in "$src"/src/core/*.c "$src"/src/kernels/*.c; do
-    case "$f" in *_avx2.c) continue ;; esac
+    case "$f" in *_avx2.c | *_avx512.c) continue ;; esac
     sources+=("$f")
 done
 status=0

@@ -303,7 +303,7 @@ int cv_rans_decode_ref(cv_cursor *c, uint8_t *dst, uint64_t cap, uint64_t *n, ch
 static rans_rounds_fn best_rounds(void)
 {
 #if defined(__x86_64__)
-    if (strcmp(cv_kernels_name(), "avx2") == 0)
+    if (cv_kernels_avx2())
         return rans_rounds_avx2;
 #endif
     return rounds_ref;

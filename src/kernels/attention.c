@@ -18,19 +18,17 @@ size_t cv_attn_scratch_floats(int head_dim, int group)
 
 void cv_attn_group(const cv_attn_args *a)
 {
-    const char *k = cv_kernels_name();
 #if defined(__x86_64__)
-    if (k[0] == 'a') {
+    if (cv_kernels_avx2()) {
         attn_group_avx2(a);
         return;
     }
 #elif defined(__aarch64__)
-    if (k[0] == 'n') {
+    if (strcmp(cv_kernels_name(), "neon") == 0) {
         attn_group_neon(a);
         return;
     }
 #endif
-    (void)k;
     attn_group_ref(a);
 }
 

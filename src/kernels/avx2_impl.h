@@ -30,6 +30,13 @@ static inline void prefetch_t0(const void *p)
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
 }
 
+/* Prefetches the cache lines of bytes [0, bytes) of p. */
+static inline void prefetch_lines(const void *p, int bytes)
+{
+    for (int i = 0; i < bytes; i += 64)
+        prefetch_t0((const char *)p + i);
+}
+
 /* Keeps v in a register as it stands. Without it GCC reassociates the
  * int16 sums of the 8 tokens of an interleaved kernel into trees whose
  * operands spill (Q4_K, 8 tokens in cache: 150 GFLOP/s, with it 190). */

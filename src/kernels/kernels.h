@@ -11,10 +11,13 @@
  *   reference sums in the SIMD kernel's lane order and uses fmaf where the
  *   SIMD kernel fuses, so all versions give the same bits on every machine.
  * - cv_kernels_init() selects the implementation once: AVX2 when the CPU
- *   has AVX2, FMA and F16C, NEON on arm64, else the reference. The
- *   environment variable CONVOY_KERNELS=ref (or cv_kernels_init(1)) forces
- *   the reference. It runs by itself when the program starts (a
- *   constructor); a test may call it again to force the reference.
+ *   has AVX2, FMA and F16C, NEON on arm64, else the reference. Where the
+ *   CPU also has AVX-512 VNNI (F, BW, VL, VNNI), AVX-512 kernels replace
+ *   some AVX2 ones ("avx512"); they give the same bits, so nodes of a
+ *   cluster may differ. The environment variable CONVOY_KERNELS=ref (or
+ *   cv_kernels_init(1)) forces the reference, CONVOY_KERNELS=avx2 the AVX2
+ *   kernels alone. It runs by itself when the program starts (a
+ *   constructor); a test may call it again to choose again.
  * - Each output element of cv_matmul_rows has the bits of one vec_dot call
  *   (many-token products share work between outputs, never the order of
  *   an output's sums), which do not depend on how many rows or tokens are
@@ -54,8 +57,10 @@ typedef struct cv_type_traits {
 
 /* kind: 0 = best for this CPU (or env override), 1 = force reference. */
 void cv_kernels_init(int force_ref);
-/* "avx2", "neon" or "ref": what cv_kernels_init selected. */
+/* "avx512", "avx2", "neon" or "ref": what cv_kernels_init selected. */
 const char *cv_kernels_name(void);
+/* Whether the AVX2 kernels are selected, alone or under AVX-512 ones. */
+bool cv_kernels_avx2(void);
 
 /* NULL for a type convoy does not support. */
 const cv_type_traits *cv_type_get(cv_type t);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/avx2_impl.h"
+#include "kernels/interleaved_avx2.h"
 #include "kernels/kernels_impl.h"
 
 #define ROUND_NEAREST_EVEN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -242,11 +243,6 @@ typedef struct panel_q8_0 {
 typedef __m256 acc_blocks8[8];
 /* ... and of the Q8_0 tile's row groups: [g][block % 8], row 8g + r in lane r. */
 typedef acc_blocks8 acc_q8_0[Q8_0_GROUPS];
-
-static const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
-{
-    return (const block_q8_0 *)((const char *)x + (size_t)t * x_stride);
-}
 
 /* The scales of blocks [b0, b0 + nbc) of rows [0, rows) (of nb blocks of
  * block_bytes) into d[b * rows + r]. Prefetches the chunk after, or after
@@ -650,36 +646,6 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
  * read as they are stored and met by the tokens 8 at a time, their int16
  * sums in registers. The tokens' block sums (times 8) and scales are
  * formed once per pass over the groups, X8_TOKEN_BLOCKS of them. */
-
-enum { X8_TOKEN_BLOCKS = 4096 };
-_Static_assert(X8_TOKEN_BLOCKS >= INTERLEAVE_MAX_IN / QK4_0, "a pass holds at least one token");
-
-typedef struct token_sums_q4_0 {
-    int32_t ysum8[X8_TOKEN_BLOCKS]; /* [t * nb + b]: 8 * the sum of token t's block b */
-    float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
-} token_sums_q4_0;
-
-static void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, token_sums_q4_0 *ts)
-{
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *xb = token_q8_0(x, x_stride, t);
-        for (int b0 = 0; b0 < nb; b0 += 8) {
-            __m256i v[8];
-            for (int k = 0; k < 8; k++)
-                v[k] = b0 + k < nb ? _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256(
-                                                                                   (const __m256i *)xb[b0 + k].qs)),
-                                                       ones16)
-                                   : _mm256_setzero_si256();
-            int32_t sums[8];
-            _mm256_storeu_si256((__m256i *)sums, _mm256_slli_epi32(sums8_i32(v), 3));
-            for (int k = 0; k < 8 && b0 + k < nb; k++) {
-                ts->ysum8[t * nb + b0 + k] = sums[k];
-                ts->xd[t * nb + b0 + k] = _cvtsh_ss(xb[b0 + k].d);
-            }
-        }
-    }
-}
 
 /* The nb blocks of a group of 8 rows times nt <= 8 tokens (the rows of
  * their quants x[t], their sums and scales ysum8[t * nb + b], xd[t * nb +

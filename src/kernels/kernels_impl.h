@@ -118,6 +118,18 @@ typedef struct {
     uint8_t qs[QK_K / 8][32];
 } block_q4_Kx8;
 static_assert(sizeof(block_q4_Kx8) == ROW_GROUP * sizeof(block_q4_K), "block_q4_Kx8 size");
+
+/* Token t of activation rows x_stride bytes apart, as blocks. */
+static inline const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
+{
+    return (const block_q8_0 *)((const char *)x + (size_t)t * x_stride);
+}
+
+static inline const block_q8_K *token_q8_K(const void *x, size_t x_stride, int t)
+{
+    return (const block_q8_K *)((const char *)x + (size_t)t * x_stride);
+}
+
 typedef void (*matmul_interleaved_fn)(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                       float *y, size_t ldy);
 typedef float (*vec_dot_interleaved_fn)(int n, const void *group, int r, const void *x);
@@ -185,6 +197,11 @@ void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const voi
                                   size_t ldy);
 void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
+/* kernels_avx512.c and kquants_avx512.c (AVX512F/BW/VL and VNNI) */
+void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
+void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
 #endif
 
 #if defined(__aarch64__)

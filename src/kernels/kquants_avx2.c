@@ -24,16 +24,10 @@
 #include <string.h>
 
 #include "kernels/avx2_impl.h"
+#include "kernels/interleaved_avx2.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
-
-/* Prefetches the cache lines of bytes [0, bytes) of p. */
-static inline void prefetch_lines(const void *p, int bytes)
-{
-    for (int i = 0; i < bytes; i += 64)
-        prefetch_t0((const char *)p + i);
-}
 
 /* Prefetches the super-block KQUANT_PREFETCH_BYTES ahead of b (bytes
  * long). */
@@ -451,11 +445,6 @@ static inline __attribute__((always_inline)) void panel_token_q45(const panel_q4
     }
 }
 
-static inline const block_q8_K *token_q8_K(const void *x, size_t x_stride, int t)
-{
-    return (const block_q8_K *)((const char *)x + (size_t)t * x_stride);
-}
-
 static inline __attribute__((always_inline)) void tile_q45(int n, const void *w, size_t w_stride, const void *x,
                                                            size_t x_stride, int m, float *y, size_t ldy, int q5)
 {
@@ -703,19 +692,8 @@ typedef struct scales_q4_Kx8 {
 
 static inline void scales_q4_Kx8_prepare(const block_q4_Kx8 *blk, scales_q4_Kx8 *p)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l0 = _mm256_loadu_si256((const __m256i *)blk->scale_lo);
-    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->scale_lo + 32));
-    const __m256i h = _mm256_loadu_si256((const __m256i *)blk->scale_hi);
-    /* the 6-bit values by index (kernels_impl.h): the top bits of index i
-     * and i + 32 share a byte of h, each moved to bits 4-5 */
     __m256i sc[2], mn[2];
-    sc[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-    sc[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(h, m30));
-    mn[0] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                            _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+    q4_Kx8_scales_mins(blk, sc, mn);
     const uint8_t *scb = (const uint8_t *)sc, *mnb = (const uint8_t *)mn;
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) { /* bytes 8s..8s+7: scale s of rows 0..7 */

@@ -1,0 +1,68 @@
+/* interleaved_avx2.h: what the AVX2 and AVX-512 interleaved kernels
+ * (kernels_impl.h: groups of 8 rows) share, written with AVX2 (private to
+ * src/kernels; for files built with at least -mavx2 -mfma -mf16c).
+ *
+ * Contract:
+ * - q4_Kx8_scales_mins returns the 64 six-bit scales of an interleaved
+ *   Q4_K super-block in sc (byte i of sc[0] is index i, of sc[1] index
+ *   32 + i) and its 64 mins in mn the same way, each by its index in the
+ *   block (scale s of row r: 8s + r; min s of row r: 16(s/2) + 2r + s%2).
+ * - token_sums_q4_0_prepare forms, for nt tokens of nb Q8_0 blocks, what
+ *   a Q4_0 product takes per token and block besides the quants: 8 times
+ *   the sum of the block's quants (the offset of 8 of the weights) and its
+ *   scale. A pass of a kernel holds X8_TOKEN_BLOCKS of them. */
+#ifndef CONVOY_KERNELS_INTERLEAVED_AVX2_H
+#define CONVOY_KERNELS_INTERLEAVED_AVX2_H
+
+#include <immintrin.h>
+
+#include "kernels/avx2_impl.h"
+#include "kernels/kernels_impl.h"
+
+static inline void q4_Kx8_scales_mins(const block_q4_Kx8 *blk, __m256i sc[2], __m256i mn[2])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)blk->scale_lo);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->scale_lo + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)blk->scale_hi);
+    /* the top bits of index i and i + 32 share a byte of h, each moved to
+     * bits 4-5 */
+    sc[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+    sc[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(h, m30));
+    mn[0] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                            _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+}
+
+enum { X8_TOKEN_BLOCKS = 4096 };
+_Static_assert(X8_TOKEN_BLOCKS >= INTERLEAVE_MAX_IN / QK4_0, "a pass holds at least one token");
+
+typedef struct token_sums_q4_0 {
+    int32_t ysum8[X8_TOKEN_BLOCKS]; /* [t * nb + b]: 8 * the sum of token t's block b */
+    float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
+} token_sums_q4_0;
+
+static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, token_sums_q4_0 *ts)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *xb = token_q8_0(x, x_stride, t);
+        for (int b0 = 0; b0 < nb; b0 += 8) {
+            __m256i v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = b0 + k < nb ? _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256(
+                                                                                   (const __m256i *)xb[b0 + k].qs)),
+                                                       ones16)
+                                   : _mm256_setzero_si256();
+            int32_t sums[8];
+            _mm256_storeu_si256((__m256i *)sums, _mm256_slli_epi32(sums8_i32(v), 3));
+            for (int k = 0; k < 8 && b0 + k < nb; k++) {
+                ts->ysum8[t * nb + b0 + k] = sums[k];
+                ts->xd[t * nb + b0 + k] = _cvtsh_ss(xb[b0 + k].d);
+            }
+        }
+    }
+}
+
+#endif

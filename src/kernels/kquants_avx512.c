@@ -1,0 +1,147 @@
+/* kquants_avx512.c: the interleaved Q4_K product (kernels_impl.h) with
+ * AVX-512 VNNI, for the CPUs that have it (AVX512F, BW, VL and VNNI).
+ *
+ * Every output gets the bits of matmul_interleaved_q4_K_avx2, and so of
+ * vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
+ * of each row (exact, so formed in any order), then the same two fmas per
+ * super-block, in super-block order, lane by lane.
+ *
+ * What changes is the work per instruction. A vector holds two groups of
+ * 8 rows (row r of the pair in lane r), and one vpdpbusd adds a group of
+ * 4 weights times a token's 4 quants into each row's int32 lane, where
+ * AVX2 needs a maddubs and an int16 add for 8 rows. With several tokens
+ * the AVX2 kernel is bound by those ALU ops (4 per cycle); this one does
+ * a quarter of them. A sub-block's sums then take its 6-bit scale with one
+ * vpmulld (at most 32 * 15 * 128 * 63, far inside int32). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/avx2_impl.h"
+#include "kernels/avx512_impl.h"
+#include "kernels/interleaved_avx2.h"
+#include "kernels/kernels_impl.h"
+
+/* A super-block of 16 rows (two groups of 8): each sub-block's scales as
+ * int32, the mins of sub-blocks 2k and 2k + 1 as int16 pairs, d and dmin. */
+typedef struct scales_q4_Kx16 {
+    __m512i sc[8], mn[4];
+    __m512 d, dmin;
+} scales_q4_Kx16;
+
+static inline void scales_q4_Kx16_prepare(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1, scales_q4_Kx16 *p)
+{
+    __m256i sc[2][2], mn[2][2];
+    q4_Kx8_scales_mins(b0, sc[0], mn[0]);
+    q4_Kx8_scales_mins(b1, sc[1], mn[1]);
+    const uint8_t *sc0 = (const uint8_t *)sc[0], *sc1 = (const uint8_t *)sc[1];
+    const uint8_t *mn0 = (const uint8_t *)mn[0], *mn1 = (const uint8_t *)mn[1];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) /* bytes 8s..8s+7 of each group: scale s of its rows */
+        p->sc[s] = _mm512_cvtepu8_epi32(
+            _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(sc0 + 8 * s)),
+                               _mm_loadl_epi64((const __m128i *)(sc1 + 8 * s))));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* bytes 16k..16k+15: mins 2k, 2k + 1 of its rows */
+        p->mn[k] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(mn1 + 16 * k)),
+                                                         _mm_loadu_si128((const __m128i *)(mn0 + 16 * k))));
+    p->d = scales_pair(b0->d, b1->d);
+    p->dmin = scales_pair(b0->dmin, b1->dmin);
+}
+
+/* The mins sums of 16 rows with a token's super-block (mins_dot of each
+ * row): the int16 bsum sums of sub-blocks 2k and 2k + 1 meet mn[k]. */
+static inline __m512i mins_rows16(const __m512i mn[4], const int16_t *bsums)
+{
+    int32_t pairs[4];
+    _mm_storeu_si128((__m128i *)pairs, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                                      _mm_loadu_si128((const __m128i *)(bsums + 8))));
+    __m512i msum = _mm512_madd_epi16(mn[0], _mm512_set1_epi32(pairs[0]));
+    msum = _mm512_dpwssd_epi32(msum, mn[1], _mm512_set1_epi32(pairs[1]));
+    msum = _mm512_dpwssd_epi32(msum, mn[2], _mm512_set1_epi32(pairs[2]));
+    return _mm512_dpwssd_epi32(msum, mn[3], _mm512_set1_epi32(pairs[3]));
+}
+
+/* Super-block b0 and b1 (the same super-block of two groups) times the
+ * super-blocks xb[0, nt) of nt <= 8 tokens: adds to acc[t] and accm[t]. */
+static inline __attribute__((always_inline)) void tokens_q4_Kx16(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1,
+                                                                 const scales_q4_Kx16 *p,
+                                                                 const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                                 __m512 *acc, __m512 *accm)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i isum[ROW_GROUP];
+    zero_sums(isum, nt);
+#pragma GCC unroll 1
+    for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) { /* sub-block 2j + half: the low nibbles, then the high */
+            const int s = 2 * j + half;
+            __m512i h[ROW_GROUP];
+            zero_sums(h, nt);
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m512i v = load_pair(b0->qs[8 * j + g], b1->qs[8 * j + g]);
+                const __m512i q = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++)
+                    h[t] = _mm512_dpbusd_epi32(h[t], q, token_quads16(xb[t]->qs + 32 * s, g, t));
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(h[t], p->sc[s]));
+        }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const __m512 xd = _mm512_set1_ps(xb[t]->d);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, xd), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->dmin, xd), _mm512_cvtepi32_ps(mins_rows16(p->mn, xb[t]->bsums)),
+                                  accm[t]);
+    }
+}
+
+/* tokens_q4_Kx16 with nt a constant, so that the sums stay in registers. */
+static void tokens_q4_Kx16_n(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1, const scales_q4_Kx16 *p,
+                             const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc, __m512 *accm)
+{
+#define X16_TOKENS(k) tokens_q4_Kx16(b0, b1, p, xb, k, acc, accm)
+    WITH_CONST_TOKENS_8(nt, X16_TOKENS)
+#undef X16_TOKENS
+}
+
+/* Groups g and g + 1 at pair (nb super-blocks each) times m tokens. */
+static void pair_q4_K(int nb, const block_q4_Kx8 *pair, const void *x, size_t x_stride, int m, float *y,
+                      size_t ldy)
+{
+    const block_q4_Kx8 *g0 = pair, *g1 = pair + nb;
+    __m512 acc[TILE_TOKENS], accm[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    memset(accm, 0, (size_t)m * sizeof accm[0]);
+    for (int i = 0; i < nb; i++) {
+        /* the next super-block of both groups (as the AVX2 kernel) */
+        prefetch_lines(&g0[i + 1], sizeof g0[i]);
+        prefetch_lines(&g1[i + 1], sizeof g1[i]);
+        scales_q4_Kx16 p;
+        scales_q4_Kx16_prepare(&g0[i], &g1[i], &p);
+        for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
+            const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
+            const block_q8_K *xb[ROW_GROUP];
+            for (int t = 0; t < nt; t++)
+                xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
+            tokens_q4_Kx16_n(&g0[i], &g1[i], &p, xb, nt, acc + t0, accm + t0);
+        }
+    }
+    for (int t = 0; t < m; t++)
+        _mm512_storeu_ps(y + (size_t)t * ldy, _mm512_sub_ps(acc[t], accm[t]));
+}
+
+void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy)
+{
+    const int nb = n / QK_K;
+    const block_q4_Kx8 *group = w;
+    long g = 0;
+    for (; g + 2 <= n_groups; g += 2)
+        pair_q4_K(nb, group + g * nb, x, x_stride, m, y + ROW_GROUP * g, ldy);
+    if (g < n_groups) /* an odd group: the AVX2 kernel, which gives the same bits */
+        matmul_interleaved_q4_K_avx2(n, group + g * nb, 1, x, x_stride, m, y + ROW_GROUP * g, ldy);
+}
