@@ -155,10 +155,11 @@ static inline __m256i quads_bcast(const int8_t *qs, int g)
  * meeting nt tokens. With 1 or 2 tokens the load ports are the bottleneck,
  * so one 16-byte load serves 4 groups through in-lane shuffles (Q4_K at 1
  * token, in cache: +8%); more tokens keep the shuffle pipes busy, and a
- * broadcast load each is faster (8 tokens: -10% with shuffles). */
+ * broadcast load each is faster (8 tokens: -10% with shuffles). One token
+ * balances the two: odd groups take a broadcast load (in cache: +4%). */
 static inline __attribute__((always_inline)) __m256i token_quads(const int8_t *qs, int g, int nt)
 {
-    if (nt > 2)
+    if (nt > 2 || (nt == 1 && (g & 1)))
         return quads_bcast(qs, g);
     const __m256i y16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + 16 * (g >> 2))));
     switch (g & 3) {
