@@ -142,6 +142,13 @@ static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
     }
 }
 
+/* The 16 bsums of a Q8_K block summed in pairs (int16, as the reference
+ * does): 16-bit lane j is the sum of sub-block j's 32 quants. */
+static inline __m128i bsum_pairs(const int16_t *bsums)
+{
+    return _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums), _mm_loadu_si128((const __m128i *)(bsums + 8)));
+}
+
 /* Quants 4g..4g+3 at qs, broadcast to every dword by one load: what a
  * group of 4 weights of 8 rows (row r in dword r) meets with one maddubs. */
 static inline __m256i quads_bcast(const int8_t *qs, int g)

@@ -59,9 +59,7 @@ static inline int32_t sum8_i32(__m256i v)
 static inline __m128i mins_dot(const uint8_t mn[8], const int16_t *bsums)
 {
     const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-    const __m128i s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
-                                     _mm_loadu_si128((const __m128i *)(bsums + 8)));
-    return _mm_madd_epi16(mins, s);
+    return _mm_madd_epi16(mins, bsum_pairs(bsums));
 }
 
 /* Chunk j's 64 weights of a Q4_K (q5 = 0) or Q5_K block as bytes: lo holds
@@ -323,8 +321,7 @@ static inline void scales_mins_rows8(const uint8_t *const scales[ROW_GROUP], __m
 static inline __m256i mins_rows8(const __m256i mn[4], const int16_t *bsums)
 {
     /* dword k of each half: the int16 bsum sums of sub-blocks 2k and 2k + 1 */
-    const __m256i pairs = _mm256_broadcastsi128_si256(
-        _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums), _mm_loadu_si128((const __m128i *)(bsums + 8))));
+    const __m256i pairs = _mm256_broadcastsi128_si256(bsum_pairs(bsums));
     __m256i msum = _mm256_madd_epi16(mn[0], _mm256_shuffle_epi32(pairs, 0x00));
     msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[1], _mm256_shuffle_epi32(pairs, 0x55)));
     msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[2], _mm256_shuffle_epi32(pairs, 0xAA)));
@@ -524,10 +521,9 @@ static void small_prepare_x(small_x_q45 *p, const void *x, size_t x_stride, int 
         __m128i v[SMALL_GROUP];
         for (int t = 0; t < SMALL_GROUP; t++) {
             const block_q8_K *xb = (const block_q8_K *)((const char *)x + (size_t)(t < nt ? t : 0) * x_stride) + b0 + b;
-            const __m128i *bsums = (const __m128i *)xb->bsums;
             p->q[b][t] = xb->qs;
             xd[t] = t < nt ? xb->d : 0.0f;
-            v[t] = t < nt ? _mm_hadd_epi16(_mm_loadu_si128(bsums), _mm_loadu_si128(bsums + 1)) : _mm_setzero_si128();
+            v[t] = t < nt ? bsum_pairs(xb->bsums) : _mm_setzero_si128();
         }
         p->xd[b] = _mm256_loadu_ps(xd);
         /* 8 x 4 int32 transposed: pair l of token t to lane t of bs[l] */

@@ -53,8 +53,7 @@ static inline void scales_q4_Kx16_prepare(const block_q4_Kx8 *b0, const block_q4
 static inline __m512i mins_rows16(const __m512i mn[4], const int16_t *bsums)
 {
     int32_t pairs[4];
-    _mm_storeu_si128((__m128i *)pairs, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
-                                                      _mm_loadu_si128((const __m128i *)(bsums + 8))));
+    _mm_storeu_si128((__m128i *)pairs, bsum_pairs(bsums));
     __m512i msum = _mm512_madd_epi16(mn[0], _mm512_set1_epi32(pairs[0]));
     msum = _mm512_dpwssd_epi32(msum, mn[1], _mm512_set1_epi32(pairs[1]));
     msum = _mm512_dpwssd_epi32(msum, mn[2], _mm512_set1_epi32(pairs[2]));
