@@ -5,7 +5,8 @@
  * lanes.
  *
  * prefetch_t0 is the one software prefetch of the AVX2 kernels, and
- * KEEP_IN_REGISTER their one guard against the compiler's reassociation.
+ * KEEP_IN_REGISTER their one guard against the compiler's reassociation
+ * (and against its folding of a load into two instructions: load_packed).
  *
  * hsum8 is kernels_impl.h's: ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)),
  * that is reduce4 of t[l] = v[l] + v[l+4], reduce4(t) = (t0+t2) + (t1+t3).
@@ -158,23 +159,15 @@ static inline __m256i quads_bcast(const int8_t *qs, int g)
     return _mm256_set1_epi32(y4);
 }
 
-/* quads_bcast of a token's 32 quants at qs, for an interleaved kernel
- * meeting nt tokens. With 1 or 2 tokens the load ports are the bottleneck,
- * so one 16-byte load serves 4 groups through in-lane shuffles (Q4_K at 1
- * token, in cache: +8%); more tokens keep the shuffle pipes busy, and a
- * broadcast load each is faster (8 tokens: -10% with shuffles). One token
- * balances the two: odd groups take a broadcast load (in cache: +4%). */
-static inline __attribute__((always_inline)) __m256i token_quads(const int8_t *qs, int g, int nt)
+/* The 32 packed bytes at p, loaded once. Left to itself GCC folds the
+ * load into both nibble masks of an interleaved kernel and reads the
+ * vector twice, where with few tokens the load ports bound the kernel
+ * (in cache, 1 and 2 tokens: Q4_K +7% and +16%, Q4_0 +16% and +12%). */
+static inline __m256i load_packed(const void *p)
 {
-    if (nt > 2 || (nt == 1 && (g & 1)))
-        return quads_bcast(qs, g);
-    const __m256i y16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + 16 * (g >> 2))));
-    switch (g & 3) {
-    case 0: return _mm256_shuffle_epi32(y16, 0x00);
-    case 1: return _mm256_shuffle_epi32(y16, 0x55);
-    case 2: return _mm256_shuffle_epi32(y16, 0xAA);
-    default: return _mm256_shuffle_epi32(y16, 0xFF);
-    }
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    KEEP_IN_REGISTER(v);
+    return v;
 }
 
 #endif

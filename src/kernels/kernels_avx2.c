@@ -661,13 +661,13 @@ static inline __attribute__((always_inline)) void group_q4_0x8(const block_q4_0x
         __m256i h[8];
 #pragma GCC unroll 8
         for (int k = 0; k < QK4_0 / 8; k++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)blk->qs[k]);
+            const __m256i v = load_packed(blk->qs[k]);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) { /* elements 4k.. in the low nibbles, 16+4k.. in the high */
                 const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++) {
-                    const __m256i prod = _mm256_maddubs_epi16(q, token_quads(x[t][b].qs, 4 * half + k, nt));
+                    const __m256i prod = _mm256_maddubs_epi16(q, quads_bcast(x[t][b].qs, 4 * half + k));
                     h[t] = k || half ? _mm256_add_epi16(h[t], prod) : prod;
                     KEEP_IN_REGISTER(h[t]);
                 }
