@@ -388,7 +388,7 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
     void *wi = malloc(bytes);
     memcpy(wi, w, bytes);
     if (cv_interleave(t, n, rows, wi) != 0) {
-        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K);
+        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K);
         free(wi);
         return;
     }
@@ -614,8 +614,8 @@ static void test_kquant_extremes(void)
             for (int mi = 0; mi < 5; mi++) {
                 const int m = token_counts[mi];
                 cv_matmul_rows(t, w, N, x, x_row, m, y, ROWS, 0, ROWS);
-                if (t == CV_TYPE_Q4_K) /* the interleaved kernel sums 8 groups in int16 too */
-                    check_interleaved_extremes(t, w, N, ROWS, x, x_row, m);
+                /* the interleaved kernels sum groups in int16 too */
+                check_interleaved_extremes(t, w, N, ROWS, x, x_row, m);
                 for (int s = 0; s < m; s++)
                     for (int r = 0; r < ROWS; r++) {
                         const float ref = cv_type_get(t)->vec_dot_ref(N, w + r * w_row, x + s * x_row);

@@ -3,10 +3,11 @@
  * src/kernels; for files built with at least -mavx2 -mfma -mf16c).
  *
  * Contract:
- * - q4_Kx8_scales_mins returns the 64 six-bit scales of an interleaved
- *   Q4_K super-block in sc (byte i of sc[0] is index i, of sc[1] index
- *   32 + i) and its 64 mins in mn the same way, each by its index in the
- *   block (scale s of row r: 8s + r; min s of row r: 16(s/2) + 2r + s%2).
+ * - kx8_scales_mins returns the 64 six-bit scales of an interleaved Q4_K
+ *   or Q5_K super-block (its scale_lo and scale_hi) in sc (byte i of
+ *   sc[0] is index i, of sc[1] index 32 + i) and its 64 mins in mn the
+ *   same way, each by its index in the block (scale s of row r: 8s + r;
+ *   min s of row r: 16(s/2) + 2r + s%2).
  * - token_sums_q4_0_prepare forms, for nt tokens of nb Q8_0 blocks, what
  *   a Q4_0 product takes per token and block besides the quants: 8 times
  *   the sum of the block's quants (the offset of 8 of the weights) and its
@@ -19,12 +20,13 @@
 #include "kernels/avx2_impl.h"
 #include "kernels/kernels_impl.h"
 
-static inline void q4_Kx8_scales_mins(const block_q4_Kx8 *blk, __m256i sc[2], __m256i mn[2])
+static inline void kx8_scales_mins(const uint8_t scale_lo[64], const uint8_t scale_hi[32], __m256i sc[2],
+                                   __m256i mn[2])
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l0 = _mm256_loadu_si256((const __m256i *)blk->scale_lo);
-    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->scale_lo + 32));
-    const __m256i h = _mm256_loadu_si256((const __m256i *)blk->scale_hi);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)scale_lo);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(scale_lo + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)scale_hi);
     /* the top bits of index i and i + 32 share a byte of h, each moved to
      * bits 4-5 */
     sc[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));

@@ -93,6 +93,7 @@ static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
     [CV_TYPE_Q8_0] = {.interleave = interleave_q8_0, .vec_dot_ref = vec_dot_interleaved_q8_0_ref},
     [CV_TYPE_Q4_0] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_q4_0_ref},
     [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
+    [CV_TYPE_Q5_K] = {.interleave = interleave_q5_K, .vec_dot_ref = vec_dot_interleaved_q5_K_ref},
 };
 
 #if defined(__x86_64__)
@@ -113,7 +114,8 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .tile_min_tokens = TILE_MIN_TOKENS_Q45,
                       .matmul_interleaved = matmul_interleaved_q4_K_avx2},
     [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_avx2, .matmul_tile = matmul_tile_q5_K_q8_K_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_Q45},
+                      .tile_min_tokens = TILE_MIN_TOKENS_Q45,
+                      .matmul_interleaved = matmul_interleaved_q5_K_avx2},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},

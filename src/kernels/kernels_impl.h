@@ -96,6 +96,9 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  *   2r + p; scale_lo[i] holds the low 4 bits of scale i and (high nibble)
  *   of min i, scale_hi[i % 32] their top two bits, at bits 0-1 (scale)
  *   and 2-3 (min) for i < 32, at 4-5 and 6-7 for the others.
+ * - Q5_K: d, dmin, scales and qs as Q4_K; qh[s] byte 4r+b holds at bit g
+ *   the fifth bit of weight 32s+4g+b of row r, so the 8 groups of a
+ *   sub-block take their fifth bits from one vector by shifts.
  * matmul_interleaved_* compute n_groups groups (consecutive) times m
  * activation rows (1 <= m <= TILE_TOKENS): y[t * ldy + 8g + r] =
  * vec_dot(n, row r of group g, x row t) of the same ISA, bit for bit.
@@ -118,6 +121,14 @@ typedef struct {
     uint8_t qs[QK_K / 8][32];
 } block_q4_Kx8;
 static_assert(sizeof(block_q4_Kx8) == ROW_GROUP * sizeof(block_q4_K), "block_q4_Kx8 size");
+typedef struct {
+    cv_fp16 d[ROW_GROUP], dmin[ROW_GROUP];
+    uint8_t scale_lo[64];
+    uint8_t scale_hi[32];
+    uint8_t qh[QK_K / 32][32];
+    uint8_t qs[QK_K / 8][32];
+} block_q5_Kx8;
+static_assert(sizeof(block_q5_Kx8) == ROW_GROUP * sizeof(block_q5_K), "block_q5_Kx8 size");
 
 /* Token t of activation rows x_stride bytes apart, as blocks. */
 static inline const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
@@ -152,6 +163,8 @@ void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
 /* kquants.c */
 float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
+float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x);
+void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out);
 
 /* One version for every ISA (ref.c): row conversions off the hot path. */
 void copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
@@ -194,6 +207,8 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
 void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
 void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy);
+void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
                                   size_t ldy);
 void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);

@@ -418,47 +418,93 @@ static int32_t q45_subblock(const uint8_t *qs, const uint8_t *qh, int s, const i
     return sum;
 }
 
-/* Row r of super-block i: of the plain row w, or (w NULL) of the
- * interleaved group w8. */
-static block_q4_K block_q4_K_of(const block_q4_K *w, const block_q4_Kx8 *w8, int r, int i)
-{
-    if (w)
-        return w[i];
-    block_q4_K blk = {.d = w8[i].d[r], .dmin = w8[i].dmin[r]};
+/* Super-block i of a Q4_K or Q5_K row as the reference reads it: the
+ * scales and mins unpacked, the quants as a plain block holds them, and
+ * for Q5_K (q5) the fifth bits. */
+typedef struct q45_view {
+    cv_fp16 d, dmin;
     uint8_t sc[8], mn[8];
-    for (int s = 0; s < 8; s++) {
-        sc[s] = kq_scale_x8(w8[i].scale_lo, w8[i].scale_hi, r, s);
-        mn[s] = kq_min_x8(w8[i].scale_lo, w8[i].scale_hi, r, s);
-    }
-    kq_pack_scales_mins(sc, mn, blk.scales);
-    for (int j = 0; j < QK_K / 2; j++)
-        blk.qs[j] = w8[i].qs[j / 4][4 * r + j % 4];
-    return blk;
+    uint8_t qs[QK_K / 2], qh[QK_K / 8];
+    bool q5;
+} q45_view;
+
+typedef void (*q45_view_fn)(const void *w, int r, int i, q45_view *v);
+
+/* A plain block's fields, which Q4_K and Q5_K share. */
+static void view_plain(cv_fp16 d, cv_fp16 dmin, const uint8_t scales[K_SCALE_SIZE], const uint8_t *qs, q45_view *v)
+{
+    v->d = d;
+    v->dmin = dmin;
+    kq_unpack_scales_mins(scales, v->sc, v->mn);
+    memcpy(v->qs, qs, sizeof v->qs);
 }
 
-/* Q4_K (a plain row w4, or row r of the interleaved group w8) and Q5_K
- * (w5): the whole sums of each super-block into two scalars, acc with d
- * and accm with dmin. The bsum pair of a sub-block is an int16 sum, as
- * _mm_hadd_epi16 forms it. */
-static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const block_q4_Kx8 *w8, int r,
-                     const block_q8_K *xb)
+static void view_q4_K(const void *w, int r, int i, q45_view *v)
+{
+    (void)r;
+    const block_q4_K *b = (const block_q4_K *)w + i;
+    view_plain(b->d, b->dmin, b->scales, b->qs, v);
+    v->q5 = false;
+}
+
+static void view_q5_K(const void *w, int r, int i, q45_view *v)
+{
+    (void)r;
+    const block_q5_K *b = (const block_q5_K *)w + i;
+    view_plain(b->d, b->dmin, b->scales, b->qs, v);
+    memcpy(v->qh, b->qh, sizeof v->qh);
+    v->q5 = true;
+}
+
+/* Row r of an interleaved block (kernels_impl.h): d, dmin, the scales,
+ * mins and quants, which Q4_Kx8 and Q5_Kx8 lay out alike. */
+static void view_x8(const cv_fp16 *d, const cv_fp16 *dmin, const uint8_t *scale_lo, const uint8_t *scale_hi,
+                    const uint8_t (*qs)[32], int r, q45_view *v)
+{
+    v->d = d[r];
+    v->dmin = dmin[r];
+    for (int s = 0; s < 8; s++) {
+        v->sc[s] = kq_scale_x8(scale_lo, scale_hi, r, s);
+        v->mn[s] = kq_min_x8(scale_lo, scale_hi, r, s);
+    }
+    for (int j = 0; j < QK_K / 2; j++)
+        v->qs[j] = qs[j / 4][4 * r + j % 4];
+}
+
+static void view_q4_Kx8(const void *w, int r, int i, q45_view *v)
+{
+    const block_q4_Kx8 *b = (const block_q4_Kx8 *)w + i;
+    view_x8(b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, r, v);
+    v->q5 = false;
+}
+
+static void view_q5_Kx8(const void *w, int r, int i, q45_view *v)
+{
+    const block_q5_Kx8 *b = (const block_q5_Kx8 *)w + i;
+    view_x8(b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, r, v);
+    memset(v->qh, 0, sizeof v->qh);
+    for (int e = 0; e < QK_K / 8; e++) /* bit s of qh[e]: weight 32s + e, e = 4g + b */
+        for (int s = 0; s < 8; s++)
+            v->qh[e] |= (uint8_t)(((b->qh[s][4 * r + e % 4] >> (e / 4)) & 1) << s);
+    v->q5 = true;
+}
+
+/* Q4_K and Q5_K, row r of w as view reads it: the whole sums of each
+ * super-block into two scalars, acc with d and accm with dmin. The bsum
+ * pair of a sub-block is an int16 sum, as _mm_hadd_epi16 forms it. */
+static float dot_q45(int n, q45_view_fn view, const void *w, int r, const block_q8_K *xb)
 {
     float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const block_q4_K b4 = w5 ? (block_q4_K){0} : block_q4_K_of(w4, w8, r, i);
-        const uint8_t *scales = w5 ? w5[i].scales : b4.scales;
-        const uint8_t *qs = w5 ? w5[i].qs : b4.qs;
-        const uint8_t *qh = w5 ? w5[i].qh : NULL;
-        const cv_fp16 d16 = w5 ? w5[i].d : b4.d, dmin16 = w5 ? w5[i].dmin : b4.dmin;
-        uint8_t sc[8], mn[8];
-        kq_unpack_scales_mins(scales, sc, mn);
+        q45_view v;
+        view(w, r, i, &v);
         int32_t isum = 0, msum = 0;
         for (int s = 0; s < 8; s++) {
-            isum += sc[s] * q45_subblock(qs, qh, s, xb[i].qs);
-            msum += mn[s] * (int16_t)(xb[i].bsums[2 * s] + xb[i].bsums[2 * s + 1]);
+            isum += v.sc[s] * q45_subblock(v.qs, v.q5 ? v.qh : NULL, s, xb[i].qs);
+            msum += v.mn[s] * (int16_t)(xb[i].bsums[2 * s] + xb[i].bsums[2 * s + 1]);
         }
-        const float d = xb[i].d * cv_fp16_to_fp32(d16);
-        const float dm = xb[i].d * cv_fp16_to_fp32(dmin16);
+        const float d = xb[i].d * cv_fp16_to_fp32(v.d);
+        const float dm = xb[i].d * cv_fp16_to_fp32(v.dmin);
         acc = fmaf(d, (float)isum, acc);
         accm = fmaf(dm, (float)msum, accm);
     }
@@ -467,17 +513,42 @@ static float dot_q45(int n, const block_q4_K *w4, const block_q5_K *w5, const bl
 
 float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    return dot_q45(n, w, NULL, NULL, 0, x);
+    return dot_q45(n, view_q4_K, w, 0, x);
 }
 
 float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    return dot_q45(n, NULL, w, NULL, 0, x);
+    return dot_q45(n, view_q5_K, w, 0, x);
 }
 
 float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x)
 {
-    return dot_q45(n, NULL, NULL, group, r, x);
+    return dot_q45(n, view_q4_Kx8, group, r, x);
+}
+
+float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_q45(n, view_q5_Kx8, group, r, x);
+}
+
+/* Row r's d, dmin, scales, mins and quants (a Q4_K or Q5_K block: the
+ * same fields) into an interleaved block's, whose scale_hi starts zero. */
+static void interleave_x8(cv_fp16 d, cv_fp16 dmin, const uint8_t scales[K_SCALE_SIZE], const uint8_t *qs, int r,
+                          cv_fp16 *d8, cv_fp16 *dmin8, uint8_t *scale_lo, uint8_t *scale_hi, uint8_t (*qs8)[32])
+{
+    d8[r] = d;
+    dmin8[r] = dmin;
+    uint8_t sc[8], mn[8];
+    kq_unpack_scales_mins(scales, sc, mn);
+    for (int s = 0; s < 8; s++) {
+        const int is = 8 * s + r, im = 16 * (s / 2) + 2 * r + s % 2;
+        scale_lo[is] = (uint8_t)((scale_lo[is] & 0xF0) | (sc[s] & 15));
+        scale_lo[im] = (uint8_t)((scale_lo[im] & 0x0F) | (mn[s] & 15) << 4);
+        scale_hi[is % 32] |= (uint8_t)((sc[s] >> 4) << (4 * (is / 32)));
+        scale_hi[im % 32] |= (uint8_t)((mn[s] >> 4) << (2 + 4 * (im / 32)));
+    }
+    for (int j = 0; j < QK_K / 8; j++)
+        memcpy(qs8[j] + 4 * r, qs + 4 * j, 4);
 }
 
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
@@ -487,19 +558,25 @@ void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
         memset(o[i].scale_hi, 0, sizeof o[i].scale_hi);
         for (int r = 0; r < ROW_GROUP; r++) {
             const block_q4_K *blk = (const block_q4_K *)((const char *)rows + (size_t)r * row_bytes) + i;
-            o[i].d[r] = blk->d;
-            o[i].dmin[r] = blk->dmin;
-            uint8_t sc[8], mn[8];
-            kq_unpack_scales_mins(blk->scales, sc, mn);
-            for (int s = 0; s < 8; s++) {
-                const int is = 8 * s + r, im = 16 * (s / 2) + 2 * r + s % 2;
-                o[i].scale_lo[is] = (uint8_t)((o[i].scale_lo[is] & 0xF0) | (sc[s] & 15));
-                o[i].scale_lo[im] = (uint8_t)((o[i].scale_lo[im] & 0x0F) | (mn[s] & 15) << 4);
-                o[i].scale_hi[is % 32] |= (uint8_t)((sc[s] >> 4) << (4 * (is / 32)));
-                o[i].scale_hi[im % 32] |= (uint8_t)((mn[s] >> 4) << (2 + 4 * (im / 32)));
-            }
-            for (int j = 0; j < QK_K / 8; j++)
-                memcpy(o[i].qs[j] + 4 * r, blk->qs + 4 * j, 4);
+            interleave_x8(blk->d, blk->dmin, blk->scales, blk->qs, r, o[i].d, o[i].dmin, o[i].scale_lo,
+                          o[i].scale_hi, o[i].qs);
+        }
+    }
+}
+
+void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out)
+{
+    block_q5_Kx8 *o = out;
+    for (int i = 0; i < n / QK_K; i++) {
+        memset(o[i].scale_hi, 0, sizeof o[i].scale_hi);
+        memset(o[i].qh, 0, sizeof o[i].qh);
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const block_q5_K *blk = (const block_q5_K *)((const char *)rows + (size_t)r * row_bytes) + i;
+            interleave_x8(blk->d, blk->dmin, blk->scales, blk->qs, r, o[i].d, o[i].dmin, o[i].scale_lo,
+                          o[i].scale_hi, o[i].qs);
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < QK_K / 8; e++) /* e = 4g + b */
+                    o[i].qh[s][4 * r + e % 4] |= (uint8_t)(((blk->qh[e] >> s) & 1) << (e / 4));
         }
     }
 }

@@ -668,28 +668,47 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
         tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 1);
 }
 
-/* ---- Q4_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+/* ---- Q4_K and Q5_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
  *
- * Every output gets the bits of vec_dot_q4_K_q8_K_avx2, as in the tile
- * above: row r in lane r, a group of 4 weights of the 8 rows against a
- * token's 4 quants broadcast, the 8 groups of a sub-block summed in int16,
- * one madd with the 8 scales, the same two fmas per super-block. The
- * quants are read as they are stored, so a super-block of a group is
- * unpacked once (its scales and mins) and met by the tokens, 8 at a time
- * with their int16 sums in registers. One token (decode) reads the group
- * at the memory's pace; 8 share each load of it. */
+ * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or _q5_K_), as in
+ * the tile above: row r in lane r, a group of 4 weights of the 8 rows
+ * against a token's 4 quants broadcast, the groups of a sub-block summed
+ * in int16 (Q5_K: 4 at a time), one madd with the 8 scales, the same two
+ * fmas per super-block. The quants are read as they are stored, so a
+ * super-block of a group is unpacked once (its scales and mins) and met
+ * by the tokens, 8 at a time with their int16 sums in registers. One token
+ * (decode) reads the group at the memory's pace; 8 share each load of it. */
 
 /* A super-block of the 8 rows: its scales and mins as scales_mins_rows8
  * forms them, d and dmin. */
-typedef struct scales_q4_Kx8 {
+typedef struct scales_kx8 {
     __m256i sc[8], mn[4];
     __m256 d, dmin;
-} scales_q4_Kx8;
+} scales_kx8;
 
-static inline void scales_q4_Kx8_prepare(const block_q4_Kx8 *blk, scales_q4_Kx8 *p)
+/* Super-block i of an interleaved Q4_K (qh NULL) or Q5_K group: the
+ * fields the two layouts share, and Q5_K's fifth bits. */
+typedef struct kx8_block {
+    const cv_fp16 *d, *dmin;
+    const uint8_t *scale_lo, *scale_hi;
+    const uint8_t (*qs)[32], (*qh)[32];
+    size_t bytes;
+} kx8_block;
+
+static inline __attribute__((always_inline)) kx8_block kx8_block_at(const void *w, int q5, long i)
+{
+    if (q5) {
+        const block_q5_Kx8 *b = (const block_q5_Kx8 *)w + i;
+        return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, b->qh, sizeof *b};
+    }
+    const block_q4_Kx8 *b = (const block_q4_Kx8 *)w + i;
+    return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, NULL, sizeof *b};
+}
+
+static inline void scales_kx8_prepare(const kx8_block *blk, scales_kx8 *p)
 {
     __m256i sc[2], mn[2];
-    q4_Kx8_scales_mins(blk, sc, mn);
+    kx8_scales_mins(blk->scale_lo, blk->scale_hi, sc, mn);
     const uint8_t *scb = (const uint8_t *)sc, *mnb = (const uint8_t *)mn;
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) { /* bytes 8s..8s+7: scale s of rows 0..7 */
@@ -703,13 +722,25 @@ static inline void scales_q4_Kx8_prepare(const block_q4_Kx8 *blk, scales_q4_Kx8 
     p->dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
 }
 
+/* Bit g of each byte of the fifth bits h of a sub-block (group g's) at
+ * bit 4, where a quant takes it. The 16-bit shifts move no other byte's
+ * bit there. */
+static inline __attribute__((always_inline)) __m256i fifth_bits(__m256i h, int g)
+{
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    if (g < 4)
+        return _mm256_and_si256(_mm256_slli_epi16(h, 4 - g), bit4);
+    return _mm256_and_si256(g > 4 ? _mm256_srli_epi16(h, g - 4) : h, bit4);
+}
+
 /* Super-block blk of the 8 rows times the super-blocks xb[0, nt) of nt
  * <= 8 tokens: adds to acc[t] and accm[t] (row r in lane r). */
-static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_Kx8 *blk, const scales_q4_Kx8 *p,
-                                                                const block_q8_K *const xb[ROW_GROUP], int nt,
-                                                                __m256 *acc, __m256 *accm)
+static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *blk, int q5, const scales_kx8 *p,
+                                                             const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                             __m256 *acc, __m256 *accm)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int groups = q5 ? Q45_GROUPS_Q5 : Q45_GROUPS; /* summed in int16 before a madd */
     __m256i isum[ROW_GROUP];
     for (int t = 0; t < nt; t++) {
         isum[t] = _mm256_setzero_si256();
@@ -727,17 +758,20 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_K
                 /* 5 to 8 tokens leave no register for v (-1 to -3%) */
                 const __m256i v = nt <= 4 ? load_packed(blk->qs[8 * j + g])
                                           : _mm256_loadu_si256((const __m256i *)blk->qs[8 * j + g]);
-                const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
+                __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
+                if (q5)
+                    q = _mm256_or_si256(q, fifth_bits(_mm256_loadu_si256((const __m256i *)blk->qh[s]), g));
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++) {
                     const __m256i prod = _mm256_maddubs_epi16(q, quads_bcast(xb[t]->qs + 32 * s, g));
-                    h[t] = g ? _mm256_add_epi16(h[t], prod) : prod;
+                    h[t] = g % groups ? _mm256_add_epi16(h[t], prod) : prod;
                     KEEP_IN_REGISTER(h[t]);
                 }
-            }
+                if (g % groups == groups - 1)
 #pragma GCC unroll 8
-            for (int t = 0; t < nt; t++)
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(h[t], p->sc[s]));
+                    for (int t = 0; t < nt; t++)
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(h[t], p->sc[s]));
+            }
         }
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
@@ -748,42 +782,66 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx8(const block_q4_K
     }
 }
 
-/* tokens_q4_Kx8 with nt a constant, so that the sums stay in registers. */
-static void tokens_q4_Kx8_n(const block_q4_Kx8 *blk, const scales_q4_Kx8 *p, const block_q8_K *const xb[ROW_GROUP],
-                            int nt, __m256 *acc, __m256 *accm)
+/* tokens_kx8 with nt a constant, so that the sums stay in registers. */
+static void tokens_q4_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[ROW_GROUP], int nt,
+                            __m256 *acc, __m256 *accm)
 {
-#define X8_TOKENS(k) tokens_q4_Kx8(blk, p, xb, k, acc, accm)
+#define X8_TOKENS(k) tokens_kx8(blk, 0, p, xb, k, acc, accm)
     WITH_CONST_TOKENS_8(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
-void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+static void tokens_q5_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[ROW_GROUP], int nt,
+                            __m256 *acc, __m256 *accm)
+{
+#define X8_TOKENS(k) tokens_kx8(blk, 1, p, xb, k, acc, accm)
+    WITH_CONST_TOKENS_8(nt, X8_TOKENS)
+#undef X8_TOKENS
+}
+
+static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, const void *w, long n_groups,
+                                                             const void *x, size_t x_stride, int m, float *y,
+                                                             size_t ldy)
 {
     const int nb = n / QK_K;
-    const block_q4_Kx8 *group = w;
     __m256 acc[TILE_TOKENS], accm[TILE_TOKENS];
-    for (long g = 0; g < n_groups; g++, group += nb) {
+    for (long g = 0; g < n_groups; g++) {
         memset(acc, 0, (size_t)m * sizeof acc[0]);
         memset(accm, 0, (size_t)m * sizeof accm[0]);
         for (int i = 0; i < nb; i++) {
+            const kx8_block blk = kx8_block_at(w, q5, g * nb + i);
             /* the next super-block (past the group's end: the next group's
              * first); 3 ahead stalled decode on the line fill buffers
              * (1B model, 1 thread: 17 tok/s, 1 ahead 24.6) */
-            prefetch_lines(&group[i + 1], sizeof group[i]);
-            scales_q4_Kx8 p;
-            scales_q4_Kx8_prepare(&group[i], &p);
+            prefetch_lines((const char *)blk.d + blk.bytes, blk.bytes);
+            scales_kx8 p;
+            scales_kx8_prepare(&blk, &p);
             for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
                 const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
                 const block_q8_K *xb[ROW_GROUP];
                 for (int t = 0; t < nt; t++)
                     xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
-                tokens_q4_Kx8_n(&group[i], &p, xb, nt, acc + t0, accm + t0);
+                if (q5)
+                    tokens_q5_Kx8_n(&blk, &p, xb, nt, acc + t0, accm + t0);
+                else
+                    tokens_q4_Kx8_n(&blk, &p, xb, nt, acc + t0, accm + t0);
             }
         }
         for (int t = 0; t < m; t++)
             _mm256_storeu_ps(y + (size_t)t * ldy + (size_t)(ROW_GROUP * g), _mm256_sub_ps(acc[t], accm[t]));
     }
+}
+
+void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    matmul_kx8(0, n, w, n_groups, x, x_stride, m, y, ldy);
+}
+
+void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    matmul_kx8(1, n, w, n_groups, x, x_stride, m, y, ldy);
 }
 
 /* ---- Q6_K tile: TILE_ROWS rows times up to TILE_TOKENS tokens ----

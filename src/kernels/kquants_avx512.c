@@ -31,8 +31,8 @@ typedef struct scales_q4_Kx16 {
 static inline void scales_q4_Kx16_prepare(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1, scales_q4_Kx16 *p)
 {
     __m256i sc[2][2], mn[2][2];
-    q4_Kx8_scales_mins(b0, sc[0], mn[0]);
-    q4_Kx8_scales_mins(b1, sc[1], mn[1]);
+    kx8_scales_mins(b0->scale_lo, b0->scale_hi, sc[0], mn[0]);
+    kx8_scales_mins(b1->scale_lo, b1->scale_hi, sc[1], mn[1]);
     const uint8_t *sc0 = (const uint8_t *)sc[0], *sc1 = (const uint8_t *)sc[1];
     const uint8_t *mn0 = (const uint8_t *)mn[0], *mn1 = (const uint8_t *)mn[1];
 #pragma GCC unroll 8
