@@ -676,8 +676,18 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
  * in int16 (Q5_K: 4 at a time), one madd with the 8 scales, the same two
  * fmas per super-block. The quants are read as they are stored, so a
  * super-block of a group is unpacked once (its scales and mins) and met
- * by the tokens, 8 at a time with their int16 sums in registers. One token
- * (decode) reads the group at the memory's pace; 8 share each load of it. */
+ * by the tokens, a few at a time with their int16 sums in registers. One
+ * token (decode) reads the group at the memory's pace; more share each
+ * load of it. */
+
+/* Tokens met per pass over a super-block. Q4_K's sums of 8 spill out of
+ * the 16 registers (8 tokens: -4%, 64: -5% against 4); Q5_K would unpack
+ * its fifth bits twice (4 tokens a pass: -2 to -4% against 8). */
+enum { KX8_MAX_TOKENS = 8 };
+static inline int kx8_tokens(int q5)
+{
+    return q5 ? 8 : 4;
+}
 
 /* A super-block of the 8 rows: its scales and mins as scales_mins_rows8
  * forms them, d and dmin. */
@@ -734,14 +744,14 @@ static inline __attribute__((always_inline)) __m256i fifth_bits(__m256i h, int g
 }
 
 /* Super-block blk of the 8 rows times the super-blocks xb[0, nt) of nt
- * <= 8 tokens: adds to acc[t] and accm[t] (row r in lane r). */
+ * <= kx8_tokens(q5) tokens: adds to acc[t] and accm[t] (row r in lane r). */
 static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *blk, int q5, const scales_kx8 *p,
-                                                             const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                             const block_q8_K *const xb[KX8_MAX_TOKENS], int nt,
                                                              __m256 *acc, __m256 *accm)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int groups = q5 ? Q45_GROUPS_Q5 : Q45_GROUPS; /* summed in int16 before a madd */
-    __m256i isum[ROW_GROUP];
+    __m256i isum[KX8_MAX_TOKENS];
     for (int t = 0; t < nt; t++) {
         isum[t] = _mm256_setzero_si256();
         KEEP_IN_REGISTER(isum[t]); /* not a memset: rep stos cost 6% at 8 tokens */
@@ -752,7 +762,7 @@ static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *bl
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++) { /* sub-block 2j + half: the low nibbles, then the high */
             const int s = 2 * j + half;
-            __m256i h[ROW_GROUP];
+            __m256i h[KX8_MAX_TOKENS];
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 /* 5 to 8 tokens leave no register for v (-1 to -3%) */
@@ -783,16 +793,16 @@ static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *bl
 }
 
 /* tokens_kx8 with nt a constant, so that the sums stay in registers. */
-static void tokens_q4_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[ROW_GROUP], int nt,
-                            __m256 *acc, __m256 *accm)
+static void tokens_q4_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[KX8_MAX_TOKENS],
+                            int nt, __m256 *acc, __m256 *accm)
 {
 #define X8_TOKENS(k) tokens_kx8(blk, 0, p, xb, k, acc, accm)
-    WITH_CONST_TOKENS_8(nt, X8_TOKENS)
+    WITH_CONST_TOKENS_4(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
-static void tokens_q5_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[ROW_GROUP], int nt,
-                            __m256 *acc, __m256 *accm)
+static void tokens_q5_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[KX8_MAX_TOKENS],
+                            int nt, __m256 *acc, __m256 *accm)
 {
 #define X8_TOKENS(k) tokens_kx8(blk, 1, p, xb, k, acc, accm)
     WITH_CONST_TOKENS_8(nt, X8_TOKENS)
@@ -816,9 +826,9 @@ static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, cons
             prefetch_lines((const char *)blk.d + blk.bytes, blk.bytes);
             scales_kx8 p;
             scales_kx8_prepare(&blk, &p);
-            for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
-                const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
-                const block_q8_K *xb[ROW_GROUP];
+            for (int t0 = 0; t0 < m; t0 += kx8_tokens(q5)) {
+                const int nt = m - t0 < kx8_tokens(q5) ? m - t0 : kx8_tokens(q5);
+                const block_q8_K *xb[KX8_MAX_TOKENS];
                 for (int t = 0; t < nt; t++)
                     xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
                 if (q5)
