@@ -317,15 +317,15 @@ static inline void scales_mins_rows8(const uint8_t *const scales[ROW_GROUP], __m
 }
 
 /* The mins sums of 8 rows (mn from scales_mins_rows8, row r in lane r)
- * with a token's super-block: mins_dot of each row. */
-static inline __m256i mins_rows8(const __m256i mn[4], const int16_t *bsums)
+ * with a token's super-block, whose bsum pairs (bsum_pairs) are stored at
+ * pairs: mins_dot of each row. Dword k holds the int16 bsum sums of
+ * sub-blocks 2k and 2k + 1, which meet mn[k]. */
+static inline __m256i mins_rows8(const __m256i mn[4], const int32_t pairs[4])
 {
-    /* dword k of each half: the int16 bsum sums of sub-blocks 2k and 2k + 1 */
-    const __m256i pairs = _mm256_broadcastsi128_si256(bsum_pairs(bsums));
-    __m256i msum = _mm256_madd_epi16(mn[0], _mm256_shuffle_epi32(pairs, 0x00));
-    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[1], _mm256_shuffle_epi32(pairs, 0x55)));
-    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[2], _mm256_shuffle_epi32(pairs, 0xAA)));
-    return _mm256_add_epi32(msum, _mm256_madd_epi16(mn[3], _mm256_shuffle_epi32(pairs, 0xFF)));
+    __m256i msum = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pairs[0]));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[1], _mm256_set1_epi32(pairs[1])));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[2], _mm256_set1_epi32(pairs[2])));
+    return _mm256_add_epi32(msum, _mm256_madd_epi16(mn[3], _mm256_set1_epi32(pairs[3])));
 }
 
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
@@ -435,7 +435,9 @@ static inline __attribute__((always_inline)) void panel_token_q45(const panel_q4
 #pragma GCC unroll 1
         for (int s = 1; s < 8; s++)
             isum = _mm256_add_epi32(isum, panel_subblock_q45(p, b, s, x[b].qs, q5));
-        const __m256i msum = mins_rows8(p->mn[b], x[b].bsums);
+        int32_t pairs[4];
+        _mm_storeu_si128((__m128i *)pairs, bsum_pairs(x[b].bsums));
+        const __m256i msum = mins_rows8(p->mn[b], pairs);
         const __m256 xd = _mm256_set1_ps(x[b].d);
         a->acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->d[b]), xd), _mm256_cvtepi32_ps(isum), a->acc);
         a->accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin[b]), xd), _mm256_cvtepi32_ps(msum), a->accm);
@@ -680,7 +682,13 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
  * token (decode) reads the group at the memory's pace; more share each
  * load of it. */
 
-/* Tokens met per pass over a super-block. Q4_K's sums of 8 spill out of
+/* Each token's bsum pairs (bsum_pairs), formed once per pass over the
+ * groups for all their mins (in cache: 1 token +7%, 8 tokens +4%); a pass
+ * holds KX8_PASS_BLOCKS super-blocks of them (8192-wide rows: 32 tokens). */
+enum { KX8_PASS_BLOCKS = 1024 };
+_Static_assert(KX8_PASS_BLOCKS >= INTERLEAVE_MAX_IN / QK_K, "a pass holds at least one token");
+
+/* Tokens met at a time over a super-block. Q4_K's sums of 8 spill out of
  * the 16 registers (8 tokens: -4%, 64: -5% against 4); Q5_K would unpack
  * its fifth bits twice (4 tokens a pass: -2 to -4% against 8). */
 enum { KX8_MAX_TOKENS = 8 };
@@ -744,9 +752,11 @@ static inline __attribute__((always_inline)) __m256i fifth_bits(__m256i h, int g
 }
 
 /* Super-block blk of the 8 rows times the super-blocks xb[0, nt) of nt
- * <= kx8_tokens(q5) tokens: adds to acc[t] and accm[t] (row r in lane r). */
+ * <= kx8_tokens(q5) tokens, their bsum pairs at pairs[t]: adds to acc[t]
+ * and accm[t] (row r in lane r). */
 static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *blk, int q5, const scales_kx8 *p,
-                                                             const block_q8_K *const xb[KX8_MAX_TOKENS], int nt,
+                                                             const block_q8_K *const xb[KX8_MAX_TOKENS],
+                                                             const int32_t *const pairs[KX8_MAX_TOKENS], int nt,
                                                              __m256 *acc, __m256 *accm)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -787,37 +797,41 @@ static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *bl
     for (int t = 0; t < nt; t++) {
         const __m256 xd = _mm256_set1_ps(xb[t]->d);
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->d, xd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-        accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->dmin, xd), _mm256_cvtepi32_ps(mins_rows8(p->mn, xb[t]->bsums)),
+        accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->dmin, xd), _mm256_cvtepi32_ps(mins_rows8(p->mn, pairs[t])),
                                   accm[t]);
     }
 }
 
 /* tokens_kx8 with nt a constant, so that the sums stay in registers. */
 static void tokens_q4_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[KX8_MAX_TOKENS],
-                            int nt, __m256 *acc, __m256 *accm)
+                            const int32_t *const pairs[KX8_MAX_TOKENS], int nt, __m256 *acc, __m256 *accm)
 {
-#define X8_TOKENS(k) tokens_kx8(blk, 0, p, xb, k, acc, accm)
+#define X8_TOKENS(k) tokens_kx8(blk, 0, p, xb, pairs, k, acc, accm)
     WITH_CONST_TOKENS_4(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
 static void tokens_q5_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const block_q8_K *const xb[KX8_MAX_TOKENS],
-                            int nt, __m256 *acc, __m256 *accm)
+                            const int32_t *const pairs[KX8_MAX_TOKENS], int nt, __m256 *acc, __m256 *accm)
 {
-#define X8_TOKENS(k) tokens_kx8(blk, 1, p, xb, k, acc, accm)
+#define X8_TOKENS(k) tokens_kx8(blk, 1, p, xb, pairs, k, acc, accm)
     WITH_CONST_TOKENS_8(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
-static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, const void *w, long n_groups,
-                                                             const void *x, size_t x_stride, int m, float *y,
-                                                             size_t ldy)
+/* The groups times tokens [0, nt) (nt * nb <= KX8_PASS_BLOCKS). */
+static inline __attribute__((always_inline)) void pass_kx8(int q5, int nb, const void *w, long n_groups,
+                                                           const void *x, size_t x_stride, int nt, float *y,
+                                                           size_t ldy)
 {
-    const int nb = n / QK_K;
+    int32_t pairs[KX8_PASS_BLOCKS][4]; /* [t * nb + i]: token t's super-block i */
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < nb; i++)
+            _mm_storeu_si128((__m128i *)pairs[t * nb + i], bsum_pairs(token_q8_K(x, x_stride, t)[i].bsums));
     __m256 acc[TILE_TOKENS], accm[TILE_TOKENS];
     for (long g = 0; g < n_groups; g++) {
-        memset(acc, 0, (size_t)m * sizeof acc[0]);
-        memset(accm, 0, (size_t)m * sizeof accm[0]);
+        memset(acc, 0, (size_t)nt * sizeof acc[0]);
+        memset(accm, 0, (size_t)nt * sizeof accm[0]);
         for (int i = 0; i < nb; i++) {
             const kx8_block blk = kx8_block_at(w, q5, g * nb + i);
             /* the next super-block (past the group's end: the next group's
@@ -826,19 +840,34 @@ static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, cons
             prefetch_lines((const char *)blk.d + blk.bytes, blk.bytes);
             scales_kx8 p;
             scales_kx8_prepare(&blk, &p);
-            for (int t0 = 0; t0 < m; t0 += kx8_tokens(q5)) {
-                const int nt = m - t0 < kx8_tokens(q5) ? m - t0 : kx8_tokens(q5);
+            for (int t0 = 0; t0 < nt; t0 += kx8_tokens(q5)) {
+                const int k = nt - t0 < kx8_tokens(q5) ? nt - t0 : kx8_tokens(q5);
                 const block_q8_K *xb[KX8_MAX_TOKENS];
-                for (int t = 0; t < nt; t++)
+                const int32_t *xp[KX8_MAX_TOKENS];
+                for (int t = 0; t < k; t++) {
                     xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
+                    xp[t] = pairs[(t0 + t) * nb + i];
+                }
                 if (q5)
-                    tokens_q5_Kx8_n(&blk, &p, xb, nt, acc + t0, accm + t0);
+                    tokens_q5_Kx8_n(&blk, &p, xb, xp, k, acc + t0, accm + t0);
                 else
-                    tokens_q4_Kx8_n(&blk, &p, xb, nt, acc + t0, accm + t0);
+                    tokens_q4_Kx8_n(&blk, &p, xb, xp, k, acc + t0, accm + t0);
             }
         }
-        for (int t = 0; t < m; t++)
+        for (int t = 0; t < nt; t++)
             _mm256_storeu_ps(y + (size_t)t * ldy + (size_t)(ROW_GROUP * g), _mm256_sub_ps(acc[t], accm[t]));
+    }
+}
+
+static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, const void *w, long n_groups,
+                                                             const void *x, size_t x_stride, int m, float *y,
+                                                             size_t ldy)
+{
+    const int nb = n / QK_K;
+    const int per_pass = KX8_PASS_BLOCKS / nb;
+    for (int t0 = 0; t0 < m; t0 += per_pass) {
+        const int nt = m - t0 < per_pass ? m - t0 : per_pass;
+        pass_kx8(q5, nb, w, n_groups, token_q8_K(x, x_stride, t0), x_stride, nt, y + (size_t)t0 * ldy, ldy);
     }
 }
 
