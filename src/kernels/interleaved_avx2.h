@@ -3,6 +3,8 @@
  * src/kernels; for files built with at least -mavx2 -mfma -mf16c).
  *
  * Contract:
+ * - kx8_block_at(w, q5, i) views super-block i of an interleaved Q4_K
+ *   (q5 = 0) or Q5_K matrix by the fields the two layouts share.
  * - kx8_scales_mins returns the 64 six-bit scales of an interleaved Q4_K
  *   or Q5_K super-block (its scale_lo and scale_hi) in sc (byte i of
  *   sc[0] is index i, of sc[1] index 32 + i) and its 64 mins in mn the
@@ -19,6 +21,25 @@
 
 #include "kernels/avx2_impl.h"
 #include "kernels/kernels_impl.h"
+
+/* Super-block i of an interleaved Q4_K (qh NULL) or Q5_K matrix: the
+ * fields the two layouts share, and Q5_K's fifth bits. */
+typedef struct kx8_block {
+    const cv_fp16 *d, *dmin;
+    const uint8_t *scale_lo, *scale_hi;
+    const uint8_t (*qs)[32], (*qh)[32];
+    size_t bytes;
+} kx8_block;
+
+static inline __attribute__((always_inline)) kx8_block kx8_block_at(const void *w, int q5, long i)
+{
+    if (q5) {
+        const block_q5_Kx8 *b = (const block_q5_Kx8 *)w + i;
+        return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, b->qh, sizeof *b};
+    }
+    const block_q4_Kx8 *b = (const block_q4_Kx8 *)w + i;
+    return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, NULL, sizeof *b};
+}
 
 static inline void kx8_scales_mins(const uint8_t scale_lo[64], const uint8_t scale_hi[32], __m256i sc[2],
                                    __m256i mn[2])

@@ -136,6 +136,7 @@ static bool cpu_has_avx2_fma_f16c(void)
 static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q4_0] = matmul_interleaved_q4_0_avx512,
     [CV_TYPE_Q4_K] = matmul_interleaved_q4_K_avx512,
+    [CV_TYPE_Q5_K] = matmul_interleaved_q5_K_avx512,
 };
 
 static bool cpu_has_avx512_vnni(void)

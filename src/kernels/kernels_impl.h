@@ -217,6 +217,8 @@ void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const v
                                     float *y, size_t ldy);
 void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
+void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
 #endif
 
 #if defined(__aarch64__)

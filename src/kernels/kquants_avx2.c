@@ -704,25 +704,6 @@ typedef struct scales_kx8 {
     __m256 d, dmin;
 } scales_kx8;
 
-/* Super-block i of an interleaved Q4_K (qh NULL) or Q5_K group: the
- * fields the two layouts share, and Q5_K's fifth bits. */
-typedef struct kx8_block {
-    const cv_fp16 *d, *dmin;
-    const uint8_t *scale_lo, *scale_hi;
-    const uint8_t (*qs)[32], (*qh)[32];
-    size_t bytes;
-} kx8_block;
-
-static inline __attribute__((always_inline)) kx8_block kx8_block_at(const void *w, int q5, long i)
-{
-    if (q5) {
-        const block_q5_Kx8 *b = (const block_q5_Kx8 *)w + i;
-        return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, b->qh, sizeof *b};
-    }
-    const block_q4_Kx8 *b = (const block_q4_Kx8 *)w + i;
-    return (kx8_block){b->d, b->dmin, b->scale_lo, b->scale_hi, b->qs, NULL, sizeof *b};
-}
-
 static inline void scales_kx8_prepare(const kx8_block *blk, scales_kx8 *p)
 {
     __m256i sc[2], mn[2];

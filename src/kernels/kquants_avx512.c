@@ -1,8 +1,9 @@
-/* kquants_avx512.c: the interleaved Q4_K product (kernels_impl.h) with
- * AVX-512 VNNI, for the CPUs that have it (AVX512F, BW, VL and VNNI).
+/* kquants_avx512.c: the interleaved Q4_K and Q5_K products
+ * (kernels_impl.h) with AVX-512 VNNI, for the CPUs that have it (AVX512F,
+ * BW, VL and VNNI).
  *
- * Every output gets the bits of matmul_interleaved_q4_K_avx2, and so of
- * vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
+ * Every output gets the bits of matmul_interleaved_q4_K_avx2 (or _q5_K_),
+ * and so of vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
  * of each row (exact, so formed in any order), then the same two fmas per
  * super-block, in super-block order, lane by lane.
  *
@@ -11,8 +12,10 @@
  * 4 weights times a token's 4 quants into each row's int32 lane, where
  * AVX2 needs a maddubs and an int16 add for 8 rows. With several tokens
  * the AVX2 kernel is bound by those ALU ops (4 per cycle); this one does
- * a quarter of them. A sub-block's sums then take its 6-bit scale with one
- * vpmulld (at most 32 * 15 * 128 * 63, far inside int32). */
+ * a quarter of them, and its int32 sums need no flush where AVX2 sums
+ * Q5_K's groups in int16 4 at a time. A sub-block's sums then take its
+ * 6-bit scale with one vpmulld (at most 32 * 31 * 128 * 63, far inside
+ * int32). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -23,12 +26,12 @@
 
 /* A super-block of 16 rows (two groups of 8): each sub-block's scales as
  * int32, the mins of sub-blocks 2k and 2k + 1 as int16 pairs, d and dmin. */
-typedef struct scales_q4_Kx16 {
+typedef struct scales_kx16 {
     __m512i sc[8], mn[4];
     __m512 d, dmin;
-} scales_q4_Kx16;
+} scales_kx16;
 
-static inline void scales_q4_Kx16_prepare(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1, scales_q4_Kx16 *p)
+static inline void scales_kx16_prepare(const kx8_block *b0, const kx8_block *b1, scales_kx16 *p)
 {
     __m256i sc[2][2], mn[2][2];
     kx8_scales_mins(b0->scale_lo, b0->scale_hi, sc[0], mn[0]);
@@ -60,12 +63,23 @@ static inline __m512i mins_rows16(const __m512i mn[4], const int16_t *bsums)
     return _mm512_dpwssd_epi32(msum, mn[3], _mm512_set1_epi32(pairs[3]));
 }
 
-/* Super-block b0 and b1 (the same super-block of two groups) times the
- * super-blocks xb[0, nt) of nt <= 8 tokens: adds to acc[t] and accm[t]. */
-static inline __attribute__((always_inline)) void tokens_q4_Kx16(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1,
-                                                                 const scales_q4_Kx16 *p,
-                                                                 const block_q8_K *const xb[ROW_GROUP], int nt,
-                                                                 __m512 *acc, __m512 *accm)
+/* fifth_bits of kquants_avx2.c for two groups: bit g of each byte of h
+ * at bit 4. */
+static inline __attribute__((always_inline)) __m512i fifth_bits16(__m512i h, int g)
+{
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    if (g < 4)
+        return _mm512_and_si512(_mm512_slli_epi16(h, 4 - g), bit4);
+    return _mm512_and_si512(g > 4 ? _mm512_srli_epi16(h, g - 4) : h, bit4);
+}
+
+/* Super-block b0 and b1 (the same super-block of two groups, Q4_K or with
+ * q5 Q5_K) times the super-blocks xb[0, nt) of nt <= 8 tokens: adds to
+ * acc[t] and accm[t]. */
+static inline __attribute__((always_inline)) void tokens_kx16(const kx8_block *b0, const kx8_block *b1, int q5,
+                                                              const scales_kx16 *p,
+                                                              const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                              __m512 *acc, __m512 *accm)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i isum[ROW_GROUP];
@@ -80,7 +94,9 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx16(const block_q4_
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 const __m512i v = load_pair(b0->qs[8 * j + g], b1->qs[8 * j + g]);
-                const __m512i q = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);
+                __m512i q = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);
+                if (q5)
+                    q = _mm512_or_si512(q, fifth_bits16(load_pair(b0->qh[s], b1->qh[s]), g));
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++)
                     h[t] = _mm512_dpbusd_epi32(h[t], q, token_quads16(xb[t]->qs + 32 * s, g, t));
@@ -98,49 +114,76 @@ static inline __attribute__((always_inline)) void tokens_q4_Kx16(const block_q4_
     }
 }
 
-/* tokens_q4_Kx16 with nt a constant, so that the sums stay in registers. */
-static void tokens_q4_Kx16_n(const block_q4_Kx8 *b0, const block_q4_Kx8 *b1, const scales_q4_Kx16 *p,
+/* tokens_kx16 with nt a constant, so that the sums stay in registers. */
+static void tokens_q4_Kx16_n(const kx8_block *b0, const kx8_block *b1, const scales_kx16 *p,
                              const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc, __m512 *accm)
 {
-#define X16_TOKENS(k) tokens_q4_Kx16(b0, b1, p, xb, k, acc, accm)
+#define X16_TOKENS(k) tokens_kx16(b0, b1, 0, p, xb, k, acc, accm)
     WITH_CONST_TOKENS_8(nt, X16_TOKENS)
 #undef X16_TOKENS
 }
 
-/* Groups g and g + 1 at pair (nb super-blocks each) times m tokens. */
-static void pair_q4_K(int nb, const block_q4_Kx8 *pair, const void *x, size_t x_stride, int m, float *y,
-                      size_t ldy)
+static void tokens_q5_Kx16_n(const kx8_block *b0, const kx8_block *b1, const scales_kx16 *p,
+                             const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc, __m512 *accm)
 {
-    const block_q4_Kx8 *g0 = pair, *g1 = pair + nb;
+#define X16_TOKENS(k) tokens_kx16(b0, b1, 1, p, xb, k, acc, accm)
+    WITH_CONST_TOKENS_8(nt, X16_TOKENS)
+#undef X16_TOKENS
+}
+
+/* Groups g and g + 1 (nb super-blocks each) times m tokens. */
+static inline __attribute__((always_inline)) void pair_kx16(int q5, int nb, const void *w, long g, const void *x,
+                                                            size_t x_stride, int m, float *y, size_t ldy)
+{
     __m512 acc[TILE_TOKENS], accm[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     memset(accm, 0, (size_t)m * sizeof accm[0]);
     for (int i = 0; i < nb; i++) {
+        const kx8_block b0 = kx8_block_at(w, q5, g * nb + i), b1 = kx8_block_at(w, q5, (g + 1) * nb + i);
         /* the next super-block of both groups (as the AVX2 kernel) */
-        prefetch_lines(&g0[i + 1], sizeof g0[i]);
-        prefetch_lines(&g1[i + 1], sizeof g1[i]);
-        scales_q4_Kx16 p;
-        scales_q4_Kx16_prepare(&g0[i], &g1[i], &p);
+        prefetch_lines((const char *)b0.d + b0.bytes, b0.bytes);
+        prefetch_lines((const char *)b1.d + b1.bytes, b1.bytes);
+        scales_kx16 p;
+        scales_kx16_prepare(&b0, &b1, &p);
         for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
             const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
             const block_q8_K *xb[ROW_GROUP];
             for (int t = 0; t < nt; t++)
                 xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
-            tokens_q4_Kx16_n(&g0[i], &g1[i], &p, xb, nt, acc + t0, accm + t0);
+            if (q5)
+                tokens_q5_Kx16_n(&b0, &b1, &p, xb, nt, acc + t0, accm + t0);
+            else
+                tokens_q4_Kx16_n(&b0, &b1, &p, xb, nt, acc + t0, accm + t0);
         }
     }
     for (int t = 0; t < m; t++)
         _mm512_storeu_ps(y + (size_t)t * ldy, _mm512_sub_ps(acc[t], accm[t]));
 }
 
+static inline __attribute__((always_inline)) void matmul_kx16(int q5, int n, const void *w, long n_groups,
+                                                              const void *x, size_t x_stride, int m, float *y,
+                                                              size_t ldy)
+{
+    const int nb = n / QK_K;
+    long g = 0;
+    for (; g + 2 <= n_groups; g += 2)
+        pair_kx16(q5, nb, w, g, x, x_stride, m, y + ROW_GROUP * g, ldy);
+    if (g == n_groups)
+        return;
+    /* an odd group: the AVX2 kernel, which gives the same bits */
+    const kx8_block last = kx8_block_at(w, q5, g * nb);
+    (q5 ? matmul_interleaved_q5_K_avx2 : matmul_interleaved_q4_K_avx2)(n, last.d, 1, x, x_stride, m,
+                                                                       y + ROW_GROUP * g, ldy);
+}
+
 void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
-    const int nb = n / QK_K;
-    const block_q4_Kx8 *group = w;
-    long g = 0;
-    for (; g + 2 <= n_groups; g += 2)
-        pair_q4_K(nb, group + g * nb, x, x_stride, m, y + ROW_GROUP * g, ldy);
-    if (g < n_groups) /* an odd group: the AVX2 kernel, which gives the same bits */
-        matmul_interleaved_q4_K_avx2(n, group + g * nb, 1, x, x_stride, m, y + ROW_GROUP * g, ldy);
+    matmul_kx16(0, n, w, n_groups, x, x_stride, m, y, ldy);
+}
+
+void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy)
+{
+    matmul_kx16(1, n, w, n_groups, x, x_stride, m, y, ldy);
 }
