@@ -316,10 +316,7 @@ static void matmul(cv_forward *f, const float *x, int32_t m, const cv_weight *co
     } else {
         j.x_stride = cv_row_bytes(act, n_in);
         quant_job qj = {.from_float = at->from_float, .x = x, .xq = f->xq, .n_in = n_in, .stride = j.x_stride, .m = m};
-        if (m < cv_pool_size(f->pool))
-            quant_worker(&qj, 0, 1);
-        else
-            cv_pool_run(f->pool, quant_worker, &qj);
+        run_job(f, sizeof(float) * (size_t)n_in * (size_t)m, quant_worker, &qj);
         j.xq = f->xq;
     }
     size_t bytes = 0; /* the weights, read once per token */

@@ -756,9 +756,7 @@ static inline __attribute__((always_inline)) void tokens_kx8(const kx8_block *bl
             __m256i h[KX8_MAX_TOKENS];
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
-                /* 5 to 8 tokens leave no register for v (-1 to -3%) */
-                const __m256i v = nt <= 4 ? load_packed(blk->qs[8 * j + g])
-                                          : _mm256_loadu_si256((const __m256i *)blk->qs[8 * j + g]);
+                const __m256i v = load_packed(blk->qs[8 * j + g]);
                 __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
                 if (q5)
                     q = _mm256_or_si256(q, fifth_bits(_mm256_loadu_si256((const __m256i *)blk->qh[s]), g));
