@@ -234,7 +234,8 @@ static void test_fmap_read(void)
 }
 
 /* Each bound matrix is read into the resident block (64-byte aligned,
- * inside it) with the file's bytes; token_embd stays in the mapping. */
+ * inside it) with the file's bytes; token_embd stays in the mapping. The
+ * F32 vectors are copies outside the mapping, with the file's values. */
 static void test_resident_weights(void)
 {
     char path[512], err[CV_ERRLEN];
@@ -260,6 +261,22 @@ static void test_resident_weights(void)
         CHECKF(mapped == !strcmp(bound[i].name, "token_embd.weight"), "%s", bound[i].name);
         CHECKF(mapped || (p >= lo && p + t->size <= hi && (uintptr_t)p % 64 == 0), "%s", bound[i].name);
         CHECKF(memcmp(p, t->data, t->size) == 0, "%s", bound[i].name);
+    }
+    const struct {
+        const char *name;
+        const float *v;
+    } vecs[] = {{"blk.0.attn_norm.weight", m.layers[0].attn_norm},
+                {"blk.4.ffn_norm.weight", m.layers[4].ffn_norm},
+                {"output_norm.weight", m.output_norm}};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+        const gguf_tensor *t = gguf_find_tensor(&m.gguf, vecs[i].name);
+        const uint8_t *p = (const uint8_t *)vecs[i].v;
+        CHECKF(t && t->type == CV_TYPE_F32, "%s is F32 in the file", vecs[i].name);
+        if (!t)
+            continue;
+        CHECKF(p + t->size <= m.gguf.map.data || p >= m.gguf.map.data + m.gguf.map.size, "%s is a copy",
+               vecs[i].name);
+        CHECKF(memcmp(p, t->data, t->size) == 0, "%s", vecs[i].name);
     }
     cv_llama_free(&m);
 }

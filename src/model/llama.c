@@ -150,8 +150,20 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
     return 0;
 }
 
-/* Binds a 1-D vector (norm weight, bias, rope factors) as F32, converting
- * into *copy when stored otherwise. */
+/* Reads the n bytes of a tensor at data (inside the mapping) into dst, with
+ * pread, so that the mapping's pages are never touched. */
+static int read_tensor(cv_llama *m, const void *data, size_t n, void *dst, char *err, size_t errlen)
+{
+    char why[256];
+    if (cv_fmap_read(&m->gguf.map, (size_t)((const uint8_t *)data - m->gguf.map.data), n, dst, why, sizeof why))
+        return cv_errf(err, errlen, "%s: %s", m->gguf.name, why);
+    return 0;
+}
+
+/* Binds a 1-D vector (norm weight, bias, rope factors) as an F32 copy at
+ * *copy, read with pread. Never read through the mapping: the page cache
+ * may hold the file in 2 MiB folios, and touching one vector there mapped
+ * its whole folio (1B model: 61 MB of mapped file resident for 32 norms). */
 static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
                      size_t errlen)
 {
@@ -161,15 +173,19 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
     if (t->n_dims != 1 || t->ne[0] != n)
         return cv_errf(err, errlen, "%s: tensor '%s' has %lld elements, expected [%d]", m->gguf.name, name,
                        (long long)t->ne[0], n);
-    if (t->type == CV_TYPE_F32) {
-        *out = t->data;
-        return 0;
-    }
     const cv_type_traits *tt = cv_type_get(t->type);
     if (!tt)
         return cv_errf(err, errlen, "%s: tensor '%s' has unsupported type %s", m->gguf.name, name,
                        cv_type_name(t->type));
-    tt->to_float(t->data, *copy, n);
+    void *raw = cv_malloc(t->size);
+    if (!raw)
+        return cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
+    const int failed = read_tensor(m, t->data, t->size, raw, err, errlen);
+    if (!failed)
+        tt->to_float(raw, *copy, n);
+    cv_free(raw);
+    if (failed)
+        return -1;
     *out = *copy;
     *copy += n;
     return 0;
@@ -198,9 +214,8 @@ static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, siz
     if (!w->data)
         return 0;
     const size_t n = cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
-    char why[256];
-    if (cv_fmap_read(&m->gguf.map, (size_t)((const uint8_t *)w->data - m->gguf.map.data), n, *at, why, sizeof why))
-        return cv_errf(err, errlen, "%s: %s", m->gguf.name, why);
+    if (read_tensor(m, w->data, n, *at, err, errlen))
+        return -1;
     /* products of 2-8 tokens (batched decode) share each load of 8 rows */
     if (cv_interleave_supported(w->type, w->n_in, w->n_out)) {
         if (cv_interleave(w->type, w->n_in, w->n_out, *at))

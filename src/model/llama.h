@@ -81,7 +81,7 @@ typedef struct cv_llama {
     cv_weight output;        /* n_embd -> n_vocab (when l1 == n_layer) */
     const float *rope_freqs; /* [n_rot / 2] divisors of the rotation angles (Llama 3.1), or NULL */
     cv_llama_layer *layers;  /* [n_layer], only [l0, l1) bound */
-    float *vec_copies;       /* owned F32 copies of 1-D tensors stored in another type */
+    float *vec_copies;       /* owned F32 copies of the 1-D tensors (bind_vec) */
     uint8_t *resident;       /* the bound matrices (cv_huge_alloc), resident_bytes long */
     size_t resident_bytes;
 } cv_llama;
