@@ -11,13 +11,18 @@
  * per output (what cv_matmul_rows did before it had tile kernels) and of
  * cv_matmul_rows (and interleaved), run alternately and timed in thread
  * CPU time so that a busy machine slows them alike; the outputs must
- * match bit for bit.
+ * match bit for bit. On x86 the batch table opens with the AVX2 multiply
+ * roof: the most GFLOP/s the int8 products can reach on this core.
  * Usage: bench_kernels [ROWS [COLS [REPS [TYPE]]]] (TYPE: only that one). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "core/clock.h"
 #include "kernels/kernels.h"
@@ -38,6 +43,49 @@ static uint64_t rng_next(void)
     rng ^= rng << 17;
     return rng;
 }
+
+#if defined(__x86_64__)
+/* The AVX2 multiply roof, GFLOP/s: the int8 product's inner step alone, a
+ * token's 4 quants broadcast from L1 and met by a register of weights with
+ * vpmaddubsw (32 products), its pair sums added in int16 with vpaddw. The
+ * Q4_0, Q4_K and Q5_K kernels do this and more (unpacking, scales, mins)
+ * on the same ports, so their batched GFLOP/s stay below it. Written in
+ * assembly so that the compiler's register choices (spills, moves) do not
+ * lower the roof: 8 int16 sums in ymm8-15, 4 weight registers. */
+__attribute__((target("avx2"))) static double avx2_roof_gflops(void)
+{
+    enum { STEPS = 40000000, PRODUCTS = 8 * 32 }; /* 8 vpmaddubsw a step */
+    int32_t quads[8];
+    for (int i = 0; i < 8; i++)
+        quads[i] = (int32_t)rng_next();
+    int32_t sums[8];
+    const double t0 = thread_cpu_s();
+#define STEP(k, wreg, sum)                                                                                             \
+    "vpbroadcastd " #k "*4(%[q]), %%ymm" #k "\n\t"                                                                     \
+    "vpmaddubsw %%ymm" #k ", %%ymm" #wreg ", %%ymm" #k "\n\t"                                                         \
+    "vpaddw %%ymm" #k ", %%ymm" #sum ", %%ymm" #sum "\n\t"
+    __asm__ volatile("vpxor %%ymm8, %%ymm8, %%ymm8\n\t"
+                     "vmovdqa %%ymm8, %%ymm9\n\tvmovdqa %%ymm8, %%ymm10\n\tvmovdqa %%ymm8, %%ymm11\n\t"
+                     "vmovdqa %%ymm8, %%ymm12\n\tvmovdqa %%ymm8, %%ymm13\n\tvmovdqa %%ymm8, %%ymm14\n\t"
+                     "vmovdqa %%ymm8, %%ymm15\n\t"
+                     "vpbroadcastq (%[q]), %%ymm4\n\tvpbroadcastq 8(%[q]), %%ymm5\n\t"
+                     "vpbroadcastq 16(%[q]), %%ymm6\n\tvpbroadcastq 24(%[q]), %%ymm7\n\t"
+                     "1:\n\t" STEP(0, 4, 8) STEP(1, 5, 9) STEP(2, 6, 10) STEP(3, 7, 11) STEP(4, 4, 12)
+                         STEP(5, 5, 13) STEP(6, 6, 14) STEP(7, 7, 15)
+                     "dec %[n]\n\tjnz 1b\n\t"
+                     "vpaddw %%ymm8, %%ymm9, %%ymm8\n\tvpaddw %%ymm8, %%ymm10, %%ymm8\n\t"
+                     "vpaddw %%ymm8, %%ymm11, %%ymm8\n\tvpaddw %%ymm8, %%ymm12, %%ymm8\n\t"
+                     "vpaddw %%ymm8, %%ymm13, %%ymm8\n\tvpaddw %%ymm8, %%ymm14, %%ymm8\n\t"
+                     "vpaddw %%ymm8, %%ymm15, %%ymm8\n\tvmovdqu %%ymm8, (%[out])\n\tvzeroupper"
+                     : [n] "+r"((long){STEPS})
+                     : [q] "r"(quads), [out] "r"(sums)
+                     : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+#undef STEP
+    const double dt = thread_cpu_s() - t0;
+    return 2.0 * PRODUCTS * STEPS / dt * 1e-9;
+}
+#endif
 
 /* Random quant bytes, with every block's fp16 scales (d, and dmin where
  * the type has one) set to small finite values. */
@@ -199,6 +247,16 @@ int main(int argc, char **argv)
             return 1;
     int mismatch = 0;
     printf("prefill: matrix %ld x %d, 1 thread, best of %d, GFLOP/s\n", p_rows, cols, reps);
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        double roof = 0;
+        for (int r = 0; r < 3; r++) {
+            const double g = avx2_roof_gflops();
+            roof = g > roof ? g : roof;
+        }
+        printf("AVX2 multiply roof (vpbroadcastd, vpmaddubsw, vpaddw: 32 products): %.1f GFLOP/s\n", roof);
+    }
+#endif
     for (int i = 0; i < N_TYPES; i++) {
         cv_type t = types[i];
         if (only && cv_type_from_name(only) != (int)t)
