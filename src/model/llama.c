@@ -180,15 +180,14 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
     void *raw = cv_malloc(t->size);
     if (!raw)
         return cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
-    const int failed = read_tensor(m, t->data, t->size, raw, err, errlen);
-    if (!failed)
+    const int rc = read_tensor(m, t->data, t->size, raw, err, errlen);
+    if (rc == 0) {
         tt->to_float(raw, *copy, n);
+        *out = *copy;
+        *copy += n;
+    }
     cv_free(raw);
-    if (failed)
-        return -1;
-    *out = *copy;
-    *copy += n;
-    return 0;
+    return rc;
 }
 
 /* ---- weights in private memory ---- */
