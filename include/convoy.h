@@ -247,7 +247,9 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
  * end-of-generation token once the grammar may end. The stage that samples
  * applies it, so one machine and a pipeline give the same ids. Until the
  * slot's sampler is set again or the slot is freed. convoy_grammar_check
- * parses a grammar alone (the same errors, naming the line). */
+ * parses a grammar alone (the same errors, naming the line). A grammar has
+ * at most CONVOY_GRAMMAR_TEXT_MAX bytes. */
+#define CONVOY_GRAMMAR_TEXT_MAX 65520u
 int convoy_grammar_check(const char *text, size_t len, char *err, size_t errlen);
 int convoy_set_grammar(convoy_ctx *c, int32_t seq, const char *text, size_t len, int32_t from, char *err,
                        size_t errlen);

@@ -378,6 +378,63 @@ static int sample(int n, const char *schema)
     return bad;
 }
 
+/* Nested arrays `depth` deep around a string ("{\"type\":\"array\",\"items\":" ... "}"), and the
+ * instance holding one string that deep. */
+static void nested_arrays(int depth, char *schema, size_t cap, char *instance, size_t icap)
+{
+    size_t n = 0, m = 0;
+    for (int i = 0; i < depth; i++) {
+        n += (size_t)snprintf(schema + n, cap - n, "{\"type\":\"array\",\"items\":");
+        m += (size_t)snprintf(instance + m, icap - m, "[");
+    }
+    n += (size_t)snprintf(schema + n, cap - n, "{\"type\":\"string\"}");
+    m += (size_t)snprintf(instance + m, icap - m, "\"x\"");
+    for (int i = 0; i < depth; i++) {
+        n += (size_t)snprintf(schema + n, cap - n, "}");
+        m += (size_t)snprintf(instance + m, icap - m, "]");
+    }
+}
+
+/* Hostile schemas (issue 33, item 1): an item's expression is written once, so nesting grows the
+ * grammar linearly (before: doubling per level, 1 GB at depth 25); the byte limit and the nesting
+ * limit are met as the compiler goes, with errors naming them. */
+static void test_hostile_sizes(void)
+{
+    static char schema[1 << 16], instance[1 << 12];
+    const int depths[] = {25, 30, 60};
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+        nested_arrays(depths[i], schema, sizeof schema, instance, sizeof instance);
+        char err[CV_ERRLEN];
+        char *text = compile(schema, err, sizeof err);
+        CHECKF(text && strlen(text) < 100u * (size_t)depths[i], "depth %d: %s", depths[i], text ? "too long" : err);
+        const probe p[] = {{instance, 1}, {"[\"x\"]", 0}, {"[[],[]]", 1}};
+        if (text)
+            check_schema(schema, p, 3);
+        free(text);
+    }
+    nested_arrays(70, schema, sizeof schema, instance, sizeof instance);
+    refused(schema, "nest more than 64 deep", "#/items/items");
+
+    /* 120 optional properties: linear text, no parentheses 120 deep */
+    size_t n = (size_t)snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 120; i++)
+        n += (size_t)snprintf(schema + n, sizeof schema - n, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    snprintf(schema + n, sizeof schema - n, "},\"additionalProperties\":false}");
+    CHECK_SCHEMA(schema, {"{}", 1}, {"{\"p0\":1,\"p119\":2}", 1}, {"{\"p7\":1,\"p3\":2}", 0}, {"{\"q\":1}", 0});
+
+    /* past the byte limit: refused, naming it */
+    n = (size_t)snprintf(schema, sizeof schema, "{\"enum\":[");
+    for (int i = 0; i < 5000; i++)
+        n += (size_t)snprintf(schema + n, sizeof schema - n, "%s\"value-%d\"", i ? "," : "", i);
+    snprintf(schema + n, sizeof schema - n, "]}");
+    refused(schema, "the grammar passes 65520 bytes", "#");
+    n = (size_t)snprintf(schema, sizeof schema, "{\"type\":\"array\",\"prefixItems\":[");
+    for (int i = 0; i < 3000; i++)
+        n += (size_t)snprintf(schema + n, sizeof schema - n, "%s{\"type\":\"integer\"}", i ? "," : "");
+    snprintf(schema + n, sizeof schema - n, "]}");
+    refused(schema, "the grammar passes 65520 bytes", "#");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--sample"))
@@ -389,5 +446,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_combinators);
     TEST_RUN(test_integer_ranges);
     TEST_RUN(test_number_ranges);
+    TEST_RUN(test_hostile_sizes);
     return test_summary();
 }

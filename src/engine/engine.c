@@ -7,6 +7,7 @@
  * of pipeline stages. */
 #include "convoy.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -655,6 +656,8 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
     c->n_logprobs[seq] = p->n_logprobs;
     return 0;
 }
+
+static_assert(CONVOY_GRAMMAR_TEXT_MAX == CV_CONSTRAINT_TEXT_MAX, "convoy.h states the slots' grammar limit");
 
 int convoy_grammar_check(const char *text, size_t len, char *err, size_t errlen)
 {

@@ -4,7 +4,14 @@
  * expression (malloc'd text, parenthesized when it has alternatives);
  * named rules (primitives, object members, $ref targets) collect in a
  * table, deduplicated by body. Errors: the first one wins, written with
- * the JSON pointer of the place (ctx.path) into the caller's buffer. */
+ * the JSON pointer of the place (ctx.path) into the caller's buffer.
+ *
+ * The schema is untrusted, so the work is bounded as it goes, not at the
+ * end: an expression written twice (an array's item, an object's optional
+ * tail) becomes a rule and is written by name (share), so the text grows
+ * with the schema, never by doubling per level; every subschema's
+ * expression and every rule count against the grammar's byte limit the
+ * moment they exist (budget); and schemas nest at most MAX_NESTING deep. */
 #include "serve/schema.h"
 
 #include <math.h>
@@ -19,10 +26,13 @@
 #include "core/err.h"
 #include "core/utf8.h"
 #include "serve/buf.h"
+#include "convoy.h"
 
 #define MAX_INT_DIGITS 16
 #define INT_INF 9999999999999999LL /* the largest integer part: 16 digits */
 #define MAX_MERGE_DEPTH 32
+#define MAX_NESTING 64  /* subschemas inside subschemas */
+#define SHARE_BYTES 32  /* an expression written twice becomes a rule from this length on */
 
 typedef struct rule {
     char *name, *body; /* body NULL while a $ref target is being compiled */
@@ -40,6 +50,8 @@ typedef struct ctx {
     ref *refs;
     int nrefs, caprefs;
     int depth; /* structural characters consumed on the way here (for $ref cycles) */
+    int nesting;  /* subschemas open on the way here */
+    size_t text;  /* bytes of the rules so far */
     char path[1024];
     size_t plen;
     char *err;
@@ -98,6 +110,25 @@ static char *chk(ctx *c, char *s)
     if (!s)
         oom(c);
     return s;
+}
+
+/* Whether the rules so far and more bytes stay within the grammar's byte limit (fails if not). */
+static bool within_budget(ctx *c, size_t more)
+{
+    if (c->text + more <= CONVOY_GRAMMAR_TEXT_MAX)
+        return true;
+    fail(c, "the grammar passes %u bytes, the most a request may use", CONVOY_GRAMMAR_TEXT_MAX);
+    return false;
+}
+
+/* expr, or NULL (expr freed) when it would not fit beside the rules so far. */
+static char *budget(ctx *c, char *expr)
+{
+    if (expr && !within_budget(c, strlen(expr))) {
+        cv_free(expr);
+        return NULL;
+    }
+    return expr;
 }
 
 /* Appends a JSON pointer token (escaped ~0 ~1); returns the old length for path_pop. */
@@ -251,6 +282,18 @@ static rule *find_rule(ctx *c, const char *name)
     return NULL;
 }
 
+/* Gives rule r its body (taken over), counted against the byte limit; false after a failure. */
+static bool set_body(ctx *c, rule *r, char *body)
+{
+    if (body && !within_budget(c, strlen(body))) {
+        cv_free(body);
+        return false;
+    }
+    r->body = body;
+    c->text += body ? strlen(body) : 0;
+    return !c->failed;
+}
+
 /* Adds a rule named after base (made unique) with body (taken over; NULL reserves the name) and
  * returns a copy of its name; an existing rule with the same body is reused. */
 static char *add_rule(ctx *c, const char *base, char *body)
@@ -281,7 +324,8 @@ static char *add_rule(ctx *c, const char *base, char *body)
     if (!n)
         snprintf(clean, sizeof clean, "r");
     char *name = xstrdup(clean);
-    for (int k = 2; name && find_rule(c, name); k++) {
+    /* numbered from the rule count, so a base met n times is not probed n times */
+    for (int k = c->nrules + 1; name && find_rule(c, name); k++) {
         cv_free(name);
         name = xfmt("%s-%d", clean, k);
     }
@@ -300,8 +344,20 @@ static char *add_rule(ctx *c, const char *base, char *body)
         c->rules = r;
         c->caprules = cap;
     }
-    c->rules[c->nrules++] = (rule){name, body};
+    c->rules[c->nrules++] = (rule){name, NULL};
+    c->text += strlen(name) + sizeof " ::= \n" - 1;
+    if (!set_body(c, &c->rules[c->nrules - 1], body))
+        return NULL;
     return chk(c, xstrdup(name));
+}
+
+/* expr itself when short, else the name of a rule holding it (expr taken over): for an expression
+ * the caller writes more than once. */
+static char *share(ctx *c, const char *base, char *expr)
+{
+    if (!expr || strlen(expr) < SHARE_BYTES)
+        return expr;
+    return add_rule(c, base, expr);
 }
 
 /* ---- primitives ----------------------------------------------------------------------------------- */
@@ -536,6 +592,7 @@ static char *int_range(long long lo, long long hi)
 /* ---- the compiler --------------------------------------------------------------------------------- */
 
 static char *gen(ctx *c, const json_t *s);
+static char *gen_schema(ctx *c, const json_t *s);
 
 static const char *const annotations[] = {"title",    "description", "examples",        "default",
                                           "$schema",  "$id",         "$anchor",         "$comment",
@@ -679,8 +736,10 @@ static char *gen_ref(ctx *c, const char *ptr)
         cv_free(name);
         return NULL;
     }
-    rule *r = find_rule(c, name);
-    r->body = body;
+    if (!set_body(c, find_rule(c, name), body)) {
+        cv_free(name);
+        return NULL;
+    }
     return name;
 }
 
@@ -755,6 +814,7 @@ static char *gen_enum(ctx *c, const json_t *s)
     if (!e)
         return oom(c);
     int k = 0;
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = en ? json_array_get(en, i) : cn;
         bool ok = !type;
@@ -774,7 +834,13 @@ static char *gen_enum(ctx *c, const json_t *s)
             return oom(c);
         }
         sv_buf_free(&b);
-        k++;
+        total += strlen(e[k++]) + 3;
+        if (!within_budget(c, total)) {
+            for (int j = 0; j < k; j++)
+                cv_free(e[j]);
+            cv_free(e);
+            return NULL;
+        }
     }
     if (!k) {
         cv_free(e);
@@ -1148,20 +1214,23 @@ static char *extra_kv(ctx *c, const member *m, int n, const json_t *addl)
     return add_rule(c, "extra-kv", body);
 }
 
-/* The braces around the members in order (required ones always, optional ones maybe) then extras. */
-static char *member_sequence(const member *m, int n, const char *extra)
+/* The braces around the members in order (required ones always, optional ones maybe) then extras
+ * (extra: a rule name or NULL). */
+static char *member_sequence(ctx *c, const member *m, int n, const char *extra)
 {
-    /* F(i): members from i on, none written yet; A(i): members from i on, each after a comma */
+    /* F(i): members from i on, none written yet; A(i): members from i on, each after a comma.
+     * F(i) and A(i) both write A(i+1), F(i) also F(i+1): shared, so the text grows linearly with n
+     * and parentheses do not nest n deep. */
     char *f = extra ? xfmt("( %s ( \",\" ws %s )* )?", extra, extra) : xstrdup("");
-    char *a = extra ? xfmt("( \",\" ws %s )*", extra) : xstrdup("");
+    char *a = share(c, "rest", extra ? xfmt("( \",\" ws %s )*", extra) : xstrdup(""));
     for (int i = n - 1; i >= 0 && f && a; i--) {
         char *nf = m[i].required ? xfmt("%s %s", m[i].kv, a)
                                  : xfmt("( %s %s | %s )", m[i].kv, a, f);
         char *na = m[i].required ? xfmt("\",\" ws %s %s", m[i].kv, a) : xfmt("( \",\" ws %s )? %s", m[i].kv, a);
         cv_free(f);
         cv_free(a);
-        f = nf;
-        a = na;
+        f = share(c, "members", budget(c, nf));
+        a = share(c, "rest", budget(c, na));
     }
     char *r = f && a ? xfmt("\"{\" %s \"}\"", f) : NULL;
     cv_free(f);
@@ -1185,7 +1254,7 @@ static char *gen_object_members(ctx *c, member *m, int n, const json_t *addl)
         if (!extra)
             return NULL;
     }
-    char *r = member_sequence(m, n, extra);
+    char *r = member_sequence(c, m, n, extra);
     cv_free(extra);
     return r ? r : (c->failed ? NULL : oom(c));
 }
@@ -1362,7 +1431,7 @@ static char *array_rest_only(const array_shape *a, const char *r_expr)
 }
 
 /* The prefix items (those from minItems on optional, each only after the one before), then the rest. */
-static char *array_prefixed(const array_shape *a, char **p, const char *r_expr)
+static char *array_prefixed(ctx *c, const array_shape *a, char **p, const char *r_expr)
 {
     const long long mn = a->mn, mx = a->mx, k = a->k;
     char *cur;
@@ -1379,6 +1448,7 @@ static char *array_prefixed(const array_shape *a, char **p, const char *r_expr)
         cur = item && j >= mn ? xfmt("( %s )?", item) : item;
         if (item && j >= mn)
             cv_free(item);
+        cur = share(c, "items", budget(c, cur)); /* each item's text once, parentheses not k deep */
     }
     return cur;
 }
@@ -1389,7 +1459,7 @@ static char *gen_array(ctx *c, const json_t *s)
     if (array_items(c, s, &a) || array_bounds(c, s, &a))
         return NULL;
     c->depth++;
-    char *r_expr = array_item_rule(c, &a);
+    char *r_expr = share(c, "item", array_item_rule(c, &a));
     char **p = array_prefix_rules(c, &a);
     c->depth--;
     char *cur = NULL;
@@ -1397,7 +1467,7 @@ static char *gen_array(ctx *c, const json_t *s)
     if (!p)
         oom(c);
     if (!c->failed && (!a.has_rest || r_expr)) {
-        cur = a.k == 0 ? array_rest_only(&a, r_expr) : array_prefixed(&a, p, r_expr);
+        cur = a.k == 0 ? array_rest_only(&a, r_expr) : array_prefixed(c, &a, p, r_expr);
         if (!cur)
             oom(c);
     }
@@ -1734,11 +1804,22 @@ static char *gen_types(ctx *c, const json_t *s)
     return alts(c, e, nt);
 }
 
-/* One schema: boolean schemas, then by keyword family ($ref, allOf, anyOf/oneOf, enum/const, types). */
+/* One schema, nested at most MAX_NESTING deep, its expression within the byte limit. */
 static char *gen(ctx *c, const json_t *s)
 {
     if (c->failed)
         return NULL;
+    if (c->nesting == MAX_NESTING)
+        return fail(c, "subschemas nest more than %d deep", MAX_NESTING);
+    c->nesting++;
+    char *r = budget(c, gen_schema(c, s));
+    c->nesting--;
+    return r;
+}
+
+/* One schema: boolean schemas, then by keyword family ($ref, allOf, anyOf/oneOf, enum/const, types). */
+static char *gen_schema(ctx *c, const json_t *s)
+{
     if (json_is_true(s))
         return use_prim(c, "value");
     if (json_is_false(s))
@@ -1810,8 +1891,7 @@ char *cv_schema_grammar(const json_t *schema, char *err, size_t errlen)
     char *root = add_rule(&c, "root", NULL);
     char *body = root ? gen(&c, schema) : NULL;
     char *out = NULL;
-    if (body) {
-        find_rule(&c, "root")->body = body;
+    if (body && set_body(&c, find_rule(&c, "root"), body)) {
         out = assemble(&c);
         if (!out)
             oom(&c);
