@@ -37,7 +37,7 @@ static void usage(FILE *f)
             "                    [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N] [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
-            "                    [--chat-template NAME] [--max-body BYTES]\n"
+            "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt]\n"
             "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
             "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "  mistral, gemma, phi3) or a Jinja template file (default: the model's own tokenizer.chat_template,\n"
             "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too;\n"
+            "  --no-cache-prompt: a slot forgets its tokens when its request ends (default: it keeps them, and a\n"
+            "  request whose prompt starts with them runs only the rest; a request's \"cache_prompt\": false does\n"
+            "  that for itself); GET /slots shows what each slot holds;\n"
             "  --nodes: a pipeline of `convoy stage` nodes; a first node \"local\" makes this machine the\n"
             "  first stage (--nodes local,HOST:PORT: two machines, two stages); a node silent for\n"
             "  --peer-timeout (default 5000 ms; a working node pulses) or gone is replaced by a --standby\n"
@@ -77,7 +80,7 @@ typedef struct serve_opts {
     const char *model_path, *host, *alias, *chat_template;
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers;
     int32_t queue, port, ctx_size, client_slots, client_connections;
-    bool ctx_size_given, client_slots_given, strict_model, verbose;
+    bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt;
     int64_t seed_value; /* -1: a fresh seed per request */
     uint64_t max_body;
     convoy_ctx_params cp;
@@ -166,6 +169,7 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"n-gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers, .word = "ngl"},
         {"gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers},
         {"verbose", 'v', ARG_FLAG, .dst = &o->verbose},
+        {"no-cache-prompt", 0, ARG_FLAG, .dst = &o->no_cache_prompt},
         {0},
     };
     const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -247,6 +251,7 @@ static int open_engine(serve_opts *o, serve_state *s)
         return 1;
     }
     sv_sched_set_client_slots(s->sched, o->client_slots);
+    sv_sched_set_prompt_cache(s->sched, !o->no_cache_prompt);
     return 0;
 }
 

@@ -179,3 +179,20 @@ char *sv_props_json(const oai_server *srv, const sv_props *p)
                           "params", params, "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
                           p->model_path, "chat_template", tmpl ? tmpl : "", "build_info", p->build_info));
 }
+
+char *sv_slots_json(sv_sched *s)
+{
+    sv_sched_stats st;
+    sv_sched_get_stats(s, &st);
+    sv_slot_info *info = cv_calloc((size_t)st.n_slot, sizeof *info);
+    json_t *a = info ? json_array() : NULL;
+    const int32_t n = info ? sv_sched_get_slots(s, info) : 0;
+    for (int32_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:i}", "id", info[i].id, "n_ctx", info[i].n_ctx,
+                                               "is_processing", info[i].processing, "n_tokens", info[i].n_tokens))) {
+            json_decref(a);
+            a = NULL;
+        }
+    cv_free(info);
+    return a ? dump(a) : NULL;
+}

@@ -64,12 +64,13 @@ enum route {
     R_HEALTH,
     R_METRICS,
     R_PROPS,
+    R_SLOTS,
     R_OTHER,
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
     "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",
-    "/v1/models/{id}", "/health",              "/metrics",      "/props",    "other"};
+    "/v1/models/{id}", "/health",              "/metrics",      "/props",    "/slots", "other"};
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
@@ -304,7 +305,8 @@ static int gen_poll(gen *g, int timeout_ms)
 
 static oai_usage gen_usage(const gen *g)
 {
-    return (oai_usage){.prompt_tokens = g->req.params.n_prompt, .completion_tokens = g->n_seen};
+    return (oai_usage){.prompt_tokens = g->req.params.n_prompt, .cached_tokens = sv_request_cached(g->r),
+                       .completion_tokens = g->n_seen};
 }
 
 /* The logprobs of the tokens since the last call (NULL if not asked for). */
@@ -602,6 +604,9 @@ static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
 {
     metric(b, "convoy_prompt_tokens_total", "counter", "Prompt tokens run through the model.",
            (double)st->prompt_tokens);
+    metric(b, "convoy_prompt_tokens_cached_total", "counter",
+           "Prompt tokens taken from the slots' cache instead of run through the model.",
+           (double)st->prompt_tokens_cached);
     metric(b, "convoy_generated_tokens_total", "counter", "Tokens sampled.", (double)st->generated_tokens);
     metric(b, "convoy_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 seconds.",
            st->tokens_per_second);
@@ -721,6 +726,8 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
         return send_metrics(h, c, cc);
     case R_PROPS:
         return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props));
+    case R_SLOTS:
+        return send_json(h, c, cc, 200, sv_slots_json(h->sched));
     default:
         return MHD_NO;
     }
@@ -734,7 +741,8 @@ static enum route route_of(const char *url)
     } exact[] = {{"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
                  {"/v1/responses", R_RESPONSES},     {"/tokenize", R_TOKENIZE},
                  {"/detokenize", R_DETOKENIZE},      {"/v1/models", R_MODELS},        {"/health", R_HEALTH},
-                 {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS}};
+                 {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS},
+                 {"/slots", R_SLOTS}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))
             return exact[i].rt;

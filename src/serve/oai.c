@@ -274,7 +274,11 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
             return -1;
         sp->seed = (uint64_t)x;
     }
-    return get_bool(body, "ignore_eos", &r->params.ignore_eos, e);
+    bool cache_prompt = true;
+    if (get_bool(body, "ignore_eos", &r->params.ignore_eos, e) || get_bool(body, "cache_prompt", &cache_prompt, e))
+        return -1;
+    r->params.cold = !cache_prompt;
+    return 0;
 }
 
 static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
@@ -732,8 +736,9 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
 
 static json_t *usage_json(const oai_usage *u)
 {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
-                     "total_tokens", u->prompt_tokens + u->completion_tokens);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
+                     u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", u->cached_tokens);
 }
 
 /* OpenAI's tool_calls array: [{id, type "function", function {name, arguments}}]. */

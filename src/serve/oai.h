@@ -95,6 +95,7 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
 
 typedef struct oai_usage {
     int32_t prompt_tokens;
+    int32_t cached_tokens; /* of the prompt's, taken from the slot's cache */
     int32_t completion_tokens;
 } oai_usage;
 

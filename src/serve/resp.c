@@ -30,8 +30,9 @@ static json_t *response(const oai_server *srv, const resp_ids *s, const char *te
                         const oai_usage *u)
 {
     const bool cut = text && finish && !strcmp(finish, "length");
-    json_t *usage = u ? json_pack("{s:i,s:i,s:i}", "input_tokens", u->prompt_tokens, "output_tokens",
-                                  u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens)
+    json_t *usage = u ? json_pack("{s:i,s:{s:i},s:i,s:i}", "input_tokens", u->prompt_tokens, "input_tokens_details",
+                                  "cached_tokens", u->cached_tokens, "output_tokens", u->completion_tokens,
+                                  "total_tokens", u->prompt_tokens + u->completion_tokens)
                       : json_null();
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o,s:n}", "id", s->id, "object", "response", "created_at",
                      (json_int_t)s->created, "status",

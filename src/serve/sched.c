@@ -44,7 +44,22 @@
  * tokens and published by advancing n_out; a token the engine gave none
  * for ends its request with an error rather than publish garbage. A
  * request is freed when both its submitter and the scheduler have let it
- * go (refs reaches 0). */
+ * go (refs reaches 0).
+ *
+ * The prompt cache: a slot whose request ended keeps its KV and the tokens
+ * at its positions (s->kept: end_slot_locked copies the tokens the request
+ * published, A cuts the slot back to them instead of emptying it: the
+ * engine's length may hold accepted drafts past the last published token).
+ * B gives a queued request the free slot whose kept tokens share the
+ * longest prefix with its prompt (ties, and no match: the least recently
+ * used) and C cuts that slot back to the reused prefix (reuse_len: one
+ * prompt token at least is left to run, and, for a request with
+ * penalties, its whole penalty window, so that the sampler's history is a
+ * cold slot's). Kernels are batch- and chunk-invariant, so the prefix's KV
+ * holds the bits a cold prefill writes: a request's tokens and logprobs do
+ * not depend on what its slot held. A failed request's slot is emptied; on
+ * a pipeline the engine's journal holds the kept tokens too, so a failover
+ * rebuilds them on the new chain. */
 #include "serve/sched.h"
 
 #include <pthread.h>
@@ -79,6 +94,8 @@ struct sv_request {
     uint64_t client;
     char *grammar;       /* NULL or grammar_len bytes */
     size_t grammar_len;
+    bool cold;           /* start from an empty slot (cache_prompt: false) */
+    int32_t n_cached;    /* prompt tokens taken from the slot's cache (set at admission) */
     int32_t slot;        /* while RQ_ACTIVE */
     double t_submit;
     int32_t *out;        /* prompt + n_prompt: [max_tokens] */
@@ -97,6 +114,14 @@ typedef struct sv_slot {
     bool spec_round; /* drafts were asked for with the batch in flight (0 or more came) */
     bool in_flight;  /* in a submitted batch not yet collected */
 } sv_slot;
+
+/* What a slot's KV holds while no request runs in it: the token at each
+ * of its first n positions. */
+typedef struct sv_kept {
+    int32_t *tok;  /* [n_ctx] */
+    int32_t n;
+    uint64_t used; /* s->use_clock when its last request started: the least recently used goes first */
+} sv_kept;
 
 /* A submitted batch, until it is collected. */
 typedef struct sv_flight {
@@ -135,6 +160,9 @@ struct sv_sched {
     double retry_at;    /* while stats.down: the next reconnect */
     double retry_wait;  /* and the wait after it, doubling */
     double check_at;    /* while idle: the next health check of the engine */
+    sv_kept *kept;      /* [n_slot] written by the inference thread, under mu */
+    uint64_t use_clock;
+    bool prompt_cache;  /* slots keep their cache for the next request */
 
     /* inference thread only */
     sv_slot *slots;
@@ -149,6 +177,8 @@ struct sv_sched {
     int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
     int32_t k_max;        /* the spec's most drafts per round */
 };
+
+static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
 static void request_free(sv_request *r)
 {
@@ -188,10 +218,15 @@ static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char 
     unref_locked(r);
 }
 
-/* Ends a slot's request; the slot is emptied in the next A. The caller
- * holds mu. */
+/* Ends a slot's request; the next A cuts the slot back to the tokens its
+ * request published (kept, unless it failed or the cache is off) or
+ * empties it. The caller holds mu. */
 static void end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg)
 {
+    const sv_request *r = sl->req;
+    sv_kept *k = &s->kept[r->slot];
+    k->n = why == SV_FINISH_ERROR || !s->prompt_cache ? 0 : min_i32(r->n_prompt + r->n_out, s->n_ctx);
+    memcpy(k->tok, r->prompt, sizeof(int32_t) * (size_t)k->n);
     finish_locked(s, sl->req, why, msg);
     sl->state = SLOT_ENDING;
 }
@@ -215,18 +250,38 @@ static void queue_remove_locked(sv_sched *s, sv_request *r)
     s->q_len = k;
 }
 
-/* Empties slot i in the engine and the drafter and frees it; returns
- * convoy_seq_free's result. */
-static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
+/* Empties slot i in the engine and the drafter; returns convoy_seq_free's
+ * result. */
+static int slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
 {
     const int rc = convoy_seq_free(s->ctx, i, err, errlen);
     if (s->spec)
         convoy_spec_seq_free(s->spec, i);
+    return rc;
+}
+
+/* Empties slot i and frees it. */
+static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
+{
+    s->slots[i] = (sv_slot){.state = SLOT_FREE};
+    return slot_free_engine(s, i, err, errlen);
+}
+
+/* A: cuts slot i, whose request ended, back to its kept tokens and frees
+ * it for the next request; its cache is dropped when that fails. */
+static int slot_keep(sv_sched *s, int32_t i, char *err, size_t errlen)
+{
+    const int32_t len = min_i32(convoy_seq_len(s->ctx, i), s->kept[i].n);
+    const int rc = convoy_seq_truncate(s->ctx, i, len, err, errlen);
+    pthread_mutex_lock(&s->mu);
+    s->kept[i].n = rc ? 0 : len;
+    pthread_mutex_unlock(&s->mu);
     s->slots[i] = (sv_slot){.state = SLOT_FREE};
     return rc;
 }
 
-/* A: empties the slots whose request ended; returns how many. */
+/* A: frees the slots whose request ended, each keeping its cache where it
+ * has one; returns how many. */
 static int32_t empty_ended_slots(sv_sched *s)
 {
     char err[CV_ERRLEN];
@@ -234,7 +289,9 @@ static int32_t empty_ended_slots(sv_sched *s)
     for (int32_t i = 0; i < s->n_slot; i++) {
         if (s->slots[i].state != SLOT_ENDING)
             continue;
-        if (slot_free(s, i, err, sizeof err))
+        if (s->kept[i].n > 0 && slot_keep(s, i, err, sizeof err))
+            sv_log(SV_LOG_WARN, "slot %d drops its cache: %s", i, err);
+        if (s->kept[i].n == 0 && slot_free(s, i, err, sizeof err))
             sv_log(SV_LOG_ERROR, "freeing slot %d: %s", i, err);
         n_freed++;
     }
@@ -294,20 +351,67 @@ static sv_request *next_admitted_locked(const sv_sched *s)
     return best;
 }
 
-/* B: moves queued requests into free slots, fairly across clients. */
-static void admit_locked(sv_sched *s)
+/* The tokens kept in slot i that r's prompt starts with (0 for a cold request). */
+static int32_t common_prefix(const sv_sched *s, int32_t i, const sv_request *r)
 {
-    for (int32_t i = 0; i < s->n_slot && s->q_len > 0; i++) {
+    const sv_kept *k = &s->kept[i];
+    const int32_t n = r->cold ? 0 : min_i32(k->n, r->n_prompt);
+    int32_t p = 0;
+    while (p < n && k->tok[p] == r->prompt[p])
+        p++;
+    return p;
+}
+
+/* The free slot for r: the longest common prefix (*prefix), then the least
+ * recently used; -1 when every slot is held. */
+static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < s->n_slot; i++) {
         if (s->slots[i].state != SLOT_FREE)
             continue;
+        const int32_t p = common_prefix(s, i, r);
+        if (best < 0 || p > *prefix || (p == *prefix && s->kept[i].used < s->kept[best].used)) {
+            best = i;
+            *prefix = p;
+        }
+    }
+    return best;
+}
+
+/* The prompt tokens r takes from a common prefix of `prefix`: one token at
+ * least is left to run, so that the first output has fresh logits, and
+ * with penalties the penalty window too, so that the sampler sees every
+ * id a cold slot's would. */
+static int32_t reuse_len(const sv_request *r, int32_t prefix)
+{
+    const convoy_sampling_params *p = &r->sampler;
+    const bool penalties = p->penalty_last_n > 0 &&
+                           (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
+    int32_t n = min_i32(prefix, r->n_prompt - 1);
+    if (penalties)
+        n = min_i32(n, r->n_prompt - p->penalty_last_n);
+    return n > 0 ? n : 0;
+}
+
+/* B: moves queued requests into free slots, fairly across clients, each
+ * into the slot that holds the most of its prompt. */
+static void admit_locked(sv_sched *s)
+{
+    while (s->q_len > 0) {
         sv_request *r = next_admitted_locked(s);
-        if (!r)
+        int32_t prefix = 0;
+        const int32_t i = r ? best_free_slot(s, r, &prefix) : -1;
+        if (i < 0)
             return;
         queue_remove_locked(s, r);
         r->state = RQ_ACTIVE;
         r->slot = i;
+        r->n_cached = reuse_len(r, prefix);
+        s->kept[i].used = ++s->use_clock;
         s->active[i] = r;
-        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r};
+        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .n_fed = r->n_cached, .n_past = r->n_cached};
+        s->stats.prompt_tokens_cached += (uint64_t)r->n_cached;
         s->n_held++;
         s->n_running++;
     }
@@ -405,9 +509,21 @@ static void check_when_idle(sv_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* C: sets up each admitted slot's sampler (it allocates, so it is done
- * here, out of the step loop); a slot the engine refuses ends its
- * request. */
+/* C: cuts slot i back to the n prompt tokens its request reuses (an
+ * empty slot when none). */
+static int slot_reuse(sv_sched *s, int32_t i, int32_t n, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->mu);
+    s->kept[i].n = 0; /* the request's tokens replace them */
+    pthread_mutex_unlock(&s->mu);
+    if (n == 0)
+        return slot_free_engine(s, i, err, errlen);
+    return convoy_seq_truncate(s->ctx, i, n, err, errlen);
+}
+
+/* C: sets up each admitted slot: cut back to its reused prefix, then its
+ * sampler (it allocates, so it is done here, out of the step loop); a
+ * slot the engine refuses ends its request. */
 static void start_admitted(sv_sched *s)
 {
     char err[CV_ERRLEN];
@@ -416,7 +532,8 @@ static void start_admitted(sv_sched *s)
         if (sl->state != SLOT_STARTING)
             continue;
         const sv_request *r = sl->req;
-        if (convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
+        if (slot_reuse(s, i, r->n_cached, err, sizeof err) ||
+            convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
             (r->grammar && convoy_set_grammar(s->ctx, i, r->grammar, r->grammar_len, r->n_prompt, err, sizeof err))) {
             pthread_mutex_lock(&s->mu);
             end_slot_locked(s, sl, SV_FINISH_ERROR, err);
@@ -427,8 +544,6 @@ static void start_admitted(sv_sched *s)
         sl->state = SLOT_PREFILL;
     }
 }
-
-static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
 /* D: the drafts of group g's decoding slots into s->drafts and each slot's
  * n_draft, from one proposal call (spec_round marks the slots asked; E
@@ -773,10 +888,14 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->queue = cv_calloc((size_t)s->q_ring, sizeof *s->queue);
     s->slots = cv_calloc((size_t)n_slot, sizeof *s->slots);
     s->active = cv_calloc((size_t)n_slot, sizeof *s->active);
+    s->kept = cv_calloc((size_t)n_slot, sizeof *s->kept);
+    s->prompt_cache = true;
     s->depth = convoy_ctx_depth(ctx) < n_slot ? convoy_ctx_depth(ctx) : n_slot;
     s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-    bool ok = s->queue && s->slots && s->active && s->flights && s->b_sampled;
+    bool ok = s->queue && s->slots && s->active && s->kept && s->flights && s->b_sampled;
+    for (int32_t i = 0; ok && i < n_slot; i++)
+        ok = (s->kept[i].tok = cv_malloc(sizeof(int32_t) * (size_t)s->n_ctx)) != NULL;
     for (int32_t k = 0; ok && k < s->depth; k++) {
         sv_flight *f = &s->flights[k];
         f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
@@ -848,8 +967,30 @@ void sv_sched_free(sv_sched *s)
     cv_free(s->spec_reqs);
     cv_free(s->slots);
     cv_free(s->active);
+    for (int32_t i = 0; s->kept && i < s->n_slot; i++)
+        cv_free(s->kept[i].tok);
+    cv_free(s->kept);
     cv_free(s->queue);
     cv_free(s);
+}
+
+void sv_sched_set_prompt_cache(sv_sched *s, bool on)
+{
+    pthread_mutex_lock(&s->mu);
+    s->prompt_cache = on;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        const sv_request *r = s->active[i];
+        out[i] = (sv_slot_info){.id = i, .n_ctx = s->n_ctx, .processing = r != NULL,
+                                .n_tokens = r ? r->n_prompt + r->n_out : s->kept[i].n};
+    }
+    pthread_mutex_unlock(&s->mu);
+    return s->n_slot;
 }
 
 void sv_sched_set_client_slots(sv_sched *s, int32_t n)
@@ -962,6 +1103,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->sampler = p->sampler;
     r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
+    r->cold = p->cold;
     r->client = p->client;
     r->t_submit = cv_now_s();
     r->refs = 2;
@@ -1014,6 +1156,14 @@ int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish
 }
 
 const int32_t *sv_request_tokens(const sv_request *r) { return r->out; }
+
+int32_t sv_request_cached(sv_request *r)
+{
+    pthread_mutex_lock(&r->sched->mu);
+    const int32_t n = r->state == RQ_QUEUED ? 0 : r->n_cached;
+    pthread_mutex_unlock(&r->sched->mu);
+    return n;
+}
 
 const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
 {

@@ -11,9 +11,21 @@
  * still reading their prompt, up to the context's batch size (the prefill
  * order rotates, so a long prompt delays nobody by more than its chunks).
  * A slot is set up with convoy_set_sampler (the request's own seed) and
- * its grammar, if it has one, when its request starts and emptied with convoy_seq_free when it ends, so a
- * request's tokens never depend on what else runs: they are the tokens it
- * would get alone. The step loop allocates nothing.
+ * its grammar, if it has one, when its request starts, so a request's
+ * tokens never depend on what else runs: they are the tokens it would get
+ * alone. The step loop allocates nothing.
+ *
+ * The prompt cache (on unless sv_sched_set_prompt_cache turns it off): a
+ * slot whose request ends keeps its KV and the tokens it holds (a failed
+ * request's slot is emptied). A queued request goes to the free slot that
+ * holds the longest prefix of its prompt (ties, and no match: the least
+ * recently used slot), which is cut back to that prefix, and only the
+ * rest of the prompt runs: at least its last token, and, for a request
+ * with repetition, frequency or presence penalties, its last penalty_last_n
+ * tokens. The tokens, logits and logprobs are those of an empty slot, bit
+ * for bit (the kernels are batch- and chunk-invariant). sv_request_cached
+ * tells how many prompt tokens came from the cache; a request with
+ * sv_request_params.cold takes none.
  *
  * A pipeline whose node fails (died, went silent or refused) fails over in
  * the engine (convoy.h): requests pause and go on with the same tokens
@@ -93,11 +105,13 @@ typedef struct sv_request_params {
     uint64_t client;          /* who sent it: requests of one client share its slots (see above) */
     const char *grammar;      /* NULL, or GBNF text the output is held to (convoy_set_grammar); copied at submit */
     size_t grammar_len;
+    bool cold;                /* reuse no cached prompt tokens (llama-server's cache_prompt: false) */
 } sv_request_params;
 
 typedef struct sv_sched_stats {
     uint64_t requests_finished[5]; /* by sv_finish (index 0 unused) */
     uint64_t prompt_tokens;        /* prompt tokens run through the model */
+    uint64_t prompt_tokens_cached; /* prompt tokens taken from the slots' cache instead */
     uint64_t generated_tokens;     /* tokens sampled (accepted drafts' outputs included) */
     uint64_t steps;
     uint64_t steps_shared;         /* steps that carried tokens of two or more requests */
@@ -131,6 +145,17 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
  * its inference thread until sv_sched_free, which does not free it. Fails
  * when out of memory or when a spec was set already. */
 int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen);
+/* Whether slots keep their cache for the next request (default true); call
+ * before the first submit. */
+void sv_sched_set_prompt_cache(sv_sched *s, bool on);
+/* What slot id holds: n_tokens positions (a running request's prompt and
+ * output so far, or an idle slot's kept tokens), of n_ctx. */
+typedef struct sv_slot_info {
+    int32_t id, n_ctx, n_tokens;
+    bool processing;
+} sv_slot_info;
+/* Fills out[0 .. n_slot) (out holds the scheduler's n_slot); returns n_slot. */
+int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out);
 /* The most slots one client may run at once: 1 to the slots (a larger n
  * means all of them). */
 void sv_sched_set_client_slots(sv_sched *s, int32_t n);
@@ -147,6 +172,8 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
  * timeout_ms passed; returns the number of tokens and sets *finish. */
 int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish);
 const int32_t *sv_request_tokens(const sv_request *r);
+/* The prompt tokens taken from the slot's cache (0 until the request has a slot). */
+int32_t sv_request_cached(sv_request *r);
 /* The logprobs of token i, as convoy_logprobs gives them: the sampled
  * id's, then top_logprobs alternatives (best first, ties to the lower id),
  * of the model's distribution (softmax of the raw logits, before penalties

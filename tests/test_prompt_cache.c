@@ -1,0 +1,278 @@
+/* test_prompt_cache.c: the scheduler's prompt cache (serve/sched.h) on
+ * stories260K. Random chats: each turn's prompt is a random-length prefix
+ * of the conversation so far (the last prompt and its answer) followed by
+ * new random tokens, as a client resends a history it may also edit. One
+ * slot, so the test knows what the slot holds: the reused prefix must be
+ * exactly the common prefix it computes (less the last prompt token, and
+ * the penalty window of a request with penalties), and every answer's
+ * tokens and logprobs must equal, bit for bit, those of the same prompts
+ * on a scheduler whose cache is off. Greedy and seeded sampling, with and
+ * without penalties, on one machine and on a 2-stage chain (this process
+ * the first stage); also with a grammar, with prompt-lookup drafts, and on
+ * a chain whose stage is SIGKILLed between turns, a standby taking over
+ * (the journal rebuilds the kept prefix there). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convoy.h"
+#include "kernels/kernels.h"
+#include "serve/sched.h"
+#include "test.h"
+#include "model_test.h"
+#include "stage_test.h"
+
+enum { N_CHAT = 20, N_TURN = 3, N_CTX = 256, MAX_TOK = 12, LP_TOP = 2, HIST_MAX = N_CTX };
+
+static convoy_model *model;
+static char model_path[1024];
+
+typedef struct turn {
+    int32_t prompt[N_CTX];
+    sv_request_params p;
+    int32_t out[MAX_TOK];
+    convoy_logprob lp[MAX_TOK * (1 + LP_TOP)];
+    int32_t n_out, n_cached;
+    sv_finish finish;
+} turn;
+
+static uint64_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 33) % n;
+}
+
+/* A token that is neither BOS nor EOS (ids 1, 2) nor `not`. */
+static int32_t fresh_token(int32_t not)
+{
+    int32_t t;
+    do
+        t = 3 + (int32_t)rnd(509);
+    while (t == not);
+    return t;
+}
+
+static void set_params(turn *t, int32_t n_prompt, int chat, int k, const char *grammar)
+{
+    t->p = (sv_request_params){.prompt = t->prompt, .n_prompt = n_prompt, .max_tokens = MAX_TOK,
+                               .sampler = convoy_sampling_default_params(), .top_logprobs = LP_TOP};
+    t->p.sampler.seed = 7000 + (uint64_t)(chat * N_TURN + k);
+    t->p.sampler.temp = chat % 2 ? 0.8f : 0.0f;
+    if (chat % 5 == 4)
+        t->p.sampler.repeat_penalty = 1.3f, t->p.sampler.penalty_last_n = 16;
+    if (grammar) {
+        t->p.grammar = grammar;
+        t->p.grammar_len = strlen(grammar);
+    }
+}
+
+static void run_turn(sv_sched *s, turn *t)
+{
+    char err[512];
+    sv_request *r;
+    const sv_submit_result sr = sv_sched_submit(s, &t->p, &r, err, sizeof err);
+    CHECKF(sr == SV_SUBMIT_OK, "submit: %s", err);
+    if (sr != SV_SUBMIT_OK)
+        return;
+    sv_finish f = SV_RUNNING;
+    int32_t n = 0;
+    while (f == SV_RUNNING)
+        n = sv_request_wait(r, n, 1000, &f);
+    CHECKF(f == SV_FINISH_STOP || f == SV_FINISH_LENGTH, "finish %d: %s", f, sv_request_error(r));
+    t->n_out = n;
+    t->finish = f;
+    t->n_cached = sv_request_cached(r);
+    memcpy(t->out, sv_request_tokens(r), sizeof(int32_t) * (size_t)n);
+    if (n > 0)
+        memcpy(t->lp, sv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
+    sv_request_release(r);
+}
+
+/* The tokens the reused prefix may take: the common prefix, less the last
+ * prompt token and, with penalties, the penalty window. */
+static int32_t expected_reuse(const sv_request_params *p, int32_t common)
+{
+    int32_t n = common < p->n_prompt - 1 ? common : p->n_prompt - 1;
+    if (p->sampler.repeat_penalty != 1.0f && n > p->n_prompt - p->sampler.penalty_last_n)
+        n = p->n_prompt - p->sampler.penalty_last_n;
+    return n > 0 ? n : 0;
+}
+
+/* The chats on s (cache on), turn by turn, each prompt made from the
+ * conversation so far; between chats `between` runs (a failure, ...). */
+static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, void (*between)(int chat))
+{
+    int32_t hist[HIST_MAX + MAX_TOK], n_hist = 0; /* what the slot holds, as far as the test knows */
+    for (int c = 0; c < N_CHAT; c++) {
+        if (between)
+            between(c);
+        for (int k = 0; k < N_TURN; k++) {
+            turn *t = &chats[c][k];
+            /* every prompt starts with BOS; a chat's first turn shares only that, a later one keeps up to the
+             * whole history less its last token (maybe an unfed output), then differs */
+            int32_t keep = 0, n = 0;
+            if (n_hist == 0)
+                t->prompt[n++] = 1;
+            else
+                keep = n = k == 0 && c % 3 == 0 ? 1 : 1 + (int32_t)rnd((uint32_t)n_hist - 1);
+            memcpy(t->prompt, hist, sizeof(int32_t) * (size_t)keep);
+            const int32_t n_new = 1 + (int32_t)rnd(24);
+            for (int32_t i = 0; i < n_new; i++, n++)
+                t->prompt[n] = fresh_token(i == 0 && keep < n_hist ? hist[keep] : -1);
+            set_params(t, n, c, k, grammar);
+            const int32_t want = expected_reuse(&t->p, keep);
+            run_turn(s, t);
+            CHECKF(t->n_cached == want, "chat %d turn %d: %d cached, the common prefix gives %d", c, k, t->n_cached,
+                   want);
+            /* the slot keeps the prompt and the output, the last output only if it was fed (an EOS was sampled
+             * after it): with drafts it may have been fed anyway, so the test never relies on it */
+            n_hist = t->p.n_prompt + t->n_out - (t->finish == SV_FINISH_LENGTH);
+            memcpy(hist, t->prompt, sizeof(int32_t) * (size_t)t->p.n_prompt);
+            memcpy(hist + t->p.n_prompt, t->out, sizeof(int32_t) * (size_t)t->n_out);
+            if (n_hist + MAX_TOK + 24 >= N_CTX)
+                n_hist = N_CTX / 2; /* the next prompt must fit */
+        }
+    }
+}
+
+/* The same prompts on a scheduler without the cache: the same tokens and logprobs. */
+static void check_cold(sv_sched *s, turn (*chats)[N_TURN])
+{
+    static turn cold;
+    for (int c = 0; c < N_CHAT; c++)
+        for (int k = 0; k < N_TURN; k++) {
+            const turn *w = &chats[c][k];
+            memcpy(cold.prompt, w->prompt, sizeof(int32_t) * (size_t)w->p.n_prompt);
+            cold.p = w->p;
+            cold.p.prompt = cold.prompt;
+            run_turn(s, &cold);
+            CHECKF(cold.n_cached == 0, "a cold slot reused %d tokens", cold.n_cached);
+            CHECKF(cold.n_out == w->n_out && cold.finish == w->finish &&
+                       !memcmp(cold.out, w->out, sizeof(int32_t) * (size_t)w->n_out),
+                   "chat %d turn %d: tokens differ from a cold slot's (%d and %d tokens)", c, k, w->n_out,
+                   cold.n_out);
+            CHECKF(!memcmp(cold.lp, w->lp, sizeof(convoy_logprob) * (size_t)w->n_out * (1 + LP_TOP)),
+                   "chat %d turn %d: logprobs differ from a cold slot's", c, k);
+        }
+}
+
+typedef struct setup {
+    const char *nodes, *standby, *draft, *grammar;
+    bool cold_here; /* the cold run on one machine (the chain's bits by the engine's contract) */
+    void (*between)(int chat);
+} setup;
+
+static sv_sched *open_sched(convoy_ctx *c, const setup *su, bool cache, convoy_spec **spec)
+{
+    char err[512];
+    sv_sched *s = sv_sched_create(c, model, 1, 4, err, sizeof err);
+    CHECKF(s, "%s", err);
+    if (!s)
+        return NULL;
+    sv_sched_set_prompt_cache(s, cache);
+    *spec = NULL;
+    if (su->draft) {
+        convoy_spec_params sp = convoy_spec_default_params();
+        sp.draft = su->draft;
+        *spec = convoy_spec_create(c, model, &sp, err, sizeof err);
+        CHECKF(*spec && !sv_sched_set_spec(s, *spec, err, sizeof err), "%s", err);
+    }
+    return s;
+}
+
+/* Warm chats, then the cold run of the same prompts, each on its own context. */
+static void run_setup(const setup *su)
+{
+    static turn chats[N_CHAT][N_TURN];
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_slot = 1;
+    cp.n_batch = 64;
+    cp.nodes = su->nodes;
+    cp.standby = su->standby;
+    cp.timeout_ms = 1000;
+    for (int cache = 1; cache >= 0; cache--) {
+        if (!cache && su->cold_here)
+            cp.nodes = cp.standby = NULL;
+        convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
+        CHECKF(c, "%s", err);
+        if (!c)
+            return;
+        convoy_spec *spec = NULL;
+        sv_sched *s = open_sched(c, su, cache, &spec);
+        if (s && cache) {
+            rng_state = 12345;
+            run_warm(s, chats, su->grammar, su->between);
+            sv_sched_stats st;
+            sv_sched_get_stats(s, &st);
+            CHECKF(st.prompt_tokens_cached > 0, "no prompt token came from the cache");
+        } else if (s) {
+            check_cold(s, chats);
+        }
+        sv_sched_free(s);
+        convoy_spec_free(spec);
+        convoy_ctx_free(c);
+    }
+}
+
+static void test_one_machine(void) { run_setup(&(setup){0}); }
+
+static void test_grammar(void)
+{
+    run_setup(&(setup){.grammar = "root ::= [ a-z]+ \".\"?"});
+}
+
+static void test_ngram_drafts(void) { run_setup(&(setup){.draft = "ngram"}); }
+
+static void test_chain(void)
+{
+    int port;
+    const pid_t pid = test_start_stage(model_path, &port);
+    char nodes[64];
+    snprintf(nodes, sizeof nodes, "local,127.0.0.1:%d", port);
+    run_setup(&(setup){.nodes = nodes});
+    test_stop_stage(pid);
+}
+
+/* SIGKILL of the chain's stage after chat 7 (its kept prefix is then
+ * only in the head's journal); the standby takes over at the next turn. */
+static pid_t victim;
+
+static void kill_after_7(int chat)
+{
+    if (chat == 8 && victim > 0) {
+        test_stop_stage(victim);
+        victim = 0;
+    }
+}
+
+static void test_chain_failover(void)
+{
+    int port, standby_port;
+    victim = test_start_stage(model_path, &port);
+    const pid_t standby = test_start_stage(model_path, &standby_port);
+    char nodes[64], spare[64];
+    snprintf(nodes, sizeof nodes, "local,127.0.0.1:%d", port);
+    snprintf(spare, sizeof spare, "127.0.0.1:%d", standby_port);
+    run_setup(&(setup){.nodes = nodes, .standby = spare, .between = kill_after_7, .cold_here = true});
+    if (victim > 0)
+        test_stop_stage(victim);
+    test_stop_stage(standby);
+}
+
+int main(void)
+{
+    cv_kernels_init(0);
+    if (!(model = test_load_stories_path(model_path, sizeof model_path)))
+        return test_summary();
+    TEST_RUN(test_one_machine);
+    TEST_RUN(test_grammar);
+    TEST_RUN(test_ngram_drafts);
+    TEST_RUN(test_chain);
+    TEST_RUN(test_chain_failover);
+    convoy_model_free(model);
+    return test_summary();
+}
