@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "commands.h"
@@ -37,7 +38,8 @@ static void usage(FILE *f)
             "                    [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N] [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
-            "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt]\n"
+            "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt] [--cache-ram BYTES]\n"
+            "                    [--slot-save-path DIR]\n"
             "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
             "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
@@ -62,7 +64,11 @@ static void usage(FILE *f)
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too;\n"
             "  --no-cache-prompt: a slot forgets its tokens when its request ends (default: it keeps them, and a\n"
             "  request whose prompt starts with them runs only the rest; a request's \"cache_prompt\": false does\n"
-            "  that for itself); GET /slots shows what each slot holds;\n"
+            "  that for itself); GET /slots shows what each slot holds; --cache-ram BYTES: the KV memory (on\n"
+            "  every node of a pipeline, for its layers) of prompts kept beyond the slots, whole slots' worth of\n"
+            "  it (default: as many as --slots, within an eighth of --mem when it is given; 0: none);\n"
+            "  --slot-save-path DIR: where POST /slots/ID?action=save|restore keeps slot files (a slot's tokens;\n"
+            "  restore runs them again); without it those actions are refused;\n"
             "  --nodes: a pipeline of `convoy stage` nodes; a first node \"local\" makes this machine the\n"
             "  first stage (--nodes local,HOST:PORT: two machines, two stages); a node silent for\n"
             "  --peer-timeout (default 5000 ms; a working node pulses) or gone is replaced by a --standby\n"
@@ -78,9 +84,10 @@ static void usage(FILE *f)
 
 typedef struct serve_opts {
     const char *model_path, *host, *alias, *chat_template;
-    const char *api_key, *api_key_file, *cors, *seed, *gpu_layers;
+    const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
     int32_t queue, port, ctx_size, client_slots, client_connections;
-    bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt;
+    bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
+    uint64_t cache_ram; /* --cache-ram */
     int64_t seed_value; /* -1: a fresh seed per request */
     uint64_t max_body;
     convoy_ctx_params cp;
@@ -120,6 +127,11 @@ static int check_options(serve_opts *o)
 {
     if (o->max_body < 1024 || o->max_body > (1u << 30)) {
         fprintf(stderr, "convoy serve: --max-body must be between 1KiB and 1GiB\n");
+        return 2;
+    }
+    struct stat st;
+    if (o->slot_save_path && (stat(o->slot_save_path, &st) || !S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "convoy serve: --slot-save-path %s is not a directory\n", o->slot_save_path);
         return 2;
     }
     if (o->ctx_size_given && o->cp.n_ctx) {
@@ -170,6 +182,8 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers},
         {"verbose", 'v', ARG_FLAG, .dst = &o->verbose},
         {"no-cache-prompt", 0, ARG_FLAG, .dst = &o->no_cache_prompt},
+        {"cache-ram", 0, ARG_BYTES, .dst = &o->cache_ram, .given = &o->cache_ram_given},
+        {"slot-save-path", 0, ARG_STR, .dst = &o->slot_save_path},
         {0},
     };
     const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -213,6 +227,28 @@ static int open_access(const serve_opts *o, serve_state *s)
     return 0;
 }
 
+/* The context's slots beyond the requests' that hold the prompt cache:
+ * --cache-ram's bytes in whole slots of KV (the model's, on one machine or
+ * spread over a chain's nodes), by default as many as the slots, within an
+ * eighth of --mem when it is given; logged. */
+static int32_t cache_slots(const serve_opts *o, const convoy_model_info *info)
+{
+    const uint64_t slot_bytes = (uint64_t)o->cp.n_ctx * (uint64_t)info->n_layer * 2u * (uint64_t)info->n_embd_kv *
+                                (o->cp.kv_f16 ? 2u : 4u);
+    uint64_t n = (uint64_t)o->cp.n_slot;
+    if (o->no_cache_prompt)
+        n = 0;
+    else if (o->cache_ram_given)
+        n = o->cache_ram / slot_bytes;
+    else if (o->cp.mem_budget && n > o->cp.mem_budget / 8 / slot_bytes)
+        n = o->cp.mem_budget / 8 / slot_bytes;
+    if (n > 4096)
+        n = 4096;
+    sv_log(SV_LOG_INFO, "prompt cache: room for %llu prompts beyond the %d slots (%.1f MiB of KV each)", (unsigned long long)n,
+           o->cp.n_slot, (double)slot_bytes / (1 << 20));
+    return (int32_t)n;
+}
+
 /* Loads the model, recognizes its chat template, creates the context (the
  * slots get the model's context, at most 4096, unless -c or --ctx says) and
  * the scheduler. Returns 0, or the exit status: 2 for an unknown template. */
@@ -239,13 +275,17 @@ static int open_engine(serve_opts *o, serve_state *s)
     if (o->cp.n_ctx == 0)
         o->cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     o->cp.log = sv_log_engine;
-    if (!(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
+    const int32_t n_slot = o->cp.n_slot;
+    o->cp.n_slot += cache_slots(o, &info);
+    s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err);
+    o->cp.n_slot = n_slot;
+    if (!s->ctx) {
         sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
     if (arg_spec_open(&o->spec, "serve", s->ctx, s->model, o->cp.n_threads, &s->spec))
         return 1;
-    s->sched = sv_sched_create(s->ctx, s->model, o->cp.n_slot, o->queue, err, sizeof err);
+    s->sched = sv_sched_create(s->ctx, s->model, n_slot, o->queue, err, sizeof err);
     if (!s->sched || sv_sched_set_spec(s->sched, s->spec, err, sizeof err)) {
         sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
@@ -287,7 +327,8 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
     const sv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
                             .seed = o->seed_value};
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
-                             .client_connections = o->client_connections, .access = &s->access, .props = &props};
+                             .client_connections = o->client_connections, .access = &s->access, .props = &props,
+                             .slot_save_path = o->slot_save_path};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model};
     sv_http *http;

@@ -31,6 +31,7 @@ typedef struct convoy_model_info {
     int32_t n_ctx_train;
     int32_t n_layer;
     int32_t n_embd;
+    int32_t n_embd_kv; /* K (and V) values per position and layer: n_head_kv * head_dim */
     int32_t bos, eos;
     uint64_t bytes_per_token; /* weight bytes read per decoded token */
 } convoy_model_info;
@@ -38,6 +39,11 @@ typedef struct convoy_model_info {
 convoy_model *convoy_model_load(const char *path, char *err, size_t errlen);
 void convoy_model_free(convoy_model *m);
 void convoy_model_get_info(const convoy_model *m, convoy_model_info *info);
+/* The model's identity for files that hold its tokens: a BLAKE2b-256 of
+ * the tokenizer, the hyperparameters and the tensor directory
+ * (model/fingerprint.h's meta hash; instant, no weight is read). */
+#define CONVOY_MODEL_ID_BYTES 32
+int convoy_model_id(const convoy_model *m, uint8_t out[CONVOY_MODEL_ID_BYTES], char *err, size_t errlen);
 
 /* Tokenization as llama.cpp's llama_tokenize (see model/vocab.h). */
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
@@ -273,6 +279,11 @@ int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen);
 /* Empties a slot and resets its sampler to greedy. */
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
+/* Empties slot dst, then gives it the first len positions of slot src (at
+ * most src's length), as src computed them: their KV copied on every stage
+ * of a chain, so dst continues with the very bits src would (a prompt
+ * cache). Neither slot may be in a batch in flight. */
+int convoy_seq_copy(convoy_ctx *c, int32_t src, int32_t dst, int32_t len, char *err, size_t errlen);
 
 /* Speculative decoding (DESIGN.md §5). A convoy_spec proposes drafts for
  * slots of a context from a drafter at the head: "ngram" (the continuation

@@ -11,6 +11,28 @@ skip() {
     exit 0
 }
 
+# pass NAME / fail NAME: a check's line, counted in checks and failures;
+# expect NAME CMD...: pass or fail as CMD succeeds; checks_summary: the
+# closing "N passed, N failed" line, and the exit status.
+checks=0 failures=0
+pass() {
+    echo "ok   $*"
+    checks=$((checks + 1))
+}
+fail() {
+    echo "FAIL $*"
+    checks=$((checks + 1)) failures=$((failures + 1))
+}
+expect() {
+    local name="$1"
+    shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+checks_summary() {
+    echo "$((checks - failures)) passed, $failures failed"
+    [[ $failures -eq 0 ]]
+}
+
 # flip_tensor_byte CONVOY FILE TENSOR: inverts one byte of TENSOR's data in
 # FILE (its middle byte; `convoy info` lists the file offsets).
 flip_tensor_byte() {

@@ -37,15 +37,6 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-checks=0 failures=0
-pass() {
-    echo "ok   $*"
-    checks=$((checks + 1))
-}
-fail() {
-    echo "FAIL $*"
-    checks=$((checks + 1)) failures=$((failures + 1))
-}
 
 declare -A port_of=()
 for s in A B C S; do port_of[$s]="$(free_port)"; done

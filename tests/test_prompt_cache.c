@@ -10,7 +10,13 @@
  * without penalties, on one machine and on a 2-stage chain (this process
  * the first stage); also with a grammar, with prompt-lookup drafts, and on
  * a chain whose stage is SIGKILLed between turns, a standby taking over
- * (the journal rebuilds the kept prefix there). */
+ * (the journal rebuilds the kept prefix there). The cache beyond the
+ * slots (context slots past the scheduler's): prompts A, B, A, C, B on one
+ * slot and two cache slots take exactly the prefixes the policy gives (A's
+ * stashed when B takes the slot, copied back for A, ...), on one machine
+ * and on a chain, with a cold scheduler's tokens; and the random chats
+ * with cache slots reuse at least what one slot gives, with the same
+ * tokens. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +108,8 @@ static int32_t expected_reuse(const sv_request_params *p, int32_t common)
 
 /* The chats on s (cache on), turn by turn, each prompt made from the
  * conversation so far; between chats `between` runs (a failure, ...). */
-static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, void (*between)(int chat))
+static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, void (*between)(int chat),
+                     bool cache_slots)
 {
     int32_t hist[HIST_MAX + MAX_TOK], n_hist = 0; /* what the slot holds, as far as the test knows */
     for (int c = 0; c < N_CHAT; c++) {
@@ -124,8 +131,8 @@ static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, vo
             set_params(t, n, c, k, grammar);
             const int32_t want = expected_reuse(&t->p, keep);
             run_turn(s, t);
-            CHECKF(t->n_cached == want, "chat %d turn %d: %d cached, the common prefix gives %d", c, k, t->n_cached,
-                   want);
+            CHECKF(t->n_cached == want || (cache_slots && t->n_cached > want),
+                   "chat %d turn %d: %d cached, the common prefix gives %d", c, k, t->n_cached, want);
             /* the slot keeps the prompt and the output, the last output only if it was fed (an EOS was sampled
              * after it): with drafts it may have been fed anyway, so the test never relies on it */
             n_hist = t->p.n_prompt + t->n_out - (t->finish == SV_FINISH_LENGTH);
@@ -160,6 +167,7 @@ static void check_cold(sv_sched *s, turn (*chats)[N_TURN])
 
 typedef struct setup {
     const char *nodes, *standby, *draft, *grammar;
+    int32_t n_cache; /* cache slots beyond the one slot: the reuse may then be larger than the test's model */
     bool cold_here; /* the cold run on one machine (the chain's bits by the engine's contract) */
     void (*between)(int chat);
 } setup;
@@ -189,7 +197,7 @@ static void run_setup(const setup *su)
     char err[512];
     convoy_ctx_params cp = convoy_ctx_default_params();
     cp.n_ctx = N_CTX;
-    cp.n_slot = 1;
+    cp.n_slot = 1 + su->n_cache;
     cp.n_batch = 64;
     cp.nodes = su->nodes;
     cp.standby = su->standby;
@@ -205,7 +213,7 @@ static void run_setup(const setup *su)
         sv_sched *s = open_sched(c, su, cache, &spec);
         if (s && cache) {
             rng_state = 12345;
-            run_warm(s, chats, su->grammar, su->between);
+            run_warm(s, chats, su->grammar, su->between, su->n_cache > 0);
             sv_sched_stats st;
             sv_sched_get_stats(s, &st);
             CHECKF(st.prompt_tokens_cached > 0, "no prompt token came from the cache");
@@ -218,7 +226,83 @@ static void run_setup(const setup *su)
     }
 }
 
-static void test_one_machine(void) { run_setup(&(setup){0}); }
+static void test_one_machine(void)
+{
+    run_setup(&(setup){0});
+    run_setup(&(setup){.n_cache = 2});
+}
+
+/* A prompt of n tokens: BOS, then tokens from seed. */
+static int32_t make_prompt(int32_t *p, int32_t n, uint64_t seed)
+{
+    rng_state = seed;
+    p[0] = 1;
+    for (int32_t i = 1; i < n; i++)
+        p[i] = fresh_token(-1);
+    return n;
+}
+
+/* Prompts A, B, A, C, B, A (A and C share their first 20 tokens) on one
+ * slot with two cache slots, greedy, 4 tokens each: the slot ends each
+ * request holding prompt + 3 outputs. */
+static void run_cache_slots(const char *nodes, bool cache, turn *t)
+{
+    enum { N = 6 };
+    static const char order[N] = {'A', 'B', 'A', 'C', 'B', 'A'};
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_slot = 3;
+    cp.n_batch = 64;
+    cp.nodes = nodes;
+    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
+    sv_sched *s = c ? sv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
+    CHECKF(s, "%s", err);
+    if (s)
+        sv_sched_set_prompt_cache(s, cache);
+    for (int k = 0; s && k < N; k++) {
+        const int32_t n = order[k] == 'A' ? 60 : order[k] == 'B' ? 50 : 70;
+        make_prompt(t[k].prompt, n, order[k] == 'B' ? 2 : 1); /* C starts as A does */
+        if (order[k] == 'C')
+            for (int32_t i = 20; i < n; i++)
+                t[k].prompt[i] = fresh_token(t[k].prompt[i]);
+        set_params(&t[k], n, 0, k, NULL);
+        t[k].p.max_tokens = 4;
+        t[k].p.ignore_eos = true;
+        run_turn(s, &t[k]);
+    }
+    sv_sched_free(s);
+    convoy_ctx_free(c);
+}
+
+static void check_cache_slots(const char *nodes)
+{
+    static turn warm[6], cold[6];
+    /* A: cold. B: a miss (BOS only; A stashed). A: 59 of 60 from the cache (B stashed in the other cache
+     * slot). C: 20, A's start, in the slot (A is in the cache already: no stash). B: 49 from the cache, C
+     * stashed over A (the one cache slot it may take). A: 20, C's start, from the cache. */
+    static const int32_t want[6] = {0, 1, 59, 20, 49, 20};
+    run_cache_slots(nodes, true, warm);
+    run_cache_slots(nodes, false, cold);
+    for (int k = 0; k < 6; k++) {
+        CHECKF(warm[k].n_cached == want[k], "request %d: %d cached, want %d", k, warm[k].n_cached, want[k]);
+        CHECKF(cold[k].n_cached == 0 && warm[k].n_out == cold[k].n_out &&
+                   !memcmp(warm[k].out, cold[k].out, sizeof(int32_t) * (size_t)cold[k].n_out) &&
+                   !memcmp(warm[k].lp, cold[k].lp, sizeof(convoy_logprob) * (size_t)cold[k].n_out * (1 + LP_TOP)),
+               "request %d: tokens or logprobs differ from a cold scheduler's", k);
+    }
+}
+
+static void test_cache_slots(void)
+{
+    check_cache_slots(NULL);
+    int port;
+    const pid_t pid = test_start_stage(model_path, &port);
+    char nodes[64];
+    snprintf(nodes, sizeof nodes, "local,127.0.0.1:%d", port);
+    check_cache_slots(nodes);
+    test_stop_stage(pid);
+}
 
 static void test_grammar(void)
 {
@@ -269,6 +353,7 @@ int main(void)
     if (!(model = test_load_stories_path(model_path, sizeof model_path)))
         return test_summary();
     TEST_RUN(test_one_machine);
+    TEST_RUN(test_cache_slots);
     TEST_RUN(test_grammar);
     TEST_RUN(test_ngram_drafts);
     TEST_RUN(test_chain);

@@ -130,6 +130,24 @@ async function basics() {
   check(finish === 'length' && usage && usage.completion_tokens === 24, 'streamed completion: finish and usage chunk',
     [finish, usage]);
 
+  // the prompt cache: the same chat again reuses all of its prompt but the last token, in the usage
+  // as OpenAI reports it, streamed too; cache_prompt: false (llama-server's field) reuses none
+  const cm = [{ role: 'user', content: 'Tell me about the moon and the three owls of the old forest.' }];
+  const c1 = await client.chat.completions.create({ model, messages: cm, max_tokens: 8, temperature: 0 });
+  const c2 = await client.chat.completions.create({ model, messages: cm, max_tokens: 8, temperature: 0 });
+  check(c2.usage.prompt_tokens_details?.cached_tokens === c1.usage.prompt_tokens - 1 &&
+    c2.choices[0].message.content === c1.choices[0].message.content,
+  'the same chat again: cached_tokens is its prompt but the last token, the same answer', [c1.usage, c2.usage]);
+  const c3 = await client.chat.completions.create({ model, messages: cm, max_tokens: 8, temperature: 0, stream: true,
+    stream_options: { include_usage: true } });
+  let u3 = null;
+  for await (const ch of c3) if (ch.usage) u3 = ch.usage;
+  check(u3?.prompt_tokens_details?.cached_tokens === c1.usage.prompt_tokens - 1, 'streamed usage: cached_tokens', u3);
+  const c4 = await client.chat.completions.create({ model, messages: cm, max_tokens: 8, temperature: 0,
+    cache_prompt: false });
+  check(c4.usage.prompt_tokens_details?.cached_tokens === 0 && c4.choices[0].message.content === c1.choices[0].message.content,
+    'cache_prompt: false reuses nothing, the same answer', c4.usage);
+
   const messages = [{ role: 'user', content: 'Hello! Tell me a story.' }];
   const cc = await client.chat.completions.create({ model, messages, max_tokens: 30, temperature: 0 });
   check(cc.object === 'chat.completion' && cc.choices[0].message.role === 'assistant' &&

@@ -24,6 +24,7 @@
 #include "infer/span.h"
 #include "pipe/chain.h"
 #include "pipe/seal.h"
+#include "model/fingerprint.h"
 #include "model/llama.h"
 #include "model/vocab.h"
 
@@ -137,9 +138,17 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
     info->n_ctx_train = hp->n_ctx_train;
     info->n_layer = hp->n_layer;
     info->n_embd = hp->n_embd;
+    info->n_embd_kv = hp->n_head_kv * hp->head_dim;
     info->bos = m->vocab.bos;
     info->eos = m->vocab.eos;
     info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, CV_EMBD_ROW);
+}
+
+static_assert(CONVOY_MODEL_ID_BYTES == CV_HASH_BYTES, "convoy.h states the model id's size");
+
+int convoy_model_id(const convoy_model *m, uint8_t out[CONVOY_MODEL_ID_BYTES], char *err, size_t errlen)
+{
+    return cv_model_meta_hash(&m->meta.gguf, out, err, errlen);
 }
 
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
@@ -736,6 +745,23 @@ int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size
         return pipeline_seq_op(c, seq, len < 0 ? 0 : len, err, errlen);
     cv_span_seq_truncate(&c->span, seq, len);
     return 0;
+}
+
+int convoy_seq_copy(convoy_ctx *c, int32_t src, int32_t dst, int32_t len, char *err, size_t errlen)
+{
+    if (src < 0 || src >= c->n_slot || dst < 0 || dst >= c->n_slot || src == dst)
+        return cv_errf(err, errlen, "copying slot %d into slot %d: slots are [0, %d) and distinct", src, dst,
+                       c->n_slot);
+    if (!c->pipeline) {
+        cv_span_seq_copy(&c->span, src, dst, len);
+        c->n_logprobs[dst] = -1;
+        return 0;
+    }
+    journal_copy(&c->journal, src, dst, len);
+    if (!c->chain)
+        return 0;
+    int n_failovers = 0;
+    return cv_chain_seq_copy(c->chain, src, dst, len, err, errlen) && !failed_over(c, &n_failovers, err) ? -1 : 0;
 }
 
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen)

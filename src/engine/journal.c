@@ -147,6 +147,15 @@ void journal_free_seq(journal *j, int32_t seq)
     j->slot[seq] = (journal_slot){.len = 0, .sampler_at = -1, .n_logprobs = -1};
 }
 
+void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len)
+{
+    journal_free_seq(j, dst);
+    const int32_t n = len < 0 ? 0 : len < j->slot[src].len ? len : j->slot[src].len;
+    memcpy(j->tok + (size_t)dst * (size_t)j->n_ctx, j->tok + (size_t)src * (size_t)j->n_ctx,
+           sizeof(int32_t) * (size_t)n);
+    j->slot[dst].len = n;
+}
+
 /* ---- replay ---- */
 
 /* Collects batches until at most `keep` are in flight (their results are

@@ -69,6 +69,8 @@ void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, in
 int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from);
 void journal_truncate(journal *j, int32_t seq, int32_t len);
 void journal_free_seq(journal *j, int32_t seq);
+/* dst is emptied, then holds src's first len tokens (at most src's length). */
+void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len);
 
 /* Brings chain c, just opened, to the journal's state (above); *n_fed
  * counts the tokens prefilled. -1 with the chain's error. */

@@ -57,3 +57,17 @@ void kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len)
 }
 
 void kv_seq_free(cv_kv *kv, int32_t slot) { kv->len[slot] = 0; }
+
+void kv_seq_copy(cv_kv *kv, int32_t src, int32_t dst, int32_t len)
+{
+    if (len > kv->len[src])
+        len = kv->len[src];
+    if (len < 0)
+        len = 0;
+    const size_t bytes = (size_t)len * (size_t)kv->kv_dim * kv->elt_size;
+    for (int32_t l = kv->l0; l < kv->l1 && bytes; l++) {
+        memcpy(cv_kv_at(kv, kv->k, l, dst, 0), cv_kv_at(kv, kv->k, l, src, 0), bytes);
+        memcpy(cv_kv_at(kv, kv->v, l, dst, 0), cv_kv_at(kv, kv->v, l, src, 0), bytes);
+    }
+    kv->len[dst] = len;
+}

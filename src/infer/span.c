@@ -268,6 +268,14 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
     }
 }
 
+void cv_span_seq_copy(cv_span *s, int32_t src, int32_t dst, int32_t len)
+{
+    if (src < 0 || src >= s->kv.n_slot || dst < 0 || dst >= s->kv.n_slot || src == dst)
+        return;
+    cv_span_seq_free(s, dst);
+    kv_seq_copy(&s->kv, src, dst, len);
+}
+
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
     char name[64]; /* the first layer the file holds: a shard may not have layer 0 */

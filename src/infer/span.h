@@ -116,5 +116,8 @@ int cv_span_set_grammar(cv_span *s, int32_t slot, const char *text, size_t len, 
 void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len);
 /* Empties a slot and resets its sampler to greedy, without a grammar. */
 void cv_span_seq_free(cv_span *s, int32_t slot);
+/* Empties slot dst, then gives it src's first len positions (a prompt
+ * cache's prefix: the KV rows copied, so the same bits). */
+void cv_span_seq_copy(cv_span *s, int32_t src, int32_t dst, int32_t len);
 
 #endif

@@ -759,6 +759,17 @@ int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen)
     return 0;
 }
 
+int cv_chain_seq_copy(cv_chain *c, int32_t seq, int32_t dst, int32_t len, char *err, size_t errlen)
+{
+    if (dst < 0 || dst >= c->o.n_slot)
+        return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", dst, c->o.n_slot);
+    const cv_msg_seq_op op = {.op = CV_SEQ_COPY, .seq = seq, .len = len < 0 ? 0 : len, .dst = dst};
+    if (seq_op(c, &op, err, errlen))
+        return -1;
+    cv_span_seq_copy(&c->local, seq, dst, op.len);
+    return 0;
+}
+
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq) { return c->local.kv.len[seq]; }
 int32_t cv_chain_n_ctx(const cv_chain *c) { return c->local.kv.n_ctx; }
 

@@ -122,6 +122,8 @@ int cv_chain_set_grammar(cv_chain *c, int32_t seq, const char *text, size_t len,
 int cv_chain_logprobs(const cv_chain *c, int32_t i, cv_logprob *out);
 int cv_chain_seq_truncate(cv_chain *c, int32_t seq, int32_t len, char *err, size_t errlen);
 int cv_chain_seq_free(cv_chain *c, int32_t seq, char *err, size_t errlen);
+/* Empties seq dst, then gives it seq's first len positions on every node (SEQ_OP COPY). */
+int cv_chain_seq_copy(cv_chain *c, int32_t seq, int32_t dst, int32_t len, char *err, size_t errlen);
 int32_t cv_chain_seq_len(const cv_chain *c, int32_t seq);
 int32_t cv_chain_n_ctx(const cv_chain *c);
 

@@ -978,8 +978,9 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
     char why[CV_ERRLEN];
     if (cv_msg_seq_op_decode(f->payload, f->h.payload_len, &op, why, sizeof why))
         return refuse(n, f, CV_PERR_BAD_FRAME, why);
-    if (op.seq >= (int32_t)n->hello.n_slot) {
-        snprintf(why, sizeof why, "SEQ_OP on slot %d, this chain has %u", op.seq, n->hello.n_slot);
+    if (op.seq >= (int32_t)n->hello.n_slot || op.dst >= (int32_t)n->hello.n_slot) {
+        snprintf(why, sizeof why, "SEQ_OP on slot %d, this chain has %u", op.seq > op.dst ? op.seq : op.dst,
+                 n->hello.n_slot);
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
     }
     if (op.op == CV_SEQ_SET_SAMPLER && op.sampler.penalty_last_n > (int32_t)n->hello.n_ctx) {
@@ -990,10 +991,13 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
     }
     if (op.op == CV_SEQ_TRUNCATE) {
         cv_span_seq_truncate(&n->span, op.seq, op.len);
-    } else if (op.op == CV_SEQ_FREE) {
-        cv_span_seq_free(&n->span, op.seq);
+    } else if (op.op == CV_SEQ_FREE || op.op == CV_SEQ_COPY) {
+        if (op.op == CV_SEQ_FREE)
+            cv_span_seq_free(&n->span, op.seq);
+        else
+            cv_span_seq_copy(&n->span, op.seq, op.dst, op.len);
         if (has_head(n))
-            n->n_probs[op.seq] = 0;
+            n->n_probs[op.op == CV_SEQ_FREE ? op.seq : op.dst] = 0;
     } else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) { /* the decoder bounds n_probs */
         if (cv_span_set_sampler(&n->span, op.seq, &op.sampler, why, sizeof why))
             return refuse(n, f, CV_PERR_INTERNAL, why);

@@ -868,14 +868,16 @@ static int check_finite(float x, const char *what, char *err, size_t errlen)
 
 static int check_seq_op(const cv_msg_seq_op *m, char *err, size_t errlen)
 {
-    if (m->op < CV_SEQ_TRUNCATE || m->op > CV_SEQ_SET_GRAMMAR)
+    if (m->op < CV_SEQ_TRUNCATE || m->op > CV_SEQ_COPY)
         return cv_errf(err, errlen, "SEQ_OP: op %u is unknown", m->op);
     if (m->seq < 0)
         return cv_errf(err, errlen, "SEQ_OP: seq %" PRId32 " is negative", m->seq);
-    const bool has_len = m->op == CV_SEQ_TRUNCATE || m->op == CV_SEQ_SET_GRAMMAR;
+    const bool has_len = m->op == CV_SEQ_TRUNCATE || m->op == CV_SEQ_SET_GRAMMAR || m->op == CV_SEQ_COPY;
     if (has_len && m->len < 0)
         return cv_errf(err, errlen, "SEQ_OP: %s at negative position %" PRId32,
-                       m->op == CV_SEQ_TRUNCATE ? "TRUNCATE" : "SET_GRAMMAR", m->len);
+                       m->op == CV_SEQ_TRUNCATE ? "TRUNCATE" : m->op == CV_SEQ_COPY ? "COPY" : "SET_GRAMMAR", m->len);
+    if (m->op == CV_SEQ_COPY && (m->dst < 0 || m->dst == m->seq))
+        return cv_errf(err, errlen, "SEQ_OP: COPY of seq %" PRId32 " into seq %" PRId32, m->seq, m->dst);
     if (!has_len && m->len != 0)
         return cv_errf(err, errlen, "SEQ_OP: len %" PRId32 " given for an op without a length", m->len);
     if (m->op == CV_SEQ_SET_GRAMMAR) {
@@ -907,6 +909,8 @@ size_t cv_msg_seq_op_size(const cv_msg_seq_op *m)
 {
     if (m->op == CV_SEQ_SET_SAMPLER)
         return CV_SEQ_OP_SAMPLER_SIZE;
+    if (m->op == CV_SEQ_COPY)
+        return CV_SEQ_OP_COPY_SIZE;
     return m->op == CV_SEQ_SET_GRAMMAR ? CV_SEQ_OP_GRAMMAR_FIXED_SIZE + (size_t)m->grammar_len : CV_SEQ_OP_SIZE;
 }
 
@@ -935,6 +939,8 @@ int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *
         put_u64(p + 44, s->seed);
         put_u32(p + 52, m->n_probs);
         put_u64(p + 56, s->n_draws);
+    } else if (m->op == CV_SEQ_COPY) {
+        put_i32(p + 12, m->dst);
     } else if (m->op == CV_SEQ_SET_GRAMMAR) {
         put_u32(p + 12, m->grammar_len);
         memcpy(p + CV_SEQ_OP_GRAMMAR_FIXED_SIZE, m->grammar, m->grammar_len);
@@ -965,6 +971,8 @@ int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char
         s->seed = cv_cursor_u64(&c, "seed");
         m->n_probs = cv_cursor_u32(&c, "n_probs");
         s->n_draws = cv_cursor_u64(&c, "n_draws");
+    } else if (!c.failed && m->op == CV_SEQ_COPY) {
+        m->dst = cursor_i32(&c, "dst");
     } else if (!c.failed && m->op == CV_SEQ_SET_GRAMMAR) {
         m->grammar_len = cv_cursor_u32(&c, "text_len");
         if (m->grammar_len > CV_PROTO_MAX_GRAMMAR)

@@ -141,6 +141,10 @@
  *       text_len (1..CV_PROTO_MAX_GRAMMAR) and the grammar's text_len
  *       bytes (UTF-8, no NUL), so 16 + text_len bytes; it follows the
  *       seq's SET_SAMPLER, and len is at least the seq's length.
+ *       COPY empties seq dst (i32 after len: >= 0, not seq; 16 bytes in
+ *       all) and gives it seq's first len positions (at most seq's
+ *       length): every stage copies its layers' KV rows, so dst holds the
+ *       bits seq computed, at the same positions (a prompt cache).
  *    PING = 7, PONG = 8: 16 bytes: u64 nonce, u64 timestamp (sender's
  *       clock, opaque to the receiver; PONG copies both from the PING).
  *       The pulse: a node computing a FORWARD for longer than CV_PULSE_MS
@@ -204,9 +208,9 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 8 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+#define CV_PROTO_VERSION 9 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
                               5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
-                              7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR */
+                              7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR; 9: COPY */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -518,10 +522,12 @@ typedef enum cv_seq_op_kind {
     CV_SEQ_FREE = 2,        /* drop seq entirely */
     CV_SEQ_SET_SAMPLER = 3, /* the last stage samples seq with these params */
     CV_SEQ_SET_GRAMMAR = 4, /* ... and holds its output to this grammar */
+    CV_SEQ_COPY = 5,        /* seq dst holds seq's first len positions */
 } cv_seq_op_kind;
 
 #define CV_SEQ_OP_SIZE 12
 #define CV_SEQ_OP_SAMPLER_SIZE 64
+#define CV_SEQ_OP_COPY_SIZE 16
 #define CV_SEQ_OP_GRAMMAR_FIXED_SIZE 16
 static_assert(CV_SEQ_OP_GRAMMAR_FIXED_SIZE + CV_PROTO_MAX_GRAMMAR <= CV_PROTO_MIN_MAX_PAYLOAD,
               "SET_GRAMMAR: the largest grammar fits the smallest receive cap");
@@ -530,6 +536,7 @@ typedef struct cv_msg_seq_op {
     uint8_t op;
     int32_t seq;
     int32_t len;
+    int32_t dst;               /* COPY only */
     cv_sampler_params sampler; /* SET_SAMPLER only */
     uint32_t n_probs;          /* SET_SAMPLER only: log-probabilities per RESULT row, 0 or 1 + k */
     const char *grammar;       /* SET_GRAMMAR only: grammar_len bytes (in the payload after decode) */

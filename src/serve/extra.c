@@ -12,15 +12,6 @@
 
 #define INVALID "invalid_request_error"
 
-static char *dump(json_t *j)
-{
-    if (!j)
-        return NULL;
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    return s;
-}
-
 static char *oom(oai_error *e)
 {
     oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -98,7 +89,7 @@ static char *tokenize(const oai_server *srv, const json_t *content, bool add_spe
     char *res = NULL;
     if (n < 0)
         oai_fail(e, 400, INVALID, NULL, "content", "the text cannot be tokenized (too long)");
-    else if (!(res = dump(tokens_json(srv->model, ids, n, with_pieces))))
+    else if (!(res = oai_json_text(tokens_json(srv->model, ids, n, with_pieces))))
         oom(e);
     cv_free(ids);
     return res;
@@ -162,7 +153,7 @@ char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oa
     if (!json_is_array(tokens))
         oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' must be a list of token ids");
     else if (detokenize(srv, tokens, &out, e) == 0 &&
-             !(res = dump(json_pack("{s:s%}", "content", out.p, out.n))))
+             !(res = oai_json_text(json_pack("{s:s%}", "content", out.p, out.n))))
         oom(e);
     sv_buf_free(&out);
     json_decref(root);
@@ -175,24 +166,7 @@ char *sv_props_json(const oai_server *srv, const sv_props *p)
     const char *tmpl = convoy_model_chat_template(srv->model);
     json_t *params = json_pack("{s:I,s:f,s:i,s:f,s:f}", "seed", (json_int_t)p->seed, "temperature", (double)d.temp,
                                "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p);
-    return dump(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s}", "default_generation_settings", "n_ctx", srv->n_ctx,
+    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s}", "default_generation_settings", "n_ctx", srv->n_ctx,
                           "params", params, "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
                           p->model_path, "chat_template", tmpl ? tmpl : "", "build_info", p->build_info));
-}
-
-char *sv_slots_json(sv_sched *s)
-{
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
-    sv_slot_info *info = cv_calloc((size_t)st.n_slot, sizeof *info);
-    json_t *a = info ? json_array() : NULL;
-    const int32_t n = info ? sv_sched_get_slots(s, info) : 0;
-    for (int32_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:i}", "id", info[i].id, "n_ctx", info[i].n_ctx,
-                                               "is_processing", info[i].processing, "n_tokens", info[i].n_tokens))) {
-            json_decref(a);
-            a = NULL;
-        }
-    cv_free(info);
-    return a ? dump(a) : NULL;
 }

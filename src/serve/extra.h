@@ -14,9 +14,7 @@
  * {"n_ctx", "params": {"seed", "temperature", "top_k", "top_p", "min_p"}},
  * "total_slots", "model_alias", "model_path", "chat_template" (the model's
  * own, "" when it has none), "build_info"}; NULL when out of memory.
- * sv_slots_json is GET /slots: [{"id", "n_ctx", "is_processing",
- * "n_tokens"}, ...], what each slot holds now (a running request's tokens
- * so far, or an idle slot's cached prompt); NULL when out of memory.
+
  * Returned texts are malloc'd JSON (free with free). */
 #ifndef CONVOY_SERVE_EXTRA_H
 #define CONVOY_SERVE_EXTRA_H
@@ -25,7 +23,6 @@
 #include <stdint.h>
 
 #include "serve/oai.h"
-#include "serve/sched.h"
 
 typedef struct sv_props {
     int32_t n_slot;
@@ -37,6 +34,5 @@ typedef struct sv_props {
 char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
 char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
 char *sv_props_json(const oai_server *srv, const sv_props *p);
-char *sv_slots_json(sv_sched *s);
 
 #endif

@@ -49,6 +49,7 @@
 #include "serve/buf.h"
 #include "serve/log.h"
 #include "serve/resp.h"
+#include "serve/slots.h"
 #include "serve/text.h"
 
 enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
@@ -59,6 +60,7 @@ enum route {
     R_RESPONSES,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_SLOT_ACTION,
     R_MODELS,
     R_MODEL,
     R_HEALTH,
@@ -69,7 +71,7 @@ enum route {
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",
+    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/slots/{id}", "/v1/models",
     "/v1/models/{id}", "/health",              "/metrics",      "/props",    "/slots", "other"};
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
@@ -88,6 +90,7 @@ struct sv_http {
     sv_access no_access;     /* what access points to without opts->access */
     sv_props props;
     size_t max_body;
+    const char *slot_save_path;
     long long started;
     pthread_mutex_t mu;
     pthread_cond_t gens_done; /* signalled when n_gens drops */
@@ -690,6 +693,23 @@ static enum MHD_Result send_extra(sv_http *h, struct MHD_Connection *c, conn *cc
     return json ? send_json(h, c, cc, 200, json) : send_error(h, c, cc, e);
 }
 
+/* POST /slots/ID?action=...: id is the path after "/slots/". */
+static enum MHD_Result send_slot_action(sv_http *h, struct MHD_Connection *c, conn *cc, const char *id)
+{
+    oai_error e = {0};
+    char *end;
+    const long slot = strtol(id, &end, 10);
+    if (end == id || *end || slot < 0 || slot > INT32_MAX) {
+        oai_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "no slot \"%.40s\": slots are numbers", id);
+        return send_error(h, c, cc, &e);
+    }
+    const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    return send_extra(h, c, cc,
+                      sv_slot_action_json(h->sched, h->srv->model, h->slot_save_path, (int32_t)slot, action,
+                                          cc->body.p, cc->body.n, &e),
+                      &e);
+}
+
 /* The last call of a request: its refusal, or its route's answer. */
 static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, const char *url)
 {
@@ -728,6 +748,8 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
         return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props));
     case R_SLOTS:
         return send_json(h, c, cc, 200, sv_slots_json(h->sched));
+    case R_SLOT_ACTION:
+        return send_slot_action(h, c, cc, url + 7);
     default:
         return MHD_NO;
     }
@@ -746,6 +768,8 @@ static enum route route_of(const char *url)
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))
             return exact[i].rt;
+    if (!strncmp(url, "/slots/", 7))
+        return R_SLOT_ACTION;
     return strncmp(url, "/v1/models/", 11) ? R_OTHER : R_MODEL;
 }
 
@@ -942,6 +966,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->access = o->access ? o->access : &h->no_access;
     h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .seed = -1};
     h->max_body = o->max_body ? o->max_body : 1u << 20;
+    h->slot_save_path = o->slot_save_path;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->gens_done, NULL);

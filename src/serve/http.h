@@ -7,8 +7,10 @@
  *   POST /v1/responses (stateless: JSON, or with "stream": true the
  *        Responses API's typed events, resp.h)
  *   POST /tokenize, POST /detokenize (llama-server's shapes, extra.h)
+ *   POST /slots/ID?action=save|restore|erase (slots.h: slot files in
+ *        slot_save_path)
  *   GET  /v1/models, GET /v1/models/ID, GET /health (also /v1/health),
- *   GET  /metrics, GET /props
+ *   GET  /metrics, GET /props, GET /slots
  * HEAD is answered wherever GET is, OPTIONS everywhere (a 204 with Allow,
  * and for a browser the CORS preflight), another method with 405 and
  * Allow. Connections are kept alive between requests.
@@ -66,6 +68,7 @@ typedef struct sv_http_opts {
     int idle_timeout_s;        /* default 10 */
     const sv_access *access;   /* NULL: no keys, no web page may use it */
     const sv_props *props;     /* /props, and the seed of requests without one */
+    const char *slot_save_path; /* the directory of slot files; NULL: save and restore are refused */
 } sv_http_opts;
 
 /* sched, srv, access and props must outlive the server. */

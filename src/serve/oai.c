@@ -275,9 +275,13 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
         sp->seed = (uint64_t)x;
     }
     bool cache_prompt = true;
-    if (get_bool(body, "ignore_eos", &r->params.ignore_eos, e) || get_bool(body, "cache_prompt", &cache_prompt, e))
+    long long slot = -1;
+    if (get_bool(body, "ignore_eos", &r->params.ignore_eos, e) || get_bool(body, "cache_prompt", &cache_prompt, e) ||
+        get_int(body, "id_slot", -1, INT32_MAX, &slot, e))
         return -1;
     r->params.cold = !cache_prompt;
+    r->params.pin = slot >= 0;
+    r->params.slot = (int32_t)slot;
     return 0;
 }
 
@@ -640,7 +644,7 @@ void oai_request_free(oai_request *r)
     memset(r, 0, sizeof *r);
 }
 
-static char *dump(json_t *j)
+char *oai_json_text(json_t *j)
 {
     if (!j)
         return NULL;
@@ -653,7 +657,7 @@ static json_t *str_or_null(const char *s) { return s && *s ? json_string(s) : js
 
 char *oai_error_json(const oai_error *e)
 {
-    return dump(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type, "param",
+    return oai_json_text(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type, "param",
                           str_or_null(e->param), "code", str_or_null(e->code)));
 }
 
@@ -770,13 +774,13 @@ char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, lo
     if (!logprobs)
         logprobs = json_null();
     if (kind == OAI_COMPLETIONS)
-        return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object", "text_completion",
+        return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object", "text_completion",
                               "created", (json_int_t)created, "model", srv->model_id, "choices", "text", text,
                               text_len, "index", 0, "logprobs", logprobs, "finish_reason", finish, "usage",
                               usage_json(u)));
     if (calls && calls->n)
         finish = "tool_calls";
-    return dump(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object", "chat.completion",
+    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object", "chat.completion",
                           "created", (json_int_t)created, "model", srv->model_id, "choices", "index", 0, "message",
                           chat_message(text, text_len, calls), "logprobs", logprobs, "finish_reason", finish, "usage",
                           usage_json(u)));
@@ -816,7 +820,7 @@ char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long 
                           (json_int_t)created, "model", srv->model_id, "choices", choices);
     if (j && (c->usage || c->include_usage))
         json_object_set_new(j, "usage", c->usage ? usage_json(c->usage) : json_null());
-    return dump(j);
+    return oai_json_text(j);
 }
 
 static json_t *model_object(const oai_server *srv, long long created)
@@ -830,12 +834,12 @@ static json_t *model_object(const oai_server *srv, long long created)
 
 char *oai_models_json(const oai_server *srv, long long created)
 {
-    return dump(json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(srv, created)));
+    return oai_json_text(json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(srv, created)));
 }
 
-char *oai_model_json(const oai_server *srv, long long created) { return dump(model_object(srv, created)); }
+char *oai_model_json(const oai_server *srv, long long created) { return oai_json_text(model_object(srv, created)); }
 
 char *oai_health_json(const char *error)
 {
-    return dump(error ? json_pack("{s:s,s:s}", "status", "error", "error", error) : json_pack("{s:s}", "status", "ok"));
+    return oai_json_text(error ? json_pack("{s:s,s:s}", "status", "error", "error", error) : json_pack("{s:s}", "status", "ok"));
 }

@@ -85,6 +85,8 @@ int oai_fail(oai_error *e, int status, const char *type, const char *code, const
 #endif
     ;
 char *oai_error_json(const oai_error *e);
+/* j's compact JSON text (free with free), j released; NULL for NULL or when out of memory. */
+char *oai_json_text(json_t *j);
 
 /* The logprobs of n tokens in the shape of the request's kind:
  * completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}

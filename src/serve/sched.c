@@ -59,7 +59,14 @@
  * holds the bits a cold prefill writes: a request's tokens and logprobs do
  * not depend on what its slot held. A failed request's slot is emptied; on
  * a pipeline the engine's journal holds the kept tokens too, so a failover
- * rebuilds them on the new chain. */
+ * rebuilds them on the new chain.
+ * The context's slots past n_slot are the cache beyond the slots: no
+ * request runs in them; they keep prefixes (kept too). When C cuts a slot
+ * back, the tokens it would lose go to a cache slot first (stash: one
+ * that holds a prefix of them, else the least recently used, unless one
+ * holds them already), and B may take a request's prefix from a cache
+ * slot that holds more of it than any free slot (sv_slot.source): C then
+ * copies it (convoy_seq_copy: the same KV bits). */
 #include "serve/sched.h"
 
 #include <pthread.h>
@@ -95,6 +102,8 @@ struct sv_request {
     char *grammar;       /* NULL or grammar_len bytes */
     size_t grammar_len;
     bool cold;           /* start from an empty slot (cache_prompt: false) */
+    bool pin;            /* run in slot_wanted only */
+    int32_t slot_wanted;
     int32_t n_cached;    /* prompt tokens taken from the slot's cache (set at admission) */
     int32_t slot;        /* while RQ_ACTIVE */
     double t_submit;
@@ -107,6 +116,7 @@ enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDI
 typedef struct sv_slot {
     enum slot_state state;
     sv_request *req;
+    int32_t source;  /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, or a cache slot) */
     int32_t n_fed;   /* prompt tokens in the cache */
     int32_t n_past;  /* positions in the cache */
     int32_t next;    /* the sampled token to feed next (SLOT_DECODE) */
@@ -160,7 +170,10 @@ struct sv_sched {
     double retry_at;    /* while stats.down: the next reconnect */
     double retry_wait;  /* and the wait after it, doubling */
     double check_at;    /* while idle: the next health check of the engine */
-    sv_kept *kept;      /* [n_slot] written by the inference thread, under mu */
+    int32_t n_cache;    /* the context's slots past n_slot: the cache beyond the slots */
+    sv_kept *kept;      /* [n_slot + n_cache] written under mu; the inference thread reads without it only
+                           what nobody else writes: the slots it holds and the cache slots (an HTTP
+                           thread erases a free slot's) */
     uint64_t use_clock;
     bool prompt_cache;  /* slots keep their cache for the next request */
 
@@ -342,6 +355,8 @@ static sv_request *next_admitted_locked(const sv_sched *s)
     int32_t best_n = s->client_slots;
     for (int32_t i = 0; i < s->q_len && best_n > 0; i++) {
         sv_request *r = s->queue[(s->q_head + i) % s->q_ring];
+        if (r->pin && s->slots[r->slot_wanted].state != SLOT_FREE)
+            continue;
         const int32_t n = running_of_locked(s, r->client);
         if (n < best_n) {
             best = r;
@@ -351,28 +366,51 @@ static sv_request *next_admitted_locked(const sv_sched *s)
     return best;
 }
 
-/* The tokens kept in slot i that r's prompt starts with (0 for a cold request). */
-static int32_t common_prefix(const sv_sched *s, int32_t i, const sv_request *r)
+static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb)
 {
-    const sv_kept *k = &s->kept[i];
-    const int32_t n = r->cold ? 0 : min_i32(k->n, r->n_prompt);
+    const int32_t n = min_i32(na, nb);
     int32_t p = 0;
-    while (p < n && k->tok[p] == r->prompt[p])
+    while (p < n && a[p] == b[p])
         p++;
     return p;
 }
 
-/* The free slot for r: the longest common prefix (*prefix), then the least
- * recently used; -1 when every slot is held. */
+/* The tokens kept in slot i that r's prompt starts with (0 for a cold request). */
+static int32_t prompt_prefix(const sv_sched *s, int32_t i, const sv_request *r)
+{
+    return r->cold ? 0 : common_prefix(s->kept[i].tok, s->kept[i].n, r->prompt, r->n_prompt);
+}
+
+/* The free slot for r: its pinned one, else the longest common prefix
+ * (*prefix), then the least recently used; -1 when every slot is held. */
 static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
 {
+    if (r->pin) {
+        *prefix = prompt_prefix(s, r->slot_wanted, r);
+        return s->slots[r->slot_wanted].state == SLOT_FREE ? r->slot_wanted : -1;
+    }
     int32_t best = -1;
     for (int32_t i = 0; i < s->n_slot; i++) {
         if (s->slots[i].state != SLOT_FREE)
             continue;
-        const int32_t p = common_prefix(s, i, r);
+        const int32_t p = prompt_prefix(s, i, r);
         if (best < 0 || p > *prefix || (p == *prefix && s->kept[i].used < s->kept[best].used)) {
             best = i;
+            *prefix = p;
+        }
+    }
+    return best;
+}
+
+/* The cache slot that holds more of r's prompt than *prefix (which it
+ * then sets), the most; -1 when none does. */
+static int32_t best_cache_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
+{
+    int32_t best = -1;
+    for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
+        const int32_t p = prompt_prefix(s, c, r);
+        if (p > *prefix) {
+            best = c;
             *prefix = p;
         }
     }
@@ -404,13 +442,16 @@ static void admit_locked(sv_sched *s)
         const int32_t i = r ? best_free_slot(s, r, &prefix) : -1;
         if (i < 0)
             return;
+        const int32_t c = best_cache_slot(s, r, &prefix);
+        const int32_t source = c >= 0 ? c : i;
         queue_remove_locked(s, r);
         r->state = RQ_ACTIVE;
         r->slot = i;
         r->n_cached = reuse_len(r, prefix);
-        s->kept[i].used = ++s->use_clock;
+        s->kept[i].used = s->kept[source].used = ++s->use_clock;
         s->active[i] = r;
-        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .n_fed = r->n_cached, .n_past = r->n_cached};
+        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached,
+                                .n_past = r->n_cached};
         s->stats.prompt_tokens_cached += (uint64_t)r->n_cached;
         s->n_held++;
         s->n_running++;
@@ -509,13 +550,60 @@ static void check_when_idle(sv_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* C: cuts slot i back to the n prompt tokens its request reuses (an
- * empty slot when none). */
-static int slot_reuse(sv_sched *s, int32_t i, int32_t n, char *err, size_t errlen)
+enum { STASH_MIN_TOKENS = 16 }; /* fewer tokens are not worth a cache slot */
+
+/* The cache slot that takes slot i's kept tokens: one holding a prefix of
+ * them (an empty one first), else the least recently used; never `avoid`.
+ * -1 when one holds them all already. */
+static int32_t stash_target(const sv_sched *s, int32_t i, int32_t avoid)
 {
+    const sv_kept *k = &s->kept[i];
+    int32_t lru = -1;
+    for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
+        if (c == avoid)
+            continue;
+        const int32_t p = common_prefix(s->kept[c].tok, s->kept[c].n, k->tok, k->n);
+        if (p == k->n)
+            return -1;
+        if (p == s->kept[c].n)
+            return c;
+        if (lru < 0 || s->kept[c].used < s->kept[lru].used)
+            lru = c;
+    }
+    return lru;
+}
+
+/* C: slot i is about to keep only `keep` of its kept tokens: the rest go
+ * to a cache slot first (see the design comment), unless they are few. */
+static void stash(sv_sched *s, int32_t i, int32_t keep, int32_t avoid)
+{
+    if (s->kept[i].n - keep < STASH_MIN_TOKENS)
+        return;
+    const int32_t c = stash_target(s, i, avoid);
+    if (c < 0)
+        return;
+    char err[CV_ERRLEN];
+    const int rc = convoy_seq_copy(s->ctx, i, c, s->kept[i].n, err, sizeof err);
+    if (rc)
+        sv_log(SV_LOG_WARN, "the prompt cache drops slot %d: %s", c, err);
+    pthread_mutex_lock(&s->mu);
+    s->kept[c].n = rc ? 0 : s->kept[i].n;
+    memcpy(s->kept[c].tok, s->kept[i].tok, sizeof(int32_t) * (size_t)s->kept[c].n);
+    s->kept[c].used = s->kept[i].used;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* C: slot i gets the n prompt tokens its request reuses from `source` (cut
+ * back to them, a copy of a cache slot's, or an empty slot when none),
+ * what it held past them stashed first. */
+static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *err, size_t errlen)
+{
+    stash(s, i, source == i ? n : 0, source);
     pthread_mutex_lock(&s->mu);
     s->kept[i].n = 0; /* the request's tokens replace them */
     pthread_mutex_unlock(&s->mu);
+    if (source != i)
+        return convoy_seq_copy(s->ctx, source, i, n, err, errlen);
     if (n == 0)
         return slot_free_engine(s, i, err, errlen);
     return convoy_seq_truncate(s->ctx, i, n, err, errlen);
@@ -532,7 +620,7 @@ static void start_admitted(sv_sched *s)
         if (sl->state != SLOT_STARTING)
             continue;
         const sv_request *r = sl->req;
-        if (slot_reuse(s, i, r->n_cached, err, sizeof err) ||
+        if (slot_reuse(s, i, sl->source, r->n_cached, err, sizeof err) ||
             convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
             (r->grammar && convoy_set_grammar(s->ctx, i, r->grammar, r->grammar_len, r->n_prompt, err, sizeof err))) {
             pthread_mutex_lock(&s->mu);
@@ -861,6 +949,11 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
                 queue_cap);
         return NULL;
     }
+    if (n_slot > convoy_ctx_n_slot(ctx)) {
+        cv_errf(err, errlen, "the scheduler's %d slots are more than the context's %d", n_slot,
+                convoy_ctx_n_slot(ctx));
+        return NULL;
+    }
     if (n_batch < n_slot) {
         cv_errf(err, errlen, "the batch (%d tokens) must hold one token of each of the %d slots", n_batch, n_slot);
         return NULL;
@@ -883,18 +976,20 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->q_ring = queue_cap + n_slot;
     s->stats.n_slot = n_slot;
     s->stats.queue_cap = queue_cap;
+    s->stats.n_ctx = s->n_ctx;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->queue = cv_calloc((size_t)s->q_ring, sizeof *s->queue);
     s->slots = cv_calloc((size_t)n_slot, sizeof *s->slots);
     s->active = cv_calloc((size_t)n_slot, sizeof *s->active);
-    s->kept = cv_calloc((size_t)n_slot, sizeof *s->kept);
+    s->n_cache = convoy_ctx_n_slot(ctx) > n_slot ? convoy_ctx_n_slot(ctx) - n_slot : 0;
+    s->kept = cv_calloc((size_t)(n_slot + s->n_cache), sizeof *s->kept);
     s->prompt_cache = true;
     s->depth = convoy_ctx_depth(ctx) < n_slot ? convoy_ctx_depth(ctx) : n_slot;
     s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
     bool ok = s->queue && s->slots && s->active && s->kept && s->flights && s->b_sampled;
-    for (int32_t i = 0; ok && i < n_slot; i++)
+    for (int32_t i = 0; ok && i < n_slot + s->n_cache; i++)
         ok = (s->kept[i].tok = cv_malloc(sizeof(int32_t) * (size_t)s->n_ctx)) != NULL;
     for (int32_t k = 0; ok && k < s->depth; k++) {
         sv_flight *f = &s->flights[k];
@@ -967,7 +1062,7 @@ void sv_sched_free(sv_sched *s)
     cv_free(s->spec_reqs);
     cv_free(s->slots);
     cv_free(s->active);
-    for (int32_t i = 0; s->kept && i < s->n_slot; i++)
+    for (int32_t i = 0; s->kept && i < s->n_slot + s->n_cache; i++)
         cv_free(s->kept[i].tok);
     cv_free(s->kept);
     cv_free(s->queue);
@@ -991,6 +1086,42 @@ int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out)
     }
     pthread_mutex_unlock(&s->mu);
     return s->n_slot;
+}
+
+/* Slot id, idle: its kept tokens (NULL: none, and err says why); the caller holds mu. */
+static const sv_kept *idle_slot_locked(const sv_sched *s, int32_t id, char *err, size_t errlen)
+{
+    if (id < 0 || id >= s->n_slot) {
+        cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", id, s->n_slot - 1);
+        return NULL;
+    }
+    if (s->slots[id].state != SLOT_FREE || s->active[id]) {
+        cv_errf(err, errlen, "slot %d is running a request", id);
+        return NULL;
+    }
+    return &s->kept[id];
+}
+
+int32_t sv_sched_slot_tokens(sv_sched *s, int32_t id, int32_t *out, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->mu);
+    const sv_kept *k = idle_slot_locked(s, id, err, errlen);
+    const int32_t n = k ? k->n : -1;
+    if (k)
+        memcpy(out, k->tok, sizeof(int32_t) * (size_t)n);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int32_t sv_sched_slot_erase(sv_sched *s, int32_t id, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->mu);
+    sv_kept *k = (sv_kept *)idle_slot_locked(s, id, err, errlen);
+    const int32_t n = k ? k->n : -1;
+    if (k)
+        k->n = 0; /* its KV stays until the next request, which reuses none of it */
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void sv_sched_set_client_slots(sv_sched *s, int32_t n)
@@ -1064,6 +1195,10 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
                                  size_t errlen)
 {
     *out = NULL;
+    if (p->pin && (p->slot < 0 || p->slot >= s->n_slot)) {
+        cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
+        return SV_SUBMIT_ERROR;
+    }
     if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
         p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS) {
         cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
@@ -1104,6 +1239,8 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
     r->cold = p->cold;
+    r->pin = p->pin;
+    r->slot_wanted = p->slot;
     r->client = p->client;
     r->t_submit = cv_now_s();
     r->refs = 2;

@@ -25,7 +25,13 @@
  * tokens. The tokens, logits and logprobs are those of an empty slot, bit
  * for bit (the kernels are batch- and chunk-invariant). sv_request_cached
  * tells how many prompt tokens came from the cache; a request with
- * sv_request_params.cold takes none.
+ * sv_request_params.cold takes none. The context's slots past the
+ * scheduler's n_slot are a cache beyond the slots: none runs a request;
+ * the prefixes a slot would lose when it is reused go there first (one
+ * holding a prefix of them, else the least recently used), and a request
+ * whose prompt one of them holds more of than any free slot gets that
+ * prefix copied into its slot (convoy_seq_copy), so that a popular system
+ * prompt outlives other users passing through its slot.
  *
  * A pipeline whose node fails (died, went silent or refused) fails over in
  * the engine (convoy.h): requests pause and go on with the same tokens
@@ -106,6 +112,8 @@ typedef struct sv_request_params {
     const char *grammar;      /* NULL, or GBNF text the output is held to (convoy_set_grammar); copied at submit */
     size_t grammar_len;
     bool cold;                /* reuse no cached prompt tokens (llama-server's cache_prompt: false) */
+    bool pin;                 /* run in slot `slot` (llama-server's id_slot), waiting until it is free */
+    int32_t slot;
 } sv_request_params;
 
 typedef struct sv_sched_stats {
@@ -120,7 +128,7 @@ typedef struct sv_sched_stats {
     double ttft_seconds;           /* sum over requests of submit -> first token */
     uint64_t ttft_count;
     double tokens_per_second;      /* sampled tokens per second over the last ~10 s */
-    int32_t queued, active, n_slot, queue_cap;
+    int32_t queued, active, n_slot, queue_cap, n_ctx;
     bool speculating;              /* a convoy_spec is set; then its convoy_spec_get_stats: */
     uint64_t spec_rounds;          /* rounds that drafts were asked for (0 drafts included) */
     uint64_t spec_drafted;         /* drafts sent */
@@ -156,6 +164,11 @@ typedef struct sv_slot_info {
 } sv_slot_info;
 /* Fills out[0 .. n_slot) (out holds the scheduler's n_slot); returns n_slot. */
 int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out);
+/* An idle slot's kept tokens (out holds the context's n_ctx): their count,
+ * or -1 with the reason (no such slot, or it is running a request). */
+int32_t sv_sched_slot_tokens(sv_sched *s, int32_t id, int32_t *out, char *err, size_t errlen);
+/* Makes an idle slot forget its kept tokens: their count, or -1 as above. */
+int32_t sv_sched_slot_erase(sv_sched *s, int32_t id, char *err, size_t errlen);
 /* The most slots one client may run at once: 1 to the slots (a larger n
  * means all of them). */
 void sv_sched_set_client_slots(sv_sched *s, int32_t n);
