@@ -433,6 +433,24 @@ static void test_hostile_sizes(void)
         n += (size_t)snprintf(schema + n, sizeof schema - n, "%s{\"type\":\"integer\"}", i ? "," : "");
     snprintf(schema + n, sizeof schema - n, "]}");
     refused(schema, "the grammar passes 65520 bytes", "#");
+
+    /* growing objects of primitives' formats: every grammar up to the limit stays within it (the
+     * primitives' rules count too), the first past it is refused */
+    bool refused_once = false;
+    for (int k = 1; k <= 1500 && !refused_once; k += 7) {
+        n = (size_t)snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < k; i++)
+            n += (size_t)snprintf(schema + n, sizeof schema - n, "%s\"key%d\":{\"type\":\"string\",\"format\":\"%s\"}",
+                                  i ? "," : "", i, i % 2 ? "uuid" : "date-time");
+        snprintf(schema + n, sizeof schema - n, "},\"required\":[\"key0\"]}");
+        char err[CV_ERRLEN] = "";
+        char *text = compile(schema, err, sizeof err);
+        CHECKF(text ? strlen(text) <= 65520 : strstr(err, "passes 65520 bytes") != NULL, "%d properties: %s", k,
+               text ? "over the limit" : err);
+        refused_once = !text;
+        free(text);
+    }
+    CHECK(refused_once);
 }
 
 int main(int argc, char **argv)

@@ -294,6 +294,28 @@ static bool set_body(ctx *c, rule *r, char *body)
     return !c->failed;
 }
 
+/* Appends the rule name ::= body (both taken over; body NULL reserves the
+ * name), counted against the byte limit; returns a copy of its name. */
+static char *append_rule(ctx *c, char *name, char *body)
+{
+    if (!name || c->nrules == c->caprules) {
+        const int cap = c->caprules ? c->caprules * 2 : 32;
+        rule *r = name ? cv_realloc(c->rules, (size_t)cap * sizeof *r) : NULL;
+        if (!r) {
+            cv_free(name);
+            cv_free(body);
+            return oom(c);
+        }
+        c->rules = r;
+        c->caprules = cap;
+    }
+    c->rules[c->nrules++] = (rule){name, NULL};
+    c->text += strlen(name) + sizeof " ::= \n" - 1;
+    if (!set_body(c, &c->rules[c->nrules - 1], body))
+        return NULL;
+    return chk(c, xstrdup(name));
+}
+
 /* Adds a rule named after base (made unique) with body (taken over; NULL reserves the name) and
  * returns a copy of its name; an existing rule with the same body is reused. */
 static char *add_rule(ctx *c, const char *base, char *body)
@@ -329,26 +351,7 @@ static char *add_rule(ctx *c, const char *base, char *body)
         cv_free(name);
         name = xfmt("%s-%d", clean, k);
     }
-    if (!name) {
-        cv_free(body);
-        return oom(c);
-    }
-    if (c->nrules == c->caprules) {
-        const int cap = c->caprules ? c->caprules * 2 : 32;
-        rule *r = cv_realloc(c->rules, (size_t)cap * sizeof *r);
-        if (!r) {
-            cv_free(name);
-            cv_free(body);
-            return oom(c);
-        }
-        c->rules = r;
-        c->caprules = cap;
-    }
-    c->rules[c->nrules++] = (rule){name, NULL};
-    c->text += strlen(name) + sizeof " ::= \n" - 1;
-    if (!set_body(c, &c->rules[c->nrules - 1], body))
-        return NULL;
-    return chk(c, xstrdup(name));
+    return append_rule(c, name, body);
 }
 
 /* expr itself when short, else the name of a rule holding it (expr taken over): for an expression
@@ -408,22 +411,9 @@ static char *use_prim(ctx *c, const char *name)
         char *body = chk(c, xstrdup(prims[i].body));
         if (!body)
             return NULL;
-        if (c->nrules == c->caprules) {
-            const int cap = c->caprules ? c->caprules * 2 : 32;
-            rule *r = cv_realloc(c->rules, (size_t)cap * sizeof *r);
-            if (!r) {
-                cv_free(body);
-                return oom(c);
-            }
-            c->rules = r;
-            c->caprules = cap;
-        }
-        char *nm = chk(c, xstrdup(name));
-        if (!nm) {
-            cv_free(body);
+        cv_free(append_rule(c, xstrdup(name), body));
+        if (c->failed)
             return NULL;
-        }
-        c->rules[c->nrules++] = (rule){nm, body};
         /* the rules this body names */
         static const char *const deps[][4] = {
             {"uesc", "hex"},          {"char", "uesc"},          {"string", "char"},
