@@ -321,8 +321,9 @@ static void test_chain(void)
     test_stop_stage(pid);
 }
 
-/* SIGKILL of the chain's stage after chat 7 (its kept prefix is then
- * only in the head's journal); the standby takes over at the next turn. */
+/* SIGKILL of the chain's stage after chat 7 (its kept prefix and the two
+ * cache slots' are then only in the head's journal); the standby takes
+ * over at the next turn. */
 static pid_t victim;
 
 static void kill_after_7(int chat)
@@ -341,7 +342,7 @@ static void test_chain_failover(void)
     char nodes[64], spare[64];
     snprintf(nodes, sizeof nodes, "local,127.0.0.1:%d", port);
     snprintf(spare, sizeof spare, "127.0.0.1:%d", standby_port);
-    run_setup(&(setup){.nodes = nodes, .standby = spare, .between = kill_after_7, .cold_here = true});
+    run_setup(&(setup){.nodes = nodes, .standby = spare, .between = kill_after_7, .cold_here = true, .n_cache = 2});
     if (victim > 0)
         test_stop_stage(victim);
     test_stop_stage(standby);
