@@ -82,6 +82,8 @@ static void usage(FILE *f)
             "  batch with the other requests. Outputs are the same as without (the same tokens per seed).\n");
 }
 
+enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a stage takes */
+
 typedef struct serve_opts {
     const char *model_path, *host, *alias, *chat_template;
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
@@ -163,8 +165,8 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
         {"host", 0, ARG_STR, .dst = &o->host},
         {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
-        {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096},
-        {"parallel", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = 4096, .word = "np"},
+        {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS},
+        {"parallel", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS, .word = "np"},
         {"ctx-size", 'c', ARG_INT, .dst = &o->ctx_size, .lo = 0, .hi = 1 << 30, .given = &o->ctx_size_given},
         {"batch-size", 'b', ARG_INT, .dst = &o->cp.n_batch, .lo = 1, .hi = 1 << 16},
         {"seed", 's', ARG_STR, .dst = &o->seed},
@@ -242,8 +244,8 @@ static int32_t cache_slots(const serve_opts *o, const convoy_model_info *info)
         n = o->cache_ram / slot_bytes;
     else if (o->cp.mem_budget && n > o->cp.mem_budget / 8 / slot_bytes)
         n = o->cp.mem_budget / 8 / slot_bytes;
-    if (n > 4096)
-        n = 4096;
+    if (n > (uint64_t)(MAX_SLOTS - o->cp.n_slot))
+        n = (uint64_t)(MAX_SLOTS - o->cp.n_slot);
     sv_log(SV_LOG_INFO, "prompt cache: room for %llu prompts beyond the %d slots (%.1f MiB of KV each)", (unsigned long long)n,
            o->cp.n_slot, (double)slot_bytes / (1 << 20));
     return (int32_t)n;
