@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt] [--cache-ram BYTES]\n"
-            "                    [--slot-save-path DIR]\n"
+            "                    [--slot-save-path DIR] [--timeout SECONDS]\n"
             "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
             "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
@@ -61,7 +61,9 @@ static void usage(FILE *f)
             "  --chat-template NAME|FILE: a built-in family (llama2, llama3, llama3.1, chatml, qwen2.5, qwen3,\n"
             "  mistral, gemma, phi3) or a Jinja template file (default: the model's own tokenizer.chat_template,\n"
             "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
-            "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too;\n"
+            "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too; --timeout 10:\n"
+            "  seconds a connection may stay silent (a stream waiting for its first token sends a comment every\n"
+            "  third of it);\n"
             "  --no-cache-prompt: a slot forgets its tokens when its request ends (default: it keeps them, and a\n"
             "  request whose prompt starts with them runs only the rest; a request's \"cache_prompt\": false does\n"
             "  that for itself); GET /slots shows what each slot holds; --cache-ram BYTES: the KV memory (on\n"
@@ -87,7 +89,7 @@ enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a 
 typedef struct serve_opts {
     const char *model_path, *host, *alias, *chat_template;
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
-    int32_t queue, port, ctx_size, client_slots, client_connections;
+    int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
     uint64_t cache_ram; /* --cache-ram */
     int64_t seed_value; /* -1: a fresh seed per request */
@@ -158,7 +160,7 @@ static int check_options(serve_opts *o)
 
 static int parse_options(serve_opts *o, int argc, char **argv)
 {
-    *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20,
+    *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20, .timeout_s = 10,
                       .client_connections = 128, .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
     o->cp.n_slot = 4;
     const arg_opt opts[] = {
@@ -186,6 +188,7 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"no-cache-prompt", 0, ARG_FLAG, .dst = &o->no_cache_prompt},
         {"cache-ram", 0, ARG_BYTES, .dst = &o->cache_ram, .given = &o->cache_ram_given},
         {"slot-save-path", 0, ARG_STR, .dst = &o->slot_save_path},
+        {"timeout", 0, ARG_INT, .dst = &o->timeout_s, .lo = 1, .hi = 86400},
         {0},
     };
     const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -330,7 +333,7 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
                             .seed = o->seed_value};
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
-                             .slot_save_path = o->slot_save_path};
+                             .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model};
     sv_http *http;

@@ -27,6 +27,13 @@ WORDS = ("the river keeps a quiet record of every season it has carried past the
          "yellow book their grandmother kept on the shelf above the stove beside a jar of buttons").split()
 
 
+# A synthetic model draws token ids at random: bytes that are no UTF-8, and `convoy synth`'s filler
+# pieces ("tok01234"), which come back as 8 tokens each when the client sends the answer as text. The
+# answers are held to lowercase words (a grammar), text as a real model writes it, which a client
+# sends back as about as many tokens as were generated.
+WORDS_ONLY = 'root ::= [ a-z]*'
+
+
 def post(url, body):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     return urllib.request.urlopen(req, timeout=600)
@@ -49,7 +56,7 @@ def user_message(base, rng, n_tokens):
 
 def chat_turn(base, messages, max_tokens, cache):
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "grammar": WORDS_ONLY}
     if not cache:
         body["cache_prompt"] = False
     t0 = time.monotonic()
@@ -58,6 +65,8 @@ def chat_turn(base, messages, max_tokens, cache):
     usage = None
     with post(base + "/v1/chat/completions", body) as r:
         for raw in r:
+            if raw.startswith(b"data: {\"error\""):
+                raise RuntimeError(raw.decode())
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

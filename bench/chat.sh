@@ -7,7 +7,8 @@
 # MODEL: default a synthetic Llama-3.2-1B-shaped Q4_K model with a ChatML
 # template (made once in bench/out/models). A chat of TURNS (default 8)
 # turns, each adding about 150 user tokens and asking for 64 (greedy,
-# ignore_eos), the client sending the whole history: with the cache
+# ignore_eos, held to lowercase words: see chat.py), the client sending the
+# whole history, its answers as text: with the cache
 # (cache_prompt default) and with cache_prompt: false, alternated in one
 # run, on one machine at 1 and 2 threads (core 0, cores 0-1) and on a
 # 2-stage chain on two test hosts (scripts/cluster.sh: host 0 on core 0

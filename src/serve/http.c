@@ -90,6 +90,7 @@ struct sv_http {
     sv_access no_access;     /* what access points to without opts->access */
     sv_props props;
     size_t max_body;
+    int idle_timeout_s;
     const char *slot_save_path;
     long long started;
     pthread_mutex_t mu;
@@ -438,11 +439,23 @@ static int sse_fill(gen *g, bool over)
     return 0;
 }
 
+/* A stream waiting longer than this for its next event (a long prompt, a
+ * queue) gets an SSE comment, which clients skip: a connection that sends
+ * nothing for idle_timeout_s is closed, and a first token may take
+ * minutes on a CPU. */
+static double keepalive_s(const sv_http *h) { return h->idle_timeout_s / 3.0; }
+
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     gen *g = cls;
+    double waiting_since = cv_now_s();
     for (;;) {
+        if (g->sse_off == g->sse.n && !g->over && cv_now_s() - waiting_since >= keepalive_s(g->h)) {
+            if (sv_buf_puts(&g->sse, ": keep-alive\n\n"))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            waiting_since = cv_now_s();
+        }
         if (g->sse_off < g->sse.n) {
             size_t k = g->sse.n - g->sse_off;
             if (k > max)
@@ -933,7 +946,7 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(o->max_connections > 0 ? o->max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)(o->client_connections > 0 ? o->client_connections : 128), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(o->idle_timeout_s > 0 ? o->idle_timeout_s : 10), MHD_OPTION_END);
+        (unsigned)h->idle_timeout_s, MHD_OPTION_END);
 }
 
 static void http_free(sv_http *h)
@@ -967,6 +980,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .seed = -1};
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->slot_save_path = o->slot_save_path;
+    h->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 10;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->gens_done, NULL);

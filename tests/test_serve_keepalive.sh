@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# test_serve_keepalive.sh: a stream whose first token comes later than the
+# server's --timeout is not cut. A synthetic model (1024 wide, 6 layers,
+# Q4_0) on one slot with --timeout 1 at one thread: a long completion holds
+# the slot for seconds while a streamed chat and a streamed completion wait
+# in the queue; both get ": keep-alive" comments (which clients skip) and
+# then their whole answer, ending in "data: [DONE]". Before the comments, a
+# connection silent for --timeout seconds was closed under a stream whose
+# prompt took that long (a CPU prefilling a long history).
+#
+# Usage (CTest passes these): test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR
+set -uo pipefail
+convoy="${1:?usage: test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR}"
+. "$src/tests/lib.sh"
+command -v python3 >/dev/null || skip "python3 is needed"
+command -v curl >/dev/null || skip "curl is needed"
+
+models="$(cd "$(dirname "$convoy")" && pwd)/test-models"
+model="$models/failover-1024x6-q4_0.gguf"
+mkdir -p "$models"
+[[ -f "$model" ]] || "$convoy" synth --dims 1024,6,8,4,2816,2048 --type Q4_0 -o "$model" >/dev/null ||
+    { echo "FAIL: could not synthesize $model"; exit 1; }
+
+tmp="$(mktemp -d)"
+port="$(free_port)"
+"$convoy" serve -m "$model" --port "$port" --slots 1 --client-slots 1 -t 1 --timeout 1 2>"$tmp/serve.log" &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+wait_listening "$port"
+url="http://127.0.0.1:$port"
+
+# the slot's holder: long enough (seconds) that the queued streams outlive --timeout several times
+curl -s "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "a", "max_tokens": 1900, "ignore_eos": true, "temperature": 0}' >"$tmp/long.json" &
+holder=$!
+sleep 0.3
+curl -s -N "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}' >"$tmp/chat.sse" &
+chat=$!
+curl -s -N "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "hi", "max_tokens": 4, "stream": true}' >"$tmp/completion.sse" &
+completion=$!
+t0=$(date +%s.%N)
+wait "$holder" "$chat" "$completion"
+waited="$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)")"
+
+expect "the slot was held for several --timeouts ($waited s)" python3 -c "import sys; sys.exit(float(sys.argv[1]) < 3)" "$waited"
+for s in chat completion; do
+    expect "the queued $s stream got keep-alive comments" grep -q "^: keep-alive" "$tmp/$s.sse"
+    expect "the queued $s stream got its answer and [DONE]" grep -q "^data: \[DONE\]" "$tmp/$s.sse"
+    expect "the queued $s stream's events parse, comments aside" python3 -c '
+import json, sys
+events = [l[6:] for l in open(sys.argv[1]).read().splitlines() if l.startswith("data: ") and l != "data: [DONE]"]
+assert events and all(json.loads(e)["object"] in ("chat.completion.chunk", "text_completion") for e in events)' "$tmp/$s.sse"
+done
+checks_summary
