@@ -35,13 +35,13 @@ serve() {
     local host="$1" cpus="$2" threads="$3"
     shift 3
     bash scripts/cluster.sh run "$host" taskset -c "$cpus" build/convoy serve -m "$model" --port 8080 --ctx 4096 \
-        -t "$threads" "$@" 2>/dev/null &
+        -t "$threads" "$@" 2>bench/out/chat-serve.log &
     pids+=($!)
     for _ in $(seq 600); do
         bash scripts/cluster.sh run "$host" curl -sf localhost:8080/health >/dev/null 2>&1 && return 0
         sleep 0.1
     done
-    echo "chat.sh: the server did not start" >&2
+    echo "chat.sh: the server did not start: $(tail -3 bench/out/chat-serve.log)" >&2
     exit 1
 }
 
@@ -68,13 +68,14 @@ serve 0 0-1 2
 chats "2 threads"
 stop_all
 echo "== 2-stage chain (host 0 core 0: server + first stage; host 1 core 1: second stage)"
-bash scripts/cluster.sh run 1 taskset -c 1 build/convoy stage --listen 10.77.0.2:7000 -m "$model" -t 1 2>/dev/null &
+bash scripts/cluster.sh run 1 taskset -c 1 build/convoy stage --listen 10.77.0.2:7000 -m "$model" -t 1 --insecure \
+    2>/dev/null &
 pids+=($!)
 for _ in $(seq 100); do
     bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/7000" 2>/dev/null && break
     sleep 0.1
 done
-serve 0 0 1 --nodes local,10.77.0.2:7000
+serve 0 0 1 --nodes local,10.77.0.2:7000 --insecure
 chats "chain"
 stop_all
 echo "== 4 users at once on 4 slots, one machine, 2 threads"
