@@ -33,6 +33,50 @@ checks_summary() {
     [[ $failures -eq 0 ]]
 }
 
+# synth_1024x6 CONVOY: prints the path of a synthetic model (1024 wide, 6
+# layers, 8 heads, 4 KV heads, FF 2816, vocabulary 2048, Q4_0, 2048
+# positions) made once beside the build (test-models/); ends the test as
+# failed when it cannot be made.
+synth_1024x6() {
+    local models model
+    models="$(cd "$(dirname "$1")" && pwd)/test-models"
+    model="$models/synth-1024x6-q4_0.gguf"
+    mkdir -p "$models"
+    [[ -f "$model" ]] || "$1" synth --dims 1024,6,8,4,2816,2048 --type Q4_0 -o "$model" >/dev/null ||
+        { echo "FAIL: could not synthesize $model" >&2; exit 1; }
+    echo "$model"
+}
+
+# stage_own_kb CONVOY MODEL DIR: the KB a `convoy stage` serving MODEL says
+# at start are its process's own (its log in DIR); ends the test as failed
+# when it says none.
+stage_own_kb() {
+    local p kb
+    p="$(free_port)"
+    start_local_stage "$1" "$3/own.log" "$p" -m "$2"
+    kill "$stage_pid"
+    wait "$stage_pid" 2>/dev/null
+    kb="$(sed -n "s/.*, \([0-9.]*\) MB of it this process's own.*/\1/p" "$3/own.log" | awk '{printf "%d", $1 * 1e6 / 1024}')"
+    [[ -n "$kb" ]] || { echo "FAIL the stage did not report its own bytes: $(cat "$3/own.log")" >&2; exit 1; }
+    echo "$kb"
+}
+
+# start_budget_stages CONVOY MODEL DIR KB N: N `convoy stage` nodes on
+# loopback serving MODEL with --mem KB KiB (logs DIR/stageI.log); sets pids
+# to their pids and nodes to "127.0.0.1:P,..." for --nodes.
+start_budget_stages() {
+    local i p
+    pids=()
+    nodes=""
+    for ((i = 1; i <= $5; i++)); do
+        p="$(free_port)"
+        : >"$3/stage$i.log"
+        start_local_stage "$1" "$3/stage$i.log" "$p" -m "$2" --mem "$(($4 * 1024))"
+        pids+=("$stage_pid")
+        nodes="${nodes:+$nodes,}127.0.0.1:$p"
+    done
+}
+
 # flip_tensor_byte CONVOY FILE TENSOR: inverts one byte of TENSOR's data in
 # FILE (its middle byte; `convoy info` lists the file offsets).
 flip_tensor_byte() {

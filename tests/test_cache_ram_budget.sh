@@ -18,35 +18,19 @@ src="${2:?usage: test_cache_ram_budget.sh PATH/TO/convoy SOURCE_DIR}"
 command -v python3 >/dev/null || skip "python3 is needed"
 command -v curl >/dev/null || skip "curl is needed"
 
-models="$(cd "$(dirname "$convoy")" && pwd)/test-models"
-model="$models/cache-1024x6-q4_0.gguf"
-mkdir -p "$models"
-[[ -f "$model" ]] || "$convoy" synth --dims 1024,6,8,4,2816,2048 --ctx 2048 --type Q4_0 -o "$model" >/dev/null ||
-    { echo "FAIL: could not synthesize $model"; exit 1; }
+model="$(synth_1024x6 "$convoy")" || exit 1
 
 tmp="$(mktemp -d)"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 
-p="$(free_port)"
-start_local_stage "$convoy" "$tmp/own.log" "$p" -m "$model"
-kill "$stage_pid"
-wait 2>/dev/null
-own_kb="$(sed -n "s/.*, \([0-9.]*\) MB of it this process's own.*/\1/p" "$tmp/own.log" | awk '{printf "%d", $1 * 1e6 / 1024}')"
-[[ -n "$own_kb" ]] || { echo "FAIL the stage did not report its own bytes: $(cat "$tmp/own.log")"; exit 1; }
+own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 
 # serve_with BUDGET_KB CACHE_BYTES: two stages at that budget and a server over them; sets port, or
 # leaves the server's refusal in $tmp/serve.log
 serve_with() {
-    local kb="$1" cache="$2" nodes="" i
-    pids=()
-    for i in 1 2; do
-        p="$(free_port)"
-        : >"$tmp/stage$i.log"
-        start_local_stage "$convoy" "$tmp/stage$i.log" "$p" -m "$model" --mem "$((kb * 1024))"
-        pids+=("$stage_pid")
-        nodes="${nodes:+$nodes,}127.0.0.1:$p"
-    done
+    local kb="$1" cache="$2"
+    start_budget_stages "$convoy" "$model" "$tmp" "$kb" 2
     port="$(free_port)"
     "$convoy" serve -m "$model" --nodes "$nodes" --slots 1 --ctx 1024 --cache-ram "$cache" --port "$port" -t 1 \
         2>"$tmp/serve.log" &

@@ -22,11 +22,7 @@ src="${2:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
 command -v python3 >/dev/null || skip "python3 is needed for the streaming clients"
 command -v curl >/dev/null || skip "curl is needed"
 
-models="$(cd "$(dirname "$convoy")" && pwd)/test-models"
-model="$models/failover-1024x6-q4_0.gguf"
-mkdir -p "$models"
-[[ -f "$model" ]] || "$convoy" synth --dims 1024,6,8,4,2816,2048 --type Q4_0 -o "$model" >/dev/null ||
-    { echo "FAIL: could not synthesize $model"; exit 1; }
+model="$(synth_1024x6 "$convoy")" || exit 1
 
 tmp="$(mktemp -d)"
 declare -A stage_of=()
@@ -62,7 +58,7 @@ curl -sf "${base%/v1}/health" >/dev/null || { fail "the server did not start: $(
 
 python3 - >"$tmp/requests.json" <<'EOF'
 import json
-base = {"model": "failover-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
+base = {"model": "synth-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
 reqs = [dict(base, temperature=0), dict(base, prompt="The fox", temperature=0),
         dict(base, temperature=0.8, seed=11), dict(base, prompt="In a town", temperature=0.8, seed=12, grammar='root ::= [a-z ]+')]
 print(json.dumps(reqs))

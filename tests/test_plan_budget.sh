@@ -24,24 +24,11 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # the process's own bytes, as a stage reports them at start
-p="$(free_port)"
-start_local_stage "$convoy" "$tmp/own.log" "$p" -m "$model"
-kill "$stage_pid"
-wait 2>/dev/null
-own_kb="$(sed -n "s/.*, \([0-9.]*\) MB of it this process's own.*/\1/p" "$tmp/own.log" | awk '{printf "%d", $1 * 1e6 / 1024}')"
-[[ -n "$own_kb" ]] || { echo "FAIL the stage did not report its own bytes: $(cat "$tmp/own.log")"; exit 1; }
+own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 
 failures=0 ran=0 refused_up_front=0
 for ((kb = own_kb + 9216; kb <= own_kb + 11264; kb += 32)); do
-    nodes=""
-    pids=()
-    for i in 1 2; do
-        p="$(free_port)"
-        : >"$tmp/stage$i.log"
-        start_local_stage "$convoy" "$tmp/stage$i.log" "$p" -m "$model" --mem "$((kb * 1024))"
-        pids+=("$stage_pid")
-        nodes="${nodes:+$nodes,}127.0.0.1:$p"
-    done
+    start_budget_stages "$convoy" "$model" "$tmp" "$kb" 2
     out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --nodes "$nodes" 2>&1)"
     if grep -q "NO_MEMORY" <<<"$out"; then
         echo "FAIL budget $kb KB: a node refused the plan: $(grep -m1 "NO_MEMORY" <<<"$out")"

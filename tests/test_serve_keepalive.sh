@@ -16,11 +16,7 @@ src="${2:?usage: test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR}"
 command -v python3 >/dev/null || skip "python3 is needed"
 command -v curl >/dev/null || skip "curl is needed"
 
-models="$(cd "$(dirname "$convoy")" && pwd)/test-models"
-model="$models/failover-1024x6-q4_0.gguf"
-mkdir -p "$models"
-[[ -f "$model" ]] || "$convoy" synth --dims 1024,6,8,4,2816,2048 --type Q4_0 -o "$model" >/dev/null ||
-    { echo "FAIL: could not synthesize $model"; exit 1; }
+model="$(synth_1024x6 "$convoy")" || exit 1
 
 tmp="$(mktemp -d)"
 port="$(free_port)"
@@ -41,13 +37,12 @@ chat=$!
 curl -s -N "$url/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt": "hi", "max_tokens": 4, "stream": true}' >"$tmp/completion.sse" &
 completion=$!
-t0=$(date +%s.%N)
 wait "$holder" "$chat" "$completion"
-waited="$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)")"
 
-expect "the slot was held for several --timeouts ($waited s)" python3 -c "import sys; sys.exit(float(sys.argv[1]) < 3)" "$waited"
 for s in chat completion; do
-    expect "the queued $s stream got keep-alive comments" grep -q "^: keep-alive" "$tmp/$s.sse"
+    # one comment every third of --timeout: 4 or more mean the stream waited past it
+    n="$(grep -c "^: keep-alive" "$tmp/$s.sse")"
+    expect "the queued $s stream waited past --timeout, with $n keep-alive comments" [ "$n" -ge 4 ]
     expect "the queued $s stream got its answer and [DONE]" grep -q "^data: \[DONE\]" "$tmp/$s.sse"
     expect "the queued $s stream's events parse, comments aside" python3 -c '
 import json, sys

@@ -1191,30 +1191,28 @@ static int32_t free_slots_for_locked(const sv_sched *s, uint64_t c)
     return min_i32(free, mine > 0 ? mine : 0);
 }
 
-sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
-                                 size_t errlen)
+/* Submit: the parameters' refusal (-1, err says why), else 0. */
+static int check_params(const sv_sched *s, const sv_request_params *p, char *err, size_t errlen)
 {
-    *out = NULL;
-    if (p->pin && (p->slot < 0 || p->slot >= s->n_slot)) {
-        cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
-        return SV_SUBMIT_ERROR;
-    }
+    if (p->pin && (p->slot < 0 || p->slot >= s->n_slot))
+        return cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
     if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
-        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS) {
-        cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
-                p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
-        return SV_SUBMIT_ERROR;
-    }
+        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS)
+        return cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
+                       p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
     for (int32_t i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= s->n_vocab) {
-            cv_errf(err, errlen, "token id %d is outside the vocabulary of %d", p->prompt[i], s->n_vocab);
-            return SV_SUBMIT_ERROR;
-        }
+        if (p->prompt[i] < 0 || p->prompt[i] >= s->n_vocab)
+            return cv_errf(err, errlen, "token id %d is outside the vocabulary of %d", p->prompt[i], s->n_vocab);
+    return 0;
+}
+
+/* Submit: a queued request with copies of p's prompt and grammar, two
+ * references; NULL when out of memory. */
+static sv_request *request_new(sv_sched *s, const sv_request_params *p)
+{
     sv_request *r = cv_calloc(1, sizeof *r);
-    if (!r) {
-        cv_errf(err, errlen, "out of memory");
-        return SV_SUBMIT_ERROR;
-    }
+    if (!r)
+        return NULL;
     r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
@@ -1227,8 +1225,7 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
         cv_free(r->prompt);
         cv_free(r->grammar);
         cv_free(r);
-        cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
-        return SV_SUBMIT_ERROR;
+        return NULL;
     }
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     r->sched = s;
@@ -1246,29 +1243,50 @@ sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_req
     r->refs = 2;
     r->state = RQ_QUEUED;
     pthread_cond_init(&r->cond, NULL);
+    return r;
+}
 
-    pthread_mutex_lock(&s->mu);
-    sv_submit_result res = SV_SUBMIT_OK;
+/* Submit: queues r unless the server stops, is down or is full (err says
+ * which); the caller holds mu. */
+static sv_submit_result enqueue_locked(sv_sched *s, sv_request *r, char *err, size_t errlen)
+{
     if (s->stopping) {
         cv_errf(err, errlen, "the server is shutting down");
-        res = SV_SUBMIT_ERROR;
-    } else if (s->stats.down) {
+        return SV_SUBMIT_ERROR;
+    }
+    if (s->stats.down) {
         cv_errf(err, errlen, "%s; reconnecting", s->stats.last_error);
-        res = SV_SUBMIT_DOWN;
-    } else if (s->q_len >= s->queue_cap + free_slots_for_locked(s, p->client)) {
-        if (s->n_running < s->n_slot && running_of_locked(s, p->client) >= s->client_slots)
+        return SV_SUBMIT_DOWN;
+    }
+    if (s->q_len >= s->queue_cap + free_slots_for_locked(s, r->client)) {
+        if (s->n_running < s->n_slot && running_of_locked(s, r->client) >= s->client_slots)
             cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and you run %d "
                                  "requests, the most one client may run at once; try again later", s->q_len,
                     s->queue_cap, s->client_slots);
         else
             cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d "
                                  "slots are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
-        res = SV_SUBMIT_FULL;
-    } else {
-        s->queue[(s->q_head + s->q_len) % s->q_ring] = r;
-        s->q_len++;
-        pthread_cond_signal(&s->wake);
+        return SV_SUBMIT_FULL;
     }
+    s->queue[(s->q_head + s->q_len) % s->q_ring] = r;
+    s->q_len++;
+    pthread_cond_signal(&s->wake);
+    return SV_SUBMIT_OK;
+}
+
+sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
+                                 size_t errlen)
+{
+    *out = NULL;
+    if (check_params(s, p, err, errlen))
+        return SV_SUBMIT_ERROR;
+    sv_request *r = request_new(s, p);
+    if (!r) {
+        cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
+        return SV_SUBMIT_ERROR;
+    }
+    pthread_mutex_lock(&s->mu);
+    const sv_submit_result res = enqueue_locked(s, r, err, errlen);
     pthread_mutex_unlock(&s->mu);
     if (res != SV_SUBMIT_OK) {
         request_free(r);
