@@ -36,6 +36,7 @@
 
 typedef struct rule {
     char *name, *body; /* body NULL while a $ref target is being compiled */
+    size_t body_len;   /* compared first when bodies are deduplicated */
 } rule;
 
 typedef struct ref {
@@ -290,7 +291,8 @@ static bool set_body(ctx *c, rule *r, char *body)
         return false;
     }
     r->body = body;
-    c->text += body ? strlen(body) : 0;
+    r->body_len = body ? strlen(body) : 0;
+    c->text += r->body_len;
     return !c->failed;
 }
 
@@ -309,7 +311,7 @@ static char *append_rule(ctx *c, char *name, char *body)
         c->rules = r;
         c->caprules = cap;
     }
-    c->rules[c->nrules++] = (rule){name, NULL};
+    c->rules[c->nrules++] = (rule){name, NULL, 0};
     c->text += strlen(name) + sizeof " ::= \n" - 1;
     if (!set_body(c, &c->rules[c->nrules - 1], body))
         return NULL;
@@ -324,12 +326,12 @@ static char *add_rule(ctx *c, const char *base, char *body)
         cv_free(body);
         return NULL;
     }
-    if (body)
-        for (int i = 0; i < c->nrules; i++)
-            if (c->rules[i].body && !strcmp(c->rules[i].body, body)) {
-                cv_free(body);
-                return chk(c, xstrdup(c->rules[i].name));
-            }
+    const size_t len = body ? strlen(body) : 0;
+    for (int i = 0; body && i < c->nrules; i++)
+        if (c->rules[i].body && c->rules[i].body_len == len && !memcmp(c->rules[i].body, body, len)) {
+            cv_free(body);
+            return chk(c, xstrdup(c->rules[i].name));
+        }
     char clean[48];
     size_t n = 0;
     for (const char *p = base; *p && n + 1 < sizeof clean; p++) {
