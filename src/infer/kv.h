@@ -7,8 +7,9 @@
  * the number of valid positions. Rolling back (speculation) or reusing a
  * prefix is kv_seq_truncate (moving the length, no copy); kv_seq_free
  * empties a slot; kv_seq_copy makes one slot hold another's first
- * positions (their rows copied: the same bits, at the same positions). Layout: [layer][slot][pos][kv_dim], so one slot's keys
- * for one layer are contiguous. */
+ * positions (their rows copied: the same bits, at the same positions).
+ * Layout: [layer][slot][pos][kv_dim], so one slot's keys for one layer are
+ * contiguous. */
 #ifndef CONVOY_INFER_KV_H
 #define CONVOY_INFER_KV_H
 

@@ -991,13 +991,14 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
     }
     if (op.op == CV_SEQ_TRUNCATE) {
         cv_span_seq_truncate(&n->span, op.seq, op.len);
-    } else if (op.op == CV_SEQ_FREE || op.op == CV_SEQ_COPY) {
-        if (op.op == CV_SEQ_FREE)
-            cv_span_seq_free(&n->span, op.seq);
-        else
-            cv_span_seq_copy(&n->span, op.seq, op.dst, op.len);
+    } else if (op.op == CV_SEQ_FREE) {
+        cv_span_seq_free(&n->span, op.seq);
         if (has_head(n))
-            n->n_probs[op.op == CV_SEQ_FREE ? op.seq : op.dst] = 0;
+            n->n_probs[op.seq] = 0;
+    } else if (op.op == CV_SEQ_COPY) {
+        cv_span_seq_copy(&n->span, op.seq, op.dst, op.len); /* empties dst first, as FREE */
+        if (has_head(n))
+            n->n_probs[op.dst] = 0;
     } else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) { /* the decoder bounds n_probs */
         if (cv_span_set_sampler(&n->span, op.seq, &op.sampler, why, sizeof why))
             return refuse(n, f, CV_PERR_INTERNAL, why);

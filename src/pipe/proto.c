@@ -872,10 +872,12 @@ static int check_seq_op(const cv_msg_seq_op *m, char *err, size_t errlen)
         return cv_errf(err, errlen, "SEQ_OP: op %u is unknown", m->op);
     if (m->seq < 0)
         return cv_errf(err, errlen, "SEQ_OP: seq %" PRId32 " is negative", m->seq);
+    static const char *const names[] = {[CV_SEQ_TRUNCATE] = "TRUNCATE", [CV_SEQ_FREE] = "FREE",
+                                        [CV_SEQ_SET_SAMPLER] = "SET_SAMPLER", [CV_SEQ_SET_GRAMMAR] = "SET_GRAMMAR",
+                                        [CV_SEQ_COPY] = "COPY"};
     const bool has_len = m->op == CV_SEQ_TRUNCATE || m->op == CV_SEQ_SET_GRAMMAR || m->op == CV_SEQ_COPY;
     if (has_len && m->len < 0)
-        return cv_errf(err, errlen, "SEQ_OP: %s at negative position %" PRId32,
-                       m->op == CV_SEQ_TRUNCATE ? "TRUNCATE" : m->op == CV_SEQ_COPY ? "COPY" : "SET_GRAMMAR", m->len);
+        return cv_errf(err, errlen, "SEQ_OP: %s at negative position %" PRId32, names[m->op], m->len);
     if (m->op == CV_SEQ_COPY && (m->dst < 0 || m->dst == m->seq))
         return cv_errf(err, errlen, "SEQ_OP: COPY of seq %" PRId32 " into seq %" PRId32, m->seq, m->dst);
     if (!has_len && m->len != 0)
