@@ -6,6 +6,8 @@
  *   multiple of the block or of 8, peaked and flat softmaxes, and a running
  *   max that grows from block to block;
  * - the result is within rounding of a double-precision attention;
+ * - tokens at consecutive positions in one call give each token's bits
+ *   alone, across block edges that some see whole and others in part;
  * - a head's output does not depend on the other heads of its group (a
  *   group of G gives the bits of G groups of 1), on the scratch's previous
  *   contents, or on how (token, KV head) pairs of a batch are split over
@@ -97,6 +99,7 @@ static void run_case(const kcase *c, attn_fn fn, int g0, int ng, float *out)
         sc[i] = (i & 1) ? NAN : 1e30f;
     cv_attn_args a = {.head_dim = c->hd,
                       .group = ng,
+                      .n_tok = 1,
                       .n_pos = c->n_pos,
                       .scale = 1.0f / sqrtf((float)c->hd),
                       .q = c->q + (size_t)g0 * c->hd,
@@ -179,6 +182,10 @@ static void test_simd_matches_ref(void)
                         run_case(&c, attn_group_avx2, 0, G, got);
                         CHECKF(same_bits(ref, got, no), "avx2 hd %d group %d n_pos %d", hd, G, np);
                     }
+                    if (!strcmp(cv_kernels_name(), "avx512")) {
+                        run_case(&c, attn_group_avx512, 0, G, got);
+                        CHECKF(same_bits(ref, got, no), "avx512 hd %d group %d n_pos %d", hd, G, np);
+                    }
 #endif
                     const double err = error_vs_double(&c, ref);
                     CHECKF(err < 2e-5, "hd %d group %d n_pos %d %s: error %g against double", hd, G, np,
@@ -195,6 +202,94 @@ static void test_simd_matches_ref(void)
                     n_cases++;
                 }
     fprintf(stderr, "  %d cases, kernels %s\n", n_cases, cv_kernels_name());
+}
+
+/* Tokens at consecutive positions in one call: each token's bits are those
+ * of the reference for it alone, across block edges (a block that some
+ * tokens see whole and others in part), with q and out rows strided. */
+typedef struct tok_case {
+    int hd, G, n_pos, n_tok, f16;
+    size_t tok_stride;
+} tok_case;
+
+static void run_tokens(const tok_case *tc, const kcase *c, attn_fn fn, int together, float *out)
+{
+    const size_t nsc = cv_attn_scratch_floats(tc->hd, tc->G * tc->n_tok), esz = tc->f16 ? 2 : 4;
+    float *sc = malloc(sizeof(float) * nsc);
+    for (size_t i = 0; i < nsc; i++)
+        sc[i] = (i & 1) ? NAN : 1e30f;
+    memset(out, 0xff, sizeof(float) * tc->tok_stride * (size_t)tc->n_tok);
+    cv_attn_args a = {.head_dim = tc->hd,
+                      .group = tc->G,
+                      .n_tok = together ? tc->n_tok : 1,
+                      .scale = 1.0f / sqrtf((float)tc->hd),
+                      .tok_stride = tc->tok_stride,
+                      .kv_type = tc->f16 ? CV_TYPE_F16 : CV_TYPE_F32,
+                      .k = (const char *)c->k + c->off * esz,
+                      .v = (const char *)c->v + c->off * esz,
+                      .kv_stride = c->stride,
+                      .scratch = sc};
+    for (int t = 0; t < (together ? 1 : tc->n_tok); t++) {
+        a.n_pos = tc->n_pos + t;
+        a.q = c->q + (size_t)t * tc->tok_stride;
+        a.out = out + (size_t)t * tc->tok_stride;
+        fn(&a);
+    }
+    free(sc);
+}
+
+static void check_tokens(const tok_case *tc)
+{
+    kcase c;
+    /* the case's q holds n_tok strided rows of G heads; its KV the last token's positions */
+    make_case(&c, tc->hd, (int)(tc->tok_stride / (size_t)tc->hd) * tc->n_tok, tc->n_pos + tc->n_tok - 1, tc->f16,
+              4.0f, tc->n_pos % 2);
+    const size_t n_out = tc->tok_stride * (size_t)tc->n_tok;
+    float *ref = malloc(sizeof(float) * n_out), *got = malloc(sizeof(float) * n_out);
+    run_tokens(tc, &c, attn_group_ref, 0, ref);
+    struct {
+        const char *name;
+        attn_fn fn;
+        int on;
+    } v[] = {{"ref", attn_group_ref, 1}, {cv_kernels_name(), cv_attn_group, 1},
+#if defined(__x86_64__)
+             {"avx2", attn_group_avx2, cv_kernels_avx2()},
+             {"avx512", attn_group_avx512, !strcmp(cv_kernels_name(), "avx512")},
+#endif
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        if (!v[i].on)
+            continue;
+        run_tokens(tc, &c, v[i].fn, 1, got);
+        for (int t = 0; t < tc->n_tok; t++)
+            CHECKF(same_bits(ref + (size_t)t * tc->tok_stride, got + (size_t)t * tc->tok_stride,
+                             (size_t)tc->G * tc->hd),
+                   "%s: hd %d group %d n_pos %d, token %d of %d %s: differs from the token alone", v[i].name,
+                   tc->hd, tc->G, tc->n_pos, t, tc->n_tok, tc->f16 ? "F16" : "F32");
+    }
+    free(ref);
+    free(got);
+    free_case(&c);
+}
+
+static void test_tokens_together(void)
+{
+    static const int hds[] = {12, 32, 64, 80, 128}, gs[] = {1, 3, 4, 8};
+    static const int starts[] = {1, 5, 57, 63, 64, 65, 120, 190};
+    int n_cases = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int ih = 0; ih < COUNT(hds); ih++)
+            for (int ig = 0; ig < COUNT(gs); ig++)
+                for (int is = 0; is < COUNT(starts); is++) {
+                    const int n_tok = 1 + (ih + ig + is) % CV_ATTN_TOKENS;
+                    const tok_case tc = {.hd = hds[ih], .G = gs[ig], .n_pos = starts[is], .n_tok = n_tok,
+                                         .f16 = f16, .tok_stride = (size_t)(gs[ig] + 1) * hds[ih]};
+                    check_tokens(&tc);
+                    n_cases++;
+                }
+    const tok_case most = {.hd = 64, .G = 4, .n_pos = 60, .n_tok = CV_ATTN_TOKENS, .f16 = 1, .tok_stride = 256};
+    check_tokens(&most);
+    fprintf(stderr, "  %d cases, kernels %s\n", n_cases + 1, cv_kernels_name());
 }
 
 static void test_forced_reference(void)
@@ -261,6 +356,7 @@ static void batch_worker(void *ctx, int ith, int nth)
         const size_t ko = ((size_t)j->slot[t] * B_CTX * kv_dim + (size_t)h * B_HD) * esz;
         cv_attn_args a = {.head_dim = B_HD,
                           .group = B_G,
+                          .n_tok = 1,
                           .n_pos = j->pos[t] + 1,
                           .scale = 0.125f,
                           .q = j->q + qo,
@@ -300,7 +396,7 @@ static void test_batch_and_threads(void)
             for (int h = 0; h < B_KVH; h++) {
                 const size_t qo = ((size_t)t * B_KVH * B_G + (size_t)h * B_G) * B_HD;
                 const size_t ko = ((size_t)slot[t] * B_CTX * kv_dim + (size_t)h * B_HD) * (f16 ? 2 : 4);
-                cv_attn_args a = {.head_dim = B_HD, .group = B_G, .n_pos = pos[t] + 1, .scale = 0.125f,
+                cv_attn_args a = {.head_dim = B_HD, .group = B_G, .n_tok = 1, .n_pos = pos[t] + 1, .scale = 0.125f,
                                   .q = q + qo, .kv_type = f16 ? CV_TYPE_F16 : CV_TYPE_F32,
                                   .k = (const char *)j.k + ko, .v = (const char *)j.v + ko, .kv_stride = kv_dim,
                                   .out = alone + qo, .scratch = scratch};
@@ -408,6 +504,7 @@ int main(void)
 {
     TEST_RUN(test_exp);
     TEST_RUN(test_simd_matches_ref);
+    TEST_RUN(test_tokens_together);
     TEST_RUN(test_forced_reference);
     TEST_RUN(test_batch_and_threads);
 #ifndef CONVOY_KERNELS_ONLY

@@ -120,6 +120,7 @@ static void test_greedy_stories260K(void)
 }
 
 /* Logits of `n` tokens of one sequence under a configuration. */
+#define RUN_BATCH 80
 typedef struct config {
     int force_ref;
     int threads;
@@ -132,7 +133,7 @@ static float *run_config(convoy_model *m, const int32_t *tokens, int n, config c
     convoy_model_info info;
     convoy_model_get_info(m, &info);
     cv_kernels_init(cfg.force_ref);
-    convoy_ctx *c = make_ctx(m, cfg.threads, 4, 64);
+    convoy_ctx *c = make_ctx(m, cfg.threads, 4, RUN_BATCH);
     float *logits = calloc((size_t)n * info.n_vocab, sizeof(float));
     if (!c)
         return logits;
@@ -142,15 +143,15 @@ static float *run_config(convoy_model *m, const int32_t *tokens, int n, config c
         /* Slots 1..3 first get prefixes of different lengths, then every step
          * carries one token of each of the four sequences, ours in slot 0
          * placed third, in chunks of cfg.chunk for ours. */
-        float *scratch = malloc(sizeof(float) * 64 * (size_t)info.n_vocab);
+        float *scratch = malloc(sizeof(float) * RUN_BATCH * (size_t)info.n_vocab);
         for (int s = 1; s < 4; s++) {
             int32_t other[16];
             for (int i = 0; i < 5 * s; i++)
                 other[i] = (tokens[i % n] + 7 * s + i) % info.n_vocab;
             feed(c, s, other, 5 * s, 5 * s, scratch, info.n_vocab);
         }
-        int32_t tok[64], pos[64], seq[64];
-        uint8_t want[64];
+        int32_t tok[RUN_BATCH], pos[RUN_BATCH], seq[RUN_BATCH];
+        uint8_t want[RUN_BATCH];
         char err[512];
         for (int start = 0; start < n; start += cfg.chunk) {
             int k = n - start < cfg.chunk ? n - start : cfg.chunk, nb = 0;
@@ -192,7 +193,7 @@ static void check_determinism(const char *rel)
         return;
     convoy_model_info info;
     convoy_model_get_info(m, &info);
-    enum { N = 24 };
+    enum { N = 70 }; /* crosses an attention block (64 positions) */
     int32_t tokens[N];
     tokens[0] = info.bos;
     for (int i = 1; i < N; i++)

@@ -45,11 +45,19 @@ struct cv_forward {
     float *up;   /* [n][n_ff] */
     void *xq;    /* activations converted for the weights: n rows of up to 4 * max_in bytes */
     float *rope_cos, *rope_sin; /* [n][n_rot / 2] */
-    float *att_scratch;         /* per thread: cv_attn_scratch_floats(head_dim, group) */
+    float *att_scratch;         /* per thread: cv_attn_scratch_floats(head_dim, group * CV_ATTN_TOKENS) */
+    int32_t *att_run;           /* [n + 1] first token of each attention run, then n (attn_runs) */
+    int32_t n_att_run;
     int32_t *next_pos;          /* [n_slot] validation scratch */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* One thread's attention scratch: a run of CV_ATTN_TOKENS tokens. */
+static size_t attn_scratch_floats(const cv_llama_hparams *hp)
+{
+    return cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv * CV_ATTN_TOKENS);
+}
 
 cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
                               size_t errlen)
@@ -87,11 +95,11 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->xq = cv_aligned_alloc(n * (4 * max_in + 64));
     f->rope_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->rope_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
-    f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads *
-                                      cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv));
+    f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads * attn_scratch_floats(hp));
+    f->att_run = cv_calloc(n + 1, sizeof *f->att_run);
     f->next_pos = cv_calloc((size_t)kv->n_slot, sizeof *f->next_pos);
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xq || !f->rope_cos ||
-        !f->rope_sin || !f->att_scratch || !f->next_pos) {
+        !f->rope_sin || !f->att_scratch || !f->att_run || !f->next_pos) {
         cv_forward_free(f);
         cv_errf(err, errlen, "out of memory for forward buffers (batch %d)", n_batch_max);
         return NULL;
@@ -115,6 +123,7 @@ void cv_forward_free(cv_forward *f)
     cv_free_aligned(f->rope_cos);
     cv_free_aligned(f->rope_sin);
     cv_free_aligned(f->att_scratch);
+    cv_free(f->att_run);
     cv_free(f->next_pos);
     cv_free(f);
 }
@@ -352,8 +361,25 @@ typedef struct attn_job {
     int32_t layer;
 } attn_job;
 
-/* One (token, KV head) pair at a time: the fused kernel runs the group's
- * query heads together over the slot's positions [0, pos]. */
+/* Splits the batch into runs for the attention kernel: up to
+ * CV_ATTN_TOKENS tokens of one slot at consecutive positions, which meet
+ * each K and V row once for all of them (a prompt's chunk, a verify
+ * window). */
+static void attn_runs(cv_forward *f, const cv_batch *b)
+{
+    int32_t n = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const bool extends = n > 0 && t - f->att_run[n - 1] < CV_ATTN_TOKENS && b->seq[t] == b->seq[t - 1] &&
+                             b->pos[t] == b->pos[t - 1] + 1;
+        if (!extends)
+            f->att_run[n++] = t;
+    }
+    f->att_run[n] = b->n_tokens;
+    f->n_att_run = n;
+}
+
+/* One (run, KV head) pair at a time: the fused kernel runs the group's
+ * query heads of the run's tokens together over the slot's positions. */
 static void attn_worker(void *ctx, int ith, int nth)
 {
     const attn_job *j = ctx;
@@ -364,15 +390,17 @@ static void attn_worker(void *ctx, int ith, int nth)
     cv_attn_args a = {.head_dim = hd,
                       .group = group,
                       .scale = 1.0f / sqrtf((float)hd),
+                      .tok_stride = (size_t)n_head * hd,
                       .kv_type = kv->type,
                       .kv_stride = (size_t)kv->kv_dim,
-                      .scratch = f->att_scratch + (size_t)ith * cv_attn_scratch_floats(hd, group)};
-    /* dealt round-robin: a later token sees more positions, and contiguous
+                      .scratch = f->att_scratch + (size_t)ith * attn_scratch_floats(hp)};
+    /* dealt round-robin: a later run sees more positions, and contiguous
      * ranges gave the last of two threads 3/4 of a prompt's attention */
-    for (long p = ith; p < (long)j->b->n_tokens * n_head_kv; p += nth) {
-        const int32_t t = (int32_t)(p / n_head_kv), kvh = (int32_t)(p % n_head_kv);
-        const int32_t slot = j->b->seq[t];
+    for (long p = ith; p < (long)f->n_att_run * n_head_kv; p += nth) {
+        const int32_t r = (int32_t)(p / n_head_kv), kvh = (int32_t)(p % n_head_kv);
+        const int32_t t = f->att_run[r], slot = j->b->seq[t];
         const size_t qoff = ((size_t)t * n_head + (size_t)kvh * group) * hd, kvoff = (size_t)kvh * hd * kv->elt_size;
+        a.n_tok = f->att_run[r + 1] - t;
         a.n_pos = j->b->pos[t] + 1;
         a.q = f->q + qoff;
         a.out = f->att + qoff;
@@ -460,6 +488,7 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
         memcpy(f->x, in, sizeof(float) * (size_t)n * n_embd);
     }
     rope_tables(f, b);
+    attn_runs(f, b);
 
     for (int32_t l = m->l0; l < m->l1; l++) {
         const cv_llama_layer *L = &m->layers[l];

@@ -32,11 +32,12 @@ static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p)
     const uint64_t n_kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, n_ff = (uint64_t)hp->n_ff;
     const uint64_t max_in = n_ff > (ne > n_q ? ne : n_q) ? n_ff : (ne > n_q ? ne : n_q);
     const uint64_t threads = (uint64_t)(p->n_threads > 0 ? p->n_threads : 1);
+    const uint64_t att_rows = (uint64_t)(hp->n_head / hp->n_head_kv) * CV_ATTN_TOKENS;
     return 2 * alloc_bytes(4 * n * ne) + 2 * alloc_bytes(4 * n * n_q) + 2 * alloc_bytes(4 * n * n_kv) +
            2 * alloc_bytes(4 * n * n_ff) + alloc_bytes(n * (4 * max_in + 64)) +
            2 * alloc_bytes(4 * n * (uint64_t)(hp->n_rot / 2 + 1)) +
-           alloc_bytes(4 * threads * (uint64_t)cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv)) +
-           2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
+           alloc_bytes(4 * threads * (uint64_t)cv_attn_scratch_floats(hp->head_dim, (int)att_rows)) +
+           alloc_bytes(4 * (n + 1)) + 2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
            alloc_bytes(1024) + alloc_bytes(256 + 64 * threads) + 2 * alloc_bytes(0); /* forward, pool, K and V rounding */
 }
 

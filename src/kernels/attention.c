@@ -1,6 +1,6 @@
 /* attention.c: the fused attention's dispatch and its scalar reference
- * (the schedule is in attention.h; attention_avx2.c and attention_neon.c
- * follow it lane for lane). */
+ * (the schedule is in attention.h; attention_avx2.c, attention_avx512.c
+ * and attention_neon.c follow it lane for lane). */
 #include "kernels/attention.h"
 
 #include <math.h>
@@ -10,15 +10,19 @@
 #include "kernels/attention_impl.h"
 #include "kernels/kernels.h"
 
-size_t cv_attn_scratch_floats(int head_dim, int group)
+size_t cv_attn_scratch_floats(int head_dim, int rows)
 {
-    const size_t n = CV_ATTN_SCRATCH(head_dim, group);
+    const size_t n = CV_ATTN_SCRATCH(head_dim, rows);
     return (n + 15) & ~(size_t)15; /* whole 64-byte lines, so threads' scratch never shares one */
 }
 
 void cv_attn_group(const cv_attn_args *a)
 {
 #if defined(__x86_64__)
+    if (strcmp(cv_kernels_name(), "avx512") == 0) {
+        attn_group_avx512(a);
+        return;
+    }
     if (cv_kernels_avx2()) {
         attn_group_avx2(a);
         return;
@@ -50,7 +54,8 @@ static float score_ref(const float *q, const void *k, int f16, int hd)
     return s;
 }
 
-void attn_group_ref(const cv_attn_args *a)
+/* One token (n_tok 1). */
+static void token_ref(const cv_attn_args *a)
 {
     const int hd = a->head_dim, G = a->group, f16 = a->kv_type == CV_TYPE_F16;
     const size_t esz = f16 ? sizeof(cv_fp16) : sizeof(float), rstride = a->kv_stride * esz;
@@ -109,3 +114,5 @@ void attn_group_ref(const cv_attn_args *a)
         for (int d = 0; d < hd; d++)
             a->out[(size_t)g * hd + d] = a->out[(size_t)g * hd + d] / l[g];
 }
+
+void attn_group_ref(const cv_attn_args *a) { attn_each_token(a, token_ref); }

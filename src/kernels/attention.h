@@ -1,20 +1,27 @@
-/* attention.h: fused attention of one token over one KV head, all the
- * query heads of that KV group together (grouped-query attention), with an
+/* attention.h: fused attention over one KV head, for all the query heads
+ * of that KV group together (grouped-query attention) and for up to
+ * CV_ATTN_TOKENS tokens at consecutive positions of one sequence, with an
  * online softmax over blocks of positions.
  *
- * Contract: cv_attn_group computes, for each of the `group` query heads g,
- *   out[g] = sum_i softmax_i(scale * q[g] . K[i]) V[i],  i in [0, n_pos),
- * reading each K and V row once for the whole group. K and V rows are F32 or
- * F16 (widened exactly). The result depends only on q, the rows and the
- * arguments (never on threads, batch or other heads): the reference
- * (attn_group_ref), AVX2+FMA+F16C (attn_group_avx2) and NEON
- * (attn_group_neon) versions give the same bits, NaN payloads aside.
- * Dispatch follows cv_kernels_name() (CONVOY_KERNELS=ref, cv_kernels_init(1)
- * force the reference). It allocates nothing: scratch is the caller's, of
- * cv_attn_scratch_floats(head_dim, group) floats.
+ * Contract: cv_attn_group computes, for each token t and each of the
+ * `group` query heads g,
+ *   out[t][g] = sum_i softmax_i(scale * q[t][g] . K[i]) V[i],
+ *   i in [0, n_pos + t),
+ * reading each K and V row once for the whole group (the AVX-512 version:
+ * once for all the tokens too). Token t's result is the bits of a call for
+ * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
+ * rows and the arguments (never on threads, batch, other tokens or other
+ * heads): the reference (attn_group_ref), AVX2+FMA+F16C
+ * (attn_group_avx2), AVX-512F (attn_group_avx512) and NEON
+ * (attn_group_neon) versions give the same bits, NaN payloads aside. K and
+ * V rows are F32 or F16 (widened exactly). Dispatch follows
+ * cv_kernels_name() (CONVOY_KERNELS=ref, cv_kernels_init(1) force the
+ * reference). It allocates nothing: scratch is the caller's, of
+ * cv_attn_scratch_floats(head_dim, group * n_tok) floats.
  *
- * The schedule every version follows (hd = head_dim, "8-lane vector" =
- * float[8], fma(a, b, c) = a*b+c rounded once, max(a, b) = a > b ? a : b):
+ * The schedule every version follows for each token (hd = head_dim,
+ * "8-lane vector" = float[8], fma(a, b, c) = a*b+c rounded once,
+ * max(a, b) = a > b ? a : b):
  *
  * Positions are taken in blocks of CV_ATTN_BLOCK (the last one may be
  * shorter); each query head g keeps a running max m_g (starts -inf), a
@@ -60,22 +67,27 @@
  * uses it). */
 #define CV_ATTN_BLOCK 64
 
+/* Tokens one call takes at most. */
+#define CV_ATTN_TOKENS 8
+
 typedef struct cv_attn_args {
     int head_dim;     /* hd >= 1 */
     int group;        /* query heads sharing this KV head, >= 1 */
-    int n_pos;        /* positions [0, n_pos), >= 1 */
+    int n_tok;        /* tokens, [1, CV_ATTN_TOKENS] */
+    int n_pos;        /* token t attends positions [0, n_pos + t), n_pos >= 1 */
     float scale;      /* multiplies each score (1/sqrt(hd)) */
-    const float *q;   /* [group][hd] */
+    const float *q;   /* token t's [group][hd] at q + t * tok_stride */
+    size_t tok_stride; /* floats from one token's q (and out) heads to the next's */
     cv_type kv_type;  /* CV_TYPE_F32 or CV_TYPE_F16 */
     const void *k;    /* position 0's hd values of this KV head */
     const void *v;
     size_t kv_stride; /* elements from one position's row to the next */
-    float *out;       /* [group][hd] */
-    float *scratch;   /* cv_attn_scratch_floats(hd, group) floats */
+    float *out;       /* token t's [group][hd] at out + t * tok_stride */
+    float *scratch;   /* cv_attn_scratch_floats(hd, group * n_tok) floats */
 } cv_attn_args;
 
-/* Scratch floats cv_attn_group needs for this shape. */
-size_t cv_attn_scratch_floats(int head_dim, int group);
+/* Scratch floats cv_attn_group needs for `rows` query rows (group * n_tok). */
+size_t cv_attn_scratch_floats(int head_dim, int rows);
 
 /* Selected implementation (see cv_kernels_name). */
 void cv_attn_group(const cv_attn_args *a);
@@ -84,15 +96,17 @@ void cv_attn_group(const cv_attn_args *a);
 void attn_group_ref(const cv_attn_args *a);
 #if defined(__x86_64__)
 void attn_group_avx2(const cv_attn_args *a);
+void attn_group_avx512(const cv_attn_args *a);
 #endif
 #if defined(__aarch64__)
 void attn_group_neon(const cv_attn_args *a);
 #endif
 
-/* Scratch layout shared by the versions: scores [group][CV_ATTN_BLOCK], then
- * m [group], l [group], alpha [group], then 8 rows of hd floats (F16 keys
+/* Scratch layout shared by the versions, for `rows` query rows (row
+ * t * group + g is token t's head g): scores [rows][CV_ATTN_BLOCK], then
+ * m [rows], l [rows], alpha [rows], then 8 rows of hd floats (F16 keys
  * widened by the SIMD versions). */
-#define CV_ATTN_SCRATCH(hd, group) \
-    ((size_t)(group) * (CV_ATTN_BLOCK + 3) + 8 * (size_t)(hd) + 16)
+#define CV_ATTN_SCRATCH(hd, rows) \
+    ((size_t)(rows) * (CV_ATTN_BLOCK + 3) + 8 * (size_t)(hd) + 16)
 
 #endif

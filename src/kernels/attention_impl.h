@@ -55,24 +55,38 @@ static inline float attn_exp(float x)
  * pointers (layout of CV_ATTN_SCRATCH). */
 typedef struct attn_state {
     const cv_attn_args *a;
-    int hd, G, f16, full;
+    int hd, G, f16, full; /* G: query rows, group * n_tok */
     size_t esz, rstride;
     float *S, *m, *l, *alpha;
     float *kw; /* 8 widened F16 rows; for F32 keys, row 0 is the zero row */
 } attn_state;
 
-/* One block of positions [p0, p0 + n), n8 = n rounded up to 8. */
+/* One block of positions [p0, p0 + n), n8 = n rounded up to 8, for the
+ * query rows [r0, r1). */
 typedef struct attn_block {
-    int p0, n, n8;
+    int p0, n, n8, r0, r1;
     const char *kb, *vb; /* the block's first K and V rows */
 } attn_block;
+
+/* Query row r's q and out: token r / group's head r % group. */
+static inline const float *attn_q(const attn_state *st, int r)
+{
+    const cv_attn_args *a = st->a;
+    return a->q + (size_t)(r / a->group) * a->tok_stride + (size_t)(r % a->group) * (size_t)st->hd;
+}
+
+static inline float *attn_out(const attn_state *st, int r)
+{
+    const cv_attn_args *a = st->a;
+    return a->out + (size_t)(r / a->group) * a->tok_stride + (size_t)(r % a->group) * (size_t)st->hd;
+}
 
 /* Start: m = -inf, l = +0, out = +0. */
 static inline void attn_init(attn_state *st, const cv_attn_args *a)
 {
     st->a = a;
     st->hd = a->head_dim;
-    st->G = a->group;
+    st->G = a->group * a->n_tok;
     st->f16 = a->kv_type == CV_TYPE_F16;
     st->full = st->hd - st->hd % 8;
     st->esz = st->f16 ? sizeof(cv_fp16) : sizeof(float);
@@ -86,19 +100,43 @@ static inline void attn_init(attn_state *st, const cv_attn_args *a)
         st->m[g] = -INFINITY;
         st->l[g] = 0.0f;
     }
-    memset(a->out, 0, sizeof(float) * (size_t)st->G * (size_t)st->hd);
+    for (int t = 0; t < a->n_tok; t++)
+        memset(a->out + (size_t)t * a->tok_stride, 0, sizeof(float) * (size_t)a->group * (size_t)st->hd);
 }
 
-static inline attn_block attn_block_at(const attn_state *st, int p0)
+/* Positions [p0, p0 + n) for the rows [r0, r1). */
+static inline attn_block attn_block_rows(const attn_state *st, int p0, int n, int r0, int r1)
 {
-    const cv_attn_args *a = st->a;
     attn_block b;
     b.p0 = p0;
-    b.n = a->n_pos - p0 < CV_ATTN_BLOCK ? a->n_pos - p0 : CV_ATTN_BLOCK;
-    b.n8 = (b.n + 7) & ~7;
-    b.kb = (const char *)a->k + (size_t)p0 * st->rstride;
-    b.vb = (const char *)a->v + (size_t)p0 * st->rstride;
+    b.n = n;
+    b.n8 = (n + 7) & ~7;
+    b.r0 = r0;
+    b.r1 = r1;
+    b.kb = (const char *)st->a->k + (size_t)p0 * st->rstride;
+    b.vb = (const char *)st->a->v + (size_t)p0 * st->rstride;
     return b;
+}
+
+/* The block from p0 for every row, for one token (n_tok 1). */
+static inline attn_block attn_block_at(const attn_state *st, int p0)
+{
+    const int left = st->a->n_pos - p0;
+    return attn_block_rows(st, p0, left < CV_ATTN_BLOCK ? left : CV_ATTN_BLOCK, 0, st->G);
+}
+
+/* Runs fn on each token alone (n_tok 1, n_pos + t): the versions that
+ * take one token at a time. */
+static inline void attn_each_token(const cv_attn_args *a, void (*fn)(const cv_attn_args *))
+{
+    cv_attn_args one = *a;
+    one.n_tok = 1;
+    for (int t = 0; t < a->n_tok; t++) {
+        one.n_pos = a->n_pos + t;
+        one.q = a->q + (size_t)t * a->tok_stride;
+        one.out = a->out + (size_t)t * a->tok_stride;
+        fn(&one);
+    }
 }
 
 /* Widens hd F16 values to F32. */

@@ -194,7 +194,8 @@ static inline void attn_finish(const attn_state *st)
             st->a->out[(size_t)g * st->hd + d] = st->a->out[(size_t)g * st->hd + d] / st->l[g];
 }
 
-void attn_group_neon(const cv_attn_args *a)
+/* One token (n_tok 1). */
+static void token_neon(const cv_attn_args *a)
 {
     attn_state st;
     attn_init(&st, a);
@@ -207,3 +208,5 @@ void attn_group_neon(const cv_attn_args *a)
     }
     attn_finish(&st);
 }
+
+void attn_group_neon(const cv_attn_args *a) { attn_each_token(a, token_neon); }
