@@ -61,7 +61,7 @@ static inline void scores8(const float *q, const float *const *kr, int hd, float
     _mm256_storeu_ps(s, _mm256_mul_ps(sv, _mm256_set1_ps(scale)));
 }
 
-#define VG 8 /* query heads whose accumulators stay in registers at once */
+#define VG 8 /* query rows whose accumulators stay in registers at once */
 
 /* 1. Scores of the block, eight positions at a time (missing ones read
  * zeros). */
@@ -72,59 +72,46 @@ static inline void block_scores(const attn_state *st, const attn_block *b)
         const float *kr[8];
         prefetch_rows(st, b, i0, c);
         attn_key_rows8(st, b, i0, c, widen_row, kr);
-        for (int g = 0; g < st->G; g++)
-            scores8(st->a->q + (size_t)g * st->hd, kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
+        for (int g = b->r0; g < b->r1; g++)
+            scores8(attn_q(st, g), kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
     }
 }
 
-/* acc[g] += P[g][i] * v_i[d..d+8) for each i of the block in order, ng
- * heads (P rows CV_ATTN_BLOCK apart); 1, 2 and 4 heads unrolled. */
-static inline void values8_fma(__m256 *acc, int ng, const float *P, const char *vb, size_t rstride, int f16, int n,
-                               int d)
+/* acc[g] += P[g][i] * v_i[d..d+8) for each i of the block in order, NG
+ * rows (P rows CV_ATTN_BLOCK apart). Inlined with NG a constant, so the
+ * sums stay in registers (in memory, each FMA waited on a store). */
+static inline __attribute__((always_inline)) void values8_fma(__m256 *acc, int NG, const float *P, const char *vb,
+                                                              size_t rstride, int f16, int n, int d)
 {
-    if (ng == 1) {
-        for (int i = 0; i < n; i++)
-            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), load_v8(vb + (size_t)i * rstride, f16, d), acc[0]);
-    } else if (ng == 2) {
-        for (int i = 0; i < n; i++) {
-            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
-            acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
-        }
-    } else if (ng == 4) {
-        for (int i = 0; i < n; i++) {
-            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-            acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + i), vv, acc[0]);
-            acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + CV_ATTN_BLOCK + i), vv, acc[1]);
-            acc[2] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 2 * CV_ATTN_BLOCK + i), vv, acc[2]);
-            acc[3] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + 3 * CV_ATTN_BLOCK + i), vv, acc[3]);
-        }
-    } else {
-        for (int i = 0; i < n; i++) {
-            const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
-            for (int g = 0; g < ng; g++)
-                acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + (size_t)g * CV_ATTN_BLOCK + i), vv, acc[g]);
-        }
+    for (int i = 0; i < n; i++) {
+        const __m256 vv = load_v8(vb + (size_t)i * rstride, f16, d);
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++)
+            acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + (size_t)g * CV_ATTN_BLOCK + i), vv, acc[g]);
     }
 }
 
-/* 3. Values, the full chunks: eight elements of up to VG heads at a time. */
+/* 3. Values, the full chunks: eight elements of up to VG rows at a time. */
 static inline void block_values_full(const attn_state *st, const attn_block *b)
 {
-    const int hd = st->hd, G = st->G;
-    float *out = st->a->out;
-    for (int g0 = 0; g0 < G; g0 += VG) {
-        const int ng = G - g0 < VG ? G - g0 : VG;
+    for (int g0 = b->r0; g0 < b->r1; g0 += VG) {
+        const int ng = b->r1 - g0 < VG ? b->r1 - g0 : VG;
+        float *out[VG];
+        for (int g = 0; g < ng; g++)
+            out[g] = attn_out(st, g0 + g);
         for (int d = 0; d < st->full; d += 8) {
             __m256 acc[VG];
             for (int g = 0; g < ng; g++) {
-                acc[g] = _mm256_loadu_ps(out + (size_t)(g0 + g) * hd + d);
+                acc[g] = _mm256_loadu_ps(out[g] + d);
                 if (st->alpha[g0 + g] != 1.0f)
                     acc[g] = _mm256_mul_ps(acc[g], _mm256_set1_ps(st->alpha[g0 + g]));
             }
-            values8_fma(acc, ng, st->S + (size_t)g0 * CV_ATTN_BLOCK, b->vb, st->rstride, st->f16, b->n, d);
+            const float *P = st->S + (size_t)g0 * CV_ATTN_BLOCK;
+#define VALUES8(NG) values8_fma(acc, NG, P, b->vb, st->rstride, st->f16, b->n, d)
+            WITH_CONST_COUNT_8(ng, VALUES8)
+#undef VALUES8
             for (int g = 0; g < ng; g++)
-                _mm256_storeu_ps(out + (size_t)(g0 + g) * hd + d, acc[g]);
+                _mm256_storeu_ps(out[g] + d, acc[g]);
         }
     }
 }
@@ -132,10 +119,10 @@ static inline void block_values_full(const attn_state *st, const attn_block *b)
 /* 3. Values, the tail elements (hd % 8), one at a time. */
 static inline void block_values_tail(const attn_state *st, const attn_block *b)
 {
-    const int hd = st->hd;
-    for (int d = st->full; d < hd; d++)
-        for (int g = 0; g < st->G; g++) {
-            float o = st->a->out[(size_t)g * hd + d];
+    for (int d = st->full; d < st->hd; d++)
+        for (int g = b->r0; g < b->r1; g++) {
+            float *out = attn_out(st, g);
+            float o = out[d];
             if (st->alpha[g] != 1.0f)
                 o = o * st->alpha[g];
             for (int i = 0; i < b->n; i++) {
@@ -143,7 +130,7 @@ static inline void block_values_tail(const attn_state *st, const attn_block *b)
                 const float vd = st->f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
                 o = fmaf(st->S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
             }
-            st->a->out[(size_t)g * hd + d] = o;
+            out[d] = o;
         }
 }
 
@@ -152,7 +139,7 @@ static inline void attn_finish(const attn_state *st)
 {
     for (int g = 0; g < st->G; g++) {
         const __m256 lv = _mm256_set1_ps(st->l[g]);
-        float *o = st->a->out + (size_t)g * st->hd;
+        float *o = attn_out(st, g);
         int d = 0;
         for (; d < st->full; d += 8)
             _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), lv));
@@ -161,19 +148,19 @@ static inline void attn_finish(const attn_state *st)
     }
 }
 
-/* One token (n_tok 1). */
-static void token_avx2(const cv_attn_args *a)
+/* One block for its rows. */
+static void run_block(const attn_state *st, const attn_block *b)
+{
+    block_scores(st, b);      /* 1. scores */
+    block_softmax(st, b);     /* 2. online softmax */
+    block_values_full(st, b); /* 3. values */
+    block_values_tail(st, b);
+}
+
+void attn_group_avx2(const cv_attn_args *a)
 {
     attn_state st;
     attn_init(&st, a);
-    for (int p0 = 0; p0 < a->n_pos; p0 += CV_ATTN_BLOCK) {
-        const attn_block b = attn_block_at(&st, p0);
-        block_scores(&st, &b);      /* 1. scores */
-        block_softmax(&st, &b);     /* 2. online softmax */
-        block_values_full(&st, &b); /* 3. values */
-        block_values_tail(&st, &b);
-    }
+    attn_blocks(&st, run_block);
     attn_finish(&st);
 }
-
-void attn_group_avx2(const cv_attn_args *a) { attn_each_token(a, token_avx2); }

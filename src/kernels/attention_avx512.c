@@ -217,18 +217,14 @@ static void attn_finish(const attn_state *st)
     }
 }
 
-/* Positions [p0, p0 + n) for the rows [r0, r1). */
-static void run_block(const attn_state *st, int p0, int n, int r0, int r1)
+/* One block for its rows. */
+static void run_block(const attn_state *st, const attn_block *b)
 {
-    const attn_block b = attn_block_rows(st, p0, n, r0, r1);
-    block_scores(st, &b);  /* 1. scores */
-    block_softmax(st, &b); /* 2. online softmax */
-    block_values(st, &b);  /* 3. values */
+    block_scores(st, b);  /* 1. scores */
+    block_softmax(st, b); /* 2. online softmax */
+    block_values(st, b);  /* 3. values */
 }
 
-/* Every block from the first: the tokens that see all of a block (the
- * later ones) run it together; each earlier token that sees part of it
- * runs its part alone. */
 void attn_group_avx512(const cv_attn_args *a)
 {
     if (a->head_dim % 16 != 0) {
@@ -237,15 +233,6 @@ void attn_group_avx512(const cv_attn_args *a)
     }
     attn_state st;
     attn_init(&st, a);
-    const int G = a->group, n_last = a->n_pos + a->n_tok - 1;
-    for (int p0 = 0; p0 < n_last; p0 += CV_ATTN_BLOCK) {
-        int t_all = p0 + CV_ATTN_BLOCK - a->n_pos; /* the first token that sees the whole block */
-        t_all = t_all < 0 ? 0 : t_all > a->n_tok ? a->n_tok : t_all;
-        if (t_all < a->n_tok)
-            run_block(&st, p0, CV_ATTN_BLOCK, t_all * G, a->n_tok * G);
-        for (int t = 0; t < t_all; t++)
-            if (a->n_pos + t > p0)
-                run_block(&st, p0, a->n_pos + t - p0, t * G, (t + 1) * G);
-    }
+    attn_blocks(&st, run_block);
     attn_finish(&st);
 }

@@ -118,11 +118,28 @@ static inline attn_block attn_block_rows(const attn_state *st, int p0, int n, in
     return b;
 }
 
-/* The block from p0 for every row, for one token (n_tok 1). */
-static inline attn_block attn_block_at(const attn_state *st, int p0)
+/* Runs every block of positions of every token with run: the tokens
+ * that see all of a block (the later ones) take it together; each earlier
+ * token that sees part of it takes its part alone. A token's blocks come
+ * in its order, so each token follows the schedule as it would alone. */
+typedef void (*attn_block_fn)(const attn_state *st, const attn_block *b);
+
+static inline void attn_blocks(const attn_state *st, attn_block_fn run)
 {
-    const int left = st->a->n_pos - p0;
-    return attn_block_rows(st, p0, left < CV_ATTN_BLOCK ? left : CV_ATTN_BLOCK, 0, st->G);
+    const cv_attn_args *a = st->a;
+    const int G = a->group, n_last = a->n_pos + a->n_tok - 1;
+    for (int p0 = 0; p0 < n_last; p0 += CV_ATTN_BLOCK) {
+        int t_all = p0 + CV_ATTN_BLOCK - a->n_pos; /* the first token that sees the whole block */
+        t_all = t_all < 0 ? 0 : t_all > a->n_tok ? a->n_tok : t_all;
+        if (t_all < a->n_tok) {
+            const attn_block b = attn_block_rows(st, p0, CV_ATTN_BLOCK, t_all * G, a->n_tok * G);
+            run(st, &b);
+        }
+        for (int t = p0 < a->n_pos ? 0 : p0 - a->n_pos + 1; t < t_all; t++) { /* from the first that sees it */
+            const attn_block b = attn_block_rows(st, p0, a->n_pos + t - p0, t * G, (t + 1) * G);
+            run(st, &b);
+        }
+    }
 }
 
 /* Runs fn on each token alone (n_tok 1, n_pos + t): the versions that

@@ -86,8 +86,8 @@ static inline void block_scores(const attn_state *st, const attn_block *b)
         const int c = b->n - i0 < 8 ? b->n - i0 : 8;
         const float *kr[8];
         attn_key_rows8(st, b, i0, c, widen_row, kr);
-        for (int g = 0; g < st->G; g++)
-            scores8(st->a->q + (size_t)g * st->hd, kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
+        for (int g = b->r0; g < b->r1; g++)
+            scores8(attn_q(st, g), kr, st->hd, st->a->scale, st->S + (size_t)g * CV_ATTN_BLOCK + i0);
     }
 }
 
@@ -127,10 +127,10 @@ static inline float block_exp_sum(float *Sg, int n, int n8, float mn)
     return vgetq_lane_f32(vpaddq_f32(s0, s0), 0) + vgetq_lane_f32(vpaddq_f32(s1, s1), 0);
 }
 
-/* 2. Online softmax: S becomes P; m, l, alpha of each head. */
+/* 2. Online softmax: S becomes P; m, l, alpha of each row. */
 static inline void block_softmax(const attn_state *st, const attn_block *b)
 {
-    for (int g = 0; g < st->G; g++) {
+    for (int g = b->r0; g < b->r1; g++) {
         float *Sg = st->S + (size_t)g * CV_ATTN_BLOCK;
         for (int i = b->n; i < b->n8; i++)
             Sg[i] = -INFINITY;
@@ -141,18 +141,20 @@ static inline void block_softmax(const attn_state *st, const attn_block *b)
     }
 }
 
-/* 3. Values, the full chunks: four elements of up to VG heads at a time. */
+/* 3. Values, the full chunks: four elements of up to VG rows at a time. */
 static inline void block_values_full(const attn_state *st, const attn_block *b)
 {
-    const int hd = st->hd, G = st->G, f16 = st->f16, n = b->n;
+    const int hd = st->hd, f16 = st->f16, n = b->n;
     const size_t rstride = st->rstride;
-    float *out = st->a->out;
-    for (int g0 = 0; g0 < G; g0 += VG) {
-        const int ng = G - g0 < VG ? G - g0 : VG;
+    for (int g0 = b->r0; g0 < b->r1; g0 += VG) {
+        const int ng = b->r1 - g0 < VG ? b->r1 - g0 : VG;
+        float *out[VG];
+        for (int g = 0; g < ng; g++)
+            out[g] = attn_out(st, g0 + g);
         for (int d = 0; d + 4 <= hd; d += 4) {
             float32x4_t acc[VG];
             for (int g = 0; g < ng; g++) {
-                acc[g] = vld1q_f32(out + (size_t)(g0 + g) * hd + d);
+                acc[g] = vld1q_f32(out[g] + d);
                 if (st->alpha[g0 + g] != 1.0f)
                     acc[g] = vmulq_n_f32(acc[g], st->alpha[g0 + g]);
             }
@@ -163,7 +165,7 @@ static inline void block_values_full(const attn_state *st, const attn_block *b)
                     acc[g] = vfmaq_n_f32(acc[g], vv, P[(size_t)g * CV_ATTN_BLOCK + i]);
             }
             for (int g = 0; g < ng; g++)
-                vst1q_f32(out + (size_t)(g0 + g) * hd + d, acc[g]);
+                vst1q_f32(out[g] + d, acc[g]);
         }
     }
 }
@@ -173,8 +175,9 @@ static inline void block_values_tail(const attn_state *st, const attn_block *b)
 {
     const int hd = st->hd;
     for (int d = hd - hd % 4; d < hd; d++)
-        for (int g = 0; g < st->G; g++) {
-            float o = st->a->out[(size_t)g * hd + d];
+        for (int g = b->r0; g < b->r1; g++) {
+            float *out = attn_out(st, g);
+            float o = out[d];
             if (st->alpha[g] != 1.0f)
                 o = o * st->alpha[g];
             for (int i = 0; i < b->n; i++) {
@@ -182,31 +185,33 @@ static inline void block_values_tail(const attn_state *st, const attn_block *b)
                 const float vd = st->f16 ? cv_fp16_to_fp32(((const cv_fp16 *)v)[d]) : ((const float *)v)[d];
                 o = fmaf(st->S[(size_t)g * CV_ATTN_BLOCK + i], vd, o);
             }
-            st->a->out[(size_t)g * hd + d] = o;
+            out[d] = o;
         }
 }
 
 /* The end: out[g] / l_g. */
 static inline void attn_finish(const attn_state *st)
 {
-    for (int g = 0; g < st->G; g++)
+    for (int g = 0; g < st->G; g++) {
+        float *o = attn_out(st, g);
         for (int d = 0; d < st->hd; d++)
-            st->a->out[(size_t)g * st->hd + d] = st->a->out[(size_t)g * st->hd + d] / st->l[g];
+            o[d] = o[d] / st->l[g];
+    }
 }
 
-/* One token (n_tok 1). */
-static void token_neon(const cv_attn_args *a)
+/* One block for its rows. */
+static void run_block(const attn_state *st, const attn_block *b)
+{
+    block_scores(st, b);      /* 1. scores */
+    block_softmax(st, b);     /* 2. online softmax */
+    block_values_full(st, b); /* 3. values */
+    block_values_tail(st, b);
+}
+
+void attn_group_neon(const cv_attn_args *a)
 {
     attn_state st;
     attn_init(&st, a);
-    for (int p0 = 0; p0 < a->n_pos; p0 += CV_ATTN_BLOCK) {
-        const attn_block b = attn_block_at(&st, p0);
-        block_scores(&st, &b);      /* 1. scores */
-        block_softmax(&st, &b);     /* 2. online softmax */
-        block_values_full(&st, &b); /* 3. values */
-        block_values_tail(&st, &b);
-    }
+    attn_blocks(&st, run_block);
     attn_finish(&st);
 }
-
-void attn_group_neon(const cv_attn_args *a) { attn_each_token(a, token_neon); }

@@ -43,17 +43,17 @@ static inline void prefetch_lines(const void *p, int bytes)
  * operands spill (Q4_K, 8 tokens in cache: 150 GFLOP/s, with it 190). */
 #define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 
-/* CALL(k) with k the constant equal to the token count n, 1 <= n <= 4 or
- * 8 (more runs the most): a kernel inlined with its count known keeps the
- * sums of its tokens in registers. */
-#define WITH_CONST_TOKENS_4(n, CALL)                                                                                   \
+/* CALL(k) with k the constant equal to the count n (of tokens, or of
+ * attention rows), 1 <= n <= 4 or 8 (more runs the most): a kernel inlined
+ * with its count known keeps its sums in registers. */
+#define WITH_CONST_COUNT_4(n, CALL)                                                                                   \
     switch (n) {                                                                                                       \
     case 1: CALL(1); break;                                                                                            \
     case 2: CALL(2); break;                                                                                            \
     case 3: CALL(3); break;                                                                                            \
     default: CALL(4); break;                                                                                           \
     }
-#define WITH_CONST_TOKENS_8(n, CALL)                                                                                   \
+#define WITH_CONST_COUNT_8(n, CALL)                                                                                   \
     switch (n) {                                                                                                       \
     case 1: CALL(1); break;                                                                                            \
     case 2: CALL(2); break;                                                                                            \

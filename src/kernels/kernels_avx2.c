@@ -403,7 +403,7 @@ static void panel_tokens_q8_0_n(const panel_q8_0 *p, int nb, const token_q8_0_wi
     _Static_assert(Q8_0_TOKENS == 4, "the switch covers 1 to 4 tokens");
     const q8_0_pairs w = {.panel = p};
 #define PANEL_TOKENS(k) tokens_q8_0(&w, 0, nb, wide, k, 0, acc)
-    WITH_CONST_TOKENS_4(nt, PANEL_TOKENS)
+    WITH_CONST_COUNT_4(nt, PANEL_TOKENS)
 #undef PANEL_TOKENS
 }
 
@@ -411,7 +411,7 @@ static void x8_tokens_q8_0_n(const q8_0_pairs *w, int nb, const token_q8_0_wide 
                              acc_q8_0 *acc)
 {
 #define X8_TOKENS(k) tokens_q8_0(w, 1, nb, wide, k, prefetch, acc)
-    WITH_CONST_TOKENS_4(nt, X8_TOKENS)
+    WITH_CONST_COUNT_4(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
@@ -689,7 +689,7 @@ static void group_q4_0x8_n(const block_q4_0x8 *group, int nb, const block_q8_0 *
                            const float *xd, int nt, acc_blocks8 *acc)
 {
 #define GROUP_TOKENS(k) group_q4_0x8(group, nb, x, ysum8, xd, k, acc)
-    WITH_CONST_TOKENS_8(nt, GROUP_TOKENS)
+    WITH_CONST_COUNT_8(nt, GROUP_TOKENS)
 #undef GROUP_TOKENS
 }
 

@@ -62,7 +62,7 @@ static void pair_q4_0x16_n(const block_q4_0x8 *g0, const block_q4_0x8 *g1, int n
                            const int32_t *ysum8, const float *xd, int nt, acc_blocks16 *acc)
 {
 #define PAIR_TOKENS(k) pair_q4_0x16(g0, g1, nb, x, ysum8, xd, k, acc)
-    WITH_CONST_TOKENS_8(nt, PAIR_TOKENS)
+    WITH_CONST_COUNT_8(nt, PAIR_TOKENS)
 #undef PAIR_TOKENS
 }
 

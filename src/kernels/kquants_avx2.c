@@ -607,7 +607,7 @@ static inline __attribute__((always_inline)) void small_chunk_n(const char *w, s
                                                                 int nt, int q5, small_acc_q45 *a)
 {
 #define CHUNK_TOKENS(k) small_chunk_q45(w, w_stride, pw, px, b0, nbc, g, k, q5, a)
-    WITH_CONST_TOKENS_8(nt, CHUNK_TOKENS)
+    WITH_CONST_COUNT_8(nt, CHUNK_TOKENS)
 #undef CHUNK_TOKENS
 }
 
@@ -786,7 +786,7 @@ static void tokens_q4_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const blo
                             const int32_t *const pairs[KX8_MAX_TOKENS], int nt, __m256 *acc, __m256 *accm)
 {
 #define X8_TOKENS(k) tokens_kx8(blk, 0, p, xb, pairs, k, acc, accm)
-    WITH_CONST_TOKENS_4(nt, X8_TOKENS)
+    WITH_CONST_COUNT_4(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 
@@ -794,7 +794,7 @@ static void tokens_q5_Kx8_n(const kx8_block *blk, const scales_kx8 *p, const blo
                             const int32_t *const pairs[KX8_MAX_TOKENS], int nt, __m256 *acc, __m256 *accm)
 {
 #define X8_TOKENS(k) tokens_kx8(blk, 1, p, xb, pairs, k, acc, accm)
-    WITH_CONST_TOKENS_8(nt, X8_TOKENS)
+    WITH_CONST_COUNT_8(nt, X8_TOKENS)
 #undef X8_TOKENS
 }
 

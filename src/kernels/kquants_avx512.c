@@ -119,7 +119,7 @@ static void tokens_q4_Kx16_n(const kx8_block *b0, const kx8_block *b1, const sca
                              const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc, __m512 *accm)
 {
 #define X16_TOKENS(k) tokens_kx16(b0, b1, 0, p, xb, k, acc, accm)
-    WITH_CONST_TOKENS_8(nt, X16_TOKENS)
+    WITH_CONST_COUNT_8(nt, X16_TOKENS)
 #undef X16_TOKENS
 }
 
@@ -127,7 +127,7 @@ static void tokens_q5_Kx16_n(const kx8_block *b0, const kx8_block *b1, const sca
                              const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc, __m512 *accm)
 {
 #define X16_TOKENS(k) tokens_kx16(b0, b1, 1, p, xb, k, acc, accm)
-    WITH_CONST_TOKENS_8(nt, X16_TOKENS)
+    WITH_CONST_COUNT_8(nt, X16_TOKENS)
 #undef X16_TOKENS
 }
 
