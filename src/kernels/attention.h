@@ -7,8 +7,8 @@
  * `group` query heads g,
  *   out[t][g] = sum_i softmax_i(scale * q[t][g] . K[i]) V[i],
  *   i in [0, n_pos + t),
- * reading each K and V row once for the whole group (the AVX-512 version:
- * once for all the tokens too). Token t's result is the bits of a call for
+ * reading each K and V row once for the whole group and all the tokens
+ * (the reference: once per token). Token t's result is the bits of a call for
  * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
  * rows and the arguments (never on threads, batch, other tokens or other
  * heads): the reference (attn_group_ref), AVX2+FMA+F16C
