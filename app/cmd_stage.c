@@ -21,7 +21,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy stage --listen HOST:PORT (-m MODEL | --cache DIR) [--mem BYTES] [-t THREADS]\n"
-               "                    [--timeout MS] [--key FILE] [--insecure]\n"
+               "                    [--batch N] [--timeout MS] [--key FILE] [--insecure]\n"
                "  serves the layers a head assigns, from this machine's copy of MODEL (a whole model or\n"
                "  a shard of `convoy split`; its tensors' hashes checked against the head's, cached in\n"
                "  MODEL.convoy-hashes), or, with --cache DIR and no model, from the shard of those layers\n"
@@ -29,6 +29,8 @@ static void usage(FILE *f)
                "  resumed when a transfer was cut); --mem caps its\n"
                "  resident memory, touched weight pages included (e.g. 1.5G; default: MemAvailable\n"
                "  when it starts); a session whose head sends nothing for --timeout MS (default 30000) ends;\n"
+               "  --batch N: the most tokens one step of a head may carry (default 512, a head's default):\n"
+               "  a head that asks for more is refused, so no peer sets the size of this stage's work;\n"
                "  --key FILE: the cluster key (`convoy keygen FILE`, the same on the head and every stage):\n"
                "  only peers that prove it are served, and every link is encrypted; refusals are logged.\n"
                "  Without --key, listening on an address that is not loopback needs --insecure.\n");
@@ -44,6 +46,7 @@ int cmd_stage(int argc, char **argv)
         {"cache", 0, ARG_STR, .dst = &o.cache_dir},
         {"mem", 0, ARG_BYTES, .dst = &o.mem_budget},
         {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256},
+        {"batch", 0, ARG_INT, .dst = &o.n_batch_max, .lo = 1, .hi = CV_NODE_BATCH_MAX},
         {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},
         {"key", 0, ARG_STR, .dst = &o.key_file},
         {"insecure", 0, ARG_FLAG, .dst = &o.insecure},

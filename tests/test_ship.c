@@ -8,7 +8,11 @@
  * 2. Hostile SHIP payloads are refused with a message, the .part kept
  *    within what was checked: a fixed part cut short, a start past the
  *    .part, a segment that is garbage, one that runs past the file, bytes
- *    after the segment, a second SHIP that does not follow the first. */
+ *    after the segment, a second SHIP that does not follow the first.
+ * 3. A claimed size over max_size or over the disk's free space is refused
+ *    (NO_MEMORY) before the .part exists; a .part that is a symbolic link,
+ *    or another name of a file (a hard link), is refused at open and the
+ *    file it names is left as it was. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +58,7 @@ static void ship_into(const cv_llama *m, const char *path, const char *want)
     }
     char err[CV_ERRLEN];
     cv_ship_rx rx;
-    CHECKF(cv_ship_rx_open(&rx, path, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_ship_rx_open(&rx, path, 0, err, sizeof err) == 0, "%s", err);
     send_job j = {.l = a, .m = m, .have = rx.have};
     pthread_t t;
     pthread_create(&t, NULL, send_main, &j);
@@ -139,7 +143,7 @@ static void test_hostile_ships(void)
     char err[CV_ERRLEN], path[256];
     snprintf(path, sizeof path, "%s/hostile.gguf", dir);
     cv_ship_rx rx;
-    CHECKF(cv_ship_rx_open(&rx, path, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_ship_rx_open(&rx, path, 0, err, sizeof err) == 0, "%s", err);
     static uint8_t p[64 + (1u << 20)];
     uint8_t seg[64];
     size_t n = raw_segment(seg, 16, 0xab);
@@ -163,6 +167,37 @@ static void test_hostile_ships(void)
            (long long)st.st_size);
 }
 
+static void test_ship_claims(void)
+{
+    char err[CV_ERRLEN], path[256], part[300], target[300];
+    snprintf(path, sizeof path, "%s/claimed.gguf", dir);
+    snprintf(part, sizeof part, "%s.part", path);
+    static uint8_t p[64];
+    uint8_t seg[64];
+    const size_t n = raw_segment(seg, 16, 0xab);
+    cv_ship_rx rx;
+    CHECKF(cv_ship_rx_open(&rx, path, 1000, err, sizeof err) == 0, "%s", err);
+    refused("over max_size", &rx, p, ship_payload(p, 0, 1001, seg, n), "memory budget of 1000");
+    CHECK(rx.code == CV_PERR_NO_MEMORY);
+    cv_ship_rx_close(&rx);
+    CHECKF(cv_ship_rx_open(&rx, path, 0, err, sizeof err) == 0, "%s", err);
+    refused("over the free disk", &rx, p, ship_payload(p, 0, 1ull << 62, seg, n), "bytes free");
+    CHECK(rx.code == CV_PERR_NO_MEMORY);
+    cv_ship_rx_close(&rx);
+    struct stat st;
+    CHECKF(lstat(part, &st) != 0, "a refused claim made %s", part);
+    snprintf(target, sizeof target, "%s/target", dir);
+    FILE *fp = fopen(target, "w");
+    CHECK(fp && fputs("kept", fp) >= 0 && fclose(fp) == 0);
+    CHECK(symlink(target, part) == 0);
+    CHECKF(cv_ship_rx_open(&rx, path, 0, err, sizeof err) != 0 && strstr(err, "symbolic link"), "symlink: %s", err);
+    cv_ship_rx_close(&rx);
+    CHECK(unlink(part) == 0 && link(target, part) == 0);
+    CHECKF(cv_ship_rx_open(&rx, path, 0, err, sizeof err) != 0 && strstr(err, "hard links"), "hard link: %s", err);
+    cv_ship_rx_close(&rx);
+    CHECK(stat(target, &st) == 0 && st.st_size == 4);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/convoy-test-ship-XXXXXX");
@@ -170,6 +205,7 @@ int main(void)
         return 1;
     TEST_RUN(test_ship_is_the_split);
     TEST_RUN(test_hostile_ships);
+    TEST_RUN(test_ship_claims);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     return system(cmd) == 0 ? test_summary() : 1;

@@ -908,7 +908,26 @@ int cv_link_adopt(int fd, const char *peer, const cv_link_opts *opts, const cv_s
     return link_start(fd, name, opts, session, out, err, errlen);
 }
 
-bool cv_host_is_loopback(const char *host)
+/* Whether a is a loopback address (127/8, ::1, IPv4-mapped 127/8) or,
+ * with unspecified, the any-address (0.0.0.0, ::, mapped 0.0.0.0), which a
+ * connect reaches this machine by. */
+static bool addr_is_loopback(const struct sockaddr *sa, bool unspecified)
+{
+    if (sa->sa_family == AF_INET) {
+        const uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+        return (a >> 24) == 127 || (unspecified && a == 0);
+    }
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    const bool mapped = IN6_IS_ADDR_V4MAPPED(a);
+    return IN6_IS_ADDR_LOOPBACK(a) || (mapped && a->s6_addr[12] == 127) ||
+           (unspecified && (IN6_IS_ADDR_UNSPECIFIED(a) || (mapped && !memcmp(a->s6_addr + 12, "\0\0\0\0", 4))));
+}
+
+/* Whether every address host resolves to (all) or any of them (!all) is
+ * loopback, the any-address counting with unspecified. */
+static bool host_loopback(const char *host, bool all, bool unspecified)
 {
     if (!host || !host[0])
         return false;
@@ -916,19 +935,22 @@ bool cv_host_is_loopback(const char *host)
     struct addrinfo *res = NULL;
     if (getaddrinfo(host, NULL, &hints, &res) != 0)
         return false;
-    bool all = res != NULL;
-    for (const struct addrinfo *ai = res; ai && all; ai = ai->ai_next) {
-        if (ai->ai_family == AF_INET) {
-            const uint32_t a = ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
-            all = (a >> 24) == 127;
-        } else {
-            const struct in6_addr *a = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
-            all = ai->ai_family == AF_INET6 &&
-                  (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127));
-        }
-    }
+    bool found = all ? res != NULL : false;
+    for (const struct addrinfo *ai = res; ai && found == all; ai = ai->ai_next)
+        found = addr_is_loopback(ai->ai_addr, unspecified);
     freeaddrinfo(res);
-    return all;
+    return found;
+}
+
+bool cv_host_is_loopback(const char *host) { return host_loopback(host, true, false); }
+
+bool cv_host_reaches_loopback(const char *host) { return host_loopback(host, false, true); }
+
+bool cv_link_peer_is_loopback(const cv_link *l)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    return getpeername(l->fd, (struct sockaddr *)&ss, &sl) == 0 && addr_is_loopback((struct sockaddr *)&ss, true);
 }
 
 int cv_listener_open(const char *host, int port, cv_listener **out, char *err, size_t errlen)

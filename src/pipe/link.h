@@ -107,6 +107,12 @@ int cv_parse_addr(const char *addr, char *host, size_t host_len, int *port, char
  * ::1); false for NULL or "" (every address) and for a name that does not
  * resolve. */
 bool cv_host_is_loopback(const char *host);
+/* Whether any address host resolves to reaches this machine's loopback: a
+ * loopback one, or the any-address (0.0.0.0, ::), which a connect sends
+ * here; false for a name that does not resolve. */
+bool cv_host_reaches_loopback(const char *host);
+/* Whether l's peer is on this machine's loopback (false when unknown). */
+bool cv_link_peer_is_loopback(const cv_link *l);
 
 /* Connects within timeout_ms (resolution and, with opts->key, the key
  * handshake included; numeric hosts do not block) and starts the link's

@@ -12,10 +12,12 @@
 #include "pipe/node.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +36,8 @@
 #include "pipe/proto.h"
 #include "pipe/ship.h"
 #include "pipe/wire.h"
+
+static_assert(CV_NODE_BATCH_MAX == CV_PROTO_MAX_BATCH, "node.h states the protocol's batch limit");
 
 /* HELLO's hashes are model/fingerprint.h's, of model/llama.h's span tensors. */
 static_assert(CV_PROTO_HASH_BYTES == CV_HASH_BYTES, "HELLO hash size");
@@ -56,10 +60,36 @@ enum { SRC_HEAD = 0, SRC_PREV = 1 };
  * may take to send its first frame (a real peer sends it with its proof). */
 #define PARKED_MAX 4
 #define FIRST_FRAME_MS 2000
+/* A .part not written for PART_KEEP_S was left: a head whose transfer was
+ * cut comes back within seconds (its chain reopens), so half an hour
+ * keeps every resume worth having, while transfers left by peers that
+ * invent models (each claim fits the free disk, ship.h) go. The cache is
+ * swept at start and whenever a transfer is left unfinished. */
+#define PART_KEEP_S (30 * 60)
+#define HEX4 "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+#define PART_PATTERN HEX4 HEX4 HEX4 HEX4 ".layers-[0-9]*-[0-9]*.gguf.part"
 /* Connecting to the next node (TCP, key handshake, HELLO) takes three
  * round trips to a node that waits for it: a silent address must not hold
  * this one for the handshake timeout. */
 #define NEXT_NODE_MS 1000
+
+/* node.h's rate of HELLOs per source address: a bucket of HELLO_BURST
+ * that refills HELLO_PER_S a second. A head sends two per stage as its
+ * chain opens (a query, an assignment), and heads of one host may share
+ * its address: the bucket holds 16 openings at once and 8 a second after,
+ * while a peer that reconnects to ask again and again (a thousand times a
+ * second on loopback) gets ERROR RATE, which costs no probe and no plan. */
+#define HELLO_BURST 32
+#define HELLO_PER_S 16
+#define RATE_ADDRS 64
+#define RATE_KEY_BYTES 9 /* the family (4 or 6), then 4 or 8 bytes of the address */
+
+typedef struct rate_slot {
+    uint8_t key[RATE_KEY_BYTES];
+    double tokens;
+    int64_t t_ms; /* when tokens was counted; 0: a free slot */
+    bool logged;  /* its refusals since it ran dry were logged once */
+} rate_slot;
 
 /* A proven connection that arrived while a head held the node. */
 typedef struct parked {
@@ -82,6 +112,8 @@ typedef struct node {
     const cv_seal_key *key; /* NULL: plaintext links */
     uint64_t budget;        /* --mem, else MemAvailable at start; 0 (neither known): no limit */
     uint64_t process_bytes; /* this process at start (core/procmem.h), counted in every session */
+    rate_slot rate[RATE_ADDRS]; /* heads' HELLOs by address, across sessions */
+    bool hushed;                /* the handshake's failure is one of a flood's, logged before */
 
     /* session */
     cv_msg_hello hello;
@@ -116,17 +148,25 @@ typedef struct node {
     atomic_bool working; /* a FORWARD is being computed */
 } node;
 
-static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
+/* Sends ERROR code msg on l; when the link cannot carry it, quiet says
+ * the peer may have left (its link failed): nothing is logged then. */
+static int send_error_q(cv_link *l, uint32_t id, uint32_t code, const char *msg, bool quiet)
 {
     uint8_t buf[CV_PROTO_ERRMSG_MAX + 16];
     size_t len;
     char err[CV_ERRLEN];
     if (cv_msg_error_encode(code, msg, buf, sizeof buf, &len, err, sizeof err) ||
         cv_link_send(l, CV_MSG_ERROR, id, buf, len, err, sizeof err)) {
-        fprintf(stderr, "convoy stage: could not report an error to %s: %s\n", cv_link_name(l), err);
+        if (!quiet)
+            fprintf(stderr, "convoy stage: could not report an error to %s: %s\n", cv_link_name(l), err);
         return -1;
     }
     return 0;
+}
+
+static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
+{
+    return send_error_q(l, id, code, msg, false);
 }
 
 static void session_free_buffers(node *n)
@@ -186,6 +226,7 @@ static void session_end(node *n)
     n->key = keep.key;
     n->budget = keep.budget;
     n->process_bytes = keep.process_bytes;
+    memcpy(n->rate, keep.rate, sizeof n->rate);
 }
 
 static bool has_head(const node *n) { return n->hello.l1 == n->hello.n_layer; }
@@ -230,6 +271,11 @@ static int check_sizes(const node *n, uint32_t *code, char *err, size_t errlen)
         return cv_errf(err, errlen, "n_ctx %u is outside [1, %d]", h->n_ctx, CV_PROTO_MAX_CTX);
     if (h->n_batch_max > CV_PROTO_MAX_BATCH)
         return cv_errf(err, errlen, "n_batch_max %u exceeds the limit of %d", h->n_batch_max, CV_PROTO_MAX_BATCH);
+    const uint32_t rows = n->o->n_batch_max > 0 ? (uint32_t)n->o->n_batch_max : CV_NODE_BATCH_DEFAULT;
+    if (h->n_batch_max > rows) /* a FORWARD's compute is the stage's to bound (node.h) */
+        return cv_errf(err, errlen, "n_batch_max %u exceeds this stage's limit of %u rows a FORWARD: give the head "
+                                    "a smaller --batch",
+                       h->n_batch_max, rows);
     const cv_plan_session s = session_of(h);
     const uint64_t fwd = cv_plan_forward_cap(&s, (int32_t)h->n_embd); /* assign() checks n_embd */
     if (fwd > CV_PROTO_DEFAULT_MAX_PAYLOAD)
@@ -389,7 +435,7 @@ static void park_poll(node *n, int wait_ms)
         if (rc == 0)
             p->has_first = true;
         else if (rc < 0 || cv_now_ms() - p->since > FIRST_FRAME_MS)
-            unpark(p, CV_PERR_BAD_STATE, rc < 0 ? err : "no HELLO after the key handshake");
+            unpark(p, rc < 0 ? CV_PERR_BAD_FRAME : CV_PERR_TIMEOUT, rc < 0 ? err : "no HELLO after the key handshake");
     }
 }
 
@@ -483,6 +529,26 @@ static bool unpark_head(node *n)
     return true;
 }
 
+/* node.h's rule for a plaintext stage's next address: a head that is not
+ * on this machine may not name one that reaches its loopback (a peer from
+ * elsewhere would reach this machine's private ports through it); a head
+ * on this machine reaches them itself. Checked on the name before any
+ * connection, and with next, on the address connected to (a name that
+ * resolved otherwise the second time): refused, next is closed. */
+static int next_unsafe(node *n, const char *host, cv_link *next, char *err, size_t errlen)
+{
+    if (n->key || cv_link_peer_is_loopback(n->head) ||
+        !(next ? cv_link_peer_is_loopback(next) : cv_host_reaches_loopback(host)))
+        return 0;
+    if (next) {
+        cv_link_close(next);
+        n->next = NULL;
+    }
+    return cv_errf(err, errlen, "the next node %s is on this machine's loopback, and the head is not on this "
+                                "machine: a stage without --key connects there only for a head on this machine",
+                   n->hello.next_addr);
+}
+
 /* Opens the link to the next node and introduces this node to it. */
 static int connect_next(node *n, char *err, size_t errlen)
 {
@@ -495,9 +561,11 @@ static int connect_next(node *n, char *err, size_t errlen)
         return cv_errf(err, errlen, "the next node %s is not on this machine and this stage has no --key: give every "
                                     "stage and the head --key FILE, or --insecure",
                        n->hello.next_addr);
+    if (next_unsafe(n, host, NULL, err, errlen))
+        return -1;
     const int64_t t0 = cv_now_ms();
     const int limit = n->o->handshake_timeout_ms < NEXT_NODE_MS ? n->o->handshake_timeout_ms : NEXT_NODE_MS;
-    if (cv_link_connect(host, port, limit, &lo, &n->next, err, errlen))
+    if (cv_link_connect(host, port, limit, &lo, &n->next, err, errlen) || next_unsafe(n, host, n->next, err, errlen))
         return -1;
     cv_msg_hello h = n->hello;
     h.role = CV_ROLE_PREV_NODE;
@@ -533,9 +601,12 @@ static int accept_prev(node *n, char *err, size_t errlen)
 
 /* The head's next handshake frame: the one it came parked with, else the
  * next within the handshake's timeout, unless a parked head takes the node
- * meanwhile (node.h). */
-static int head_frame(node *n, cv_frame *f, char *err, size_t errlen)
+ * meanwhile (node.h). On failure *code is the ERROR the head is owed: a
+ * frame its link refused (BAD_FRAME: header, checksum, size) or silence
+ * (TIMEOUT); 0 when it has been told (a takeover). */
+static int head_frame(node *n, cv_frame *f, uint32_t *code, char *err, size_t errlen)
 {
+    *code = 0;
     if (n->has_first) {
         *f = n->first;
         n->has_first = false;
@@ -548,9 +619,12 @@ static int head_frame(node *n, cv_frame *f, char *err, size_t errlen)
         if (takeover_due(n))
             return yield_node(n, err, errlen);
         const int rc = cv_link_recv(n->head, left < GATE_POLL_MS ? (int)left : GATE_POLL_MS, f, err, errlen);
-        if (rc != CV_LINK_TIMEOUT)
+        if (rc != CV_LINK_TIMEOUT) {
+            *code = rc ? CV_PERR_BAD_FRAME : 0;
             return rc;
+        }
     }
+    *code = CV_PERR_TIMEOUT;
     return cv_errf(err, errlen, "%s: no handshake within %d ms", cv_link_name(n->head), n->o->handshake_timeout_ms);
 }
 
@@ -615,8 +689,12 @@ static int keep_hashes(node *n, char *err, size_t errlen)
 static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
 {
     cv_frame f;
-    if (head_frame(n, &f, err, errlen))
+    uint32_t failed;
+    if (head_frame(n, &f, &failed, err, errlen)) {
+        if (failed) /* a head that left hears nothing: no complaint */
+            send_error_q(n->head, 0, failed, err, true);
         return -1;
+    }
     if (f.h.type == CV_MSG_BYE) {
         cv_link_release(n->head, &f);
         return cv_errf(err, errlen, "%s said BYE during the handshake", cv_link_name(n->head));
@@ -633,8 +711,8 @@ static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
         rc = keep_hashes(n, err, errlen); /* checked once the layers are here */
     else if (rc == 0 && (rc = check_model(n, err, errlen)) != 0)
         code = CV_PERR_FINGERPRINT;
-    else if (rc && n->hello.proto_version != CV_PROTO_VERSION)
-        code = CV_PERR_VERSION;
+    else if (rc && f.h.type == CV_MSG_HELLO && f.h.payload_len >= 2 && n->hello.proto_version != CV_PROTO_VERSION)
+        code = CV_PERR_VERSION; /* the decoder read the version, and stopped there */
     cv_link_release(n->head, &f);
     if (!n->hashes_asked) { /* they were in the frame */
         n->hello.hashes = NULL;
@@ -715,17 +793,19 @@ static int ask_shard(node *n, uint32_t id, const cv_ship_rx *rx, char *err, size
                : 0;
 }
 
-/* Takes SHIP frames until the shard is complete, telling its progress. */
-static int take_ships(node *n, cv_ship_rx *rx, char *err, size_t errlen)
+/* Takes SHIP frames until the shard is complete, telling its progress;
+ * on failure *code is the ERROR the head is owed (0: it was told). */
+static int take_ships(node *n, cv_ship_rx *rx, uint32_t *code, char *err, size_t errlen)
 {
     int64_t noted = cv_now_ms();
     for (bool done = false; !done;) {
         cv_frame f;
-        if (head_frame(n, &f, err, errlen))
+        if (head_frame(n, &f, code, err, errlen))
             return -1;
-        const int rc = f.h.type == CV_MSG_SHIP
-                           ? cv_ship_rx_take(rx, f.payload, f.h.payload_len, &done, err, errlen)
-                           : cv_errf(err, errlen, "expected SHIP, got %s", cv_msg_type_name(f.h.type));
+        const bool ship = f.h.type == CV_MSG_SHIP;
+        const int rc = ship ? cv_ship_rx_take(rx, f.payload, f.h.payload_len, &done, err, errlen)
+                            : cv_errf(err, errlen, "expected SHIP, got %s", cv_msg_type_name(f.h.type));
+        *code = ship ? rx->code : CV_PERR_BAD_STATE;
         cv_link_release(n->head, &f);
         n->heard = cv_now_ms();
         if (rc)
@@ -738,20 +818,30 @@ static int take_ships(node *n, cv_ship_rx *rx, char *err, size_t errlen)
     return 0;
 }
 
-static int fetch_shard(node *n, uint32_t id, const char *path, char *err, size_t errlen)
+/* Removes the .part files of transfers left unfinished PART_KEEP_S ago. */
+static void sweep_parts(const node *n) { cv_ship_sweep(n->o->cache_dir, PART_PATTERN, PART_KEEP_S); }
+
+/* Receives the shard into path (*code: the ERROR owed on failure). The
+ * stage's budget bounds the size it believes (ship.h); a transfer left
+ * unfinished sweeps the cache of older ones. */
+static int fetch_shard(node *n, uint32_t id, const char *path, uint32_t *code, char *err, size_t errlen)
 {
     cv_ship_rx rx;
-    const int rc = cv_ship_rx_open(&rx, path, err, errlen) || ask_shard(n, id, &rx, err, errlen) ||
-                           take_ships(n, &rx, err, errlen)
+    *code = CV_PERR_INTERNAL;
+    const int rc = cv_ship_rx_open(&rx, path, n->budget, err, errlen) || ask_shard(n, id, &rx, err, errlen) ||
+                           take_ships(n, &rx, code, err, errlen)
                        ? -1
                        : 0;
     cv_ship_rx_close(&rx);
     cv_link_set_max_payload(n->head, hello_cap(n));
+    if (rc)
+        sweep_parts(n);
     return rc;
 }
 
 /* Where the shard of the assignment's layers of the head's model is kept:
- * DIR/HASH.layers-L0-L1.gguf (HASH: the model's metadata hash, 16 hex). */
+ * DIR/HASH.layers-L0-L1.gguf (HASH: the model's metadata hash, 16 hex);
+ * PART_PATTERN matches the .part files of such names. */
 static void shard_path(const node *n, char *path, size_t len)
 {
     char hex[17];
@@ -770,7 +860,11 @@ static int receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_
     *code = CV_PERR_FINGERPRINT;
     if (n->has_model && !strcmp(n->model_path, path) && check_model(n, err, errlen) == 0)
         return 0;
-    if (access(path, F_OK) == 0) {
+    bool present;
+    *code = CV_PERR_INTERNAL;
+    if (cv_ship_cache_file(path, &present, err, errlen)) /* named in the message, for the operator */
+        return -1;
+    if (present) {
         if (take_shard(n, path, err, errlen) == 0) {
             fprintf(stderr, "convoy stage: layers [%u, %u) from the cache: %s\n", n->hello.l0, n->hello.l1, path);
             return 0;
@@ -778,12 +872,11 @@ static int receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_
         fprintf(stderr, "convoy stage: the cached layers do not check: %s; fetching them\n", err);
     }
     struct stat st;
-    const bool resumed = stat(part, &st) == 0 && st.st_size > 0;
+    const bool resumed = lstat(part, &st) == 0 && st.st_size > 0;
     for (int attempt = 0; attempt < 1 + resumed; attempt++) {
-        *code = CV_PERR_INTERNAL;
         if (attempt > 0)
             unlink(part);
-        if (fetch_shard(n, id, path, err, errlen))
+        if (fetch_shard(n, id, path, code, err, errlen))
             return -1;
         *code = CV_PERR_FINGERPRINT;
         if (take_shard(n, path, err, errlen) == 0)
@@ -792,6 +885,64 @@ static int receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_
                 attempt + 1 < 1 + resumed ? "; fetching them whole" : "");
     }
     return -1;
+}
+
+/* The peer's address as a rate key: IPv4 (an IPv4-mapped IPv6 address
+ * too), or the /64 of IPv6, which one host holds whole. false: unknown. */
+static bool rate_key(const cv_link *l, uint8_t key[RATE_KEY_BYTES])
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    memset(key, 0, RATE_KEY_BYTES);
+    if (getpeername(cv_link_poll_fd(l), (struct sockaddr *)&ss, &sl))
+        return false;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
+    if (ss.ss_family == AF_INET)
+        memcpy(key + 1, &((const struct sockaddr_in *)&ss)->sin_addr, 4);
+    else if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6))
+        memcpy(key + 1, a6->s6_addr + 12, 4);
+    else if (ss.ss_family == AF_INET6)
+        memcpy(key + 1, a6->s6_addr, 8);
+    else
+        return false;
+    key[0] = ss.ss_family == AF_INET || IN6_IS_ADDR_V4MAPPED(a6) ? 4 : 6;
+    return true;
+}
+
+/* node.h's rate: takes one of the head's address's HELLOs from its bucket
+ * (a new address, or one forgotten, starts full); refuses (RATE) when the
+ * bucket is empty. The table forgets the address heard from longest ago. */
+static int rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
+{
+    uint8_t key[RATE_KEY_BYTES];
+    if (!rate_key(n->head, key))
+        return 0;
+    const int64_t now = cv_now_ms();
+    rate_slot *s = NULL, *oldest = &n->rate[0];
+    for (int i = 0; i < RATE_ADDRS && !s; i++) {
+        if (!memcmp(n->rate[i].key, key, sizeof key))
+            s = &n->rate[i];
+        else if (n->rate[i].t_ms < oldest->t_ms)
+            oldest = &n->rate[i];
+    }
+    if (!s) {
+        s = oldest;
+        *s = (rate_slot){.tokens = HELLO_BURST, .t_ms = now};
+        memcpy(s->key, key, sizeof key);
+    }
+    s->tokens += (double)(now - s->t_ms) * HELLO_PER_S / 1000.0;
+    s->tokens = s->tokens < HELLO_BURST ? s->tokens : HELLO_BURST;
+    s->t_ms = now;
+    if (s->tokens < 1) {
+        *code = CV_PERR_RATE;
+        n->hushed = s->logged; /* a flood is logged once each time it runs the bucket dry */
+        s->logged = true;
+        return cv_errf(err, errlen, "%s: its address sent over %d HELLOs, %d a second: refused until it sends fewer",
+                       cv_link_name(n->head), HELLO_BURST, HELLO_PER_S);
+    }
+    s->tokens -= 1;
+    s->logged = false;
+    return 0;
 }
 
 /* The head's handshake: a few queries, then one assignment. 0: the session
@@ -810,13 +961,15 @@ static int handshake(node *n, char *err, size_t errlen)
         const bool query = n->hello.l0 == n->hello.l1;
         uint32_t us_per_layer_token = 0;
         uint64_t layer_bytes = 0;
-        if ((query && queries == HANDSHAKE_QUERIES_MAX &&
+        if (rate_refuses(n, &code, err, errlen) ||
+            (query && queries == HANDSHAKE_QUERIES_MAX &&
              cv_errf(err, errlen, "%d queries and no assignment: the handshake ends", queries)) ||
             check_sizes(n, &code, err, errlen) ||
             (!query && n->o->cache_dir && receive_layers(n, id, &code, err, errlen)) ||
             (!query && (assign(n, &code, &layer_bytes, err, errlen) ||
                         (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))))) {
-            send_error(n->head, id, code, err);
+            if (code) /* 0: the head was told (a takeover) */
+                send_error(n->head, id, code, err);
             return -1;
         }
         if (query && n->o->cache_dir) /* the head counts the rest from its model */
@@ -1037,13 +1190,9 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
  * quietly, since a head that left hears nothing. */
 static void link_failed(node *n, const cv_inbox_event *ev)
 {
-    char msg[CV_ERRLEN], err[CV_ERRLEN];
-    uint8_t buf[CV_PROTO_ERRMSG_MAX + 16];
-    size_t len;
+    char msg[CV_ERRLEN];
     snprintf(msg, sizeof msg, "%s%s", ev->source == SRC_PREV ? "lost the previous node: " : "", ev->err);
-    if (cv_msg_error_encode(ev->source == SRC_PREV ? CV_PERR_NEXT_NODE : CV_PERR_BAD_FRAME, msg, buf, sizeof buf,
-                            &len, err, sizeof err) == 0)
-        cv_link_send(n->head, CV_MSG_ERROR, 0, buf, len, err, sizeof err);
+    send_error_q(n->head, 0, ev->source == SRC_PREV ? CV_PERR_NEXT_NODE : CV_PERR_BAD_FRAME, msg, true);
     fprintf(stderr, "convoy stage: session ends: %s\n", ev->err);
 }
 
@@ -1078,6 +1227,10 @@ static int handle_frame(node *n, const cv_inbox_event *ev, char *err, size_t err
     cv_link *src = ev->source == SRC_HEAD ? n->head : n->prev;
     const uint16_t type = ev->frame.h.type;
     const bool data = ev->source == (n->prev ? SRC_PREV : SRC_HEAD);
+    char why[CV_ERRLEN];
+    if (type != CV_MSG_FORWARD && type != CV_MSG_SEQ_OP && /* their runs decode them, sizes first */
+        cv_msg_validate(type, ev->frame.payload, ev->frame.h.payload_len, why, sizeof why))
+        return refuse(n, &ev->frame, CV_PERR_BAD_FRAME, why);
     if (type == CV_MSG_FORWARD && data)
         return run_forward(n, &ev->frame, err, errlen);
     if (type == CV_MSG_SEQ_OP && data)
@@ -1208,6 +1361,7 @@ static int open_model(node *n, char *err, size_t errlen)
     struct stat st;
     if (stat(o->cache_dir, &st) || !S_ISDIR(st.st_mode) || access(o->cache_dir, W_OK))
         return cv_errf(err, errlen, "--cache %s: not a directory this process can write", o->cache_dir);
+    sweep_parts(n);
     fprintf(stderr, "convoy stage: no model: the head ships the layers it assigns, kept in %s\n", o->cache_dir);
     return 0;
 }
@@ -1250,7 +1404,7 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
         sessions++;
         if (handshake(&n, err, errlen) == 0)
             serve_session(&n);
-        else
+        else if (!n.hushed)
             fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
         session_end(&n);
     }

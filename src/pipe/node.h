@@ -19,7 +19,19 @@
  * budget (pipe/plan.h: the count its answers to queries give); a FORWARD
  * larger than n_batch_max rows of the agreed activation type, or of
  * another type, is refused before any compute, and each link receives no
- * larger frame than the session carries on it (proto.h). The session
+ * larger frame than the session carries on it (proto.h). The rows a
+ * FORWARD may have are the stage's to bound, since they are its compute
+ * time, during which no other head is served: a HELLO whose n_batch_max
+ * exceeds n_batch_max here (CV_NODE_BATCH_DEFAULT, the heads' default
+ * batch, when 0) is refused (TOO_LARGE), so a larger FORWARD is refused
+ * at its header. HELLOs are counted by the source address of the head
+ * (an IPv6 one by its /64): a few at once, then a few a second (node.c),
+ * beyond which they are refused (RATE) before any work; heads on other
+ * addresses are not affected, and one on the same address is served
+ * again within a second of the flood's end. A refusal is answered with
+ * the ERROR proto.h gives it: a frame the link refuses (header, checksum,
+ * size) BAD_FRAME, in the handshake too; a payload that does not decode
+ * BAD_FRAME; a valid message out of place BAD_STATE. The session
  * timeout: a session in which no frame arrives (from the head, or the
  * previous node) for io_timeout_ms is ended with ERROR TIMEOUT, so a head
  * that went silent frees the node for the next one; a live head is never
@@ -43,14 +55,26 @@
  * every second. A handshake takes at most 4 queries, and the next node
  * (TCP, key handshake, HELLO) must answer within 1 s. Without a key, listening
  * on, or being told to connect to, an address that is not loopback is
- * refused unless insecure is set.
+ * refused unless insecure is set; and a head that is not on this machine
+ * (possible with insecure) may not name a next address that reaches this
+ * machine's loopback (127/8, ::1, or the any-address 0.0.0.0 or ::, by
+ * name or as resolved when connected): through a stage without a key a
+ * stranger would reach ports that only this machine's processes can. A
+ * head on this machine may (its chains run there; it reaches those ports
+ * itself), and a keyed stage connects only to a next node that proves the
+ * key, whose holders are trusted.
  * A node with cache_dir and no model receives its layers (ship.h): it
  * offers any layers (HELLO_OK's CV_HOK_RECEIVES, its own bytes counted by
  * the head from the model's, plan.h), and for an assignment uses the shard
  * of those layers of the head's model in cache_dir when one is there and
  * checks, else FETCHes it from the head (resuming a .part), writes it to
  * cache_dir and checks it like any model (a resumed file that fails is
- * fetched again whole), then serves as a node with that file would. */
+ * fetched again whole), then serves as a node with that file would. A
+ * shard whose claimed size exceeds the budget or the free disk is refused
+ * (NO_MEMORY) before a byte is written, the cache uses only files it made
+ * (ship.h: no symbolic link, no other user's file), and .part files left
+ * unfinished for 30 minutes are removed at start and whenever a transfer
+ * is left (node.c's PART_KEEP_S). */
 #ifndef CONVOY_PIPE_NODE_H
 #define CONVOY_PIPE_NODE_H
 
@@ -60,6 +84,12 @@
 #include <stdint.h>
 
 #include "pipe/plan.h"
+
+/* The most rows of a FORWARD a stage takes by default: the heads' default
+ * batch (convoy serve/run --batch). */
+#define CV_NODE_BATCH_DEFAULT 512
+/* The most --batch may give: the protocol's limit (CV_PROTO_MAX_BATCH). */
+#define CV_NODE_BATCH_MAX (1 << 16)
 
 typedef struct cv_node_opts {
     const char *listen;       /* "HOST:PORT" or "[V6]:PORT" to listen on */
@@ -73,6 +103,7 @@ typedef struct cv_node_opts {
     int max_sessions;         /* 0 = serve until stopped */
     const char *key_file;     /* the cluster key (pipe/seal.h): every link is keyed; NULL: plaintext */
     bool insecure;            /* plaintext beyond loopback allowed */
+    int32_t n_batch_max;      /* rows of a FORWARD taken at most; 0 = CV_NODE_BATCH_DEFAULT */
 } cv_node_opts;
 
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen);

@@ -122,6 +122,7 @@ const char *cv_perr_name(uint32_t code)
         [CV_PERR_CLUSTER] = "CLUSTER",         [CV_PERR_BAD_STATE] = "BAD_STATE",
         [CV_PERR_NEXT_NODE] = "NEXT_NODE",     [CV_PERR_TOO_LARGE] = "TOO_LARGE",
         [CV_PERR_ACT_TYPE] = "ACT_TYPE",       [CV_PERR_TIMEOUT] = "TIMEOUT",
+        [CV_PERR_RATE] = "RATE",
     };
     return code > 0 && code < sizeof names / sizeof names[0] ? names[code] : "unknown";
 }

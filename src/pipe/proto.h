@@ -62,7 +62,10 @@
  *       not rejected (the node answers ERROR if it needs one it lacks).
  *       A node refuses (TOO_LARGE) n_slot > CV_PROTO_MAX_SLOT, n_ctx
  *       outside [1, CV_PROTO_MAX_CTX], n_batch_max > CV_PROTO_MAX_BATCH
- *       or a FORWARD of n_batch_max rows over the payload cap, and
+ *       or over the node's own limit of rows (a FORWARD's compute is the
+ *       node's to bound: pipe/node.h), a FORWARD of n_batch_max rows over
+ *       the payload cap, (RATE) more HELLOs from one address than it
+ *       takes, and
  *       (NO_MEMORY) a session over its budget, before it allocates.
  *    HELLO_OK = 2 (node -> whoever sent HELLO): 44 bytes
  *       u16 proto_version, u16 reserved, u32 us_per_layer_token (speed
@@ -421,6 +424,7 @@ typedef enum cv_perr_code {
     CV_PERR_TOO_LARGE = 12,  /* a size over a protocol limit or over what HELLO agreed (slots, context, rows) */
     CV_PERR_ACT_TYPE = 13,   /* an activation type not taken, or not the one HELLO agreed */
     CV_PERR_TIMEOUT = 14,    /* the head was silent for the node's session timeout: the session ends */
+    CV_PERR_RATE = 15,       /* the peer's address sent more HELLOs than the node takes from one: try later */
 } cv_perr_code;
 
 const char *cv_perr_name(uint32_t code); /* "BAD_FRAME", ...; "unknown" */

@@ -2,10 +2,15 @@
  * ship.h). */
 #include "pipe/ship.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codec/pack.h"
@@ -192,25 +197,135 @@ int cv_ship_send(cv_link *l, uint32_t id, const cv_llama *m, int32_t l0, int32_t
 
 /* ---- receiving ---- */
 
-int cv_ship_rx_open(cv_ship_rx *rx, const char *path, char *err, size_t errlen)
+/* The cache's rule for its files (ship.h): this user's, regular, one name. */
+static int check_ours(const struct stat *st, const char *path, char *err, size_t errlen)
+{
+    if (S_ISLNK(st->st_mode))
+        return cv_errf(err, errlen, "%s is a symbolic link, which the cache does not follow", path);
+    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || st->st_nlink != 1)
+        return cv_errf(err, errlen, "%s is not a file the cache made (%s): refused, left as it is", path,
+                       !S_ISREG(st->st_mode) ? "not a regular file"
+                       : st->st_uid != geteuid() ? "another user's" : "it has other names (hard links)");
+    return 0;
+}
+
+int cv_ship_cache_file(const char *path, bool *present, char *err, size_t errlen)
+{
+    struct stat st;
+    *present = lstat(path, &st) == 0;
+    if (!*present && errno != ENOENT)
+        return cv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    return *present ? check_ours(&st, path, err, errlen) : 0;
+}
+
+void cv_ship_sweep(const char *dir, const char *pattern, int64_t age_s)
+{
+    DIR *d = opendir(dir);
+    const time_t now = time(NULL);
+    char path[4096 + 256], err[CV_ERRLEN];
+    for (const struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        struct stat st;
+        if (fnmatch(pattern, e->d_name, FNM_PATHNAME) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+            check_ours(&st, e->d_name, err, sizeof err) || now - st.st_mtime <= age_s)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            fprintf(stderr, "convoy stage: removed %s: left unfinished %lld minutes ago\n", path,
+                    (long long)(now - st.st_mtime) / 60);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Opens the .part that is there (O_NOFOLLOW: a symbolic link is refused,
+ * O_NONBLOCK: a FIFO cannot hold this thread), a file of the cache's. */
+static int open_part(cv_ship_rx *rx, char *err, size_t errlen)
+{
+    const int fd = open(rx->part, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) /* created by the first SHIP that fits */
+        return 0;
+    if (fd < 0)
+        return errno == ELOOP ? cv_errf(err, errlen, "%s is a symbolic link, which the cache does not follow", rx->part)
+                              : cv_errf(err, errlen, "%s: cannot open: %s", rx->part, strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st) ? cv_errf(err, errlen, "%s: %s", rx->part, strerror(errno))
+                            : check_ours(&st, rx->part, err, errlen);
+    if (rc == 0 && !(rx->fp = fdopen(fd, "ab")))
+        rc = cv_errf(err, errlen, "%s: %s", rx->part, strerror(errno));
+    if (rc) {
+        close(fd);
+        return -1;
+    }
+    rx->have = (uint64_t)st.st_size;
+    return 0;
+}
+
+int cv_ship_rx_open(cv_ship_rx *rx, const char *path, uint64_t max_size, char *err, size_t errlen)
 {
     memset(rx, 0, sizeof *rx);
+    rx->max_size = max_size;
+    rx->code = CV_PERR_INTERNAL;
     if (snprintf(rx->path, sizeof rx->path, "%s", path) >= (int)sizeof rx->path)
         return cv_errf(err, errlen, "%s: path too long", path);
     snprintf(rx->part, sizeof rx->part, "%s.part", path);
-    if (!(rx->fp = fopen(rx->part, "ab")))
-        return cv_errf(err, errlen, "%s: cannot open: %s", rx->part, strerror(errno));
-    struct stat st;
-    rx->have = fstat(fileno(rx->fp), &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (open_part(rx, err, errlen))
+        return -1;
     if (!(rx->buf = cv_malloc(CV_PACK_SEGMENT_MAX)))
         return cv_errf(err, errlen, "out of memory");
     return 0;
 }
 
+/* Whether a file of m->size bytes may come: within max_size, and what it
+ * adds to the .part within the disk's free space (statvfs). */
+static int rx_room(const cv_ship_rx *rx, const cv_msg_ship *m, char *err, size_t errlen)
+{
+    if (rx->max_size && m->size > rx->max_size)
+        return cv_errf(err, errlen, "SHIP claims a shard of %" PRIu64 " bytes, more than this stage's memory budget "
+                                    "of %" PRIu64 " bytes, which must hold it",
+                       m->size, rx->max_size);
+    char dir[sizeof rx->path];
+    snprintf(dir, sizeof dir, "%s", rx->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = 0; /* "/x": "/" */
+    else
+        snprintf(dir, sizeof dir, ".");
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs))
+        return cv_errf(err, errlen, "%s: cannot tell its free space: %s", dir, strerror(errno));
+    const uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    const uint64_t more = m->size > rx->have ? m->size - rx->have : 0;
+    if (more > free_bytes)
+        return cv_errf(err, errlen, "SHIP claims a shard of %" PRIu64 " bytes, %" PRIu64 " more than %s holds, and "
+                                    "%s has %" PRIu64 " bytes free",
+                       m->size, more, rx->part, dir, free_bytes);
+    return 0;
+}
+
+/* The .part of a new transfer: made here, by this process alone. */
+static int create_part(cv_ship_rx *rx, char *err, size_t errlen)
+{
+    const int fd = open(rx->part, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || !(rx->fp = fdopen(fd, "ab"))) {
+        const int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return cv_errf(err, errlen, "%s: cannot create: %s", rx->part, strerror(e));
+    }
+    return 0;
+}
+
 /* The first SHIP may start before the end of the .part (at the boundary
- * below it): the rest of the .part goes. */
+ * below it): the rest of the .part goes. Its size is checked first, so a
+ * claim that does not fit writes nothing. */
 static int rx_start(cv_ship_rx *rx, const cv_msg_ship *m, char *err, size_t errlen)
 {
+    rx->code = CV_PERR_NO_MEMORY;
+    if (rx_room(rx, m, err, errlen))
+        return -1;
+    rx->code = CV_PERR_INTERNAL;
+    if (!rx->fp && create_part(rx, err, errlen))
+        return -1;
     if (fflush(rx->fp) || ftruncate(fileno(rx->fp), (off_t)m->offset))
         return cv_errf(err, errlen, "%s: cannot truncate: %s", rx->part, strerror(errno));
     rx->have = m->offset;
@@ -255,6 +370,7 @@ int cv_ship_rx_take(cv_ship_rx *rx, const void *payload, size_t len, bool *done,
     cv_cursor c;
     uint64_t n;
     *done = false;
+    rx->code = CV_PERR_BAD_FRAME;
     if (cv_msg_ship_decode(payload, len, &m, err, errlen) || rx_follows(rx, &m, err, errlen))
         return -1;
     cv_cursor_init(&c, m.segment, m.segment_len);
@@ -266,6 +382,7 @@ int cv_ship_rx_take(cv_ship_rx *rx, const void *payload, size_t len, bool *done,
                        n, cv_cursor_left(&c), m.offset, m.size);
     if (rx->size == 0 && rx_start(rx, &m, err, errlen))
         return -1;
+    rx->code = CV_PERR_INTERNAL;
     if (fwrite(rx->buf, 1, n, rx->fp) != n)
         return cv_errf(err, errlen, "%s: write failed: %s", rx->part, strerror(errno));
     rx->have += n;

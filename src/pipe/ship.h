@@ -24,7 +24,19 @@
  *   .part there), its segment must decode (hostile input: the codec
  *   refuses any malformed one) and end inside the file; *done once the
  *   file is complete, flushed and renamed. rx_close keeps the .part of an
- *   unfinished transfer for the next one. */
+ *   unfinished transfer for the next one. A refusal leaves its ERROR code
+ *   (proto.h) in rx->code.
+ * - The size a head claims is believed only as far as it fits: the first
+ *   SHIP of a file larger than max_size (the stage's memory budget, which
+ *   must hold it; 0: none) or than what the disk has free for it is
+ *   refused (NO_MEMORY) before the .part is even created.
+ * - The cache's files: a .part or shard is used only if this process's
+ *   user owns it, it is a regular file and it has no other name (no
+ *   symbolic link is followed, no hard link written through); a new .part
+ *   is created exclusively. cv_ship_cache_file says whether a path is
+ *   such a file. cv_ship_sweep removes the files of dir whose names match
+ *   pattern (fnmatch) that are the cache's by that rule and were last
+ *   written more than age_s seconds ago. */
 #ifndef CONVOY_PIPE_SHIP_H
 #define CONVOY_PIPE_SHIP_H
 
@@ -57,14 +69,21 @@ typedef struct cv_ship_rx {
     FILE *fp;
     uint64_t have;     /* bytes of the .part */
     uint64_t size;     /* the shard's, known from the first SHIP */
+    uint64_t max_size; /* the largest file taken, 0: any the disk holds */
     uint8_t *buf;      /* one decoded segment */
     cv_ship_progress progress;
     int64_t t0_ms;
+    uint32_t code;     /* the ERROR code of a refusal (CV_PERR_*) */
 } cv_ship_rx;
 
-int cv_ship_rx_open(cv_ship_rx *rx, const char *path, char *err, size_t errlen);
+int cv_ship_rx_open(cv_ship_rx *rx, const char *path, uint64_t max_size, char *err, size_t errlen);
 int cv_ship_rx_take(cv_ship_rx *rx, const void *payload, size_t len, bool *done, char *err, size_t errlen);
 void cv_ship_rx_close(cv_ship_rx *rx);
+
+/* 0 with *present false (nothing there) or true (a file of the cache's);
+ * -1 with a message naming what the path is instead. */
+int cv_ship_cache_file(const char *path, bool *present, char *err, size_t errlen);
+void cv_ship_sweep(const char *dir, const char *pattern, int64_t age_s);
 
 /* "12.3 of 612.0 MB (2%), 11.9 MB/s" / "612.0 MB from byte 0 as 590.1 MB
  * coded (96.4%) in 48.1 s, 12.27 MB/s coded": a progress line's tail. */
