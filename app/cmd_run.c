@@ -20,7 +20,7 @@ static void usage(FILE *f)
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
             "                  [--ignore-eos] [--ids] [--mem BYTES] [--draft ngram|PATH [--spec-k K] "
-            "[--spec-k-max K]]\n"
+            "[--spec-k-max K] [--spec-windows D]]\n"
             "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
             "                   [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]]\n"
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
@@ -35,6 +35,8 @@ static void usage(FILE *f)
             "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n"
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
+            "  --spec-windows D: on a pipeline, D verify windows in flight at once, each drafted as if the\n"
+            "  ones before were accepted (default 1; at most 16).\n"
             "  The output is the same as without it (the same tokens for the same seed).\n");
 }
 
@@ -87,6 +89,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
         {"frequency-penalty", 0, ARG_FLOAT, .dst = &sp->freq_penalty},
         {"presence-penalty", 0, ARG_FLOAT, .dst = &sp->presence_penalty},
         {"seed", 0, ARG_U64, .dst = &sp->seed, .given = &o->seed_given},
+        {"spec-windows", 0, ARG_INT, .dst = &o->spec.p.windows, .lo = 1, .hi = CONVOY_SPEC_WINDOWS_MAX},
         {0},
     };
     const arg_cmd cmd = {.name = "run", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -102,6 +105,7 @@ static int open_engine(run_opts *o, run_state *s)
 {
     char err[512];
     const double t0 = now_s();
+    o->cp.depth = o->spec.p.windows > 1 ? o->spec.p.windows : 0; /* a batch in flight per window */
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);
@@ -212,10 +216,10 @@ static void report(const run_state *s, const convoy_gen_stats *st)
             st->n_gen > 0 ? st->n_gen / st->decode_s : 0.0);
     if (s->spec)
         fprintf(stderr, "convoy: speculation (%s): %d rounds, %.2f tokens per round, %lld of %lld drafts accepted "
-                        "(%.1f%%)\n",
+                        "(%.1f%%); %d windows sent, %d dropped as stale\n",
                 convoy_spec_drafter(s->spec), st->rounds, st->rounds ? (double)(st->n_gen - 1) / st->rounds : 0.0,
                 (long long)st->accepted, (long long)st->drafted,
-                st->drafted ? 100.0 * st->accepted / st->drafted : 0.0);
+                st->drafted ? 100.0 * st->accepted / st->drafted : 0.0, st->windows, st->stale);
 }
 
 static void close_engine(run_state *s)

@@ -137,6 +137,9 @@ typedef struct convoy_ctx_params {
      * which is refused for a node not on loopback unless insecure. */
     const char *key_file;
     bool insecure;
+    /* Pipelines: batches that may be in flight at once; 0 = one per stage.
+     * Speculative windows in flight need one per window. At most 16. */
+    int32_t depth;
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -228,14 +231,23 @@ typedef struct convoy_batch {
  * convoy_seq_len. Accepted drafts
  * plus the token emitted at the first rejection (or after the last draft)
  * are exactly the tokens plain decoding would give, one step each, at any
- * temperature (each emitted token takes one draw of the slot's RNG). */
+ * temperature (each emitted token takes one draw of the slot's RNG).
+ *
+ * Windows in flight: a slot's first token in a batch may be a draft too,
+ * of the id its last wanted row (in an earlier batch, one position
+ * before) gave: a window sent before that result came back. A wrong guess
+ * emits -1 from its row on. When the slot was cut back meanwhile (an
+ * earlier window's draft rejected), the window starts past the slot's
+ * length: it is stale, and every wanted row of it gives -1, draws nothing
+ * and changes nothing. */
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
 /* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
  * (1 on one machine, the number of stages on a pipeline), so that every
  * stage works on a different batch. convoy_submit starts a batch (on one
  * machine it runs it); convoy_collect waits for the oldest batch in flight
  * and writes its sampled ids (*n_tokens, one per wanted token). A slot may
- * be in only one batch in flight. Tokens are the same as with convoy_step. */
+ * be in several batches in flight only as windows (above): each later one
+ * opening with a draft. Tokens are the same as with convoy_step. */
 int convoy_ctx_depth(const convoy_ctx *c);
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen);
 int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
@@ -305,7 +317,11 @@ typedef struct convoy_spec_params {
     int32_t k;         /* drafts per round; 0 = chosen automatically */
     int32_t k_max;     /* most drafts per round (default 16) */
     int32_t n_threads; /* threads of the draft model */
+    int32_t windows;   /* windows in flight per sequence on a pipeline (default 1; see convoy_generate) */
 } convoy_spec_params;
+
+/* The most windows one sequence keeps in flight. */
+#define CONVOY_SPEC_WINDOWS_MAX 16
 
 typedef struct convoy_spec_req {
     int32_t seq;
@@ -325,6 +341,7 @@ convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const conv
                                 size_t errlen);
 void convoy_spec_free(convoy_spec *s);
 int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts array needs */
+int32_t convoy_spec_windows(const convoy_spec *s);
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs
  * them as one batch). */
@@ -344,12 +361,19 @@ void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
  * seq holds already), then up to n_predict tokens, sampled with the slot's
  * sampler, speculatively when spec is not NULL. Each token is appended to
  * hist (room for n_hist + n_predict ids) and handed to on_token, which
- * returns nonzero to stop there. Allocates its batch buffers per call. */
+ * returns nonzero to stop there. Allocates its batch buffers per call.
+ * On a pipeline, a spec with windows > 1 keeps that many verify windows of
+ * the sequence in flight (at most the context's depth): each drafted as if
+ * the ones before it were accepted whole, its first row a draft of what
+ * the previous window's last row samples (convoy_step's drafts across
+ * batches); a window cut short makes the later ones stale, and they are
+ * dropped. The tokens are plain decoding's at any number of windows. */
 typedef int (*convoy_token_fn)(void *user, int32_t id);
 
 typedef struct convoy_gen_stats {
     int32_t n_gen;             /* tokens generated */
-    int32_t rounds;            /* decode steps (speculative rounds) after the prompt */
+    int32_t rounds;            /* decode steps (speculative windows verified) after the prompt */
+    int32_t windows, stale;    /* windows sent; of them dropped as stale (an earlier one was cut) */
     int64_t drafted, accepted; /* drafts sent and accepted */
     double prefill_s, decode_s;
 } convoy_gen_stats;

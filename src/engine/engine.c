@@ -222,6 +222,10 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     o.want_logits = p->want_logits;
     o.local_mem_budget = p->mem_budget;
     o.log = p->log; /* layers shipped to a node that receives them */
+    if (p->depth < 0 || p->depth > CV_CHAIN_MAX_NODES)
+        return cv_errf(err, errlen, "a pipeline keeps 1 to %d batches in flight, not %d", CV_CHAIN_MAX_NODES,
+                       p->depth);
+    o.min_depth = p->depth;
     o.log_user = p->log_user;
     if (p->standby) {
         snprintf(s->spares_buf, sizeof s->spares_buf, "%s", p->standby);

@@ -2,14 +2,184 @@
  * plainly or speculatively, for the CLI and the benchmarks. The prompt goes
  * in chunks of the context's batch size; then each round feeds the newest
  * token, with the drafts of the slot's convoy_spec when there is one, and
- * hands every emitted token to the caller in order. Buffers are sized at
- * the call (a batch), so rounds allocate nothing. */
+ * hands every emitted token to the caller in order.
+ *
+ * Windows in flight (a pipeline, convoy_spec_windows > 1): while a window
+ * travels, the next is drafted as if it were accepted whole and sent
+ * behind it, its first row a guess of what the previous window's last row
+ * samples (span.h), up to D windows at once. hist holds the emitted tokens,
+ * then the drafts in flight (the history the drafter continues). A window
+ * cut short makes every later one stale: their results are collected and
+ * dropped, and the next window starts again from the last emitted token.
+ * Buffers are sized at the call, so rounds allocate nothing. */
 #include <string.h>
 
 #include "convoy.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+
+/* A window in flight: rows at history indices [first, first + n_rows),
+ * each row's output the token at the next index. */
+typedef struct gen_window {
+    int32_t first, n_rows;
+    bool guess;  /* its first row guesses the previous window's last output */
+    bool stale;  /* an earlier window was cut short */
+    double sent; /* seconds */
+} gen_window;
+
+typedef struct gen_state {
+    convoy_ctx *c;
+    convoy_spec *spec;
+    int32_t seq, n_predict, depth;
+    int32_t *hist, n_hist; /* emitted tokens; drafts in flight up to hyp_end */
+    int32_t hyp_end;       /* index after the last row sent to a live window */
+    int32_t *tok, *pos, *seqs, *out;
+    uint8_t *want;
+    gen_window win[CONVOY_SPEC_WINDOWS_MAX];
+    int oldest, in_flight, live; /* windows in flight; of them not stale */
+    convoy_token_fn on_token;
+    void *user;
+    convoy_gen_stats *st;
+    bool stop;
+} gen_state;
+
+static int prefill(gen_state *g, int32_t n_hist, char *err, size_t errlen)
+{
+    const int32_t n_batch = convoy_ctx_n_batch(g->c);
+    int rc = 0;
+    for (int32_t p = convoy_seq_len(g->c, g->seq); p < n_hist && !rc;) {
+        const int32_t n = n_hist - p < n_batch ? n_hist - p : n_batch;
+        for (int32_t i = 0; i < n; i++) {
+            g->pos[i] = p + i;
+            g->want[i] = p + i == n_hist - 1;
+        }
+        const convoy_batch b = {.n_tokens = n, .token = g->hist + p, .pos = g->pos, .seq = g->seqs, .want = g->want};
+        rc = convoy_step(g->c, &b, g->out, err, errlen);
+        p += n;
+    }
+    return rc;
+}
+
+/* Hands emitted tokens to the caller until it or n_predict stops. */
+static void emit(gen_state *g, const int32_t *ids, int32_t n)
+{
+    for (int32_t i = 0; i < n && !g->stop; i++) {
+        g->hist[g->n_hist++] = ids[i];
+        g->st->n_gen++;
+        g->stop = g->on_token(g->user, ids[i]) || g->st->n_gen == g->n_predict;
+    }
+}
+
+/* Drafts and sends the next window; *sent 0 when there was nothing to send
+ * behind the windows in flight (no drafts, or no room for more). */
+static int send_window(gen_state *g, int *sent, char *err, size_t errlen)
+{
+    *sent = 0;
+    const bool guess = g->live > 0;
+    /* all drafts in flight accepted, plus the last window's own output */
+    const int32_t room = g->n_predict - g->st->n_gen - 1 - (g->hyp_end - g->n_hist);
+    if (guess && room < 1)
+        return 0;
+    convoy_spec_req req = {.seq = g->seq, .hist = g->hist, .n_hist = g->hyp_end, .max_draft = room > 0 ? room : 0,
+                           .drafts = g->tok + 1};
+    if (g->spec && req.max_draft > 0 && convoy_spec_propose(g->spec, &req, 1, err, errlen))
+        return -1;
+    if (guess && req.n_draft == 0)
+        return 0;
+    /* a first window leads with the newest emitted token */
+    const int32_t *rows = guess ? g->tok + 1 : g->tok, n_rows = req.n_draft + (guess ? 0 : 1);
+    const int32_t first = guess ? g->hyp_end : g->hyp_end - 1;
+    g->tok[0] = g->hist[g->hyp_end - 1];
+    for (int32_t i = 0; i < n_rows; i++) {
+        g->pos[i] = first + i;
+        g->want[i] = i == 0 && !guess ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
+        g->hist[first + i] = rows[i]; /* drafts join the history the drafter continues */
+    }
+    const convoy_batch b = {.n_tokens = n_rows, .token = rows, .pos = g->pos, .seq = g->seqs, .want = g->want};
+    if (convoy_submit(g->c, &b, err, errlen))
+        return -1;
+    g->win[(g->oldest + g->in_flight) % CONVOY_SPEC_WINDOWS_MAX] =
+        (gen_window){.first = first, .n_rows = n_rows, .guess = guess, .sent = cv_now_s()};
+    g->in_flight++;
+    g->live++;
+    g->hyp_end = first + n_rows;
+    g->st->windows++;
+    *sent = 1;
+    return 0;
+}
+
+/* Marks every window in flight stale: the history after the emitted
+ * tokens is no longer the drafts'. */
+static void cut(gen_state *g)
+{
+    for (int k = 0; k < g->in_flight; k++)
+        g->win[(g->oldest + k) % CONVOY_SPEC_WINDOWS_MAX].stale = true;
+    g->live = 0;
+    g->hyp_end = g->n_hist;
+}
+
+/* Collects the oldest window: emits its accepted outputs, or drops a stale
+ * window's. */
+static int take_window(gen_state *g, char *err, size_t errlen)
+{
+    gen_window w = g->win[g->oldest];
+    int32_t n_out;
+    if (convoy_collect(g->c, g->out, &n_out, err, errlen))
+        return -1;
+    g->oldest = (g->oldest + 1) % CONVOY_SPEC_WINDOWS_MAX;
+    g->in_flight--;
+    if (w.stale) {
+        g->st->stale++;
+        return 0;
+    }
+    g->live--;
+    int32_t e = 0; /* outputs emitted: the leading ids */
+    while (e < w.n_rows && g->out[e] >= 0)
+        e++;
+    const int32_t n_draft = w.guess ? w.n_rows : w.n_rows - 1, accepted = w.guess ? e : e - 1;
+    if (g->spec && n_draft > 0)
+        convoy_spec_observe(g->spec, g->seq, n_draft, accepted, cv_now_s() - w.sent);
+    g->st->rounds++;
+    g->st->drafted += n_draft;
+    g->st->accepted += accepted;
+    emit(g, g->out, e); /* the tokens at w.first + 1 on: g->n_hist is w.first + 1 */
+    if (e < w.n_rows)
+        cut(g);
+    else if (g->hyp_end < g->n_hist) /* the last window in flight, accepted whole */
+        g->hyp_end = g->n_hist;
+    return 0;
+}
+
+/* Fills the depth with windows, then takes the oldest. */
+static int gen_round(gen_state *g, char *err, size_t errlen)
+{
+    int sent = 1;
+    while (g->in_flight < g->depth && sent)
+        if (send_window(g, &sent, err, errlen))
+            return -1;
+    return take_window(g, err, errlen);
+}
+
+/* Windows still in flight when generation stops are dropped. */
+static int drain(gen_state *g, char *err, size_t errlen)
+{
+    cut(g);
+    while (g->in_flight)
+        if (take_window(g, err, errlen))
+            return -1;
+    return 0;
+}
+
+/* The windows one sequence keeps in flight: the drafter's setting, at most
+ * the context's depth. */
+static int32_t window_depth(const convoy_ctx *c, const convoy_spec *spec)
+{
+    int32_t d = spec ? convoy_spec_windows(spec) : 1;
+    if (d > convoy_ctx_depth(c))
+        d = convoy_ctx_depth(c);
+    return d < 1 ? 1 : d;
+}
 
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen)
@@ -22,66 +192,33 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
     if (convoy_seq_len(c, seq) >= n_hist) /* the last prompt token must run to sample from it */
         return cv_errf(err, errlen, "slot %d holds %d tokens already, the prompt has %d", seq,
                        convoy_seq_len(c, seq), n_hist);
-    int32_t *tok = cv_malloc(sizeof(int32_t) * (size_t)n_batch * 3);
-    uint8_t *want = cv_malloc((size_t)n_batch);
-    if (!tok || !want) {
-        cv_free(tok);
-        cv_free(want);
+    gen_state g = {.c = c, .spec = spec, .seq = seq, .n_predict = n_predict, .depth = window_depth(c, spec),
+                   .hist = hist, .n_hist = n_hist, .hyp_end = n_hist, .on_token = on_token, .user = user, .st = st};
+    g.tok = cv_malloc(sizeof(int32_t) * (size_t)n_batch * 4);
+    g.want = cv_malloc((size_t)n_batch);
+    if (!g.tok || !g.want) {
+        cv_free(g.tok);
+        cv_free(g.want);
         return cv_errf(err, errlen, "out of memory");
     }
-    int32_t *pos = tok + n_batch, *seqs = pos + n_batch;
+    g.pos = g.tok + n_batch;
+    g.seqs = g.pos + n_batch;
+    g.out = g.seqs + n_batch;
     for (int32_t i = 0; i < n_batch; i++)
-        seqs[i] = seq;
-    int rc = 0;
-    int32_t out[CONVOY_SPEC_K_LIMIT + 1];
+        g.seqs[i] = seq;
     double t = cv_now_s();
-    for (int32_t p = convoy_seq_len(c, seq); p < n_hist && !rc;) { /* the prompt */
-        const int32_t n = n_hist - p < n_batch ? n_hist - p : n_batch;
-        for (int32_t i = 0; i < n; i++) {
-            pos[i] = p + i;
-            want[i] = p + i == n_hist - 1;
-        }
-        const convoy_batch b = {.n_tokens = n, .token = hist + p, .pos = pos, .seq = seqs, .want = want};
-        rc = convoy_step(c, &b, out, err, errlen);
-        p += n;
-    }
+    int rc = prefill(&g, n_hist, err, errlen);
     st->prefill_s = cv_now_s() - t;
     t = cv_now_s();
-    int32_t n_out = 1;
-    bool stop = rc != 0 || n_predict == 0;
-    while (!stop) {
-        for (int32_t i = 0; i < n_out && !stop; i++) {
-            hist[n_hist++] = out[i];
-            st->n_gen++;
-            stop = on_token(user, out[i]) || st->n_gen == n_predict;
-        }
-        if (stop)
-            break;
-        /* the newest token and its drafts; a round emits at most drafts + 1 */
-        const int32_t room = n_predict - st->n_gen - 1;
-        const double t_round = cv_now_s();
-        const bool speculate = spec && room > 0;
-        convoy_spec_req req = {.seq = seq, .hist = hist, .n_hist = n_hist, .max_draft = room, .drafts = tok + 1};
-        if (speculate && (rc = convoy_spec_propose(spec, &req, 1, err, errlen)))
-            break;
-        const int32_t n_draft = req.n_draft;
-        tok[0] = hist[n_hist - 1];
-        for (int32_t i = 0; i <= n_draft; i++) {
-            pos[i] = n_hist - 1 + i;
-            want[i] = i == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
-        }
-        const convoy_batch b = {.n_tokens = n_draft + 1, .token = tok, .pos = pos, .seq = seqs, .want = want};
-        if ((rc = convoy_step(c, &b, out, err, errlen)))
-            break;
-        n_out = 1 + convoy_spec_n_accepted(out, n_draft);
-        if (speculate)
-            convoy_spec_observe(spec, seq, n_draft, n_out - 1, cv_now_s() - t_round);
-        st->rounds++;
-        st->drafted += n_draft;
-        st->accepted += n_out - 1;
-    }
+    g.stop = rc != 0 || n_predict == 0;
+    emit(&g, g.out, g.stop ? 0 : 1); /* the prompt's last row sampled the first */
+    g.hyp_end = g.n_hist;
+    while (!rc && !g.stop)
+        rc = gen_round(&g, err, errlen);
+    if (!rc)
+        rc = drain(&g, err, errlen);
     st->decode_s = cv_now_s() - t;
-    cv_free(tok);
-    cv_free(want);
+    cv_free(g.tok);
+    cv_free(g.want);
     return rc ? -1 : 0;
 }

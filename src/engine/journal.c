@@ -38,7 +38,8 @@ int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, cha
     j->n_batch = n_batch;
     j->tok = cv_malloc(sizeof(int32_t) * (size_t)n_slot * (size_t)n_ctx);
     j->slot = cv_calloc((size_t)n_slot, sizeof *j->slot);
-    bool ok = j->tok && j->slot && batch_alloc(&j->feed, n_batch) == 0;
+    j->stale = cv_calloc((size_t)n_slot, 1);
+    bool ok = j->tok && j->slot && j->stale && batch_alloc(&j->feed, n_batch) == 0;
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         ok = ok && batch_alloc(&j->flight[k], n_batch) == 0;
     if (!ok) {
@@ -56,6 +57,7 @@ void journal_free(journal *j)
     for (int32_t s = 0; j->slot && s < j->n_slot; s++)
         cv_free(j->slot[s].grammar);
     cv_free(j->slot);
+    cv_free(j->stale);
     batch_free(&j->feed);
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         batch_free(&j->flight[k]);
@@ -74,13 +76,28 @@ void journal_submit(journal *j, const cv_batch *b)
     j->in_flight++;
 }
 
+/* Marks the slots whose rows in f are a stale window: the slot's first
+ * row is a draft past its length (span.h). */
+static void mark_stale(journal *j, const journal_batch *f)
+{
+    for (int32_t t = 0; t < f->n_tokens; t++)
+        j->stale[f->seq[t]] = 2; /* not seen yet */
+    for (int32_t t = 0; t < f->n_tokens; t++) {
+        uint8_t *st = &j->stale[f->seq[t]];
+        if (*st == 2)
+            *st = f->want[t] == CV_WANT_DRAFT && f->pos[t] > j->slot[f->seq[t]].len;
+    }
+}
+
 /* The oldest batch in flight landed: its tokens enter their slots as the
  * head's span takes them (cut back to the batch's first position, then
- * appended), a rejected draft cuts its slot back, and every emitted id of
- * a slot that samples at a temperature was one draw. */
+ * appended), a rejected draft cuts its slot back, a stale window changes
+ * nothing, and every emitted id of a slot that samples at a temperature
+ * was one draw. */
 void journal_collect(journal *j, const int32_t *tokens)
 {
     const journal_batch *f = &j->flight[j->oldest];
+    mark_stale(j, f);
     for (int32_t t = 0; t < f->n_tokens; t++) {
         journal_slot *s = &j->slot[f->seq[t]];
         if (f->pos[t] < s->len)
@@ -88,16 +105,21 @@ void journal_collect(journal *j, const int32_t *tokens)
     }
     for (int32_t t = 0, row = 0; t < f->n_tokens; t++) {
         journal_slot *s = &j->slot[f->seq[t]];
+        const int32_t id = f->want[t] ? tokens[row++] : -1;
+        if (j->stale[f->seq[t]])
+            continue;
         j->tok[(size_t)f->seq[t] * (size_t)j->n_ctx + (size_t)f->pos[t]] = f->token[t];
         if (f->pos[t] + 1 > s->len)
             s->len = f->pos[t] + 1;
         if (!f->want[t])
             continue;
-        if (tokens[row] < 0)
+        if (id < 0) {
             journal_truncate(j, f->seq[t], f->pos[t]);
-        else if (s->sampler_at >= 0 && s->sampler.temp > 0.0f)
+            continue;
+        }
+        s->sampled_at = f->pos[t];
+        if (s->sampler_at >= 0 && s->sampler.temp > 0.0f)
             s->sampler.n_draws++;
-        row++;
     }
     j->oldest = (j->oldest + 1) % CV_CHAIN_MAX_NODES;
     j->in_flight--;
@@ -139,12 +161,14 @@ void journal_truncate(journal *j, int32_t seq, int32_t len)
         s->len = len;
     if (s->sampler_at > s->len)
         s->sampler_at = s->len;
+    if (s->sampled_at >= s->len)
+        s->sampled_at = -1;
 }
 
 void journal_free_seq(journal *j, int32_t seq)
 {
     cv_free(j->slot[seq].grammar);
-    j->slot[seq] = (journal_slot){.len = 0, .sampler_at = -1, .n_logprobs = -1};
+    j->slot[seq] = (journal_slot){.len = 0, .sampled_at = -1, .sampler_at = -1, .n_logprobs = -1};
 }
 
 void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len)
@@ -181,11 +205,20 @@ static int feed_send(journal *j, cv_chain *c, char *err, size_t errlen)
     return 0;
 }
 
-/* Prefills positions [from, to) of slot seq, nothing sampled; rows of
- * several slots share batches (kernels are batch-invariant). */
+/* Whether replay samples slot seq's last row again: it emitted an id
+ * (with the sampler set then, whose draws count it, or greedily). */
+static bool resample_last(const journal_slot *js)
+{
+    return js->len > 0 && js->sampled_at == js->len - 1 && js->sampled_at >= js->sampler_at;
+}
+
+/* Prefills positions [from, to) of slot seq, nothing sampled but its last
+ * row where resample_last; rows of several slots share batches (kernels
+ * are batch-invariant). */
 static int feed_range(journal *j, cv_chain *c, int32_t seq, int32_t from, int32_t to, int64_t *n_fed, char *err,
                       size_t errlen)
 {
+    const journal_slot *js = &j->slot[seq];
     const int32_t *tok = j->tok + (size_t)seq * (size_t)j->n_ctx;
     for (int32_t p = from; p < to; p++) {
         if (j->feed.n_tokens == j->n_batch && feed_send(j, c, err, errlen))
@@ -194,7 +227,7 @@ static int feed_range(journal *j, cv_chain *c, int32_t seq, int32_t from, int32_
         j->feed.token[t] = tok[p];
         j->feed.pos[t] = p;
         j->feed.seq[t] = seq;
-        j->feed.want[t] = CV_WANT_NONE;
+        j->feed.want[t] = p == js->len - 1 && resample_last(js) ? CV_WANT_SAMPLE : CV_WANT_NONE;
     }
     *n_fed += to - from;
     return 0;
@@ -213,8 +246,11 @@ static int replay_slots(journal *j, cv_chain *c, int64_t *n_fed, char *err, size
         return -1;
     for (int32_t s = 0; s < j->n_slot; s++) {
         const journal_slot *js = &j->slot[s];
+        cv_sampler_params sp = js->sampler;
+        if (resample_last(js) && sp.temp > 0.0f)
+            sp.n_draws--; /* the last row takes its draw again */
         if (js->sampler_at >= 0 &&
-            (cv_chain_set_sampler(c, s, &js->sampler, js->n_logprobs, err, errlen) ||
+            (cv_chain_set_sampler(c, s, &sp, js->n_logprobs, err, errlen) ||
              (js->grammar &&
               cv_chain_set_grammar(c, s, js->grammar, js->grammar_len, js->grammar_from, err, errlen)) ||
              feed_range(j, c, s, js->sampler_at, js->len, n_fed, err, errlen)))

@@ -8,13 +8,16 @@
  * sampler last set with the length the slot had then, and the RNG draws
  * that sampler has made since (one per emitted id, none when greedy).
  * Batches in flight are copied at submit and applied at collect, so a slot
- * in one is replayed as it was before it. A slot's truncate, free and
- * sampler come while none of its batches is in flight (convoy.h's rule).
+ * in one is replayed as it was before it; a stale window (span.h) leaves
+ * its slot as it was. A slot's truncate, free and sampler come while none
+ * of its batches is in flight (convoy.h's rule).
  *
  * journal_replay brings a freshly opened chain to that state: every slot's
  * tokens are prefilled (nothing sampled), its sampler set where it was set,
  * starting after the draws already made, and the batches that were in
- * flight are submitted again in order. Because kernels are batch-invariant
+ * flight are submitted again in order. A slot whose last position is a row
+ * that emitted an id has that row sampled again, with the draw it took, so
+ * that the new last stage knows the id a window in flight guesses. Because kernels are batch-invariant
  * and the sampler resumes its RNG, the chain then computes the very bits
  * the failed one would have: a request goes on as if nothing had happened.
  * A slot's grammar (copied when set, the only allocation after init) is
@@ -32,6 +35,7 @@
 
 typedef struct journal_slot {
     int32_t len;               /* positions the slot holds */
+    int32_t sampled_at;        /* the position of the last row that emitted an id; -1: none */
     int32_t sampler_at;        /* its length when the sampler was set; -1: none set */
     cv_sampler_params sampler; /* n_draws counts the draws made so far */
     int32_t n_logprobs;
@@ -53,6 +57,7 @@ typedef struct journal {
     journal_batch flight[CV_CHAIN_MAX_NODES];
     int oldest, in_flight;
     journal_batch feed; /* replay's prefill batch */
+    uint8_t *stale;     /* [n_slot] collect's scratch: the slot's rows are a stale window */
 } journal;
 
 int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen);

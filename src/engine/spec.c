@@ -44,7 +44,7 @@ typedef struct spec_seq {
 
 struct convoy_spec {
     cv_drafter *drafter;
-    int32_t k_fixed, k_max, n_slot;
+    int32_t k_fixed, k_max, n_slot, windows;
     spec_seq *seq;           /* [n_slot] */
     cv_draft_req *reqs;      /* [n_slot] */
     int32_t *ask;            /* [n_slot] */
@@ -58,12 +58,16 @@ struct convoy_spec {
 
 convoy_spec_params convoy_spec_default_params(void)
 {
-    return (convoy_spec_params){.draft = "ngram", .k = 0, .k_max = 16, .n_threads = 1};
+    return (convoy_spec_params){.draft = "ngram", .k = 0, .k_max = 16, .n_threads = 1, .windows = 1};
 }
 
 convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
                                 size_t errlen)
 {
+    if (p->windows < 1 || p->windows > CONVOY_SPEC_WINDOWS_MAX) {
+        cv_errf(err, errlen, "speculation: %d windows in flight, not 1 to %d", p->windows, CONVOY_SPEC_WINDOWS_MAX);
+        return NULL;
+    }
     if (p->k < 0 || p->k_max < 1 || p->k > p->k_max || p->k_max > CONVOY_SPEC_K_LIMIT) {
         cv_errf(err, errlen, "speculation: K %d and K max %d must satisfy 0 <= K <= K max <= %d", p->k, p->k_max,
                 CONVOY_SPEC_K_LIMIT);
@@ -86,6 +90,7 @@ convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const conv
         return NULL;
     }
     s->k_fixed = p->k;
+    s->windows = p->windows;
     s->k_max = p->k_max;
     s->n_slot = n_slot;
     const cv_drafter_params dp = {.n_slot = n_slot, .n_ctx = convoy_ctx_n_ctx(c), .n_threads = p->n_threads,
@@ -114,6 +119,7 @@ void convoy_spec_free(convoy_spec *s)
 
 const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s->drafter); }
 int32_t convoy_spec_k_max(const convoy_spec *s) { return s->k_max; }
+int32_t convoy_spec_windows(const convoy_spec *s) { return s->windows; }
 
 /* Expected tokens per round over expected seconds per round. */
 static double spec_rate(const convoy_spec *s, double a, double t0, double t1, int32_t k)

@@ -37,7 +37,7 @@ static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p)
            2 * alloc_bytes(4 * n * n_ff) + alloc_bytes(n * (4 * max_in + 64)) +
            2 * alloc_bytes(4 * n * (uint64_t)(hp->n_rot / 2 + 1)) +
            alloc_bytes(4 * threads * (uint64_t)cv_attn_scratch_floats(hp->head_dim, (int)att_rows)) +
-           alloc_bytes(4 * (n + 1)) + 2 * alloc_bytes(4 * (uint64_t)p->n_slot) +
+           alloc_bytes(4 * (n + 1)) + 3 * alloc_bytes(4 * (uint64_t)p->n_slot) +
            alloc_bytes(1024) + alloc_bytes(256 + 64 * threads) + 2 * alloc_bytes(0); /* forward, pool, K and V rounding */
 }
 
@@ -50,7 +50,8 @@ void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs 
     c->kv_per_layer = 2 * n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
     c->fixed = fixed_bytes(hp, p);
     c->head_extra = alloc_bytes(4 * (uint64_t)p->n_batch * nv) + n_slot * sampler_bytes(nv, n_ctx) +
-                    alloc_bytes(8 * n_slot) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * (uint64_t)p->n_batch);
+                    alloc_bytes(8 * n_slot) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * (uint64_t)p->n_batch) +
+                    alloc_bytes((uint64_t)p->n_batch) + alloc_bytes(8 * n_slot);
 }
 
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
@@ -81,18 +82,27 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
         goto fail;
     }
     s->fwd = cv_forward_create(&s->model, &s->kv, s->pool, p->n_batch, err, errlen);
-    if (!s->fwd)
+    s->stale_len = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
+    if (!s->fwd || !s->stale_len) {
+        if (s->fwd)
+            cv_errf(err, errlen, "out of memory");
         goto fail;
+    }
     if (cv_llama_has_head(&s->model)) {
         s->samplers = cv_calloc((size_t)p->n_slot, sizeof *s->samplers);
         s->constraints = cv_calloc((size_t)p->n_slot, sizeof *s->constraints);
         s->logits = cv_aligned_alloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_vocab);
         s->slot_row = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
         s->draft_of = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
-        if (!s->samplers || !s->constraints || !s->logits || !s->slot_row || !s->draft_of) {
+        s->guess = cv_malloc((size_t)p->n_batch);
+        s->last_id = cv_malloc(2 * sizeof(int32_t) * (size_t)p->n_slot);
+        if (!s->samplers || !s->constraints || !s->logits || !s->slot_row || !s->draft_of || !s->guess ||
+            !s->last_id) {
             cv_errf(err, errlen, "out of memory for %d rows of logits", p->n_batch);
             goto fail;
         }
+        for (int32_t i = 0; i < p->n_slot; i++)
+            s->last_id[2 * i + 1] = -1;
     }
     return 0;
 fail:
@@ -115,6 +125,9 @@ void cv_span_close(cv_span *s)
     cv_free_aligned(s->logits);
     cv_free(s->slot_row);
     cv_free(s->draft_of);
+    cv_free(s->stale_len);
+    cv_free(s->guess);
+    cv_free(s->last_id);
     cv_forward_free(s->fwd);
     if (s->pool)
         cv_pool_free(s->pool);
@@ -132,9 +145,45 @@ static void roll_back(cv_span *s, const cv_batch *b)
         cv_span_seq_truncate(s, b->seq[t], b->pos[t]);
 }
 
-/* Fills draft_of: for each row, the draft token that follows it in its
- * slot, or -1. A draft must follow a wanted row one position before it.
+/* Marks the stale windows (span.h) in stale_len: a slot whose first row
+ * in the batch is a draft past the slot's length. Every span marks them: a
+ * stage brought up by a failover meets one without the windows before it.
  * The batch's size and slots are checked. */
+static int mark_stale(cv_span *s, const cv_batch *b, char *err, size_t errlen)
+{
+    if (b->n_tokens < 1 || b->n_tokens > s->n_batch)
+        return cv_errf(err, errlen, "batch of %d tokens is outside [1, %d]", b->n_tokens, s->n_batch);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        if (b->seq[t] < 0 || b->seq[t] >= s->kv.n_slot)
+            return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, b->seq[t],
+                           s->kv.n_slot);
+        s->stale_len[b->seq[t]] = -2; /* no row seen yet */
+    }
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        int32_t *st = &s->stale_len[b->seq[t]];
+        if (*st == -2)
+            *st = b->want[t] == CV_WANT_DRAFT && b->pos[t] > s->kv.len[b->seq[t]] ? s->kv.len[b->seq[t]] : -1;
+    }
+    return 0;
+}
+
+/* A live window opens with a draft at its slot's length that guesses the
+ * id the slot's last sampled row gave (one position before). */
+static int window_start(cv_span *s, const cv_batch *b, int32_t t, char *err, size_t errlen)
+{
+    const int32_t slot = b->seq[t], len = s->kv.len[slot], last_pos = s->last_id[2 * slot + 1];
+    if (b->pos[t] < len || last_pos < 0 || last_pos != b->pos[t] - 1)
+        return cv_errf(err, errlen,
+                       "token %d is a draft at position %d of slot %d, which holds %d positions and last sampled "
+                       "at %d",
+                       t, b->pos[t], slot, len, last_pos);
+    s->guess[t] = 1;
+    return 0;
+}
+
+/* Fills draft_of (for each row, the draft token that follows it in its
+ * slot, or -1) and guess. A draft follows a wanted row one position
+ * before it, or opens its slot's rows: a window (stale, or window_start). */
 static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
 {
     for (int32_t t = 0; t < b->n_tokens; t++)
@@ -142,10 +191,16 @@ static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
     for (int32_t t = 0; t < b->n_tokens; t++) {
         const int32_t prev = s->slot_row[b->seq[t]];
         s->draft_of[t] = -1;
+        s->guess[t] = 0;
         s->slot_row[b->seq[t]] = t;
         if (b->want[t] != CV_WANT_DRAFT)
             continue;
-        if (prev < 0 || !b->want[prev] || b->pos[prev] != b->pos[t] - 1)
+        if (prev < 0) {
+            if (s->stale_len[b->seq[t]] < 0 && window_start(s, b, t, err, errlen))
+                return -1;
+            continue;
+        }
+        if (!b->want[prev] || b->pos[prev] != b->pos[t] - 1)
             return cv_errf(err, errlen, "token %d is a draft but does not follow a wanted token of slot %d", t,
                            b->seq[t]);
         s->draft_of[prev] = b->token[t];
@@ -153,23 +208,33 @@ static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
     return 0;
 }
 
-int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
-                  char *err, size_t errlen)
+/* Stale windows run at their positions: their slots are lengthened to
+ * them for the pass (to = 1); the head span then cuts them back to their
+ * length (to = 0), as their rows are not part of the sequence. */
+static void stale_lengths(cv_span *s, const cv_batch *b, int to)
 {
-    const bool head = cv_llama_has_head(&s->model);
-    if (cv_forward_check(s->fwd, b, true, err, errlen) || (head && link_drafts(s, b, err, errlen)))
-        return -1; /* refused before any slot is cut back */
-    roll_back(s, b);
-    if (cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen))
-        return -1;
-    if (!head)
-        return 0;
-    /* A rejected draft cuts its slot back right away, so a row at or past
-     * the slot's length comes after one and is not part of the sequence. */
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t slot = b->seq[t];
+        if (s->stale_len[slot] < 0)
+            continue;
+        if (to && s->kv.len[slot] == s->stale_len[slot]) /* the slot's first row */
+            s->kv.len[slot] = b->pos[t];
+        else if (!to)
+            kv_seq_truncate(&s->kv, slot, s->stale_len[slot]);
+    }
+}
+
+/* Samples the wanted rows into out_tokens (see span.h). A rejected draft
+ * or guess cuts its slot back right away, so a row at or past the slot's
+ * length comes after one (or is stale) and is not part of the sequence. */
+static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
+{
     const int32_t n_vocab = s->model.hp.n_vocab;
     for (int32_t t = 0, row = 0; t < b->n_tokens; t++) {
         const int32_t slot = b->seq[t];
         cv_sampler *sm = s->samplers[slot];
+        if (s->guess[t] && b->token[t] != s->last_id[2 * slot])
+            kv_seq_truncate(&s->kv, slot, b->pos[t]);
         if (b->pos[t] >= s->kv.len[slot]) {
             if (b->want[t]) { /* no output: -1 and zero logits, as a pipeline gives */
                 memset(s->logits + (size_t)row * n_vocab, 0, sizeof(float) * (size_t)n_vocab);
@@ -192,9 +257,30 @@ int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidd
          * slot ends after this row's token */
         const int32_t id = sm ? cv_sampler_sample(sm, logits) : cv_argmax(logits, n_vocab);
         out_tokens[row++] = id;
+        s->last_id[2 * slot] = id;
+        s->last_id[2 * slot + 1] = b->pos[t];
         if (s->draft_of[t] >= 0 && id != s->draft_of[t])
             kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
     }
+}
+
+int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
+                  char *err, size_t errlen)
+{
+    const bool head = cv_llama_has_head(&s->model);
+    if (mark_stale(s, b, err, errlen) || (head && link_drafts(s, b, err, errlen)))
+        return -1;
+    stale_lengths(s, b, 1);
+    if (cv_forward_check(s->fwd, b, true, err, errlen)) {
+        stale_lengths(s, b, 0);
+        return -1; /* refused before any slot is cut back */
+    }
+    roll_back(s, b);
+    const int rc = cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen);
+    if (!head || rc)
+        return rc;
+    stale_lengths(s, b, 0);
+    sample_rows(s, b, out_tokens);
     return 0;
 }
 
@@ -249,6 +335,8 @@ void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len)
 {
     if (slot < 0 || slot >= s->kv.n_slot)
         return;
+    if (s->last_id && len <= s->last_id[2 * slot + 1]) /* the sampled row is cut off */
+        s->last_id[2 * slot + 1] = -1;
     if (s->samplers && s->samplers[slot] && len < s->kv.len[slot])
         cv_sampler_rewind(s->samplers[slot], s->kv.len[slot] - (len < 0 ? 0 : len));
     if (s->constraints && s->constraints[slot])
@@ -261,6 +349,8 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
     if (slot < 0 || slot >= s->kv.n_slot)
         return;
     kv_seq_free(&s->kv, slot);
+    if (s->last_id)
+        s->last_id[2 * slot + 1] = -1;
     if (s->samplers) {
         cv_sampler_free(s->samplers[slot]);
         s->samplers[slot] = NULL;

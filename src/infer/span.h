@@ -31,7 +31,17 @@
  * later wanted rows emit -1 (and draw nothing from the RNG). The head span
  * then truncates the slot after the last emitted row's token.
  * Every token still enters the history in batch order, row by row, so each
- * row is sampled with exactly the history it would have without drafts. */
+ * row is sampled with exactly the history it would have without drafts.
+ *
+ * Windows in flight: a slot's first token in a batch may be a draft too: a
+ * guess of the id the slot's last sampled row (in an earlier batch) gave,
+ * sent before that batch's result came back. At the slot's length it is
+ * verified like any draft (a wrong guess emits -1 from its own row on and
+ * leaves the slot as it was). Past the slot's length, the slot was cut
+ * back meanwhile and the window is stale: every span computes it at its
+ * positions (the slot lengthened to them; the gap holds what it held), and
+ * the head span cuts it off again: its rows emit -1, enter no history and
+ * draw nothing. */
 #ifndef CONVOY_INFER_SPAN_H
 #define CONVOY_INFER_SPAN_H
 
@@ -68,6 +78,9 @@ typedef struct cv_span {
     float *logits;         /* [n_batch][n_vocab] when the span holds the head */
     int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
+    uint8_t *guess;        /* [n_batch] step scratch: the row guesses its slot's last sampled id */
+    int32_t *last_id;      /* [n_slot][2] a slot's last sampled id and its row's position (-1: none) */
+    int32_t *stale_len;    /* [n_slot] step scratch: a stale window's slot length, else -1 */
     int32_t n_batch;
 } cv_span;
 

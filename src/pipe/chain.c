@@ -499,11 +499,27 @@ static int keep_row(cv_chain *c, const cv_msg_result *m, uint32_t r, int32_t i, 
     return 0;
 }
 
+/* Whether a batch sent after the oldest in flight holds slot seq (a
+ * window in flight behind it). */
+static bool later_flight_has(const cv_chain *c, int32_t seq)
+{
+    for (int k = 1; k < c->in_flight; k++) {
+        const struct flight *f = &c->flight[(c->oldest + k) % c->depth];
+        const cv_fwd_token *rec = cv_fwd_out_records(&f->out);
+        for (int32_t t = 0; t < f->n_tokens; t++)
+            if (rec[t].seq == seq)
+                return true;
+    }
+    return false;
+}
+
 /* Spreads the RESULT rows (and their logits rows and log-probabilities)
  * over the flight's wanted records: a record whose row was left out (after
- * a rejected draft) gets -1, zero logits (as on one machine) and no
- * log-probabilities, and its slot is cut back here after the last emitted
- * row, as every node cuts it back when the next FORWARD comes. */
+ * a rejected draft, or of a stale window) gets -1, zero logits (as on one
+ * machine) and no log-probabilities, and its slot is cut back here after
+ * the last emitted row, as every node cuts it back when the next FORWARD
+ * comes; not when a later batch in flight holds the slot, whose rows here
+ * are newer than the cut. */
 static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result *m, int32_t *tokens, char *err,
                        size_t errlen)
 {
@@ -524,7 +540,8 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
             memset(c->logits + (size_t)i * m->n_vocab, 0, sizeof(float) * m->n_vocab);
         c->n_logprobs[i] = 0;
         tokens[i++] = -1;
-        cv_span_seq_truncate(&c->local, rec[t].seq, rec[t].pos);
+        if (!later_flight_has(c, rec[t].seq))
+            cv_span_seq_truncate(&c->local, rec[t].seq, rec[t].pos);
     }
     if (r != m->n_rows)
         return cv_errf(err, errlen, "result of %u rows does not match the %d wanted tokens", m->n_rows, i);
