@@ -36,7 +36,8 @@ static void usage(FILE *f)
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"
             "  --spec-windows D: on a pipeline, D verify windows in flight at once, each drafted as if the\n"
-            "  ones before were accepted (default 1; at most 16).\n"
+            "  ones before were accepted (default 0: chosen from the round trip, the stages' speed and the\n"
+            "  acceptance; at most 16).\n"
             "  The output is the same as without it (the same tokens for the same seed).\n");
 }
 
@@ -89,7 +90,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
         {"frequency-penalty", 0, ARG_FLOAT, .dst = &sp->freq_penalty},
         {"presence-penalty", 0, ARG_FLOAT, .dst = &sp->presence_penalty},
         {"seed", 0, ARG_U64, .dst = &sp->seed, .given = &o->seed_given},
-        {"spec-windows", 0, ARG_INT, .dst = &o->spec.p.windows, .lo = 1, .hi = CONVOY_SPEC_WINDOWS_MAX},
+        {"spec-windows", 0, ARG_INT, .dst = &o->spec.p.windows, .lo = 0, .hi = CONVOY_SPEC_WINDOWS_MAX},
         {0},
     };
     const arg_cmd cmd = {.name = "run", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -105,7 +106,8 @@ static int open_engine(run_opts *o, run_state *s)
 {
     char err[512];
     const double t0 = now_s();
-    o->cp.depth = o->spec.p.windows > 1 ? o->spec.p.windows : 0; /* a batch in flight per window */
+    if (o->cp.nodes && o->spec.p.draft) /* a batch in flight per window */
+        o->cp.depth = o->spec.p.windows ? o->spec.p.windows : CONVOY_SPEC_WINDOWS_MAX;
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);

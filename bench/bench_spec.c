@@ -6,16 +6,19 @@
  * pipeline (started beforehand, e.g. by bench/spec.sh on test hosts behind
  * link emulators); the unsplit model runs in this process. For every
  * pipeline, and for the unsplit model: plain decoding; each drafter (--draft
- * NAME=ngram|PATH, several allowed) with K chosen automatically; and the
- * first drafter with each K of --k-list. Each configuration generates -n
+ * NAME=ngram|PATH, several allowed) with K chosen automatically and one
+ * verify window at a time; the first drafter with each K of --k-list; and
+ * the first drafter, K automatic, with each number of windows in flight of
+ * --windows-list (0: chosen). Each configuration generates -n
  * greedy tokens (EOS ignored) after each of the --prompts prompts, and the
  * tokens are checked equal to plain decoding's. Prints a table (tok/s,
  * acceptance, tokens per traversal, ratio to the same pipeline without
- * speculation and to the unsplit model with the same speculation) and
+ * speculation, to its first drafter's one-window run and to the unsplit
+ * model with the same speculation) and
  * appends one JSON line per configuration to bench/out/spec.jsonl.
  *
  * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=SPEC ...
- *                   [--k-list 1,2,...] [--chain LABEL=NODES ...] */
+ *                   [--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=NODES ...] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +31,9 @@
 #define MAX_ITEMS 16
 #define MAX_TOKENS 4096
 #define MAX_K 64 /* entries of --k-list */
-/* plain, each drafter with K automatic, the first drafter with each K */
-#define MAX_CONFIGS (1 + MAX_ITEMS + MAX_K)
+/* plain, each drafter with K automatic, the first drafter with each K and
+ * with each number of windows */
+#define MAX_CONFIGS (1 + MAX_ITEMS + 2 * MAX_K)
 
 static const char *const prompt_texts[] = {
     "Once upon a time", "Lily and Ben went to the park", "The little dog was sad because", "One day, a big bird",
@@ -39,6 +43,7 @@ enum { N_PROMPT_TEXTS = sizeof prompt_texts / sizeof *prompt_texts };
 typedef struct config {
     int drafter; /* -1: plain */
     int k;       /* 0: automatic */
+    int windows; /* in flight; 0: chosen */
 } config;
 
 typedef struct result {
@@ -50,7 +55,8 @@ static const char *model_path;
 static convoy_model *model;
 static int n_tokens = 128, n_prompts = 2;
 static const char *draft_name[MAX_ITEMS], *draft_spec[MAX_ITEMS];
-static int n_drafts, k_list[MAX_K], n_k;
+static int n_drafts, k_list[MAX_K], n_k, windows_list[MAX_K], n_windows;
+static bool insecure;
 static int32_t plain_tokens[N_PROMPT_TEXTS][MAX_TOKENS + 64];
 
 static int ignore(void *user, int32_t id)
@@ -67,6 +73,8 @@ static int run_config(const char *nodes, const config *cf, result *r)
     convoy_ctx_params cp = convoy_ctx_default_params();
     cp.n_ctx = n_tokens + 64;
     cp.nodes = nodes;
+    cp.depth = nodes && cf->windows != 1 ? CONVOY_SPEC_WINDOWS_MAX : 0; /* a batch in flight per window */
+    cp.insecure = insecure;
     convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
     if (!c) {
         fprintf(stderr, "bench_spec: %s\n", err);
@@ -77,6 +85,7 @@ static int run_config(const char *nodes, const config *cf, result *r)
         convoy_spec_params sp = convoy_spec_default_params();
         sp.draft = draft_spec[cf->drafter];
         sp.k = cf->k;
+        sp.windows = cf->windows;
         if (sp.k > sp.k_max)
             sp.k_max = sp.k;
         if (!(spec = convoy_spec_create(c, model, &sp, err, sizeof err))) {
@@ -122,12 +131,17 @@ static int run_config(const char *nodes, const config *cf, result *r)
 
 static void config_name(const config *cf, char *buf, size_t n)
 {
+    char k[16] = "auto", d[32] = "";
+    if (cf->k)
+        snprintf(k, sizeof k, "%d", cf->k);
+    if (cf->windows == 0)
+        snprintf(d, sizeof d, ", D auto");
+    else if (cf->windows > 1)
+        snprintf(d, sizeof d, ", D %d", cf->windows);
     if (cf->drafter < 0)
         snprintf(buf, n, "none");
-    else if (cf->k)
-        snprintf(buf, n, "%s, K %d", draft_name[cf->drafter], cf->k);
     else
-        snprintf(buf, n, "%s, K auto", draft_name[cf->drafter]);
+        snprintf(buf, n, "%s, K %s%s", draft_name[cf->drafter], k, d);
 }
 
 static int parse_list(const char *s, int *out, int max)
@@ -150,6 +164,10 @@ int main(int argc, char **argv)
     int n_chains = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--insecure")) { /* plaintext links to nodes not on loopback (test hosts) */
+            insecure = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "bench_spec: %s needs a value\n", a);
             return 2;
@@ -163,6 +181,8 @@ int main(int argc, char **argv)
             n_prompts = atoi(v);
         else if (!strcmp(a, "--k-list"))
             n_k = parse_list(v, k_list, MAX_K);
+        else if (!strcmp(a, "--windows-list"))
+            n_windows = parse_list(v, windows_list, MAX_K);
         else if ((!strcmp(a, "--chain") || !strcmp(a, "--draft")) && strchr(v, '=')) {
             const bool chain = !strcmp(a, "--chain");
             int *n = chain ? &n_chains : &n_drafts;
@@ -177,7 +197,7 @@ int main(int argc, char **argv)
             (*n)++;
         } else {
             fprintf(stderr, "usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=ngram|PATH ... "
-                            "[--k-list 1,2,...] [--chain LABEL=HOST:PORT,... ...]\n");
+                            "[--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=HOST:PORT,... ...]\n");
             return 2;
         }
     }
@@ -193,11 +213,14 @@ int main(int argc, char **argv)
     }
     config cfs[MAX_CONFIGS];
     int n_cf = 0;
-    cfs[n_cf++] = (config){-1, 0};
+    cfs[n_cf++] = (config){-1, 0, 1};
     for (int d = 0; d < n_drafts; d++)
-        cfs[n_cf++] = (config){d, 0};
+        cfs[n_cf++] = (config){d, 0, 1};
     for (int i = 0; i < n_k && n_drafts; i++)
-        cfs[n_cf++] = (config){0, k_list[i]};
+        cfs[n_cf++] = (config){0, k_list[i], 1};
+    for (int i = 0; i < n_windows && n_drafts; i++)
+        if (windows_list[i] != 1) /* one window is the drafter's row above */
+            cfs[n_cf++] = (config){0, 0, windows_list[i]};
 
     /* the unsplit model first: plain decoding gives the reference tokens */
     static result unsplit[MAX_CONFIGS];
@@ -206,8 +229,8 @@ int main(int argc, char **argv)
             return 1;
     printf("model %s, 1 thread per stage, %d prompt(s) x %d greedy tokens, EOS ignored\n\n", model_path, n_prompts,
            n_tokens);
-    printf("| pipeline | speculation | tok/s | accepted | tokens per traversal | vs same pipeline, no speculation | "
-           "vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---|\n");
+    printf("| pipeline | speculation | tok/s | accepted | tokens per window | vs same pipeline, no speculation | "
+           "vs one window | vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
     FILE *raw = bench_raw_open("bench/out/spec.jsonl");
     for (int ch = -1; ch < n_chains; ch++) {
         static result res[MAX_CONFIGS];
@@ -221,8 +244,9 @@ int main(int argc, char **argv)
             const char *label = ch < 0 ? "unsplit" : chain_label[ch];
             /* the unsplit plain run is the reference the others are compared with */
             const char *equal = ch < 0 && i == 0 ? "ref" : res[i].equal ? "yes" : "NO";
-            printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %s |\n", label, name, res[i].tok_s,
-                   100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s,
+            const double one_window = n_drafts ? res[i].tok_s / res[1].tok_s : 0.0; /* res[1]: drafter 0, D 1 */
+            printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %.2f | %s |\n", label, name, res[i].tok_s,
+                   100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s, one_window,
                    res[i].tok_s / unsplit[i].tok_s, equal);
             fflush(stdout);
             bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",

@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
 # spec.sh: speculative decoding across pipelines on test hosts, with 0, 10,
-# 50 and 100 ms one-way delay on every hop (bench/bench_spec.c measures).
+# 50 and 100 ms one-way delay on every hop (bench/bench_spec.c measures),
+# and llama.cpp's own speculation over RPC on the same hosts beside it.
 #
-# Host 0 runs the head (and the draft); hosts 1..3 run `convoy stage`, each
-# pinned to a core. A link emulator (tools/linkemu via scripts/cluster.sh
-# delay) in front of each node adds the delay both ways, so the head's
-# FORWARD, every node-to-node hop and the RESULT back each pay it: one
-# traversal of an S-stage chain crosses S + 1 delayed hops.
+# Host 0 runs the head (and the draft); hosts 1..3 run `convoy stage` and
+# llama.cpp's ggml-rpc-server, each pinned to a core. A link emulator
+# (tools/linkemu via scripts/cluster.sh delay) in front of each adds the
+# delay both ways, so the head's FORWARD, every node-to-node hop and the
+# RESULT back each pay it: one traversal of an S-stage chain crosses S + 1
+# delayed hops.
 #
-# MODEL (default: ../shared/models/stories260K.gguf), TOKENS (128), PROMPTS (1),
-# DELAYS ("0 10 50 100"), STAGES ("1 2 3") and KS ("1,2,4,6,8,10,12") can be set in
-# the environment. The drafts are made once in bench/out/models: a Q8_0
-# self-draft (rows that do not fit Q8_0 blocks fall back to F16, as llama.cpp's
-# ffn_down), a Q4_0 self-draft, and the n-gram drafter needs none.
-# Raw lines go to bench/out/spec.jsonl.
+# For each chain (STAGES x DELAYS), in turn: bench_spec (plain, each drafter
+# with one window, the Q8_0 self-draft with each K of KS and each number of
+# windows in flight of WINDOWS, 0 meaning chosen), then
+# llama-speculative-simple with the same target, the same Q8_0 draft and
+# --rpc over the same hosts, and the ratio of convoy's chosen windows to it.
+#
+# MODEL (default: ../shared/models/stories260K.gguf), TOKENS (256), PROMPTS (1),
+# DELAYS ("0 10 50 100"), STAGES ("2 3"), KS (none; e.g. "1,2,4,8,12"),
+# WINDOWS ("1,2,4,8,0") and LLAMA_K (the draft tokens llama.cpp may propose,
+# 16) can be set in the environment. The drafts are made once in
+# bench/out/models: a Q8_0 self-draft (rows that do not fit Q8_0 blocks fall
+# back to F16, as llama.cpp's ffn_down) and a Q4_0 self-draft; the n-gram
+# drafter needs none. Raw lines go to bench/out/spec.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${MODEL:-../shared/models/stories260K.gguf}"
-tokens="${TOKENS:-128}"
+tokens="${TOKENS:-256}"
 prompts="${PROMPTS:-1}"
 delays="${DELAYS:-0 10 50 100}"
-stages="${STAGES:-1 2 3}"
-ks="${KS:-1,2,4,6,8,10,12}"
+stages="${STAGES:-2 3}"
+ks="${KS:-}"
+windows="${WINDOWS:-1,2,4,8,0}"
+llama_k="${LLAMA_K:-16}"
+llama=../shared/tools/llama.cpp/bin
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 make --no-print-directory -C build -j2 convoy bench_spec linkemu >/dev/null
 mkdir -p bench/out/models
@@ -54,24 +66,60 @@ wait_port() { # wait_port ADDR PORT, from host 0
 for h in 1 2 3; do
     addr="10.77.0.$((h + 1))"
     bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) build/convoy stage --listen "$addr:7000" \
-        -m "$model" 2>/dev/null &
+        -m "$model" --insecure 2>/dev/null &
+    pids+=($!)
+    bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) "$llama/ggml-rpc-server" -H "$addr" -p 7100 -t 1 \
+        >/dev/null 2>&1 &
     pids+=($!)
     wait_port "$addr" 7000
+    wait_port "$addr" 7100
     for d in $delays; do
-        [[ "$d" == 0 ]] || bash scripts/cluster.sh delay "$h" $((8000 + d)) "$addr:7000" "$d" >/dev/null
+        if [[ "$d" != 0 ]]; then
+            bash scripts/cluster.sh delay "$h" $((8000 + d)) "$addr:7000" "$d" >/dev/null
+            bash scripts/cluster.sh delay "$h" $((9000 + d)) "$addr:7100" "$d" >/dev/null
+        fi
     done
 done
 
-chains=()
+# llama_spec NODES: llama.cpp's speculation over RPC from host 0; prints its tok/s.
+llama_spec() {
+    bash scripts/cluster.sh run 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" -md "$q8" \
+        --spec-type draft-simple --spec-draft-n-max "$llama_k" -p "Once upon a time" -n "$tokens" -t 1 -td 1 \
+        --temp 0 --ignore-eos --rpc "$1" -ngl 99 2>&1 >/dev/null |
+        sed -n 's/.*decoded .* speed: *\([0-9.]*\) t\/s.*/\1/p' | tail -1
+}
+
+# convoy's tok/s with the windows chosen on chain LABEL, from the raw lines.
+chosen_tok_s() {
+    python3 -c 'import json,sys
+rows=[json.loads(l) for l in open("bench/out/spec.jsonl") if l.strip()]
+rows=[r for r in rows if r.get("pipeline")==sys.argv[1] and r.get("speculation","").endswith("D auto")]
+print("%.2f" % rows[-1]["tok_s"] if rows else "")' "$1"
+}
+
+summary=()
 for s in $stages; do
     for d in $delays; do
         nodes=""
+        rpc=""
         for h in $(seq 1 "$s"); do
             port=$([[ "$d" == 0 ]] && echo 7000 || echo $((8000 + d)))
+            rport=$([[ "$d" == 0 ]] && echo 7100 || echo $((9000 + d)))
             nodes+="${nodes:+,}10.77.0.$((h + 1)):$port"
+            rpc+="${rpc:+,}10.77.0.$((h + 1)):$rport"
         done
-        chains+=(--chain "$s stage(s), $d ms=$nodes")
+        label="$s stage(s), $d ms"
+        bash scripts/cluster.sh run 0 taskset -c 0 build/bench_spec -m "$model" -n "$tokens" --prompts "$prompts" \
+            --draft "q8_0 self-draft=$q8" --draft "q4_0 self-draft=$q4" --draft "ngram=ngram" \
+            ${ks:+--k-list "$ks"} --windows-list "$windows" --insecure --chain "$label=$nodes"
+        lt=$(llama_spec "$rpc")
+        ct=$(chosen_tok_s "$label")
+        ratio=$(python3 -c "import sys; a,b=sys.argv[1:]; print('%.2fx' % (float(a)/float(b)) if a and b else 'n/a')" "$ct" "$lt")
+        echo "llama.cpp speculation over RPC, $label: ${lt:-failed} tok/s; convoy with the windows chosen: $ct tok/s ($ratio)"
+        summary+=("| $label | ${lt:-failed} | $ct | $ratio |")
     done
 done
-bash scripts/cluster.sh run 0 taskset -c 0 build/bench_spec -m "$model" -n "$tokens" --prompts "$prompts" \
-    --draft "q8_0 self-draft=$q8" --draft "q4_0 self-draft=$q4" --draft "ngram=ngram" --k-list "$ks" "${chains[@]}"
+echo
+echo "| pipeline | llama.cpp RPC + speculation (tok/s) | convoy, D auto (tok/s) | ratio |"
+echo "|---|---:|---:|---:|"
+printf '%s\n' "${summary[@]}"

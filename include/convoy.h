@@ -249,6 +249,9 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
  * be in several batches in flight only as windows (above): each later one
  * opening with a draft. Tokens are the same as with convoy_step. */
 int convoy_ctx_depth(const convoy_ctx *c);
+/* Seconds a token of a batch takes at a pipeline's slowest stage, from the
+ * stages' speed probes (decode's cost: an upper bound); 0 on one machine. */
+double convoy_ctx_stage_seconds(const convoy_ctx *c);
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen);
 int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
 /* Logits [n_vocab] of the i-th wanted token of the last step. */
@@ -317,7 +320,7 @@ typedef struct convoy_spec_params {
     int32_t k;         /* drafts per round; 0 = chosen automatically */
     int32_t k_max;     /* most drafts per round (default 16) */
     int32_t n_threads; /* threads of the draft model */
-    int32_t windows;   /* windows in flight per sequence on a pipeline (default 1; see convoy_generate) */
+    int32_t windows;   /* windows in flight per sequence on a pipeline; 0 = chosen (default; convoy_generate) */
 } convoy_spec_params;
 
 /* The most windows one sequence keeps in flight. */
@@ -341,7 +344,13 @@ convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const conv
                                 size_t errlen);
 void convoy_spec_free(convoy_spec *s);
 int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts array needs */
-int32_t convoy_spec_windows(const convoy_spec *s);
+/* Windows in flight for seq's next window: the fixed number, else the
+ * count that maximizes the expected tokens per second, from the sequence's
+ * acceptance, the measured time of a window of the K it last drafted and
+ * stage_s, the seconds a token takes at the slowest stage (a window cut
+ * short makes the ones behind it stale; windows beyond the round trip only
+ * queue), at most max. */
+int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max);
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs
  * them as one batch). */

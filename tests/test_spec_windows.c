@@ -1,7 +1,8 @@
 /* test_spec_windows.c: speculative windows in flight (convoy_generate with
  * a spec of D windows) on stories260K. Every whole output equals plain
  * decoding's on one machine:
- * - greedy and at temperature 0.8 with seeds 1, 2 and 3, for D = 1 to 8,
+ * - greedy and at temperature 0.8 with seeds 1, 2 and 3, for D = 1 to 8
+ *   and chosen,
  *   on chains of 1, 2 and 3 `convoy stage` processes, with the n-gram
  *   drafter and a Q4_0 self-draft model, K fixed at 6 (windows both cut
  *   short and accepted whole: the runs must drop stale windows);
@@ -122,7 +123,7 @@ static void make_reference(void)
 static long check_chain(convoy_ctx *c, const char *draft, const char *where)
 {
     long stale = 0;
-    for (int32_t d = 1; d <= 8; d++) {
+    for (int32_t d = 0; d <= 8; d++) { /* 0: chosen */
         convoy_spec *spec = make_spec(c, draft, d);
         for (int i = 0; spec && i <= N_SEEDS + 1; i++) {
             int32_t out[N_GEN], n_out = 0;

@@ -565,6 +565,11 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
 
 int convoy_ctx_depth(const convoy_ctx *c) { return c->pipeline ? c->depth : 1; }
 
+double convoy_ctx_stage_seconds(const convoy_ctx *c)
+{
+    return c->pipeline && c->chain ? 1e-6 * cv_chain_stage_us(c->chain) : 0.0;
+}
+
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen)
 {
     if (c->pipeline) {

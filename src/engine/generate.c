@@ -25,13 +25,15 @@ typedef struct gen_window {
     int32_t first, n_rows;
     bool guess;  /* its first row guesses the previous window's last output */
     bool stale;  /* an earlier window was cut short */
+    bool asked;  /* the drafter was asked (a round of 0 drafts measures the fixed cost too) */
     double sent; /* seconds */
 } gen_window;
 
 typedef struct gen_state {
     convoy_ctx *c;
     convoy_spec *spec;
-    int32_t seq, n_predict, depth;
+    int32_t seq, n_predict;
+    double stage_s; /* seconds per token at the slowest stage */
     int32_t *hist, n_hist; /* emitted tokens; drafts in flight up to hyp_end */
     int32_t hyp_end;       /* index after the last row sent to a live window */
     int32_t *tok, *pos, *seqs, *out;
@@ -83,7 +85,8 @@ static int send_window(gen_state *g, int *sent, char *err, size_t errlen)
         return 0;
     convoy_spec_req req = {.seq = g->seq, .hist = g->hist, .n_hist = g->hyp_end, .max_draft = room > 0 ? room : 0,
                            .drafts = g->tok + 1};
-    if (g->spec && req.max_draft > 0 && convoy_spec_propose(g->spec, &req, 1, err, errlen))
+    const bool ask = g->spec && req.max_draft > 0;
+    if (ask && convoy_spec_propose(g->spec, &req, 1, err, errlen))
         return -1;
     if (guess && req.n_draft == 0)
         return 0;
@@ -100,7 +103,7 @@ static int send_window(gen_state *g, int *sent, char *err, size_t errlen)
     if (convoy_submit(g->c, &b, err, errlen))
         return -1;
     g->win[(g->oldest + g->in_flight) % CONVOY_SPEC_WINDOWS_MAX] =
-        (gen_window){.first = first, .n_rows = n_rows, .guess = guess, .sent = cv_now_s()};
+        (gen_window){.first = first, .n_rows = n_rows, .guess = guess, .asked = ask, .sent = cv_now_s()};
     g->in_flight++;
     g->live++;
     g->hyp_end = first + n_rows;
@@ -138,7 +141,7 @@ static int take_window(gen_state *g, char *err, size_t errlen)
     while (e < w.n_rows && g->out[e] >= 0)
         e++;
     const int32_t n_draft = w.guess ? w.n_rows : w.n_rows - 1, accepted = w.guess ? e : e - 1;
-    if (g->spec && n_draft > 0)
+    if (w.asked)
         convoy_spec_observe(g->spec, g->seq, n_draft, accepted, cv_now_s() - w.sent);
     g->st->rounds++;
     g->st->drafted += n_draft;
@@ -151,11 +154,13 @@ static int take_window(gen_state *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Fills the depth with windows, then takes the oldest. */
+/* Fills the windows the spec chooses (at most the context's depth), then
+ * takes the oldest. */
 static int gen_round(gen_state *g, char *err, size_t errlen)
 {
+    const int32_t depth = g->spec ? convoy_spec_windows(g->spec, g->seq, g->stage_s, convoy_ctx_depth(g->c)) : 1;
     int sent = 1;
-    while (g->in_flight < g->depth && sent)
+    while (g->in_flight < depth && sent)
         if (send_window(g, &sent, err, errlen))
             return -1;
     return take_window(g, err, errlen);
@@ -171,15 +176,6 @@ static int drain(gen_state *g, char *err, size_t errlen)
     return 0;
 }
 
-/* The windows one sequence keeps in flight: the drafter's setting, at most
- * the context's depth. */
-static int32_t window_depth(const convoy_ctx *c, const convoy_spec *spec)
-{
-    int32_t d = spec ? convoy_spec_windows(spec) : 1;
-    if (d > convoy_ctx_depth(c))
-        d = convoy_ctx_depth(c);
-    return d < 1 ? 1 : d;
-}
 
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen)
@@ -192,7 +188,7 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
     if (convoy_seq_len(c, seq) >= n_hist) /* the last prompt token must run to sample from it */
         return cv_errf(err, errlen, "slot %d holds %d tokens already, the prompt has %d", seq,
                        convoy_seq_len(c, seq), n_hist);
-    gen_state g = {.c = c, .spec = spec, .seq = seq, .n_predict = n_predict, .depth = window_depth(c, spec),
+    gen_state g = {.c = c, .spec = spec, .seq = seq, .n_predict = n_predict, .stage_s = convoy_ctx_stage_seconds(c),
                    .hist = hist, .n_hist = n_hist, .hyp_end = n_hist, .on_token = on_token, .user = user, .st = st};
     g.tok = cv_malloc(sizeof(int32_t) * (size_t)n_batch * 4);
     g.want = cv_malloc((size_t)n_batch);

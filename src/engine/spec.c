@@ -23,7 +23,21 @@
  * sequence starts from the acceptance of all sequences so far as a prior. The next K maximizes
  * E(K) / T(K); K = 0 (plain decoding) wins where drafting costs more than
  * it saves, and the probes keep measuring K = 1 meanwhile. A fixed K
- * (--spec-k) skips all of this. */
+ * (--spec-k) skips all of this.
+ *
+ * Choosing D, the windows in flight (a pipeline): with the K last drafted,
+ * a window is accepted whole with p = a^K, takes R (the measured round
+ * time of that K) from send to result, and occupies the slowest stage for
+ * c = (K + 1) times its seconds per token. Windows go out every
+ * max(R / D, c): beyond D = R / c they only queue. A run of live windows
+ * ends at a cut (1 / (1 - p) windows on average), and the D - 1 windows
+ * sent behind the cut before its result came back are stale: so the
+ * tokens per second are proportional to
+ * 1 / ((1 + (D - 1)(1 - p)) max(R / D, c)), and the next D maximizes it.
+ * c comes from the stages' speed probes (decode's cost per token, more
+ * than a batched window's), so D errs low where compute binds (a LAN),
+ * and a long round trip takes all the windows allowed. A fixed D
+ * (--spec-windows) skips this. */
 #include <math.h>
 
 #include "convoy.h"
@@ -40,6 +54,7 @@
 typedef struct spec_seq {
     double judged, accepted; /* decayed counts of drafts judged and accepted */
     uint32_t rounds;
+    int32_t last_k;          /* K of its latest proposal */
 } spec_seq;
 
 struct convoy_spec {
@@ -58,14 +73,15 @@ struct convoy_spec {
 
 convoy_spec_params convoy_spec_default_params(void)
 {
-    return (convoy_spec_params){.draft = "ngram", .k = 0, .k_max = 16, .n_threads = 1, .windows = 1};
+    return (convoy_spec_params){.draft = "ngram", .k = 0, .k_max = 16, .n_threads = 1, .windows = 0};
 }
 
 convoy_spec *convoy_spec_create(convoy_ctx *c, const convoy_model *m, const convoy_spec_params *p, char *err,
                                 size_t errlen)
 {
-    if (p->windows < 1 || p->windows > CONVOY_SPEC_WINDOWS_MAX) {
-        cv_errf(err, errlen, "speculation: %d windows in flight, not 1 to %d", p->windows, CONVOY_SPEC_WINDOWS_MAX);
+    if (p->windows < 0 || p->windows > CONVOY_SPEC_WINDOWS_MAX) {
+        cv_errf(err, errlen, "speculation: %d windows in flight, not 0 (chosen) to %d", p->windows,
+                CONVOY_SPEC_WINDOWS_MAX);
         return NULL;
     }
     if (p->k < 0 || p->k_max < 1 || p->k > p->k_max || p->k_max > CONVOY_SPEC_K_LIMIT) {
@@ -119,13 +135,32 @@ void convoy_spec_free(convoy_spec *s)
 
 const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s->drafter); }
 int32_t convoy_spec_k_max(const convoy_spec *s) { return s->k_max; }
-int32_t convoy_spec_windows(const convoy_spec *s) { return s->windows; }
-
 /* Expected tokens per round over expected seconds per round. */
 static double spec_rate(const convoy_spec *s, double a, double t0, double t1, int32_t k)
 {
     const double emitted = a >= 1.0 ? k + 1.0 : (1.0 - pow(a, k + 1.0)) / (1.0 - a);
     return emitted / (s->k_seen[k] ? s->k_time[k] : t0 + t1 * k);
+}
+
+/* The sequence's acceptance, with a prior worth SPEC_PRIOR drafts: the
+ * acceptance of every sequence so far (one in two before any). */
+static double seq_acceptance(const convoy_spec *s, const spec_seq *q)
+{
+    const double all = s->judged > 0.0 ? s->accepted / s->judged : 0.5;
+    return (q->accepted + SPEC_PRIOR * all) / (q->judged + SPEC_PRIOR);
+}
+
+/* The least-squares fit of round seconds t0 + t1 K. */
+static void fit_round(const convoy_spec *s, double *t0, double *t1)
+{
+    const double mk = s->sk / s->n, mt = s->st / s->n;
+    const double var = s->skk / s->n - mk * mk;
+    *t1 = var > 1e-6 ? (s->skt / s->n - mk * mt) / var : 0.0;
+    if (*t1 < 0.0)
+        *t1 = 0.0;
+    *t0 = mt - *t1 * mk;
+    if (*t0 < 1e-6)
+        *t0 = 1e-6;
 }
 
 static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
@@ -134,18 +169,9 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
         return s->k_fixed;
     if (s->n < 1.0) /* no round measured yet */
         return SPEC_K_START < s->k_max ? SPEC_K_START : s->k_max;
-    /* the sequence's acceptance, with a prior worth SPEC_PRIOR drafts: the
-     * acceptance of every sequence so far (one in two before any) */
-    const double all = s->judged > 0.0 ? s->accepted / s->judged : 0.5;
-    const double a = (q->accepted + SPEC_PRIOR * all) / (q->judged + SPEC_PRIOR);
-    const double mk = s->sk / s->n, mt = s->st / s->n;
-    const double var = s->skk / s->n - mk * mk;
-    double t1 = var > 1e-6 ? (s->skt / s->n - mk * mt) / var : 0.0;
-    if (t1 < 0.0)
-        t1 = 0.0;
-    double t0 = mt - t1 * mk;
-    if (t0 < 1e-6)
-        t0 = 1e-6;
+    const double a = seq_acceptance(s, q);
+    double t0, t1;
+    fit_round(s, &t0, &t1);
     int32_t best = 0;
     double best_rate = spec_rate(s, a, t0, t1, 0);
     for (int32_t k = 1; k <= s->k_max; k++) {
@@ -162,6 +188,34 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
     return best;
 }
 
+/* Relative tokens per second of d windows in flight (the header). */
+static double windows_rate(double p, double round_s, double window_s, int32_t d)
+{
+    const double every = round_s / d > window_s ? round_s / d : window_s;
+    return 1.0 / ((1.0 + (d - 1) * (1.0 - p)) * every);
+}
+
+int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max)
+{
+    if (max > CONVOY_SPEC_WINDOWS_MAX)
+        max = CONVOY_SPEC_WINDOWS_MAX;
+    if (s->windows)
+        return s->windows < max ? s->windows : max;
+    if (seq < 0 || seq >= s->n_slot || s->n < 1.0 || max <= 1)
+        return 1; /* nothing measured yet */
+    const spec_seq *q = &s->seq[seq];
+    const int32_t k = q->last_k;
+    double t0, t1;
+    fit_round(s, &t0, &t1);
+    const double round_s = s->k_seen[k] ? s->k_time[k] : t0 + t1 * k;
+    const double p = pow(seq_acceptance(s, q), k), window_s = stage_s * (k + 1);
+    int32_t best = 1;
+    for (int32_t d = 2; d <= max; d++)
+        if (windows_rate(p, round_s, window_s, d) > windows_rate(p, round_s, window_s, best))
+            best = d;
+    return best;
+}
+
 int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *err, size_t errlen)
 {
     if (n > s->n_slot)
@@ -174,6 +228,7 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         const int32_t chosen = choose_k(s, q);
         reqs[i].n_draft = 0;
         const int32_t k = chosen < reqs[i].max_draft ? chosen : reqs[i].max_draft;
+        q->last_k = k > 0 ? k : 0;
         if (k <= 0)
             continue;
         s->ask[n_ask] = i;

@@ -619,6 +619,16 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
 }
 
 int cv_chain_depth(const cv_chain *c) { return c->depth; }
+
+uint32_t cv_chain_stage_us(const cv_chain *c)
+{
+    uint64_t most = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const uint64_t us = (uint64_t)c->offer[i].us_per_layer_token * (uint64_t)(c->last[i] - c->first[i]);
+        most = us > most ? us : most;
+    }
+    return most > UINT32_MAX ? UINT32_MAX : (uint32_t)most;
+}
 bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
 const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect >= 0 ? c->addr[c->suspect] : NULL; }
 

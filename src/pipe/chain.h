@@ -91,6 +91,10 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
  * in two batches in flight (its next token depends on the last). Results
  * and a sequence's tokens are the same as with cv_chain_step. */
 int cv_chain_depth(const cv_chain *c);
+/* Microseconds per token of the slowest stage (its layers times its speed
+ * probe, cv_span_speed_probe: decode's cost, an upper bound for a batch's
+ * token); 0 when no stage measured its speed. */
+uint32_t cv_chain_stage_us(const cv_chain *c);
 /* Whether a failure made the chain unusable (a node refused, died, went
  * silent or sent garbage); it must then be closed and opened again. */
 bool cv_chain_is_broken(const cv_chain *c);
