@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt] [--cache-ram BYTES]\n"
-            "                    [--slot-save-path DIR] [--timeout SECONDS]\n"
+            "                    [--slot-save-path DIR] [--timeout SECONDS] [--template-mem BYTES]\n"
             "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
             "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
@@ -63,7 +63,10 @@ static void usage(FILE *f)
             "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too; --timeout 10:\n"
             "  seconds a connection may stay silent (a stream waiting for its first token sends a comment every\n"
-            "  third of it);\n"
+            "  third of it), and twice it a request's headers may take to arrive in full; --template-mem 256MiB:\n"
+            "  the memory the chat template's renders share beyond 1 MiB each (a GGUF's template is untrusted:\n"
+            "  one render may take 256 MiB, so requests rendering at once are bounded together; a render that\n"
+            "  finds it spent fails with a 400 naming it; 16 hostile renders at once held about 1.8 times it);\n"
             "  --no-cache-prompt: a slot forgets its tokens when its request ends (default: it keeps them, and a\n"
             "  request whose prompt starts with them runs only the rest; a request's \"cache_prompt\": false does\n"
             "  that for itself); GET /slots shows what each slot holds; --cache-ram BYTES: the KV memory (on\n"
@@ -92,6 +95,7 @@ typedef struct serve_opts {
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
     uint64_t cache_ram; /* --cache-ram */
+    uint64_t template_mem; /* --template-mem */
     int64_t seed_value; /* -1: a fresh seed per request */
     uint64_t max_body;
     convoy_ctx_params cp;
@@ -104,6 +108,7 @@ typedef struct serve_state {
     convoy_model *model;
     convoy_ctx *ctx;
     convoy_spec *spec; /* NULL without --draft */
+    convoy_template_pool *template_pool;
     sv_sched *sched;
     sv_chat chat;
 } serve_state;
@@ -161,6 +166,7 @@ static int check_options(serve_opts *o)
 static int parse_options(serve_opts *o, int argc, char **argv)
 {
     *o = (serve_opts){.host = "127.0.0.1", .queue = 64, .port = 8080, .max_body = 1u << 20, .timeout_s = 10,
+                      .template_mem = 256u << 20,
                       .client_connections = 128, .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
     o->cp.n_slot = 4;
     const arg_opt opts[] = {
@@ -189,6 +195,7 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"cache-ram", 0, ARG_BYTES, .dst = &o->cache_ram, .given = &o->cache_ram_given},
         {"slot-save-path", 0, ARG_STR, .dst = &o->slot_save_path},
         {"timeout", 0, ARG_INT, .dst = &o->timeout_s, .lo = 1, .hi = 86400},
+        {"template-mem", 0, ARG_BYTES, .dst = &o->template_mem},
         {0},
     };
     const arg_cmd cmd = {.name = "serve", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -267,6 +274,10 @@ static int open_engine(serve_opts *o, serve_state *s)
     if (sv_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
         sv_log(SV_LOG_ERROR, "%s", err);
         return 2;
+    }
+    if (!(s->chat.pool = s->template_pool = convoy_template_pool_create(o->template_mem))) {
+        sv_log(SV_LOG_ERROR, "out of memory");
+        return 1;
     }
     char missing[256];
     if (sv_chat_missing_tokens(&s->chat, missing, sizeof missing) > 0)
@@ -357,6 +368,7 @@ static void close_engine(serve_state *s)
     convoy_spec_free(s->spec);
     convoy_ctx_free(s->ctx);
     sv_chat_free(&s->chat);
+    convoy_template_pool_free(s->template_pool);
     convoy_model_free(s->model);
     sv_access_free(&s->access);
 }

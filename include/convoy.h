@@ -88,10 +88,22 @@ const char *convoy_model_chat_template(const convoy_model *m);
  * user/assistant/user/assistant/..."). */
 typedef struct convoy_template convoy_template;
 
+/* The memory that concurrent renders share (a server's): each render holds
+ * its first MiB alone and takes the rest from the pool; one that finds the
+ * pool spent fails, naming it. convoy_template_pool_peak: the most it held
+ * at once. Any thread may use a pool. */
+typedef struct convoy_template_pool convoy_template_pool;
+convoy_template_pool *convoy_template_pool_create(uint64_t bytes);
+void convoy_template_pool_free(convoy_template_pool *p);
+uint64_t convoy_template_pool_peak(const convoy_template_pool *p);
+
 typedef struct convoy_render_params {
     const char *bos_token, *eos_token; /* the model's texts of BOS and EOS; NULL: "" */
     int32_t year, month, day;          /* strftime_now's date; year 0: today, local time */
     bool no_generation_prompt;         /* add_generation_prompt false unless the request says */
+    convoy_template_pool *pool;        /* NULL: none (each render still has its own bounds) */
+    bool (*stop)(void *user);          /* asked about every millisecond of work, when not NULL: */
+    void *stop_user;                   /* true ends the render ("stopped"): its client left */
 } convoy_render_params;
 
 convoy_template *convoy_template_parse(const char *text, size_t len, char *err, size_t errlen);
@@ -165,6 +177,10 @@ int32_t convoy_ctx_n_batch(const convoy_ctx *c);
  * the node it cannot reach. It may take up to the handshake's timeout; the
  * caller chooses when to try. One machine is never down. */
 bool convoy_ctx_is_down(const convoy_ctx *c);
+/* True while a failover is at work (a node failed; no chain serves until a
+ * new one is replayed, or the pipeline goes down). Unlike the other calls
+ * on a context, any thread may ask it at any time. */
+bool convoy_ctx_failing_over(convoy_ctx *c);
 int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen);
 /* An idle pipeline's health check, with no batch in flight: every node must
  * answer within the timeout, else the pipeline goes down (-1, naming the

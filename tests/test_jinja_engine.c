@@ -139,7 +139,7 @@ static const struct snippet {
      "a\nb\nc"},
 };
 
-static const cv_jinja_env ENV = {2026, 12, 1, NULL};
+static const cv_jinja_env ENV = {.year = 2026, .month = 12, .day = 1};
 
 /* Renders src with the context; returns the text (free it) or NULL with err. */
 static char *render_with(const char *src, const char *context_json, const cv_jinja_env *env, char *err, size_t errlen)
@@ -247,12 +247,54 @@ static void test_render_failures(void)
     expect_failure("{{ 'x'|from_json }}", &ENV, "not JSON");
 }
 
+static bool stop_now(void *user)
+{
+    (*(int *)user)++;
+    return true;
+}
+
+/* Work that was not counted: comparisons in sort, == on values that share
+ * their parts (10^12 pairs once), the pool renders share, and a render
+ * whose caller stops it. */
+static void test_budgets(void)
+{
+    cv_jinja_limits lim = {.max_steps = 1000000};
+    cv_jinja_env env = {.year = 2026, .month = 12, .day = 1, .limits = &lim};
+    expect_failure("{% set ns = namespace(l=[]) %}{% set big = 'a' * 100000 %}{% for i in range(300) %}"
+                   "{% set _ = ns.l.append(big) %}{% endfor %}{{ ns.l | sort | length }}",
+                   &env, "more than 1000000 steps");
+    expect_failure("{% set ns = namespace(a=['x'], b=['x']) %}{% for i in range(6) %}{% set ns.a = [ns.a] * 100 %}"
+                   "{% set ns.b = [ns.b] * 100 %}{% endfor %}{{ ns.a == ns.b }}",
+                   &env, "more than 1000000 steps");
+    expect_failure("{% set ns = namespace(a=['x'], b=['x']) %}{% for i in range(6) %}{% set ns.a = [ns.a] * 100 %}"
+                   "{% set ns.b = [ns.b] * 100 %}{% endfor %}{{ ns.a in [ns.b] }}",
+                   &env, "more than 1000000 steps");
+    cv_budget pool;
+    cv_budget_init(&pool, 4u << 20);
+    env = (cv_jinja_env){.year = 2026, .month = 12, .day = 1, .pool = &pool};
+    expect_failure("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{{ ns.l.append('x' * 100) }}"
+                   "{% set ns.l = ns.l + ns.l[-2:] %}{% endfor %}",
+                   &env, "the memory that chat templates share (4 MiB for all requests at once) is spent");
+    CHECKF(atomic_load(&pool.used) == 0, "the pool holds %llu bytes after the render",
+           (unsigned long long)atomic_load(&pool.used));
+    cv_budget_init(&pool, 0); /* a spent pool: a small render needs only its own bytes */
+    char err[CV_ERRLEN] = "";
+    char *out = render_with("{% for m in messages %}{{ m.content }}{% endfor %}{{ 'x' * 1000 }}", CONTEXT, &env, err,
+                            sizeof err);
+    CHECKF(out != NULL, "a small render with the pool spent: %s", err);
+    free(out);
+    int asked = 0;
+    env = (cv_jinja_env){.year = 2026, .month = 12, .day = 1, .stop = stop_now, .stop_user = &asked};
+    expect_failure("{% for i in range(100000) %}{{ i }}{% endfor %}", &env, "stopped");
+    CHECK(asked == 1);
+}
+
 /* Each bound stops a template that would exceed it, naming it. */
 static void test_limits(void)
 {
     cv_jinja_limits lim = {.max_output = 1000, .max_memory = 1 << 20, .max_steps = 100000, .max_iterations = 5000,
                            .max_depth = 50};
-    cv_jinja_env env = {2026, 12, 1, &lim};
+    cv_jinja_env env = {.year = 2026, .month = 12, .day = 1, .limits = &lim};
     expect_failure("{% for i in range(100) %}{{ 'x' * 50 }}{% endfor %}", &env, "would exceed 1000 bytes");
     expect_failure("{{ 'x' * 100000 }}", &env, "a repetition larger than 1000 bytes");
     /* captures alive at once (each under the bound) count together */
@@ -269,7 +311,7 @@ static void test_limits(void)
                    "{{ ns.l.append(i) }}{% for y in ns.l %}{% endfor %}{% endfor %}",
                    &env, "more than");
     cv_jinja_limits mem = {.max_memory = 1 << 20};
-    cv_jinja_env env_mem = {2026, 12, 1, &mem};
+    cv_jinja_env env_mem = {.year = 2026, .month = 12, .day = 1, .limits = &mem};
     expect_failure("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{{ ns.l.append('x' * 100) }}"
                    "{% set ns.l = ns.l + ns.l[-2:] %}{% endfor %}",
                    &env_mem, "bytes of memory");
@@ -400,6 +442,7 @@ int main(void)
     TEST_RUN(test_parse_refusals);
     TEST_RUN(test_render_failures);
     TEST_RUN(test_limits);
+    TEST_RUN(test_budgets);
     TEST_RUN(test_render_chat);
     TEST_RUN(test_threads);
     return test_summary();

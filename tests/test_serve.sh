@@ -245,7 +245,7 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
             fail "a dead node: got $code $(cat "$tmp/dead.json")"
         fi
         code="$(curl -s -o "$tmp/health.json" -w '%{http_code}' --max-time 10 "${base%/v1}/health")"
-        if [[ "$code" == 503 ]] && grep -q '"status":"error"' "$tmp/health.json"; then
+        if [[ "$code" == 503 ]] && grep -q '"type":"unavailable_error"' "$tmp/health.json"; then
             pass "/health reports the failed engine (503)"
         else
             fail "/health after a dead node: got $code $(cat "$tmp/health.json")"
@@ -361,6 +361,11 @@ if command -v python3 >/dev/null; then
             kill -STOP "$stage_pid"
             health_becomes 503 400 && pass "a stage stopped while idle: /health 503 within 40 s" ||
                 fail "a stage stopped while idle: /health still $code"
+            # /health is 503 from the failover's start: continue once it gave up
+            for _ in $(seq 400); do
+                curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_down 1$' && break
+                sleep 0.1
+            done
             kill -CONT "$stage_pid"
             health_becomes 200 150 && [[ "$(completion_text "$body")" == "$before" ]] &&
                 pass "the stage continued: /health 200 and the same text" ||

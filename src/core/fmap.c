@@ -17,23 +17,45 @@
 
 #include "core/err.h"
 
+static const char *kind_of(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+                                             : "not a plain file";
+}
+
+int cv_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: opening a FIFO would otherwise wait for its writer. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        const int e = errno;
+        cv_errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        errno = e; /* the caller may tell a missing file apart */
+        return -1;
+    }
+    int rc = 0;
+    if (fstat(fd, st) != 0)
+        rc = cv_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        rc = cv_errf(err, errlen, "%s is %s, not a regular file", path, kind_of(st->st_mode));
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = cv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    if (rc)
+        close(fd);
+    return rc ? -1 : fd;
+}
+
 int cv_fmap_open(cv_fmap *m, const char *path, char *err, size_t errlen)
 {
     m->data = NULL;
     m->size = 0;
-    m->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (m->fd < 0)
-        return cv_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(m->fd, &st) != 0) {
-        int e = errno;
-        cv_fmap_close(m);
-        return cv_errf(err, errlen, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        cv_fmap_close(m);
-        return cv_errf(err, errlen, "%s: not a regular file", path);
-    }
+    m->fd = cv_open_regular(path, &st, err, errlen);
+    if (m->fd < 0)
+        return -1;
     if ((uint64_t)st.st_size > SIZE_MAX) {
         cv_fmap_close(m);
         return cv_errf(err, errlen, "%s: file too large to map (%lld bytes)", path, (long long)st.st_size);

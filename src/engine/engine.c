@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ struct convoy_ctx {
     int depth;        /* a pipeline's depth when first opened */
     int32_t n_ctx;
     char down_why[2 * CV_ERRLEN + 32]; /* why the pipeline went down */
+    atomic_bool failing_over; /* replace_chain is at work: other threads may read it */
     journal journal;  /* every slot's tokens and sampler, for a failover */
     convoy_ctx_stats stats;
     void (*log)(void *user, const char *line);
@@ -386,15 +388,19 @@ static int replace_chain(convoy_ctx *c, const char *why)
     snprintf(avoid, sizeof avoid, "%s", cv_chain_suspect(c->chain) ? cv_chain_suspect(c->chain) : "");
     cv_chain_close(c->chain);
     c->chain = NULL;
+    atomic_store(&c->failing_over, true);
     engine_log(c, "failing over: %s", why);
     for (int wait_ms = RETRY_FIRST_MS;; wait_ms = wait_ms * 2 < RETRY_MAX_MS ? wait_ms * 2 : RETRY_MAX_MS) {
         if (open_and_replay(c, avoid[0] ? avoid : NULL, lost, sizeof lost, err, sizeof err) == 0) {
             c->stats.failovers++;
             c->stats.failover_seconds += (double)(cv_now_ms() - t0) / 1e3;
+            atomic_store(&c->failing_over, false);
             return 0;
         }
-        if (cv_now_ms() + wait_ms - t0 > c->failover_wait_ms)
+        if (cv_now_ms() + wait_ms - t0 > c->failover_wait_ms) {
+            atomic_store(&c->failing_over, false);
             return go_down(c, why, err);
+        }
         engine_log(c, "no new chain yet (%s), next try in %d ms", err, wait_ms);
         snprintf(avoid, sizeof avoid, "%s", lost); /* the failed node may be back: only a replay's loss is avoided */
         nanosleep(&(struct timespec){.tv_sec = wait_ms / 1000, .tv_nsec = (wait_ms % 1000) * 1000000L}, NULL);
@@ -430,6 +436,8 @@ static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
 }
 
 bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
+
+bool convoy_ctx_failing_over(convoy_ctx *c) { return atomic_load(&c->failing_over); }
 
 void convoy_ctx_get_stats(const convoy_ctx *c, convoy_ctx_stats *out) { *out = c->stats; }
 

@@ -10,12 +10,29 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/budget.h"
 #include "core/err.h"
 #include "model/jinja.h"
 
 struct convoy_template {
     cv_jinja *jinja;
 };
+
+struct convoy_template_pool {
+    cv_budget b;
+};
+
+convoy_template_pool *convoy_template_pool_create(uint64_t bytes)
+{
+    convoy_template_pool *p = cv_malloc(sizeof *p);
+    if (p)
+        cv_budget_init(&p->b, bytes);
+    return p;
+}
+
+void convoy_template_pool_free(convoy_template_pool *p) { cv_free(p); }
+
+uint64_t convoy_template_pool_peak(const convoy_template_pool *p) { return atomic_load(&p->b.peak); }
 
 convoy_template *convoy_template_parse(const char *text, size_t len, char *err, size_t errlen)
 {
@@ -151,7 +168,7 @@ int convoy_render_chat(const convoy_template *t, const char *request, size_t len
         json_decref(req);
         return cv_errf(err, errlen, "the request is not a JSON object%s%s", req ? "" : ": ", req ? "" : je.text);
     }
-    cv_jinja_env env = {p->year, p->month, p->day, NULL};
+    cv_jinja_env env = {p->year, p->month, p->day, NULL, p->pool ? &p->pool->b : NULL, p->stop, p->stop_user};
     if (p->year == 0) {
         time_t now = time(NULL);
         struct tm tm;

@@ -74,13 +74,18 @@
  * size (1 MiB) and the nesting of its blocks and expressions; rendering
  * bounds the output, the memory of the values it makes, the nesting of calls and
  * blocks, the loop iterations and the evaluation steps (a template that
- * does not end fails). Exceeding any bound fails with a message naming it;
+ * does not end fails; comparisons count their work, so sorting and == are
+ * steps too), and a pool shared with other renders bounds their memory
+ * together (cv_jinja_env). Exceeding any bound fails with a message naming it;
  * no input makes either function crash, hang or write out of bounds. */
 #ifndef CONVOY_MODEL_JINJA_H
 #define CONVOY_MODEL_JINJA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/budget.h"
 
 struct json_t; /* jansson's: the context */
 
@@ -99,7 +104,20 @@ typedef struct cv_jinja_limits {
 typedef struct cv_jinja_env {
     int year, month, day;          /* strftime_now's date (month 1..12) */
     const cv_jinja_limits *limits; /* NULL: the defaults */
+    /* The memory that concurrent renders share, or NULL: every byte a render
+     * holds (values, scopes, text) beyond its first CV_JINJA_OWN_BYTES is
+     * taken from it, and a render that finds it spent fails, naming it. */
+    cv_budget *pool;
+    /* Asked every CV_JINJA_STOP_STEPS steps when not NULL: true ends the
+     * render with "stopped" (its client left). */
+    bool (*stop)(void *user);
+    void *stop_user;
 } cv_jinja_env;
+
+/* What a render holds without asking the pool: an honest chat needs less,
+ * so hostile renders that spend the pool never refuse it. */
+#define CV_JINJA_OWN_BYTES ((size_t)1 << 20)
+#define CV_JINJA_STOP_STEPS 65536 /* about a millisecond of work */
 
 /* Parses len bytes (a template is at most 1 MiB and nests at most 200
  * blocks or expressions deep). */

@@ -33,10 +33,13 @@ int jr_fail(jrender *r, int line, const char *fmt, ...)
 
 int jr_work(jrender *r, int line, uint64_t n)
 {
+    const uint64_t before = r->steps;
     r->steps += n;
     if (r->steps > r->lim.max_steps)
         return jr_fail(r, line, "the template took more than %llu steps (a loop that does not end?)",
                        (unsigned long long)r->lim.max_steps);
+    if (r->stop && before / CV_JINJA_STOP_STEPS != r->steps / CV_JINJA_STOP_STEPS && r->stop(r->stop_user))
+        return jr_fail(r, line, "stopped (the request was cancelled)");
     return 0;
 }
 
@@ -55,9 +58,14 @@ int jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1)
             cap *= 2;
+        if (!ja_hold(&r->ar, cap - b->cap))
+            return jr_no_memory(r, line);
         char *q = cv_realloc(b->p, cap);
-        if (!q)
+        if (!q) {
+            ja_unhold(&r->ar, cap - b->cap);
             return jr_fail(r, line, "out of memory rendering the template");
+        }
+        b->ar = &r->ar;
         b->p = q;
         b->cap = cap;
     }
@@ -79,6 +87,8 @@ void jb_free(jbuf *b)
 {
     if (b->held)
         *b->held -= b->n;
+    if (b->ar)
+        ja_unhold(b->ar, b->cap);
     cv_free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
@@ -490,6 +500,9 @@ int cv_jinja_render(const cv_jinja *t, const json_t *context, const cv_jinja_env
     r.day = env->day >= 1 && env->day <= 31 ? env->day : 1;
     set_limits(&r.lim, env->limits);
     r.ar.limit = r.lim.max_memory;
+    r.ar.pool = env->pool;
+    r.stop = env->stop;
+    r.stop_user = env->stop_user;
     jscope *ctx = js_new(&r, 0, NULL), *top = ctx ? js_new(&r, 0, ctx) : NULL;
     int rc = top ? 0 : -1;
     if (rc == 0 && context)
@@ -503,6 +516,8 @@ int cv_jinja_render(const cv_jinja *t, const json_t *context, const cv_jinja_env
         jb_free(&text);
         return -1;
     }
+    if (text.ar) /* the caller's now */
+        ja_unhold(text.ar, text.cap);
     text.p[text.n] = '\0';
     *out = text.p;
     *len = text.n;

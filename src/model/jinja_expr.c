@@ -126,10 +126,10 @@ int je_getitem(jrender *r, int line, jv obj, jv key, jv *out)
         return je_undefined(r, line, obj);
     const jv *v = NULL;
     if (obj.t == JV_DICT) {
-        if (jr_work(r, line, obj.u.d->n / 16) != 0)
-            return -1;
         bool hashable = !(key.t == JV_LIST && !key.u.l->tuple) && key.t != JV_DICT && key.t != JV_NS;
-        v = hashable ? jd_get(obj.u.d, key) : NULL;
+        v = hashable ? jd_get(r, line, obj.u.d, key) : NULL;
+        if (r->failed)
+            return -1;
     } else if (obj.t == JV_LIST) {
         int64_t i = seq_index(key, obj.u.l->n);
         v = i >= 0 ? &obj.u.l->v[i] : NULL;
@@ -393,14 +393,14 @@ int je_contains(jrender *r, int line, jv item, jv seq, bool *out)
         return jr_work(r, line, seq.u.s.n / 64);
     case JV_LIST:
         *out = false;
-        for (size_t i = 0; i < seq.u.l->n && !*out; i++)
-            *out = jv_equal(item, seq.u.l->v[i]);
-        return jr_work(r, line, seq.u.l->n / 8);
+        for (size_t i = 0; i < seq.u.l->n && !*out && !r->failed; i++)
+            *out = jv_equal(r, line, item, seq.u.l->v[i]);
+        return r->failed ? -1 : 0;
     case JV_DICT:
         if ((item.t == JV_LIST && !item.u.l->tuple) || item.t == JV_DICT || item.t == JV_NS)
             return jr_fail(r, line, "unhashable type: '%s'", jv_type_name(item));
-        *out = jd_get(seq.u.d, item) != NULL;
-        return jr_work(r, line, seq.u.d->n / 16);
+        *out = jd_get(r, line, seq.u.d, item) != NULL;
+        return r->failed ? -1 : 0;
     default: return jr_fail(r, line, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
 }
@@ -409,8 +409,8 @@ static int compare(jrender *r, int line, int op, jv a, jv b, bool *out)
 {
     int c;
     switch (op) {
-    case OP_EQ: *out = jv_equal(a, b); return 0;
-    case OP_NE: *out = !jv_equal(a, b); return 0;
+    case OP_EQ: *out = jv_equal(r, line, a, b); return r->failed ? -1 : 0;
+    case OP_NE: *out = !jv_equal(r, line, a, b); return r->failed ? -1 : 0;
     case OP_IN: return je_contains(r, line, a, b, out);
     case OP_NOTIN:
         if (je_contains(r, line, a, b, out) != 0)

@@ -578,8 +578,10 @@ static int f_unique(jrender *r, jv v, jargs *a, jv *out)
         if (!cs && k.t == JV_STR && jm_case(r, a->line, k.u.s, JCASE_LOWER, &k) != 0)
             return -1;
         bool dup = false;
-        for (size_t j = 0; j < res->n && !dup; j++)
-            dup = jv_equal(seen[j], k);
+        for (size_t j = 0; j < res->n && !dup && !r->failed; j++)
+            dup = jv_equal(r, a->line, seen[j], k);
+        if (r->failed)
+            return -1;
         if (!dup)
             seen[res->n] = k, res->v[res->n++] = l->v[i];
     }
@@ -905,8 +907,8 @@ static int t_compare(jrender *r, jv v, jargs *a, bool *out, int op)
     if (one_arg(r, a, "b", &other) != 0)
         return -1;
     if (op == OP_EQ || op == OP_NE) {
-        *out = jv_equal(v, other) == (op == OP_EQ);
-        return 0;
+        *out = jv_equal(r, a->line, v, other) == (op == OP_EQ);
+        return r->failed ? -1 : 0;
     }
     if (jv_cmp(r, a->line, v, other, false, &c) != 0)
         return -1;
@@ -937,8 +939,8 @@ static int t_sameas(jrender *r, jv v, jargs *a, bool *out)
     else if (v.t == JV_LIST || v.t == JV_DICT || v.t == JV_NS || v.t == JV_MACRO || v.t == JV_LOOP)
         *out = v.u.d == o.u.d;
     else
-        *out = jv_equal(v, o);
-    return 0;
+        *out = jv_equal(r, a->line, v, o);
+    return r->failed ? -1 : 0;
 }
 
 /* str.islower() / str.isupper(): some cased letter, none of the other case. */

@@ -36,11 +36,19 @@ typedef struct ja_chunk ja_chunk;
 typedef struct jarena {
     ja_chunk *head;
     size_t used, limit; /* bytes taken from the heap, and the most allowed */
+    cv_budget *pool;    /* shared with other renders, or NULL */
+    size_t held;        /* the render's bytes, chunks and text buffers: beyond CV_JINJA_OWN_BYTES the pool's */
+    bool pool_spent;    /* a take from the pool failed */
 } jarena;
 
-/* Zeroed, 16-byte aligned; NULL when the limit is reached or the heap is out. */
+/* Zeroed, 16-byte aligned; NULL when the limit is reached, the pool is
+ * spent or the heap is out. */
 void *ja_alloc(jarena *a, size_t n);
 void ja_release(jarena *a);
+/* Counts n more (fewer) bytes the render holds, taking (giving) the part
+ * beyond its own from the pool; ja_hold is false when the pool is spent. */
+bool ja_hold(jarena *a, size_t n);
+void ja_unhold(jarena *a, size_t n);
 
 /* ---- values ---- */
 
@@ -217,6 +225,7 @@ typedef struct jbuf {
     char *p;
     size_t n, cap;
     size_t *held; /* the render's count of bytes in all its buffers */
+    jarena *ar;   /* the render's, which holds cap bytes for it */
 } jbuf;
 
 struct jscope {
@@ -235,6 +244,8 @@ typedef struct jrender {
     size_t held; /* bytes in all text buffers: at most twice max_output */
     cv_jinja_limits lim;
     uint64_t steps, iterations;
+    bool (*stop)(void *user); /* cv_jinja_env's */
+    void *stop_user;
     int depth;
     int year, month, day;
     int ctl; /* JC_*: a break or continue on its way to its loop */
@@ -274,15 +285,20 @@ void jb_free(jbuf *b);
 /* ---- values (jinja_value.c) ---- */
 
 void *jr_alloc(jrender *r, int line, size_t n);
+/* Fails the render for memory: the pool's if it is spent, else the render's limit. */
+int jr_no_memory(jrender *r, int line);
 int jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out);
 jlist *jl_new(jrender *r, int line, size_t cap);
 int jl_push(jrender *r, int line, jlist *l, jv v);
 jdict *jd_new(jrender *r, int line, size_t cap);
 int jd_set(jrender *r, int line, jdict *d, jv k, jv v);
-jv *jd_get(const jdict *d, jv k);
+/* Looks k up (a step per 16 keys); NULL when absent or when the render failed. */
+jv *jd_get(jrender *r, int line, const jdict *d, jv k);
 jv *jd_get_str(const jdict *d, const char *p, size_t n);
 bool jv_truthy(jv v);
-bool jv_equal(jv a, jv b);
+/* Python's a == b, a step per pair of values compared; past the step limit
+ * the render fails (r->failed) and the answer is false. */
+bool jv_equal(jrender *r, int line, jv a, jv b);
 /* Python's order of a and b: *out < 0, 0 or > 0; fails for types Python
  * does not order (and lower-cases strings first when fold). */
 int jv_cmp(jrender *r, int line, jv a, jv b, bool fold, int *out);

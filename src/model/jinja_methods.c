@@ -520,8 +520,8 @@ static int m_list_find(jrender *r, int line, jv self, jargs *a, jv *out, bool co
     if (!ja_arg(a, 0, "value", &x) || ja_done(r, a, 1) != 0)
         return r->failed ? -1 : jr_fail(r, line, "%s takes exactly one argument", a->what);
     int64_t n = 0;
-    for (size_t i = 0; i < self.u.l->n; i++)
-        if (jv_equal(self.u.l->v[i], x)) {
+    for (size_t i = 0; i < self.u.l->n && !r->failed; i++)
+        if (jv_equal(r, line, self.u.l->v[i], x)) {
             if (!count) {
                 *out = jv_int((int64_t)i);
                 return 0;
@@ -531,7 +531,7 @@ static int m_list_find(jrender *r, int line, jv self, jargs *a, jv *out, bool co
     if (!count)
         return jr_fail(r, line, "value is not in list");
     *out = jv_int(n);
-    return jr_work(r, line, self.u.l->n / 8);
+    return r->failed ? -1 : 0;
 }
 
 static int m_index(jrender *r, int line, jv self, jargs *a, jv *out)
@@ -549,13 +549,13 @@ static int m_get(jrender *r, int line, jv self, jargs *a, jv *out)
     if (!ja_arg(a, 0, "key", &key))
         return jr_fail(r, line, "get expected at least 1 argument, got 0");
     ja_arg(a, 1, "default", &def);
-    if (ja_done(r, a, 2) != 0 || jr_work(r, line, self.u.d->n / 16) != 0)
+    if (ja_done(r, a, 2) != 0)
         return -1;
     if ((key.t == JV_LIST && !key.u.l->tuple) || key.t == JV_DICT || key.t == JV_NS)
         return jr_fail(r, line, "unhashable type: '%s'", jv_type_name(key));
-    const jv *v = jd_get(self.u.d, key);
+    const jv *v = jd_get(r, line, self.u.d, key);
     *out = v ? *v : def;
-    return 0;
+    return r->failed ? -1 : 0;
 }
 
 /* items(), keys(), values(): 0, 1, 2. */

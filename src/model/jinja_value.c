@@ -26,14 +26,38 @@ struct ja_chunk {
     _Alignas(16) unsigned char data[];
 };
 
+/* The part of h bytes held that is the pool's. */
+static size_t pooled(size_t h) { return h > CV_JINJA_OWN_BYTES ? h - CV_JINJA_OWN_BYTES : 0; }
+
+bool ja_hold(jarena *a, size_t n)
+{
+    const size_t more = pooled(a->held + n) - pooled(a->held);
+    if (a->pool && more && !cv_budget_take(a->pool, more)) {
+        a->pool_spent = true;
+        return false;
+    }
+    a->held += n;
+    return true;
+}
+
+void ja_unhold(jarena *a, size_t n)
+{
+    const size_t fewer = pooled(a->held) - pooled(a->held - n);
+    if (a->pool && fewer)
+        cv_budget_give(a->pool, fewer);
+    a->held -= n;
+}
+
 static ja_chunk *new_chunk(jarena *a, size_t size)
 {
     size_t bytes = sizeof(ja_chunk) + size;
-    if (size > SIZE_MAX - sizeof(ja_chunk) || (a->limit && a->used + bytes > a->limit))
+    if (size > SIZE_MAX - sizeof(ja_chunk) || (a->limit && a->used + bytes > a->limit) || !ja_hold(a, bytes))
         return NULL;
     ja_chunk *c = cv_malloc(bytes);
-    if (!c)
+    if (!c) {
+        ja_unhold(a, bytes);
         return NULL;
+    }
     c->size = size;
     c->used = 0;
     a->used += bytes;
@@ -69,6 +93,7 @@ void ja_release(jarena *a)
         next = c->next;
         cv_free(c);
     }
+    ja_unhold(a, a->used);
     a->head = NULL;
     a->used = 0;
 }
@@ -77,8 +102,16 @@ void *jr_alloc(jrender *r, int line, size_t n)
 {
     void *p = ja_alloc(&r->ar, n);
     if (!p)
-        jr_fail(r, line, "the template used more than %zu bytes of memory", r->lim.max_memory);
+        jr_no_memory(r, line);
     return p;
+}
+
+int jr_no_memory(jrender *r, int line)
+{
+    if (r->ar.pool_spent)
+        return jr_fail(r, line, "the memory that chat templates share (%llu MiB for all requests at once) is spent",
+                       (unsigned long long)(r->ar.pool->limit >> 20));
+    return jr_fail(r, line, "the template used more than %zu bytes of memory", r->lim.max_memory);
 }
 
 int jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out)
@@ -142,12 +175,14 @@ jdict *jd_new(jrender *r, int line, size_t cap)
     return d;
 }
 
-jv *jd_get(const jdict *d, jv k)
+jv *jd_get(jrender *r, int line, const jdict *d, jv k)
 {
+    if (jr_work(r, line, d->n / 16) != 0)
+        return NULL;
     if (k.t == JV_STR)
         return jd_get_str(d, k.u.s.p, k.u.s.n);
-    for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t != JV_STR && jv_equal(d->k[i], k))
+    for (size_t i = 0; i < d->n && !r->failed; i++)
+        if (d->k[i].t != JV_STR && jv_equal(r, line, d->k[i], k))
             return &d->v[i];
     return NULL;
 }
@@ -162,7 +197,9 @@ jv *jd_get_str(const jdict *d, const char *p, size_t n)
 
 int jd_set(jrender *r, int line, jdict *d, jv k, jv v)
 {
-    jv *old = jd_get(d, k);
+    jv *old = jd_get(r, line, d, k);
+    if (r->failed)
+        return -1;
     if (old) {
         *old = v;
         return 0;
@@ -207,23 +244,25 @@ bool jv_truthy(jv v)
 static int64_t int_of(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.u.i; }
 static double num_of(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)int_of(v); }
 
-static bool equal(jv a, jv b, int depth);
+static bool equal(jrender *r, int line, jv a, jv b, int depth);
 
-static bool dicts_equal(const jdict *a, const jdict *b, int depth)
+static bool dicts_equal(jrender *r, int line, const jdict *a, const jdict *b, int depth)
 {
     if (a->n != b->n)
         return false;
     for (size_t i = 0; i < a->n; i++) {
-        const jv *w = jd_get(b, a->k[i]);
-        if (!w || !equal(a->v[i], *w, depth + 1))
+        const jv *w = jd_get(r, line, b, a->k[i]);
+        if (!w || !equal(r, line, a->v[i], *w, depth + 1))
             return false;
     }
     return true;
 }
 
-static bool equal(jv a, jv b, int depth)
+/* Each pair compared is a step: values that share their parts compare in
+ * time exponential in their depth ([a] * 100, six deep, is 10^12 pairs). */
+static bool equal(jrender *r, int line, jv a, jv b, int depth)
 {
-    if (depth > MAX_VALUE_DEPTH)
+    if (depth > MAX_VALUE_DEPTH || jr_work(r, line, 1) != 0)
         return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT)
@@ -242,16 +281,16 @@ static bool equal(jv a, jv b, int depth)
         if (a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!equal(a.u.l->v[i], b.u.l->v[i], depth + 1))
+            if (!equal(r, line, a.u.l->v[i], b.u.l->v[i], depth + 1))
                 return false;
         return true;
-    case JV_DICT: return a.u.d == b.u.d || dicts_equal(a.u.d, b.u.d, depth);
-    case JV_FUNC: return a.u.fn->id == b.u.fn->id && equal(a.u.fn->self, b.u.fn->self, depth + 1);
+    case JV_DICT: return a.u.d == b.u.d || dicts_equal(r, line, a.u.d, b.u.d, depth);
+    case JV_FUNC: return a.u.fn->id == b.u.fn->id && equal(r, line, a.u.fn->self, b.u.fn->self, depth + 1);
     default: return a.u.d == b.u.d; /* identity: namespaces, macros, loops */
     }
 }
 
-bool jv_equal(jv a, jv b) { return equal(a, b, 0); }
+bool jv_equal(jrender *r, int line, jv a, jv b) { return equal(r, line, a, b, 0); }
 
 const char *jv_type_name(jv v)
 {
@@ -271,7 +310,8 @@ const char *jv_type_name(jv v)
     }
 }
 
-static int cmp_str(jstr a, jstr b, bool fold)
+/* *scanned: the bytes looked at, for the step count. */
+static int cmp_str(jstr a, jstr b, bool fold, size_t *scanned)
 {
     size_t i = 0, j = 0;
     while (i < a.n && j < b.n) {
@@ -279,6 +319,7 @@ static int cmp_str(jstr a, jstr b, bool fold)
         uint32_t x = jt_decode(a.p + i, a.n - i, &la), y = jt_decode(b.p + j, b.n - j, &lb);
         if (fold)
             x = jt_lower(x), y = jt_lower(y);
+        *scanned = i + la;
         if (x != y)
             return x < y ? -1 : 1;
         i += la;
@@ -287,10 +328,16 @@ static int cmp_str(jstr a, jstr b, bool fold)
     return (i < a.n) - (j < b.n);
 }
 
+/* A comparison is a step, and so is every 2 bytes of strings compared (a
+ * step of the evaluator costs about as much as decoding and folding 2 or 3):
+ * sorting long strings that share a prefix once took 13 s within the step
+ * limit. */
 static int cmp(jrender *r, int line, jv a, jv b, bool fold, int depth, int *out)
 {
     if (depth > MAX_VALUE_DEPTH)
         return jr_fail(r, line, "values nested too deeply to compare");
+    if (jr_work(r, line, 1) != 0)
+        return -1;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) {
             double x = num_of(a), y = num_of(b);
@@ -302,8 +349,9 @@ static int cmp(jrender *r, int line, jv a, jv b, bool fold, int depth, int *out)
         return 0;
     }
     if (a.t == JV_STR && b.t == JV_STR) {
-        *out = cmp_str(a.u.s, b.u.s, fold);
-        return 0;
+        size_t scanned = 0;
+        *out = cmp_str(a.u.s, b.u.s, fold, &scanned);
+        return jr_work(r, line, scanned / 2);
     }
     if (a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;

@@ -91,6 +91,9 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         return -1;
     if (!n_head_kv)
         n_head_kv = n_head;
+    if (n_ctx > CV_LLAMA_MAX_CTX) /* it would wrap negative as an int32_t */
+        return cv_errf(err, errlen, "%s: %s.context_length %u is over the limit of %d positions", f->name, arch,
+                       n_ctx, CV_LLAMA_MAX_CTX);
     if (!n_embd || n_embd > (1u << 20) || !n_layer || n_layer > 4096 || !n_head || n_head > 4096 ||
         (!key_length && n_embd % n_head) || n_head_kv > n_head || !n_head_kv || n_head % n_head_kv || !n_ff ||
         n_ff > (1u << 22) || !n_ctx)

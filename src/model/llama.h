@@ -41,7 +41,7 @@ typedef struct cv_llama_hparams {
     int32_t n_head_kv;
     int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
     int32_t n_ff;
-    int32_t n_ctx_train;
+    int32_t n_ctx_train; /* context_length, at most CV_LLAMA_MAX_CTX */
     int32_t n_rot;      /* rotary dimensions per head (head_dim unless the GGUF says less) */
     float rms_eps;
     float rope_theta;
@@ -113,6 +113,8 @@ uint64_t cv_llama_head_bytes(const cv_llama *m);
  * when l1 == n_layer, output_norm and the output matrix (token_embd when
  * tied). Never token_embd for input: a stage reads hidden states. idx has
  * room for cv_llama_span_tensors_max(l1 - l0); returns the count. */
+/* The most positions a model may claim: --ctx's and a stage's limit too. */
+#define CV_LLAMA_MAX_CTX (1 << 24)
 #define CV_LLAMA_LAYER_TENSORS_MAX 14
 #define CV_LLAMA_SPAN_EXTRA_MAX 3 /* rope_freqs, output_norm, output */
 static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/err.h"
+#include "core/fmap.h"
 #include "core/utf8.h"
 
 #define HEX_LEN (2 * CV_SEAL_KEY_BYTES)
@@ -43,17 +44,14 @@ static int parse_key(const char *path, const char *text, size_t n, cv_seal_key *
 
 int cv_seal_key_load(const char *path, cv_seal_key *key, char *err, size_t errlen)
 {
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return cv_errf(err, errlen, "key file %s: %s", path, strerror(errno));
     struct stat st;
+    char why[CV_ERRLEN];
+    const int fd = cv_open_regular(path, &st, why, sizeof why); /* a FIFO must not hang the start */
+    if (fd < 0)
+        return cv_errf(err, errlen, "key file: %s", why);
     char text[HEX_LEN + 2];
     int rc = 0;
-    if (fstat(fd, &st) != 0)
-        rc = cv_errf(err, errlen, "key file %s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = cv_errf(err, errlen, "key file %s is not a regular file", path);
-    else if (st.st_mode & 077) /* a key others can read is no secret */
+    if (st.st_mode & 077) /* a key others can read is no secret */
         rc = cv_errf(err, errlen, "key file %s is readable by others (mode %04o); chmod 600 it", path,
                      (unsigned)(st.st_mode & 07777));
     ssize_t n = 0;

@@ -8,9 +8,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fmap.h"
 
 enum { MAX_ITEM = 1024 };
 
@@ -52,11 +54,17 @@ static int add_list(char ***list, int *n_list, const char *csv, const char *what
 /* One key per line; blank lines and a trailing \r are skipped. */
 static int read_key_file(sv_access *a, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return cv_errf(err, errlen, "cannot open the API key file %s", path);
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
+    char why[CV_ERRLEN];
+    const int fd = cv_open_regular(path, &st, why, sizeof why);
+    if (fd < 0)
+        return cv_errf(err, errlen, "the API key file: %s", why);
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return cv_errf(err, errlen, "cannot open the API key file %s", path);
+    }
+    if (st.st_mode & 077) {
         fclose(f);
         return cv_errf(err, errlen, "the API key file %s is readable by group or others: chmod 600 %s", path, path);
     }

@@ -47,6 +47,7 @@
 #include "core/splitmix.h"
 #include "core/utf8.h"
 #include "serve/buf.h"
+#include "serve/deadline.h"
 #include "serve/log.h"
 #include "serve/resp.h"
 #include "serve/slots.h"
@@ -91,6 +92,7 @@ struct sv_http {
     sv_props props;
     size_t max_body;
     int idle_timeout_s;
+    sv_deadlines *deadlines; /* request headers are due within twice idle_timeout_s */
     const char *slot_save_path;
     long long started;
     pthread_mutex_t mu;
@@ -180,15 +182,17 @@ static bool draining(sv_http *h)
 }
 
 /* Queues resp with the headers every answer carries: CORS for an allowed
- * origin, Allow on 405, Retry-After on 503; notes the status. */
+ * origin, Allow on 405, Retry-After on 503; notes the status. Where web
+ * pages may come, the CORS header depends on the request's Origin (sent
+ * or not, listed or not), so every answer says Vary: Origin, else a cache
+ * could give one origin's answer to another. */
 static enum MHD_Result queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
 {
-    if (cc->origin) {
-        const bool any = h->access->any_origin;
+    const bool any = h->access->any_origin;
+    if (any || h->access->n_origins > 0)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+    if (cc->origin)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, any ? "*" : cc->origin);
-        if (!any)
-            MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
-    }
     if (status == 405 || cc->options)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
                                 takes_post(cc->rt) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
@@ -488,6 +492,9 @@ static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char
     oai_fail(e, 503, "server_error", code, NULL, "%s", why);
 }
 
+/* A chat template's render stops when its client left. */
+static bool gen_client_gone(void *user) { return peer_gone(((const gen *)user)->fd); }
+
 /* Parses and submits the request of cc's body into a new gen; NULL with
  * e filled when refused. */
 static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, oai_error *e)
@@ -501,7 +508,10 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     h->n_gens++;
     pthread_mutex_unlock(&h->mu);
     const uint64_t seed = h->props.seed >= 0 ? (uint64_t)h->props.seed : fresh(h);
-    if (oai_parse_request(h->srv, kind, cc->body.p ? cc->body.p : "", cc->body.n, seed, &g->req, e)) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g->fd = ci ? ci->connect_fd : -1;
+    const sv_render_watch watch = {gen_client_gone, g};
+    if (oai_parse_request(h->srv, kind, cc->body.p ? cc->body.p : "", cc->body.n, seed, &watch, &g->req, e)) {
         gen_free(g);
         return NULL;
     }
@@ -530,8 +540,6 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
            (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
     g->created = (long long)time(NULL);
     g->resp = (resp_ids){.id = g->id, .msg_id = g->msg_id, .created = g->created};
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    g->fd = ci ? ci->connect_fd : -1;
     return g;
 }
 
@@ -665,6 +673,10 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c, conn *
     count_status(h, R_METRICS, 200); /* this answer counts itself */
     metrics_counts(h, &st, &b);
     metrics_engine(&st, &b);
+    if (h->srv->chat && h->srv->chat->pool)
+        metric(&b, "convoy_template_memory_peak_bytes", "gauge",
+               "The most memory chat template renders held at once beyond their own MiB each (--template-mem).",
+               (double)convoy_template_pool_peak(h->srv->chat->pool));
     const enum MHD_Result rc = b.p ? send_body(h, c, cc, 200, "text/plain; version=0.0.4", b.p, b.n)
                                    : send_body(h, c, cc, 500, "text/plain", "", 0);
     sv_buf_free(&b);
@@ -786,24 +798,33 @@ static enum route route_of(const char *url)
     return strncmp(url, "/v1/models/", 11) ? R_OTHER : R_MODEL;
 }
 
-/* The peer's address, as text for the log and as the scheduler's client. */
-static void note_peer(struct MHD_Connection *c, conn *cc)
+/* The peer's address as text (for the log) and as the scheduler's client. */
+static uint64_t peer_of(struct MHD_Connection *c, char *text, size_t n)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    snprintf(cc->client, sizeof cc->client, "?");
+    snprintf(text, n, "?");
     if (sa && sa->sa_family == AF_INET) {
         const struct in_addr *a = &((const struct sockaddr_in *)sa)->sin_addr;
-        inet_ntop(AF_INET, a, cc->client, sizeof cc->client);
-        cc->client_id = cv_splitmix64(4 ^ (uint64_t)ntohl(a->s_addr) << 8);
-    } else if (sa && sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET, a, text, (socklen_t)n);
+        return cv_splitmix64(4 ^ (uint64_t)ntohl(a->s_addr) << 8);
+    }
+    if (sa && sa->sa_family == AF_INET6) {
         const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        inet_ntop(AF_INET6, a, cc->client, sizeof cc->client);
+        inet_ntop(AF_INET6, a, text, (socklen_t)n);
         uint64_t hi, lo;
         memcpy(&hi, a->s6_addr, 8);
         memcpy(&lo, a->s6_addr + 8, 8);
-        cc->client_id = cv_splitmix64(cv_splitmix64(6 ^ hi) ^ lo);
+        return cv_splitmix64(cv_splitmix64(6 ^ hi) ^ lo);
     }
+    return 0;
+}
+
+/* The connection's entry in h->deadlines, or NULL. */
+static sv_deadline *deadline_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 /* The request's refusal from its headers alone (none: status 0). */
@@ -854,7 +875,10 @@ static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *u
     cc->options = !strcmp(method, "OPTIONS");
     cv_escape(cc->method, sizeof cc->method, method, strlen(method));
     cv_escape(cc->path, sizeof cc->path, url, strlen(url));
-    note_peer(c, cc);
+    cc->client_id = peer_of(c, cc->client, sizeof cc->client);
+    sv_deadline *dl = deadline_of(c);
+    if (dl)
+        sv_deadline_wait(h->deadlines, dl, false);
     judge(h, c, cc, method, &cc->refusal);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
@@ -924,7 +948,10 @@ static void log_request(const conn *cc, enum MHD_RequestTerminationCode toe)
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c;
+    sv_http *h = cls;
+    sv_deadline *dl = deadline_of(c);
+    if (dl)
+        sv_deadline_wait(h->deadlines, dl, true); /* the next request's headers */
     conn *cc = *con_cls;
     if (!cc)
         return;
@@ -932,6 +959,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     sv_buf_free(&cc->body);
     cv_free(cc);
     *con_cls = NULL;
+}
+
+/* A connection opens (its headers are due) or closes (before its socket). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    sv_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        char who[64];
+        peer_of(c, who, sizeof who);
+        *socket_context = ci ? sv_deadline_add(h->deadlines, ci->connect_fd, who) : NULL;
+    } else if (*socket_context) {
+        sv_deadline_remove(h->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const struct addrinfo *ai)
@@ -943,7 +986,8 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
         flags |= MHD_USE_IPv6;
     return MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(o->max_connections > 0 ? o->max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)(o->client_connections > 0 ? o->client_connections : 128), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)h->idle_timeout_s, MHD_OPTION_END);
@@ -951,6 +995,7 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
 
 static void http_free(sv_http *h)
 {
+    sv_deadlines_stop(h->deadlines);
     pthread_cond_destroy(&h->gens_done);
     pthread_mutex_destroy(&h->mu);
     cv_free(h);
@@ -984,8 +1029,15 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->gens_done, NULL);
-    h->daemon = start_daemon(h, o, ai);
+    /* Twice the idle timeout: a keep-alive connection idle for less than it
+     * still has time to send its next request's headers. */
+    h->deadlines = sv_deadlines_start(2.0 * h->idle_timeout_s, err, errlen);
+    h->daemon = h->deadlines ? start_daemon(h, o, ai) : NULL;
     freeaddrinfo(ai);
+    if (!h->deadlines) {
+        http_free(h);
+        return -1;
+    }
     if (!h->daemon) {
         http_free(h);
         return cv_errf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this machine)", host,

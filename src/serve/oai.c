@@ -435,7 +435,7 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
         cm[i].content = texts[i].p ? texts[i].p : "";
         cm[i].json = m;
     }
-    if (sv_render_chat(srv->chat, cm, (int)n, tools, &prompt, &spans, &n_spans, err, sizeof err)) {
+    if (sv_render_chat(srv->chat, cm, (int)n, tools, r->watch, &prompt, &spans, &n_spans, err, sizeof err)) {
         oai_fail(e, 400, INVALID, NULL, param, "%s", err);
         goto done;
     }
@@ -571,10 +571,11 @@ static int check_model(const oai_server *srv, const json_t *root, oai_error *e)
 }
 
 int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
-                      oai_request *out, oai_error *e)
+                      const sv_render_watch *watch, oai_request *out, oai_error *e)
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
+    out->watch = watch;
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root)
@@ -841,5 +842,7 @@ char *oai_model_json(const oai_server *srv, long long created) { return oai_json
 
 char *oai_health_json(const char *error)
 {
-    return oai_json_text(error ? json_pack("{s:s,s:s}", "status", "error", "error", error) : json_pack("{s:s}", "status", "ok"));
+    return oai_json_text(error ? json_pack("{s:s,s:{s:i,s:s,s:s}}", "status", "unavailable", "error", "code", 503,
+                                           "message", error, "type", "unavailable_error")
+                               : json_pack("{s:s}", "status", "ok"));
 }

@@ -72,10 +72,12 @@ typedef struct oai_request {
     sv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
     char *grammar;            /* the output's grammar (params.grammar), or NULL */
     int n_stop;
+    const sv_render_watch *watch; /* oai_parse_request's, while it runs */
 } oai_request;
 
+/* watch: NULL, or how the chat template's render learns that the client left. */
 int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
-                      oai_request *out, oai_error *e);
+                      const sv_render_watch *watch, oai_request *out, oai_error *e);
 void oai_request_free(oai_request *r);
 
 /* Fills e; returns -1 so that failure paths read `return oai_fail(...)`. */
@@ -131,7 +133,8 @@ typedef struct oai_chunk {
     bool call_args;
 } oai_chunk;
 char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
-/* {"status":"ok"}, or {"status":"error","error":MESSAGE}. */
+/* {"status":"ok"}, or for a 503 {"status":"unavailable","error":{"code":503,
+ * "message":MESSAGE,"type":"unavailable_error"}} (llama-server's error). */
 char *oai_health_json(const char *error);
 char *oai_models_json(const oai_server *srv, long long created);
 char *oai_model_json(const oai_server *srv, long long created);

@@ -2,12 +2,15 @@
  * renderers of model/chat.h and the Jinja engine of convoy.h. */
 #include "serve/render.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fmap.h"
 #include "serve/log.h"
 
 /* Private-use characters around a message's index: no template writes them. */
@@ -26,10 +29,19 @@ static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name,
 
 static int use_file(sv_chat *c, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    struct stat st;
+    char why[CV_ERRLEN];
+    const int fd = cv_open_regular(path, &st, why, sizeof why);
+    if (fd < 0 && errno == ENOENT)
         return cv_errf(err, errlen, "unknown chat template '%s' (neither a file nor one of: %s)", path,
                        cv_chat_kind_names());
+    if (fd < 0)
+        return cv_errf(err, errlen, "the chat template %s", why);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return cv_errf(err, errlen, "cannot read the chat template %s", path);
+    }
     sv_buf text = {0};
     char chunk[4096];
     size_t got;
@@ -109,13 +121,14 @@ static char *request_of(const sv_chat_msg *msgs, int n, const json_t *tools, boo
     return body;
 }
 
-static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, bool marked,
-                        sv_buf *out, char *err, size_t errlen)
+static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+                        const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
 {
     char *body = request_of(msgs, n, tools, marked), *text = NULL;
     if (!body)
         return cv_errf(err, errlen, "out of memory (or a message that is not UTF-8)");
-    const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos};
+    const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos, .pool = c->pool,
+                                    .stop = watch ? watch->gone : NULL, .stop_user = watch ? watch->user : NULL};
     size_t len;
     int rc = convoy_render_chat(c->jinja, body, strlen(body), &p, &text, &len, err, errlen);
     if (rc == 0 && sv_buf_append(out, text, len))
@@ -152,10 +165,10 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool 
     return rc;
 }
 
-static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, bool marked,
-                       sv_buf *out, char *err, size_t errlen)
+static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+                       const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
 {
-    return c->jinja ? render_jinja(c, msgs, n, tools, marked, out, err, errlen)
+    return c->jinja ? render_jinja(c, msgs, n, tools, watch, marked, out, err, errlen)
                     : render_native(c, msgs, n, marked, out, err, errlen);
 }
 
@@ -207,16 +220,17 @@ static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char
     return 0;
 }
 
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, sv_buf *out,
-                   convoy_span **spans, int *n_spans, char *err, size_t errlen)
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+                   const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
+                   size_t errlen)
 {
     *spans = NULL;
     *n_spans = 0;
     sv_buf marked = {0}, back = {0};
     const size_t at = out->n;
-    int rc = render_with(c, msgs, n, tools, false, out, err, errlen);
+    int rc = render_with(c, msgs, n, tools, watch, false, out, err, errlen);
     if (rc == 0)
-        rc = render_with(c, msgs, n, tools, true, &marked, err, errlen);
+        rc = render_with(c, msgs, n, tools, watch, true, &marked, err, errlen);
     if (rc == 0 && unmark(&marked, msgs, n, &back, spans, n_spans))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0 && (back.n != out->n - at || memcmp(back.p, out->p + at, back.n))) {
@@ -270,7 +284,7 @@ int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
     int missing = 0;
     size_t used = 0;
     out[0] = 0;
-    if (render_with(c, msgs, 3, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
+    if (render_with(c, msgs, 3, NULL, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
         for (const char *p = text.p; *p; p++) {
             const char *end = marker_end(p);
             int32_t id[2];

@@ -40,6 +40,7 @@
 typedef struct sv_chat {
     cv_chat_kind kind;           /* the native family, when jinja is NULL */
     convoy_template *jinja;      /* the Jinja template, or NULL */
+    convoy_template_pool *pool;  /* the memory its renders share (the caller's), or NULL */
     const convoy_model *model;   /* for the fallback's check of contents */
     const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
     sv_tool_format tools;        /* how the Jinja template's model writes tool calls */
@@ -58,10 +59,18 @@ typedef struct sv_chat_msg {
 int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen);
 const char *sv_chat_name(const sv_chat *c);
 void sv_chat_free(sv_chat *c);
+/* How a render learns that its client left: gone(user) true stops it. */
+typedef struct sv_render_watch {
+    bool (*gone)(void *user);
+    void *user;
+} sv_render_watch;
+
 /* *spans (release with cv_free) gets *n_spans content spans of out.
- * tools: the request's tool definitions (Jinja templates only), or NULL. */
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools, sv_buf *out,
-                   convoy_span **spans, int *n_spans, char *err, size_t errlen);
+ * tools: the request's tool definitions (Jinja templates only), or NULL;
+ * watch: NULL, or asked now and then while a Jinja template renders. */
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+                   const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
+                   size_t errlen);
 /* The control-token texts ("<|im_start|>", "[INST]", ...) the template
  * writes for a short chat that are not tokens of the model's vocabulary
  * (the model would read them as plain text), listed into out (n bytes);

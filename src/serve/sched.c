@@ -1163,6 +1163,10 @@ void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
     st->queued = s->q_len;
     st->active = s->n_running;
     st->retry_in = s->stats.down && s->retry_at > now ? s->retry_at - now : 0.0;
+    if (!st->failing && convoy_ctx_failing_over(s->ctx)) { /* the scheduler's thread waits in it */
+        st->failing = true;
+        snprintf(st->last_error, sizeof st->last_error, "a node failed: the pipeline is failing over");
+    }
     /* the spec counts its rounds in convoy_spec_observe, under mu */
     st->speculating = s->spec != NULL;
     if (s->spec) {

@@ -133,7 +133,7 @@ typedef struct sv_sched_stats {
     uint64_t spec_rounds;          /* rounds that drafts were asked for (0 drafts included) */
     uint64_t spec_drafted;         /* drafts sent */
     uint64_t spec_accepted;        /* drafts accepted */
-    bool failing;                  /* the last step failed (a pipeline node died, ...) */
+    bool failing;                  /* the last step failed (a pipeline node died, ...), or a failover is at work */
     bool down;                     /* the pipeline is down: requests are refused, reconnects are tried */
     double retry_in;               /* while down: seconds until the next reconnect */
     char last_error[512];          /* its message */

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/cursor.h"
 #include "core/err.h"
+#include "core/fmap.h"
 
 #define SLOT_MAGIC 0x4C535643u /* "CVSL" */
 #define SLOT_VERSION 1u
@@ -150,15 +151,22 @@ static uint8_t *read_file(const char *dir, const char *name, size_t cap, size_t 
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return (uint8_t *)fail(e, errno == ENOENT ? 404 : 500, "cannot read the slot file %s: %s", path,
-                               strerror(errno));
+    struct stat st;
+    char why[CV_ERRLEN];
+    const int fd = cv_open_regular(path, &st, why, sizeof why);
+    if (fd < 0)
+        return (uint8_t *)fail(e, errno == ENOENT ? 404 : 400, "the slot file %s", why);
     uint8_t *buf = cv_malloc(cap + 1);
-    *n = buf ? fread(buf, 1, cap + 1, f) : 0;
-    fclose(f);
-    if (!buf)
+    FILE *f = fdopen(fd, "rb");
+    *n = buf && f ? fread(buf, 1, cap + 1, f) : 0;
+    if (f)
+        fclose(f);
+    else
+        close(fd);
+    if (!buf || !f) {
+        cv_free(buf);
         return (uint8_t *)fail(e, 500, "out of memory");
+    }
     if (*n > cap) {
         cv_free(buf);
         return (uint8_t *)fail(e, 400, "the slot file %s holds more tokens than a slot's context", path);

@@ -5,7 +5,10 @@
  * twice with a small chat context (messages with a tool call, tools, the
  * usual variables) under tight bounds, and both renders must agree: the
  * same verdict, the same text (NUL-terminated at its length) or the same
- * message, which names a line. AddressSanitizer and UBSan watch every
+ * message, which names a line; the renders share a pool of 4 MiB beyond
+ * their own MiB (jinja.h), which holds nothing once each has ended, and
+ * comparisons count as steps, so that no input takes more than the
+ * fuzzer's -timeout. AddressSanitizer and UBSan watch every
  * byte. Seeds: the real templates (../shared/reference/chat-templates);
  * tests/fuzz/jinja.dict holds the language's tokens. */
 #include <jansson.h>
@@ -48,7 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     const cv_jinja_limits lim = {.max_output = 1 << 16, .max_memory = 8 << 20, .max_steps = 200000,
                                  .max_iterations = 20000, .max_depth = 100};
-    const cv_jinja_env env = {2026, 12, 1, &lim};
+    /* a pool that runs out before the render's own bound; every byte taken
+     * must come back to it */
+    static cv_budget pool;
+    cv_budget_init(&pool, 4 << 20);
+    const cv_jinja_env env = {.year = 2026, .month = 12, .day = 1, .limits = &lim, .pool = &pool};
     char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     int ra = cv_jinja_render(t, context, &env, &a, &na, err, sizeof err);
@@ -58,6 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ra == 0 && (na != nb || memcmp(a, b, na) != 0 || a[na] != '\0' || nb > lim.max_output))
         abort();
     if (ra != 0 && (strcmp(err, err2) != 0 || !names_a_line(err) || a || b))
+        abort();
+    if (atomic_load(&pool.used) != 0)
         abort();
     free(a);
     free(b);
