@@ -17,7 +17,6 @@
 
 #include "convoy.h"
 #include "kernels/kernels.h"
-#include "model/quantize.h"
 #include "test.h"
 #include "model_test.h"
 #include "stage_test.h"
@@ -324,13 +323,7 @@ int main(void)
     model = test_load_stories_path(model_path, sizeof model_path);
     if (!model)
         return test_summary();
-    snprintf(draft_path, sizeof draft_path, "/tmp/convoy-test-spec-%d-q4_0.gguf", (int)getpid());
-    char err[512];
-    const cv_quantize_params qp = {.type = CV_TYPE_Q4_0, .output_type = CV_TYPE_COUNT, .n_threads = 1};
-    if (cv_quantize_file(model_path, draft_path, &qp, NULL, NULL, err, sizeof err)) {
-        fprintf(stderr, "cannot make the Q4_0 draft: %s\n", err);
-        return 1;
-    }
+    test_make_q4_0_draft(model_path, "spec", draft_path, sizeof draft_path);
     TEST_RUN(make_reference);
     TEST_RUN(test_greedy_identical_unsplit);
     TEST_RUN(test_greedy_identical_two_stages);
