@@ -362,10 +362,10 @@ void convoy_spec_free(convoy_spec *s);
 int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts array needs */
 /* Windows in flight for seq's next window: the fixed number, else the
  * count that maximizes the expected tokens per second, from the sequence's
- * acceptance, the measured time of a window of the K it last drafted and
- * stage_s, the seconds a token takes at the slowest stage (a window cut
- * short makes the ones behind it stale; windows beyond the round trip only
- * queue), at most max. */
+ * acceptance, the measured time of a window of the K it last drafted, the
+ * drafter's measured time per draft and stage_s, the seconds a token takes
+ * at the slowest stage (a window cut short makes the ones behind it stale;
+ * windows beyond what the round trip hides only queue), at most max. */
 int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max);
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs

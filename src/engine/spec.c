@@ -28,7 +28,8 @@
  * Choosing D, the windows in flight (a pipeline): with the K last drafted,
  * a window is accepted whole with p = a^K, takes R (the measured round
  * time of that K) from send to result, and occupies the slowest stage for
- * c = (K + 1) times its seconds per token. Windows go out every
+ * (K + 1) times its seconds per token, or the head for K times the
+ * drafter's measured seconds per draft: c, the longer. Windows go out every
  * max(R / D, c): beyond D = R / c they only queue. A run of live windows
  * ends at a cut (1 / (1 - p) windows on average), and the D - 1 windows
  * sent behind the cut before its result came back are stale: so the
@@ -42,6 +43,7 @@
 
 #include "convoy.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "infer/draft.h"
 
@@ -67,6 +69,7 @@ struct convoy_spec {
     double n, sk, st, skk, skt;
     double judged, accepted; /* decayed counts over every sequence */
     double *k_time;          /* [k_max + 1] decayed mean seconds of a round with K drafts */
+    double draft_s;          /* decayed mean seconds the drafter takes per draft */
     bool *k_seen;            /* [k_max + 1] */
     convoy_spec_stats stats;
 };
@@ -208,7 +211,8 @@ int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, i
     double t0, t1;
     fit_round(s, &t0, &t1);
     const double round_s = s->k_seen[k] ? s->k_time[k] : t0 + t1 * k;
-    const double p = pow(seq_acceptance(s, q), k), window_s = stage_s * (k + 1);
+    const double p = pow(seq_acceptance(s, q), k);
+    const double window_s = stage_s * (k + 1) > s->draft_s * k ? stage_s * (k + 1) : s->draft_s * k;
     int32_t best = 1;
     for (int32_t d = 2; d <= max; d++)
         if (windows_rate(p, round_s, window_s, d) > windows_rate(p, round_s, window_s, best))
@@ -235,10 +239,16 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         s->reqs[n_ask++] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist,
                                           .k = k, .out = reqs[i].drafts};
     }
+    const double t0 = cv_now_s();
     if (n_ask && cv_drafter_propose(s->drafter, s->reqs, n_ask, err, errlen))
         return -1;
+    int32_t drafted = 0;
     for (int32_t j = 0; j < n_ask; j++)
-        reqs[s->ask[j]].n_draft = s->reqs[j].n_out;
+        drafted += reqs[s->ask[j]].n_draft = s->reqs[j].n_out;
+    if (drafted > 0) { /* the head drafts while windows travel: its cost per draft bounds D too */
+        const double per = (cv_now_s() - t0) / drafted;
+        s->draft_s = s->draft_s > 0.0 ? (1.0 - SPEC_K_MEAN) * s->draft_s + SPEC_K_MEAN * per : per;
+    }
     return 0;
 }
 
