@@ -16,7 +16,10 @@
 #    once the stage is back;
 # 5. a client that sends its request headers one byte a second is cut
 #    (--timeout 2: headers are due within 4 s) and the cut is logged, while
-#    a keep-alive client idle between requests is not.
+#    a keep-alive client idle between requests is not;
+# 6. after each attack of issue #33's item 1 (a response_format schema of
+#    arrays nested 25, 30, 60 and 65 deep: compiled or refused) and of the
+#    slow headers above, an honest chat request is answered within 2 s.
 set -uo pipefail
 convoy="${1:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
 src="${2:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
@@ -48,6 +51,14 @@ start_server() {
     done
     fail "convoy serve $* did not start: $(tail -3 "$log")"
     return 1
+}
+
+# honest_within_2s: a plain chat request to $base answers 200 within 2 s.
+honest_within_2s() {
+    local code
+    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$base/v1/chat/completions" \
+        -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}')"
+    [[ "$code" == 200 ]]
 }
 
 # health_within SECONDS CODE: polls /health every 0.2 s until it answers CODE.
@@ -159,6 +170,34 @@ EOF
     expect "a keep-alive client idle 1.5 s between requests is answered twice" test "${answers:-0}" = 2
     expect "headers sent a byte a second are cut (after ${cut:-?} s; due within 4 s)" test "${cut:-none}" != none
     expect "the cut is logged" has "$tmp/slow.log" "its request headers took over 4 s"
+    expect "an honest chat request after the slow client is answered within 2 s" honest_within_2s
+    kill "$server_pid"
+fi
+
+# 6. nested-array schemas, each followed by an honest request
+if start_server "$tmp/schema.log"; then
+    for depth in 25 30 60 65; do
+        code="$(python3 - "$depth" "$base" <<'EOF'
+import json, sys, urllib.request, urllib.error
+depth, base = int(sys.argv[1]), sys.argv[2]
+schema = {"type": "integer"}
+for _ in range(depth):
+    schema = {"type": "array", "items": schema}
+body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}
+req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+try:
+    print(urllib.request.urlopen(req, timeout=30).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception:
+    print("none")
+EOF
+)"
+        expect "a schema of arrays $depth deep is answered (HTTP $code)" test "$code" = 200 -o "$code" = 400
+        expect "an honest chat request after it is answered within 2 s" honest_within_2s
+    done
     kill "$server_pid"
 fi
 checks_summary
