@@ -81,11 +81,14 @@ for h in 1 2 3; do
     done
 done
 
-# llama_spec NODES: llama.cpp's speculation over RPC from host 0; prints its tok/s.
+# llama_spec NODES: llama.cpp's speculation over RPC from host 0; prints its
+# tok/s. The draft runs on host 0 (-ngld 0), as convoy's does: by default
+# llama.cpp offloads the draft's layers to the RPC nodes too, and every
+# draft token then pays the links (2.2 against 38 tok/s at 50 ms).
 llama_spec() {
     bash scripts/cluster.sh run 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" -md "$q8" \
         --spec-type draft-simple --spec-draft-n-max "$llama_k" -p "Once upon a time" -n "$tokens" -t 1 -td 1 \
-        --temp 0 --ignore-eos --rpc "$1" -ngl 99 2>&1 >/dev/null |
+        --temp 0 --ignore-eos --rpc "$1" -ngl 99 -ngld 0 2>&1 >/dev/null |
         sed -n 's/.*decoded .* speed: *\([0-9.]*\) t\/s.*/\1/p' | tail -1
 }
 
