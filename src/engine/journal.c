@@ -39,7 +39,8 @@ int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, cha
     j->tok = cv_malloc(sizeof(int32_t) * (size_t)n_slot * (size_t)n_ctx);
     j->slot = cv_calloc((size_t)n_slot, sizeof *j->slot);
     j->stale = cv_calloc((size_t)n_slot, 1);
-    bool ok = j->tok && j->slot && j->stale && batch_alloc(&j->feed, n_batch) == 0;
+    j->ignored = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+    bool ok = j->tok && j->slot && j->stale && j->ignored && batch_alloc(&j->feed, n_batch) == 0;
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         ok = ok && batch_alloc(&j->flight[k], n_batch) == 0;
     if (!ok) {
@@ -58,6 +59,7 @@ void journal_free(journal *j)
         cv_free(j->slot[s].grammar);
     cv_free(j->slot);
     cv_free(j->stale);
+    cv_free(j->ignored);
     batch_free(&j->feed);
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         batch_free(&j->flight[k]);
@@ -183,12 +185,13 @@ void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len)
 /* ---- replay ---- */
 
 /* Collects batches until at most `keep` are in flight (their results are
- * the journal's already). */
-static int drain(cv_chain *c, int keep, char *err, size_t errlen)
+ * the journal's already: the resampled last rows give ids nobody reads,
+ * up to a batch of them). */
+static int drain(journal *j, cv_chain *c, int keep, char *err, size_t errlen)
 {
-    int32_t ignored[1], n;
+    int32_t n;
     while (cv_chain_in_flight(c) > keep)
-        if (cv_chain_collect(c, ignored, &n, err, errlen))
+        if (cv_chain_collect(c, j->ignored, &n, err, errlen))
             return -1;
     return 0;
 }
@@ -199,7 +202,7 @@ static int feed_send(journal *j, cv_chain *c, char *err, size_t errlen)
     if (j->feed.n_tokens == 0)
         return 0;
     const cv_batch b = as_batch(&j->feed);
-    if (drain(c, cv_chain_depth(c) - 1, err, errlen) || cv_chain_submit(c, &b, err, errlen))
+    if (drain(j, c, cv_chain_depth(c) - 1, err, errlen) || cv_chain_submit(c, &b, err, errlen))
         return -1;
     j->feed.n_tokens = 0;
     return 0;
@@ -256,7 +259,7 @@ static int replay_slots(journal *j, cv_chain *c, int64_t *n_fed, char *err, size
              feed_range(j, c, s, js->sampler_at, js->len, n_fed, err, errlen)))
             return -1;
     }
-    return feed_send(j, c, err, errlen) || drain(c, 0, err, errlen) ? -1 : 0;
+    return feed_send(j, c, err, errlen) || drain(j, c, 0, err, errlen) ? -1 : 0;
 }
 
 int journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen)

@@ -58,6 +58,7 @@ typedef struct journal {
     int oldest, in_flight;
     journal_batch feed; /* replay's prefill batch */
     uint8_t *stale;     /* [n_slot] collect's scratch: the slot's rows are a stale window */
+    int32_t *ignored;   /* [n_batch] replay's results, not read */
 } journal;
 
 int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen);
