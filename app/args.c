@@ -137,6 +137,7 @@ static int append_spec(arg_opt *all, int n, arg_spec *s)
         {"spec-k", 0, ARG_INT, .dst = &s->p.k, .lo = 1, .hi = CONVOY_SPEC_K_LIMIT, .given = &s->k_given},
         {"spec-k-max", 0, ARG_INT, .dst = &s->p.k_max, .lo = 1, .hi = CONVOY_SPEC_K_LIMIT,
          .given = &s->k_max_given},
+        {"spec-windows", 0, ARG_INT, .dst = &s->p.windows, .lo = 0, .hi = CONVOY_SPEC_WINDOWS_MAX},
     };
     return append(all, n, spec, sizeof spec / sizeof spec[0]);
 }
@@ -309,7 +310,11 @@ static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, ch
         cmd->usage(stderr);
         return 2;
     }
-    return cmd->spec && arg_spec_check(cmd->spec, cmd->name) ? 2 : ARG_GO;
+    if (cmd->spec && arg_spec_check(cmd->spec, cmd->name))
+        return 2;
+    if (cmd->spec && cmd->engine && cmd->engine->nodes && cmd->spec->p.draft) /* a batch in flight per window */
+        cmd->engine->depth = cmd->spec->p.windows ? cmd->spec->p.windows : CONVOY_SPEC_WINDOWS_MAX;
+    return ARG_GO;
 }
 
 int arg_parse(const arg_cmd *cmd, int argc, char **argv)

@@ -36,7 +36,9 @@ typedef struct arg_opt {
 } arg_opt;
 
 /* The speculation options of run and serve (--draft ngram|PATH, --spec-k K,
- * --spec-k-max K); start from arg_spec_init. */
+ * --spec-k-max K, --spec-windows D); start from arg_spec_init. With --draft
+ * and --nodes, arg_parse gives the engine a batch in flight per window
+ * (convoy_ctx_params.depth). */
 typedef struct arg_spec {
     convoy_spec_params p; /* p.draft NULL: no speculation */
     bool k_given, k_max_given;

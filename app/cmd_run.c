@@ -90,7 +90,6 @@ static int parse_options(run_opts *o, int argc, char **argv)
         {"frequency-penalty", 0, ARG_FLOAT, .dst = &sp->freq_penalty},
         {"presence-penalty", 0, ARG_FLOAT, .dst = &sp->presence_penalty},
         {"seed", 0, ARG_U64, .dst = &sp->seed, .given = &o->seed_given},
-        {"spec-windows", 0, ARG_INT, .dst = &o->spec.p.windows, .lo = 0, .hi = CONVOY_SPEC_WINDOWS_MAX},
         {0},
     };
     const arg_cmd cmd = {.name = "run", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
@@ -106,8 +105,6 @@ static int open_engine(run_opts *o, run_state *s)
 {
     char err[512];
     const double t0 = now_s();
-    if (o->cp.nodes && o->spec.p.draft) /* a batch in flight per window */
-        o->cp.depth = o->spec.p.windows ? o->spec.p.windows : CONVOY_SPEC_WINDOWS_MAX;
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);

@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt] [--cache-ram BYTES]\n"
             "                    [--slot-save-path DIR] [--timeout SECONDS] [--template-mem BYTES]\n"
             "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
-            "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K]]\n"
+            "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K] [--spec-windows D]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
             "                     [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]]\n"
             "  --host 127.0.0.1, --port 8080 (0: any free port, printed); -np/--parallel/--slots 4 requests run at\n"
@@ -84,7 +84,10 @@ static void usage(FILE *f)
             "  --draft: speculative decoding for every request, with prompt lookup (ngram) or a draft model\n"
             "  with the same vocabulary (run here); --spec-k fixes the drafts per round (default: chosen per\n"
             "  request from acceptance and timing), --spec-k-max caps them (default 16); drafts share the\n"
-            "  batch with the other requests. Outputs are the same as without (the same tokens per seed).\n");
+            "  batch with the other requests; --spec-windows D: on a pipeline, D verify windows of a request\n"
+            "  in flight at once, each drafted as if the ones before were accepted (default 0: chosen per\n"
+            "  request from the round trip, the stages' speed and the acceptance; at most 16).\n"
+            "  Outputs are the same as without (the same tokens per seed).\n");
 }
 
 enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a stage takes */

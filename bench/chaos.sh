@@ -11,7 +11,10 @@
 # the head (`convoy serve` and the client), hosts 1-3 the stages A, B, C,
 # host 4 the standby S, every process holding one cluster key (`--key`;
 # SECURITY=insecure runs every link in plaintext with `--insecure` instead).
-# MODEL defaults to stories260K from ../shared (CONVOY_SHARED).
+# MODEL defaults to stories260K from ../shared (CONVOY_SHARED). DRAFT=ngram (or
+# a draft GGUF) makes the chaos run's head speculate with windows in flight
+# (SPEC_WINDOWS=D fixes their number, default chosen): its texts are then
+# compared with the clean run's plain decoding.
 #
 # Phases:
 #   clean  the 50 requests (greedy and temperature 0.8 with fixed seeds, 10
@@ -45,6 +48,7 @@ MODEL="${MODEL:-$shared/models/stories260K.gguf}"
 N_REQUESTS="${N_REQUESTS:-50}" CONCURRENCY="${CONCURRENCY:-8}"
 DELAY_MS="${DELAY_MS:-10}" JITTER_MS="${JITTER_MS:-20}" LOSS="${LOSS:-5}"
 SECURITY="${SECURITY:-key}"
+DRAFT="${DRAFT:-}" SPEC_WINDOWS="${SPEC_WINDOWS:-0}"
 LINK_DOWN_S="${LINK_DOWN_S:-3}" PEER_TIMEOUT_MS="${PEER_TIMEOUT_MS:-5000}"
 out="bench/out/chaos"
 cluster="scripts/cluster.sh"
@@ -104,11 +108,12 @@ start_stage() {
     die "stage on host $h did not start: $(tail -3 "$log")"
 }
 
-# start_head LOG NODES STANDBY: `convoy serve` in host 0, back once /health answers.
+# start_head LOG NODES STANDBY [ARGS]: `convoy serve` in host 0, back once /health answers.
 start_head() {
     local log="$1" nodes="$2" standby="$3"
+    shift 3
     bash "$cluster" run 0 "$convoy" serve -m "$MODEL" --port "$port" --slots "$CONCURRENCY" --client-slots "$CONCURRENCY" --ctx 512 \
-        "${security[@]}" --nodes "$nodes" --standby "$standby" --peer-timeout "$PEER_TIMEOUT_MS" 2>"$log" &
+        "${security[@]}" --nodes "$nodes" --standby "$standby" --peer-timeout "$PEER_TIMEOUT_MS" "$@" 2>"$log" &
     head_pid=$!
     for _ in $(seq 300); do
         on 0 curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
@@ -250,7 +255,9 @@ phase_chaos() {
     done
     start_relays
     set_loss "$LOSS"
-    start_head "$out/chaos-serve.log" "${r[0]},${r[1]},${r[2]}" "${r[3]}"
+    local spec=()
+    [[ -z "$DRAFT" ]] || spec=(--draft "$DRAFT" --spec-windows "$SPEC_WINDOWS")
+    start_head "$out/chaos-serve.log" "${r[0]},${r[1]},${r[2]}" "${r[3]}" "${spec[@]}"
     say "chaos: $N_REQUESTS requests, $LOSS% loss per host, ${DELAY_MS}+U[0,$JITTER_MS] ms per hop each way"
     : >"$out/faults.tsv"
     read -r tcp_out0 tcp_re0 tcp_syn0 < <(tcp_counters)
@@ -266,6 +273,7 @@ phase_chaos() {
     pause_s="$(metric convoy_failover_pause_seconds_total)"
     pause_s="$(printf '%.3f' "${pause_s:-0}")"
     reconnects="$(metric convoy_pipeline_reconnects_total)"
+    windows="$(metric convoy_spec_windows_total)" windows_cancelled="$(metric convoy_spec_windows_cancelled_total)"
     read -r tcp_out tcp_re tcp_syn < <(tcp_counters)
     tcp="$((tcp_out - tcp_out0)) TCP segments sent, $((tcp_re - tcp_re0)) retransmitted ($((tcp_syn - tcp_syn0)) SYNs)"
     set_loss 0
@@ -316,16 +324,17 @@ phase_report() {
         echo "            $tcp on the hosts"
         echo "identical:  $same of $N_REQUESTS texts equal to the clean run's"
         echo "errors:     $errs of $N_REQUESTS requests"
+        [[ -z "$DRAFT" ]] || echo "windows:    chaos run speculating (--draft $DRAFT, --spec-windows $SPEC_WINDOWS): ${windows:-?} windows verified, ${windows_cancelled:-?} of them cancelled (convoy_spec_windows_*)"
         echo "failovers:  ${failovers:-?} (convoy_failovers_total), pause ${pause_s:-?} s in all (convoy_failover_pause_seconds_total), ${reconnects:-?} reconnects after going down"
         echo "faults (seconds since the chaos run began; stall: the longest time in the next 20 s in which no request got a token):"
         timeline
         echo "server log (chaos-serve.log):"
         server_lines
     } | tee "$out/report.txt"
-    printf '{"bench":"chaos","commit":"%s","model":"%s","security":"%s","requests":%s,"concurrency":%s,"loss_pct":%s,"delay_ms":%s,"jitter_ms":%s,"link_down_s":%s,"peer_timeout_ms":%s,"identical":%s,"errors":%s,"clean_wall_s":%s,"chaos_wall_s":%s,"failovers":%s,"failover_pause_s":%s}\n' \
+    printf '{"bench":"chaos","commit":"%s","model":"%s","security":"%s","requests":%s,"concurrency":%s,"loss_pct":%s,"delay_ms":%s,"jitter_ms":%s,"link_down_s":%s,"peer_timeout_ms":%s,"identical":%s,"errors":%s,"clean_wall_s":%s,"chaos_wall_s":%s,"failovers":%s,"failover_pause_s":%s,"draft":"%s","windows":%s,"windows_cancelled":%s}\n' \
         "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src app || echo +dirty)" "$(basename "$MODEL")" "$SECURITY" \
         "$N_REQUESTS" "$CONCURRENCY" "$LOSS" "$DELAY_MS" "$JITTER_MS" "$LINK_DOWN_S" "$PEER_TIMEOUT_MS" \
-        "$same" "$errs" "$wall_clean" "$wall_chaos" "${failovers:-null}" "${pause_s:-null}" >>bench/out/chaos.jsonl
+        "$same" "$errs" "$wall_clean" "$wall_chaos" "${failovers:-null}" "${pause_s:-null}" "$DRAFT" "${windows:-null}" "${windows_cancelled:-null}" >>bench/out/chaos.jsonl
     [[ "$same" -eq "$N_REQUESTS" && "$errs" -eq 0 && "$clean_errs" -eq 0 ]]
 }
 

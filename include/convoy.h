@@ -265,6 +265,9 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
  * be in several batches in flight only as windows (above): each later one
  * opening with a draft. Tokens are the same as with convoy_step. */
 int convoy_ctx_depth(const convoy_ctx *c);
+/* The machines a batch passes: a pipeline's stages (the head's own layers
+ * included), 1 on one machine or while the pipeline is down. */
+int convoy_ctx_stages(const convoy_ctx *c);
 /* Seconds a token of a batch takes at a pipeline's slowest stage, from the
  * stages' speed probes (decode's cost: an upper bound); 0 on one machine. */
 double convoy_ctx_stage_seconds(const convoy_ctx *c);
@@ -376,10 +379,6 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
  * proposal to the result. */
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
-/* Drafts accepted in a round, from the ids collected for the slot's run:
- * out[0] after the newest token, out[1 .. n_draft] after each draft, -1
- * from the first rejection on. The round emitted out[0 .. accepted]. */
-int32_t convoy_spec_n_accepted(const int32_t *out, int32_t n_draft);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 
 /* Generation of one sequence: the prompt hist[0..n_hist) (after what slot

@@ -99,7 +99,9 @@ static int round_of(convoy_ctx *c, convoy_spec *spec, gen *gens, int n, char *er
         gen *g = &gens[s];
         if (first_row[s] < 0)
             continue;
-        const int32_t accepted = convoy_spec_n_accepted(out + first_row[s], n_draft[s]);
+        int32_t accepted = 0; /* drafts before the first -1 */
+        while (accepted < n_draft[s] && out[first_row[s] + 1 + accepted] >= 0)
+            accepted++;
         for (int32_t i = 0; i <= accepted && g->n_hist < g->n_target; i++)
             g->hist[g->n_hist++] = out[first_row[s] + i];
         if (g->speculate)

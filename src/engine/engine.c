@@ -573,6 +573,8 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
 
 int convoy_ctx_depth(const convoy_ctx *c) { return c->pipeline ? c->depth : 1; }
 
+int convoy_ctx_stages(const convoy_ctx *c) { return c->pipeline && c->chain ? cv_chain_stages(c->chain) : 1; }
+
 double convoy_ctx_stage_seconds(const convoy_ctx *c)
 {
     return c->pipeline && c->chain ? 1e-6 * cv_chain_stage_us(c->chain) : 0.0;

@@ -287,12 +287,4 @@ void convoy_spec_seq_free(convoy_spec *s, int32_t seq)
     cv_drafter_seq_free(s->drafter, seq);
 }
 
-int32_t convoy_spec_n_accepted(const int32_t *out, int32_t n_draft)
-{
-    int32_t n = 0;
-    while (n < n_draft && out[1 + n] >= 0)
-        n++;
-    return n;
-}
-
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out) { *out = s->stats; }

@@ -388,7 +388,7 @@ static cv_link *first_link(const cv_chain *c) { return c->link[c->active[0]]; }
  * stage, local included. */
 static int alloc_flights(cv_chain *c, char *err, size_t errlen)
 {
-    c->depth = c->n_active + (c->n_local > 0);
+    c->depth = cv_chain_stages(c);
     if (c->o.min_depth > c->depth)
         c->depth = c->o.min_depth < CV_CHAIN_MAX_NODES ? c->o.min_depth : CV_CHAIN_MAX_NODES;
     for (int k = 0; k < c->depth; k++)
@@ -619,6 +619,8 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
 }
 
 int cv_chain_depth(const cv_chain *c) { return c->depth; }
+
+int cv_chain_stages(const cv_chain *c) { return c->n_active + (c->n_local > 0); }
 
 uint32_t cv_chain_stage_us(const cv_chain *c)
 {

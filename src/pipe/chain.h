@@ -87,10 +87,12 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
  * cv_chain_submit embeds a batch, runs the local layers, sends it and
  * returns without waiting for its result;
  * cv_chain_collect waits for the oldest batch in flight and writes one
- * sampled id per wanted token (*n_tokens of them). A sequence must not be
- * in two batches in flight (its next token depends on the last). Results
+ * sampled id per wanted token (*n_tokens of them). A sequence is in two
+ * batches in flight only as speculative windows (infer/span.h). Results
  * and a sequence's tokens are the same as with cv_chain_step. */
 int cv_chain_depth(const cv_chain *c);
+/* The stages a batch passes, the local one included. */
+int cv_chain_stages(const cv_chain *c);
 /* Microseconds per token of the slowest stage (its layers times its speed
  * probe, cv_span_speed_probe: decode's cost, an upper bound for a batch's
  * token); 0 when no stage measured its speed. */

@@ -655,6 +655,15 @@ static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
                (double)st->spec_rounds);
         metric(b, "convoy_spec_drafted_total", "counter", "Drafts sent for verification.", (double)st->spec_drafted);
         metric(b, "convoy_spec_accepted_total", "counter", "Drafts accepted.", (double)st->spec_accepted);
+        metric(b, "convoy_spec_windows_total", "counter",
+               "Verify windows collected (a sequence's newest token and drafts, or drafts sent behind its "
+               "windows in flight).",
+               (double)st->windows_sent);
+        metric(b, "convoy_spec_windows_cancelled_total", "counter",
+               "Windows dropped because an earlier window of their sequence was cut short.",
+               (double)st->windows_stale);
+        metric(b, "convoy_spec_windows_accepted_total", "counter", "Windows whose every draft was accepted.",
+               (double)st->windows_whole);
     }
     char line[256];
     sv_buf_puts(b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"

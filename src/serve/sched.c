@@ -22,24 +22,37 @@
  *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
  *      which also asks the engine for the request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
- *      in flight (1 on one machine, the number of stages on a pipeline),
- *      builds the next group's batch (build_batch: add_decode_rows, each
- *      newest token followed by its drafts when speculating, from
- *      propose_drafts; then add_prompt_chunks, in a rotating order) and
- *      submits it, unlocked, without allocating; slot i belongs to group
- *      i % depth and a slot is in at most one batch in flight, so while the
- *      last stage works on one group the first works on another;
+ *      in flight (1 on one machine, the number of stages on a pipeline,
+ *      more for windows), builds the next group's batch (build_batch:
+ *      choose_windows, the decoding slots that send a window; their drafts
+ *      when speculating, from propose_drafts; add_windows, each newest
+ *      token followed by its drafts; then add_prompt_chunks, in a rotating
+ *      order) and submits it, unlocked, without allocating. Slot i belongs
+ *      to group i % groups (one per stage) and a group's rows are in one
+ *      batch in flight at a time, so while the last stage works on one
+ *      group the first works on another;
  *   E. collect_oldest: collects the oldest batch in flight, takes its
  *      logprobs (take_logprobs, unlocked), then under the lock appends each
  *      emitted token to its request or ends it (distribute_locked) and
  *      wakes the waiting threads; when the engine failed, it fails every
  *      running request instead (fail_running_locked).
- * A slot's wanted rows in a batch are one run: its newest token (or the
- * last prompt token), then its drafts (want 2). The run's outputs are the
- * token after each row until the first rejected draft, -1 from there; the
- * engine cuts the slot back to its emitted tokens itself, and the slot
- * continues at convoy_seq_len. A request's prompt and output are one array,
- * the history the drafter reads. Logprobs come from convoy_logprobs (on a
+ * A slot's wanted rows in a batch are one run (sv_run): a window, its
+ * newest token then its drafts (want 2), or the last prompt token. The
+ * run's outputs are the token after each row until the first rejected
+ * draft, -1 from there; the engine cuts the slot back to its emitted
+ * tokens itself. A request's prompt and output are one array, the history
+ * the drafter reads; row positions are history indices.
+ * Windows in flight (sched.h): a slot whose convoy_spec chooses D > 1
+ * windows leaves its group and sends a window with any batch while fewer
+ * than D of its own are in flight. Behind live windows (n_live) a window
+ * holds drafts alone, written into the history past the published tokens
+ * (the HTTP threads read only those) from sent_end on, its first a guess
+ * of what the last live window's last row samples. A window cut short, or
+ * the request's end, advances the slot's epoch: the runs in flight sent
+ * under an older one are stale and dropped at collection (run_is_live);
+ * a live run's row j gives the output j past the published ones. A slot
+ * whose request ended waits in SLOT_ENDING until its last window is back.
+ * Logprobs come from convoy_logprobs (on a
  * pipeline the last node computes them), are written past the published
  * tokens and published by advancing n_out; a token the engine gave none
  * for ends its request with an error rather than publish garbage. A
@@ -116,13 +129,17 @@ enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDI
 typedef struct sv_slot {
     enum slot_state state;
     sv_request *req;
-    int32_t source;  /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, or a cache slot) */
-    int32_t n_fed;   /* prompt tokens in the cache */
-    int32_t n_past;  /* positions in the cache */
-    int32_t next;    /* the sampled token to feed next (SLOT_DECODE) */
-    int32_t n_draft; /* drafts after next in the batch in flight */
-    bool spec_round; /* drafts were asked for with the batch in flight (0 or more came) */
-    bool in_flight;  /* in a submitted batch not yet collected */
+    int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, or a cache slot) */
+    int32_t n_fed;     /* prompt tokens in the cache (the positions too, while prefilling) */
+    int32_t in_flight; /* batches in flight that carry a run of it (more than one only as windows) */
+    int32_t n_live;    /* of them, windows not made stale */
+    int32_t sent_end;  /* while n_live > 0: the history index after the last live window's rows */
+    uint32_t epoch;    /* advanced when its windows in flight go stale (a cut, the request's end) */
+    /* D's scratch while it builds a batch */
+    bool sends;        /* a window goes in this batch */
+    bool grouped;      /* it keeps one window in flight: the batch carries its group's rows */
+    bool asked;        /* the drafter was asked for it (0 or more drafts came) */
+    int32_t n_draft;   /* the drafts it carries */
 } sv_slot;
 
 /* What a slot's KV holds while no request runs in it: the token at each
@@ -133,12 +150,25 @@ typedef struct sv_kept {
     uint64_t used; /* s->use_clock when its last request started: the least recently used goes first */
 } sv_kept;
 
+/* A slot's run in a batch: its wanted rows are the batch's outputs
+ * [row, row + n_want). A window's rows are at history indices first on;
+ * the rows before its drafts (none when it guesses, else its newest
+ * token) are n_want - n_draft. */
+typedef struct sv_run {
+    int32_t slot, row, n_want;
+    int32_t n_draft;
+    uint32_t epoch; /* the slot's when it was sent: another one at collection makes the run stale */
+    bool window;    /* a decode run; else a prompt chunk (its last wants the first output) */
+    bool asked;     /* the drafter was asked for it */
+} sv_run;
+
 /* A submitted batch, until it is collected. */
 typedef struct sv_flight {
     int32_t *token, *pos, *seq; /* [n_batch] */
-    int32_t *row_token;         /* [n_batch] batch index of each wanted row */
     uint8_t *want;
-    int32_t n, n_want, n_prompt_tokens, n_seqs;
+    sv_run *runs;               /* [n_slot] in batch order, one per slot at most */
+    int32_t n, n_want, n_prompt_tokens, n_runs;
+    int32_t group;              /* the group whose rows it carries, or -1 (windows of deeper slots only) */
     double t_propose; /* when its drafts were asked for (the start of its rounds) */
     double t0;        /* when it was submitted */
 } sv_flight;
@@ -180,8 +210,10 @@ struct sv_sched {
     /* inference thread only */
     sv_slot *slots;
     int32_t prefill_rr;
-    int32_t depth;        /* batches in flight at most */
+    int32_t depth;        /* batches in flight at most (the context's depth) */
+    int32_t groups;       /* slot groups whose batches take turns: one per stage, at most n_slot */
     int32_t next_group;   /* group of the next batch to build */
+    double stage_s;       /* seconds a token takes at the slowest stage (for the windows' depth) */
     sv_flight *flights;   /* [depth] ring, oldest first */
     int32_t f_oldest, n_flying;
     int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
@@ -242,6 +274,8 @@ static void end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char 
     memcpy(k->tok, r->prompt, sizeof(int32_t) * (size_t)k->n);
     finish_locked(s, sl->req, why, msg);
     sl->state = SLOT_ENDING;
+    sl->epoch++; /* its windows in flight are stale */
+    sl->n_live = 0;
 }
 
 static sv_request *queue_pop_locked(sv_sched *s)
@@ -294,13 +328,13 @@ static int slot_keep(sv_sched *s, int32_t i, char *err, size_t errlen)
 }
 
 /* A: frees the slots whose request ended, each keeping its cache where it
- * has one; returns how many. */
+ * has one, once none of its windows is in flight; returns how many. */
 static int32_t empty_ended_slots(sv_sched *s)
 {
     char err[CV_ERRLEN];
     int32_t n_freed = 0;
     for (int32_t i = 0; i < s->n_slot; i++) {
-        if (s->slots[i].state != SLOT_ENDING)
+        if (s->slots[i].state != SLOT_ENDING || s->slots[i].in_flight)
             continue;
         if (s->kept[i].n > 0 && slot_keep(s, i, err, sizeof err))
             sv_log(SV_LOG_WARN, "slot %d drops its cache: %s", i, err);
@@ -450,8 +484,7 @@ static void admit_locked(sv_sched *s)
         r->n_cached = reuse_len(r, prefix);
         s->kept[i].used = s->kept[source].used = ++s->use_clock;
         s->active[i] = r;
-        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached,
-                                .n_past = r->n_cached};
+        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached};
         s->stats.prompt_tokens_cached += (uint64_t)r->n_cached;
         s->n_held++;
         s->n_running++;
@@ -633,30 +666,83 @@ static void start_admitted(sv_sched *s)
     }
 }
 
-/* D: the drafts of group g's decoding slots into s->drafts and each slot's
- * n_draft, from one proposal call (spec_round marks the slots asked; E
- * cleared both when it collected the slot's last batch). A
- * slot drafts at most what its request can still emit after the newest
- * token's own output (max_tokens, the context); the batch rows the newest
- * tokens leave free are shared: each slot keeps up to an equal share, then
- * what some leave goes to the others in slot order. A failed proposal
- * leaves the round without drafts. */
-static void propose_drafts(sv_sched *s, int32_t g)
+/* D: the windows a slot keeps in flight: one without speculation, else
+ * what its convoy_spec chooses (at most the context's depth). */
+static int32_t slot_windows(const sv_sched *s, int32_t i)
 {
-    int32_t n_decoding = 0, n_req = 0;
-    for (int32_t i = g; i < s->n_slot; i += s->depth) {
+    return s->spec ? convoy_spec_windows(s->spec, i, s->stage_s, s->depth) : 1;
+}
+
+/* The history index of a decoding slot's next draft: past the live
+ * windows' rows (its first row then guesses what the last of them
+ * samples), else past the newest token. */
+static int32_t next_draft_at(const sv_slot *sl)
+{
+    return sl->n_live > 0 ? sl->sent_end : sl->req->n_prompt + sl->req->n_out;
+}
+
+/* Drafts slot i's next window may carry: what its request can still emit
+ * were every window in flight accepted whole, after the newest row's own
+ * output (max_tokens), and rows up to the context's last position. */
+static int32_t draft_room(const sv_sched *s, const sv_slot *sl)
+{
+    const sv_request *r = sl->req;
+    const int32_t next = next_draft_at(sl), n_hist = r->n_prompt + r->n_out;
+    return min_i32(r->max_tokens - r->n_out - 1 - (next - n_hist), s->n_ctx - next);
+}
+
+/* D: whether a batch that carries group g's rows is in flight. */
+static bool group_in_flight(const sv_sched *s, int32_t g)
+{
+    for (int32_t k = 0; k < s->n_flying; k++)
+        if (s->flights[(s->f_oldest + k) % s->depth].group == g)
+            return true;
+    return false;
+}
+
+/* D: marks the decoding slots that send a window with group g's batch (a
+ * slot of one window with its group's batch, none of which is in flight;
+ * a slot of more with any batch while fewer are in flight; a window that
+ * would guess needs room for a draft); returns how many. */
+static int32_t choose_windows(sv_sched *s, int32_t g, bool group_busy)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slot; i++) {
         sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_DECODE || sl->in_flight)
+        sl->sends = false;
+        sl->asked = false;
+        sl->n_draft = 0;
+        if (sl->state != SLOT_DECODE)
             continue;
-        n_decoding++;
-        const sv_request *r = sl->req;
-        const int32_t room = min_i32(r->max_tokens - r->n_out - 1, s->n_ctx - 1 - sl->n_past);
+        const int32_t d = slot_windows(s, i);
+        sl->grouped = d == 1;
+        sl->sends = sl->in_flight < d && (d > 1 || (i % s->groups == g && !group_busy)) &&
+                    (sl->n_live == 0 || draft_room(s, sl) > 0);
+        n += sl->sends;
+    }
+    return n;
+}
+
+/* D: the drafts of the sending slots into s->drafts and each slot's
+ * n_draft, from one proposal call (asked marks the slots asked). The
+ * batch rows the newest tokens leave free are shared: each slot keeps up
+ * to an equal share, then what some leave goes to the others in slot
+ * order. A failed proposal leaves the round without drafts. */
+static void propose_drafts(sv_sched *s)
+{
+    int32_t n_lead = 0, n_req = 0;
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        const sv_slot *sl = &s->slots[i];
+        if (!sl->sends)
+            continue;
+        n_lead += sl->n_live == 0;
+        const int32_t room = draft_room(s, sl);
         if (room > 0)
-            s->spec_reqs[n_req++] = (convoy_spec_req){.seq = i, .hist = r->prompt,
-                                                      .n_hist = r->n_prompt + r->n_out, .max_draft = room,
+            s->spec_reqs[n_req++] = (convoy_spec_req){.seq = i, .hist = sl->req->prompt, .n_hist = next_draft_at(sl),
+                                                      .max_draft = room,
                                                       .drafts = s->drafts + (size_t)i * (size_t)s->k_max};
     }
-    int32_t spare = s->n_batch - n_decoding;
+    int32_t spare = s->n_batch - n_lead;
     if (n_req == 0 || spare == 0)
         return;
     char err[CV_ERRLEN];
@@ -669,7 +755,7 @@ static void propose_drafts(sv_sched *s, int32_t g)
         convoy_spec_req *q = &s->spec_reqs[k];
         sv_slot *sl = &s->slots[q->seq];
         sl->n_draft = min_i32(q->n_draft, share);
-        sl->spec_round = true;
+        sl->asked = true;
         spare -= sl->n_draft;
     }
     for (int32_t k = 0; k < n_req && spare > 0; k++) {
@@ -680,24 +766,48 @@ static void propose_drafts(sv_sched *s, int32_t g)
     }
 }
 
-/* D: appends to f the newest token of each of group g's decoding slots,
- * followed by its drafts. Slots already in flight are left for later. */
-static void add_decode_rows(sv_sched *s, int32_t g, sv_flight *f)
+/* D: appends slot i's window to f: its newest token and its drafts, or,
+ * behind live windows, its drafts alone (the first guesses what the last
+ * of them samples). The drafts join the history the drafter continues,
+ * past the published tokens (nobody else reads there). */
+static void add_window(sv_sched *s, int32_t i, sv_flight *f)
 {
-    for (int32_t i = g; i < s->n_slot; i += s->depth) {
-        sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_DECODE || sl->in_flight)
+    sv_slot *sl = &s->slots[i];
+    sv_request *r = sl->req;
+    const bool guess = sl->n_live > 0;
+    const int32_t first = guess ? sl->sent_end : r->n_prompt + r->n_out - 1;
+    const int32_t n_rows = sl->n_draft + !guess;
+    const int32_t *drafts = s->drafts + (size_t)i * (size_t)s->k_max;
+    f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = n_rows, .n_draft = sl->n_draft,
+                                    .epoch = sl->epoch, .window = true, .asked = sl->asked};
+    for (int32_t j = 0; j < n_rows; j++) {
+        const bool lead = j == 0 && !guess;
+        if (!lead)
+            r->prompt[first + j] = drafts[j - !guess];
+        f->token[f->n] = r->prompt[first + j];
+        f->pos[f->n] = first + j;
+        f->seq[f->n] = i;
+        f->want[f->n] = lead ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
+        f->n++;
+    }
+    f->n_want += n_rows;
+    sl->in_flight++;
+    sl->n_live++;
+    sl->sent_end = first + n_rows;
+}
+
+/* D: appends the sending slots' windows to f (a window that would guess
+ * and got no draft stays home); f carries group g's rows when a slot of
+ * one window sends. */
+static void add_windows(sv_sched *s, int32_t g, sv_flight *f)
+{
+    for (int32_t i = 0; i < s->n_slot; i++) {
+        const sv_slot *sl = &s->slots[i];
+        if (!sl->sends || (sl->n_live > 0 && sl->n_draft == 0))
             continue;
-        for (int32_t d = 0; d <= sl->n_draft; d++) {
-            f->token[f->n] = d == 0 ? sl->next : s->drafts[(size_t)i * (size_t)s->k_max + (size_t)(d - 1)];
-            f->pos[f->n] = sl->n_past++;
-            f->seq[f->n] = i;
-            f->want[f->n] = d == 0 ? CONVOY_WANT_SAMPLE : CONVOY_WANT_DRAFT;
-            f->row_token[f->n_want++] = f->n;
-            f->n++;
-        }
-        sl->in_flight = true;
-        f->n_seqs++;
+        if (sl->grouped)
+            f->group = g;
+        add_window(s, i, f);
     }
 }
 
@@ -709,35 +819,41 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, sv_flight *f)
     for (int32_t k = 0; k < s->n_slot && f->n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
         sv_slot *sl = &s->slots[i];
-        if (i % s->depth != g || sl->state != SLOT_PREFILL || sl->in_flight)
+        if (i % s->groups != g || sl->state != SLOT_PREFILL || sl->in_flight)
             continue;
         const sv_request *r = sl->req;
         const int32_t take = min_i32(r->n_prompt - sl->n_fed, s->n_batch - f->n);
+        const bool last = sl->n_fed + take == r->n_prompt;
+        f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = last, .epoch = sl->epoch};
         for (int32_t t = 0; t < take; t++) {
             f->token[f->n] = r->prompt[sl->n_fed];
-            f->pos[f->n] = sl->n_past++;
+            f->pos[f->n] = sl->n_fed;
             f->seq[f->n] = i;
             f->want[f->n] = ++sl->n_fed == r->n_prompt;
-            if (f->want[f->n])
-                f->row_token[f->n_want++] = f->n;
             f->n++;
         }
-        sl->in_flight = take > 0;
+        f->n_want += last;
+        f->group = g;
+        sl->in_flight = 1;
         f->n_prompt_tokens += take;
-        f->n_seqs += take > 0;
     }
     s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
 }
 
-/* D: group g's next batch into f: decode rows first, then prompt chunks. */
+/* D: group g's next batch into f: windows first, then prompt chunks (of
+ * the group's rows, those of slots of one window and prompt chunks, one
+ * batch is in flight at a time, so that they share a batch). */
 static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
-    f->n = f->n_want = f->n_prompt_tokens = f->n_seqs = 0;
+    f->n = f->n_want = f->n_prompt_tokens = f->n_runs = 0;
+    f->group = -1;
     f->t_propose = cv_now_s();
-    if (s->spec)
-        propose_drafts(s, g);
-    add_decode_rows(s, g, f);
-    add_prompt_chunks(s, g, f);
+    const bool group_busy = group_in_flight(s, g);
+    if (choose_windows(s, g, group_busy) > 0 && s->spec)
+        propose_drafts(s);
+    add_windows(s, g, f);
+    if (!group_busy)
+        add_prompt_chunks(s, g, f);
 }
 
 /* D: builds and submits the groups' batches in turn while fewer than depth
@@ -748,9 +864,9 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
 {
     int rc = 0;
     cv_alloc_forbid(1);
-    for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->depth; tries++) {
+    for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->groups; tries++) {
         const int32_t g = s->next_group;
-        s->next_group = (s->next_group + 1) % s->depth;
+        s->next_group = (s->next_group + 1) % s->groups;
         sv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
         build_batch(s, g, f);
         if (f->n == 0)
@@ -765,39 +881,43 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
     return rc;
 }
 
-/* E: the logprobs of the emitted rows, written past each request's
- * published tokens: the row `ahead` places into its slot's run gives the
- * output ahead places past n_out (they become visible when emit_locked
- * advances n_out). Rows after a rejected draft (id -1) have none; an
- * emitted row the engine gives none for is marked with id -1 for
+/* Whether a collected run still counts: its slot runs the request it was
+ * sent for and nothing made it stale since. */
+static bool run_is_live(const sv_sched *s, const sv_run *u)
+{
+    const sv_slot *sl = &s->slots[u->slot];
+    return (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && u->epoch == sl->epoch;
+}
+
+/* E: the logprobs of the live runs' emitted rows, written past each
+ * request's published tokens: a live run's row j gives the output j places
+ * past n_out (its slot emitted everything before it), visible when
+ * emit_locked advances n_out. Rows after a rejected draft (id -1) have
+ * none; an emitted row the engine gives none for is marked with id -1 for
  * emit_locked. */
 static void take_logprobs(sv_sched *s, const sv_flight *f)
 {
     convoy_logprob row_lp[1 + CONVOY_MAX_TOP_LOGPROBS];
-    int32_t ahead = 0;
-    for (int32_t row = 0; row < f->n_want; row++) {
-        const int32_t t = f->row_token[row];
-        ahead = f->want[t] == CONVOY_WANT_DRAFT ? ahead + 1 : 0;
-        const sv_request *r = s->slots[f->seq[t]].req;
-        if (!r->lp || s->b_sampled[row] < 0)
+    for (int32_t k = 0; k < f->n_runs; k++) {
+        const sv_run *u = &f->runs[k];
+        if (!run_is_live(s, u) || !s->slots[u->slot].req->lp)
             continue;
+        const sv_request *r = s->slots[u->slot].req;
         const int n = 1 + r->sampler.n_logprobs;
-        convoy_logprob *lp = request_lp(r, r->n_out + ahead);
-        if (convoy_logprobs(s->ctx, row, row_lp) == n)
-            memcpy(lp, row_lp, sizeof(convoy_logprob) * (size_t)n);
-        else
-            lp->id = -1;
+        for (int32_t j = 0; j < u->n_want && s->b_sampled[u->row + j] >= 0; j++) {
+            convoy_logprob *lp = request_lp(r, r->n_out + j);
+            if (convoy_logprobs(s->ctx, u->row + j, row_lp) == n)
+                memcpy(lp, row_lp, sizeof(convoy_logprob) * (size_t)n);
+            else
+                lp->id = -1;
+        }
     }
 }
 
-/* E: appends a run's n_emit outputs to its slot's request in order, up to
- * the first end (the rest is dropped); out[j] is the token after the run's
- * row at batch index first + j. */
-static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const int32_t *out, int32_t n_emit,
-                        double now)
+/* E: appends n_emit outputs to slot sl's request in order, up to the first
+ * end (the rest is dropped), or ends the request when it was cancelled. */
+static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_emit, double now)
 {
-    const int32_t slot = f->seq[first];
-    sv_slot *sl = &s->slots[slot];
     sv_request *r = sl->req;
     if (r->cancelled) {
         end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
@@ -819,38 +939,58 @@ static void emit_locked(sv_sched *s, const sv_flight *f, int32_t first, const in
             return;
         }
         r->out[r->n_out++] = out[j];
-        if (r->n_out == r->max_tokens || f->pos[first + j] + 1 >= s->n_ctx) {
+        /* the row that gave it was at the context's last position */
+        if (r->n_out == r->max_tokens || r->n_prompt + r->n_out > s->n_ctx) {
             end_slot_locked(s, sl, SV_FINISH_LENGTH, NULL);
             return;
         }
     }
     pthread_cond_broadcast(&r->cond);
     sl->state = SLOT_DECODE;
-    sl->next = out[n_emit - 1];
-    sl->n_past = convoy_seq_len(s->ctx, slot);
 }
 
-/* E: hands each run's emitted tokens to its request and reports each
- * round that drafts were asked for (even when none came: a plain round
- * measures the fixed cost) to the convoy_spec. A request cancelled while
- * its batch was in flight ends here. */
+/* E: a live window's outcome: its drafts judged (reported to the
+ * convoy_spec when it was asked, even for none: a plain round measures the
+ * fixed cost); cut at its first -1, which makes the windows behind it
+ * stale. */
+static void judge_window_locked(sv_sched *s, sv_slot *sl, const sv_flight *f, const sv_run *u, int32_t n_emit,
+                                double now)
+{
+    sl->n_live--;
+    if (u->asked)
+        convoy_spec_observe(s->spec, u->slot, u->n_draft, n_emit - (u->n_want - u->n_draft), now - f->t_propose);
+    if (s->spec)
+        s->stats.windows_whole += n_emit == u->n_want;
+    if (n_emit < u->n_want) {
+        sl->epoch++;
+        sl->n_live = 0;
+    }
+}
+
+/* E: hands each live run's emitted tokens (its leading ids) to its
+ * request; a stale run is dropped. A request cancelled while its batch was
+ * in flight ends here. */
 static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
 {
-    for (int32_t t = 0; t < f->n; t++)
-        s->slots[f->seq[t]].in_flight = false;
-    for (int32_t row = 0; row < f->n_want;) {
-        const int32_t first = f->row_token[row];
-        const int32_t slot = f->seq[first];
-        sv_slot *sl = &s->slots[slot];
-        const int32_t n_draft = sl->n_draft;
-        const int32_t *out = s->b_sampled + row;
-        const int32_t n_accepted = convoy_spec_n_accepted(out, n_draft);
-        if (sl->spec_round)
-            convoy_spec_observe(s->spec, slot, n_draft, n_accepted, now - f->t_propose);
-        sl->n_draft = 0;
-        sl->spec_round = false;
-        emit_locked(s, f, first, out, 1 + n_accepted, now);
-        row += 1 + n_draft;
+    for (int32_t k = 0; k < f->n_runs; k++) {
+        const sv_run *u = &f->runs[k];
+        sv_slot *sl = &s->slots[u->slot];
+        sl->in_flight--;
+        if (u->window && s->spec)
+            s->stats.windows_sent++;
+        if (!run_is_live(s, u)) {
+            s->stats.windows_stale += u->window && s->spec;
+            continue;
+        }
+        if (u->n_want == 0) /* a prompt chunk before the last */
+            continue;
+        const int32_t *out = s->b_sampled + u->row;
+        int32_t n_emit = 0;
+        while (n_emit < u->n_want && out[n_emit] >= 0)
+            n_emit++;
+        if (u->window)
+            judge_window_locked(s, sl, f, u, n_emit, now);
+        emit_locked(s, sl, out, n_emit, now);
     }
 }
 
@@ -858,7 +998,7 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
 static void count_step_locked(sv_sched *s, const sv_flight *f, double t1)
 {
     s->stats.steps++;
-    s->stats.steps_shared += f->n_seqs > 1;
+    s->stats.steps_shared += f->n_runs > 1;
     s->stats.batch_tokens += (uint64_t)f->n;
     s->stats.prompt_tokens += (uint64_t)f->n_prompt_tokens;
     s->stats.step_seconds += t1 - f->t0;
@@ -872,7 +1012,7 @@ static void fail_running_locked(sv_sched *s, const char *err)
     sv_log(SV_LOG_ERROR, "step failed: %s", err);
     for (int32_t i = 0; i < s->n_slot; i++) {
         sv_slot *sl = &s->slots[i];
-        sl->in_flight = false;
+        sl->in_flight = 0;
         if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE)
             end_slot_locked(s, sl, SV_FINISH_ERROR, err);
     }
@@ -985,7 +1125,9 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->n_cache = convoy_ctx_n_slot(ctx) > n_slot ? convoy_ctx_n_slot(ctx) - n_slot : 0;
     s->kept = cv_calloc((size_t)(n_slot + s->n_cache), sizeof *s->kept);
     s->prompt_cache = true;
-    s->depth = convoy_ctx_depth(ctx) < n_slot ? convoy_ctx_depth(ctx) : n_slot;
+    s->depth = convoy_ctx_depth(ctx);
+    s->groups = convoy_ctx_stages(ctx) < n_slot ? convoy_ctx_stages(ctx) : n_slot;
+    s->stage_s = convoy_ctx_stage_seconds(ctx);
     s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
     bool ok = s->queue && s->slots && s->active && s->kept && s->flights && s->b_sampled;
@@ -996,9 +1138,9 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
         f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
-        f->row_token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
+        f->runs = cv_calloc((size_t)n_slot, sizeof *f->runs);
         f->want = cv_malloc((size_t)n_batch);
-        ok = f->token && f->pos && f->seq && f->row_token && f->want;
+        ok = f->token && f->pos && f->seq && f->runs && f->want;
     }
     if (!ok) {
         cv_errf(err, errlen, "out of memory");
@@ -1053,7 +1195,7 @@ void sv_sched_free(sv_sched *s)
         cv_free(s->flights[k].token);
         cv_free(s->flights[k].pos);
         cv_free(s->flights[k].seq);
-        cv_free(s->flights[k].row_token);
+        cv_free(s->flights[k].runs);
         cv_free(s->flights[k].want);
     }
     cv_free(s->flights);

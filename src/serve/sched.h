@@ -62,10 +62,22 @@
  * sequence never drafts past what it can still emit (max_tokens, the
  * context). A round emits the accepted drafts' outputs in order through
  * the same end checks as single tokens (what follows an end is dropped),
- * so greedy requests get the same ids as without speculation, alone or
- * not; at temperature > 0 the ids keep their distribution, but which ids
- * come out depends on the drafts (and, with K chosen automatically, on
- * timings shared by every request).
+ * so a request gets the ids it would get without speculation, alone or
+ * not, greedy or sampled (each row is sampled as without drafts, and a
+ * rejected draft's rows draw nothing).
+ *
+ * Windows in flight (a pipeline whose context allows more batches in
+ * flight than it has stages: convoy_ctx_params.depth): a decoding sequence
+ * keeps up to the convoy_spec's windows (convoy_spec_windows) in flight,
+ * each in a different batch: while one travels, the next holds drafts
+ * that continue the previous window's as if it were accepted whole, its
+ * first draft a guess of what that window's last row samples. A window cut
+ * short (a draft rejected) makes the ones behind it stale: the engine
+ * computes and drops them, the scheduler ignores their rows, and the next
+ * window starts from the last emitted token. The ids are still plain
+ * decoding's. Windows ride in the same batches as the other sequences'
+ * rows and prompt chunks, so a stale window costs another request only
+ * the rows it adds to a step.
  *
  * A request ends with SV_FINISH_STOP (an end-of-generation token, which is
  * not part of the output), SV_FINISH_LENGTH (max_tokens reached or the
@@ -133,6 +145,9 @@ typedef struct sv_sched_stats {
     uint64_t spec_rounds;          /* rounds that drafts were asked for (0 drafts included) */
     uint64_t spec_drafted;         /* drafts sent */
     uint64_t spec_accepted;        /* drafts accepted */
+    uint64_t windows_sent;         /* windows collected: a decode run each, speculating */
+    uint64_t windows_stale;        /* of them dropped: an earlier window of their sequence was cut */
+    uint64_t windows_whole;        /* of them accepted whole: every draft kept */
     bool failing;                  /* the last step failed (a pipeline node died, ...), or a failover is at work */
     bool down;                     /* the pipeline is down: requests are refused, reconnects are tried */
     double retry_in;               /* while down: seconds until the next reconnect */
