@@ -273,6 +273,11 @@ int convoy_ctx_stages(const convoy_ctx *c);
 double convoy_ctx_stage_seconds(const convoy_ctx *c);
 int convoy_submit(convoy_ctx *c, const convoy_batch *b, char *err, size_t errlen);
 int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
+/* Whether the last convoy_collect waited for its batch's result (on a
+ * pipeline: it had not come back when the collect was called). Then the
+ * time from the submit to the collect's return is the batch's round trip;
+ * else it also holds the caller's delay in collecting. */
+bool convoy_collect_waited(const convoy_ctx *c);
 /* Logits [n_vocab] of the i-th wanted token of the last step. */
 const float *convoy_logits(const convoy_ctx *c, int32_t i);
 /* convoy_step, then a copy of the wanted tokens' logits into logits
@@ -365,9 +370,10 @@ void convoy_spec_free(convoy_spec *s);
 int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts array needs */
 /* Windows in flight for seq's next window: the fixed number, else the
  * count that maximizes the expected tokens per second, from the sequence's
- * acceptance, the measured time of a window of the K it last drafted, the
- * drafter's measured time per draft and stage_s, the seconds a token takes
- * at the slowest stage (a window cut short makes the ones behind it stale;
+ * acceptance, the K it last drafted, the windows' measured latency and the
+ * head's time per window (convoy_spec_observe_window), the drafter's
+ * measured time per draft and stage_s, the seconds a token takes at the
+ * slowest stage (a window cut short makes the ones behind it stale;
  * windows beyond what the round trip hides only queue), at most max. */
 int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max);
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
@@ -378,6 +384,12 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
  * measures the fixed cost), n_accepted accepted, round_s seconds from the
  * proposal to the result. */
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
+/* A window's timing at the head, for the windows' depth: latency_s, from
+ * its submit to its result, when its collect waited (convoy_collect_waited;
+ * else pass a negative value: the time then measures the head's delay, not
+ * the chain's); busy_s, the head's own seconds per window outside waiting
+ * (drafting, submitting, collecting), which bounds how often windows go out. */
+void convoy_spec_observe_window(convoy_spec *s, double latency_s, double busy_s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 

@@ -573,6 +573,8 @@ int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err
 
 int convoy_ctx_depth(const convoy_ctx *c) { return c->pipeline ? c->depth : 1; }
 
+bool convoy_collect_waited(const convoy_ctx *c) { return c->pipeline && c->chain && cv_chain_result_waited(c->chain); }
+
 int convoy_ctx_stages(const convoy_ctx *c) { return c->pipeline && c->chain ? cv_chain_stages(c->chain) : 1; }
 
 double convoy_ctx_stage_seconds(const convoy_ctx *c)

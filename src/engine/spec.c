@@ -26,10 +26,14 @@
  * (--spec-k) skips all of this.
  *
  * Choosing D, the windows in flight (a pipeline): with the K last drafted,
- * a window is accepted whole with p = a^K, takes R (the measured round
- * time of that K) from send to result, and occupies the slowest stage for
+ * a window is accepted whole with p = a^K, takes R from send to result
+ * (the measured latency of windows whose result the head waited for: one
+ * that came while the head was drafting measures the head, and counting it
+ * would make more windows look needed the more there are; before any, the
+ * measured round time of that K), and occupies the slowest stage for
  * (K + 1) times its seconds per token, or the head for K times the
- * drafter's measured seconds per draft: c, the longer. Windows go out every
+ * drafter's measured seconds per draft, or for the head's measured busy
+ * time per window: c, the longest. Windows go out every
  * max(R / D, c): beyond D = R / c they only queue. A run of live windows
  * ends at a cut (1 / (1 - p) windows on average), and the D - 1 windows
  * sent behind the cut before its result came back are stale: so the
@@ -56,7 +60,7 @@
 typedef struct spec_seq {
     double judged, accepted; /* decayed counts of drafts judged and accepted */
     uint32_t rounds;
-    int32_t last_k;          /* K of its latest proposal */
+    int32_t last_k;          /* K of its latest proposal with drafts */
 } spec_seq;
 
 struct convoy_spec {
@@ -70,6 +74,8 @@ struct convoy_spec {
     double judged, accepted; /* decayed counts over every sequence */
     double *k_time;          /* [k_max + 1] decayed mean seconds of a round with K drafts */
     double draft_s;          /* decayed mean seconds the drafter takes per draft */
+    double latency_s;        /* decayed mean seconds from a window's submit to its result, when waited for */
+    double busy_s;           /* decayed mean seconds the head spends per window outside waiting */
     bool *k_seen;            /* [k_max + 1] */
     convoy_spec_stats stats;
 };
@@ -139,6 +145,12 @@ void convoy_spec_free(convoy_spec *s)
 const char *convoy_spec_drafter(const convoy_spec *s) { return cv_drafter_name(s->drafter); }
 int32_t convoy_spec_k_max(const convoy_spec *s) { return s->k_max; }
 /* Expected tokens per round over expected seconds per round. */
+/* A decayed mean that starts at its first sample. */
+static void mean_in(double *mean, double x)
+{
+    *mean = *mean > 0.0 ? (1.0 - SPEC_K_MEAN) * *mean + SPEC_K_MEAN * x : x;
+}
+
 static double spec_rate(const convoy_spec *s, double a, double t0, double t1, int32_t k)
 {
     const double emitted = a >= 1.0 ? k + 1.0 : (1.0 - pow(a, k + 1.0)) / (1.0 - a);
@@ -204,15 +216,15 @@ int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, i
         max = CONVOY_SPEC_WINDOWS_MAX;
     if (s->windows)
         return s->windows < max ? s->windows : max;
-    if (seq < 0 || seq >= s->n_slot || s->n < 1.0 || max <= 1)
-        return 1; /* nothing measured yet */
+    if (seq < 0 || seq >= s->n_slot || s->n < 1.0 || max <= 1 || s->seq[seq].last_k == 0)
+        return 1; /* nothing measured, or nothing drafted, yet */
     const spec_seq *q = &s->seq[seq];
     const int32_t k = q->last_k;
     double t0, t1;
     fit_round(s, &t0, &t1);
-    const double round_s = s->k_seen[k] ? s->k_time[k] : t0 + t1 * k;
+    const double round_s = s->latency_s > 0.0 ? s->latency_s : s->k_seen[k] ? s->k_time[k] : t0 + t1 * k;
     const double p = pow(seq_acceptance(s, q), k);
-    const double window_s = stage_s * (k + 1) > s->draft_s * k ? stage_s * (k + 1) : s->draft_s * k;
+    const double window_s = fmax(fmax(stage_s * (k + 1), s->draft_s * k), s->busy_s);
     int32_t best = 1;
     for (int32_t d = 2; d <= max; d++)
         if (windows_rate(p, round_s, window_s, d) > windows_rate(p, round_s, window_s, best))
@@ -232,9 +244,9 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         const int32_t chosen = choose_k(s, q);
         reqs[i].n_draft = 0;
         const int32_t k = chosen < reqs[i].max_draft ? chosen : reqs[i].max_draft;
-        q->last_k = k > 0 ? k : 0;
         if (k <= 0)
             continue;
+        q->last_k = k; /* a plain probe round says nothing of the windows behind it */
         s->ask[n_ask] = i;
         s->reqs[n_ask++] = (cv_draft_req){.slot = reqs[i].seq, .hist = reqs[i].hist, .n_hist = reqs[i].n_hist,
                                           .k = k, .out = reqs[i].drafts};
@@ -247,7 +259,7 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
         drafted += reqs[s->ask[j]].n_draft = s->reqs[j].n_out;
     if (drafted > 0) { /* the head drafts while windows travel: its cost per draft bounds D too */
         const double per = (cv_now_s() - t0) / drafted;
-        s->draft_s = s->draft_s > 0.0 ? (1.0 - SPEC_K_MEAN) * s->draft_s + SPEC_K_MEAN * per : per;
+        mean_in(&s->draft_s, per);
     }
     return 0;
 }
@@ -277,6 +289,14 @@ void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n
     s->stats.rounds++;
     s->stats.drafted += (uint64_t)n_draft;
     s->stats.accepted += (uint64_t)n_accepted;
+}
+
+void convoy_spec_observe_window(convoy_spec *s, double latency_s, double busy_s)
+{
+    if (latency_s > 0.0)
+        mean_in(&s->latency_s, latency_s);
+    if (busy_s > 0.0)
+        mean_in(&s->busy_s, busy_s);
 }
 
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq)

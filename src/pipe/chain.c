@@ -46,6 +46,7 @@ struct cv_chain {
     int n_active;
     cv_inbox inbox;
     bool broken;
+    bool result_waited; /* the last collect's result had not come when it was asked for */
     int suspect;                   /* the node a failure is blamed on, or -1 */
     uint32_t next_id;
     /* batches in flight, oldest first in a ring of `depth` */
@@ -563,6 +564,7 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
     const int last = c->active[c->n_active - 1];
     int64_t heard = cv_now_ms();
     int pulsed = -1;
+    bool first_look = true; /* a look without waiting tells whether the result is here already */
     for (;;) {
         const int64_t silent = cv_now_ms() - heard;
         if (silent >= c->o.io_timeout_ms) {
@@ -575,7 +577,11 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
             return broken(c);
         }
         cv_inbox_event ev;
-        if (cv_inbox_next(&c->inbox, (int)(c->o.io_timeout_ms - silent), &ev) == CV_LINK_TIMEOUT)
+        const int got = cv_inbox_next(&c->inbox, first_look ? 0 : (int)(c->o.io_timeout_ms - silent), &ev);
+        if (first_look)
+            c->result_waited = got == CV_LINK_TIMEOUT;
+        first_look = false;
+        if (got == CV_LINK_TIMEOUT)
             continue;
         heard = cv_now_ms();
         if (ev.ok && ev.frame.h.type == CV_MSG_PONG && ev.frame.h.id == 0)
@@ -621,6 +627,8 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
 int cv_chain_depth(const cv_chain *c) { return c->depth; }
 
 int cv_chain_stages(const cv_chain *c) { return c->n_active + (c->n_local > 0); }
+
+bool cv_chain_result_waited(const cv_chain *c) { return c->result_waited; }
 
 uint32_t cv_chain_stage_us(const cv_chain *c)
 {

@@ -93,6 +93,9 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
 int cv_chain_depth(const cv_chain *c);
 /* The stages a batch passes, the local one included. */
 int cv_chain_stages(const cv_chain *c);
+/* Whether the last cv_chain_collect's result had not come yet when it was
+ * called (it waited for it): its arrival is then the collect's return. */
+bool cv_chain_result_waited(const cv_chain *c);
 /* Microseconds per token of the slowest stage (its layers times its speed
  * probe, cv_span_speed_probe: decode's cost, an upper bound for a batch's
  * token); 0 when no stage measured its speed. */
