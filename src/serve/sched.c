@@ -151,9 +151,8 @@ typedef struct sv_kept {
 } sv_kept;
 
 /* A slot's run in a batch: its wanted rows are the batch's outputs
- * [row, row + n_want). A window's rows are at history indices first on;
- * the rows before its drafts (none when it guesses, else its newest
- * token) are n_want - n_draft. */
+ * [row, row + n_want). Of a window's rows, n_want - n_draft come before its
+ * drafts: its newest token, or none when it guesses. */
 typedef struct sv_run {
     int32_t slot, row, n_want;
     int32_t n_draft;
