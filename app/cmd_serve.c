@@ -63,7 +63,7 @@ static void usage(FILE *f)
             "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too; --timeout 10:\n"
             "  seconds a connection may stay silent (a stream waiting for its first token sends a comment every\n"
-            "  third of it), and twice it a request's headers may take to arrive in full; --template-mem 256MiB:\n"
+            "  third of it), and twice it a request (headers and body) may take to arrive; --template-mem 256MiB:\n"
             "  the memory the chat template's renders share beyond 1 MiB each (a GGUF's template is untrusted:\n"
             "  one render may take 256 MiB, so requests rendering at once are bounded together; a render that\n"
             "  finds it spent fails with a 400 naming it; 16 hostile renders at once held about 1.8 times it);\n"

@@ -14,12 +14,13 @@
 # 4. /health answers 503 in llama-server's error shape while a failover is
 #    at work (the only stage was killed; --failover-wait 60 s), and 200
 #    once the stage is back;
-# 5. a client that sends its request headers one byte a second is cut
-#    (--timeout 2: headers are due within 4 s) and the cut is logged, while
-#    a keep-alive client idle between requests is not;
+# 5. a client that sends its request headers one byte a second is cut, and
+#    so is one that sends its body so after whole headers (--timeout 2: a
+#    request is due within 4 s), each cut logged, while a keep-alive client
+#    idle between requests is not;
 # 6. after each attack of issue #33's item 1 (a response_format schema of
 #    arrays nested 25, 30, 60 and 65 deep: compiled or refused) and of the
-#    slow headers above, an honest chat request is answered within 2 s.
+#    slow clients above, an honest chat request is answered within 2 s.
 set -uo pipefail
 convoy="${1:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
 src="${2:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
@@ -147,29 +148,36 @@ for _ in range(2):
     k.settimeout(10)
     answers += b"200 OK" in k.recv(4096)
     time.sleep(1.5)
-# a client that sends its headers one byte a second
-s = socket.create_connection(("127.0.0.1", port))
-t0, cut = time.time(), None
-for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
-    try:
-        s.sendall(bytes([b]))
-        s.settimeout(1)
-        if s.recv(1) == b"":
-            cut = time.time() - t0
+def slow(head, trickle):
+    """Sends head at once, then trickle a byte a second; the seconds until
+    the server cut the connection, or None."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(head)
+    t0 = time.time()
+    for b in trickle:
+        try:
+            s.sendall(bytes([b]))
+            s.settimeout(1)
+            if s.recv(1) == b"":
+                return round(time.time() - t0, 1)
+        except socket.timeout:
+            pass
+        except OSError:
+            return round(time.time() - t0, 1)
+        if time.time() - t0 > 30:
             break
-    except socket.timeout:
-        pass
-    except OSError:
-        cut = time.time() - t0
-        break
-    if time.time() - t0 > 30:
-        break
-print(answers, "none" if cut is None else round(cut, 1))
+    return None
+# headers a byte a second; then a body a byte a second after whole headers
+cut_headers = slow(b"", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100)
+cut_body = slow(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 200\r\n\r\n", b" " * 200)
+print(answers, *("none" if c is None else c for c in (cut_headers, cut_body)))
 EOF
-    read -r answers cut <"$tmp/slow.txt"
+    read -r answers cut cut_body <"$tmp/slow.txt"
     expect "a keep-alive client idle 1.5 s between requests is answered twice" test "${answers:-0}" = 2
     expect "headers sent a byte a second are cut (after ${cut:-?} s; due within 4 s)" test "${cut:-none}" != none
-    expect "the cut is logged" has "$tmp/slow.log" "its request headers took over 4 s"
+    expect "a body sent a byte a second is cut (after ${cut_body:-?} s; due within 4 s)" test "${cut_body:-none}" != none
+    expect "the cuts are logged" test "$(grep -c 'its request took over 4 s to arrive' "$tmp/slow.log")" -ge 2
     expect "an honest chat request after the slow client is answered within 2 s" honest_within_2s
     kill "$server_pid"
 fi

@@ -37,7 +37,7 @@ static void cut_late_locked(sv_deadlines *d, double now)
         if (e->due > 0 && now > e->due && !e->cut) {
             e->cut = true;
             shutdown(e->fd, SHUT_RDWR);
-            sv_log(SV_LOG_WARN, "closed a connection from %s: its request headers took over %.0f s", e->who,
+            sv_log(SV_LOG_WARN, "closed a connection from %s: its request took over %.0f s to arrive", e->who,
                    d->limit_s);
         }
 }

@@ -1,13 +1,13 @@
-/* deadline.h: connections must send their request headers in time.
+/* deadline.h: connections must send their requests in time.
  *
  * libmicrohttpd's connection timeout counts silence, so a client that
  * sends one byte every few seconds holds its connection (and a place in
  * its address's connection cap) for ever. A sv_deadlines watches each
  * connection from its accept, and again from the end of each of its
- * requests, until the next request's headers are in: past limit_s its
- * socket is shut down (the connection's thread then reads the end of the
- * stream and closes the connection) and a line is logged. Bodies and
- * answers are not watched: they have the idle timeout.
+ * requests, until the next request is in, headers and body: past limit_s
+ * its socket is shut down (the connection's thread then reads the end of
+ * the stream and closes the connection) and a line is logged. Answers are
+ * not watched: they have the idle timeout.
  *
  * Contract: sv_deadline_add watches a connection's socket and returns its
  * entry (NULL when out of memory: that connection is not watched); the
@@ -29,8 +29,8 @@ void sv_deadlines_stop(sv_deadlines *d);
 
 /* who names the peer in the log line (copied). */
 sv_deadline *sv_deadline_add(sv_deadlines *d, int fd, const char *who);
-/* waiting: the next request's headers are due within limit_s from now;
- * false: they are in (the request is being read or answered). */
+/* waiting: the next request is due within limit_s from now; false: it is
+ * in (it is being answered). */
 void sv_deadline_wait(sv_deadlines *d, sv_deadline *e, bool waiting);
 void sv_deadline_remove(sv_deadlines *d, sv_deadline *e);
 

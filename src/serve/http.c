@@ -92,7 +92,7 @@ struct sv_http {
     sv_props props;
     size_t max_body;
     int idle_timeout_s;
-    sv_deadlines *deadlines; /* request headers are due within twice idle_timeout_s */
+    sv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
     const char *slot_save_path;
     long long started;
     pthread_mutex_t mu;
@@ -885,9 +885,6 @@ static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *u
     cv_escape(cc->method, sizeof cc->method, method, strlen(method));
     cv_escape(cc->path, sizeof cc->path, url, strlen(url));
     cc->client_id = peer_of(c, cc->client, sizeof cc->client);
-    sv_deadline *dl = deadline_of(c);
-    if (dl)
-        sv_deadline_wait(h->deadlines, dl, false);
     judge(h, c, cc, method, &cc->refusal);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
@@ -928,6 +925,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return begin(h, c, url, method, con_cls);
     if (*upload_size)
         return take_body(h, cc, upload, upload_size);
+    sv_deadline *dl = deadline_of(c); /* the whole request is in */
+    if (dl)
+        sv_deadline_wait(h->deadlines, dl, false);
     return answer(h, c, cc, url);
 }
 
@@ -970,7 +970,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-/* A connection opens (its headers are due) or closes (before its socket). */
+/* A connection opens (its first request is due) or closes (before its socket). */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {

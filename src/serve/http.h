@@ -28,8 +28,8 @@
  * (413); a peer address holds at most client_connections connections (more
  * are closed at once) and all peers max_connections; a connection silent
  * for idle_timeout_s while its request or body arrives, or between
- * requests, is closed, and so is one whose request headers are not all in
- * within twice that, however it trickles them (deadline.h); a stream waiting for its next event (a long prompt,
+ * requests, is closed, and so is one whose request (headers and body) is
+ * not all in within twice that, however it trickles it (deadline.h); a stream waiting for its next event (a long prompt,
  * a queue) sends an SSE comment (": keep-alive") every idle_timeout_s / 3,
  * which clients skip, so that it is not. Every error is an OpenAI-shaped JSON body with a 4xx
  * or 5xx status; a 503 (a full queue, a pipeline down, shutting down)
