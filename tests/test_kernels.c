@@ -1,4 +1,5 @@
-/* test_kernels.c: the kernels of F32, F16, BF16, Q8_0 and Q4_0.
+/* test_kernels.c: the kernels of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1
+ * and IQ4_NL (with Q8_1 activations).
  *
  * The selected (SIMD) kernels must give the same bits as the references
  * (vec_dot, activation conversion) on random rows of many lengths and on
@@ -14,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/quants32.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -49,7 +51,8 @@ static int same_bits(float a, float b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
-static const cv_type weight_types[] = {CV_TYPE_F32, CV_TYPE_F16, CV_TYPE_BF16, CV_TYPE_Q8_0, CV_TYPE_Q4_0};
+static const cv_type weight_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
+                                       CV_TYPE_Q4_0, CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL};
 #define N_WEIGHT_TYPES (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const int lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 96, 100, 127, 128,
@@ -95,6 +98,13 @@ static void test_type_table(void)
     CHECK(cv_type_from_name("") == -1);
     CHECK(cv_type_from_name(NULL) == -1);
     CHECK(cv_type_get(CV_TYPE_Q4_0)->vec_dot_type == CV_TYPE_Q8_0);
+    CHECK(cv_type_get(CV_TYPE_Q5_0)->vec_dot_type == CV_TYPE_Q8_0);
+    CHECK(cv_type_get(CV_TYPE_IQ4_NL)->vec_dot_type == CV_TYPE_Q8_0);
+    CHECK(cv_type_get(CV_TYPE_Q5_1)->vec_dot_type == CV_TYPE_Q8_1);
+    CHECK(cv_type_get(CV_TYPE_Q8_1) && !cv_type_get(CV_TYPE_Q8_1)->quantize); /* activations only */
+    CHECK(cv_type_from_name("iq4_nl") == CV_TYPE_IQ4_NL);
+    CHECK(cv_row_bytes(CV_TYPE_Q5_0, 64) == 44 && cv_row_bytes(CV_TYPE_Q5_1, 64) == 48);
+    CHECK(cv_row_bytes(CV_TYPE_IQ4_NL, 64) == 36 && cv_row_bytes(CV_TYPE_Q8_1, 64) == 72);
     CHECK(cv_type_get((cv_type)3) == NULL); /* Q4_1: a GGML type convoy does not compute with */
     CHECK(cv_type_get((cv_type)-1) == NULL);
     CHECK(cv_type_get(CV_TYPE_COUNT) == NULL);
@@ -280,6 +290,60 @@ static void test_quantizer_rules(void)
     CHECK((q4.qs[0] & 15) == 0 && (q4.qs[1] & 15) == 15 && (q4.qs[2] & 15) == 8);
 }
 
+/* Q5_0, Q5_1 and IQ4_NL on blocks they represent exactly, and the Q8_1
+ * activation rule: Q8_0's quants and d, s = d * their sum. */
+static void test_quantizer_rules_quants32(void)
+{
+    float v[32], back[32];
+    block_q5_0 q5_0;
+    for (int j = 0; j < 32; j++)
+        v[j] = (float)(2 * ((j * 7) % 32) - 32); /* every even value in [-32, 30]: -32 maps to -16, d = 2 */
+    cv_type_get(CV_TYPE_Q5_0)->quantize(v, &q5_0, 32);
+    cv_type_get(CV_TYPE_Q5_0)->to_float(&q5_0, back, 32);
+    CHECK(cv_fp16_to_fp32(q5_0.d) == 2.0f && memcmp(v, back, sizeof v) == 0);
+    CHECK(q5_0.qs[0] == 0x00 && q5_0.qh[0] == 0x98); /* q 0 and 16 for elements 0 and 16; q >= 16 at 3, 4, 7 */
+
+    block_q5_1 q5_1;
+    for (int j = 0; j < 32; j++)
+        v[j] = (float)((j * 5) % 32) * 0.5f - 3.0f; /* min -3, max 12.5: d = 0.5 */
+    cv_type_get(CV_TYPE_Q5_1)->quantize(v, &q5_1, 32);
+    cv_type_get(CV_TYPE_Q5_1)->to_float(&q5_1, back, 32);
+    CHECK(cv_fp16_to_fp32(q5_1.d) == 0.5f && cv_fp16_to_fp32(q5_1.m) == -3.0f);
+    CHECK(memcmp(v, back, sizeof v) == 0);
+
+    /* IQ4_NL: the table at scale 0.5, so that -127 is the largest: the
+     * least-squares fit finds d = 0.5 exactly */
+    block_iq4_nl iq4;
+    for (int j = 0; j < 32; j++)
+        v[j] = 0.5f * kvalues_iq4nl[(j * 3) % 16];
+    cv_type_get(CV_TYPE_IQ4_NL)->quantize(v, &iq4, 32);
+    cv_type_get(CV_TYPE_IQ4_NL)->to_float(&iq4, back, 32);
+    CHECK(cv_fp16_to_fp32(iq4.d) == 0.5f && memcmp(v, back, sizeof v) == 0);
+    memset(v, 0, sizeof v); /* all zero: d 0, every index that of the value nearest 0 (1, index 8) */
+    cv_type_get(CV_TYPE_IQ4_NL)->quantize(v, &iq4, 32);
+    CHECK(iq4.d == 0 && iq4.qs[0] == 0x88 && iq4.qs[15] == 0x88);
+
+    for (int j = 0; j < 32; j++)
+        v[j] = j == 5 ? 127.0f : (float)(j % 8) - 2.5f; /* amax 127: d = 1, quants rint(x) */
+    block_q8_1 q8_1;
+    block_q8_0 q8_0;
+    cv_type_get(CV_TYPE_Q8_1)->from_float(v, &q8_1, 32);
+    quantize_row_q8_0_ref(v, &q8_0, 32);
+    int sum = 0;
+    for (int j = 0; j < 32; j++)
+        sum += q8_1.qs[j];
+    CHECK(q8_1.d == q8_0.d && memcmp(q8_1.qs, q8_0.qs, 32) == 0);
+    CHECK(cv_fp16_to_fp32(q8_1.s) == (float)sum && sum == 127 + 4 * (-2 - 2 + 0 + 0 + 2 + 2 + 4 + 4) - 2);
+}
+
+/* |d| of the block of a row of type t that holds element j. */
+static float block_scale_at(cv_type t, const void *row, int j)
+{
+    cv_fp16 d;
+    memcpy(&d, (const char *)row + cv_row_bytes(t, 32) * (size_t)(j / 32), sizeof d);
+    return fabsf(cv_fp16_to_fp32(d));
+}
+
 /* Quantize then dequantize: within the step of each block. */
 static void test_round_trip(void)
 {
@@ -298,8 +362,10 @@ static void test_round_trip(void)
             case CV_TYPE_F32: tol = 0.0f; break;
             case CV_TYPE_F16: tol = fabsf(x[j]) * 0x1p-11f + 0x1p-25f; break;
             case CV_TYPE_BF16: tol = fabsf(x[j]) * 0x1p-8f; break;
-            case CV_TYPE_Q8_0: tol = 0.57f * fabsf(cv_fp16_to_fp32(((block_q8_0 *)q)[j / QK8_0].d)); break;
-            default: tol = 1.01f * fabsf(cv_fp16_to_fp32(((block_q4_0 *)q)[j / QK4_0].d)); break;
+            case CV_TYPE_Q8_0: tol = 0.57f * block_scale_at(CV_TYPE_Q8_0, q, j); break;
+            /* half the widest gap (24) between values; past 113 (as -127 of the other sign) they clip */
+            case CV_TYPE_IQ4_NL: tol = 16.0f * block_scale_at(CV_TYPE_IQ4_NL, q, j); break;
+            default: tol = 1.01f * block_scale_at(weight_types[i], q, j); break;
             }
             if (fabsf(x[j] - y[j]) > tol) {
                 CHECKF(0, "%s element %d: %.9g -> %.9g (tol %g)", tt->name, j, x[j], y[j], tol);
@@ -310,6 +376,23 @@ static void test_round_trip(void)
     free(x);
     free(y);
     free(q);
+}
+
+/* A Q5_1 row's minimum meets the activation sums s as stored (fp16, of
+ * the unrounded scale): what that adds to the dot of the dequantized rows
+ * (xd, the dequantized Q8_1 row). */
+static double q8_1_sum_rounding(const void *w, const void *x, const float *xd, int n)
+{
+    const block_q5_1 *wb = w;
+    const block_q8_1 *xb = x;
+    double add = 0;
+    for (int b = 0; b < n / 32; b++) {
+        double sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += xd[32 * b + j];
+        add += (double)cv_fp16_to_fp32(wb[b].m) * ((double)cv_fp16_to_fp32(xb[b].s) - sum);
+    }
+    return add;
 }
 
 /* vec_dot against a double-precision dot of the dequantized rows. */
@@ -336,6 +419,8 @@ static void test_vec_dot_accuracy(void)
                 dot += (double)wd[j] * xd[j];
                 mag += fabs((double)wd[j] * xd[j]);
             }
+            if (tt->vec_dot_type == CV_TYPE_Q8_1)
+                dot += q8_1_sum_rounding(wq, xq, xd, n);
             float got = tt->vec_dot(n, wq, xq);
             CHECKF(fabs(got - dot) <= 1e-5 * mag + 1e-30, "%s n=%d: %.9g vs %.9g (mag %g)", tt->name, n,
                    got, dot, mag);
@@ -350,17 +435,61 @@ static void test_vec_dot_accuracy(void)
 }
 
 /* Raw random quant bytes (every int8 and nibble value, -128 included) with
- * finite random scales, for n_rows rows of type t (Q4_0 or Q8_0). */
+ * finite random scales (d, and Q5_1's m, Q8_1's s), for n_rows rows of
+ * type t (a block type with d first). */
 static void fill_raw_blocks(cv_type t, void *rows, int n, int n_rows)
 {
     const cv_type_traits *tt = cv_type_get(t);
+    const int n_scales = t == CV_TYPE_Q5_1 || t == CV_TYPE_Q8_1 ? 2 : 1;
     size_t n_blocks = (size_t)n_rows * (size_t)(n / tt->blck_size);
     uint8_t *p = rows;
     for (size_t b = 0; b < n_blocks; b++, p += tt->type_size) {
         for (size_t j = 0; j < tt->type_size; j++)
             p[j] = (uint8_t)rng_next();
-        cv_fp16 d = cv_fp32_to_fp16(rng_float() * 0.01f);
-        memcpy(p, &d, sizeof d);
+        for (int k = 0; k < n_scales; k++) {
+            cv_fp16 d = cv_fp32_to_fp16(rng_float() * 0.01f);
+            memcpy(p + k * sizeof d, &d, sizeof d);
+        }
+    }
+}
+
+/* Q5_0, Q5_1 and IQ4_NL on raw random blocks against raw activations, and
+ * at their largest sums (every quant at its most negative value against
+ * activations of -128), where vec_dot_ref is exact: the SIMD kernels give
+ * its bits. */
+static void test_vec_dot_raw_quants32(void)
+{
+    enum { NB = 67 };
+    static const cv_type types[] = {CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL};
+    static uint8_t w[NB * 36], x[NB * 36];
+    for (int ti = 0; ti < 3; ti++) {
+        const cv_type_traits *tt = cv_type_get(types[ti]);
+        for (int rep = 0; rep < 20; rep++) {
+            fill_raw_blocks(types[ti], w, NB * 32, 1);
+            fill_raw_blocks(tt->vec_dot_type, x, NB * 32, 1);
+            for (int nb = 1; nb <= NB; nb += 11) {
+                const float a = tt->vec_dot(nb * 32, w, x), b = tt->vec_dot_ref(nb * 32, w, x);
+                CHECKF(same_bits(a, b), "%s raw n=%d: %.9g vs %.9g", tt->name, nb * 32, a, b);
+            }
+        }
+        /* quants 0 (Q5_0: -16, IQ4_NL: -127, Q5_1: 31 with qh all set), d 1, m 0; y -128, d 1, s 0 */
+        const size_t wb = tt->type_size, xb = cv_type_get(tt->vec_dot_type)->type_size;
+        memset(w, 0, sizeof w);
+        memset(x, 0x80, sizeof x);
+        for (int b = 0; b < NB; b++) {
+            const cv_fp16 one = cv_fp32_to_fp16(1.0f);
+            memcpy(w + b * wb, &one, sizeof one);
+            memcpy(x + b * xb, &one, sizeof one);
+            if (types[ti] == CV_TYPE_Q5_1) {
+                memset(w + b * wb + 4, 0xff, 20); /* qh and qs: every quant 31 */
+                memset(x + b * xb + 2, 0, 2);
+            }
+        }
+        const double per_block = types[ti] == CV_TYPE_Q5_0 ? 16.0 * 128 * 32 : types[ti] == CV_TYPE_Q5_1 ? -31.0 * 128 * 32
+                                                                                              : 127.0 * 128 * 32;
+        const float a = tt->vec_dot(NB * 32, w, x), b = tt->vec_dot_ref(NB * 32, w, x);
+        CHECKF(b == per_block * NB && same_bits(a, b), "%s extremes: %.9g, ref %.9g, exact %.9g", tt->name, a, b,
+               per_block * NB);
     }
 }
 
@@ -424,11 +553,12 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
 static void test_matmul_rows(void)
 {
     static const cv_type matmul_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
-                                           CV_TYPE_Q4_0, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
+                                           CV_TYPE_Q4_0, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
+                                           CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL};
     static const int widths[] = {32, 100, 256, 1056, 2080, 2304, 8192};
     static const int row_counts[] = {3, 8, 9, 16, 37};
     static const int token_counts[] = {1, 2, 3, 4, 5, 7, 8, 17, 33, 64};
-    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 8 };
+    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 11 };
     const size_t y_size = (MM_MAX_TOKENS + 1) * MM_LDY * sizeof(float);
     float *wf = malloc(MM_MAX_ROWS * MM_MAX_N * sizeof(float)), *xf = malloc(MM_MAX_N * sizeof(float));
     char *wq = malloc(MM_MAX_ROWS * MM_MAX_N * 4), *xq = malloc(MM_MAX_TOKENS * (MM_MAX_N * 4 + 8));
@@ -665,8 +795,10 @@ int main(void)
     TEST_RUN(test_type_table);
     TEST_RUN(test_vec_dot_matches_ref);
     TEST_RUN(test_vec_dot_raw_blocks);
+    TEST_RUN(test_vec_dot_raw_quants32);
     TEST_RUN(test_from_float_matches_ref);
     TEST_RUN(test_quantizer_rules);
+    TEST_RUN(test_quantizer_rules_quants32);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_vec_dot_accuracy);
     TEST_RUN(test_matmul_rows);

@@ -143,6 +143,16 @@ static inline void transpose8_i32(const __m256i v[8], __m256i out[8])
     }
 }
 
+/* The 32 quants of a Q4_0 block (and the low 4 bits of Q5_0/Q5_1, the
+ * indices of IQ4_NL) as unsigned bytes 0..15 in element order: element
+ * j < 16 is the low nibble of packed[j], j >= 16 the high nibble of
+ * packed[j-16]. */
+static inline __m256i unpack_q4_0(const uint8_t *packed)
+{
+    __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(15));
+}
+
 /* The 16 bsums of a Q8_K block summed in pairs (int16, as the reference
  * does): 16-bit lane j is the sum of sub-block j's 32 quants. */
 static inline __m128i bsum_pairs(const int16_t *bsums)

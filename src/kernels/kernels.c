@@ -26,6 +26,7 @@
 
 #include "kernels/kernels_impl.h"
 #include "kernels/kquants.h"
+#include "kernels/quants32.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -51,6 +52,18 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
                       .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_q4_0,
                       .from_float = quantize_row_q4_0, .quantize = quantize_row_q4_0,
                       .vec_dot = vec_dot_q4_0_q8_0_ref, .vec_dot_ref = vec_dot_q4_0_q8_0_ref},
+    [CV_TYPE_Q5_0] = {.name = "Q5_0", .blck_size = QK5_0, .type_size = sizeof(block_q5_0), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_q5_0,
+                      .from_float = quantize_row_q5_0, .quantize = quantize_row_q5_0,
+                      .vec_dot = vec_dot_q5_0_q8_0_ref, .vec_dot_ref = vec_dot_q5_0_q8_0_ref},
+    [CV_TYPE_Q5_1] = {.name = "Q5_1", .blck_size = QK5_1, .type_size = sizeof(block_q5_1), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_1, .to_float = dequantize_row_q5_1,
+                      .from_float = quantize_row_q5_1, .quantize = quantize_row_q5_1,
+                      .vec_dot = vec_dot_q5_1_q8_1_ref, .vec_dot_ref = vec_dot_q5_1_q8_1_ref},
+    [CV_TYPE_IQ4_NL] = {.name = "IQ4_NL", .blck_size = QK4_NL, .type_size = sizeof(block_iq4_nl),
+                        .is_quantized = true, .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_iq4_nl,
+                        .from_float = quantize_row_iq4_nl, .quantize = quantize_row_iq4_nl,
+                        .vec_dot = vec_dot_iq4_nl_q8_0_ref, .vec_dot_ref = vec_dot_iq4_nl_q8_0_ref},
     [CV_TYPE_Q4_K] = {.name = "Q4_K", .blck_size = QK_K, .type_size = sizeof(block_q4_K), .is_quantized = true,
                       .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q4_K,
                       .from_float = quantize_row_q4_K, .quantize = quantize_row_q4_K,
@@ -67,6 +80,9 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
     [CV_TYPE_Q8_K] = {.name = "Q8_K", .blck_size = QK_K, .type_size = sizeof(block_q8_K), .is_quantized = true,
                       .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q8_K,
                       .from_float = quantize_row_q8_K},
+    [CV_TYPE_Q8_1] = {.name = "Q8_1", .blck_size = QK8_1, .type_size = sizeof(block_q8_1), .is_quantized = true,
+                      .vec_dot_type = CV_TYPE_Q8_1, .to_float = dequantize_row_q8_1,
+                      .from_float = quantize_row_q8_1},
 };
 
 /* The SIMD versions of a type's vec_dot and from_float, NULL keeping the
@@ -118,6 +134,9 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .matmul_interleaved = matmul_interleaved_q5_K_avx2},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
                       .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+    [CV_TYPE_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_avx2},
+    [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_avx2},
+    [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
@@ -157,6 +176,9 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
     [CV_TYPE_Q4_K] = {.vec_dot = vec_dot_q4_K_q8_K_neon},
     [CV_TYPE_Q5_K] = {.vec_dot = vec_dot_q5_K_q8_K_neon},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_neon},
+    [CV_TYPE_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_neon},
+    [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_neon},
+    [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_neon},
 };
 #endif
 

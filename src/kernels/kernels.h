@@ -4,8 +4,8 @@
  * Contract:
  * - A weight row of type T is multiplied with an activation row converted
  *   to traits(T)->vec_dot_type (F32 for F32, F16 for F16, BF16 for BF16,
- *   Q8_0 for Q4_0 and Q8_0, Q8_K for the K-quants), as llama.cpp's CPU
- *   backend does, so results can match it.
+ *   Q8_0 for Q4_0, Q5_0, IQ4_NL and Q8_0, Q8_1 for Q5_1, Q8_K for the
+ *   K-quants), as llama.cpp's CPU backend does, so results can match it.
  * - Every kernel has a scalar `_ref` version (portable C, no intrinsics)
  *   and where it pays an AVX2+FMA+F16C version (and a NEON version). The
  *   reference sums in the SIMD kernel's lane order and uses fmaf where the

@@ -118,15 +118,6 @@ static inline __m256i lanes_q8_0_q8_0(q8_0_wide p, q8_0_wide q)
     return _mm256_add_epi32(_mm256_madd_epi16(p.lo, q.lo), _mm256_madd_epi16(p.hi, q.hi));
 }
 
-/* The 32 quants of a Q4_0 block as unsigned bytes 0..15 in element order:
- * element j < 16 is the low nibble of packed[j], j >= 16 the high nibble of
- * packed[j-16]. */
-static inline __m256i unpack_q4_0(const uint8_t *packed)
-{
-    __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(15));
-}
-
 /* maddubs(8, y): the pair sums of 8 * y, what the -8 offset of Q4_0 takes
  * off the pair sums of q4 * y. Depends on the activation block only. */
 static inline __m256i offset_q4_0(__m256i y)

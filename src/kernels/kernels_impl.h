@@ -16,12 +16,17 @@
  * sum = hsum8((acc0+acc1) + (acc2+acc3)) (lane-wise), and each remaining
  * element i (n % 32 of them, in order) does sum = fma(w[i], x[i], sum).
  *
- * Q8_0 and Q4_0 weights with a Q8_0 activation row: per block b, the
- * exact int32 sum s of w * y (Q4_0: (q - 8) * y) over its 32 elements,
- * then acc[b % 8] = fma(d, (float)s, acc[b % 8]) with d = fp16(w.d) *
+ * Q8_0, Q4_0, Q5_0 and IQ4_NL weights with a Q8_0 activation row: per
+ * block b, the exact int32 sum s of w * y (Q4_0: (q - 8) * y, Q5_0:
+ * (q - 16) * y, IQ4_NL: kvalues_iq4nl[q] * y) over its 32 elements, then
+ * acc[b % 8] = fma(d, (float)s, acc[b % 8]) with d = fp16(w.d) *
  * fp16(x.d) (exact in f32), one 8-lane accumulator; result hsum8(acc).
  * One sum per block lets vec_dot do 8 blocks per fma and a tile keep 8
  * rows in the lanes of a vector.
+ *
+ * Q5_1 weights with a Q8_1 activation row: the same with s the sum of
+ * q * y, and then the minimum: acc[b % 8] = fma(fp16(w.m), fp16(x.s),
+ * fma(d, (float)s, acc[b % 8])).
  *
  * Q8_0 activation quantizer (quantize_row_q8_0_*), llama.cpp's AVX2 rule:
  * per block of 32, with max(a, b) = a > b ? a : b (x86 maxps):
@@ -155,6 +160,8 @@ float vec_dot_bf16_ref(int n, const void *w, const void *x);
 float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
 float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
+/* The activation rule for one block of 32 (d and qs); returns amax. */
+float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs);
 void convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
 float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x);
 void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);

@@ -176,26 +176,30 @@ void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
     interleave_words(rows, row_bytes, n / QK4_0, sizeof(block_q4_0), 4, out);
 }
 
+float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs)
+{
+    float m[8];
+    for (int l = 0; l < 8; l++)
+        m[l] = max_x86(max_x86(fabsf(x[l]), fabsf(x[8 + l])), max_x86(fabsf(x[16 + l]), fabsf(x[24 + l])));
+    for (int l = 0; l < 4; l++)
+        m[l] = max_x86(m[l], m[l + 4]);
+    for (int l = 0; l < 2; l++)
+        m[l] = max_x86(m[l], m[l + 2]);
+    const float amax = max_x86(m[0], m[1]);
+    *d = cv_fp32_to_fp16(amax / 127.0f);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < QK8_0; j++) {
+        int32_t v = cvt_int32_x86(rintf(x[j] * id));
+        qs[j] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+    }
+    return amax;
+}
+
 void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
 {
     block_q8_0 *y = vy;
-    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
-        float m[8];
-        for (int l = 0; l < 8; l++)
-            m[l] = max_x86(max_x86(fabsf(x[l]), fabsf(x[8 + l])),
-                           max_x86(fabsf(x[16 + l]), fabsf(x[24 + l])));
-        for (int l = 0; l < 4; l++)
-            m[l] = max_x86(m[l], m[l + 4]);
-        for (int l = 0; l < 2; l++)
-            m[l] = max_x86(m[l], m[l + 2]);
-        float amax = max_x86(m[0], m[1]);
-        y[b].d = cv_fp32_to_fp16(amax / 127.0f);
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        for (int j = 0; j < QK8_0; j++) {
-            int32_t v = cvt_int32_x86(rintf(x[j] * id));
-            y[b].qs[j] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
-        }
-    }
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0)
+        quantize_block_q8_0_ref(x, &y[b].d, y[b].qs);
 }
 
 void convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)

@@ -22,11 +22,15 @@ typedef enum cv_type {
     CV_TYPE_F32 = 0,
     CV_TYPE_F16 = 1,
     CV_TYPE_Q4_0 = 2,
+    CV_TYPE_Q5_0 = 6,
+    CV_TYPE_Q5_1 = 7,
     CV_TYPE_Q8_0 = 8,
+    CV_TYPE_Q8_1 = 9,
     CV_TYPE_Q4_K = 12,
     CV_TYPE_Q5_K = 13,
     CV_TYPE_Q6_K = 14,
     CV_TYPE_Q8_K = 15,
+    CV_TYPE_IQ4_NL = 20,
     CV_TYPE_BF16 = 30,
     CV_TYPE_COUNT = 40 /* bound on ids we index tables with, not a type */
 } cv_type;
@@ -47,6 +51,44 @@ typedef struct {
     int8_t qs[QK8_0]; /* value = q * d */
 } block_q8_0;
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+/* Q5_0, Q5_1: the quants of Q4_0's layout with a fifth bit each, bit j of
+ * qh (read as a little-endian uint32) for element j. */
+#define QK5_0 32
+typedef struct {
+    cv_fp16 d;             /* scale */
+    uint8_t qh[4];         /* fifth bits */
+    uint8_t qs[QK5_0 / 2]; /* low 4 bits, as Q4_0; value = (q - 16) * d */
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+
+#define QK5_1 32
+typedef struct {
+    cv_fp16 d;             /* scale */
+    cv_fp16 m;             /* minimum */
+    uint8_t qh[4];         /* fifth bits */
+    uint8_t qs[QK5_1 / 2]; /* low 4 bits, as Q4_0; value = q * d + m */
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+
+/* Q8_1: Q8_0 with the sum of the block's values, which a weight's minimum
+ * (Q5_1) meets. Activations only. */
+#define QK8_1 32
+typedef struct {
+    cv_fp16 d;        /* scale */
+    cv_fp16 s;        /* d * sum of qs */
+    int8_t qs[QK8_1]; /* value = q * d */
+} block_q8_1;
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
+
+/* IQ4_NL: Q4_0's layout, the nibble an index into a fixed non-linear table
+ * (kvalues_iq4nl, quants32.h); value = kvalues_iq4nl[q] * d. */
+#define QK4_NL 32
+typedef struct {
+    cv_fp16 d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
