@@ -28,11 +28,14 @@ static const char *ftype_name(uint32_t ftype)
     case 1: return "MOSTLY_F16";
     case 2: return "MOSTLY_Q4_0";
     case 7: return "MOSTLY_Q8_0";
+    case 8: return "MOSTLY_Q5_0";
+    case 9: return "MOSTLY_Q5_1";
     case 14: return "MOSTLY_Q4_K_S";
     case 15: return "MOSTLY_Q4_K_M";
     case 16: return "MOSTLY_Q5_K_S";
     case 17: return "MOSTLY_Q5_K_M";
     case 18: return "MOSTLY_Q6_K";
+    case 25: return "MOSTLY_IQ4_NL";
     case 32: return "MOSTLY_BF16";
     default: return "other";
     }

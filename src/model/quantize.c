@@ -61,9 +61,12 @@ int cv_quant_file_type(cv_type t)
     case CV_TYPE_F16: return 1;
     case CV_TYPE_Q4_0: return 2;
     case CV_TYPE_Q8_0: return 7;
+    case CV_TYPE_Q5_0: return 8;
+    case CV_TYPE_Q5_1: return 9;
     case CV_TYPE_Q4_K: return 14;
     case CV_TYPE_Q5_K: return 16;
     case CV_TYPE_Q6_K: return 18;
+    case CV_TYPE_IQ4_NL: return 25;
     case CV_TYPE_BF16: return 32;
     default: return -1;
     }

@@ -16,8 +16,8 @@
  *   itself stops with "no tensor type fallback is defined" for Q4_0/Q8_0.)
  * - cv_quant_file_type: llama.cpp's general.file_type (enum llama_ftype)
  *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
- *   Q8_0 7, Q4_K 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18, BF16 32; -1 for
- *   types that are not weight types.
+ *   Q8_0 7, Q5_0 8, Q5_1 9, Q4_K 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18,
+ *   IQ4_NL 25, BF16 32; -1 for types that are not weight types.
  * - Rows are converted with the types' traits: the source's to_float, then
  *   the target's `quantize` (llama.cpp's reference quantizer, what
  *   llama-quantize writes without an importance matrix). cv_kernels_init()
