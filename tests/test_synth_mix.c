@@ -8,7 +8,8 @@
  * 4, 7, 10, 13, 14, 15), the other matrices the base type. The Q4_K_M
  * synth-mini model loads and generates, and its logits stay near those of
  * the F32 synth-mini model (the same f32 values, quantized), nearer than
- * plain Q4_K's. */
+ * plain Q4_K's. The fallbacks of rows that do not fit a type's blocks are
+ * llama.cpp's. */
 #include <math.h>
 
 #include "convoy.h"
@@ -185,6 +186,19 @@ static void test_q4_k_m_runs(void)
     CHECKF(r_mix < r_q4k, "Q4_K_M (%g) not nearer F32 than Q4_K (%g)", r_mix, r_q4k);
 }
 
+/* llama.cpp's fallbacks: a K-quant to a type of block 32 (Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0), else, as for the types of block 32, F16. */
+static void test_fit_type_fallbacks(void)
+{
+    CHECK(cv_quant_fit_type(CV_TYPE_Q4_K, 2048) == CV_TYPE_Q4_K);
+    CHECK(cv_quant_fit_type(CV_TYPE_Q4_K, 96) == CV_TYPE_Q5_0);
+    CHECK(cv_quant_fit_type(CV_TYPE_Q5_K, 96) == CV_TYPE_Q5_1);
+    CHECK(cv_quant_fit_type(CV_TYPE_Q6_K, 96) == CV_TYPE_Q8_0);
+    CHECK(cv_quant_fit_type(CV_TYPE_Q4_K, 172) == CV_TYPE_F16);
+    CHECK(cv_quant_fit_type(CV_TYPE_Q5_0, 96) == CV_TYPE_Q5_0);
+    CHECK(cv_quant_fit_type(CV_TYPE_IQ4_NL, 100) == CV_TYPE_F16);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/convoy-test-synth-mix-XXXXXX");
@@ -192,6 +206,7 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    TEST_RUN(test_fit_type_fallbacks);
     TEST_RUN(test_q4_k_m_mini_types);
     TEST_RUN(test_q5_k_m_16_layers_types);
     TEST_RUN(test_q4_k_m_runs);

@@ -72,8 +72,8 @@ check "synth reports the 5 ffn_down fallbacks (rows of 172)" \
 check "synth prints the fingerprint" grep -Eq 'fingerprint [0-9a-f]{16}$' "$TMP/synth.out"
 
 "$CONVOY" synth --shape tiny --type Q4_K -o "$TMP/tiny-q4k.gguf" 2> "$TMP/synth.err" > /dev/null
-check "synth tiny Q4_K: rows of 64 fall back to Q8_0 (as llama.cpp's Q6_K -> Q8_0)" \
-    test "$(grep -c 'rows of 64 do not fit Q4_K blocks, using Q8_0' "$TMP/synth.err")" -eq 32
+check "synth tiny Q4_K: rows of 64 fall back to Q5_0 (as llama.cpp's Q4_K -> Q5_0)" \
+    test "$(grep -c 'rows of 64 do not fit Q4_K blocks, using Q5_0' "$TMP/synth.err")" -eq 32
 check "synth tiny Q4_K: rows of 172 fall back to F16" \
     test "$(grep -c 'ffn_down.weight: rows of 172 do not fit Q4_K blocks, using F16' "$TMP/synth.err")" -eq 5
 

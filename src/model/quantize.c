@@ -50,7 +50,7 @@ cv_type cv_quant_fit_type(cv_type want, int64_t row_len)
     if (blck <= 0 || row_len % blck == 0)
         return want;
     if (blck == QK_K && row_len % QK8_0 == 0)
-        return CV_TYPE_Q8_0;
+        return want == CV_TYPE_Q4_K ? CV_TYPE_Q5_0 : want == CV_TYPE_Q5_K ? CV_TYPE_Q5_1 : CV_TYPE_Q8_0;
     return CV_TYPE_F16;
 }
 

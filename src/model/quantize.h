@@ -8,12 +8,11 @@
  *   (norms, 1-D tensors) is copied unchanged.
  * - cv_quant_fit_type: the type a matrix with rows of row_len elements gets
  *   when `want` is requested. If row_len is a multiple of want's block size
- *   that is `want`. Otherwise the nearest type that fits: a K-quant (block
- *   256) falls back to Q8_0 (llama.cpp: Q6_K -> Q8_0; its Q5_0/Q5_1 targets
- *   for Q4_K/Q5_K are not convoy types, so Q8_0, the next better one), and
- *   when that does not fit either, or for Q4_0/Q8_0 (block 32), to F16,
- *   llama.cpp's last-resort fallback for unusual shapes. (llama-quantize
- *   itself stops with "no tensor type fallback is defined" for Q4_0/Q8_0.)
+ *   that is `want`. Otherwise llama.cpp's fallback, a type of block 32: Q4_K
+ *   -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and when that does not fit either,
+ *   or for the types of block 32, F16, llama.cpp's last-resort fallback for
+ *   unusual shapes. (llama-quantize itself stops with "no tensor type
+ *   fallback is defined" for the types of block 32.)
  * - cv_quant_file_type: llama.cpp's general.file_type (enum llama_ftype)
  *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
  *   Q8_0 7, Q5_0 8, Q5_1 9, Q4_K 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18,
