@@ -10,7 +10,9 @@
 #    the output head) naming it;
 # 3. one byte flipped in blk.0.attn_q.weight (the head's own layers) or in
 #    token_embd.weight (a stage reads hidden states, not embeddings) is
-#    accepted, and the chain generates what one machine does.
+#    accepted, and the chain generates what one machine does;
+# 4. a restarted stage reads its hashes from the cache beside its model,
+#    and a link planted as the cache's temporary file is not followed.
 #
 # Usage (CTest passes these): test_fingerprint.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
@@ -99,6 +101,29 @@ if grep -q "hashes from $tmp/embd.gguf.convoy-hashes" "$tmp/stage.log"; then
     pass "a restarted stage reads its hashes from the cache"
 else
     fail "no cache hit on restart: $(cat "$tmp/stage.log")"
+fi
+
+# A link planted where a stage writes its cache's temporary file (MODEL.
+# convoy-hashes.PID.tmp) is replaced, not followed: the file it points to
+# keeps its bytes and the cache is written.
+cp "$tmp/embd.gguf" "$tmp/linked.gguf"
+echo keep >"$tmp/victim"
+port="$(free_port)"
+(
+    ln -s "$tmp/victim" "$tmp/linked.gguf.convoy-hashes.$BASHPID.tmp"
+    exec "$convoy" stage --listen "127.0.0.1:$port" -m "$tmp/linked.gguf" 2>"$tmp/linked.log"
+) &
+linked_pid=$!
+for _ in $(seq 100); do
+    [[ -f "$tmp/linked.gguf.convoy-hashes" ]] && break
+    sleep 0.1
+done
+kill "$linked_pid" 2>/dev/null
+wait "$linked_pid" 2>/dev/null
+if [[ "$(cat "$tmp/victim")" == keep && -f "$tmp/linked.gguf.convoy-hashes" && ! -L "$tmp/linked.gguf.convoy-hashes" ]]; then
+    pass "a link planted as the cache's temporary file is not followed"
+else
+    fail "the planted link: victim holds '$(head -c 40 "$tmp/victim")'; $(ls -l "$tmp"/linked.gguf.convoy-hashes* 2>&1 | tr '\n' ' ')"
 fi
 
 [[ "$failures" -eq 0 ]]

@@ -11,6 +11,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -432,6 +433,20 @@ static bool cache_read(const char *p, const file_key *k, const uint8_t meta[CV_H
     return ok;
 }
 
+/* A new file at path, never one that is there: a link planted under the
+ * name is removed, not followed (O_EXCL refuses it, unlink drops the link
+ * itself). NULL with errno set. */
+static FILE *create_new(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(path) == 0)
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !fp)
+        close(fd);
+    return fp;
+}
+
 /* Writes the cache at p through a temporary file renamed into place, so a
  * reader never sees half a cache. */
 static int cache_write(const char *p, const cv_model_hashes *h, const file_key *k, char *err, size_t errlen)
@@ -442,7 +457,7 @@ static int cache_write(const char *p, const cv_model_hashes *h, const file_key *
         return cv_errf(err, errlen, "out of memory");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", p, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
+    FILE *fp = create_new(tmp);
     int rc = 0;
     if (!fp) {
         rc = cv_errf(err, errlen, "%s: %s", tmp, strerror(errno));
