@@ -35,14 +35,15 @@
  * drafter's measured seconds per draft, or for the head's measured busy
  * time per window: c, the longest. Windows go out every
  * max(R / D, c): beyond D = R / c they only queue. A run of live windows
- * ends at a cut (1 / (1 - p) windows on average), and the D - 1 windows
- * sent behind the cut before its result came back are stale: so the
- * tokens per second are proportional to
- * 1 / ((1 + (D - 1)(1 - p)) max(R / D, c)), and the next D maximizes it.
- * c comes from the stages' speed probes (decode's cost per token, more
- * than a batched window's), so D errs low where compute binds (a LAN),
- * and a long round trip takes all the windows allowed. A fixed D
- * (--spec-windows) skips this. */
+ * ends at a cut (n = 1 / (1 - p) windows on average): the run's first
+ * result comes R after the cut was known, the others every max(R / D, c),
+ * and the D - 1 windows sent behind the cut are stale. They cost time
+ * only where they hold the slowest stage or the head longer than the
+ * round trip hides ((D - 1) c - R, when positive). So the tokens per
+ * second are proportional to n / (R + (n - 1) max(R / D, c) +
+ * max(0, (D - 1) c - R)), and the next D maximizes it: all the windows
+ * allowed behind a long round trip, one where the head or a stage binds.
+ * A fixed D (--spec-windows) skips this. */
 #include <math.h>
 
 #include "convoy.h"
@@ -206,8 +207,10 @@ static int32_t choose_k(const convoy_spec *s, const spec_seq *q)
 /* Relative tokens per second of d windows in flight (the header). */
 static double windows_rate(double p, double round_s, double window_s, int32_t d)
 {
-    const double every = round_s / d > window_s ? round_s / d : window_s;
-    return 1.0 / ((1.0 + (d - 1) * (1.0 - p)) * every);
+    const double n_live = 1.0 / fmax(1.0 - p, 1e-6);
+    const double every = fmax(round_s / d, window_s);
+    const double stale = fmax(0.0, (d - 1) * window_s - round_s);
+    return n_live / (round_s + (n_live - 1.0) * every + stale);
 }
 
 int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max)
