@@ -92,16 +92,24 @@ typedef struct {
     float (*dot_ref)(int, const void *, const void *);
     float (*dot_simd)(int, const void *, const void *);
     /* bound on rms(error) / max|x| per super-block: about a quant step over
-     * sqrt(12) (range 2 max|x| over 15 or 31 steps; max|x| over 32 for Q6_K) */
+     * sqrt(12) (range 2 max|x| over 3, 7, 15 or 31 steps; max|x| over 32 for
+     * Q6_K) */
     double max_rel_rms;
+    size_t half_at; /* offset of the block's fp16 fields (d, then dmin) */
+    int n_half;
 } kq_type;
 
 static const kq_type kq_types[] = {
-    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04},
-    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02},
-    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01},
+    {"Q2_K", sizeof(block_q2_K), quantize_row_q2_K, dequantize_row_q2_K, vec_dot_q2_K_q8_K_ref, SIMD_DOT(q2_K), 0.25,
+     offsetof(block_q2_K, d), 2},
+    {"Q3_K", sizeof(block_q3_K), quantize_row_q3_K, dequantize_row_q3_K, vec_dot_q3_K_q8_K_ref, SIMD_DOT(q3_K), 0.1,
+     offsetof(block_q3_K, d), 1},
+    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04, 0, 2},
+    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02, 0, 2},
+    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01, offsetof(block_q6_K, d), 1},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
+static const cv_type kq_ids[N_TYPES] = {CV_TYPE_Q2_K, CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
 
 static void test_scale_min_packing(void)
 {
@@ -353,10 +361,8 @@ static void test_vec_dot_random_bytes(void)
             for (int b = 0; b < N / QK_K; b++) {
                 uint8_t *blk = wq + b * ty->block_bytes;
                 /* fp16 fields with a finite exponent */
-                size_t off = t == 2 ? offsetof(block_q6_K, d) : 0;
-                int n_half = t == 2 ? 1 : 2;
-                for (int h = 0; h < n_half; h++)
-                    blk[off + 2 * h + 1] &= 0x3b;
+                for (int h = 0; h < ty->n_half; h++)
+                    blk[ty->half_at + 2 * h + 1] &= 0x3b;
                 for (size_t i = 0; i < sizeof(block_q8_K); i++)
                     ((uint8_t *)&xq[b])[i] = (uint8_t)rng_u32();
                 xq[b].d = rng_normal();
@@ -427,22 +433,21 @@ static void test_q8_K_simd_matches_ref(void)
  * cv_kernels_init selects. */
 static void test_type_table(void)
 {
-    static const cv_type ids[] = {CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
     cv_kernels_init(0);
     int simd = strcmp(cv_kernels_name(), "ref") != 0;
     for (int t = 0; t < N_TYPES; t++) {
         const kq_type *ty = &kq_types[t];
-        const cv_type_traits *tt = cv_type_get(ids[t]);
+        const cv_type_traits *tt = cv_type_get(kq_ids[t]);
         CHECKF(tt != NULL, "%s missing from the type table", ty->name);
         if (!tt)
             continue;
-        CHECK(strcmp(tt->name, ty->name) == 0 && cv_type_from_name(ty->name) == (int)ids[t]);
+        CHECK(strcmp(tt->name, ty->name) == 0 && cv_type_from_name(ty->name) == (int)kq_ids[t]);
         CHECK(tt->blck_size == QK_K && tt->type_size == ty->block_bytes && tt->is_quantized);
         CHECK(tt->vec_dot_type == CV_TYPE_Q8_K);
         CHECK(tt->to_float == ty->dequantize && tt->quantize == ty->quantize && tt->from_float == ty->quantize);
         CHECK(tt->vec_dot_ref == ty->dot_ref);
         CHECK(tt->vec_dot == (simd ? ty->dot_simd : ty->dot_ref));
-        CHECK(cv_row_bytes(ids[t], 4096) == 16 * ty->block_bytes && cv_row_bytes(ids[t], 100) == 0);
+        CHECK(cv_row_bytes(kq_ids[t], 4096) == 16 * ty->block_bytes && cv_row_bytes(kq_ids[t], 100) == 0);
     }
     const cv_type_traits *q8 = cv_type_get(CV_TYPE_Q8_K);
     CHECK(q8 != NULL);
@@ -479,7 +484,9 @@ static void check_quantized_file(const char *qname, const char *fname, int *n_kq
     }
     for (uint64_t t = 0; t < qf.n_tensors; t++) {
         const gguf_tensor *qt = &qf.tensors[t];
-        int ti = qt->type == CV_TYPE_Q4_K ? 0 : qt->type == CV_TYPE_Q5_K ? 1 : qt->type == CV_TYPE_Q6_K ? 2 : -1;
+        int ti = -1;
+        for (int k = 0; k < N_TYPES; k++)
+            ti = qt->type == kq_ids[k] ? k : ti;
         if (ti < 0)
             continue;
         const kq_type *ty = &kq_types[ti];

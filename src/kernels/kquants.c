@@ -19,9 +19,18 @@
  * The Q8_K quantizer is the only one convoy has, so every path sees the
  * same activation bytes.
  *
+ * Q2_K and Q3_K split a super-block into 16 sub-blocks of 16 with 2-bit
+ * quants (Q3_K: a third bit in hmask): Q2_K a 4-bit scale and min each, a
+ * weight d * scale * q - dmin * min; Q3_K a signed 6-bit scale each, a
+ * weight d * scale * (q - 4), q in 0..7.
+ *
  * Dot products: the _ref functions reproduce, operation for operation, the
  * float arithmetic of the SIMD kernels (kquants_avx2.c, kquants_neon.c).
  * The integer sums are exact, so only the float order has to match:
+ * - Q2_K: as Q4_K below, isum over 16 sub-blocks and msum = sum of min *
+ *   bsum (each an int16 of Q8_K's) into acc and accm; acc - accm.
+ * - Q3_K: the whole int32 sum of scale * (q * y) less 4 * scale * bsum,
+ *   acc = fma(d, (float)isum, acc) on one scalar; the result is acc.
  * - Q4_K, Q5_K: per super-block the whole int32 sum isum = sum of scale *
  *   q * y and the whole mins sum msum = sum of min * (bsum pair), then
  *   acc = fma(d, (float)isum, acc) and accm = fma(dmin, (float)msum, accm)
@@ -55,6 +64,33 @@ static inline int round_nearest(float f)
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ---- dequantization ---------------------------------------------------- */
+
+void dequantize_row_q2_K(const void *x, float *y, int64_t n)
+{
+    const block_q2_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(b[i].d);
+        const float dmin = cv_fp16_to_fp32(b[i].dmin);
+        for (int e = 0; e < QK_K; e++) {
+            const int s = b[i].scales[e / 16];
+            y[e] = d * (s & 0xF) * kq_q2_value(b[i].qs, e) - dmin * (s >> 4);
+        }
+        y += QK_K;
+    }
+}
+
+void dequantize_row_q3_K(const void *x, float *y, int64_t n)
+{
+    const block_q3_K *b = x;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(b[i].d);
+        int8_t sc[16];
+        kq_q3_scales(b[i].scales, sc);
+        for (int e = 0; e < QK_K; e++)
+            y[e] = d * sc[e / 16] * (kq_q3_value(&b[i], e) - 4);
+        y += QK_K;
+    }
+}
 
 void dequantize_row_q4_K(const void *x, float *y, int64_t n)
 {
@@ -121,11 +157,12 @@ void dequantize_row_q8_K(const void *x, float *y, int64_t n)
 /* ---- weight quantizers ------------------------------------------------- */
 
 /* Fits x[0..n) ~ scale * L - min_out with L in 0..nmax, minimizing the
- * error weighted by w: starts from the plain range fit, then tries nstep+1
- * grid scales (nmax + rmin + rdelta * is) / range and keeps the best least-
- * squares solution. Returns the scale, writes min_out >= 0 and L. */
+ * error weighted by w (squared, or absolute with mad): starts from the
+ * plain range fit, then tries nstep+1 grid scales (nmax + rmin + rdelta *
+ * is) / range and keeps the best least-squares solution. Returns the
+ * scale, writes min_out >= 0 and L. */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                           float *min_out, float rmin, float rdelta, int nstep)
+                           float *min_out, float rmin, float rdelta, int nstep, bool mad)
 {
     uint8_t Lt[32];
     float min = x[0], max = x[0];
@@ -152,7 +189,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     for (int i = 0; i < n; i++) {
         L[i] = (uint8_t)clamp_int(round_nearest(iscale * (x[i] - min)), 0, nmax);
         float diff = scale * L[i] + min - x[i];
-        best_err += w[i] * (diff * diff);
+        best_err += w[i] * (mad ? fabsf(diff) : diff * diff);
     }
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * is + nmax) / (max - min);
@@ -175,7 +212,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
             float err = 0;
             for (int i = 0; i < n; i++) {
                 float diff = s * Lt[i] + m - x[i];
-                err += w[i] * (diff * diff);
+                err += w[i] * (mad ? fabsf(diff) : diff * diff);
             }
             if (err < best_err) {
                 memcpy(L, Lt, (size_t)n);
@@ -189,10 +226,9 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale;
 }
 
-/* Symmetric fit x[0..n) ~ scale * (L - nmax), L - nmax in -nmax..nmax-1,
- * weighting each element by x^2: tries 19 scales around nmax / max|x| and
- * keeps the one with the largest sumlx^2 / suml2. Returns the scale. */
-static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
+/* The first element of x[0..n) of the largest magnitude (0 if none is
+ * above 0). */
+static float signed_max(int n, const float *x)
 {
     float max = 0, amax = 0;
     for (int i = 0; i < n; i++) {
@@ -202,7 +238,16 @@ static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
             max = x[i];
         }
     }
-    if (amax < 1e-15f) {
+    return max;
+}
+
+/* Symmetric fit x[0..n) ~ scale * (L - nmax), L - nmax in -nmax..nmax-1,
+ * weighting each element by x^2: tries 19 scales around nmax / max|x| and
+ * keeps the one with the largest sumlx^2 / suml2. Returns the scale. */
+static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
+{
+    const float max = signed_max(n, x);
+    if (fabsf(max) < 1e-15f) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -238,6 +283,150 @@ static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
     return scale;
 }
 
+/* Symmetric fit x[0..n) ~ scale * (L - nmax), L - nmax in -nmax..nmax-1,
+ * weighting each element by x^2 (Q3_K's): starts from nmax / max|x|,
+ * then up to 5 passes move single quants to where they raise sumlx^2 /
+ * suml2. Returns the scale sumlx / suml2. */
+static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L)
+{
+    const float max = signed_max(n, x);
+    if (fabsf(max) < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    const float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx <= 0)
+                continue;
+            float sl2 = suml2 - w * L[i] * L[i];
+            int l = clamp_int(round_nearest(x[i] * sl2 / slx), -nmax, nmax - 1);
+            if (l == L[i])
+                continue;
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+            if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (int8_t)l;
+                sumlx = slx;
+                suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        L[i] = (int8_t)(L[i] + nmax);
+    return sumlx / suml2;
+}
+
+/* Q2_K's and Q3_K's 2-bit quants L (0..3) into qs: weight 128h + 32j + l
+ * at bits 2j of qs[32h + l]. */
+static void pack_q2(const uint8_t L[QK_K], uint8_t qs[QK_K / 4])
+{
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *q = L + 128 * h + l;
+            qs[32 * h + l] = (uint8_t)(q[0] | q[32] << 2 | q[64] << 4 | q[96] << 6);
+        }
+}
+
+/* Q2_K: each sub-block of 16 fitted with a scale and a min (absolute error
+ * weighted by |x|), both quantized to 4 bits against the largest, then the
+ * quants again against the rounded ones. */
+void quantize_row_q2_K(const float *x, void *y, int64_t n)
+{
+    block_q2_K *b = y;
+    uint8_t L[QK_K];
+    float scales[16], mins[16], w[16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int s = 0; s < 16; s++) {
+            for (int l = 0; l < 16; l++)
+                w[l] = fabsf(x[16 * s + l]);
+            scales[s] = fit_scale_min(16, 3, x + 16 * s, w, L + 16 * s, &mins[s], -0.5f, 0.1f, 15, true);
+            max_scale = scales[s] > max_scale ? scales[s] : max_scale;
+            max_min = mins[s] > max_min ? mins[s] : max_min;
+        }
+        /* llama.cpp stores the rounded values' low bytes, unclamped */
+        const float is = max_scale > 0 ? 15.f / max_scale : 0.f, im = max_min > 0 ? 15.f / max_min : 0.f;
+        for (int s = 0; s < 16; s++)
+            b[i].scales[s] = (uint8_t)(max_scale > 0 ? round_nearest(is * scales[s]) : 0);
+        for (int s = 0; max_min > 0 && s < 16; s++)
+            b[i].scales[s] |= (uint8_t)(round_nearest(im * mins[s]) << 4);
+        b[i].d = cv_fp32_to_fp16(max_scale > 0 ? max_scale / 15.f : 0.f);
+        b[i].dmin = cv_fp32_to_fp16(max_min > 0 ? max_min / 15.f : 0.f);
+        for (int s = 0; s < 16; s++) {
+            const float d = cv_fp16_to_fp32(b[i].d) * (b[i].scales[s] & 0xF);
+            if (!d)
+                continue;
+            const float dm = cv_fp16_to_fp32(b[i].dmin) * (b[i].scales[s] >> 4);
+            for (int l = 0; l < 16; l++)
+                L[16 * s + l] = (uint8_t)clamp_int(round_nearest((x[16 * s + l] + dm) / d), 0, 3);
+        }
+        pack_q2(L, b[i].qs);
+    }
+}
+
+/* Q3_K: each sub-block of 16 fitted symmetrically (fit_scale_q3), the
+ * scales quantized to signed 6 bits against the largest in magnitude, then
+ * the quants again against the rounded ones. */
+void quantize_row_q3_K(const float *x, void *y, int64_t n)
+{
+    block_q3_K *b = y;
+    int8_t L[QK_K];
+    float scales[16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, amax = 0;
+        for (int s = 0; s < 16; s++) {
+            scales[s] = fit_scale_q3(16, 4, x + 16 * s, L + 16 * s);
+            if (fabsf(scales[s]) > amax) {
+                amax = fabsf(scales[s]);
+                max_scale = scales[s];
+            }
+        }
+        memset(b[i].scales, 0, sizeof b[i].scales);
+        b[i].d = 0;
+        if (max_scale != 0) {
+            const float iscale = -32.f / max_scale;
+            for (int s = 0; s < 16; s++) {
+                /* llama.cpp keeps the int8 of the rounded value, then clamps */
+                const int l = clamp_int((int8_t)round_nearest(iscale * scales[s]), -32, 31) + 32;
+                b[i].scales[s % 8] |= (uint8_t)((l & 0xF) << (4 * (s / 8)));
+                b[i].scales[8 + s % 4] |= (uint8_t)((l >> 4) << (2 * (s / 4)));
+            }
+            b[i].d = cv_fp32_to_fp16(1 / iscale);
+        }
+        int8_t sc[16];
+        kq_q3_scales(b[i].scales, sc);
+        for (int s = 0; s < 16; s++) {
+            const float d = cv_fp16_to_fp32(b[i].d) * sc[s];
+            if (!d)
+                continue;
+            for (int l = 0; l < 16; l++)
+                L[16 * s + l] = (int8_t)(clamp_int(round_nearest(x[16 * s + l] / d), -4, 3) + 4);
+        }
+        uint8_t low[QK_K];
+        memset(b[i].hmask, 0, sizeof b[i].hmask);
+        for (int e = 0; e < QK_K; e++) {
+            b[i].hmask[e % 32] |= (uint8_t)((L[e] >> 2) << (e / 32));
+            low[e] = (uint8_t)(L[e] & 3);
+        }
+        pack_q2(low, b[i].qs);
+    }
+}
+
 /* The shared part of Q4_K and Q5_K: fits the 8 sub-blocks of x (256
  * values), writes d, dmin and the packed 6-bit scales and mins, and the
  * final quants L (0..nmax) computed against the rounded scales. */
@@ -255,7 +444,7 @@ static void quantize_superblock_scale_min(const float *x, int nmax, float rmin, 
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++)
             w[l] = av_x + fabsf(xs[l]);
-        scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+        scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -363,15 +552,8 @@ void quantize_row_q8_K(const float *x, void *y, int64_t n)
 {
     block_q8_K *b = y;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        float max = 0, amax = 0;
-        for (int e = 0; e < QK_K; e++) {
-            float ax = fabsf(x[e]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[e];
-            }
-        }
-        if (!amax) {
+        const float max = signed_max(QK_K, x);
+        if (!max) {
             memset(&b[i], 0, sizeof(b[i]));
             x += QK_K;
             continue;
@@ -402,6 +584,50 @@ static float hsum8(const float v[8])
     for (int i = 0; i < 4; i++)
         t[i] = v[i] + v[i + 4];
     return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* Q2_K: per super-block the whole int32 sums isum = sum of scale * q * y
+ * and msum = sum of min * bsum over the 16 sub-blocks, then as Q4_K. */
+float vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    const block_q2_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t isum = 0, msum = 0;
+        for (int s = 0; s < 16; s++) {
+            int32_t dot = 0;
+            for (int e = 16 * s; e < 16 * s + 16; e++)
+                dot += kq_q2_value(wb[i].qs, e) * xb[i].qs[e];
+            isum += (wb[i].scales[s] & 0xF) * dot;
+            msum += (wb[i].scales[s] >> 4) * xb[i].bsums[s];
+        }
+        kq_fuse_dmin(&acc, &accm, xb[i].d, wb[i].d, wb[i].dmin, isum, msum);
+    }
+    return acc - accm;
+}
+
+/* Q3_K: per super-block the whole int32 sum of scale * (q - 4) * y, the
+ * offset 4 taken out through the bsums (sum of scale * (sum of q * y -
+ * 4 * bsum)); acc = fma(d, (float)isum, acc). */
+float vec_dot_q3_K_q8_K_ref(int n, const void *w, const void *x)
+{
+    const block_q3_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        kq_q3_scales(wb[i].scales, sc);
+        int32_t isum = 0;
+        for (int s = 0; s < 16; s++) {
+            int32_t dot = 0;
+            for (int e = 16 * s; e < 16 * s + 16; e++)
+                dot += kq_q3_value(&wb[i], e) * xb[i].qs[e];
+            isum += sc[s] * (dot - 4 * xb[i].bsums[s]);
+        }
+        acc = fmaf(xb[i].d * cv_fp16_to_fp32(wb[i].d), (float)isum, acc);
+    }
+    return acc;
 }
 
 /* Sub-block s (weights 32s..32s+31) of Q4_K, or of Q5_K with the fifth

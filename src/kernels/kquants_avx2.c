@@ -1,15 +1,17 @@
 /* kquants_avx2.c: K-quant dot products with AVX2, FMA and F16C.
  *
  * Each kernel works one super-block (256 weights) at a time:
- * - unsigned quants (0..15, 0..31, 0..63) times the int8 activations with
+ * - unsigned quants (0..3, 0..7, 0..15, 0..31, 0..63) times the int8 activations with
  *   _mm256_maddubs_epi16 (never saturates at these ranges), then
  *   _mm256_madd_epi16 with the sub-block scale;
  * - the per-sub-block terms that involve every weight of the sub-block
- *   (Q4_K/Q5_K mins, Q6_K's offset of 32) use the Q8_K bsums: for Q6_K they
- *   are subtracted exactly in the integer lanes, for Q4_K/Q5_K they form a
- *   separate sum with its own scale dmin;
- * - the float part is kquants.c's: Q4_K/Q5_K fuse the whole int32 sums of
- *   a super-block into two scalars (acc - accm at the end); Q6_K fuses 8
+ *   (Q2_K/Q4_K/Q5_K mins, Q3_K's offset of 4, Q6_K's of 32) use the Q8_K
+ *   bsums: for Q3_K and Q6_K they are subtracted exactly in the integer
+ *   lanes, for Q2_K/Q4_K/Q5_K they form a separate sum with its own scale
+ *   dmin;
+ * - the float part is kquants.c's: Q2_K/Q4_K/Q5_K fuse the whole int32
+ *   sums of a super-block into two scalars (acc - accm at the end), Q3_K
+ *   into one; Q6_K fuses 8
  *   int32 lanes (lane k: weights 4k..4k+3 of each group of 32) into 8
  *   floats and ends with hsum8 (avx2_impl.h).
  * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
@@ -79,6 +81,94 @@ static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *qs, 
         *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(*hb, 3), bit4));
         *hb = _mm256_srli_epi16(*hb, 2);
     }
+}
+
+/* Shuffles for group m (32 weights) of a 128-weight half whose 8 scales are
+ * 16-bit lanes in both 128-bit halves: scale 2m in the low 16 bytes
+ * (weights 0..15 of the group), scale 2m+1 in the high 16. */
+static inline void scale_pair_masks(__m256i pick[4])
+{
+    for (int m = 0; m < 4; m++)
+        pick[m] = _mm256_set_m128i(_mm_set1_epi16((short)(((4 * m + 3) << 8) | (4 * m + 2))),
+                                   _mm_set1_epi16((short)(((4 * m + 1) << 8) | (4 * m))));
+}
+
+/* Scales 8h..8h+7 of 16 (bytes of sc, signed with is_signed) as 16-bit
+ * lanes, in both 128-bit halves. */
+static inline __m256i scales_half(__m128i sc, int h, int is_signed)
+{
+    const __m128i s = h ? _mm_srli_si128(sc, 8) : sc;
+    return _mm256_broadcastsi128_si256(is_signed ? _mm_cvtepi8_epi16(s) : _mm_cvtepu8_epi16(s));
+}
+
+/* The int32 lanes of sum over the 16 sub-blocks of scale * (q * y) for 2-bit
+ * quants qs (Q2_K's layout) with, for Q3_K (hm not NULL), the third bits
+ * of hmask hm at bit 2: the sub-block scales sc as bytes (signed for
+ * Q3_K). */
+static inline __attribute__((always_inline)) __m256i dot_q23(const uint8_t *qs, const __m256i *hm, __m128i sc,
+                                                             const int8_t *y, const __m256i pick[4])
+{
+    const __m256i m3 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
+    __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i scales = scales_half(sc, h, hm != NULL);
+        const __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_and_si256(_mm256_srli_epi16(qb, 2 * j), m3);
+            if (hm) { /* bit 4h + j of each byte to bit 2 */
+                const int k = 4 * h + j;
+                const __m256i t = k >= 2 ? _mm256_srli_epi16(*hm, k - 2) : _mm256_slli_epi16(*hm, 2 - k);
+                q = _mm256_or_si256(q, _mm256_and_si256(t, bit2));
+            }
+            const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y + 128 * h + 32 * j)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, pick[j])));
+        }
+    }
+    return isum;
+}
+
+float vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x)
+{
+    const block_q2_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m256i pick[4];
+    scale_pair_masks(pick);
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&wb[i], sizeof wb[i]);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)wb[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const int32_t msum = sum8_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)xb[i].bsums)));
+        const __m256i isum = dot_q23(wb[i].qs, NULL, _mm_and_si128(sc8, m4), xb[i].qs, pick);
+        acc = fmaf(xb[i].d * _cvtsh_ss(wb[i].d), (float)sum8_i32(isum), acc);
+        accm = fmaf(xb[i].d * _cvtsh_ss(wb[i].dmin), (float)msum, accm);
+    }
+    return acc - accm;
+}
+
+float vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x)
+{
+    const block_q3_K *wb = w;
+    const block_q8_K *xb = x;
+    __m256i pick[4];
+    scale_pair_masks(pick);
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&wb[i], sizeof wb[i]);
+        int8_t sc[16];
+        kq_q3_scales(wb[i].scales, sc);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)wb[i].hmask);
+        /* the offset 4: 4 * scale * bsum, paired as madd pairs them */
+        const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                               _mm256_loadu_si256((const __m256i *)xb[i].bsums));
+        const __m256i isum = _mm256_sub_epi32(dot_q23(wb[i].qs, &hm, sc8, xb[i].qs, pick), _mm256_slli_epi32(offs, 2));
+        acc = fmaf(xb[i].d * _cvtsh_ss(wb[i].d), (float)sum8_i32(isum), acc);
+    }
+    return acc;
 }
 
 float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
@@ -161,12 +251,8 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
     const block_q8_K *xb = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m30 = _mm256_set1_epi8(0x30);
-    /* for group m of a 128-weight half: scale 2m in the low 16 bytes
-     * (weights 0..15 of the group), scale 2m+1 in the high 16 */
     __m256i pick[4];
-    for (int m = 0; m < 4; m++)
-        pick[m] = _mm256_set_m128i(_mm_set1_epi16((short)(((4 * m + 3) << 8) | (4 * m + 2))),
-                                   _mm_set1_epi16((short)(((4 * m + 1) << 8) | (4 * m))));
+    scale_pair_masks(pick);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&wb[i], sizeof wb[i]);

@@ -11,10 +11,18 @@
  * target is little-endian). kq_scale_x8 and kq_min_x8 read the scales and
  * mins of an interleaved block (kernels_impl.h). kq_q6_value returns the
  * unsigned 6-bit quant (0..63) of weight e of a Q6_K block (see kquants.c
- * for the layout). */
+ * for the layout).
+ *
+ * Q3_K's 12 scale bytes hold 16 six-bit scales: the low four bits of scale
+ * s are nibble s / 8 of byte s % 8, its top two bits are bits 2(s / 4),
+ * 2(s / 4) + 1 of byte 8 + s % 4; kq_q3_scales gives them less 32 (the
+ * signed scales, -32..31). kq_q2_value is the 2-bit quant of weight e of
+ * Q2_K's (and Q3_K's) qs, kq_q3_value Q3_K's unsigned 3-bit quant (0..7, the
+ * high bit from hmask): the weight is (scale) * (q - 4). */
 #ifndef CONVOY_KERNELS_KQUANTS_IMPL_H
 #define CONVOY_KERNELS_KQUANTS_IMPL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -63,6 +71,41 @@ static inline int kq_q6_value(const block_q6_K *b, int e)
     int lo = (b->ql[64 * h + 32 * (m & 1) + l] >> (4 * (m >> 1))) & 0xF;
     int hi = (b->qh[32 * h + l] >> (2 * m)) & 3;
     return lo | (hi << 4);
+}
+
+static inline void kq_q3_scales(const uint8_t p[K_SCALE_SIZE], int8_t sc[16])
+{
+    uint32_t a, b, c, w[4];
+    memcpy(&a, p, 4);
+    memcpy(&b, p + 4, 4);
+    memcpy(&c, p + 8, 4);
+    w[0] = (a & 0x0f0f0f0fu) | ((c & 0x03030303u) << 4);
+    w[1] = (b & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4);
+    w[2] = ((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4);
+    w[3] = ((b >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4);
+    uint8_t u[16];
+    memcpy(u, w, 16);
+    for (int s = 0; s < 16; s++)
+        sc[s] = (int8_t)(u[s] - 32);
+}
+
+/* A super-block's whole sums into the two accumulators of Q2_K (as Q4_K):
+ * acc with d, accm with dmin, each times the activations' xd. */
+static inline void kq_fuse_dmin(float *acc, float *accm, float xd, cv_fp16 d, cv_fp16 dmin, int32_t isum,
+                                int32_t msum)
+{
+    *acc = fmaf(xd * cv_fp16_to_fp32(d), (float)isum, *acc);
+    *accm = fmaf(xd * cv_fp16_to_fp32(dmin), (float)msum, *accm);
+}
+
+static inline int kq_q2_value(const uint8_t *qs, int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+}
+
+static inline int kq_q3_value(const block_q3_K *b, int e)
+{
+    return kq_q2_value(b->qs, e) | ((b->hmask[e % 32] >> (e / 32)) & 1) << 2;
 }
 
 #endif

@@ -10,7 +10,9 @@
  * fma(d, isum, acc) and accm = fma(dmin, msum, accm), and return acc -
  * accm; Q6_K fuses its 8 lanes, acc = fma(d, lanes, acc), and ends with
  * hsum8 = reduce4(acc_lo + acc_hi), reduce4(t) = (t0 + t2) + (t1 + t3). So
- * the results are bit-identical to vec_dot_*_ref and the AVX2 kernels. */
+ * the results are bit-identical to vec_dot_*_ref and the AVX2 kernels.
+ * Q2_K and Q3_K form their whole int32 sums in one int32x4 and fuse them
+ * as the reference does (Q2_K as Q4_K, Q3_K into one scalar). */
 #include <arm_neon.h>
 #include <math.h>
 
@@ -49,6 +51,69 @@ static inline int32x4_t mins_dot(const uint8_t mn[8], const int16_t *bsums)
     const int16x8_t s = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
     const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
     return vpaddq_s32(vmull_s16(vget_low_s16(m), vget_low_s16(s)), vmull_high_s16(m, s));
+}
+
+/* Sum of a[j] * b[j] over 16 int16 lanes: a0 holds a[0..7], a1 a[8..15]. */
+static inline int32_t dot16_s16(int16x8_t a0, int16x8_t a1, const int16_t *b)
+{
+    const int16x8_t b0 = vld1q_s16(b), b1 = vld1q_s16(b + 8);
+    int32x4_t t = vaddq_s32(vmull_s16(vget_low_s16(a0), vget_low_s16(b0)), vmull_high_s16(a0, b0));
+    t = vaddq_s32(t, vaddq_s32(vmull_s16(vget_low_s16(a1), vget_low_s16(b1)), vmull_high_s16(a1, b1)));
+    return vaddvq_s32(t);
+}
+
+/* Sum over the 16 sub-blocks of sc[s] * (q * y) for 2-bit quants qs (Q2_K's
+ * layout) with, for Q3_K (hm not NULL), the third bits of hmask hm. */
+static inline int32_t dot_q23(const uint8_t *qs, const uint8_t *hm, const int8_t sc[16], const int8_t *y)
+{
+    const uint8x16_t m3 = vdupq_n_u8(3), bit2 = vdupq_n_u8(4);
+    int32x4_t isum = vdupq_n_s32(0);
+    for (int h = 0; h < 2; h++)
+        for (int half = 0; half < 2; half++) { /* weights 16 * half .. of each group of 32 */
+            const uint8x16_t qb = vld1q_u8(qs + 32 * h + 16 * half);
+            const uint8x16_t hb = hm ? vld1q_u8(hm + 16 * half) : vdupq_n_u8(0);
+            for (int j = 0; j < 4; j++) {
+                uint8x16_t q = vandq_u8(vshlq_u8(qb, vdupq_n_s8((int8_t)(-2 * j))), m3);
+                q = vorrq_u8(q, vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(2 - 4 * h - j))), bit2));
+                const int8x16_t yv = vld1q_s8(y + 128 * h + 32 * j + 16 * half);
+                isum = vmlaq_n_s32(isum, dot4(vreinterpretq_s8_u8(q), yv), sc[8 * h + 2 * j + half]);
+            }
+        }
+    return vaddvq_s32(isum);
+}
+
+float vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x)
+{
+    const block_q2_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint8x16_t sc8 = vld1q_u8(wb[i].scales);
+        int8_t sc[16];
+        vst1q_s8(sc, vreinterpretq_s8_u8(vandq_u8(sc8, vdupq_n_u8(0x0F))));
+        const uint8x16_t mn = vshrq_n_u8(sc8, 4);
+        const int32_t msum = dot16_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn))),
+                                       vreinterpretq_s16_u16(vmovl_high_u8(mn)), xb[i].bsums);
+        const int32_t isum = dot_q23(wb[i].qs, NULL, sc, xb[i].qs);
+        kq_fuse_dmin(&acc, &accm, xb[i].d, wb[i].d, wb[i].dmin, isum, msum);
+    }
+    return acc - accm;
+}
+
+float vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x)
+{
+    const block_q3_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        kq_q3_scales(wb[i].scales, sc);
+        const int8x16_t sv = vld1q_s8(sc);
+        const int32_t offs = dot16_s16(vmovl_s8(vget_low_s8(sv)), vmovl_high_s8(sv), xb[i].bsums);
+        const int32_t isum = dot_q23(wb[i].qs, wb[i].hmask, sc, xb[i].qs) - 4 * offs;
+        acc = fmaf(xb[i].d * cv_fp16_to_fp32(wb[i].d), (float)isum, acc);
+    }
+    return acc;
 }
 
 float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)

@@ -26,6 +26,8 @@ typedef enum cv_type {
     CV_TYPE_Q5_1 = 7,
     CV_TYPE_Q8_0 = 8,
     CV_TYPE_Q8_1 = 9,
+    CV_TYPE_Q2_K = 10,
+    CV_TYPE_Q3_K = 11,
     CV_TYPE_Q4_K = 12,
     CV_TYPE_Q5_K = 13,
     CV_TYPE_Q6_K = 14,
@@ -92,6 +94,28 @@ static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
+
+/* Q2_K: 16 sub-blocks of 16, each a 4-bit scale (low nibble of scales[s])
+ * and a 4-bit min (high nibble); weight 128h + 32j + l has the 2-bit quant
+ * (qs[32h + l] >> 2j) & 3 and value d * scale * q - dmin * min. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    cv_fp16 d;    /* super-block scale for the scales */
+    cv_fp16 dmin; /* super-block scale for the mins */
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
+
+/* Q3_K: Q2_K's 2-bit quants with a third bit, bit j of hmask[l] for weight
+ * 32j + l, and 16 signed 6-bit scales (kq_q3_scales); the value is
+ * d * (scale - 32) * (q - 4), q the 3-bit quant. */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[K_SCALE_SIZE];
+    cv_fp16 d;
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
 
 typedef struct {
     cv_fp16 d;                    /* super-block scale for the 6-bit scales */
