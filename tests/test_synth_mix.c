@@ -29,7 +29,7 @@ static int synth(const char *name, const char *shape, const char *type, char *pa
     cv_synth_params p;
     cv_synth_defaults(&p);
     snprintf(path, n, "%s/%s", dir, name);
-    if (cv_quant_parse_type(type, &p.type, &p.k_mix)) {
+    if (cv_quant_parse_type(type, &p.type, &p.mix)) {
         fprintf(stderr, "unknown type %s\n", type);
         return -1;
     }
@@ -63,7 +63,7 @@ static void check_mix(const char *path, const char *type, uint32_t want_ftype, u
     char err[CV_ERRLEN], name[64];
     cv_quantize_params qp = {.output_type = CV_TYPE_COUNT};
     gguf_file f;
-    CHECK(cv_quant_parse_type(type, &qp.type, &qp.k_mix) == 0 && qp.k_mix);
+    CHECK(cv_quant_parse_type(type, &qp.type, &qp.mix) == 0 && qp.mix != CV_MIX_NONE);
     if (gguf_open(&f, path, err, sizeof err)) {
         CHECKF(0, "%s", err);
         return;

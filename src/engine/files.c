@@ -30,6 +30,10 @@ static const char *ftype_name(uint32_t ftype)
     case 7: return "MOSTLY_Q8_0";
     case 8: return "MOSTLY_Q5_0";
     case 9: return "MOSTLY_Q5_1";
+    case 10: return "MOSTLY_Q2_K";
+    case 11: return "MOSTLY_Q3_K_S";
+    case 12: return "MOSTLY_Q3_K_M";
+    case 13: return "MOSTLY_Q3_K_L";
     case 14: return "MOSTLY_Q4_K_S";
     case 15: return "MOSTLY_Q4_K_M";
     case 16: return "MOSTLY_Q5_K_S";
@@ -269,8 +273,8 @@ static void relay_note(void *ctx, const cv_tensor_note *n)
 bool convoy_quant_type_known(const char *name)
 {
     cv_type type;
-    bool k_mix;
-    return cv_quant_parse_type(name, &type, &k_mix) == 0;
+    cv_quant_mix mix;
+    return cv_quant_parse_type(name, &type, &mix) == 0;
 }
 
 bool convoy_tensor_type_known(const char *name)
@@ -282,7 +286,7 @@ int convoy_quantize_file(const char *in, const char *out, const char *type, cons
                          int32_t n_threads, convoy_tensor_note_fn note, void *user, char *err, size_t errlen)
 {
     cv_quantize_params p = {.output_type = CV_TYPE_COUNT, .n_threads = threads_or_cpus(n_threads)};
-    if (cv_quant_parse_type(type, &p.type, &p.k_mix))
+    if (cv_quant_parse_type(type, &p.type, &p.mix))
         return cv_errf(err, errlen, "unknown type '%s'", type);
     if (output_type) {
         const int t = cv_type_from_name(output_type);
@@ -330,7 +334,7 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
 {
     cv_synth_params q;
     cv_synth_defaults(&q); /* what p does not say: rms eps */
-    if (cv_quant_parse_type(p->type, &q.type, &q.k_mix))
+    if (cv_quant_parse_type(p->type, &q.type, &q.mix))
         return cv_errf(err, errlen, "unknown type '%s'", p->type);
     snprintf(q.name, sizeof(q.name), "%s", p->name ? p->name : "");
     q.n_embd = p->n_embd;

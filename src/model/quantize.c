@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "core/alloc.h"
@@ -50,7 +51,10 @@ cv_type cv_quant_fit_type(cv_type want, int64_t row_len)
     if (blck <= 0 || row_len % blck == 0)
         return want;
     if (blck == QK_K && row_len % QK8_0 == 0)
-        return want == CV_TYPE_Q4_K ? CV_TYPE_Q5_0 : want == CV_TYPE_Q5_K ? CV_TYPE_Q5_1 : CV_TYPE_Q8_0;
+        return want == CV_TYPE_Q2_K || want == CV_TYPE_Q3_K ? CV_TYPE_IQ4_NL
+               : want == CV_TYPE_Q4_K                      ? CV_TYPE_Q5_0
+               : want == CV_TYPE_Q5_K                      ? CV_TYPE_Q5_1
+                                                           : CV_TYPE_Q8_0;
     return CV_TYPE_F16;
 }
 
@@ -63,6 +67,8 @@ int cv_quant_file_type(cv_type t)
     case CV_TYPE_Q8_0: return 7;
     case CV_TYPE_Q5_0: return 8;
     case CV_TYPE_Q5_1: return 9;
+    case CV_TYPE_Q2_K: return 10;
+    case CV_TYPE_Q3_K: return 11;
     case CV_TYPE_Q4_K: return 14;
     case CV_TYPE_Q5_K: return 16;
     case CV_TYPE_Q6_K: return 18;
@@ -74,9 +80,9 @@ int cv_quant_file_type(cv_type t)
 
 int cv_quant_policy_file_type(const cv_quantize_params *p)
 {
-    if (p->k_mix && (p->type == CV_TYPE_Q4_K || p->type == CV_TYPE_Q5_K))
-        return p->type == CV_TYPE_Q4_K ? 15 : 17;
-    return cv_quant_file_type(p->type);
+    static const int ftype[] = {[CV_MIX_Q2_K] = 10,   [CV_MIX_Q3_K_S] = 11, [CV_MIX_Q3_K_M] = 12,
+                                [CV_MIX_Q3_K_L] = 13, [CV_MIX_Q4_K_M] = 15, [CV_MIX_Q5_K_M] = 17};
+    return p->mix != CV_MIX_NONE ? ftype[p->mix] : cv_quant_file_type(p->type);
 }
 
 bool cv_quant_can_write(cv_type t)
@@ -134,28 +140,77 @@ static int convert_rows(cv_type src_type, const void *src, cv_type dst_type, voi
  * every third one between get the higher type. */
 static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
+/* The mix's type for attn_v, ffn_down or attn_output (quantize.h). */
+static cv_type mix_attn_v(const cv_quantize_params *p, int layer, int n_layer)
+{
+    switch (p->mix) {
+    case CV_MIX_Q2_K: return p->n_gqa >= 4 ? CV_TYPE_Q4_K : CV_TYPE_Q3_K;
+    case CV_MIX_Q3_K_M: return layer < 2 ? CV_TYPE_Q5_K : CV_TYPE_Q4_K;
+    case CV_MIX_Q3_K_L: return CV_TYPE_Q5_K;
+    case CV_MIX_Q4_K_M:
+    case CV_MIX_Q5_K_M: return use_more_bits(layer, n_layer) ? CV_TYPE_Q6_K : p->type;
+    default: return p->type;
+    }
+}
+
+static cv_type mix_ffn_down(const cv_quantize_params *p, int layer, int n_layer)
+{
+    switch (p->mix) {
+    case CV_MIX_Q2_K: return CV_TYPE_Q3_K;
+    case CV_MIX_Q3_K_M: return layer < n_layer / 16 ? CV_TYPE_Q5_K : CV_TYPE_Q4_K;
+    case CV_MIX_Q3_K_L: return CV_TYPE_Q5_K;
+    case CV_MIX_Q4_K_M:
+    case CV_MIX_Q5_K_M: return use_more_bits(layer, n_layer) ? CV_TYPE_Q6_K : p->type;
+    default: return p->type;
+    }
+}
+
+static cv_type mix_attn_output(const cv_quantize_params *p)
+{
+    switch (p->mix) {
+    case CV_MIX_Q2_K: return CV_TYPE_Q3_K;
+    case CV_MIX_Q3_K_M: return CV_TYPE_Q4_K;
+    case CV_MIX_Q3_K_L: return CV_TYPE_Q5_K;
+    default: return p->type;
+    }
+}
+
 cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer)
 {
     if (!strcmp(name, "output.weight"))
-        return p->output_type != CV_TYPE_COUNT ? p->output_type : p->k_mix ? CV_TYPE_Q6_K : p->type;
-    if (p->k_mix && layer >= 0 && (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
-        use_more_bits(layer, n_layer))
-        return CV_TYPE_Q6_K;
+        return p->output_type != CV_TYPE_COUNT ? p->output_type : p->mix != CV_MIX_NONE ? CV_TYPE_Q6_K : p->type;
+    if (p->mix == CV_MIX_NONE || layer < 0)
+        return p->type;
+    if (ends_with(name, "attn_v.weight"))
+        return mix_attn_v(p, layer, n_layer);
+    if (ends_with(name, "ffn_down.weight"))
+        return mix_ffn_down(p, layer, n_layer);
+    if (ends_with(name, "attn_output.weight"))
+        return mix_attn_output(p);
     return p->type;
 }
 
-int cv_quant_parse_type(const char *name, cv_type *type, bool *k_mix)
+int cv_quant_parse_type(const char *name, cv_type *type, cv_quant_mix *mix)
 {
-    char base[16];
-    snprintf(base, sizeof base, "%s", name);
-    *k_mix = false;
-    if (strlen(base) == 6 && base[2] == '_' && (base[3] == 'K' || base[3] == 'k') && base[4] == '_' &&
-        strchr("MmSs", base[5])) {
-        *k_mix = base[5] == 'M' || base[5] == 'm';
-        base[4] = 0;
-    }
-    int t = cv_type_from_name(base);
-    if (t < 0 || (*k_mix && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K))
+    static const struct {
+        const char *name;
+        cv_type type;
+        cv_quant_mix mix;
+    } mixes[] = {
+        {"Q2_K", CV_TYPE_Q2_K, CV_MIX_Q2_K},     {"Q3_K_S", CV_TYPE_Q3_K, CV_MIX_Q3_K_S},
+        {"Q3_K_M", CV_TYPE_Q3_K, CV_MIX_Q3_K_M}, {"Q3_K_L", CV_TYPE_Q3_K, CV_MIX_Q3_K_L},
+        {"Q4_K_M", CV_TYPE_Q4_K, CV_MIX_Q4_K_M}, {"Q5_K_M", CV_TYPE_Q5_K, CV_MIX_Q5_K_M},
+        {"Q4_K_S", CV_TYPE_Q4_K, CV_MIX_NONE},   {"Q5_K_S", CV_TYPE_Q5_K, CV_MIX_NONE},
+    };
+    *mix = CV_MIX_NONE;
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
+        if (!strcasecmp(name, mixes[i].name)) {
+            *type = mixes[i].type;
+            *mix = mixes[i].mix;
+            return 0;
+        }
+    int t = cv_type_from_name(name);
+    if (t < 0)
         return -1;
     *type = (cv_type)t;
     return 0;
@@ -168,14 +223,14 @@ int cv_quant_layer_of(const char *name)
     return sscanf(name, "blk.%d.%n", &layer, &n) == 1 && n > 0 ? layer : -1;
 }
 
-/* <arch>.block_count, or 0 when absent. */
-static int block_count(const gguf_file *f)
+/* <arch>.<key> (a u32), or 0 when absent. */
+static int arch_u32(const gguf_file *f, const char *key_suffix)
 {
     gguf_str arch;
     uint32_t n = 0;
     char key[96];
     if (gguf_get_str(f, "general.architecture", &arch, NULL, 0) == 0 && arch.len < 64) {
-        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+        snprintf(key, sizeof key, "%.*s.%s", (int)arch.len, arch.ptr, key_suffix);
         if (gguf_find_kv(f, key))
             gguf_get_u32(f, key, &n, NULL, 0);
     }
@@ -206,6 +261,7 @@ static int check_target_types(const cv_quantize_params *p, char *err, size_t err
 /* One file's conversion: the input, the writer and what it is handed. */
 typedef struct quant_run {
     const cv_quantize_params *p;
+    cv_quantize_params policy; /* p with the input's n_gqa */
     const char *in_path;
     gguf_file in;
     int n_layer;
@@ -261,7 +317,7 @@ static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
         return cv_errf(err, errlen, "%s: out of memory", q->in_path);
     q->want[i] = q->type[i] = t->type;
     if (cv_quant_is_weight_matrix(name, t->n_dims)) {
-        q->want[i] = cv_quant_policy_type(q->p, name, cv_quant_layer_of(name), q->n_layer);
+        q->want[i] = cv_quant_policy_type(&q->policy, name, cv_quant_layer_of(name), q->n_layer);
         q->type[i] = cv_quant_fit_type(q->want[i], t->ne[0]);
     }
     if (q->type[i] != t->type && t->type != CV_TYPE_F32 && t->type != CV_TYPE_F16 && t->type != CV_TYPE_BF16)
@@ -284,7 +340,10 @@ static int write_output(quant_run *q, const char *out_path, char *err, size_t er
     q->type = cv_calloc(n, sizeof(*q->type));
     if (!q->w || !q->names || !q->want || !q->type)
         return cv_errf(err, errlen, "%s: out of memory", q->in_path);
-    q->n_layer = block_count(&q->in);
+    q->n_layer = arch_u32(&q->in, "block_count");
+    const int n_head = arch_u32(&q->in, "attention.head_count"), n_head_kv = arch_u32(&q->in, "attention.head_count_kv");
+    q->policy = *q->p;
+    q->policy.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
     copy_keys(q);
     for (uint64_t i = 0; i < q->in.n_tensors; i++)
         if (add_tensor(q, i, err, errlen) != 0)

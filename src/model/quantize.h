@@ -8,14 +8,15 @@
  *   (norms, 1-D tensors) is copied unchanged.
  * - cv_quant_fit_type: the type a matrix with rows of row_len elements gets
  *   when `want` is requested. If row_len is a multiple of want's block size
- *   that is `want`. Otherwise llama.cpp's fallback, a type of block 32: Q4_K
- *   -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and when that does not fit either,
+ *   that is `want`. Otherwise llama.cpp's fallback, a type of block 32: Q2_K,
+ *   Q3_K -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and when that does not fit either,
  *   or for the types of block 32, F16, llama.cpp's last-resort fallback for
  *   unusual shapes. (llama-quantize itself stops with "no tensor type
  *   fallback is defined" for the types of block 32.)
  * - cv_quant_file_type: llama.cpp's general.file_type (enum llama_ftype)
  *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
- *   Q8_0 7, Q5_0 8, Q5_1 9, Q4_K 14 (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18,
+ *   Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K 11 (Q3_K_S), Q4_K 14 (Q4_K_S),
+ *   Q5_K 16 (Q5_K_S), Q6_K 18,
  *   IQ4_NL 25, BF16 32; -1 for types that are not weight types.
  * - Rows are converted with the types' traits: the source's to_float, then
  *   the target's `quantize` (llama.cpp's reference quantizer, what
@@ -64,20 +65,40 @@ int cv_quant_file_type(cv_type t);
  * can write (its traits have `quantize`). */
 bool cv_quant_can_write(cv_type t);
 
+/* llama.cpp's mixes (llama-quantize's ftypes): which matrices get a type
+ * other than the mix's base type (llama_tensor_get_type, without an
+ * importance matrix). In all of them output.weight is Q6_K. Then:
+ * - Q2_K (base Q2_K): attn_v Q4_K where the model has 4 or more query
+ *   heads per KV head, else Q3_K; ffn_down and attn_output Q3_K;
+ * - Q3_K_S (base Q3_K): nothing else;
+ * - Q3_K_M: attn_v Q5_K in layers 0 and 1, Q4_K after; ffn_down Q5_K in
+ *   the first sixteenth of the layers, Q4_K after; attn_output Q4_K;
+ * - Q3_K_L: attn_v, ffn_down and attn_output Q5_K;
+ * - Q4_K_M, Q5_K_M: attn_v and ffn_down Q6_K in the layers llama.cpp's
+ *   use_more_bits picks (the first and last eighth, every third between). */
+typedef enum cv_quant_mix {
+    CV_MIX_NONE = 0, /* every matrix of `type` */
+    CV_MIX_Q2_K,
+    CV_MIX_Q3_K_S,
+    CV_MIX_Q3_K_M,
+    CV_MIX_Q3_K_L,
+    CV_MIX_Q4_K_M,
+    CV_MIX_Q5_K_M,
+} cv_quant_mix;
+
 typedef struct cv_quantize_params {
-    cv_type type;        /* type of the weight matrices */
-    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` (Q6_K with k_mix) */
-    /* llama.cpp's _M mixes (Q4_K_M, Q5_K_M): output.weight Q6_K, and
-     * attn_v / ffn_down Q6_K in the layers llama.cpp's use_more_bits picks
-     * (the first and last eighth, and every third layer between) */
-    bool k_mix;
+    cv_type type;        /* type of the weight matrices (a mix's base type) */
+    cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` (Q6_K in a mix) */
+    cv_quant_mix mix;
+    int n_gqa;           /* query heads per KV head (the Q2_K mix asks); cv_quantize_file reads it */
     int n_threads;       /* conversion threads; the output does not depend on it */
 } cv_quantize_params;
 
 /* Parses a type name as `convoy quantize` and `convoy synth` take it: a
- * type ("Q4_0", "q6_k", ...), llama.cpp's mixes "Q4_K_M" / "Q5_K_M"
- * (*k_mix set), or "Q4_K_S" / "Q5_K_S" (plain Q4_K / Q5_K). -1 if unknown. */
-int cv_quant_parse_type(const char *name, cv_type *type, bool *k_mix);
+ * type ("Q4_0", "q6_k", ...), one of llama.cpp's mixes "Q2_K", "Q3_K_S",
+ * "Q3_K_M", "Q3_K_L", "Q4_K_M", "Q5_K_M" (*mix set, *type the base type),
+ * or "Q4_K_S" / "Q5_K_S" (plain Q4_K / Q5_K). -1 if unknown. */
+int cv_quant_parse_type(const char *name, cv_type *type, cv_quant_mix *mix);
 /* Layer index of a "blk.N." tensor name, or -1. */
 int cv_quant_layer_of(const char *name);
 
@@ -85,8 +106,8 @@ int cv_quant_layer_of(const char *name);
  * (-1 for tensors outside the blocks) of n_layer. */
 cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer);
 /* llama.cpp's general.file_type for a file made with the policy of p:
- * MOSTLY_Q4_K_M 15 and MOSTLY_Q5_K_M 17 for the mixes, else
- * cv_quant_file_type(p->type). */
+ * the mix's (MOSTLY_Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_M 15,
+ * Q5_K_M 17), else cv_quant_file_type(p->type). */
 int cv_quant_policy_file_type(const cv_quantize_params *p);
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,

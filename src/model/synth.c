@@ -335,7 +335,8 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 /* The quantization policy of p: quantize's, for its type or mix. */
 static cv_quantize_params policy_of(const cv_synth_params *p)
 {
-    return (cv_quantize_params){.type = p->type, .output_type = CV_TYPE_COUNT, .k_mix = p->k_mix};
+    return (cv_quantize_params){.type = p->type, .output_type = CV_TYPE_COUNT, .mix = p->mix,
+                                 .n_gqa = p->n_head_kv > 0 ? (int)(p->n_head / p->n_head_kv) : 1};
 }
 
 /* The type the quantization policy wants for a matrix (before fitting). */

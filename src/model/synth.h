@@ -9,10 +9,10 @@
  *   blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
  *   ffn_gate, ffn_up, ffn_down}.weight.
  * Norms are F32 and exactly 1.0. Every matrix has the type quantize's
- * policy gives it (cv_quant_policy_type: `type`, or with k_mix llama.cpp's
- * Q4_K_M / Q5_K_M mix), or the type cv_quant_fit_type picks when its rows
- * do not fit; general.file_type is cv_quant_policy_file_type's (15 for
- * Q4_K_M, 17 for Q5_K_M, as llama.cpp). Each matrix is quantized row by
+ * policy gives it (cv_quant_policy_type: `type`, or with mix one of
+ * llama.cpp's mixes, Q2_K to Q5_K_M), or the type cv_quant_fit_type picks
+ * when its rows do not fit; general.file_type is cv_quant_policy_file_type's
+ * (15 for Q4_K_M, 17 for Q5_K_M, ..., as llama.cpp). Each matrix is quantized row by
  * row from f32 values of std 1/sqrt(row length) (token_embd: std 1; output:
  * output_scale/sqrt(n_embd)).
  *
@@ -61,7 +61,7 @@ typedef struct cv_synth_params {
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
     uint64_t seed;
     cv_type type;
-    bool k_mix;            /* llama.cpp's _M mix (see quantize.h) */
+    cv_quant_mix mix;      /* llama.cpp's mix of `type`, if any (see quantize.h) */
     int n_threads;         /* generation threads; the output does not depend on it */
 } cv_synth_params;
 
