@@ -517,7 +517,7 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
     void *wi = malloc(bytes);
     memcpy(wi, w, bytes);
     if (cv_interleave(t, n, rows, wi) != 0) {
-        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K);
+        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_IQ4_NL && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K);
         free(wi);
         return;
     }
@@ -681,31 +681,41 @@ static void check_interleaved_extremes(cv_type t, const uint8_t *w, int n, int r
     free(y);
 }
 
-/* Q4_0 at its largest sums: every quant 15 (15 - 8 = 7) against
- * activations of -128, which the interleaved kernel sums in int16 over
+/* Q4_0 and IQ4_NL at their largest sums: every nibble the same (Q4_0:
+ * 15, value 7; IQ4_NL: 15, value 113, whose high nibble of 113 + 128 is
+ * 15, and 3, value -65, whose low nibble of -65 + 128 is 15) against
+ * activations of -128, which the interleaved kernels sum in int16 over
  * the 8 groups of 4 of a block; the result is exact. */
-static void test_q4_0_extremes(void)
+static void test_nibble_extremes(void)
 {
     enum { N = 256, ROWS = 16, TOKENS = 9 };
+    static const struct {
+        cv_type t;
+        uint8_t nibble;
+        int value;
+    } cases[] = {{CV_TYPE_Q4_0, 15, 7}, {CV_TYPE_IQ4_NL, 15, 113}, {CV_TYPE_IQ4_NL, 3, -65}};
     const size_t w_row = cv_row_bytes(CV_TYPE_Q4_0, N), x_row = cv_row_bytes(CV_TYPE_Q8_0, N);
     uint8_t *w = malloc(ROWS * w_row), *x = malloc(TOKENS * x_row);
-    memset(w, 0xFF, ROWS * w_row);
-    for (int b = 0; b < ROWS * N / QK4_0; b++) {
-        block_q4_0 *blk = (block_q4_0 *)w + b;
-        blk->d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
-    }
     for (int b = 0; b < TOKENS * N / QK8_0; b++) {
         block_q8_0 *blk = (block_q8_0 *)x + b;
         blk->d = cv_fp32_to_fp16(1.0f);
         memset(blk->qs, 0x80, QK8_0);
     }
-    for (int r = 0; r < ROWS; r++) {
-        const float ref = cv_type_get(CV_TYPE_Q4_0)->vec_dot_ref(N, w + r * w_row, x);
-        const double exact = N / QK4_0 / 2 * (1.0 - 0.5) * 7 * -128 * QK4_0;
-        CHECKF(ref == exact, "row %d: ref %.9g, exact %.9g", r, ref, exact);
+    for (int c = 0; c < 3; c++) {
+        const cv_type t = cases[c].t;
+        memset(w, cases[c].nibble * 17, ROWS * w_row);
+        for (int b = 0; b < ROWS * N / QK4_0; b++) {
+            block_q4_0 *blk = (block_q4_0 *)w + b;
+            blk->d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
+        }
+        for (int r = 0; r < ROWS; r++) {
+            const float ref = cv_type_get(t)->vec_dot_ref(N, w + r * w_row, x);
+            const double exact = N / QK4_0 / 2 * (1.0 - 0.5) * cases[c].value * -128 * QK4_0;
+            CHECKF(ref == exact, "%s row %d: ref %.9g, exact %.9g", cv_type_name(t), r, ref, exact);
+        }
+        for (int m = 1; m <= TOKENS; m += 4)
+            check_interleaved_extremes(t, w, N, ROWS, x, x_row, m);
     }
-    for (int m = 1; m <= TOKENS; m += 4)
-        check_interleaved_extremes(CV_TYPE_Q4_0, w, N, ROWS, x, x_row, m);
     free(w);
     free(x);
 }
@@ -779,7 +789,7 @@ static void test_avx2_beside_avx512(void)
     CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
     test_matmul_rows();
     test_kquant_extremes();
-    test_q4_0_extremes();
+    test_nibble_extremes();
     if (saved)
         setenv("CONVOY_KERNELS", saved, 1);
     else
@@ -803,7 +813,7 @@ int main(void)
     TEST_RUN(test_vec_dot_accuracy);
     TEST_RUN(test_matmul_rows);
     TEST_RUN(test_kquant_extremes);
-    TEST_RUN(test_q4_0_extremes);
+    TEST_RUN(test_nibble_extremes);
     TEST_RUN(test_avx2_beside_avx512);
     return test_summary();
 }

@@ -11,9 +11,11 @@
  *   same way, each by its index in the block (scale s of row r: 8s + r;
  *   min s of row r: 16(s/2) + 2r + s%2).
  * - token_sums_q4_0_prepare forms, for nt tokens of nb Q8_0 blocks, what
- *   a Q4_0 product takes per token and block besides the quants: 8 times
- *   the sum of the block's quants (the offset of 8 of the weights) and its
- *   scale. A pass of a kernel holds X8_TOKEN_BLOCKS of them. */
+ *   a Q4_0 (or IQ4_NL) product takes per token and block besides the
+ *   quants: the sum of the block's quants shifted left by shift (Q4_0: 3,
+ *   the offset of 8 of the weights; IQ4_NL: 7, the 128 of its unsigned
+ *   values) and its scale. A pass of a kernel holds X8_TOKEN_BLOCKS of
+ *   them. */
 #ifndef CONVOY_KERNELS_INTERLEAVED_AVX2_H
 #define CONVOY_KERNELS_INTERLEAVED_AVX2_H
 
@@ -62,11 +64,12 @@ enum { X8_TOKEN_BLOCKS = 4096 };
 _Static_assert(X8_TOKEN_BLOCKS >= INTERLEAVE_MAX_IN / QK4_0, "a pass holds at least one token");
 
 typedef struct token_sums_q4_0 {
-    int32_t ysum8[X8_TOKEN_BLOCKS]; /* [t * nb + b]: 8 * the sum of token t's block b */
+    int32_t yoff[X8_TOKEN_BLOCKS]; /* [t * nb + b]: the sum of token t's block b << shift */
     float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
 } token_sums_q4_0;
 
-static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, token_sums_q4_0 *ts)
+static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, int shift,
+                                           token_sums_q4_0 *ts)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int t = 0; t < nt; t++) {
@@ -79,9 +82,9 @@ static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int n
                                                        ones16)
                                    : _mm256_setzero_si256();
             int32_t sums[8];
-            _mm256_storeu_si256((__m256i *)sums, _mm256_slli_epi32(sums8_i32(v), 3));
+            _mm256_storeu_si256((__m256i *)sums, _mm256_sll_epi32(sums8_i32(v), _mm_cvtsi32_si128(shift)));
             for (int k = 0; k < 8 && b0 + k < nb; k++) {
-                ts->ysum8[t * nb + b0 + k] = sums[k];
+                ts->yoff[t * nb + b0 + k] = sums[k];
                 ts->xd[t * nb + b0 + k] = _cvtsh_ss(xb[b0 + k].d);
             }
         }

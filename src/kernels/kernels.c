@@ -116,6 +116,7 @@ typedef struct interleaved_layout {
 static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
     [CV_TYPE_Q8_0] = {.interleave = interleave_q8_0, .vec_dot_ref = vec_dot_interleaved_q8_0_ref},
     [CV_TYPE_Q4_0] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_q4_0_ref},
+    [CV_TYPE_IQ4_NL] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_iq4_nl_ref},
     [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
     [CV_TYPE_Q5_K] = {.interleave = interleave_q5_K, .vec_dot_ref = vec_dot_interleaved_q5_K_ref},
 };
@@ -146,7 +147,8 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_Q3_K] = {.vec_dot = vec_dot_q3_K_q8_K_avx2},
     [CV_TYPE_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_avx2},
     [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_avx2},
-    [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2},
+    [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2,
+                        .matmul_interleaved = matmul_interleaved_iq4_nl_avx2},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
@@ -164,6 +166,7 @@ static bool cpu_has_avx2_fma_f16c(void)
  * type: the same bits, a quarter of the ALU work with several tokens. */
 static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q4_0] = matmul_interleaved_q4_0_avx512,
+    [CV_TYPE_IQ4_NL] = matmul_interleaved_iq4_nl_avx512,
     [CV_TYPE_Q4_K] = matmul_interleaved_q4_K_avx512,
     [CV_TYPE_Q5_K] = matmul_interleaved_q5_K_avx512,
 };

@@ -1,4 +1,4 @@
-/* kernels_avx512.c: the interleaved Q4_0 product (kernels_impl.h) with
+/* kernels_avx512.c: the interleaved Q4_0 and IQ4_NL products (kernels_impl.h) with
  * AVX-512 VNNI, for the CPUs that have it (AVX512F, BW, VL and VNNI).
  *
  * Every output gets the bits of matmul_interleaved_q4_0_avx2, and so of
@@ -18,19 +18,25 @@
 #include "kernels/avx512_impl.h"
 #include "kernels/interleaved_avx2.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/quants32.h"
 
 /* Accumulators of one token: [block % 8], row r of the two groups in lane r. */
 typedef __m512 acc_blocks16[8];
 
-/* The nb blocks of groups g0 and g1 times nt <= 8 tokens (the rows of
- * their quants x[t], their sums and scales ysum8[t * nb + b], xd[t * nb +
- * b]): adds block b to acc[t][b % 8]. */
-static inline __attribute__((always_inline)) void pair_q4_0x16(const block_q4_0x8 *g0, const block_q4_0x8 *g1,
-                                                               int nb, const block_q8_0 *const x[8],
-                                                               const int32_t *ysum8, const float *xd, int nt,
-                                                               acc_blocks16 *acc)
+/* The nb blocks of groups g0 and g1 (Q4_0, or IQ4_NL where iq4) times nt
+ * <= 8 tokens (the rows of their quants x[t], their sums times the offset
+ * and their scales yoff[t * nb + b], xd[t * nb + b]): adds block b to
+ * acc[t][b % 8]. vpdpbusd sums in int32, so IQ4_NL's unsigned values u =
+ * kvalues_iq4nl[q] + 128, one byte shuffle, meet the tokens whole, and
+ * the offset of 128 comes off as Q4_0's 8 does. */
+static inline __attribute__((always_inline)) void pair_nibbles_x16(const block_q4_0x8 *g0, const block_q4_0x8 *g1,
+                                                                   int nb, const block_q8_0 *const x[8],
+                                                                   const int32_t *yoff, const float *xd, int nt,
+                                                                   int iq4, acc_blocks16 *acc)
 {
     const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i u = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)),
+                                       _mm512_set1_epi8((char)0x80));
     for (int b = 0; b < nb; b++) {
         prefetch_lines((const char *)&g0[b] + VEC_DOT_PREFETCH_BYTES, sizeof g0[b]);
         prefetch_lines((const char *)&g1[b] + VEC_DOT_PREFETCH_BYTES, sizeof g1[b]);
@@ -41,7 +47,9 @@ static inline __attribute__((always_inline)) void pair_q4_0x16(const block_q4_0x
             const __m512i v = load_pair(g0[b].qs[k], g1[b].qs[k]);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) { /* elements 4k.. in the low nibbles, 16+4k.. in the high */
-                const __m512i q = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);
+                __m512i q = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);
+                if (iq4)
+                    q = _mm512_shuffle_epi8(u, q);
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++)
                     h[t] = _mm512_dpbusd_epi32(h[t], q, token_quads16(x[t][b].qs, 4 * half + k, t));
@@ -50,20 +58,26 @@ static inline __attribute__((always_inline)) void pair_q4_0x16(const block_q4_0x
         const __m512 d = scales_pair(g0[b].d, g1[b].d);
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
-            const __m512i s = _mm512_sub_epi32(h[t], _mm512_set1_epi32(ysum8[t * nb + b]));
+            const __m512i s = _mm512_sub_epi32(h[t], _mm512_set1_epi32(yoff[t * nb + b]));
             const __m512 dt = _mm512_mul_ps(d, _mm512_set1_ps(xd[t * nb + b]));
             acc[t][b % 8] = _mm512_fmadd_ps(dt, _mm512_cvtepi32_ps(s), acc[t][b % 8]);
         }
     }
 }
 
-/* pair_q4_0x16 with nt a constant, so that the sums stay in registers. */
-static void pair_q4_0x16_n(const block_q4_0x8 *g0, const block_q4_0x8 *g1, int nb, const block_q8_0 *const x[8],
-                           const int32_t *ysum8, const float *xd, int nt, acc_blocks16 *acc)
+/* pair_nibbles_x16 with nt a constant, so that the sums stay in registers. */
+static void pair_nibbles_x16_n(const block_q4_0x8 *g0, const block_q4_0x8 *g1, int nb, const block_q8_0 *const x[8],
+                               const int32_t *yoff, const float *xd, int nt, int iq4, acc_blocks16 *acc)
 {
-#define PAIR_TOKENS(k) pair_q4_0x16(g0, g1, nb, x, ysum8, xd, k, acc)
-    WITH_CONST_COUNT_8(nt, PAIR_TOKENS)
+#define PAIR_TOKENS(k) pair_nibbles_x16(g0, g1, nb, x, yoff, xd, k, 0, acc)
+#define PAIR_TOKENS_IQ4(k) pair_nibbles_x16(g0, g1, nb, x, yoff, xd, k, 1, acc)
+    if (iq4) {
+        WITH_CONST_COUNT_8(nt, PAIR_TOKENS_IQ4)
+    } else {
+        WITH_CONST_COUNT_8(nt, PAIR_TOKENS)
+    }
 #undef PAIR_TOKENS
+#undef PAIR_TOKENS_IQ4
 }
 
 /* The 8 accumulators of a token summed as store_blocks8 does, per lane. */
@@ -75,37 +89,49 @@ static void store_blocks16(const acc_blocks16 acc, float *y)
 }
 
 /* The pairs of groups times tokens [0, nt) (nt * nb <= X8_TOKEN_BLOCKS). */
-static void pass_q4_0x16(int nb, const block_q4_0x8 *group, long n_pairs, const void *x, size_t x_stride, int nt,
-                         float *y, size_t ldy)
+static void pass_nibbles_x16(int nb, const block_q4_0x8 *group, long n_pairs, const void *x, size_t x_stride, int nt,
+                             int iq4, float *y, size_t ldy)
 {
     token_sums_q4_0 ts;
     acc_blocks16 acc[TILE_TOKENS];
-    token_sums_q4_0_prepare(x, x_stride, nt, nb, &ts);
+    token_sums_q4_0_prepare(x, x_stride, nt, nb, iq4 ? 7 : 3, &ts);
     for (long p = 0; p < n_pairs; p++, group += 2 * nb) {
         memset(acc, 0, (size_t)nt * sizeof acc[0]);
         for (int t0 = 0; t0 < nt; t0 += 8) { /* the pair stays in L1 for the next 8 tokens */
             const block_q8_0 *xt[8];
             for (int t = 0; t < 8 && t0 + t < nt; t++)
                 xt[t] = token_q8_0(x, x_stride, t0 + t);
-            pair_q4_0x16_n(group, group + nb, nb, xt, ts.ysum8 + t0 * nb, ts.xd + t0 * nb,
-                           nt - t0 < 8 ? nt - t0 : 8, acc + t0);
+            pair_nibbles_x16_n(group, group + nb, nb, xt, ts.yoff + t0 * nb, ts.xd + t0 * nb,
+                               nt - t0 < 8 ? nt - t0 : 8, iq4, acc + t0);
         }
         for (int t = 0; t < nt; t++)
             store_blocks16(acc[t], y + (size_t)t * ldy + (size_t)(2 * ROW_GROUP * p));
     }
 }
 
-void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
-                                    float *y, size_t ldy)
+static void matmul_nibbles_x16(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, int iq4,
+                               float *y, size_t ldy)
 {
     const int nb = n / QK4_0;
     const int per_pass = X8_TOKEN_BLOCKS / nb;
     const long n_pairs = n_groups / 2;
     for (int t0 = 0; t0 < m; t0 += per_pass) {
         const int nt = m - t0 < per_pass ? m - t0 : per_pass;
-        pass_q4_0x16(nb, w, n_pairs, token_q8_0(x, x_stride, t0), x_stride, nt, y + (size_t)t0 * ldy, ldy);
+        pass_nibbles_x16(nb, w, n_pairs, token_q8_0(x, x_stride, t0), x_stride, nt, iq4, y + (size_t)t0 * ldy, ldy);
     }
     if (n_groups % 2) /* an odd group: the AVX2 kernel, which gives the same bits */
-        matmul_interleaved_q4_0_avx2(n, (const block_q4_0x8 *)w + 2 * n_pairs * nb, 1, x, x_stride, m,
-                                     y + ROW_GROUP * 2 * n_pairs, ldy);
+        (iq4 ? matmul_interleaved_iq4_nl_avx2 : matmul_interleaved_q4_0_avx2)(
+            n, (const block_q4_0x8 *)w + 2 * n_pairs * nb, 1, x, x_stride, m, y + ROW_GROUP * 2 * n_pairs, ldy);
+}
+
+void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy)
+{
+    matmul_nibbles_x16(n, w, n_groups, x, x_stride, m, 0, y, ldy);
+}
+
+void matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                      float *y, size_t ldy)
+{
+    matmul_nibbles_x16(n, w, n_groups, x, x_stride, m, 1, y, ldy);
 }

@@ -92,7 +92,8 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * lane r, as the tiles' panels do, but reads them as they are stored.
  * - Q8_0: qs[k] word r = elements 2k, 2k+1 of row r.
  * - Q4_0: qs[k] dword r = bytes 4k..4k+3 of row r's qs: low nibbles are
- *   elements 4k..4k+3, high nibbles elements 16+4k..16+4k+3.
+ *   elements 4k..4k+3, high nibbles elements 16+4k..16+4k+3. IQ4_NL
+ *   blocks have Q4_0's bytes, and block_q4_0x8 holds them the same way.
  * - Q4_K: qs[8j+k] dword r = bytes 32j+4k..32j+4k+3 of row r's qs: low
  *   nibbles are weights 64j+4k.. of sub-block 2j, high nibbles the same
  *   places of sub-block 2j+1. The 6-bit scales and mins of the 8 rows are
@@ -167,6 +168,14 @@ float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *
 void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
 float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
+/* The Q8_0-activation schedule above for a row in Q4_0's byte layout
+ * whose nibble q has the value values[q] (Q4_0: q - 8; IQ4_NL:
+ * kvalues_iq4nl[q]): the plain row w, or (w NULL) row r of the
+ * interleaved group w8. */
+float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
+                          const int8_t values[16]);
+/* quants32.c: IQ4_NL has Q4_0's interleaved layout (interleave_q4_0) */
+float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x);
 /* kquants.c */
 float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
@@ -206,6 +215,8 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
                                   size_t ldy);
 void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
                                   size_t ldy);
+void matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
 /* kquants_avx2.c */
 void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
@@ -222,6 +233,8 @@ void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
 /* kernels_avx512.c and kquants_avx512.c (AVX512F/BW/VL and VNNI) */
 void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
+void matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                      float *y, size_t ldy);
 void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
 void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,

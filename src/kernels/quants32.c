@@ -266,17 +266,16 @@ float vec_dot_q5_1_q8_1_ref(int n, const void *vw, const void *vx)
     return hsum8(acc);
 }
 
-float vec_dot_iq4_nl_q8_0_ref(int n, const void *vw, const void *vx)
+/* IQ4_NL blocks have Q4_0's bytes (types.h), and so its interleaved
+ * layout (kernels_impl.h). */
+static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0), "IQ4_NL has Q4_0's layout");
+
+float vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x)
 {
-    const block_iq4_nl *w = vw;
-    const block_q8_0 *x = vx;
-    float acc[8] = {0};
-    for (int b = 0; b < n / QK4_NL; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < QK4_NL; j++)
-            s += kvalues_iq4nl[nibble(w[b].qs, j)] * x[b].qs[j];
-        const float d = cv_fp16_to_fp32(w[b].d) * cv_fp16_to_fp32(x[b].d);
-        acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
-    }
-    return hsum8(acc);
+    return vec_dot_nibbles_ref(n, w, NULL, 0, x, kvalues_iq4nl);
+}
+
+float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x)
+{
+    return vec_dot_nibbles_ref(n, NULL, group, r, x, kvalues_iq4nl);
 }

@@ -147,14 +147,18 @@ static block_q4_0 block_q4_0_of(const block_q4_0 *w, const block_q4_0x8 *w8, int
     return blk;
 }
 
-static float dot_q4_0(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x)
+/* Q4_0's nibble values: q - 8. */
+static const int8_t values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
+                          const int8_t values[16])
 {
     float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
         const block_q4_0 wb = block_q4_0_of(w, w8, r, b);
         int32_t s = 0;
         for (int j = 0; j < QK4_0 / 2; j++)
-            s += ((wb.qs[j] & 15) - 8) * x[b].qs[j] + ((wb.qs[j] >> 4) - 8) * x[b].qs[j + QK4_0 / 2];
+            s += values[wb.qs[j] & 15] * x[b].qs[j] + values[wb.qs[j] >> 4] * x[b].qs[j + QK4_0 / 2];
         const float d = cv_fp16_to_fp32(wb.d) * cv_fp16_to_fp32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
@@ -163,12 +167,12 @@ static float dot_q4_0(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r,
 
 float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x)
 {
-    return dot_q4_0(n, w, NULL, 0, x);
+    return vec_dot_nibbles_ref(n, w, NULL, 0, x, values_q4_0);
 }
 
 float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x)
 {
-    return dot_q4_0(n, NULL, group, r, x);
+    return vec_dot_nibbles_ref(n, NULL, group, r, x, values_q4_0);
 }
 
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
