@@ -554,11 +554,12 @@ static void test_matmul_rows(void)
 {
     static const cv_type matmul_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
                                            CV_TYPE_Q4_0, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
-                                           CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_Q2_K, CV_TYPE_Q3_K};
+                                           CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_Q2_K, CV_TYPE_Q3_K,
+                                           CV_TYPE_IQ4_XS};
     static const int widths[] = {32, 100, 256, 1056, 2080, 2304, 8192};
     static const int row_counts[] = {3, 8, 9, 16, 37};
     static const int token_counts[] = {1, 2, 3, 4, 5, 7, 8, 17, 33, 64};
-    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 13 };
+    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 14 };
     const size_t y_size = (MM_MAX_TOKENS + 1) * MM_LDY * sizeof(float);
     float *wf = malloc(MM_MAX_ROWS * MM_MAX_N * sizeof(float)), *xf = malloc(MM_MAX_N * sizeof(float));
     char *wq = malloc(MM_MAX_ROWS * MM_MAX_N * 4), *xq = malloc(MM_MAX_TOKENS * (MM_MAX_N * 4 + 8));

@@ -1,4 +1,5 @@
-/* test_kquants.c: the K-quant kernels (kquants.h).
+/* test_kquants.c: the K-quant kernels (kquants.h), and IQ4_XS
+ * (quants32.h), which pairs with Q8_K as they do.
  *
  * - the 6-bit scale/min packing and the Q6_K bit layout, against the
  *   format written out bit by bit;
@@ -26,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kquants.h"
 #include "kernels/kquants_impl.h"
+#include "kernels/quants32.h"
 #include "model/gguf.h"
 #include "test.h"
 
@@ -107,9 +109,12 @@ static const kq_type kq_types[] = {
     {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04, 0, 2},
     {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02, 0, 2},
     {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01, offsetof(block_q6_K, d), 1},
+    {"IQ4_XS", sizeof(block_iq4_xs), quantize_row_iq4_xs, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_ref,
+     SIMD_DOT(iq4_xs), 0.05, offsetof(block_iq4_xs, d), 1},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
-static const cv_type kq_ids[N_TYPES] = {CV_TYPE_Q2_K, CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
+static const cv_type kq_ids[N_TYPES] = {CV_TYPE_Q2_K, CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
+                                        CV_TYPE_IQ4_XS};
 
 static void test_scale_min_packing(void)
 {
@@ -433,6 +438,7 @@ static void test_q8_K_simd_matches_ref(void)
  * cv_kernels_init selects. */
 static void test_type_table(void)
 {
+
     cv_kernels_init(0);
     int simd = strcmp(cv_kernels_name(), "ref") != 0;
     for (int t = 0; t < N_TYPES; t++) {

@@ -40,6 +40,7 @@ static const char *ftype_name(uint32_t ftype)
     case 17: return "MOSTLY_Q5_K_M";
     case 18: return "MOSTLY_Q6_K";
     case 25: return "MOSTLY_IQ4_NL";
+    case 30: return "MOSTLY_IQ4_XS";
     case 32: return "MOSTLY_BF16";
     default: return "other";
     }

@@ -72,6 +72,10 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
                       .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q3_K,
                       .from_float = quantize_row_q3_K, .quantize = quantize_row_q3_K,
                       .vec_dot = vec_dot_q3_K_q8_K_ref, .vec_dot_ref = vec_dot_q3_K_q8_K_ref},
+    [CV_TYPE_IQ4_XS] = {.name = "IQ4_XS", .blck_size = QK_K, .type_size = sizeof(block_iq4_xs),
+                        .is_quantized = true, .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_iq4_xs,
+                        .from_float = quantize_row_iq4_xs, .quantize = quantize_row_iq4_xs,
+                        .vec_dot = vec_dot_iq4_xs_q8_K_ref, .vec_dot_ref = vec_dot_iq4_xs_q8_K_ref},
     [CV_TYPE_Q4_K] = {.name = "Q4_K", .blck_size = QK_K, .type_size = sizeof(block_q4_K), .is_quantized = true,
                       .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q4_K,
                       .from_float = quantize_row_q4_K, .quantize = quantize_row_q4_K,
@@ -149,6 +153,7 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_avx2},
     [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2,
                         .matmul_interleaved = matmul_interleaved_iq4_nl_avx2},
+    [CV_TYPE_IQ4_XS] = {.vec_dot = vec_dot_iq4_xs_q8_K_avx2},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
@@ -194,6 +199,7 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
     [CV_TYPE_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_neon},
     [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_neon},
     [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_neon},
+    [CV_TYPE_IQ4_XS] = {.vec_dot = vec_dot_iq4_xs_q8_K_neon},
 };
 #endif
 

@@ -24,6 +24,12 @@
  * One sum per block lets vec_dot do 8 blocks per fma and a tile keep 8
  * rows in the lanes of a vector.
  *
+ * IQ4_XS weights with a Q8_K activation row: per super-block i, the exact
+ * int32 sum isum of (ls - 32) * kvalues_iq4nl[q] * y over its 256
+ * elements, then acc = fma(x.d * fp16(w.d), (float)isum, acc) on one
+ * scalar (x.d * fp16(w.d) rounded to f32 first). The sum is within
+ * 8 * 32 * 32 * 127 * 128 < 2^31.
+ *
  * Q5_1 weights with a Q8_1 activation row: the same with s the sum of
  * q * y, and then the minimum: acc[b % 8] = fma(fp16(w.m), fp16(x.s),
  * fma(d, (float)s, acc[b % 8])).

@@ -1,4 +1,4 @@
-/* quants32.c: Q5_0, Q5_1, IQ4_NL and Q8_1 (quants32.h): dequantizers,
+/* quants32.c: Q5_0, Q5_1, IQ4_NL, IQ4_XS and Q8_1 (quants32.h): dequantizers,
  * llama.cpp's reference quantizers, the Q8_1 activation quantizer and the
  * reference dot products, which follow the schedule of kernels_impl.h
  * (fmaf where the SIMD kernels fuse). */
@@ -6,6 +6,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -84,6 +85,19 @@ void dequantize_row_iq4_nl(const void *vx, float *y, int64_t n)
         const float d = cv_fp16_to_fp32(x[b].d);
         for (int j = 0; j < QK4_NL; j++)
             y[b * QK4_NL + j] = (float)kvalues_iq4nl[nibble(x[b].qs, j)] * d;
+    }
+}
+
+void dequantize_row_iq4_xs(const void *vx, float *y, int64_t n)
+{
+    const block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = cv_fp16_to_fp32(x[i].d);
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const float dl = d * (float)(iq4_xs_scale(&x[i], ib) - 32);
+            for (int j = 0; j < 32; j++)
+                y[i * QK_K + 32 * ib + j] = dl * (float)kvalues_iq4nl[nibble(x[i].qs + 16 * ib, j)];
+        }
     }
 }
 
@@ -222,6 +236,47 @@ void quantize_row_iq4_nl(const float *x, void *vy, int64_t n)
     }
 }
 
+/* The 6-bit scale l - 32 of a sub-block whose scale is v times the
+ * super-block's: llama.cpp's nearest_int (ties to even), clamped. */
+static int iq4xs_level(float v)
+{
+    return !(v > -32.0f) ? -32 : v >= 31.0f ? 31 : (int)rintf(v);
+}
+
+/* llama.cpp's IQ4_XS rule (quantize_iq4_xs without an importance matrix):
+ * each sub-block's scale by iq4nl_scale, d = -(the one of largest
+ * magnitude) / 32, the 6-bit scale l = rint(scale / d) within [-32, 31],
+ * and each element the table value nearest x / (d l). */
+void quantize_row_iq4_xs(const float *x, void *vy, int64_t n)
+{
+    block_iq4_xs *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float scales[QK_K / 32], max_scale = 0.0f, amax_scale = 0.0f;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            scales[ib] = iq4nl_scale(x + 32 * ib);
+            if (fabsf(scales[ib]) > amax_scale) {
+                amax_scale = fabsf(scales[ib]);
+                max_scale = scales[ib];
+            }
+        }
+        const float d = -max_scale / 32.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        memset(&y[i], 0, sizeof y[i]);
+        y[i].d = cv_fp32_to_fp16(d);
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const int l = iq4xs_level(id * scales[ib]);
+            const float dl = d * (float)l;
+            const float idl = dl != 0.0f ? 1.0f / dl : 0.0f;
+            uint8_t q[32];
+            for (int j = 0; j < 32; j++)
+                q[j] = (uint8_t)nearest_iq4nl(idl * x[32 * ib + j]);
+            pack_quants(q, y[i].qs + 16 * ib, NULL);
+            y[i].scales_l[ib / 2] |= (uint8_t)(((l + 32) & 15) << 4 * (ib % 2));
+            y[i].scales_h |= (uint16_t)(((l + 32) >> 4) << 2 * ib);
+        }
+    }
+}
+
 void quantize_row_q8_1(const float *x, void *vy, int64_t n)
 {
     block_q8_1 *y = vy;
@@ -278,4 +333,24 @@ float vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x)
 float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x)
 {
     return vec_dot_nibbles_ref(n, NULL, group, r, x, kvalues_iq4nl);
+}
+
+/* IQ4_XS with Q8_K (kernels_impl.h): per super-block the exact int32 sum
+ * of (ls - 32) * k * y, then one fmaf on a scalar. */
+float vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
+{
+    const block_iq4_xs *w = vw;
+    const block_q8_K *x = vx;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t isum = 0;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++)
+                s += kvalues_iq4nl[nibble(w[i].qs + 16 * ib, j)] * x[i].qs[32 * ib + j];
+            isum += (iq4_xs_scale(&w[i], ib) - 32) * s;
+        }
+        acc = fmaf(x[i].d * cv_fp16_to_fp32(w[i].d), (float)isum, acc);
+    }
+    return acc;
 }

@@ -1,14 +1,15 @@
 /* quants32.h: the 32-element block types beside Q4_0 and Q8_0: Q5_0,
- * Q5_1 and IQ4_NL weights, Q8_1 activations.
+ * Q5_1 and IQ4_NL weights, Q8_1 activations; and IQ4_XS, IQ4_NL's values
+ * in super-blocks of 256 with 6-bit sub-block scales.
  *
  * Contract: the same as kernels.h, per type: row dequantization, the
  * reference quantizer of llama.cpp (no importance matrix) for weights, and
  * dot products with the activation row llama.cpp's CPU backend pairs them
- * with (Q5_0 and IQ4_NL: Q8_0; Q5_1: Q8_1) in a _ref, an _avx2 (x86-64,
- * compiled with -mavx2 -mfma -mf16c) and a _neon version that give the
- * same bits, on the schedule of kernels_impl.h. The Q8_1 activation
- * quantizer has one version: it is the Q8_0 rule plus a sum, off the hot
- * path. n is a multiple of 32. */
+ * with (Q5_0 and IQ4_NL: Q8_0; Q5_1: Q8_1; IQ4_XS: Q8_K) in a _ref, an
+ * _avx2 (x86-64, compiled with -mavx2 -mfma -mf16c) and a _neon version
+ * that give the same bits, on the schedule of kernels_impl.h. The Q8_1
+ * activation quantizer has one version: it is the Q8_0 rule plus a sum,
+ * off the hot path. n is a multiple of 32 (IQ4_XS: of 256). */
 #ifndef CONVOY_KERNELS_QUANTS32_H
 #define CONVOY_KERNELS_QUANTS32_H
 
@@ -19,14 +20,22 @@
 /* IQ4_NL's 16 values, GGML's kvalues_iq4nl. */
 extern const int8_t kvalues_iq4nl[16];
 
+/* Sub-block ib's 6-bit scale ls of an IQ4_XS block (types.h). */
+static inline int iq4_xs_scale(const block_iq4_xs *b, int ib)
+{
+    return (b->scales_l[ib / 2] >> 4 * (ib % 2) & 15) | (b->scales_h >> 2 * ib & 3) << 4;
+}
+
 void dequantize_row_q5_0(const void *x, float *y, int64_t n);
 void dequantize_row_q5_1(const void *x, float *y, int64_t n);
 void dequantize_row_iq4_nl(const void *x, float *y, int64_t n);
 void dequantize_row_q8_1(const void *x, float *y, int64_t n);
+void dequantize_row_iq4_xs(const void *x, float *y, int64_t n);
 
 void quantize_row_q5_0(const float *x, void *y, int64_t n);
 void quantize_row_q5_1(const float *x, void *y, int64_t n);
 void quantize_row_iq4_nl(const float *x, void *y, int64_t n);
+void quantize_row_iq4_xs(const float *x, void *y, int64_t n);
 /* The Q8_0 activation rule for d and qs, and s = fp16((amax / 127) * sum
  * of qs), as llama.cpp's AVX2 quantize_row_q8_1 (its sum is of the same
  * quants wherever the input is finite). */
@@ -35,15 +44,18 @@ void quantize_row_q8_1(const float *x, void *y, int64_t n);
 float vec_dot_q5_0_q8_0_ref(int n, const void *w, const void *x);
 float vec_dot_q5_1_q8_1_ref(int n, const void *w, const void *x);
 float vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x);
+float vec_dot_iq4_xs_q8_K_ref(int n, const void *w, const void *x);
 #if defined(__x86_64__)
 float vec_dot_q5_0_q8_0_avx2(int n, const void *w, const void *x);
 float vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x);
 float vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x);
+float vec_dot_iq4_xs_q8_K_avx2(int n, const void *w, const void *x);
 #endif
 #if defined(__aarch64__)
 float vec_dot_q5_0_q8_0_neon(int n, const void *w, const void *x);
 float vec_dot_q5_1_q8_1_neon(int n, const void *w, const void *x);
 float vec_dot_iq4_nl_q8_0_neon(int n, const void *w, const void *x);
+float vec_dot_iq4_xs_q8_K_neon(int n, const void *w, const void *x);
 #endif
 
 #endif

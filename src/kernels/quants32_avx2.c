@@ -1,4 +1,4 @@
-/* quants32_avx2.c: the Q5_0, Q5_1 and IQ4_NL dot products with AVX2+FMA+F16C
+/* quants32_avx2.c: the Q5_0, Q5_1, IQ4_NL and IQ4_XS dot products with AVX2+FMA+F16C
  * (x86-64; built with -mavx2 -mfma -mf16c, called only when
  * cv_kernels_init found those features).
  *
@@ -12,7 +12,10 @@
  * - Q5_1: maddubs(q, y).
  * - IQ4_NL: the table values k (-127..113) by a byte shuffle, then
  *   maddubs(|y|, sign(k, y)): |y| is unsigned (128 for -128), and -k never
- *   overflows, so pairs stay within 2 * 128 * 127. */
+ *   overflows, so pairs stay within 2 * 128 * 127.
+ * IQ4_XS takes IQ4_NL's pair sums of each sub-block, times its scale
+ * ls - 32 by the madd, adds them in int32 and ends each super-block with
+ * one scalar fma, as kernels_impl.h says. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -35,6 +38,16 @@ static inline __m256i fifth_bits(const uint8_t qh[4])
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
 }
 
+/* The int16 pair sums of the 32 IQ4_NL values of qs (Q4_0's order) times
+ * the 32 int8 quants y. */
+static inline __m256i iq4nl_pairs(const uint8_t qs[16], const int8_t y[32])
+{
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    const __m256i k = _mm256_shuffle_epi8(table, unpack_q4_0(qs));
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(yv), _mm256_sign_epi8(k, yv));
+}
+
 /* Lane l: the sum over elements 4l..4l+3 of block b's products. */
 static inline __attribute__((always_inline)) __m256i block_lanes(const void *w, const void *x, int b, int kind)
 {
@@ -53,11 +66,7 @@ static inline __attribute__((always_inline)) __m256i block_lanes(const void *w, 
         const __m256i q = _mm256_or_si256(unpack_q4_0(wb->qs), fifth_bits(wb->qh));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
     }
-    const block_iq4_nl *wb = (const block_iq4_nl *)w + b;
-    const __m256i y = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)[b].qs);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-    const __m256i k = _mm256_shuffle_epi8(table, unpack_q4_0(wb->qs));
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(k, y)), ones);
+    return _mm256_madd_epi16(iq4nl_pairs(((const block_iq4_nl *)w)[b].qs, ((const block_q8_0 *)x)[b].qs), ones);
 }
 
 /* The scales (fp16) of a block pair: weight d and m, activation d and s
@@ -132,4 +141,25 @@ float vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x)
 float vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_32(n, w, x, KIND_IQ4_NL);
+}
+
+float vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
+{
+    const block_iq4_xs *w = vw;
+    const block_q8_K *x = vx;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        prefetch_lines((const char *)&w[i] + KQUANT_PREFETCH_BYTES, (int)sizeof w[i]);
+        __m256i sum = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const __m256i scale = _mm256_set1_epi16((short)(iq4_xs_scale(&w[i], ib) - 32));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(iq4nl_pairs(w[i].qs + 16 * ib, x[i].qs + 32 * ib), scale));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(x[i].d * _cvtsh_ss(w[i].d)),
+                                         _mm_set_ss((float)_mm_cvtsi128_si32(s4)), _mm_set_ss(acc)));
+    }
+    return acc;
 }

@@ -33,6 +33,7 @@ typedef enum cv_type {
     CV_TYPE_Q6_K = 14,
     CV_TYPE_Q8_K = 15,
     CV_TYPE_IQ4_NL = 20,
+    CV_TYPE_IQ4_XS = 23,
     CV_TYPE_BF16 = 30,
     CV_TYPE_COUNT = 40 /* bound on ids we index tables with, not a type */
 } cv_type;
@@ -116,6 +117,17 @@ typedef struct {
     cv_fp16 d;
 } block_q3_K;
 static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+/* IQ4_XS: super-blocks of 256, 8 sub-blocks of 32 with IQ4_NL's nibbles
+ * (sub-block ib at qs + 16 ib, Q4_0's order) and a 6-bit scale ls (low 4
+ * bits: nibble ib % 2 of scales_l[ib / 2]; top 2: bits 2ib, 2ib+1 of
+ * scales_h); value = d * (ls - 32) * kvalues_iq4nl[q]. */
+typedef struct {
+    cv_fp16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
 
 typedef struct {
     cv_fp16 d;                    /* super-block scale for the 6-bit scales */

@@ -51,10 +51,10 @@ cv_type cv_quant_fit_type(cv_type want, int64_t row_len)
     if (blck <= 0 || row_len % blck == 0)
         return want;
     if (blck == QK_K && row_len % QK8_0 == 0)
-        return want == CV_TYPE_Q2_K || want == CV_TYPE_Q3_K ? CV_TYPE_IQ4_NL
-               : want == CV_TYPE_Q4_K                      ? CV_TYPE_Q5_0
-               : want == CV_TYPE_Q5_K                      ? CV_TYPE_Q5_1
-                                                           : CV_TYPE_Q8_0;
+        return want == CV_TYPE_Q2_K || want == CV_TYPE_Q3_K || want == CV_TYPE_IQ4_XS ? CV_TYPE_IQ4_NL
+               : want == CV_TYPE_Q4_K                                              ? CV_TYPE_Q5_0
+               : want == CV_TYPE_Q5_K                                              ? CV_TYPE_Q5_1
+                                                                                   : CV_TYPE_Q8_0;
     return CV_TYPE_F16;
 }
 
@@ -73,6 +73,7 @@ int cv_quant_file_type(cv_type t)
     case CV_TYPE_Q5_K: return 16;
     case CV_TYPE_Q6_K: return 18;
     case CV_TYPE_IQ4_NL: return 25;
+    case CV_TYPE_IQ4_XS: return 30;
     case CV_TYPE_BF16: return 32;
     default: return -1;
     }

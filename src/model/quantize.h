@@ -9,7 +9,7 @@
  * - cv_quant_fit_type: the type a matrix with rows of row_len elements gets
  *   when `want` is requested. If row_len is a multiple of want's block size
  *   that is `want`. Otherwise llama.cpp's fallback, a type of block 32: Q2_K,
- *   Q3_K -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and when that does not fit either,
+ *   Q3_K, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and when that does not fit either,
  *   or for the types of block 32, F16, llama.cpp's last-resort fallback for
  *   unusual shapes. (llama-quantize itself stops with "no tensor type
  *   fallback is defined" for the types of block 32.)
@@ -17,7 +17,7 @@
  *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
  *   Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K 11 (Q3_K_S), Q4_K 14 (Q4_K_S),
  *   Q5_K 16 (Q5_K_S), Q6_K 18,
- *   IQ4_NL 25, BF16 32; -1 for types that are not weight types.
+ *   IQ4_NL 25, IQ4_XS 30, BF16 32; -1 for types that are not weight types.
  * - Rows are converted with the types' traits: the source's to_float, then
  *   the target's `quantize` (llama.cpp's reference quantizer, what
  *   llama-quantize writes without an importance matrix). cv_kernels_init()
