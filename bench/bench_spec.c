@@ -18,7 +18,8 @@
  * appends one JSON line per configuration to bench/out/spec.jsonl.
  *
  * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=SPEC ...
- *                   [--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=NODES ...] */
+ *                   [--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=NODES ...]
+ *        bench_spec --print-prompts   (the prompts, one a line, in the order --prompts takes them) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,11 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--insecure")) { /* plaintext links to nodes not on loopback (test hosts) */
             insecure = true;
             continue;
+        }
+        if (!strcmp(a, "--print-prompts")) { /* for a yardstick run on the same prompts */
+            for (int p = 0; p < N_PROMPT_TEXTS; p++)
+                printf("%s\n", prompt_texts[p]);
+            return 0;
         }
         if (!v) {
             fprintf(stderr, "bench_spec: %s needs a value\n", a);

@@ -81,15 +81,24 @@ for h in 1 2 3; do
     done
 done
 
-# llama_spec NODES: llama.cpp's speculation over RPC from host 0; prints its
-# tok/s. The draft runs on host 0 (-ngld 0), as convoy's does: by default
-# llama.cpp offloads the draft's layers to the RPC nodes too, and every
-# draft token then pays the links (2.2 against 38 tok/s at 50 ms).
+# llama_spec NODES: llama.cpp's speculation over RPC from host 0 on the
+# PROMPTS prompts bench_spec decodes; prints its tok/s over them all (tokens
+# over seconds, as bench_spec counts). The draft runs on host 0 (-ngld 0),
+# as convoy's does: by default llama.cpp offloads the draft's layers to the
+# RPC nodes too, and every draft token then pays the links (2.2 against 38
+# tok/s at 50 ms).
 llama_spec() {
-    bash scripts/cluster.sh run 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" -md "$q8" \
-        --spec-type draft-simple --spec-draft-n-max "$llama_k" -p "Once upon a time" -n "$tokens" -t 1 -td 1 \
-        --temp 0 --ignore-eos --rpc "$1" -ngl 99 -ngld 0 2>&1 >/dev/null |
-        sed -n 's/.*decoded .* speed: *\([0-9.]*\) t\/s.*/\1/p' | tail -1
+    build/bench_spec --print-prompts | head -n "$prompts" | while IFS= read -r text; do
+        for _ in 1 2 3; do # its log thread may lose the last lines of a run
+            line="$(bash scripts/cluster.sh run 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" \
+                -md "$q8" --spec-type draft-simple --spec-draft-n-max "$llama_k" -p "$text" -n "$tokens" -t 1 \
+                -td 1 --temp 0 --ignore-eos --rpc "$1" -ngl 99 -ngld 0 2>&1 </dev/null >/dev/null |
+                sed -n 's/^.* I decoded  *\([0-9][0-9]*\) tokens in  *\([0-9.][0-9.]*\) seconds, speed: .*$/\1 \2/p' |
+                tail -1)"
+            [[ -n "$line" ]] && break
+        done
+        echo "$line"
+    done | awk 'NF == 2 {n += $1; t += $2} END {if (t > 0) printf "%.3f\n", n / t}'
 }
 
 # convoy's tok/s with the windows chosen on chain LABEL, from the raw lines.
