@@ -489,6 +489,7 @@ typedef struct convoy_synth_params {
     float output_scale; /* the output matrix's scale against the others' */
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
+    int64_t n_swa;      /* > 0: a Gemma 3 with this sliding window (shape gemma3-mini) */
     uint64_t seed;
     const char *type;   /* the matrices' TYPE, as quantize takes it */
     int32_t n_threads;

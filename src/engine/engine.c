@@ -131,11 +131,9 @@ const char *convoy_model_chat_template(const convoy_model *m) { return m->chat_t
 
 void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
 {
-    static const char *const arch_names[] = {[CV_ARCH_LLAMA] = "llama", [CV_ARCH_QWEN2] = "qwen2",
-                                             [CV_ARCH_QWEN3] = "qwen3"};
     const cv_llama_hparams *hp = &m->meta.hp;
     memset(info, 0, sizeof *info);
-    snprintf(info->arch, sizeof info->arch, "%s", arch_names[hp->arch]);
+    snprintf(info->arch, sizeof info->arch, "%s", cv_llama_arch_name(hp->arch));
     info->n_vocab = hp->n_vocab;
     info->n_ctx_train = hp->n_ctx_train;
     info->n_layer = hp->n_layer;

@@ -322,6 +322,7 @@ int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err,
     p->n_ctx = q.n_ctx;
     p->rope_theta = q.rope_theta;
     p->output_scale = q.output_scale;
+    p->n_swa = q.n_swa;
     return 0;
 }
 
@@ -349,6 +350,7 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.output_scale = p->output_scale;
     q.tied = p->tied;
     q.chatml = p->chatml;
+    q.n_swa = p->n_swa;
     q.seed = p->seed;
     q.n_threads = threads_or_cpus(p->n_threads);
     note_relay relay = {note, user};

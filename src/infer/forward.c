@@ -1,12 +1,15 @@
 /* forward.c: the Llama forward pass, top to bottom as the architecture,
  * over a batch of tokens and a layer range.
  *
- * For each layer: RMSNorm -> Q, K, V projections (+ biases for qwen2, per-
- * head RMSNorm of Q and K for qwen3) -> RoPE -> K and V
- * appended in place to each token's slot -> attention of each (token, head)
- * over its slot's positions [0, pos] -> output projection + residual ->
- * RMSNorm -> SwiGLU feed-forward + residual. The span holding the head then applies
- * the final norm and the output matrix to the wanted rows only.
+ * Token embeddings (times sqrt(n_embd) for gemma3), then for each layer:
+ * RMSNorm -> Q, K, V projections (+ biases for qwen2, per-head RMSNorm of Q
+ * and K for qwen3 and gemma3) -> RoPE -> K and V appended in place to each
+ * token's slot -> attention of each (token, head) over its slot's positions
+ * [0, pos], or (pos - n_swa, pos] on gemma3's sliding layers -> output
+ * projection (+ RMSNorm for gemma3) + residual -> RMSNorm -> SwiGLU (gemma3:
+ * GeGLU) feed-forward (+ RMSNorm for gemma3) + residual. The span holding
+ * the head then applies the final norm and the output matrix to the wanted
+ * rows only (and soft-caps the logits when the model asks).
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
@@ -45,6 +48,7 @@ struct cv_forward {
     float *up;   /* [n][n_ff] */
     void *xq;    /* activations converted for the weights: n rows of up to 4 * max_in bytes */
     float *rope_cos, *rope_sin; /* [n][n_rot / 2] */
+    float *swa_cos, *swa_sin;   /* [n][n_rot / 2] for the sliding layers (their own RoPE base) */
     float *att_scratch;         /* per thread: cv_attn_scratch_floats(head_dim, group * CV_ATTN_TOKENS) */
     int32_t *att_run;           /* [n + 1] first token of each attention run, then n (attn_runs) */
     int32_t n_att_run;
@@ -95,11 +99,13 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->xq = cv_aligned_alloc(n * (4 * max_in + 64));
     f->rope_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->rope_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
+    f->swa_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
+    f->swa_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->att_scratch = cv_aligned_alloc(sizeof(float) * (size_t)f->n_threads * attn_scratch_floats(hp));
     f->att_run = cv_calloc(n + 1, sizeof *f->att_run);
     f->next_pos = cv_calloc((size_t)kv->n_slot, sizeof *f->next_pos);
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xq || !f->rope_cos ||
-        !f->rope_sin || !f->att_scratch || !f->att_run || !f->next_pos) {
+        !f->rope_sin || !f->swa_cos || !f->swa_sin || !f->att_scratch || !f->att_run || !f->next_pos) {
         cv_forward_free(f);
         cv_errf(err, errlen, "out of memory for forward buffers (batch %d)", n_batch_max);
         return NULL;
@@ -122,6 +128,8 @@ void cv_forward_free(cv_forward *f)
     cv_free_aligned(f->xq);
     cv_free_aligned(f->rope_cos);
     cv_free_aligned(f->rope_sin);
+    cv_free_aligned(f->swa_cos);
+    cv_free_aligned(f->swa_sin);
     cv_free_aligned(f->att_scratch);
     cv_free(f->att_run);
     cv_free(f->next_pos);
@@ -167,55 +175,61 @@ static void run_job(cv_forward *f, size_t bytes, cv_pool_fn fn, void *ctx)
         cv_pool_run(f->pool, fn, ctx);
 }
 
-typedef struct swiglu_job {
+typedef struct glu_job {
     float *gate;
     const float *up;
     long n;
-} swiglu_job;
+    bool gelu; /* GeGLU (Gemma), else SwiGLU */
+} glu_job;
 
-/* gate = silu(gate) * up over this thread's share (a prompt's expf calls
+static float silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* gelu's tanh approximation: sqrt(2/pi) (x + 0.044715 x^3) inside */
+static float gelu(float g) { return 0.5f * g * (1.0f + tanhf(0.7978845608f * g * (1.0f + 0.044715f * g * g))); }
+
+/* gate = act(gate) * up over this thread's share (a prompt's expf calls
  * are too many for one thread while the other waits) */
-static void swiglu_worker(void *ctx, int ith, int nth)
+static void glu_worker(void *ctx, int ith, int nth)
 {
-    const swiglu_job *j = ctx;
+    const glu_job *j = ctx;
+    float (*act)(float) = j->gelu ? gelu : silu;
     long lo, hi;
     cv_split_range(j->n, ith, nth, &lo, &hi);
-    for (long i = lo; i < hi; i++) {
-        const float g = j->gate[i];
-        j->gate[i] = (g / (1.0f + expf(-g))) * j->up[i];
-    }
+    for (long i = lo; i < hi; i++)
+        j->gate[i] = act(j->gate[i]) * j->up[i];
 }
 
 /* cos/sin of each rotary pair i for each token's position: the angle is
- * pos * base^(-2i/n_rot), divided by rope_freqs[i] when the model has them
- * (Llama 3.1 scaling); the powers are formed by repeated multiplication, as
- * llama.cpp does. */
-static void rope_tables(cv_forward *f, const cv_batch *b)
+ * pos * scale * base^(-2i/n_rot), divided by rope_freqs[i] when the model
+ * has them (Llama 3.1 scaling); the powers are formed by repeated
+ * multiplication, as llama.cpp does. */
+static void rope_tables(cv_forward *f, const cv_batch *b, float base, float scale, float *cos_t, float *sin_t)
 {
     const cv_llama_hparams *hp = &f->m->hp;
     const float *freqs = f->m->rope_freqs;
     const int32_t half = hp->n_rot / 2;
-    const float theta_scale = powf(hp->rope_theta, -2.0f / (float)hp->n_rot);
+    const float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
     for (int32_t t = 0; t < b->n_tokens; t++) {
-        float theta = (float)b->pos[t];
+        float theta = (float)b->pos[t] * scale;
         for (int32_t i = 0; i < half; i++) {
             const float angle = freqs ? theta / freqs[i] : theta;
-            f->rope_cos[(size_t)t * half + i] = cosf(angle);
-            f->rope_sin[(size_t)t * half + i] = sinf(angle);
+            cos_t[(size_t)t * half + i] = cosf(angle);
+            sin_t[(size_t)t * half + i] = sinf(angle);
             theta *= theta_scale;
         }
     }
 }
 
-/* Rotates the first n_rot values of each head: pairs (2i, 2i+1), or
- * (i, i + n_rot/2) for NeoX-style models. */
-static void rope_rows(const cv_forward *f, float *x, int32_t n_tokens, int32_t n_heads)
+/* Rotates the first n_rot values of each head by the tables' angles: pairs
+ * (2i, 2i+1), or (i, i + n_rot/2) for NeoX-style models. */
+static void rope_rows(const cv_forward *f, float *x, int32_t n_tokens, int32_t n_heads, const float *cos_t,
+                      const float *sin_t)
 {
     const cv_llama_hparams *hp = &f->m->hp;
     const int32_t half = hp->n_rot / 2, hd = hp->head_dim;
     const int32_t stride = hp->rope_neox ? 1 : 2, offset = hp->rope_neox ? half : 1;
     for (int32_t t = 0; t < n_tokens; t++) {
-        const float *c = f->rope_cos + (size_t)t * half, *s = f->rope_sin + (size_t)t * half;
+        const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
         for (int32_t h = 0; h < n_heads; h++) {
             float *p = x + ((size_t)t * n_heads + h) * hd;
             for (int32_t i = 0; i < half; i++) {
@@ -359,6 +373,7 @@ typedef struct attn_job {
     cv_forward *f;
     const cv_batch *b;
     int32_t layer;
+    int32_t window; /* n_swa on a sliding layer, else 0 */
 } attn_job;
 
 /* Splits the batch into runs for the attention kernel: up to
@@ -379,7 +394,9 @@ static void attn_runs(cv_forward *f, const cv_batch *b)
 }
 
 /* One (run, KV head) pair at a time: the fused kernel runs the group's
- * query heads of the run's tokens together over the slot's positions. */
+ * query heads of the run's tokens together over the slot's positions. On
+ * a sliding layer each token is a run of its own over its window's
+ * positions, so its bits never depend on its neighbours in the batch. */
 static void attn_worker(void *ctx, int ith, int nth)
 {
     const attn_job *j = ctx;
@@ -389,23 +406,25 @@ static void attn_worker(void *ctx, int ith, int nth)
     const int32_t hd = hp->head_dim, n_head = hp->n_head, n_head_kv = hp->n_head_kv, group = n_head / n_head_kv;
     cv_attn_args a = {.head_dim = hd,
                       .group = group,
-                      .scale = 1.0f / sqrtf((float)hd),
+                      .scale = hp->attn_scale,
                       .tok_stride = (size_t)n_head * hd,
                       .kv_type = kv->type,
                       .kv_stride = (size_t)kv->kv_dim,
                       .scratch = f->att_scratch + (size_t)ith * attn_scratch_floats(hp)};
     /* dealt round-robin: a later run sees more positions, and contiguous
      * ranges gave the last of two threads 3/4 of a prompt's attention */
-    for (long p = ith; p < (long)f->n_att_run * n_head_kv; p += nth) {
+    const long n_runs = j->window ? j->b->n_tokens : f->n_att_run;
+    for (long p = ith; p < n_runs * n_head_kv; p += nth) {
         const int32_t r = (int32_t)(p / n_head_kv), kvh = (int32_t)(p % n_head_kv);
-        const int32_t t = f->att_run[r], slot = j->b->seq[t];
+        const int32_t t = j->window ? r : f->att_run[r], slot = j->b->seq[t], pos = j->b->pos[t];
+        const int32_t first = j->window && pos >= j->window ? pos + 1 - j->window : 0;
         const size_t qoff = ((size_t)t * n_head + (size_t)kvh * group) * hd, kvoff = (size_t)kvh * hd * kv->elt_size;
-        a.n_tok = f->att_run[r + 1] - t;
-        a.n_pos = j->b->pos[t] + 1;
+        a.n_tok = j->window ? 1 : f->att_run[r + 1] - t;
+        a.n_pos = pos + 1 - first;
         a.q = f->q + qoff;
         a.out = f->att + qoff;
-        a.k = (const char *)cv_kv_at(kv, kv->k, j->layer, slot, 0) + kvoff;
-        a.v = (const char *)cv_kv_at(kv, kv->v, j->layer, slot, 0) + kvoff;
+        a.k = (const char *)cv_kv_at(kv, kv->k, j->layer, slot, first) + kvoff;
+        a.v = (const char *)cv_kv_at(kv, kv->v, j->layer, slot, first) + kvoff;
         cv_attn_group(&a);
     }
 }
@@ -470,6 +489,81 @@ int cv_forward_check(cv_forward *f, const cv_batch *b, bool rollback, char *err,
     return 0;
 }
 
+/* Attention of layer l: norm, projections, RoPE, the KV store, attention,
+ * the output projection (and its norm), added to the residual. */
+static void attention_block(cv_forward *f, const cv_batch *b, int32_t l)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const cv_llama_layer *L = &f->m->layers[l];
+    const int32_t n = b->n_tokens, n_embd = hp->n_embd;
+    const bool slides = cv_llama_layer_slides(hp, l);
+    rmsnorm_rows(f->xn, f->x, L->attn_norm, n, n_embd, hp->rms_eps);
+    const cv_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_y[3] = {f->q, f->k, f->v};
+    matmul_shared_input(f, f->xn, n, qkv_w, qkv_y, 3);
+    if (L->bq) {
+        add_bias_rows(f->q, L->bq, n, hp->n_head * hp->head_dim);
+        add_bias_rows(f->k, L->bk, n, hp->n_head_kv * hp->head_dim);
+        add_bias_rows(f->v, L->bv, n, hp->n_head_kv * hp->head_dim);
+    }
+    if (L->q_norm) { /* per-head RMSNorm, in place */
+        rmsnorm_rows(f->q, f->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
+        rmsnorm_rows(f->k, f->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+    }
+    const float *c = slides ? f->swa_cos : f->rope_cos, *s = slides ? f->swa_sin : f->rope_sin;
+    rope_rows(f, f->q, n, hp->n_head, c, s);
+    rope_rows(f, f->k, n, hp->n_head_kv, c, s);
+    kv_store(f, b, l);
+    attn_job aj = {.f = f, .b = b, .layer = l, .window = slides ? hp->n_swa : 0};
+    run_job(f, attn_bytes(f, b), attn_worker, &aj);
+    const cv_weight *o_w[1] = {&L->wo};
+    float *const o_y[1] = {f->xn};
+    matmul(f, f->att, n, o_w, o_y, 1);
+    if (L->post_attn_norm)
+        rmsnorm_rows(f->xn, f->xn, L->post_attn_norm, n, n_embd, hp->rms_eps);
+    add_rows(f->x, f->xn, (size_t)n * n_embd);
+}
+
+/* The feed-forward of layer l: norm, gate and up, SwiGLU or GeGLU, down
+ * (and its norm), added to the residual. */
+static void ffn_block(cv_forward *f, int32_t n, int32_t l)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const cv_llama_layer *L = &f->m->layers[l];
+    const int32_t n_embd = hp->n_embd;
+    rmsnorm_rows(f->xn, f->x, L->ffn_norm, n, n_embd, hp->rms_eps);
+    const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
+    float *const gu_y[2] = {f->gate, f->up};
+    matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
+    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff, .gelu = hp->arch == CV_ARCH_GEMMA3};
+    run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
+    const cv_weight *d_w[1] = {&L->w_down};
+    float *const d_y[1] = {f->xn};
+    matmul(f, f->gate, n, d_w, d_y, 1);
+    if (L->post_ffn_norm)
+        rmsnorm_rows(f->xn, f->xn, L->post_ffn_norm, n, n_embd, hp->rms_eps);
+    add_rows(f->x, f->xn, (size_t)n * n_embd);
+}
+
+/* The residual stream's first rows: token embeddings (scaled for gemma3),
+ * or the previous stage's hidden states. */
+static void embed(cv_forward *f, const cv_batch *b, const float *in)
+{
+    const cv_llama *m = f->m;
+    const int32_t n = b->n_tokens, n_embd = m->hp.n_embd;
+    if (!cv_llama_has_embd(m)) {
+        memcpy(f->x, in, sizeof(float) * (size_t)n * n_embd);
+        return;
+    }
+    const cv_type_traits *et = cv_type_get(m->tok_embd.type);
+    const size_t row = cv_row_bytes(m->tok_embd.type, n_embd);
+    for (int32_t t = 0; t < n; t++)
+        et->to_float((const char *)m->tok_embd.data + (size_t)b->token[t] * row, f->x + (size_t)t * n_embd, n_embd);
+    if (m->hp.embd_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * n_embd; i++)
+            f->x[i] *= m->hp.embd_scale;
+}
+
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen)
 {
     if (cv_forward_check(f, b, false, err, errlen))
@@ -478,54 +572,14 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     const cv_llama_hparams *hp = &m->hp;
     const int32_t n = b->n_tokens, n_embd = hp->n_embd;
 
-    if (cv_llama_has_embd(m)) {
-        const cv_type_traits *et = cv_type_get(m->tok_embd.type);
-        const size_t row = cv_row_bytes(m->tok_embd.type, n_embd);
-        for (int32_t t = 0; t < n; t++)
-            et->to_float((const char *)m->tok_embd.data + (size_t)b->token[t] * row, f->x + (size_t)t * n_embd,
-                         n_embd);
-    } else {
-        memcpy(f->x, in, sizeof(float) * (size_t)n * n_embd);
-    }
-    rope_tables(f, b);
+    embed(f, b, in);
+    rope_tables(f, b, hp->rope_theta, hp->rope_scale, f->rope_cos, f->rope_sin);
+    if (hp->n_swa)
+        rope_tables(f, b, hp->rope_theta_swa, 1.0f, f->swa_cos, f->swa_sin);
     attn_runs(f, b);
-
     for (int32_t l = m->l0; l < m->l1; l++) {
-        const cv_llama_layer *L = &m->layers[l];
-
-        rmsnorm_rows(f->xn, f->x, L->attn_norm, n, n_embd, hp->rms_eps);
-        const cv_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-        float *const qkv_y[3] = {f->q, f->k, f->v};
-        matmul_shared_input(f, f->xn, n, qkv_w, qkv_y, 3);
-        if (L->bq) {
-            add_bias_rows(f->q, L->bq, n, hp->n_head * hp->head_dim);
-            add_bias_rows(f->k, L->bk, n, hp->n_head_kv * hp->head_dim);
-            add_bias_rows(f->v, L->bv, n, hp->n_head_kv * hp->head_dim);
-        }
-        if (L->q_norm) { /* per-head RMSNorm, in place */
-            rmsnorm_rows(f->q, f->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
-            rmsnorm_rows(f->k, f->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
-        }
-        rope_rows(f, f->q, n, hp->n_head);
-        rope_rows(f, f->k, n, hp->n_head_kv);
-        kv_store(f, b, l);
-        attn_job aj = {.f = f, .b = b, .layer = l};
-        run_job(f, attn_bytes(f, b), attn_worker, &aj);
-        const cv_weight *o_w[1] = {&L->wo};
-        float *const o_y[1] = {f->xn};
-        matmul(f, f->att, n, o_w, o_y, 1);
-        add_rows(f->x, f->xn, (size_t)n * n_embd);
-
-        rmsnorm_rows(f->xn, f->x, L->ffn_norm, n, n_embd, hp->rms_eps);
-        const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
-        float *const gu_y[2] = {f->gate, f->up};
-        matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
-        swiglu_job sj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff};
-        run_job(f, sizeof(float) * 2 * (size_t)sj.n, swiglu_worker, &sj);
-        const cv_weight *d_w[1] = {&L->w_down};
-        float *const d_y[1] = {f->xn};
-        matmul(f, f->gate, n, d_w, d_y, 1);
-        add_rows(f->x, f->xn, (size_t)n * n_embd);
+        attention_block(f, b, l);
+        ffn_block(f, n, l);
     }
 
     for (int32_t t = 0; t < n; t++)
@@ -545,5 +599,8 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     const cv_weight *out_w[1] = {&m->output};
     float *const out_y[1] = {out};
     matmul(f, f->xn, n_want, out_w, out_y, 1);
+    if (hp->logit_softcap > 0)
+        for (size_t i = 0; i < (size_t)n_want * hp->n_vocab; i++)
+            out[i] = hp->logit_softcap * tanhf(out[i] / hp->logit_softcap);
     return 0;
 }

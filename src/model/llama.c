@@ -44,7 +44,45 @@ static const struct {
     {"llama", CV_ARCH_LLAMA, false},
     {"qwen2", CV_ARCH_QWEN2, true},
     {"qwen3", CV_ARCH_QWEN3, true},
+    {"gemma3", CV_ARCH_GEMMA3, true},
 };
+#define N_ARCHS (sizeof archs / sizeof archs[0])
+
+const char *cv_llama_arch_name(cv_arch a)
+{
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (archs[i].arch == a)
+            return archs[i].name;
+    return "?";
+}
+
+/* Gemma 3's own hyperparameters, as llama.cpp reads them: every 6th layer
+ * attends all positions, the others the last attention.sliding_window
+ * (none when absent or 0) with RoPE base 10000; queries scaled by
+ * 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the 27B (62 layers);
+ * optional final_logit_softcapping; linear rope.scaling.factor on the
+ * full-attention layers. */
+static int read_gemma3(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
+{
+    uint32_t n_swa = 0;
+    float softcap = 0.0f, factor = 0.0f;
+    if (get_u32(f, "gemma3", "attention.sliding_window", &n_swa, false, err, errlen) ||
+        get_f32(f, "gemma3", "final_logit_softcapping", &softcap, false, err, errlen) ||
+        get_f32(f, "gemma3", "rope.scaling.factor", &factor, false, err, errlen))
+        return -1;
+    if (n_swa > CV_LLAMA_MAX_CTX || !(softcap >= 0) || !isfinite(softcap) || !(factor >= 0) || !isfinite(factor))
+        return cv_errf(err, errlen, "%s: bad sliding window %u, logit soft-cap %g or rope scaling %g", f->name,
+                       n_swa, softcap, factor);
+    hp->n_swa = (int32_t)n_swa;
+    hp->swa_pattern = 6;
+    hp->rope_theta_swa = 10000.0f;
+    hp->logit_softcap = softcap;
+    hp->rope_scale = factor > 0 ? 1.0f / factor : 1.0f;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    if (hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    return 0;
+}
 
 /* The vocabulary: token_embd's rows, else (a shard without the
  * embeddings) what its shard keys record. */
@@ -69,10 +107,10 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     if (gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
         return -1;
     size_t a = 0;
-    while (a < sizeof archs / sizeof archs[0] && !gguf_str_eq(arch_s, archs[a].name))
+    while (a < N_ARCHS && !gguf_str_eq(arch_s, archs[a].name))
         a++;
-    if (a == sizeof archs / sizeof archs[0])
-        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3)",
+    if (a == N_ARCHS)
+        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
@@ -129,8 +167,11 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .rms_eps = eps,
         .rope_theta = theta,
         .rope_neox = archs[a].rope_neox,
+        .attn_scale = 1.0f / sqrtf((float)head_dim),
+        .embd_scale = 1.0f,
+        .rope_scale = 1.0f,
     };
-    return 0;
+    return hp->arch == CV_ARCH_GEMMA3 ? read_gemma3(f, hp, err, errlen) : 0;
 }
 
 static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
@@ -279,7 +320,7 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     m->l1 = l1;
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    size_t per_layer = 2 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
+    size_t per_layer = 4 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
     m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + (size_t)hp->n_rot));
     if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
@@ -310,9 +351,13 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
                                           bind_vec(m, NAME("attn_k.bias"), n_kv, &copy, &L->bk, err, errlen) ||
                                           bind_vec(m, NAME("attn_v.bias"), n_kv, &copy, &L->bv, err, errlen)))
             goto fail;
-        if (hp->arch == CV_ARCH_QWEN3 &&
+        if ((hp->arch == CV_ARCH_QWEN3 || hp->arch == CV_ARCH_GEMMA3) &&
             (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, &copy, &L->q_norm, err, errlen) ||
              bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, &copy, &L->k_norm, err, errlen)))
+            goto fail;
+        if (hp->arch == CV_ARCH_GEMMA3 &&
+            (bind_vec(m, NAME("post_attention_norm.weight"), n_embd, &copy, &L->post_attn_norm, err, errlen) ||
+             bind_vec(m, NAME("post_ffw_norm.weight"), n_embd, &copy, &L->post_ffn_norm, err, errlen)))
             goto fail;
 #undef NAME
     }
@@ -347,11 +392,12 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 }
 
 /* Every tensor a layer may have, by architecture: llama's nine, qwen2's
- * biases, qwen3's Q/K norms. */
+ * biases, qwen3's and gemma3's Q/K norms, gemma3's post norms. */
 static const char *const layer_parts[] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
     "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
-    "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight"};
+    "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight",
+    "post_attention_norm.weight", "post_ffw_norm.weight"};
 static_assert(sizeof layer_parts / sizeof layer_parts[0] == CV_LLAMA_LAYER_TENSORS_MAX, "layer parts");
 
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)

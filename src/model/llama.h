@@ -30,7 +30,12 @@ typedef enum cv_arch {
     CV_ARCH_LLAMA, /* Llama 1-3, Mistral, TinyLlama: optional rope_freqs (Llama 3.1 scaling) */
     CV_ARCH_QWEN2, /* Q/K/V biases, NeoX RoPE */
     CV_ARCH_QWEN3, /* per-head RMSNorm of Q and K, NeoX RoPE */
+    CV_ARCH_GEMMA3, /* Q/K norms, post-attention and post-FFN norms, GeGLU, embeddings
+                     * scaled by sqrt(n_embd), sliding-window layers, tied output */
 } cv_arch;
+
+/* The architecture's GGUF name ("llama", "gemma3"...). */
+const char *cv_llama_arch_name(cv_arch a);
 
 typedef struct cv_llama_hparams {
     cv_arch arch;
@@ -46,7 +51,20 @@ typedef struct cv_llama_hparams {
     float rms_eps;
     float rope_theta;
     bool rope_neox;     /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    float attn_scale;   /* multiplies each attention score: 1/sqrt(head_dim), as a rule */
+    float embd_scale;   /* multiplies token embeddings (gemma3: sqrt(n_embd)), else 1 */
+    float rope_scale;   /* multiplies positions on full-attention layers (linear RoPE scaling), else 1 */
+    int32_t n_swa;      /* sliding window: a token at p attends (p - n_swa, p] on sliding layers; 0: none */
+    int32_t swa_pattern;/* layer l slides unless l % swa_pattern == swa_pattern - 1 (gemma3: 6) */
+    float rope_theta_swa; /* RoPE base of the sliding layers (gemma3: 10000) */
+    float logit_softcap;  /* final logits become c * tanh(logit / c); 0: none */
 } cv_llama_hparams;
+
+/* Whether layer l attends a sliding window rather than every position. */
+static inline bool cv_llama_layer_slides(const cv_llama_hparams *hp, int32_t l)
+{
+    return hp->n_swa > 0 && l % hp->swa_pattern != hp->swa_pattern - 1;
+}
 
 /* A weight matrix: n_out rows of n_in elements of `type`, row-major. */
 typedef struct cv_weight {
@@ -63,12 +81,14 @@ typedef struct cv_llama_layer {
     cv_weight wk;           /* n_embd -> n_head_kv * head_dim */
     cv_weight wv;           /* n_embd -> n_head_kv * head_dim */
     const float *bq, *bk, *bv; /* [n_head * head_dim], [n_head_kv * head_dim] x2 (qwen2), else NULL */
-    const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3), else NULL */
+    const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3, gemma3), else NULL */
     cv_weight wo;           /* n_head * head_dim -> n_embd */
+    const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output (gemma3), else NULL */
     const float *ffn_norm;  /* [n_embd] */
     cv_weight w_gate;       /* n_embd -> n_ff */
     cv_weight w_up;         /* n_embd -> n_ff */
     cv_weight w_down;       /* n_ff -> n_embd */
+    const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output (gemma3), else NULL */
 } cv_llama_layer;
 
 typedef struct cv_llama {
@@ -115,7 +135,7 @@ uint64_t cv_llama_head_bytes(const cv_llama *m);
  * room for cv_llama_span_tensors_max(l1 - l0); returns the count. */
 /* The most positions a model may claim: --ctx's and a stage's limit too. */
 #define CV_LLAMA_MAX_CTX (1 << 24)
-#define CV_LLAMA_LAYER_TENSORS_MAX 14
+#define CV_LLAMA_LAYER_TENSORS_MAX 16
 #define CV_LLAMA_SPAN_EXTRA_MAX 3 /* rope_freqs, output_norm, output */
 static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)
 {

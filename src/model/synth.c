@@ -30,13 +30,15 @@ static const struct synth_preset {
     const char *name;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_theta, output_scale;
+    int64_t n_swa; /* a Gemma 3 with this window, if set */
 } presets[] = {
-    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f},
-    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f},
-    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f},
-    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f},
-    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f},
-    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f},
+    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0},
+    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0},
+    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0},
+    {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16},
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0},
+    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f, 0},
+    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f, 0},
 };
 
 void cv_synth_defaults(cv_synth_params *p)
@@ -66,6 +68,7 @@ int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t err
         p->n_ctx = s->n_ctx;
         p->rope_theta = s->rope_theta;
         p->output_scale = s->output_scale;
+        p->n_swa = s->n_swa;
         return 0;
     }
     return cv_errf(err, errlen, "unknown shape '%s'", shape);
@@ -261,6 +264,8 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
         {"n_ff", p->n_ff, SYNTH_MAX_DIM},     {"n_vocab", p->n_vocab, SYNTH_MAX_DIM},
         {"n_ctx", p->n_ctx, SYNTH_MAX_DIM},
     };
+    if (p->n_swa < 0 || p->n_swa > SYNTH_MAX_DIM)
+        return cv_errf(err, errlen, "sliding window %lld out of range", (long long)p->n_swa);
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
         if (dims[i].v < 1 || dims[i].v > dims[i].max)
             return cv_errf(err, errlen, "%s %lld out of range (1..%lld)", dims[i].name, (long long)dims[i].v,
@@ -316,7 +321,7 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
     double std_embd = 1.0 / sqrt((double)p->n_embd), std_ff = 1.0 / sqrt((double)p->n_ff);
     add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 1.0);
     add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0);
-    if (!p->tied)
+    if (!p->tied && !p->n_swa) /* Gemma 3's output is always tied */
         add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, (double)p->output_scale * std_embd);
     for (int64_t l = 0; l < p->n_layer; l++) {
         add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0);
@@ -328,6 +333,12 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
         add_layer_tensor(t, &n, l, "ffn_gate.weight", p->n_embd, p->n_ff, std_embd);
         add_layer_tensor(t, &n, l, "ffn_up.weight", p->n_embd, p->n_ff, std_embd);
         add_layer_tensor(t, &n, l, "ffn_down.weight", p->n_ff, p->n_embd, std_ff);
+        if (p->n_swa) {
+            add_layer_tensor(t, &n, l, "attn_q_norm.weight", p->n_embd / p->n_head, 0, 0);
+            add_layer_tensor(t, &n, l, "attn_k_norm.weight", p->n_embd / p->n_head, 0, 0);
+            add_layer_tensor(t, &n, l, "post_attention_norm.weight", p->n_embd, 0, 0);
+            add_layer_tensor(t, &n, l, "post_ffw_norm.weight", p->n_embd, 0, 0);
+        }
     }
     return n;
 }
@@ -398,22 +409,32 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     char desc[160];
     snprintf(desc, sizeof(desc), "convoy synth: deterministic random weights (seed %llu); output is garbage",
              (unsigned long long)p->seed);
-    gguf_set_str(w, "general.architecture", "llama");
+    const char *a = p->n_swa ? "gemma3" : "llama";
+    char key[96];
+#define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
+    gguf_set_str(w, "general.architecture", a);
     gguf_set_str(w, "general.name", p->name[0] ? p->name : "convoy-synth");
     gguf_set_str(w, "general.description", desc);
     const cv_quantize_params qp = policy_of(p);
     gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_policy_file_type(&qp));
     gguf_set_u32(w, "general.quantization_version", 2);
-    gguf_set_u32(w, "llama.vocab_size", (uint32_t)p->n_vocab);
-    gguf_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);
-    gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd);
-    gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layer);
-    gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff);
-    gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)(p->n_embd / p->n_head));
-    gguf_set_f32(w, "llama.rope.freq_base", p->rope_theta);
-    gguf_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head);
-    gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_head_kv);
-    gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps);
+    gguf_set_u32(w, KEY("vocab_size"), (uint32_t)p->n_vocab);
+    gguf_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx);
+    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
+    gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
+    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    if (p->n_swa) {
+        gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)(p->n_embd / p->n_head));
+        gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)(p->n_embd / p->n_head));
+        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
+    } else {
+        gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->n_embd / p->n_head));
+    }
+    gguf_set_f32(w, KEY("rope.freq_base"), p->rope_theta);
+    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
+    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
+#undef KEY
 }
 
 static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml)
@@ -437,7 +458,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     if (check_params(p, err, errlen))
         return -1;
     int rc = -1;
-    int max_tensors = 3 + 9 * (int)p->n_layer;
+    int max_tensors = 3 + 13 * (int)p->n_layer;
     synth_tensor *tensors = cv_calloc((size_t)max_tensors, sizeof(*tensors));
     vocab_build v = {.cap = p->n_vocab};
     v.text = cv_malloc((size_t)v.cap * PIECE_MAX);

@@ -59,11 +59,19 @@ typedef struct cv_synth_params {
     float output_scale;
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
+    int64_t n_swa;         /* > 0: a Gemma 3 (below) with this sliding window */
     uint64_t seed;
     cv_type type;
     cv_quant_mix mix;      /* llama.cpp's mix of `type`, if any (see quantize.h) */
     int n_threads;         /* generation threads; the output does not depend on it */
 } cv_synth_params;
+
+/* A Gemma 3 (n_swa > 0) has general.architecture "gemma3" and gemma3.* keys
+ * (attention.key_length and value_length n_embd / n_head,
+ * attention.sliding_window n_swa, no rope.dimension_count), tied
+ * embeddings, and per layer also blk.N.{attn_q_norm, attn_k_norm}.weight
+ * [head_dim] and blk.N.{post_attention_norm, post_ffw_norm}.weight
+ * [n_embd] (norms 1.0). */
 
 /* Defaults: ctx 2048, rope theta 10000, eps 1e-5, output_scale 1, untied,
  * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
@@ -74,6 +82,8 @@ void cv_synth_defaults(cv_synth_params *p);
  *                   (llama2.c stories260K; rows of 172 do not fit 32-blocks)
  *   synth-mini      256, 4, 8, 2, 768, 2048, ctx 512, output_scale 4
  *   synth-hd128     512, 2, 4, 1, 1536, 2048, ctx 512, theta 500000, output_scale 4
+ *   gemma3-mini     256, 7, 8, 2, 768, 2048, ctx 512, a Gemma 3 with window 16
+ *                   (layers 0-4 and 6 slide, 5 attends every position)
  *   llama-3.2-1b    2048, 16, 32, 8, 8192, 32000, ctx 4096, theta 500000
  *   llama-3.1-8b    4096, 32, 32, 8, 14336, 32000, ctx 8192, theta 500000
  *   llama-3.1-70b   8192, 80, 64, 8, 28672, 32000, ctx 8192, theta 500000
