@@ -4,7 +4,8 @@
  * - logits are bit-identical between the reference and SIMD kernels,
  *   between 1 and 2 threads, between a prompt in one chunk and token by
  *   token, and between a sequence alone and inside a batch with three
- *   others at different positions;
+ *   others at different positions (also for a synthetic Gemma 3, whose
+ *   sliding window moves within the tokens);
  * - a decode step allocates nothing. */
 #include <jansson.h>
 #include <stdio.h>
@@ -186,11 +187,10 @@ static float *run_config(convoy_model *m, const int32_t *tokens, int n, config c
     return logits;
 }
 
-static void check_determinism(const char *rel)
+/* Logits of m (named rel) under every variant against one chunk, alone,
+ * 1 thread; frees m. */
+static void check_determinism_of(convoy_model *m, const char *rel)
 {
-    convoy_model *m = load(rel);
-    if (!m)
-        return;
     convoy_model_info info;
     convoy_model_get_info(m, &info);
     enum { N = 70 }; /* crosses an attention block (64 positions) */
@@ -220,12 +220,34 @@ static void check_determinism(const char *rel)
     convoy_model_free(m);
 }
 
+static void check_determinism(const char *rel)
+{
+    convoy_model *m = load(rel);
+    if (m)
+        check_determinism_of(m, rel);
+}
+
 static void test_bit_identical_stories260K(void) { check_determinism("models/stories260K.gguf"); }
 static void test_bit_identical_q4_0(void) { check_determinism("reference/models/synth-mini-q4_0.gguf"); }
 static void test_bit_identical_q8_0(void) { check_determinism("reference/models/synth-mini-q8_0.gguf"); }
 static void test_bit_identical_q4_k_m(void) { check_determinism("reference/models/synth-mini-q4_k_m.gguf"); }
 static void test_bit_identical_f16(void) { check_determinism("reference/models/synth-mini-f16.gguf"); }
 static void test_bit_identical_bf16(void) { check_determinism("reference/models/synth-mini-bf16.gguf"); }
+
+/* Gemma 3 (convoy synth's gemma3-mini, Q4_0): its sliding layers'
+ * window of 16 moves within the 70 tokens. */
+static void test_bit_identical_gemma3(void)
+{
+    char path[512], cmd[1024], err[512];
+    snprintf(path, sizeof path, "%s/fwd-gemma3-mini-q4_0.gguf", CONVOY_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "'%s/convoy' synth --shape gemma3-mini --type Q4_0 -o '%s' >/dev/null", CONVOY_BINARY_DIR,
+             path);
+    CHECKF(system(cmd) == 0, "synth gemma3-mini failed");
+    convoy_model *m = convoy_model_load(path, err, sizeof err);
+    CHECKF(m != NULL, "%s", err);
+    if (m)
+        check_determinism_of(m, path);
+}
 
 static void test_decode_allocates_nothing(void)
 {
@@ -302,6 +324,7 @@ int main(void)
     TEST_RUN(test_bit_identical_q4_k_m);
     TEST_RUN(test_bit_identical_f16);
     TEST_RUN(test_bit_identical_bf16);
+    TEST_RUN(test_bit_identical_gemma3);
     TEST_RUN(test_decode_allocates_nothing);
     TEST_RUN(test_bad_batches_refused);
     return test_summary();
