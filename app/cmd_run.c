@@ -150,8 +150,8 @@ static int prepare_prompt(const run_opts *o, run_state *s)
 /* The load line on stderr; the prompt (or the opening of the id list) on stdout. */
 static void announce(const run_opts *o, const run_state *s)
 {
-    fprintf(stderr, "convoy: loaded %s in %.2f s (%d layers, vocab %d, %d threads, seed %llu)\n", o->model_path,
-            s->load_s, s->info.n_layer, s->info.n_vocab, o->cp.n_threads, (unsigned long long)o->sp.seed);
+    fprintf(stderr, "convoy: loaded %s in %.2f s (%s, %d layers, vocab %d, %d threads, seed %llu)\n", o->model_path,
+            s->load_s, s->info.arch, s->info.n_layer, s->info.n_vocab, o->cp.n_threads, (unsigned long long)o->sp.seed);
     if (o->print_ids)
         putchar('[');
     else
