@@ -214,8 +214,12 @@ static void test_hello(void)
     CHECK(has(corrupt_u8(buf, n, 85, 1, dec_hello), "next_addr length"));
     /* the hash count: bounded by the layer range before it sizes a read,
      * then matched with the bytes present */
-    CHECK(has(corrupt_u32(buf, n, 80, 116, dec_hello), "116 tensor hashes, at most 115"));
-    CHECK(has(corrupt_u32(buf, n, 80, 0xFFFFFFFFu, dec_hello), "at most 115"));
+    const uint32_t most = 8 * CV_PROTO_HASHES_PER_LAYER + CV_PROTO_HASHES_EXTRA; /* layers [4, 12) */
+    char want[64], at_most[32];
+    snprintf(want, sizeof want, "%u tensor hashes, at most %u", most + 1, most);
+    snprintf(at_most, sizeof at_most, "at most %u", most);
+    CHECK(has(corrupt_u32(buf, n, 80, most + 1, dec_hello), want));
+    CHECK(has(corrupt_u32(buf, n, 80, 0xFFFFFFFFu, dec_hello), at_most));
     CHECK(has(corrupt_u32(buf, n, 80, 4, dec_hello), "payload ends inside"));
     CHECK(has(corrupt_u32(buf, n, 80, 2, dec_hello), "trailing"));
     /* a query (no layers) carries none */
