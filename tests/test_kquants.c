@@ -78,12 +78,16 @@ static void fill_row(float *x, int n, int kind)
 #if defined(__x86_64__)
 #define SIMD_NAME "avx2"
 #define SIMD_DOT(t) vec_dot_##t##_q8_K_avx2
+#define AVX512_DOT(t) vec_dot_##t##_q8_K_avx512
 #elif defined(__aarch64__)
 #define SIMD_NAME "neon"
 #define SIMD_DOT(t) vec_dot_##t##_q8_K_neon
 #else
 #define SIMD_NAME "none"
 #define SIMD_DOT(t) NULL
+#endif
+#ifndef AVX512_DOT
+#define AVX512_DOT(t) NULL
 #endif
 
 typedef struct {
@@ -93,6 +97,7 @@ typedef struct {
     void (*dequantize)(const void *, float *, int64_t);
     float (*dot_ref)(int, const void *, const void *);
     float (*dot_simd)(int, const void *, const void *);
+    float (*dot_avx512)(int, const void *, const void *); /* NULL: the AVX2 one serves */
     /* bound on rms(error) / max|x| per super-block: about a quant step over
      * sqrt(12) (range 2 max|x| over 3, 7, 15 or 31 steps; max|x| over 32 for
      * Q6_K) */
@@ -102,15 +107,17 @@ typedef struct {
 } kq_type;
 
 static const kq_type kq_types[] = {
-    {"Q2_K", sizeof(block_q2_K), quantize_row_q2_K, dequantize_row_q2_K, vec_dot_q2_K_q8_K_ref, SIMD_DOT(q2_K), 0.25,
+    {"Q2_K", sizeof(block_q2_K), quantize_row_q2_K, dequantize_row_q2_K, vec_dot_q2_K_q8_K_ref, SIMD_DOT(q2_K),
+     AVX512_DOT(q2_K), 0.25,
      offsetof(block_q2_K, d), 2},
-    {"Q3_K", sizeof(block_q3_K), quantize_row_q3_K, dequantize_row_q3_K, vec_dot_q3_K_q8_K_ref, SIMD_DOT(q3_K), 0.1,
+    {"Q3_K", sizeof(block_q3_K), quantize_row_q3_K, dequantize_row_q3_K, vec_dot_q3_K_q8_K_ref, SIMD_DOT(q3_K),
+     AVX512_DOT(q3_K), 0.1,
      offsetof(block_q3_K, d), 1},
-    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), 0.04, 0, 2},
-    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), 0.02, 0, 2},
-    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), 0.01, offsetof(block_q6_K, d), 1},
+    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), NULL, 0.04, 0, 2},
+    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), NULL, 0.02, 0, 2},
+    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), NULL, 0.01, offsetof(block_q6_K, d), 1},
     {"IQ4_XS", sizeof(block_iq4_xs), quantize_row_iq4_xs, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_ref,
-     SIMD_DOT(iq4_xs), 0.05, offsetof(block_iq4_xs, d), 1},
+     SIMD_DOT(iq4_xs), NULL, 0.05, offsetof(block_iq4_xs, d), 1},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
 static const cv_type kq_ids[N_TYPES] = {CV_TYPE_Q2_K, CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
@@ -301,6 +308,34 @@ static int have_simd(void)
 #endif
 }
 
+/* Whether this CPU can run the AVX-512 VNNI kernels. */
+static int have_avx512(void)
+{
+#if defined(__x86_64__)
+    return have_simd() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* The SIMD kernels of ty that this CPU runs (AVX2 or NEON, and AVX-512
+ * where the type has one) give ref's bits on row wq and activations xq;
+ * what and trial name the case. */
+static void check_simd_dots(const kq_type *ty, int n, const void *wq, const void *xq, float ref, const char *what,
+                            int trial)
+{
+    float (*const dots[2])(int, const void *, const void *) = {ty->dot_simd, have_avx512() ? ty->dot_avx512 : NULL};
+    static const char *const names[2] = {SIMD_NAME, "avx512"};
+    for (int k = 0; k < 2; k++) {
+        if (!dots[k])
+            continue;
+        float got = dots[k](n, wq, xq);
+        CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s %s trial %d: %s %.9g != ref %.9g", ty->name, what, trial,
+               names[k], got, ref);
+    }
+}
+
 static void test_vec_dot(void)
 {
     int simd = have_simd();
@@ -333,9 +368,9 @@ static void test_vec_dot(void)
                 CHECKF(fabs(ref - exact) <= 2e-6 * mag, "%s n=%d trial %d: ref %.9g, dequantized dot %.9g",
                        ty->name, n, trial, ref, exact);
                 if (simd) {
-                    float got = ty->dot_simd(n, wq, xq);
-                    CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s n=%d trial %d: %s %.9g != ref %.9g",
-                           ty->name, n, trial, SIMD_NAME, got, ref);
+                    char what[32];
+                    snprintf(what, sizeof what, "n=%d", n);
+                    check_simd_dots(ty, n, wq, xq, ref, what, trial);
                 }
                 free(w);
                 free(x);
@@ -372,9 +407,7 @@ static void test_vec_dot_random_bytes(void)
                     ((uint8_t *)&xq[b])[i] = (uint8_t)rng_u32();
                 xq[b].d = rng_normal();
             }
-            float ref = ty->dot_ref(N, wq, xq), got = ty->dot_simd(N, wq, xq);
-            CHECKF(memcmp(&got, &ref, sizeof(float)) == 0, "%s random bytes trial %d: %s %.9g != ref %.9g",
-                   ty->name, trial, SIMD_NAME, got, ref);
+            check_simd_dots(ty, N, wq, xq, ty->dot_ref(N, wq, xq), "random bytes", trial);
         }
     }
 }
@@ -452,7 +485,8 @@ static void test_type_table(void)
         CHECK(tt->vec_dot_type == CV_TYPE_Q8_K);
         CHECK(tt->to_float == ty->dequantize && tt->quantize == ty->quantize && tt->from_float == ty->quantize);
         CHECK(tt->vec_dot_ref == ty->dot_ref);
-        CHECK(tt->vec_dot == (simd ? ty->dot_simd : ty->dot_ref));
+        const int avx512 = !strcmp(cv_kernels_name(), "avx512") && ty->dot_avx512;
+        CHECK(tt->vec_dot == (avx512 ? ty->dot_avx512 : simd ? ty->dot_simd : ty->dot_ref));
         CHECK(cv_row_bytes(kq_ids[t], 4096) == 16 * ty->block_bytes && cv_row_bytes(kq_ids[t], 100) == 0);
     }
     const cv_type_traits *q8 = cv_type_get(CV_TYPE_Q8_K);

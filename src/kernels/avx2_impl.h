@@ -1,8 +1,8 @@
 /* avx2_impl.h: what the AVX2 kernels share (private to src/kernels; for
  * files built with -mavx2 -mfma -mf16c): the final reductions, the sums
  * of int32 lanes, the transpose that puts 8 rows in the lanes of a
- * vector, and the broadcasts of a token's quants that meet 8 rows in
- * lanes.
+ * vector, the broadcasts of a token's quants that meet 8 rows in lanes,
+ * and Q3_K's scales unpacked in one vector.
  *
  * prefetch_t0 is the one software prefetch of the AVX2 kernels, and
  * KEEP_IN_REGISTER their one guard against the compiler's reassociation
@@ -18,8 +18,11 @@
 #define CONVOY_KERNELS_AVX2_IMPL_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kernels/types.h"
 
 /* Fetches the cache line of p into L1 (no effect on any result). A
  * volatile asm, because GCC 12 -O2 deleted loops of _mm_prefetch it could
@@ -178,6 +181,21 @@ static inline __m256i load_packed(const void *p)
     __m256i v = _mm256_loadu_si256((const __m256i *)p);
     KEEP_IN_REGISTER(v);
     return v;
+}
+
+/* kq_q3_scales of block b in one vector: the 12 scale bytes a, b, c (4
+ * each) are read as the last 16 bytes of the block but 2, so as not to
+ * read past it. Scales 0..7 take the low nibbles of a, b, 8..15 the high
+ * ones; the top two bits of scales 4k..4k+3 are bits 2k, 2k+1 of c. */
+static inline __m128i q3_scales_v(const block_q3_K *b)
+{
+    enum { AT = offsetof(block_q3_K, scales) - 4 };
+    const __m128i v = _mm_loadu_si128((const __m128i *)((const uint8_t *)b + AT));
+    const __m128i ab = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i nib = _mm_and_si128(_mm_unpacklo_epi64(ab, _mm_srli_epi16(ab, 4)), _mm_set1_epi8(0x0F));
+    const __m128i c = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xFF), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i top = _mm_and_si128(_mm_slli_epi32(c, 4), _mm_set1_epi8(0x30));
+    return _mm_sub_epi8(_mm_or_si128(nib, top), _mm_set1_epi8(32));
 }
 
 #endif

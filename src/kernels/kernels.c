@@ -176,6 +176,13 @@ static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q5_K] = matmul_interleaved_q5_K_avx512,
 };
 
+/* and these replace the AVX2 vec_dot of their type (same bits, half the
+ * instructions for one token). */
+static const cv_vec_dot_fn vec_dot_avx512[CV_TYPE_COUNT] = {
+    [CV_TYPE_Q2_K] = vec_dot_q2_K_q8_K_avx512,
+    [CV_TYPE_Q3_K] = vec_dot_q3_K_q8_K_avx512,
+};
+
 static bool cpu_has_avx512_vnni(void)
 {
     /* these also check that the OS saves the AVX-512 registers */
@@ -217,9 +224,12 @@ static void select_avx512(const char *env)
 {
     if ((env && strcmp(env, "avx2") == 0) || !cpu_has_avx512_vnni())
         return;
-    for (int t = 0; t < CV_TYPE_COUNT; t++)
+    for (int t = 0; t < CV_TYPE_COUNT; t++) {
         if (interleaved_avx512[t])
             matmul_interleaved[t] = interleaved_avx512[t];
+        if (vec_dot_avx512[t])
+            traits_best[t].vec_dot = vec_dot_avx512[t];
+    }
     kernels_name = "avx512";
 }
 #endif

@@ -6,7 +6,7 @@
  * the Q8_K activation quantizer (bit-identical across implementations),
  * and dot products of each weight type with a Q8_K row in a _ref, an _avx2
  * (x86-64, compiled with -mavx2 -mfma -mf16c) and a _neon version that give
- * the same bits. n is a multiple of QK_K (256). */
+ * the same bits (Q2_K and Q3_K also an _avx512, with VNNI). n is a multiple of QK_K (256). */
 #ifndef CONVOY_KERNELS_KQUANTS_H
 #define CONVOY_KERNELS_KQUANTS_H
 
@@ -40,6 +40,9 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x);
 float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x);
 float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x);
 void quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
+/* kquants_avx512.c, for CPUs with AVX-512 VNNI: the same bits again */
+float vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x);
+float vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x);
 #endif
 #if defined(__aarch64__)
 float vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x);

@@ -149,21 +149,6 @@ float vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-/* kq_q3_scales of block b in one vector: the 12 scale bytes a, b, c (4
- * each) are read as the last 16 bytes of the block but 2, so as not to
- * read past it. Scales 0..7 take the low nibbles of a, b, 8..15 the high
- * ones; the top two bits of scales 4k..4k+3 are bits 2k, 2k+1 of c. */
-static inline __m128i q3_scales_v(const block_q3_K *b)
-{
-    enum { AT = offsetof(block_q3_K, scales) - 4 };
-    const __m128i v = _mm_loadu_si128((const __m128i *)((const uint8_t *)b + AT));
-    const __m128i ab = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i nib = _mm_and_si128(_mm_unpacklo_epi64(ab, _mm_srli_epi16(ab, 4)), _mm_set1_epi8(0x0F));
-    const __m128i c = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xFF), _mm_setr_epi32(0, 2, 4, 6));
-    const __m128i top = _mm_and_si128(_mm_slli_epi32(c, 4), _mm_set1_epi8(0x30));
-    return _mm_sub_epi8(_mm_or_si128(nib, top), _mm_set1_epi8(32));
-}
-
 float vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q3_K *wb = w;

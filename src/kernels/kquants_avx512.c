@@ -1,6 +1,6 @@
 /* kquants_avx512.c: the interleaved Q4_K and Q5_K products
- * (kernels_impl.h) with AVX-512 VNNI, for the CPUs that have it (AVX512F,
- * BW, VL and VNNI).
+ * (kernels_impl.h) and the Q2_K and Q3_K vec_dot with AVX-512 VNNI, for
+ * the CPUs that have it (AVX512F, BW, VL and VNNI).
  *
  * Every output gets the bits of matmul_interleaved_q4_K_avx2 (or _q5_K_),
  * and so of vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
@@ -17,12 +17,14 @@
  * 6-bit scale with one vpmulld (at most 32 * 31 * 128 * 63, far inside
  * int32). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/avx2_impl.h"
 #include "kernels/avx512_impl.h"
 #include "kernels/interleaved_avx2.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/kquants.h"
 
 /* A super-block of 16 rows (two groups of 8): each sub-block's scales as
  * int32, the mins of sub-blocks 2k and 2k + 1 as int16 pairs, d and dmin. */
@@ -186,4 +188,110 @@ void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const v
                                     float *y, size_t ldy)
 {
     matmul_kx16(1, n, w, n_groups, x, x_stride, m, y, ldy);
+}
+
+/* ---- Q2_K and Q3_K vec_dot: one row, 64 weights per instruction ----
+ *
+ * The bits of vec_dot_q2_K_q8_K_ref and _q3_K_: the same whole int32 sums
+ * per super-block (exact, so formed in any order) and the same fmas. A
+ * vector holds weights 64k..64k+63, sub-blocks 4k..4k+3 in its four
+ * 128-bit lanes, against the activations as they lie: vpmaddubsw pairs
+ * the quants (at most 2 * 7 * 128 in int16) and vpdpwssd applies each
+ * lane's scale and adds, where AVX2 needs four vectors and twice the
+ * instructions. */
+
+/* The 16 signed scale bytes sc as int16 pairs, scale s in dword s. */
+static inline __m512i scale_pairs16(__m128i sc)
+{
+    return _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(sc, sc), _mm_unpacklo_epi8(sc, sc)));
+}
+
+/* The 2-bit quants of qs (Q2_K's layout) for half h (weights 128h..): low
+ * 256 bits qs[32h..32h+31], high 256 bits the same shifted down by 2, so
+ * that chunk k = 2h + m of 64 weights is (this >> 4m) & 3. */
+static inline __m512i q2_half(const uint8_t *qs, int h)
+{
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+    return _mm512_srlv_epi16(v, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+}
+
+/* The int32 lanes of sum over the 16 sub-blocks of scale * (q * y) for
+ * Q2_K's quants qs with, for Q3_K (hmask not NULL), the third bits. */
+static inline __attribute__((always_inline)) __m512i dot_q23_avx512(const uint8_t *qs, const uint8_t *hmask,
+                                                                    __m128i sc, const int8_t *y)
+{
+    const __m512i s2 = scale_pairs16(sc);
+    __m512i hm = _mm512_setzero_si512();
+    if (hmask) /* low half: bit 2k of byte l is weight 64k + l's, high half: of 64k + 32 + l */
+        hm = _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask)),
+                               _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1));
+    __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i qq = q2_half(qs, h);
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; m++) {
+            const int k = 2 * h + m;
+            __m512i q = _mm512_and_si512(_mm512_srli_epi16(qq, 4 * m), _mm512_set1_epi8(3));
+            if (hmask) { /* bit 2k to bit 2 */
+                const __m512i t = k ? _mm512_srli_epi16(hm, 2 * k - 2) : _mm512_slli_epi16(hm, 2);
+                q = _mm512_or_si512(q, _mm512_and_si512(t, _mm512_set1_epi8(4)));
+            }
+            const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y + 64 * k));
+            const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
+                                                 _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                                                     10, 11, 12, 13, 14, 15), 2));
+            isum = _mm512_dpwssd_epi32(isum, p, _mm512_permutexvar_epi32(idx, s2));
+        }
+    }
+    return isum;
+}
+
+/* The sums of the 16 lanes of a and of the 8 of b (exact, so in any
+ * order). */
+static inline void sum_pair_i32(__m512i a, __m256i b, int32_t *sa, int32_t *sb)
+{
+    const __m256i a8 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    const __m256i h = _mm256_hadd_epi32(a8, b); /* a and b pairs, per 128-bit half */
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    t = _mm_hadd_epi32(t, t);
+    *sa = _mm_cvtsi128_si32(t);
+    *sb = _mm_extract_epi32(t, 1);
+}
+
+float vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x)
+{
+    const block_q2_K *wb = w;
+    const block_q8_K *xb = x;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        prefetch_lines((const char *)&wb[i] + KQUANT_PREFETCH_BYTES, sizeof wb[i]);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)wb[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const __m256i msum8 = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)xb[i].bsums));
+        int32_t isum, msum;
+        sum_pair_i32(dot_q23_avx512(wb[i].qs, NULL, _mm_and_si128(sc8, m4), xb[i].qs), msum8, &isum, &msum);
+        acc = fmaf(xb[i].d * _cvtsh_ss(wb[i].d), (float)isum, acc);
+        accm = fmaf(xb[i].d * _cvtsh_ss(wb[i].dmin), (float)msum, accm);
+    }
+    return acc - accm;
+}
+
+float vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x)
+{
+    const block_q3_K *wb = w;
+    const block_q8_K *xb = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        prefetch_lines((const char *)&wb[i] + KQUANT_PREFETCH_BYTES, sizeof wb[i]);
+        const __m128i sc8 = q3_scales_v(&wb[i]);
+        /* the offset 4: 4 * scale * bsum */
+        const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                               _mm256_loadu_si256((const __m256i *)xb[i].bsums));
+        int32_t isum, osum;
+        sum_pair_i32(dot_q23_avx512(wb[i].qs, wb[i].hmask, sc8, xb[i].qs), offs, &isum, &osum);
+        acc = fmaf(xb[i].d * _cvtsh_ss(wb[i].d), (float)(isum - 4 * osum), acc);
+    }
+    return acc;
 }
