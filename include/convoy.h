@@ -371,7 +371,7 @@ int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts 
 /* Windows in flight for seq's next window: the fixed number, else the
  * count that maximizes the expected tokens per second, from the sequence's
  * acceptance, the K it last drafted, the windows' measured latency and the
- * head's time per window (convoy_spec_observe_window), the drafter's
+ * head's time per window (convoy_spec_collected), the drafter's
  * measured time per draft and stage_s, the seconds a token takes at the
  * slowest stage (a window cut short makes the ones behind it stale;
  * windows beyond what the round trip hides only queue), at most max. */
@@ -384,12 +384,19 @@ int convoy_spec_propose(convoy_spec *s, convoy_spec_req *reqs, int32_t n, char *
  * measures the fixed cost), n_accepted accepted, round_s seconds from the
  * proposal to the result. */
 void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n_accepted, double round_s);
-/* A window's timing at the head, for the windows' depth: latency_s, from
- * its submit to its result, when its collect waited (convoy_collect_waited;
- * else pass a negative value: the time then measures the head's delay, not
- * the chain's); busy_s, the head's own seconds per window outside waiting
- * (drafting, submitting, collecting), which bounds how often windows go out. */
-void convoy_spec_observe_window(convoy_spec *s, double latency_s, double busy_s);
+/* The head's timing of its windows, for their depth. convoy_spec_sent: a
+ * batch went down the chain. convoy_spec_collected: the oldest came back;
+ * its collect was called at t_call, returned at t_return, and waited for
+ * it or not (convoy_collect_waited); sent_at is its submit time, or
+ * negative when its time would not measure a window's (a prompt chunk rode
+ * with it). The spec keeps from these a window's latency (submit to
+ * result, when waited for) and the head's own seconds per batch outside
+ * waiting (drafting, submitting, collecting), which bounds how often
+ * windows go out. convoy_spec_idle: nothing is in flight and the head may
+ * wait for work, which is not busy time. */
+void convoy_spec_sent(convoy_spec *s);
+void convoy_spec_collected(convoy_spec *s, double sent_at, double t_call, double t_return, bool waited);
+void convoy_spec_idle(convoy_spec *s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 

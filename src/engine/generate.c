@@ -40,8 +40,6 @@ typedef struct gen_state {
     uint8_t *want;
     gen_window win[CONVOY_SPEC_WINDOWS_MAX];
     int oldest, in_flight, live; /* windows in flight; of them not stale */
-    int sent;                    /* windows sent since the last collect */
-    double collected;            /* when the last collect returned (seconds) */
     convoy_token_fn on_token;
     void *user;
     convoy_gen_stats *st;
@@ -108,7 +106,8 @@ static int send_window(gen_state *g, int *sent, char *err, size_t errlen)
         (gen_window){.first = first, .n_rows = n_rows, .guess = guess, .asked = ask, .sent = cv_now_s()};
     g->in_flight++;
     g->live++;
-    g->sent++;
+    if (g->spec)
+        convoy_spec_sent(g->spec);
     g->hyp_end = first + n_rows;
     g->st->windows++;
     *sent = 1;
@@ -125,21 +124,6 @@ static void cut(gen_state *g)
     g->hyp_end = g->n_hist;
 }
 
-/* Reports the collected window w's timing to the spec (convoy_spec_observe_window):
- * its latency when the collect, called at t0, waited for it; the head's
- * time since the last collect outside waiting, per window sent. */
-static void time_window(gen_state *g, const gen_window *w, double t0)
-{
-    const double t1 = cv_now_s();
-    const bool waited = convoy_collect_waited(g->c);
-    const double busy = (t0 - g->collected) + (waited ? 0.0 : t1 - t0);
-    if (g->spec) /* the first collect's busy time would hold the prefill */
-        convoy_spec_observe_window(g->spec, waited ? t1 - w->sent : -1.0,
-                                   g->collected > 0.0 ? busy / (g->sent > 1 ? g->sent : 1) : -1.0);
-    g->collected = t1;
-    g->sent = 0;
-}
-
 /* Collects the oldest window: emits its accepted outputs, or drops a stale
  * window's. */
 static int take_window(gen_state *g, char *err, size_t errlen)
@@ -149,7 +133,8 @@ static int take_window(gen_state *g, char *err, size_t errlen)
     const double t0 = cv_now_s();
     if (convoy_collect(g->c, g->out, &n_out, err, errlen))
         return -1;
-    time_window(g, &w, t0);
+    if (g->spec)
+        convoy_spec_collected(g->spec, w.sent, t0, cv_now_s(), convoy_collect_waited(g->c));
     g->oldest = (g->oldest + 1) % CONVOY_SPEC_WINDOWS_MAX;
     g->in_flight--;
     if (w.stale) {
@@ -233,6 +218,8 @@ int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist
         rc = gen_round(&g, err, errlen);
     if (!rc)
         rc = drain(&g, err, errlen);
+    if (spec) /* the time until the next generation is not the head's per window */
+        convoy_spec_idle(spec);
     st->decode_s = cv_now_s() - t;
     cv_free(g.tok);
     cv_free(g.want);

@@ -77,6 +77,8 @@ struct convoy_spec {
     double draft_s;          /* decayed mean seconds the drafter takes per draft */
     double latency_s;        /* decayed mean seconds from a window's submit to its result, when waited for */
     double busy_s;           /* decayed mean seconds the head spends per window outside waiting */
+    int32_t n_sent;          /* batches sent since the last collect */
+    double collected;        /* when the last collect returned (seconds); 0: the head idled since */
     bool *k_seen;            /* [k_max + 1] */
     convoy_spec_stats stats;
 };
@@ -294,13 +296,21 @@ void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n
     s->stats.accepted += (uint64_t)n_accepted;
 }
 
-void convoy_spec_observe_window(convoy_spec *s, double latency_s, double busy_s)
+void convoy_spec_sent(convoy_spec *s) { s->n_sent++; }
+
+void convoy_spec_collected(convoy_spec *s, double sent_at, double t_call, double t_return, bool waited)
 {
-    if (latency_s > 0.0)
-        mean_in(&s->latency_s, latency_s);
-    if (busy_s > 0.0)
-        mean_in(&s->busy_s, busy_s);
+    if (waited && sent_at >= 0.0 && t_return > sent_at)
+        mean_in(&s->latency_s, t_return - sent_at);
+    /* after an idle time (or the prefill) there is no busy time to measure */
+    const double busy = (t_call - s->collected) + (waited ? 0.0 : t_return - t_call);
+    if (s->collected > 0.0 && busy > 0.0)
+        mean_in(&s->busy_s, busy / (s->n_sent > 1 ? s->n_sent : 1));
+    s->collected = t_return;
+    s->n_sent = 0;
 }
+
+void convoy_spec_idle(convoy_spec *s) { s->collected = 0.0; }
 
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq)
 {

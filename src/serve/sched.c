@@ -215,8 +215,6 @@ struct sv_sched {
     double stage_s;       /* seconds a token takes at the slowest stage (for the windows' depth) */
     sv_flight *flights;   /* [depth] ring, oldest first */
     int32_t f_oldest, n_flying;
-    int32_t n_sent;       /* batches submitted since the last collect */
-    double collected;     /* when the last collect returned (seconds) */
     int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
     convoy_spec *spec;    /* set before the first request (see sv_sched_set_spec); NULL: no speculation */
     convoy_spec_req *spec_reqs; /* [n_slot] one proposal call's requests */
@@ -876,7 +874,8 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
         f->t0 = cv_now_s();
         rc = convoy_submit(s->ctx, &b, err, errlen);
         s->n_flying += rc == 0;
-        s->n_sent += rc == 0;
+        if (rc == 0 && s->spec)
+            convoy_spec_sent(s->spec);
         tries = -1;
     }
     cv_alloc_forbid(0);
@@ -1036,22 +1035,6 @@ static void rate_sample_locked(sv_sched *s, double now)
     s->rate_n[at] = s->stats.generated_tokens;
 }
 
-/* E: reports a collected batch's timing to the convoy_spec, for the
- * windows' depth (convoy_spec_observe_window): its latency when the
- * collect, called at t0, waited for it and it carried windows alone (a
- * prompt chunk takes longer); the thread's time since the last collect
- * outside waiting, per batch submitted, when batches stayed in flight. */
-static void time_batch(sv_sched *s, const sv_flight *f, double t0, double t1)
-{
-    const bool waited = convoy_collect_waited(s->ctx);
-    const double busy = (t0 - s->collected) + (waited ? 0.0 : t1 - t0);
-    if (s->spec)
-        convoy_spec_observe_window(s->spec, waited && f->n_prompt_tokens == 0 ? t1 - f->t0 : -1.0,
-                                   s->collected > 0.0 ? busy / (s->n_sent > 1 ? s->n_sent : 1) : -1.0);
-    s->collected = t1;
-    s->n_sent = 0;
-}
-
 /* E: collects the oldest batch in flight (unless D's submit failed: rc),
  * takes its logprobs unlocked, then under the lock hands its tokens to the
  * requests, or fails them all when the engine failed. Allocates nothing. */
@@ -1064,10 +1047,10 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
         rc = convoy_collect(s->ctx, s->b_sampled, &n_sampled, err, errlen);
     const double t1 = cv_now_s();
     cv_alloc_forbid(1);
-    if (rc == 0) {
-        time_batch(s, f, t0, t1);
+    if (rc == 0 && s->spec) /* a prompt chunk's time is not a window's */
+        convoy_spec_collected(s->spec, f->n_prompt_tokens == 0 ? f->t0 : -1.0, t0, t1, convoy_collect_waited(s->ctx));
+    if (rc == 0)
         take_logprobs(s, f);
-    }
     pthread_mutex_lock(&s->mu);
     s->stats.failing = rc != 0;
     note_failovers_locked(s);
@@ -1076,8 +1059,8 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
         count_step_locked(s, f, t1);
         distribute_locked(s, f, t1);
         s->f_oldest = (s->f_oldest + 1) % s->depth;
-        if (--s->n_flying == 0)
-            s->collected = 0.0; /* the thread may idle now: that is not busy time */
+        if (--s->n_flying == 0 && s->spec)
+            convoy_spec_idle(s->spec);
     } else {
         fail_running_locked(s, err);
     }
