@@ -11,13 +11,15 @@
  * the first drafter, K automatic, with each number of windows in flight of
  * --windows-list (0: chosen). Each configuration generates -n
  * greedy tokens (EOS ignored) after each of the --prompts prompts, and the
- * tokens are checked equal to plain decoding's. Prints a table (tok/s,
+ * tokens are checked equal to plain decoding's; a pipeline's
+ * configurations run in alternating rounds until each has decoded for
+ * --min-seconds (1), and tok/s is over all their runs. Prints a table (tok/s,
  * acceptance, tokens per traversal, ratio to the same pipeline without
  * speculation, to its first drafter's one-window run and to the unsplit
  * model with the same speculation) and
  * appends one JSON line per configuration to bench/out/spec.jsonl.
  *
- * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=SPEC ...
+ * usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] [--min-seconds S] --draft NAME=SPEC ...
  *                   [--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=NODES ...]
  *        bench_spec --print-prompts   (the prompts, one a line, in the order --prompts takes them) */
 #include <stdio.h>
@@ -47,14 +49,17 @@ typedef struct config {
     int windows; /* in flight; 0: chosen */
 } config;
 
-typedef struct result {
-    double tok_s, accept, per_round;
+typedef struct result { /* sums over a configuration's runs */
+    double gen_s;
+    int64_t n_gen, rounds, drafted, accepted;
+    int runs;
     bool equal;
 } result;
 
 static const char *model_path;
 static convoy_model *model;
 static int n_tokens = 128, n_prompts = 2;
+static double min_seconds = 1.0;
 static const char *draft_name[MAX_ITEMS], *draft_spec[MAX_ITEMS];
 static int n_drafts, k_list[MAX_K], n_k, windows_list[MAX_K], n_windows;
 static bool insecure;
@@ -67,7 +72,7 @@ static int ignore(void *user, int32_t id)
     return 0;
 }
 
-/* Runs one configuration on a context; fills r. nodes NULL: unsplit. */
+/* Runs one configuration on a context; adds to r. nodes NULL: unsplit. */
 static int run_config(const char *nodes, const config *cf, result *r)
 {
     char err[512];
@@ -95,9 +100,6 @@ static int run_config(const char *nodes, const config *cf, result *r)
             return -1;
         }
     }
-    double gen_s = 0;
-    int64_t n_gen = 0, rounds = 0, drafted = 0, accepted = 0;
-    r->equal = true;
     for (int p = 0; p < n_prompts; p++) {
         static int32_t hist[MAX_TOKENS + 64];
         const char *text = prompt_texts[p % N_PROMPT_TEXTS];
@@ -113,20 +115,45 @@ static int run_config(const char *nodes, const config *cf, result *r)
             memcpy(plain_tokens[p], hist, sizeof(int32_t) * (size_t)(n_prompt + n_tokens));
         else if (memcmp(plain_tokens[p], hist, sizeof(int32_t) * (size_t)(n_prompt + n_tokens)))
             r->equal = false;
-        gen_s += st.decode_s;
-        n_gen += st.n_gen - 1; /* the first token comes from the prompt's step */
-        rounds += st.rounds;
-        drafted += st.drafted;
-        accepted += st.accepted;
+        r->gen_s += st.decode_s;
+        r->n_gen += st.n_gen - 1; /* the first token comes from the prompt's step */
+        r->rounds += st.rounds;
+        r->drafted += st.drafted;
+        r->accepted += st.accepted;
         convoy_seq_free(c, 0, err, sizeof err);
         if (spec)
             convoy_spec_seq_free(spec, 0);
     }
-    r->tok_s = n_gen / gen_s;
-    r->accept = drafted ? (double)accepted / (double)drafted : 0.0;
-    r->per_round = rounds ? (double)n_gen / (double)rounds : 0.0;
+    r->runs++;
     convoy_spec_free(spec);
     convoy_ctx_free(c);
+    return 0;
+}
+
+static double tok_s(const result *r) { return r->gen_s > 0 ? (double)r->n_gen / r->gen_s : 0.0; }
+static double accept_rate(const result *r) { return r->drafted ? (double)r->accepted / (double)r->drafted : 0.0; }
+static double per_round(const result *r) { return r->rounds ? (double)r->n_gen / (double)r->rounds : 0.0; }
+
+#define MAX_RUNS 20
+
+/* Runs every configuration on one pipeline (nodes NULL: unsplit) in
+ * rounds that alternate them, until each has decoded for min_seconds (over
+ * a fast link a run lasts a tenth of a second: one run is noise), at most
+ * MAX_RUNS rounds. */
+static int measure(const char *nodes, const config *cfs, int n_cf, result *res)
+{
+    for (int i = 0; i < n_cf; i++)
+        res[i] = (result){.equal = true};
+    for (int run = 0; run < MAX_RUNS; run++) {
+        bool enough = true;
+        for (int i = 0; i < n_cf; i++)
+            enough = enough && res[i].gen_s >= min_seconds;
+        if (enough)
+            break;
+        for (int i = 0; i < n_cf; i++)
+            if (run_config(nodes, &cfs[i], &res[i]))
+                return -1;
+    }
     return 0;
 }
 
@@ -185,6 +212,8 @@ int main(int argc, char **argv)
             n_tokens = atoi(v);
         else if (!strcmp(a, "--prompts"))
             n_prompts = atoi(v);
+        else if (!strcmp(a, "--min-seconds"))
+            min_seconds = atof(v);
         else if (!strcmp(a, "--k-list"))
             n_k = parse_list(v, k_list, MAX_K);
         else if (!strcmp(a, "--windows-list"))
@@ -202,7 +231,7 @@ int main(int argc, char **argv)
             (chain ? chain_nodes : draft_spec)[*n] = eq + 1;
             (*n)++;
         } else {
-            fprintf(stderr, "usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] --draft NAME=ngram|PATH ... "
+            fprintf(stderr, "usage: bench_spec -m MODEL [-n TOKENS] [--prompts N] [--min-seconds S] --draft NAME=ngram|PATH ... "
                             "[--k-list 1,2,...] [--windows-list 1,2,4,8,0] [--insecure] [--chain LABEL=HOST:PORT,... ...]\n");
             return 2;
         }
@@ -230,36 +259,35 @@ int main(int argc, char **argv)
 
     /* the unsplit model first: plain decoding gives the reference tokens */
     static result unsplit[MAX_CONFIGS];
-    for (int i = 0; i < n_cf; i++)
-        if (run_config(NULL, &cfs[i], &unsplit[i]))
-            return 1;
+    if (measure(NULL, cfs, n_cf, unsplit))
+        return 1;
     printf("model %s, 1 thread per stage, %d prompt(s) x %d greedy tokens, EOS ignored\n\n", model_path, n_prompts,
            n_tokens);
     printf("| pipeline | speculation | tok/s | accepted | tokens per window | vs same pipeline, no speculation | "
-           "vs one window | vs unsplit, same speculation | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+           "vs one window | vs unsplit, same speculation | runs | tokens equal |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     FILE *raw = bench_raw_open("bench/out/spec.jsonl");
     for (int ch = -1; ch < n_chains; ch++) {
         static result res[MAX_CONFIGS];
+        if (ch < 0)
+            memcpy(res, unsplit, sizeof res);
+        else if (measure(chain_nodes[ch], cfs, n_cf, res))
+            return 1;
         for (int i = 0; i < n_cf; i++) {
-            if (ch < 0)
-                res[i] = unsplit[i];
-            else if (run_config(chain_nodes[ch], &cfs[i], &res[i]))
-                return 1;
             char name[128];
             config_name(&cfs[i], name, sizeof name);
             const char *label = ch < 0 ? "unsplit" : chain_label[ch];
             /* the unsplit plain run is the reference the others are compared with */
             const char *equal = ch < 0 && i == 0 ? "ref" : res[i].equal ? "yes" : "NO";
-            const double one_window = n_drafts ? res[i].tok_s / res[1].tok_s : 0.0; /* res[1]: drafter 0, D 1 */
-            printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %.2f | %s |\n", label, name, res[i].tok_s,
-                   100.0 * res[i].accept, res[i].per_round, res[i].tok_s / res[0].tok_s, one_window,
-                   res[i].tok_s / unsplit[i].tok_s, equal);
+            const double one_window = n_drafts ? tok_s(&res[i]) / tok_s(&res[1]) : 0.0; /* res[1]: drafter 0, D 1 */
+            printf("| %s | %s | %.2f | %.1f%% | %.2f | %.2f | %.2f | %.2f | %d | %s |\n", label, name, tok_s(&res[i]),
+                   100.0 * accept_rate(&res[i]), per_round(&res[i]), tok_s(&res[i]) / tok_s(&res[0]), one_window,
+                   tok_s(&res[i]) / tok_s(&unsplit[i]), res[i].runs, equal);
             fflush(stdout);
-            bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
+            bench_raw_append(raw, json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:b,s:i}", "bench", "spec",
                                             "pipeline", label, "model", model_path, "speculation", name, "prompts",
-                                            n_prompts, "tokens", n_tokens, "tok_s", res[i].tok_s, "accepted",
-                                            res[i].accept, "tokens_per_traversal", res[i].per_round, "plain_tok_s",
-                                            res[0].tok_s, "unsplit_same_spec_tok_s", unsplit[i].tok_s,
+                                            n_prompts, "tokens", n_tokens, "runs", res[i].runs, "tok_s", tok_s(&res[i]),
+                                            "accepted", accept_rate(&res[i]), "tokens_per_traversal", per_round(&res[i]),
+                                            "plain_tok_s", tok_s(&res[0]), "unsplit_same_spec_tok_s", tok_s(&unsplit[i]),
                                             "tokens_equal", res[i].equal, "time", (int)time(NULL)));
         }
     }
