@@ -374,8 +374,10 @@ int32_t convoy_spec_k_max(const convoy_spec *s); /* the size a request's drafts 
  * head's time per window (convoy_spec_collected), the drafter's
  * measured time per draft and stage_s, the seconds a token takes at the
  * slowest stage (a window cut short makes the ones behind it stale;
- * windows beyond what the round trip hides only queue), at most max. */
-int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max);
+ * windows beyond what the round trip hides only queue), at most max; where
+ * the round trip hides only a few windows' work, the tokens per second
+ * measured with one window and with that count choose between them. */
+int32_t convoy_spec_windows(convoy_spec *s, int32_t seq, double stage_s, int32_t max);
 const char *convoy_spec_drafter(const convoy_spec *s); /* "ngram" or "model" */
 /* Proposes for n requests of distinct slots at once (a draft model runs
  * them as one batch). */

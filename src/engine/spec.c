@@ -43,7 +43,13 @@
  * second are proportional to n / (R + (n - 1) max(R / D, c) +
  * max(0, (D - 1) c - R)), and the next D maximizes it: all the windows
  * allowed behind a long round trip, one where the head or a stage binds.
- * A fixed D (--spec-windows) skips this. */
+ * The model takes the machines for separate ones; where the round trip
+ * hides only a few windows' work (R < SPEC_DEPTH_TRUST c) its gain is
+ * small, and the head and a stage sharing a CPU (a LAN's test hosts, a
+ * head that is its own first stage) take it away: there the tokens per
+ * second measured with one window and with the model's D decide, the one
+ * that loses getting SPEC_ARM_TRY of every SPEC_ARM_PERIOD choices so
+ * that it stays measured. A fixed D (--spec-windows) skips this. */
 #include <math.h>
 
 #include "convoy.h"
@@ -57,11 +63,16 @@
 #define SPEC_K_START 4    /* K before any round was measured */
 #define SPEC_PRIOR 4.0    /* weight, in drafts, of all sequences' acceptance in a new one's */
 #define SPEC_PROBE 8      /* every SPEC_PROBE-th round of a sequence probes another K */
+#define SPEC_DEPTH_TRUST 4.0 /* a round trip of more windows' work than this: the model's D stands */
+#define SPEC_ARM_PERIOD 32   /* of every SPEC_ARM_PERIOD choices between one window and the model's D, */
+#define SPEC_ARM_TRY 4       /* SPEC_ARM_TRY go to the one measured slower */
 
 typedef struct spec_seq {
     double judged, accepted; /* decayed counts of drafts judged and accepted */
     uint32_t rounds;
     int32_t last_k;          /* K of its latest proposal with drafts */
+    bool many;               /* its windows go by the model's D > 1, not one at a time */
+    double out_t;            /* when its latest outputs came (seconds); 0: none yet */
 } spec_seq;
 
 struct convoy_spec {
@@ -77,6 +88,8 @@ struct convoy_spec {
     double draft_s;          /* decayed mean seconds the drafter takes per draft */
     double latency_s;        /* decayed mean seconds from a window's submit to its result, when waited for */
     double busy_s;           /* decayed mean seconds the head spends per window outside waiting */
+    double arm_tokens[2], arm_s[2]; /* decayed outputs and seconds with one window [0], the model's D [1] */
+    uint32_t arm_turns;      /* choices between them so far */
     int32_t n_sent;          /* batches sent since the last collect */
     double collected;        /* when the last collect returned (seconds); 0: the head idled since */
     bool *k_seen;            /* [k_max + 1] */
@@ -215,7 +228,18 @@ static double windows_rate(double p, double round_s, double window_s, int32_t d)
     return n_live / (round_s + (n_live - 1.0) * every + stale);
 }
 
-int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, int32_t max)
+/* Whether the model's D goes ahead of one window, by their measured
+ * rates (one not yet measured is tried first), but for SPEC_ARM_TRY of
+ * every SPEC_ARM_PERIOD choices, which go to the other. */
+static bool many_wins(convoy_spec *s)
+{
+    const double one = s->arm_s[0] > 0.0 ? s->arm_tokens[0] / s->arm_s[0] : 0.0;
+    const double many = s->arm_s[1] > 0.0 ? s->arm_tokens[1] / s->arm_s[1] : 0.0;
+    const bool wins = s->arm_s[0] > 0.0 && (s->arm_s[1] == 0.0 || many > one);
+    return s->arm_turns++ % SPEC_ARM_PERIOD < SPEC_ARM_TRY ? !wins : wins;
+}
+
+int32_t convoy_spec_windows(convoy_spec *s, int32_t seq, double stage_s, int32_t max)
 {
     if (max > CONVOY_SPEC_WINDOWS_MAX)
         max = CONVOY_SPEC_WINDOWS_MAX;
@@ -234,6 +258,9 @@ int32_t convoy_spec_windows(const convoy_spec *s, int32_t seq, double stage_s, i
     for (int32_t d = 2; d <= max; d++)
         if (windows_rate(p, round_s, window_s, d) > windows_rate(p, round_s, window_s, best))
             best = d;
+    if (best > 1 && round_s < SPEC_DEPTH_TRUST * window_s && !many_wins(s))
+        best = 1;
+    s->seq[seq].many = best > 1;
     return best;
 }
 
@@ -283,6 +310,12 @@ void convoy_spec_observe(convoy_spec *s, int32_t seq, int32_t n_draft, int32_t n
         s->accepted = s->accepted * keep + n_accepted;
     }
     q->rounds++;
+    const double now = cv_now_s();
+    if (q->out_t > 0.0) {
+        s->arm_tokens[q->many] = s->arm_tokens[q->many] * keep + (n_accepted + 1);
+        s->arm_s[q->many] = s->arm_s[q->many] * keep + (now - q->out_t);
+    }
+    q->out_t = now;
     s->k_time[n_draft] = s->k_seen[n_draft] ? (1.0 - SPEC_K_MEAN) * s->k_time[n_draft] + SPEC_K_MEAN * round_s : round_s;
     s->k_seen[n_draft] = true;
     const double k = n_draft;
