@@ -28,7 +28,7 @@ d[at:at + 6] = b'gemma2'
 open('$tmp/gemma2.gguf', 'wb').write(d)"
 "$convoy" run -m "$tmp/gemma2.gguf" -p hi -n 1 >/dev/null 2>"$tmp/refused"
 expect "an unsupported architecture is refused by name with the supported list" grep -q \
-    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3)" "$tmp/refused"
+    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe)" "$tmp/refused"
 python3 -c "import json; json.dump({'tokens': [2] + [3 + (i * 7919) % 2040 for i in range(1, 64)]}, open('$tmp/tokens.json', 'w'))"
 "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" -t 1 2>"$tmp/err" ||
     { echo "FAIL one machine's eval: $(cat "$tmp/err")"; exit 1; }

@@ -7,7 +7,10 @@
  * token's slot -> attention of each (token, head) over its slot's positions
  * [0, pos], or (pos - n_swa, pos] on gemma3's sliding layers -> output
  * projection (+ RMSNorm for gemma3) + residual -> RMSNorm -> SwiGLU (gemma3:
- * GeGLU) feed-forward (+ RMSNorm for gemma3) + residual. The span holding
+ * GeGLU) feed-forward (+ RMSNorm for gemma3), or a mixture of experts (each
+ * token's top-k experts' SwiGLU FFNs, weighted, + qwen2moe's gated shared
+ * expert; the batch's rows grouped by expert, so each expert's weights are
+ * read once per batch), + residual. The span holding
  * the head then applies the final norm and the output matrix to the wanted
  * rows only (and soft-caps the logits when the model asks).
  *
@@ -31,6 +34,19 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 
+/* One product of a job: the rows of w times m activation rows at xq,
+ * into y (rows ldy apart). */
+typedef struct mm_task {
+    cv_weight w;
+    const void *xq;
+    size_t x_stride;
+    int32_t m;
+    float *y;
+    int32_t ldy;
+    long chunk; /* rows per chunk */
+    long first; /* the job's chunk index where this task's chunks start */
+} mm_task;
+
 struct cv_forward {
     const cv_llama *m;
     cv_kv *kv;
@@ -53,6 +69,19 @@ struct cv_forward {
     int32_t *att_run;           /* [n + 1] first token of each attention run, then n (attn_runs) */
     int32_t n_att_run;
     int32_t *next_pos;          /* [n_slot] validation scratch */
+
+    /* a mixture of experts (n_expert > 0; k = n_expert_used), else NULL */
+    float *probs;         /* [n][n_expert] router logits, then their softmax */
+    int32_t *choice;      /* [n][k] each token's experts, best first */
+    float *choice_w;      /* [n][k] their weights */
+    int32_t *group_first; /* [n_expert + 1] where each expert's rows start in the grouped order */
+    int32_t *row_at;      /* [n][k] the grouped row of each (token, choice) */
+    float *xs;            /* [n * k][n_embd] the experts' input rows, grouped by expert */
+    float *eg, *eu;       /* [n * k][n_ff_exp] the experts' gate and up, grouped */
+    float *ed;            /* [n * k][n_embd] the experts' outputs, grouped */
+    float *moe_out;       /* [n][n_embd] the weighted sum (+ the gated shared expert) */
+    float *shexp_g;       /* [n] the shared expert's gate (qwen2moe) */
+    mm_task *tasks;       /* [2 * n_expert] one pass's products */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -61,6 +90,30 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t attn_scratch_floats(const cv_llama_hparams *hp)
 {
     return cv_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv * CV_ATTN_TOKENS);
+}
+
+/* The buffers of a mixture of experts, for n_batch_max tokens; -1 when
+ * out of memory (cv_forward_free releases what was allocated). */
+static int alloc_experts(cv_forward *f)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const size_t n = (size_t)f->n_batch_max, rows = n * (size_t)hp->n_expert_used, n_embd = (size_t)hp->n_embd;
+    f->probs = cv_aligned_alloc(sizeof(float) * n * (size_t)hp->n_expert);
+    f->choice = cv_calloc(rows, sizeof *f->choice);
+    f->choice_w = cv_calloc(rows, sizeof *f->choice_w);
+    f->group_first = cv_calloc((size_t)hp->n_expert + 1, sizeof *f->group_first);
+    f->row_at = cv_calloc(rows, sizeof *f->row_at);
+    f->xs = cv_aligned_alloc(sizeof(float) * rows * n_embd);
+    f->eg = cv_aligned_alloc(sizeof(float) * rows * (size_t)hp->n_ff_exp);
+    f->eu = cv_aligned_alloc(sizeof(float) * rows * (size_t)hp->n_ff_exp);
+    f->ed = cv_aligned_alloc(sizeof(float) * rows * n_embd);
+    f->moe_out = cv_aligned_alloc(sizeof(float) * n * n_embd);
+    f->shexp_g = cv_aligned_alloc(sizeof(float) * n);
+    f->tasks = cv_calloc(2 * (size_t)hp->n_expert, sizeof *f->tasks);
+    return f->probs && f->choice && f->choice_w && f->group_first && f->row_at && f->xs && f->eg && f->eu && f->ed &&
+                   f->moe_out && f->shexp_g && f->tasks
+               ? 0
+               : -1;
 }
 
 cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
@@ -87,7 +140,8 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->n_threads = cv_pool_size(pool);
     const size_t n = (size_t)n_batch_max, n_q = (size_t)hp->n_head * hp->head_dim,
                  n_kv = (size_t)hp->n_head_kv * hp->head_dim, n_ff = (size_t)hp->n_ff;
-    const size_t max_in = max_sz(max_sz((size_t)hp->n_embd, n_q), n_ff);
+    const size_t max_in = max_sz(max_sz(max_sz((size_t)hp->n_embd, n_q), n_ff), (size_t)hp->n_ff_exp);
+    const size_t k = hp->n_expert ? (size_t)hp->n_expert_used : 1; /* activation rows per token */
     f->x = cv_aligned_alloc(sizeof(float) * n * hp->n_embd);
     f->xn = cv_aligned_alloc(sizeof(float) * n * hp->n_embd);
     f->q = cv_aligned_alloc(sizeof(float) * n * n_q);
@@ -96,7 +150,7 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->att = cv_aligned_alloc(sizeof(float) * n * n_q);
     f->gate = cv_aligned_alloc(sizeof(float) * n * n_ff);
     f->up = cv_aligned_alloc(sizeof(float) * n * n_ff);
-    f->xq = cv_aligned_alloc(n * (4 * max_in + 64));
+    f->xq = cv_aligned_alloc(n * k * (4 * max_in + 64));
     f->rope_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->rope_sin = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
     f->swa_cos = cv_aligned_alloc(sizeof(float) * n * (size_t)(hp->n_rot / 2 + 1));
@@ -105,7 +159,8 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->att_run = cv_calloc(n + 1, sizeof *f->att_run);
     f->next_pos = cv_calloc((size_t)kv->n_slot, sizeof *f->next_pos);
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xq || !f->rope_cos ||
-        !f->rope_sin || !f->swa_cos || !f->swa_sin || !f->att_scratch || !f->att_run || !f->next_pos) {
+        !f->rope_sin || !f->swa_cos || !f->swa_sin || !f->att_scratch || !f->att_run || !f->next_pos ||
+        (hp->n_expert && alloc_experts(f))) {
         cv_forward_free(f);
         cv_errf(err, errlen, "out of memory for forward buffers (batch %d)", n_batch_max);
         return NULL;
@@ -133,6 +188,18 @@ void cv_forward_free(cv_forward *f)
     cv_free_aligned(f->att_scratch);
     cv_free(f->att_run);
     cv_free(f->next_pos);
+    cv_free_aligned(f->probs);
+    cv_free(f->choice);
+    cv_free(f->choice_w);
+    cv_free(f->group_first);
+    cv_free(f->row_at);
+    cv_free_aligned(f->xs);
+    cv_free_aligned(f->eg);
+    cv_free_aligned(f->eu);
+    cv_free_aligned(f->ed);
+    cv_free_aligned(f->moe_out);
+    cv_free_aligned(f->shexp_g);
+    cv_free(f->tasks);
     cv_free(f);
 }
 
@@ -259,45 +326,67 @@ static void add_bias_rows(float *x, const float *bias, int32_t rows, int32_t n)
 #define CHUNK_ALIGN 16
 
 typedef struct matmul_job {
-    const cv_weight *w[3];
-    float *y[3];
-    long chunk[3];    /* rows per chunk of each weight */
-    long first[4];    /* chunk index where each weight's chunks start; first[n_w]: the total */
-    int n_w;
-    const void *xq;
-    size_t x_stride;
-    int32_t m;
+    mm_task *task;
+    int n_task;
+    long total;       /* the chunks of every task */
     atomic_long next; /* the next chunk to take */
 } matmul_job;
+
+/* The task chunk c belongs to: the last whose first chunk is <= c. */
+static const mm_task *task_of(const matmul_job *j, long c)
+{
+    int lo = 0, hi = j->n_task - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->task[mid].first <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &j->task[lo];
+}
 
 static void matmul_worker(void *ctx, int ith, int nth)
 {
     (void)ith, (void)nth;
     matmul_job *j = ctx;
-    for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->first[j->n_w];) {
-        int i = 0;
-        while (c >= j->first[i + 1])
-            i++;
-        const cv_weight *w = j->w[i];
-        const long r0 = (c - j->first[i]) * j->chunk[i];
-        const long r1 = r0 + j->chunk[i] < w->n_out ? r0 + j->chunk[i] : w->n_out;
+    for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->total;) {
+        const mm_task *t = task_of(j, c);
+        const cv_weight *w = &t->w;
+        const long r0 = (c - t->first) * t->chunk;
+        const long r1 = r0 + t->chunk < w->n_out ? r0 + t->chunk : w->n_out;
         if (w->interleaved)
-            cv_matmul_interleaved(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+            cv_matmul_interleaved(w->type, w->data, w->n_in, t->xq, t->x_stride, t->m, t->y, t->ldy, r0, r1);
         else
-            cv_matmul_rows(w->type, w->data, w->n_in, j->xq, j->x_stride, j->m, j->y[i], w->n_out, r0, r1);
+            cv_matmul_rows(w->type, w->data, w->n_in, t->xq, t->x_stride, t->m, t->y, t->ldy, r0, r1);
     }
 }
 
-/* Each weight's chunk size and where its chunks start. */
-static void plan_chunks(matmul_job *j, int nth)
+/* Each task's chunk size and where its chunks start; returns the bytes of
+ * weights the job reads, once per activation row. */
+static size_t plan_chunks(matmul_job *j, int nth)
 {
-    j->first[0] = 0;
-    for (int i = 0; i < j->n_w; i++) {
-        const long n = j->w[i]->n_out, want = (n + (long)nth * CHUNKS_PER_THREAD - 1) / ((long)nth * CHUNKS_PER_THREAD);
-        j->chunk[i] = (want + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-        j->first[i + 1] = j->first[i] + (n + j->chunk[i] - 1) / j->chunk[i];
+    size_t bytes = 0;
+    j->total = 0;
+    for (int i = 0; i < j->n_task; i++) {
+        mm_task *t = &j->task[i];
+        const long n = t->w.n_out, want = (n + (long)nth * CHUNKS_PER_THREAD - 1) / ((long)nth * CHUNKS_PER_THREAD);
+        t->chunk = (want + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+        t->first = j->total;
+        j->total += (n + t->chunk - 1) / t->chunk;
+        bytes += cv_row_bytes(t->w.type, t->w.n_in) * (size_t)n * (size_t)t->m;
     }
     atomic_init(&j->next, 0);
+    return bytes;
+}
+
+/* Runs the n_task products of task over the pool. */
+static void run_tasks(cv_forward *f, mm_task *task, int n_task)
+{
+    matmul_job j = {.task = task, .n_task = n_task};
+    const size_t bytes = plan_chunks(&j, cv_pool_size(f->pool));
+    if (j.total > 0)
+        run_job(f, bytes, matmul_worker, &j);
 }
 
 typedef struct quant_job {
@@ -319,33 +408,34 @@ static void quant_worker(void *ctx, int ith, int nth)
         j->from_float(j->x + (size_t)t * j->n_in, j->xq + (size_t)t * j->stride, j->n_in);
 }
 
+/* The m rows of x (n_in wide) as w's activation type: x itself for F32,
+ * else converted into f->xq. *stride: the bytes from row to row. */
+static const void *convert_act(cv_forward *f, const float *x, int32_t m, const cv_weight *w, size_t *stride)
+{
+    const cv_type act = cv_type_get(w->type)->vec_dot_type;
+    const int32_t n_in = w->n_in;
+    if (act == CV_TYPE_F32) {
+        *stride = sizeof(float) * (size_t)n_in;
+        return x;
+    }
+    *stride = cv_row_bytes(act, n_in);
+    quant_job qj = {.from_float = cv_type_get(act)->from_float, .x = x, .xq = f->xq, .n_in = n_in, .stride = *stride,
+                    .m = m};
+    run_job(f, sizeof(float) * (size_t)n_in * (size_t)m, quant_worker, &qj);
+    return f->xq;
+}
+
 /* Converts m rows of x (n_in wide) to the activation type of w[0] (all the
  * weights of one call share n_in and the activation type), then computes
  * y[i] = w[i] . x for each i in one pass over the pool. */
 static void matmul(cv_forward *f, const float *x, int32_t m, const cv_weight *const *w, float *const *y, int n_w)
 {
-    const cv_type act = cv_type_get(w[0]->type)->vec_dot_type;
-    const cv_type_traits *at = cv_type_get(act);
-    const int32_t n_in = w[0]->n_in;
-    matmul_job j = {.n_w = n_w, .m = m};
-    for (int i = 0; i < n_w; i++) {
-        j.w[i] = w[i];
-        j.y[i] = y[i];
-    }
-    plan_chunks(&j, cv_pool_size(f->pool));
-    if (act == CV_TYPE_F32) {
-        j.xq = x;
-        j.x_stride = sizeof(float) * (size_t)n_in;
-    } else {
-        j.x_stride = cv_row_bytes(act, n_in);
-        quant_job qj = {.from_float = at->from_float, .x = x, .xq = f->xq, .n_in = n_in, .stride = j.x_stride, .m = m};
-        run_job(f, sizeof(float) * (size_t)n_in * (size_t)m, quant_worker, &qj);
-        j.xq = f->xq;
-    }
-    size_t bytes = 0; /* the weights, read once per token */
+    mm_task task[3];
+    size_t stride;
+    const void *xq = convert_act(f, x, m, w[0], &stride);
     for (int i = 0; i < n_w; i++)
-        bytes += cv_row_bytes(w[i]->type, n_in) * (size_t)w[i]->n_out * (size_t)m;
-    run_job(f, bytes, matmul_worker, &j);
+        task[i] = (mm_task){.w = *w[i], .xq = xq, .x_stride = stride, .m = m, .y = y[i], .ldy = w[i]->n_out};
+    run_tasks(f, task, n_w);
 }
 
 static bool same_act(const cv_weight *a, const cv_weight *b)
@@ -545,6 +635,165 @@ static void ffn_block(cv_forward *f, int32_t n, int32_t l)
     add_rows(f->x, f->xn, (size_t)n * n_embd);
 }
 
+/* ---- a mixture of experts ---- */
+
+/* Token t's route: the softmax of its router logits (in place, the sum in
+ * double as llama.cpp's soft_max), the k most probable experts best first
+ * (a tie goes to the lower index), their probabilities as weights, scaled
+ * to sum to 1 when the model asks. */
+static void route_token(cv_forward *f, int32_t t)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t n_expert = hp->n_expert, k = hp->n_expert_used;
+    float *p = f->probs + (size_t)t * n_expert;
+    int32_t *choice = f->choice + (size_t)t * k;
+    float *w = f->choice_w + (size_t)t * k;
+    float max = p[0];
+    for (int32_t e = 1; e < n_expert; e++)
+        max = p[e] > max ? p[e] : max;
+    double sum = 0.0;
+    for (int32_t e = 0; e < n_expert; e++) {
+        p[e] = expf(p[e] - max);
+        sum += (double)p[e];
+    }
+    const float scale = (float)(1.0 / sum);
+    for (int32_t e = 0; e < n_expert; e++)
+        p[e] *= scale;
+    bool taken[CV_LLAMA_MAX_EXPERTS] = {0};
+    float w_sum = 0.0f;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < n_expert; e++)
+            if (!taken[e] && (best < 0 || p[e] > p[best]))
+                best = e;
+        taken[best] = true;
+        choice[j] = best;
+        w[j] = p[best];
+        w_sum += w[j];
+    }
+    if (hp->expert_norm)
+        for (int32_t j = 0; j < k; j++)
+            w[j] /= w_sum;
+}
+
+/* Routes the n tokens (the router on f->xn), then groups the (token,
+ * choice) pairs by expert, in token order within an expert, and copies
+ * each pair's input row to its grouped row of f->xs. */
+static void route(cv_forward *f, int32_t n, const cv_llama_layer *L)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t n_expert = hp->n_expert, k = hp->n_expert_used, n_embd = hp->n_embd;
+    const cv_weight *r_w[1] = {&L->router};
+    float *const r_y[1] = {f->probs};
+    matmul(f, f->xn, n, r_w, r_y, 1);
+    memset(f->group_first, 0, sizeof *f->group_first * (size_t)(n_expert + 1));
+    for (int32_t t = 0; t < n; t++) {
+        route_token(f, t);
+        for (int32_t j = 0; j < k; j++)
+            f->group_first[f->choice[(size_t)t * k + j] + 1]++;
+    }
+    for (int32_t e = 0; e < n_expert; e++)
+        f->group_first[e + 1] += f->group_first[e];
+    /* group_first[e] counts up through expert e's rows, ending at e + 1's first */
+    for (int32_t t = 0; t < n; t++)
+        for (int32_t j = 0; j < k; j++) {
+            const size_t pair = (size_t)t * k + j;
+            const int32_t row = f->group_first[f->choice[pair]]++;
+            f->row_at[pair] = row;
+            memcpy(f->xs + (size_t)row * n_embd, f->xn + (size_t)t * n_embd, sizeof(float) * (size_t)n_embd);
+        }
+    for (int32_t e = n_expert - 1; e > 0; e--)
+        f->group_first[e] = f->group_first[e - 1];
+    f->group_first[0] = 0;
+}
+
+/* ys[i] = expert e of stacks[i] times the grouped rows routed to e, for
+ * every expert the batch uses, in one pass over the pool: each expert's
+ * weights are read once for all its rows. The stacks share their input
+ * width and activation type; x holds n * k grouped rows. */
+static void run_experts(cv_forward *f, const float *x, int32_t n, const cv_weight *const *stacks, float *const *ys,
+                        int n_stacks)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    size_t stride;
+    const char *xq = convert_act(f, x, n * hp->n_expert_used, stacks[0], &stride);
+    int n_task = 0;
+    for (int32_t e = 0; e < hp->n_expert; e++) {
+        const int32_t first = f->group_first[e], m = f->group_first[e + 1] - first;
+        for (int i = 0; m > 0 && i < n_stacks; i++) {
+            const cv_weight w = cv_llama_expert(stacks[i], hp->n_expert, e);
+            f->tasks[n_task++] = (mm_task){.w = w, .xq = xq + (size_t)first * stride, .x_stride = stride, .m = m,
+                                           .y = ys[i] + (size_t)first * w.n_out, .ldy = w.n_out};
+        }
+    }
+    run_tasks(f, f->tasks, n_task);
+}
+
+/* Each token's experts' outputs weighted and summed in choice order (as
+ * llama.cpp adds the views of its experts), into f->moe_out. */
+static void combine_experts(cv_forward *f, int32_t n)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t k = hp->n_expert_used, n_embd = hp->n_embd;
+    for (int32_t t = 0; t < n; t++) {
+        float *out = f->moe_out + (size_t)t * n_embd;
+        for (int32_t j = 0; j < k; j++) {
+            const float w = f->choice_w[(size_t)t * k + j];
+            const float *d = f->ed + (size_t)f->row_at[(size_t)t * k + j] * n_embd;
+            for (int32_t i = 0; i < n_embd; i++)
+                out[i] = j == 0 ? w * d[i] : out[i] + w * d[i];
+        }
+    }
+}
+
+/* qwen2moe's shared expert: a SwiGLU FFN of f->xn (the layer's dense
+ * matrices) times sigmoid(gate . xn), added to f->moe_out. */
+static void add_shared_expert(cv_forward *f, int32_t n, const cv_llama_layer *L)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const int32_t n_embd = hp->n_embd;
+    const cv_weight *gu_w[3] = {&L->w_gate, &L->w_up, &L->shexp_gate};
+    float *const gu_y[3] = {f->gate, f->up, f->shexp_g};
+    matmul_shared_input(f, f->xn, n, gu_w, gu_y, 3);
+    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff};
+    run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
+    const cv_weight *d_w[1] = {&L->w_down};
+    float *const d_y[1] = {f->xn};
+    matmul(f, f->gate, n, d_w, d_y, 1);
+    for (int32_t t = 0; t < n; t++) {
+        const float g = 1.0f / (1.0f + expf(-f->shexp_g[t]));
+        for (int32_t i = 0; i < n_embd; i++)
+            f->moe_out[(size_t)t * n_embd + i] += f->xn[(size_t)t * n_embd + i] * g;
+    }
+}
+
+/* The mixture of experts of layer l: norm, routing, the chosen experts'
+ * SwiGLU FFNs (gate and up, then down, each over the experts the batch
+ * uses), their weighted sum (+ the shared expert), added to the residual. */
+static void moe_block(cv_forward *f, int32_t n, int32_t l)
+{
+    const cv_llama_hparams *hp = &f->m->hp;
+    const cv_llama_layer *L = &f->m->layers[l];
+    rmsnorm_rows(f->xn, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    route(f, n, L);
+    const cv_weight *gu_w[2] = {&L->gate_exps, &L->up_exps};
+    float *const gu_y[2] = {f->eg, f->eu};
+    if (same_act(gu_w[0], gu_w[1]))
+        run_experts(f, f->xs, n, gu_w, gu_y, 2);
+    else
+        for (int i = 0; i < 2; i++)
+            run_experts(f, f->xs, n, gu_w + i, gu_y + i, 1);
+    glu_job gj = {.gate = f->eg, .up = f->eu, .n = (long)n * hp->n_expert_used * hp->n_ff_exp};
+    run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
+    const cv_weight *d_w[1] = {&L->down_exps};
+    float *const d_y[1] = {f->ed};
+    run_experts(f, f->eg, n, d_w, d_y, 1);
+    combine_experts(f, n);
+    if (L->shexp_gate.data)
+        add_shared_expert(f, n, L);
+    add_rows(f->x, f->moe_out, (size_t)n * hp->n_embd);
+}
+
 /* The residual stream's first rows: token embeddings (scaled for gemma3),
  * or the previous stage's hidden states. */
 static void embed(cv_forward *f, const cv_batch *b, const float *in)
@@ -579,7 +828,10 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     attn_runs(f, b);
     for (int32_t l = m->l0; l < m->l1; l++) {
         attention_block(f, b, l);
-        ffn_block(f, n, l);
+        if (hp->n_expert)
+            moe_block(f, n, l);
+        else
+            ffn_block(f, n, l);
     }
 
     for (int32_t t = 0; t < n; t++)

@@ -45,6 +45,8 @@ static const struct {
     {"qwen2", CV_ARCH_QWEN2, true},
     {"qwen3", CV_ARCH_QWEN3, true},
     {"gemma3", CV_ARCH_GEMMA3, true},
+    {"qwen2moe", CV_ARCH_QWEN2MOE, true},
+    {"qwen3moe", CV_ARCH_QWEN3MOE, true},
 };
 #define N_ARCHS (sizeof archs / sizeof archs[0])
 
@@ -54,6 +56,23 @@ const char *cv_llama_arch_name(cv_arch a)
         if (archs[i].arch == a)
             return archs[i].name;
     return "?";
+}
+
+/* The index in archs of the architecture named name (n bytes), or -1. */
+static int arch_index(const char *name, size_t n)
+{
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (strlen(archs[i].name) == n && !memcmp(archs[i].name, name, n))
+            return (int)i;
+    return -1;
+}
+
+int cv_llama_arch_of(const char *name, size_t n, cv_arch *a)
+{
+    const int i = arch_index(name, n);
+    if (i >= 0)
+        *a = archs[i].arch;
+    return i >= 0 ? 0 : -1;
 }
 
 /* Gemma 3's own hyperparameters, as llama.cpp reads them: every 6th layer
@@ -84,6 +103,44 @@ static int read_gemma3(const gguf_file *f, cv_llama_hparams *hp, char *err, size
     return 0;
 }
 
+/* A mixture of experts' keys, as llama.cpp reads them: expert_count and
+ * expert_used_count (required by qwen2moe and qwen3moe; a llama without
+ * them is dense), the experts' hidden size expert_feed_forward_length
+ * (qwen*moe; else n_ff / n_expert_used; Mixtral's is n_ff), and qwen2moe's
+ * expert_shared_feed_forward_length (else n_ff), which becomes n_ff: the
+ * shared expert takes the dense FFN's place. qwen2moe keeps the softmax
+ * weights of the chosen experts as they are; the others rescale them. */
+static int read_experts(const gguf_file *f, const char *arch, cv_llama_hparams *hp, char *err, size_t errlen)
+{
+    const bool moe_arch = hp->arch == CV_ARCH_QWEN2MOE || hp->arch == CV_ARCH_QWEN3MOE;
+    uint32_t n_expert = 0, n_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+    if (get_u32(f, arch, "expert_count", &n_expert, moe_arch, err, errlen) ||
+        get_u32(f, arch, "expert_used_count", &n_used, moe_arch || n_expert > 0, err, errlen) ||
+        get_u32(f, arch, "expert_feed_forward_length", &n_ff_exp, false, err, errlen) ||
+        get_u32(f, arch, "expert_shared_feed_forward_length", &n_ff_shexp, false, err, errlen))
+        return -1;
+    if (n_expert == 0 && !moe_arch)
+        return 0;
+    if (n_expert < 1 || n_expert > CV_LLAMA_MAX_EXPERTS)
+        return cv_errf(err, errlen, "%s: %s.expert_count %u is outside [1, %d]", f->name, arch, n_expert,
+                       CV_LLAMA_MAX_EXPERTS);
+    if (n_used < 1 || n_used > n_expert)
+        return cv_errf(err, errlen, "%s: %s.expert_used_count %u is outside [1, expert_count %u]", f->name, arch,
+                       n_used, n_expert);
+    if (!moe_arch || !n_ff_exp)
+        n_ff_exp = hp->arch == CV_ARCH_LLAMA ? (uint32_t)hp->n_ff : (uint32_t)hp->n_ff / n_used;
+    if (n_ff_exp < 1 || n_ff_exp > (1u << 22) || n_ff_shexp > (1u << 22))
+        return cv_errf(err, errlen, "%s: expert hidden size %u or shared expert's %u is out of range", f->name,
+                       n_ff_exp, n_ff_shexp);
+    hp->n_expert = (int32_t)n_expert;
+    hp->n_expert_used = (int32_t)n_used;
+    hp->n_ff_exp = (int32_t)n_ff_exp;
+    hp->expert_norm = hp->arch != CV_ARCH_QWEN2MOE;
+    if (hp->arch == CV_ARCH_QWEN2MOE && n_ff_shexp)
+        hp->n_ff = (int32_t)n_ff_shexp;
+    return 0;
+}
+
 /* The vocabulary: token_embd's rows, else (a shard without the
  * embeddings) what its shard keys record. */
 static int vocab_size(const gguf_file *f, uint32_t n_embd, int32_t *n_vocab, char *err, size_t errlen)
@@ -106,11 +163,11 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     gguf_str arch_s;
     if (gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
         return -1;
-    size_t a = 0;
-    while (a < N_ARCHS && !gguf_str_eq(arch_s, archs[a].name))
-        a++;
-    if (a == N_ARCHS)
-        return cv_errf(err, errlen, "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
+    const int a = arch_index(arch_s.ptr, arch_s.len);
+    if (a < 0)
+        return cv_errf(err, errlen,
+                       "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, "
+                       "qwen3moe)",
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
@@ -171,7 +228,24 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .embd_scale = 1.0f,
         .rope_scale = 1.0f,
     };
+    if (read_experts(f, arch, hp, err, errlen))
+        return -1;
     return hp->arch == CV_ARCH_GEMMA3 ? read_gemma3(f, hp, err, errlen) : 0;
+}
+
+/* A matrix type convoy computes with, whose rows of n_in fit its blocks
+ * and its activations' blocks. */
+static int check_matrix_type(const cv_llama *m, const char *name, cv_type type, int32_t n_in, char *err,
+                             size_t errlen)
+{
+    const cv_type_traits *tt = cv_type_get(type);
+    if (!tt || !tt->vec_dot || !cv_type_get(tt->vec_dot_type))
+        return cv_errf(err, errlen, "%s: tensor '%s' has type %s, which convoy cannot compute with", m->gguf.name,
+                       name, cv_type_name(type));
+    if (n_in % tt->blck_size || n_in % cv_type_get(tt->vec_dot_type)->blck_size)
+        return cv_errf(err, errlen, "%s: tensor '%s' rows of %d do not fit type %s", m->gguf.name, name, n_in,
+                       tt->name);
+    return 0;
 }
 
 static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
@@ -183,14 +257,30 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
     if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
         return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld], expected [%d, %d]", m->gguf.name, name,
                        (long long)t->ne[0], (long long)t->ne[1], n_in, n_out);
-    const cv_type_traits *tt = cv_type_get(t->type);
-    if (!tt || !tt->vec_dot || !cv_type_get(tt->vec_dot_type))
-        return cv_errf(err, errlen, "%s: tensor '%s' has type %s, which convoy cannot compute with", m->gguf.name,
-                       name, cv_type_name(t->type));
-    if (n_in % tt->blck_size || n_in % cv_type_get(tt->vec_dot_type)->blck_size)
-        return cv_errf(err, errlen, "%s: tensor '%s' rows of %d do not fit type %s", m->gguf.name, name, n_in,
-                       tt->name);
+    if (check_matrix_type(m, name, t->type, n_in, err, errlen))
+        return -1;
     *w = (cv_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
+    return 0;
+}
+
+/* Binds a stacked expert tensor [n_in, n_out, n_expert] as one matrix of
+ * n_expert * n_out rows (cv_llama_expert views expert e). */
+static int bind_experts(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
+                        size_t errlen)
+{
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const int32_t n_expert = m->hp.n_expert;
+    if (!t)
+        return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert)
+        return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%d, %d, %d]",
+                       m->gguf.name, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], n_in, n_out,
+                       n_expert);
+    if ((int64_t)n_out * n_expert > INT32_MAX)
+        return cv_errf(err, errlen, "%s: tensor '%s' has too many rows", m->gguf.name, name);
+    if (check_matrix_type(m, name, t->type, n_in, err, errlen))
+        return -1;
+    *w = (cv_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out * n_expert};
     return 0;
 }
 
@@ -236,11 +326,14 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
 
 /* ---- weights in private memory ---- */
 
-enum { LAYER_MATRICES = 7 };
+/* A layer's matrices; the last three are stacked experts. */
+enum { LAYER_MATRICES = 11, FIRST_STACKED = 8 };
 
 static cv_weight *layer_matrix(cv_llama_layer *L, int i)
 {
-    cv_weight *const w[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    cv_weight *const w[LAYER_MATRICES] = {&L->wq,     &L->wk,     &L->wv,        &L->wo,
+                                          &L->w_gate, &L->w_up,   &L->w_down,    &L->router,
+                                          &L->gate_exps, &L->up_exps, &L->down_exps};
     return w[i];
 }
 
@@ -251,8 +344,10 @@ static size_t resident_size(const cv_weight *w)
     return (n + 63) / 64 * 64;
 }
 
-/* Reads matrix w from the file into *at, points w there, moves *at on. */
-static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, size_t errlen)
+/* Reads matrix w from the file into *at, points w there, moves *at on.
+ * Its rows are interleaved in groups of 8 when its kernels allow and no
+ * group would straddle two of its units of unit_rows rows (experts). */
+static int move_resident(cv_llama *m, cv_weight *w, int32_t unit_rows, uint8_t **at, char *err, size_t errlen)
 {
     if (!w->data)
         return 0;
@@ -260,7 +355,7 @@ static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, siz
     if (read_tensor(m, w->data, n, *at, err, errlen))
         return -1;
     /* products of 2-8 tokens (batched decode) share each load of 8 rows */
-    if (cv_interleave_supported(w->type, w->n_in, w->n_out)) {
+    if (cv_interleave_supported(w->type, w->n_in, w->n_out) && unit_rows % INTERLEAVE_ROWS == 0) {
         if (cv_interleave(w->type, w->n_in, w->n_out, *at))
             return cv_errf(err, errlen, "%s: out of memory interleaving weights", m->gguf.name);
         w->interleaved = true;
@@ -289,10 +384,47 @@ static int make_resident(cv_llama *m, char *err, size_t errlen)
     m->resident_bytes = total;
     uint8_t *at = m->resident;
     for (int32_t l = m->l0; l < m->l1; l++)
-        for (int i = 0; i < LAYER_MATRICES; i++)
-            if (move_resident(m, layer_matrix(&m->layers[l], i), &at, err, errlen))
+        for (int i = 0; i < LAYER_MATRICES; i++) {
+            cv_weight *w = layer_matrix(&m->layers[l], i);
+            const int32_t unit_rows = i >= FIRST_STACKED && w->data ? w->n_out / m->hp.n_expert : w->n_out;
+            if (move_resident(m, w, unit_rows, &at, err, errlen))
                 return -1;
-    return move_resident(m, &m->output, &at, err, errlen);
+        }
+    return move_resident(m, &m->output, m->output.n_out, &at, err, errlen);
+}
+
+/* Layer l's feed-forward weights: the dense FFN's three matrices, or a
+ * mixture of experts' router and stacked experts, and qwen2moe's shared
+ * expert (in the dense FFN's place) with its gate vector. */
+static int bind_ffn(cv_llama *m, int32_t l, float **copy, char *err, size_t errlen)
+{
+    const cv_llama_hparams *hp = &m->hp;
+    cv_llama_layer *L = &m->layers[l];
+    const int32_t n_embd = hp->n_embd;
+    const bool shared = hp->arch == CV_ARCH_QWEN2MOE;
+    char name[96];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+    if (hp->n_expert &&
+        (bind_matrix(m, NAME("ffn_gate_inp.weight"), n_embd, hp->n_expert, &L->router, err, errlen) ||
+         bind_experts(m, NAME("ffn_gate_exps.weight"), n_embd, hp->n_ff_exp, &L->gate_exps, err, errlen) ||
+         bind_experts(m, NAME("ffn_up_exps.weight"), n_embd, hp->n_ff_exp, &L->up_exps, err, errlen) ||
+         bind_experts(m, NAME("ffn_down_exps.weight"), hp->n_ff_exp, n_embd, &L->down_exps, err, errlen)))
+        return -1;
+    if (hp->n_expert && !shared)
+        return 0;
+    const float *gate_vec = NULL;
+    if (shared && bind_vec(m, NAME("ffn_gate_inp_shexp.weight"), n_embd, copy, &gate_vec, err, errlen))
+        return -1;
+    L->shexp_gate = (cv_weight){.type = CV_TYPE_F32, .data = gate_vec, .n_in = n_embd, .n_out = 1};
+    if (bind_matrix(m, shared ? NAME("ffn_gate_shexp.weight") : NAME("ffn_gate.weight"), n_embd, hp->n_ff, &L->w_gate,
+                    err, errlen) ||
+        bind_matrix(m, shared ? NAME("ffn_up_shexp.weight") : NAME("ffn_up.weight"), n_embd, hp->n_ff, &L->w_up, err,
+                    errlen) ||
+        bind_matrix(m, shared ? NAME("ffn_down_shexp.weight") : NAME("ffn_down.weight"), hp->n_ff, n_embd, &L->w_down,
+                    err, errlen))
+        return -1;
+#undef NAME
+    return 0;
 }
 
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen)
@@ -320,7 +452,7 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     m->l1 = l1;
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    size_t per_layer = 4 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
+    size_t per_layer = 5 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
     m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + (size_t)hp->n_rot));
     if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
@@ -343,15 +475,14 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
             bind_matrix(m, NAME("attn_v.weight"), n_embd, n_kv, &L->wv, err, errlen) ||
             bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
             bind_vec(m, NAME("ffn_norm.weight"), n_embd, &copy, &L->ffn_norm, err, errlen) ||
-            bind_matrix(m, NAME("ffn_gate.weight"), n_embd, hp->n_ff, &L->w_gate, err, errlen) ||
-            bind_matrix(m, NAME("ffn_up.weight"), n_embd, hp->n_ff, &L->w_up, err, errlen) ||
-            bind_matrix(m, NAME("ffn_down.weight"), hp->n_ff, n_embd, &L->w_down, err, errlen))
+            bind_ffn(m, l, &copy, err, errlen))
             goto fail;
-        if (hp->arch == CV_ARCH_QWEN2 && (bind_vec(m, NAME("attn_q.bias"), n_q, &copy, &L->bq, err, errlen) ||
-                                          bind_vec(m, NAME("attn_k.bias"), n_kv, &copy, &L->bk, err, errlen) ||
-                                          bind_vec(m, NAME("attn_v.bias"), n_kv, &copy, &L->bv, err, errlen)))
+        const bool biases = hp->arch == CV_ARCH_QWEN2 || hp->arch == CV_ARCH_QWEN2MOE;
+        if (biases && (bind_vec(m, NAME("attn_q.bias"), n_q, &copy, &L->bq, err, errlen) ||
+                       bind_vec(m, NAME("attn_k.bias"), n_kv, &copy, &L->bk, err, errlen) ||
+                       bind_vec(m, NAME("attn_v.bias"), n_kv, &copy, &L->bv, err, errlen)))
             goto fail;
-        if ((hp->arch == CV_ARCH_QWEN3 || hp->arch == CV_ARCH_GEMMA3) &&
+        if ((hp->arch == CV_ARCH_QWEN3 || hp->arch == CV_ARCH_QWEN3MOE || hp->arch == CV_ARCH_GEMMA3) &&
             (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, &copy, &L->q_norm, err, errlen) ||
              bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, &copy, &L->k_norm, err, errlen)))
             goto fail;
@@ -392,12 +523,15 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 }
 
 /* Every tensor a layer may have, by architecture: llama's nine, qwen2's
- * biases, qwen3's and gemma3's Q/K norms, gemma3's post norms. */
+ * biases, qwen3's and gemma3's Q/K norms, gemma3's post norms, a mixture
+ * of experts' router and experts, qwen2moe's shared expert. */
 static const char *const layer_parts[] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
     "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
     "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight",
-    "post_attention_norm.weight", "post_ffw_norm.weight"};
+    "post_attention_norm.weight", "post_ffw_norm.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight",
+    "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight", "ffn_down_shexp.weight"};
 static_assert(sizeof layer_parts / sizeof layer_parts[0] == CV_LLAMA_LAYER_TENSORS_MAX, "layer parts");
 
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)

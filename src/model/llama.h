@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "model/gguf.h"
 
@@ -32,10 +33,14 @@ typedef enum cv_arch {
     CV_ARCH_QWEN3, /* per-head RMSNorm of Q and K, NeoX RoPE */
     CV_ARCH_GEMMA3, /* Q/K norms, post-attention and post-FFN norms, GeGLU, embeddings
                      * scaled by sqrt(n_embd), sliding-window layers, tied output */
+    CV_ARCH_QWEN2MOE, /* qwen2's attention; experts plus a shared expert behind a sigmoid gate */
+    CV_ARCH_QWEN3MOE, /* qwen3's attention; experts */
 } cv_arch;
 
 /* The architecture's GGUF name ("llama", "gemma3"...). */
 const char *cv_llama_arch_name(cv_arch a);
+/* The architecture of GGUF name `name` (n bytes) into *a; -1 if unknown. */
+int cv_llama_arch_of(const char *name, size_t n, cv_arch *a);
 
 typedef struct cv_llama_hparams {
     cv_arch arch;
@@ -45,7 +50,7 @@ typedef struct cv_llama_hparams {
     int32_t n_head;
     int32_t n_head_kv;
     int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
-    int32_t n_ff;
+    int32_t n_ff;       /* the dense FFN's hidden size (qwen2moe: its shared expert's) */
     int32_t n_ctx_train; /* context_length, at most CV_LLAMA_MAX_CTX */
     int32_t n_rot;      /* rotary dimensions per head (head_dim unless the GGUF says less) */
     float rms_eps;
@@ -58,6 +63,10 @@ typedef struct cv_llama_hparams {
     int32_t swa_pattern;/* layer l slides unless l % swa_pattern == swa_pattern - 1 (gemma3: 6) */
     float rope_theta_swa; /* RoPE base of the sliding layers (gemma3: 10000) */
     float logit_softcap;  /* final logits become c * tanh(logit / c); 0: none */
+    int32_t n_expert;     /* experts per layer (a mixture of experts), else 0 */
+    int32_t n_expert_used;/* experts each token is routed to */
+    int32_t n_ff_exp;     /* an expert's hidden size */
+    bool expert_norm;     /* the chosen experts' weights are scaled to sum to 1 (qwen3moe, Mixtral) */
 } cv_llama_hparams;
 
 /* Whether layer l attends a sliding window rather than every position. */
@@ -75,6 +84,18 @@ typedef struct cv_weight {
     bool interleaved; /* rows in groups of 8, cv_interleave's layout (kernels.h) */
 } cv_weight;
 
+/* Expert e of a stacked expert tensor [n_in, rows, n_expert], bound as one
+ * matrix of n_expert * rows rows: its rows [e * rows, (e + 1) * rows). */
+static inline cv_weight cv_llama_expert(const cv_weight *stack, int32_t n_expert, int32_t e)
+{
+    const int32_t rows = stack->n_out / n_expert;
+    return (cv_weight){.type = stack->type,
+                       .data = (const uint8_t *)stack->data + (size_t)e * rows * cv_row_bytes(stack->type, stack->n_in),
+                       .n_in = stack->n_in,
+                       .n_out = rows,
+                       .interleaved = stack->interleaved};
+}
+
 typedef struct cv_llama_layer {
     const float *attn_norm; /* [n_embd] */
     cv_weight wq;           /* n_embd -> n_head * head_dim */
@@ -85,9 +106,14 @@ typedef struct cv_llama_layer {
     cv_weight wo;           /* n_head * head_dim -> n_embd */
     const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output (gemma3), else NULL */
     const float *ffn_norm;  /* [n_embd] */
-    cv_weight w_gate;       /* n_embd -> n_ff */
-    cv_weight w_up;         /* n_embd -> n_ff */
-    cv_weight w_down;       /* n_ff -> n_embd */
+    cv_weight w_gate;       /* n_embd -> n_ff (qwen2moe: its shared expert's, n_ff_shexp) */
+    cv_weight w_up;         /* n_embd -> n_ff (qwen2moe: shared expert) */
+    cv_weight w_down;       /* n_ff -> n_embd (qwen2moe: shared expert) */
+    cv_weight router;       /* ffn_gate_inp: n_embd -> n_expert (a mixture of experts), else unbound */
+    cv_weight gate_exps;    /* n_embd -> n_ff_exp per expert, stacked (cv_llama_expert) */
+    cv_weight up_exps;      /* n_embd -> n_ff_exp per expert, stacked */
+    cv_weight down_exps;    /* n_ff_exp -> n_embd per expert, stacked */
+    cv_weight shexp_gate;   /* n_embd -> 1, F32: the shared expert's sigmoid gate (qwen2moe) */
     const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output (gemma3), else NULL */
 } cv_llama_layer;
 
@@ -135,7 +161,8 @@ uint64_t cv_llama_head_bytes(const cv_llama *m);
  * room for cv_llama_span_tensors_max(l1 - l0); returns the count. */
 /* The most positions a model may claim: --ctx's and a stage's limit too. */
 #define CV_LLAMA_MAX_CTX (1 << 24)
-#define CV_LLAMA_LAYER_TENSORS_MAX 16
+#define CV_LLAMA_MAX_EXPERTS 512 /* experts per layer, as llama.cpp's LLAMA_MAX_EXPERTS */
+#define CV_LLAMA_LAYER_TENSORS_MAX 24
 #define CV_LLAMA_SPAN_EXTRA_MAX 3 /* rope_freqs, output_norm, output */
 static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)
 {

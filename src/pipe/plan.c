@@ -297,7 +297,7 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
 }
 
 /* The most tensors a layer has (cv_llama_layer_bytes's list). */
-#define LAYER_TENSORS_MAX 14
+#define LAYER_TENSORS_MAX CV_LLAMA_LAYER_TENSORS_MAX
 
 /* As span.c counts an allocation: its header and alignment, whole pages. */
 static uint64_t alloc_bytes(uint64_t n) { return (n + 64 + 4095) / 4096 * 4096; }
