@@ -121,6 +121,21 @@ static void print_rope_norm(FILE *out, const gguf_file *f, const char *arch)
         fprintf(out, "rms_eps: -\n");
 }
 
+/* A mixture of experts' keys, when the file has them. */
+static void print_experts(FILE *out, const gguf_file *f, const char *arch)
+{
+    static const char *const keys[][2] = {{"n_expert", "expert_count"},
+                                          {"n_expert_used", "expert_used_count"},
+                                          {"n_ff_exp", "expert_feed_forward_length"},
+                                          {"n_ff_shexp", "expert_shared_feed_forward_length"}};
+    char key[160];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i][1]);
+        if (gguf_find_kv(f, key))
+            print_arch_u32(out, f, arch, keys[i][0], keys[i][1]);
+    }
+}
+
 static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
 {
     char key[160], buf[SHOWN_BUF];
@@ -141,9 +156,13 @@ static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
         fprintf(out, "n_head_kv: %" PRIu32 "\n", u);
     else
         fprintf(out, "n_head_kv: %" PRIu32 " (default: n_head)\n", n_head);
-    if (n_head && n_embd % n_head == 0)
+    snprintf(key, sizeof(key), "%s.attention.key_length", arch);
+    if (!gguf_get_u32(f, key, &u, NULL, 0))
+        fprintf(out, "head_dim: %" PRIu32 "\n", u);
+    else if (n_head && n_embd % n_head == 0)
         fprintf(out, "head_dim: %" PRIu32 "\n", n_embd / n_head);
     print_arch_u32(out, f, arch, "n_ff", "feed_forward_length");
+    print_experts(out, f, arch);
     print_n_vocab(out, f, arch);
     print_arch_u32(out, f, arch, "n_ctx", "context_length");
     print_rope_norm(out, f, arch);
@@ -323,6 +342,12 @@ int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err,
     p->rope_theta = q.rope_theta;
     p->output_scale = q.output_scale;
     p->n_swa = q.n_swa;
+    p->arch = cv_llama_arch_name(q.arch);
+    p->head_dim = q.head_dim;
+    p->n_expert = q.n_expert;
+    p->n_expert_used = q.n_expert_used;
+    p->n_ff_exp = q.n_ff_exp;
+    p->n_ff_shexp = q.n_ff_shexp;
     return 0;
 }
 
@@ -351,6 +376,13 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.tied = p->tied;
     q.chatml = p->chatml;
     q.n_swa = p->n_swa;
+    if (p->arch && cv_llama_arch_of(p->arch, strlen(p->arch), &q.arch))
+        return cv_errf(err, errlen, "unknown architecture '%s'", p->arch);
+    q.head_dim = p->head_dim;
+    q.n_expert = p->n_expert;
+    q.n_expert_used = p->n_expert_used;
+    q.n_ff_exp = p->n_ff_exp;
+    q.n_ff_shexp = p->n_ff_shexp;
     q.seed = p->seed;
     q.n_threads = threads_or_cpus(p->n_threads);
     note_relay relay = {note, user};

@@ -35,7 +35,8 @@ static bool ends_with(const char *s, const char *suffix)
 
 bool cv_quant_is_weight_matrix(const char *name, uint32_t n_dims)
 {
-    return n_dims >= 2 && ends_with(name, "weight") && !ends_with(name, "_norm.weight");
+    return n_dims >= 2 && ends_with(name, "weight") && !ends_with(name, "_norm.weight") &&
+           !ends_with(name, "ffn_gate_inp.weight");
 }
 
 static int block_size(cv_type t)
@@ -144,6 +145,8 @@ static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || 
 /* The mix's type for attn_v, ffn_down or attn_output (quantize.h). */
 static cv_type mix_attn_v(const cv_quantize_params *p, int layer, int n_layer)
 {
+    if (p->n_expert == 8)
+        return CV_TYPE_Q8_0;
     switch (p->mix) {
     case CV_MIX_Q2_K: return p->n_gqa >= 4 ? CV_TYPE_Q4_K : CV_TYPE_Q3_K;
     case CV_MIX_Q3_K_M: return layer < 2 ? CV_TYPE_Q5_K : CV_TYPE_Q4_K;
@@ -168,6 +171,10 @@ static cv_type mix_ffn_down(const cv_quantize_params *p, int layer, int n_layer)
 
 static cv_type mix_attn_output(const cv_quantize_params *p)
 {
+    if (p->n_expert == 8)
+        return p->mix == CV_MIX_Q2_K || p->mix == CV_MIX_Q3_K_S || p->mix == CV_MIX_Q3_K_M || p->mix == CV_MIX_Q4_K_M
+                   ? CV_TYPE_Q5_K
+                   : p->type;
     switch (p->mix) {
     case CV_MIX_Q2_K: return CV_TYPE_Q3_K;
     case CV_MIX_Q3_K_M: return CV_TYPE_Q4_K;
@@ -184,8 +191,10 @@ cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int 
         return p->type;
     if (ends_with(name, "attn_v.weight"))
         return mix_attn_v(p, layer, n_layer);
-    if (ends_with(name, "ffn_down.weight"))
+    if (strstr(name, "ffn_down"))
         return mix_ffn_down(p, layer, n_layer);
+    if (ends_with(name, "attn_k.weight") && p->n_expert == 8)
+        return CV_TYPE_Q8_0;
     if (ends_with(name, "attn_output.weight"))
         return mix_attn_output(p);
     return p->type;
@@ -345,6 +354,7 @@ static int write_output(quant_run *q, const char *out_path, char *err, size_t er
     const int n_head = arch_u32(&q->in, "attention.head_count"), n_head_kv = arch_u32(&q->in, "attention.head_count_kv");
     q->policy = *q->p;
     q->policy.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
+    q->policy.n_expert = arch_u32(&q->in, "expert_count");
     copy_keys(q);
     for (uint64_t i = 0; i < q->in.n_tensors; i++)
         if (add_tensor(q, i, err, errlen) != 0)

@@ -3,9 +3,11 @@
  *
  * Contract:
  * - Which tensors are converted: the weight matrices, that is tensors of
- *   rank >= 2 whose name ends in "weight" and not in "_norm.weight" (the
- *   same test as llama.cpp's quantizer for Llama models). Everything else
- *   (norms, 1-D tensors) is copied unchanged.
+ *   rank >= 2 whose name ends in "weight" and not in "_norm.weight", and
+ *   not a router (ffn_gate_inp.weight), the same test as llama.cpp's
+ *   quantizer for these models. Everything else (norms, 1-D tensors,
+ *   routers) is copied unchanged. Stacked experts (rank 3) are converted
+ *   row by row like any matrix.
  * - cv_quant_fit_type: the type a matrix with rows of row_len elements gets
  *   when `want` is requested. If row_len is a multiple of want's block size
  *   that is `want`. Otherwise llama.cpp's fallback, a type of block 32: Q2_K,
@@ -75,7 +77,12 @@ bool cv_quant_can_write(cv_type t);
  *   the first sixteenth of the layers, Q4_K after; attn_output Q4_K;
  * - Q3_K_L: attn_v, ffn_down and attn_output Q5_K;
  * - Q4_K_M, Q5_K_M: attn_v and ffn_down Q6_K in the layers llama.cpp's
- *   use_more_bits picks (the first and last eighth, every third between). */
+ *   use_more_bits picks (the first and last eighth, every third between).
+ * "ffn_down" covers a mixture of experts' ffn_down_exps and
+ * ffn_down_shexp (by their layer). And as llama.cpp does for a model of
+ * exactly 8 experts (Mixtral), in every mix attn_v and attn_k are Q8_0,
+ * and attn_output is Q5_K in Q2_K, Q3_K_S, Q3_K_M and Q4_K_M, else the
+ * base type. */
 typedef enum cv_quant_mix {
     CV_MIX_NONE = 0, /* every matrix of `type` */
     CV_MIX_Q2_K,
@@ -91,6 +98,7 @@ typedef struct cv_quantize_params {
     cv_type output_type; /* type of output.weight; CV_TYPE_COUNT = `type` (Q6_K in a mix) */
     cv_quant_mix mix;
     int n_gqa;           /* query heads per KV head (the Q2_K mix asks); cv_quantize_file reads it */
+    int n_expert;        /* experts per layer, 0 if none (the mixes ask); cv_quantize_file reads it */
     int n_threads;       /* conversion threads; the output does not depend on it */
 } cv_quantize_params;
 

@@ -31,14 +31,21 @@ static const struct synth_preset {
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_theta, output_scale;
     int64_t n_swa; /* a Gemma 3 with this window, if set */
+    cv_arch arch;
+    int64_t head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } presets[] = {
-    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0},
-    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0},
-    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0},
-    {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16},
-    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0},
-    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f, 0},
-    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f, 0},
+    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16, CV_ARCH_GEMMA3, 0, 0, 0, 0, 0},
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
+    {"qwen3moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN3MOE, 0, 8, 2, 64, 0},
+    {"qwen2moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN2MOE, 0, 8, 2, 64, 192},
+    {"mixtral-mini", 128, 4, 4, 2, 64, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 8, 2, 0, 0},
+    {"qwen3moe-30b-a3b", 2048, 48, 32, 4, 6144, 32000, 4096, 1000000.0f, 1.0f, 0, CV_ARCH_QWEN3MOE, 128, 128, 8, 768,
+     0},
 };
 
 void cv_synth_defaults(cv_synth_params *p)
@@ -69,6 +76,12 @@ int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t err
         p->rope_theta = s->rope_theta;
         p->output_scale = s->output_scale;
         p->n_swa = s->n_swa;
+        p->arch = s->arch;
+        p->head_dim = s->head_dim;
+        p->n_expert = s->n_expert;
+        p->n_expert_used = s->n_expert_used;
+        p->n_ff_exp = s->n_ff_exp;
+        p->n_ff_shexp = s->n_ff_shexp;
         return 0;
     }
     return cv_errf(err, errlen, "unknown shape '%s'", shape);
@@ -246,12 +259,38 @@ static void vocab_fill(vocab_build *v, bool chatml)
 typedef struct synth_tensor {
     char name[64];
     uint32_t n_dims;
-    int64_t ne[2];
-    bool is_norm;
+    int64_t ne[3];
+    bool is_norm; /* all 1.0 */
     double std;
     cv_type type;
     uint64_t size;
 } synth_tensor;
+
+/* The architecture p writes: gemma3 when it has a sliding window. */
+static cv_arch arch_of(const cv_synth_params *p) { return p->n_swa ? CV_ARCH_GEMMA3 : p->arch; }
+
+static int64_t head_dim_of(const cv_synth_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
+
+/* The experts' counts and sizes, and an architecture that has them where
+ * qwen2moe and qwen3moe need them. */
+static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
+{
+    const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
+    if (p->arch != CV_ARCH_LLAMA && !moe_arch && !(p->arch == CV_ARCH_GEMMA3 && p->n_swa))
+        return cv_errf(err, errlen, "synth writes llama, gemma3, qwen2moe and qwen3moe models, not %s",
+                       cv_llama_arch_name(p->arch));
+    if (!p->n_expert && !moe_arch)
+        return 0;
+    if (p->n_swa || p->n_expert < 1 || p->n_expert > CV_LLAMA_MAX_EXPERTS || p->n_expert_used < 1 ||
+        p->n_expert_used > p->n_expert)
+        return cv_errf(err, errlen, "%lld experts, %lld used: not a mixture of experts synth writes",
+                       (long long)p->n_expert, (long long)p->n_expert_used);
+    if ((moe_arch && (p->n_ff_exp < 1 || p->n_ff_exp > SYNTH_MAX_DIM)) || p->n_ff_shexp < 0 ||
+        p->n_ff_shexp > SYNTH_MAX_DIM)
+        return cv_errf(err, errlen, "expert hidden size %lld or shared expert's %lld out of range",
+                       (long long)p->n_ff_exp, (long long)p->n_ff_shexp);
+    return 0;
+}
 
 static int check_params(const cv_synth_params *p, char *err, size_t errlen)
 {
@@ -270,12 +309,14 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
         if (dims[i].v < 1 || dims[i].v > dims[i].max)
             return cv_errf(err, errlen, "%s %lld out of range (1..%lld)", dims[i].name, (long long)dims[i].v,
                            (long long)dims[i].max);
-    if (p->n_embd % p->n_head)
+    if (!p->head_dim && p->n_embd % p->n_head)
         return cv_errf(err, errlen, "n_embd %lld is not a multiple of n_head %lld", (long long)p->n_embd,
                        (long long)p->n_head);
-    if ((p->n_embd / p->n_head) % 2)
-        return cv_errf(err, errlen, "head dimension %lld is odd (RoPE rotates pairs)",
-                       (long long)(p->n_embd / p->n_head));
+    if (p->head_dim < 0 || p->head_dim > 1024 || head_dim_of(p) % 2)
+        return cv_errf(err, errlen, "head dimension %lld is odd or out of range (RoPE rotates pairs)",
+                       (long long)head_dim_of(p));
+    if (check_experts(p, err, errlen))
+        return -1;
     if (p->n_head % p->n_head_kv)
         return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
                        (long long)p->n_head_kv);
@@ -294,50 +335,89 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
     return 0;
 }
 
-static void add_tensor(synth_tensor *t, int *n, const char *name, int64_t ne0, int64_t ne1, double std)
+/* Adds tensor `name` of ne0 x ne1 x ne2 (ne1, ne2 0 for fewer dims) with
+ * values of std `std`; std 0: a norm, all 1.0. */
+static void add_tensor(synth_tensor *t, int *n, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, double std)
 {
     synth_tensor *s = &t[(*n)++];
     snprintf(s->name, sizeof(s->name), "%s", name);
-    s->n_dims = ne1 ? 2 : 1;
+    s->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
     s->ne[0] = ne0;
     s->ne[1] = ne1 ? ne1 : 1;
-    s->is_norm = !ne1;
+    s->ne[2] = ne2 ? ne2 : 1;
+    s->is_norm = std == 0;
     s->std = std;
 }
 
 static void add_layer_tensor(synth_tensor *t, int *n, int64_t layer, const char *suffix, int64_t ne0,
-                             int64_t ne1, double std)
+                             int64_t ne1, int64_t ne2, double std)
 {
     char name[64];
     snprintf(name, sizeof(name), "blk.%lld.%s", (long long)layer, suffix);
-    add_tensor(t, n, name, ne0, ne1, std);
+    add_tensor(t, n, name, ne0, ne1, ne2, std);
+}
+
+/* An expert's hidden size: Mixtral's (a llama's) is n_ff. */
+static int64_t expert_ff(const cv_synth_params *p) { return p->arch == CV_ARCH_LLAMA ? p->n_ff : p->n_ff_exp; }
+
+static int64_t shared_ff(const cv_synth_params *p) { return p->n_ff_shexp ? p->n_ff_shexp : p->n_ff; }
+
+/* Layer l's feed-forward tensors: dense, or a mixture of experts (and
+ * qwen2moe's shared expert). */
+static void add_ffn(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l)
+{
+    const double std_embd = 1.0 / sqrt((double)p->n_embd);
+    if (!p->n_expert) {
+        add_layer_tensor(t, n, l, "ffn_gate.weight", p->n_embd, p->n_ff, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_up.weight", p->n_embd, p->n_ff, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_down.weight", p->n_ff, p->n_embd, 0, 1.0 / sqrt((double)p->n_ff));
+        return;
+    }
+    const int64_t ff = expert_ff(p), ne = p->n_expert;
+    add_layer_tensor(t, n, l, "ffn_gate_inp.weight", p->n_embd, ne, 0, std_embd);
+    add_layer_tensor(t, n, l, "ffn_gate_exps.weight", p->n_embd, ff, ne, std_embd);
+    add_layer_tensor(t, n, l, "ffn_up_exps.weight", p->n_embd, ff, ne, std_embd);
+    add_layer_tensor(t, n, l, "ffn_down_exps.weight", ff, p->n_embd, ne, 1.0 / sqrt((double)ff));
+    if (p->arch == CV_ARCH_QWEN2MOE) {
+        const int64_t sff = shared_ff(p);
+        add_layer_tensor(t, n, l, "ffn_gate_inp_shexp.weight", p->n_embd, 0, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_gate_shexp.weight", p->n_embd, sff, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_up_shexp.weight", p->n_embd, sff, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_down_shexp.weight", sff, p->n_embd, 0, 1.0 / sqrt((double)sff));
+    }
 }
 
 /* The tensor list in file order. */
 static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 {
     int n = 0;
-    int64_t n_embd_kv = p->n_embd / p->n_head * p->n_head_kv;
-    double std_embd = 1.0 / sqrt((double)p->n_embd), std_ff = 1.0 / sqrt((double)p->n_ff);
-    add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 1.0);
-    add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0);
-    if (!p->tied && !p->n_swa) /* Gemma 3's output is always tied */
-        add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, (double)p->output_scale * std_embd);
+    const cv_arch arch = arch_of(p);
+    const int64_t hd = head_dim_of(p), n_q = hd * p->n_head, n_kv = hd * p->n_head_kv;
+    const double std_embd = 1.0 / sqrt((double)p->n_embd), std_q = 1.0 / sqrt((double)n_q);
+    add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 0, 1.0);
+    add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0, 0);
+    if (!p->tied && arch != CV_ARCH_GEMMA3) /* Gemma 3's output is always tied */
+        add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, 0, (double)p->output_scale * std_embd);
     for (int64_t l = 0; l < p->n_layer; l++) {
-        add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0);
-        add_layer_tensor(t, &n, l, "attn_q.weight", p->n_embd, p->n_embd, std_embd);
-        add_layer_tensor(t, &n, l, "attn_k.weight", p->n_embd, n_embd_kv, std_embd);
-        add_layer_tensor(t, &n, l, "attn_v.weight", p->n_embd, n_embd_kv, std_embd);
-        add_layer_tensor(t, &n, l, "attn_output.weight", p->n_embd, p->n_embd, std_embd);
-        add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0);
-        add_layer_tensor(t, &n, l, "ffn_gate.weight", p->n_embd, p->n_ff, std_embd);
-        add_layer_tensor(t, &n, l, "ffn_up.weight", p->n_embd, p->n_ff, std_embd);
-        add_layer_tensor(t, &n, l, "ffn_down.weight", p->n_ff, p->n_embd, std_ff);
-        if (p->n_swa) {
-            add_layer_tensor(t, &n, l, "attn_q_norm.weight", p->n_embd / p->n_head, 0, 0);
-            add_layer_tensor(t, &n, l, "attn_k_norm.weight", p->n_embd / p->n_head, 0, 0);
-            add_layer_tensor(t, &n, l, "post_attention_norm.weight", p->n_embd, 0, 0);
-            add_layer_tensor(t, &n, l, "post_ffw_norm.weight", p->n_embd, 0, 0);
+        add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0, 0);
+        add_layer_tensor(t, &n, l, "attn_q.weight", p->n_embd, n_q, 0, std_embd);
+        add_layer_tensor(t, &n, l, "attn_k.weight", p->n_embd, n_kv, 0, std_embd);
+        add_layer_tensor(t, &n, l, "attn_v.weight", p->n_embd, n_kv, 0, std_embd);
+        add_layer_tensor(t, &n, l, "attn_output.weight", n_q, p->n_embd, 0, std_q);
+        add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0, 0);
+        add_ffn(p, t, &n, l);
+        if (arch == CV_ARCH_QWEN2MOE) {
+            add_layer_tensor(t, &n, l, "attn_q.bias", n_q, 0, 0, std_embd);
+            add_layer_tensor(t, &n, l, "attn_k.bias", n_kv, 0, 0, std_embd);
+            add_layer_tensor(t, &n, l, "attn_v.bias", n_kv, 0, 0, std_embd);
+        }
+        if (arch == CV_ARCH_QWEN3MOE || arch == CV_ARCH_GEMMA3) {
+            add_layer_tensor(t, &n, l, "attn_q_norm.weight", hd, 0, 0, 0);
+            add_layer_tensor(t, &n, l, "attn_k_norm.weight", hd, 0, 0, 0);
+        }
+        if (arch == CV_ARCH_GEMMA3) {
+            add_layer_tensor(t, &n, l, "post_attention_norm.weight", p->n_embd, 0, 0, 0);
+            add_layer_tensor(t, &n, l, "post_ffw_norm.weight", p->n_embd, 0, 0, 0);
         }
     }
     return n;
@@ -347,21 +427,25 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 static cv_quantize_params policy_of(const cv_synth_params *p)
 {
     return (cv_quantize_params){.type = p->type, .output_type = CV_TYPE_COUNT, .mix = p->mix,
-                                 .n_gqa = p->n_head_kv > 0 ? (int)(p->n_head / p->n_head_kv) : 1};
+                                 .n_gqa = p->n_head_kv > 0 ? (int)(p->n_head / p->n_head_kv) : 1,
+                                 .n_expert = (int)p->n_expert};
 }
 
 /* The type the quantization policy wants for a matrix (before fitting). */
 static cv_type wanted_type(const cv_synth_params *p, const synth_tensor *t)
 {
+    if (!cv_quant_is_weight_matrix(t->name, t->n_dims))
+        return CV_TYPE_F32;
     const cv_quantize_params qp = policy_of(p);
     return cv_quant_policy_type(&qp, t->name, cv_quant_layer_of(t->name), (int)p->n_layer);
 }
 
-/* Types and sizes: norms F32, matrices the policy's type that fits. */
+/* Types and sizes: vectors and the router F32, matrices the policy's type
+ * that fits. */
 static void type_tensor(const cv_synth_params *p, synth_tensor *t)
 {
-    t->type = t->is_norm ? CV_TYPE_F32 : cv_quant_fit_type(wanted_type(p, t), t->ne[0]);
-    t->size = (uint64_t)cv_row_bytes(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+    t->type = cv_quant_fit_type(wanted_type(p, t), t->ne[0]);
+    t->size = (uint64_t)cv_row_bytes(t->type, t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2]);
 }
 
 /* One write's generation: what gguf_write's maker needs. */
@@ -387,7 +471,7 @@ static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errle
             x[k] = 1.0f;
     } else {
         gen_job job = {
-            .key = tensor_key(r->p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1],
+            .key = tensor_key(r->p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1] * t->ne[2],
             .row_len = t->ne[0], .type = t->type, .row_bytes = cv_row_bytes(t->type, t->ne[0]), .dst = dst,
             .scratch = t->type == CV_TYPE_F32 ? NULL : r->scratch,
         };
@@ -396,8 +480,8 @@ static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errle
     if (r->note) {
         cv_tensor_note n = {
             .index = (int)i, .count = r->n_tensors, .name = t->name, .n_dims = t->n_dims, .ne = t->ne,
-            .src_type = CV_TYPE_F32, .want_type = t->is_norm ? CV_TYPE_F32 : wanted_type(r->p, t), .type = t->type,
-            .src_bytes = (uint64_t)(t->ne[0] * t->ne[1]) * sizeof(float), .bytes = t->size,
+            .src_type = CV_TYPE_F32, .want_type = wanted_type(r->p, t), .type = t->type,
+            .src_bytes = (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]) * sizeof(float), .bytes = t->size,
         };
         r->note(r->note_ctx, &n);
     }
@@ -409,7 +493,8 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     char desc[160];
     snprintf(desc, sizeof(desc), "convoy synth: deterministic random weights (seed %llu); output is garbage",
              (unsigned long long)p->seed);
-    const char *a = p->n_swa ? "gemma3" : "llama";
+    const char *a = cv_llama_arch_name(arch_of(p));
+    const uint32_t hd = (uint32_t)head_dim_of(p);
     char key[96];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
     gguf_set_str(w, "general.architecture", a);
@@ -423,17 +508,26 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
     gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
     gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
-    if (p->n_swa) {
-        gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)(p->n_embd / p->n_head));
-        gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)(p->n_embd / p->n_head));
-        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
-    } else {
-        gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->n_embd / p->n_head));
+    if (p->n_swa || p->head_dim) {
+        gguf_set_u32(w, KEY("attention.key_length"), hd);
+        gguf_set_u32(w, KEY("attention.value_length"), hd);
     }
+    if (p->n_swa)
+        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
+    else
+        gguf_set_u32(w, KEY("rope.dimension_count"), hd);
     gguf_set_f32(w, KEY("rope.freq_base"), p->rope_theta);
     gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
     gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
     gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
+    if (p->n_expert) {
+        gguf_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert);
+        gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
+    }
+    if (p->n_expert && p->arch != CV_ARCH_LLAMA)
+        gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+    if (p->n_expert && p->arch == CV_ARCH_QWEN2MOE)
+        gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)shared_ff(p));
 #undef KEY
 }
 
@@ -458,7 +552,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     if (check_params(p, err, errlen))
         return -1;
     int rc = -1;
-    int max_tensors = 3 + 13 * (int)p->n_layer;
+    int max_tensors = 3 + CV_LLAMA_LAYER_TENSORS_MAX * (int)p->n_layer;
     synth_tensor *tensors = cv_calloc((size_t)max_tensors, sizeof(*tensors));
     vocab_build v = {.cap = p->n_vocab};
     v.text = cv_malloc((size_t)v.cap * PIECE_MAX);
@@ -469,6 +563,9 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     cv_pool *pool = cv_pool_create(p->n_threads);
     /* scratch rows for every thread, as long as the longest row */
     int64_t max_row = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
+    const int64_t other_rows[] = {head_dim_of(p) * p->n_head, p->n_ff_exp, p->n_ff_shexp};
+    for (size_t i = 0; i < sizeof other_rows / sizeof other_rows[0]; i++)
+        max_row = other_rows[i] > max_row ? other_rows[i] : max_row;
     float *scratch = pool ? cv_malloc((size_t)cv_pool_size(pool) * (size_t)max_row * sizeof(float)) : NULL;
     int n_tensors = 0;
     if (!tensors || !v.text || !v.tokens || !v.scores || !v.types || !w || !pool || !scratch) {

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "kernels/types.h"
+#include "model/llama.h"
 #include "model/quantize.h"
 
 #define CV_SYNTH_MIN_VOCAB 259 /* <unk>, <s>, </s> and 256 byte tokens */
@@ -60,6 +61,10 @@ typedef struct cv_synth_params {
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
     int64_t n_swa;         /* > 0: a Gemma 3 (below) with this sliding window */
+    cv_arch arch;          /* llama, qwen2moe or qwen3moe (below); gemma3 follows n_swa */
+    int64_t head_dim;      /* attention.key_length; 0: n_embd / n_head */
+    int64_t n_expert, n_expert_used; /* a mixture of experts (below) when n_expert > 0 */
+    int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size; qwen2moe's shared expert's */
     uint64_t seed;
     cv_type type;
     cv_quant_mix mix;      /* llama.cpp's mix of `type`, if any (see quantize.h) */
@@ -72,6 +77,20 @@ typedef struct cv_synth_params {
  * embeddings, and per layer also blk.N.{attn_q_norm, attn_k_norm}.weight
  * [head_dim] and blk.N.{post_attention_norm, post_ffw_norm}.weight
  * [n_embd] (norms 1.0). */
+
+/* A mixture of experts has <arch>.expert_count, expert_used_count (and
+ * for qwen2moe/qwen3moe expert_feed_forward_length, for qwen2moe
+ * expert_shared_feed_forward_length), and per layer, in place of
+ * ffn_gate/up/down, blk.N.ffn_gate_inp.weight [n_embd, n_expert] (F32,
+ * as llama.cpp's quantizer leaves it) and blk.N.ffn_{gate,up}_exps.weight
+ * [n_embd, n_ff_exp, n_expert], ffn_down_exps.weight [n_ff_exp, n_embd,
+ * n_expert]; qwen2moe adds the shared expert
+ * blk.N.ffn_{gate,up,down}_shexp.weight and its gate
+ * blk.N.ffn_gate_inp_shexp.weight [n_embd] (F32, random) and the
+ * attn_{q,k,v}.bias (random), qwen3moe the attn_{q,k}_norm.weight
+ * [head_dim] (1.0). With head_dim set, attn_q is [n_embd, n_head *
+ * head_dim] and attn_output its transpose, and attention.key_length and
+ * value_length say head_dim. */
 
 /* Defaults: ctx 2048, rope theta 10000, eps 1e-5, output_scale 1, untied,
  * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
@@ -87,6 +106,14 @@ void cv_synth_defaults(cv_synth_params *p);
  *   llama-3.2-1b    2048, 16, 32, 8, 8192, 32000, ctx 4096, theta 500000
  *   llama-3.1-8b    4096, 32, 32, 8, 14336, 32000, ctx 8192, theta 500000
  *   llama-3.1-70b   8192, 80, 64, 8, 28672, 32000, ctx 8192, theta 500000
+ *   qwen3moe-mini   128, 4, 4, 2, 384, 2048, ctx 512, theta 1000000,
+ *                   output_scale 4, 8 experts of 64, 2 used
+ *   qwen2moe-mini   the same as qwen2moe, with a shared expert of 192
+ *   mixtral-mini    a llama of 128, 4, 4, 2, 64, 2048, ctx 512, theta
+ *                   1000000, output_scale 4, 8 experts of 64 (n_ff), 2 used
+ *   qwen3moe-30b-a3b  Qwen3-30B-A3B's dims: 2048, 48, 32, 4, 6144, 32000,
+ *                   head_dim 128, ctx 4096, theta 1000000, 128 experts of
+ *                   768, 8 used
  * (synth-mini/hd128 have the shapes of ../shared/reference/models; the
  * llama-* ones those of llamacpp-speed.md, untied, vocab 32000.) */
 int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t errlen);
