@@ -5,7 +5,8 @@
  *   between 1 and 2 threads, between a prompt in one chunk and token by
  *   token, and between a sequence alone and inside a batch with three
  *   others at different positions (also for a synthetic Gemma 3, whose
- *   sliding window moves within the tokens);
+ *   sliding window moves within the tokens, and a synthetic qwen2moe,
+ *   whose tokens share experts);
  * - a decode step allocates nothing. */
 #include <jansson.h>
 #include <stdio.h>
@@ -234,20 +235,27 @@ static void test_bit_identical_q4_k_m(void) { check_determinism("reference/model
 static void test_bit_identical_f16(void) { check_determinism("reference/models/synth-mini-f16.gguf"); }
 static void test_bit_identical_bf16(void) { check_determinism("reference/models/synth-mini-bf16.gguf"); }
 
-/* Gemma 3 (convoy synth's gemma3-mini, Q4_0): its sliding layers'
- * window of 16 moves within the 70 tokens. */
-static void test_bit_identical_gemma3(void)
+/* convoy synth's SHAPE at Q4_0, synthesized here, under every variant. */
+static void check_synth_determinism(const char *shape)
 {
     char path[512], cmd[1024], err[512];
-    snprintf(path, sizeof path, "%s/fwd-gemma3-mini-q4_0.gguf", CONVOY_BINARY_DIR);
-    snprintf(cmd, sizeof cmd, "'%s/convoy' synth --shape gemma3-mini --type Q4_0 -o '%s' >/dev/null", CONVOY_BINARY_DIR,
+    snprintf(path, sizeof path, "%s/fwd-%s-q4_0.gguf", CONVOY_BINARY_DIR, shape);
+    snprintf(cmd, sizeof cmd, "'%s/convoy' synth --shape %s --type Q4_0 -o '%s' >/dev/null", CONVOY_BINARY_DIR, shape,
              path);
-    CHECKF(system(cmd) == 0, "synth gemma3-mini failed");
+    CHECKF(system(cmd) == 0, "synth %s failed", shape);
     convoy_model *m = convoy_model_load(path, err, sizeof err);
     CHECKF(m != NULL, "%s", err);
     if (m)
         check_determinism_of(m, path);
 }
+
+/* Gemma 3: its sliding layers' window of 16 moves within the 70 tokens. */
+static void test_bit_identical_gemma3(void) { check_synth_determinism("gemma3-mini"); }
+
+/* Mixtures of experts: each expert runs once over the batch's rows routed
+ * to it, whatever shares the batch; qwen2moe has the most parts (biases,
+ * experts, the gated shared expert). */
+static void test_bit_identical_moe(void) { check_synth_determinism("qwen2moe-mini"); }
 
 static void test_decode_allocates_nothing(void)
 {
@@ -325,6 +333,7 @@ int main(void)
     TEST_RUN(test_bit_identical_f16);
     TEST_RUN(test_bit_identical_bf16);
     TEST_RUN(test_bit_identical_gemma3);
+    TEST_RUN(test_bit_identical_moe);
     TEST_RUN(test_decode_allocates_nothing);
     TEST_RUN(test_bad_batches_refused);
     return test_summary();

@@ -12,7 +12,8 @@
  * llama.cpp run here (../shared/tools/llama.cpp/bin/llama-ref) on a model
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
- * So does the synthetic Gemma 3's (test_logits_gemma3). */
+ * So do the synthetic Gemma 3's and mixtures of experts' (test_logits_gemma3,
+ * test_logits_moe). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -305,44 +306,60 @@ static void test_logits_generated(void)
     json_decref(tok);
 }
 
-/* Gemma 3 (gemma3-mini: sliding window 16 on layers 0-4 and 6, every
- * position on layer 5), synthesized here: convoy's logits of
- * synth-tokens.json (64 tokens, so the window slides) against llama.cpp's
- * within 1% of max|logit| with argmax equal, and check_greedy. */
-static void test_logits_gemma3(void)
+/* A synthetic model of convoy synth's SHAPE at TYPE, synthesized here:
+ * convoy's logits of synth-tokens.json (64 tokens) against llama.cpp's,
+ * F32 within 1% of max|logit| with argmax equal, a quantized type by the
+ * quantized rule; and check_greedy. */
+static void check_synth(const char *shape, const char *type, int quantized)
 {
-    char llama_ref[512], tokens_path[512], model[512], ids[512], want_path[512], got_path[512], cmd[8192];
+    char llama_ref[512], tokens_path[512], model[512], ids[512], want_path[512], got_path[512], name[128], cmd[8192];
     if (!test_shared_path(llama_ref, sizeof llama_ref, "tools/llama.cpp/bin/llama-ref") ||
         !test_shared_path(tokens_path, sizeof tokens_path, "reference/synth-tokens.json"))
         return;
-    snprintf(model, sizeof model, "%s/gemma3-mini-f32.gguf", CONVOY_BINARY_DIR);
-    snprintf(ids, sizeof ids, "%s/gemma3-ids.json", CONVOY_BINARY_DIR);
-    snprintf(want_path, sizeof want_path, "%s/gemma3-llama.f32", CONVOY_BINARY_DIR);
-    snprintf(got_path, sizeof got_path, "%s/gemma3-convoy.f32", CONVOY_BINARY_DIR);
+    snprintf(name, sizeof name, "%s-%s", shape, type);
+    snprintf(model, sizeof model, "%s/%s.gguf", CONVOY_BINARY_DIR, name);
+    snprintf(ids, sizeof ids, "%s/%s-ids.json", CONVOY_BINARY_DIR, name);
+    snprintf(want_path, sizeof want_path, "%s/%s-llama.f32", CONVOY_BINARY_DIR, name);
+    snprintf(got_path, sizeof got_path, "%s/%s-convoy.f32", CONVOY_BINARY_DIR, name);
     json_t *tok = json_load_file(tokens_path, 0, NULL);
     json_t *tokens = json_object_get(tok, "tokens");
     json_dump_file(tokens, ids, 0);
     snprintf(cmd, sizeof cmd,
-             "'%s/convoy' synth --shape gemma3-mini --type F32 -o '%s' >/dev/null && '%s' logits '%s' '%s' '%s' "
+             "'%s/convoy' synth --shape %s --type %s -o '%s' >/dev/null && '%s' logits '%s' '%s' '%s' "
              "--threads 1 --batch 64 --kv f32 >/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' --logits '%s'",
-             CONVOY_BINARY_DIR, model, llama_ref, model, ids, want_path, CONVOY_BINARY_DIR, model, tokens_path,
-             got_path);
-    CHECKF(system(cmd) == 0, "gemma3: synth, llama-ref or eval failed");
+             CONVOY_BINARY_DIR, shape, type, model, llama_ref, model, ids, want_path, CONVOY_BINARY_DIR, model,
+             tokens_path, got_path);
+    CHECKF(system(cmd) == 0, "%s: synth, llama-ref or eval failed", name);
     const size_t n_tokens = json_array_size(tokens), n_vocab = 2048;
     float *got = read_f32(got_path, n_tokens * n_vocab), *want = read_f32(want_path, n_tokens * n_vocab);
-    CHECKF(n_tokens == 64 && got && want, "gemma3: cannot read logits");
+    CHECKF(n_tokens == 64 && got && want, "%s: cannot read logits", name);
     if (n_tokens == 64 && got && want) {
         int argmax[64];
         double margin[64], max_abs = 0;
         top2(want, n_tokens, n_vocab, argmax, margin);
         for (size_t i = 0; i < n_tokens * n_vocab; i++)
             max_abs = fmax(max_abs, fabs((double)want[i]));
-        check_logits("gemma3-mini-f32", got, want, n_tokens, n_vocab, 0.01 * max_abs, margin, argmax, 0);
-        check_greedy(llama_ref, model, "gemma3-mini-f32");
+        check_logits(name, got, want, n_tokens, n_vocab, 0.01 * max_abs, margin, argmax, quantized);
+        check_greedy(llama_ref, model, name);
     }
     free(got);
     free(want);
     json_decref(tok);
+}
+
+/* Gemma 3 (gemma3-mini: sliding window 16 on layers 0-4 and 6, every
+ * position on layer 5, so the window slides over the 64 tokens). */
+static void test_logits_gemma3(void) { check_synth("gemma3-mini", "F32", 0); }
+
+/* Mixtures of experts: qwen3moe (top-2 of 8 renormalised), qwen2moe (not
+ * renormalised, plus the gated shared expert), Mixtral (a llama with
+ * experts), and qwen3moe with Q4_0 experts. */
+static void test_logits_moe(void)
+{
+    check_synth("qwen3moe-mini", "F32", 0);
+    check_synth("qwen2moe-mini", "F32", 0);
+    check_synth("mixtral-mini", "F32", 0);
+    check_synth("qwen3moe-mini", "Q4_0", 1);
 }
 
 static double rms_delta(const float *a, const float *b, size_t n)
@@ -410,6 +427,7 @@ int main(void)
     TEST_RUN(test_logits_arch);
     TEST_RUN(test_logits_generated);
     TEST_RUN(test_logits_gemma3);
+    TEST_RUN(test_logits_moe);
     TEST_RUN(test_quantize_as_good_as_llamacpp);
     return test_summary();
 }

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# test_arch_stages.sh: the architectures beyond llama's, synthesized
+# (convoy synth, Q4_0): gemma3-mini (sliding window 16 on 6 of its 7
+# layers), qwen3moe-mini, qwen2moe-mini (shared expert) and mixtral-mini
+# (a llama with experts). Each gives bit-identical logits of 64 tokens
+# (on which gemma3's window moves) with 1 and 2 threads, in chunks of 7,
+# and through 1, 2 and 3 `convoy stage` processes on loopback, and the same
+# greedy tokens on a 2-stage chain as on one machine; `convoy info` and
+# `convoy run`'s load line name the architecture. Refused by name: the
+# gemma3 file renamed gemma2 (with the supported list), a qwen3moe file
+# whose expert_used_count exceeds its expert_count, and one whose
+# blk.0.ffn_up_exps.weight has the wrong shape.
+#
+# Usage (CTest passes these): test_arch_stages.sh PATH/TO/convoy SOURCE_DIR
+set -uo pipefail
+convoy="${1:?usage: test_arch_stages.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_arch_stages.sh PATH/TO/convoy SOURCE_DIR}"
+. "$src/tests/lib.sh"
+command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
+
+tmp="$(mktemp -d)"
+pids=()
+stop_stages() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    pids=()
+}
+trap 'stop_stages; rm -rf "$tmp"' EXIT
+python3 -c "import json; json.dump({'tokens': [2] + [3 + (i * 7919) % 2040 for i in range(1, 64)]}, open('$tmp/tokens.json', 'w'))"
+prompt="Once upon a time"
+
+# patch FILE OUT PYTHON: OUT is FILE's bytes after PYTHON edits bytearray d.
+patch() {
+    python3 -c "
+import struct
+d = bytearray(open('$1', 'rb').read())
+$3
+open('$2', 'wb').write(d)"
+}
+
+# refused NAME FILE MESSAGE: convoy run refuses FILE saying MESSAGE.
+refused() {
+    "$convoy" run -m "$2" -p hi -n 1 >/dev/null 2>"$tmp/refused"
+    expect "$1" grep -qF "$3" "$tmp/refused"
+}
+
+# same NAME ARGS...: eval of $model with ARGS gives one machine's logits bit for bit.
+same() {
+    local name="$1"
+    shift
+    if "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/got.f32" "$@" 2>"$tmp/err" &&
+        cmp -s "$tmp/one.f32" "$tmp/got.f32"; then
+        pass "$shape $name: logits bit-identical to one machine's, 1 thread"
+    else
+        fail "$shape $name: logits differ or eval failed: $(cat "$tmp/err")"
+    fi
+}
+
+# check SHAPE ARCH LAYERS SPLIT2 SPLIT3: the checks above for one shape.
+check() {
+    shape="$1"
+    model="$tmp/$shape-q4_0.gguf"
+    "$convoy" synth --shape "$shape" --type Q4_0 -o "$model" >/dev/null || { fail "synth $shape"; return; }
+    expect "$shape: convoy info names the architecture" grep -q "^architecture: $2$" <("$convoy" info "$model")
+    "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" -t 1 2>"$tmp/err" ||
+        { fail "$shape: one machine's eval: $(cat "$tmp/err")"; return; }
+    local one ids ports=() k
+    one="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids 2>"$tmp/run.err")"
+    expect "$shape: convoy run's load line names the architecture" grep -q "($2, $3 layers," "$tmp/run.err"
+    same "2 threads" -t 2
+    same "chunks of 7" --batch 7
+    for k in 1 2 3; do
+        ports+=("$(free_port)")
+        start_local_stage "$convoy" "$tmp/stages.log" "${ports[-1]}" -m "$model"
+        pids+=("$stage_pid")
+    done
+    local two="127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+    same "1 stage" --nodes "127.0.0.1:${ports[0]}"
+    same "2 stages ($4)" --nodes "$two" --split "$4"
+    same "2 stages, chunks of 5" --nodes "$two" --split "$4" --batch 5
+    same "3 stages ($5)" --nodes "127.0.0.1:${ports[0]},$two" --split "$5"
+    ids="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids --nodes "$two" --split "$4" \
+        2>"$tmp/err")"
+    if [[ -n "$one" && "$ids" == "$one" ]]; then
+        pass "$shape 2 stages: 24 greedy tokens as one machine"
+    else
+        fail "$shape 2 stages: greedy tokens '$ids' vs '$one': $(cat "$tmp/err")"
+    fi
+    stop_stages
+}
+
+check gemma3-mini gemma3 7 3,4 2,2,3
+# the same file calling itself gemma2 (general.architecture's value: after the key, a u32 type and a u64 length)
+patch "$model" "$tmp/gemma2.gguf" "at = d.index(b'general.architecture') + len('general.architecture') + 12
+d[at:at + 6] = b'gemma2'"
+refused "an unsupported architecture is refused by name with the supported list" "$tmp/gemma2.gguf" \
+    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe)"
+
+check qwen3moe-mini qwen3moe 4 1,3 1,2,1
+# expert_used_count's u32 value (after the key and its u32 type) made 9, over the 8 experts
+patch "$model" "$tmp/used.gguf" "at = d.index(b'qwen3moe.expert_used_count') + len('qwen3moe.expert_used_count') + 4
+d[at:at + 4] = struct.pack('<I', 9)"
+refused "expert_used_count over expert_count is refused" "$tmp/used.gguf" \
+    "qwen3moe.expert_used_count 9 is outside [1, expert_count 8]"
+# blk.0.ffn_up_exps.weight's second dimension (after the name, a u32 n_dims and its first u64) made 32
+patch "$model" "$tmp/shape.gguf" "at = d.index(b'blk.0.ffn_up_exps.weight') + len('blk.0.ffn_up_exps.weight') + 4 + 8
+d[at:at + 8] = struct.pack('<Q', 32)"
+refused "a bad expert tensor shape is refused naming the tensor" "$tmp/shape.gguf" \
+    "tensor 'blk.0.ffn_up_exps.weight' has shape [128, 32, 8], expected [128, 64, 8]"
+
+check qwen2moe-mini qwen2moe 4 2,2 1,1,2
+check mixtral-mini llama 4 3,1 2,1,1
+checks_summary
