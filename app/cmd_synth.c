@@ -17,7 +17,7 @@ static void usage(FILE *f)
             "usage: convoy synth (--shape NAME | --dims N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB)\n"
             "                    --type T -o OUT [--seed S] [--ctx N] [--rope-theta X]\n"
             "                    [--output-scale X] [--tied] [--chatml] [--name NAME]\n"
-            "                    [--layers N] [-t THREADS]\n"
+            "                    [--layers N] [--experts N] [-t THREADS]\n"
             "  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS Q3_K Q4_K Q5_K Q6_K (those this\n"
             "         build can write), and llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_M\n"
             "         Q5_K_M (as `convoy quantize` makes them)\n"
@@ -32,9 +32,9 @@ static void usage(FILE *f)
 typedef struct synth_opts {
     convoy_synth_params p; /* --tied, --chatml, --seed and -t go straight in */
     const char *shape, *dims, *type, *out, *name;
-    int32_t n_ctx, n_layer;
+    int32_t n_ctx, n_layer, n_expert;
     float rope_theta, output_scale;
-    bool ctx_given, theta_given, scale_given, layers_given;
+    bool ctx_given, theta_given, scale_given, layers_given, experts_given;
     char default_name[128];
 } synth_opts;
 
@@ -49,6 +49,7 @@ static int parse_options(synth_opts *o, int argc, char **argv)
         {"name", 0, ARG_STR, .dst = &o->name},
         {"ctx", 0, ARG_INT, .dst = &o->n_ctx, .lo = 1, .hi = INT32_MAX, .given = &o->ctx_given},
         {"layers", 0, ARG_INT, .dst = &o->n_layer, .lo = 1, .hi = 4096, .given = &o->layers_given},
+        {"experts", 0, ARG_INT, .dst = &o->n_expert, .lo = 1, .hi = 4096, .given = &o->experts_given},
         {"rope-theta", 0, ARG_FLOAT, .dst = &o->rope_theta, .given = &o->theta_given},
         {"output-scale", 0, ARG_FLOAT, .dst = &o->output_scale, .given = &o->scale_given},
         {"tied", 0, ARG_FLAG, .dst = &o->p.tied},
@@ -104,6 +105,8 @@ static int set_shape(synth_opts *o)
         o->p.n_ctx = o->n_ctx;
     if (o->layers_given) /* a shape's first layers (a bench of a model too big to hold) */
         o->p.n_layer = o->n_layer;
+    if (o->experts_given) /* a mixture of experts' shape with another number of experts */
+        o->p.n_expert = o->n_expert;
     if (o->theta_given)
         o->p.rope_theta = o->rope_theta;
     if (o->scale_given)

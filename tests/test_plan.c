@@ -1,6 +1,7 @@
 /* test_plan.c: the layer planner: shares by speed, the output matrix as
  * work of the last node, memory caps, the head's extra bytes on the last
- * node, nodes left out, --split, and refusals. */
+ * node, nodes left out, --split, refusals, and a mixture of experts'
+ * cache: every expert, or paged within the budget. */
 #include <string.h>
 
 #include "pipe/plan.h"
@@ -158,6 +159,42 @@ static void test_held_ranges(void)
           strstr(err, "b holds layers [6, 12) only") && strstr(err, "[4, 12)"));
 }
 
+/* A mixture of experts: 16 layers of 0.05 GB besides their 10 experts of
+ * 0.02 GB (0.25 GB a layer in all), a batch needing 4 slots. A node holds
+ * a slot for every expert of its layers where its budget allows, else what
+ * the budget leaves (no fewer than 4), and is planned as long as that fits. */
+static void test_experts_paged(void)
+{
+    cv_plan_model m = model16();
+    for (int i = 0; i < 16; i++)
+        layer16[i] = GB / 20;
+    m.expert_slot_bytes = GB / 50;
+    m.expert_fixed_bytes = GB / 100;
+    m.layer_experts = 10;
+    m.min_expert_slots = 4;
+    const cv_plan_node roomy = {NULL, 10 * GB, 0, 0, 0, 0}, tight = {NULL, GB, 0, 0, 0, 0}, none = {0};
+    /* 4 layers: 0.2 GB, 40 experts: 0.8 GB, their cache's own 0.01 GB */
+    CHECK(cv_plan_expert_slots(&m, &roomy, 0, 4) == 40);
+    CHECK(cv_plan_range_bytes(&m, &roomy, 0, 4) == GB / 5 + GB / 100 + 40 * (GB / 50));
+    CHECK(cv_plan_expert_slots(&m, &none, 0, 4) == 40); /* no budget: no limit */
+    /* 1 GB leaves (1 - 0.2 - 0.01) / 0.02 = 39 slots: paged */
+    CHECK(cv_plan_expert_slots(&m, &tight, 0, 4) == 39);
+    CHECK(cv_plan_range_bytes(&m, &tight, 0, 4) <= GB);
+    /* 12 layers (0.6 GB) leave 19 slots of 120; 16 layers (0.8 GB + head) the fewest, 4, over the budget */
+    CHECK(cv_plan_expert_slots(&m, &tight, 0, 12) == 19);
+    CHECK(cv_plan_expert_slots(&m, &tight, 0, 16) == 4);
+    CHECK(cv_plan_range_bytes(&m, &tight, 0, 16) > GB);
+    /* two nodes of 1 GB hold the 4 GB model paged: 8 layers each */
+    cv_plan_node nodes[2] = {tight, tight};
+    int32_t first[2], last[2];
+    char err[256];
+    CHECKF(cv_plan_layers(&m, 2, nodes, NULL, first, last, err, sizeof err) == 0, "%s", err);
+    CHECKF(last[0] == 8 && last[1] == 16, "[%d, %d) [%d, %d)", first[0], last[0], first[1], last[1]);
+    /* one node of 1 GB cannot: the least it needs counts the fewest slots */
+    CHECK(cv_plan_layers(&m, 1, nodes, NULL, first, last, err, sizeof err) == -1);
+    CHECKF(strstr(err, "needs 1.39 GB"), "%s", err);
+}
+
 int main(void)
 {
     TEST_RUN(test_equal_speed_equal_share);
@@ -169,5 +206,6 @@ int main(void)
     TEST_RUN(test_slow_node_left_out);
     TEST_RUN(test_split_override);
     TEST_RUN(test_held_ranges);
+    TEST_RUN(test_experts_paged);
     return test_summary();
 }

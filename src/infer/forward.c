@@ -26,6 +26,7 @@
 #include "infer/forward.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -82,6 +83,9 @@ struct cv_forward {
     float *moe_out;       /* [n][n_embd] the weighted sum (+ the gated shared expert) */
     float *shexp_g;       /* [n] the shared expert's gate (qwen2moe) */
     mm_task *tasks;       /* [2 * n_expert] one pass's products */
+    cv_experts *experts;  /* the experts' cache (model/experts.h) */
+    int32_t *used;        /* [n_expert] the experts the batch chose, ascending */
+    cv_expert *held;      /* [n_expert] their matrices, in the cache */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -110,18 +114,25 @@ static int alloc_experts(cv_forward *f)
     f->moe_out = cv_aligned_alloc(sizeof(float) * n * n_embd);
     f->shexp_g = cv_aligned_alloc(sizeof(float) * n);
     f->tasks = cv_calloc(2 * (size_t)hp->n_expert, sizeof *f->tasks);
+    f->used = cv_calloc((size_t)hp->n_expert, sizeof *f->used);
+    f->held = cv_calloc((size_t)hp->n_expert, sizeof *f->held);
     return f->probs && f->choice && f->choice_w && f->group_first && f->row_at && f->xs && f->eg && f->eu && f->ed &&
-                   f->moe_out && f->shexp_g && f->tasks
+                   f->moe_out && f->shexp_g && f->tasks && f->used && f->held
                ? 0
                : -1;
 }
 
-cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
-                              size_t errlen)
+cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, cv_experts *experts, int32_t n_batch_max,
+                              char *err, size_t errlen)
 {
     const cv_llama_hparams *hp = &m->hp;
     if (n_batch_max < 1) {
         cv_errf(err, errlen, "batch size must be at least 1");
+        return NULL;
+    }
+    if (hp->n_expert && m->l1 > m->l0 && (!experts || cv_experts_n_slot(experts) < cv_experts_min_slots(m, n_batch_max))) {
+        cv_errf(err, errlen, "a mixture of experts needs a cache of at least %d expert slots for batches of %d",
+                cv_experts_min_slots(m, n_batch_max), n_batch_max);
         return NULL;
     }
     if (kv->l0 != m->l0 || kv->l1 != m->l1 || kv->kv_dim != hp->n_head_kv * hp->head_dim) {
@@ -136,6 +147,7 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32
     f->m = m;
     f->kv = kv;
     f->pool = pool;
+    f->experts = experts;
     f->n_batch_max = n_batch_max;
     f->n_threads = cv_pool_size(pool);
     const size_t n = (size_t)n_batch_max, n_q = (size_t)hp->n_head * hp->head_dim,
@@ -200,6 +212,8 @@ void cv_forward_free(cv_forward *f)
     cv_free_aligned(f->moe_out);
     cv_free_aligned(f->shexp_g);
     cv_free(f->tasks);
+    cv_free(f->used);
+    cv_free(f->held);
     cv_free(f);
 }
 
@@ -707,26 +721,37 @@ static void route(cv_forward *f, int32_t n, const cv_llama_layer *L)
     f->group_first[0] = 0;
 }
 
-/* ys[i] = expert e of stacks[i] times the grouped rows routed to e, for
- * every expert the batch uses, in one pass over the pool: each expert's
- * weights are read once for all its rows. The stacks share their input
- * width and activation type; x holds n * k grouped rows. */
-static void run_experts(cv_forward *f, const float *x, int32_t n, const cv_weight *const *stacks, float *const *ys,
-                        int n_stacks)
+/* ys[i] = the part[i] matrix (offsetof(cv_expert, gate), ...) of each
+ * expert the batch uses times the grouped rows routed to it, in one pass
+ * over the pool: each expert's weights are read once for all its rows.
+ * The parts share their input width and activation type, `like`'s (the
+ * layer's stack of the first); x holds n * k grouped rows. */
+static void run_experts(cv_forward *f, const float *x, int32_t n, int32_t n_used, const cv_weight *like,
+                        const size_t *part, float *const *ys, int n_parts)
 {
-    const cv_llama_hparams *hp = &f->m->hp;
     size_t stride;
-    const char *xq = convert_act(f, x, n * hp->n_expert_used, stacks[0], &stride);
+    const char *xq = convert_act(f, x, n * f->m->hp.n_expert_used, like, &stride);
     int n_task = 0;
-    for (int32_t e = 0; e < hp->n_expert; e++) {
-        const int32_t first = f->group_first[e], m = f->group_first[e + 1] - first;
-        for (int i = 0; m > 0 && i < n_stacks; i++) {
-            const cv_weight w = cv_llama_expert(stacks[i], hp->n_expert, e);
-            f->tasks[n_task++] = (mm_task){.w = w, .xq = xq + (size_t)first * stride, .x_stride = stride, .m = m,
-                                           .y = ys[i] + (size_t)first * w.n_out, .ldy = w.n_out};
+    for (int32_t u = 0; u < n_used; u++) {
+        const int32_t e = f->used[u], first = f->group_first[e], m = f->group_first[e + 1] - first;
+        for (int i = 0; i < n_parts; i++) {
+            const cv_weight *w = (const cv_weight *)((const char *)&f->held[u] + part[i]);
+            f->tasks[n_task++] = (mm_task){.w = *w, .xq = xq + (size_t)first * stride, .x_stride = stride, .m = m,
+                                           .y = ys[i] + (size_t)first * w->n_out, .ldy = w->n_out};
         }
     }
     run_tasks(f, f->tasks, n_task);
+}
+
+/* The experts the batch chose, into f->used, and their matrices, from the
+ * cache (read from the file when not in it). */
+static int use_experts(cv_forward *f, int32_t l, int32_t *n_used, char *err, size_t errlen)
+{
+    *n_used = 0;
+    for (int32_t e = 0; e < f->m->hp.n_expert; e++)
+        if (f->group_first[e + 1] > f->group_first[e])
+            f->used[(*n_used)++] = e;
+    return cv_experts_use(f->experts, l, f->used, *n_used, f->held, err, errlen);
 }
 
 /* Each token's experts' outputs weighted and summed in choice order (as
@@ -767,31 +792,36 @@ static void add_shared_expert(cv_forward *f, int32_t n, const cv_llama_layer *L)
     }
 }
 
-/* The mixture of experts of layer l: norm, routing, the chosen experts'
- * SwiGLU FFNs (gate and up, then down, each over the experts the batch
- * uses), their weighted sum (+ the shared expert), added to the residual. */
-static void moe_block(cv_forward *f, int32_t n, int32_t l)
+/* The mixture of experts of layer l: norm, routing, the chosen experts
+ * (from the cache), their SwiGLU FFNs (gate and up, then down, each over
+ * the experts the batch uses), their weighted sum (+ the shared expert),
+ * added to the residual. */
+static int moe_block(cv_forward *f, int32_t n, int32_t l, char *err, size_t errlen)
 {
     const cv_llama_hparams *hp = &f->m->hp;
     const cv_llama_layer *L = &f->m->layers[l];
     rmsnorm_rows(f->xn, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     route(f, n, L);
-    const cv_weight *gu_w[2] = {&L->gate_exps, &L->up_exps};
+    int32_t n_used;
+    if (use_experts(f, l, &n_used, err, errlen))
+        return -1;
+    const size_t gu_part[2] = {offsetof(cv_expert, gate), offsetof(cv_expert, up)};
     float *const gu_y[2] = {f->eg, f->eu};
-    if (same_act(gu_w[0], gu_w[1]))
-        run_experts(f, f->xs, n, gu_w, gu_y, 2);
+    if (same_act(&L->gate_exps, &L->up_exps))
+        run_experts(f, f->xs, n, n_used, &L->gate_exps, gu_part, gu_y, 2);
     else
         for (int i = 0; i < 2; i++)
-            run_experts(f, f->xs, n, gu_w + i, gu_y + i, 1);
+            run_experts(f, f->xs, n, n_used, i ? &L->up_exps : &L->gate_exps, gu_part + i, gu_y + i, 1);
     glu_job gj = {.gate = f->eg, .up = f->eu, .n = (long)n * hp->n_expert_used * hp->n_ff_exp};
     run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
-    const cv_weight *d_w[1] = {&L->down_exps};
+    const size_t d_part[1] = {offsetof(cv_expert, down)};
     float *const d_y[1] = {f->ed};
-    run_experts(f, f->eg, n, d_w, d_y, 1);
+    run_experts(f, f->eg, n, n_used, &L->down_exps, d_part, d_y, 1);
     combine_experts(f, n);
     if (L->shexp_gate.data)
         add_shared_expert(f, n, L);
     add_rows(f->x, f->moe_out, (size_t)n * hp->n_embd);
+    return 0;
 }
 
 /* The residual stream's first rows: token embeddings (scaled for gemma3),
@@ -828,10 +858,10 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     attn_runs(f, b);
     for (int32_t l = m->l0; l < m->l1; l++) {
         attention_block(f, b, l);
-        if (hp->n_expert)
-            moe_block(f, n, l);
-        else
+        if (!hp->n_expert)
             ffn_block(f, n, l);
+        else if (moe_block(f, n, l, err, errlen))
+            return -1;
     }
 
     for (int32_t t = 0; t < n; t++)

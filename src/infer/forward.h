@@ -27,6 +27,7 @@
 
 #include "core/pool.h"
 #include "infer/kv.h"
+#include "model/experts.h"
 #include "model/llama.h"
 
 typedef struct cv_batch {
@@ -43,8 +44,10 @@ enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
 
 typedef struct cv_forward cv_forward;
 
-cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, int32_t n_batch_max, char *err,
-                              size_t errlen);
+/* experts: a mixture of experts' cache (model/experts.h), with at least
+ * cv_experts_min_slots(m, n_batch_max) slots; NULL for a dense model. */
+cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, cv_experts *experts, int32_t n_batch_max,
+                              char *err, size_t errlen);
 void cv_forward_free(cv_forward *f);
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);

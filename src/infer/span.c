@@ -23,6 +23,20 @@ static uint64_t sampler_bytes(uint64_t n_vocab, uint64_t n_ctx)
     return 3 * alloc_bytes(8 * n_vocab) + alloc_bytes(4 * n_vocab) + alloc_bytes(4 * n_ctx) + alloc_bytes(256);
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* cv_forward_create's buffers of a mixture of experts (alloc_experts),
+ * for batches of n tokens. */
+static uint64_t expert_buffer_bytes(const cv_llama_hparams *hp, uint64_t n)
+{
+    const uint64_t ne = (uint64_t)hp->n_embd, n_expert = (uint64_t)hp->n_expert;
+    const uint64_t rows = n * (uint64_t)hp->n_expert_used, ff = (uint64_t)hp->n_ff_exp;
+    return alloc_bytes(4 * n * n_expert) + 3 * alloc_bytes(4 * rows) + alloc_bytes(4 * (n_expert + 1)) +
+           2 * alloc_bytes(4 * rows * ne) + 2 * alloc_bytes(4 * rows * ff) + alloc_bytes(4 * n * ne) +
+           alloc_bytes(4 * n) + alloc_bytes(2 * n_expert * 128) + alloc_bytes(4 * n_expert) +
+           alloc_bytes(n_expert * sizeof(cv_expert));
+}
+
 /* cv_forward_create's buffers, the pool and the KV cache's bookkeeping:
  * what cv_span_open allocates whatever the layers. */
 static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p)
@@ -30,11 +44,13 @@ static uint64_t fixed_bytes(const cv_llama_hparams *hp, const cv_span_params *p)
     const uint64_t n = (uint64_t)p->n_batch, ne = (uint64_t)hp->n_embd;
     const uint64_t n_q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
     const uint64_t n_kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, n_ff = (uint64_t)hp->n_ff;
-    const uint64_t max_in = n_ff > (ne > n_q ? ne : n_q) ? n_ff : (ne > n_q ? ne : n_q);
+    const uint64_t max_in = max_u64(max_u64(ne, n_q), max_u64(n_ff, (uint64_t)hp->n_ff_exp));
+    const uint64_t act_rows = n * (uint64_t)(hp->n_expert ? hp->n_expert_used : 1); /* per token: one per expert */
     const uint64_t threads = (uint64_t)(p->n_threads > 0 ? p->n_threads : 1);
     const uint64_t att_rows = (uint64_t)(hp->n_head / hp->n_head_kv) * CV_ATTN_TOKENS;
-    return 2 * alloc_bytes(4 * n * ne) + 2 * alloc_bytes(4 * n * n_q) + 2 * alloc_bytes(4 * n * n_kv) +
-           2 * alloc_bytes(4 * n * n_ff) + alloc_bytes(n * (4 * max_in + 64)) +
+    return (hp->n_expert ? expert_buffer_bytes(hp, n) : 0) + 2 * alloc_bytes(4 * n * ne) +
+           2 * alloc_bytes(4 * n * n_q) + 2 * alloc_bytes(4 * n * n_kv) + 2 * alloc_bytes(4 * n * n_ff) +
+           alloc_bytes(act_rows * (4 * max_in + 64)) +
            2 * alloc_bytes(4 * n * (uint64_t)(hp->n_rot / 2 + 1)) +
            alloc_bytes(4 * threads * (uint64_t)cv_attn_scratch_floats(hp->head_dim, (int)att_rows)) +
            alloc_bytes(4 * (n + 1)) + 3 * alloc_bytes(4 * (uint64_t)p->n_slot) +
@@ -81,7 +97,12 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
         cv_errf(err, errlen, "cannot start %d threads", p->n_threads);
         goto fail;
     }
-    s->fwd = cv_forward_create(&s->model, &s->kv, s->pool, p->n_batch, err, errlen);
+    if (hp->n_expert && s->model.l1 > s->model.l0) {
+        const int32_t all = cv_experts_all_slots(&s->model, s->model.l0, s->model.l1);
+        if (!(s->experts = cv_experts_create(&s->model, p->expert_slots ? p->expert_slots : all, err, errlen)))
+            goto fail;
+    }
+    s->fwd = cv_forward_create(&s->model, &s->kv, s->pool, s->experts, p->n_batch, err, errlen);
     s->stale_len = cv_malloc(sizeof(int32_t) * (size_t)p->n_slot);
     if (!s->fwd || !s->stale_len) {
         if (s->fwd)
@@ -129,6 +150,7 @@ void cv_span_close(cv_span *s)
     cv_free(s->guess);
     cv_free(s->last_id);
     cv_forward_free(s->fwd);
+    cv_experts_free(s->experts);
     if (s->pool)
         cv_pool_free(s->pool);
     cv_kv_free(&s->kv);

@@ -64,12 +64,14 @@ typedef struct cv_span_params {
     int32_t n_batch;
     bool kv_f16;
     bool from_hidden;  /* it reads a previous stage's hidden states, never token ids (a node) */
+    int32_t expert_slots; /* a mixture of experts' cache (model/experts.h); 0: a slot per expert */
 } cv_span_params;
 
 typedef struct cv_span {
     cv_llama model;
     cv_kv kv;
     cv_pool *pool;
+    cv_experts *experts;   /* a mixture of experts' cache, else NULL */
     cv_forward *fwd;
     cv_sampler **samplers; /* [n_slot] when the span holds the head */
     cv_constraint **constraints; /* [n_slot] when the span holds the head: a slot's grammar, or NULL */

@@ -386,19 +386,35 @@ bool cv_interleave_supported(cv_type t, int n_in, long n_rows)
            n_rows % ROW_GROUP == 0;
 }
 
+static bool interleavable(cv_type t, int n_in, long n_rows)
+{
+    return (unsigned)t < CV_TYPE_COUNT && interleaved[t].interleave && n_in <= INTERLEAVE_MAX_IN &&
+           n_rows % ROW_GROUP == 0;
+}
+
+int cv_interleave_into(cv_type t, int n_in, long n_rows, const void *src, void *dst)
+{
+    if (!interleavable(t, n_in, n_rows))
+        return -1;
+    const size_t group_bytes = ROW_GROUP * cv_row_bytes(t, n_in);
+    for (long g = 0; g < n_rows / ROW_GROUP; g++)
+        interleaved[t].interleave((const char *)src + (size_t)g * group_bytes, group_bytes / ROW_GROUP, n_in,
+                                  (char *)dst + (size_t)g * group_bytes);
+    return 0;
+}
+
 int cv_interleave(cv_type t, int n_in, long n_rows, void *w)
 {
-    if ((unsigned)t >= CV_TYPE_COUNT || !interleaved[t].interleave || n_in > INTERLEAVE_MAX_IN ||
-        n_rows % ROW_GROUP)
+    if (!interleavable(t, n_in, n_rows))
         return -1;
     const size_t group_bytes = ROW_GROUP * cv_row_bytes(t, n_in);
     char *rows = malloc(group_bytes);
     if (!rows)
         return -1;
-    for (long g = 0; g < n_rows / ROW_GROUP; g++) {
+    for (long g = 0; g < n_rows / ROW_GROUP; g++) { /* one group at a time through a copy */
         char *at = (char *)w + (size_t)g * group_bytes;
         memcpy(rows, at, group_bytes);
-        interleaved[t].interleave(rows, group_bytes / ROW_GROUP, n_in, at);
+        cv_interleave_into(t, n_in, ROW_GROUP, rows, at);
     }
     free(rows);
     return 0;

@@ -93,6 +93,8 @@ void cv_matmul_rows(cv_type wt, const void *w, int n_in, const void *x, size_t x
 #define INTERLEAVE_MAX_IN 131072
 bool cv_interleave_supported(cv_type t, int n_in, long n_rows);
 int cv_interleave(cv_type t, int n_in, long n_rows, void *w);
+/* The same from the plain rows at src into dst (another place), allocating nothing. */
+int cv_interleave_into(cv_type t, int n_in, long n_rows, const void *src, void *dst);
 void cv_matmul_interleaved(cv_type wt, const void *w, int n_in, const void *x, size_t x_stride, int m, float *y,
                            int ldy, long r0, long r1);
 

@@ -286,7 +286,7 @@ static int bind_experts(cv_llama *m, const char *name, int32_t n_in, int32_t n_o
 
 /* Reads the n bytes of a tensor at data (inside the mapping) into dst, with
  * pread, so that the mapping's pages are never touched. */
-static int read_tensor(cv_llama *m, const void *data, size_t n, void *dst, char *err, size_t errlen)
+static int read_tensor(const cv_llama *m, const void *data, size_t n, void *dst, char *err, size_t errlen)
 {
     char why[256];
     if (cv_fmap_read(&m->gguf.map, (size_t)((const uint8_t *)data - m->gguf.map.data), n, dst, why, sizeof why))
@@ -326,14 +326,13 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
 
 /* ---- weights in private memory ---- */
 
-/* A layer's matrices; the last three are stacked experts. */
-enum { LAYER_MATRICES = 11, FIRST_STACKED = 8 };
+/* A layer's matrices that become resident; a mixture of experts' stacked
+ * experts stay in the file, read as chosen (model/experts.h). */
+enum { LAYER_MATRICES = 8 };
 
 static cv_weight *layer_matrix(cv_llama_layer *L, int i)
 {
-    cv_weight *const w[LAYER_MATRICES] = {&L->wq,     &L->wk,     &L->wv,        &L->wo,
-                                          &L->w_gate, &L->w_up,   &L->w_down,    &L->router,
-                                          &L->gate_exps, &L->up_exps, &L->down_exps};
+    cv_weight *const w[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
     return w[i];
 }
 
@@ -344,23 +343,31 @@ static size_t resident_size(const cv_weight *w)
     return (n + 63) / 64 * 64;
 }
 
-/* Reads matrix w from the file into *at, points w there, moves *at on.
- * Its rows are interleaved in groups of 8 when its kernels allow and no
- * group would straddle two of its units of unit_rows rows (experts). */
-static int move_resident(cv_llama *m, cv_weight *w, int32_t unit_rows, uint8_t **at, char *err, size_t errlen)
+int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, void *dst, cv_weight *out, char *err,
+                         size_t errlen)
+{
+    const size_t n = cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
+    /* products of 2-8 tokens (batched decode) share each load of 8 rows */
+    const bool interleave = cv_interleave_supported(w->type, w->n_in, w->n_out);
+    if (read_tensor(m, w->data, n, interleave && staging ? staging : dst, err, errlen))
+        return -1;
+    if (interleave && (staging ? cv_interleave_into(w->type, w->n_in, w->n_out, staging, dst)
+                               : cv_interleave(w->type, w->n_in, w->n_out, dst)))
+        return cv_errf(err, errlen, "%s: out of memory interleaving weights", m->gguf.name);
+    *out = *w;
+    out->data = dst;
+    out->interleaved = interleave;
+    return 0;
+}
+
+/* Reads matrix w from the file into *at (interleaved in place), points w
+ * there, moves *at on. */
+static int move_resident(cv_llama *m, cv_weight *w, uint8_t **at, char *err, size_t errlen)
 {
     if (!w->data)
         return 0;
-    const size_t n = cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
-    if (read_tensor(m, w->data, n, *at, err, errlen))
+    if (cv_llama_read_matrix(m, w, NULL, *at, w, err, errlen))
         return -1;
-    /* products of 2-8 tokens (batched decode) share each load of 8 rows */
-    if (cv_interleave_supported(w->type, w->n_in, w->n_out) && unit_rows % INTERLEAVE_ROWS == 0) {
-        if (cv_interleave(w->type, w->n_in, w->n_out, *at))
-            return cv_errf(err, errlen, "%s: out of memory interleaving weights", m->gguf.name);
-        w->interleaved = true;
-    }
-    w->data = *at;
     *at += resident_size(w);
     return 0;
 }
@@ -384,13 +391,10 @@ static int make_resident(cv_llama *m, char *err, size_t errlen)
     m->resident_bytes = total;
     uint8_t *at = m->resident;
     for (int32_t l = m->l0; l < m->l1; l++)
-        for (int i = 0; i < LAYER_MATRICES; i++) {
-            cv_weight *w = layer_matrix(&m->layers[l], i);
-            const int32_t unit_rows = i >= FIRST_STACKED && w->data ? w->n_out / m->hp.n_expert : w->n_out;
-            if (move_resident(m, w, unit_rows, &at, err, errlen))
+        for (int i = 0; i < LAYER_MATRICES; i++)
+            if (move_resident(m, layer_matrix(&m->layers[l], i), &at, err, errlen))
                 return -1;
-        }
-    return move_resident(m, &m->output, m->output.n_out, &at, err, errlen);
+    return move_resident(m, &m->output, &at, err, errlen);
 }
 
 /* Layer l's feed-forward weights: the dense FFN's three matrices, or a
@@ -588,4 +592,51 @@ uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_emb
     if (l1 == m->hp.n_layer)
         total += cv_llama_head_bytes(m);
     return total;
+}
+
+/* ---- a mixture of experts' routed experts, from the tensor directory ---- */
+
+static const char *const expert_parts[] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+enum { EXPERT_PARTS = sizeof expert_parts / sizeof expert_parts[0] };
+
+static uint64_t aligned64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+/* One expert's bytes of layer l's stacked tensor part (0 when absent). */
+static uint64_t expert_part_bytes(const cv_llama *m, int32_t l, int part)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", l, expert_parts[part]);
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    return t && m->hp.n_expert ? t->size / (uint64_t)m->hp.n_expert : 0;
+}
+
+uint64_t cv_llama_layer_expert_bytes(const cv_llama *m, int32_t l)
+{
+    uint64_t total = 0;
+    for (int part = 0; part < EXPERT_PARTS; part++)
+        total += expert_part_bytes(m, l, part) * (uint64_t)m->hp.n_expert;
+    return total;
+}
+
+uint64_t cv_llama_expert_slot_bytes(const cv_llama *m)
+{
+    uint64_t most = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        uint64_t slot = 0;
+        for (int part = 0; part < EXPERT_PARTS; part++)
+            slot += aligned64(expert_part_bytes(m, l, part));
+        most = slot > most ? slot : most;
+    }
+    return most;
+}
+
+uint64_t cv_llama_expert_matrix_bytes(const cv_llama *m)
+{
+    uint64_t most = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++)
+        for (int part = 0; part < EXPERT_PARTS; part++) {
+            const uint64_t b = expert_part_bytes(m, l, part);
+            most = b > most ? b : most;
+        }
+    return most;
 }

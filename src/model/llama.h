@@ -9,8 +9,9 @@
  * file has the embeddings (a first shard or a whole model); its n_vocab
  * comes from its shard keys when it has no token_embd. Every bound tensor is checked for presence, type
  * (one convoy computes with) and shape before use; the first problem is
- * reported naming the tensor. The bound weight matrices are read into one
- * block of private memory in huge pages: decode streams them, and the file
+ * reported naming the tensor. The bound weight matrices (but a mixture of
+ * experts' stacked experts, which model/experts.h reads as chosen) are read
+ * into one block of private memory in huge pages: decode streams them, and the file
  * mapping's 4 KiB pages held it at 15 tokens/s where huge pages give 21
  * (1B Q4_K, one core). token_embd stays in the mapping, where a token
  * touches one row. Norm vectors are F32 (converted
@@ -152,6 +153,20 @@ uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_emb
 /* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
 uint64_t cv_llama_head_bytes(const cv_llama *m);
+/* A mixture of experts' routed experts (model/experts.h): layer l's, all
+ * of them; one slot of the cache (the largest expert of any layer, its
+ * gate, up and down rows each 64-byte aligned); the largest single
+ * expert matrix. 0 for a dense model. */
+uint64_t cv_llama_layer_expert_bytes(const cv_llama *m, int32_t l);
+uint64_t cv_llama_expert_slot_bytes(const cv_llama *m);
+uint64_t cv_llama_expert_matrix_bytes(const cv_llama *m);
+/* Reads matrix w, bound in the file mapping, with pread into dst
+ * (64-byte aligned, w's bytes long), its rows interleaved when the kernels
+ * allow (cv_interleave_supported), and describes it there in *out. With a
+ * staging buffer of w's bytes it reads there first and allocates nothing;
+ * without, it interleaves in place. */
+int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, void *dst, cv_weight *out, char *err,
+                         size_t errlen);
 
 /* The tensors a pipeline stage serving layers [l0, l1) reads, as indices
  * into m->gguf.tensors in a fixed order: rope_freqs when present, each

@@ -41,6 +41,7 @@ struct cv_chain {
     cv_link *link[CV_CHAIN_MAX_NODES];
     char addr[CV_CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
     int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
+    int32_t expert_slots[CV_CHAIN_MAX_NODES]; /* a mixture of experts' cache slots on each node (plan.h) */
     cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's answer: memory budget and speed */
     int active[CV_CHAIN_MAX_NODES]; /* indices of the nodes that serve layers, in order */
     int n_active;
@@ -251,6 +252,8 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
                                   .own_bytes = own_bytes(m, &s, c->link[i] != NULL, &offer[i], c->o.n_threads),
                                   .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1};
     int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
+    for (int i = 0; rc == 0 && i < c->n_nodes; i++)
+        c->expert_slots[i] = cv_plan_expert_slots(&pm, &nodes[i], c->first[i], c->last[i]);
     cv_free(layer_bytes);
     if (rc)
         return -1;
@@ -274,7 +277,8 @@ static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_
     cv_span_close(&c->local);
     c->local_open = false;
     const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                                .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16};
+                                .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16,
+                                .expert_slots = c->expert_slots[0]};
     if (cv_span_open(&c->local, model_path, &lp, err, errlen))
         return -1;
     c->local_open = true;
@@ -642,16 +646,32 @@ uint32_t cv_chain_stage_us(const cv_chain *c)
 bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
 const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect >= 0 ? c->addr[c->suspect] : NULL; }
 
+/* " (experts: all 96 in memory)" or " (experts paged: 40 slots for 96)"
+ * for node i of a mixture of experts, else nothing. */
+static void describe_experts(const cv_chain *c, int i, char *buf, size_t len)
+{
+    const int32_t all = (c->last[i] - c->first[i]) * c->local.model.hp.n_expert;
+    buf[0] = 0;
+    if (all > 0 && c->expert_slots[i] >= all)
+        snprintf(buf, len, " (experts: all %d in memory)", all);
+    else if (all > 0)
+        snprintf(buf, len, " (experts paged: %d slots for %d)", c->expert_slots[i], all);
+}
+
 void cv_chain_describe(const cv_chain *c, char *buf, size_t len)
 {
     size_t at = 0;
+    char experts[64];
     buf[0] = 0;
-    if (c->n_local)
-        at = (size_t)snprintf(buf, len, "layers [0, %d) here", c->n_local);
+    if (c->n_local) {
+        describe_experts(c, 0, experts, sizeof experts);
+        at = (size_t)snprintf(buf, len, "layers [0, %d) here%s", c->n_local, experts);
+    }
     for (int k = 0; k < c->n_active && at < len; k++) {
         const int i = c->active[k];
-        at += (size_t)snprintf(buf + at, len - at, "%s[%d, %d) on %s", at ? ", " : "layers ", c->first[i],
-                               c->last[i], c->addr[i]);
+        describe_experts(c, i, experts, sizeof experts);
+        at += (size_t)snprintf(buf + at, len - at, "%s[%d, %d) on %s%s", at ? ", " : "layers ", c->first[i],
+                               c->last[i], c->addr[i], experts);
     }
 }
 void cv_chain_describe_nodes(const cv_chain *c, char *buf, size_t len)

@@ -105,7 +105,9 @@ uint32_t cv_chain_stage_us(const cv_chain *c);
 bool cv_chain_is_broken(const cv_chain *c);
 /* The address of the node a broken chain's failure is blamed on, or NULL. */
 const char *cv_chain_suspect(const cv_chain *c);
-/* The plan in words: "layers [0, 4) here, [4, 8) on 10.0.0.2:7001, ...". */
+/* The plan in words: "layers [0, 4) here, [4, 8) on 10.0.0.2:7001, ...", with
+ * how a mixture of experts holds each node's experts ("(experts paged: 40
+ * slots for 96)": fewer slots than experts, read from the file as chosen). */
 void cv_chain_describe(const cv_chain *c, char *buf, size_t len);
 /* What each node answered: "here: budget 3.00 GB, 12 us per layer and
  * token; 10.0.0.2:7001: budget 8.00 GB, speed not measured, receives its

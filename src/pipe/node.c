@@ -120,6 +120,7 @@ typedef struct node {
     uint8_t *hashes_asked; /* a receiving node's copy of the assignment's tensor hashes (hello.hashes) */
     cv_span span;
     bool span_open;
+    uint64_t range_bytes; /* what the assignment takes here, as counted (plan.h) */
     cv_link *head, *prev, *next;
     cv_frame first;      /* the head's first frame when it came parked (has_first) */
     bool has_first;
@@ -186,15 +187,40 @@ static void session_free_buffers(node *n)
     cv_free(n->hashes_asked);
 }
 
-/* What a session did, for the log: its share of the time in compute. */
+/* How the session holds a mixture of experts' experts, for the log: ",
+ * every expert in memory (128 slots of 14 KB)" or ", experts paged: 24
+ * slots of 14 KB for 128"; nothing for a dense model. */
+static void describe_experts(const node *n, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (!n->span.experts)
+        return;
+    const int32_t slots = cv_experts_n_slot(n->span.experts);
+    const int32_t all = cv_experts_all_slots(&n->span.model, (int32_t)n->hello.l0, (int32_t)n->hello.l1);
+    const unsigned long long kb = (cv_llama_expert_slot_bytes(&n->meta) + 1023) >> 10;
+    if (slots >= all)
+        snprintf(buf, len, ", every expert in memory (%d slots of %llu KB)", slots, kb);
+    else
+        snprintf(buf, len, ", experts paged: %d slots of %llu KB for %d", slots, kb, all);
+}
+
+/* What a session did, for the log: its share of the time in compute, and
+ * how often a mixture of experts read its experts from the file. */
 static void report_session(const node *n)
 {
     if (!n->served_ms)
         return;
     const double wall = (cv_now_ms() - n->served_ms) / 1e3, compute = n->stats.compute_ns / 1e9;
-    fprintf(stderr, "convoy stage: layers [%u, %u): %llu steps, %llu tokens, %.3f s of compute in %.3f s (%.0f%%)\n",
+    char experts[128] = "";
+    if (n->span.experts) {
+        cv_experts_counts c;
+        cv_experts_get_counts(n->span.experts, &c);
+        snprintf(experts, sizeof experts, "; experts: %llu read from the file, %llu evicted, %llu uses from memory",
+                 (unsigned long long)c.reads, (unsigned long long)c.evicted, (unsigned long long)c.hits);
+    }
+    fprintf(stderr, "convoy stage: layers [%u, %u): %llu steps, %llu tokens, %.3f s of compute in %.3f s (%.0f%%)%s\n",
             n->hello.l0, n->hello.l1, (unsigned long long)n->stats.steps, (unsigned long long)n->stats.tokens,
-            compute, wall, wall > 0 ? 100.0 * compute / wall : 0.0);
+            compute, wall, wall > 0 ? 100.0 * compute / wall : 0.0, experts);
 }
 
 static void session_end(node *n)
@@ -287,8 +313,10 @@ static int check_sizes(const node *n, uint32_t *code, char *err, size_t errlen)
 }
 
 /* Counts what layers [l0, l1) take here as the planner counted them from
- * this node's answer (plan.h), into *bytes; refuses over the budget. */
-static int check_budget(const node *n, uint32_t *code, uint64_t *bytes, char *err, size_t errlen)
+ * this node's answer (plan.h), into *bytes, and the expert cache's slots
+ * within them; refuses over the budget. */
+static int check_budget(const node *n, uint32_t *code, uint64_t *bytes, int32_t *expert_slots, char *err,
+                        size_t errlen)
 {
     const cv_msg_hello *h = &n->hello;
     *code = CV_PERR_INTERNAL;
@@ -300,6 +328,7 @@ static int check_budget(const node *n, uint32_t *code, uint64_t *bytes, char *er
     cv_plan_model_of(&n->meta, &s, layer_bytes, &pm);
     const cv_plan_node self = {.mem_budget = n->budget, .own_bytes = own_bytes(n)};
     *bytes = cv_plan_range_bytes(&pm, &self, (int32_t)h->l0, (int32_t)h->l1);
+    *expert_slots = cv_plan_expert_slots(&pm, &self, (int32_t)h->l0, (int32_t)h->l1);
     cv_free(layer_bytes);
     *code = CV_PERR_NO_MEMORY;
     if (n->budget && *bytes > n->budget)
@@ -325,12 +354,14 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
         return cv_errf(err, errlen, "this node's model file is a shard of layers [%d, %d): it cannot serve layers "
                                     "[%u, %u)",
                        n->meta.held_l0, n->meta.held_l1, h->l0, h->l1);
-    if (check_budget(n, code, bytes, err, errlen))
+    int32_t expert_slots = 0;
+    if (check_budget(n, code, bytes, &expert_slots, err, errlen))
         return -1;
+    n->range_bytes = *bytes;
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
                                .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
-                               .from_hidden = true};
+                               .from_hidden = true, .expert_slots = expert_slots};
     const cv_plan_session s = session_of(h);
     n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
     *code = CV_PERR_INTERNAL;
@@ -1258,8 +1289,11 @@ static void serve_frames(node *n)
         fprintf(stderr, "convoy stage: %s\n", err);
         return;
     }
-    fprintf(stderr, "convoy stage: serving layers [%u, %u) of %u%s\n", n->hello.l0, n->hello.l1, n->hello.n_layer,
-            has_head(n) ? " and the output head" : "");
+    char experts[128];
+    describe_experts(n, experts, sizeof experts);
+    fprintf(stderr, "convoy stage: serving layers [%u, %u) of %u%s: %llu KB%s\n", n->hello.l0, n->hello.l1,
+            n->hello.n_layer, has_head(n) ? " and the output head" : "", (unsigned long long)(n->range_bytes >> 10),
+            experts);
     n->heard = cv_now_ms(); /* when the last frame was handled: computing is not silence */
     int64_t polled = 0;
     while (!*n->o->stop && !session_over(n, &polled)) {

@@ -14,6 +14,7 @@
 
 #include "core/err.h"
 #include "infer/span.h"
+#include "model/experts.h"
 #include "model/fingerprint.h"
 #include "pipe/proto.h"
 
@@ -21,24 +22,53 @@
  * in a few; this bounds a plan that would not. */
 #define PLAN_MAX_ROUNDS (16 * CV_CHAIN_MAX_NODES)
 
+/* The expert cache of layers [l0, l1) on a node of `budget` bytes (0: no
+ * limit) whose other bytes are `rest`: a slot for every expert, or as
+ * many as the budget leaves, at least the fewest a batch needs
+ * (model/experts.h); 0 for a dense model. */
+static uint64_t cache_bytes(const cv_plan_model *m, uint64_t budget, int32_t l0, int32_t l1, uint64_t rest)
+{
+    if (!m->expert_slot_bytes || l1 <= l0)
+        return 0;
+    const uint64_t all = (uint64_t)(l1 - l0) * m->layer_experts, fixed = rest + m->expert_fixed_bytes;
+    uint64_t slots = budget == 0 ? all : budget > fixed ? (budget - fixed) / m->expert_slot_bytes : 0;
+    slots = slots < all ? slots : all;
+    slots = slots > m->min_expert_slots ? slots : m->min_expert_slots;
+    return m->expert_fixed_bytes + slots * m->expert_slot_bytes;
+}
+
+/* What layers [l0, l1) take besides the expert cache (and the head). */
+static uint64_t layers_bytes(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
+{
+    uint64_t b = m->fixed_bytes + node->own_bytes;
+    for (int32_t l = l0; l < l1; l++)
+        b += m->layer_bytes[l] + m->kv_bytes_per_layer;
+    return b;
+}
+
 /* Layers [l0, l0 + n) fit in budget? (first-fit from l0, in order) */
 static int32_t capacity(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, uint64_t budget)
 {
-    uint64_t used = m->fixed_bytes + node->own_bytes;
     int32_t n = 0;
-    while (l0 + n < m->n_layer && used + m->layer_bytes[l0 + n] + m->kv_bytes_per_layer <= budget) {
-        used += m->layer_bytes[l0 + n] + m->kv_bytes_per_layer;
-        n++;
+    for (; l0 + n < m->n_layer; n++) {
+        const uint64_t rest = layers_bytes(m, node, l0, l0 + n + 1);
+        if (rest + cache_bytes(m, budget, l0, l0 + n + 1, rest) > budget)
+            break;
     }
-    return used > budget ? 0 : n;
+    return layers_bytes(m, node, l0, l0) > budget ? 0 : n;
 }
 
 uint64_t cv_plan_range_bytes(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
 {
-    uint64_t b = m->fixed_bytes + node->own_bytes + (l1 == m->n_layer ? m->head_bytes : 0);
-    for (int32_t l = l0; l < l1; l++)
-        b += m->layer_bytes[l] + m->kv_bytes_per_layer;
-    return b;
+    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->head_bytes : 0);
+    return rest + cache_bytes(m, node->mem_budget, l0, l1, rest);
+}
+
+int32_t cv_plan_expert_slots(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
+{
+    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->head_bytes : 0);
+    const uint64_t cache = cache_bytes(m, node->mem_budget, l0, l1, rest);
+    return cache ? (int32_t)((cache - m->expert_fixed_bytes) / m->expert_slot_bytes) : 0;
 }
 
 /* The last node with layers, the one that holds the output head; -1 when
@@ -235,7 +265,7 @@ static bool pin_over_capacity(shares *s)
 
 static int too_small(const cv_plan_model *m, int n, const cv_plan_node *nodes, char *err, size_t errlen)
 {
-    const cv_plan_node bare = {0};
+    const cv_plan_node bare = {.mem_budget = 1}; /* no room: the experts' fewest slots (paged) */
     uint64_t need = cv_plan_range_bytes(m, &bare, 0, m->n_layer) - m->fixed_bytes, offer = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t own = m->fixed_bytes + nodes[i].own_bytes;
@@ -328,8 +358,8 @@ static uint64_t result_bytes(const cv_plan_session *s, int32_t n_vocab)
 
 void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *layer_bytes, cv_plan_model *pm)
 {
-    for (int32_t l = 0; l < m->hp.n_layer; l++)
-        layer_bytes[l] = touched(cv_llama_layer_bytes(m, l), LAYER_TENSORS_MAX);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) /* the experts, read with pread, touch no file page */
+        layer_bytes[l] = touched(cv_llama_layer_bytes(m, l) - cv_llama_layer_expert_bytes(m, l), LAYER_TENSORS_MAX);
     const cv_span_params sp = span_params(s, 1);
     cv_span_costs c;
     cv_span_costs_of(m, &sp, &c);
@@ -337,6 +367,11 @@ void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *lay
                           .head_bytes = touched(cv_llama_head_bytes(m), 3) + c.head_extra +
                                         result_bytes(s, m->hp.n_vocab),
                           .head_work_bytes = cv_llama_head_bytes(m)};
+    if (m->hp.n_expert) {
+        cv_experts_cost(m, &pm->expert_fixed_bytes, &pm->expert_slot_bytes);
+        pm->layer_experts = (uint64_t)m->hp.n_expert;
+        pm->min_expert_slots = (uint64_t)cv_experts_min_slots(m, s->n_batch);
+    }
 }
 
 uint32_t cv_plan_hello_cap(int32_t n_layer) { return CV_PROTO_MIN_MAX_PAYLOAD + 1024u * (uint32_t)n_layer; }

@@ -65,6 +65,12 @@ typedef struct cv_plan_model {
     uint64_t fixed_bytes;         /* what every node needs besides its own bytes */
     uint64_t head_bytes;          /* output weights, logits, samplers, RESULT buffers: the last node's */
     uint64_t head_work_bytes;     /* the output matrix, read once per token like a layer */
+    /* a mixture of experts' routed experts live in a cache of slots
+     * (model/experts.h), not in layer_bytes; all 0 for a dense model */
+    uint64_t expert_slot_bytes;   /* one slot: the largest expert, and its bookkeeping */
+    uint64_t expert_fixed_bytes;  /* the cache's bytes besides its slots (cv_experts_cost) */
+    uint64_t layer_experts;       /* slots for every expert of one layer */
+    uint64_t min_expert_slots;    /* the fewest slots a batch needs */
 } cv_plan_model;
 
 /* The session a plan is for, as the head's HELLO gives it. */
@@ -104,8 +110,12 @@ uint64_t cv_plan_meta_bytes(const cv_llama *m);
 uint64_t cv_plan_received_bytes(const cv_llama *m, const cv_plan_session *s, int32_t n_threads,
                                 uint64_t process_bytes, bool whole);
 /* Bytes `node` needs to serve layers [l0, l1) (the output head too when
- * l1 == n_layer): the count a node checks and the planner plans with. */
+ * l1 == n_layer): the count a node checks and the planner plans with. A
+ * mixture of experts' cache counts a slot for every expert of the range,
+ * or as many as the node's budget leaves (the experts are then paged in
+ * and out), at least the fewest a batch needs: cv_plan_expert_slots. */
 uint64_t cv_plan_range_bytes(const cv_plan_model *pm, const cv_plan_node *node, int32_t l0, int32_t l1);
+int32_t cv_plan_expert_slots(const cv_plan_model *pm, const cv_plan_node *node, int32_t l0, int32_t l1);
 /* A node's receive cap during a handshake: a HELLO, whose tensor hashes
  * take less than 1 KiB per layer. */
 uint32_t cv_plan_hello_cap(int32_t n_layer);
