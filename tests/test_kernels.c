@@ -1,5 +1,5 @@
-/* test_kernels.c: the kernels of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1
- * and IQ4_NL (with Q8_1 activations).
+/* test_kernels.c: the kernels of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1,
+ * IQ4_NL and MXFP4 (with Q8_1 activations).
  *
  * The selected (SIMD) kernels must give the same bits as the references
  * (vec_dot, activation conversion) on random rows of many lengths and on
@@ -51,8 +51,8 @@ static int same_bits(float a, float b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
-static const cv_type weight_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
-                                       CV_TYPE_Q4_0, CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL};
+static const cv_type weight_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16,   CV_TYPE_Q8_0, CV_TYPE_Q4_0,
+                                       CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_MXFP4};
 #define N_WEIGHT_TYPES (int)(sizeof(weight_types) / sizeof(weight_types[0]))
 
 static const int lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 96, 100, 127, 128,
@@ -100,11 +100,13 @@ static void test_type_table(void)
     CHECK(cv_type_get(CV_TYPE_Q4_0)->vec_dot_type == CV_TYPE_Q8_0);
     CHECK(cv_type_get(CV_TYPE_Q5_0)->vec_dot_type == CV_TYPE_Q8_0);
     CHECK(cv_type_get(CV_TYPE_IQ4_NL)->vec_dot_type == CV_TYPE_Q8_0);
+    CHECK(cv_type_get(CV_TYPE_MXFP4)->vec_dot_type == CV_TYPE_Q8_0);
     CHECK(cv_type_get(CV_TYPE_Q5_1)->vec_dot_type == CV_TYPE_Q8_1);
     CHECK(cv_type_get(CV_TYPE_Q8_1) && !cv_type_get(CV_TYPE_Q8_1)->quantize); /* activations only */
     CHECK(cv_type_from_name("iq4_nl") == CV_TYPE_IQ4_NL);
     CHECK(cv_row_bytes(CV_TYPE_Q5_0, 64) == 44 && cv_row_bytes(CV_TYPE_Q5_1, 64) == 48);
     CHECK(cv_row_bytes(CV_TYPE_IQ4_NL, 64) == 36 && cv_row_bytes(CV_TYPE_Q8_1, 64) == 72);
+    CHECK(cv_type_from_name("mxfp4") == CV_TYPE_MXFP4 && cv_row_bytes(CV_TYPE_MXFP4, 64) == 34);
     CHECK(cv_type_get((cv_type)3) == NULL); /* Q4_1: a GGML type convoy does not compute with */
     CHECK(cv_type_get((cv_type)-1) == NULL);
     CHECK(cv_type_get(CV_TYPE_COUNT) == NULL);
@@ -290,8 +292,44 @@ static void test_quantizer_rules(void)
     CHECK((q4.qs[0] & 15) == 0 && (q4.qs[1] & 15) == 15 && (q4.qs[2] & 15) == 8);
 }
 
-/* Q5_0, Q5_1 and IQ4_NL on blocks they represent exactly, and the Q8_1
- * activation rule: Q8_0's quants and d, s = d * their sum. */
+/* MXFP4 (llama.cpp's quantize_row_mxfp4_ref): e = floor(log2(amax)) + 125,
+ * scale 2^(e - 128); each element the nearest table value, a tie to the
+ * first in table order (the smaller magnitude, +0 before -0). */
+static void test_quantizer_rules_mxfp4(void)
+{
+    float v[32], back[32];
+    block_mxfp4 q;
+    const cv_type_traits *tt = cv_type_get(CV_TYPE_MXFP4);
+    for (int j = 0; j < 32; j++)
+        v[j] = 0.25f * kvalues_mxfp4[(j * 5) % 16]; /* amax 3: e 126, scale 0.25, every value exact */
+    tt->quantize(v, &q, 32);
+    tt->to_float(&q, back, 32);
+    CHECK(q.e == 126 && memcmp(v, back, sizeof v) == 0);
+    CHECK(mxfp4_scale(q.e) == 0.25f && mxfp4_scale(0) == 0x1p-128f && mxfp4_scale(1) == 0x1p-127f &&
+          mxfp4_scale(255) == 0x1p127f);
+    /* amax 15: e 128, scale 1, so x meets the table itself: past 12, and
+     * halfway between two values */
+    static const float x[16] = {15.0f, 0.5f, 2.5f, -2.5f, 5.0f, -5.0f, 10.0f, -0.0f,
+                                -15.0f, -0.5f, 1.5f, -1.5f, 3.5f, -10.0f, 7.0f, -7.0f};
+    static const uint8_t want[16] = {7, 0, 2, 10, 4, 12, 6, 0, 15, 0, 1, 9, 3, 14, 5, 13};
+    for (int j = 0; j < 32; j++)
+        v[j] = x[j / 16 * 8 + j % 8];
+    tt->quantize(v, &q, 32);
+    CHECK(q.e == 128);
+    for (int j = 0; j < 32; j++) {
+        const int got = j < 16 ? q.qs[j] & 15 : q.qs[j - 16] >> 4;
+        CHECKF(got == want[j / 16 * 8 + j % 8], "MXFP4 element %d (%g): index %d", j, v[j], got);
+    }
+    memset(v, 0, sizeof v); /* all zero: e 0, every index 0 */
+    tt->quantize(v, &q, 32);
+    CHECK(q.e == 0 && q.qs[0] == 0 && q.qs[15] == 0);
+    v[3] = 0x1p-140f; /* below llama.cpp's range: e clamps to 0 */
+    tt->quantize(v, &q, 32);
+    CHECK(q.e == 0);
+}
+
+/* Q5_0, Q5_1, IQ4_NL and MXFP4 on blocks they represent exactly, and the
+ * Q8_1 activation rule: Q8_0's quants and d, s = d * their sum. */
 static void test_quantizer_rules_quants32(void)
 {
     float v[32], back[32];
@@ -323,6 +361,8 @@ static void test_quantizer_rules_quants32(void)
     cv_type_get(CV_TYPE_IQ4_NL)->quantize(v, &iq4, 32);
     CHECK(iq4.d == 0 && iq4.qs[0] == 0x88 && iq4.qs[15] == 0x88);
 
+    test_quantizer_rules_mxfp4();
+
     for (int j = 0; j < 32; j++)
         v[j] = j == 5 ? 127.0f : (float)(j % 8) - 2.5f; /* amax 127: d = 1, quants rint(x) */
     block_q8_1 q8_1;
@@ -336,11 +376,15 @@ static void test_quantizer_rules_quants32(void)
     CHECK(cv_fp16_to_fp32(q8_1.s) == (float)sum && sum == 127 + 4 * (-2 - 2 + 0 + 0 + 2 + 2 + 4 + 4) - 2);
 }
 
-/* |d| of the block of a row of type t that holds element j. */
+/* |d| of the block of a row of type t that holds element j (MXFP4: its
+ * scale 2^(e - 128)). */
 static float block_scale_at(cv_type t, const void *row, int j)
 {
+    const char *block = (const char *)row + cv_row_bytes(t, 32) * (size_t)(j / 32);
+    if (t == CV_TYPE_MXFP4)
+        return mxfp4_scale(((const block_mxfp4 *)block)->e);
     cv_fp16 d;
-    memcpy(&d, (const char *)row + cv_row_bytes(t, 32) * (size_t)(j / 32), sizeof d);
+    memcpy(&d, block, sizeof d);
     return fabsf(cv_fp16_to_fp32(d));
 }
 
@@ -365,6 +409,8 @@ static void test_round_trip(void)
             case CV_TYPE_Q8_0: tol = 0.57f * block_scale_at(CV_TYPE_Q8_0, q, j); break;
             /* half the widest gap (24) between values; past 113 (as -127 of the other sign) they clip */
             case CV_TYPE_IQ4_NL: tol = 16.0f * block_scale_at(CV_TYPE_IQ4_NL, q, j); break;
+            /* amax is below 16 scales and the table ends at 12: it clips by up to 4 */
+            case CV_TYPE_MXFP4: tol = 4.0f * block_scale_at(CV_TYPE_MXFP4, q, j); break;
             default: tol = 1.01f * block_scale_at(weight_types[i], q, j); break;
             }
             if (fabsf(x[j] - y[j]) > tol) {
@@ -436,16 +482,19 @@ static void test_vec_dot_accuracy(void)
 
 /* Raw random quant bytes (every int8 and nibble value, -128 included) with
  * finite random scales (d, and Q5_1's m, Q8_1's s), for n_rows rows of
- * type t (a block type with d first). */
+ * type t (a block type with d first, or MXFP4: exponents within 2^+-28 of
+ * 1, or the subnormal scales of 0 and 1, so that no sum overflows). */
 static void fill_raw_blocks(cv_type t, void *rows, int n, int n_rows)
 {
     const cv_type_traits *tt = cv_type_get(t);
-    const int n_scales = t == CV_TYPE_Q5_1 || t == CV_TYPE_Q8_1 ? 2 : 1;
+    const int n_scales = t == CV_TYPE_MXFP4 ? 0 : t == CV_TYPE_Q5_1 || t == CV_TYPE_Q8_1 ? 2 : 1;
     size_t n_blocks = (size_t)n_rows * (size_t)(n / tt->blck_size);
     uint8_t *p = rows;
     for (size_t b = 0; b < n_blocks; b++, p += tt->type_size) {
         for (size_t j = 0; j < tt->type_size; j++)
             p[j] = (uint8_t)rng_next();
+        if (t == CV_TYPE_MXFP4)
+            p[0] = (uint8_t)(p[0] % 8 == 0 ? p[0] / 8 % 2 : 100 + p[0] % 57);
         for (int k = 0; k < n_scales; k++) {
             cv_fp16 d = cv_fp32_to_fp16(rng_float() * 0.01f);
             memcpy(p + k * sizeof d, &d, sizeof d);
@@ -453,16 +502,16 @@ static void fill_raw_blocks(cv_type t, void *rows, int n, int n_rows)
     }
 }
 
-/* Q5_0, Q5_1 and IQ4_NL on raw random blocks against raw activations, and
- * at their largest sums (every quant at its most negative value against
- * activations of -128), where vec_dot_ref is exact: the SIMD kernels give
- * its bits. */
+/* Q5_0, Q5_1, IQ4_NL and MXFP4 on raw random blocks against raw
+ * activations, and at their largest sums (every quant at its most negative
+ * value against activations of -128), where vec_dot_ref is exact: the SIMD
+ * kernels give its bits. */
 static void test_vec_dot_raw_quants32(void)
 {
     enum { NB = 67 };
-    static const cv_type types[] = {CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL};
+    static const cv_type types[] = {CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_MXFP4};
     static uint8_t w[NB * 36], x[NB * 36];
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const cv_type_traits *tt = cv_type_get(types[ti]);
         for (int rep = 0; rep < 20; rep++) {
             fill_raw_blocks(types[ti], w, NB * 32, 1);
@@ -472,21 +521,29 @@ static void test_vec_dot_raw_quants32(void)
                 CHECKF(same_bits(a, b), "%s raw n=%d: %.9g vs %.9g", tt->name, nb * 32, a, b);
             }
         }
-        /* quants 0 (Q5_0: -16, IQ4_NL: -127, Q5_1: 31 with qh all set), d 1, m 0; y -128, d 1, s 0 */
+        /* quants 0 (Q5_0: -16, IQ4_NL: -127, Q5_1: 31 with qh all set; MXFP4: 15, -12 at e 128), d 1,
+         * m 0; y -128, d 1, s 0 */
         const size_t wb = tt->type_size, xb = cv_type_get(tt->vec_dot_type)->type_size;
         memset(w, 0, sizeof w);
         memset(x, 0x80, sizeof x);
         for (int b = 0; b < NB; b++) {
             const cv_fp16 one = cv_fp32_to_fp16(1.0f);
-            memcpy(w + b * wb, &one, sizeof one);
             memcpy(x + b * xb, &one, sizeof one);
+            if (types[ti] == CV_TYPE_MXFP4) {
+                w[b * wb] = 128;
+                memset(w + b * wb + 1, 0xff, 16);
+                continue;
+            }
+            memcpy(w + b * wb, &one, sizeof one);
             if (types[ti] == CV_TYPE_Q5_1) {
                 memset(w + b * wb + 4, 0xff, 20); /* qh and qs: every quant 31 */
                 memset(x + b * xb + 2, 0, 2);
             }
         }
-        const double per_block = types[ti] == CV_TYPE_Q5_0 ? 16.0 * 128 * 32 : types[ti] == CV_TYPE_Q5_1 ? -31.0 * 128 * 32
-                                                                                              : 127.0 * 128 * 32;
+        const double per_block = types[ti] == CV_TYPE_Q5_0   ? 16.0 * 128 * 32
+                                 : types[ti] == CV_TYPE_Q5_1 ? -31.0 * 128 * 32
+                                 : types[ti] == CV_TYPE_MXFP4 ? 12.0 * 128 * 32
+                                                              : 127.0 * 128 * 32;
         const float a = tt->vec_dot(NB * 32, w, x), b = tt->vec_dot_ref(NB * 32, w, x);
         CHECKF(b == per_block * NB && same_bits(a, b), "%s extremes: %.9g, ref %.9g, exact %.9g", tt->name, a, b,
                per_block * NB);
@@ -552,14 +609,14 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
  * reference; nothing outside the rows and tokens is written. */
 static void test_matmul_rows(void)
 {
-    static const cv_type matmul_types[] = {CV_TYPE_F32,  CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
-                                           CV_TYPE_Q4_0, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
-                                           CV_TYPE_Q5_0, CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_Q2_K, CV_TYPE_Q3_K,
-                                           CV_TYPE_IQ4_XS};
+    static const cv_type matmul_types[] = {CV_TYPE_F32,    CV_TYPE_F16,  CV_TYPE_BF16, CV_TYPE_Q8_0,
+                                           CV_TYPE_Q4_0,   CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,
+                                           CV_TYPE_Q5_0,   CV_TYPE_Q5_1, CV_TYPE_IQ4_NL, CV_TYPE_Q2_K,
+                                           CV_TYPE_Q3_K,   CV_TYPE_IQ4_XS, CV_TYPE_MXFP4};
     static const int widths[] = {32, 100, 256, 1056, 2080, 2304, 8192};
     static const int row_counts[] = {3, 8, 9, 16, 37};
     static const int token_counts[] = {1, 2, 3, 4, 5, 7, 8, 17, 33, 64};
-    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 14 };
+    enum { N_WIDTHS = 7, N_ROW_COUNTS = 5, N_TOKEN_COUNTS = 10, N_TYPES = 15 };
     const size_t y_size = (MM_MAX_TOKENS + 1) * MM_LDY * sizeof(float);
     float *wf = malloc(MM_MAX_ROWS * MM_MAX_N * sizeof(float)), *xf = malloc(MM_MAX_N * sizeof(float));
     char *wq = malloc(MM_MAX_ROWS * MM_MAX_N * 4), *xq = malloc(MM_MAX_TOKENS * (MM_MAX_N * 4 + 8));
@@ -789,6 +846,7 @@ static void test_avx2_beside_avx512(void)
     cv_kernels_init(0);
     CHECK(strcmp(cv_kernels_name(), "avx2") == 0);
     test_matmul_rows();
+    test_vec_dot_raw_quants32();
     test_kquant_extremes();
     test_nibble_extremes();
     if (saved)

@@ -2,7 +2,8 @@
  * files built with -mavx2 -mfma -mf16c): the final reductions, the sums
  * of int32 lanes, the transpose that puts 8 rows in the lanes of a
  * vector, the broadcasts of a token's quants that meet 8 rows in lanes,
- * and Q3_K's scales unpacked in one vector.
+ * Q3_K's scales unpacked in one vector, and MXFP4's scales from their
+ * exponents.
  *
  * prefetch_t0 is the one software prefetch of the AVX2 kernels, and
  * KEEP_IN_REGISTER their one guard against the compiler's reassociation
@@ -154,6 +155,17 @@ static inline __m256i unpack_q4_0(const uint8_t *packed)
 {
     __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(15));
+}
+
+/* The MXFP4 block scales 2^(e - 128) (mxfp4_scale, quants32.h) of the 8
+ * exponents at e, lane k from e[k], made from their bits: (e - 1) << 23
+ * from e = 2, the subnormals 2^-128 and 2^-127 below. */
+static inline __m256 mxfp4_scales8(const uint8_t e[8])
+{
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v)));
 }
 
 /* The 16 bsums of a Q8_K block summed in pairs (int16, as the reference

@@ -64,6 +64,10 @@ static const cv_type_traits traits_ref[CV_TYPE_COUNT] = {
                         .is_quantized = true, .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_iq4_nl,
                         .from_float = quantize_row_iq4_nl, .quantize = quantize_row_iq4_nl,
                         .vec_dot = vec_dot_iq4_nl_q8_0_ref, .vec_dot_ref = vec_dot_iq4_nl_q8_0_ref},
+    [CV_TYPE_MXFP4] = {.name = "MXFP4", .blck_size = QK_MXFP4, .type_size = sizeof(block_mxfp4),
+                       .is_quantized = true, .vec_dot_type = CV_TYPE_Q8_0, .to_float = dequantize_row_mxfp4,
+                       .from_float = quantize_row_mxfp4, .quantize = quantize_row_mxfp4,
+                       .vec_dot = vec_dot_mxfp4_q8_0_ref, .vec_dot_ref = vec_dot_mxfp4_q8_0_ref},
     [CV_TYPE_Q2_K] = {.name = "Q2_K", .blck_size = QK_K, .type_size = sizeof(block_q2_K), .is_quantized = true,
                       .vec_dot_type = CV_TYPE_Q8_K, .to_float = dequantize_row_q2_K,
                       .from_float = quantize_row_q2_K, .quantize = quantize_row_q2_K,
@@ -154,6 +158,7 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2,
                         .matmul_interleaved = matmul_interleaved_iq4_nl_avx2},
     [CV_TYPE_IQ4_XS] = {.vec_dot = vec_dot_iq4_xs_q8_K_avx2},
+    [CV_TYPE_MXFP4] = {.vec_dot = vec_dot_mxfp4_q8_0_avx2},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
@@ -181,6 +186,7 @@ static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
 static const cv_vec_dot_fn vec_dot_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q2_K] = vec_dot_q2_K_q8_K_avx512,
     [CV_TYPE_Q3_K] = vec_dot_q3_K_q8_K_avx512,
+    [CV_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_avx512,
 };
 
 static bool cpu_has_avx512_vnni(void)
@@ -207,6 +213,7 @@ static const simd_kernels kernels_neon[CV_TYPE_COUNT] = {
     [CV_TYPE_Q5_1] = {.vec_dot = vec_dot_q5_1_q8_1_neon},
     [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_neon},
     [CV_TYPE_IQ4_XS] = {.vec_dot = vec_dot_iq4_xs_q8_K_neon},
+    [CV_TYPE_MXFP4] = {.vec_dot = vec_dot_mxfp4_q8_0_neon},
 };
 #endif
 

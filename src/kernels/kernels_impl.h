@@ -16,11 +16,13 @@
  * sum = hsum8((acc0+acc1) + (acc2+acc3)) (lane-wise), and each remaining
  * element i (n % 32 of them, in order) does sum = fma(w[i], x[i], sum).
  *
- * Q8_0, Q4_0, Q5_0 and IQ4_NL weights with a Q8_0 activation row: per
- * block b, the exact int32 sum s of w * y (Q4_0: (q - 8) * y, Q5_0:
- * (q - 16) * y, IQ4_NL: kvalues_iq4nl[q] * y) over its 32 elements, then
- * acc[b % 8] = fma(d, (float)s, acc[b % 8]) with d = fp16(w.d) *
- * fp16(x.d) (exact in f32), one 8-lane accumulator; result hsum8(acc).
+ * Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 weights with a Q8_0 activation row:
+ * per block b, the exact int32 sum s of w * y (Q4_0: (q - 8) * y, Q5_0:
+ * (q - 16) * y, IQ4_NL: kvalues_iq4nl[q] * y, MXFP4: kvalues_mxfp4[q] *
+ * y) over its 32 elements, then acc[b % 8] = fma(d, (float)s, acc[b % 8])
+ * with d = fp16(w.d) * fp16(x.d) (exact in f32; MXFP4: 2^(w.e - 128) *
+ * fp16(x.d), rounded where it leaves f32's normal range), one 8-lane
+ * accumulator; result hsum8(acc).
  * One sum per block lets vec_dot do 8 blocks per fma and a tile keep 8
  * rows in the lanes of a vector.
  *
@@ -174,6 +176,10 @@ float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *
 void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
 float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
+/* The exact sum of 32 int8 quants y times the values of the 32 nibbles of
+ * qs in Q4_0's order (element j < 16: low nibble of qs[j], j >= 16: high
+ * nibble of qs[j - 16]), nibble q having the value values[q]. */
+int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16]);
 /* The Q8_0-activation schedule above for a row in Q4_0's byte layout
  * whose nibble q has the value values[q] (Q4_0: q - 8; IQ4_NL:
  * kvalues_iq4nl[q]): the plain row w, or (w NULL) row r of the

@@ -1,4 +1,4 @@
-/* quants32.c: Q5_0, Q5_1, IQ4_NL, IQ4_XS and Q8_1 (quants32.h): dequantizers,
+/* quants32.c: Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4 and Q8_1 (quants32.h): dequantizers,
  * llama.cpp's reference quantizers, the Q8_1 activation quantizer and the
  * reference dot products, which follow the schedule of kernels_impl.h
  * (fmaf where the SIMD kernels fuse). */
@@ -11,6 +11,7 @@
 #include "kernels/kernels_impl.h"
 
 const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)): the AVX2 horizontal sum. */
 static float hsum8(const float v[8])
@@ -98,6 +99,16 @@ void dequantize_row_iq4_xs(const void *vx, float *y, int64_t n)
             for (int j = 0; j < 32; j++)
                 y[i * QK_K + 32 * ib + j] = dl * (float)kvalues_iq4nl[nibble(x[i].qs + 16 * ib, j)];
         }
+    }
+}
+
+void dequantize_row_mxfp4(const void *vx, float *y, int64_t n)
+{
+    const block_mxfp4 *x = vx;
+    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
+        const float d = mxfp4_scale(x[b].e);
+        for (int j = 0; j < QK_MXFP4; j++)
+            y[b * QK_MXFP4 + j] = (float)kvalues_mxfp4[nibble(x[b].qs, j)] * d;
     }
 }
 
@@ -277,6 +288,56 @@ void quantize_row_iq4_xs(const float *x, void *vy, int64_t n)
     }
 }
 
+/* The index of the table value nearest x / d: llama.cpp's search of the
+ * 16 in order, |value * d - x| each, the first smallest kept (a tie goes
+ * to the smaller magnitude, 0 to +0; NaN to index 0). */
+static int nearest_mxfp4(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf((float)kvalues_mxfp4[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf((float)kvalues_mxfp4[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+/* The E8M0 exponent llama.cpp gives a block of largest magnitude amax:
+ * floor(log2(amax)) - 2 + 127, so that amax / 2^(e - 127) falls in
+ * [4, 8), near E2M1's largest value 6; 0 for amax 0. Where llama.cpp's
+ * cast to uint8_t is undefined (amax below 2^-125, or infinite) it
+ * clamps to [0, 255]. */
+static uint8_t mxfp4_exponent(float amax)
+{
+    if (!(amax > 0.0f))
+        return 0;
+    const float e = floorf(log2f(amax)) - 2.0f + 127.0f;
+    return e < 0.0f ? 0 : e > 255.0f ? 255 : (uint8_t)e;
+}
+
+/* llama.cpp's MXFP4 rule (quantize_row_mxfp4_ref, which it uses with or
+ * without an importance matrix): the exponent of mxfp4_exponent, then
+ * each element the table value nearest x at the scale 2^(e - 128). */
+void quantize_row_mxfp4(const float *x, void *vy, int64_t n)
+{
+    block_mxfp4 *y = vy;
+    for (int64_t b = 0; b < n / QK_MXFP4; b++, x += QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_MXFP4; j++)
+            if (amax < fabsf(x[j]))
+                amax = fabsf(x[j]);
+        y[b].e = mxfp4_exponent(amax);
+        const float d = mxfp4_scale(y[b].e);
+        uint8_t q[QK_MXFP4];
+        for (int j = 0; j < QK_MXFP4; j++)
+            q[j] = (uint8_t)nearest_mxfp4(x[j], d);
+        pack_quants(q, y[b].qs, NULL);
+    }
+}
+
 void quantize_row_q8_1(const float *x, void *vy, int64_t n)
 {
     block_q8_1 *y = vy;
@@ -344,13 +405,23 @@ float vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
     float acc = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
         int32_t isum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            int32_t s = 0;
-            for (int j = 0; j < 32; j++)
-                s += kvalues_iq4nl[nibble(w[i].qs + 16 * ib, j)] * x[i].qs[32 * ib + j];
-            isum += (iq4_xs_scale(&w[i], ib) - 32) * s;
-        }
+        for (int ib = 0; ib < QK_K / 32; ib++)
+            isum += (iq4_xs_scale(&w[i], ib) - 32) *
+                    dot_nibbles_ref(w[i].qs + 16 * ib, x[i].qs + 32 * ib, kvalues_iq4nl);
         acc = fmaf(x[i].d * cv_fp16_to_fp32(w[i].d), (float)isum, acc);
     }
     return acc;
+}
+
+/* MXFP4 with Q8_0 (kernels_impl.h): d = 2^(e - 128) * fp16(x.d). */
+float vec_dot_mxfp4_q8_0_ref(int n, const void *vw, const void *vx)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *x = vx;
+    float acc[8] = {0};
+    for (int b = 0; b < n / QK_MXFP4; b++) {
+        const int32_t s = dot_nibbles_ref(w[b].qs, x[b].qs, kvalues_mxfp4);
+        acc[b % 8] = fmaf(mxfp4_scale(w[b].e) * cv_fp16_to_fp32(x[b].d), (float)s, acc[b % 8]);
+    }
+    return hsum8(acc);
 }

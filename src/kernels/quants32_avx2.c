@@ -1,4 +1,4 @@
-/* quants32_avx2.c: the Q5_0, Q5_1, IQ4_NL and IQ4_XS dot products with AVX2+FMA+F16C
+/* quants32_avx2.c: the Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4 dot products with AVX2+FMA+F16C
  * (x86-64; built with -mavx2 -mfma -mf16c, called only when
  * cv_kernels_init found those features).
  *
@@ -13,6 +13,8 @@
  * - IQ4_NL: the table values k (-127..113) by a byte shuffle, then
  *   maddubs(|y|, sign(k, y)): |y| is unsigned (128 for -128), and -k never
  *   overflows, so pairs stay within 2 * 128 * 127.
+ * - MXFP4: the same with its table (-12..12); its scales 2^(e - 128) are
+ *   made from the exponents' bits (mxfp4_scales8).
  * IQ4_XS takes IQ4_NL's pair sums of each sub-block, times its scale
  * ls - 32 by the madd, adds them in int32 and ends each super-block with
  * one scalar fma, as kernels_impl.h says. */
@@ -23,7 +25,7 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/quants32.h"
 
-enum { KIND_Q5_0, KIND_Q5_1, KIND_IQ4_NL };
+enum { KIND_Q5_0, KIND_Q5_1, KIND_IQ4_NL, KIND_MXFP4 };
 
 /* Byte j is 16 where bit j of a Q5 block's qh is set, else 0. */
 static inline __m256i fifth_bits(const uint8_t qh[4])
@@ -38,12 +40,13 @@ static inline __m256i fifth_bits(const uint8_t qh[4])
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
 }
 
-/* The int16 pair sums of the 32 IQ4_NL values of qs (Q4_0's order) times
- * the 32 int8 quants y. */
-static inline __m256i iq4nl_pairs(const uint8_t qs[16], const int8_t y[32])
+/* The int16 pair sums of the 32 values of the nibbles of qs (Q4_0's
+ * order; nibble q is values[q], IQ4_NL's or MXFP4's table) times the 32
+ * int8 quants y. */
+static inline __m256i table_pairs(const int8_t values[16], const uint8_t qs[16], const int8_t y[32])
 {
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)values));
     const __m256i k = _mm256_shuffle_epi8(table, unpack_q4_0(qs));
     return _mm256_maddubs_epi16(_mm256_abs_epi8(yv), _mm256_sign_epi8(k, yv));
 }
@@ -66,11 +69,15 @@ static inline __attribute__((always_inline)) __m256i block_lanes(const void *w, 
         const __m256i q = _mm256_or_si256(unpack_q4_0(wb->qs), fifth_bits(wb->qh));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
     }
-    return _mm256_madd_epi16(iq4nl_pairs(((const block_iq4_nl *)w)[b].qs, ((const block_q8_0 *)x)[b].qs), ones);
+    if (kind == KIND_MXFP4)
+        return _mm256_madd_epi16(table_pairs(kvalues_mxfp4, ((const block_mxfp4 *)w)[b].qs,
+                                             ((const block_q8_0 *)x)[b].qs), ones);
+    return _mm256_madd_epi16(table_pairs(kvalues_iq4nl, ((const block_iq4_nl *)w)[b].qs,
+                                         ((const block_q8_0 *)x)[b].qs), ones);
 }
 
 /* The scales (fp16) of a block pair: weight d and m, activation d and s
- * (m and s: Q5_1 only). */
+ * (m and s: Q5_1 only; MXFP4's weight scale is its exponent, blocks8). */
 static inline __attribute__((always_inline)) void block_scales(const void *w, const void *x, int b, int kind,
                                                                cv_fp16 h[4])
 {
@@ -80,7 +87,9 @@ static inline __attribute__((always_inline)) void block_scales(const void *w, co
         h[0] = wb->d, h[1] = wb->m, h[2] = xb->d, h[3] = xb->s;
         return;
     }
-    h[0] = kind == KIND_Q5_0 ? ((const block_q5_0 *)w)[b].d : ((const block_iq4_nl *)w)[b].d;
+    h[0] = kind == KIND_Q5_0     ? ((const block_q5_0 *)w)[b].d
+           : kind == KIND_IQ4_NL ? ((const block_iq4_nl *)w)[b].d
+                                 : 0;
     h[1] = 0;
     h[2] = ((const block_q8_0 *)x)[b].d;
     h[3] = 0;
@@ -94,6 +103,7 @@ static inline __attribute__((always_inline)) __m256 blocks8(const void *w, const
 {
     __m256i lanes[8];
     cv_fp16 wd[8] = {0}, wm[8] = {0}, xd[8] = {0}, xs[8] = {0};
+    uint8_t we[8] = {0};
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         if (k < nbk) {
@@ -101,12 +111,15 @@ static inline __attribute__((always_inline)) __m256 blocks8(const void *w, const
             lanes[k] = block_lanes(w, x, b0 + k, kind);
             block_scales(w, x, b0 + k, kind, h);
             wd[k] = h[0], wm[k] = h[1], xd[k] = h[2], xs[k] = h[3];
+            if (kind == KIND_MXFP4)
+                we[k] = ((const block_mxfp4 *)w)[b0 + k].e;
         } else {
             lanes[k] = _mm256_setzero_si256();
         }
     }
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd)),
-                                   _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xd)));
+    const __m256 wscale =
+        kind == KIND_MXFP4 ? mxfp4_scales8(we) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wd));
+    const __m256 d = _mm256_mul_ps(wscale, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xd)));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums8_i32(lanes)), acc);
     if (kind == KIND_Q5_1)
         acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wm)),
@@ -116,9 +129,10 @@ static inline __attribute__((always_inline)) __m256 blocks8(const void *w, const
 
 static inline __attribute__((always_inline)) float vec_dot_32(int n, const void *w, const void *x, int kind)
 {
-    const size_t block_bytes = kind == KIND_Q5_0   ? sizeof(block_q5_0)
-                               : kind == KIND_Q5_1 ? sizeof(block_q5_1)
-                                                   : sizeof(block_iq4_nl);
+    const size_t block_bytes = kind == KIND_Q5_0     ? sizeof(block_q5_0)
+                               : kind == KIND_Q5_1   ? sizeof(block_q5_1)
+                               : kind == KIND_IQ4_NL ? sizeof(block_iq4_nl)
+                                                     : sizeof(block_mxfp4);
     const int nb = n / 32;
     __m256 acc = _mm256_setzero_ps();
     for (int b0 = 0; b0 < nb; b0 += 8) {
@@ -143,6 +157,11 @@ float vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x)
     return vec_dot_32(n, w, x, KIND_IQ4_NL);
 }
 
+float vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x)
+{
+    return vec_dot_32(n, w, x, KIND_MXFP4);
+}
+
 float vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
 {
     const block_iq4_xs *w = vw;
@@ -153,7 +172,8 @@ float vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
         __m256i sum = _mm256_setzero_si256();
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const __m256i scale = _mm256_set1_epi16((short)(iq4_xs_scale(&w[i], ib) - 32));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(iq4nl_pairs(w[i].qs + 16 * ib, x[i].qs + 32 * ib), scale));
+            const __m256i pairs = table_pairs(kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
         }
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -1,10 +1,10 @@
-/* quants32_neon.c: the Q5_0, Q5_1, IQ4_NL and IQ4_XS dot products with NEON
+/* quants32_neon.c: the Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4 dot products with NEON
  * (aarch64, baseline ARMv8-A).
  *
  * The schedule of kernels_impl.h, as vec_dot_q4_0_q8_0_neon computes it:
  * each block's exact int32 sum from widening multiplies and pairwise adds
- * of its signed weights (Q5_0: q - 16, Q5_1: q, IQ4_NL: the table value by
- * a table lookup), then the same scalar fmaf into accumulator b % 8 as the
+ * of its signed weights (Q5_0: q - 16, Q5_1: q, IQ4_NL and MXFP4: the
+ * table value by a table lookup), then the same scalar fmaf into accumulator b % 8 as the
  * reference, and hsum8 (IQ4_XS: its sub-block sums times ls - 32 in int32,
  * one fmaf per super-block). So the bits are those of vec_dot_*_ref. */
 #include <arm_neon.h>
@@ -83,11 +83,12 @@ float vec_dot_q5_1_q8_1_neon(int n, const void *vw, const void *vx)
     return hsum8(acc);
 }
 
-/* The exact sum of the 32 IQ4_NL values of qs (Q4_0's order) times the
- * 32 int8 quants y. */
-static inline int32_t dot_iq4nl(const uint8_t qs[16], const int8_t *y)
+/* The exact sum of the 32 values of the nibbles of qs (Q4_0's order;
+ * nibble q is values[q], IQ4_NL's or MXFP4's table) times the 32 int8
+ * quants y. */
+static inline int32_t dot_table(const int8_t values[16], const uint8_t qs[16], const int8_t *y)
 {
-    const int8x16_t table = vld1q_s8(kvalues_iq4nl);
+    const int8x16_t table = vld1q_s8(values);
     const uint8x16_t packed = vld1q_u8(qs);
     const int8x16_t k_lo = vqtbl1q_s8(table, vandq_u8(packed, vdupq_n_u8(15)));
     const int8x16_t k_hi = vqtbl1q_s8(table, vshrq_n_u8(packed, 4));
@@ -100,7 +101,7 @@ float vec_dot_iq4_nl_q8_0_neon(int n, const void *vw, const void *vx)
     const block_q8_0 *x = vx;
     float acc[8] = {0};
     for (int b = 0; b < n / QK4_NL; b++) {
-        const int32_t s = dot_iq4nl(w[b].qs, x[b].qs);
+        const int32_t s = dot_table(kvalues_iq4nl, w[b].qs, x[b].qs);
         const float d = fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
@@ -115,8 +116,20 @@ float vec_dot_iq4_xs_q8_K_neon(int n, const void *vw, const void *vx)
     for (int i = 0; i < n / QK_K; i++) {
         int32_t isum = 0;
         for (int ib = 0; ib < QK_K / 32; ib++)
-            isum += (iq4_xs_scale(&w[i], ib) - 32) * dot_iq4nl(w[i].qs + 16 * ib, x[i].qs + 32 * ib);
+            isum += (iq4_xs_scale(&w[i], ib) - 32) * dot_table(kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
         acc = fmaf(x[i].d * fp16_to_f32(w[i].d), (float)isum, acc);
     }
     return acc;
+}
+
+float vec_dot_mxfp4_q8_0_neon(int n, const void *vw, const void *vx)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *x = vx;
+    float acc[8] = {0};
+    for (int b = 0; b < n / QK_MXFP4; b++) {
+        const int32_t s = dot_table(kvalues_mxfp4, w[b].qs, x[b].qs);
+        acc[b % 8] = fmaf(mxfp4_scale(w[b].e) * fp16_to_f32(x[b].d), (float)s, acc[b % 8]);
+    }
+    return hsum8(acc);
 }

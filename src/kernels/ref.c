@@ -150,15 +150,21 @@ static block_q4_0 block_q4_0_of(const block_q4_0 *w, const block_q4_0x8 *w8, int
 /* Q4_0's nibble values: q - 8. */
 static const int8_t values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
+int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16])
+{
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++)
+        s += values[qs[j] & 15] * y[j] + values[qs[j] >> 4] * y[j + 16];
+    return s;
+}
+
 float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
                           const int8_t values[16])
 {
     float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
         const block_q4_0 wb = block_q4_0_of(w, w8, r, b);
-        int32_t s = 0;
-        for (int j = 0; j < QK4_0 / 2; j++)
-            s += values[wb.qs[j] & 15] * x[b].qs[j] + values[wb.qs[j] >> 4] * x[b].qs[j + QK4_0 / 2];
+        const int32_t s = dot_nibbles_ref(wb.qs, x[b].qs, values);
         const float d = cv_fp16_to_fp32(wb.d) * cv_fp16_to_fp32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }

@@ -35,6 +35,7 @@ typedef enum cv_type {
     CV_TYPE_IQ4_NL = 20,
     CV_TYPE_IQ4_XS = 23,
     CV_TYPE_BF16 = 30,
+    CV_TYPE_MXFP4 = 39,
     CV_TYPE_COUNT = 40 /* bound on ids we index tables with, not a type */
 } cv_type;
 
@@ -92,6 +93,18 @@ typedef struct {
     uint8_t qs[QK4_NL / 2];
 } block_iq4_nl;
 static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+
+/* MXFP4 (OCP microscaling, gpt-oss's experts): Q4_0's nibble layout, each
+ * nibble a 4-bit float E2M1 stored doubled as kvalues_mxfp4[q] (quants32.h),
+ * and one E8M0 exponent e per block for the scale: value =
+ * kvalues_mxfp4[q] * 2^(e - 128) (the doubled values meet half the E8M0
+ * scale 2^(e - 127)). */
+#define QK_MXFP4 32
+typedef struct {
+    uint8_t e;
+    uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
