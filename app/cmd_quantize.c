@@ -12,8 +12,9 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy quantize IN OUT TYPE [--output-type T] [-t THREADS]\n"
-               "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS Q3_K Q4_K Q5_K Q6_K, or llama.cpp's\n"
-               "  mixes Q2_K Q3_K_S Q3_K_M Q3_K_L (Q3_K to Q5_K for attn_v/attn_output/ffn_down)\n"
+               "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS MXFP4 Q3_K Q4_K Q5_K Q6_K,\n"
+               "  or llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L (Q3_K to Q5_K for\n"
+               "  attn_v/attn_output/ffn_down)\n"
                "  Q4_K_M Q5_K_M (Q6_K for attn_v/ffn_down of some layers), output Q6_K in each;\n"
                "  Q4_K_S = Q4_K, Q5_K_S = Q5_K\n"
                "  weight matrices become TYPE (output.weight: --output-type, default TYPE);\n"

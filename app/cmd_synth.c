@@ -18,9 +18,9 @@ static void usage(FILE *f)
             "                    --type T -o OUT [--seed S] [--ctx N] [--rope-theta X]\n"
             "                    [--output-scale X] [--tied] [--chatml] [--name NAME]\n"
             "                    [--layers N] [--experts N] [-t THREADS]\n"
-            "  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS Q3_K Q4_K Q5_K Q6_K (those this\n"
-            "         build can write), and llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_M\n"
-            "         Q5_K_M (as `convoy quantize` makes them)\n"
+            "  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS MXFP4 Q3_K Q4_K Q5_K Q6_K\n"
+            "         (those this build can write), and llama.cpp's mixes Q2_K Q3_K_S Q3_K_M\n"
+            "         Q3_K_L Q4_K_M Q5_K_M (as `convoy quantize` makes them)\n"
             "  shapes:");
     for (int i = 0; convoy_synth_shape_name(i); i++)
         fprintf(f, " %s", convoy_synth_shape_name(i));

@@ -42,6 +42,7 @@ static const char *ftype_name(uint32_t ftype)
     case 25: return "MOSTLY_IQ4_NL";
     case 30: return "MOSTLY_IQ4_XS";
     case 32: return "MOSTLY_BF16";
+    case 38: return "MOSTLY_MXFP4_MOE";
     default: return "other";
     }
 }

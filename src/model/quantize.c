@@ -76,6 +76,7 @@ int cv_quant_file_type(cv_type t)
     case CV_TYPE_IQ4_NL: return 25;
     case CV_TYPE_IQ4_XS: return 30;
     case CV_TYPE_BF16: return 32;
+    case CV_TYPE_MXFP4: return 38;
     default: return -1;
     }
 }

@@ -19,7 +19,8 @@
  *   for a file whose matrices are all of type t: F32 0, F16 1, Q4_0 2,
  *   Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K 11 (Q3_K_S), Q4_K 14 (Q4_K_S),
  *   Q5_K 16 (Q5_K_S), Q6_K 18,
- *   IQ4_NL 25, IQ4_XS 30, BF16 32; -1 for types that are not weight types.
+ *   IQ4_NL 25, IQ4_XS 30, BF16 32, MXFP4 38 (MOSTLY_MXFP4_MOE, the only
+ *   file type llama.cpp has for it); -1 for types that are not weight types.
  * - Rows are converted with the types' traits: the source's to_float, then
  *   the target's `quantize` (llama.cpp's reference quantizer, what
  *   llama-quantize writes without an importance matrix). cv_kernels_init()
