@@ -7,8 +7,8 @@
  *   argmax wherever the reference margin exceeds 2 * tol;
  * - quantized types: RMS |delta| <= 0.1, every |delta| <= max(tol, 0.5), equal
  *   argmax wherever the reference margin exceeds 0.6.
- * Types without a stored reference (Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K, and
- * the Q2_K and Q3_K_M mixes) are checked against
+ * Types without a stored reference (Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q3_K,
+ * and the Q2_K and Q3_K_M mixes) are checked against
  * llama.cpp run here (../shared/tools/llama.cpp/bin/llama-ref) on a model
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
@@ -288,8 +288,8 @@ static void check_generated(const char *llama_ref, const char *f32_model, json_t
     free(want);
 }
 
-/* Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K and the Q2_K and Q3_K_M mixes (Q2_K,
- * Q3_K, Q4_K and Q5_K matrices), against llama.cpp run here. */
+/* Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q3_K and the Q2_K and Q3_K_M mixes
+ * (Q2_K, Q3_K, Q4_K and Q5_K matrices), against llama.cpp run here. */
 static void test_logits_generated(void)
 {
     char llama_ref[512], f32_model[512], tokens_path[512];
@@ -300,7 +300,7 @@ static void test_logits_generated(void)
     json_t *tok = json_load_file(tokens_path, 0, NULL);
     json_t *tokens = json_object_get(tok, "tokens");
     CHECKF(json_array_size(tokens) == 64, "%s: no tokens", tokens_path);
-    static const char *const types[] = {"q5_0", "q5_1", "iq4_nl", "iq4_xs", "q3_k", "q2_k", "q3_k_m"};
+    static const char *const types[] = {"q5_0", "q5_1", "iq4_nl", "iq4_xs", "mxfp4", "q3_k", "q2_k", "q3_k_m"};
     for (size_t k = 0; k < sizeof types / sizeof types[0] && json_array_size(tokens); k++)
         check_generated(llama_ref, f32_model, tokens, types[k]);
     json_decref(tok);
