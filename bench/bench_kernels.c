@@ -1,5 +1,5 @@
-/* bench_kernels.c: single-thread throughput of the Q4_0, Q8_0, Q2_K, Q3_K,
- * Q4_K, Q5_K and Q6_K matrix products of cv_matmul_rows, and of cv_matmul_interleaved
+/* bench_kernels.c: single-thread throughput of the Q4_0, Q8_0, MXFP4, Q2_K,
+ * Q3_K, Q4_K, Q5_K and Q6_K matrix products of cv_matmul_rows, and of cv_matmul_interleaved
  * for the types this CPU holds interleaved (what a loaded model uses).
  *
  * Decode (one token): GB/s of weight bytes read, for the reference and the
@@ -83,13 +83,19 @@ __attribute__((target("avx2"))) static double avx2_roof_gflops(void)
 #endif
 
 /* Random quant bytes, with every block's fp16 scales (d, and dmin where
- * the type has one) set to small finite values. */
+ * the type has one) set to small finite values (MXFP4: exponents near
+ * 2^-8). */
 static void fill_blocks(cv_type t, void *p, size_t bytes)
 {
     uint8_t *b = p;
     for (size_t i = 0; i < bytes; i++)
         b[i] = (uint8_t)rng_next();
     size_t block = cv_type_get(t)->type_size;
+    if (t == CV_TYPE_MXFP4) {
+        for (size_t i = 0; i + block <= bytes; i += block)
+            b[i] = (uint8_t)(116 + b[i] % 8);
+        return;
+    }
     size_t d_at = t == CV_TYPE_Q6_K   ? offsetof(block_q6_K, d)
                   : t == CV_TYPE_Q2_K ? offsetof(block_q2_K, d)
                   : t == CV_TYPE_Q3_K ? offsetof(block_q3_K, d)
@@ -203,9 +209,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_kernels [ROWS [COLS (multiple of 256) [REPS [TYPE]]]]\n");
         return 2;
     }
-    static const cv_type types[] = {CV_TYPE_Q4_0, CV_TYPE_Q8_0, CV_TYPE_Q2_K, CV_TYPE_Q3_K,
-                                    CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
-    enum { N_TYPES = 7 };
+    static const cv_type types[] = {CV_TYPE_Q4_0, CV_TYPE_Q8_0, CV_TYPE_MXFP4, CV_TYPE_Q2_K,
+                                    CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K};
+    enum { N_TYPES = 8 };
     float *y = malloc((size_t)rows * sizeof(float));
     if (!y)
         return 1;
