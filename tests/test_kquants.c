@@ -117,7 +117,7 @@ static const kq_type kq_types[] = {
     {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), NULL, 0.02, 0, 2},
     {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), NULL, 0.01, offsetof(block_q6_K, d), 1},
     {"IQ4_XS", sizeof(block_iq4_xs), quantize_row_iq4_xs, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_ref,
-     SIMD_DOT(iq4_xs), NULL, 0.05, offsetof(block_iq4_xs, d), 1},
+     SIMD_DOT(iq4_xs), AVX512_DOT(iq4_xs), 0.05, offsetof(block_iq4_xs, d), 1},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
 static const cv_type kq_ids[N_TYPES] = {CV_TYPE_Q2_K, CV_TYPE_Q3_K, CV_TYPE_Q4_K, CV_TYPE_Q5_K, CV_TYPE_Q6_K,

@@ -187,6 +187,7 @@ static const cv_vec_dot_fn vec_dot_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q2_K] = vec_dot_q2_K_q8_K_avx512,
     [CV_TYPE_Q3_K] = vec_dot_q3_K_q8_K_avx512,
     [CV_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_avx512,
+    [CV_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_avx512,
 };
 
 static bool cpu_has_avx512_vnni(void)

@@ -7,8 +7,8 @@
  * dot products with the activation row llama.cpp's CPU backend pairs them
  * with (Q5_0, IQ4_NL and MXFP4: Q8_0; Q5_1: Q8_1; IQ4_XS: Q8_K) in a _ref,
  * an _avx2 (x86-64, compiled with -mavx2 -mfma -mf16c) and a _neon version
- * that give the same bits, on the schedule of kernels_impl.h (MXFP4 also
- * an _avx512, with VNNI, for the CPUs that have it). The Q8_1
+ * that give the same bits, on the schedule of kernels_impl.h (MXFP4 and
+ * IQ4_XS also an _avx512, with VNNI, for the CPUs that have it). The Q8_1
  * activation quantizer has one version: it is the Q8_0 rule plus a sum,
  * off the hot path. n is a multiple of 32 (IQ4_XS: of 256). */
 #ifndef CONVOY_KERNELS_QUANTS32_H
@@ -69,6 +69,7 @@ float vec_dot_iq4_xs_q8_K_avx2(int n, const void *w, const void *x);
 float vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x);
 /* quants32_avx512.c, for CPUs with AVX-512 VNNI: the same bits again */
 float vec_dot_mxfp4_q8_0_avx512(int n, const void *w, const void *x);
+float vec_dot_iq4_xs_q8_K_avx512(int n, const void *w, const void *x);
 #endif
 #if defined(__aarch64__)
 float vec_dot_q5_0_q8_0_neon(int n, const void *w, const void *x);
