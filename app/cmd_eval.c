@@ -14,11 +14,13 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy eval -m MODEL --tokens IDS.json --logits OUT.f32 [-t THREADS] [--batch N] "
-               "[--kv-type f32|f16]\n"
+               "[--ctx N] [--kv-type f32|f16]\n"
                "                   [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0]\n"
                "                    [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]]\n"
                "  IDS.json: an object whose \"tokens\" is the list of ids; with --nodes the logits\n"
                "  are those computed at the pipeline's last stage\n"
+               "  --ctx N: a context of N positions (default and at least: the tokens'); Phi-3's RoPE factors\n"
+               "  depend on it, as in llama.cpp\n"
                "  --key FILE: the cluster key (`convoy keygen FILE`) that the stages hold too: every link is\n"
                "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n");
 }
@@ -89,7 +91,7 @@ static int parse_options(eval_opts *o, int argc, char **argv)
 }
 
 /* Loads the model and the tokens, and creates a context just large enough
- * for them. */
+ * for them, or of --ctx positions when that is more. */
 static int open_engine(eval_opts *o, eval_state *s)
 {
     char err[512];
@@ -100,7 +102,7 @@ static int open_engine(eval_opts *o, eval_state *s)
     convoy_model_get_info(s->model, &s->info);
     if (!(s->ids = read_tokens(o->tokens_path, s->info.n_vocab, &s->n)))
         return -1;
-    o->cp.n_ctx = s->n;
+    o->cp.n_ctx = o->cp.n_ctx > s->n ? o->cp.n_ctx : s->n;
     o->cp.n_batch = o->cp.n_batch && o->cp.n_batch < s->n ? o->cp.n_batch : s->n;
     o->cp.want_logits = o->cp.nodes != NULL; /* the last stage's logits come back */
     if (!(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {

@@ -499,10 +499,12 @@ typedef struct convoy_synth_params {
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
     int64_t n_swa;      /* > 0: a Gemma 3 with this sliding window (shape gemma3-mini) */
-    const char *arch;   /* general.architecture: NULL or "llama", "qwen2moe", "qwen3moe" (gemma3 follows n_swa) */
+    const char *arch;   /* general.architecture: NULL or "llama", "phi3", "qwen2moe", "qwen3moe"
+                         * (gemma3 follows n_swa) */
     int64_t head_dim;   /* attention heads' size; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts when n_expert > 0 (see model/synth.h) */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size (qwen*moe; Mixtral's is n_ff), the shared one's */
+    int64_t n_ctx_orig; /* a phi3's original context, 1..n_ctx (shape phi3-mini: 256); others: 0 */
     uint64_t seed;
     const char *type;   /* the matrices' TYPE, as quantize takes it */
     int32_t n_threads;

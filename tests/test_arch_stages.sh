@@ -93,7 +93,7 @@ check gemma3-mini gemma3 7 3,4 2,2,3
 patch "$model" "$tmp/gemma2.gguf" "at = d.index(b'general.architecture') + len('general.architecture') + 12
 d[at:at + 6] = b'gemma2'"
 refused "an unsupported architecture is refused by name with the supported list" "$tmp/gemma2.gguf" \
-    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe)"
+    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, phi3)"
 
 check qwen3moe-mini qwen3moe 4 1,3 1,2,1
 # expert_used_count's u32 value (after the key and its u32 type) made 9, over the 8 experts

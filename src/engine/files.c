@@ -349,6 +349,7 @@ int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err,
     p->n_expert_used = q.n_expert_used;
     p->n_ff_exp = q.n_ff_exp;
     p->n_ff_shexp = q.n_ff_shexp;
+    p->n_ctx_orig = q.n_ctx_orig;
     return 0;
 }
 
@@ -384,6 +385,7 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.n_expert_used = p->n_expert_used;
     q.n_ff_exp = p->n_ff_exp;
     q.n_ff_shexp = p->n_ff_shexp;
+    q.n_ctx_orig = p->n_ctx_orig;
     q.seed = p->seed;
     q.n_threads = threads_or_cpus(p->n_threads);
     note_relay relay = {note, user};

@@ -3,16 +3,18 @@
  *
  * Token embeddings (times sqrt(n_embd) for gemma3), then for each layer:
  * RMSNorm -> Q, K, V projections (+ biases for qwen2, per-head RMSNorm of Q
- * and K for qwen3 and gemma3) -> RoPE -> K and V appended in place to each
- * token's slot -> attention of each (token, head) over its slot's positions
- * [0, pos], or (pos - n_swa, pos] on gemma3's sliding layers -> output
- * projection (+ RMSNorm for gemma3) + residual -> RMSNorm -> SwiGLU (gemma3:
- * GeGLU) feed-forward (+ RMSNorm for gemma3), or a mixture of experts (each
+ * and K for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's factors and
+ * attention factor) -> K and V appended in place to each token's slot ->
+ * attention of each (token, head) over its slot's positions [0, pos], or
+ * (pos - n_swa, pos] on gemma3's sliding layers -> output projection (+
+ * RMSNorm for gemma3) + residual -> RMSNorm -> SwiGLU (gemma3: GeGLU)
+ * feed-forward (+ RMSNorm for gemma3), or a mixture of experts (each
  * token's top-k experts' SwiGLU FFNs, weighted, + qwen2moe's gated shared
  * expert; the batch's rows grouped by expert, so each expert's weights are
- * read once per batch), + residual. The span holding
- * the head then applies the final norm and the output matrix to the wanted
- * rows only (and soft-caps the logits when the model asks).
+ * read once per batch), + residual. phi3's fused Q/K/V and gate/up
+ * matrices are row views (model/llama.h), computed in one pass each. The
+ * span holding the head then applies the final norm and the output matrix
+ * to the wanted rows only (and soft-caps the logits when the model asks).
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
@@ -66,6 +68,7 @@ struct cv_forward {
     void *xq;    /* activations converted for the weights: n rows of up to 4 * max_in bytes */
     float *rope_cos, *rope_sin; /* [n][n_rot / 2] */
     float *swa_cos, *swa_sin;   /* [n][n_rot / 2] for the sliding layers (their own RoPE base) */
+    const float *rope_factors;  /* [n_rot / 2] divisors of the angles for the cache's context, or NULL */
     float *att_scratch;         /* per thread: cv_attn_scratch_floats(head_dim, group * CV_ATTN_TOKENS) */
     int32_t *att_run;           /* [n + 1] first token of each attention run, then n (attn_runs) */
     int32_t n_att_run;
@@ -150,6 +153,7 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, cv_ex
     f->experts = experts;
     f->n_batch_max = n_batch_max;
     f->n_threads = cv_pool_size(pool);
+    f->rope_factors = cv_llama_rope_factors(m, kv->n_ctx);
     const size_t n = (size_t)n_batch_max, n_q = (size_t)hp->n_head * hp->head_dim,
                  n_kv = (size_t)hp->n_head_kv * hp->head_dim, n_ff = (size_t)hp->n_ff;
     const size_t max_in = max_sz(max_sz(max_sz((size_t)hp->n_embd, n_q), n_ff), (size_t)hp->n_ff_exp);
@@ -281,21 +285,22 @@ static void glu_worker(void *ctx, int ith, int nth)
 }
 
 /* cos/sin of each rotary pair i for each token's position: the angle is
- * pos * scale * base^(-2i/n_rot), divided by rope_freqs[i] when the model
- * has them (Llama 3.1 scaling); the powers are formed by repeated
- * multiplication, as llama.cpp does. */
+ * pos * scale * base^(-2i/n_rot), divided by the RoPE factor i when the
+ * model has them (Llama 3.1 scaling, Phi-3's LongRoPE); the powers are
+ * formed by repeated multiplication, as llama.cpp does. Both are then
+ * multiplied by rope_mscale (1 but for LongRoPE). */
 static void rope_tables(cv_forward *f, const cv_batch *b, float base, float scale, float *cos_t, float *sin_t)
 {
     const cv_llama_hparams *hp = &f->m->hp;
-    const float *freqs = f->m->rope_freqs;
+    const float *freqs = f->rope_factors, mscale = hp->rope_mscale;
     const int32_t half = hp->n_rot / 2;
     const float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
     for (int32_t t = 0; t < b->n_tokens; t++) {
         float theta = (float)b->pos[t] * scale;
         for (int32_t i = 0; i < half; i++) {
             const float angle = freqs ? theta / freqs[i] : theta;
-            cos_t[(size_t)t * half + i] = cosf(angle);
-            sin_t[(size_t)t * half + i] = sinf(angle);
+            cos_t[(size_t)t * half + i] = cosf(angle) * mscale;
+            sin_t[(size_t)t * half + i] = sinf(angle) * mscale;
             theta *= theta_scale;
         }
     }

@@ -1,7 +1,8 @@
 /* llama.c: reads Llama hyperparameters from GGUF metadata and binds the
  * weight tensors of a layer range, checking each one's type and shape.
  * Architectures differ only in data: which optional tensors a layer has
- * (biases, Q/K norms, RoPE factors) and the RoPE pair layout.
+ * (biases, Q/K norms, RoPE factors), whether matrices come fused (phi3)
+ * and the RoPE pair layout.
  * The cv_llama owns the gguf_file (and so the mapping) and the F32 copies
  * of 1-D tensors stored in another type; weights point into the mapping. */
 #include "model/llama.h"
@@ -47,6 +48,7 @@ static const struct {
     {"gemma3", CV_ARCH_GEMMA3, true},
     {"qwen2moe", CV_ARCH_QWEN2MOE, true},
     {"qwen3moe", CV_ARCH_QWEN3MOE, true},
+    {"phi3", CV_ARCH_PHI3, true},
 };
 #define N_ARCHS (sizeof archs / sizeof archs[0])
 
@@ -141,6 +143,28 @@ static int read_experts(const gguf_file *f, const char *arch, cv_llama_hparams *
     return 0;
 }
 
+/* RoPE's scaling keys any architecture may have, as llama.cpp reads them:
+ * rope.scaling.attn_factor multiplies cos and sin (Phi-3's LongRoPE
+ * attention factor, sqrt(1 + ln(s) / ln(original context)) for a context
+ * s times longer); rope.scaling.original_context_length (else
+ * context_length) is the context beyond which the long factors apply.
+ * phi3's attention.sliding_window is not read: llama.cpp turns Phi-3's
+ * window off (its converters do not write the right one yet). */
+static int read_rope_scaling(const gguf_file *f, const char *arch, cv_llama_hparams *hp, char *err, size_t errlen)
+{
+    uint32_t n_ctx_orig = (uint32_t)hp->n_ctx_train;
+    float mscale = 1.0f;
+    if (get_u32(f, arch, "rope.scaling.original_context_length", &n_ctx_orig, false, err, errlen) ||
+        get_f32(f, arch, "rope.scaling.attn_factor", &mscale, false, err, errlen))
+        return -1;
+    if (!n_ctx_orig || n_ctx_orig > CV_LLAMA_MAX_CTX || !(mscale > 0) || !isfinite(mscale))
+        return cv_errf(err, errlen, "%s: bad rope scaling: original context %u, attention factor %g", f->name,
+                       n_ctx_orig, mscale);
+    hp->n_ctx_orig = (int32_t)n_ctx_orig;
+    hp->rope_mscale = mscale;
+    return 0;
+}
+
 /* The vocabulary: token_embd's rows, else (a shard without the
  * embeddings) what its shard keys record. */
 static int vocab_size(const gguf_file *f, uint32_t n_embd, int32_t *n_vocab, char *err, size_t errlen)
@@ -167,7 +191,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     if (a < 0)
         return cv_errf(err, errlen,
                        "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, "
-                       "qwen3moe)",
+                       "qwen3moe, phi3)",
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
@@ -228,7 +252,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .embd_scale = 1.0f,
         .rope_scale = 1.0f,
     };
-    if (read_experts(f, arch, hp, err, errlen))
+    if (read_experts(f, arch, hp, err, errlen) || read_rope_scaling(f, arch, hp, err, errlen))
         return -1;
     return hp->arch == CV_ARCH_GEMMA3 ? read_gemma3(f, hp, err, errlen) : 0;
 }
@@ -397,6 +421,66 @@ static int make_resident(cv_llama *m, char *err, size_t errlen)
     return move_resident(m, &m->output, &at, err, errlen);
 }
 
+/* Rows [r0, r0 + n) of matrix `all` as a matrix of its own: a view. */
+static cv_weight row_view(const cv_weight *all, int32_t r0, int32_t n)
+{
+    cv_weight w = *all;
+    w.data = (const uint8_t *)all->data + cv_row_bytes(all->type, all->n_in) * (size_t)r0;
+    w.n_out = n;
+    return w;
+}
+
+/* Q, K and V of layer l: attn_qkv's row views when the file fuses them
+ * (phi3), else attn_q, attn_k and attn_v. */
+static int bind_qkv(cv_llama *m, int32_t l, cv_llama_layer *L, char *err, size_t errlen)
+{
+    const cv_llama_hparams *hp = &m->hp;
+    const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+    if (gguf_find_tensor(&m->gguf, name)) {
+        cv_weight qkv;
+        if (bind_matrix(m, name, n_embd, n_q + 2 * n_kv, &qkv, err, errlen))
+            return -1;
+        L->wq = row_view(&qkv, 0, n_q);
+        L->wk = row_view(&qkv, n_q, n_kv);
+        L->wv = row_view(&qkv, n_q + n_kv, n_kv);
+        return 0;
+    }
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+    if (bind_matrix(m, NAME("attn_q.weight"), n_embd, n_q, &L->wq, err, errlen) ||
+        bind_matrix(m, NAME("attn_k.weight"), n_embd, n_kv, &L->wk, err, errlen) ||
+        bind_matrix(m, NAME("attn_v.weight"), n_embd, n_kv, &L->wv, err, errlen))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+/* Gate and up of layer l (suffix "" or qwen2moe's shared expert's
+ * "_shexp"): phi3's ffn_up holds the gate's rows, then up's (llama.cpp's
+ * fused SwiGLU takes silu of the first half); the others have ffn_gate and
+ * ffn_up. */
+static int bind_gate_up(cv_llama *m, int32_t l, const char *suffix, char *err, size_t errlen)
+{
+    cv_llama_layer *L = &m->layers[l];
+    const int32_t n_embd = m->hp.n_embd, n_ff = m->hp.n_ff;
+    char gate[96], up[96];
+    snprintf(gate, sizeof gate, "blk.%d.ffn_gate%s.weight", l, suffix);
+    snprintf(up, sizeof up, "blk.%d.ffn_up%s.weight", l, suffix);
+    if (m->hp.arch != CV_ARCH_PHI3) {
+        if (bind_matrix(m, gate, n_embd, n_ff, &L->w_gate, err, errlen) ||
+            bind_matrix(m, up, n_embd, n_ff, &L->w_up, err, errlen))
+            return -1;
+        return 0;
+    }
+    cv_weight both;
+    if (bind_matrix(m, up, n_embd, 2 * n_ff, &both, err, errlen))
+        return -1;
+    L->w_gate = row_view(&both, 0, n_ff);
+    L->w_up = row_view(&both, n_ff, n_ff);
+    return 0;
+}
+
 /* Layer l's feed-forward weights: the dense FFN's three matrices, or a
  * mixture of experts' router and stacked experts, and qwen2moe's shared
  * expert (in the dense FFN's place) with its gate vector. */
@@ -420,15 +504,66 @@ static int bind_ffn(cv_llama *m, int32_t l, float **copy, char *err, size_t errl
     if (shared && bind_vec(m, NAME("ffn_gate_inp_shexp.weight"), n_embd, copy, &gate_vec, err, errlen))
         return -1;
     L->shexp_gate = (cv_weight){.type = CV_TYPE_F32, .data = gate_vec, .n_in = n_embd, .n_out = 1};
-    if (bind_matrix(m, shared ? NAME("ffn_gate_shexp.weight") : NAME("ffn_gate.weight"), n_embd, hp->n_ff, &L->w_gate,
-                    err, errlen) ||
-        bind_matrix(m, shared ? NAME("ffn_up_shexp.weight") : NAME("ffn_up.weight"), n_embd, hp->n_ff, &L->w_up, err,
-                    errlen) ||
+    if (bind_gate_up(m, l, shared ? "_shexp" : "", err, errlen) ||
         bind_matrix(m, shared ? NAME("ffn_down_shexp.weight") : NAME("ffn_down.weight"), hp->n_ff, n_embd, &L->w_down,
                     err, errlen))
         return -1;
 #undef NAME
     return 0;
+}
+
+/* Layer l's tensors, as its architecture has them. */
+static int bind_layer(cv_llama *m, int32_t l, float **copy, char *err, size_t errlen)
+{
+    const cv_llama_hparams *hp = &m->hp;
+    cv_llama_layer *L = &m->layers[l];
+    const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
+    char name[96];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+    if (bind_vec(m, NAME("attn_norm.weight"), n_embd, copy, &L->attn_norm, err, errlen) ||
+        bind_qkv(m, l, L, err, errlen) ||
+        bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
+        bind_vec(m, NAME("ffn_norm.weight"), n_embd, copy, &L->ffn_norm, err, errlen) ||
+        bind_ffn(m, l, copy, err, errlen))
+        return -1;
+    const bool biases = hp->arch == CV_ARCH_QWEN2 || hp->arch == CV_ARCH_QWEN2MOE;
+    if (biases && (bind_vec(m, NAME("attn_q.bias"), n_q, copy, &L->bq, err, errlen) ||
+                   bind_vec(m, NAME("attn_k.bias"), n_kv, copy, &L->bk, err, errlen) ||
+                   bind_vec(m, NAME("attn_v.bias"), n_kv, copy, &L->bv, err, errlen)))
+        return -1;
+    if ((hp->arch == CV_ARCH_QWEN3 || hp->arch == CV_ARCH_QWEN3MOE || hp->arch == CV_ARCH_GEMMA3) &&
+        (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, copy, &L->q_norm, err, errlen) ||
+         bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, copy, &L->k_norm, err, errlen)))
+        return -1;
+    if (hp->arch == CV_ARCH_GEMMA3 &&
+        (bind_vec(m, NAME("post_attention_norm.weight"), n_embd, copy, &L->post_attn_norm, err, errlen) ||
+         bind_vec(m, NAME("post_ffw_norm.weight"), n_embd, copy, &L->post_ffn_norm, err, errlen)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+/* The tensors every layer shares: the RoPE factors (Llama 3.1's
+ * rope_freqs, Phi-3's LongRoPE rope_factors_long and rope_factors_short). */
+static const char *const rope_factor_names[] = {"rope_freqs.weight", "rope_factors_long.weight",
+                                                "rope_factors_short.weight"};
+
+/* Binds the RoPE factors the file has. */
+static int bind_rope_factors(cv_llama *m, float **copy, char *err, size_t errlen)
+{
+    const float **const out[3] = {&m->rope_freqs, &m->rope_long, &m->rope_short};
+    for (int i = 0; i < 3; i++)
+        if (gguf_find_tensor(&m->gguf, rope_factor_names[i]) &&
+            bind_vec(m, rope_factor_names[i], m->hp.n_rot / 2, copy, out[i], err, errlen))
+            return -1;
+    return 0;
+}
+
+const float *cv_llama_rope_factors(const cv_llama *m, int32_t n_ctx)
+{
+    if (m->rope_freqs)
+        return m->rope_freqs;
+    return n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
 }
 
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen)
@@ -457,7 +592,7 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
     size_t per_layer = 5 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
-    m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + (size_t)hp->n_rot));
+    m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + 2 * (size_t)hp->n_rot));
     if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
         goto fail;
@@ -466,36 +601,11 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     if (l0 == 0 && m->held_l0 == 0 &&
         bind_matrix(m, "token_embd.weight", n_embd, hp->n_vocab, &m->tok_embd, err, errlen))
         goto fail;
-    if (gguf_find_tensor(&m->gguf, "rope_freqs.weight") &&
-        bind_vec(m, "rope_freqs.weight", hp->n_rot / 2, &copy, &m->rope_freqs, err, errlen))
+    if (bind_rope_factors(m, &copy, err, errlen))
         goto fail;
-    for (int32_t l = l0; l < l1; l++) {
-        cv_llama_layer *L = &m->layers[l];
-        char name[96];
-#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
-        if (bind_vec(m, NAME("attn_norm.weight"), n_embd, &copy, &L->attn_norm, err, errlen) ||
-            bind_matrix(m, NAME("attn_q.weight"), n_embd, n_q, &L->wq, err, errlen) ||
-            bind_matrix(m, NAME("attn_k.weight"), n_embd, n_kv, &L->wk, err, errlen) ||
-            bind_matrix(m, NAME("attn_v.weight"), n_embd, n_kv, &L->wv, err, errlen) ||
-            bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
-            bind_vec(m, NAME("ffn_norm.weight"), n_embd, &copy, &L->ffn_norm, err, errlen) ||
-            bind_ffn(m, l, &copy, err, errlen))
+    for (int32_t l = l0; l < l1; l++)
+        if (bind_layer(m, l, &copy, err, errlen))
             goto fail;
-        const bool biases = hp->arch == CV_ARCH_QWEN2 || hp->arch == CV_ARCH_QWEN2MOE;
-        if (biases && (bind_vec(m, NAME("attn_q.bias"), n_q, &copy, &L->bq, err, errlen) ||
-                       bind_vec(m, NAME("attn_k.bias"), n_kv, &copy, &L->bk, err, errlen) ||
-                       bind_vec(m, NAME("attn_v.bias"), n_kv, &copy, &L->bv, err, errlen)))
-            goto fail;
-        if ((hp->arch == CV_ARCH_QWEN3 || hp->arch == CV_ARCH_QWEN3MOE || hp->arch == CV_ARCH_GEMMA3) &&
-            (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, &copy, &L->q_norm, err, errlen) ||
-             bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, &copy, &L->k_norm, err, errlen)))
-            goto fail;
-        if (hp->arch == CV_ARCH_GEMMA3 &&
-            (bind_vec(m, NAME("post_attention_norm.weight"), n_embd, &copy, &L->post_attn_norm, err, errlen) ||
-             bind_vec(m, NAME("post_ffw_norm.weight"), n_embd, &copy, &L->post_ffn_norm, err, errlen)))
-            goto fail;
-#undef NAME
-    }
     if (l1 == hp->n_layer) {
         if (bind_vec(m, "output_norm.weight", n_embd, &copy, &m->output_norm, err, errlen))
             goto fail;
@@ -528,14 +638,15 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 
 /* Every tensor a layer may have, by architecture: llama's nine, qwen2's
  * biases, qwen3's and gemma3's Q/K norms, gemma3's post norms, a mixture
- * of experts' router and experts, qwen2moe's shared expert. */
+ * of experts' router and experts, qwen2moe's shared expert, phi3's fused
+ * Q/K/V. */
 static const char *const layer_parts[] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
     "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
     "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight",
     "post_attention_norm.weight", "post_ffw_norm.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight",
     "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
-    "ffn_up_shexp.weight", "ffn_down_shexp.weight"};
+    "ffn_up_shexp.weight", "ffn_down_shexp.weight", "attn_qkv.weight"};
 static_assert(sizeof layer_parts / sizeof layer_parts[0] == CV_LLAMA_LAYER_TENSORS_MAX, "layer parts");
 
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
@@ -560,7 +671,9 @@ static size_t add_tensor(const cv_llama *m, const char *name, uint64_t *idx, siz
 
 size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t *idx)
 {
-    size_t n = add_tensor(m, "rope_freqs.weight", idx, 0);
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof rope_factor_names / sizeof rope_factor_names[0]; i++)
+        n = add_tensor(m, rope_factor_names[i], idx, n);
     char name[96];
     for (int32_t l = l0; l < l1; l++)
         for (size_t i = 0; i < CV_LLAMA_LAYER_TENSORS_MAX; i++) {
@@ -576,8 +689,11 @@ size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t
 
 uint64_t cv_llama_head_bytes(const cv_llama *m)
 {
-    return tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, "rope_freqs.weight") +
-           tensor_bytes(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight");
+    const char *out_name = gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
+    uint64_t total = tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, out_name);
+    for (size_t i = 0; i < sizeof rope_factor_names / sizeof rope_factor_names[0]; i++)
+        total += tensor_bytes(m, rope_factor_names[i]);
+    return total;
 }
 
 uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_embd_use embd)

@@ -36,6 +36,8 @@ typedef enum cv_arch {
                      * scaled by sqrt(n_embd), sliding-window layers, tied output */
     CV_ARCH_QWEN2MOE, /* qwen2's attention; experts plus a shared expert behind a sigmoid gate */
     CV_ARCH_QWEN3MOE, /* qwen3's attention; experts */
+    CV_ARCH_PHI3,   /* fused Q/K/V and gate/up matrices, NeoX RoPE (often partial),
+                     * LongRoPE factors and attention factor */
 } cv_arch;
 
 /* The architecture's GGUF name ("llama", "gemma3"...). */
@@ -68,6 +70,8 @@ typedef struct cv_llama_hparams {
     int32_t n_expert_used;/* experts each token is routed to */
     int32_t n_ff_exp;     /* an expert's hidden size */
     bool expert_norm;     /* the chosen experts' weights are scaled to sum to 1 (qwen3moe, Mixtral) */
+    float rope_mscale;    /* multiplies RoPE's cos and sin (rope.scaling.attn_factor), else 1 */
+    int32_t n_ctx_orig;   /* rope.scaling.original_context_length: a longer context takes rope_long */
 } cv_llama_hparams;
 
 /* Whether layer l attends a sliding window rather than every position. */
@@ -97,6 +101,9 @@ static inline cv_weight cv_llama_expert(const cv_weight *stack, int32_t n_expert
                        .interleaved = stack->interleaved};
 }
 
+/* A phi3 layer's fused attn_qkv (Q, K, V rows) and ffn_up (gate rows, then
+ * up rows) are bound as row views: wq, wk, wv and w_gate, w_up point into
+ * them, and one matmul pass computes all their rows. */
 typedef struct cv_llama_layer {
     const float *attn_norm; /* [n_embd] */
     cv_weight wq;           /* n_embd -> n_head * head_dim */
@@ -127,6 +134,7 @@ typedef struct cv_llama {
     const float *output_norm;/* [n_embd] (when l1 == n_layer) */
     cv_weight output;        /* n_embd -> n_vocab (when l1 == n_layer) */
     const float *rope_freqs; /* [n_rot / 2] divisors of the rotation angles (Llama 3.1), or NULL */
+    const float *rope_long, *rope_short; /* [n_rot / 2] LongRoPE's divisors (phi3), or NULL */
     cv_llama_layer *layers;  /* [n_layer], only [l0, l1) bound */
     float *vec_copies;       /* owned F32 copies of the 1-D tensors (bind_vec) */
     uint8_t *resident;       /* the bound matrices (cv_huge_alloc), resident_bytes long */
@@ -137,6 +145,13 @@ typedef struct cv_llama {
  * holds no layers). */
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen);
 void cv_llama_free(cv_llama *m);
+
+/* The divisors of the rotation angles for n_ctx positions per sequence, as
+ * llama.cpp picks them: rope_freqs, else rope_long when n_ctx exceeds
+ * n_ctx_orig, else rope_short; NULL when the model has none. (llama.cpp
+ * rounds its context up to a multiple of 256 first, which picks the same
+ * when n_ctx_orig is one, as Phi-3's 4096.) */
+const float *cv_llama_rope_factors(const cv_llama *m, int32_t n_ctx);
 
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0 && m->tok_embd.data; }
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
@@ -150,7 +165,7 @@ typedef enum cv_embd_use { CV_EMBD_ALL, CV_EMBD_ROW, CV_EMBD_NONE } cv_embd_use;
  * (any binding): every layer tensor, plus token_embd as `embd` says when
  * l0 == 0, plus output_norm and the output matrix when l1 == n_layer. */
 uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_embd_use embd);
-/* Bytes of layer l's tensors; of output_norm + output (+ rope_freqs). */
+/* Bytes of layer l's tensors; of output_norm + output (+ the RoPE factors). */
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
 uint64_t cv_llama_head_bytes(const cv_llama *m);
 /* A mixture of experts' routed experts (model/experts.h): layer l's, all
@@ -169,7 +184,8 @@ int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, v
                          size_t errlen);
 
 /* The tensors a pipeline stage serving layers [l0, l1) reads, as indices
- * into m->gguf.tensors in a fixed order: rope_freqs when present, each
+ * into m->gguf.tensors in a fixed order: the RoPE factors present (rope_freqs,
+ * rope_factors_long, rope_factors_short), each
  * layer's tensors (those of the architecture's list the file has), then,
  * when l1 == n_layer, output_norm and the output matrix (token_embd when
  * tied). Never token_embd for input: a stage reads hidden states. idx has
@@ -177,8 +193,8 @@ int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, v
 /* The most positions a model may claim: --ctx's and a stage's limit too. */
 #define CV_LLAMA_MAX_CTX (1 << 24)
 #define CV_LLAMA_MAX_EXPERTS 512 /* experts per layer, as llama.cpp's LLAMA_MAX_EXPERTS */
-#define CV_LLAMA_LAYER_TENSORS_MAX 24
-#define CV_LLAMA_SPAN_EXTRA_MAX 3 /* rope_freqs, output_norm, output */
+#define CV_LLAMA_LAYER_TENSORS_MAX 25
+#define CV_LLAMA_SPAN_EXTRA_MAX 5 /* rope_freqs, rope_factors_long and _short, output_norm, output */
 static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)
 {
     return (uint64_t)n_layers * CV_LLAMA_LAYER_TENSORS_MAX + CV_LLAMA_SPAN_EXTRA_MAX;

@@ -33,19 +33,21 @@ static const struct synth_preset {
     int64_t n_swa; /* a Gemma 3 with this window, if set */
     cv_arch arch;
     int64_t head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int64_t n_ctx_orig; /* a Phi-3's original context */
 } presets[] = {
-    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16, CV_ARCH_GEMMA3, 0, 0, 0, 0, 0},
-    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0},
-    {"qwen3moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN3MOE, 0, 8, 2, 64, 0},
-    {"qwen2moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN2MOE, 0, 8, 2, 64, 192},
-    {"mixtral-mini", 128, 4, 4, 2, 64, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 8, 2, 0, 0},
+    {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16, CV_ARCH_GEMMA3, 0, 0, 0, 0, 0, 0},
+    {"phi3-mini", 256, 4, 8, 2, 768, 2048, 1024, 10000.0f, 4.0f, 0, CV_ARCH_PHI3, 0, 0, 0, 0, 0, 256},
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"llama-3.1-8b", 4096, 32, 32, 8, 14336, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"llama-3.1-70b", 8192, 80, 64, 8, 28672, 32000, 8192, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"qwen3moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN3MOE, 0, 8, 2, 64, 0, 0},
+    {"qwen2moe-mini", 128, 4, 4, 2, 384, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_QWEN2MOE, 0, 8, 2, 64, 192, 0},
+    {"mixtral-mini", 128, 4, 4, 2, 64, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 8, 2, 0, 0, 0},
     {"qwen3moe-30b-a3b", 2048, 48, 32, 4, 6144, 32000, 4096, 1000000.0f, 1.0f, 0, CV_ARCH_QWEN3MOE, 128, 128, 8, 768,
-     0},
+     0, 0},
 };
 
 void cv_synth_defaults(cv_synth_params *p)
@@ -82,6 +84,7 @@ int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t err
         p->n_expert_used = s->n_expert_used;
         p->n_ff_exp = s->n_ff_exp;
         p->n_ff_shexp = s->n_ff_shexp;
+        p->n_ctx_orig = s->n_ctx_orig;
         return 0;
     }
     return cv_errf(err, errlen, "unknown shape '%s'", shape);
@@ -217,13 +220,27 @@ static const char chatml_template[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-static void vocab_fill(vocab_build *v, bool chatml)
+/* The control tokens that end the vocabulary, the last one the EOS:
+ * Phi-3's <|endoftext|> (llama.cpp looks it up in any model whose name says
+ * phi3), then ChatML's two. Returns their count. */
+static int tail_tokens(const cv_synth_params *p, const char *tail[3])
+{
+    int n = 0;
+    if (p->arch == CV_ARCH_PHI3)
+        tail[n++] = "<|endoftext|>";
+    if (p->chatml) {
+        tail[n++] = CHATML_START;
+        tail[n++] = CHATML_END;
+    }
+    return n;
+}
+
+static void vocab_fill(vocab_build *v, const char *const *tail, int n_tail)
 {
     static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     static const char punct[] = ".,!?;:'\"-()[]{}<>/\\@#$%^&*_+=~`|";
     char piece[PIECE_MAX];
-    if (chatml)
-        v->cap -= 2; /* the last two ids are ChatML's */
+    v->cap -= n_tail;
     vocab_push(v, "<unk>", CV_TOKEN_UNKNOWN);
     vocab_push(v, "<s>", CV_TOKEN_CONTROL);
     vocab_push(v, "</s>", CV_TOKEN_CONTROL);
@@ -247,11 +264,9 @@ static void vocab_fill(vocab_build *v, bool chatml)
         snprintf(piece, sizeof(piece), "tok%05d", k);
         vocab_push(v, piece, CV_TOKEN_NORMAL);
     }
-    if (chatml) {
-        v->cap += 2;
-        vocab_push(v, CHATML_START, CV_TOKEN_CONTROL);
-        vocab_push(v, CHATML_END, CV_TOKEN_CONTROL);
-    }
+    v->cap += n_tail;
+    for (int i = 0; i < n_tail; i++)
+        vocab_push(v, tail[i], CV_TOKEN_CONTROL);
 }
 
 /* ---- the model ---- */
@@ -260,7 +275,8 @@ typedef struct synth_tensor {
     char name[64];
     uint32_t n_dims;
     int64_t ne[3];
-    bool is_norm; /* all 1.0 */
+    bool is_norm; /* a vector: element k is 1 + ramp * k^2 */
+    float ramp;   /* 0 (norms: all 1.0), or a RoPE factor's */
     double std;
     cv_type type;
     uint64_t size;
@@ -276,8 +292,8 @@ static int64_t head_dim_of(const cv_synth_params *p) { return p->head_dim ? p->h
 static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
 {
     const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
-    if (p->arch != CV_ARCH_LLAMA && !moe_arch && !(p->arch == CV_ARCH_GEMMA3 && p->n_swa))
-        return cv_errf(err, errlen, "synth writes llama, gemma3, qwen2moe and qwen3moe models, not %s",
+    if (p->arch != CV_ARCH_LLAMA && p->arch != CV_ARCH_PHI3 && !moe_arch && !(p->arch == CV_ARCH_GEMMA3 && p->n_swa))
+        return cv_errf(err, errlen, "synth writes llama, gemma3, phi3, qwen2moe and qwen3moe models, not %s",
                        cv_llama_arch_name(p->arch));
     if (!p->n_expert && !moe_arch)
         return 0;
@@ -289,6 +305,23 @@ static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
         p->n_ff_shexp > SYNTH_MAX_DIM)
         return cv_errf(err, errlen, "expert hidden size %lld or shared expert's %lld out of range",
                        (long long)p->n_ff_exp, (long long)p->n_ff_shexp);
+    return 0;
+}
+
+/* The original context, which a Phi-3 has (1..n_ctx) and no other
+ * architecture; a Phi-3 has neither sliding window nor experts, and 3/4 of
+ * its head rotates in pairs. */
+static int check_phi3(const cv_synth_params *p, char *err, size_t errlen)
+{
+    const bool phi3 = p->arch == CV_ARCH_PHI3;
+    if (phi3 ? p->n_ctx_orig < 1 || p->n_ctx_orig > p->n_ctx : p->n_ctx_orig != 0)
+        return cv_errf(err, errlen, "original context %lld out of range (a phi3's 1..n_ctx, else none)",
+                       (long long)p->n_ctx_orig);
+    if (phi3 && (p->n_swa || p->n_expert))
+        return cv_errf(err, errlen, "a phi3 has no sliding window and no experts");
+    if (phi3 && head_dim_of(p) % 8)
+        return cv_errf(err, errlen, "a Phi-3's head dimension %lld is not a multiple of 8 (3/4 of it rotates)",
+                       (long long)head_dim_of(p));
     return 0;
 }
 
@@ -315,15 +348,16 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
     if (p->head_dim < 0 || p->head_dim > 1024 || head_dim_of(p) % 2)
         return cv_errf(err, errlen, "head dimension %lld is odd or out of range (RoPE rotates pairs)",
                        (long long)head_dim_of(p));
-    if (check_experts(p, err, errlen))
+    if (check_experts(p, err, errlen) || check_phi3(p, err, errlen))
         return -1;
     if (p->n_head % p->n_head_kv)
         return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
                        (long long)p->n_head_kv);
-    if (p->n_vocab < CV_SYNTH_MIN_VOCAB + (p->chatml ? 2 : 0))
+    const char *tail[3];
+    const int n_tail = tail_tokens(p, tail);
+    if (p->n_vocab < CV_SYNTH_MIN_VOCAB + n_tail)
         return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens%s)",
-                       (long long)p->n_vocab, CV_SYNTH_MIN_VOCAB + (p->chatml ? 2 : 0),
-                       p->chatml ? ", 2 of ChatML" : "");
+                       (long long)p->n_vocab, CV_SYNTH_MIN_VOCAB + n_tail, n_tail ? ", the last control ones" : "");
     if (!(p->rope_theta > 0 && isfinite(p->rope_theta)))
         return cv_errf(err, errlen, "rope theta %g must be positive", p->rope_theta);
     if (!(p->rms_eps > 0 && isfinite(p->rms_eps)))
@@ -362,14 +396,16 @@ static int64_t expert_ff(const cv_synth_params *p) { return p->arch == CV_ARCH_L
 
 static int64_t shared_ff(const cv_synth_params *p) { return p->n_ff_shexp ? p->n_ff_shexp : p->n_ff; }
 
-/* Layer l's feed-forward tensors: dense, or a mixture of experts (and
- * qwen2moe's shared expert). */
+/* Layer l's feed-forward tensors: dense (Phi-3's gate and up fused), or a
+ * mixture of experts (and qwen2moe's shared expert). */
 static void add_ffn(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l)
 {
     const double std_embd = 1.0 / sqrt((double)p->n_embd);
-    if (!p->n_expert) {
-        add_layer_tensor(t, n, l, "ffn_gate.weight", p->n_embd, p->n_ff, 0, std_embd);
-        add_layer_tensor(t, n, l, "ffn_up.weight", p->n_embd, p->n_ff, 0, std_embd);
+    if (!p->n_expert) { /* Phi-3's ffn_up holds the gate's rows, then up's */
+        const bool fused = p->arch == CV_ARCH_PHI3;
+        if (!fused)
+            add_layer_tensor(t, n, l, "ffn_gate.weight", p->n_embd, p->n_ff, 0, std_embd);
+        add_layer_tensor(t, n, l, "ffn_up.weight", p->n_embd, (fused ? 2 : 1) * p->n_ff, 0, std_embd);
         add_layer_tensor(t, n, l, "ffn_down.weight", p->n_ff, p->n_embd, 0, 1.0 / sqrt((double)p->n_ff));
         return;
     }
@@ -387,29 +423,55 @@ static void add_ffn(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l
     }
 }
 
+/* The number of rotary dimensions: 3/4 of the head for a Phi-3 (partial
+ * rotation, as Phi-4-mini), else all of it. */
+static int64_t rot_dims(const cv_synth_params *p)
+{
+    return p->arch == CV_ARCH_PHI3 ? head_dim_of(p) / 4 * 3 : head_dim_of(p);
+}
+
+/* Layer l's attention matrices: Phi-3's fused attn_qkv (Q, K, V rows),
+ * else the separate ones; then attn_output. */
+static void add_attention(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l)
+{
+    const int64_t hd = head_dim_of(p), n_q = hd * p->n_head, n_kv = hd * p->n_head_kv;
+    const double std_embd = 1.0 / sqrt((double)p->n_embd);
+    if (p->arch == CV_ARCH_PHI3) {
+        add_layer_tensor(t, n, l, "attn_qkv.weight", p->n_embd, n_q + 2 * n_kv, 0, std_embd);
+    } else {
+        add_layer_tensor(t, n, l, "attn_q.weight", p->n_embd, n_q, 0, std_embd);
+        add_layer_tensor(t, n, l, "attn_k.weight", p->n_embd, n_kv, 0, std_embd);
+        add_layer_tensor(t, n, l, "attn_v.weight", p->n_embd, n_kv, 0, std_embd);
+    }
+    add_layer_tensor(t, n, l, "attn_output.weight", n_q, p->n_embd, 0, 1.0 / sqrt((double)n_q));
+}
+
 /* The tensor list in file order. */
 static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 {
     int n = 0;
     const cv_arch arch = arch_of(p);
-    const int64_t hd = head_dim_of(p), n_q = hd * p->n_head, n_kv = hd * p->n_head_kv;
-    const double std_embd = 1.0 / sqrt((double)p->n_embd), std_q = 1.0 / sqrt((double)n_q);
+    const int64_t hd = head_dim_of(p);
+    const double std_embd = 1.0 / sqrt((double)p->n_embd);
     add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 0, 1.0);
     add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0, 0);
     if (!p->tied && arch != CV_ARCH_GEMMA3) /* Gemma 3's output is always tied */
         add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, 0, (double)p->output_scale * std_embd);
+    if (arch == CV_ARCH_PHI3) { /* LongRoPE's divisors: long ones up to 1 + 0.25 (n_rot/2 - 1)^2, short ones near 1 */
+        add_tensor(t, &n, "rope_factors_long.weight", rot_dims(p) / 2, 0, 0, 0);
+        t[n - 1].ramp = 0.25f;
+        add_tensor(t, &n, "rope_factors_short.weight", rot_dims(p) / 2, 0, 0, 0);
+        t[n - 1].ramp = 0.002f;
+    }
     for (int64_t l = 0; l < p->n_layer; l++) {
         add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0, 0);
-        add_layer_tensor(t, &n, l, "attn_q.weight", p->n_embd, n_q, 0, std_embd);
-        add_layer_tensor(t, &n, l, "attn_k.weight", p->n_embd, n_kv, 0, std_embd);
-        add_layer_tensor(t, &n, l, "attn_v.weight", p->n_embd, n_kv, 0, std_embd);
-        add_layer_tensor(t, &n, l, "attn_output.weight", n_q, p->n_embd, 0, std_q);
+        add_attention(p, t, &n, l);
         add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0, 0);
         add_ffn(p, t, &n, l);
         if (arch == CV_ARCH_QWEN2MOE) {
-            add_layer_tensor(t, &n, l, "attn_q.bias", n_q, 0, 0, std_embd);
-            add_layer_tensor(t, &n, l, "attn_k.bias", n_kv, 0, 0, std_embd);
-            add_layer_tensor(t, &n, l, "attn_v.bias", n_kv, 0, 0, std_embd);
+            add_layer_tensor(t, &n, l, "attn_q.bias", hd * p->n_head, 0, 0, std_embd);
+            add_layer_tensor(t, &n, l, "attn_k.bias", hd * p->n_head_kv, 0, 0, std_embd);
+            add_layer_tensor(t, &n, l, "attn_v.bias", hd * p->n_head_kv, 0, 0, std_embd);
         }
         if (arch == CV_ARCH_QWEN3MOE || arch == CV_ARCH_GEMMA3) {
             add_layer_tensor(t, &n, l, "attn_q_norm.weight", hd, 0, 0, 0);
@@ -468,7 +530,7 @@ static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errle
     if (t->is_norm) {
         float *x = dst;
         for (int64_t k = 0; k < t->ne[0]; k++)
-            x[k] = 1.0f;
+            x[k] = 1.0f + t->ramp * (float)(k * k);
     } else {
         gen_job job = {
             .key = tensor_key(r->p->seed, t->name), .scale = value_scale(t->std), .n_rows = t->ne[1] * t->ne[2],
@@ -515,7 +577,14 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     if (p->n_swa)
         gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
     else
-        gguf_set_u32(w, KEY("rope.dimension_count"), hd);
+        gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot_dims(p));
+    if (p->arch == CV_ARCH_PHI3) { /* the attention factor as llama.cpp's converter computes it */
+        const double s = (double)p->n_ctx / (double)p->n_ctx_orig;
+        gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
+        gguf_set_f32(w, KEY("rope.scaling.attn_factor"),
+                     s > 1 ? (float)sqrt(1 + log(s) / log((double)p->n_ctx_orig)) : 1.0f);
+        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->n_ctx_orig / 8));
+    }
     gguf_set_f32(w, KEY("rope.freq_base"), p->rope_theta);
     gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
     gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
@@ -531,7 +600,7 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
 #undef KEY
 }
 
-static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml)
+static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml, int n_tail)
 {
     gguf_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
@@ -539,7 +608,7 @@ static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml)
     gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
     gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
     gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", chatml ? (uint32_t)(v->n - 1) : 2);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", n_tail ? (uint32_t)(v->n - 1) : 2);
     gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
     if (chatml)
@@ -552,7 +621,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     if (check_params(p, err, errlen))
         return -1;
     int rc = -1;
-    int max_tensors = 3 + CV_LLAMA_LAYER_TENSORS_MAX * (int)p->n_layer;
+    int max_tensors = 5 + CV_LLAMA_LAYER_TENSORS_MAX * (int)p->n_layer;
     synth_tensor *tensors = cv_calloc((size_t)max_tensors, sizeof(*tensors));
     vocab_build v = {.cap = p->n_vocab};
     v.text = cv_malloc((size_t)v.cap * PIECE_MAX);
@@ -572,9 +641,11 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
         cv_errf(err, errlen, pool ? "out of memory" : "cannot start %d threads", p->n_threads);
         goto done;
     }
-    vocab_fill(&v, p->chatml);
+    const char *tail[3];
+    const int n_tail = tail_tokens(p, tail);
+    vocab_fill(&v, tail, n_tail);
     set_hparams(w, p);
-    set_vocab(w, &v, p->chatml);
+    set_vocab(w, &v, p->chatml, n_tail);
 
     n_tensors = tensor_list(p, tensors);
     const synth_run run = {.p = p, .tensors = tensors, .n_tensors = n_tensors, .pool = pool, .scratch = scratch,

@@ -61,10 +61,11 @@ typedef struct cv_synth_params {
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
     int64_t n_swa;         /* > 0: a Gemma 3 (below) with this sliding window */
-    cv_arch arch;          /* llama, qwen2moe or qwen3moe (below); gemma3 follows n_swa */
+    cv_arch arch;          /* llama, phi3, qwen2moe or qwen3moe (below); gemma3 follows n_swa */
     int64_t head_dim;      /* attention.key_length; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts (below) when n_expert > 0 */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size; qwen2moe's shared expert's */
+    int64_t n_ctx_orig;    /* a phi3's (below) original context, beyond which its long RoPE factors apply */
     uint64_t seed;
     cv_type type;
     cv_quant_mix mix;      /* llama.cpp's mix of `type`, if any (see quantize.h) */
@@ -76,7 +77,22 @@ typedef struct cv_synth_params {
  * attention.sliding_window n_swa, no rope.dimension_count), tied
  * embeddings, and per layer also blk.N.{attn_q_norm, attn_k_norm}.weight
  * [head_dim] and blk.N.{post_attention_norm, post_ffw_norm}.weight
- * [n_embd] (norms 1.0). */
+ * [n_embd] (norms 1.0).
+ *
+ * A Phi-3 (arch phi3, 1 <= n_ctx_orig <= n_ctx, no sliding window, no
+ * experts, head dimension a multiple of 8) has general.architecture "phi3" and
+ * phi3.* keys with rope.dimension_count 3/4 of the head (partial RoPE),
+ * rope.scaling.original_context_length n_ctx_orig,
+ * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig))
+ * (1 when n_ctx_orig == n_ctx), attention.sliding_window n_ctx_orig / 8
+ * (which llama.cpp ignores); rope_factors_long.weight and
+ * rope_factors_short.weight [n_rot / 2], element k 1 + 0.25 k^2 and
+ * 1 + 0.002 k^2; per layer blk.N.attn_qkv.weight [n_embd, (n_head + 2 *
+ * n_head_kv) * head_dim] (Q, K, V rows) in place of attn_q/k/v, and ffn_up.weight
+ * [n_embd, 2 * n_ff] (gate rows, then up rows) in place of ffn_gate and
+ * ffn_up. Its vocabulary ends in <|endoftext|> (control, the EOS; before
+ * ChatML's tokens when chatml), which llama.cpp requires of a model whose
+ * name says phi3. */
 
 /* A mixture of experts has <arch>.expert_count, expert_used_count (and
  * for qwen2moe/qwen3moe expert_feed_forward_length, for qwen2moe
@@ -103,6 +119,8 @@ void cv_synth_defaults(cv_synth_params *p);
  *   synth-hd128     512, 2, 4, 1, 1536, 2048, ctx 512, theta 500000, output_scale 4
  *   gemma3-mini     256, 7, 8, 2, 768, 2048, ctx 512, a Gemma 3 with window 16
  *                   (layers 0-4 and 6 slide, 5 attends every position)
+ *   phi3-mini       256, 4, 8, 2, 768, 2048, ctx 1024, output_scale 4, a Phi-3
+ *                   with original context 256 (24 of 32 head dimensions rotate)
  *   llama-3.2-1b    2048, 16, 32, 8, 8192, 32000, ctx 4096, theta 500000
  *   llama-3.1-8b    4096, 32, 32, 8, 14336, 32000, ctx 8192, theta 500000
  *   llama-3.1-70b   8192, 80, 64, 8, 28672, 32000, ctx 8192, theta 500000
