@@ -5,8 +5,8 @@
  *   between 1 and 2 threads, between a prompt in one chunk and token by
  *   token, and between a sequence alone and inside a batch with three
  *   others at different positions (also for a synthetic Gemma 3, whose
- *   sliding window moves within the tokens, and a synthetic qwen2moe,
- *   whose tokens share experts);
+ *   sliding window moves within the tokens, a synthetic qwen2moe, whose
+ *   tokens share experts, and a synthetic Phi-3);
  * - a decode step allocates nothing. */
 #include <jansson.h>
 #include <stdio.h>
@@ -257,6 +257,10 @@ static void test_bit_identical_gemma3(void) { check_synth_determinism("gemma3-mi
  * experts, the gated shared expert). */
 static void test_bit_identical_moe(void) { check_synth_determinism("qwen2moe-mini"); }
 
+/* Phi-3 (phi3-mini): fused matrices' row views, partial RoPE with LongRoPE's
+ * short factors (the context of 256 is its original one). */
+static void test_bit_identical_phi3(void) { check_synth_determinism("phi3-mini"); }
+
 static void test_decode_allocates_nothing(void)
 {
     convoy_model *m = load("reference/models/synth-mini-q4_0.gguf");
@@ -334,6 +338,7 @@ int main(void)
     TEST_RUN(test_bit_identical_bf16);
     TEST_RUN(test_bit_identical_gemma3);
     TEST_RUN(test_bit_identical_moe);
+    TEST_RUN(test_bit_identical_phi3);
     TEST_RUN(test_decode_allocates_nothing);
     TEST_RUN(test_bad_batches_refused);
     return test_summary();

@@ -12,8 +12,8 @@
  * llama.cpp run here (../shared/tools/llama.cpp/bin/llama-ref) on a model
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
- * So do the synthetic Gemma 3's and mixtures of experts' (test_logits_gemma3,
- * test_logits_moe). */
+ * So do the synthetic Gemma 3's, Phi-3's and mixtures of experts'
+ * (test_logits_gemma3, _phi3, _moe). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -198,8 +198,10 @@ enum { GREEDY_N = 64 };
  * continuation fed as one batch: at each step, convoy's top id must be
  * llama.cpp's wherever llama.cpp's margin exceeds 0.6 (the quantized
  * types' rule), so that convoy's own continuation follows llama.cpp's at
- * least up to its first close call. */
-static void check_greedy(const char *llama_ref, const char *model, const char *type)
+ * least up to its first close call. eval_args go to convoy eval, ref_args
+ * to llama-ref (a context size, for Phi-3's RoPE factors). */
+static void check_greedy(const char *llama_ref, const char *model, const char *type, const char *eval_args,
+                         const char *ref_args)
 {
     char out[512], tokens[512], logits[512], cmd[4096];
     snprintf(out, sizeof out, "%s/gen-%s-greedy.json", CONVOY_BINARY_DIR, type);
@@ -207,9 +209,9 @@ static void check_greedy(const char *llama_ref, const char *model, const char *t
     snprintf(logits, sizeof logits, "%s/gen-%s-greedy.f32", CONVOY_BINARY_DIR, type);
     /* the text of the tokens is dropped: random tokens need not make UTF-8, which jansson refuses */
     snprintf(cmd, sizeof cmd,
-             "'%s' greedy '%s' 'Once upon a time' %d --json --threads 1 --kv f32 2>/dev/null | "
+             "'%s' greedy '%s' 'Once upon a time' %d --json --threads 1 --kv f32 %s 2>/dev/null | "
              "LC_ALL=C sed 's/\"text\":\".*\",\"min_margin\"/\"min_margin\"/' >'%s'",
-             llama_ref, model, GREEDY_N, out);
+             llama_ref, model, GREEDY_N, ref_args, out);
     CHECKF(system(cmd) == 0, "%s: llama-ref greedy failed", type);
     json_t *ref = json_load_file(out, 0, NULL);
     json_t *prompt = json_object_get(ref, "prompt_ids"), *gen = json_object_get(ref, "generated_ids");
@@ -221,8 +223,8 @@ static void check_greedy(const char *llama_ref, const char *model, const char *t
     for (int i = 0; i + 1 < GREEDY_N; i++)
         json_array_append(ids, json_array_get(gen, i));
     write_tokens(tokens, ids);
-    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s'", CONVOY_BINARY_DIR, model, tokens,
-             logits);
+    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s' %s", CONVOY_BINARY_DIR, model,
+             tokens, logits, eval_args);
     CHECKF(n_prompt == 0 || system(cmd) == 0, "%s: convoy eval of the continuation failed", type);
     const size_t n_rows = n_prompt + GREEDY_N - 1;
     float *got = n_prompt ? read_f32(logits, n_rows * n_vocab) : NULL;
@@ -282,7 +284,7 @@ static void check_generated(const char *llama_ref, const char *f32_model, json_t
         check_logits(name, got, want, n_tokens, n_vocab, 0.01 * max_abs, margin, argmax, 1);
         free(argmax);
         free(margin);
-        check_greedy(llama_ref, model, type);
+        check_greedy(llama_ref, model, type, "", "");
     }
     free(got);
     free(want);
@@ -309,15 +311,18 @@ static void test_logits_generated(void)
 /* A synthetic model of convoy synth's SHAPE at TYPE, synthesized here:
  * convoy's logits of synth-tokens.json (64 tokens) against llama.cpp's,
  * F32 within 1% of max|logit| with argmax equal, a quantized type by the
- * quantized rule; and check_greedy. */
-static void check_synth(const char *shape, const char *type, int quantized)
+ * quantized rule; and check_greedy. The files of a run are named after
+ * SHAPE-TYPE and variant; eval_args go to convoy eval, ref_args to
+ * llama-ref. */
+static void check_synth_run(const char *shape, const char *type, int quantized, const char *variant,
+                            const char *eval_args, const char *ref_args)
 {
     char llama_ref[512], tokens_path[512], model[512], ids[512], want_path[512], got_path[512], name[128], cmd[8192];
     if (!test_shared_path(llama_ref, sizeof llama_ref, "tools/llama.cpp/bin/llama-ref") ||
         !test_shared_path(tokens_path, sizeof tokens_path, "reference/synth-tokens.json"))
         return;
-    snprintf(name, sizeof name, "%s-%s", shape, type);
-    snprintf(model, sizeof model, "%s/%s.gguf", CONVOY_BINARY_DIR, name);
+    snprintf(name, sizeof name, "%s-%s%s", shape, type, variant);
+    snprintf(model, sizeof model, "%s/%s-%s.gguf", CONVOY_BINARY_DIR, shape, type);
     snprintf(ids, sizeof ids, "%s/%s-ids.json", CONVOY_BINARY_DIR, name);
     snprintf(want_path, sizeof want_path, "%s/%s-llama.f32", CONVOY_BINARY_DIR, name);
     snprintf(got_path, sizeof got_path, "%s/%s-convoy.f32", CONVOY_BINARY_DIR, name);
@@ -326,9 +331,10 @@ static void check_synth(const char *shape, const char *type, int quantized)
     json_dump_file(tokens, ids, 0);
     snprintf(cmd, sizeof cmd,
              "'%s/convoy' synth --shape %s --type %s -o '%s' >/dev/null && '%s' logits '%s' '%s' '%s' "
-             "--threads 1 --batch 64 --kv f32 >/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' --logits '%s'",
-             CONVOY_BINARY_DIR, shape, type, model, llama_ref, model, ids, want_path, CONVOY_BINARY_DIR, model,
-             tokens_path, got_path);
+             "--threads 1 --batch 64 --kv f32 %s >/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' "
+             "--logits '%s' %s",
+             CONVOY_BINARY_DIR, shape, type, model, llama_ref, model, ids, want_path, ref_args, CONVOY_BINARY_DIR,
+             model, tokens_path, got_path, eval_args);
     CHECKF(system(cmd) == 0, "%s: synth, llama-ref or eval failed", name);
     const size_t n_tokens = json_array_size(tokens), n_vocab = 2048;
     float *got = read_f32(got_path, n_tokens * n_vocab), *want = read_f32(want_path, n_tokens * n_vocab);
@@ -340,11 +346,17 @@ static void check_synth(const char *shape, const char *type, int quantized)
         for (size_t i = 0; i < n_tokens * n_vocab; i++)
             max_abs = fmax(max_abs, fabs((double)want[i]));
         check_logits(name, got, want, n_tokens, n_vocab, 0.01 * max_abs, margin, argmax, quantized);
-        check_greedy(llama_ref, model, name);
+        check_greedy(llama_ref, model, name, eval_args, ref_args);
     }
     free(got);
     free(want);
     json_decref(tok);
+}
+
+/* check_synth_run of SHAPE at TYPE in the model's own context. */
+static void check_synth(const char *shape, const char *type, int quantized)
+{
+    check_synth_run(shape, type, quantized, "", "", "");
 }
 
 /* Gemma 3 (gemma3-mini: sliding window 16 on layers 0-4 and 6, every
@@ -360,6 +372,17 @@ static void test_logits_moe(void)
     check_synth("qwen2moe-mini", "F32", 0);
     check_synth("mixtral-mini", "F32", 0);
     check_synth("qwen3moe-mini", "Q4_0", 1);
+}
+
+/* Phi-3 (phi3-mini: fused Q/K/V and gate/up, 24 of 32 dimensions rotated
+ * NeoX-style, LongRoPE with original context 256, a sliding window of 32
+ * that llama.cpp ignores): in a context of 1024 positions (llama-ref's
+ * default, the model's) the long factors apply, in one of 256 the short
+ * ones. */
+static void test_logits_phi3(void)
+{
+    check_synth_run("phi3-mini", "F32", 0, "-long", "--ctx 1024", "");
+    check_synth_run("phi3-mini", "F32", 0, "-short", "--ctx 256", "--ctx 256");
 }
 
 static double rms_delta(const float *a, const float *b, size_t n)
@@ -428,6 +451,7 @@ int main(void)
     TEST_RUN(test_logits_generated);
     TEST_RUN(test_logits_gemma3);
     TEST_RUN(test_logits_moe);
+    TEST_RUN(test_logits_phi3);
     TEST_RUN(test_quantize_as_good_as_llamacpp);
     return test_summary();
 }
