@@ -9,7 +9,11 @@
 # `convoy run`'s load line name the architecture. Refused by name: the
 # gemma3 file renamed gemma2 (with the supported list), a qwen3moe file
 # whose expert_used_count exceeds its expert_count, and one whose
-# blk.0.ffn_up_exps.weight has the wrong shape.
+# blk.0.ffn_up_exps.weight has the wrong shape. Then phi3-mini (Q4_0:
+# fused Q/K/V and gate/up, partial RoPE with its long LongRoPE factors in a
+# context of 1024) gives one machine's logits through 1 and 2 stages and
+# through the 2 shards of `convoy split`, and a shard whose
+# rope_factors_long.weight differs is refused naming it.
 #
 # Usage (CTest passes these): test_arch_stages.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
@@ -107,6 +111,38 @@ d[at:at + 8] = struct.pack('<Q', 32)"
 refused "a bad expert tensor shape is refused naming the tensor" "$tmp/shape.gguf" \
     "tensor 'blk.0.ffn_up_exps.weight' has shape [128, 32, 8], expected [128, 64, 8]"
 
+# check_phi3_shards: phi3-mini's checks above, in a context of 1024.
+check_phi3_shards() {
+    shape=phi3-mini
+    model="$tmp/$shape-q4_0.gguf"
+    "$convoy" synth --shape "$shape" --type Q4_0 -o "$model" >/dev/null || { fail "synth $shape"; return; }
+    expect "$shape: convoy info names phi3" grep -q "^architecture: phi3$" <("$convoy" info "$model")
+    "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" -t 1 --ctx 1024 2>"$tmp/err" ||
+        { fail "$shape: one machine's eval: $(cat "$tmp/err")"; return; }
+    mkdir -p "$tmp/shards"
+    "$convoy" split "$model" --stages 2 -o "$tmp/shards" >/dev/null 2>"$tmp/err" ||
+        { fail "$shape: split: $(cat "$tmp/err")"; return; }
+    local shard="$tmp/shards/$shape-q4_0.shard-%d-of-2.gguf" ports=() m
+    # shellcheck disable=SC2059
+    cp "$(printf "$shard" 2)" "$tmp/flipped.gguf"
+    flip_tensor_byte "$convoy" "$tmp/flipped.gguf" rope_factors_long.weight
+    # shellcheck disable=SC2059
+    for m in "$model" "$model" "$model" "$(printf "$shard" 1)" "$(printf "$shard" 2)" "$tmp/flipped.gguf"; do
+        ports+=("$(free_port)")
+        start_local_stage "$convoy" "$tmp/stages.log" "${ports[-1]}" -m "$m"
+        pids+=("$stage_pid")
+    done
+    same "1 stage" --ctx 1024 --nodes "127.0.0.1:${ports[0]}"
+    same "2 stages (1 + 3 layers)" --ctx 1024 --nodes "127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}" --split 1,3
+    same "2 shards" --ctx 1024 --nodes "127.0.0.1:${ports[3]},127.0.0.1:${ports[4]}"
+    "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/got.f32" --ctx 1024 \
+        --nodes "127.0.0.1:${ports[3]},127.0.0.1:${ports[5]}" >/dev/null 2>"$tmp/err"
+    expect "$shape: a shard whose rope_factors_long differs is refused naming it" grep -q \
+        "tensor rope_factors_long.weight differs from the head's (different weights).*(FINGERPRINT)" "$tmp/err"
+    stop_stages
+}
+
 check qwen2moe-mini qwen2moe 4 2,2 1,1,2
 check mixtral-mini llama 4 3,1 2,1,1
+check_phi3_shards
 checks_summary
