@@ -8,11 +8,11 @@
  * interleaved as the loader interleaves resident matrices) and evicts the
  * least recently used when every slot is taken. An expert no token
  * chooses is never read; with a slot per expert each is read once. The
- * slots are reserved whole at create and a slot's pages become resident
- * when first filled, so a stage's resident memory is its other weights
- * plus at most n_slot slots, whatever the batches choose (pipe/plan.h
- * counts them). A slot holds the file's bytes: results never depend on
- * the cache.
+ * slots are allocated and faulted in whole at create (a page's first
+ * touch in decode cost as much as the read), so a stage's resident memory
+ * is its other weights plus n_slot slots, whatever the batches choose
+ * (pipe/plan.h counts them). A slot holds the file's bytes: results never
+ * depend on the cache.
  *
  * Contract: cv_experts_create(m, n_slot) serves the layers m binds,
  * [l0, l1), with n_slot slots (at least cv_experts_min_slots(m, n_batch)
