@@ -5,14 +5,17 @@
  *   counts from 1 across several blocks, including counts that are not a
  *   multiple of the block or of 8, peaked and flat softmaxes, and a running
  *   max that grows from block to block;
- * - the result is within rounding of a double-precision attention;
+ * - the result is within rounding of a double-precision attention, also
+ *   with the scores soft-capped (Gemma 2: cap * tanh(score / cap)), which
+ *   every version applies with the same bits;
  * - tokens at consecutive positions in one call give each token's bits
  *   alone, across block edges that some see whole and others in part;
  * - a head's output does not depend on the other heads of its group (a
  *   group of G gives the bits of G groups of 1), on the scratch's previous
  *   contents, or on how (token, KV head) pairs of a batch are split over
  *   1, 2 or 3 threads;
- * - the schedule's exp is within 2 ulp of exp and exact at 0;
+ * - the schedule's exp is within 2 ulp of exp and exact at 0, its tanh
+ *   within 1.2e-7 of tanh;
  * - with the engine (not in the kernels-only aarch64 build): stories260K
  *   with an F16 KV cache gives the same logits alone, batched and on 2
  *   threads, and the reference kernels the same as the SIMD ones. */
@@ -45,6 +48,7 @@ static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a
  * off), as F32 or F16. */
 typedef struct kcase {
     int hd, group, n_pos, f16;
+    float softcap; /* 0: off */
     size_t stride, off;
     float *q;
     void *k, *v;
@@ -56,6 +60,7 @@ static void make_case(kcase *c, int hd, int group, int n_pos, int f16, float qsc
     c->group = group;
     c->n_pos = n_pos;
     c->f16 = f16;
+    c->softcap = 0.0f;
     c->stride = (size_t)hd * 3;
     c->off = (size_t)hd;
     c->q = malloc(sizeof(float) * (size_t)group * hd);
@@ -102,6 +107,7 @@ static void run_case(const kcase *c, attn_fn fn, int g0, int ng, float *out)
                       .n_tok = 1,
                       .n_pos = c->n_pos,
                       .scale = 1.0f / sqrtf((float)c->hd),
+                      .softcap = c->softcap,
                       .q = c->q + (size_t)g0 * c->hd,
                       .kv_type = c->f16 ? CV_TYPE_F16 : CV_TYPE_F32,
                       .k = (const char *)c->k + c->off * esz,
@@ -131,6 +137,8 @@ static double error_vs_double(const kcase *c, const float *out)
             for (int d = 0; d < c->hd; d++)
                 dot += (double)c->q[g * c->hd + d] * elt(c, c->k, i, d);
             s[i] = dot / sqrt((double)c->hd);
+            if (c->softcap > 0)
+                s[i] = c->softcap * tanh(s[i] / c->softcap);
             if (s[i] > mx)
                 mx = s[i];
         }
@@ -171,25 +179,28 @@ static void test_simd_matches_ref(void)
                     const float qscale = (ip % 3 == 0) ? 0.5f : (ip % 3 == 1) ? 4.0f : 16.0f;
                     kcase c;
                     make_case(&c, hd, G, np, f16, qscale, ip % 2);
+                    /* a third of the cases soft-capped, below their larger scores */
+                    c.softcap = (ig + ip) % 3 == 2 ? 3.0f : 0.0f;
                     const size_t no = (size_t)G * hd;
                     float *ref = malloc(sizeof(float) * no), *got = malloc(sizeof(float) * no);
                     run_case(&c, attn_group_ref, 0, G, ref);
                     run_case(&c, cv_attn_group, 0, G, got);
-                    CHECKF(same_bits(ref, got, no), "%s hd %d group %d n_pos %d %s: differs from the reference",
-                           cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32");
+                    CHECKF(same_bits(ref, got, no), "%s hd %d group %d n_pos %d %s cap %g: differs from the reference",
+                           cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32", c.softcap);
 #if defined(__x86_64__)
                     if (cv_kernels_avx2()) {
                         run_case(&c, attn_group_avx2, 0, G, got);
-                        CHECKF(same_bits(ref, got, no), "avx2 hd %d group %d n_pos %d", hd, G, np);
+                        CHECKF(same_bits(ref, got, no), "avx2 hd %d group %d n_pos %d cap %g", hd, G, np, c.softcap);
                     }
                     if (!strcmp(cv_kernels_name(), "avx512")) {
                         run_case(&c, attn_group_avx512, 0, G, got);
-                        CHECKF(same_bits(ref, got, no), "avx512 hd %d group %d n_pos %d", hd, G, np);
+                        CHECKF(same_bits(ref, got, no), "avx512 hd %d group %d n_pos %d cap %g", hd, G, np,
+                               c.softcap);
                     }
 #endif
                     const double err = error_vs_double(&c, ref);
-                    CHECKF(err < 2e-5, "hd %d group %d n_pos %d %s: error %g against double", hd, G, np,
-                           f16 ? "F16" : "F32", err);
+                    CHECKF(err < 2e-5, "hd %d group %d n_pos %d %s cap %g: error %g against double", hd, G, np,
+                           f16 ? "F16" : "F32", c.softcap, err);
                     /* each head alone (group of 1) gives the same bits */
                     for (int g = 0; g < G; g++) {
                         run_case(&c, cv_attn_group, g, 1, got);
@@ -209,6 +220,7 @@ static void test_simd_matches_ref(void)
  * tokens see whole and others in part), with q and out rows strided. */
 typedef struct tok_case {
     int hd, G, n_pos, n_tok, f16;
+    float softcap;
     size_t tok_stride;
 } tok_case;
 
@@ -223,6 +235,7 @@ static void run_tokens(const tok_case *tc, const kcase *c, attn_fn fn, int toget
                       .group = tc->G,
                       .n_tok = together ? tc->n_tok : 1,
                       .scale = 1.0f / sqrtf((float)tc->hd),
+                      .softcap = tc->softcap,
                       .tok_stride = tc->tok_stride,
                       .kv_type = tc->f16 ? CV_TYPE_F16 : CV_TYPE_F32,
                       .k = (const char *)c->k + c->off * esz,
@@ -264,8 +277,8 @@ static void check_tokens(const tok_case *tc)
         for (int t = 0; t < tc->n_tok; t++)
             CHECKF(same_bits(ref + (size_t)t * tc->tok_stride, got + (size_t)t * tc->tok_stride,
                              (size_t)tc->G * tc->hd),
-                   "%s: hd %d group %d n_pos %d, token %d of %d %s: differs from the token alone", v[i].name,
-                   tc->hd, tc->G, tc->n_pos, t, tc->n_tok, tc->f16 ? "F16" : "F32");
+                   "%s: hd %d group %d n_pos %d, token %d of %d %s cap %g: differs from the token alone",
+                   v[i].name, tc->hd, tc->G, tc->n_pos, t, tc->n_tok, tc->f16 ? "F16" : "F32", tc->softcap);
     }
     free(ref);
     free(got);
@@ -283,7 +296,8 @@ static void test_tokens_together(void)
                 for (int is = 0; is < COUNT(starts); is++) {
                     const int n_tok = 1 + (ih + ig + is) % CV_ATTN_TOKENS;
                     const tok_case tc = {.hd = hds[ih], .G = gs[ig], .n_pos = starts[is], .n_tok = n_tok,
-                                         .f16 = f16, .tok_stride = (size_t)(gs[ig] + 1) * hds[ih]};
+                                         .f16 = f16, .softcap = (ih + is) % 2 ? 3.0f : 0.0f,
+                                         .tok_stride = (size_t)(gs[ig] + 1) * hds[ih]};
                     check_tokens(&tc);
                     n_cases++;
                 }
@@ -324,6 +338,18 @@ static void test_exp(void)
     }
     fprintf(stderr, "  exp: worst %.2f ulp on [-87, 0]\n", worst);
     CHECK(worst <= 2.0);
+    /* the soft-cap's tanh, built on it */
+    CHECK(attn_tanh(0.0f) == 0.0f && !signbit(attn_tanh(0.0f)) && signbit(attn_tanh(-0.0f)));
+    CHECK(attn_tanh(INFINITY) == 1.0f && attn_tanh(-INFINITY) == -1.0f && isnan(attn_tanh(NAN)));
+    double worst_abs = 0.0;
+    for (int i = -2000000; i <= 2000000; i++) {
+        const float x = 10.0f * (float)i / 2000000.0f;
+        const double e = fabs((double)attn_tanh(x) - tanh((double)x));
+        if (e > worst_abs)
+            worst_abs = e;
+    }
+    fprintf(stderr, "  tanh: worst %.3g absolute on [-10, 10]\n", worst_abs);
+    CHECK(worst_abs <= 1.2e-7);
 }
 
 /* ---- a batch over a pool, as the forward pass runs it ---- */

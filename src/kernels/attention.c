@@ -73,6 +73,9 @@ static void token_ref(const cv_attn_args *a)
                 S[g * CV_ATTN_BLOCK + i] =
                     score_ref(a->q + (size_t)g * hd, (const char *)a->k + (size_t)(p0 + i) * rstride, f16, hd) *
                     a->scale;
+        if (a->softcap > 0)
+            for (int g = 0; g < G; g++)
+                attn_softcap_row(S + g * CV_ATTN_BLOCK, n, a->softcap);
         /* 2. online softmax */
         for (int g = 0; g < G; g++) {
             float *Sg = S + g * CV_ATTN_BLOCK;

@@ -5,8 +5,9 @@
  *
  * Contract: cv_attn_group computes, for each token t and each of the
  * `group` query heads g,
- *   out[t][g] = sum_i softmax_i(scale * q[t][g] . K[i]) V[i],
- *   i in [0, n_pos + t),
+ *   out[t][g] = sum_i softmax_i(cap(scale * q[t][g] . K[i])) V[i],
+ *   i in [0, n_pos + t), cap(s) = softcap * tanh(s / softcap) when softcap
+ *   > 0 (Gemma 2's attention logit soft-capping), else s,
  * reading each K and V row once for the whole group and all the tokens
  * (the reference: once per token). Token t's result is the bits of a call for
  * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
@@ -32,7 +33,9 @@
  *    a[l] = fma(q[g][8c+l], k_i[8c+l], a[l]); then
  *    s = ((a0+a1) + (a2+a3)) + ((a4+a5) + (a6+a7)), each element d of the
  *    tail (hd % 8 of them, in order) s = fma(q[g][d], k_i[d], s), and
- *    S[g][i] = s * scale.
+ *    S[g][i] = s * scale; when softcap > 0, then
+ *    S[g][i] = softcap * tanh(S[g][i] / softcap), by the schedule's tanh
+ *    (below).
  * 2. Online softmax, for each g: an 8-lane max b[l] (starts -inf) over the
  *    block's scores, lane l taking positions i = l (mod 8) in order,
  *    b[l] = max(S[i], b[l]); mb = max(max(max(b0, b4), max(b2, b6)),
@@ -55,7 +58,10 @@
  * = 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
  * 5.0000001201e-1 in turn; p = fma(p, r * r, r); p = p + 1; exp = p * 2^n,
  * 2^n built from the bits of t (((bits(t) - bits(0x1.8p23)) + 127) << 23,
- * in uint32). Within 2 ulp of expf for x in [-87, 0]; exp(0) = 1 exactly. */
+ * in uint32). Within 2 ulp of expf for x in [-87, 0]; exp(0) = 1 exactly.
+ *
+ * tanh(x): e = exp(-2 * |x|) (the exp above), t = (1 - e) / (1 + e), then
+ * x's sign on t (copysign). Within 1.2e-7 of tanh, absolute. */
 #ifndef CONVOY_KERNELS_ATTENTION_H
 #define CONVOY_KERNELS_ATTENTION_H
 
@@ -76,6 +82,7 @@ typedef struct cv_attn_args {
     int n_tok;        /* tokens, [1, CV_ATTN_TOKENS] */
     int n_pos;        /* token t attends positions [0, n_pos + t), n_pos >= 1 */
     float scale;      /* multiplies each score (1/sqrt(hd)) */
+    float softcap;    /* > 0: each scaled score s becomes softcap * tanh(s / softcap); 0: off */
     const float *q;   /* token t's [group][hd] at q + t * tok_stride */
     size_t tok_stride; /* floats from one token's q (and out) heads to the next's */
     cv_type kv_type;  /* CV_TYPE_F32 or CV_TYPE_F16 */

@@ -152,6 +152,7 @@ static inline void attn_finish(const attn_state *st)
 static void run_block(const attn_state *st, const attn_block *b)
 {
     block_scores(st, b);      /* 1. scores */
+    attn_softcap_block(st, b, softcap_row8);
     block_softmax(st, b);     /* 2. online softmax */
     block_values_full(st, b); /* 3. values */
     block_values_tail(st, b);

@@ -221,6 +221,7 @@ static void attn_finish(const attn_state *st)
 static void run_block(const attn_state *st, const attn_block *b)
 {
     block_scores(st, b);  /* 1. scores */
+    attn_softcap_block(st, b, softcap_row8);
     block_softmax(st, b); /* 2. online softmax */
     block_values(st, b);  /* 3. values */
 }

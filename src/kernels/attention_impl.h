@@ -51,6 +51,22 @@ static inline float attn_exp(float x)
     return p * e;
 }
 
+/* tanh(x) = copysign((1 - e) / (1 + e), x), e = exp(-2|x|) by the
+ * schedule's exp: every step one IEEE operation, so the vector versions
+ * give these bits lane for lane. Within 1.2e-7 of tanh (absolute). */
+static inline float attn_tanh(float x)
+{
+    const float e = attn_exp(-2.0f * fabsf(x));
+    return copysignf((1.0f - e) / (1.0f + e), x);
+}
+
+/* Soft-caps n scores in place: s = cap * tanh(s / cap). */
+static inline void attn_softcap_row(float *S, int n, float cap)
+{
+    for (int i = 0; i < n; i++)
+        S[i] = cap * attn_tanh(S[i] / cap);
+}
+
 /* The kernel's state: the arguments, derived sizes and the scratch
  * pointers (layout of CV_ATTN_SCRATCH). */
 typedef struct attn_state {
@@ -116,6 +132,19 @@ static inline attn_block attn_block_rows(const attn_state *st, int p0, int n, in
     b.kb = (const char *)st->a->k + (size_t)p0 * st->rstride;
     b.vb = (const char *)st->a->v + (size_t)p0 * st->rstride;
     return b;
+}
+
+/* Step 1's soft-capping of the block's scores, rows [r0, r1), by the
+ * ISA's row (attn_softcap_row's bits), when the arguments ask for it (a
+ * branch per block otherwise). */
+typedef void (*attn_softcap_fn)(float *S, int n, float cap);
+
+static inline __attribute__((always_inline)) void attn_softcap_block(const attn_state *st, const attn_block *b,
+                                                                      attn_softcap_fn row)
+{
+    if (st->a->softcap > 0)
+        for (int g = b->r0; g < b->r1; g++)
+            row(st->S + (size_t)g * CV_ATTN_BLOCK, b->n, st->a->softcap);
 }
 
 /* Runs every block of positions of every token with run: the tokens

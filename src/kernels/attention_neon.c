@@ -32,6 +32,27 @@ static inline float32x4_t exp4(float32x4_t x)
     return vmulq_f32(p, vreinterpretq_f32_u32(e));
 }
 
+/* attn_tanh on 4 lanes. */
+static inline float32x4_t tanh4(float32x4_t x)
+{
+    const uint32x4_t sign = vdupq_n_u32(0x80000000u);
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    const uint32x4_t xb = vreinterpretq_u32_f32(x);
+    const float32x4_t e = exp4(vmulq_f32(vdupq_n_f32(-2.0f), vreinterpretq_f32_u32(vbicq_u32(xb, sign))));
+    const uint32x4_t t = vreinterpretq_u32_f32(vdivq_f32(vsubq_f32(one, e), vaddq_f32(one, e)));
+    return vreinterpretq_f32_u32(vorrq_u32(vbicq_u32(t, sign), vandq_u32(xb, sign)));
+}
+
+/* attn_softcap_row, 4 scores at a time. */
+static inline void softcap_row4(float *S, int n, float cap)
+{
+    const float32x4_t c = vdupq_n_f32(cap);
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(S + i, vmulq_f32(c, tanh4(vdivq_f32(vld1q_f32(S + i), c))));
+    attn_softcap_row(S + i, n - i, cap);
+}
+
 static inline float32x4_t load4(const void *row, int f16, int d)
 {
     if (f16)
@@ -203,6 +224,7 @@ static inline void attn_finish(const attn_state *st)
 static void run_block(const attn_state *st, const attn_block *b)
 {
     block_scores(st, b);      /* 1. scores */
+    attn_softcap_block(st, b, softcap_row4);
     block_softmax(st, b);     /* 2. online softmax */
     block_values_full(st, b); /* 3. values */
     block_values_tail(st, b);

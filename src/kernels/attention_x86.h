@@ -1,6 +1,6 @@
 /* attention_x86.h: what the x86 versions of the fused attention share
  * (private to src/kernels; for files built with at least -mavx2 -mfma
- * -mf16c): the schedule's exp on 8 lanes, the software prefetch of the
+ * -mf16c): the schedule's exp and tanh on 8 lanes, the software prefetch of the
  * rows, and the online softmax of step 2, which both versions run on
  * 8-lane vectors because the schedule's max and sum are 8-lane. */
 #ifndef CONVOY_KERNELS_ATTENTION_X86_H
@@ -33,6 +33,25 @@ static inline __m256 exp8(__m256 x)
                          _mm256_set1_epi32(127)),
         23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* attn_tanh on 8 lanes. */
+static inline __m256 tanh8(__m256 x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, x)));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_or_ps(_mm256_andnot_ps(sign, t), _mm256_and_ps(sign, x));
+}
+
+/* attn_softcap_row, 8 scores at a time. */
+static inline void softcap_row8(float *S, int n, float cap)
+{
+    const __m256 c = _mm256_set1_ps(cap);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(S + i, _mm256_mul_ps(c, tanh8(_mm256_div_ps(_mm256_loadu_ps(S + i), c))));
+    attn_softcap_row(S + i, n - i, cap);
 }
 
 static inline float hsum8_hadd(__m256 t)
