@@ -498,9 +498,9 @@ typedef struct convoy_synth_params {
     float output_scale; /* the output matrix's scale against the others' */
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
-    int64_t n_swa;      /* > 0: a Gemma 3 with this sliding window (shape gemma3-mini) */
-    const char *arch;   /* general.architecture: NULL or "llama", "phi3", "qwen2moe", "qwen3moe"
-                         * (gemma3 follows n_swa) */
+    int64_t n_swa;      /* a Gemma's sliding window (> 0; shapes gemma2-mini, gemma3-mini); else 0 */
+    const char *arch;   /* general.architecture: NULL or "llama", "gemma2", "gemma3", "phi3",
+                         * "qwen2moe", "qwen3moe" */
     int64_t head_dim;   /* attention heads' size; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts when n_expert > 0 (see model/synth.h) */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size (qwen*moe; Mixtral's is n_ff), the shared one's */
@@ -513,7 +513,7 @@ typedef struct convoy_synth_params {
 /* ctx 2048, rope theta 10000, output scale 1, untied, seed 1234, F32, one
  * thread per CPU; dims 0 (set them, or a shape's with convoy_synth_set_shape). */
 convoy_synth_params convoy_synth_default_params(void);
-/* Sets the dims, ctx, rope theta and output scale of a named shape. */
+/* Sets the dims, ctx, rope theta, output scale, arch and window of a named shape. */
 int convoy_synth_set_shape(convoy_synth_params *p, const char *shape, char *err, size_t errlen);
 /* Name of shape i, NULL past the last. */
 const char *convoy_synth_shape_name(int32_t i);

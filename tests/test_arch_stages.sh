@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # test_arch_stages.sh: the architectures beyond llama's, synthesized
 # (convoy synth, Q4_0): gemma3-mini (sliding window 16 on 6 of its 7
-# layers), qwen3moe-mini, qwen2moe-mini (shared expert) and mixtral-mini
-# (a llama with experts). Each gives bit-identical logits of 64 tokens
-# (on which gemma3's window moves) with 1 and 2 threads, in chunks of 7,
-# and through 1, 2 and 3 `convoy stage` processes on loopback, and the same
-# greedy tokens on a 2-stage chain as on one machine; `convoy info` and
-# `convoy run`'s load line name the architecture. Refused by name: the
-# gemma3 file renamed gemma2 (with the supported list), a qwen3moe file
-# whose expert_used_count exceeds its expert_count, and one whose
+# layers), gemma2-mini (window 16 on layers 0 and 2 of 4, attention and
+# final logits soft-capped), qwen3moe-mini, qwen2moe-mini (shared expert)
+# and mixtral-mini (a llama with experts). Each gives bit-identical logits
+# of 64 tokens (on which the Gemmas' window moves) with 1 and 2 threads,
+# in chunks of 7, and through 1, 2 and 3 `convoy stage` processes on
+# loopback, and the same greedy tokens on a 2-stage chain as on one
+# machine; `convoy info` and `convoy run`'s load line name the
+# architecture. Refused by name: the gemma3 file renamed gemma4 (with the
+# supported list), a qwen3moe file whose expert_used_count exceeds its
+# expert_count, and one whose
 # blk.0.ffn_up_exps.weight has the wrong shape. Then phi3-mini (Q4_0:
 # fused Q/K/V and gate/up, partial RoPE with its long LongRoPE factors in a
 # context of 1024) gives one machine's logits through 1 and 2 stages and
@@ -93,11 +95,13 @@ check() {
 }
 
 check gemma3-mini gemma3 7 3,4 2,2,3
-# the same file calling itself gemma2 (general.architecture's value: after the key, a u32 type and a u64 length)
-patch "$model" "$tmp/gemma2.gguf" "at = d.index(b'general.architecture') + len('general.architecture') + 12
-d[at:at + 6] = b'gemma2'"
-refused "an unsupported architecture is refused by name with the supported list" "$tmp/gemma2.gguf" \
-    "architecture 'gemma2' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, phi3)"
+# the same file calling itself gemma4 (general.architecture's value: after the key, a u32 type and a u64 length)
+patch "$model" "$tmp/gemma4.gguf" "at = d.index(b'general.architecture') + len('general.architecture') + 12
+d[at:at + 6] = b'gemma4'"
+refused "an unsupported architecture is refused by name with the supported list" "$tmp/gemma4.gguf" \
+    "architecture 'gemma4' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe, qwen3moe, phi3)"
+
+check gemma2-mini gemma2 4 1,3 1,2,1
 
 check qwen3moe-mini qwen3moe 4 1,3 1,2,1
 # expert_used_count's u32 value (after the key and its u32 type) made 9, over the 8 experts

@@ -1,20 +1,21 @@
 /* forward.c: the Llama forward pass, top to bottom as the architecture,
  * over a batch of tokens and a layer range.
  *
- * Token embeddings (times sqrt(n_embd) for gemma3), then for each layer:
+ * Token embeddings (times sqrt(n_embd) for gemma), then for each layer:
  * RMSNorm -> Q, K, V projections (+ biases for qwen2, per-head RMSNorm of Q
  * and K for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's factors and
  * attention factor) -> K and V appended in place to each token's slot ->
  * attention of each (token, head) over its slot's positions [0, pos], or
- * (pos - n_swa, pos] on gemma3's sliding layers -> output projection (+
- * RMSNorm for gemma3) + residual -> RMSNorm -> SwiGLU (gemma3: GeGLU)
- * feed-forward (+ RMSNorm for gemma3), or a mixture of experts (each
- * token's top-k experts' SwiGLU FFNs, weighted, + qwen2moe's gated shared
- * expert; the batch's rows grouped by expert, so each expert's weights are
- * read once per batch), + residual. phi3's fused Q/K/V and gate/up
- * matrices are row views (model/llama.h), computed in one pass each. The
- * span holding the head then applies the final norm and the output matrix
- * to the wanted rows only (and soft-caps the logits when the model asks).
+ * (pos - n_swa, pos] on gemma's sliding layers, its scores soft-capped for
+ * gemma2 -> output projection (+ RMSNorm for gemma) + residual -> RMSNorm
+ * -> SwiGLU (gemma: GeGLU) feed-forward (+ RMSNorm for gemma), or a
+ * mixture of experts (each token's top-k experts' SwiGLU FFNs, weighted, +
+ * qwen2moe's gated shared expert; the batch's rows grouped by expert, so
+ * each expert's weights are read once per batch), + residual. phi3's fused
+ * Q/K/V and gate/up matrices are row views (model/llama.h), computed in
+ * one pass each. The span holding the head then applies the final norm
+ * and the output matrix to the wanted rows only (and soft-caps the logits
+ * when the model asks).
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
@@ -516,6 +517,7 @@ static void attn_worker(void *ctx, int ith, int nth)
     cv_attn_args a = {.head_dim = hd,
                       .group = group,
                       .scale = hp->attn_scale,
+                      .softcap = hp->attn_softcap,
                       .tok_stride = (size_t)n_head * hd,
                       .kv_type = kv->type,
                       .kv_stride = (size_t)kv->kv_dim,
@@ -644,7 +646,7 @@ static void ffn_block(cv_forward *f, int32_t n, int32_t l)
     const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
     float *const gu_y[2] = {f->gate, f->up};
     matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
-    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff, .gelu = hp->arch == CV_ARCH_GEMMA3};
+    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff, .gelu = hp->gelu};
     run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
     const cv_weight *d_w[1] = {&L->w_down};
     float *const d_y[1] = {f->xn};
@@ -829,7 +831,7 @@ static int moe_block(cv_forward *f, int32_t n, int32_t l, char *err, size_t errl
     return 0;
 }
 
-/* The residual stream's first rows: token embeddings (scaled for gemma3),
+/* The residual stream's first rows: token embeddings (scaled for gemma),
  * or the previous stage's hidden states. */
 static void embed(cv_forward *f, const cv_batch *b, const float *in)
 {

@@ -45,6 +45,7 @@ static const struct {
     {"llama", CV_ARCH_LLAMA, false},
     {"qwen2", CV_ARCH_QWEN2, true},
     {"qwen3", CV_ARCH_QWEN3, true},
+    {"gemma2", CV_ARCH_GEMMA2, true},
     {"gemma3", CV_ARCH_GEMMA3, true},
     {"qwen2moe", CV_ARCH_QWEN2MOE, true},
     {"qwen3moe", CV_ARCH_QWEN3MOE, true},
@@ -77,30 +78,41 @@ int cv_llama_arch_of(const char *name, size_t n, cv_arch *a)
     return i >= 0 ? 0 : -1;
 }
 
-/* Gemma 3's own hyperparameters, as llama.cpp reads them: every 6th layer
- * attends all positions, the others the last attention.sliding_window
- * (none when absent or 0) with RoPE base 10000; queries scaled by
- * 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the 27B (62 layers);
- * optional final_logit_softcapping; linear rope.scaling.factor on the
+/* Gemma 2's and Gemma 3's own hyperparameters, as llama.cpp reads them:
+ * embeddings times sqrt(n_embd), GeGLU, optional final_logit_softcapping;
+ * queries scaled by 1/sqrt(head_dim), but by 1/sqrt(n_embd / n_head) for
+ * the 27B (46 layers for Gemma 2, 62 for Gemma 3). Gemma 2: layers 0, 2,
+ * 4... slide over attention.sliding_window positions (4096 when absent)
+ * with the model's RoPE base; attention scores soft-capped by
+ * attn_logit_softcapping (50 when absent), final logits by 30 when the key
+ * is absent. Gemma 3: 5 of every 6 layers slide (none when the window is
+ * absent or 0) with RoPE base 10000; linear rope.scaling.factor on the
  * full-attention layers. */
-static int read_gemma3(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
+static int read_gemma(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
 {
-    uint32_t n_swa = 0;
-    float softcap = 0.0f, factor = 0.0f;
-    if (get_u32(f, "gemma3", "attention.sliding_window", &n_swa, false, err, errlen) ||
-        get_f32(f, "gemma3", "final_logit_softcapping", &softcap, false, err, errlen) ||
-        get_f32(f, "gemma3", "rope.scaling.factor", &factor, false, err, errlen))
+    const bool g2 = hp->arch == CV_ARCH_GEMMA2;
+    const char *a = cv_llama_arch_name(hp->arch);
+    uint32_t n_swa = g2 ? 4096 : 0;
+    float softcap = g2 ? 30.0f : 0.0f, attn_softcap = g2 ? 50.0f : 0.0f, factor = 0.0f;
+    if (get_u32(f, a, "attention.sliding_window", &n_swa, false, err, errlen) ||
+        get_f32(f, a, "final_logit_softcapping", &softcap, false, err, errlen) ||
+        (g2 && get_f32(f, a, "attn_logit_softcapping", &attn_softcap, false, err, errlen)) ||
+        (!g2 && get_f32(f, a, "rope.scaling.factor", &factor, false, err, errlen)))
         return -1;
-    if (n_swa > CV_LLAMA_MAX_CTX || !(softcap >= 0) || !isfinite(softcap) || !(factor >= 0) || !isfinite(factor))
-        return cv_errf(err, errlen, "%s: bad sliding window %u, logit soft-cap %g or rope scaling %g", f->name,
-                       n_swa, softcap, factor);
+    if (n_swa > CV_LLAMA_MAX_CTX || !(softcap >= 0) || !isfinite(softcap) || !(attn_softcap >= 0) ||
+        !isfinite(attn_softcap) || !(factor >= 0) || !isfinite(factor))
+        return cv_errf(err, errlen,
+                       "%s: bad sliding window %u, logit soft-cap %g, attention soft-cap %g or rope scaling %g",
+                       f->name, n_swa, softcap, attn_softcap, factor);
     hp->n_swa = (int32_t)n_swa;
-    hp->swa_pattern = 6;
-    hp->rope_theta_swa = 10000.0f;
+    hp->swa_pattern = g2 ? 2 : 6;
+    hp->rope_theta_swa = g2 ? hp->rope_theta : 10000.0f;
     hp->logit_softcap = softcap;
+    hp->attn_softcap = attn_softcap;
     hp->rope_scale = factor > 0 ? 1.0f / factor : 1.0f;
     hp->embd_scale = sqrtf((float)hp->n_embd);
-    if (hp->n_layer == 62)
+    hp->gelu = true;
+    if (hp->n_layer == (g2 ? 46 : 62))
         hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     return 0;
 }
@@ -190,8 +202,8 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     const int a = arch_index(arch_s.ptr, arch_s.len);
     if (a < 0)
         return cv_errf(err, errlen,
-                       "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen2moe, "
-                       "qwen3moe, phi3)",
+                       "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, "
+                       "qwen2moe, qwen3moe, phi3)",
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
@@ -254,7 +266,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     };
     if (read_experts(f, arch, hp, err, errlen) || read_rope_scaling(f, arch, hp, err, errlen))
         return -1;
-    return hp->arch == CV_ARCH_GEMMA3 ? read_gemma3(f, hp, err, errlen) : 0;
+    return hp->arch == CV_ARCH_GEMMA2 || hp->arch == CV_ARCH_GEMMA3 ? read_gemma(f, hp, err, errlen) : 0;
 }
 
 /* A matrix type convoy computes with, whose rows of n_in fit its blocks
@@ -535,7 +547,7 @@ static int bind_layer(cv_llama *m, int32_t l, float **copy, char *err, size_t er
         (bind_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, copy, &L->q_norm, err, errlen) ||
          bind_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, copy, &L->k_norm, err, errlen)))
         return -1;
-    if (hp->arch == CV_ARCH_GEMMA3 &&
+    if ((hp->arch == CV_ARCH_GEMMA2 || hp->arch == CV_ARCH_GEMMA3) &&
         (bind_vec(m, NAME("post_attention_norm.weight"), n_embd, copy, &L->post_attn_norm, err, errlen) ||
          bind_vec(m, NAME("post_ffw_norm.weight"), n_embd, copy, &L->post_ffn_norm, err, errlen)))
         return -1;
@@ -637,9 +649,9 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 }
 
 /* Every tensor a layer may have, by architecture: llama's nine, qwen2's
- * biases, qwen3's and gemma3's Q/K norms, gemma3's post norms, a mixture
- * of experts' router and experts, qwen2moe's shared expert, phi3's fused
- * Q/K/V. */
+ * biases, qwen3's and gemma3's Q/K norms, gemma2's and gemma3's post
+ * norms, a mixture of experts' router and experts, qwen2moe's shared
+ * expert, phi3's fused Q/K/V. */
 static const char *const layer_parts[] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
     "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",

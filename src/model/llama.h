@@ -32,8 +32,11 @@ typedef enum cv_arch {
     CV_ARCH_LLAMA, /* Llama 1-3, Mistral, TinyLlama: optional rope_freqs (Llama 3.1 scaling) */
     CV_ARCH_QWEN2, /* Q/K/V biases, NeoX RoPE */
     CV_ARCH_QWEN3, /* per-head RMSNorm of Q and K, NeoX RoPE */
-    CV_ARCH_GEMMA3, /* Q/K norms, post-attention and post-FFN norms, GeGLU, embeddings
-                     * scaled by sqrt(n_embd), sliding-window layers, tied output */
+    CV_ARCH_GEMMA2, /* post-attention and post-FFN norms, GeGLU, embeddings scaled by
+                     * sqrt(n_embd), every other layer sliding, attention and final
+                     * logit soft-capping, tied output */
+    CV_ARCH_GEMMA3, /* gemma2's layout (no attention soft-cap) with Q/K norms, 5 of
+                     * every 6 layers sliding with their own RoPE base */
     CV_ARCH_QWEN2MOE, /* qwen2's attention; experts plus a shared expert behind a sigmoid gate */
     CV_ARCH_QWEN3MOE, /* qwen3's attention; experts */
     CV_ARCH_PHI3,   /* fused Q/K/V and gate/up matrices, NeoX RoPE (often partial),
@@ -60,12 +63,14 @@ typedef struct cv_llama_hparams {
     float rope_theta;
     bool rope_neox;     /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     float attn_scale;   /* multiplies each attention score: 1/sqrt(head_dim), as a rule */
-    float embd_scale;   /* multiplies token embeddings (gemma3: sqrt(n_embd)), else 1 */
+    float embd_scale;   /* multiplies token embeddings (gemma: sqrt(n_embd)), else 1 */
     float rope_scale;   /* multiplies positions on full-attention layers (linear RoPE scaling), else 1 */
     int32_t n_swa;      /* sliding window: a token at p attends (p - n_swa, p] on sliding layers; 0: none */
-    int32_t swa_pattern;/* layer l slides unless l % swa_pattern == swa_pattern - 1 (gemma3: 6) */
-    float rope_theta_swa; /* RoPE base of the sliding layers (gemma3: 10000) */
+    int32_t swa_pattern;/* layer l slides unless l % swa_pattern == swa_pattern - 1 (gemma2: 2, gemma3: 6) */
+    float rope_theta_swa; /* RoPE base of the sliding layers (gemma2: rope_theta, gemma3: 10000) */
     float logit_softcap;  /* final logits become c * tanh(logit / c); 0: none */
+    float attn_softcap;   /* attention scores become c * tanh(score / c); 0: none (gemma2: 50) */
+    bool gelu;            /* GeGLU feed-forward (gemma), else SwiGLU */
     int32_t n_expert;     /* experts per layer (a mixture of experts), else 0 */
     int32_t n_expert_used;/* experts each token is routed to */
     int32_t n_ff_exp;     /* an expert's hidden size */
@@ -112,7 +117,7 @@ typedef struct cv_llama_layer {
     const float *bq, *bk, *bv; /* [n_head * head_dim], [n_head_kv * head_dim] x2 (qwen2), else NULL */
     const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3, gemma3), else NULL */
     cv_weight wo;           /* n_head * head_dim -> n_embd */
-    const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output (gemma3), else NULL */
+    const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output (gemma), else NULL */
     const float *ffn_norm;  /* [n_embd] */
     cv_weight w_gate;       /* n_embd -> n_ff (qwen2moe: its shared expert's, n_ff_shexp) */
     cv_weight w_up;         /* n_embd -> n_ff (qwen2moe: shared expert) */
@@ -122,7 +127,7 @@ typedef struct cv_llama_layer {
     cv_weight up_exps;      /* n_embd -> n_ff_exp per expert, stacked */
     cv_weight down_exps;    /* n_ff_exp -> n_embd per expert, stacked */
     cv_weight shexp_gate;   /* n_embd -> 1, F32: the shared expert's sigmoid gate (qwen2moe) */
-    const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output (gemma3), else NULL */
+    const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output (gemma), else NULL */
 } cv_llama_layer;
 
 typedef struct cv_llama {

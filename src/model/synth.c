@@ -30,7 +30,7 @@ static const struct synth_preset {
     const char *name;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_theta, output_scale;
-    int64_t n_swa; /* a Gemma 3 with this window, if set */
+    int64_t n_swa; /* a Gemma's window */
     cv_arch arch;
     int64_t head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int64_t n_ctx_orig; /* a Phi-3's original context */
@@ -38,6 +38,7 @@ static const struct synth_preset {
     {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
     {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
     {"synth-hd128", 512, 2, 4, 1, 1536, 2048, 512, 500000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
+    {"gemma2-mini", 256, 4, 8, 4, 768, 2048, 512, 100000.0f, 1.0f, 16, CV_ARCH_GEMMA2, 0, 0, 0, 0, 0, 0},
     {"gemma3-mini", 256, 7, 8, 2, 768, 2048, 512, 1000000.0f, 1.0f, 16, CV_ARCH_GEMMA3, 0, 0, 0, 0, 0, 0},
     {"phi3-mini", 256, 4, 8, 2, 768, 2048, 1024, 10000.0f, 4.0f, 0, CV_ARCH_PHI3, 0, 0, 0, 0, 0, 256},
     {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 32000, 4096, 500000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
@@ -282,19 +283,27 @@ typedef struct synth_tensor {
     uint64_t size;
 } synth_tensor;
 
-/* The architecture p writes: gemma3 when it has a sliding window. */
-static cv_arch arch_of(const cv_synth_params *p) { return p->n_swa ? CV_ARCH_GEMMA3 : p->arch; }
+static bool is_gemma(const cv_synth_params *p) { return p->arch == CV_ARCH_GEMMA2 || p->arch == CV_ARCH_GEMMA3; }
 
 static int64_t head_dim_of(const cv_synth_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
 
-/* The experts' counts and sizes, and an architecture that has them where
- * qwen2moe and qwen3moe need them. */
+/* An architecture synth writes, with a sliding window exactly when a Gemma. */
+static int check_arch(const cv_synth_params *p, char *err, size_t errlen)
+{
+    const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
+    if (p->arch != CV_ARCH_LLAMA && p->arch != CV_ARCH_PHI3 && !moe_arch && !is_gemma(p))
+        return cv_errf(err, errlen, "synth writes llama, gemma2, gemma3, phi3, qwen2moe and qwen3moe models, not %s",
+                       cv_llama_arch_name(p->arch));
+    if (is_gemma(p) ? p->n_swa < 1 || p->n_swa > SYNTH_MAX_DIM : p->n_swa != 0)
+        return cv_errf(err, errlen, "sliding window %lld out of range (a Gemma has 1..%d, others none)",
+                       (long long)p->n_swa, SYNTH_MAX_DIM);
+    return 0;
+}
+
+/* The experts' counts and sizes, where qwen2moe and qwen3moe need them. */
 static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
 {
     const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
-    if (p->arch != CV_ARCH_LLAMA && p->arch != CV_ARCH_PHI3 && !moe_arch && !(p->arch == CV_ARCH_GEMMA3 && p->n_swa))
-        return cv_errf(err, errlen, "synth writes llama, gemma3, phi3, qwen2moe and qwen3moe models, not %s",
-                       cv_llama_arch_name(p->arch));
     if (!p->n_expert && !moe_arch)
         return 0;
     if (p->n_swa || p->n_expert < 1 || p->n_expert > CV_LLAMA_MAX_EXPERTS || p->n_expert_used < 1 ||
@@ -336,8 +345,8 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
         {"n_ff", p->n_ff, SYNTH_MAX_DIM},     {"n_vocab", p->n_vocab, SYNTH_MAX_DIM},
         {"n_ctx", p->n_ctx, SYNTH_MAX_DIM},
     };
-    if (p->n_swa < 0 || p->n_swa > SYNTH_MAX_DIM)
-        return cv_errf(err, errlen, "sliding window %lld out of range", (long long)p->n_swa);
+    if (check_arch(p, err, errlen))
+        return -1;
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
         if (dims[i].v < 1 || dims[i].v > dims[i].max)
             return cv_errf(err, errlen, "%s %lld out of range (1..%lld)", dims[i].name, (long long)dims[i].v,
@@ -450,14 +459,13 @@ static void add_attention(const cv_synth_params *p, synth_tensor *t, int *n, int
 static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 {
     int n = 0;
-    const cv_arch arch = arch_of(p);
     const int64_t hd = head_dim_of(p);
     const double std_embd = 1.0 / sqrt((double)p->n_embd);
     add_tensor(t, &n, "token_embd.weight", p->n_embd, p->n_vocab, 0, 1.0);
     add_tensor(t, &n, "output_norm.weight", p->n_embd, 0, 0, 0);
-    if (!p->tied && arch != CV_ARCH_GEMMA3) /* Gemma 3's output is always tied */
+    if (!p->tied && !is_gemma(p)) /* a Gemma's output is always tied */
         add_tensor(t, &n, "output.weight", p->n_embd, p->n_vocab, 0, (double)p->output_scale * std_embd);
-    if (arch == CV_ARCH_PHI3) { /* LongRoPE's divisors: long ones up to 1 + 0.25 (n_rot/2 - 1)^2, short ones near 1 */
+    if (p->arch == CV_ARCH_PHI3) { /* LongRoPE's divisors: long ones up to 1 + 0.25 (n_rot/2 - 1)^2, short ones near 1 */
         add_tensor(t, &n, "rope_factors_long.weight", rot_dims(p) / 2, 0, 0, 0);
         t[n - 1].ramp = 0.25f;
         add_tensor(t, &n, "rope_factors_short.weight", rot_dims(p) / 2, 0, 0, 0);
@@ -468,16 +476,16 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
         add_attention(p, t, &n, l);
         add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0, 0);
         add_ffn(p, t, &n, l);
-        if (arch == CV_ARCH_QWEN2MOE) {
+        if (p->arch == CV_ARCH_QWEN2MOE) {
             add_layer_tensor(t, &n, l, "attn_q.bias", hd * p->n_head, 0, 0, std_embd);
             add_layer_tensor(t, &n, l, "attn_k.bias", hd * p->n_head_kv, 0, 0, std_embd);
             add_layer_tensor(t, &n, l, "attn_v.bias", hd * p->n_head_kv, 0, 0, std_embd);
         }
-        if (arch == CV_ARCH_QWEN3MOE || arch == CV_ARCH_GEMMA3) {
+        if (p->arch == CV_ARCH_QWEN3MOE || p->arch == CV_ARCH_GEMMA3) {
             add_layer_tensor(t, &n, l, "attn_q_norm.weight", hd, 0, 0, 0);
             add_layer_tensor(t, &n, l, "attn_k_norm.weight", hd, 0, 0, 0);
         }
-        if (arch == CV_ARCH_GEMMA3) {
+        if (is_gemma(p)) {
             add_layer_tensor(t, &n, l, "post_attention_norm.weight", p->n_embd, 0, 0, 0);
             add_layer_tensor(t, &n, l, "post_ffw_norm.weight", p->n_embd, 0, 0, 0);
         }
@@ -555,7 +563,7 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     char desc[160];
     snprintf(desc, sizeof(desc), "convoy synth: deterministic random weights (seed %llu); output is garbage",
              (unsigned long long)p->seed);
-    const char *a = cv_llama_arch_name(arch_of(p));
+    const char *a = cv_llama_arch_name(p->arch);
     const uint32_t hd = (uint32_t)head_dim_of(p);
     char key[96];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
@@ -570,6 +578,10 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
     gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
     gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    if (p->arch == CV_ARCH_GEMMA2) {
+        gguf_set_f32(w, KEY("attn_logit_softcapping"), CV_SYNTH_GEMMA2_ATTN_SOFTCAP);
+        gguf_set_f32(w, KEY("final_logit_softcapping"), CV_SYNTH_GEMMA2_FINAL_SOFTCAP);
+    }
     if (p->n_swa || p->head_dim) {
         gguf_set_u32(w, KEY("attention.key_length"), hd);
         gguf_set_u32(w, KEY("attention.value_length"), hd);

@@ -1,7 +1,7 @@
 /* synth.h: deterministic pseudo-random Llama models for tests and benchmarks.
  *
- * Contract: cv_synth_write writes a GGUF with general.architecture "llama",
- * every llama.* hyperparameter key, general.name / file_type /
+ * Contract: cv_synth_write writes a GGUF with general.architecture "llama"
+ * (a Gemma's: below), every llama.* hyperparameter key, general.name / file_type /
  * quantization_version, a synthetic SentencePiece vocabulary and llama.cpp's
  * tensor names and shapes:
  *   token_embd.weight [n_embd, n_vocab], output_norm.weight [n_embd],
@@ -60,8 +60,8 @@ typedef struct cv_synth_params {
     float output_scale;
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
-    int64_t n_swa;         /* > 0: a Gemma 3 (below) with this sliding window */
-    cv_arch arch;          /* llama, phi3, qwen2moe or qwen3moe (below); gemma3 follows n_swa */
+    int64_t n_swa;         /* a Gemma's sliding window (> 0); 0 for the others */
+    cv_arch arch;          /* llama, gemma2, gemma3, phi3, qwen2moe or qwen3moe (below) */
     int64_t head_dim;      /* attention.key_length; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts (below) when n_expert > 0 */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size; qwen2moe's shared expert's */
@@ -72,12 +72,16 @@ typedef struct cv_synth_params {
     int n_threads;         /* generation threads; the output does not depend on it */
 } cv_synth_params;
 
-/* A Gemma 3 (n_swa > 0) has general.architecture "gemma3" and gemma3.* keys
- * (attention.key_length and value_length n_embd / n_head,
+/* A Gemma (arch gemma2 or gemma3) has general.architecture and keys of
+ * its arch's name (attention.key_length and value_length n_embd / n_head,
  * attention.sliding_window n_swa, no rope.dimension_count), tied
- * embeddings, and per layer also blk.N.{attn_q_norm, attn_k_norm}.weight
- * [head_dim] and blk.N.{post_attention_norm, post_ffw_norm}.weight
- * [n_embd] (norms 1.0).
+ * embeddings, and per layer also blk.N.{post_attention_norm,
+ * post_ffw_norm}.weight [n_embd]; a Gemma 3 also
+ * blk.N.{attn_q_norm, attn_k_norm}.weight [head_dim] (norms 1.0). A
+ * Gemma 2 has gemma2.final_logit_softcapping 30 (Gemma 2's) and
+ * gemma2.attn_logit_softcapping CV_SYNTH_GEMMA2_ATTN_SOFTCAP, below Gemma
+ * 2's 50 so that it bends the synthetic weights' attention scores (of std
+ * about 1, where 50 would change nothing).
  *
  * A Phi-3 (arch phi3, 1 <= n_ctx_orig <= n_ctx, no sliding window, no
  * experts, head dimension a multiple of 8) has general.architecture "phi3" and
@@ -93,6 +97,8 @@ typedef struct cv_synth_params {
  * ffn_up. Its vocabulary ends in <|endoftext|> (control, the EOS; before
  * ChatML's tokens when chatml), which llama.cpp requires of a model whose
  * name says phi3. */
+#define CV_SYNTH_GEMMA2_ATTN_SOFTCAP 5.0f
+#define CV_SYNTH_GEMMA2_FINAL_SOFTCAP 30.0f
 
 /* A mixture of experts has <arch>.expert_count, expert_used_count (and
  * for qwen2moe/qwen3moe expert_feed_forward_length, for qwen2moe
@@ -112,11 +118,14 @@ typedef struct cv_synth_params {
  * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
 void cv_synth_defaults(cv_synth_params *p);
 
-/* Sets the dims, ctx, rope theta and output scale of a named shape:
+/* Sets the dims, ctx, rope theta, output scale, arch and window of a named
+ * shape:
  *   tiny            64, 5 layers, 8 heads, 4 kv, ff 172, vocab 512, ctx 512
  *                   (llama2.c stories260K; rows of 172 do not fit 32-blocks)
  *   synth-mini      256, 4, 8, 2, 768, 2048, ctx 512, output_scale 4
  *   synth-hd128     512, 2, 4, 1, 1536, 2048, ctx 512, theta 500000, output_scale 4
+ *   gemma2-mini     256, 4, 8, 4, 768, 2048, ctx 512, theta 100000, a Gemma 2
+ *                   with window 16 (layers 0 and 2 slide, 1 and 3 attend every position)
  *   gemma3-mini     256, 7, 8, 2, 768, 2048, ctx 512, a Gemma 3 with window 16
  *                   (layers 0-4 and 6 slide, 5 attends every position)
  *   phi3-mini       256, 4, 8, 2, 768, 2048, ctx 1024, output_scale 4, a Phi-3
