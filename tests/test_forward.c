@@ -4,9 +4,9 @@
  * - logits are bit-identical between the reference and SIMD kernels,
  *   between 1 and 2 threads, between a prompt in one chunk and token by
  *   token, and between a sequence alone and inside a batch with three
- *   others at different positions (also for a synthetic Gemma 3, whose
- *   sliding window moves within the tokens, a synthetic qwen2moe, whose
- *   tokens share experts, and a synthetic Phi-3);
+ *   others at different positions (also for a synthetic Gemma 3 and a
+ *   synthetic Gemma 2, whose sliding windows move within the tokens, a
+ *   synthetic qwen2moe, whose tokens share experts, and a synthetic Phi-3);
  * - a decode step allocates nothing. */
 #include <jansson.h>
 #include <stdio.h>
@@ -252,6 +252,10 @@ static void check_synth_determinism(const char *shape)
 /* Gemma 3: its sliding layers' window of 16 moves within the 70 tokens. */
 static void test_bit_identical_gemma3(void) { check_synth_determinism("gemma3-mini"); }
 
+/* Gemma 2: every other layer slides (window 16); attention scores and
+ * logits soft-capped. */
+static void test_bit_identical_gemma2(void) { check_synth_determinism("gemma2-mini"); }
+
 /* Mixtures of experts: each expert runs once over the batch's rows routed
  * to it, whatever shares the batch; qwen2moe has the most parts (biases,
  * experts, the gated shared expert). */
@@ -337,6 +341,7 @@ int main(void)
     TEST_RUN(test_bit_identical_f16);
     TEST_RUN(test_bit_identical_bf16);
     TEST_RUN(test_bit_identical_gemma3);
+    TEST_RUN(test_bit_identical_gemma2);
     TEST_RUN(test_bit_identical_moe);
     TEST_RUN(test_bit_identical_phi3);
     TEST_RUN(test_decode_allocates_nothing);

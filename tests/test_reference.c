@@ -12,8 +12,8 @@
  * llama.cpp run here (../shared/tools/llama.cpp/bin/llama-ref) on a model
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
- * So do the synthetic Gemma 3's, Phi-3's and mixtures of experts'
- * (test_logits_gemma3, _phi3, _moe). */
+ * So do the synthetic Gemma 3's, Gemma 2's, Phi-3's and mixtures of
+ * experts' (test_logits_gemma3, _gemma2, _phi3, _moe). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -363,6 +363,10 @@ static void check_synth(const char *shape, const char *type, int quantized)
  * position on layer 5, so the window slides over the 64 tokens). */
 static void test_logits_gemma3(void) { check_synth("gemma3-mini", "F32", 0); }
 
+/* Gemma 2 (gemma2-mini: window 16 on layers 0 and 2, every position on 1
+ * and 3, attention scores and final logits soft-capped). */
+static void test_logits_gemma2(void) { check_synth("gemma2-mini", "F32", 0); }
+
 /* Mixtures of experts: qwen3moe (top-2 of 8 renormalised), qwen2moe (not
  * renormalised, plus the gated shared expert), Mixtral (a llama with
  * experts), and qwen3moe with Q4_0 experts. */
@@ -450,6 +454,7 @@ int main(void)
     TEST_RUN(test_logits_arch);
     TEST_RUN(test_logits_generated);
     TEST_RUN(test_logits_gemma3);
+    TEST_RUN(test_logits_gemma2);
     TEST_RUN(test_logits_moe);
     TEST_RUN(test_logits_phi3);
     TEST_RUN(test_quantize_as_good_as_llamacpp);
