@@ -12,7 +12,7 @@
  * llama.cpp side by side: bench/vs_llamacpp.sh.
  *
  * With --model PATH, one measurement instead (no bandwidth, no table): a
- * warm-up step, then prefill of --pp tokens and decode of --tg tokens at
+ * warm-up (time_prefill, time_decode), then prefill of --pp tokens and decode of --tg tokens at
  * --threads, the decode after --depth tokens of context (llama-bench's
  * -d), printed as one line "pp_tok_s tg_tok_s bytes_per_token" for
  * bench/vs_llamacpp.sh.
@@ -149,32 +149,48 @@ static double time_prefill(convoy_ctx *c, const convoy_model_info *info, run_bat
     return tok_s;
 }
 
+/* Seconds of n greedy steps of sequence 0 from token id at position p0,
+ * the first step not timed (it warms the pages and caches); < 0 on error. */
+static double greedy_steps(convoy_ctx *c, const convoy_model_info *info, run_batch *rb, int32_t id, int p0, int n,
+                           float *logits)
+{
+    char err[512];
+    uint8_t w = 1;
+    double t0 = 0;
+    for (int i = 0; i <= n; i++) {
+        if (i == 1)
+            t0 = cv_now_s();
+        int32_t ps = p0 + i;
+        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = rb->seq, .want = &w};
+        if (convoy_decode(c, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "bench_decode: %s\n", err);
+            return -1;
+        }
+        id = cv_argmax(logits, info->n_vocab);
+    }
+    return cv_now_s() - t0;
+}
+
 /* Tokens/s of decoding tg tokens one at a time after depth tokens of
  * context (filled untimed, n_batch at a time), as llama-bench's tg with -d:
- * a BOS, then each greedy token; the first step is not timed (it warms the
- * pages and caches). */
+ * a BOS, then each greedy token. First tg tokens from another start,
+ * untimed: convoy reads a mixture's expert when a token first chooses it,
+ * where llama.cpp's load maps them all, and this puts both in the same
+ * state (nearly every expert resident; a dense model loses nothing). */
 static double time_decode(convoy_ctx *c, const convoy_model_info *info, run_batch *rb, int n_batch, int depth, int tg,
                           float *logits)
 {
     char err[512];
+    if (tg > 0) {
+        if (greedy_steps(c, info, rb, info->bos + 1, 0, tg, logits) < 0)
+            return 0;
+        convoy_seq_free(c, 0, err, sizeof err);
+    }
     for (int p0 = 0; p0 < depth; p0 += n_batch)
         if (decode_span(c, info, rb, p0, depth - p0 < n_batch ? depth - p0 : n_batch, logits))
             return 0;
-    int32_t id = info->bos;
-    uint8_t w = 1;
-    double t0 = 0;
-    for (int i = 0; i <= tg; i++) {
-        if (i == 1)
-            t0 = cv_now_s();
-        int32_t ps = depth + i;
-        convoy_batch b = {.n_tokens = 1, .token = &id, .pos = &ps, .seq = rb->seq, .want = &w};
-        if (convoy_decode(c, &b, logits, err, sizeof err)) {
-            fprintf(stderr, "bench_decode: %s\n", err);
-            return 0;
-        }
-        id = cv_argmax(logits, info->n_vocab);
-    }
-    return tg > 0 ? tg / (cv_now_s() - t0) : 0;
+    const double s = greedy_steps(c, info, rb, info->bos, depth, tg, logits);
+    return tg > 0 && s > 0 ? tg / s : 0;
 }
 
 static speed measure(convoy_model *m, int threads, int pp, int tg, int depth)

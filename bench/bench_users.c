@@ -7,7 +7,8 @@
  * unsplit model (the baseline) and then U in --users on each target, it
  * prints per-user decode tokens/s (after the first token), aggregate
  * tokens/s (all generated tokens / wall time of the run), time to first
- * token (p50, p95), and the ratios of the aggregate to the baseline. This
+ * token (p50, p95), and the ratios of the aggregate to the baseline. Each
+ * run is timed after an untimed one with other prompts (drive, run). This
  * machine's speed drifts from minute to minute, so every measurement is
  * repeated --repeat times (default 5), each right after a run of the
  * baseline, and the table shows medians: of the figures and of the ratios
@@ -38,6 +39,7 @@
 typedef struct user {
     sv_sched *sched;
     int id, n_tokens, n_vocab;
+    int salt; /* varies the prompt: the warm-up's differ from the timed run's */
     double t_start, t_first, t_end;
     int32_t got;
 } user;
@@ -48,7 +50,7 @@ static void *user_main(void *arg)
     int32_t prompt[12];
     prompt[0] = 1;
     for (int i = 1; i < 12; i++)
-        prompt[i] = 3 + (u->id * 977 + i * 131) % (u->n_vocab - 3);
+        prompt[i] = 3 + ((u->id + u->salt) * 977 + i * 131) % (u->n_vocab - 3);
     convoy_sampling_params sp = convoy_sampling_default_params();
     sp.temp = 0;
     const sv_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = u->n_tokens, .sampler = sp,
@@ -93,6 +95,35 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* n_users users at once, each with the prompt of its id and salt; their
+ * figures into *res. Returns the tokens they got. */
+static int64_t drive(sv_sched *s, const convoy_model_info *info, int n_users, int n_tokens, int salt, result *res)
+{
+    user users[MAX_USERS];
+    pthread_t th[MAX_USERS];
+    const double t0 = cv_now_s();
+    for (int i = 0; i < n_users; i++) {
+        users[i] = (user){.sched = s, .id = i, .n_tokens = n_tokens, .n_vocab = info->n_vocab, .salt = salt};
+        pthread_create(&th[i], NULL, user_main, &users[i]);
+    }
+    for (int i = 0; i < n_users; i++)
+        pthread_join(th[i], NULL);
+    double t_end = t0, ttft[MAX_USERS], per_user = 0;
+    int64_t total = 0;
+    for (int i = 0; i < n_users; i++) {
+        t_end = users[i].t_end > t_end ? users[i].t_end : t_end;
+        ttft[i] = users[i].t_first - users[i].t_start;
+        per_user += (users[i].got - 1) / (users[i].t_end - users[i].t_first);
+        total += users[i].got;
+    }
+    qsort(ttft, (size_t)n_users, sizeof ttft[0], cmp_double);
+    res->per_user = per_user / n_users;
+    res->aggregate = (double)total / (t_end - t0);
+    res->ttft_p50 = ttft[(n_users - 1) / 2];
+    res->ttft_p95 = ttft[(int)(0.95 * (n_users - 1) + 0.5)];
+    return total;
+}
+
 /* Speculation of a run: a drafter (NULL: none) and K (0: automatic). */
 typedef struct spec_setting {
     const char *draft;
@@ -133,28 +164,12 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
         convoy_ctx_free(ctx);
         return -1;
     }
-    user users[MAX_USERS];
-    pthread_t th[MAX_USERS];
-    const double t0 = cv_now_s();
-    for (int i = 0; i < n_users; i++) {
-        users[i] = (user){.sched = s, .id = i, .n_tokens = n_tokens, .n_vocab = info.n_vocab};
-        pthread_create(&th[i], NULL, user_main, &users[i]);
-    }
-    for (int i = 0; i < n_users; i++)
-        pthread_join(th[i], NULL);
-    double t_end = t0, ttft[MAX_USERS], per_user = 0;
-    int64_t total = 0;
-    for (int i = 0; i < n_users; i++) {
-        t_end = users[i].t_end > t_end ? users[i].t_end : t_end;
-        ttft[i] = users[i].t_first - users[i].t_start;
-        per_user += (users[i].got - 1) / (users[i].t_end - users[i].t_first);
-        total += users[i].got;
-    }
-    qsort(ttft, (size_t)n_users, sizeof ttft[0], cmp_double);
-    res->per_user = per_user / n_users;
-    res->aggregate = (double)total / (t_end - t0);
-    res->ttft_p50 = ttft[(n_users - 1) / 2];
-    res->ttft_p95 = ttft[(int)(0.95 * (n_users - 1) + 0.5)];
+    /* an untimed pass first, with other prompts, as llama-bench warms up:
+     * a mixture's experts are read when first chosen (llama.cpp's load
+     * maps them all), and the drafter's statistics settle */
+    result warm;
+    drive(s, &info, n_users, n_tokens, 1000, &warm);
+    const int64_t total = drive(s, &info, n_users, n_tokens, 0, res);
     sv_sched_free(s);
     convoy_spec_free(spec);
     convoy_ctx_free(ctx);

@@ -142,6 +142,10 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
     info->bos = m->vocab.bos;
     info->eos = m->vocab.eos;
     info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, CV_EMBD_ROW);
+    /* a token reads n_expert_used of each layer's n_expert experts */
+    for (int32_t l = 0; hp->n_expert > 0 && l < hp->n_layer; l++)
+        info->bytes_per_token -= cv_llama_layer_expert_bytes(&m->meta, l) / (uint64_t)hp->n_expert *
+                                 (uint64_t)(hp->n_expert - hp->n_expert_used);
 }
 
 static_assert(CONVOY_MODEL_ID_BYTES == CV_HASH_BYTES, "convoy.h states the model id's size");
