@@ -28,12 +28,6 @@ struct cv_experts {
 
 static size_t aligned64(size_t n) { return (n + 63) / 64 * 64; }
 
-/* Expert e's rows of a stacked matrix, in the file mapping. */
-static size_t expert_bytes(const cv_weight *stack, int32_t n_expert)
-{
-    return cv_row_bytes(stack->type, stack->n_in) * (size_t)(stack->n_out / n_expert);
-}
-
 int32_t cv_experts_min_slots(const cv_llama *m, int32_t n_batch)
 {
     const int64_t chosen = (int64_t)n_batch * m->hp.n_expert_used;
@@ -117,15 +111,14 @@ static int read_rows(cv_experts *x, const cv_weight *stack, int32_t e, uint8_t *
 static int fill(cv_experts *x, int32_t s, int32_t l, int32_t e, char *err, size_t errlen)
 {
     const cv_llama_layer *L = &x->m->layers[l];
-    const int32_t n = x->m->hp.n_expert;
     uint8_t *at = x->slots + (size_t)s * x->slot_bytes;
     cv_expert *h = &x->held[s];
     if (read_rows(x, &L->gate_exps, e, at, &h->gate, err, errlen))
         return -1;
-    at += aligned64(expert_bytes(&L->gate_exps, n));
+    at += aligned64(cv_weight_bytes(&h->gate));
     if (read_rows(x, &L->up_exps, e, at, &h->up, err, errlen))
         return -1;
-    at += aligned64(expert_bytes(&L->up_exps, n));
+    at += aligned64(cv_weight_bytes(&h->up));
     return read_rows(x, &L->down_exps, e, at, &h->down, err, errlen);
 }
 

@@ -375,14 +375,14 @@ static cv_weight *layer_matrix(cv_llama_layer *L, int i)
 /* Bytes a matrix takes in the resident block: 64-byte aligned starts. */
 static size_t resident_size(const cv_weight *w)
 {
-    const size_t n = w->data ? cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out : 0;
+    const size_t n = w->data ? cv_weight_bytes(w) : 0;
     return (n + 63) / 64 * 64;
 }
 
 int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, void *dst, cv_weight *out, char *err,
                          size_t errlen)
 {
-    const size_t n = cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
+    const size_t n = cv_weight_bytes(w);
     /* products of 2-8 tokens (batched decode) share each load of 8 rows */
     const bool interleave = cv_interleave_supported(w->type, w->n_in, w->n_out);
     if (read_tensor(m, w->data, n, interleave && staging ? staging : dst, err, errlen))

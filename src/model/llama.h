@@ -94,8 +94,15 @@ typedef struct cv_weight {
     bool interleaved; /* rows in groups of 8, cv_interleave's layout (kernels.h) */
 } cv_weight;
 
+/* The bytes of w's rows. */
+static inline size_t cv_weight_bytes(const cv_weight *w)
+{
+    return cv_row_bytes(w->type, w->n_in) * (size_t)w->n_out;
+}
+
 /* Expert e of a stacked expert tensor [n_in, rows, n_expert], bound as one
- * matrix of n_expert * rows rows: its rows [e * rows, (e + 1) * rows). */
+ * matrix of n_expert * rows rows: its rows [e * rows, (e + 1) * rows). A
+ * stack stays in the file mapping as the file holds it: never interleaved. */
 static inline cv_weight cv_llama_expert(const cv_weight *stack, int32_t n_expert, int32_t e)
 {
     const int32_t rows = stack->n_out / n_expert;
@@ -103,7 +110,7 @@ static inline cv_weight cv_llama_expert(const cv_weight *stack, int32_t n_expert
                        .data = (const uint8_t *)stack->data + (size_t)e * rows * cv_row_bytes(stack->type, stack->n_in),
                        .n_in = stack->n_in,
                        .n_out = rows,
-                       .interleaved = stack->interleaved};
+                       .interleaved = false};
 }
 
 /* A phi3 layer's fused attn_qkv (Q, K, V rows) and ffn_up (gate rows, then
