@@ -135,3 +135,19 @@ start_local_stage() {
         sleep 0.05
     done
 }
+
+# start_host_stage CLUSTER HOST CONVOY LOG ARGS...: `convoy stage` in test
+# host HOST of scripts/cluster.sh (CLUSTER), on its address, port 7000,
+# with ARGS (-m MODEL, ...), its stderr appended to LOG; sets stage_pid (the
+# stage itself: cluster.sh and ip netns exec both exec) and returns once
+# the stage listens (at most 5 s).
+start_host_stage() {
+    local cluster="$1" host="$2" convoy="$3" log="$4"
+    shift 4
+    bash "$cluster" run "$host" "$convoy" stage --listen "10.77.0.$((host + 1)):7000" --insecure "$@" 2>>"$log" &
+    stage_pid=$!
+    for _ in $(seq 100); do
+        grep -q " on port 7000," "$log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+}

@@ -2,7 +2,8 @@
 # test_moe_paging.sh: a mixture of experts larger than its stages' --mem
 # runs paged, exactly. A synthetic qwen3moe (convoy synth's qwen3moe-mini
 # with 64 experts, 2 chosen per token, 6 layers, Q4_0) is split over 3
-# `convoy stage` processes on loopback, first without a budget (every
+# `convoy stage` processes on 3 test hosts (network namespaces,
+# scripts/cluster.sh; the head on a fourth), first without a budget (every
 # expert of a stage's layers gets a slot), then each with a --mem that
 # leaves its expert cache 24 slots for the 128 experts of its two layers:
 # the plan and each stage say the experts are paged, experts are evicted
@@ -10,16 +11,23 @@
 # bit-identical to one machine's and the greedy continuation is the same,
 # and no stage's peak resident memory (VmHWM) passes its --mem.
 #
+# Needs root and `ip netns`: otherwise it skips (fails under CI=true).
+#
 # Usage (CTest passes these): test_moe_paging.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
 convoy="${1:?usage: test_moe_paging.sh PATH/TO/convoy SOURCE_DIR}"
 src="${2:?usage: test_moe_paging.sh PATH/TO/convoy SOURCE_DIR}"
+cluster="$src/scripts/cluster.sh"
+export CONVOY_CLUSTER_PREFIX=cvm
 . "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
+command -v python3 >/dev/null || skip "python3 is needed to write the tokens"
+[[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
+    skip "test_moe_paging needs root and ip netns"
 
 tmp="$(mktemp -d)"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash "$cluster" down; rm -rf "$tmp"' EXIT
+bash "$cluster" up 4 >/dev/null || { echo "FAIL cluster.sh up 4"; exit 1; }
 model="$tmp/moe.gguf"
 "$convoy" synth --shape qwen3moe-mini --experts 64 --layers 6 --type Q4_0 -o "$model" >/dev/null ||
     { echo "FAIL synth"; exit 1; }
@@ -30,27 +38,26 @@ prompt="Once upon a time"
 one="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids 2>"$tmp/err")" ||
     { echo "FAIL one machine's run: $(cat "$tmp/err")"; exit 1; }
 
-# run_chain KB...: three stages, stage I with --mem of the Ith KB KiB (0:
+# run_chain KB...: three stages, stage I on host I with --mem of the Ith KB KiB (0:
 # none), the eval and the greedy run through them (--batch 4: a batch
 # chooses at most 8 experts of a layer); the stages' logs in
 # $tmp/stageI.log, the head's in $tmp/head.log, their peaks in hwm.
 run_chain() {
-    local i p mem
+    local i mem
     pids=()
     nodes=""
     for i in 1 2 3; do
-        p="$(free_port)"
         : >"$tmp/stage$i.log"
         mem=()
         [[ "${!i}" -gt 0 ]] && mem=(--mem "$((${!i} * 1024))")
-        start_local_stage "$convoy" "$tmp/stage$i.log" "$p" -m "$model" "${mem[@]}"
+        start_host_stage "$cluster" "$i" "$convoy" "$tmp/stage$i.log" -m "$model" "${mem[@]}"
         pids+=("$stage_pid")
-        nodes="${nodes:+$nodes,}127.0.0.1:$p"
+        nodes="${nodes:+$nodes,}10.77.0.$((i + 1)):7000"
     done
-    "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/got.f32" --batch 4 --nodes "$nodes" \
-        --split 2,2,2 2>"$tmp/head.log"
-    chain_ids="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids --batch 4 --ctx 64 \
-        --nodes "$nodes" --split 2,2,2 2>>"$tmp/head.log")"
+    bash "$cluster" run 0 "$convoy" eval --insecure -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/got.f32" \
+        --batch 4 --nodes "$nodes" --split 2,2,2 2>"$tmp/head.log"
+    chain_ids="$(bash "$cluster" run 0 "$convoy" run --insecure -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos \
+        --ids --batch 4 --ctx 64 --nodes "$nodes" --split 2,2,2 2>>"$tmp/head.log")"
     hwm=()
     for i in 1 2 3; do
         hwm+=("$(awk '/VmHWM/ {print $2}' "/proc/${pids[$((i - 1))]}/status")")
