@@ -115,6 +115,23 @@ static void test_q5_k_m_16_layers_types(void)
         check_mix(path, "Q4_K_M", 15, q6);
 }
 
+/* phi3's fused attn_qkv one step up, as llama_tensor_get_type does. */
+static void test_fused_qkv_types(void)
+{
+    static const struct {
+        const char *mix;
+        cv_type want;
+    } cases[] = {{"Q2_K", CV_TYPE_Q2_K},   {"Q3_K_S", CV_TYPE_Q3_K}, {"Q3_K_M", CV_TYPE_Q4_K},
+                 {"Q3_K_L", CV_TYPE_Q4_K}, {"Q4_K_M", CV_TYPE_Q5_K}, {"Q5_K_M", CV_TYPE_Q6_K}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cv_quantize_params qp = {.output_type = CV_TYPE_COUNT};
+        CHECK(cv_quant_parse_type(cases[i].mix, &qp.type, &qp.mix) == 0);
+        const cv_type got = cv_quant_policy_type(&qp, "blk.3.attn_qkv.weight", 3, 32);
+        CHECKF(got == cases[i].want, "%s: attn_qkv is %s, llama.cpp's %s", cases[i].mix, cv_type_name(got),
+               cv_type_name(cases[i].want));
+    }
+}
+
 static int go_on(void *user, int32_t id)
 {
     (void)user;
@@ -209,6 +226,7 @@ int main(void)
     TEST_RUN(test_fit_type_fallbacks);
     TEST_RUN(test_q4_k_m_mini_types);
     TEST_RUN(test_q5_k_m_16_layers_types);
+    TEST_RUN(test_fused_qkv_types);
     TEST_RUN(test_q4_k_m_runs);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -184,6 +184,18 @@ static cv_type mix_attn_output(const cv_quantize_params *p)
     }
 }
 
+/* A fused Q/K/V matrix (phi3's attn_qkv) one step up in the K mixes. */
+static cv_type mix_attn_qkv(const cv_quantize_params *p)
+{
+    switch (p->mix) {
+    case CV_MIX_Q3_K_M:
+    case CV_MIX_Q3_K_L: return CV_TYPE_Q4_K;
+    case CV_MIX_Q4_K_M: return CV_TYPE_Q5_K;
+    case CV_MIX_Q5_K_M: return CV_TYPE_Q6_K;
+    default: return p->type;
+    }
+}
+
 cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int layer, int n_layer)
 {
     if (!strcmp(name, "output.weight"))
@@ -198,6 +210,8 @@ cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int 
         return CV_TYPE_Q8_0;
     if (ends_with(name, "attn_output.weight"))
         return mix_attn_output(p);
+    if (ends_with(name, "attn_qkv.weight"))
+        return mix_attn_qkv(p);
     return p->type;
 }
 

@@ -79,7 +79,8 @@ bool cv_quant_can_write(cv_type t);
  * - Q3_K_L: attn_v, ffn_down and attn_output Q5_K;
  * - Q4_K_M, Q5_K_M: attn_v and ffn_down Q6_K in the layers llama.cpp's
  *   use_more_bits picks (the first and last eighth, every third between).
- * "ffn_down" covers a mixture of experts' ffn_down_exps and
+ * A fused attn_qkv (phi3) is Q4_K in Q3_K_M and Q3_K_L, Q5_K in Q4_K_M,
+ * Q6_K in Q5_K_M. "ffn_down" covers a mixture of experts' ffn_down_exps and
  * ffn_down_shexp (by their layer). And as llama.cpp does for a model of
  * exactly 8 experts (Mixtral), in every mix attn_v and attn_k are Q8_0,
  * and attn_output is Q5_K in Q2_K, Q3_K_S, Q3_K_M and Q4_K_M, else the
