@@ -13,13 +13,15 @@
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
  * So do the synthetic Gemma 3's, Gemma 2's, Phi-3's and mixtures of
- * experts' (test_logits_gemma3, _gemma2, _phi3, _moe). */
+ * experts' (test_logits_gemma3, _gemma2, _phi3, _moe), and their files'
+ * tokenizations (test_tokens_arch). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "convoy.h"
 #include "test.h"
 
 static float *read_f32(const char *path, size_t n)
@@ -389,6 +391,103 @@ static void test_logits_phi3(void)
     check_synth_run("phi3-mini", "F32", 0, "-short", "--ctx 256", "--ctx 256");
 }
 
+/* The texts of llama.cpp's SPM test vectors (ggml-vocab-llama-spm.gguf.inp)
+ * that fit on one line, and a few more, one per line into path; 0 or -1. */
+static int write_token_lines(const char *inp_path, const char *path)
+{
+    static const char *const ours[] = {"Hello World", " leading space", "double  space and trailing ",
+                                       "tabs\tinside", "\xc3\xbcmlauts \xc3\xbcnd \xc3\x9f",
+                                       "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", "emoji \xf0\x9f\xa6\x99 llama",
+                                       "<s> looks special </s>", "12345 67.89"};
+    FILE *in = fopen(inp_path, "rb"), *out = fopen(path, "w");
+    char *all = NULL;
+    size_t n = 0;
+    if (in && out) {
+        all = malloc(1 << 20);
+        n = all ? fread(all, 1, (1 << 20) - 1, in) : 0;
+    }
+    int rc = all && n > 0 ? 0 : -1;
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    for (char *at = all; rc == 0 && at < all + n;) {
+        all[n] = 0;
+        char *end = strstr(at, sep);
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        if (len > 0 && !memchr(at, '\n', len) && !memchr(at, '\r', len))
+            fprintf(out, "%.*s\n", (int)len, at);
+        at += len + (end ? sizeof sep - 1 : 0);
+    }
+    for (size_t i = 0; rc == 0 && i < sizeof ours / sizeof ours[0]; i++)
+        fprintf(out, "%s\n", ours[i]);
+    free(all);
+    if (in)
+        fclose(in);
+    if (out && fclose(out))
+        rc = -1;
+    return rc;
+}
+
+/* Whether convoy's ids of text (add_special as given) are want's. */
+static int same_ids(const convoy_model *m, const char *text, bool add_special, const json_t *want)
+{
+    int32_t ids[512];
+    const int32_t n = convoy_tokenize(m, text, strlen(text), add_special, false, ids, 512);
+    if (n < 0 || (size_t)n != json_array_size(want))
+        return 0;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] != json_integer_value(json_array_get(want, (size_t)i)))
+            return 0;
+    return 1;
+}
+
+/* convoy's tokenizations of each line against llama.cpp's (llama-ref
+ * tokenize) of the file of SHAPE, with and without BOS. */
+static void check_tokens(const char *llama_ref, const char *shape, const char *lines)
+{
+    char model[512], out[512], cmd[4096], err[512];
+    snprintf(model, sizeof model, "%s/tok-%s.gguf", CONVOY_BINARY_DIR, shape);
+    snprintf(out, sizeof out, "%s/tok-%s.jsonl", CONVOY_BINARY_DIR, shape);
+    snprintf(cmd, sizeof cmd, "'%s/convoy' synth --shape %s --type F32 -o '%s' >/dev/null && '%s' tokenize '%s' <'%s' >'%s' 2>/dev/null",
+             CONVOY_BINARY_DIR, shape, model, llama_ref, model, lines, out);
+    CHECKF(system(cmd) == 0, "%s: synth or llama-ref tokenize failed", shape);
+    convoy_model *m = convoy_model_load(model, err, sizeof err);
+    CHECKF(m, "%s", err);
+    FILE *f = fopen(out, "r");
+    char line[8192];
+    int n_lines = 0, n_same = 0;
+    while (m && f && fgets(line, sizeof line, f)) {
+        json_t *ref = json_loads(line, 0, NULL);
+        const char *text = json_string_value(json_object_get(ref, "text"));
+        const int same = text && same_ids(m, text, true, json_object_get(ref, "ids_special")) &&
+                         same_ids(m, text, false, json_object_get(ref, "ids_plain"));
+        CHECKF(same, "%s: convoy's tokens of '%s' differ from llama.cpp's", shape, text ? text : line);
+        n_same += same;
+        n_lines++;
+        json_decref(ref);
+    }
+    fprintf(stderr, "  %-14s tokens: %d of %d lines as llama.cpp's, with and without BOS\n", shape, n_same, n_lines);
+    CHECKF(n_lines > 20, "%s: %d lines of llama.cpp's tokenizations", shape, n_lines);
+    if (f)
+        fclose(f);
+    convoy_model_free(m);
+}
+
+/* The tokenizer each new architecture's synthetic file declares, against
+ * llama.cpp's reading of the same file: SentencePiece for all of them,
+ * without the space prefix for the Gemmas (as Gemma's files say). */
+static void test_tokens_arch(void)
+{
+    char llama_ref[512], inp[512], lines[512];
+    if (!test_shared_path(llama_ref, sizeof llama_ref, "tools/llama.cpp/bin/llama-ref") ||
+        !test_shared_path(inp, sizeof inp, "reference/vocab/ggml-vocab-llama-spm.gguf.inp"))
+        return;
+    snprintf(lines, sizeof lines, "%s/tok-lines.txt", CONVOY_BINARY_DIR);
+    CHECKF(write_token_lines(inp, lines) == 0, "cannot write %s", lines);
+    static const char *const shapes[] = {"gemma2-mini", "gemma3-mini", "phi3-mini", "qwen3moe-mini", "qwen2moe-mini",
+                                         "mixtral-mini"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_tokens(llama_ref, shapes[i], lines);
+}
+
 static double rms_delta(const float *a, const float *b, size_t n)
 {
     double sum = 0;
@@ -457,6 +556,7 @@ int main(void)
     TEST_RUN(test_logits_gemma2);
     TEST_RUN(test_logits_moe);
     TEST_RUN(test_logits_phi3);
+    TEST_RUN(test_tokens_arch);
     TEST_RUN(test_quantize_as_good_as_llamacpp);
     return test_summary();
 }

@@ -612,7 +612,9 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
 #undef KEY
 }
 
-static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml, int n_tail)
+/* The synthetic SentencePiece vocabulary; a Gemma's without the space in
+ * front of the text, as Gemma's files say. */
+static void set_vocab(gguf_writer *w, const cv_synth_params *p, const vocab_build *v, int n_tail)
 {
     gguf_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
@@ -623,7 +625,9 @@ static void set_vocab(gguf_writer *w, const vocab_build *v, bool chatml, int n_t
     gguf_set_u32(w, "tokenizer.ggml.eos_token_id", n_tail ? (uint32_t)(v->n - 1) : 2);
     gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (chatml)
+    if (is_gemma(p))
+        gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    if (p->chatml)
         gguf_set_str(w, "tokenizer.chat_template", chatml_template);
 }
 
@@ -657,7 +661,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     const int n_tail = tail_tokens(p, tail);
     vocab_fill(&v, tail, n_tail);
     set_hparams(w, p);
-    set_vocab(w, &v, p->chatml, n_tail);
+    set_vocab(w, p, &v, n_tail);
 
     n_tensors = tensor_list(p, tensors);
     const synth_run run = {.p = p, .tensors = tensors, .n_tensors = n_tensors, .pool = pool, .scratch = scratch,
