@@ -527,7 +527,7 @@ static void test_synthetic(void)
     CHECK(load_synth(&bad, &v, err, sizeof(err)) == -1 && strstr(err, "tokenizer.ggml.merges"));
     bad = s;
     bad.pre = "falcon";
-    CHECK(load_synth(&bad, &v, err, sizeof(err)) == -1 && strstr(err, "'falcon'") && strstr(err, "qwen2"));
+    CHECK(load_synth(&bad, &v, err, sizeof(err)) == -1 && strstr(err, "'falcon'") && strstr(err, "gpt-4o"));
 
     if (load_synth(&s, &v, err, sizeof(err)) != 0)
         return;
@@ -548,8 +548,9 @@ static void test_synthetic(void)
     cv_vocab_free(&v);
 
     /* Llama 3 takes a pre-token that is a token as is ("ignore merges");
-     * Qwen2 merges it: "b c" then no merge "a bc", so a + bc. Llama 3
-     * adds BOS by default, Qwen2 does not. */
+     * Qwen2 and GPT-4o merge it: "b c" then no merge "a bc", so a + bc.
+     * Llama 3 adds BOS by default, the others do not (llama.cpp's
+     * defaults, checked with llama-ref). */
     static const char *const l3_tokens[] = {"<|bos|>", "a", "b", "c", "ab", "bc", "abc"};
     static const int32_t l3_types[] = {CV_TOKEN_CONTROL, 1, 1, 1, 1, 1, 1};
     static const char *const l3_merges[] = {"b c", "a b"};
@@ -565,6 +566,12 @@ static void test_synthetic(void)
         return;
     CHECK(!v.add_bos);
     int32_t a_bc[] = {1, 5};
+    expect_ids(&v, "abc", true, false, a_bc, 2);
+    cv_vocab_free(&v);
+    l3.pre = "gpt-4o";
+    if (load_synth(&l3, &v, err, sizeof(err)) != 0)
+        return;
+    CHECK(!v.add_bos);
     expect_ids(&v, "abc", true, false, a_bc, 2);
     cv_vocab_free(&v);
 }

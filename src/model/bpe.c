@@ -1,4 +1,5 @@
-/* bpe.c: byte-level BPE as llama.cpp runs it for Llama 3, Qwen2/3 and GPT-2.
+/* bpe.c: byte-level BPE as llama.cpp runs it for Llama 3, Qwen2/3, GPT-2
+ * and the o200k vocabularies (gpt-oss, GPT-4o).
  *
  * Tokenizing one raw fragment (cv_bpe_tokenize):
  * 1. Decode the UTF-8 into code points (cv_utf8_decode) with their classes
@@ -11,6 +12,14 @@
  *    Qwen2:   the same with \p{N} instead of \p{N}{1,3}
  *    GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
  *             \s+(?!\S)|\s+
+ *    GPT-4o:  [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}|
+ *             ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *             where C is (?i:'s|'t|'re|'ve|'m|'ll|'d) (ASCII case only).
+ *             o200k's U is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and W
+ *             [\p{Ll}\p{Lm}\p{Lo}\p{M}]; llama.cpp runs them as "a letter
+ *             but not a-z" and "a letter but not A-Z", so every non-ASCII
+ *             letter is both and a mark is neither (it splits a word:
+ *             "x\u0303y" is "x" "\u0303y"). convoy does as llama.cpp.
  *    Every code point is a letter, a number, white space or none of these,
  *    so some alternative always matches and the pre-tokens tile the text.
  * 3. Each pre-token is re-encoded as UTF-8 and every byte is written as its
@@ -49,7 +58,7 @@
 #include "model/unicode.h"
 
 /* The pre-tokenizer split, named by tokenizer.ggml.pre (bpe.h). */
-typedef enum bpe_pre { BPE_PRE_GPT2, BPE_PRE_LLAMA3, BPE_PRE_QWEN2 } bpe_pre;
+typedef enum bpe_pre { BPE_PRE_GPT2, BPE_PRE_LLAMA3, BPE_PRE_QWEN2, BPE_PRE_GPT4O } bpe_pre;
 
 struct cv_bpe {
     bpe_pre pre;
@@ -143,6 +152,9 @@ static const struct {
     {"llama-bpe", BPE_PRE_LLAMA3}, {"llama3", BPE_PRE_LLAMA3}, {"llama-v3", BPE_PRE_LLAMA3},
     {"qwen2", BPE_PRE_QWEN2},      {"deepseek-r1-qwen", BPE_PRE_QWEN2},
     {"gpt-2", BPE_PRE_GPT2},       {"gpt2", BPE_PRE_GPT2},
+    /* llama.cpp splits all five with the same regex, without BOS or ignore-merges */
+    {"gpt-4o", BPE_PRE_GPT4O},     {"llama4", BPE_PRE_GPT4O},          {"minimax-m2", BPE_PRE_GPT4O},
+    {"kanana2", BPE_PRE_GPT4O},    {"talkie", BPE_PRE_GPT4O},
 };
 
 static int read_pre(cv_bpe *b, const gguf_file *f, char *err, size_t errlen)
@@ -160,7 +172,8 @@ static int read_pre(cv_bpe *b, const gguf_file *f, char *err, size_t errlen)
         }
     }
     return cv_errf(err, errlen,
-                   "%s: unsupported BPE pre-tokenizer '%.*s' (tokenizer.ggml.pre; supported: llama-bpe, qwen2, gpt-2)",
+                   "%s: unsupported BPE pre-tokenizer '%.*s' "
+                   "(tokenizer.ggml.pre; supported: llama-bpe, qwen2, gpt-2, gpt-4o)",
                    f->name, (int)(name.len > 64 ? 64 : name.len), name.ptr);
 }
 
@@ -296,7 +309,7 @@ static uint32_t ascii_lower(uint32_t c)
 /* 's|'t|'re|'ve|'m|'ll|'d at p (ASCII case-insensitive if fold): end or 0. */
 static size_t match_contraction(const text_cps *t, size_t p, bool fold)
 {
-    if (t->cp[p] != '\'' || p + 1 >= t->n)
+    if (p + 1 >= t->n || t->cp[p] != '\'')
         return 0;
     uint32_t c1 = fold ? ascii_lower(t->cp[p + 1]) : t->cp[p + 1];
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
@@ -322,34 +335,29 @@ static size_t match_spaces(const text_cps *t, size_t p)
     return r;
 }
 
-/* End of the pre-token starting at p, Llama 3 / Qwen2 regex. */
-static size_t next_llama3(const text_cps *t, size_t p, size_t max_digits)
+/* Start of the letters after [^\r\n\p{L}\p{N}]? at p: p or p + 1. */
+static size_t skip_word_prefix(const text_cps *t, size_t p)
 {
-    size_t q = match_contraction(t, p, true);
-    if (q)
-        return q;
-    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-    q = p;
-    if (!is_letter(t, q) && !is_number(t, q) && !is_cr_lf(t, q) && is_letter(t, q + 1))
-        q++;
-    if (is_letter(t, q)) {
-        while (is_letter(t, q))
-            q++;
-        return q;
-    }
-    /* \p{N}{1,max} */
+    return p + (!is_letter(t, p) && !is_number(t, p) && !is_cr_lf(t, p) && is_letter(t, p + 1));
+}
+
+/* \p{N}{1,max}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ at p:
+ * the end. With slash, '/' may follow the run as CR and LF do (GPT-4o's
+ * [\r\n/]*). */
+static size_t next_nonword(const text_cps *t, size_t p, size_t max_digits, bool slash)
+{
+    size_t q;
     if (is_number(t, p)) {
         q = p + 1;
         while (q - p < max_digits && is_number(t, q))
             q++;
         return q;
     }
-    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
     q = p + (t->cp[p] == ' ' && is_other(t, p + 1));
     if (is_other(t, q)) {
         while (is_other(t, q))
             q++;
-        while (is_cr_lf(t, q))
+        while (is_cr_lf(t, q) || (slash && q < t->n && t->cp[q] == '/'))
             q++;
         return q;
     }
@@ -361,6 +369,67 @@ static size_t next_llama3(const text_cps *t, size_t p, size_t max_digits)
     if (last_crlf)
         return last_crlf;
     return match_spaces(t, p);
+}
+
+/* End of the pre-token starting at p, Llama 3 / Qwen2 regex. */
+static size_t next_llama3(const text_cps *t, size_t p, size_t max_digits)
+{
+    size_t q = match_contraction(t, p, true);
+    if (q)
+        return q;
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    q = skip_word_prefix(t, p);
+    if (is_letter(t, q)) {
+        while (is_letter(t, q))
+            q++;
+        return q;
+    }
+    return next_nonword(t, p, max_digits, false);
+}
+
+/* GPT-4o's U and W as llama.cpp reads them (design comment). */
+static bool is_upper(const text_cps *t, size_t i)
+{
+    return is_letter(t, i) && !(t->cp[i] >= 'a' && t->cp[i] <= 'z');
+}
+
+static bool is_lower(const text_cps *t, size_t i)
+{
+    return is_letter(t, i) && !(t->cp[i] >= 'A' && t->cp[i] <= 'Z');
+}
+
+/* [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C? at p: end or 0. The
+ * first alternative takes the U run and the W run after it; when no W
+ * follows, U* gives back letters up to the last one that is also W (a
+ * non-ASCII letter), which W+ then takes alone. With no such letter the
+ * second alternative takes the whole U run. */
+static size_t match_cased_word(const text_cps *t, size_t p)
+{
+    size_t q = skip_word_prefix(t, p);
+    if (!is_letter(t, q))
+        return 0;
+    size_t end = q;
+    while (is_upper(t, end))
+        end++;
+    if (is_lower(t, end)) {
+        while (is_lower(t, end))
+            end++;
+    } else {
+        for (size_t k = end; k > q; k--)
+            if (is_lower(t, k - 1)) {
+                end = k;
+                break;
+            }
+    }
+    size_t c = match_contraction(t, end, true);
+    return c ? c : end;
+}
+
+/* End of the pre-token starting at p, GPT-4o (o200k) regex. */
+static size_t next_gpt4o(const text_cps *t, size_t p)
+{
+    size_t q = match_cased_word(t, p);
+    return q ? q : next_nonword(t, p, 3, true);
 }
 
 /* End of the pre-token starting at p, GPT-2 regex. */
@@ -380,6 +449,22 @@ static size_t next_gpt2(const text_cps *t, size_t p)
         return q;
     }
     return match_spaces(t, p);
+}
+
+/* End of the pre-token starting at p (< t->n) in the split of pre. */
+static size_t next_pretoken(bpe_pre pre, const text_cps *t, size_t p)
+{
+    switch (pre) {
+    case BPE_PRE_GPT2:
+        return next_gpt2(t, p);
+    case BPE_PRE_LLAMA3:
+        return next_llama3(t, p, 3);
+    case BPE_PRE_QWEN2:
+        return next_llama3(t, p, 1);
+    case BPE_PRE_GPT4O:
+        return next_gpt4o(t, p);
+    }
+    return t->n;
 }
 
 /* ---- BPE over one pre-token ---- */
@@ -527,7 +612,7 @@ int cv_bpe_tokenize(const cv_bpe *b, const cv_bpe_lookup *tokens, const char *te
     }
     text_cps t = {cp, cls, n};
     for (size_t p = 0; p < n && !s.oom;) {
-        size_t end = b->pre == BPE_PRE_GPT2 ? next_gpt2(&t, p) : next_llama3(&t, p, b->pre == BPE_PRE_LLAMA3 ? 3 : 1);
+        size_t end = next_pretoken(b->pre, &t, p);
         bpe_word(b, &s, cp + p, end - p);
         p = end;
     }

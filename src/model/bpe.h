@@ -11,6 +11,8 @@
  *   "llama-bpe" / "llama3" / "llama-v3"   Llama 3
  *   "qwen2" / "deepseek-r1-qwen"          Qwen2 and Qwen3
  *   "gpt-2" / "gpt2" / key absent         GPT-2
+ *   "gpt-4o" / "llama4" / "minimax-m2" /  o200k (gpt-oss, GPT-4o, Llama 4)
+ *   "kanana2" / "talkie"
  * Any other name is an error that names the supported ones. Llama 3 also
  * turns on "ignore merges" (a whole pre-token that is a token is taken as
  * is) and adds BOS by default, as llama.cpp does; cv_bpe_adds_bos says so.

@@ -3,7 +3,8 @@
  * Contract: cv_vocab_load reads tokenizer.ggml.model ("llama" = SentencePiece
  * with scores and byte fallback; "gpt2" = byte-level BPE with
  * tokenizer.ggml.merges and the pre-tokenizer named by tokenizer.ggml.pre:
- * llama-bpe (Llama 3), qwen2 (Qwen2/3), gpt-2 (also when absent); see
+ * llama-bpe (Llama 3), qwen2 (Qwen2/3), gpt-2 (also when absent), gpt-4o
+ * (o200k: gpt-oss); see
  * bpe.h), tokens, scores, token_type, bos/eos/unk/pad ids, add_bos_token /
  * add_eos_token (defaults as llama.cpp: SPM adds BOS, BPE adds it only for
  * llama-bpe; neither adds EOS) and add_space_prefix (default true for SPM;
