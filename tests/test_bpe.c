@@ -14,6 +14,11 @@
  *   parse_special false): llama-bpe with the Llama 3 vocabulary, qwen2
  *   with Qwen3's (Qwen2 and Qwen3 share vocabulary and merges; Qwen3 only
  *   adds tokens after them), gpt-2 with GPT-2's;
+ * - gpt-4o (o200k) against llama.cpp itself: llama-ref tokenize (in
+ *   ../shared/tools; skipped without it, failed under CI=true) on a
+ *   vocabulary written here in which every pre-token of the strings is a
+ *   token, so the ids show the split; the strings are the vectors' and
+ *   gpt4o_cases, with and without BOS; the aliases split the same;
  * - the corpus: convoy's ids (parse_special true, as the JavaScript
  *   tokenizers split out every added token) equal the JavaScript ids for
  *   all three vocabularies (Qwen: of the NFC form, see the oracle);
@@ -207,38 +212,71 @@ static char *pieces_all(const cv_vocab *v, const int32_t *ids, int n, size_t *le
 
 /* ---- llama.cpp's vectors ---- */
 
+typedef struct span {
+    const char *p;
+    size_t n;
+} span;
+
+/* The strings of a .inp file (each ends with the separator line), at most
+ * cap of them; -1 when the file is cut short. */
+static int split_vectors(const char *inp, size_t len, span *out, int cap)
+{
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    const size_t sep_len = sizeof(sep) - 1;
+    int n = 0;
+    for (const char *s = inp, *end = inp + len; s < end && n < cap;) {
+        const char *next = NULL;
+        for (const char *p = s; p + sep_len <= end && !next; p++)
+            if (memcmp(p, sep, sep_len) == 0)
+                next = p;
+        if (!next)
+            return -1;
+        out[n++] = (span){s, (size_t)(next - s)};
+        s = next + sep_len;
+    }
+    return n;
+}
+
+/* Reads llama.cpp's test vector strings into strs (pointers into the
+ * returned buffer, which the caller frees); NULL when skipped or failed. */
+static char *read_vectors(const char *name, span *strs, int cap, int *n)
+{
+    char rel[256], path[1024];
+    snprintf(rel, sizeof(rel), "reference/vocab/ggml-vocab-%s.gguf.inp", name);
+    if (!test_shared_path(path, sizeof(path), rel))
+        return NULL;
+    size_t len;
+    char *inp = test_read_file(path, &len);
+    CHECK(inp != NULL);
+    *n = inp ? split_vectors(inp, len, strs, cap) : -1;
+    CHECKF(*n == 46, "%s: %d strings, expected 46", name, *n);
+    if (*n != 46) {
+        free(inp);
+        return NULL;
+    }
+    return inp;
+}
+
 static void check_vectors(int which, const char *name)
 {
     NEED(setup(), "npm packages or node unavailable: cannot build the %s vocabulary", vocab_names[which]);
-    char inp_rel[256], out_rel[256], inp_path[1024], out_path[1024];
-    snprintf(inp_rel, sizeof(inp_rel), "reference/vocab/ggml-vocab-%s.gguf.inp", name);
+    char out_rel[256], out_path[1024];
     snprintf(out_rel, sizeof(out_rel), "reference/vocab/ggml-vocab-%s.gguf.out", name);
-    if (!test_shared_path(inp_path, sizeof(inp_path), inp_rel) ||
-        !test_shared_path(out_path, sizeof(out_path), out_rel))
+    span strs[64];
+    int n_strings;
+    if (!test_shared_path(out_path, sizeof(out_path), out_rel))
         return;
-    size_t inp_len, out_len;
-    char *inp = test_read_file(inp_path, &inp_len), *out = test_read_file(out_path, &out_len);
-    CHECK(inp && out);
+    char *inp = read_vectors(name, strs, 64, &n_strings), *out = test_read_file(out_path, NULL);
+    CHECK(out != NULL);
     if (!inp || !out) {
         free(inp);
         free(out);
         return;
     }
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    const size_t sep_len = sizeof(sep) - 1;
     const cv_vocab *v = &vocabs[which];
-    int n_strings = 0, n_equal = 0;
-    char *line = out, *s = inp, *end = inp + inp_len;
-    while (s < end) {
-        char *next = NULL;
-        for (char *p = s; p + sep_len <= end; p++)
-            if (memcmp(p, sep, sep_len) == 0) {
-                next = p;
-                break;
-            }
-        CHECK(next != NULL);
-        if (!next)
-            break;
+    int n_equal = 0;
+    char *line = out;
+    for (int i = 0; i < n_strings; i++) {
         char *nl = strchr(line, '\n');
         CHECK(nl != NULL);
         if (!nl)
@@ -255,21 +293,18 @@ static void check_vectors(int which, const char *name)
             q = e;
         }
         int n;
-        int32_t *ids = tok_tokenize(v, s, (size_t)(next - s), false, false, &n);
+        int32_t *ids = tok_tokenize(v, strs[i].p, strs[i].n, false, false, &n);
         bool eq = n == n_want && (n == 0 || memcmp(ids, want, sizeof(int32_t) * (size_t)n) == 0);
         n_equal += eq;
-        CHECKF(eq, "%s: string %d differs from llama.cpp", name, n_strings);
+        CHECKF(eq, "%s: string %d differs from llama.cpp", name, i);
         if (!eq) {
-            print_text("text", s, (size_t)(next - s));
+            print_text("text", strs[i].p, strs[i].n);
             print_ids("convoy", ids, n);
             print_ids("llama.cpp", want, n_want);
         }
         free(ids);
-        n_strings++;
-        s = next + sep_len;
         line = nl + 1;
     }
-    CHECKF(n_strings == 46, "%s: %d strings, expected 46", name, n_strings);
     printf("ggml-vocab-%s: %d/%d strings equal llama.cpp's ids\n", name, n_equal, n_strings);
     free(inp);
     free(out);
@@ -288,6 +323,300 @@ static void test_vectors_qwen2(void)
 static void test_vectors_gpt2(void)
 {
     check_vectors(V_GPT2, "gpt-2");
+}
+
+/* ---- gpt-4o (o200k) against llama.cpp ---- */
+
+/* Strings beside llama.cpp's vectors for the o200k split: contractions,
+ * case changes, digit groups, scripts without case, emoji, marks, white
+ * space runs and line ends. */
+static const char *const gpt4o_cases[] = {
+    "ÀBC x\u0303y HELLOworld", /* the split check_gpt4o_split expects */
+    "I'm you're we've they'll she'd it's don't I'M YOU'RE WE'VE THEY'LL SHE'D IT'S DON'T",
+    "'s't're've'm'll'd word'll'd WORD'LL'd ÀB's 12's !'s it's's ''s 'S 'Re",
+    "camelCaseWord parseHTTPResponse XMLHttpRequest getURLForID iPhone McDonald's",
+    "ALLCAPS then lower, HELLOworld helloWORLD HeLLo hELLO Hello's HELLO'S hello'Ll",
+    "ÀBC ÀBc àBC ABÀ AbÀ aÀB ǅungla ǄUNGLA Dž ʰʲ ʰa Aʰ ª Σς ΣΣ ПРИВЕТмир straße STRASSE",
+    "1 12 123 1234 12345 123456 1234567 3.14159 1,000,000 v1.2.3 x86_64 2024-01-01 ٣٤٥٦ ½⅓",
+    "汉字测试 中文Chinese混合text 日本語のテキスト 한국어 텍스트",
+    "emoji 🦙🦙 😀😃😄 👍🏽 👨‍👩‍👧 ❤️ 🇺🇸 a🦙b 🦙abc",
+    "x\u0303y e\u0301 \u0301a हिन्दी भाषा العَرَبِيَّة ไทย naïve",
+    "tabs\tand\t\tmore   three    four\t mixed \t a\xc2\xa0" "b\xc2\xa0\xc2\xa0" "c \u3000x \u2028y \xc2\x85z \ufeffw",
+    "line one\nline two\n\nline four\r\nwindows\r\n\r\n  indented\n\n\n",
+    "!!!\n\n???\r\n...///\n a//b /// !/\n/ a\r\r\nb \n c\t\n\t d",
+    "path/to/file.txt C:\\Users\\x https://example.com/a?b=c&d=e#f",
+    " leading space  two   three trailing   ",
+};
+
+#define GPT4O_MAX_BYTES 12 /* the longest substring made a token */
+
+/* The 256 byte-level texts: bytes ! to ~, ¡ to ¬ and ® to ÿ stand for
+ * themselves, the others in order become U+0100, U+0101, ... (UTF-8). */
+static void byte_level_texts(char texts[256][3])
+{
+    int next = 0x100;
+    for (int b = 0; b < 256; b++) {
+        bool self = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        int cp = self ? b : next++;
+        texts[b][0] = (char)(cp < 0x80 ? cp : 0xC0 | cp >> 6);
+        texts[b][1] = (char)(cp < 0x80 ? 0 : 0x80 | (cp & 0x3F));
+        texts[b][2] = 0;
+    }
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return memcmp(x->p, y->p, x->n);
+}
+
+/* The byte-level text of s[0..n) (caller frees); with a space at `split`
+ * when split is in 1..n-1, as a merge "left right". */
+static char *byte_level(const char texts[256][3], const char *s, size_t n, size_t split)
+{
+    char *out = malloc(2 * n + 2), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        if (i == split && i > 0)
+            *o++ = ' ';
+        for (const char *c = texts[(uint8_t)s[i]]; *c; c++)
+            *o++ = *c;
+    }
+    *o = 0;
+    return out;
+}
+
+typedef struct str_list {
+    char **s;
+    size_t n, cap;
+} str_list;
+
+static void list_add(str_list *l, char *s)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->s = realloc(l->s, sizeof(char *) * l->cap);
+    }
+    l->s[l->n++] = s;
+}
+
+static void list_free(str_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->s[i]);
+    free(l->s);
+}
+
+/* A vocabulary in which every pre-token of the strings (up to
+ * GPT4O_MAX_BYTES) is one token, so the ids show llama.cpp's split: the
+ * 256 bytes, every distinct substring of 2..GPT4O_MAX_BYTES bytes (by
+ * length, then bytes) with a merge for each way to cut it in two, then
+ * the BOS and EOS (CONTROL). Whatever the order of merges, a pre-token
+ * of that length merges to its own token. */
+static void gpt4o_vocab(const span *strs, int n_strs, str_list *tokens, str_list *merges)
+{
+    char texts[256][3];
+    byte_level_texts(texts);
+    size_t n_subs = 0, cap = 0;
+    for (int i = 0; i < n_strs; i++)
+        cap += strs[i].n * GPT4O_MAX_BYTES;
+    span *subs = malloc(sizeof(span) * (cap + 1));
+    for (int i = 0; i < n_strs; i++)
+        for (size_t at = 0; at < strs[i].n; at++)
+            for (size_t len = 2; len <= GPT4O_MAX_BYTES && at + len <= strs[i].n; len++)
+                subs[n_subs++] = (span){strs[i].p + at, len};
+    qsort(subs, n_subs, sizeof(span), span_cmp);
+    for (int b = 0; b < 256; b++)
+        list_add(tokens, strdup(texts[b]));
+    for (size_t i = 0; i < n_subs; i++) {
+        if (i > 0 && span_cmp(&subs[i - 1], &subs[i]) == 0)
+            continue;
+        list_add(tokens, byte_level(texts, subs[i].p, subs[i].n, 0));
+        for (size_t k = 1; k < subs[i].n; k++)
+            list_add(merges, byte_level(texts, subs[i].p, subs[i].n, k));
+    }
+    list_add(tokens, strdup("<|startoftext|>"));
+    list_add(tokens, strdup("<|endoftext|>"));
+    free(subs);
+}
+
+/* Writes the vocabulary as a GGUF llama.cpp loads (a llama architecture
+ * with no tensors; llama-ref loads the vocabulary only). */
+static int write_gpt4o_gguf(const char *path, const char *pre, const str_list *tokens, const str_list *merges)
+{
+    int32_t *types = malloc(sizeof(int32_t) * tokens->n);
+    for (size_t i = 0; i < tokens->n; i++)
+        types[i] = i + 2 < tokens->n ? CV_TOKEN_NORMAL : CV_TOKEN_CONTROL;
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "general.architecture", "llama");
+    gguf_set_u32(w, "llama.context_length", 512);
+    gguf_set_u32(w, "llama.embedding_length", 64);
+    gguf_set_u32(w, "llama.block_count", 1);
+    gguf_set_u32(w, "llama.feed_forward_length", 128);
+    gguf_set_u32(w, "llama.attention.head_count", 4);
+    gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_set_str(w, "tokenizer.ggml.pre", pre);
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens->s, tokens->n);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, tokens->n);
+    gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges->s, merges->n);
+    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tokens->n - 2);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tokens->n - 1);
+    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    char err[CV_ERRLEN];
+    int rc = gguf_write(w, path, err, sizeof(err));
+    CHECKF(rc == 0, "%s", err);
+    gguf_writer_free(w);
+    free(types);
+    return rc;
+}
+
+/* Writes the strings for llama-ref, one a line, with \\ \n \r \t escaped. */
+static int write_ref_lines(const char *path, const span *strs, int n)
+{
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (!fp)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < strs[i].n; k++) {
+            char c = strs[i].p[k];
+            const char *esc = c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+            if (esc)
+                fputs(esc, fp);
+            else
+                fputc(c, fp);
+        }
+        fputc('\n', fp);
+    }
+    return fclose(fp) == 0 ? 0 : -1;
+}
+
+/* convoy's ids of s, with and without BOS, against llama-ref's record. */
+static bool check_ref_record(const cv_vocab *v, const span *s, json_t *rec, int index)
+{
+    json_t *text = json_object_get(rec, "text");
+    CHECKF(json_is_string(text) && json_string_length(text) == s->n &&
+               memcmp(json_string_value(text), s->p, s->n) == 0,
+           "gpt-4o: llama-ref read string %d differently", index);
+    bool all = true;
+    for (int bos = 0; bos < 2; bos++) {
+        int n;
+        int32_t *ids = tok_tokenize(v, s->p, s->n, bos, false, &n);
+        bool eq = ids_equal_json(ids, n, json_object_get(rec, bos ? "ids_special" : "ids_plain"));
+        CHECKF(eq, "gpt-4o: string %d (add_special %d) differs from llama.cpp", index, bos);
+        if (!eq) {
+            print_text("text", s->p, s->n);
+            print_ids("convoy", ids, n);
+        }
+        all &= eq;
+        free(ids);
+    }
+    return all;
+}
+
+/* Every line of llama-ref's output against convoy; the number equal. */
+static int check_ref_output(const cv_vocab *v, const char *path, const span *strs, int n_strs)
+{
+    FILE *fp = fopen(path, "r");
+    CHECK(fp != NULL);
+    if (!fp)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int i = 0, n_equal = 0;
+    while ((got = getline(&line, &cap, fp)) > 0 && i < n_strs) {
+        json_error_t e;
+        json_t *rec = json_loadb(line, (size_t)got, 0, &e);
+        CHECKF(rec != NULL, "llama-ref line %d: %s", i + 1, e.text);
+        if (rec)
+            n_equal += check_ref_record(v, &strs[i], rec, i);
+        json_decref(rec);
+        i++;
+    }
+    free(line);
+    fclose(fp);
+    CHECKF(i == n_strs, "llama-ref gave %d lines for %d strings", i, n_strs);
+    return n_equal;
+}
+
+/* The pre-tokens of gpt4o_cases[0] (one token each) are llama.cpp's: a
+ * non-ASCII letter counts as lower case, a mark splits a word. */
+static void check_gpt4o_split(const cv_vocab *v)
+{
+    static const char *const want[] = {"À", "BC", " x", "\u0303y", " HELLOworld"};
+    int n;
+    int32_t *ids = tok_tokenize(v, gpt4o_cases[0], strlen(gpt4o_cases[0]), false, false, &n);
+    CHECKF(n == 5, "%d pre-tokens", n);
+    for (int i = 0; i < n && i < 5; i++) {
+        char piece[64];
+        int k = cv_token_piece(v, ids[i], false, piece, (int)sizeof(piece));
+        CHECKF(k == (int)strlen(want[i]) && memcmp(piece, want[i], (size_t)k) == 0, "pre-token %d", i);
+    }
+    free(ids);
+}
+
+/* The aliases llama.cpp splits as gpt-4o give the ids gpt-4o gives. */
+static void check_gpt4o_aliases(const cv_vocab *v, const str_list *tokens, const str_list *merges, const span *strs,
+                                int n_strs)
+{
+    static const char *const aliases[] = {"llama4", "minimax-m2", "kanana2", "talkie"};
+    for (size_t a = 0; a < sizeof(aliases) / sizeof(aliases[0]); a++) {
+        cv_vocab alias;
+        if (write_gpt4o_gguf(WORK_DIR "/gpt4o-alias.gguf", aliases[a], tokens, merges) != 0 ||
+            load_vocab(WORK_DIR "/gpt4o-alias.gguf", &alias) != 0)
+            return;
+        for (int i = 0; i < n_strs; i++) {
+            int n, n_alias;
+            int32_t *ids = tok_tokenize(v, strs[i].p, strs[i].n, false, false, &n);
+            int32_t *alias_ids = tok_tokenize(&alias, strs[i].p, strs[i].n, false, false, &n_alias);
+            CHECKF(n == n_alias && memcmp(ids, alias_ids, sizeof(int32_t) * (size_t)n) == 0,
+                   "%s: string %d splits unlike gpt-4o", aliases[a], i);
+            free(ids);
+            free(alias_ids);
+        }
+        cv_vocab_free(&alias);
+    }
+}
+
+/* llama.cpp (llama-ref tokenize) and convoy on a vocabulary with
+ * tokenizer.ggml.pre "gpt-4o" that shows every pre-token (gpt4o_vocab),
+ * for llama.cpp's vector strings and gpt4o_cases, with and without BOS. */
+static void test_gpt4o_llama_cpp(void)
+{
+    enum { N_CASES = sizeof(gpt4o_cases) / sizeof(gpt4o_cases[0]) };
+    char llama_ref[1024], cmd[4096];
+    span strs[64 + N_CASES];
+    int n_strs;
+    if (!test_shared_path(llama_ref, sizeof(llama_ref), "tools/llama.cpp/bin/llama-ref"))
+        return;
+    char *inp = read_vectors("qwen2", strs, 64, &n_strs);
+    if (!inp)
+        return;
+    for (int i = 0; i < N_CASES; i++)
+        strs[n_strs++] = (span){gpt4o_cases[i], strlen(gpt4o_cases[i])};
+    str_list tokens = {0}, merges = {0};
+    gpt4o_vocab(strs, n_strs, &tokens, &merges);
+    cv_vocab v;
+    CHECK(run("mkdir -p '" WORK_DIR "'") == 0);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize '%s' < '%s' > '%s' 2> '%s'", llama_ref, WORK_DIR "/gpt4o.gguf",
+             WORK_DIR "/gpt4o-lines.txt", WORK_DIR "/gpt4o-ref.jsonl", WORK_DIR "/gpt4o-ref.log");
+    if (write_gpt4o_gguf(WORK_DIR "/gpt4o.gguf", "gpt-4o", &tokens, &merges) == 0 &&
+        write_ref_lines(WORK_DIR "/gpt4o-lines.txt", strs, n_strs) == 0 &&
+        load_vocab(WORK_DIR "/gpt4o.gguf", &v) == 0) {
+        CHECKF(run(cmd) == 0, "llama-ref tokenize failed (see %s)", WORK_DIR "/gpt4o-ref.log");
+        int n_equal = check_ref_output(&v, WORK_DIR "/gpt4o-ref.jsonl", strs, n_strs);
+        printf("gpt-4o: %d/%d strings equal llama.cpp's ids with and without BOS (%zu tokens, %zu merges)\n", n_equal,
+               n_strs, tokens.n, merges.n);
+        check_gpt4o_split(&v);
+        check_gpt4o_aliases(&v, &tokens, &merges, strs, n_strs);
+        cv_vocab_free(&v);
+    }
+    list_free(&tokens);
+    list_free(&merges);
+    free(inp);
 }
 
 /* ---- the corpus ---- */
@@ -649,6 +978,7 @@ int main(void)
     TEST_RUN(test_vectors_llama_bpe);
     TEST_RUN(test_vectors_qwen2);
     TEST_RUN(test_vectors_gpt2);
+    TEST_RUN(test_gpt4o_llama_cpp);
     TEST_RUN(test_corpus);
     TEST_RUN(test_special_tokens);
     TEST_RUN(test_ill_formed_utf8);
