@@ -940,6 +940,8 @@ static void test_hf_vocab_synthetic(void)
     fclose(fp);
     CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth.gguf' --pre qwen2 --n-vocab 12 '" WORK_DIR
               "/synth-tokenizer.json' '" WORK_DIR "/synth-config.json'") == 0);
+    CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth-o200k.gguf' --pre gpt-4o '" WORK_DIR
+              "/synth-tokenizer.json'") == 0);
     CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth-bad.gguf' --pre falcon '" WORK_DIR
               "/synth-tokenizer.json' 2>/dev/null") != 0);
     CHECK(run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/synth-bad.gguf' --pre qwen2 --n-vocab 5 '" WORK_DIR

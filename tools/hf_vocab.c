@@ -7,7 +7,7 @@
  *
  * What it writes, following llama.cpp's converter (convert_hf_to_gguf.py):
  * - tokenizer.ggml.model "gpt2" and tokenizer.ggml.pre NAME (llama-bpe,
- *   qwen2 or gpt-2/gpt2: the pre-tokenizers convoy implements);
+ *   qwen2, gpt-2/gpt2 or gpt-4o: the pre-tokenizers convoy implements);
  * - tokenizer.ggml.tokens / token_type for ids 0..n-1, n = the largest id
  *   + 1 (or --n-vocab, the model's padded vocab_size): model.vocab entries
  *   are NORMAL; added_tokens are CONTROL when "special" or when they look
@@ -231,14 +231,15 @@ static char **read_merges(json_t *merges, size_t *n_out)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: hf_vocab -o OUT.gguf --pre llama-bpe|qwen2|gpt-2 [--n-vocab N] [--bos TEXT] "
+    fprintf(stderr, "usage: hf_vocab -o OUT.gguf --pre llama-bpe|qwen2|gpt-2|gpt-4o [--n-vocab N] [--bos TEXT] "
                     "[--eos TEXT] [--eot TEXT] tokenizer.json [tokenizer_config.json]\n");
     return 2;
 }
 
 static bool known_pre(const char *pre)
 {
-    static const char *const names[] = {"llama-bpe", "llama3", "llama-v3", "qwen2", "deepseek-r1-qwen", "gpt-2", "gpt2"};
+    static const char *const names[] = {"llama-bpe", "llama3", "llama-v3", "qwen2",   "deepseek-r1-qwen", "gpt-2",
+                                        "gpt2",      "gpt-4o", "llama4",   "kanana2", "talkie",           "minimax-m2"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(pre, names[i]) == 0)
             return true;
@@ -277,7 +278,7 @@ int main(int argc, char **argv)
     if (!out_path || !pre || !tok_path)
         return usage();
     if (!known_pre(pre)) {
-        fprintf(stderr, "hf_vocab: unsupported --pre '%s' (supported: llama-bpe, qwen2, gpt-2)\n", pre);
+        fprintf(stderr, "hf_vocab: unsupported --pre '%s' (supported: llama-bpe, qwen2, gpt-2, gpt-4o)\n", pre);
         return 2;
     }
 
