@@ -574,7 +574,8 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
     void *wi = malloc(bytes);
     memcpy(wi, w, bytes);
     if (cv_interleave(t, n, rows, wi) != 0) {
-        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_IQ4_NL && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K);
+        CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_IQ4_NL && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K &&
+              t != CV_TYPE_MXFP4);
         free(wi);
         return;
     }

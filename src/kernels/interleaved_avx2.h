@@ -10,12 +10,15 @@
  *   sc[0] is index i, of sc[1] index 32 + i) and its 64 mins in mn the
  *   same way, each by its index in the block (scale s of row r: 8s + r;
  *   min s of row r: 16(s/2) + 2r + s%2).
+ * - The nibble types (Q4_0, IQ4_NL, MXFP4) share their interleaved
+ *   quants (block_q4_0x8, block_mxfp4x8): nib_qs is block b's, nib_scales8
+ *   its 8 rows' scales (fp16 d, or 2^(e - 128)), nib_offset what makes a
+ *   nibble's value unsigned (Q4_0: q - 8 + 8; IQ4_NL, MXFP4: the table
+ *   value plus 128 or 12, nib_table_u).
  * - token_sums_q4_0_prepare forms, for nt tokens of nb Q8_0 blocks, what
- *   a Q4_0 (or IQ4_NL) product takes per token and block besides the
- *   quants: the sum of the block's quants shifted left by shift (Q4_0: 3,
- *   the offset of 8 of the weights; IQ4_NL: 7, the 128 of its unsigned
- *   values) and its scale. A pass of a kernel holds X8_TOKEN_BLOCKS of
- *   them. */
+ *   a nibble type's product takes per token and block besides the
+ *   quants: the sum of the block's quants times offset (nib_offset) and
+ *   its scale. A pass of a kernel holds X8_TOKEN_BLOCKS of them. */
 #ifndef CONVOY_KERNELS_INTERLEAVED_AVX2_H
 #define CONVOY_KERNELS_INTERLEAVED_AVX2_H
 
@@ -23,6 +26,7 @@
 
 #include "kernels/avx2_impl.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/quants32.h"
 
 /* Super-block i of an interleaved Q4_K (qh NULL) or Q5_K matrix: the
  * fields the two layouts share, and Q5_K's fifth bits. */
@@ -60,15 +64,51 @@ static inline void kx8_scales_mins(const uint8_t scale_lo[64], const uint8_t sca
                             _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
 }
 
+enum nibble_kind { NIB_Q4_0, NIB_IQ4_NL, NIB_MXFP4 };
+
+static inline __attribute__((always_inline)) size_t nib_block_bytes(int kind)
+{
+    return kind == NIB_MXFP4 ? sizeof(block_mxfp4x8) : sizeof(block_q4_0x8);
+}
+
+static inline __attribute__((always_inline)) const uint8_t (*nib_qs(const void *group, long b, int kind))[32]
+{
+    if (kind == NIB_MXFP4)
+        return ((const block_mxfp4x8 *)group)[b].qs;
+    return ((const block_q4_0x8 *)group)[b].qs;
+}
+
+static inline __attribute__((always_inline)) __m256 nib_scales8(const void *group, long b, int kind)
+{
+    if (kind == NIB_MXFP4)
+        return mxfp4_scales8(((const block_mxfp4x8 *)group)[b].e);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const block_q4_0x8 *)group)[b].d));
+}
+
+static inline __attribute__((always_inline)) int nib_offset(int kind)
+{
+    return kind == NIB_Q4_0 ? 8 : kind == NIB_IQ4_NL ? 128 : 12;
+}
+
+/* The 16 nibble values plus nib_offset (Q4_0: q itself; IQ4_NL: 0..241;
+ * MXFP4: 0..24), for a byte shuffle. */
+static inline __m128i nib_table_u(int kind)
+{
+    if (kind == NIB_Q4_0)
+        return _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m128i k = _mm_loadu_si128((const __m128i *)(kind == NIB_IQ4_NL ? kvalues_iq4nl : kvalues_mxfp4));
+    return _mm_add_epi8(k, _mm_set1_epi8((char)nib_offset(kind)));
+}
+
 enum { X8_TOKEN_BLOCKS = 4096 };
 _Static_assert(X8_TOKEN_BLOCKS >= INTERLEAVE_MAX_IN / QK4_0, "a pass holds at least one token");
 
 typedef struct token_sums_q4_0 {
-    int32_t yoff[X8_TOKEN_BLOCKS]; /* [t * nb + b]: the sum of token t's block b << shift */
+    int32_t yoff[X8_TOKEN_BLOCKS]; /* [t * nb + b]: the sum of token t's block b times the offset */
     float xd[X8_TOKEN_BLOCKS];      /* [t * nb + b]: its scale */
 } token_sums_q4_0;
 
-static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, int shift,
+static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int nt, int nb, int offset,
                                            token_sums_q4_0 *ts)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
@@ -82,7 +122,7 @@ static inline void token_sums_q4_0_prepare(const void *x, size_t x_stride, int n
                                                        ones16)
                                    : _mm256_setzero_si256();
             int32_t sums[8];
-            _mm256_storeu_si256((__m256i *)sums, _mm256_sll_epi32(sums8_i32(v), _mm_cvtsi32_si128(shift)));
+            _mm256_storeu_si256((__m256i *)sums, _mm256_mullo_epi32(sums8_i32(v), _mm256_set1_epi32(offset)));
             for (int k = 0; k < 8 && b0 + k < nb; k++) {
                 ts->yoff[t * nb + b0 + k] = sums[k];
                 ts->xd[t * nb + b0 + k] = _cvtsh_ss(xb[b0 + k].d);

@@ -125,6 +125,7 @@ static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
     [CV_TYPE_Q8_0] = {.interleave = interleave_q8_0, .vec_dot_ref = vec_dot_interleaved_q8_0_ref},
     [CV_TYPE_Q4_0] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_q4_0_ref},
     [CV_TYPE_IQ4_NL] = {.interleave = interleave_q4_0, .vec_dot_ref = vec_dot_interleaved_iq4_nl_ref},
+    [CV_TYPE_MXFP4] = {.interleave = interleave_mxfp4, .vec_dot_ref = vec_dot_interleaved_mxfp4_ref},
     [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
     [CV_TYPE_Q5_K] = {.interleave = interleave_q5_K, .vec_dot_ref = vec_dot_interleaved_q5_K_ref},
 };
@@ -158,7 +159,7 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
     [CV_TYPE_IQ4_NL] = {.vec_dot = vec_dot_iq4_nl_q8_0_avx2,
                         .matmul_interleaved = matmul_interleaved_iq4_nl_avx2},
     [CV_TYPE_IQ4_XS] = {.vec_dot = vec_dot_iq4_xs_q8_K_avx2},
-    [CV_TYPE_MXFP4] = {.vec_dot = vec_dot_mxfp4_q8_0_avx2},
+    [CV_TYPE_MXFP4] = {.vec_dot = vec_dot_mxfp4_q8_0_avx2, .matmul_interleaved = matmul_interleaved_mxfp4_avx2},
     [CV_TYPE_Q8_K] = {.from_float = quantize_row_q8_K_avx2},
 };
 
@@ -177,6 +178,7 @@ static bool cpu_has_avx2_fma_f16c(void)
 static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_Q4_0] = matmul_interleaved_q4_0_avx512,
     [CV_TYPE_IQ4_NL] = matmul_interleaved_iq4_nl_avx512,
+    [CV_TYPE_MXFP4] = matmul_interleaved_mxfp4_avx512,
     [CV_TYPE_Q4_K] = matmul_interleaved_q4_K_avx512,
     [CV_TYPE_Q5_K] = matmul_interleaved_q5_K_avx512,
 };

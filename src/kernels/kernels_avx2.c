@@ -629,9 +629,9 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
     }
 }
 
-/* ---- Q4_0 and IQ4_NL interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+/* ---- Q4_0, IQ4_NL and MXFP4 interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
  *
- * Every output gets the bits of vec_dot_q4_0_q8_0_avx2, as in the tile:
+ * Every output gets the bits of its type's vec_dot (Q4_0's as in the tile):
  * row r in lane r, the 8 groups of a block against the token's quants
  * broadcast, summed in int16, one madd, the offset of 8 taken off with the
  * sum of the token's block, one fma into accumulator b % 8. The quants are
@@ -639,54 +639,64 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
  * sums in registers. The tokens' block sums (times the offset) and scales
  * are formed once per pass over the groups, X8_TOKEN_BLOCKS of them.
  *
- * IQ4_NL (iq4 = 1) has Q4_0's bytes; a nibble q stands for k =
- * kvalues_iq4nl[q], and u = k + 128 (0..241) = 16 u_hi + u_lo with
- * nibbles u_hi and u_lo looked up by two byte shuffles. Each of them
- * meets the token as Q4_0's nibble does (int16 sums within 30720), then
- * s = 16 S_hi + S_lo - 128 (sum of y): the same exact int32 sum as
- * vec_dot's, with twice the maddubs, so 4 tokens at a time keep their 8
- * sums in registers. */
+ * IQ4_NL has Q4_0's bytes; a nibble q stands for k = kvalues_iq4nl[q],
+ * and u = k + 128 (0..241) = 16 u_hi + u_lo with nibbles u_hi and u_lo
+ * looked up by two byte shuffles. Each of them meets the token as Q4_0's
+ * nibble does (int16 sums within 30720), then s = 16 S_hi + S_lo - 128
+ * (sum of y): the same exact int32 sum as vec_dot's, with twice the
+ * maddubs, so 4 tokens at a time keep their 8 sums in registers.
+ *
+ * MXFP4 (block_mxfp4x8: its exponents, then Q4_0's quants) looks up u =
+ * kvalues_mxfp4[q] + 12 (0..24) by one shuffle. The 8 groups of a block
+ * would reach 49152 in int16, so the low and the high nibbles (4 groups
+ * each, within 24576) keep their own sums, 4 tokens at a time: s = S_lo +
+ * S_hi - 12 (sum of y), the scales 2^(e - 128) from the exponents' bits
+ * as in vec_dot. */
 
 /* The nibbles of u = kvalues_iq4nl[q] + 128 for q in each 128-bit lane. */
 static inline void iq4nl_tables(__m256i *u_hi, __m256i *u_lo)
 {
-    const __m256i u = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)),
-                                       _mm256_set1_epi8((char)0x80));
+    const __m256i u = _mm256_broadcastsi128_si256(nib_table_u(NIB_IQ4_NL));
     *u_hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), _mm256_set1_epi8(15));
     *u_lo = _mm256_and_si256(u, _mm256_set1_epi8(15));
 }
 
-/* The nb blocks of a group of 8 rows (Q4_0, or IQ4_NL where iq4) times nt
- * <= 8 tokens (iq4: 4) (the rows of their quants x[t], their sums times
- * the offset and their scales yoff[t * nb + b], xd[t * nb + b]): adds
- * block b to acc[t][b % 8]. */
-static inline __attribute__((always_inline)) void group_nibbles_x8(const block_q4_0x8 *group, int nb,
+/* The nb blocks of a group of 8 rows (of the nibble kind) times nt <= 8
+ * tokens (IQ4_NL, MXFP4: 4) (the rows of their quants x[t], their sums
+ * times the offset and their scales yoff[t * nb + b], xd[t * nb + b]):
+ * adds block b to acc[t][b % 8]. */
+static inline __attribute__((always_inline)) void group_nibbles_x8(const void *group, int nb,
                                                                    const block_q8_0 *const x[8], const int32_t *yoff,
-                                                                   const float *xd, int nt, int iq4,
+                                                                   const float *xd, int nt, int kind,
                                                                    acc_blocks8 *acc)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
+    const int split = kind == NIB_MXFP4; /* each half in its own int16 sums */
     __m256i u_hi = m4, u_lo = m4;
-    if (iq4)
+    if (kind == NIB_IQ4_NL)
         iq4nl_tables(&u_hi, &u_lo);
+    if (kind == NIB_MXFP4)
+        u_lo = _mm256_broadcastsi128_si256(nib_table_u(NIB_MXFP4));
     for (int b = 0; b < nb; b++) {
-        const block_q4_0x8 *blk = &group[b];
-        prefetch_blocks(blk, 1, VEC_DOT_PREFETCH_BYTES, VEC_DOT_PREFETCH_BYTES + (int)sizeof *blk);
+        const uint8_t(*qs)[32] = nib_qs(group, b, kind);
+        prefetch_blocks(qs, 1, VEC_DOT_PREFETCH_BYTES, VEC_DOT_PREFETCH_BYTES + (int)nib_block_bytes(kind));
         __m256i h[8], h_hi[8];
 #pragma GCC unroll 8
         for (int k = 0; k < QK4_0 / 8; k++) {
-            const __m256i v = load_packed(blk->qs[k]);
+            const __m256i v = load_packed(qs[k]);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) { /* elements 4k.. in the low nibbles, 16+4k.. in the high */
                 const __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m4);
-                const __m256i lo = iq4 ? _mm256_shuffle_epi8(u_lo, q) : q;
+                const __m256i lo = kind != NIB_Q4_0 ? _mm256_shuffle_epi8(u_lo, q) : q;
+                __m256i *sums = split && half ? h_hi : h;
+                const int first = k == 0 && (split || half == 0);
 #pragma GCC unroll 8
                 for (int t = 0; t < nt; t++) {
                     const __m256i y = quads_bcast(x[t][b].qs, 4 * half + k);
                     const __m256i prod = _mm256_maddubs_epi16(lo, y);
-                    h[t] = k || half ? _mm256_add_epi16(h[t], prod) : prod;
-                    KEEP_IN_REGISTER(h[t]);
-                    if (iq4) {
+                    sums[t] = first ? prod : _mm256_add_epi16(sums[t], prod);
+                    KEEP_IN_REGISTER(sums[t]);
+                    if (kind == NIB_IQ4_NL) {
                         const __m256i prod_hi = _mm256_maddubs_epi16(_mm256_shuffle_epi8(u_hi, q), y);
                         h_hi[t] = k || half ? _mm256_add_epi16(h_hi[t], prod_hi) : prod_hi;
                         KEEP_IN_REGISTER(h_hi[t]);
@@ -694,13 +704,15 @@ static inline __attribute__((always_inline)) void group_nibbles_x8(const block_q
                 }
             }
         }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d = nib_scales8(group, b, kind);
         const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             __m256i s = _mm256_madd_epi16(h[t], ones);
-            if (iq4)
+            if (kind == NIB_IQ4_NL)
                 s = _mm256_add_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(h_hi[t], ones), 4));
+            if (split)
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(h_hi[t], ones));
             s = _mm256_sub_epi32(s, _mm256_set1_epi32(yoff[t * nb + b]));
             const __m256 dt = _mm256_mul_ps(d, _mm256_set1_ps(xd[t * nb + b]));
             acc[t][b % 8] = _mm256_fmadd_ps(dt, _mm256_cvtepi32_ps(s), acc[t][b % 8]);
@@ -709,61 +721,72 @@ static inline __attribute__((always_inline)) void group_nibbles_x8(const block_q
 }
 
 /* group_nibbles_x8 with nt a constant, so that the sums stay in registers. */
-static void group_nibbles_x8_n(const block_q4_0x8 *group, int nb, const block_q8_0 *const x[8], const int32_t *yoff,
-                               const float *xd, int nt, int iq4, acc_blocks8 *acc)
+static void group_nibbles_x8_n(const void *group, int nb, const block_q8_0 *const x[8], const int32_t *yoff,
+                               const float *xd, int nt, int kind, acc_blocks8 *acc)
 {
-#define GROUP_TOKENS(k) group_nibbles_x8(group, nb, x, yoff, xd, k, 0, acc)
-#define GROUP_TOKENS_IQ4(k) group_nibbles_x8(group, nb, x, yoff, xd, k, 1, acc)
-    if (iq4) {
+#define GROUP_TOKENS(k) group_nibbles_x8(group, nb, x, yoff, xd, k, NIB_Q4_0, acc)
+#define GROUP_TOKENS_IQ4(k) group_nibbles_x8(group, nb, x, yoff, xd, k, NIB_IQ4_NL, acc)
+#define GROUP_TOKENS_MXFP4(k) group_nibbles_x8(group, nb, x, yoff, xd, k, NIB_MXFP4, acc)
+    if (kind == NIB_IQ4_NL) {
         WITH_CONST_COUNT_4(nt, GROUP_TOKENS_IQ4)
+    } else if (kind == NIB_MXFP4) {
+        WITH_CONST_COUNT_4(nt, GROUP_TOKENS_MXFP4)
     } else {
         WITH_CONST_COUNT_8(nt, GROUP_TOKENS)
     }
 #undef GROUP_TOKENS
 #undef GROUP_TOKENS_IQ4
+#undef GROUP_TOKENS_MXFP4
 }
 
 /* The groups times tokens [0, nt) (nt * nb <= X8_TOKEN_BLOCKS). */
-static void pass_nibbles_x8(int nb, const block_q4_0x8 *group, long n_groups, const void *x, size_t x_stride, int nt,
-                            int iq4, float *y, size_t ldy)
+static void pass_nibbles_x8(int nb, const char *group, long n_groups, const void *x, size_t x_stride, int nt,
+                            int kind, float *y, size_t ldy)
 {
-    const int step = iq4 ? 4 : 8; /* tokens the group meets in registers */
+    const int step = kind == NIB_Q4_0 ? 8 : 4; /* tokens the group meets in registers */
+    const size_t group_bytes = (size_t)nb * nib_block_bytes(kind);
     token_sums_q4_0 ts;
     acc_blocks8 acc[TILE_TOKENS];
-    token_sums_q4_0_prepare(x, x_stride, nt, nb, iq4 ? 7 : 3, &ts);
-    for (long g = 0; g < n_groups; g++, group += nb) {
+    token_sums_q4_0_prepare(x, x_stride, nt, nb, nib_offset(kind), &ts);
+    for (long g = 0; g < n_groups; g++, group += group_bytes) {
         memset(acc, 0, (size_t)nt * sizeof acc[0]);
         for (int t0 = 0; t0 < nt; t0 += step) { /* the group stays in L1 for the next tokens */
             const block_q8_0 *xt[8];
             for (int t = 0; t < step && t0 + t < nt; t++)
                 xt[t] = token_q8_0(x, x_stride, t0 + t);
             group_nibbles_x8_n(group, nb, xt, ts.yoff + t0 * nb, ts.xd + t0 * nb, nt - t0 < step ? nt - t0 : step,
-                               iq4, acc + t0);
+                               kind, acc + t0);
         }
         for (int t = 0; t < nt; t++)
             store_blocks8(acc[t], y + (size_t)t * ldy + (size_t)(ROW_GROUP * g));
     }
 }
 
-static void matmul_nibbles_x8(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, int iq4,
+static void matmul_nibbles_x8(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, int kind,
                               float *y, size_t ldy)
 {
     const int nb = n / QK4_0;
     const int per_pass = X8_TOKEN_BLOCKS / nb;
     for (int t0 = 0; t0 < m; t0 += per_pass) {
         const int nt = m - t0 < per_pass ? m - t0 : per_pass;
-        pass_nibbles_x8(nb, w, n_groups, token_q8_0(x, x_stride, t0), x_stride, nt, iq4, y + (size_t)t0 * ldy, ldy);
+        pass_nibbles_x8(nb, w, n_groups, token_q8_0(x, x_stride, t0), x_stride, nt, kind, y + (size_t)t0 * ldy, ldy);
     }
 }
 
 void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
                                   size_t ldy)
 {
-    matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, 0, y, ldy);
+    matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_Q4_0, y, ldy);
 }
 
 void matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
-    matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, 1, y, ldy);
+    matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_IQ4_NL, y, ldy);
+}
+
+void matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                   float *y, size_t ldy)
+{
+    matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_MXFP4, y, ldy);
 }

@@ -102,6 +102,7 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * - Q4_0: qs[k] dword r = bytes 4k..4k+3 of row r's qs: low nibbles are
  *   elements 4k..4k+3, high nibbles elements 16+4k..16+4k+3. IQ4_NL
  *   blocks have Q4_0's bytes, and block_q4_0x8 holds them the same way.
+ * - MXFP4: the 8 exponent bytes, then qs as Q4_0's.
  * - Q4_K: qs[8j+k] dword r = bytes 32j+4k..32j+4k+3 of row r's qs: low
  *   nibbles are weights 64j+4k.. of sub-block 2j, high nibbles the same
  *   places of sub-block 2j+1. The 6-bit scales and mins of the 8 rows are
@@ -128,6 +129,11 @@ typedef struct {
     uint8_t qs[QK4_0 / 8][32];
 } block_q4_0x8;
 static_assert(sizeof(block_q4_0x8) == ROW_GROUP * sizeof(block_q4_0), "block_q4_0x8 size");
+typedef struct {
+    uint8_t e[ROW_GROUP];
+    uint8_t qs[QK_MXFP4 / 8][32];
+} block_mxfp4x8;
+static_assert(sizeof(block_mxfp4x8) == ROW_GROUP * sizeof(block_mxfp4), "block_mxfp4x8 size");
 typedef struct {
     cv_fp16 d[ROW_GROUP], dmin[ROW_GROUP];
     uint8_t scale_lo[64];
@@ -186,8 +192,11 @@ int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t v
  * interleaved group w8. */
 float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
                           const int8_t values[16]);
-/* quants32.c: IQ4_NL has Q4_0's interleaved layout (interleave_q4_0) */
+/* quants32.c: IQ4_NL has Q4_0's interleaved layout (interleave_q4_0),
+ * MXFP4 its own (interleave_mxfp4, ref.c) */
 float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x);
+float vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x);
+void interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out);
 /* kquants.c */
 float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
@@ -229,6 +238,8 @@ void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const voi
                                   size_t ldy);
 void matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
+void matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                   float *y, size_t ldy);
 /* kquants_avx2.c */
 void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
@@ -247,6 +258,8 @@ void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const v
                                     float *y, size_t ldy);
 void matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                       float *y, size_t ldy);
+void matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
 void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
 void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,

@@ -413,15 +413,37 @@ float vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
     return acc;
 }
 
-/* MXFP4 with Q8_0 (kernels_impl.h): d = 2^(e - 128) * fp16(x.d). */
-float vec_dot_mxfp4_q8_0_ref(int n, const void *vw, const void *vx)
+/* Row r of block b: of the plain row w, or (w NULL) of the interleaved
+ * group w8. */
+static block_mxfp4 block_mxfp4_of(const block_mxfp4 *w, const block_mxfp4x8 *w8, int r, int b)
 {
-    const block_mxfp4 *w = vw;
-    const block_q8_0 *x = vx;
+    if (w)
+        return w[b];
+    block_mxfp4 blk = {.e = w8[b].e[r]};
+    for (int j = 0; j < QK_MXFP4 / 2; j++)
+        blk.qs[j] = w8[b].qs[j / 4][4 * r + j % 4];
+    return blk;
+}
+
+/* MXFP4 with Q8_0 (kernels_impl.h), d = 2^(e - 128) * fp16(x.d), of the
+ * plain row w, or (w NULL) of row r of the interleaved group w8. */
+static float dot_mxfp4(int n, const block_mxfp4 *w, const block_mxfp4x8 *w8, int r, const block_q8_0 *x)
+{
     float acc[8] = {0};
     for (int b = 0; b < n / QK_MXFP4; b++) {
-        const int32_t s = dot_nibbles_ref(w[b].qs, x[b].qs, kvalues_mxfp4);
-        acc[b % 8] = fmaf(mxfp4_scale(w[b].e) * cv_fp16_to_fp32(x[b].d), (float)s, acc[b % 8]);
+        const block_mxfp4 wb = block_mxfp4_of(w, w8, r, b);
+        const int32_t s = dot_nibbles_ref(wb.qs, x[b].qs, kvalues_mxfp4);
+        acc[b % 8] = fmaf(mxfp4_scale(wb.e) * cv_fp16_to_fp32(x[b].d), (float)s, acc[b % 8]);
     }
     return hsum8(acc);
+}
+
+float vec_dot_mxfp4_q8_0_ref(int n, const void *w, const void *x)
+{
+    return dot_mxfp4(n, w, NULL, 0, x);
+}
+
+float vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_mxfp4(n, NULL, group, r, x);
 }

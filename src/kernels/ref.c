@@ -113,12 +113,14 @@ float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *
     return dot_q8_0(n, NULL, group, r, x);
 }
 
-/* Blocks [0, nb) of 8 rows of a type whose block is d (fp16), then its
- * quants, as interleaved blocks (kernels_impl.h): the 8 d's, then word k
- * (word bytes) of the quants of row r at word 8k + r. */
-static void interleave_words(const void *rows, size_t row_bytes, int nb, size_t block_bytes, size_t word, void *out)
+/* Blocks [0, nb) of 8 rows of a type whose block is its scale (d_bytes:
+ * fp16 d, or MXFP4's exponent byte), then its quants, as interleaved
+ * blocks (kernels_impl.h): the 8 scales, then word k (word bytes) of the
+ * quants of row r at word 8k + r. */
+static void interleave_words(const void *rows, size_t row_bytes, int nb, size_t block_bytes, size_t d_bytes,
+                             size_t word, void *out)
 {
-    const size_t d_bytes = sizeof(cv_fp16), words = (block_bytes - d_bytes) / word;
+    const size_t words = (block_bytes - d_bytes) / word;
     for (int b = 0; b < nb; b++) {
         uint8_t *o = (uint8_t *)out + (size_t)b * ROW_GROUP * block_bytes;
         for (int r = 0; r < ROW_GROUP; r++) {
@@ -132,7 +134,7 @@ static void interleave_words(const void *rows, size_t row_bytes, int nb, size_t 
 
 void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out)
 {
-    interleave_words(rows, row_bytes, n / QK8_0, sizeof(block_q8_0), 2, out);
+    interleave_words(rows, row_bytes, n / QK8_0, sizeof(block_q8_0), sizeof(cv_fp16), 2, out);
 }
 
 /* Row r of block b: of the plain row w, or (w NULL) of the interleaved
@@ -183,7 +185,12 @@ float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *
 
 void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
 {
-    interleave_words(rows, row_bytes, n / QK4_0, sizeof(block_q4_0), 4, out);
+    interleave_words(rows, row_bytes, n / QK4_0, sizeof(block_q4_0), sizeof(cv_fp16), 4, out);
+}
+
+void interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out)
+{
+    interleave_words(rows, row_bytes, n / QK_MXFP4, sizeof(block_mxfp4), 1, 4, out);
 }
 
 float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs)
