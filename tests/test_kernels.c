@@ -740,11 +740,14 @@ static void check_interleaved_extremes(cv_type t, const uint8_t *w, int n, int r
     free(y);
 }
 
-/* Q4_0 and IQ4_NL at their largest sums: every nibble the same (Q4_0:
- * 15, value 7; IQ4_NL: 15, value 113, whose high nibble of 113 + 128 is
- * 15, and 3, value -65, whose low nibble of -65 + 128 is 15) against
- * activations of -128, which the interleaved kernels sum in int16 over
- * the 8 groups of 4 of a block; the result is exact. */
+/* Q4_0, IQ4_NL and MXFP4 at their largest sums: every nibble the same
+ * (Q4_0: 15, value 7; IQ4_NL: 15, value 113, whose high nibble of 113 +
+ * 128 is 15, and 3, value -65, whose low nibble of -65 + 128 is 15;
+ * MXFP4: 7, value 12, whose 12 + 12 the AVX2 kernel sums in int16 for
+ * half a block, and 15, value -12) against activations of -128, which the
+ * interleaved kernels sum in int16 over the 8 groups of 4 of a block; the
+ * result is exact. The blocks' scales alternate: d -0.5 and 1 (MXFP4:
+ * exponents 127 and 128, 0.5 and 1). */
 static void test_nibble_extremes(void)
 {
     enum { N = 256, ROWS = 16, TOKENS = 9 };
@@ -752,24 +755,35 @@ static void test_nibble_extremes(void)
         cv_type t;
         uint8_t nibble;
         int value;
-    } cases[] = {{CV_TYPE_Q4_0, 15, 7}, {CV_TYPE_IQ4_NL, 15, 113}, {CV_TYPE_IQ4_NL, 3, -65}};
-    const size_t w_row = cv_row_bytes(CV_TYPE_Q4_0, N), x_row = cv_row_bytes(CV_TYPE_Q8_0, N);
-    uint8_t *w = malloc(ROWS * w_row), *x = malloc(TOKENS * x_row);
+    } cases[] = {{CV_TYPE_Q4_0, 15, 7},
+                 {CV_TYPE_IQ4_NL, 15, 113},
+                 {CV_TYPE_IQ4_NL, 3, -65},
+                 {CV_TYPE_MXFP4, 7, 12},
+                 {CV_TYPE_MXFP4, 15, -12}};
+    const size_t x_row = cv_row_bytes(CV_TYPE_Q8_0, N);
+    uint8_t *w = malloc(ROWS * cv_row_bytes(CV_TYPE_Q4_0, N)), *x = malloc(TOKENS * x_row);
     for (int b = 0; b < TOKENS * N / QK8_0; b++) {
         block_q8_0 *blk = (block_q8_0 *)x + b;
         blk->d = cv_fp32_to_fp16(1.0f);
         memset(blk->qs, 0x80, QK8_0);
     }
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 5; c++) {
         const cv_type t = cases[c].t;
+        const int mxfp4 = t == CV_TYPE_MXFP4;
+        const size_t w_row = cv_row_bytes(t, N), block_bytes = cv_type_get(t)->type_size;
         memset(w, cases[c].nibble * 17, ROWS * w_row);
         for (int b = 0; b < ROWS * N / QK4_0; b++) {
-            block_q4_0 *blk = (block_q4_0 *)w + b;
-            blk->d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
+            uint8_t *blk = w + (size_t)b * block_bytes;
+            if (mxfp4) {
+                blk[0] = b % 2 ? 128 : 127;
+            } else {
+                const cv_fp16 d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
+                memcpy(blk, &d, sizeof d);
+            }
         }
         for (int r = 0; r < ROWS; r++) {
             const float ref = cv_type_get(t)->vec_dot_ref(N, w + r * w_row, x);
-            const double exact = N / QK4_0 / 2 * (1.0 - 0.5) * cases[c].value * -128 * QK4_0;
+            const double exact = N / QK4_0 / 2 * (1.0 + (mxfp4 ? 0.5 : -0.5)) * cases[c].value * -128 * QK4_0;
             CHECKF(ref == exact, "%s row %d: ref %.9g, exact %.9g", cv_type_name(t), r, ref, exact);
         }
         for (int m = 1; m <= TOKENS; m += 4)
