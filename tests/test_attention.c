@@ -7,7 +7,8 @@
  *   max that grows from block to block;
  * - the result is within rounding of a double-precision attention, also
  *   with the scores soft-capped (Gemma 2: cap * tanh(score / cap)), which
- *   every version applies with the same bits;
+ *   every version applies with the same bits, and with attention sinks
+ *   (gpt-oss: one more exp(sink) in each head's denominator);
  * - tokens at consecutive positions in one call give each token's bits
  *   alone, across block edges that some see whole and others in part;
  * - a head's output does not depend on the other heads of its group (a
@@ -49,6 +50,7 @@ static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a
 typedef struct kcase {
     int hd, group, n_pos, f16;
     float softcap; /* 0: off */
+    float *sinks;  /* [group] or NULL */
     size_t stride, off;
     float *q;
     void *k, *v;
@@ -61,6 +63,7 @@ static void make_case(kcase *c, int hd, int group, int n_pos, int f16, float qsc
     c->n_pos = n_pos;
     c->f16 = f16;
     c->softcap = 0.0f;
+    c->sinks = NULL;
     c->stride = (size_t)hd * 3;
     c->off = (size_t)hd;
     c->q = malloc(sizeof(float) * (size_t)group * hd);
@@ -86,8 +89,18 @@ static void make_case(kcase *c, int hd, int group, int n_pos, int f16, float qsc
     }
 }
 
+/* Gives the case's heads sinks around the scores' size, some above every
+ * score (then the sink dominates and rescales the accumulator), some below. */
+static void add_sinks(kcase *c, float size)
+{
+    c->sinks = malloc(sizeof(float) * (size_t)c->group);
+    for (int g = 0; g < c->group; g++)
+        c->sinks[g] = rng_float() * size;
+}
+
 static void free_case(kcase *c)
 {
+    free(c->sinks);
     free(c->q);
     free(c->k);
     free(c->v);
@@ -108,6 +121,7 @@ static void run_case(const kcase *c, attn_fn fn, int g0, int ng, float *out)
                       .n_pos = c->n_pos,
                       .scale = 1.0f / sqrtf((float)c->hd),
                       .softcap = c->softcap,
+                      .sinks = c->sinks ? c->sinks + g0 : NULL,
                       .q = c->q + (size_t)g0 * c->hd,
                       .kv_type = c->f16 ? CV_TYPE_F16 : CV_TYPE_F32,
                       .k = (const char *)c->k + c->off * esz,
@@ -142,8 +156,12 @@ static double error_vs_double(const kcase *c, const float *out)
             if (s[i] > mx)
                 mx = s[i];
         }
+        if (c->sinks && c->sinks[g] > mx)
+            mx = c->sinks[g];
         for (int i = 0; i < c->n_pos; i++)
             sum += (s[i] = exp(s[i] - mx));
+        if (c->sinks)
+            sum += exp(c->sinks[g] - mx);
         for (int d = 0; d < c->hd; d++) {
             double o = 0.0;
             for (int i = 0; i < c->n_pos; i++) {
@@ -179,14 +197,17 @@ static void test_simd_matches_ref(void)
                     const float qscale = (ip % 3 == 0) ? 0.5f : (ip % 3 == 1) ? 4.0f : 16.0f;
                     kcase c;
                     make_case(&c, hd, G, np, f16, qscale, ip % 2);
-                    /* a third of the cases soft-capped, below their larger scores */
+                    /* a third of the cases soft-capped, below their larger scores; half with sinks */
                     c.softcap = (ig + ip) % 3 == 2 ? 3.0f : 0.0f;
+                    if ((ih + ig + ip) % 2)
+                        add_sinks(&c, 2.0f * qscale);
                     const size_t no = (size_t)G * hd;
                     float *ref = malloc(sizeof(float) * no), *got = malloc(sizeof(float) * no);
                     run_case(&c, attn_group_ref, 0, G, ref);
                     run_case(&c, cv_attn_group, 0, G, got);
-                    CHECKF(same_bits(ref, got, no), "%s hd %d group %d n_pos %d %s cap %g: differs from the reference",
-                           cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32", c.softcap);
+                    CHECKF(same_bits(ref, got, no),
+                           "%s hd %d group %d n_pos %d %s cap %g sinks %d: differs from the reference",
+                           cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32", c.softcap, c.sinks != NULL);
 #if defined(__x86_64__)
                     if (cv_kernels_avx2()) {
                         run_case(&c, attn_group_avx2, 0, G, got);
@@ -199,8 +220,8 @@ static void test_simd_matches_ref(void)
                     }
 #endif
                     const double err = error_vs_double(&c, ref);
-                    CHECKF(err < 2e-5, "hd %d group %d n_pos %d %s cap %g: error %g against double", hd, G, np,
-                           f16 ? "F16" : "F32", c.softcap, err);
+                    CHECKF(err < 2e-5, "hd %d group %d n_pos %d %s cap %g sinks %d: error %g against double", hd, G,
+                           np, f16 ? "F16" : "F32", c.softcap, c.sinks != NULL, err);
                     /* each head alone (group of 1) gives the same bits */
                     for (int g = 0; g < G; g++) {
                         run_case(&c, cv_attn_group, g, 1, got);
@@ -221,6 +242,7 @@ static void test_simd_matches_ref(void)
 typedef struct tok_case {
     int hd, G, n_pos, n_tok, f16;
     float softcap;
+    int sinks; /* each head a sink */
     size_t tok_stride;
 } tok_case;
 
@@ -236,6 +258,7 @@ static void run_tokens(const tok_case *tc, const kcase *c, attn_fn fn, int toget
                       .n_tok = together ? tc->n_tok : 1,
                       .scale = 1.0f / sqrtf((float)tc->hd),
                       .softcap = tc->softcap,
+                      .sinks = c->sinks,
                       .tok_stride = tc->tok_stride,
                       .kv_type = tc->f16 ? CV_TYPE_F16 : CV_TYPE_F32,
                       .k = (const char *)c->k + c->off * esz,
@@ -257,6 +280,8 @@ static void check_tokens(const tok_case *tc)
     /* the case's q holds n_tok strided rows of G heads; its KV the last token's positions */
     make_case(&c, tc->hd, (int)(tc->tok_stride / (size_t)tc->hd) * tc->n_tok, tc->n_pos + tc->n_tok - 1, tc->f16,
               4.0f, tc->n_pos % 2);
+    if (tc->sinks)
+        add_sinks(&c, 8.0f);
     const size_t n_out = tc->tok_stride * (size_t)tc->n_tok;
     float *ref = malloc(sizeof(float) * n_out), *got = malloc(sizeof(float) * n_out);
     run_tokens(tc, &c, attn_group_ref, 0, ref);
@@ -277,8 +302,9 @@ static void check_tokens(const tok_case *tc)
         for (int t = 0; t < tc->n_tok; t++)
             CHECKF(same_bits(ref + (size_t)t * tc->tok_stride, got + (size_t)t * tc->tok_stride,
                              (size_t)tc->G * tc->hd),
-                   "%s: hd %d group %d n_pos %d, token %d of %d %s cap %g: differs from the token alone",
-                   v[i].name, tc->hd, tc->G, tc->n_pos, t, tc->n_tok, tc->f16 ? "F16" : "F32", tc->softcap);
+                   "%s: hd %d group %d n_pos %d, token %d of %d %s cap %g sinks %d: differs from the token alone",
+                   v[i].name, tc->hd, tc->G, tc->n_pos, t, tc->n_tok, tc->f16 ? "F16" : "F32", tc->softcap,
+                   tc->sinks);
     }
     free(ref);
     free(got);
@@ -297,6 +323,7 @@ static void test_tokens_together(void)
                     const int n_tok = 1 + (ih + ig + is) % CV_ATTN_TOKENS;
                     const tok_case tc = {.hd = hds[ih], .G = gs[ig], .n_pos = starts[is], .n_tok = n_tok,
                                          .f16 = f16, .softcap = (ih + is) % 2 ? 3.0f : 0.0f,
+                                         .sinks = (ig + is) % 2,
                                          .tok_stride = (size_t)(gs[ig] + 1) * hds[ih]};
                     check_tokens(&tc);
                     n_cases++;

@@ -113,6 +113,8 @@ static void token_ref(const cv_attn_args *a)
             }
         }
     }
+    for (int g = 0; a->sinks && g < G; g++)
+        attn_sink(a->sinks[g], &m[g], &l[g], a->out + (size_t)g * hd, hd);
     for (int g = 0; g < G; g++)
         for (int d = 0; d < hd; d++)
             a->out[(size_t)g * hd + d] = a->out[(size_t)g * hd + d] / l[g];

@@ -7,7 +7,9 @@
  * `group` query heads g,
  *   out[t][g] = sum_i softmax_i(cap(scale * q[t][g] . K[i])) V[i],
  *   i in [0, n_pos + t), cap(s) = softcap * tanh(s / softcap) when softcap
- *   > 0 (Gemma 2's attention logit soft-capping), else s,
+ *   > 0 (Gemma 2's attention logit soft-capping), else s; with sinks
+ *   (gpt-oss), head g's softmax has one more term in its denominator,
+ *   exp(sinks[g]), as if a position of score sinks[g] and value 0 were there,
  * reading each K and V row once for the whole group and all the tokens
  * (the reference: once per token). Token t's result is the bits of a call for
  * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
@@ -48,6 +50,10 @@
  * 3. Values, for each g and element d: when alpha != 1,
  *    out[g][d] = out[g][d] * alpha; then for each i of the block in order,
  *    out[g][d] = fma(P[g][i], v_i[d], out[g][d]).
+ * With sinks, after the last block, for each g: the sink is a block of one
+ *    score s = sinks[g] (not scaled, not capped) whose value row is zero:
+ *    m' = max(s, m_g); alpha = exp(m_g - m'); l_g = fma(l_g, alpha,
+ *    exp(s - m')); out[g][d] = out[g][d] * alpha when alpha != 1; m_g = m'.
  * At the end out[g][d] = out[g][d] / l_g.
  *
  * exp(x), for x <= 0 or NaN (Cephes' expf polynomial, every step one IEEE
@@ -83,6 +89,7 @@ typedef struct cv_attn_args {
     int n_pos;        /* token t attends positions [0, n_pos + t), n_pos >= 1 */
     float scale;      /* multiplies each score (1/sqrt(hd)) */
     float softcap;    /* > 0: each scaled score s becomes softcap * tanh(s / softcap); 0: off */
+    const float *sinks; /* [group] each query head's sink logit (gpt-oss), or NULL */
     const float *q;   /* token t's [group][hd] at q + t * tok_stride */
     size_t tok_stride; /* floats from one token's q (and out) heads to the next's */
     cv_type kv_type;  /* CV_TYPE_F32 or CV_TYPE_F16 */

@@ -163,5 +163,6 @@ void attn_group_avx2(const cv_attn_args *a)
     attn_state st;
     attn_init(&st, a);
     attn_blocks(&st, run_block);
+    attn_sinks(&st);
     attn_finish(&st);
 }

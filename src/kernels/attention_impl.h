@@ -67,6 +67,21 @@ static inline void attn_softcap_row(float *S, int n, float cap)
         S[i] = cap * attn_tanh(S[i] / cap);
 }
 
+/* The sink s of one query row (attention.h): a block of one score whose
+ * value row is zero, after the row's last block. m, l: the row's running
+ * max and sum; out its hd values. Scalar in every version: one row's
+ * few operations, the bits of the schedule. */
+static inline void attn_sink(float s, float *m, float *l, float *out, int hd)
+{
+    const float mn = attn_max(s, *m);
+    const float alpha = attn_exp(*m - mn);
+    *l = fmaf(*l, alpha, attn_exp(s - mn));
+    if (alpha != 1.0f)
+        for (int d = 0; d < hd; d++)
+            out[d] = out[d] * alpha;
+    *m = mn;
+}
+
 /* The kernel's state: the arguments, derived sizes and the scratch
  * pointers (layout of CV_ATTN_SCRATCH). */
 typedef struct attn_state {
@@ -118,6 +133,16 @@ static inline void attn_init(attn_state *st, const cv_attn_args *a)
     }
     for (int t = 0; t < a->n_tok; t++)
         memset(a->out + (size_t)t * a->tok_stride, 0, sizeof(float) * (size_t)a->group * (size_t)st->hd);
+}
+
+/* Every query row's sink, when the arguments have them: row r is head
+ * r % group. */
+static inline void attn_sinks(const attn_state *st)
+{
+    const cv_attn_args *a = st->a;
+    if (a->sinks)
+        for (int r = 0; r < st->G; r++)
+            attn_sink(a->sinks[r % a->group], &st->m[r], &st->l[r], attn_out(st, r), st->hd);
 }
 
 /* Positions [p0, p0 + n) for the rows [r0, r1). */

@@ -235,5 +235,6 @@ void attn_group_neon(const cv_attn_args *a)
     attn_state st;
     attn_init(&st, a);
     attn_blocks(&st, run_block);
+    attn_sinks(&st);
     attn_finish(&st);
 }
