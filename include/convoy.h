@@ -498,13 +498,14 @@ typedef struct convoy_synth_params {
     float output_scale; /* the output matrix's scale against the others' */
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
-    int64_t n_swa;      /* a Gemma's sliding window (> 0; shapes gemma2-mini, gemma3-mini); else 0 */
+    int64_t n_swa;      /* a Gemma's or gpt-oss's sliding window (> 0; shapes gemma2-mini, gemma3-mini,
+                         * gpt-oss-mini); else 0 */
     const char *arch;   /* general.architecture: NULL or "llama", "gemma2", "gemma3", "phi3",
-                         * "qwen2moe", "qwen3moe" */
+                         * "qwen2moe", "qwen3moe", "gpt-oss" */
     int64_t head_dim;   /* attention heads' size; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts when n_expert > 0 (see model/synth.h) */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size (qwen*moe; Mixtral's is n_ff), the shared one's */
-    int64_t n_ctx_orig; /* a phi3's original context, 1..n_ctx (shape phi3-mini: 256); others: 0 */
+    int64_t n_ctx_orig; /* a phi3's or gpt-oss's original context, 1..n_ctx (shape phi3-mini: 256); others: 0 */
     uint64_t seed;
     const char *type;   /* the matrices' TYPE, as quantize takes it */
     int32_t n_threads;

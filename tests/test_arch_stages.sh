@@ -2,16 +2,19 @@
 # test_arch_stages.sh: the architectures beyond llama's, synthesized
 # (convoy synth, Q4_0): gemma3-mini (sliding window 16 on 6 of its 7
 # layers), gemma2-mini (window 16 on layers 0 and 2 of 4, attention and
-# final logits soft-capped), qwen3moe-mini, qwen2moe-mini (shared expert)
-# and mixtral-mini (a llama with experts). Each gives bit-identical logits
+# final logits soft-capped), qwen3moe-mini, qwen2moe-mini (shared expert),
+# mixtral-mini (a llama with experts) and gpt-oss-mini (attention sinks,
+# window 16 on layers 0 and 2 of 4, YaRN, MXFP4 experts with biases). Each
+# gives bit-identical logits
 # of 64 tokens (on which the Gemmas' window moves) with 1 and 2 threads,
 # in chunks of 7, and through 1, 2 and 3 `convoy stage` processes on
 # loopback, and the same greedy tokens on a 2-stage chain as on one
 # machine; `convoy info` and `convoy run`'s load line name the
 # architecture. Refused by name: the gemma3 file renamed gemma4 (with the
 # supported list), a qwen3moe file whose expert_used_count exceeds its
-# expert_count, and one whose
-# blk.0.ffn_up_exps.weight has the wrong shape. Then phi3-mini (Q4_0:
+# expert_count, one whose
+# blk.0.ffn_up_exps.weight has the wrong shape, and a gpt-oss file whose
+# blk.0.attn_sinks.weight has the wrong length. Then phi3-mini (Q4_0:
 # fused Q/K/V and gate/up, partial RoPE with its long LongRoPE factors in a
 # context of 1024) gives one machine's logits through 1 and 2 stages and
 # through the 2 shards of `convoy split`, and a shard whose
@@ -99,7 +102,7 @@ check gemma3-mini gemma3 7 3,4 2,2,3
 patch "$model" "$tmp/gemma4.gguf" "at = d.index(b'general.architecture') + len('general.architecture') + 12
 d[at:at + 6] = b'gemma4'"
 refused "an unsupported architecture is refused by name with the supported list" "$tmp/gemma4.gguf" \
-    "architecture 'gemma4' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe, qwen3moe, phi3)"
+    "architecture 'gemma4' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, qwen2moe, qwen3moe, phi3, gpt-oss)"
 
 check gemma2-mini gemma2 4 1,3 1,2,1
 
@@ -148,5 +151,12 @@ check_phi3_shards() {
 
 check qwen2moe-mini qwen2moe 4 2,2 1,1,2
 check mixtral-mini llama 4 3,1 2,1,1
+
+check gpt-oss-mini gpt-oss 4 1,3 1,2,1
+# blk.0.attn_sinks.weight's length (after the name, a u32 n_dims) made 4, below the 8 heads
+patch "$model" "$tmp/sinks.gguf" "at = d.index(b'blk.0.attn_sinks.weight') + len('blk.0.attn_sinks.weight') + 4
+d[at:at + 8] = struct.pack('<Q', 4)"
+refused "a gpt-oss file with a bad sinks length is refused naming the tensor" "$tmp/sinks.gguf" \
+    "tensor 'blk.0.attn_sinks.weight' has 4 elements, expected [8]"
 check_phi3_shards
 checks_summary

@@ -2,18 +2,21 @@
  * over a batch of tokens and a layer range.
  *
  * Token embeddings (times sqrt(n_embd) for gemma), then for each layer:
- * RMSNorm -> Q, K, V projections (+ biases for qwen2, per-head RMSNorm of Q
- * and K for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's factors and
- * attention factor) -> K and V appended in place to each token's slot ->
- * attention of each (token, head) over its slot's positions [0, pos], or
- * (pos - n_swa, pos] on gemma's sliding layers, its scores soft-capped for
- * gemma2 -> output projection (+ RMSNorm for gemma) + residual -> RMSNorm
- * -> SwiGLU (gemma: GeGLU) feed-forward (+ RMSNorm for gemma), or a
- * mixture of experts (each token's top-k experts' SwiGLU FFNs, weighted, +
- * qwen2moe's gated shared expert; the batch's rows grouped by expert, so
- * each expert's weights are read once per batch), + residual. phi3's fused
- * Q/K/V and gate/up matrices are row views (model/llama.h), computed in
- * one pass each. The span holding the head then applies the final norm
+ * RMSNorm -> Q, K, V projections (+ biases for qwen2 and gpt-oss, per-head
+ * RMSNorm of Q and K for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's
+ * factors and attention factor; gpt-oss: YaRN) -> K and V appended in
+ * place to each token's slot -> attention of each (token, head) over its
+ * slot's positions [0, pos], or (pos - n_swa, pos] on gemma's and
+ * gpt-oss's sliding layers, its scores soft-capped for gemma2, gpt-oss's
+ * sinks in its softmax -> output projection (+ bias for gpt-oss, RMSNorm
+ * for gemma) + residual -> RMSNorm -> SwiGLU (gemma: GeGLU) feed-forward
+ * (+ RMSNorm for gemma), or a mixture of experts (each token's top-k
+ * experts' SwiGLU FFNs, weighted, + qwen2moe's gated shared expert;
+ * gpt-oss: biases on the router and the experts, the weights the softmax
+ * of the chosen logits, a clamped SwiGLU; the batch's rows grouped by
+ * expert, so each expert's weights are read once per batch), + residual.
+ * phi3's fused Q/K/V and gate/up matrices are row views (model/llama.h),
+ * computed in one pass each. The span holding the head then applies the final norm
  * and the output matrix to the wanted rows only (and soft-caps the logits
  * when the model asks).
  *
@@ -265,41 +268,86 @@ typedef struct glu_job {
     float *gate;
     const float *up;
     long n;
-    bool gelu; /* GeGLU (Gemma), else SwiGLU */
+    cv_glu glu;
 } glu_job;
 
-static float silu(float g) { return g / (1.0f + expf(-g)); }
+static float glu_silu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 /* gelu's tanh approximation: sqrt(2/pi) (x + 0.044715 x^3) inside */
-static float gelu(float g) { return 0.5f * g * (1.0f + tanhf(0.7978845608f * g * (1.0f + 0.044715f * g * g))); }
+static float glu_gelu(float g, float u)
+{
+    return 0.5f * g * (1.0f + tanhf(0.7978845608f * g * (1.0f + 0.044715f * g * g))) * u;
+}
 
-/* gate = act(gate) * up over this thread's share (a prompt's expf calls
+/* gpt-oss's SwiGLU (ggml's swiglu_oai, alpha 1.702, limit 7): the gate
+ * clamped above, up on both sides, then up shifted by 1 */
+static float glu_oai(float g, float u)
+{
+    const float x = 7.0f < g ? 7.0f : g, y = u < -7.0f ? -7.0f : 7.0f < u ? 7.0f : u;
+    return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+}
+
+/* gate = act(gate, up) over this thread's share (a prompt's expf calls
  * are too many for one thread while the other waits) */
 static void glu_worker(void *ctx, int ith, int nth)
 {
     const glu_job *j = ctx;
-    float (*act)(float) = j->gelu ? gelu : silu;
+    float (*act)(float, float) = j->glu == CV_GLU_OAI ? glu_oai : j->glu == CV_GLU_GELU ? glu_gelu : glu_silu;
     long lo, hi;
     cv_split_range(j->n, ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++)
-        j->gate[i] = act(j->gate[i]) * j->up[i];
+        j->gate[i] = act(j->gate[i], j->up[i]);
+}
+
+/* YaRN's ramp ends in rotations over the original context: llama.cpp's
+ * defaults (gpt-oss's converter writes none). */
+#define YARN_BETA_FAST 32.0f
+#define YARN_BETA_SLOW 1.0f
+
+/* The rotary dimension that turns `rotations` times over the original
+ * context (ggml_rope_yarn_corr_dim). */
+static float yarn_corr_dim(const cv_llama_hparams *hp, float rotations, float base)
+{
+    return (float)hp->n_rot * logf((float)hp->n_ctx_orig / (rotations * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* YaRN's angle of pair i from its unscaled angle: the interpolated one
+ * (times freq_scale) below the ramp, the unscaled one above it, mixed
+ * linearly on the ramp between the pairs corr[0] and corr[1] (ggml's
+ * rope_yarn). */
+static float yarn_angle(float extrap, float freq_scale, const float corr[2], int32_t i, float ext)
+{
+    const float width = 0.001f > corr[1] - corr[0] ? 0.001f : corr[1] - corr[0];
+    const float y = ((float)i - corr[0]) / width, y0 = 0.0f > y ? 0.0f : y;
+    const float mix = (1 - (1.0f < y0 ? 1.0f : y0)) * ext;
+    return freq_scale * extrap * (1 - mix) + extrap * mix;
 }
 
 /* cos/sin of each rotary pair i for each token's position: the angle is
  * pos * scale * base^(-2i/n_rot), divided by the RoPE factor i when the
  * model has them (Llama 3.1 scaling, Phi-3's LongRoPE); the powers are
- * formed by repeated multiplication, as llama.cpp does. Both are then
- * multiplied by rope_mscale (1 but for LongRoPE). */
+ * formed by repeated multiplication, as llama.cpp does; with YaRN the
+ * scale enters by yarn_angle. Both are then multiplied by rope_mscale (1
+ * but for LongRoPE and YaRN). */
 static void rope_tables(cv_forward *f, const cv_batch *b, float base, float scale, float *cos_t, float *sin_t)
 {
     const cv_llama_hparams *hp = &f->m->hp;
     const float *freqs = f->rope_factors, mscale = hp->rope_mscale;
     const int32_t half = hp->n_rot / 2;
     const float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
+    float corr[2] = {0, 0}; /* ggml_rope_yarn_corr_dims */
+    if (hp->yarn_ext) {
+        const float lo = floorf(yarn_corr_dim(hp, YARN_BETA_FAST, base));
+        const float hi = ceilf(yarn_corr_dim(hp, YARN_BETA_SLOW, base));
+        corr[0] = 0 > lo ? 0 : lo;
+        corr[1] = (float)(hp->n_rot - 1) < hi ? (float)(hp->n_rot - 1) : hi;
+    }
     for (int32_t t = 0; t < b->n_tokens; t++) {
-        float theta = (float)b->pos[t] * scale;
+        float theta = (float)b->pos[t] * (hp->yarn_ext ? 1.0f : scale);
         for (int32_t i = 0; i < half; i++) {
-            const float angle = freqs ? theta / freqs[i] : theta;
+            float angle = freqs ? theta / freqs[i] : theta;
+            if (hp->yarn_ext)
+                angle = yarn_angle(angle, scale, corr, i, hp->yarn_ext);
             cos_t[(size_t)t * half + i] = cosf(angle) * mscale;
             sin_t[(size_t)t * half + i] = sinf(angle) * mscale;
             theta *= theta_scale;
@@ -514,6 +562,7 @@ static void attn_worker(void *ctx, int ith, int nth)
     const cv_llama_hparams *hp = &f->m->hp;
     const cv_kv *kv = f->kv;
     const int32_t hd = hp->head_dim, n_head = hp->n_head, n_head_kv = hp->n_head_kv, group = n_head / n_head_kv;
+    const float *sinks = f->m->layers[j->layer].sinks;
     cv_attn_args a = {.head_dim = hd,
                       .group = group,
                       .scale = hp->attn_scale,
@@ -532,6 +581,7 @@ static void attn_worker(void *ctx, int ith, int nth)
         const size_t qoff = ((size_t)t * n_head + (size_t)kvh * group) * hd, kvoff = (size_t)kvh * hd * kv->elt_size;
         a.n_tok = j->window ? 1 : f->att_run[r + 1] - t;
         a.n_pos = pos + 1 - first;
+        a.sinks = sinks ? sinks + (size_t)kvh * group : NULL;
         a.q = f->q + qoff;
         a.out = f->att + qoff;
         a.k = (const char *)cv_kv_at(kv, kv->k, j->layer, slot, first) + kvoff;
@@ -630,6 +680,8 @@ static void attention_block(cv_forward *f, const cv_batch *b, int32_t l)
     const cv_weight *o_w[1] = {&L->wo};
     float *const o_y[1] = {f->xn};
     matmul(f, f->att, n, o_w, o_y, 1);
+    if (L->bo)
+        add_bias_rows(f->xn, L->bo, n, n_embd);
     if (L->post_attn_norm)
         rmsnorm_rows(f->xn, f->xn, L->post_attn_norm, n, n_embd, hp->rms_eps);
     add_rows(f->x, f->xn, (size_t)n * n_embd);
@@ -646,7 +698,7 @@ static void ffn_block(cv_forward *f, int32_t n, int32_t l)
     const cv_weight *gu_w[2] = {&L->w_gate, &L->w_up};
     float *const gu_y[2] = {f->gate, f->up};
     matmul_shared_input(f, f->xn, n, gu_w, gu_y, 2);
-    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff, .gelu = hp->gelu};
+    glu_job gj = {.gate = f->gate, .up = f->up, .n = (long)n * hp->n_ff, .glu = hp->glu};
     run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
     const cv_weight *d_w[1] = {&L->w_down};
     float *const d_y[1] = {f->xn};
@@ -658,10 +710,27 @@ static void ffn_block(cv_forward *f, int32_t n, int32_t l)
 
 /* ---- a mixture of experts ---- */
 
-/* Token t's route: the softmax of its router logits (in place, the sum in
- * double as llama.cpp's soft_max), the k most probable experts best first
- * (a tie goes to the lower index), their probabilities as weights, scaled
- * to sum to 1 when the model asks. */
+/* x = softmax(x), n values in place, the sum in double as llama.cpp's
+ * soft_max. */
+static void softmax(float *x, int32_t n)
+{
+    float max = x[0];
+    for (int32_t e = 1; e < n; e++)
+        max = x[e] > max ? x[e] : max;
+    double sum = 0.0;
+    for (int32_t e = 0; e < n; e++) {
+        x[e] = expf(x[e] - max);
+        sum += (double)x[e];
+    }
+    const float scale = (float)(1.0 / sum);
+    for (int32_t e = 0; e < n; e++)
+        x[e] *= scale;
+}
+
+/* Token t's route: the softmax of its router logits (in place), the k
+ * most probable experts best first (a tie goes to the lower index), their
+ * probabilities as weights, scaled to sum to 1 when the model asks;
+ * gpt-oss's: the k largest logits, their softmax as weights. */
 static void route_token(cv_forward *f, int32_t t)
 {
     const cv_llama_hparams *hp = &f->m->hp;
@@ -669,17 +738,8 @@ static void route_token(cv_forward *f, int32_t t)
     float *p = f->probs + (size_t)t * n_expert;
     int32_t *choice = f->choice + (size_t)t * k;
     float *w = f->choice_w + (size_t)t * k;
-    float max = p[0];
-    for (int32_t e = 1; e < n_expert; e++)
-        max = p[e] > max ? p[e] : max;
-    double sum = 0.0;
-    for (int32_t e = 0; e < n_expert; e++) {
-        p[e] = expf(p[e] - max);
-        sum += (double)p[e];
-    }
-    const float scale = (float)(1.0 / sum);
-    for (int32_t e = 0; e < n_expert; e++)
-        p[e] *= scale;
+    if (!hp->expert_softmax_chosen)
+        softmax(p, n_expert);
     bool taken[CV_LLAMA_MAX_EXPERTS] = {0};
     float w_sum = 0.0f;
     for (int32_t j = 0; j < k; j++) {
@@ -692,6 +752,8 @@ static void route_token(cv_forward *f, int32_t t)
         w[j] = p[best];
         w_sum += w[j];
     }
+    if (hp->expert_softmax_chosen)
+        softmax(w, k);
     if (hp->expert_norm)
         for (int32_t j = 0; j < k; j++)
             w[j] /= w_sum;
@@ -707,6 +769,8 @@ static void route(cv_forward *f, int32_t n, const cv_llama_layer *L)
     const cv_weight *r_w[1] = {&L->router};
     float *const r_y[1] = {f->probs};
     matmul(f, f->xn, n, r_w, r_y, 1);
+    if (L->router_b)
+        add_bias_rows(f->probs, L->router_b, n, n_expert);
     memset(f->group_first, 0, sizeof *f->group_first * (size_t)(n_expert + 1));
     for (int32_t t = 0; t < n; t++) {
         route_token(f, t);
@@ -761,6 +825,16 @@ static int use_experts(cv_forward *f, int32_t l, int32_t *n_used, char *err, siz
     return cv_experts_use(f->experts, l, f->used, *n_used, f->held, err, errlen);
 }
 
+/* Adds each used expert's row of `bias` ([n_expert][width], gpt-oss's)
+ * to its grouped rows of y. */
+static void add_expert_bias(const cv_forward *f, float *y, const float *bias, int32_t width, int32_t n_used)
+{
+    for (int32_t u = 0; u < n_used; u++) {
+        const int32_t e = f->used[u], first = f->group_first[e];
+        add_bias_rows(y + (size_t)first * width, bias + (size_t)e * width, f->group_first[e + 1] - first, width);
+    }
+}
+
 /* Each token's experts' outputs weighted and summed in choice order (as
  * llama.cpp adds the views of its experts), into f->moe_out. */
 static void combine_experts(cv_forward *f, int32_t n)
@@ -801,8 +875,9 @@ static void add_shared_expert(cv_forward *f, int32_t n, const cv_llama_layer *L)
 
 /* The mixture of experts of layer l: norm, routing, the chosen experts
  * (from the cache), their SwiGLU FFNs (gate and up, then down, each over
- * the experts the batch uses), their weighted sum (+ the shared expert),
- * added to the residual. */
+ * the experts the batch uses; gpt-oss: each plus its expert's bias, and
+ * its clamped SwiGLU), their weighted sum (+ the shared expert), added to
+ * the residual. */
 static int moe_block(cv_forward *f, int32_t n, int32_t l, char *err, size_t errlen)
 {
     const cv_llama_hparams *hp = &f->m->hp;
@@ -819,11 +894,17 @@ static int moe_block(cv_forward *f, int32_t n, int32_t l, char *err, size_t errl
     else
         for (int i = 0; i < 2; i++)
             run_experts(f, f->xs, n, n_used, i ? &L->up_exps : &L->gate_exps, gu_part + i, gu_y + i, 1);
-    glu_job gj = {.gate = f->eg, .up = f->eu, .n = (long)n * hp->n_expert_used * hp->n_ff_exp};
+    if (L->gate_exps_b) {
+        add_expert_bias(f, f->eg, L->gate_exps_b, hp->n_ff_exp, n_used);
+        add_expert_bias(f, f->eu, L->up_exps_b, hp->n_ff_exp, n_used);
+    }
+    glu_job gj = {.gate = f->eg, .up = f->eu, .n = (long)n * hp->n_expert_used * hp->n_ff_exp, .glu = hp->glu};
     run_job(f, sizeof(float) * 2 * (size_t)gj.n, glu_worker, &gj);
     const size_t d_part[1] = {offsetof(cv_expert, down)};
     float *const d_y[1] = {f->ed};
     run_experts(f, f->eg, n, n_used, &L->down_exps, d_part, d_y, 1);
+    if (L->down_exps_b)
+        add_expert_bias(f, f->ed, L->down_exps_b, hp->n_embd, n_used);
     combine_experts(f, n);
     if (L->shexp_gate.data)
         add_shared_expert(f, n, L);
@@ -861,7 +942,7 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     embed(f, b, in);
     rope_tables(f, b, hp->rope_theta, hp->rope_scale, f->rope_cos, f->rope_sin);
     if (hp->n_swa)
-        rope_tables(f, b, hp->rope_theta_swa, 1.0f, f->swa_cos, f->swa_sin);
+        rope_tables(f, b, hp->rope_theta_swa, hp->rope_scale_swa, f->swa_cos, f->swa_sin);
     attn_runs(f, b);
     for (int32_t l = m->l0; l < m->l1; l++) {
         attention_block(f, b, l);

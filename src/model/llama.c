@@ -50,6 +50,7 @@ static const struct {
     {"qwen2moe", CV_ARCH_QWEN2MOE, true},
     {"qwen3moe", CV_ARCH_QWEN3MOE, true},
     {"phi3", CV_ARCH_PHI3, true},
+    {"gpt-oss", CV_ARCH_GPTOSS, true},
 };
 #define N_ARCHS (sizeof archs / sizeof archs[0])
 
@@ -111,22 +112,24 @@ static int read_gemma(const gguf_file *f, cv_llama_hparams *hp, char *err, size_
     hp->attn_softcap = attn_softcap;
     hp->rope_scale = factor > 0 ? 1.0f / factor : 1.0f;
     hp->embd_scale = sqrtf((float)hp->n_embd);
-    hp->gelu = true;
+    hp->glu = CV_GLU_GELU;
     if (hp->n_layer == (g2 ? 46 : 62))
         hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     return 0;
 }
 
 /* A mixture of experts' keys, as llama.cpp reads them: expert_count and
- * expert_used_count (required by qwen2moe and qwen3moe; a llama without
- * them is dense), the experts' hidden size expert_feed_forward_length
- * (qwen*moe; else n_ff / n_expert_used; Mixtral's is n_ff), and qwen2moe's
- * expert_shared_feed_forward_length (else n_ff), which becomes n_ff: the
- * shared expert takes the dense FFN's place. qwen2moe keeps the softmax
- * weights of the chosen experts as they are; the others rescale them. */
+ * expert_used_count (required by qwen2moe, qwen3moe and gpt-oss; a llama
+ * without them is dense), the experts' hidden size
+ * expert_feed_forward_length (those three; else n_ff / n_expert_used;
+ * Mixtral's is n_ff), and qwen2moe's expert_shared_feed_forward_length
+ * (else n_ff), which becomes n_ff: the shared expert takes the dense FFN's
+ * place. qwen2moe keeps the softmax weights of the chosen experts as they
+ * are; gpt-oss takes the softmax of the chosen experts' logits; the others
+ * rescale their softmax weights to sum to 1. */
 static int read_experts(const gguf_file *f, const char *arch, cv_llama_hparams *hp, char *err, size_t errlen)
 {
-    const bool moe_arch = hp->arch == CV_ARCH_QWEN2MOE || hp->arch == CV_ARCH_QWEN3MOE;
+    const bool moe_arch = hp->arch == CV_ARCH_QWEN2MOE || hp->arch == CV_ARCH_QWEN3MOE || hp->arch == CV_ARCH_GPTOSS;
     uint32_t n_expert = 0, n_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
     if (get_u32(f, arch, "expert_count", &n_expert, moe_arch, err, errlen) ||
         get_u32(f, arch, "expert_used_count", &n_used, moe_arch || n_expert > 0, err, errlen) ||
@@ -149,9 +152,69 @@ static int read_experts(const gguf_file *f, const char *arch, cv_llama_hparams *
     hp->n_expert = (int32_t)n_expert;
     hp->n_expert_used = (int32_t)n_used;
     hp->n_ff_exp = (int32_t)n_ff_exp;
-    hp->expert_norm = hp->arch != CV_ARCH_QWEN2MOE;
+    hp->expert_norm = hp->arch != CV_ARCH_QWEN2MOE && hp->arch != CV_ARCH_GPTOSS;
+    hp->expert_softmax_chosen = hp->arch == CV_ARCH_GPTOSS;
     if (hp->arch == CV_ARCH_QWEN2MOE && n_ff_shexp)
         hp->n_ff = (int32_t)n_ff_shexp;
+    return 0;
+}
+
+/* YaRN's magnitude, as llama.cpp composes it: its context's attention
+ * factor (0.1 ln s + 1) / (1 + 0.1 ln s) for a factor s = 1 / freq_scale,
+ * times rope.scaling.attn_factor (attn_factor here), then ggml's rope
+ * multiplies it by 1 + 0.1 ln(1 / freq_scale): about 1 + 0.1 ln s. */
+static float yarn_mscale(float freq_scale, float attn_factor)
+{
+    const float s = 1.0f / freq_scale;
+    float attn = s <= 1.0f ? 1.0f : 0.1f * logf(s) + 1.0f;
+    attn *= 1.0f / (1.0f + 0.1f * logf(s));
+    attn *= attn_factor;
+    return attn * (1.0f + 0.1f * logf(1.0f / freq_scale));
+}
+
+/* Whether string s is lit. */
+static bool str_is(gguf_str s, const char *lit) { return s.len == strlen(lit) && !memcmp(s.ptr, lit, s.len); }
+
+/* gpt-oss's own hyperparameters, as llama.cpp reads them: layers 0, 2,
+ * 4... slide over attention.sliding_window positions (required) with the
+ * others' RoPE; the whole head rotates (NeoX pairs), queries scaled by
+ * 1/sqrt(head_dim); the clamped SwiGLU. rope.scaling.type "yarn" (what
+ * the converter writes) turns YaRN on (ext_factor 1) with
+ * rope.scaling.factor s: positions times 1/s on every layer, blended
+ * with the unscaled angles by the ramp, cos and sin times yarn_mscale;
+ * "linear" (llama.cpp's default when the key is absent) only scales the
+ * positions, "none" nothing. */
+static int read_gptoss(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
+{
+    const char *a = cv_llama_arch_name(hp->arch);
+    uint32_t n_swa = 0;
+    float factor = 0.0f;
+    gguf_str type = {.ptr = "linear", .len = 6};
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    if (get_u32(f, a, "attention.sliding_window", &n_swa, true, err, errlen) ||
+        get_f32(f, a, "rope.scaling.factor", &factor, false, err, errlen) ||
+        (gguf_find_kv(f, key) && gguf_get_str(f, key, &type, err, errlen)))
+        return -1;
+    const bool yarn = str_is(type, "yarn"), none = str_is(type, "none");
+    if (!yarn && !none && !str_is(type, "linear"))
+        return cv_errf(err, errlen, "%s: %s '%.*s' is not supported (none, linear, yarn)", f->name, key,
+                       (int)(type.len > 32 ? 32 : type.len), type.ptr);
+    if (!n_swa || n_swa > CV_LLAMA_MAX_CTX || !(factor >= 0) || !isfinite(factor))
+        return cv_errf(err, errlen, "%s: bad sliding window %u or rope scaling factor %g", f->name, n_swa, factor);
+    if (hp->n_rot != hp->head_dim)
+        return cv_errf(err, errlen, "%s: rope.dimension_count %d is not the head size %d, which gpt-oss rotates whole",
+                       f->name, hp->n_rot, hp->head_dim);
+    const float freq_scale = factor > 0 && !none ? 1.0f / factor : 1.0f;
+    hp->n_swa = (int32_t)n_swa;
+    hp->swa_pattern = 2;
+    hp->rope_theta_swa = hp->rope_theta;
+    hp->rope_scale = hp->rope_scale_swa = freq_scale;
+    hp->glu = CV_GLU_OAI;
+    if (yarn) {
+        hp->yarn_ext = 1.0f;
+        hp->rope_mscale = yarn_mscale(freq_scale, hp->rope_mscale);
+    }
     return 0;
 }
 
@@ -203,7 +266,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
     if (a < 0)
         return cv_errf(err, errlen,
                        "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, "
-                       "qwen2moe, qwen3moe, phi3)",
+                       "qwen2moe, qwen3moe, phi3, gpt-oss)",
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
@@ -263,9 +326,12 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .attn_scale = 1.0f / sqrtf((float)head_dim),
         .embd_scale = 1.0f,
         .rope_scale = 1.0f,
+        .rope_scale_swa = 1.0f,
     };
     if (read_experts(f, arch, hp, err, errlen) || read_rope_scaling(f, arch, hp, err, errlen))
         return -1;
+    if (hp->arch == CV_ARCH_GPTOSS)
+        return read_gptoss(f, hp, err, errlen);
     return hp->arch == CV_ARCH_GEMMA2 || hp->arch == CV_ARCH_GEMMA3 ? read_gemma(f, hp, err, errlen) : 0;
 }
 
@@ -330,19 +396,24 @@ static int read_tensor(const cv_llama *m, const void *data, size_t n, void *dst,
     return 0;
 }
 
-/* Binds a 1-D vector (norm weight, bias, rope factors) as an F32 copy at
- * *copy, read with pread. Never read through the mapping: the page cache
+/* Binds a 1-D vector (norm weight, bias, rope factors) of n elements, or
+ * with rows > 0 a table [n, rows] (gpt-oss's experts' biases), as an F32
+ * copy at *copy, read with pread. Never read through the mapping: the page cache
  * may hold the file in 2 MiB folios, and touching one vector there mapped
  * its whole folio (1B model: 61 MB of mapped file resident for 32 norms). */
-static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
-                     size_t errlen)
+static int bind_table(cv_llama *m, const char *name, int32_t n, int32_t rows, float **copy, const float **out,
+                      char *err, size_t errlen)
 {
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
     if (!t)
         return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
-    if (t->n_dims != 1 || t->ne[0] != n)
+    if (!rows && (t->n_dims != 1 || t->ne[0] != n))
         return cv_errf(err, errlen, "%s: tensor '%s' has %lld elements, expected [%d]", m->gguf.name, name,
                        (long long)t->ne[0], n);
+    if (rows && (t->n_dims != 2 || t->ne[0] != n || t->ne[1] != rows))
+        return cv_errf(err, errlen, "%s: tensor '%s' has shape [%lld, %lld], expected [%d, %d]", m->gguf.name, name,
+                       (long long)t->ne[0], (long long)t->ne[1], n, rows);
+    n *= rows ? rows : 1;
     const cv_type_traits *tt = cv_type_get(t->type);
     if (!tt)
         return cv_errf(err, errlen, "%s: tensor '%s' has unsupported type %s", m->gguf.name, name,
@@ -358,6 +429,12 @@ static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, cons
     }
     cv_free(raw);
     return rc;
+}
+
+static int bind_vec(cv_llama *m, const char *name, int32_t n, float **copy, const float **out, char *err,
+                    size_t errlen)
+{
+    return bind_table(m, name, n, 0, copy, out, err, errlen);
 }
 
 /* ---- weights in private memory ---- */
@@ -494,8 +571,9 @@ static int bind_gate_up(cv_llama *m, int32_t l, const char *suffix, char *err, s
 }
 
 /* Layer l's feed-forward weights: the dense FFN's three matrices, or a
- * mixture of experts' router and stacked experts, and qwen2moe's shared
- * expert (in the dense FFN's place) with its gate vector. */
+ * mixture of experts' router and stacked experts (gpt-oss: with their
+ * biases), and qwen2moe's shared expert (in the dense FFN's place) with
+ * its gate vector. */
 static int bind_ffn(cv_llama *m, int32_t l, float **copy, char *err, size_t errlen)
 {
     const cv_llama_hparams *hp = &m->hp;
@@ -509,6 +587,12 @@ static int bind_ffn(cv_llama *m, int32_t l, float **copy, char *err, size_t errl
          bind_experts(m, NAME("ffn_gate_exps.weight"), n_embd, hp->n_ff_exp, &L->gate_exps, err, errlen) ||
          bind_experts(m, NAME("ffn_up_exps.weight"), n_embd, hp->n_ff_exp, &L->up_exps, err, errlen) ||
          bind_experts(m, NAME("ffn_down_exps.weight"), hp->n_ff_exp, n_embd, &L->down_exps, err, errlen)))
+        return -1;
+    if (hp->arch == CV_ARCH_GPTOSS &&
+        (bind_vec(m, NAME("ffn_gate_inp.bias"), hp->n_expert, copy, &L->router_b, err, errlen) ||
+         bind_table(m, NAME("ffn_gate_exps.bias"), hp->n_ff_exp, hp->n_expert, copy, &L->gate_exps_b, err, errlen) ||
+         bind_table(m, NAME("ffn_up_exps.bias"), hp->n_ff_exp, hp->n_expert, copy, &L->up_exps_b, err, errlen) ||
+         bind_table(m, NAME("ffn_down_exps.bias"), n_embd, hp->n_expert, copy, &L->down_exps_b, err, errlen)))
         return -1;
     if (hp->n_expert && !shared)
         return 0;
@@ -532,13 +616,19 @@ static int bind_layer(cv_llama *m, int32_t l, float **copy, char *err, size_t er
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     char name[96];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+    const bool gptoss = hp->arch == CV_ARCH_GPTOSS;
+    /* gpt-oss's FFN norm is named post_attention_norm */
     if (bind_vec(m, NAME("attn_norm.weight"), n_embd, copy, &L->attn_norm, err, errlen) ||
         bind_qkv(m, l, L, err, errlen) ||
         bind_matrix(m, NAME("attn_output.weight"), n_q, n_embd, &L->wo, err, errlen) ||
-        bind_vec(m, NAME("ffn_norm.weight"), n_embd, copy, &L->ffn_norm, err, errlen) ||
+        bind_vec(m, gptoss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"), n_embd, copy, &L->ffn_norm,
+                 err, errlen) ||
         bind_ffn(m, l, copy, err, errlen))
         return -1;
-    const bool biases = hp->arch == CV_ARCH_QWEN2 || hp->arch == CV_ARCH_QWEN2MOE;
+    if (gptoss && (bind_vec(m, NAME("attn_output.bias"), n_embd, copy, &L->bo, err, errlen) ||
+                   bind_vec(m, NAME("attn_sinks.weight"), hp->n_head, copy, &L->sinks, err, errlen)))
+        return -1;
+    const bool biases = hp->arch == CV_ARCH_QWEN2 || hp->arch == CV_ARCH_QWEN2MOE || gptoss;
     if (biases && (bind_vec(m, NAME("attn_q.bias"), n_q, copy, &L->bq, err, errlen) ||
                    bind_vec(m, NAME("attn_k.bias"), n_kv, copy, &L->bk, err, errlen) ||
                    bind_vec(m, NAME("attn_v.bias"), n_kv, copy, &L->bv, err, errlen)))
@@ -604,6 +694,9 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     m->layers = cv_calloc((size_t)hp->n_layer, sizeof *m->layers);
     size_t per_layer = 5 * (size_t)n_embd + (size_t)n_q + 2 * (size_t)n_kv + 2 * (size_t)hp->head_dim;
+    if (hp->arch == CV_ARCH_GPTOSS) /* the output bias, the sinks, the router's and the experts' biases */
+        per_layer += (size_t)n_embd + (size_t)hp->n_head +
+                     (size_t)hp->n_expert * (1 + 2 * (size_t)hp->n_ff_exp + (size_t)n_embd);
     m->vec_copies = cv_malloc(sizeof(float) * ((size_t)(l1 - l0) * per_layer + (size_t)n_embd + 2 * (size_t)hp->n_rot));
     if (!m->layers || !m->vec_copies) {
         cv_errf(err, errlen, "%s: out of memory", m->gguf.name);
@@ -651,14 +744,16 @@ static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 /* Every tensor a layer may have, by architecture: llama's nine, qwen2's
  * biases, qwen3's and gemma3's Q/K norms, gemma2's and gemma3's post
  * norms, a mixture of experts' router and experts, qwen2moe's shared
- * expert, phi3's fused Q/K/V. */
+ * expert, phi3's fused Q/K/V, gpt-oss's output bias, sinks, router and
+ * experts' biases. */
 static const char *const layer_parts[] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
     "ffn_norm.weight",  "ffn_gate.weight", "ffn_up.weight",  "ffn_down.weight", "attn_q.bias",
     "attn_k.bias",      "attn_v.bias",    "attn_q_norm.weight", "attn_k_norm.weight",
     "post_attention_norm.weight", "post_ffw_norm.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight",
     "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
-    "ffn_up_shexp.weight", "ffn_down_shexp.weight", "attn_qkv.weight"};
+    "ffn_up_shexp.weight", "ffn_down_shexp.weight", "attn_qkv.weight", "attn_output.bias", "attn_sinks.weight",
+    "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"};
 static_assert(sizeof layer_parts / sizeof layer_parts[0] == CV_LLAMA_LAYER_TENSORS_MAX, "layer parts");
 
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)

@@ -41,7 +41,17 @@ typedef enum cv_arch {
     CV_ARCH_QWEN3MOE, /* qwen3's attention; experts */
     CV_ARCH_PHI3,   /* fused Q/K/V and gate/up matrices, NeoX RoPE (often partial),
                      * LongRoPE factors and attention factor */
+    CV_ARCH_GPTOSS, /* "gpt-oss": biases on Q/K/V/O, attention sinks, every other layer
+                     * sliding, YaRN, experts (with biases) routed by the softmax of
+                     * the chosen router logits, a clamped SwiGLU */
 } cv_arch;
+
+/* The feed-forward's gated activation. */
+typedef enum cv_glu {
+    CV_GLU_SILU, /* SwiGLU: silu(gate) * up */
+    CV_GLU_GELU, /* GeGLU (gemma): gelu(gate) * up, tanh approximation */
+    CV_GLU_OAI,  /* gpt-oss's: x = min(gate, 7), y = clamp(up, -7, 7), x * sigmoid(1.702 x) * (y + 1) */
+} cv_glu;
 
 /* The architecture's GGUF name ("llama", "gemma3"...). */
 const char *cv_llama_arch_name(cv_arch a);
@@ -64,18 +74,25 @@ typedef struct cv_llama_hparams {
     bool rope_neox;     /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     float attn_scale;   /* multiplies each attention score: 1/sqrt(head_dim), as a rule */
     float embd_scale;   /* multiplies token embeddings (gemma: sqrt(n_embd)), else 1 */
-    float rope_scale;   /* multiplies positions on full-attention layers (linear RoPE scaling), else 1 */
+    float rope_scale;   /* multiplies positions on full-attention layers (linear RoPE scaling, YaRN's
+                         * interpolation), else 1 */
+    float rope_scale_swa; /* the same on sliding layers (gpt-oss: rope_scale), else 1 */
+    float yarn_ext;     /* YaRN's ext_factor: 1 mixes interpolated and extrapolated angles, 0 off */
+    float yarn_beta_fast, yarn_beta_slow; /* YaRN's ramp ends, in rotations (32 and 1) */
     int32_t n_swa;      /* sliding window: a token at p attends (p - n_swa, p] on sliding layers; 0: none */
     int32_t swa_pattern;/* layer l slides unless l % swa_pattern == swa_pattern - 1 (gemma2: 2, gemma3: 6) */
     float rope_theta_swa; /* RoPE base of the sliding layers (gemma2: rope_theta, gemma3: 10000) */
     float logit_softcap;  /* final logits become c * tanh(logit / c); 0: none */
     float attn_softcap;   /* attention scores become c * tanh(score / c); 0: none (gemma2: 50) */
-    bool gelu;            /* GeGLU feed-forward (gemma), else SwiGLU */
+    cv_glu glu;           /* the feed-forward's (and the experts') activation */
     int32_t n_expert;     /* experts per layer (a mixture of experts), else 0 */
     int32_t n_expert_used;/* experts each token is routed to */
     int32_t n_ff_exp;     /* an expert's hidden size */
     bool expert_norm;     /* the chosen experts' weights are scaled to sum to 1 (qwen3moe, Mixtral) */
-    float rope_mscale;    /* multiplies RoPE's cos and sin (rope.scaling.attn_factor), else 1 */
+    bool expert_softmax_chosen; /* top-k of the router logits, weights the softmax of those k
+                                 * (gpt-oss), instead of top-k of the softmax of all */
+    float rope_mscale;    /* multiplies RoPE's cos and sin (rope.scaling.attn_factor, times YaRN's
+                           * 1 + 0.1 ln(factor)), else 1 */
     int32_t n_ctx_orig;   /* rope.scaling.original_context_length: a longer context takes rope_long */
 } cv_llama_hparams;
 
@@ -124,8 +141,10 @@ typedef struct cv_llama_layer {
     const float *bq, *bk, *bv; /* [n_head * head_dim], [n_head_kv * head_dim] x2 (qwen2), else NULL */
     const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3, gemma3), else NULL */
     cv_weight wo;           /* n_head * head_dim -> n_embd */
+    const float *bo;        /* [n_embd] output bias (gpt-oss), else NULL */
+    const float *sinks;     /* [n_head] attention sink logits (gpt-oss), else NULL */
     const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output (gemma), else NULL */
-    const float *ffn_norm;  /* [n_embd] */
+    const float *ffn_norm;  /* [n_embd] (gpt-oss: its post_attention_norm, which takes this place) */
     cv_weight w_gate;       /* n_embd -> n_ff (qwen2moe: its shared expert's, n_ff_shexp) */
     cv_weight w_up;         /* n_embd -> n_ff (qwen2moe: shared expert) */
     cv_weight w_down;       /* n_ff -> n_embd (qwen2moe: shared expert) */
@@ -133,6 +152,9 @@ typedef struct cv_llama_layer {
     cv_weight gate_exps;    /* n_embd -> n_ff_exp per expert, stacked (cv_llama_expert) */
     cv_weight up_exps;      /* n_embd -> n_ff_exp per expert, stacked */
     cv_weight down_exps;    /* n_ff_exp -> n_embd per expert, stacked */
+    const float *router_b;  /* [n_expert] router bias (gpt-oss), else NULL */
+    const float *gate_exps_b, *up_exps_b; /* [n_expert][n_ff_exp] experts' biases (gpt-oss), else NULL */
+    const float *down_exps_b;             /* [n_expert][n_embd] */
     cv_weight shexp_gate;   /* n_embd -> 1, F32: the shared expert's sigmoid gate (qwen2moe) */
     const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output (gemma), else NULL */
 } cv_llama_layer;
@@ -205,7 +227,7 @@ int cv_llama_read_matrix(const cv_llama *m, const cv_weight *w, void *staging, v
 /* The most positions a model may claim: --ctx's and a stage's limit too. */
 #define CV_LLAMA_MAX_CTX (1 << 24)
 #define CV_LLAMA_MAX_EXPERTS 512 /* experts per layer, as llama.cpp's LLAMA_MAX_EXPERTS */
-#define CV_LLAMA_LAYER_TENSORS_MAX 25
+#define CV_LLAMA_LAYER_TENSORS_MAX 31
 #define CV_LLAMA_SPAN_EXTRA_MAX 5 /* rope_freqs, rope_factors_long and _short, output_norm, output */
 static inline uint64_t cv_llama_span_tensors_max(int64_t n_layers)
 {

@@ -30,10 +30,10 @@ static const struct synth_preset {
     const char *name;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_theta, output_scale;
-    int64_t n_swa; /* a Gemma's window */
+    int64_t n_swa; /* a Gemma's or gpt-oss's window */
     cv_arch arch;
     int64_t head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
-    int64_t n_ctx_orig; /* a Phi-3's original context */
+    int64_t n_ctx_orig; /* a Phi-3's or gpt-oss's original context */
 } presets[] = {
     {"tiny", 64, 5, 8, 4, 172, 512, 512, 10000.0f, 1.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
     {"synth-mini", 256, 4, 8, 2, 768, 2048, 512, 10000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 0, 0, 0, 0, 0},
@@ -49,6 +49,8 @@ static const struct synth_preset {
     {"mixtral-mini", 128, 4, 4, 2, 64, 2048, 512, 1000000.0f, 4.0f, 0, CV_ARCH_LLAMA, 0, 8, 2, 0, 0, 0},
     {"qwen3moe-30b-a3b", 2048, 48, 32, 4, 6144, 32000, 4096, 1000000.0f, 1.0f, 0, CV_ARCH_QWEN3MOE, 128, 128, 8, 768,
      0, 0},
+    {"gpt-oss-mini", 256, 4, 8, 2, 256, 2048, 512, 150000.0f, 4.0f, 16, CV_ARCH_GPTOSS, 64, 8, 4, 256, 0, 64},
+    {"gpt-oss-20b", 2880, 24, 64, 8, 2880, 32000, 4096, 150000.0f, 1.0f, 128, CV_ARCH_GPTOSS, 64, 32, 4, 2880, 0, 128},
 };
 
 void cv_synth_defaults(cv_synth_params *p)
@@ -285,28 +287,38 @@ typedef struct synth_tensor {
 
 static bool is_gemma(const cv_synth_params *p) { return p->arch == CV_ARCH_GEMMA2 || p->arch == CV_ARCH_GEMMA3; }
 
+static bool is_gptoss(const cv_synth_params *p) { return p->arch == CV_ARCH_GPTOSS; }
+
+/* The architectures whose experts synth writes (and requires). */
+static bool is_moe_arch(const cv_synth_params *p)
+{
+    return p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE || is_gptoss(p);
+}
+
 static int64_t head_dim_of(const cv_synth_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
 
-/* An architecture synth writes, with a sliding window exactly when a Gemma. */
+/* An architecture synth writes, with a sliding window exactly when a Gemma
+ * or a gpt-oss. */
 static int check_arch(const cv_synth_params *p, char *err, size_t errlen)
 {
-    const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
-    if (p->arch != CV_ARCH_LLAMA && p->arch != CV_ARCH_PHI3 && !moe_arch && !is_gemma(p))
-        return cv_errf(err, errlen, "synth writes llama, gemma2, gemma3, phi3, qwen2moe and qwen3moe models, not %s",
+    if (p->arch != CV_ARCH_LLAMA && p->arch != CV_ARCH_PHI3 && !is_moe_arch(p) && !is_gemma(p))
+        return cv_errf(err, errlen,
+                       "synth writes llama, gemma2, gemma3, phi3, qwen2moe, qwen3moe and gpt-oss models, not %s",
                        cv_llama_arch_name(p->arch));
-    if (is_gemma(p) ? p->n_swa < 1 || p->n_swa > SYNTH_MAX_DIM : p->n_swa != 0)
-        return cv_errf(err, errlen, "sliding window %lld out of range (a Gemma has 1..%d, others none)",
+    if (is_gemma(p) || is_gptoss(p) ? p->n_swa < 1 || p->n_swa > SYNTH_MAX_DIM : p->n_swa != 0)
+        return cv_errf(err, errlen, "sliding window %lld out of range (a Gemma or gpt-oss has 1..%d, others none)",
                        (long long)p->n_swa, SYNTH_MAX_DIM);
     return 0;
 }
 
-/* The experts' counts and sizes, where qwen2moe and qwen3moe need them. */
+/* The experts' counts and sizes, where qwen2moe, qwen3moe and gpt-oss
+ * need them. */
 static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
 {
-    const bool moe_arch = p->arch == CV_ARCH_QWEN2MOE || p->arch == CV_ARCH_QWEN3MOE;
+    const bool moe_arch = is_moe_arch(p);
     if (!p->n_expert && !moe_arch)
         return 0;
-    if (p->n_swa || p->n_expert < 1 || p->n_expert > CV_LLAMA_MAX_EXPERTS || p->n_expert_used < 1 ||
+    if ((p->n_swa && !is_gptoss(p)) || p->n_expert < 1 || p->n_expert > CV_LLAMA_MAX_EXPERTS || p->n_expert_used < 1 ||
         p->n_expert_used > p->n_expert)
         return cv_errf(err, errlen, "%lld experts, %lld used: not a mixture of experts synth writes",
                        (long long)p->n_expert, (long long)p->n_expert_used);
@@ -317,14 +329,14 @@ static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
     return 0;
 }
 
-/* The original context, which a Phi-3 has (1..n_ctx) and no other
- * architecture; a Phi-3 has neither sliding window nor experts, and 3/4 of
- * its head rotates in pairs. */
+/* The original context, which a Phi-3 and a gpt-oss have (1..n_ctx) and
+ * no other architecture; a Phi-3 has neither sliding window nor experts,
+ * and 3/4 of its head rotates in pairs. */
 static int check_phi3(const cv_synth_params *p, char *err, size_t errlen)
 {
     const bool phi3 = p->arch == CV_ARCH_PHI3;
-    if (phi3 ? p->n_ctx_orig < 1 || p->n_ctx_orig > p->n_ctx : p->n_ctx_orig != 0)
-        return cv_errf(err, errlen, "original context %lld out of range (a phi3's 1..n_ctx, else none)",
+    if (phi3 || is_gptoss(p) ? p->n_ctx_orig < 1 || p->n_ctx_orig > p->n_ctx : p->n_ctx_orig != 0)
+        return cv_errf(err, errlen, "original context %lld out of range (a phi3's or gpt-oss's 1..n_ctx, else none)",
                        (long long)p->n_ctx_orig);
     if (phi3 && (p->n_swa || p->n_expert))
         return cv_errf(err, errlen, "a phi3 has no sliding window and no experts");
@@ -419,9 +431,11 @@ static void add_ffn(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l
         return;
     }
     const int64_t ff = expert_ff(p), ne = p->n_expert;
+    /* gpt-oss's gate and up of std 4: some pass the clamp at 7 */
+    const double std_gu = (is_gptoss(p) ? 4.0 : 1.0) * std_embd;
     add_layer_tensor(t, n, l, "ffn_gate_inp.weight", p->n_embd, ne, 0, std_embd);
-    add_layer_tensor(t, n, l, "ffn_gate_exps.weight", p->n_embd, ff, ne, std_embd);
-    add_layer_tensor(t, n, l, "ffn_up_exps.weight", p->n_embd, ff, ne, std_embd);
+    add_layer_tensor(t, n, l, "ffn_gate_exps.weight", p->n_embd, ff, ne, std_gu);
+    add_layer_tensor(t, n, l, "ffn_up_exps.weight", p->n_embd, ff, ne, std_gu);
     add_layer_tensor(t, n, l, "ffn_down_exps.weight", ff, p->n_embd, ne, 1.0 / sqrt((double)ff));
     if (p->arch == CV_ARCH_QWEN2MOE) {
         const int64_t sff = shared_ff(p);
@@ -455,6 +469,23 @@ static void add_attention(const cv_synth_params *p, synth_tensor *t, int *n, int
     add_layer_tensor(t, n, l, "attn_output.weight", n_q, p->n_embd, 0, 1.0 / sqrt((double)n_q));
 }
 
+/* A gpt-oss layer's own vectors, random: the Q/K/V/O biases, the sinks
+ * (std 2, about the attention scores' size, so they matter), the router's
+ * and the experts' biases. */
+static void add_gptoss(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l)
+{
+    const int64_t hd = head_dim_of(p), ff = p->n_ff_exp, ne = p->n_expert;
+    add_layer_tensor(t, n, l, "attn_q.bias", hd * p->n_head, 0, 0, 0.5);
+    add_layer_tensor(t, n, l, "attn_k.bias", hd * p->n_head_kv, 0, 0, 0.5);
+    add_layer_tensor(t, n, l, "attn_v.bias", hd * p->n_head_kv, 0, 0, 0.5);
+    add_layer_tensor(t, n, l, "attn_output.bias", p->n_embd, 0, 0, 0.5);
+    add_layer_tensor(t, n, l, "attn_sinks.weight", p->n_head, 0, 0, 2.0);
+    add_layer_tensor(t, n, l, "ffn_gate_inp.bias", ne, 0, 0, 0.5);
+    add_layer_tensor(t, n, l, "ffn_gate_exps.bias", ff, ne, 0, 0.5);
+    add_layer_tensor(t, n, l, "ffn_up_exps.bias", ff, ne, 0, 0.5);
+    add_layer_tensor(t, n, l, "ffn_down_exps.bias", p->n_embd, ne, 0, 0.5);
+}
+
 /* The tensor list in file order. */
 static int tensor_list(const cv_synth_params *p, synth_tensor *t)
 {
@@ -474,8 +505,11 @@ static int tensor_list(const cv_synth_params *p, synth_tensor *t)
     for (int64_t l = 0; l < p->n_layer; l++) {
         add_layer_tensor(t, &n, l, "attn_norm.weight", p->n_embd, 0, 0, 0);
         add_attention(p, t, &n, l);
-        add_layer_tensor(t, &n, l, "ffn_norm.weight", p->n_embd, 0, 0, 0);
+        /* gpt-oss's FFN norm is named post_attention_norm */
+        add_layer_tensor(t, &n, l, is_gptoss(p) ? "post_attention_norm.weight" : "ffn_norm.weight", p->n_embd, 0, 0, 0);
         add_ffn(p, t, &n, l);
+        if (is_gptoss(p))
+            add_gptoss(p, t, &n, l);
         if (p->arch == CV_ARCH_QWEN2MOE) {
             add_layer_tensor(t, &n, l, "attn_q.bias", hd * p->n_head, 0, 0, std_embd);
             add_layer_tensor(t, &n, l, "attn_k.bias", hd * p->n_head_kv, 0, 0, std_embd);
@@ -506,6 +540,8 @@ static cv_type wanted_type(const cv_synth_params *p, const synth_tensor *t)
 {
     if (!cv_quant_is_weight_matrix(t->name, t->n_dims))
         return CV_TYPE_F32;
+    if (is_gptoss(p) && strstr(t->name, "_exps.weight")) /* as gpt-oss ships its experts */
+        return CV_TYPE_MXFP4;
     const cv_quantize_params qp = policy_of(p);
     return cv_quant_policy_type(&qp, t->name, cv_quant_layer_of(t->name), (int)p->n_layer);
 }
@@ -590,6 +626,11 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
         gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
     else
         gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot_dims(p));
+    if (is_gptoss(p)) { /* YaRN, as the converter writes it: the factor the context over the original */
+        gguf_set_str(w, KEY("rope.scaling.type"), "yarn");
+        gguf_set_f32(w, KEY("rope.scaling.factor"), (float)p->n_ctx / (float)p->n_ctx_orig);
+        gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
+    }
     if (p->arch == CV_ARCH_PHI3) { /* the attention factor as llama.cpp's converter computes it */
         const double s = (double)p->n_ctx / (double)p->n_ctx_orig;
         gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);

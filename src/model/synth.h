@@ -60,12 +60,13 @@ typedef struct cv_synth_params {
     float output_scale;
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
-    int64_t n_swa;         /* a Gemma's sliding window (> 0); 0 for the others */
-    cv_arch arch;          /* llama, gemma2, gemma3, phi3, qwen2moe or qwen3moe (below) */
+    int64_t n_swa;         /* a Gemma's or gpt-oss's sliding window (> 0); 0 for the others */
+    cv_arch arch;          /* llama, gemma2, gemma3, phi3, qwen2moe, qwen3moe or gpt-oss (below) */
     int64_t head_dim;      /* attention.key_length; 0: n_embd / n_head */
     int64_t n_expert, n_expert_used; /* a mixture of experts (below) when n_expert > 0 */
     int64_t n_ff_exp, n_ff_shexp;    /* an expert's hidden size; qwen2moe's shared expert's */
-    int64_t n_ctx_orig;    /* a phi3's (below) original context, beyond which its long RoPE factors apply */
+    int64_t n_ctx_orig;    /* a phi3's (below) original context, beyond which its long RoPE factors apply;
+                            * a gpt-oss's, YaRN's (factor n_ctx / n_ctx_orig) */
     uint64_t seed;
     cv_type type;
     cv_quant_mix mix;      /* llama.cpp's mix of `type`, if any (see quantize.h) */
@@ -114,6 +115,21 @@ typedef struct cv_synth_params {
  * head_dim] and attn_output its transpose, and attention.key_length and
  * value_length say head_dim. */
 
+/* A gpt-oss (arch gpt-oss, with experts, a window and 1 <= n_ctx_orig <=
+ * n_ctx) has general.architecture "gpt-oss" and gpt-oss.* keys with
+ * expert_feed_forward_length, attention.sliding_window n_swa (layers 0, 2,
+ * 4... slide), rope.scaling.type "yarn", rope.scaling.factor n_ctx /
+ * n_ctx_orig and rope.scaling.original_context_length n_ctx_orig, as
+ * llama.cpp's converter writes them; per layer blk.N.post_attention_norm
+ * in ffn_norm's place (llama.cpp's name for gpt-oss's FFN norm), and
+ * random (std 0.5) blk.N.attn_{q,k,v,output}.bias, ffn_gate_inp.bias
+ * [n_expert], ffn_{gate,up}_exps.bias [n_ff_exp, n_expert],
+ * ffn_down_exps.bias [n_embd, n_expert], and blk.N.attn_sinks.weight
+ * [n_head] of std 2 (about the attention scores' size). Its stacked
+ * experts are MXFP4 whatever `type` (as gpt-oss ships them), and those of
+ * gate and up have std 4 / sqrt(n_embd), so some of their products pass
+ * the activation's clamp at 7. */
+
 /* Defaults: ctx 2048, rope theta 10000, eps 1e-5, output_scale 1, untied,
  * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
 void cv_synth_defaults(cv_synth_params *p);
@@ -141,6 +157,14 @@ void cv_synth_defaults(cv_synth_params *p);
  *   qwen3moe-30b-a3b  Qwen3-30B-A3B's dims: 2048, 48, 32, 4, 6144, 32000,
  *                   head_dim 128, ctx 4096, theta 1000000, 128 experts of
  *                   768, 8 used
+ *   gpt-oss-mini    256, 4, 8, 2, 256, 2048, head_dim 64, ctx 512, theta
+ *                   150000, output_scale 4, window 16, 8 experts of 256,
+ *                   4 used, YaRN factor 8 over an original context of 64
+ *   gpt-oss-20b     gpt-oss-20b's dims: 2880, 24, 64, 8, 2880, 32000,
+ *                   head_dim 64, ctx 4096, theta 150000, window 128, 32
+ *                   experts of 2880, 4 used, YaRN factor 32 (its own)
+ *                   over an original context of 128 (its own is 4096 of
+ *                   131072: the tables' cost is the same)
  * (synth-mini/hd128 have the shapes of ../shared/reference/models; the
  * llama-* ones those of llamacpp-speed.md, untied, vocab 32000.) */
 int cv_synth_preset(cv_synth_params *p, const char *shape, char *err, size_t errlen);

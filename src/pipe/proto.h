@@ -228,7 +228,7 @@
 #define CV_PROTO_MAX_BATCH (1 << 16)
 #define CV_PROTO_MAX_GRAMMAR CV_CONSTRAINT_TEXT_MAX
 #define CV_PROTO_HASH_BYTES 32
-#define CV_PROTO_HASHES_PER_LAYER 25 /* the most tensors a layer has (every name of llama.c's list) */
+#define CV_PROTO_HASHES_PER_LAYER 31 /* the most tensors a layer has (every name of llama.c's list) */
 #define CV_PROTO_HASHES_EXTRA 5      /* rope_freqs, rope_factors_long and _short, output_norm, output */
 
 /* Not a wire field: the most nodes of a chain ("local" included), the one
