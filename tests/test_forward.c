@@ -273,6 +273,11 @@ static void test_bit_identical_moe(void) { check_synth_determinism("qwen2moe-min
  * short factors (the context of 256 is its original one). */
 static void test_bit_identical_phi3(void) { check_synth_determinism("phi3-mini"); }
 
+/* gpt-oss (gpt-oss-mini): attention sinks in the fused attention, every
+ * other layer sliding (window 16), YaRN, biases on the router and on
+ * MXFP4 experts behind the softmax of the chosen logits. */
+static void test_bit_identical_gptoss(void) { check_synth_determinism("gpt-oss-mini"); }
+
 /* Eight decode steps of m allocate nothing (m is freed). */
 static void check_allocates_nothing(convoy_model *m)
 {
@@ -362,6 +367,7 @@ int main(void)
     TEST_RUN(test_bit_identical_gemma2);
     TEST_RUN(test_bit_identical_moe);
     TEST_RUN(test_bit_identical_phi3);
+    TEST_RUN(test_bit_identical_gptoss);
     TEST_RUN(test_decode_allocates_nothing);
     TEST_RUN(test_bad_batches_refused);
     return test_summary();

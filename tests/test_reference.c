@@ -12,9 +12,9 @@
  * llama.cpp run here (../shared/tools/llama.cpp/bin/llama-ref) on a model
  * `convoy quantize` makes, with the same rule, and on a greedy
  * continuation; without llama-ref that test skips (fails under CI=true).
- * So do the synthetic Gemma 3's, Gemma 2's, Phi-3's and mixtures of
- * experts' (test_logits_gemma3, _gemma2, _phi3, _moe), and their files'
- * tokenizations (test_tokens_arch). */
+ * So do the synthetic Gemma 3's, Gemma 2's, Phi-3's, mixtures of
+ * experts' and gpt-oss's (test_logits_gemma3, _gemma2, _phi3, _moe,
+ * _gptoss), and their files' tokenizations (test_tokens_arch). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -487,6 +487,14 @@ static void test_tokens_arch(void)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         check_tokens(llama_ref, shapes[i], lines);
 }
+/* gpt-oss (gpt-oss-mini: MXFP4 experts, 4 of 8 chosen by the softmax of
+ * their biased router logits, SwiGLU clamped at 7 on gate and up of std
+ * 4; attention sinks of std 2; window 16 on layers 0 and 2; YaRN of
+ * factor 8 over an original context of 64, so the ramp runs over pairs 0
+ * to 7 of 32; biases on Q/K/V/O and the experts). Its vocabulary is the
+ * synthetic SPM one of the other shapes, not gpt-oss's o200k: the logits
+ * do not depend on it. */
+static void test_logits_gptoss(void) { check_synth("gpt-oss-mini", "F32", 0); }
 
 static double rms_delta(const float *a, const float *b, size_t n)
 {
@@ -557,6 +565,7 @@ int main(void)
     TEST_RUN(test_logits_moe);
     TEST_RUN(test_logits_phi3);
     TEST_RUN(test_tokens_arch);
+    TEST_RUN(test_logits_gptoss);
     TEST_RUN(test_quantize_as_good_as_llamacpp);
     return test_summary();
 }
