@@ -278,8 +278,8 @@ static void test_bit_identical_phi3(void) { check_synth_determinism("phi3-mini")
  * MXFP4 experts behind the softmax of the chosen logits. */
 static void test_bit_identical_gptoss(void) { check_synth_determinism("gpt-oss-mini"); }
 
-/* Eight decode steps of m allocate nothing (m is freed). */
-static void check_allocates_nothing(convoy_model *m)
+/* Eight decode steps of m (named rel) allocate nothing (m is freed). */
+static void check_allocates_nothing(convoy_model *m, const char *rel)
 {
     convoy_model_info info;
     convoy_model_get_info(m, &info);
@@ -312,11 +312,11 @@ static void test_decode_allocates_nothing(void)
     char path[512];
     convoy_model *m = load("reference/models/synth-mini-q4_0.gguf");
     if (m)
-        check_allocates_nothing(m);
+        check_allocates_nothing(m, "synth-mini-q4_0");
     if ((m = load_synth("qwen2moe-mini", path, sizeof path)))
-        check_allocates_nothing(m);
+        check_allocates_nothing(m, path);
     if ((m = load_synth("gpt-oss-mini", path, sizeof path)))
-        check_allocates_nothing(m);
+        check_allocates_nothing(m, path);
 }
 
 static void test_bad_batches_refused(void)
