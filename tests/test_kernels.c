@@ -575,7 +575,7 @@ static void check_interleaved(cv_type t, const void *w, int n, long rows, const 
     memcpy(wi, w, bytes);
     if (cv_interleave(t, n, rows, wi) != 0) {
         CHECK(t != CV_TYPE_Q8_0 && t != CV_TYPE_Q4_0 && t != CV_TYPE_IQ4_NL && t != CV_TYPE_Q4_K && t != CV_TYPE_Q5_K &&
-              t != CV_TYPE_MXFP4);
+              t != CV_TYPE_MXFP4 && t != CV_TYPE_Q6_K);
         free(wi);
         return;
     }
@@ -849,6 +849,58 @@ static void test_kquant_extremes(void)
         }
 }
 
+/* Q6_K at its largest sums: every quant 63, the scales -128 (or -128 and
+ * 127 by turns), activations all -128 or alternating -128 and 127. The
+ * AVX2 kernels add two groups of products in int16 before scaling them;
+ * every path must still give vec_dot_ref's bits, and vec_dot_ref the exact
+ * value. */
+static void test_q6_K_extremes(void)
+{
+    enum { N = 512, ROWS = 16, TOKENS = 64 };
+    static const int token_counts[] = {1, 7, 8, 9, 64};
+    const size_t w_row = cv_row_bytes(CV_TYPE_Q6_K, N), x_row = cv_row_bytes(CV_TYPE_Q8_K, N);
+    block_q6_K *w = malloc(ROWS * w_row);
+    block_q8_K *x = malloc(TOKENS * x_row);
+    float *y = malloc(TOKENS * ROWS * sizeof(float));
+    for (int variant = 0; variant < 4; variant++) {
+        const int mixed = variant & 1, alternate = variant >> 1;
+        memset(w, 0xFF, ROWS * w_row); /* quants 63 */
+        for (int b = 0; b < ROWS * N / QK_K; b++) {
+            w[b].d = cv_fp32_to_fp16(b % 2 ? 1.0f : -0.5f);
+            for (int s = 0; s < QK_K / 16; s++)
+                w[b].scales[s] = (int8_t)(mixed && s % 2 ? 127 : -128);
+        }
+        for (int b = 0; b < TOKENS * N / QK_K; b++) {
+            x[b].d = 1.0f;
+            for (int e = 0; e < QK_K; e++)
+                x[b].qs[e] = (int8_t)(alternate && e % 2 ? 127 : -128);
+            for (int k = 0; k < QK_K / 16; k++)
+                x[b].bsums[k] = (int16_t)(alternate ? 8 * (127 - 128) : 16 * -128);
+        }
+        /* per super-block: d * 31 * sum over sub-blocks of scale * sum(y) */
+        const double per_sb = 31.0 * (alternate ? -8 : -2048) * (mixed ? 8 * (127 - 128) : 16 * -128);
+        for (int mi = 0; mi < 5; mi++) {
+            const int m = token_counts[mi];
+            cv_matmul_rows(CV_TYPE_Q6_K, w, N, x, x_row, m, y, ROWS, 0, ROWS);
+            check_interleaved_extremes(CV_TYPE_Q6_K, (const uint8_t *)w, N, ROWS, (const uint8_t *)x, x_row, m);
+            for (int s = 0; s < m; s++)
+                for (int r = 0; r < ROWS; r++) {
+                    const float ref =
+                        cv_type_get(CV_TYPE_Q6_K)->vec_dot_ref(N, (const char *)w + r * w_row, (const char *)x + s * x_row);
+                    double exact = 0;
+                    for (int b = 0; b < N / QK_K; b++)
+                        exact += ((r * (N / QK_K) + b) % 2 ? 1.0 : -0.5) * per_sb;
+                    CHECKF(same_bits(y[s * ROWS + r], ref), "Q6_K m=%d row %d token %d: %.9g, ref %.9g", m, r, s,
+                           y[s * ROWS + r], ref);
+                    CHECKF(ref == exact, "Q6_K row %d: ref %.9g, exact %.9g", r, ref, exact);
+                }
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+}
+
 /* Where AVX-512 kernels were selected, the AVX2 kernels they replace are
  * checked too: other nodes of a cluster run them. */
 static void test_avx2_beside_avx512(void)
@@ -863,6 +915,7 @@ static void test_avx2_beside_avx512(void)
     test_matmul_rows();
     test_vec_dot_raw_quants32();
     test_kquant_extremes();
+    test_q6_K_extremes();
     test_nibble_extremes();
     if (saved)
         setenv("CONVOY_KERNELS", saved, 1);
@@ -888,6 +941,7 @@ int main(void)
     TEST_RUN(test_matmul_rows);
     TEST_RUN(test_kquant_extremes);
     TEST_RUN(test_nibble_extremes);
+    TEST_RUN(test_q6_K_extremes);
     TEST_RUN(test_avx2_beside_avx512);
     return test_summary();
 }

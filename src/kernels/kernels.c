@@ -128,6 +128,7 @@ static const interleaved_layout interleaved[CV_TYPE_COUNT] = {
     [CV_TYPE_MXFP4] = {.interleave = interleave_mxfp4, .vec_dot_ref = vec_dot_interleaved_mxfp4_ref},
     [CV_TYPE_Q4_K] = {.interleave = interleave_q4_K, .vec_dot_ref = vec_dot_interleaved_q4_K_ref},
     [CV_TYPE_Q5_K] = {.interleave = interleave_q5_K, .vec_dot_ref = vec_dot_interleaved_q5_K_ref},
+    [CV_TYPE_Q6_K] = {.interleave = interleave_q6_K, .vec_dot_ref = vec_dot_interleaved_q6_K_ref},
 };
 
 #if defined(__x86_64__)
@@ -151,7 +152,8 @@ static const simd_kernels kernels_avx2[CV_TYPE_COUNT] = {
                       .tile_min_tokens = TILE_MIN_TOKENS_Q45,
                       .matmul_interleaved = matmul_interleaved_q5_K_avx2},
     [CV_TYPE_Q6_K] = {.vec_dot = vec_dot_q6_K_q8_K_avx2, .matmul_tile = matmul_tile_q6_K_q8_K_avx2,
-                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT},
+                      .tile_min_tokens = TILE_MIN_TOKENS_QUANT,
+                      .matmul_interleaved = matmul_interleaved_q6_K_avx2},
     [CV_TYPE_Q2_K] = {.vec_dot = vec_dot_q2_K_q8_K_avx2},
     [CV_TYPE_Q3_K] = {.vec_dot = vec_dot_q3_K_q8_K_avx2},
     [CV_TYPE_Q5_0] = {.vec_dot = vec_dot_q5_0_q8_0_avx2},
@@ -181,6 +183,7 @@ static const matmul_interleaved_fn interleaved_avx512[CV_TYPE_COUNT] = {
     [CV_TYPE_MXFP4] = matmul_interleaved_mxfp4_avx512,
     [CV_TYPE_Q4_K] = matmul_interleaved_q4_K_avx512,
     [CV_TYPE_Q5_K] = matmul_interleaved_q5_K_avx512,
+    [CV_TYPE_Q6_K] = matmul_interleaved_q6_K_avx512,
 };
 
 /* and these replace the AVX2 vec_dot of their type (same bits, half the

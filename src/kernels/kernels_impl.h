@@ -114,6 +114,10 @@ typedef void (*matmul_tile_fn)(int n, const void *w, size_t w_stride, const void
  * - Q5_K: d, dmin, scales and qs as Q4_K; qh[s] byte 4r+b holds at bit g
  *   the fifth bit of weight 32s+4g+b of row r, so the 8 groups of a
  *   sub-block take their fifth bits from one vector by shifts.
+ * - Q6_K: d of the 8 rows, then scales[s] byte r = scale s of row r,
+ *   then ql[k] dword r = bytes 4k..4k+3 of row r's ql and qh[k] dword r
+ *   = bytes 4k..4k+3 of row r's qh (quads of weights as the plain rows
+ *   pack them: kquants.c).
  * matmul_interleaved_* compute n_groups groups (consecutive) times m
  * activation rows (1 <= m <= TILE_TOKENS): y[t * ldy + 8g + r] =
  * vec_dot(n, row r of group g, x row t) of the same ISA, bit for bit.
@@ -149,6 +153,13 @@ typedef struct {
     uint8_t qs[QK_K / 8][32];
 } block_q5_Kx8;
 static_assert(sizeof(block_q5_Kx8) == ROW_GROUP * sizeof(block_q5_K), "block_q5_Kx8 size");
+typedef struct {
+    cv_fp16 d[ROW_GROUP];
+    int8_t scales[QK_K / 16][ROW_GROUP];
+    uint8_t ql[QK_K / 8][32];
+    uint8_t qh[QK_K / 16][32];
+} block_q6_Kx8;
+static_assert(sizeof(block_q6_Kx8) == ROW_GROUP * sizeof(block_q6_K), "block_q6_Kx8 size");
 
 /* Token t of activation rows x_stride bytes apart, as blocks. */
 static inline const block_q8_0 *token_q8_0(const void *x, size_t x_stride, int t)
@@ -202,6 +213,8 @@ float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
 float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x);
 void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out);
+float vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x);
+void interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out);
 
 /* One version for every ISA (ref.c): row conversions off the hot path. */
 void copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
@@ -251,6 +264,8 @@ void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const voi
                                   size_t ldy);
 void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
                                   size_t ldy);
+void matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy);
 void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
 /* kernels_avx512.c and kquants_avx512.c (AVX512F/BW/VL and VNNI) */
@@ -263,6 +278,8 @@ void matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const 
 void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
 void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
+void matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
 #endif
 

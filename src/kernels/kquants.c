@@ -36,10 +36,10 @@
  *   acc = fma(d, (float)isum, acc) and accm = fma(dmin, (float)msum, accm)
  *   on two scalars; the result is acc - accm. One sum per super-block
  *   lets a tile keep 8 rows in the lanes of a vector (kquants_avx2.c).
- * - Q6_K: exact int32 sums in 8 lanes (lane k gathers weights 4k..4k+3 of
- *   every 32-weight group), fused into 8 float accumulators with d; the
- *   result is hsum8(acc) = (t0 + t2) + (t1 + t3) of t[i] = acc[i] +
- *   acc[i+4] (llama.cpp's non-repacked AVX2 order).
+ * - Q6_K: as Q3_K, the whole int32 sum of scale * q * y less 32 * scale *
+ *   bsum per sub-block, acc = fma(d, (float)isum, acc) on one scalar; one
+ *   sum per super-block lets a kernel keep 8 rows in the lanes of a
+ *   vector, as Q4_K's.
  * kquants_impl.h holds the scale packing and the Q6_K bit access shared by
  * all three files. */
 #include "kernels/kquants.h"
@@ -576,16 +576,6 @@ void quantize_row_q8_K(const float *x, void *y, int64_t n)
 
 /* ---- reference dot products -------------------------------------------- */
 
-/* (t0 + t2) + (t1 + t3) of t[i] = v[i] + v[i+4]: the horizontal sum of 8
- * float lanes. */
-static float hsum8(const float v[8])
-{
-    float t[4];
-    for (int i = 0; i < 4; i++)
-        t[i] = v[i] + v[i + 4];
-    return (t[0] + t[2]) + (t[1] + t[3]);
-}
-
 /* Q2_K: per super-block the whole int32 sums isum = sum of scale * q * y
  * and msum = sum of min * bsum over the 16 sub-blocks, then as Q4_K. */
 float vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x)
@@ -757,6 +747,14 @@ float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *
     return dot_q45(n, view_q5_Kx8, group, r, x);
 }
 
+/* Dword r of every 32 bytes of out from the bytes of row r at in, in
+ * order. */
+static void interleave_dwords(const uint8_t *in, int bytes, int r, uint8_t (*out)[32])
+{
+    for (int j = 0; j < bytes / 4; j++)
+        memcpy(out[j] + 4 * r, in + 4 * j, 4);
+}
+
 /* Row r's d, dmin, scales, mins and quants (a Q4_K or Q5_K block: the
  * same fields) into an interleaved block's, whose scale_hi starts zero. */
 static void interleave_x8(cv_fp16 d, cv_fp16 dmin, const uint8_t scales[K_SCALE_SIZE], const uint8_t *qs, int r,
@@ -773,8 +771,7 @@ static void interleave_x8(cv_fp16 d, cv_fp16 dmin, const uint8_t scales[K_SCALE_
         scale_hi[is % 32] |= (uint8_t)((sc[s] >> 4) << (4 * (is / 32)));
         scale_hi[im % 32] |= (uint8_t)((mn[s] >> 4) << (2 + 4 * (im / 32)));
     }
-    for (int j = 0; j < QK_K / 8; j++)
-        memcpy(qs8[j] + 4 * r, qs + 4 * j, 4);
+    interleave_dwords(qs, QK_K / 2, r, qs8);
 }
 
 void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
@@ -807,34 +804,72 @@ void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out)
     }
 }
 
-/* Q6_K: lane k sums sc * q * y over weights 32g + 4k .. 32g + 4k + 3 of
- * each group g of 32, with q unsigned (0..63; the scale of weights
- * 32g .. 32g + 15 is sc[2g], of the rest sc[2g + 1]); the offset 32 is
- * taken out exactly with the bsums: lane k minus 32 * (sc[2k] * bsums[2k] +
- * sc[2k+1] * bsums[2k+1]), as _mm256_madd_epi16 pairs them. */
+/* Super-block i of row r of a Q6_K matrix as a plain block: the plain
+ * row w (r unused) or row r of an interleaved group (kernels_impl.h). */
+typedef void (*q6_view_fn)(const void *w, int r, int i, block_q6_K *b);
+
+static void view_q6_K(const void *w, int r, int i, block_q6_K *b)
+{
+    (void)r;
+    *b = ((const block_q6_K *)w)[i];
+}
+
+static void view_q6_Kx8(const void *w, int r, int i, block_q6_K *b)
+{
+    const block_q6_Kx8 *g = (const block_q6_Kx8 *)w + i;
+    b->d = g->d[r];
+    for (int s = 0; s < QK_K / 16; s++)
+        b->scales[s] = g->scales[s][r];
+    for (int j = 0; j < QK_K / 2; j++)
+        b->ql[j] = g->ql[j / 4][4 * r + j % 4];
+    for (int j = 0; j < QK_K / 4; j++)
+        b->qh[j] = g->qh[j / 4][4 * r + j % 4];
+}
+
+/* Q6_K, row r of w as view reads it: per super-block the whole int32 sum
+ * of sc * (q - 32) * y, the offset 32 taken out through the bsums, then
+ * one fma into one scalar. With |sc| <= 128, q <= 63, |y| <= 128 the sum
+ * of sc * q * y is within 16 * 128 * 16 * 63 * 128 < 2^29 and the offset
+ * term within 16 * 128 * 32 * 2048 = 2^27, so any order of int32 adds
+ * gives the same total. */
+static float dot_q6(int n, q6_view_fn view, const void *w, int r, const block_q8_K *xb)
+{
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        block_q6_K b;
+        view(w, r, i, &b);
+        int32_t isum = 0;
+        for (int s = 0; s < QK_K / 16; s++) {
+            int32_t dot = 0;
+            for (int e = 16 * s; e < 16 * s + 16; e++)
+                dot += kq_q6_value(&b, e) * xb[i].qs[e];
+            isum += b.scales[s] * (dot - 32 * xb[i].bsums[s]);
+        }
+        acc = fmaf(xb[i].d * cv_fp16_to_fp32(b.d), (float)isum, acc);
+    }
+    return acc;
+}
+
 float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
 {
-    const block_q6_K *wb = w;
-    const block_q8_K *xb = x;
-    float acc[8] = {0};
-    for (int i = 0; i < n / QK_K; i++) {
-        const int8_t *sc = wb[i].scales;
-        const int8_t *y = xb[i].qs;
-        int32_t isum[8] = {0};
-        for (int g = 0; g < 8; g++)
-            for (int k = 0; k < 8; k++) {
-                int dot = 0;
-                for (int e = 32 * g + 4 * k; e < 32 * g + 4 * k + 4; e++)
-                    dot += kq_q6_value(&wb[i], e) * y[e];
-                isum[k] += sc[(32 * g + 4 * k) / 16] * dot;
-            }
-        for (int k = 0; k < 8; k++) {
-            int32_t offs = sc[2 * k] * xb[i].bsums[2 * k] + sc[2 * k + 1] * xb[i].bsums[2 * k + 1];
-            isum[k] -= 32 * offs;
+    return dot_q6(n, view_q6_K, w, 0, x);
+}
+
+float vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x)
+{
+    return dot_q6(n, view_q6_Kx8, group, r, x);
+}
+
+void interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out)
+{
+    block_q6_Kx8 *o = out;
+    for (int i = 0; i < n / QK_K; i++)
+        for (int r = 0; r < ROW_GROUP; r++) {
+            const block_q6_K *blk = (const block_q6_K *)((const char *)rows + (size_t)r * row_bytes) + i;
+            o[i].d[r] = blk->d;
+            for (int s = 0; s < QK_K / 16; s++)
+                o[i].scales[s][r] = blk->scales[s];
+            interleave_dwords(blk->ql, QK_K / 2, r, o[i].ql);
+            interleave_dwords(blk->qh, QK_K / 4, r, o[i].qh);
         }
-        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
-        for (int k = 0; k < 8; k++)
-            acc[k] = fmaf(d, (float)isum[k], acc[k]);
-    }
-    return hsum8(acc);
 }

@@ -11,9 +11,7 @@
  *   dmin;
  * - the float part is kquants.c's: Q2_K/Q4_K/Q5_K fuse the whole int32
  *   sums of a super-block into two scalars (acc - accm at the end), Q3_K
- *   into one; Q6_K fuses 8
- *   int32 lanes (lane k: weights 4k..4k+3 of each group of 32) into 8
- *   floats and ends with hsum8 (avx2_impl.h).
+ *   and Q6_K into one.
  * vec_dot_*_ref in kquants.c does exactly this in scalar C, so both give
  * the same bits. Each vec_dot prefetches its row KQUANT_PREFETCH_BYTES
  * ahead.
@@ -251,7 +249,7 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
     const __m256i m30 = _mm256_set1_epi8(0x30);
     __m256i pick[4];
     scale_pair_masks(pick);
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&wb[i], sizeof wb[i]);
         const int8_t *y = xb[i].qs;
@@ -282,10 +280,9 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
             }
         }
         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offs, 5));
-        const float d = xb[i].d * _cvtsh_ss(wb[i].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc = fmaf(xb[i].d * _cvtsh_ss(wb[i].d), (float)sum8_i32(isum), acc);
     }
-    return hsum8(acc);
+    return acc;
 }
 
 /* ---- Q8_K activations: quantize_row_q8_K's bits ----
@@ -946,16 +943,156 @@ void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const voi
     matmul_kx8(1, n, w, n_groups, x, x_stride, m, y, ldy);
 }
 
+/* ---- Q6_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
+ *
+ * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: row r in lane r, a
+ * quad of 4 weights of the 8 rows (low nibbles from ql, top bits from qh)
+ * against a token's 4 quants broadcast, two quads of a sub-block summed in
+ * int16 (at most 4 * 63 * 128 = 32256), one madd with its 8 scales, the
+ * offset of 32 through the bsums, one fma per super-block. The quants are
+ * read as they are stored, so a super-block of a group is met by the
+ * tokens a few at a time with their sums in registers. */
+
+enum { Q6X8_TOKENS = 4 };
+_Static_assert(4 * 63 * 128 <= INT16_MAX, "two quads of products fit int16");
+
+/* A super-block of the 8 rows: sub-block s's scale of row r in both int16
+ * halves of dword r of sc[s], scales 2k and 2k + 1 as the int16 pair of
+ * dword r of pair[k], and d. */
+typedef struct scales_q6x8 {
+    __m256i sc[QK_K / 16], pair[QK_K / 32];
+    __m256 d;
+} scales_q6x8;
+
+static inline void scales_q6x8_prepare(const block_q6_Kx8 *b, scales_q6x8 *p)
+{
+#pragma GCC unroll 16
+    for (int s = 0; s < QK_K / 16; s++) {
+        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)b->scales[s]));
+        p->sc[s] = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < QK_K / 32; k++)
+        p->pair[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)b->scales[2 * k]),
+                                                           _mm_loadl_epi64((const __m128i *)b->scales[2 * k + 1])));
+    p->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+}
+
+/* -32 times the sum of scale * bsum over the 16 sub-blocks, of row r in
+ * lane r: the offset of the quants, exact. */
+static inline __m256i offset_q6x8(const __m256i pair[QK_K / 32], const int16_t *bsums)
+{
+    int32_t two[QK_K / 32]; /* bsums 2k, 2k + 1 as one int16 pair */
+    memcpy(two, bsums, sizeof two);
+    __m256i o = _mm256_madd_epi16(pair[0], _mm256_set1_epi32(two[0]));
+#pragma GCC unroll 8
+    for (int k = 1; k < QK_K / 32; k++)
+        o = _mm256_add_epi32(o, _mm256_madd_epi16(pair[k], _mm256_set1_epi32(two[k])));
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(o, 5));
+}
+
+/* The 6-bit quants 0..63 of a quad of 8 rows, row r in dword r, from its
+ * low nibbles lo (the high half of each byte with m >= 2) and top bits hi
+ * (bits 2m, 2m + 1 of each byte): weights 128h + 32m + l of kquants.c. */
+static inline __attribute__((always_inline)) __m256i q6_quad(__m256i lo, __m256i hi, int m)
+{
+    const __m256i nib = _mm256_and_si256(m >= 2 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0F));
+    const __m256i top = m < 2 ? _mm256_slli_epi16(hi, 4 - 2 * m) : m == 2 ? hi : _mm256_srli_epi16(hi, 2);
+    return _mm256_or_si256(nib, _mm256_and_si256(top, _mm256_set1_epi8(0x30)));
+}
+
+/* Quad g of sub-block s = 8h + 2m + half (weights 16s + 4g..) of the 8 rows. */
+static inline __attribute__((always_inline)) __m256i q6_quad_x8(const block_q6_Kx8 *b, int h, int half, int m,
+                                                                 int g)
+{
+    return q6_quad(_mm256_loadu_si256((const __m256i *)b->ql[16 * h + 8 * (m & 1) + 4 * half + g]),
+                   _mm256_loadu_si256((const __m256i *)b->qh[8 * h + 4 * half + g]), m);
+}
+
+/* Super-block b of the 8 rows times the super-blocks xb[0, nt) of nt <=
+ * Q6X8_TOKENS tokens: adds to acc[t] (row r in lane r). */
+static inline __attribute__((always_inline)) void tokens_q6x8(const block_q6_Kx8 *b, const scales_q6x8 *p,
+                                                              const block_q8_K *const xb[Q6X8_TOKENS], int nt,
+                                                              __m256 *acc)
+{
+    __m256i isum[Q6X8_TOKENS];
+    for (int t = 0; t < nt; t++) {
+        isum[t] = offset_q6x8(p->pair, xb[t]->bsums);
+        KEEP_IN_REGISTER(isum[t]);
+    }
+    /* h and half not unrolled; m unrolled, so that its shifts are constants */
+#pragma GCC unroll 1
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 1
+        for (int half = 0; half < 2; half++)
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const int s = 8 * h + 2 * m + half;
+#pragma GCC unroll 2
+                for (int g = 0; g < 4; g += 2) {
+                    const __m256i q0 = q6_quad_x8(b, h, half, m, g), q1 = q6_quad_x8(b, h, half, m, g + 1);
+#pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++) {
+                        const int8_t *y = xb[t]->qs + 16 * s;
+                        const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, quads_bcast(y, g)),
+                                                             _mm256_maddubs_epi16(q1, quads_bcast(y, g + 1)));
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, p->sc[s]));
+                    }
+                }
+            }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(p->d, _mm256_set1_ps(xb[t]->d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+}
+
+/* tokens_q6x8 with nt a constant, so that the sums stay in registers. */
+static void tokens_q6x8_n(const block_q6_Kx8 *b, const scales_q6x8 *p, const block_q8_K *const xb[Q6X8_TOKENS],
+                          int nt, __m256 *acc)
+{
+#define Q6X8_CALL(k) tokens_q6x8(b, p, xb, k, acc)
+    WITH_CONST_COUNT_4(nt, Q6X8_CALL)
+#undef Q6X8_CALL
+}
+
+/* The nb super-blocks of one group at w times m tokens. */
+static void group_q6x8(int nb, const block_q6_Kx8 *w, const void *x, size_t x_stride, int m, float *y, size_t ldy)
+{
+    __m256 acc[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int i = 0; i < nb; i++) {
+        /* the next super-block, as the Q4_K kernel */
+        prefetch_lines(&w[i + 1], sizeof w[i]);
+        scales_q6x8 p;
+        scales_q6x8_prepare(&w[i], &p);
+        for (int t0 = 0; t0 < m; t0 += Q6X8_TOKENS) {
+            const int k = m - t0 < Q6X8_TOKENS ? m - t0 : Q6X8_TOKENS;
+            const block_q8_K *xb[Q6X8_TOKENS];
+            for (int t = 0; t < k; t++)
+                xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
+            tokens_q6x8_n(&w[i], &p, xb, k, acc + t0);
+        }
+    }
+    for (int t = 0; t < m; t++)
+        _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
+}
+
+void matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
+                                  size_t ldy)
+{
+    const int nb = n / QK_K;
+    for (long g = 0; g < n_groups; g++)
+        group_q6x8(nb, (const block_q6_Kx8 *)w + g * nb, x, x_stride, m, y + ROW_GROUP * g, ldy);
+}
+
 /* ---- Q6_K tile: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
- * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: the same int32
- * lanes per super-block (the offset of 32 taken out exactly through the
- * bsums), one fma per super-block, the same final reduction. Q6_K keeps
- * vec_dot's 8 lanes per row, so its panel follows the rows: it holds each
- * 32-weight group's 6-bit quants as bytes and its two scales (one per 16
- * weights) as 16-bit lanes, the 16 scales widened for the offset term,
- * and d; each token meets it with its quants loaded once for the 8 rows,
- * as the Q4_K/Q5_K tile did before it put rows in lanes. */
+ * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: the same whole
+ * int32 sum per super-block (the offset of 32 taken out exactly through
+ * the bsums), one fma per super-block. The panel holds each 32-weight
+ * group's 6-bit quants as bytes and its two scales (one per 16 weights)
+ * as 16-bit lanes, the 16 scales widened for the offset term, and d; each
+ * token meets it with its quants loaded once for the 8 rows, and the 8
+ * rows' sums end in the lanes of one vector. */
 
 enum { Q6K_PANEL_SB = 4 };
 
@@ -996,7 +1133,7 @@ static void panel_prepare_q6_K(panel_q6_K *p, const char *w, size_t w_stride, in
     }
 }
 
-/* As panel_token_q45_K, for Q6_K; a holds one acc per row. */
+/* As panel_token_q45_K, for Q6_K; a holds row r's acc in lane r. */
 static void panel_token_q6_K(const panel_q6_K *p, int nbc, const block_q8_K *x, __m256 *a)
 {
     for (int b = 0; b < nbc; b++) {
@@ -1014,11 +1151,8 @@ static void panel_token_q6_K(const panel_q6_K *p, int nbc, const block_q8_K *x, 
                 isum[r] = _mm256_add_epi32(isum[r],
                                            _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[b][r][g], yv), p->sc[b][r][g]));
         }
-        float dx[TILE_ROWS];
-        _mm256_storeu_ps(dx, _mm256_mul_ps(_mm256_loadu_ps(p->d[b]), _mm256_set1_ps(x[b].d)));
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_ROWS; r++)
-            a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dx[r]), _mm256_cvtepi32_ps(isum[r]), a[r]);
+        const __m256 dx = _mm256_mul_ps(_mm256_set1_ps(x[b].d), _mm256_loadu_ps(p->d[b]));
+        *a = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(sums8_i32(isum)), *a);
     }
 }
 
@@ -1027,14 +1161,14 @@ void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
 {
     const int nb = n / QK_K;
     panel_q6_K panel;
-    __m256 acc[TILE_TOKENS][TILE_ROWS];
+    __m256 acc[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int b0 = 0; b0 < nb; b0 += Q6K_PANEL_SB) {
         const int nbc = nb - b0 < Q6K_PANEL_SB ? nb - b0 : Q6K_PANEL_SB;
         panel_prepare_q6_K(&panel, w, w_stride, b0, nbc, nb);
         for (int t = 0; t < m; t++)
-            panel_token_q6_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, acc[t]);
+            panel_token_q6_K(&panel, nbc, token_q8_K(x, x_stride, t) + b0, &acc[t]);
     }
     for (int t = 0; t < m; t++)
-        _mm256_storeu_ps(y + (size_t)t * ldy, hsum8_rows8(acc[t]));
+        _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }

@@ -1,4 +1,4 @@
-/* kquants_avx512.c: the interleaved Q4_K and Q5_K products
+/* kquants_avx512.c: the interleaved Q4_K, Q5_K (and, further down, Q6_K) products
  * (kernels_impl.h) and the Q2_K and Q3_K vec_dot with AVX-512 VNNI, for
  * the CPUs that have it (AVX512F, BW, VL and VNNI).
  *
@@ -188,6 +188,124 @@ void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const v
                                     float *y, size_t ldy)
 {
     matmul_kx16(1, n, w, n_groups, x, x_stride, m, y, ldy);
+}
+
+/* ---- Q6_K interleaved: two groups of 8 rows per vector ----
+ *
+ * The bits of matmul_interleaved_q6_K_avx2 (vec_dot_q6_K_q8_K_ref): the
+ * same whole int32 sum of each row per super-block, the same fma. A
+ * sub-block's sums start at -32 times the token's bsum (the offset, exact)
+ * and take its 4 quads by vpdpbusd, at most 16 * 63 * 128 in magnitude;
+ * then its int8 scale with one vpmulld. */
+
+/* A super-block of 16 rows: each sub-block's scales as int32, and d. */
+typedef struct scales_q6x16 {
+    __m512i sc[QK_K / 16];
+    __m512 d;
+} scales_q6x16;
+
+static inline void scales_q6x16_prepare(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, scales_q6x16 *p)
+{
+#pragma GCC unroll 16
+    for (int s = 0; s < QK_K / 16; s++)
+        p->sc[s] = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0->scales[s]),
+                                                           _mm_loadl_epi64((const __m128i *)b1->scales[s])));
+    p->d = scales_pair(b0->d, b1->d);
+}
+
+/* q6_quad of kquants_avx2.c for two groups: quad g of sub-block
+ * s = 8h + 2m + half of the 16 rows. */
+static inline __attribute__((always_inline)) __m512i q6_quad_x16(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
+                                                                  int h, int half, int m, int g)
+{
+    const int kl = 16 * h + 8 * (m & 1) + 4 * half + g, kh = 8 * h + 4 * half + g;
+    const __m512i lo = load_pair(b0->ql[kl], b1->ql[kl]), hi = load_pair(b0->qh[kh], b1->qh[kh]);
+    const __m512i nib = _mm512_and_si512(m >= 2 ? _mm512_srli_epi16(lo, 4) : lo, _mm512_set1_epi8(0x0F));
+    const __m512i top = m < 2 ? _mm512_slli_epi16(hi, 4 - 2 * m) : m == 2 ? hi : _mm512_srli_epi16(hi, 2);
+    return _mm512_or_si512(nib, _mm512_and_si512(top, _mm512_set1_epi8(0x30)));
+}
+
+/* Super-block b0 and b1 (the same super-block of two groups) times the
+ * super-blocks xb[0, nt) of nt <= 8 tokens: adds to acc[t]. */
+static inline __attribute__((always_inline)) void tokens_q6x16(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
+                                                               const scales_q6x16 *p,
+                                                               const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                               __m512 *acc)
+{
+    __m512i isum[ROW_GROUP];
+    zero_sums(isum, nt);
+    /* h and half not unrolled (GCC unrolled all 16 sub-blocks and spilled
+     * their sums); m unrolled, so that its shifts are constants */
+#pragma GCC unroll 1
+    for (int hh = 0; hh < 4; hh++)
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const int h = hh >> 1, half = hh & 1, s = 8 * h + 2 * m + half;
+                __m512i sub[ROW_GROUP];
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++) {
+                    sub[t] = _mm512_set1_epi32(-32 * xb[t]->bsums[s]);
+                    __asm__("" : "+v"(sub[t])); /* as zero_sums */
+                }
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const __m512i q = q6_quad_x16(b0, b1, h, half, m, g);
+#pragma GCC unroll 8
+                    for (int t = 0; t < nt; t++)
+                        sub[t] = _mm512_dpbusd_epi32(sub[t], q, token_quads16(xb[t]->qs + 16 * s, g, t));
+                }
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++)
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub[t], p->sc[s]));
+            }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb[t]->d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+}
+
+/* tokens_q6x16 with nt a constant, so that the sums stay in registers. */
+static void tokens_q6x16_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, const scales_q6x16 *p,
+                           const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc)
+{
+#define Q6X16_CALL(k) tokens_q6x16(b0, b1, p, xb, k, acc)
+    WITH_CONST_COUNT_8(nt, Q6X16_CALL)
+#undef Q6X16_CALL
+}
+
+/* The two groups at w0 and w1 (nb super-blocks each) times m tokens. */
+static void pair_q6x16(int nb, const block_q6_Kx8 *w0, const block_q6_Kx8 *w1, const void *x, size_t x_stride, int m,
+                       float *y, size_t ldy)
+{
+    __m512 acc[TILE_TOKENS];
+    memset(acc, 0, (size_t)m * sizeof acc[0]);
+    for (int i = 0; i < nb; i++) {
+        /* the next super-block of both groups (as the AVX2 kernel) */
+        prefetch_lines(&w0[i + 1], sizeof w0[i]);
+        prefetch_lines(&w1[i + 1], sizeof w1[i]);
+        scales_q6x16 p;
+        scales_q6x16_prepare(&w0[i], &w1[i], &p);
+        for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
+            const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
+            const block_q8_K *xb[ROW_GROUP];
+            for (int t = 0; t < nt; t++)
+                xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
+            tokens_q6x16_n(&w0[i], &w1[i], &p, xb, nt, acc + t0);
+        }
+    }
+    for (int t = 0; t < m; t++)
+        _mm512_storeu_ps(y + (size_t)t * ldy, acc[t]);
+}
+
+void matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy)
+{
+    const int nb = n / QK_K;
+    const block_q6_Kx8 *wb = w;
+    long g = 0;
+    for (; g + 2 <= n_groups; g += 2)
+        pair_q6x16(nb, wb + g * nb, wb + (g + 1) * nb, x, x_stride, m, y + ROW_GROUP * g, ldy);
+    if (g < n_groups) /* an odd group: the AVX2 kernel, which gives the same bits */
+        matmul_interleaved_q6_K_avx2(n, wb + g * nb, 1, x, x_stride, m, y + ROW_GROUP * g, ldy);
 }
 
 /* ---- Q2_K and Q3_K vec_dot: one row, 64 weights per instruction ----

@@ -8,8 +8,7 @@
  * group the same 4 weights). The float part is the one of the reference:
  * Q4_K/Q5_K fuse the whole sums of a super-block into two scalars, acc =
  * fma(d, isum, acc) and accm = fma(dmin, msum, accm), and return acc -
- * accm; Q6_K fuses its 8 lanes, acc = fma(d, lanes, acc), and ends with
- * hsum8 = reduce4(acc_lo + acc_hi), reduce4(t) = (t0 + t2) + (t1 + t3). So
+ * accm; Q6_K fuses its whole sum into one, acc = fma(d, isum, acc). So
  * the results are bit-identical to vec_dot_*_ref and the AVX2 kernels.
  * Q2_K and Q3_K form their whole int32 sums in one int32x4 and fuse them
  * as the reference does (Q2_K as Q4_K, Q3_K into one scalar). */
@@ -29,19 +28,6 @@ static inline int32x4_t dot4(int8x16_t a, int8x16_t b)
     const int16x8_t p1 = vmull_high_s8(a, b);
     return vpaddlq_s16(vpaddq_s16(p0, p1));
 #endif
-}
-
-/* (t0 + t2) + (t1 + t3) */
-static inline float reduce4(float32x4_t t)
-{
-    const float32x2_t s = vadd_f32(vget_low_f32(t), vget_high_f32(t));
-    return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
-}
-
-/* reduce4 of the 8 lanes lo + hi */
-static inline float hsum8(float32x4_t lo, float32x4_t hi)
-{
-    return reduce4(vaddq_f32(lo, hi));
 }
 
 /* Lane k: mn[2k] * s[2k] + mn[2k+1] * s[2k+1], s[j] the int16 sum of the
@@ -193,7 +179,7 @@ float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
     const block_q6_K *wb = w;
     const block_q8_K *xb = x;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
-    float32x4_t acc_lo = vdupq_n_f32(0), acc_hi = vdupq_n_f32(0);
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
         const int8_t *sc = wb[i].scales;
         const int8_t *y = xb[i].qs;
@@ -229,9 +215,7 @@ float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
                                              vmull_high_s16(sc_b, bs_b));
         isum_lo = vsubq_s32(isum_lo, vshlq_n_s32(offs_lo, 5));
         isum_hi = vsubq_s32(isum_hi, vshlq_n_s32(offs_hi, 5));
-        const float d = xb[i].d * cv_fp16_to_fp32(wb[i].d);
-        acc_lo = vfmaq_f32(acc_lo, vdupq_n_f32(d), vcvtq_f32_s32(isum_lo));
-        acc_hi = vfmaq_f32(acc_hi, vdupq_n_f32(d), vcvtq_f32_s32(isum_hi));
+        acc = fmaf(xb[i].d * cv_fp16_to_fp32(wb[i].d), (float)vaddvq_s32(vaddq_s32(isum_lo, isum_hi)), acc);
     }
-    return hsum8(acc_lo, acc_hi);
+    return acc;
 }
