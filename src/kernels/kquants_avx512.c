@@ -198,6 +198,10 @@ void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const v
  * and take its 4 quads by vpdpbusd, at most 16 * 63 * 128 in magnitude;
  * then its int8 scale with one vpmulld. */
 
+/* Tokens met at a time over a super-block: up to Q6X16_FEW by
+ * tokens_q6x16_few, else up to ROW_GROUP by tokens_q6x16_many. */
+enum { Q6X16_FEW = 4 };
+
 /* A super-block of 16 rows: each sub-block's scales as int32, and d. */
 typedef struct scales_q6x16 {
     __m512i sc[QK_K / 16];
@@ -213,21 +217,73 @@ static inline void scales_q6x16_prepare(const block_q6_Kx8 *b0, const block_q6_K
     p->d = scales_pair(b0->d, b1->d);
 }
 
-/* q6_quad of kquants_avx2.c for two groups: quad g of sub-block
- * s = 8h + 2m + half of the 16 rows. */
-static inline __attribute__((always_inline)) __m512i q6_quad_x16(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
-                                                                  int h, int half, int m, int g)
+/* Quad g of the four sub-blocks 8h + 2m + half (m = 0..3) of the 16 rows
+ * in q[m]: their low nibbles lie in two vectors of ql, their top bits in
+ * one of qh (q6_quad of kquants_avx2.c for two groups). */
+static inline __attribute__((always_inline)) void q6_quads_x16(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, int h,
+                                                               int half, int g, __m512i q[4])
 {
-    const int kl = 16 * h + 8 * (m & 1) + 4 * half + g, kh = 8 * h + 4 * half + g;
-    const __m512i lo = load_pair(b0->ql[kl], b1->ql[kl]), hi = load_pair(b0->qh[kh], b1->qh[kh]);
-    const __m512i nib = _mm512_and_si512(m >= 2 ? _mm512_srli_epi16(lo, 4) : lo, _mm512_set1_epi8(0x0F));
-    const __m512i top = m < 2 ? _mm512_slli_epi16(hi, 4 - 2 * m) : m == 2 ? hi : _mm512_srli_epi16(hi, 2);
-    return _mm512_or_si512(nib, _mm512_and_si512(top, _mm512_set1_epi8(0x30)));
+    const int kl = 16 * h + 4 * half + g, kh = 8 * h + 4 * half + g;
+    const __m512i lo[2] = {load_pair(b0->ql[kl], b1->ql[kl]), load_pair(b0->ql[kl + 8], b1->ql[kl + 8])};
+    const __m512i hi = load_pair(b0->qh[kh], b1->qh[kh]);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    q[0] = _mm512_or_si512(_mm512_and_si512(lo[0], m4), _mm512_and_si512(_mm512_slli_epi16(hi, 4), m30));
+    q[1] = _mm512_or_si512(_mm512_and_si512(lo[1], m4), _mm512_and_si512(_mm512_slli_epi16(hi, 2), m30));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo[0], 4), m4), _mm512_and_si512(hi, m30));
+    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo[1], 4), m4),
+                           _mm512_and_si512(_mm512_srli_epi16(hi, 2), m30));
 }
 
 /* Super-block b0 and b1 (the same super-block of two groups) times the
- * super-blocks xb[0, nt) of nt <= 8 tokens: adds to acc[t]. */
-static inline __attribute__((always_inline)) void tokens_q6x16(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
+ * super-blocks xb[0, nt) of nt <= Q6X16_FEW tokens: adds to acc[t]. The
+ * four sub-blocks that share a quad's loads are summed together (their
+ * sums stay in the 32 registers up to 4 tokens): with few tokens the
+ * unpacking bounds the kernel (2 tokens: 150 GFLOP/s, a sub-block at a
+ * time 111; 8 tokens: 228 and 256). Every token takes broadcast loads:
+ * token_quads16's 16-byte vectors of the four sub-blocks spilled. */
+static inline __attribute__((always_inline)) void tokens_q6x16_few(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
+                                                               const scales_q6x16 *p,
+                                                               const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                               __m512 *acc)
+{
+    __m512i isum[ROW_GROUP];
+    zero_sums(isum, nt);
+#pragma GCC unroll 1
+    for (int hh = 0; hh < 4; hh++) {
+        const int h = hh >> 1, half = hh & 1;
+        __m512i sub[4][ROW_GROUP];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                sub[m][t] = _mm512_set1_epi32(-32 * xb[t]->bsums[8 * h + 2 * m + half]);
+                __asm__("" : "+v"(sub[m][t])); /* as zero_sums */
+            }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i q[4];
+            q6_quads_x16(b0, b1, h, half, g, q);
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++)
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++)
+                    sub[m][t] = _mm512_dpbusd_epi32(sub[m][t], q[m],
+                                                    quads_bcast16(xb[t]->qs + 16 * (8 * h + 2 * m + half), g));
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub[m][t], p->sc[8 * h + 2 * m + half]));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb[t]->d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+}
+
+/* tokens_q6x16_few for 5 to 8 tokens: a sub-block at a time, its quads
+ * unpacked for it alone, so that the sums of 8 tokens stay in registers. */
+static inline __attribute__((always_inline)) void tokens_q6x16_many(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
                                                                const scales_q6x16 *p,
                                                                const block_q8_K *const xb[ROW_GROUP], int nt,
                                                                __m512 *acc)
@@ -249,7 +305,9 @@ static inline __attribute__((always_inline)) void tokens_q6x16(const block_q6_Kx
                 }
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
-                    const __m512i q = q6_quad_x16(b0, b1, h, half, m, g);
+                    __m512i quads[4]; /* the three not taken are dead code */
+                    q6_quads_x16(b0, b1, h, half, g, quads);
+                    const __m512i q = quads[m];
 #pragma GCC unroll 8
                     for (int t = 0; t < nt; t++)
                         sub[t] = _mm512_dpbusd_epi32(sub[t], q, token_quads16(xb[t]->qs + 16 * s, g, t));
@@ -263,13 +321,25 @@ static inline __attribute__((always_inline)) void tokens_q6x16(const block_q6_Kx
         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb[t]->d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
 }
 
-/* tokens_q6x16 with nt a constant, so that the sums stay in registers. */
-static void tokens_q6x16_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, const scales_q6x16 *p,
-                           const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc)
+/* tokens_q6x16_few and _many with nt a constant, so that the sums stay in
+ * registers. */
+static void tokens_q6x16_few_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, const scales_q6x16 *p,
+                               const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc)
 {
-#define Q6X16_CALL(k) tokens_q6x16(b0, b1, p, xb, k, acc)
-    WITH_CONST_COUNT_8(nt, Q6X16_CALL)
+#define Q6X16_CALL(k) tokens_q6x16_few(b0, b1, p, xb, k, acc)
+    WITH_CONST_COUNT_4(nt, Q6X16_CALL)
 #undef Q6X16_CALL
+}
+
+static void tokens_q6x16_many_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, const scales_q6x16 *p,
+                                const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc)
+{
+    switch (nt) {
+    case 5: tokens_q6x16_many(b0, b1, p, xb, 5, acc); break;
+    case 6: tokens_q6x16_many(b0, b1, p, xb, 6, acc); break;
+    case 7: tokens_q6x16_many(b0, b1, p, xb, 7, acc); break;
+    default: tokens_q6x16_many(b0, b1, p, xb, 8, acc); break;
+    }
 }
 
 /* The two groups at w0 and w1 (nb super-blocks each) times m tokens. */
@@ -289,7 +359,7 @@ static void pair_q6x16(int nb, const block_q6_Kx8 *w0, const block_q6_Kx8 *w1, c
             const block_q8_K *xb[ROW_GROUP];
             for (int t = 0; t < nt; t++)
                 xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
-            tokens_q6x16_n(&w0[i], &w1[i], &p, xb, nt, acc + t0);
+            (nt <= Q6X16_FEW ? tokens_q6x16_few_n : tokens_q6x16_many_n)(&w0[i], &w1[i], &p, xb, nt, acc + t0);
         }
     }
     for (int t = 0; t < m; t++)
