@@ -966,15 +966,13 @@ typedef struct scales_q6x8 {
 
 static inline void scales_q6x8_prepare(const block_q6_Kx8 *b, scales_q6x8 *p)
 {
-#pragma GCC unroll 16
-    for (int s = 0; s < QK_K / 16; s++) {
-        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)b->scales[s]));
-        p->sc[s] = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-    }
 #pragma GCC unroll 8
-    for (int k = 0; k < QK_K / 32; k++)
-        p->pair[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)b->scales[2 * k]),
-                                                           _mm_loadl_epi64((const __m128i *)b->scales[2 * k + 1])));
+    for (int k = 0; k < QK_K / 32; k++) { /* v: scales 2k, then 2k + 1, of rows 0..7 */
+        const __m128i v = _mm_loadu_si128((const __m128i *)b->scales[2 * k]);
+        p->sc[2 * k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
+        p->sc[2 * k + 1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(v, v));
+        p->pair[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, _mm_srli_si128(v, 8)));
+    }
     p->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
 }
 
