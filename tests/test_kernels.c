@@ -18,7 +18,8 @@
 #include "kernels/quants32.h"
 #include "test.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+#define RNG_SEED 0x9e3779b97f4a7c15ull
+static uint64_t rng_state = RNG_SEED;
 
 static uint64_t rng_next(void)
 {
@@ -394,6 +395,9 @@ static void test_round_trip(void)
     enum { N = 8192 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     void *q = malloc(N * sizeof(float));
+    /* its own input: earlier tests draw more or less of the stream with
+     * the kernels selected, and a bound checked on one input holds there */
+    rng_state = RNG_SEED;
     fill_random(x, N);
     for (int i = 0; i < N_WEIGHT_TYPES; i++) {
         const cv_type_traits *tt = cv_type_get(weight_types[i]);
