@@ -46,8 +46,7 @@ static inline __attribute__((always_inline)) void pair_nibbles_x16(const void *g
     const __m512i u = _mm512_broadcast_i32x4(nib_table_u(kind));
     for (int b = 0; b < nb; b++) {
         const uint8_t(*qs0)[32] = nib_qs(g0, b, kind), (*qs1)[32] = nib_qs(g1, b, kind);
-        prefetch_lines((const char *)qs0 + VEC_DOT_PREFETCH_BYTES, (int)nib_block_bytes(kind));
-        prefetch_lines((const char *)qs1 + VEC_DOT_PREFETCH_BYTES, (int)nib_block_bytes(kind));
+        prefetch_pair_ahead(g0, nib_block_bytes(kind), nb, b);
         __m512i h[8];
         zero_sums(h, nt);
 #pragma GCC unroll 4

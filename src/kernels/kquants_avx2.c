@@ -894,10 +894,7 @@ static inline __attribute__((always_inline)) void pass_kx8(int q5, int nb, const
         memset(accm, 0, (size_t)nt * sizeof accm[0]);
         for (int i = 0; i < nb; i++) {
             const kx8_block blk = kx8_block_at(w, q5, g * nb + i);
-            /* the next super-block (past the group's end: the next group's
-             * first); 3 ahead stalled decode on the line fill buffers
-             * (1B model, 1 thread: 17 tok/s, 1 ahead 24.6) */
-            prefetch_lines((const char *)blk.d + blk.bytes, blk.bytes);
+            prefetch_lines((const char *)blk.d + INTERLEAVED_PREFETCH_BYTES, blk.bytes);
             scales_kx8 p;
             scales_kx8_prepare(&blk, &p);
             for (int t0 = 0; t0 < nt; t0 += kx8_tokens(q5)) {
@@ -1058,8 +1055,7 @@ static void group_q6x8(int nb, const block_q6_Kx8 *w, const void *x, size_t x_st
     __m256 acc[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int i = 0; i < nb; i++) {
-        /* the next super-block, as the Q4_K kernel */
-        prefetch_lines(&w[i + 1], sizeof w[i]);
+        prefetch_lines((const char *)&w[i] + INTERLEAVED_PREFETCH_BYTES, sizeof w[i]);
         scales_q6x8 p;
         scales_q6x8_prepare(&w[i], &p);
         for (int t0 = 0; t0 < m; t0 += Q6X8_TOKENS) {

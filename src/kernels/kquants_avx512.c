@@ -142,9 +142,7 @@ static inline __attribute__((always_inline)) void pair_kx16(int q5, int nb, cons
     memset(accm, 0, (size_t)m * sizeof accm[0]);
     for (int i = 0; i < nb; i++) {
         const kx8_block b0 = kx8_block_at(w, q5, g * nb + i), b1 = kx8_block_at(w, q5, (g + 1) * nb + i);
-        /* the next super-block of both groups (as the AVX2 kernel) */
-        prefetch_lines((const char *)b0.d + b0.bytes, b0.bytes);
-        prefetch_lines((const char *)b1.d + b1.bytes, b1.bytes);
+        prefetch_pair_ahead((const char *)w + (size_t)g * nb * b0.bytes, b0.bytes, nb, i);
         scales_kx16 p;
         scales_kx16_prepare(&b0, &b1, &p);
         for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
@@ -349,9 +347,7 @@ static void pair_q6x16(int nb, const block_q6_Kx8 *w0, const block_q6_Kx8 *w1, c
     __m512 acc[TILE_TOKENS];
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int i = 0; i < nb; i++) {
-        /* the next super-block of both groups (as the AVX2 kernel) */
-        prefetch_lines(&w0[i + 1], sizeof w0[i]);
-        prefetch_lines(&w1[i + 1], sizeof w1[i]);
+        prefetch_pair_ahead(w0, sizeof *w0, nb, i);
         scales_q6x16 p;
         scales_q6x16_prepare(&w0[i], &w1[i], &p);
         for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
