@@ -116,6 +116,7 @@ static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
         {"threads", 't', ARG_INT, .dst = &cp->n_threads, .lo = 1, .hi = 256},
         {"ctx", 0, ARG_INT, .dst = &cp->n_ctx, .lo = 2, .hi = 1 << 24},
         {"batch", 0, ARG_INT, .dst = &cp->n_batch, .lo = 1, .hi = 1 << 16},
+        {"prefill-chunk", 0, ARG_INT, .dst = &cp->prefill_chunk, .lo = -1, .hi = 1 << 16},
         {"mem", 0, ARG_BYTES, .dst = &cp->mem_budget},
         {"peer-timeout", 0, ARG_INT, .dst = &cp->timeout_ms, .lo = 1, .hi = 1 << 30},
         {"standby", 0, ARG_STR, .dst = &cp->standby},

@@ -152,6 +152,12 @@ typedef struct convoy_ctx_params {
     /* Pipelines: batches that may be in flight at once; 0 = one per stage.
      * Speculative windows in flight need one per window. At most 16. */
     int32_t depth;
+    /* Pipelines: tokens per prompt chunk in convoy_generate, whose chunks go
+     * down the chain up to depth at a time (stage 2 runs chunk 1 while
+     * stage 1 runs chunk 2); 0 = chosen (about 4 chunks per stage, 64 to
+     * n_batch tokens each), -1 = off (n_batch tokens at a time, each
+     * through the whole chain before the next). */
+    int32_t prefill_chunk;
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -160,6 +166,10 @@ void convoy_ctx_free(convoy_ctx *c);
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
+/* The tokens of the next prompt chunk when n_left prompt tokens remain
+ * (convoy_ctx_params.prefill_chunk), and in *depth how many chunks may be
+ * in flight. */
+int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth);
 
 /* Failover. The head keeps every slot's tokens and sampler (with the draws
  * it made). When a node dies, refuses or stays silent past the peer

@@ -96,6 +96,8 @@ check_model() {
         { fail "$name: unsplit run: $(cat "$tmp/err")"; return; }
     "$convoy" run -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids \
         >"$tmp/$name-base-sampled.ids" 2>/dev/null
+    local long="$prompt$prompt$prompt$prompt$prompt$prompt$prompt$prompt"
+    "$convoy" run -m "$m" -p "$long" -n "$n" --temp 0 --ignore-eos --ids >"$tmp/$name-base-long.ids" 2>/dev/null
     for h in 1 2 3 4; do start_stage "$h" "$m" || { fail "$name: stages did not start"; return; }; done
     for k in 2 3 4; do
         local nodes split="${splits[$((k - 2))]}"
@@ -112,6 +114,14 @@ check_model() {
             pass "$name: $k stages: $n greedy tokens identical"
         else
             fail "$name: $k stages: greedy tokens differ: $(cat "$tmp/$name-$k.ids") vs $(cat "$tmp/$name-base.ids") $(cat "$tmp/err")"
+        fi
+        # the prompt 8 times, in chunks of 5 tokens up to one per stage in flight
+        on 0 "$convoy" run --insecure -m "$m" -p "$long" -n "$n" --temp 0 --ignore-eos --ids --nodes "$nodes" \
+            --split "$split" --prefill-chunk 5 >"$tmp/$name-$k-long.ids" 2>"$tmp/err"
+        if [ -s "$tmp/$name-base-long.ids" ] && cmp -s "$tmp/$name-base-long.ids" "$tmp/$name-$k-long.ids"; then
+            pass "$name: $k stages, a long prompt in pipelined chunks of 5: greedy tokens identical"
+        else
+            fail "$name: $k stages, chunked prompt: tokens differ: $(cat "$tmp/$name-$k-long.ids") $(cat "$tmp/err")"
         fi
     done
     on 0 "$convoy" run --insecure -m "$m" -p "$prompt" -n "$n" --temp 0.9 --seed 42 --ignore-eos --ids --nodes "$(nodes_of 3)" \

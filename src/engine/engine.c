@@ -65,6 +65,7 @@ struct convoy_ctx {
     int32_t failover_wait_ms;
     cv_span span;     /* or every layer here */
     int32_t n_batch;
+    int32_t prefill_chunk; /* convoy_ctx_params' */
     int32_t n_slot;
     int32_t *tokens;  /* [n_batch] sampled ids of the last step */
     int32_t *row_seq; /* [n_batch] one machine: the slot of each wanted row of the last step */
@@ -470,6 +471,7 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     }
     c->model = m;
     c->n_batch = p->n_batch;
+    c->prefill_chunk = p->prefill_chunk;
     c->n_slot = p->n_slot;
     c->n_done = -1;
     c->log = p->log;
@@ -530,6 +532,27 @@ void convoy_ctx_free(convoy_ctx *c)
 
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
+
+/* Chunks about a quarter of the prompt's share of a stage: the chain fills
+ * and drains in one chunk per stage, so 4 per stage leave a stage idle for
+ * about a fifth of the prompt; 64 tokens or more keep the batched kernels
+ * at their speed. */
+enum { PREFILL_CHUNKS_PER_STAGE = 4, PREFILL_CHUNK_MIN = 64 };
+
+int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth)
+{
+    const int stages = convoy_ctx_stages(c);
+    *depth = c->prefill_chunk < 0 ? 1 : convoy_ctx_depth(c);
+    int32_t n = c->n_batch;
+    if (c->prefill_chunk > 0)
+        n = c->prefill_chunk;
+    else if (c->prefill_chunk == 0 && stages > 1) {
+        n = (n_left + PREFILL_CHUNKS_PER_STAGE * stages - 1) / (PREFILL_CHUNKS_PER_STAGE * stages);
+        n = n < PREFILL_CHUNK_MIN ? PREFILL_CHUNK_MIN : n;
+    }
+    n = n < c->n_batch ? n : c->n_batch;
+    return n < n_left ? n : n_left;
+}
 int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
 /* The API's want values are the engine's, passed through as they are. */

@@ -46,19 +46,36 @@ typedef struct gen_state {
     bool stop;
 } gen_state;
 
+/* Sends the prompt chunk of n tokens at position p (its last row samples
+ * when it ends the prompt); the batch's arrays are copied on submit. */
+static int send_chunk(gen_state *g, int32_t p, int32_t n, int32_t n_hist, char *err, size_t errlen)
+{
+    for (int32_t i = 0; i < n; i++) {
+        g->pos[i] = p + i;
+        g->want[i] = p + i == n_hist - 1;
+    }
+    const convoy_batch b = {.n_tokens = n, .token = g->hist + p, .pos = g->pos, .seq = g->seqs, .want = g->want};
+    return convoy_submit(g->c, &b, err, errlen);
+}
+
+/* The history [seq_len, n_hist) in prompt chunks, up to depth in flight,
+ * so that on a pipeline every stage works on one (a stage runs a slot's
+ * chunks in order, as it runs windows); the last chunk's sampled id into
+ * g->out. */
 static int prefill(gen_state *g, int32_t n_hist, char *err, size_t errlen)
 {
-    const int32_t n_batch = convoy_ctx_n_batch(g->c);
-    int rc = 0;
-    for (int32_t p = convoy_seq_len(g->c, g->seq); p < n_hist && !rc;) {
-        const int32_t n = n_hist - p < n_batch ? n_hist - p : n_batch;
-        for (int32_t i = 0; i < n; i++) {
-            g->pos[i] = p + i;
-            g->want[i] = p + i == n_hist - 1;
+    int depth, in_flight = 0, rc = 0;
+    for (int32_t p = convoy_seq_len(g->c, g->seq); !rc && (p < n_hist || in_flight > 0);) {
+        const int32_t n = p < n_hist ? convoy_ctx_prefill_chunk(g->c, n_hist - p, &depth) : 0;
+        if (n > 0 && in_flight < depth) {
+            rc = send_chunk(g, p, n, n_hist, err, errlen);
+            p += n;
+            in_flight++;
+            continue;
         }
-        const convoy_batch b = {.n_tokens = n, .token = g->hist + p, .pos = g->pos, .seq = g->seqs, .want = g->want};
-        rc = convoy_step(g->c, &b, g->out, err, errlen);
-        p += n;
+        int32_t n_out;
+        rc = convoy_collect(g->c, g->out, &n_out, err, errlen);
+        in_flight--;
     }
     return rc;
 }
