@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "  keeps the embeddings, the last node samples; a first node \"local\" (--nodes local,HOST:PORT)\n"
             "  makes this machine the first stage. --wire f16/q8_0 are lossy (results change).\n"
             "  --prefill-chunk N: the prompt goes down the pipeline in chunks of N tokens, one per stage at\n"
-            "  once (default 0: about 4 per stage; -1: --batch tokens at a time, each through every stage).\n"
+            "  once (default 0: a quarter of a stage's share of what is left; -1: --batch tokens at a time).\n"
             "  A node silent for --peer-timeout (default 5000 ms) or gone is replaced by a --standby node,\n"
             "  itself when back, or the others (tried for --failover-wait, default 15000 ms); generation\n"
             "  goes on with the same tokens.\n"

@@ -154,9 +154,10 @@ typedef struct convoy_ctx_params {
     int32_t depth;
     /* Pipelines: tokens per prompt chunk in convoy_generate, whose chunks go
      * down the chain up to depth at a time (stage 2 runs chunk 1 while
-     * stage 1 runs chunk 2); 0 = chosen (about 4 chunks per stage, 64 to
-     * n_batch tokens each), -1 = off (n_batch tokens at a time, each
-     * through the whole chain before the next). */
+     * stage 1 runs chunk 2; convoy serve too); 0 = chosen (a quarter of a
+     * stage's share of the prompt left, 64 to n_batch tokens), -1 = off
+     * (n_batch tokens at a time, each through the whole chain before the
+     * next). */
     int32_t prefill_chunk;
 } convoy_ctx_params;
 

@@ -216,8 +216,9 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
         nodes="${nodes:+$nodes,}127.0.0.1:$p"
     done
     sleep 0.5
+    # prompts go down the chain in pipelined chunks of 8 tokens
     if start_server "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes" \
-        --peer-timeout 5000; then
+        --peer-timeout 5000 --prefill-chunk 8; then
         if run_node "$base" chain "$tmp/alone.json"; then
             pass "pipeline suite (2 stages)"
         else

@@ -533,10 +533,10 @@ void convoy_ctx_free(convoy_ctx *c)
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
 
-/* Chunks about a quarter of the prompt's share of a stage: the chain fills
- * and drains in one chunk per stage, so 4 per stage leave a stage idle for
- * about a fifth of the prompt; 64 tokens or more keep the batched kernels
- * at their speed. */
+/* A chunk is about a quarter of a stage's share of the prompt left: the
+ * chain fills and drains in one chunk per stage, so the chunks shrink as
+ * the prompt ends and the drain stays short; 64 tokens or more keep the
+ * batched kernels at their speed. */
 enum { PREFILL_CHUNKS_PER_STAGE = 4, PREFILL_CHUNK_MIN = 64 };
 
 int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth)

@@ -131,7 +131,7 @@ typedef struct sv_slot {
     sv_request *req;
     int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, or a cache slot) */
     int32_t n_fed;     /* prompt tokens in the cache (the positions too, while prefilling) */
-    int32_t in_flight; /* batches in flight that carry a run of it (more than one only as windows) */
+    int32_t in_flight; /* batches in flight that carry a run of it (more than one: windows, pipelined prompt chunks) */
     int32_t n_live;    /* of them, windows not made stale */
     int32_t sent_end;  /* while n_live > 0: the history index after the last live window's rows */
     uint32_t epoch;    /* advanced when its windows in flight go stale (a cut, the request's end) */
@@ -810,18 +810,27 @@ static void add_windows(sv_sched *s, int32_t g, sv_flight *f)
     }
 }
 
-/* D: appends to f prompt chunks of group g's prefilling slots up to the
- * batch size, starting from a rotating slot so that a long prompt delays
- * nobody by more than its chunks. */
-static void add_prompt_chunks(sv_sched *s, int32_t g, sv_flight *f)
+/* D: appends to f prompt chunks of the prefilling slots up to the batch
+ * size, starting from a rotating slot so that a long prompt delays nobody
+ * by more than its chunks. A slot whose chunks are pipelined (the engine's
+ * prefill depth > 1: convoy_ctx_prefill_chunk) sends one with any batch
+ * while fewer than that depth of its own are in flight, as a slot of
+ * several windows does; else one at a time, with its group's batch when
+ * none of the group's is in flight. */
+static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight *f)
 {
     for (int32_t k = 0; k < s->n_slot && f->n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
         sv_slot *sl = &s->slots[i];
-        if (i % s->groups != g || sl->state != SLOT_PREFILL || sl->in_flight)
-            continue;
         const sv_request *r = sl->req;
-        const int32_t take = min_i32(r->n_prompt - sl->n_fed, s->n_batch - f->n);
+        if (sl->state != SLOT_PREFILL || sl->n_fed == r->n_prompt)
+            continue;
+        int depth;
+        const int32_t chunk = convoy_ctx_prefill_chunk(s->ctx, r->n_prompt - sl->n_fed, &depth);
+        const bool grouped = depth == 1;
+        if (grouped ? i % s->groups != g || group_busy || sl->in_flight : sl->in_flight >= depth)
+            continue;
+        const int32_t take = min_i32(chunk, s->n_batch - f->n);
         const bool last = sl->n_fed + take == r->n_prompt;
         f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = last, .epoch = sl->epoch};
         for (int32_t t = 0; t < take; t++) {
@@ -832,8 +841,9 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, sv_flight *f)
             f->n++;
         }
         f->n_want += last;
-        f->group = g;
-        sl->in_flight = 1;
+        if (grouped)
+            f->group = g;
+        sl->in_flight++;
         f->n_prompt_tokens += take;
     }
     s->prefill_rr = (s->prefill_rr + 1) % s->n_slot;
@@ -851,8 +861,7 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
     if (choose_windows(s, g, group_busy) > 0 && s->spec)
         propose_drafts(s);
     add_windows(s, g, f);
-    if (!group_busy)
-        add_prompt_chunks(s, g, f);
+    add_prompt_chunks(s, g, group_busy, f);
 }
 
 /* D: builds and submits the groups' batches in turn while fewer than depth
