@@ -15,6 +15,8 @@
  *   its 8 rows' scales (fp16 d, or 2^(e - 128)), nib_offset what makes a
  *   nibble's value unsigned (Q4_0: q - 8 + 8; IQ4_NL, MXFP4: the table
  *   value plus 128 or 12, nib_table_u).
+ * - mins_rows8 sums the mins of 8 rows of a Q4_K or Q5_K super-block
+ *   with a token's.
  * - token_sums_q4_0_prepare forms, for nt tokens of nb Q8_0 blocks, what
  *   a nibble type's product takes per token and block besides the
  *   quants: the sum of the block's quants times offset (nib_offset) and
@@ -62,6 +64,25 @@ static inline void kx8_scales_mins(const uint8_t scale_lo[64], const uint8_t sca
                             _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
     mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                             _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+}
+
+/* Groups of 4 weights whose maddubs lanes a sub-block sums in int16
+ * before a madd applies its scales: a lane is at most 2 * 15 * 128
+ * (Q4_K) or 2 * 31 * 128 (Q5_K). */
+enum { Q45_GROUPS = 8, Q45_GROUPS_Q5 = 4 };
+_Static_assert(Q45_GROUPS * 2 * 15 * 128 <= INT16_MAX && Q45_GROUPS_Q5 * 2 * 31 * 128 <= INT16_MAX,
+               "int16 group sums of a sub-block");
+
+/* The mins sums of 8 rows (mn as kquants_avx2.c's scales_mins_rows8
+ * forms them, row r in lane r) with a token's super-block, whose bsum
+ * pairs (bsum_pairs) are stored at pairs: mins_dot of each row. Dword k holds the int16 bsum sums of
+ * sub-blocks 2k and 2k + 1, which meet mn[k]. */
+static inline __m256i mins_rows8(const __m256i mn[4], const int32_t pairs[4])
+{
+    __m256i msum = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pairs[0]));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[1], _mm256_set1_epi32(pairs[1])));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[2], _mm256_set1_epi32(pairs[2])));
+    return _mm256_add_epi32(msum, _mm256_madd_epi16(mn[3], _mm256_set1_epi32(pairs[3])));
 }
 
 enum nibble_kind { NIB_Q4_0, NIB_IQ4_NL, NIB_MXFP4 };
