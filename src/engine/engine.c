@@ -532,6 +532,7 @@ void convoy_ctx_free(convoy_ctx *c)
 
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
+int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
 /* A chunk is about a quarter of a stage's share of the prompt left: the
  * chain fills and drains in one chunk per stage, so the chunks shrink as
@@ -553,7 +554,6 @@ int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth
     n = n < c->n_batch ? n : c->n_batch;
     return n < n_left ? n : n_left;
 }
-int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
 
 /* The API's want values are the engine's, passed through as they are. */
 _Static_assert((int)CONVOY_WANT_NONE == (int)CV_WANT_NONE && (int)CONVOY_WANT_SAMPLE == (int)CV_WANT_SAMPLE &&

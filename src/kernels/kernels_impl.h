@@ -64,8 +64,10 @@
  * fetch further ahead: on Zen 5, 1B Q6_K decode at 1 thread ran 23-24
  * tok/s at 2048 bytes, 25-26 at 4096 and 27-28 at 6144 to 8192. */
 #define KQUANT_PREFETCH_BYTES 6144
-/* The interleaved kernels (one token: every expert and decode step) fetch
- * their matrix this far ahead in address order. A group of 8 rows of a
+/* The x86 interleaved kernels of the K-quants, and the AVX-512 ones of the
+ * nibble types (one token: every expert and decode step), fetch their
+ * matrix this far ahead in address order (the AVX2 nibble kernels keep
+ * VEC_DOT_PREFETCH_BYTES: no difference measured). A group of 8 rows of a
  * short matrix (an expert's 768 or 2048 weights a row) is a stream too
  * short to train the hardware prefetcher, and a block ahead left one core
  * of an EPYC (AVX-512 VNNI) at 23 GB/s on a 768 x 2048 Q4_K expert from

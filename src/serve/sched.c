@@ -30,7 +30,9 @@
  *      order) and submits it, unlocked, without allocating. Slot i belongs
  *      to group i % groups (one per stage) and a group's rows are in one
  *      batch in flight at a time, so while the last stage works on one
- *      group the first works on another;
+ *      group the first works on another (a prefilling slot whose chunks
+ *      the engine pipelines sends them with any batch, up to its prefill
+ *      depth in flight, so the stages read one long prompt side by side);
  *   E. collect_oldest: collects the oldest batch in flight, takes its
  *      logprobs (take_logprobs, unlocked), then under the lock appends each
  *      emitted token to its request or ends it (distribute_locked) and
@@ -850,8 +852,9 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight
 }
 
 /* D: group g's next batch into f: windows first, then prompt chunks (of
- * the group's rows, those of slots of one window and prompt chunks, one
- * batch is in flight at a time, so that they share a batch). */
+ * the group's rows, those of slots of one window and prompt chunks not
+ * pipelined, one batch is in flight at a time, so that they share a
+ * batch). */
 static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 {
     f->n = f->n_want = f->n_prompt_tokens = f->n_runs = 0;
