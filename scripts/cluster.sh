@@ -7,6 +7,8 @@
 #   cluster.sh addr I               print host I's address
 #   cluster.sh rate I RATE|off      limit host I's link to RATE (tc tbf, both directions), e.g. 100mbit
 #   cluster.sh loss I PCT           drop PCT% of packets entering and leaving host I (nftables); 0 = none
+#   cluster.sh cpu I PCT|off        limit host I's processes, those running and those started later, to
+#                                   PCT% of one core in all (a CPU cgroup's quota): a slow host
 #   cluster.sh delay I LPORT HOST:PORT DELAY_MS [JITTER_MS [SEED]]
 #                                   start the link emulator in host I on ADDR(I):LPORT relaying to
 #                                   HOST:PORT with that one-way delay each direction; connect to
@@ -22,6 +24,8 @@
 # flows between the hosts (and inside each host's loopback). A rate limit
 # sits on both ends of host I's veth (egress of eth0 and of its switch
 # port), loss rules in host I's own nftables (input and output on eth0).
+# A CPU limit is a cgroup per host (convoy-${P}I under the cpu controller,
+# v1 or v2) that `run` puts its command in.
 # This kernel has no netem, so delay comes from tools/linkemu (found as
 # $LINKEMU, else build/linkemu or build-asan/linkemu under the repo).
 # State (owner, emulator pids and logs) is kept in /run/convoy-cluster-${P};
@@ -114,6 +118,7 @@ cmd_down() {
             kill -KILL "$pid" 2>/dev/null || true
         done
         ip netns del "$ns" 2>/dev/null || true
+        rmdir "$(cpu_root 2>/dev/null)/convoy-$ns" 2>/dev/null || true
     done
     rm -rf "$STATE"
 }
@@ -159,7 +164,44 @@ cmd_run() {
     [[ $# -ge 1 ]] || die "run: usage: cluster.sh run I CMD..."
     need_root
     check_host "$i"
+    local cg
+    cg="$(cpu_root 2>/dev/null)/convoy-$(host_ns "$i")"
+    [[ ! -d "$cg" ]] || echo $$ >"$cg/cgroup.procs"
     exec ip netns exec "$(host_ns "$i")" "$@"
+}
+
+# Where CPU cgroups are made: the cpu controller's v1 hierarchy, or the v2
+# root when it offers cpu.
+cpu_root() {
+    if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+        echo /sys/fs/cgroup/cpu
+    elif grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+        echo /sys/fs/cgroup
+    else
+        return 1
+    fi
+}
+
+cmd_cpu() {
+    local i="${1:-}" pct="${2:-}"
+    [[ "$pct" == off || ("$pct" =~ ^[0-9]+$ && "$pct" -ge 1 && "$pct" -le 100) ]] ||
+        die "cpu: usage: cluster.sh cpu I PCT|off (PCT 1..100)"
+    need_root
+    check_host "$i"
+    local root cg quota=-1
+    root="$(cpu_root)" || die "cpu: no writable cpu cgroup controller (/sys/fs/cgroup/cpu or cgroup2 with cpu)"
+    cg="$root/convoy-$(host_ns "$i")"
+    mkdir -p "$cg"
+    [[ "$pct" == off ]] || quota=$((pct * 1000))
+    if [[ -e "$cg/cpu.max" ]]; then
+        [[ "$quota" -lt 0 ]] && echo "max 100000" >"$cg/cpu.max" || echo "$quota 100000" >"$cg/cpu.max"
+    else
+        echo 100000 >"$cg/cpu.cfs_period_us"
+        echo "$quota" >"$cg/cpu.cfs_quota_us"
+    fi
+    for pid in $(ip netns pids "$(host_ns "$i")"); do
+        echo "$pid" >"$cg/cgroup.procs" 2>/dev/null || true
+    done
 }
 
 # Bytes of a tc rate ("100mbit", "1gbit", "500kbit", "64000bit") per second.
@@ -312,6 +354,7 @@ case "$cmd" in
         ;;
     rate) cmd_rate "$@" ;;
     loss) cmd_loss "$@" ;;
+    cpu) cmd_cpu "$@" ;;
     delay) cmd_delay "$@" ;;
     undelay) need_root; cmd_undelay "$@" ;;
     status) cmd_status ;;

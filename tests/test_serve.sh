@@ -266,11 +266,12 @@ if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     start_stage "$p" "$tmp/stage-lp.log"
     if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
         --nodes "local,127.0.0.1:$p" --split 2,3 --peer-timeout 5000; then
-        grep -q "INFO  plan: layers \[0, 2) here, \[2, 5) on 127.0.0.1:$p$" "$tmp/serve-lp.log" &&
+        grep -q "INFO  plan: layers \[0, 2) here, \[2, 5) on 127.0.0.1:$p; a token in [0-9.]* ms predicted$" \
+            "$tmp/serve-lp.log" &&
             grep -q "INFO  nodes: here: no memory limit, [0-9]* us per layer and token; 127.0.0.1:$p: budget" \
                 "$tmp/serve-lp.log" &&
             pass "the head logs the plan and what each node offered: $(grep -o 'nodes: .*' "$tmp/serve-lp.log")" ||
-            fail "no plan in the server log: $(head -3 "$tmp/serve-lp.log")"
+            fail "no plan in the server log: $(grep -m2 "plan: \\|nodes: " "$tmp/serve-lp.log")"
         for how in alone concurrent; do
             fetch_logprobs "$tmp/lp-chain-$how" "$how"
             if out="$(same_logprobs "$tmp/lp-local" "$tmp/lp-chain-$how")"; then

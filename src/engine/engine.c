@@ -231,6 +231,7 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
         return cv_errf(err, errlen, "a pipeline keeps 1 to %d batches in flight, not %d", CV_CHAIN_MAX_NODES,
                        p->depth);
     o.min_depth = p->depth;
+    o.streams = p->n_slot > 1 ? p->n_slot : p->depth > 0 ? p->depth : 1; /* users, or one user's windows */
     o.log_user = p->log_user;
     if (p->standby) {
         snprintf(s->spares_buf, sizeof s->spares_buf, "%s", p->standby);

@@ -389,6 +389,22 @@ void cv_span_seq_copy(cv_span *s, int32_t src, int32_t dst, int32_t len)
     kv_seq_copy(&s->kv, src, dst, len);
 }
 
+/* The probe's window: longer than a CFS period (100 ms), so that a CPU
+ * quota or a busy neighbour on the core shows in the mean as it will
+ * while serving. */
+#define SPEED_PROBE_NS 200000000ull
+
+/* One timed matmul of the probe: rows of zeros, the same bytes in either
+ * layout. */
+static void probe_run(cv_type type, const uint8_t *w, int32_t n_in, const uint8_t *x, float *y, long rows,
+                      bool interleaved)
+{
+    if (interleaved)
+        cv_matmul_interleaved(type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+    else
+        cv_matmul_rows(type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
+}
+
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
     char name[64]; /* the first layer the file holds: a shard may not have layer 0 */
@@ -412,17 +428,15 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
     if (w && x && y && rows > 0) {
         memset(w, 0, (size_t)rows * row);
         memset(x, 0, 4 * (size_t)n_in + 64);
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            const uint64_t t0 = cv_now_ns();
-            if (interleaved) /* zeros are the same bytes in either layout */
-                cv_matmul_interleaved(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
-            else
-                cv_matmul_rows(t->type, w, n_in, x, 0, 1, y, (int)rows, 0, rows);
-            const double dt = 1e-3 * (double)(cv_now_ns() - t0);
-            best = dt < best ? dt : best;
-        }
-        double full = best * (double)cv_llama_layer_bytes(m, m->held_l0) / (double)((size_t)rows * row);
+        probe_run(t->type, w, n_in, x, y, rows, interleaved); /* warms the caches */
+        const uint64_t t0 = cv_now_ns();
+        uint64_t runs = 0, dt;
+        do {
+            probe_run(t->type, w, n_in, x, y, rows, interleaved);
+            runs++;
+        } while ((dt = cv_now_ns() - t0) < SPEED_PROBE_NS);
+        const double mean = 1e-3 * (double)dt / (double)runs;
+        double full = mean * (double)cv_llama_layer_bytes(m, m->held_l0) / (double)((size_t)rows * row);
         us = full < 1 ? 1 : (uint32_t)(full / (n_threads > 0 ? n_threads : 1));
     }
     cv_free_aligned(w);

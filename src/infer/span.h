@@ -105,8 +105,9 @@ void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs 
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p);
 
 /* Microseconds one layer takes per token on this machine with n_threads
- * (a timed matmul over up to 64 MiB of a layer's weight type), for the
- * layer planner; 0 when the type has no kernel to time. */
+ * (the mean of matmuls over up to 64 MiB of a layer's weight type, run
+ * for 0.2 s: a CPU quota or a busy neighbour counts), for the layer
+ * planner; 0 when the type has no kernel to time. */
 uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads);
 
 int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *err, size_t errlen);

@@ -40,7 +40,7 @@ struct cv_chain {
     int n_nodes;                   /* nodes given */
     cv_link *link[CV_CHAIN_MAX_NODES];
     char addr[CV_CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
-    int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
+    cv_plan_result plan;           /* each node's layers [first, last), and the plan's predicted times */
     int32_t expert_slots[CV_CHAIN_MAX_NODES]; /* a mixture of experts' cache slots on each node (plan.h) */
     cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's answer: memory budget and speed */
     int active[CV_CHAIN_MAX_NODES]; /* indices of the nodes that serve layers, in order */
@@ -250,16 +250,17 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
                                   .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = offer[i].us_per_layer_token,
                                   .own_bytes = own_bytes(m, &s, c->link[i] != NULL, &offer[i], c->o.n_threads),
-                                  .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1};
-    int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->first, c->last, err, errlen);
+                                  .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1,
+                                  .local = c->link[i] == NULL};
+    int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->o.streams, &c->plan, err, errlen);
     for (int i = 0; rc == 0 && i < c->n_nodes; i++)
-        c->expert_slots[i] = cv_plan_expert_slots(&pm, &nodes[i], c->first[i], c->last[i]);
+        c->expert_slots[i] = cv_plan_expert_slots(&pm, &nodes[i], c->plan.first[i], c->plan.last[i]);
     cv_free(layer_bytes);
     if (rc)
         return -1;
     c->n_active = 0;
     for (int i = c->local_node ? 1 : 0; i < c->n_nodes; i++)
-        if (c->last[i] > c->first[i])
+        if (c->plan.last[i] > c->plan.first[i])
             c->active[c->n_active++] = i;
     if (c->n_active == 0)
         return cv_errf(err, errlen, "the plan leaves every layer to this machine: run without remote nodes");
@@ -271,7 +272,7 @@ static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t err
 static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_t errlen)
 {
     const cv_chain_opts *o = &c->o;
-    c->n_local = c->local_node ? c->last[0] : 0;
+    c->n_local = c->local_node ? c->plan.last[0] : 0;
     if (c->n_local == 0)
         return 0;
     cv_span_close(&c->local);
@@ -364,8 +365,8 @@ static int assign_from_last(cv_chain *c, char *err, size_t errlen)
     for (int k = c->n_active - 1; k >= 0; k--) {
         const int i = c->active[k];
         cv_msg_hello h = base_hello(c);
-        h.l0 = (uint32_t)c->first[i];
-        h.l1 = (uint32_t)c->last[i];
+        h.l0 = (uint32_t)c->plan.first[i];
+        h.l1 = (uint32_t)c->plan.last[i];
         if (k + 1 < c->n_active)
             snprintf(h.next_addr, sizeof h.next_addr, "%s", c->addr[c->active[k + 1]]);
         if (k > 0)
@@ -379,7 +380,7 @@ static int assign_from_last(cv_chain *c, char *err, size_t errlen)
             return -1;
     }
     for (int i = 0; i < c->n_nodes; i++)
-        if (c->link[i] && c->last[i] == c->first[i]) {
+        if (c->link[i] && c->plan.last[i] == c->plan.first[i]) {
             cv_link_send(c->link[i], CV_MSG_BYE, 0, NULL, 0, err, errlen);
             cv_link_close(c->link[i]);
             c->link[i] = NULL;
@@ -638,7 +639,7 @@ uint32_t cv_chain_stage_us(const cv_chain *c)
 {
     uint64_t most = 0;
     for (int i = 0; i < c->n_nodes; i++) {
-        const uint64_t us = (uint64_t)c->offer[i].us_per_layer_token * (uint64_t)(c->last[i] - c->first[i]);
+        const uint64_t us = (uint64_t)c->offer[i].us_per_layer_token * (uint64_t)(c->plan.last[i] - c->plan.first[i]);
         most = us > most ? us : most;
     }
     return most > UINT32_MAX ? UINT32_MAX : (uint32_t)most;
@@ -650,12 +651,28 @@ const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect
  * for node i of a mixture of experts, else nothing. */
 static void describe_experts(const cv_chain *c, int i, char *buf, size_t len)
 {
-    const int32_t all = (c->last[i] - c->first[i]) * c->local.model.hp.n_expert;
+    const int32_t all = (c->plan.last[i] - c->plan.first[i]) * c->local.model.hp.n_expert;
     buf[0] = 0;
     if (all > 0 && c->expert_slots[i] >= all)
         snprintf(buf, len, " (experts: all %d in memory)", all);
     else if (all > 0)
         snprintf(buf, len, " (experts paged: %d slots for %d)", c->expert_slots[i], all);
+}
+
+/* "; a token in 2.10 ms predicted (4.30 ms sharing by speed alone); left
+ * out: 10.0.0.3:7000" as far as the plan tells. */
+static void describe_forecast(const cv_chain *c, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (len)
+        buf[0] = 0;
+    if (c->plan.us_token > 0)
+        at += (size_t)snprintf(buf, len, "; a token in %.2f ms predicted", c->plan.us_token / 1e3);
+    if (c->plan.us_shared > c->plan.us_token && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " (%.2f ms sharing by speed alone)", c->plan.us_shared / 1e3);
+    for (int i = c->local_node ? 1 : 0, n = 0; i < c->n_nodes && at < len; i++)
+        if (c->plan.last[i] == c->plan.first[i])
+            at += (size_t)snprintf(buf + at, len - at, "%s%s", n++ ? ", " : "; left out: ", c->addr[i]);
 }
 
 void cv_chain_describe(const cv_chain *c, char *buf, size_t len)
@@ -670,9 +687,10 @@ void cv_chain_describe(const cv_chain *c, char *buf, size_t len)
     for (int k = 0; k < c->n_active && at < len; k++) {
         const int i = c->active[k];
         describe_experts(c, i, experts, sizeof experts);
-        at += (size_t)snprintf(buf + at, len - at, "%s[%d, %d) on %s%s", at ? ", " : "layers ", c->first[i],
-                               c->last[i], c->addr[i], experts);
+        at += (size_t)snprintf(buf + at, len - at, "%s[%d, %d) on %s%s", at ? ", " : "layers ", c->plan.first[i],
+                               c->plan.last[i], c->addr[i], experts);
     }
+    describe_forecast(c, buf + at, at < len ? len - at : 0);
 }
 void cv_chain_describe_nodes(const cv_chain *c, char *buf, size_t len)
 {
@@ -908,8 +926,8 @@ void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
     s->n_local = c->n_local;
     s->n_nodes = c->n_active;
     for (int k = 0; k < c->n_active; k++) {
-        s->first[k] = c->first[c->active[k]];
-        s->last[k] = c->last[c->active[k]];
+        s->first[k] = c->plan.first[c->active[k]];
+        s->last[k] = c->plan.last[c->active[k]];
     }
     s->bytes_sent = c->forward_bytes;
     s->bytes_recv = c->result_bytes;

@@ -71,6 +71,8 @@ typedef struct cv_chain_opts {
     const char *avoid;
     bool drop_unreachable;
     int min_depth;            /* at least this many batches may be in flight (the depth a caller had) */
+    int32_t streams;          /* batches the caller means to keep in flight, which the plan is for (plan.h's cost
+                                 model): 1 = one sequence decoding */
     /* where lines about the chain go (layers shipped to a node that
      * receives them, ship.h); NULL: stderr, after "convoy: " */
     void (*log)(void *user, const char *line);

@@ -114,6 +114,8 @@ typedef struct node {
     uint64_t process_bytes; /* this process at start (core/procmem.h), counted in every session */
     rate_slot rate[RATE_ADDRS]; /* heads' HELLOs by address, across sessions */
     bool hushed;                /* the handshake's failure is one of a flood's, logged before */
+    uint32_t speed_us;          /* the last speed probe (cv_span_speed_probe), 0: none yet */
+    int64_t speed_ms;           /* when it ran */
 
     /* session */
     cv_msg_hello hello;
@@ -253,6 +255,8 @@ static void session_end(node *n)
     n->budget = keep.budget;
     n->process_bytes = keep.process_bytes;
     memcpy(n->rate, keep.rate, sizeof n->rate);
+    n->speed_us = keep.speed_us;
+    n->speed_ms = keep.speed_ms;
 }
 
 static bool has_head(const node *n) { return n->hello.l1 == n->hello.n_layer; }
@@ -976,6 +980,20 @@ static int rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
     return 0;
 }
 
+/* This node's speed for a query: a probe takes 0.2 s, and a head asks
+ * again at every chain it opens (failovers, restarts), so one probe
+ * answers for SPEED_FRESH_MS. */
+#define SPEED_FRESH_MS 10000
+
+static uint32_t speed(node *n)
+{
+    if (!n->speed_us || cv_now_ms() - n->speed_ms > SPEED_FRESH_MS) {
+        n->speed_us = cv_span_speed_probe(&n->meta, n->o->n_threads);
+        n->speed_ms = cv_now_ms();
+    }
+    return n->speed_us;
+}
+
 /* The head's handshake: a few queries, then one assignment. 0: the session
  * runs; -1: it ended (the head has been told why when it can be). Queries
  * are not heard (n->heard): a head that only asks is silent to a parked one. */
@@ -1006,7 +1024,7 @@ static int handshake(node *n, char *err, size_t errlen)
         if (query && n->o->cache_dir) /* the head counts the rest from its model */
             layer_bytes = n->process_bytes;
         else if (query) {
-            us_per_layer_token = cv_span_speed_probe(&n->meta, n->o->n_threads);
+            us_per_layer_token = speed(n);
             layer_bytes = own_bytes(n);
         }
         if (answer_hello(n, n->head, id, us_per_layer_token, layer_bytes, err, errlen))

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "infer/span.h"
 #include "model/experts.h"
@@ -326,6 +327,170 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
     return 0;
 }
 
+/* The cost model (plan.h): each node's microseconds per layer of the mean
+ * size and token, and the work of layers [0, l) in mean layers. */
+typedef struct costs {
+    const cv_plan_model *m;
+    int n;
+    int32_t streams;
+    double us[CV_CHAIN_MAX_NODES];
+    double *work;     /* [n_layer + 1] */
+    double head_work; /* the output matrix, in mean layers */
+} costs;
+
+static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_node *nodes, int32_t streams)
+{
+    double w[CV_CHAIN_MAX_NODES];
+    speeds(nodes, n, w);
+    *c = (costs){.m = m, .n = n, .streams = streams > 1 ? streams : 1};
+    for (int i = 0; i < n; i++)
+        c->us[i] = 1.0 / w[i];
+    c->work = cv_malloc(sizeof(double) * (size_t)(m->n_layer + 1));
+    if (!c->work)
+        return -1;
+    uint64_t all = 0;
+    for (int32_t l = 0; l < m->n_layer; l++)
+        all += m->layer_bytes[l];
+    const double mean = all ? (double)all / m->n_layer : 1;
+    c->work[0] = 0;
+    for (int32_t l = 0; l < m->n_layer; l++)
+        c->work[l + 1] = c->work[l] + (all ? m->layer_bytes[l] / mean : 1);
+    c->head_work = all ? m->head_work_bytes / mean : 0;
+    return 0;
+}
+
+/* Node i's time per token for layers [l0, l1): the output matrix too when
+ * l1 ends the model. */
+static double stage_us(const costs *c, int i, int32_t l0, int32_t l1)
+{
+    if (l1 <= l0)
+        return 0;
+    return c->us[i] * (c->work[l1] - c->work[l0] + (l1 == c->m->n_layer ? c->head_work : 0));
+}
+
+/* A token's predicted time through the stages of `count` (plan.h): the
+ * stages' times summed for one stream, the slowest stage's for several. */
+static double token_us(const costs *c, const int32_t *count)
+{
+    double sum = 0, most = 0;
+    int32_t l0 = 0;
+    for (int i = 0; i < c->n; l0 += count[i], i++) {
+        const double t = stage_us(c, i, l0, l0 + count[i]);
+        sum += t;
+        most = t > most ? t : most;
+    }
+    return c->streams > 1 ? most : sum;
+}
+
+/* The search's tables: the most layers node i takes from layer l, without
+ * and with the output head, [n][n_layer + 1]. */
+typedef struct search {
+    const costs *c;
+    const cv_plan_node *nodes;
+    int32_t *cap, *cap_head;
+} search;
+
+static int search_init(search *s, const costs *c, const cv_plan_node *nodes)
+{
+    const cv_plan_model *m = c->m;
+    const size_t cells = (size_t)c->n * (size_t)(m->n_layer + 1);
+    *s = (search){.c = c, .nodes = nodes, .cap = cv_malloc(sizeof(int32_t) * cells),
+                  .cap_head = cv_malloc(sizeof(int32_t) * cells)};
+    if (!s->cap || !s->cap_head)
+        return -1;
+    for (int i = 0; i < c->n; i++) {
+        const uint64_t budget = nodes[i].mem_budget;
+        const uint64_t head_budget = budget > m->head_bytes ? budget - m->head_bytes : 0;
+        for (int32_t l = 0; l <= m->n_layer; l++) {
+            s->cap[i * (m->n_layer + 1) + l] = capacity(m, &nodes[i], l, budget);
+            /* this machine's stage ends no chain of several nodes (chain.c) */
+            s->cap_head[i * (m->n_layer + 1) + l] =
+                nodes[i].local && c->n > 1 ? 0 : capacity(m, &nodes[i], l, head_budget);
+        }
+    }
+    return 0;
+}
+
+static void search_free(search *s)
+{
+    cv_free(s->cap);
+    cv_free(s->cap_head);
+}
+
+/* Whether node i can take layers [l0, l1). */
+static bool fits(const search *s, int i, int32_t l0, int32_t l1)
+{
+    const int32_t n_layer = s->c->m->n_layer, k = l1 - l0;
+    const int32_t *cap = l1 == n_layer ? s->cap_head : s->cap;
+    return k == 0 || k <= cap[i * (n_layer + 1) + l0];
+}
+
+#define PLAN_INF 1e300
+
+/* The counts of the least predicted time (token_us: the summed stages'
+ * for one stream, the slowest stage's for several), by dynamic
+ * programming over (node, first layer); false when no counts fit. */
+static bool fastest_counts(const search *s, int32_t *count)
+{
+    const int n = s->c->n;
+    const bool slowest = s->c->streams > 1;
+    const int32_t L = s->c->m->n_layer, W = L + 1;
+    double *f = cv_malloc(sizeof(double) * (size_t)(n + 1) * (size_t)W);
+    int32_t *pick = cv_malloc(sizeof(int32_t) * (size_t)n * (size_t)W);
+    bool found = false;
+    if (f && pick) {
+        /* f[i][l]: the least time of nodes i.. for layers [l, L) */
+        for (int32_t l = 0; l <= L; l++)
+            f[n * W + l] = l == L ? 0 : PLAN_INF;
+        for (int i = n - 1; i >= 0; i--)
+            for (int32_t l = 0; l <= L; l++) {
+                double best = PLAN_INF;
+                for (int32_t l1 = l; l1 <= L && fits(s, i, l, l1); l1++) {
+                    const double rest = f[(i + 1) * W + l1], t = stage_us(s->c, i, l, l1);
+                    const double total = slowest ? (t > rest ? t : rest) : t + rest;
+                    if (rest < PLAN_INF && total < best) {
+                        best = total;
+                        pick[i * W + l] = l1 - l;
+                    }
+                }
+                f[i * W + l] = best;
+            }
+        found = f[0] < PLAN_INF;
+        for (int i = 0, l = 0; found && i < n; l += count[i], i++)
+            count[i] = pick[i * W + l];
+    }
+    cv_free(f);
+    cv_free(pick);
+    return found;
+}
+
+/* A plan other than the shared one must be predicted faster by this
+ * fraction: measured speeds wander by several percent between probes,
+ * and the shared plan keeps every node's stage (prompt chunks pipelined
+ * over more stages, room for more KV), which the cost model does not
+ * count. */
+#define PLAN_MARGIN 0.10
+
+/* The shared plan (plan_by_speed), unless the search finds counts
+ * predicted faster by more than PLAN_MARGIN. */
+static int plan_fastest(const costs *c, const cv_plan_node *nodes, int32_t *count, double *us_shared, char *err,
+                        size_t errlen)
+{
+    if (plan_by_speed(c->m, c->n, nodes, count, err, errlen))
+        return -1;
+    *us_shared = token_us(c, count);
+    search s;
+    int32_t fastest[CV_CHAIN_MAX_NODES];
+    const int rc = search_init(&s, c, nodes);
+    const bool found = rc == 0 && fastest_counts(&s, fastest);
+    search_free(&s);
+    if (rc)
+        return cv_errf(err, errlen, "out of memory");
+    if (found && token_us(c, fastest) < *us_shared * (1 - PLAN_MARGIN))
+        memcpy(count, fastest, sizeof(int32_t) * (size_t)c->n);
+    return 0;
+}
+
 /* The most tensors a layer has (cv_llama_layer_bytes's list). */
 #define LAYER_TENSORS_MAX CV_LLAMA_LAYER_TENSORS_MAX
 
@@ -432,19 +597,28 @@ uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_
 }
 
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,
-                   int32_t *first, int32_t *last, char *err, size_t errlen)
+                   int32_t streams, cv_plan_result *out, char *err, size_t errlen)
 {
     if (n_nodes < 1 || n_nodes > CV_CHAIN_MAX_NODES)
         return cv_errf(err, errlen, "a chain has 1 to %d nodes, not %d", CV_CHAIN_MAX_NODES, n_nodes);
+    costs c;
+    if (costs_init(&c, m, n_nodes, nodes, streams)) {
+        cv_free(c.work);
+        return cv_errf(err, errlen, "out of memory");
+    }
     int32_t count[CV_CHAIN_MAX_NODES];
-    if ((split                           ? take_split(split, n_nodes, count, err, errlen)
-         : all_whole(m, n_nodes, nodes) ? plan_by_speed(m, n_nodes, nodes, count, err, errlen)
-                                        : plan_by_ranges(m, n_nodes, nodes, count, err, errlen)) ||
-        check(m, n_nodes, nodes, count, err, errlen))
+    out->us_shared = 0;
+    const int rc = (split                          ? take_split(split, n_nodes, count, err, errlen)
+                    : all_whole(m, n_nodes, nodes) ? plan_fastest(&c, nodes, count, &out->us_shared, err, errlen)
+                                                   : plan_by_ranges(m, n_nodes, nodes, count, err, errlen)) ||
+                   check(m, n_nodes, nodes, count, err, errlen);
+    out->us_token = rc ? 0 : token_us(&c, count);
+    cv_free(c.work);
+    if (rc)
         return -1;
     for (int i = 0, l0 = 0; i < n_nodes; i++) {
-        first[i] = l0;
-        last[i] = l0 + count[i];
+        out->first[i] = l0;
+        out->last[i] = l0 + count[i];
         l0 += count[i];
     }
     return 0;

@@ -18,13 +18,27 @@
  * tensor directory (which the fingerprint covers) and the session.
  *
  * Contract: cv_plan_layers splits layers [0, n_layer) into consecutive
- * ranges, one per node in chain order, in proportion to each node's
- * measured speed (1 / us_per_layer_token; a node that did not measure
- * counts as the mean of those that did), the output matrix (head_work_bytes) counting as work of the
- * node that ends up last, never giving a node more layers than fit its
- * memory budget (cv_plan_range_bytes). A node whose share rounds to zero
- * is left out (range [x, x)). With `split` (layer counts per node, as
- * --split gives them) the counts are taken as they are and only checked.
+ * ranges, one per node in chain order, for the least predicted time of a
+ * token (the cost model below), never giving a node more layers than fit
+ * its memory budget (cv_plan_range_bytes). The shared plan gives each node
+ * layers in proportion to its speed (1 / us_per_layer_token; a node that
+ * did not measure counts as the mean of those that did), the output
+ * matrix (head_work_bytes) counting as work of the node that ends up
+ * last; a search over every split that fits finds the fastest, which
+ * replaces the shared plan only when predicted faster by more than 10%
+ * (plan.c's PLAN_MARGIN). A node without layers is left out (range
+ * [x, x)). With `split` (layer counts per node, as --split gives them)
+ * the counts are taken as they are and only checked.
+ *
+ * Cost model: node i's stage takes us_per_layer_token times its layers'
+ * work per token (a layer's bytes over the mean layer's; the output
+ * matrix on the last node with layers). One stream (streams 1: one
+ * sequence decoding) waits for every stage in turn: its token takes the
+ * stages' times summed, least with the fastest nodes full. Several
+ * streams keep the stages busy with different batches at once: the
+ * slowest stage sets the pace, least with layers in proportion to speed.
+ * Hops between nodes are not counted.
+ *
  * When the nodes together cannot hold the model the message says how much
  * it needs and how much they offer. A node is given layers only inside
  * the range its file holds (held_l0, held_l1: a shard, model/shard.h);
@@ -32,8 +46,10 @@
  * ranges in chain order instead of speed (plan.c's plan_by_ranges), and
  * when they cannot cover the model in chain order the message names the
  * node where the chain stops. `split` outside a node's range is refused
- * naming the node. first[i], last[i] receive node i's range. A chain has
- * 1 to CV_CHAIN_MAX_NODES (proto.h) nodes. */
+ * naming the node. out->first[i], out->last[i] receive node i's range,
+ * out->us_token the plan's predicted time and out->us_shared the shared
+ * plan's (0 when the plan was not by speed). A chain has 1 to
+ * CV_CHAIN_MAX_NODES (proto.h) nodes. */
 #ifndef CONVOY_PIPE_PLAN_H
 #define CONVOY_PIPE_PLAN_H
 
@@ -42,6 +58,7 @@
 #include <stdint.h>
 
 #include "model/llama.h"
+#include "pipe/proto.h"
 
 /* The stack of every thread a node starts (cmd_stage.c makes it the
  * process's default), counted whole for each. */
@@ -56,6 +73,7 @@ typedef struct cv_plan_node {
     uint32_t us_per_layer_token;  /* 0 = not measured */
     uint64_t own_bytes;           /* what it holds besides its layers (cv_plan_own_bytes), as it answered */
     int32_t held_l0, held_l1;     /* the layers its model file holds (a shard's); held_l1 0: every layer */
+    bool local;                   /* the head's own first stage, which never ends a chain of several nodes */
 } cv_plan_node;
 
 typedef struct cv_plan_model {
@@ -124,7 +142,13 @@ uint32_t cv_plan_hello_cap(int32_t n_layer);
  * node's receive cap on the link its FORWARDs arrive by. */
 uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd);
 
+typedef struct cv_plan_result {
+    int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];
+    double us_token;  /* predicted microseconds of a token through the stages */
+    double us_shared; /* the same for the shared plan; 0 when not planned by speed */
+} cv_plan_result;
+
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,
-                   int32_t *first, int32_t *last, char *err, size_t errlen);
+                   int32_t streams, cv_plan_result *out, char *err, size_t errlen);
 
 #endif
