@@ -168,9 +168,10 @@ int32_t convoy_ctx_n_ctx(const convoy_ctx *c);
 int32_t convoy_ctx_n_slot(const convoy_ctx *c);
 int32_t convoy_ctx_n_batch(const convoy_ctx *c);
 /* The tokens of the next prompt chunk when n_left prompt tokens remain
- * (convoy_ctx_params.prefill_chunk), and in *depth how many chunks may be
- * in flight. */
-int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth);
+ * (convoy_ctx_params.prefill_chunk), and how many of a sequence's chunks
+ * may be in flight: the context's depth, 1 with chunking off. */
+int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left);
+int convoy_ctx_prefill_depth(const convoy_ctx *c);
 
 /* Failover. The head keeps every slot's tokens and sampler (with the draws
  * it made). When a node dies, refuses or stays silent past the peer

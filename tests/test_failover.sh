@@ -6,14 +6,21 @@
 # A synthetic model (1024 wide, 6 layers, Q4_0, made once beside the
 # build), stages A, B, C and a standby S on loopback, and `convoy serve
 # --nodes A,B,C --standby S --peer-timeout 2000`, every link keyed. Four streaming completions
-# at once, 200 tokens each: two greedy, two at temperature 0.8 with seeds
-# (one held to a grammar: its state is replayed too).
+# at once, 200 tokens each: two greedy (one with a prompt of about 1,200
+# tokens, which goes down the chain in pipelined chunks every time:
+# cache_prompt false), two at
+# temperature 0.8 with seeds (one held to a grammar: its state is
+# replayed too).
 # 1. Without failure: the reference texts.
 # 2. SIGKILL of the middle stage B once the streams have 400 chunks (mid-stream): all four
 #    complete with the reference texts, /metrics counts one failover, the
 #    server log names B; the pause (kill to the next chunk) is printed.
 # 3. B restarted; SIGSTOP of C, now serving, once the streams have 400
 #    chunks: the same texts, C named within --peer-timeout, two failovers.
+# 4. C resumed; SIGKILL of the first stage A once the server has run 300
+#    of the phase's prompt tokens, while the long prompt is still in its
+#    chunks: the same texts, three failovers, and the kill came before the
+#    long prompt's first token.
 set -uo pipefail
 
 convoy="${1:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
@@ -47,7 +54,7 @@ addr() { echo "127.0.0.1:${port_of[$1]}"; }
 
 port="$(free_port)"
 base="http://127.0.0.1:$port/v1"
-"$convoy" serve -m "$model" --port "$port" --slots 4 --client-slots 4 --ctx 512 --peer-timeout 2000 \
+"$convoy" serve -m "$model" --port "$port" --slots 4 --client-slots 4 --ctx 2048 --peer-timeout 2000 \
     --nodes "$(addr A),$(addr B),$(addr C)" --standby "$(addr S)" --key "$key" 2>"$tmp/serve.log" &
 server_pid=$!
 for _ in $(seq 300); do
@@ -59,23 +66,35 @@ curl -sf "${base%/v1}/health" >/dev/null || { fail "the server did not start: $(
 python3 - >"$tmp/requests.json" <<'EOF'
 import json
 base = {"model": "synth-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
-reqs = [dict(base, temperature=0), dict(base, prompt="The fox", temperature=0),
-        dict(base, temperature=0.8, seed=11), dict(base, prompt="In a town", temperature=0.8, seed=12, grammar='root ::= [a-z ]+')]
+reqs = [dict(base, temperature=0),
+        dict(base, prompt="The fox jumps over the dog. " * 100, temperature=0, cache_prompt=False),
+        dict(base, temperature=0.8, seed=11),
+        dict(base, prompt="In a town", temperature=0.8, seed=12, grammar='root ::= [a-z ]+')]
 print(json.dumps(reqs))
 EOF
-# streams NAME [SIG PID]: the four requests at once, the report in NAME.json
-# (tools/stream_client.py); with SIG, sends it to PID once the streams have
-# 400 chunks (mid-stream) and notes when in NAME.signal.
+metric() { curl -s "${base%/v1}/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+failovers() { metric convoy_failovers_total; }
+# chunks_past N NAME: the streams of NAME have N text chunks.
+chunks_past() { (($(cut -d' ' -f1 "$tmp/$2.progress" 2>/dev/null || echo 0) >= $1)); }
+# prompt_past N: the server has run N prompt tokens in all.
+prompt_past() { (($(metric convoy_prompt_tokens_total) >= $1)); }
+# streams NAME [SIG PID [READY...]]: the four requests at once, the report
+# in NAME.json (tools/stream_client.py); with SIG, sends it to PID once the
+# command READY succeeds (default: chunks_past 400 NAME, mid-stream) and
+# notes when in NAME.signal.
 streams() {
     python3 "$src/tools/stream_client.py" "$base" "$tmp/requests.json" "$tmp/$1.json" --concurrency 4 \
         --progress "$tmp/$1.progress" &
-    local client=$!
+    local client=$! name="$1"
     if [[ $# -gt 1 ]]; then
-        until (($(cut -d' ' -f1 "$tmp/$1.progress" 2>/dev/null || echo 0) >= 400)) || ! kill -0 "$client" 2>/dev/null; do
+        local sig="$2" pid="$3"
+        shift 3
+        [[ $# -gt 0 ]] || set -- chunks_past 400 "$name"
+        until "$@" || ! kill -0 "$client" 2>/dev/null; do
             sleep 0.01
         done
-        kill -"$2" "$3"
-        date +%s.%N >"$tmp/$1.signal"
+        kill -"$sig" "$pid"
+        date +%s.%N >"$tmp/$name.signal"
     fi
     wait "$client"
 }
@@ -87,7 +106,6 @@ times = [x for x in json.load(open(sys.argv[1]))["chunk_times"] if x > t]
 print(round(max(b - a for a, b in zip([t] + times, times)), 2) if times else "none")' "$tmp/$1.json" "$tmp/$1.signal"
 }
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r[sys.argv[2]]))" "$@"; }
-failovers() { curl -s "${base%/v1}/metrics" | awk '$1 == "convoy_failovers_total" {print $2}'; }
 
 streams clean
 if [[ "$(field "$tmp/clean.json" tokens)" == "[200, 200, 200, 200]" && "$(field "$tmp/clean.json" errors)" == "[null, null, null, null]" ]] &&
@@ -126,6 +144,18 @@ if grep -q "node $(addr C): no result and no sign of work for 2000 ms" "$tmp/ser
     pass "the stopped stage was named after 2000 ms of silence (--peer-timeout)"
 else
     fail "the stopped stage was not detected by silence: $(grep failing "$tmp/serve.log" | tail -1)"
+fi
+
+kill -CONT "${stage_of[C]}"
+streams prompt KILL "${stage_of[A]}" prompt_past $(($(metric convoy_prompt_tokens_total) + 300))
+check_run "SIGKILL of the first stage during a long prompt" prompt 3 "$(addr A)"
+before="$(python3 -c 'import json, sys
+first = json.load(open(sys.argv[1]))["first_chunk"][1]
+print(round(first - float(open(sys.argv[2]).read()), 2) if first else "none")' "$tmp/prompt.json" "$tmp/prompt.signal")"
+if [[ "$before" != none && "$before" != -* ]]; then
+    pass "the kill came while the long prompt was in its chunks (its first token $before s later)"
+else
+    fail "the kill did not come during the long prompt (its first token $before s after it)"
 fi
 
 echo "$((checks - failures)) passed, $failures failed"

@@ -2,7 +2,7 @@
 # test_plan_budget.sh: a node never refuses a plan made from its own
 # answer, and stays within it. Two `convoy stage` nodes on loopback with
 # the same --mem, swept in 32 KB steps (less than any tensor of stories260K
-# that a plan could forget; 128 in the sanitizer suite) over 2 MiB from 9
+# that a plan could forget; 192 in the sanitizer suite) over 2 MiB from 9
 # MiB above the process's own
 # bytes (the stage's start line says them), where stories260K's layers
 # (4096 positions of KV cache each) stop fitting one by one: at every
@@ -27,10 +27,10 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 # the process's own bytes, as a stage reports them at start
 own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 
-# the sanitizer suite (ten times slower) takes every fourth budget: the
+# the sanitizer suite (ten times slower) takes every sixth budget: the
 # sweep's fine steps are the release suite's
 step=32
-[[ "${CONVOY_SANITIZED:-}" == 1 ]] && step=128
+[[ "${CONVOY_SANITIZED:-}" == 1 ]] && step=192
 failures=0 ran=0 refused_up_front=0
 for ((kb = own_kb + 9216; kb <= own_kb + 11264; kb += step)); do
     start_budget_stages "$convoy" "$model" "$tmp" "$kb" 2

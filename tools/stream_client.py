@@ -10,7 +10,8 @@ once, and writes OUT.json: "texts" (each request's text, in order),
 "errors" (each stream's error event, failure or end before
 [DONE], or null), "tokens" (each
 stream's completion_tokens), "wall_s" (first request sent to last one done),
-"chunk_times" (the time.time() of every text chunk received, in order).
+"chunk_times" (the time.time() of every text chunk received, in order),
+"first_chunk" (each request's first text chunk's time.time(), or null).
 With --progress, FILE holds "CHUNKS DONE" (text chunks received in all,
 requests finished), rewritten every 0.1 s, so that a script can time faults
 to requests in flight.
@@ -55,7 +56,7 @@ class Progress:
 def stream(base, body, progress):
     req = urllib.request.Request(base + "/completions", data=json.dumps(dict(body, stream=True)).encode(),
                                  headers={"Content-Type": "application/json"})
-    text, error, tokens, done = [], None, None, False
+    text, error, tokens, done, first = [], None, None, False, None
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
             for raw in r:
@@ -70,13 +71,14 @@ def stream(base, body, progress):
                 if ev.get("usage"):
                     tokens = ev["usage"]["completion_tokens"]
                 text.append(ev["choices"][0].get("text", ""))
+                first = first or round(time.time(), 3)
                 progress.add(chunks=1)
         if not done and error is None:
             error = "the stream ended without [DONE]"
     except Exception as e:  # a failed request is a result, not a crash of the driver
         error = str(e)
     progress.add(done=1)
-    return {"text": "".join(text), "error": error, "tokens": tokens}
+    return {"text": "".join(text), "error": error, "tokens": tokens, "first": first}
 
 
 def main():
@@ -95,7 +97,7 @@ def main():
     writer.join()
     report = {"texts": [r["text"] for r in results], "errors": [r["error"] for r in results],
               "tokens": [r["tokens"] for r in results], "wall_s": round(wall, 2),
-              "chunk_times": progress.times}
+              "chunk_times": progress.times, "first_chunk": [r["first"] for r in results]}
     with open(out_path, "w") as f:
         json.dump(report, f)
 

@@ -534,6 +534,7 @@ void convoy_ctx_free(convoy_ctx *c)
 int32_t convoy_ctx_n_ctx(const convoy_ctx *c) { return c->n_ctx; }
 int32_t convoy_ctx_n_batch(const convoy_ctx *c) { return c->n_batch; }
 int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
+int convoy_ctx_prefill_depth(const convoy_ctx *c) { return c->prefill_chunk < 0 ? 1 : convoy_ctx_depth(c); }
 
 /* A chunk is about a quarter of a stage's share of the prompt left: the
  * chain fills and drains in one chunk per stage, so the chunks shrink as
@@ -541,10 +542,9 @@ int32_t convoy_ctx_n_slot(const convoy_ctx *c) { return c->n_slot; }
  * batched kernels at their speed. */
 enum { PREFILL_CHUNKS_PER_STAGE = 4, PREFILL_CHUNK_MIN = 64 };
 
-int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left, int *depth)
+int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left)
 {
     const int stages = convoy_ctx_stages(c);
-    *depth = c->prefill_chunk < 0 ? 1 : convoy_ctx_depth(c);
     int32_t n = c->n_batch;
     if (c->prefill_chunk > 0)
         n = c->prefill_chunk;

@@ -64,10 +64,10 @@ static int send_chunk(gen_state *g, int32_t p, int32_t n, int32_t n_hist, char *
  * g->out. */
 static int prefill(gen_state *g, int32_t n_hist, char *err, size_t errlen)
 {
-    int depth, in_flight = 0, rc = 0;
+    int in_flight = 0, rc = 0;
     for (int32_t p = convoy_seq_len(g->c, g->seq); !rc && (p < n_hist || in_flight > 0);) {
-        const int32_t n = p < n_hist ? convoy_ctx_prefill_chunk(g->c, n_hist - p, &depth) : 0;
-        if (n > 0 && in_flight < depth) {
+        const int32_t n = p < n_hist ? convoy_ctx_prefill_chunk(g->c, n_hist - p) : 0;
+        if (n > 0 && in_flight < convoy_ctx_prefill_depth(g->c)) {
             rc = send_chunk(g, p, n, n_hist, err, errlen);
             p += n;
             in_flight++;

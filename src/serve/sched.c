@@ -815,7 +815,7 @@ static void add_windows(sv_sched *s, int32_t g, sv_flight *f)
 /* D: appends to f prompt chunks of the prefilling slots up to the batch
  * size, starting from a rotating slot so that a long prompt delays nobody
  * by more than its chunks. A slot whose chunks are pipelined (the engine's
- * prefill depth > 1: convoy_ctx_prefill_chunk) sends one with any batch
+ * prefill depth > 1: convoy_ctx_prefill_depth) sends one with any batch
  * while fewer than that depth of its own are in flight, as a slot of
  * several windows does; else one at a time, with its group's batch when
  * none of the group's is in flight. */
@@ -827,12 +827,13 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight
         const sv_request *r = sl->req;
         if (sl->state != SLOT_PREFILL || sl->n_fed == r->n_prompt)
             continue;
-        int depth;
-        const int32_t chunk = convoy_ctx_prefill_chunk(s->ctx, r->n_prompt - sl->n_fed, &depth);
+        const int depth = convoy_ctx_prefill_depth(s->ctx);
         const bool grouped = depth == 1;
-        if (grouped ? i % s->groups != g || group_busy || sl->in_flight : sl->in_flight >= depth)
+        const bool pipelined_room = !grouped && sl->in_flight < depth;
+        const bool group_turn = grouped && i % s->groups == g && !group_busy && !sl->in_flight;
+        if (!pipelined_room && !group_turn)
             continue;
-        const int32_t take = min_i32(chunk, s->n_batch - f->n);
+        const int32_t take = min_i32(convoy_ctx_prefill_chunk(s->ctx, r->n_prompt - sl->n_fed), s->n_batch - f->n);
         const bool last = sl->n_fed + take == r->n_prompt;
         f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = last, .epoch = sl->epoch};
         for (int32_t t = 0; t < take; t++) {
