@@ -6,21 +6,20 @@
 # A synthetic model (1024 wide, 6 layers, Q4_0, made once beside the
 # build), stages A, B, C and a standby S on loopback, and `convoy serve
 # --nodes A,B,C --standby S --peer-timeout 2000`, every link keyed. Four streaming completions
-# at once, 200 tokens each: two greedy (one with a prompt of about 1,200
-# tokens, which goes down the chain in pipelined chunks every time:
-# cache_prompt false), two at
-# temperature 0.8 with seeds (one held to a grammar: its state is
-# replayed too).
+# at once, 200 tokens each: two greedy, two at temperature 0.8 with seeds
+# (one held to a grammar: its state is replayed too).
 # 1. Without failure: the reference texts.
 # 2. SIGKILL of the middle stage B once the streams have 400 chunks (mid-stream): all four
 #    complete with the reference texts, /metrics counts one failover, the
 #    server log names B; the pause (kill to the next chunk) is printed.
 # 3. B restarted; SIGSTOP of C, now serving, once the streams have 400
 #    chunks: the same texts, C named within --peer-timeout, two failovers.
-# 4. C resumed; SIGKILL of the first stage A once the server has run 300
-#    of the phase's prompt tokens, while the long prompt is still in its
-#    chunks: the same texts, three failovers, and the kill came before the
-#    long prompt's first token.
+# 4. C resumed; two greedy completions of 64 tokens, one with a prompt of
+#    about 400 tokens, which goes down the chain in pipelined chunks
+#    (cache_prompt false: every time); then again with SIGKILL of the
+#    first stage A once the server has run 150 of their prompt tokens:
+#    the same texts, three failovers, and the kill came before the long
+#    prompt's first token.
 set -uo pipefail
 
 convoy="${1:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
@@ -54,7 +53,7 @@ addr() { echo "127.0.0.1:${port_of[$1]}"; }
 
 port="$(free_port)"
 base="http://127.0.0.1:$port/v1"
-"$convoy" serve -m "$model" --port "$port" --slots 4 --client-slots 4 --ctx 2048 --peer-timeout 2000 \
+"$convoy" serve -m "$model" --port "$port" --slots 4 --client-slots 4 --ctx 512 --peer-timeout 2000 \
     --nodes "$(addr A),$(addr B),$(addr C)" --standby "$(addr S)" --key "$key" 2>"$tmp/serve.log" &
 server_pid=$!
 for _ in $(seq 300); do
@@ -67,23 +66,30 @@ python3 - >"$tmp/requests.json" <<'EOF'
 import json
 base = {"model": "synth-1024x6-q4_0", "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
 reqs = [dict(base, temperature=0),
-        dict(base, prompt="The fox jumps over the dog. " * 100, temperature=0, cache_prompt=False),
+        dict(base, prompt="The fox", temperature=0),
         dict(base, temperature=0.8, seed=11),
         dict(base, prompt="In a town", temperature=0.8, seed=12, grammar='root ::= [a-z ]+')]
 print(json.dumps(reqs))
 EOF
+python3 - >"$tmp/prompt-requests.json" <<'EOF'
+import json
+base = {"model": "synth-1024x6-q4_0", "max_tokens": 64, "ignore_eos": True, "temperature": 0}
+print(json.dumps([dict(base, prompt="The fox jumps over the dog. " * 33, cache_prompt=False),
+                  dict(base, prompt="Once upon a time")]))
+EOF
+reqs="$tmp/requests.json"
 metric() { curl -s "${base%/v1}/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 failovers() { metric convoy_failovers_total; }
 # chunks_past N NAME: the streams of NAME have N text chunks.
 chunks_past() { (($(cut -d' ' -f1 "$tmp/$2.progress" 2>/dev/null || echo 0) >= $1)); }
 # prompt_past N: the server has run N prompt tokens in all.
 prompt_past() { (($(metric convoy_prompt_tokens_total) >= $1)); }
-# streams NAME [SIG PID [READY...]]: the four requests at once, the report
-# in NAME.json (tools/stream_client.py); with SIG, sends it to PID once the
+# streams NAME [SIG PID [READY...]]: the requests of $reqs at once, the
+# report in NAME.json (tools/stream_client.py); with SIG, sends it to PID once the
 # command READY succeeds (default: chunks_past 400 NAME, mid-stream) and
 # notes when in NAME.signal.
 streams() {
-    python3 "$src/tools/stream_client.py" "$base" "$tmp/requests.json" "$tmp/$1.json" --concurrency 4 \
+    python3 "$src/tools/stream_client.py" "$base" "$reqs" "$tmp/$1.json" --concurrency 4 \
         --progress "$tmp/$1.progress" &
     local client=$! name="$1"
     if [[ $# -gt 1 ]]; then
@@ -115,13 +121,14 @@ else
     fail "the clean run: tokens $(field "$tmp/clean.json" tokens), errors $(field "$tmp/clean.json" errors)"
 fi
 
-# check_run NAME RUN N_FAILOVERS NODE: the texts are the clean run's and
-# the server failed over N times, naming NODE.
+# check_run NAME RUN N_FAILOVERS NODE [CLEAN]: the texts and errors (none)
+# are those of CLEAN (default: clean) and the server failed over N times,
+# naming NODE.
 check_run() {
-    local name="$1" report="$tmp/$2.json"
-    if [[ "$(field "$report" texts)" == "$(field "$tmp/clean.json" texts)" &&
-        "$(field "$report" errors)" == "[null, null, null, null]" ]]; then
-        pass "$name: the four texts are the clean run's (the longest pause after the signal: $(pause "$2") s)"
+    local name="$1" report="$tmp/$2.json" clean="$tmp/${5:-clean}.json"
+    if [[ "$(field "$report" texts)" == "$(field "$clean" texts)" &&
+        "$(field "$report" errors)" == "$(field "$clean" errors)" ]]; then
+        pass "$name: the texts are the clean run's (the longest pause after the signal: $(pause "$2") s)"
     else
         fail "$name: $(head -c 600 "$report") / server: $(tail -3 "$tmp/serve.log")"
     fi
@@ -147,10 +154,18 @@ else
 fi
 
 kill -CONT "${stage_of[C]}"
-streams prompt KILL "${stage_of[A]}" prompt_past $(($(metric convoy_prompt_tokens_total) + 300))
-check_run "SIGKILL of the first stage during a long prompt" prompt 3 "$(addr A)"
+reqs="$tmp/prompt-requests.json"
+streams prompt-clean
+if [[ "$(field "$tmp/prompt-clean.json" tokens)" == "[64, 64]" &&
+    "$(field "$tmp/prompt-clean.json" errors)" == "[null, null]" ]]; then
+    pass "a long prompt in pipelined chunks and a short one, 64 tokens each, without failure"
+else
+    fail "the clean run of the long prompt: $(head -c 600 "$tmp/prompt-clean.json")"
+fi
+streams prompt KILL "${stage_of[A]}" prompt_past $(($(metric convoy_prompt_tokens_total) + 150))
+check_run "SIGKILL of the first stage during a long prompt" prompt 3 "$(addr A)" prompt-clean
 before="$(python3 -c 'import json, sys
-first = json.load(open(sys.argv[1]))["first_chunk"][1]
+first = json.load(open(sys.argv[1]))["first_chunk"][0]
 print(round(first - float(open(sys.argv[2]).read()), 2) if first else "none")' "$tmp/prompt.json" "$tmp/prompt.signal")"
 if [[ "$before" != none && "$before" != -* ]]; then
     pass "the kill came while the long prompt was in its chunks (its first token $before s later)"

@@ -314,6 +314,7 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
         return -1;
     c->depth = cv_chain_depth(c->chain);
     c->n_ctx = cv_chain_n_ctx(c->chain);
+    c->setup.o.local_speed_us = cv_chain_local_speed(c->chain); /* a failover's chain takes it as it is */
     if (journal_init(&c->journal, p->n_slot, c->n_ctx, p->n_batch, err, errlen)) {
         cv_chain_close(c->chain);
         return -1;
@@ -342,6 +343,7 @@ static int open_and_replay(convoy_ctx *c, const char *avoid, char *suspect, size
     o.avoid = avoid;
     suspect[0] = 0;
     o.drop_unreachable = true;
+    o.any_speed = true;
     o.min_depth = c->depth;
     const int64_t t0 = cv_now_ms();
     cv_chain *chain;

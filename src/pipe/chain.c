@@ -93,7 +93,7 @@ static cv_msg_hello base_hello(const cv_chain *c)
     const cv_llama_hparams *hp = &c->local.model.hp;
     cv_msg_hello h = (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
                           .features = (c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0) |
-                                      (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0),
+                                      (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0) | (c->o.any_speed ? CV_FEAT_ANY_SPEED : 0),
                           .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->local.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
@@ -211,8 +211,10 @@ static int connect_and_ask(cv_chain *c, cv_msg_hello_ok *offer, char *err, size_
             return cv_errf(err, errlen, "\"%s\" can only be the first node of a chain", CV_CHAIN_LOCAL);
         snprintf(c->addr[k], sizeof c->addr[k], "%s", CV_CHAIN_LOCAL);
         c->local_node = true;
+        const bool known = c->o.any_speed && c->o.local_speed_us;
         offer[k] = (cv_msg_hello_ok){.mem_budget = c->o.local_mem_budget,
-                                     .us_per_layer_token = cv_span_speed_probe(&c->local.model, c->o.n_threads),
+                                     .us_per_layer_token = known ? c->o.local_speed_us
+                                                                 : cv_span_speed_probe(&c->local.model, c->o.n_threads),
                                      .held_l0 = 0, .held_l1 = (uint32_t)c->local.model.hp.n_layer};
         c->n_nodes++;
     }
@@ -644,6 +646,7 @@ uint32_t cv_chain_stage_us(const cv_chain *c)
     }
     return most > UINT32_MAX ? UINT32_MAX : (uint32_t)most;
 }
+uint32_t cv_chain_local_speed(const cv_chain *c) { return c->local_node ? c->offer[0].us_per_layer_token : 0; }
 bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
 const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect >= 0 ? c->addr[c->suspect] : NULL; }
 

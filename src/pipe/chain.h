@@ -70,6 +70,11 @@ typedef struct cv_chain_opts {
     int n_spares;
     const char *avoid;
     bool drop_unreachable;
+    /* Reopening after a failure: speeds measured before will do, this
+     * machine's (local_speed_us, from cv_chain_local_speed; 0 probes it)
+     * and the nodes' (CV_FEAT_ANY_SPEED): a failover waits for no probe. */
+    bool any_speed;
+    uint32_t local_speed_us;
     int min_depth;            /* at least this many batches may be in flight (the depth a caller had) */
     int32_t streams;          /* batches the caller means to keep in flight, which the plan is for (plan.h's cost
                                  model): 1 = one sequence decoding */
@@ -111,6 +116,9 @@ const char *cv_chain_suspect(const cv_chain *c);
  * how a mixture of experts holds each node's experts ("(experts paged: 40
  * slots for 96)": fewer slots than experts, read from the file as chosen). */
 void cv_chain_describe(const cv_chain *c, char *buf, size_t len);
+/* This machine's speed as the plan used it (us per layer and token), 0
+ * without a local node. */
+uint32_t cv_chain_local_speed(const cv_chain *c);
 /* What each node answered: "here: budget 3.00 GB, 12 us per layer and
  * token; 10.0.0.2:7001: budget 8.00 GB, speed not measured, receives its
  * layers". */

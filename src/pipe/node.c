@@ -981,13 +981,15 @@ static int rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
 }
 
 /* This node's speed for a query: a probe takes 0.2 s, and a head asks
- * again at every chain it opens (failovers, restarts), so one probe
- * answers for SPEED_FRESH_MS. */
+ * again at every chain it opens (restarts), so one probe answers for
+ * SPEED_FRESH_MS, and for any time when the head says a speed from before
+ * will do (CV_FEAT_ANY_SPEED: a failover). */
 #define SPEED_FRESH_MS 10000
 
 static uint32_t speed(node *n)
 {
-    if (!n->speed_us || cv_now_ms() - n->speed_ms > SPEED_FRESH_MS) {
+    const bool stale = cv_now_ms() - n->speed_ms > SPEED_FRESH_MS && !(n->hello.features & CV_FEAT_ANY_SPEED);
+    if (!n->speed_us || stale) {
         n->speed_us = cv_span_speed_probe(&n->meta, n->o->n_threads);
         n->speed_ms = cv_now_ms();
     }

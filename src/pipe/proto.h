@@ -329,6 +329,11 @@ enum {
     /* head -> node: keep this node's KV cache in F16 (`--kv-type f16`)
      * instead of F32, as the head's own layers do */
     CV_FEAT_KV_F16 = 1u << 2,
+    /* head -> node, in a query: a speed measured before will do (the head
+     * reopens a chain after a failure): the node answers its last probe
+     * however old, and probes only when it has none, so that a failover
+     * waits for no probe */
+    CV_FEAT_ANY_SPEED = 1u << 3,
 };
 
 typedef struct cv_msg_hello {
