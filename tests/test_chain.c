@@ -403,7 +403,9 @@ static void test_killed_stage_reported_head_survives(void)
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
     snprintf(a2, sizeof a2, "127.0.0.1:%d", p2);
     const char *nodes[2] = {a1, a2};
+    const int32_t split[2] = {2, 3}; /* both nodes serve: the planner may leave one out */
     cv_chain_opts o = small_opts(nodes);
+    o.split = split;
     o.io_timeout_ms = 3000;
     cv_chain *c;
     CHECKF(cv_chain_open(&c, model, &o, err, sizeof err) == 0, "%s", err);
