@@ -92,6 +92,7 @@ static int set_value(const arg_opt *o, const char *flag, const char *v)
 {
     switch (o->kind) {
     case ARG_FLAG: *(bool *)o->dst = true; return 0;
+    case ARG_NO_FLAG: *(bool *)o->dst = false; return 0;
     case ARG_STR: *(const char **)o->dst = v; return 0;
     case ARG_INT: return arg_int(flag, v, o->lo, o->hi, o->dst);
     case ARG_U64: return parse_u64(flag, v, o->dst);
@@ -127,6 +128,7 @@ static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
         {"wire", 0, ARG_STR, .dst = &cp->wire},
         {"key", 0, ARG_STR, .dst = &cp->key_file},
         {"insecure", 0, ARG_FLAG, .dst = &cp->insecure},
+        {"no-rebalance", 0, ARG_NO_FLAG, .dst = &cp->rebalance},
     };
     return append(all, n, engine, sizeof engine / sizeof engine[0]);
 }
@@ -163,7 +165,7 @@ static void getopt_tables(const arg_opt *all, int n, struct option *longs, char 
     int k = 0, j = 0;
     letters[j++] = ':';
     for (int i = 0; i < n; i++) {
-        const int has_arg = all[i].kind == ARG_FLAG ? no_argument : required_argument;
+        const int has_arg = all[i].kind == ARG_FLAG || all[i].kind == ARG_NO_FLAG ? no_argument : required_argument;
         if (all[i].name)
             longs[k++] = (struct option){all[i].name, has_arg, NULL, ARG_LONG + i};
         if (all[i].letter) {

@@ -16,6 +16,7 @@
 
 typedef enum arg_kind {
     ARG_FLAG,    /* bool, set to true; takes no value */
+    ARG_NO_FLAG, /* bool, set to false; takes no value */
     ARG_STR,     /* const char *, the value as given */
     ARG_INT,     /* int32_t in [lo, hi] */
     ARG_U64,     /* uint64_t */

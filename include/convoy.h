@@ -159,6 +159,13 @@ typedef struct convoy_ctx_params {
      * (n_batch tokens at a time, each through the whole chain before the
      * next). */
     int32_t prefill_chunk;
+    /* Pipelines without a split: each stage reports its time of every batch,
+     * and when the measured costs drift (a node slows down) so that another
+     * plan is predicted faster by 15% for 5 s, the layers move there as a
+     * failover would (every slot replayed, output unchanged); a move that
+     * measures slower is undone and not tried again for 2 minutes. Default
+     * true. */
+    bool rebalance;
 } convoy_ctx_params;
 
 convoy_ctx_params convoy_ctx_default_params(void);
@@ -202,9 +209,29 @@ int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen);
 typedef struct convoy_ctx_stats {
     uint64_t failovers;       /* chains replaced after a failure, every slot replayed */
     double failover_seconds;  /* their pauses in all: closing, re-planning, replaying */
-    uint64_t replayed_tokens; /* tokens prefilled again by failovers */
+    uint64_t replayed_tokens; /* tokens prefilled again by failovers and moves */
+    uint64_t rebalances;      /* layers moved while serving because the measured costs drifted */
+    uint64_t rebalances_undone; /* of them, moves back after a move that measured slower */
+    double rebalance_seconds; /* their pauses in all */
 } convoy_ctx_stats;
 void convoy_ctx_get_stats(const convoy_ctx *c, convoy_ctx_stats *out);
+
+/* A pipeline's nodes as the serving chain measures them: each stage times
+ * every batch it runs (decayed means, a sample's weight halving every 2 s),
+ * in microseconds per layer and token, beside the speed the node probed
+ * when the chain opened. */
+#define CONVOY_MAX_NODES 16
+typedef struct convoy_node_costs {
+    int n_nodes;                       /* 0 on one machine or while the pipeline is down */
+    struct {
+        char addr[256];                /* "host:port", or "local" */
+        int32_t layers;                /* 0: left out */
+        double us_measured;            /* 0: nothing measured yet */
+        double us_probed;              /* 0: not measured */
+    } node[CONVOY_MAX_NODES];
+    double us_hop;                     /* one hop's mean time, from batches alone in flight; 0: none yet */
+} convoy_node_costs;
+void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out);
 
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with

@@ -11,6 +11,25 @@ skip() {
     exit 0
 }
 
+# wait_for PATTERN FILE [TENTHS]: waits until a line of FILE matches
+# PATTERN (grep), at most TENTHS tenths of a second (default 600); 1 when
+# none came.
+wait_for() {
+    local pattern="$1" file="$2" n="${3:-600}"
+    for _ in $(seq "$n"); do
+        grep -q "$pattern" "$file" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# need_netns NAME: test NAME runs test hosts (scripts/cluster.sh): it skips
+# unless run as root with `ip netns`.
+need_netns() {
+    [[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
+        skip "$1 needs root and ip netns"
+}
+
 # pass NAME / fail NAME: a check's line, counted in checks and failures;
 # expect NAME CMD...: pass or fail as CMD succeeds; checks_summary: the
 # closing "N passed, N failed" line, and the exit status.

@@ -731,7 +731,7 @@ static void error_codes(void)
     first_frame_answered("a HELLO of one byte", CV_MSG_HELLO, p, 1, "(BAD_FRAME)");
     first_frame_answered("a HELLO cut short", CV_MSG_HELLO, (const uint8_t[]){CV_PROTO_VERSION, 0, 0}, 3,
                          "(BAD_FRAME)");
-    first_frame_answered("a HELLO of version 8", CV_MSG_HELLO, (const uint8_t[]){8, 0, 0}, 3, "(VERSION)");
+    first_frame_answered("a HELLO of version 9", CV_MSG_HELLO, (const uint8_t[]){9, 0, 0}, 3, "(VERSION)");
     cv_link *l = holder_connect();
     if (!l)
         return;
@@ -740,7 +740,8 @@ static void error_codes(void)
     answered(l, "STATS with a payload", CV_MSG_STATS, p, 4, "(BAD_FRAME)");
     answered(l, "a FORWARD cut short", CV_MSG_FORWARD, p, 12, "(BAD_FRAME)");
     answered(l, "a SEQ_OP cut short", CV_MSG_SEQ_OP, p, 5, "(BAD_FRAME)");
-    answered(l, "a RESULT to a node", CV_MSG_RESULT, p, 8, "(BAD_STATE)");
+    const uint8_t empty_result[16] = {[8] = 1}; /* no rows, a trail of one time */
+    answered(l, "a RESULT to a node", CV_MSG_RESULT, empty_result, sizeof empty_result, "(BAD_STATE)");
     answered(l, "a SHIP in a session", CV_MSG_SHIP, p, 4, "(BAD_FRAME)");
     const cv_msg_hello h = hello_of(false, &buf);
     CHECK(cv_msg_hello_encode(&h, p, sizeof p, &len, err, sizeof err) == 0);

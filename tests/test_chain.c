@@ -5,7 +5,9 @@
  *   sequence the tokens it gets alone on one machine, on two remote stages
  *   and on a local first stage ("local") with one remote stage;
  * - an F16 KV cache (--kv-type f16) reaches every stage: step by step, the
- *   chain's logits are one machine's with an F16 cache, bit for bit;
+ *   chain's logits are one machine's with an F16 cache, bit for bit; each
+ *   stage's time of every batch comes back (the trail): both stages are
+ *   measured, and a plan made again from the measurements covers the model;
  * - log-probabilities through a local first stage and a remote last one,
  *   greedy and with temperature, with drafts accepted and rejected, and
  *   with none asked for: bit for bit cv_logprobs_row over one machine's
@@ -221,6 +223,24 @@ static void alone_logits(bool kv_f16, float out[KV_STEPS][KV_VOCAB])
     cv_span_close(&st);
 }
 
+/* After some steps of open_local_and_stage's chain: both stages measured,
+ * and the plan made again from them is the pinned split, with a time. */
+static void check_costs(cv_chain *c)
+{
+    cv_chain_costs m;
+    cv_chain_get_costs(c, &m);
+    CHECK(m.n_nodes == 2 && m.batches >= KV_STEPS && !strcmp(m.addr[0], CV_CHAIN_LOCAL));
+    CHECKF(m.us_measured[0] > 0 && m.us_measured[1] > 0, "measured %.3f and %.3f us", m.us_measured[0],
+           m.us_measured[1]);
+    CHECK(m.first[0] == 0 && m.last[0] == 2 && m.first[1] == 2 && m.last[1] == 5);
+    cv_plan_result best;
+    double us_now = 0;
+    char err[512];
+    const double known[2] = {0, 0};
+    CHECKF(cv_chain_replan(c, known, &best, &us_now, err, sizeof err) == 0, "%s", err);
+    CHECK(us_now > 0 && best.us_token == us_now && best.last[0] == 2 && best.last[1] == 5);
+}
+
 static void test_kv_f16_on_every_stage(void)
 {
     if (!test_shared_path(model, sizeof model, "models/stories260K.gguf"))
@@ -237,6 +257,7 @@ static void test_kv_f16_on_every_stage(void)
     if (c) {
         run_sequence(&(target){.chain = c}, 0, KV_STEPS, NULL, chain);
         CHECK(memcmp(chain, f16, sizeof chain) == 0);
+        check_costs(c);
         cv_chain_close(c);
     }
     test_stop_stage(s);

@@ -21,8 +21,7 @@ cluster="$src/scripts/cluster.sh"
 export CONVOY_CLUSTER_PREFIX=cvm
 . "$src/tests/lib.sh"
 command -v python3 >/dev/null || skip "python3 is needed to write the tokens"
-[[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
-    skip "test_moe_paging needs root and ip netns"
+need_netns test_moe_paging
 
 tmp="$(mktemp -d)"
 pids=()

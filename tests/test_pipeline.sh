@@ -27,8 +27,7 @@ shared="${CONVOY_SHARED:-$src/../shared}"
 export CONVOY_CLUSTER_PREFIX=cvp
 
 . "$src/tests/lib.sh"
-[[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
-    skip "test_pipeline needs root and ip netns"
+need_netns test_pipeline
 [[ -f "$shared/models/stories260K.gguf" ]] || skip "test data $shared/models/stories260K.gguf not found"
 
 tmp="$(mktemp -d)"

@@ -2,9 +2,12 @@
  * fastest plan of one or several streams, the output matrix as work of
  * the last node, memory caps, the head's extra bytes on the last
  * node, nodes left out, --split, refusals, and a mixture of experts'
- * cache: every expert, or paged within the budget. */
+ * cache: every expert, or paged within the budget; a stage's work, and
+ * the measured costs that a plan can be made from again. */
+#include <math.h>
 #include <string.h>
 
+#include "pipe/costs.h"
 #include "pipe/plan.h"
 #include "test.h"
 
@@ -265,8 +268,43 @@ static void test_experts_paged(void)
     CHECKF(strstr(err, "needs 1.39 GB"), "%s", err);
 }
 
+/* A stage's work in mean layers: the output matrix counts on the last. */
+static void test_stage_work(void)
+{
+    cv_plan_model m = model16();
+    m.head_work_bytes = GB / 2; /* two layers' worth */
+    CHECK(cv_plan_stage_work(&m, 0, 4) == 4.0);
+    CHECK(cv_plan_stage_work(&m, 12, 16) == 6.0);
+    CHECK(cv_plan_stage_work(&m, 5, 5) == 0.0);
+    layer16[0] = GB / 4 * 9; /* one heavy layer: 24 mean-layer units over 16 layers, the mean is 0.375 GB */
+    CHECK(fabs(cv_plan_stage_work(&m, 0, 1) - 6.0) < 1e-9 && fabs(cv_plan_stage_work(&m, 1, 2) - 2.0 / 3) < 1e-9);
+}
+
+/* A batch's stage times become us per layer and token; a sample's weight
+ * grows with its age (half after a half-life); hops from a lone batch. */
+static void test_costs_decay(void)
+{
+    cv_costs c;
+    cv_costs_init(&c, 2);
+    const double work[2] = {2.0, 4.0};
+    const int64_t ms = 1000000;
+    cv_costs_add(&c, (const uint32_t[]){800, 4000}, work, 4, -1, 3, 1000 * ms); /* the first sample: taken whole */
+    CHECK(c.us[0] == 100.0 && c.us[1] == 250.0 && c.hop_us == 0 && c.batches == 1);
+    cv_costs_add(&c, (const uint32_t[]){1600, 4000}, work, 4, -1, 3,
+                 (1000 + CV_COSTS_HALF_LIFE_MS) * ms); /* a half-life later: halfway */
+    CHECK(fabs(c.us[0] - 150.0) < 1e-9 && fabs(c.us[1] - 250.0) < 1e-9);
+    cv_costs_add(&c, (const uint32_t[]){1600, 4000}, work, 4, -1, 3,
+                 (1000 + CV_COSTS_HALF_LIFE_MS) * ms); /* at once: no weight */
+    CHECK(fabs(c.us[0] - 150.0) < 1e-9);
+    /* alone in flight: 6.4 ms round trip, 4.0 ms of it the stages', over 3 hops */
+    cv_costs_add(&c, (const uint32_t[]){1000, 3000}, work, 1, 6400 * 1000, 3, 5000 * ms);
+    CHECK(fabs(c.hop_us - 800.0) < 1e-9 && c.batches == 4);
+}
+
 int main(void)
 {
+    TEST_RUN(test_stage_work);
+    TEST_RUN(test_costs_decay);
     TEST_RUN(test_equal_speed_equal_share);
     TEST_RUN(test_streams_choose_the_objective);
     TEST_RUN(test_unmeasured_node_as_the_mean);

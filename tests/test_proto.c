@@ -393,10 +393,10 @@ static void test_forward(void)
     float act[NT * NE];
     for (int i = 0; i < NT * NE; i++)
         act[i] = (float)i * 0.25f - 7.0f;
-    cv_msg_forward m = {NT, NE, CV_ACT_F32, CV_FWD_HAS_HIDDEN | CV_FWD_WANT_LOGITS, toks, act}, d;
+    cv_msg_forward m = {NT, NE, CV_ACT_F32, CV_FWD_HAS_HIDDEN | CV_FWD_WANT_LOGITS, toks, act, 2, {1234, 56}}, d;
     size_t n = 0;
     CHECKF(cv_msg_forward_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
-    CHECK(n == 16 + 16 * NT + 4 * NT * NE && n == cv_msg_forward_size(&m));
+    CHECK(n == 16 + 16 * NT + 4 * NT * NE + 8 && n == cv_msg_forward_size(&m));
     CHECKF(cv_msg_forward_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
     CHECK(d.n_tokens == NT && d.n_embd == NE && d.act_type == CV_ACT_F32 && d.flags == m.flags);
     CHECK((const uint8_t *)d.tokens == buf + 16 && (const uint8_t *)d.act == buf + 16 + 16 * NT);
@@ -404,18 +404,21 @@ static void test_forward(void)
         CHECK(d.tokens[i].token == toks[i].token && d.tokens[i].seq == toks[i].seq &&
               d.tokens[i].pos == toks[i].pos && d.tokens[i].want == toks[i].want && d.tokens[i].reserved[0] == 0);
     CHECK(memcmp(d.act, act, sizeof act) == 0);
+    CHECK(d.n_trail == 2 && d.trail[0] == 1234 && d.trail[1] == 56);
     check_truncations(buf, n, dec_forward, "FORWARD");
 
     /* counts that lie */
     CHECK(has(corrupt_u32(buf, n, 0, NT + 1, dec_forward), "need"));
     CHECK(has(corrupt_u32(buf, n, 0, 0xFFFFFFFFu, dec_forward), "n_tokens 4294967295 needs"));
     CHECK(has(corrupt_u32(buf, n, 0, 0, dec_forward), "n_tokens is 0"));
-    CHECK(has(corrupt_u32(buf, n, 4, NE + 1, dec_forward), "activations need"));
+    CHECK(has(corrupt_u32(buf, n, 4, NE + 1, dec_forward), "activations and 2 stage times need"));
     CHECK(has(corrupt_u32(buf, n, 4, 0xFFFFFFFFu, dec_forward), "n_embd"));
-    CHECK(has(corrupt_u8(buf, n, 8, CV_ACT_F16, dec_forward), "activations need"));
+    CHECK(has(corrupt_u8(buf, n, 8, CV_ACT_F16, dec_forward), "activations and 2 stage times need"));
     CHECK(has(corrupt_u8(buf, n, 8, 7, dec_forward), "act_type 7"));
     CHECK(has(corrupt_u8(buf, n, 9, 0x80, dec_forward), "flags"));
     CHECK(has(corrupt_u8(buf, n, 9, CV_FWD_WANT_LOGITS, dec_forward), "without HAS_HIDDEN"));
+    CHECK(has(corrupt_u8(buf, n, 10, 3, dec_forward), "and 3 stage times need"));
+    CHECK(has(corrupt_u8(buf, n, 10, CV_TRAIL_MAX, dec_forward), "n_trail 16 leaves no room"));
     CHECK(has(corrupt_u8(buf, n, 11, 1, dec_forward), "reserved"));
     CHECK(has(corrupt_u8(buf, n, 15, 1, dec_forward), "reserved"));
     /* records */
@@ -430,23 +433,30 @@ static void test_forward(void)
     memcpy(shifted + 1, buf, n);
     CHECK(cv_msg_forward_decode(shifted + 1, n, &d, err, sizeof err) == -1 && has(err, "aligned"));
 
-    /* head only + activations in a second part gives the same bytes */
+    /* head only + activations and trail in parts of their own give the same bytes */
     static _Alignas(64) uint8_t two[sizeof buf];
     size_t head = 0;
     CHECK(cv_msg_forward_encode_head(&m, two, sizeof two, &head, err, sizeof err) == 0);
-    CHECK(head == cv_msg_forward_head_size(&m) && head + cv_msg_forward_act_size(&m) == n);
+    CHECK(head == cv_msg_forward_head_size(&m) &&
+          head + cv_msg_forward_act_size(&m) + cv_msg_forward_trail_size(&m) == n);
     memcpy(two + head, act, sizeof act);
+    cv_msg_forward_encode_trail(&m, two + head + sizeof act);
     CHECK(memcmp(two, buf, n) == 0);
 
+    /* a trail after activations of an odd size is read unaligned */
+    cv_msg_forward odd = {NT, 63, CV_ACT_F16, CV_FWD_HAS_HIDDEN, toks, buf + 40000, 1, {77777}};
+    CHECK(cv_msg_forward_encode(&odd, buf, sizeof buf, &n, err, sizeof err) == 0 && n % 4 == 2);
+    CHECK(cv_msg_forward_decode(buf, n, &d, err, sizeof err) == 0 && d.n_trail == 1 && d.trail[0] == 77777);
+
     /* first stage: token ids only */
-    cv_msg_forward ids = {NT, 0, CV_ACT_F32, 0, toks, NULL};
+    cv_msg_forward ids = {NT, 0, CV_ACT_F32, 0, toks, NULL, 0, {0}};
     CHECK(cv_msg_forward_encode(&ids, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 16 + 16 * NT);
     CHECK(cv_msg_forward_decode(buf, n, &d, err, sizeof err) == 0 && d.act == NULL && d.n_embd == 0);
     check_truncations(buf, n, dec_forward, "FORWARD");
     CHECK(has(corrupt_u32(buf, n, 4, 8, dec_forward), "without HAS_HIDDEN"));
 
     /* lossy activation layouts */
-    cv_msg_forward q = {NT, NE, CV_ACT_Q8_0, CV_FWD_HAS_HIDDEN, toks, buf + 40000};
+    cv_msg_forward q = {NT, NE, CV_ACT_Q8_0, CV_FWD_HAS_HIDDEN, toks, buf + 40000, 0, {0}};
     CHECK(cv_msg_forward_size(&q) == 16 + 16 * NT + NT * (NE / 32) * 34);
     CHECK(cv_msg_forward_encode(&q, buf, sizeof buf, &n, err, sizeof err) == 0);
     CHECK(cv_msg_forward_decode(buf, n, &d, err, sizeof err) == 0 && d.act_type == CV_ACT_Q8_0);
@@ -456,7 +466,7 @@ static void test_forward(void)
 
     /* encoder refusals */
     cv_fwd_token neg = {1, -3, 0, 0, {0}};
-    cv_msg_forward bad = {1, 0, CV_ACT_F32, 0, &neg, NULL};
+    cv_msg_forward bad = {1, 0, CV_ACT_F32, 0, &neg, NULL, 0, {0}};
     CHECK(cv_msg_forward_encode(&bad, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "seq -3"));
     bad = m;
     bad.act = NULL;
@@ -478,13 +488,15 @@ static void test_result(void)
     char err[CV_ERRLEN] = "";
     cv_top_entry top0[3] = {{5, -0.1f}, {9, -2.5f}, {1, -INFINITY}};
     cv_result_row rows[2] = {{0, 7, 5, 3, top0}, {3, 0, 2, 0, NULL}};
-    cv_msg_result m = {2, 0, 0, rows, NULL}, d;
+    cv_msg_result m = {2, 0, 0, rows, NULL, 2, {700, 9}}, d;
+    enum { R0 = 12 + 8 }; /* the first row: after the fixed part and a trail of 2 */
     cv_result_row out[4];
     size_t n = 0;
     CHECKF(cv_msg_result_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
-    CHECK(n == 8 + 16 + 24 + 16 && n == cv_msg_result_size(&m));
+    CHECK(n == R0 + 16 + 24 + 16 && n == cv_msg_result_size(&m));
     CHECKF(cv_msg_result_decode(buf, n, &d, out, 4, err, sizeof err) == 0, "%s", err);
     CHECK(d.n_rows == 2 && d.flags == 0 && d.logits == NULL && d.rows == out);
+    CHECK(d.n_trail == 2 && d.trail[0] == 700 && d.trail[1] == 9);
     CHECK(out[0].seq == 0 && out[0].pos == 7 && out[0].token == 5 && out[0].n_top == 3);
     CHECK(out[0].top[1].id == 9 && out[0].top[1].logprob == -2.5f && isinf(out[0].top[2].logprob));
     CHECK(out[1].seq == 3 && out[1].token == 2 && out[1].n_top == 0 && out[1].top == NULL);
@@ -495,42 +507,45 @@ static void test_result(void)
     CHECK(has(corrupt_u32(buf, n, 0, 5, dec_result), "n_rows 5 needs"));
     CHECK(has(corrupt_u32(buf, n, 0, 3, dec_result), "payload ends inside"));
     CHECK(has(corrupt_u32(buf, n, 4, 4, dec_result), "flags"));
-    CHECK(has(corrupt_u8(buf, n, 8 + 12, 21, dec_result), "n_top 21 needs"));
-    CHECK(has(corrupt_u8(buf, n, 8 + 13, 0xff, dec_result), "n_top 65283 exceeds"));
-    CHECK(has(corrupt_u8(buf, n, 8 + 14, 1, dec_result), "reserved"));
-    CHECK(has(corrupt_u32(buf, n, 8 + 0, 0xFFFFFFFFu, dec_result), "row 0: seq -1"));
-    CHECK(has(corrupt_u32(buf, n, 8 + 4, 0xFFFFFFFFu, dec_result), "row 0: pos"));
-    CHECK(has(corrupt_u32(buf, n, 8 + 40 + 8, 0xFFFFFFFFu, dec_result), "row 1: token"));
-    CHECK(has(corrupt_u32(buf, n, 8 + 16 + 8, 0x80000001u, dec_result), "top 1: id"));
-    CHECK(has(corrupt_u32(buf, n, 8 + 16 + 4, 0x7FC00000u, dec_result), "NaN"));
+    CHECK(has(corrupt_u32(buf, n, 8, 0, dec_result), "n_trail 0 is outside"));
+    CHECK(has(corrupt_u32(buf, n, 8, CV_TRAIL_MAX + 1, dec_result), "n_trail 17 is outside"));
+    CHECK(has(corrupt_u32(buf, n, 8, 3, dec_result), "RESULT: "));
+    CHECK(has(corrupt_u8(buf, n, R0 + 12, 21, dec_result), "n_top 21 needs"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 13, 0xff, dec_result), "n_top 65283 exceeds"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 14, 1, dec_result), "reserved"));
+    CHECK(has(corrupt_u32(buf, n, R0 + 0, 0xFFFFFFFFu, dec_result), "row 0: seq -1"));
+    CHECK(has(corrupt_u32(buf, n, R0 + 4, 0xFFFFFFFFu, dec_result), "row 0: pos"));
+    CHECK(has(corrupt_u32(buf, n, R0 + 40 + 8, 0xFFFFFFFFu, dec_result), "row 1: token"));
+    CHECK(has(corrupt_u32(buf, n, R0 + 16 + 8, 0x80000001u, dec_result), "top 1: id"));
+    CHECK(has(corrupt_u32(buf, n, R0 + 16 + 4, 0x7FC00000u, dec_result), "NaN"));
     /* the row after a row whose n_top lies a little */
-    CHECK(has(corrupt_u8(buf, n, 8 + 12, 4, dec_result), "RESULT: "));
+    CHECK(has(corrupt_u8(buf, n, R0 + 12, 4, dec_result), "RESULT: "));
 
     /* with logits: n_vocab bounds the ids */
     enum { NV = 16 };
     float logits[2 * NV];
     for (int i = 0; i < 2 * NV; i++)
         logits[i] = (float)i - 3.5f;
-    cv_msg_result ml = {2, CV_RES_HAS_LOGITS, NV, rows, logits};
+    cv_msg_result ml = {2, CV_RES_HAS_LOGITS, NV, rows, logits, 1, {3}};
     CHECKF(cv_msg_result_encode(&ml, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
-    CHECK(n == 12 + 16 + 24 + 16 + 2 * NV * 4 && n == cv_msg_result_size(&ml));
+    CHECK(n == 16 + 4 + 16 + 24 + 16 + 2 * NV * 4 && n == cv_msg_result_size(&ml));
     CHECK(cv_msg_result_decode(buf, n, &d, out, 4, err, sizeof err) == 0 && d.n_vocab == NV);
     CHECK(d.logits && memcmp(d.logits, logits, sizeof logits) == 0);
     check_truncations(buf, n, dec_result, "RESULT");
-    CHECK(has(corrupt_u32(buf, n, 8, NV + 1, dec_result), "logits need"));
-    CHECK(has(corrupt_u32(buf, n, 8, 0, dec_result), "n_vocab 0"));
-    CHECK(has(corrupt_u32(buf, n, 8, 0xFFFFFFFFu, dec_result), "n_vocab"));
-    CHECK(has(corrupt_u32(buf, n, 8, 6, dec_result), "not a vocabulary id"));
+    CHECK(has(corrupt_u32(buf, n, 12, NV + 1, dec_result), "logits need"));
+    CHECK(has(corrupt_u32(buf, n, 12, 0, dec_result), "n_vocab 0"));
+    CHECK(has(corrupt_u32(buf, n, 12, 0xFFFFFFFFu, dec_result), "n_vocab"));
+    CHECK(has(corrupt_u32(buf, n, 12, 6, dec_result), "not a vocabulary id"));
     CHECK(strcmp(corrupt_u32(buf, n, 4, 0, dec_result), "(accepted)") != 0);
     ml.n_vocab = 4;
     CHECK(cv_msg_result_encode(&ml, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "vocabulary id"));
 
     /* an empty RESULT (a batch with no wanted rows) is valid */
-    cv_msg_result e = {0, 0, 0, NULL, NULL};
-    CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 8);
+    cv_msg_result e = {0, 0, 0, NULL, NULL, 1, {0}};
+    CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 16);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_rows == 0);
-    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL};
-    CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 12);
+    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL, 1, {0}};
+    CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 20);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_vocab == 7 && !d.logits);
     CHECK(cv_msg_result_encode(&m, buf, 10, &n, err, sizeof err) == -1 && has(err, "too small"));
 }
@@ -738,19 +753,19 @@ static int write_corpus(const char *dir)
     write_seed(dir, "error", CV_MSG_ERROR, buf, n);
     cv_fwd_token toks[2] = {{1, 0, 0, 0, {0}}, {2, 0, 1, 1, {0}}};
     float act[2 * 32] = {1.0f, -2.0f};
-    cv_msg_forward fw = {2, 32, CV_ACT_F32, CV_FWD_HAS_HIDDEN, toks, act};
+    cv_msg_forward fw = {2, 32, CV_ACT_F32, CV_FWD_HAS_HIDDEN, toks, act, 1, {250}};
     rc |= cv_msg_forward_encode(&fw, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "forward", CV_MSG_FORWARD, buf, n);
-    cv_msg_forward ids = {2, 0, CV_ACT_F32, CV_FWD_WANT_LOGITS, toks, NULL};
+    cv_msg_forward ids = {2, 0, CV_ACT_F32, CV_FWD_WANT_LOGITS, toks, NULL, 0, {0}};
     rc |= cv_msg_forward_encode(&ids, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "forward_ids", CV_MSG_FORWARD, buf, n);
     cv_top_entry top[2] = {{3, -0.5f}, {1, -1.5f}};
     cv_result_row rows[2] = {{0, 1, 3, 2, top}, {1, 4, 0, 0, NULL}};
-    cv_msg_result r = {2, 0, 0, rows, NULL};
+    cv_msg_result r = {2, 0, 0, rows, NULL, 2, {150, 80}};
     rc |= cv_msg_result_encode(&r, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "result", CV_MSG_RESULT, buf, n);
     float logits[2 * 4] = {0.5f, 1.5f, -1.0f, 2.0f, 0, 0, 1, 0};
-    cv_msg_result rl = {2, CV_RES_HAS_LOGITS, 4, rows, logits};
+    cv_msg_result rl = {2, CV_RES_HAS_LOGITS, 4, rows, logits, 1, {400}};
     rc |= cv_msg_result_encode(&rl, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "result_logits", CV_MSG_RESULT, buf, n);
     cv_msg_seq_op t = {.op = CV_SEQ_TRUNCATE, .seq = 1, .len = 5};

@@ -20,8 +20,7 @@ cluster="$src/scripts/cluster.sh"
 export CONVOY_CLUSTER_PREFIX=cvu
 
 . "$src/tests/lib.sh"
-[[ "$(id -u)" -eq 0 ]] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1 ||
-    skip "test_uneven needs root and ip netns"
+need_netns test_uneven
 
 tmp="$(mktemp -d)"
 stage_pids=()

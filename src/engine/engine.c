@@ -21,6 +21,7 @@
 #include "core/err.h"
 #include "core/pool.h"
 #include "engine/journal.h"
+#include "engine/rebalance.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
 #include "pipe/chain.h"
@@ -59,6 +60,8 @@ struct convoy_ctx {
     char down_why[2 * CV_ERRLEN + 32]; /* why the pipeline went down */
     atomic_bool failing_over; /* replace_chain is at work: other threads may read it */
     journal journal;  /* every slot's tokens and sampler, for a failover */
+    bool rebalancing; /* layers move while serving (no --split) */
+    rebalance rebalance;
     convoy_ctx_stats stats;
     void (*log)(void *user, const char *line);
     void *log_user;
@@ -192,7 +195,7 @@ void convoy_detok_free(convoy_detok *d) { cv_free(d); }
 convoy_ctx_params convoy_ctx_default_params(void)
 {
     return (convoy_ctx_params){.n_threads = cv_physical_cores(), .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 5000,
-                                .failover_wait_ms = 15000};
+                                .failover_wait_ms = 15000, .rebalance = true};
 }
 
 /* Splits a comma list into at most max items (pointers into buf). */
@@ -314,6 +317,8 @@ static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size
         return -1;
     c->depth = cv_chain_depth(c->chain);
     c->n_ctx = cv_chain_n_ctx(c->chain);
+    c->rebalancing = p->rebalance && !p->split;
+    rebalance_init(&c->rebalance, cv_now_ms());
     c->setup.o.local_speed_us = cv_chain_local_speed(c->chain); /* a failover's chain takes it as it is */
     if (journal_init(&c->journal, p->n_slot, c->n_ctx, p->n_batch, err, errlen)) {
         cv_chain_close(c->chain);
@@ -336,13 +341,13 @@ enum { FAILOVERS_PER_CALL = 3, RETRY_FIRST_MS = 250, RETRY_MAX_MS = 2000 };
 /* Opens a chain over the nodes that answer (spares in place of the others,
  * `avoid` not asked, the unreachable left out) and replays the journal
  * into it. On failure *suspect names the node a replay lost, else is "". */
-static int open_and_replay(convoy_ctx *c, const char *avoid, char *suspect, size_t suspect_len, char *err,
-                           size_t errlen)
+static int open_and_replay(convoy_ctx *c, const cv_chain_opts *base, const char *avoid, char *suspect,
+                           size_t suspect_len, char *err, size_t errlen)
 {
-    cv_chain_opts o = c->setup.o;
+    cv_chain_opts o = *base;
     o.avoid = avoid;
     suspect[0] = 0;
-    o.drop_unreachable = true;
+    o.drop_unreachable = !o.split;
     o.any_speed = true;
     o.min_depth = c->depth;
     const int64_t t0 = cv_now_ms();
@@ -368,6 +373,7 @@ static int open_and_replay(convoy_ctx *c, const char *avoid, char *suspect, size
                (long long)n_fed, (long long)(cv_now_ms() - t1));
     c->stats.replayed_tokens += (uint64_t)n_fed;
     c->chain = chain;
+    rebalance_new_chain(&c->rebalance, cv_now_ms());
     return 0;
 }
 
@@ -391,13 +397,14 @@ static int replace_chain(convoy_ctx *c, const char *why)
 {
     const int64_t t0 = cv_now_ms();
     char avoid[CV_PROTO_ADDR_MAX + 1], lost[CV_PROTO_ADDR_MAX + 1], err[CV_ERRLEN];
-    snprintf(avoid, sizeof avoid, "%s", cv_chain_suspect(c->chain) ? cv_chain_suspect(c->chain) : "");
+    const char *blamed = c->chain ? cv_chain_suspect(c->chain) : NULL; /* none after a move that failed */
+    snprintf(avoid, sizeof avoid, "%s", blamed ? blamed : "");
     cv_chain_close(c->chain);
     c->chain = NULL;
     atomic_store(&c->failing_over, true);
     engine_log(c, "failing over: %s", why);
     for (int wait_ms = RETRY_FIRST_MS;; wait_ms = wait_ms * 2 < RETRY_MAX_MS ? wait_ms * 2 : RETRY_MAX_MS) {
-        if (open_and_replay(c, avoid[0] ? avoid : NULL, lost, sizeof lost, err, sizeof err) == 0) {
+        if (open_and_replay(c, &c->setup.o, avoid[0] ? avoid : NULL, lost, sizeof lost, err, sizeof err) == 0) {
             c->stats.failovers++;
             c->stats.failover_seconds += (double)(cv_now_ms() - t0) / 1e3;
             atomic_store(&c->failing_over, false);
@@ -441,11 +448,80 @@ static int pipeline_down(const convoy_ctx *c, char *err, size_t errlen)
     return cv_errf(err, errlen, "the pipeline is down: %s", c->down_why);
 }
 
+/* ---- rebalancing (rebalance.h): a move is a failover asked for ---- */
+
+/* Closes the chain and opens one with the move's split over its nodes;
+ * when that fails, a failover's chain takes its place. */
+static int move_layers(convoy_ctx *c, const rebalance_move *mv)
+{
+    const int64_t t0 = cv_now_ms();
+    const char *nodes[CV_CHAIN_MAX_NODES];
+    for (int i = 0; i < mv->n_nodes; i++)
+        nodes[i] = mv->addr[i];
+    cv_chain_opts o = c->setup.o;
+    o.nodes = nodes;
+    o.n_nodes = mv->n_nodes;
+    o.split = mv->split;
+    o.n_spares = 0;
+    cv_chain_close(c->chain);
+    c->chain = NULL;
+    atomic_store(&c->failing_over, true);
+    char suspect[CV_PROTO_ADDR_MAX + 1], err[CV_ERRLEN];
+    const int forbidden = cv_alloc_forbid(0); /* a new chain is no step: it allocates */
+    int rc = open_and_replay(c, &o, NULL, suspect, sizeof suspect, err, sizeof err);
+    if (rc == 0) {
+        const double pause_s = (double)(cv_now_ms() - t0) / 1e3;
+        c->stats.rebalances++;
+        c->stats.rebalances_undone += mv->undo;
+        c->stats.rebalance_seconds += pause_s;
+        rebalance_moved(&c->rebalance, mv, cv_now_ms(), pause_s);
+        atomic_store(&c->failing_over, false);
+    } else {
+        atomic_store(&c->failing_over, false);
+        rc = replace_chain(c, err);
+    }
+    cv_alloc_forbid(forbidden);
+    return rc;
+}
+
+/* After a collect: moves the layers when the measured costs call for it. */
+static int rebalance_after_collect(convoy_ctx *c, char *err, size_t errlen)
+{
+    rebalance_move mv;
+    const int forbidden = cv_alloc_forbid(0); /* planning again allocates, once a second */
+    const int due = rebalance_due(&c->rebalance, c->chain, cv_now_ms(), &mv, err, errlen);
+    cv_alloc_forbid(forbidden);
+    if (mv.why[0])
+        engine_log(c, "rebalancing: %s", mv.why);
+    if (due <= 0)
+        return due;
+    return move_layers(c, &mv) ? pipeline_down(c, err, errlen) : 0;
+}
+
 bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
 
 bool convoy_ctx_failing_over(convoy_ctx *c) { return atomic_load(&c->failing_over); }
 
 void convoy_ctx_get_stats(const convoy_ctx *c, convoy_ctx_stats *out) { *out = c->stats; }
+
+static_assert(CONVOY_MAX_NODES == CV_CHAIN_MAX_NODES, "convoy.h states the most nodes");
+
+void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out)
+{
+    out->n_nodes = 0;
+    if (!c->pipeline || !c->chain)
+        return;
+    cv_chain_costs m;
+    cv_chain_get_costs(c->chain, &m);
+    out->n_nodes = m.n_nodes;
+    out->us_hop = m.us_hop;
+    for (int i = 0; i < m.n_nodes; i++) {
+        snprintf(out->node[i].addr, sizeof out->node[i].addr, "%s", m.addr[i]);
+        out->node[i].layers = m.last[i] - m.first[i];
+        out->node[i].us_measured = m.us_measured[i];
+        out->node[i].us_probed = m.us_probed[i];
+    }
+}
 
 int convoy_ctx_check(convoy_ctx *c, char *err, size_t errlen)
 {
@@ -462,7 +538,7 @@ int convoy_ctx_reconnect(convoy_ctx *c, char *err, size_t errlen)
     if (!convoy_ctx_is_down(c))
         return 0;
     char suspect[CV_PROTO_ADDR_MAX + 1];
-    return open_and_replay(c, NULL, suspect, sizeof suspect, err, errlen);
+    return open_and_replay(c, &c->setup.o, NULL, suspect, sizeof suspect, err, errlen);
 }
 
 convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen)
@@ -642,7 +718,7 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
             if (!failed_over(c, &n_failovers, err))
                 return -1;
         journal_collect(&c->journal, tokens);
-        return 0;
+        return c->rebalancing ? rebalance_after_collect(c, err, errlen) : 0;
     }
     if (c->n_done < 0)
         return cv_errf(err, errlen, "no batch in flight");

@@ -22,6 +22,7 @@
 #include "core/err.h"
 #include "infer/span.h"
 #include "model/fingerprint.h"
+#include "pipe/costs.h"
 #include "pipe/inbox.h"
 #include "pipe/plan.h"
 #include "pipe/proto.h"
@@ -41,6 +42,11 @@ struct cv_chain {
     cv_link *link[CV_CHAIN_MAX_NODES];
     char addr[CV_CHAIN_MAX_NODES][CV_PROTO_ADDR_MAX + 1];
     cv_plan_result plan;           /* each node's layers [first, last), and the plan's predicted times */
+    uint64_t *layer_bytes;         /* [n_layer] pm's */
+    cv_plan_model pm;              /* the model as the plan counts it, kept to plan again (cv_chain_replan) */
+    cv_plan_node plan_node[CV_CHAIN_MAX_NODES]; /* each node as planned: budget, probed speed, own bytes */
+    double work[CV_TRAIL_MAX];     /* each stage's work per token (cv_plan_stage_work) */
+    cv_costs costs;                /* measured, per stage */
     int32_t expert_slots[CV_CHAIN_MAX_NODES]; /* a mixture of experts' cache slots on each node (plan.h) */
     cv_msg_hello_ok offer[CV_CHAIN_MAX_NODES]; /* each node's answer: memory budget and speed */
     int active[CV_CHAIN_MAX_NODES]; /* indices of the nodes that serve layers, in order */
@@ -55,6 +61,9 @@ struct cv_chain {
     int oldest, in_flight;
     struct flight {
         uint32_t id;
+        int64_t sent_ns;
+        bool alone;                /* no other batch was in flight when it was sent */
+        uint32_t local_us;         /* the local layers' time, the trail's first */
         int32_t n_tokens;
         int32_t n_want;
         cv_fwd_out out;            /* the local layers' output and its FORWARD */
@@ -233,33 +242,46 @@ static uint64_t own_bytes(const cv_llama *m, const cv_plan_session *s, bool remo
     return offer->layer_bytes;
 }
 
+/* The node that runs stage s (the local one first when it has layers). */
+static int stage_node(const cv_chain *c, int s)
+{
+    const bool local = c->local_node && c->plan.last[0] > 0;
+    return local && s == 0 ? 0 : c->active[s - (local ? 1 : 0)];
+}
+
+/* Each stage's work, by which its measured times are divided (costs.h). */
+static void measure_stages(cv_chain *c)
+{
+    cv_costs_init(&c->costs, cv_chain_stages(c));
+    for (int s = 0; s < c->costs.n_stages; s++) {
+        const int i = stage_node(c, s);
+        c->work[s] = cv_plan_stage_work(&c->pm, c->plan.first[i], c->plan.last[i]);
+    }
+}
+
 /* Plans the layers over the nodes' offers (opts->split overrides) and
  * lists the nodes that serve some. */
 static int plan(cv_chain *c, const cv_msg_hello_ok *offer, char *err, size_t errlen)
 {
     const cv_llama *m = &c->local.model;
-    const int32_t n_layer = m->hp.n_layer;
-    uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n_layer);
-    if (!layer_bytes)
+    c->layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)m->hp.n_layer);
+    if (!c->layer_bytes)
         return cv_errf(err, errlen, "out of memory");
     const cv_plan_session s = {.n_ctx = c->local.kv.n_ctx, .n_slot = c->o.n_slot, .n_batch = c->o.n_batch,
                                .kv_f16 = c->o.kv_f16, .act_type = (uint32_t)c->o.act_type};
-    cv_plan_model pm;
-    cv_plan_model_of(m, &s, layer_bytes, &pm);
-    cv_plan_node nodes[CV_CHAIN_MAX_NODES];
+    cv_plan_model_of(m, &s, c->layer_bytes, &c->pm);
+    cv_plan_node *nodes = c->plan_node;
     for (int i = 0; i < c->n_nodes; i++)
-        nodes[i] = (cv_plan_node){.name = c->link[i] ? cv_link_name(c->link[i]) : "this machine",
+        nodes[i] = (cv_plan_node){.name = c->link[i] ? c->addr[i] : "this machine",
                                   .mem_budget = offer[i].mem_budget ? offer[i].mem_budget : UINT64_MAX,
                                   .us_per_layer_token = offer[i].us_per_layer_token,
                                   .own_bytes = own_bytes(m, &s, c->link[i] != NULL, &offer[i], c->o.n_threads),
                                   .held_l0 = (int32_t)offer[i].held_l0, .held_l1 = (int32_t)offer[i].held_l1,
                                   .local = c->link[i] == NULL};
-    int rc = cv_plan_layers(&pm, c->n_nodes, nodes, c->o.split, c->o.streams, &c->plan, err, errlen);
-    for (int i = 0; rc == 0 && i < c->n_nodes; i++)
-        c->expert_slots[i] = cv_plan_expert_slots(&pm, &nodes[i], c->plan.first[i], c->plan.last[i]);
-    cv_free(layer_bytes);
-    if (rc)
+    if (cv_plan_layers(&c->pm, c->n_nodes, nodes, c->o.split, c->o.streams, &c->plan, err, errlen))
         return -1;
+    for (int i = 0; i < c->n_nodes; i++)
+        c->expert_slots[i] = cv_plan_expert_slots(&c->pm, &nodes[i], c->plan.first[i], c->plan.last[i]);
     c->n_active = 0;
     for (int i = c->local_node ? 1 : 0; i < c->n_nodes; i++)
         if (c->plan.last[i] > c->plan.first[i])
@@ -436,6 +458,7 @@ int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o
         cv_chain_close(c);
         return -1;
     }
+    measure_stages(c);
     *out = c;
     return 0;
 }
@@ -460,6 +483,7 @@ void cv_chain_close(cv_chain *c)
     cv_free(c->logprobs);
     cv_free(c->n_logprobs);
     cv_model_hashes_free(&c->own_hashes);
+    cv_free(c->layer_bytes);
     cv_free(c);
 }
 
@@ -616,8 +640,14 @@ static int await_result(cv_chain *c, const struct flight *fl, int32_t *tokens, c
                              c->local.model.hp.n_vocab);
             } else if (spread_rows(c, fl, &m, tokens, why, sizeof why)) {
                 rc = cv_errf(err, errlen, "%s: %s", cv_link_name(l), why);
+            } else if (m.n_trail != (uint32_t)c->costs.n_stages) {
+                rc = cv_errf(err, errlen, "%s: result with the times of %u stages, the chain has %d", cv_link_name(l),
+                             m.n_trail, c->costs.n_stages);
             } else {
                 c->result_bytes += CV_FRAME_HEADER_SIZE + f->h.payload_len;
+                const int64_t now = (int64_t)cv_now_ns();
+                cv_costs_add(&c->costs, m.trail, c->work, fl->n_tokens, fl->alone ? now - fl->sent_ns : -1,
+                             c->n_active + 1, now);
                 rc = 0;
             }
         } else if (f->h.type != CV_MSG_PONG) {
@@ -723,8 +753,10 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
     struct flight *f = &c->flight[(c->oldest + c->in_flight) % c->depth];
     if (cv_fwd_out_reclaim(&f->out, first_link(c), err, errlen)) /* its buffers may still be on their way out */
         return broken_by(c, c->active[0]);
+    const uint64_t t0 = cv_now_ns();
     if (cv_span_step(&c->local, b, NULL, f->out.hidden, NULL, err, errlen))
         return -1;
+    f->local_us = (uint32_t)((cv_now_ns() - t0) / 1000);
     cv_fwd_token *rec = cv_fwd_out_records(&f->out);
     f->n_want = 0;
     f->n_tokens = b->n_tokens;
@@ -732,11 +764,13 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
         rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t]};
         f->n_want += rec[t].want ? 1 : 0;
     }
-    const cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)c->local.model.hp.n_embd,
-                              .act_type = (uint8_t)c->o.act_type,
-                              .flags = c->o.want_logits ? CV_FWD_WANT_LOGITS : 0, .tokens = rec};
+    cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)c->local.model.hp.n_embd,
+                        .act_type = (uint8_t)c->o.act_type, .flags = c->o.want_logits ? CV_FWD_WANT_LOGITS : 0,
+                        .tokens = rec, .n_trail = c->n_local > 0, .trail = {f->local_us}};
     uint64_t bytes;
     f->id = ++c->next_id;
+    f->sent_ns = (int64_t)cv_now_ns();
+    f->alone = c->in_flight == 0;
     if (cv_fwd_out_send(&f->out, first_link(c), f->id, &m, &bytes, err, errlen))
         return broken_by(c, c->active[0]); /* the local layers have taken the batch */
     c->forward_bytes += bytes;
@@ -934,4 +968,55 @@ void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
     }
     s->bytes_sent = c->forward_bytes;
     s->bytes_recv = c->result_bytes;
+}
+
+void cv_chain_get_costs(const cv_chain *c, cv_chain_costs *out)
+{
+    *out = (cv_chain_costs){.n_nodes = c->n_nodes, .us_hop = c->costs.hop_us, .batches = c->costs.batches};
+    for (int i = 0; i < c->n_nodes; i++) {
+        out->addr[i] = c->addr[i];
+        out->first[i] = c->plan.first[i];
+        out->last[i] = c->plan.last[i];
+        out->us_probed[i] = c->plan_node[i].us_per_layer_token;
+    }
+    for (int s = 0; s < c->costs.n_stages; s++)
+        out->us_measured[stage_node(c, s)] = c->costs.us[s];
+}
+
+/* What the measured nodes' times are to their probes, weighed by their
+ * work: the factor that brings a probe to a measurement (1 when none has both). */
+static double measured_over_probed(const cv_chain *c, const cv_chain_costs *m)
+{
+    double measured = 0, probed = 0;
+    for (int s = 0; s < c->costs.n_stages; s++) {
+        const int i = stage_node(c, s);
+        if (m->us_measured[i] > 0 && m->us_probed[i] > 0) {
+            measured += m->us_measured[i] * c->work[s];
+            probed += m->us_probed[i] * c->work[s];
+        }
+    }
+    return probed > 0 ? measured / probed : 1.0;
+}
+
+int cv_chain_replan(cv_chain *c, const double *us_known, cv_plan_result *best, double *us_now, char *err,
+                    size_t errlen)
+{
+    cv_chain_costs m;
+    cv_chain_get_costs(c, &m);
+    const double scale = measured_over_probed(c, &m);
+    cv_plan_node nodes[CV_CHAIN_MAX_NODES];
+    int32_t count[CV_CHAIN_MAX_NODES];
+    for (int i = 0; i < c->n_nodes; i++) {
+        nodes[i] = c->plan_node[i];
+        nodes[i].us_per_layer_token = m.us_measured[i] > 0 ? m.us_measured[i]
+                                      : us_known[i] > 0   ? us_known[i]
+                                                          : m.us_probed[i] * scale;
+        count[i] = m.last[i] - m.first[i];
+    }
+    cv_plan_result present;
+    if (cv_plan_layers(&c->pm, c->n_nodes, nodes, count, c->o.streams, &present, err, errlen))
+        return -1;
+    *us_now = present.us_token;
+    *best = present;
+    return c->o.split ? 0 : cv_plan_layers(&c->pm, c->n_nodes, nodes, NULL, c->o.streams, best, err, errlen);
 }

@@ -36,6 +36,7 @@
 #include "infer/sampler.h"
 #include "model/fingerprint.h"
 #include "pipe/link.h"
+#include "pipe/plan.h"
 
 typedef struct cv_chain cv_chain;
 
@@ -152,6 +153,28 @@ int32_t cv_chain_n_ctx(const cv_chain *c);
  * all answered within opts->io_timeout_ms, else -1 naming the first that
  * did not, and the chain is broken. An idle chain's health check. */
 int cv_chain_ping(cv_chain *c, char *err, size_t errlen);
+
+/* Measured costs (pipe/costs.h): each node's time per layer and token as
+ * its stage measured it batch after batch (a mean that halves a sample's
+ * weight every CV_COSTS_HALF_LIFE_MS), beside its speed probe; a hop's. */
+typedef struct cv_chain_costs {
+    int n_nodes;                               /* every node given, the left out and "local" included */
+    const char *addr[CV_CHAIN_MAX_NODES];      /* "host:port" or "local", the chain's strings */
+    int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES]; /* its layers [first, last) */
+    double us_measured[CV_CHAIN_MAX_NODES];    /* 0: no batch measured (no layers, or none ran yet) */
+    double us_probed[CV_CHAIN_MAX_NODES];      /* its answer to the plan's query, 0: not measured */
+    double us_hop;                             /* 0: no batch alone in flight measured */
+    uint64_t batches;                          /* measured */
+} cv_chain_costs;
+void cv_chain_get_costs(const cv_chain *c, cv_chain_costs *out);
+/* Plans the nodes again from the measured costs (plan.h; a node without
+ * measurements, the left out among them, counts at us_known[i] when not 0,
+ * else at its probed speed times what the measured nodes' measurements are
+ * to their probes): the plan it would choose into *best, and the present
+ * plan's time predicted from the same costs into *us_now. With
+ * opts->split the plan stays (best is the present). Allocates. */
+int cv_chain_replan(cv_chain *c, const double *us_known, cv_plan_result *best, double *us_now, char *err,
+                    size_t errlen);
 
 /* What the chain did: the plan and the traffic, for benchmarks. */
 typedef struct cv_chain_stats {

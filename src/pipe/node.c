@@ -1042,7 +1042,14 @@ static int handshake(node *n, char *err, size_t errlen)
     }
 }
 
-static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err, size_t errlen)
+/* fw's trail with this stage's time us after it. */
+static void add_to_trail(const cv_msg_forward *fw, uint64_t us, uint32_t *trail)
+{
+    memcpy(trail, fw->trail, sizeof(uint32_t) * fw->n_trail);
+    trail[fw->n_trail] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int send_result(node *n, const cv_msg_forward *fw, uint64_t us, uint32_t id, char *err, size_t errlen)
 {
     const int32_t n_vocab = n->span.model.hp.n_vocab;
     const bool with_logits = fw->flags & CV_FWD_WANT_LOGITS;
@@ -1067,7 +1074,8 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
             memmove((float *)cv_span_logits(&n->span, (int32_t)n_rows), logits, sizeof(float) * (size_t)n_vocab);
         n_rows++;
     }
-    cv_msg_result m = {.n_rows = n_rows, .rows = n->rows};
+    cv_msg_result m = {.n_rows = n_rows, .rows = n->rows, .n_trail = fw->n_trail + 1u};
+    add_to_trail(fw, us, m.trail);
     if (with_logits) {
         m.flags = CV_RES_HAS_LOGITS;
         m.n_vocab = (uint32_t)n_vocab;
@@ -1086,11 +1094,14 @@ static int send_result(node *n, const cv_msg_forward *fw, uint32_t id, char *err
     return cv_link_send(n->head, CV_MSG_RESULT, id, n->res_buf, len, err, errlen);
 }
 
-/* Sends this stage's hidden states on, from the buffers `cur`. */
-static int send_forward(node *n, const cv_msg_forward *in, uint32_t id, char *err, size_t errlen)
+/* Sends this stage's hidden states on, from the buffers `cur`, with its
+ * time us added to the trail. */
+static int send_forward(node *n, const cv_msg_forward *in, uint64_t us, uint32_t id, char *err, size_t errlen)
 {
-    const cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = (uint32_t)n->span.model.hp.n_embd,
-                              .act_type = n->hello.act_type, .flags = in->flags, .tokens = in->tokens};
+    cv_msg_forward m = {.n_tokens = in->n_tokens, .n_embd = (uint32_t)n->span.model.hp.n_embd,
+                        .act_type = n->hello.act_type, .flags = in->flags, .tokens = in->tokens,
+                        .n_trail = (uint8_t)(in->n_trail + 1)};
+    add_to_trail(in, us, m.trail);
     if (cv_fwd_out_send(&n->out[n->cur], n->next, id, &m, NULL, err, errlen))
         return -1;
     n->cur = 1 - n->cur;
@@ -1120,6 +1131,10 @@ static uint32_t check_forward(const node *n, const cv_frame *f, cv_msg_forward *
                CV_PERR_TOO_LARGE;
     if (cv_msg_forward_decode(f->payload, f->h.payload_len, fw, why, whylen))
         return CV_PERR_BAD_FRAME;
+    if (!has_head(n) && fw->n_trail + 1 >= CV_TRAIL_MAX)
+        return cv_errf(why, whylen, "FORWARD has passed %u stages: a chain has at most %d", fw->n_trail + 1u,
+                       CV_TRAIL_MAX),
+               CV_PERR_BAD_FRAME;
     if (fw->n_tokens > h->n_batch_max)
         return cv_errf(why, whylen, "FORWARD of %u rows exceeds n_batch_max %u", fw->n_tokens, h->n_batch_max),
                CV_PERR_TOO_LARGE;
@@ -1164,12 +1179,13 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     atomic_store(&n->working, false);
     if (stepped)
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
-    n->stats.compute_ns += cv_now_ns() - t0;
+    const uint64_t ns = cv_now_ns() - t0;
+    n->stats.compute_ns += ns;
     n->stats.steps++;
     n->stats.tokens += fw.n_tokens;
     if (has_head(n))
-        return send_result(n, &fw, f->h.id, err, errlen);
-    if (send_forward(n, &fw, f->h.id, err, errlen)) {
+        return send_result(n, &fw, ns / 1000, f->h.id, err, errlen);
+    if (send_forward(n, &fw, ns / 1000, f->h.id, err, errlen)) {
         send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);
         return -1;
     }

@@ -359,6 +359,21 @@ static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_nod
     return 0;
 }
 
+double cv_plan_stage_work(const cv_plan_model *m, int32_t l0, int32_t l1)
+{
+    uint64_t all = 0, part = 0;
+    for (int32_t l = 0; l < m->n_layer; l++) {
+        all += m->layer_bytes[l];
+        part += l >= l0 && l < l1 ? m->layer_bytes[l] : 0;
+    }
+    if (l1 <= l0)
+        return 0;
+    if (!all)
+        return (double)(l1 - l0);
+    const double mean = (double)all / m->n_layer;
+    return part / mean + (l1 == m->n_layer ? m->head_work_bytes / mean : 0);
+}
+
 /* Node i's time per token for layers [l0, l1): the output matrix too when
  * l1 ends the model. */
 static double stage_us(const costs *c, int i, int32_t l0, int32_t l1)
@@ -544,7 +559,8 @@ uint32_t cv_plan_hello_cap(int32_t n_layer) { return CV_PROTO_MIN_MAX_PAYLOAD + 
 uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd)
 {
     const uint64_t n = (uint64_t)s->n_batch;
-    const uint64_t size = CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * n + cv_act_bytes(s->act_type, n, (uint64_t)n_embd);
+    const uint64_t size = CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * n +
+                          cv_act_bytes(s->act_type, n, (uint64_t)n_embd) + sizeof(uint32_t) * (CV_TRAIL_MAX - 1);
     return size > CV_PROTO_MIN_MAX_PAYLOAD ? size : CV_PROTO_MIN_MAX_PAYLOAD;
 }
 

@@ -70,7 +70,7 @@
 typedef struct cv_plan_node {
     const char *name;             /* for messages ("node 10.0.0.2:7000"); NULL: "node I" */
     uint64_t mem_budget;          /* bytes the node may use */
-    uint32_t us_per_layer_token;  /* 0 = not measured */
+    double us_per_layer_token;    /* probed or measured; 0 = not measured */
     uint64_t own_bytes;           /* what it holds besides its layers (cv_plan_own_bytes), as it answered */
     int32_t held_l0, held_l1;     /* the layers its model file holds (a shard's); held_l1 0: every layer */
     bool local;                   /* the head's own first stage, which never ends a chain of several nodes */
@@ -138,9 +138,14 @@ int32_t cv_plan_expert_slots(const cv_plan_model *pm, const cv_plan_node *node, 
  * take less than 1 KiB per layer. */
 uint32_t cv_plan_hello_cap(int32_t n_layer);
 /* The largest FORWARD payload of the session (n_batch rows of its
- * activation type, width n_embd), at least CV_PROTO_MIN_MAX_PAYLOAD: a
+ * activation type, width n_embd, the longest trail), at least CV_PROTO_MIN_MAX_PAYLOAD: a
  * node's receive cap on the link its FORWARDs arrive by. */
 uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd);
+
+/* Layers [l0, l1)'s work per token in mean layers (by bytes), the output
+ * matrix counted too when l1 == n_layer: what the cost model multiplies a
+ * node's us_per_layer_token by. */
+double cv_plan_stage_work(const cv_plan_model *m, int32_t l0, int32_t l1);
 
 typedef struct cv_plan_result {
     int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES];

@@ -562,9 +562,17 @@ uint64_t cv_msg_forward_head_size(const cv_msg_forward *m)
     return CV_FWD_FIXED_SIZE + (uint64_t)m->n_tokens * sizeof(cv_fwd_token);
 }
 
+uint64_t cv_msg_forward_trail_size(const cv_msg_forward *m) { return (uint64_t)m->n_trail * sizeof(uint32_t); }
+
 uint64_t cv_msg_forward_size(const cv_msg_forward *m)
 {
-    return cv_msg_forward_head_size(m) + cv_msg_forward_act_size(m);
+    return cv_msg_forward_head_size(m) + cv_msg_forward_act_size(m) + cv_msg_forward_trail_size(m);
+}
+
+void cv_msg_forward_encode_trail(const cv_msg_forward *m, void *buf)
+{
+    for (uint8_t i = 0; i < m->n_trail; i++)
+        put_u32((uint8_t *)buf + 4 * i, m->trail[i]);
 }
 
 /* Rules on the fixed fields. */
@@ -574,6 +582,9 @@ static int check_forward_fixed(const cv_msg_forward *m, char *err, size_t errlen
         return cv_errf(err, errlen, "FORWARD: unknown flags 0x%02x", m->flags);
     if (m->n_tokens == 0)
         return cv_errf(err, errlen, "FORWARD: n_tokens is 0");
+    if (m->n_trail >= CV_TRAIL_MAX)
+        return cv_errf(err, errlen, "FORWARD: n_trail %u leaves no room for the next stage's time (at most %d)",
+                       m->n_trail, CV_TRAIL_MAX - 1);
     if (!(m->flags & CV_FWD_HAS_HIDDEN)) {
         if (m->n_embd != 0 || m->act_type != CV_ACT_F32)
             return cv_errf(err, errlen, "FORWARD: n_embd %" PRIu32 " / act_type %u set without HAS_HIDDEN",
@@ -629,6 +640,7 @@ int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, s
     put_u32(p + 4, m->n_embd);
     p[8] = m->act_type;
     p[9] = m->flags;
+    p[10] = m->n_trail;
     for (uint32_t i = 0; i < m->n_tokens; i++) {
         uint8_t *r = p + CV_FWD_FIXED_SIZE + (size_t)i * sizeof(cv_fwd_token);
         put_i32(r + 0, m->tokens[i].token);
@@ -654,6 +666,7 @@ int cv_msg_forward_encode(const cv_msg_forward *m, void *buf, size_t cap, size_t
     uint64_t act = cv_msg_forward_act_size(m);
     if (act)
         memcpy((uint8_t *)buf + head, m->act, (size_t)act);
+    cv_msg_forward_encode_trail(m, (uint8_t *)buf + head + act);
     *len = (size_t)need;
     return 0;
 }
@@ -669,7 +682,8 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
     m->n_embd = cv_cursor_u32(&c, "n_embd");
     m->act_type = cv_cursor_u8(&c, "act_type");
     m->flags = cv_cursor_u8(&c, "flags");
-    uint16_t reserved0 = cv_cursor_u16(&c, "reserved");
+    m->n_trail = cv_cursor_u8(&c, "n_trail");
+    uint8_t reserved0 = cv_cursor_u8(&c, "reserved");
     uint32_t reserved1 = cv_cursor_u32(&c, "reserved");
     if (c.failed)
         return fail_short(&c, "FORWARD", err, errlen);
@@ -683,11 +697,15 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
                        m->n_tokens, rec_bytes, cv_cursor_left(&c));
     m->tokens = (const cv_fwd_token *)cv_cursor_bytes(&c, rec_bytes, "token records");
     uint64_t act_bytes = cv_msg_forward_act_size(m);
-    if (act_bytes != cv_cursor_left(&c))
+    if (act_bytes + cv_msg_forward_trail_size(m) != cv_cursor_left(&c))
         return cv_errf(err, errlen,
-                       "FORWARD: %" PRIu32 " x %" PRIu32 " %s activations need %" PRIu64 " bytes, %zu present",
-                       m->n_tokens, m->n_embd, cv_act_type_name(m->act_type), act_bytes, cv_cursor_left(&c));
+                       "FORWARD: %" PRIu32 " x %" PRIu32 " %s activations and %u stage times need %" PRIu64
+                       " bytes, %zu present",
+                       m->n_tokens, m->n_embd, cv_act_type_name(m->act_type), m->n_trail,
+                       act_bytes + cv_msg_forward_trail_size(m), cv_cursor_left(&c));
     m->act = act_bytes ? cv_cursor_bytes(&c, act_bytes, "activations") : NULL;
+    for (uint8_t i = 0; i < m->n_trail; i++)
+        m->trail[i] = cv_cursor_u32(&c, "trail");
     if (finish(&c, "FORWARD", err, errlen))
         return -1;
     return check_forward_tokens(m->tokens, m->n_tokens, true, err, errlen);
@@ -699,7 +717,7 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
 
 uint64_t cv_msg_result_size(const cv_msg_result *m)
 {
-    uint64_t n = 8 + (m->flags & CV_RES_HAS_LOGITS ? 4 : 0);
+    uint64_t n = 12 + (m->flags & CV_RES_HAS_LOGITS ? 4 : 0) + (uint64_t)m->n_trail * sizeof(uint32_t);
     for (uint32_t i = 0; i < m->n_rows; i++)
         n += RESULT_ROW_FIXED + (uint64_t)m->rows[i].n_top * sizeof(cv_top_entry);
     if (m->flags & CV_RES_HAS_LOGITS)
@@ -713,6 +731,8 @@ static int check_result_fixed(const cv_msg_result *m, char *err, size_t errlen)
         return cv_errf(err, errlen, "RESULT: unknown flags 0x%08" PRIx32, m->flags);
     if ((m->flags & CV_RES_HAS_LOGITS) && (m->n_vocab == 0 || m->n_vocab > CV_PROTO_MAX_VOCAB))
         return cv_errf(err, errlen, "RESULT: n_vocab %" PRIu32 " is outside 1..%u", m->n_vocab, CV_PROTO_MAX_VOCAB);
+    if (m->n_trail == 0 || m->n_trail > CV_TRAIL_MAX)
+        return cv_errf(err, errlen, "RESULT: n_trail %" PRIu32 " is outside 1..%d", m->n_trail, CV_TRAIL_MAX);
     return 0;
 }
 
@@ -759,11 +779,14 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
     uint8_t *p = buf;
     put_u32(p, m->n_rows);
     put_u32(p + 4, m->flags);
-    p += 8;
+    put_u32(p + 8, m->n_trail);
+    p += 12;
     if (m->flags & CV_RES_HAS_LOGITS) {
         put_u32(p, m->n_vocab);
         p += 4;
     }
+    for (uint32_t i = 0; i < m->n_trail; i++, p += 4)
+        put_u32(p, m->trail[i]);
     for (uint32_t i = 0; i < m->n_rows; i++) {
         const cv_result_row *r = &m->rows[i];
         put_i32(p + 0, r->seq);
@@ -796,12 +819,17 @@ static int result_parse(const void *payload, size_t len, cv_msg_result *m, cv_re
     cv_cursor_init(&c, payload, len);
     m->n_rows = cv_cursor_u32(&c, "n_rows");
     m->flags = cv_cursor_u32(&c, "flags");
+    m->n_trail = cv_cursor_u32(&c, "n_trail");
     if (!c.failed && (m->flags & CV_RES_HAS_LOGITS))
         m->n_vocab = cv_cursor_u32(&c, "n_vocab");
     if (c.failed)
         return fail_short(&c, "RESULT", err, errlen);
     if (check_result_fixed(m, err, errlen))
         return -1;
+    for (uint32_t i = 0; i < m->n_trail; i++)
+        m->trail[i] = cv_cursor_u32(&c, "trail");
+    if (c.failed)
+        return fail_short(&c, "RESULT", err, errlen);
     if ((uint64_t)m->n_rows * RESULT_ROW_FIXED > cv_cursor_left(&c))
         return cv_errf(err, errlen, "RESULT: n_rows %" PRIu32 " needs at least %" PRIu64 " bytes, %zu present",
                        m->n_rows, (uint64_t)m->n_rows * RESULT_ROW_FIXED, cv_cursor_left(&c));

@@ -89,9 +89,9 @@
  *       accepted and shown as numbers), u16 len, len bytes message (no NUL
  *       or control bytes, at most CV_PROTO_ERRMSG_MAX).
  *    FORWARD = 4 (head -> first node -> ... -> last node): 16 bytes, then
- *       16 bytes per token, then the activations:
+ *       16 bytes per token, then the activations, then the trail:
  *       u32 n_tokens (>= 1), u32 n_embd, u8 act_type, u8 flags
- *       (CV_FWD_*), 6 reserved bytes;
+ *       (CV_FWD_*), u8 n_trail (< CV_TRAIL_MAX), 5 reserved bytes;
  *       n_tokens records {i32 token, i32 seq, i32 pos, u8 want, 3 reserved}
  *       with token, seq, pos >= 0 and want 0, 1 or 2 (CV_WANT_*). 1: this
  *       row's output is wanted: sampled at the last stage and returned in
@@ -111,11 +111,18 @@
  *       n_embd = 0, act_type = F32.
  *       Records start at offset 16 and activations at 16 + 16 * n_tokens,
  *       so both are 16-byte aligned inside an aligned payload.
- *    RESULT = 5 (last node -> head): 8 bytes (12 with logits), then rows
- *       (one per wanted record in record order, less the rows that a
- *       rejected draft left out):
- *       u32 n_rows, u32 flags (CV_RES_*), [u32 n_vocab: only with
- *       CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB];
+ *       The trail, n_trail u32 after the activations, is the time each
+ *       stage the batch has passed spent computing it (microseconds,
+ *       saturated at 2^32 - 1), in chain order, the head's own layers
+ *       first when it runs some: a node adds its own before it sends the
+ *       batch on, and the last node returns the whole trail in RESULT, so
+ *       the head learns every stage's cost of every batch (chain.h).
+ *    RESULT = 5 (last node -> head): 12 bytes (16 with logits), the
+ *       trail, then rows (one per wanted record in record order, less the
+ *       rows that a rejected draft left out):
+ *       u32 n_rows, u32 flags (CV_RES_*), u32 n_trail (1..CV_TRAIL_MAX),
+ *       [u32 n_vocab: only with CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB];
+ *       n_trail u32: the FORWARD's trail and the last node's own time;
  *       n_rows rows {i32 seq, i32 pos, i32 token, u16 n_top, u16 reserved,
  *       n_top pairs (i32 id, f32 logprob)}, ids and token >= 0 (and below
  *       n_vocab when it is known), logprob not NaN, n_top <=
@@ -211,9 +218,10 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 9 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+#define CV_PROTO_VERSION 10 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
                               5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
-                              7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR; 9: COPY */
+                              7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR; 9: COPY;
+                              10: the stages' times in FORWARD and RESULT */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -234,6 +242,8 @@
 /* Not a wire field: the most nodes of a chain ("local" included), the one
  * bound by which the head, its inbox and the planner size their tables. */
 #define CV_CHAIN_MAX_NODES 16
+/* The most stage times a trail holds (FORWARD, RESULT): one per stage. */
+#define CV_TRAIL_MAX CV_CHAIN_MAX_NODES
 
 typedef enum cv_msg_type {
     CV_MSG_HELLO = 1,
@@ -473,18 +483,24 @@ typedef struct cv_msg_forward {
     uint8_t flags;
     const cv_fwd_token *tokens; /* n_tokens records */
     const void *act;            /* n_tokens rows of activations, NULL without CV_FWD_HAS_HIDDEN */
+    uint8_t n_trail;
+    uint32_t trail[CV_TRAIL_MAX]; /* the stages' times so far (us), a copy: on the wire they may be unaligned */
 } cv_msg_forward;
 
 /* Bytes of the activation section, of the fixed part and records (what
- * precedes the activations), and of the whole payload. */
+ * precedes the activations), of the trail and of the whole payload. */
 uint64_t cv_msg_forward_act_size(const cv_msg_forward *m);
 uint64_t cv_msg_forward_head_size(const cv_msg_forward *m);
+uint64_t cv_msg_forward_trail_size(const cv_msg_forward *m);
 uint64_t cv_msg_forward_size(const cv_msg_forward *m);
 /* Encodes the fixed part and the records only: a sender can put the
- * activations in a second iovec straight from its compute buffer. The
- * message is fully validated (m->act must be non-NULL with HAS_HIDDEN). */
+ * activations in a second iovec straight from its compute buffer, and the
+ * trail in a third (cv_msg_forward_encode_trail). The message is fully
+ * validated (m->act must be non-NULL with HAS_HIDDEN). */
 int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
                                size_t errlen);
+/* Writes m's trail as the wire has it: cv_msg_forward_trail_size bytes. */
+void cv_msg_forward_encode_trail(const cv_msg_forward *m, void *buf);
 /* Encodes the whole payload, copying the activations from m->act. */
 int cv_msg_forward_encode(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
                           size_t errlen);
@@ -515,6 +531,8 @@ typedef struct cv_msg_result {
     uint32_t n_vocab;     /* 0 without CV_RES_HAS_LOGITS */
     cv_result_row *rows;  /* caller's array: encode reads n_rows, decode fills them */
     const float *logits;  /* n_rows * n_vocab, NULL without CV_RES_HAS_LOGITS */
+    uint32_t n_trail;     /* 1..CV_TRAIL_MAX */
+    uint32_t trail[CV_TRAIL_MAX]; /* every stage's time of the batch (us), in chain order */
 } cv_msg_result;
 
 uint64_t cv_msg_result_size(const cv_msg_result *m);

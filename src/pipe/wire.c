@@ -51,13 +51,14 @@ int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward
     if (cv_msg_forward_encode_head(&m, f->head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * f->n_batch, &head_len,
                                    err, errlen))
         return -1;
-    const size_t act_len = (size_t)cv_msg_forward_act_size(&m);
-    const struct iovec parts[2] = {{f->head, head_len}, {(void *)m.act, act_len}};
-    if (cv_link_sendv(l, CV_MSG_FORWARD, id, parts, 2, &f->ticket, err, errlen))
+    const size_t act_len = (size_t)cv_msg_forward_act_size(&m), trail_len = (size_t)cv_msg_forward_trail_size(&m);
+    cv_msg_forward_encode_trail(&m, f->trail);
+    const struct iovec parts[3] = {{f->head, head_len}, {(void *)m.act, act_len}, {f->trail, trail_len}};
+    if (cv_link_sendv(l, CV_MSG_FORWARD, id, parts, 3, &f->ticket, err, errlen))
         return -1;
     f->ticket_live = true;
     if (bytes)
-        *bytes = CV_FRAME_HEADER_SIZE + head_len + act_len;
+        *bytes = CV_FRAME_HEADER_SIZE + head_len + act_len + trail_len;
     return 0;
 }
 

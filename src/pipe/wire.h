@@ -29,6 +29,7 @@ typedef struct cv_fwd_out {
     float *hidden;     /* [n_batch][n_embd] the stage's output */
     uint8_t *head;     /* FORWARD fixed part, then n_batch records */
     uint8_t *act;      /* [n_batch][n_embd] in a lossy activation type */
+    uint8_t trail[sizeof(uint32_t) * CV_TRAIL_MAX]; /* the stage times as sent */
     size_t n_batch;    /* records the buffers hold */
     uint64_t ticket;   /* the send that reads these buffers */
     bool ticket_live;
@@ -44,7 +45,7 @@ static inline cv_fwd_token *cv_fwd_out_records(const cv_fwd_out *f)
 /* Waits until the last send of f's buffers (on link l) is done. */
 int cv_fwd_out_reclaim(cv_fwd_out *f, cv_link *l, char *err, size_t errlen);
 /* Queues FORWARD `id` on l: m's n_tokens, n_embd, act_type, flags (plus
- * CV_FWD_HAS_HIDDEN) and records, with f->hidden as its activations
+ * CV_FWD_HAS_HIDDEN), records and trail, with f->hidden as its activations
  * (m->act is not read). *bytes (may be NULL) receives the frame's size. */
 int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward *m, uint64_t *bytes, char *err,
                     size_t errlen);

@@ -624,6 +624,32 @@ static void metrics_counts(sv_http *h, const sv_sched_stats *st, sv_buf *b)
     }
 }
 
+/* A pipeline's nodes: layers, measured and probed speed; a hop's time. */
+static void metrics_nodes(const convoy_node_costs *n, sv_buf *b)
+{
+    if (n->n_nodes == 0)
+        return;
+    char line[512];
+    sv_buf_puts(b, "# HELP convoy_node_layers Layers each pipeline node serves (0: left out).\n"
+                   "# TYPE convoy_node_layers gauge\n");
+    for (int i = 0; i < n->n_nodes; i++) {
+        snprintf(line, sizeof line, "convoy_node_layers{node=\"%s\"} %d\n", n->node[i].addr, n->node[i].layers);
+        sv_buf_puts(b, line);
+    }
+    sv_buf_puts(b, "# HELP convoy_node_seconds_per_layer_token Each node's time per layer and token: measured "
+                   "by its stage batch after batch (decayed mean), or its speed probe.\n"
+                   "# TYPE convoy_node_seconds_per_layer_token gauge\n");
+    for (int i = 0; i < n->n_nodes; i++) {
+        snprintf(line, sizeof line,
+                 "convoy_node_seconds_per_layer_token{node=\"%s\",source=\"measured\"} %.9g\n"
+                 "convoy_node_seconds_per_layer_token{node=\"%s\",source=\"probe\"} %.9g\n",
+                 n->node[i].addr, n->node[i].us_measured / 1e6, n->node[i].addr, n->node[i].us_probed / 1e6);
+        sv_buf_puts(b, line);
+    }
+    metric(b, "convoy_hop_seconds", "gauge", "One hop's time between stages (a batch alone in flight: its round "
+           "trip less the stages' times, over its hops).", n->us_hop / 1e6);
+}
+
 static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
 {
     metric(b, "convoy_prompt_tokens_total", "counter", "Prompt tokens run through the model.",
@@ -650,6 +676,13 @@ static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
            (double)st->failovers);
     metric(b, "convoy_failover_pause_seconds_total", "counter",
            "Time requests waited for failovers: a new chain planned, sequences replayed.", st->failover_seconds);
+    metric(b, "convoy_rebalances_total", "counter", "Layers moved while serving because measured costs drifted.",
+           (double)st->rebalances);
+    metric(b, "convoy_rebalances_undone_total", "counter", "Moves back after a move that measured slower.",
+           (double)st->rebalances_undone);
+    metric(b, "convoy_rebalance_pause_seconds_total", "counter",
+           "Time requests waited for moves: a new chain opened, sequences replayed.", st->rebalance_seconds);
+    metrics_nodes(&st->nodes, b);
     if (st->speculating) {
         metric(b, "convoy_spec_rounds_total", "counter", "Decode rounds that drafts were asked for.",
                (double)st->spec_rounds);

@@ -201,6 +201,7 @@ struct sv_sched {
     double retry_at;    /* while stats.down: the next reconnect */
     double retry_wait;  /* and the wait after it, doubling */
     double check_at;    /* while idle: the next health check of the engine */
+    double costs_at;    /* the next debug line of a pipeline's measured costs */
     int32_t n_cache;    /* the context's slots past n_slot: the cache beyond the slots */
     sv_kept *kept;      /* [n_slot + n_cache] written under mu; the inference thread reads without it only
                            what nobody else writes: the slots it holds and the cache slots (an HTTP
@@ -212,7 +213,7 @@ struct sv_sched {
     sv_slot *slots;
     int32_t prefill_rr;
     int32_t depth;        /* batches in flight at most (the context's depth) */
-    int32_t groups;       /* slot groups whose batches take turns: one per stage, at most n_slot */
+    int32_t groups;       /* slot groups whose batches take turns (stage_groups) */
     int32_t next_group;   /* group of the next batch to build */
     double stage_s;       /* seconds a token takes at the slowest stage (for the windows' depth) */
     sv_flight *flights;   /* [depth] ring, oldest first */
@@ -554,13 +555,35 @@ static void reconnect_when_due(sv_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The engine's failovers, for the stats. */
-static void note_failovers_locked(sv_sched *s)
+/* The engine's failovers, moves and measured costs, for the stats. */
+static void note_engine_locked(sv_sched *s)
 {
     convoy_ctx_stats cs;
     convoy_ctx_get_stats(s->ctx, &cs);
     s->stats.failovers = cs.failovers;
     s->stats.failover_seconds = cs.failover_seconds;
+    s->stats.rebalances = cs.rebalances;
+    s->stats.rebalances_undone = cs.rebalances_undone;
+    s->stats.rebalance_seconds = cs.rebalance_seconds;
+    convoy_ctx_get_node_costs(s->ctx, &s->stats.nodes);
+}
+
+enum { COSTS_LOG_S = 10 };
+
+/* Every COSTS_LOG_S while serving, with -v: what the pipeline's stages measure. */
+static void log_costs_locked(sv_sched *s, double now)
+{
+    const convoy_node_costs *n = &s->stats.nodes;
+    if (n->n_nodes == 0 || now < s->costs_at)
+        return;
+    s->costs_at = now + COSTS_LOG_S;
+    char line[2048];
+    size_t at = 0;
+    for (int i = 0; i < n->n_nodes && at < sizeof line; i++)
+        at += (size_t)snprintf(line + at, sizeof line - at, "%s%s: %d layers, %.1f us per layer and token measured "
+                               "(%.1f probed)", i ? "; " : "", n->node[i].addr, n->node[i].layers,
+                               n->node[i].us_measured, n->node[i].us_probed);
+    sv_log(SV_LOG_DEBUG, "costs: %s; a hop %.0f us", line, n->us_hop);
 }
 
 /* R: an idle engine is checked every CHECK_MS (a pipeline's nodes must
@@ -578,7 +601,7 @@ static void check_when_idle(sv_sched *s)
     const int rc = convoy_ctx_check(s->ctx, err, sizeof err);
     pthread_mutex_lock(&s->mu);
     s->check_at = cv_now_s() + CHECK_MS / 1e3;
-    note_failovers_locked(s);
+    note_engine_locked(s);
     if (rc)
         note_down_locked(s, err);
     pthread_mutex_unlock(&s->mu);
@@ -868,6 +891,15 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
     add_prompt_chunks(s, g, group_busy, f);
 }
 
+/* Slot groups: one per stage the engine has now (a move or a failover may
+ * change them), at most one per slot and per batch in flight. */
+static int32_t stage_groups(const sv_sched *s)
+{
+    int32_t g = convoy_ctx_stages(s->ctx);
+    g = g < s->n_slot ? g : s->n_slot;
+    return g < s->depth ? g : s->depth;
+}
+
 /* D: builds and submits the groups' batches in turn while fewer than depth
  * are in flight, without allocating; after a batch goes out every group is
  * looked at again, so it stops when depth are in flight or no group has
@@ -876,6 +908,8 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
 {
     int rc = 0;
     cv_alloc_forbid(1);
+    s->groups = stage_groups(s);
+    s->next_group %= s->groups;
     for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->groups; tries++) {
         const int32_t g = s->next_group;
         s->next_group = (s->next_group + 1) % s->groups;
@@ -1066,9 +1100,10 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
         take_logprobs(s, f);
     pthread_mutex_lock(&s->mu);
     s->stats.failing = rc != 0;
-    note_failovers_locked(s);
+    note_engine_locked(s);
     if (rc == 0) {
         s->check_at = t1 + CHECK_MS / 1e3; /* a step is a check */
+        log_costs_locked(s, t1);
         count_step_locked(s, f, t1);
         distribute_locked(s, f, t1);
         s->f_oldest = (s->f_oldest + 1) % s->depth;
@@ -1144,7 +1179,7 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->kept = cv_calloc((size_t)(n_slot + s->n_cache), sizeof *s->kept);
     s->prompt_cache = true;
     s->depth = convoy_ctx_depth(ctx);
-    s->groups = convoy_ctx_stages(ctx) < n_slot ? convoy_ctx_stages(ctx) : n_slot;
+    s->groups = stage_groups(s);
     s->stage_s = convoy_ctx_stage_seconds(ctx);
     s->flights = cv_calloc((size_t)s->depth, sizeof *s->flights);
     s->b_sampled = cv_malloc(sizeof(int32_t) * (size_t)n_batch);

@@ -155,6 +155,9 @@ typedef struct sv_sched_stats {
     uint64_t reconnects;           /* times the pipeline came back */
     uint64_t failovers;            /* the engine's convoy_ctx_stats */
     double failover_seconds;
+    uint64_t rebalances, rebalances_undone;
+    double rebalance_seconds;
+    convoy_node_costs nodes;       /* a pipeline's measured costs */
 } sv_sched_stats;
 
 /* ctx must have been created for `model`; the scheduler owns it until
