@@ -2,12 +2,13 @@
 # test_rebalance.sh: layers move while serving (issue #37). Three stages on
 # hosts 1..3 of scripts/cluster.sh, `convoy serve` on host 0 with 4 slots,
 # serving a synthetic 6-layer model to 4 clients, each repeating its own
-# seeded request (sampled, temperature 0.8) until told to stop.
+# seeded request (sampled, temperature 0.8, with log-probabilities) until
+# told to stop.
 #   1. Undisturbed (--no-rebalance): each client's text, the reference.
 #   2. Host 2 is held to 20% of a core a few seconds into serving: the head
 #      must move layers off it (a "rebalancing: ... moving" line, then a
 #      plan with fewer layers on host 2) while the clients run, and every
-#      text must equal the reference. How soon and how fast it then serves
+#      text and its log-probabilities must equal the reference. How soon and how fast it then serves
 #      are in the closing notes of #37: a test never asserts on time.
 #   3. The test hook CONVOY_TEST_MOVE forces a bad move (5 of 6 layers
 #      on the slow host): the gate must measure it, move back, and refuse
@@ -70,7 +71,8 @@ clients() {
             dir="$1" i="$2" n=0
             while [[ ! -e "$dir/stop" ]]; do
                 curl -s -m 120 http://127.0.0.1:8080/v1/completions -d "{\"prompt\": \"Story $i: once upon a time\",
-                    \"max_tokens\": 160, \"temperature\": 0.8, \"seed\": $((i + 7)), \"ignore_eos\": true}" \
+                    \"max_tokens\": 160, \"temperature\": 0.8, \"seed\": $((i + 7)), \"ignore_eos\": true,
+                    \"logprobs\": 2}" \
                     >"$dir/$i.$n" || echo "curl failed" >"$dir/$i.$n"
                 n=$((n + 1))
             done' _ "$tmp/$1" "$i" &
@@ -89,7 +91,8 @@ same_texts() {
 import glob, json, os, sys
 def text(path):
     try:
-        return json.load(open(path))["choices"][0]["text"]
+        choice = json.load(open(path))["choices"][0]
+        return choice["text"] + json.dumps(choice["logprobs"], sort_keys=True)
     except Exception as e:
         return "unreadable: %s" % e
 ref, run = sys.argv[1], sys.argv[2]

@@ -484,8 +484,10 @@ static int move_layers(convoy_ctx *c, const rebalance_move *mv)
     return rc;
 }
 
-/* After a collect: moves the layers when the measured costs call for it. */
-static int rebalance_after_collect(convoy_ctx *c, char *err, size_t errlen)
+/* Before a collect (so that it reads its result, logits and
+ * log-probabilities from the chain that serves on): moves the layers when
+ * the measured costs call for it. */
+static int rebalance_when_due(convoy_ctx *c, char *err, size_t errlen)
 {
     rebalance_move mv;
     const int forbidden = cv_alloc_forbid(0); /* planning again allocates, once a second */
@@ -493,9 +495,11 @@ static int rebalance_after_collect(convoy_ctx *c, char *err, size_t errlen)
     cv_alloc_forbid(forbidden);
     if (mv.why[0])
         engine_log(c, "rebalancing: %s", mv.why);
+    if (due < 0)
+        engine_log(c, "rebalancing: no plan from the measurements: %s", err);
     if (due <= 0)
-        return due;
-    return move_layers(c, &mv) ? pipeline_down(c, err, errlen) : 0;
+        return 0; /* the chain serves on as it is */
+    return move_layers(c, &mv);
 }
 
 bool convoy_ctx_is_down(const convoy_ctx *c) { return c->pipeline && !c->chain; }
@@ -712,13 +716,13 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
 {
     if (c->pipeline) {
         int n_failovers = 0;
-        if (!c->chain)
+        if (!c->chain || (c->rebalancing && rebalance_when_due(c, err, errlen)))
             return pipeline_down(c, err, errlen);
         while (cv_chain_collect(c->chain, tokens, n_tokens, err, errlen))
             if (!failed_over(c, &n_failovers, err))
                 return -1;
         journal_collect(&c->journal, tokens);
-        return c->rebalancing ? rebalance_after_collect(c, err, errlen) : 0;
+        return 0;
     }
     if (c->n_done < 0)
         return cv_errf(err, errlen, "no batch in flight");

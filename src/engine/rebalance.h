@@ -1,7 +1,7 @@
 /* rebalance.h: layers moved while a pipeline serves, when the stages'
  * measured costs say another plan is faster (issue #37).
  *
- * Contract: rebalance_due runs after each collect and decides at most once
+ * Contract: rebalance_due runs before each collect and decides at most once
  * every REBALANCE_CHECK_MS. It plans the nodes again from what the chain
  * measured (pipe/chain.h's cv_chain_replan; a node without measurements
  * counts at what it measured on an earlier chain of this context, else its
