@@ -463,9 +463,8 @@ static int move_layers(convoy_ctx *c, const rebalance_move *mv)
     o.n_nodes = mv->n_nodes;
     o.split = mv->split;
     o.n_spares = 0;
-    cv_chain_close(c->chain);
+    cv_chain_close(c->chain); /* a planned pause: /health stays up (no failing_over) */
     c->chain = NULL;
-    atomic_store(&c->failing_over, true);
     char suspect[CV_PROTO_ADDR_MAX + 1], err[CV_ERRLEN];
     const int forbidden = cv_alloc_forbid(0); /* a new chain is no step: it allocates */
     int rc = open_and_replay(c, &o, NULL, suspect, sizeof suspect, err, sizeof err);
@@ -475,9 +474,7 @@ static int move_layers(convoy_ctx *c, const rebalance_move *mv)
         c->stats.rebalances_undone += mv->undo;
         c->stats.rebalance_seconds += pause_s;
         rebalance_moved(&c->rebalance, mv, cv_now_ms(), pause_s);
-        atomic_store(&c->failing_over, false);
     } else {
-        atomic_store(&c->failing_over, false);
         rc = replace_chain(c, err);
     }
     cv_alloc_forbid(forbidden);

@@ -291,6 +291,24 @@ static void speeds(const cv_plan_node *nodes, int n, double *w)
         w[i] = nodes[i].us_per_layer_token ? 1.0 / nodes[i].us_per_layer_token : measured ? sum / measured : 1.0;
 }
 
+/* Work is counted in layers of the mean size (by bytes): the mean layer's
+ * bytes, 0 when the model states none (every layer then counts 1 and the
+ * output matrix nothing). */
+static double mean_layer(const cv_plan_model *m)
+{
+    uint64_t all = 0;
+    for (int32_t l = 0; l < m->n_layer; l++)
+        all += m->layer_bytes[l];
+    return all ? (double)all / m->n_layer : 0;
+}
+
+static double layer_work(const cv_plan_model *m, double mean, int32_t l)
+{
+    return mean > 0 ? m->layer_bytes[l] / mean : 1;
+}
+
+static double head_work(const cv_plan_model *m, double mean) { return mean > 0 ? m->head_work_bytes / mean : 0; }
+
 /* Shares by speed, pins the nodes over capacity and shares the rest
  * again, until every count fits and the head stays on the last node with
  * layers (when it moves, capacities change: every pin is lifted, and the
@@ -301,10 +319,7 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
 {
     shares s = {.m = m, .nodes = nodes, .n = n, .head_node = n - 1}; /* the head starts on the last node */
     speeds(nodes, n, s.w);
-    uint64_t all_layers = 0;
-    for (int32_t l = 0; l < m->n_layer; l++)
-        all_layers += m->layer_bytes[l];
-    s.head_work = all_layers ? (double)m->head_work_bytes * m->n_layer / (double)all_layers : 0;
+    s.head_work = head_work(m, mean_layer(m));
     for (int round = 0; round < PLAN_MAX_ROUNDS; round++) {
         if (!share_by_speed(&s))
             return too_small(m, n, nodes, err, errlen);
@@ -348,30 +363,21 @@ static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_nod
     c->work = cv_malloc(sizeof(double) * (size_t)(m->n_layer + 1));
     if (!c->work)
         return -1;
-    uint64_t all = 0;
-    for (int32_t l = 0; l < m->n_layer; l++)
-        all += m->layer_bytes[l];
-    const double mean = all ? (double)all / m->n_layer : 1;
+    const double mean = mean_layer(m);
     c->work[0] = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
-        c->work[l + 1] = c->work[l] + (all ? m->layer_bytes[l] / mean : 1);
-    c->head_work = all ? m->head_work_bytes / mean : 0;
+        c->work[l + 1] = c->work[l] + layer_work(m, mean, l);
+    c->head_work = head_work(m, mean);
     return 0;
 }
 
 double cv_plan_stage_work(const cv_plan_model *m, int32_t l0, int32_t l1)
 {
-    uint64_t all = 0, part = 0;
-    for (int32_t l = 0; l < m->n_layer; l++) {
-        all += m->layer_bytes[l];
-        part += l >= l0 && l < l1 ? m->layer_bytes[l] : 0;
-    }
-    if (l1 <= l0)
-        return 0;
-    if (!all)
-        return (double)(l1 - l0);
-    const double mean = (double)all / m->n_layer;
-    return part / mean + (l1 == m->n_layer ? m->head_work_bytes / mean : 0);
+    const double mean = mean_layer(m);
+    double work = l1 > l0 && l1 == m->n_layer ? head_work(m, mean) : 0;
+    for (int32_t l = l0; l < l1; l++)
+        work += layer_work(m, mean, l);
+    return work;
 }
 
 /* Node i's time per token for layers [l0, l1): the output matrix too when
@@ -401,7 +407,6 @@ static double token_us(const costs *c, const int32_t *count)
  * and with the output head, [n][n_layer + 1]. */
 typedef struct search {
     const costs *c;
-    const cv_plan_node *nodes;
     int32_t *cap, *cap_head;
 } search;
 
@@ -409,7 +414,7 @@ static int search_init(search *s, const costs *c, const cv_plan_node *nodes)
 {
     const cv_plan_model *m = c->m;
     const size_t cells = (size_t)c->n * (size_t)(m->n_layer + 1);
-    *s = (search){.c = c, .nodes = nodes, .cap = cv_malloc(sizeof(int32_t) * cells),
+    *s = (search){.c = c, .cap = cv_malloc(sizeof(int32_t) * cells),
                   .cap_head = cv_malloc(sizeof(int32_t) * cells)};
     if (!s->cap || !s->cap_head)
         return -1;
