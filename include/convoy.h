@@ -228,10 +228,92 @@ typedef struct convoy_node_costs {
         int32_t layers;                /* 0: left out */
         double us_measured;            /* 0: nothing measured yet */
         double us_probed;              /* 0: not measured */
+        uint64_t mem_budget;           /* bytes, as it answered the plan's query */
+        double us_last;                /* the last batch's time on its stage (not per token); 0: none */
     } node[CONVOY_MAX_NODES];
     double us_hop;                     /* one hop's mean time, from batches alone in flight; 0: none yet */
+    double us_last_round_trip;         /* the last batch's round trip when it was alone in flight, else 0 */
 } convoy_node_costs;
 void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out);
+
+#define CONVOY_FLEET_ROWS 5
+
+/* An AVX2 core's multiply-adds per second in batched quantized products
+ * (GFLOP/s): one EPYC core measures 300 to 600 (`convoy plan --nodes`). */
+#define CONVOY_FLEET_GFLOPS_PER_CORE 250
+
+/* Fleets (`convoy plan`, engine/forecast.c): a model's predicted speed on
+ * machines in chain order, from each one's costs (measured on a live chain
+ * by convoy_fleet_measure, or stated), by a simulation of the pipeline
+ * (pipe/simulate.h): the plan the planner would make, tokens per second
+ * per user and in all, time to first token, and each node's busy time. */
+struct convoy_synth_params;
+typedef struct convoy_fleet_node {
+    char name[64];
+    uint64_t mem_budget;   /* bytes */
+    /* measured (0: from the stated figures below) */
+    double us_layer;       /* microseconds per mean layer for a batch of one row (decode) */
+    double us_row;         /* what each further row of a batch adds (a line through the sizes measured) */
+    double us_rows[CONVOY_FLEET_ROWS]; /* per mean layer at 1, 2, 4, 8 and 16 rows; 0: the line */
+    double us_pos;         /* what each position of context a row attends to adds, per layer */
+    double hop_us;         /* the link into this node: its latency, */
+    double hop_us_per_row; /* and one row's activations over its bandwidth */
+    /* stated: the weights' bytes it reads per second (GB/s), the multiply-adds
+     * it does (GFLOP/s; 0: CONVOY_FLEET_GFLOPS_PER_CORE for each of its
+     * cores), the link's round trip (ms) and bandwidth (Mbit/s) */
+    double gb_s, gflop_s, rtt_ms, mbit_s;
+    int cores;
+    int cpu;               /* nodes with the same cpu > 0 share one CPU (take turns); 0: its own */
+} convoy_fleet_node;
+
+typedef struct convoy_fleet {
+    int n_nodes;
+    convoy_fleet_node node[CONVOY_MAX_NODES];
+    double back_us, back_us_per_row; /* the last node's link back to the head (measured) */
+    double back_rtt_ms, back_mbit_s; /* (stated; 0: the last node's link's) */
+} convoy_fleet;
+
+/* A measured node's figures in the stated units for the model (m, or
+ * shape as in convoy_forecast_run): GB/s and GFLOP/s. */
+void convoy_fleet_node_rates(const convoy_model *m, const struct convoy_synth_params *shape,
+                             const convoy_fleet_node *n, double *gb_s, double *gflop_s);
+
+/* Calibrates the fleet of c's pipeline (2 s): batches of 1 to 16 rows,
+ * each alone in flight, give each stage's us_layer and us_row (a
+ * least-squares line through the means of its times per mean layer), a
+ * row far into the context its us_pos, and the hops' costs (the round
+ * trip less the stages', shared by the hops). A node without layers counts
+ * at its probe. Uses slot 0 and leaves it empty. */
+int convoy_fleet_measure(convoy_ctx *c, convoy_fleet *out, char *err, size_t errlen);
+
+typedef struct convoy_forecast_params {
+    int32_t users;   /* streams at once (one slot each) */
+    int32_t spec_k;  /* drafts per verify window; 0: no speculation */
+    int32_t windows; /* windows in flight per user (a pipeline speculating); default 1 */
+    double accept;   /* a draft's acceptance rate */
+    double drafts;   /* the drafts a window carries on average (K, or none where the drafter finds
+                        nothing); 0: spec_k */
+    int32_t tokens;  /* tokens each user decodes; default 128 */
+    int32_t prompt;  /* a prompt's tokens for the time to first token; 0: none */
+    int32_t n_ctx;   /* positions per slot (KV cache in the memory plan); default 4096 */
+    int32_t n_batch; /* default 512 */
+    bool kv_f16;
+    const char *split; /* "a,b,c": layers per node instead of the planner's */
+} convoy_forecast_params;
+
+typedef struct convoy_forecast {
+    int32_t first[CONVOY_MAX_NODES], last[CONVOY_MAX_NODES]; /* each node's layers [first, last) */
+    double tok_s;      /* all users' decoded tokens per second */
+    double tok_s_user;
+    double ttft_s;     /* the prompt's time to first token, alone; 0 without one */
+    double busy[CONVOY_MAX_NODES]; /* each node's busy fraction while decoding */
+    int busiest;       /* the node busy longest */
+} convoy_forecast;
+
+/* The model is m's file, or (m NULL) a dense Llama of shape's dims with
+ * its matrices of shape->type (the output matrix too): a model not at hand. */
+int convoy_forecast_run(const convoy_model *m, const struct convoy_synth_params *shape, const convoy_fleet *f,
+                        const convoy_forecast_params *p, convoy_forecast *out, char *err, size_t errlen);
 
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with

@@ -236,7 +236,8 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
             curl -s "${base%/v1}/metrics" | grep -q '^convoy_failovers_total 1$'; then
             pass "a dead node: the other node took its layers, the same text, one failover counted"
         else
-            fail "a dead node: got $code $(cat "$tmp/after.json") (log: $(tail -3 "$tmp/serve-chain.log"))"
+            fail "a dead node: got $code $(cat "$tmp/after.json"), before: $(cat "$tmp/before.json"), metrics:" \
+                "$(curl -s "${base%/v1}/metrics" | grep '^convoy_failovers_total') (log: $(tail -3 "$tmp/serve-chain.log"))"
         fi
         { kill -9 "${stage_pids[0]}" && wait "${stage_pids[0]}"; } 2>/dev/null
         code="$(curl -s -o "$tmp/dead.json" -w '%{http_code}' --max-time 30 "$base/completions" -d "$body")"

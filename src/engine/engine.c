@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/pool.h"
+#include "engine/forecast.h"
 #include "engine/journal.h"
 #include "engine/rebalance.h"
 #include "infer/logprobs.h"
@@ -114,6 +115,10 @@ convoy_model *convoy_model_load(const char *path, char *err, size_t errlen)
     }
     return m;
 }
+
+const cv_llama *cv_engine_model_meta(const convoy_model *m) { return &m->meta; }
+
+const cv_llama *cv_engine_ctx_meta(const convoy_ctx *c) { return &c->model->meta; }
 
 void convoy_model_free(convoy_model *m)
 {
@@ -215,8 +220,6 @@ static int split_list(char *buf, char **items, int max)
 static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *err, size_t errlen)
 {
     enum { MAX = CV_CHAIN_MAX_NODES };
-    char split_buf[256];
-    char *split_s[MAX];
     snprintf(s->nodes_buf, sizeof s->nodes_buf, "%s", p->nodes);
     const int n_nodes = split_list(s->nodes_buf, s->nodes, MAX);
     cv_chain_opts o = cv_chain_default_opts();
@@ -244,17 +247,8 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     if (p->timeout_ms > 0)
         o.io_timeout_ms = p->timeout_ms;
     if (p->split) {
-        snprintf(split_buf, sizeof split_buf, "%s", p->split);
-        if (split_list(split_buf, split_s, MAX) != n_nodes)
-            return cv_errf(err, errlen, "--split gives layer counts for %s nodes, not one per node (%d)",
-                           split_s[0] ? "some" : "no", n_nodes);
-        for (int i = 0; i < n_nodes; i++) {
-            char *end;
-            long v = strtol(split_s[i], &end, 10);
-            if (end == split_s[i] || *end || v < 0 || v > 65536)
-                return cv_errf(err, errlen, "--split: '%s' is not a layer count", split_s[i]);
-            s->split[i] = (int32_t)v;
-        }
+        if (cv_plan_parse_split(p->split, n_nodes, s->split, err, errlen))
+            return -1;
         o.split = s->split;
     }
     if (p->wire && strcmp(p->wire, "f32")) {
@@ -516,11 +510,14 @@ void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out)
     cv_chain_get_costs(c->chain, &m);
     out->n_nodes = m.n_nodes;
     out->us_hop = m.us_hop;
+    out->us_last_round_trip = m.us_last_round_trip;
     for (int i = 0; i < m.n_nodes; i++) {
         snprintf(out->node[i].addr, sizeof out->node[i].addr, "%s", m.addr[i]);
         out->node[i].layers = m.last[i] - m.first[i];
         out->node[i].us_measured = m.us_measured[i];
         out->node[i].us_probed = m.us_probed[i];
+        out->node[i].mem_budget = m.mem_budget[i];
+        out->node[i].us_last = m.us_last[i];
     }
 }
 

@@ -972,15 +972,19 @@ void cv_chain_get_stats(cv_chain *c, cv_chain_stats *s)
 
 void cv_chain_get_costs(const cv_chain *c, cv_chain_costs *out)
 {
-    *out = (cv_chain_costs){.n_nodes = c->n_nodes, .us_hop = c->costs.hop_us, .batches = c->costs.batches};
+    *out = (cv_chain_costs){.n_nodes = c->n_nodes, .us_hop = c->costs.hop_us, .batches = c->costs.batches,
+                            .us_last_round_trip = c->costs.last_round_trip_us};
     for (int i = 0; i < c->n_nodes; i++) {
         out->addr[i] = c->addr[i];
         out->first[i] = c->plan.first[i];
         out->last[i] = c->plan.last[i];
         out->us_probed[i] = c->plan_node[i].us_per_layer_token;
+        out->mem_budget[i] = c->plan_node[i].mem_budget;
     }
-    for (int s = 0; s < c->costs.n_stages; s++)
+    for (int s = 0; s < c->costs.n_stages; s++) {
         out->us_measured[stage_node(c, s)] = c->costs.us[s];
+        out->us_last[stage_node(c, s)] = c->costs.last_us[s];
+    }
 }
 
 /* What the measured nodes' times are to their probes, weighed by their

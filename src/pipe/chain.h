@@ -163,7 +163,10 @@ typedef struct cv_chain_costs {
     int32_t first[CV_CHAIN_MAX_NODES], last[CV_CHAIN_MAX_NODES]; /* its layers [first, last) */
     double us_measured[CV_CHAIN_MAX_NODES];    /* 0: no batch measured (no layers, or none ran yet) */
     double us_probed[CV_CHAIN_MAX_NODES];      /* its answer to the plan's query, 0: not measured */
+    uint64_t mem_budget[CV_CHAIN_MAX_NODES];   /* its answer to the plan's query */
+    double us_last[CV_CHAIN_MAX_NODES];        /* the last batch's time on its stage, 0: none */
     double us_hop;                             /* 0: no batch alone in flight measured */
+    double us_last_round_trip;                 /* the last batch's round trip when alone in flight, else 0 */
     uint64_t batches;                          /* measured */
 } cv_chain_costs;
 void cv_chain_get_costs(const cv_chain *c, cv_chain_costs *out);

@@ -19,7 +19,9 @@ void cv_costs_add(cv_costs *c, const uint32_t *trail, const double *work, int32_
 {
     const int64_t dt = now_ns - c->at_ns;
     double stages_ns = 0;
+    c->last_round_trip_us = round_trip_ns < 0 ? 0 : round_trip_ns / 1e3;
     for (int s = 0; s < c->n_stages; s++) {
+        c->last_us[s] = trail[s];
         stages_ns += 1e3 * trail[s];
         if (work[s] > 0 && n_tokens > 0)
             c->us[s] = decay_toward(c->us[s], trail[s] / (work[s] * n_tokens), dt);

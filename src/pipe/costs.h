@@ -10,7 +10,8 @@
  * CV_COSTS_HALF_LIFE_MS: a stage that slows shows within seconds, and one
  * slow batch does not swing it. A batch that was alone in flight also
  * measures the hops: its round trip less the stages' times, over the
- * hops it took. Nothing allocates. */
+ * hops it took. The last batch's times are kept as they came, for a
+ * calibration that runs batches of chosen sizes. Nothing allocates. */
 #ifndef CONVOY_PIPE_COSTS_H
 #define CONVOY_PIPE_COSTS_H
 
@@ -24,6 +25,8 @@ typedef struct cv_costs {
     int n_stages;
     double us[CV_TRAIL_MAX];   /* per stage: us per layer and token, 0 before the first sample */
     double hop_us;             /* one hop's mean time, 0 before the first batch alone in flight */
+    uint32_t last_us[CV_TRAIL_MAX]; /* the last batch's stage times as they came */
+    double last_round_trip_us; /* its round trip when it was alone in flight, else 0 */
     int64_t at_ns, hop_at_ns;  /* when the last samples came */
     uint64_t batches;          /* batches measured */
 } cv_costs;

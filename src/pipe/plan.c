@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -165,6 +166,24 @@ static int plan_by_ranges(const cv_plan_model *m, int n, const cv_plan_node *nod
         return cv_errf(err, errlen, "the nodes hold layers [0, %d) in chain order, the model has %d: no node after "
                                     "them holds layers [%d, %d)",
                        l0, m->n_layer, l0, m->n_layer);
+    return 0;
+}
+
+int cv_plan_parse_split(const char *text, int n_nodes, int32_t *split, char *err, size_t errlen)
+{
+    const char *p = text;
+    int n = 0;
+    for (; *p && n < CV_CHAIN_MAX_NODES; n++) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || v < 0 || v > 65536)
+            return cv_errf(err, errlen, "--split: '%.*s' is not a layer count", (int)strcspn(p, ","), p);
+        if (n < n_nodes)
+            split[n] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n != n_nodes || *p)
+        return cv_errf(err, errlen, "--split gives %d layer counts, the chain has %d nodes", n, n_nodes);
     return 0;
 }
 

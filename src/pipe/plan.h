@@ -153,6 +153,10 @@ typedef struct cv_plan_result {
     double us_shared; /* the same for the shared plan; 0 when not planned by speed */
 } cv_plan_result;
 
+/* --split's text, "a,b,c": one layer count per node (n_nodes of them)
+ * into split. */
+int cv_plan_parse_split(const char *text, int n_nodes, int32_t *split, char *err, size_t errlen);
+
 int cv_plan_layers(const cv_plan_model *m, int n_nodes, const cv_plan_node *nodes, const int32_t *split,
                    int32_t streams, cv_plan_result *out, char *err, size_t errlen);
 

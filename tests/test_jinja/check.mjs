@@ -24,7 +24,8 @@
 // Exit status 1 on a failure, 2 on a usage error.
 //
 // Usage: node check.mjs CONVOY NPM_PREFIX TEMPLATES_DIR CONVERSATIONS.json WORK_DIR
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { availableParallelism } from "node:os";
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -113,9 +114,29 @@ function renderPython(cases) {
 function renderConvoy(c) {
     const args = ["render-template", "--template", c.file, "--request", c.reqPath, "--bos", c.bos, "--eos", c.eos,
         "--date", data.date];
-    const r = spawnSync(convoy, args, { maxBuffer: 1 << 26 });
-    if (r.error) throw r.error;
-    return r.status === 0 ? { ok: true, bytes: r.stdout } : { ok: false, error: r.stderr.toString("utf8").trim() };
+    return new Promise((resolve, reject) => {
+        const p = spawn(convoy, args), out = [], err = [];
+        p.stdout.on("data", (d) => out.push(d));
+        p.stderr.on("data", (d) => err.push(d));
+        p.on("error", reject);
+        p.on("close", (status) => resolve(status === 0 ? { ok: true, bytes: Buffer.concat(out) }
+            : { ok: false, error: Buffer.concat(err).toString("utf8").trim() }));
+    });
+}
+
+// Every case through convoy, as many processes at once as there are cores
+// (each is one short process; the test's time is theirs).
+async function renderAllConvoy(cases) {
+    const results = new Array(cases.length);
+    let next = 0;
+    const worker = async () => {
+        while (next < cases.length) {
+            const i = next++;
+            results[i] = await renderConvoy(cases[i]);
+        }
+    };
+    await Promise.all(Array.from({ length: availableParallelism() }, worker));
+    return results;
 }
 
 const sameText = (bytes, text) => Buffer.compare(bytes, Buffer.from(text, "utf8")) === 0;
@@ -162,11 +183,12 @@ files.forEach((f, t) => {
 const js = new Map();
 const jsResults = cases.map((c) => renderJs(js, c.file, c.ctx));
 const pyResults = renderPython(cases);
+const cvResults = await renderAllConvoy(cases);
 const perTemplate = new Map(files.map((f) => [f, { equal: 0, refused: 0, listed: 0, failed: 0 }]));
 const listed = [];
 let failures = 0;
 cases.forEach((c, i) => {
-    const o = jsResults[i], py = pyResults[i], cv = renderConvoy(c), t = perTemplate.get(c.name);
+    const o = jsResults[i], py = pyResults[i], cv = cvResults[i], t = perTemplate.get(c.name);
     if (!agrees(py, cv)) console.log(`NOTE ${c.name} / "${c.conv}": Jinja2 ${py.ok ? "renders otherwise" : "refuses: " + py.error}`);
     if (o.ok && agrees(o, cv)) return t.equal++;
     if (!o.ok && agrees(o, cv) && (o.raised || !py.ok)) {
