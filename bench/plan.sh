@@ -25,6 +25,7 @@
 #      percent over minutes.
 # Steps 2 and 3 are repeated REPEAT times (default 3); each line gives the
 # medians of the predictions, of the measurements and of their ratios.
+# USERS="1 4" and SPECS=on pick runs.
 # Prints each run: predicted, measured, predicted/measured.
 #
 #   bench/plan.sh [MODEL]
@@ -186,10 +187,10 @@ for fleet in "${fleets[@]}"; do
     start_fleet "$n_stages" "$pct"
     plan "$tmp/plan0.out" --insecure --nodes "$nodes" --cpus "$cpus" --users 1,2,4
     sed 's/^/    /' "$tmp/plan0.out" >&2
-    for users in 1 2 4; do
+    for users in ${USERS:-1 2 4}; do
         split="$(column "$tmp/plan0.out" "$users" 3)"
         [[ "${SPLITS:-plan}" == even ]] && split="$(even_split "$n_stages")"
-        for spec in off on; do
+        for spec in ${SPECS:-off on}; do
             : >"$tmp/pairs"
             for ((r = 1; r <= repeat; r++)); do
                 pair "$users" "$split" "$spec" | tee -a "$tmp/pairs" | sed "s/^/    pass $r: /" >&2

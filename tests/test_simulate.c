@@ -89,6 +89,11 @@ static void test_windows(void)
     l.accept = 0.5;
     cv_sim_run(&c, &l, &r);
     CHECK(r.tok_s > 1e6 / (2 * 2200 + 300) && r.tok_s < 4e6 / 2200);
+    /* two windows in flight, the drafter finding nothing: none behind the
+     * first, plain decoding's speed */
+    l = (cv_sim_load){.users = 1, .depth = 2, .spec_k = 3, .drafts = 0, .windows = 2, .accept = 1, .tokens = 400};
+    cv_sim_run(&c, &l, &r);
+    CHECKF(NEAR(r.tok_s, 1e6 / (2 * 1000 + 300), 1e-6), "2 windows, no drafts: %f", r.tok_s);
     /* the drafter finds nothing: windows of one row, plain decoding's speed */
     l = (cv_sim_load){.users = 1, .depth = 2, .spec_k = 3, .drafts = 0, .windows = 1, .accept = 1, .tokens = 400};
     cv_sim_run(&c, &l, &r);

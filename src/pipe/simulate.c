@@ -17,6 +17,7 @@
 typedef struct sim_user {
     int64_t emitted;
     int32_t in_flight;
+    int32_t live;   /* of them, sent since the last cut */
     uint32_t epoch; /* advanced by a window cut short: those sent before it are stale */
 } sim_user;
 
@@ -39,6 +40,7 @@ typedef struct flight {
     int32_t user[SIM_MAX_USERS];
     uint32_t epoch[SIM_MAX_USERS];
     int32_t drafts[SIM_MAX_USERS];
+    bool behind[SIM_MAX_USERS];   /* sent behind its user's windows in flight: drafts alone */
 } flight;
 
 typedef struct sim {
@@ -209,16 +211,22 @@ static bool send_batch(sim *s, double t)
     if (!f || none)
         return false;
     *f = (flight){.group = group};
-    for (int32_t u = 0; u < s->n_users; u++)
-        if (sends(s, u, group)) {
-            const int32_t drafts = window_drafts(s), n = 1 + drafts;
-            f->user[f->n] = u;
-            f->epoch[f->n] = s->user[u].epoch;
-            f->drafts[f->n++] = drafts;
-            f->pos_sum += n * (double)(s->l->prompt + s->user[u].emitted) + n * (n - 1) / 2.0;
-            f->rows += n;
-            s->user[u].in_flight++;
-        }
+    for (int32_t u = 0; u < s->n_users; u++) {
+        if (!sends(s, u, group))
+            continue;
+        const int32_t drafts = window_drafts(s), n = 1 + drafts;
+        const bool behind = s->user[u].live > 0;
+        if (behind && drafts == 0) /* nothing to guess with */
+            continue;
+        f->user[f->n] = u;
+        f->epoch[f->n] = s->user[u].epoch;
+        f->behind[f->n] = behind;
+        f->drafts[f->n++] = drafts;
+        f->pos_sum += n * (double)(s->l->prompt + s->user[u].emitted) + n * (n - 1) / 2.0;
+        f->rows += n;
+        s->user[u].in_flight++;
+        s->user[u].live++;
+    }
     if (f->n == 0)
         return false;
     if (group >= 0)
@@ -228,7 +236,9 @@ static bool send_batch(sim *s, double t)
 }
 
 /* A result at the head: its windows emit their tokens (a stale one none,
- * a cut one makes its user's later windows stale). */
+ * a cut one makes its user's later windows stale). A window sent behind
+ * others is drafts alone, its first a guess of what the one before it
+ * samples last: it emits the token after each row it got right. */
 static void collect(sim *s, const flight *f)
 {
     for (int32_t k = 0; k < f->n; k++) {
@@ -236,10 +246,13 @@ static void collect(sim *s, const flight *f)
         u->in_flight--;
         if (f->epoch[k] != u->epoch)
             continue;
-        const int32_t j = accepted(s, f->drafts[k]);
-        u->emitted += j + 1;
-        if (j < f->drafts[k])
+        const int32_t guesses = f->drafts[k] + f->behind[k], j = accepted(s, guesses);
+        u->emitted += j + !f->behind[k];
+        u->live--;
+        if (j < guesses) {
             u->epoch++;
+            u->live = 0;
+        }
     }
     if (f->group >= 0)
         s->group_busy[f->group] = false;

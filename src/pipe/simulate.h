@@ -30,10 +30,13 @@
  * turn with probability `accept` until the first rejection (draws from a
  * fixed seed), and the window emits its accepted drafts plus one token.
  * Each user's context starts at `prompt` positions and grows by the tokens
- * it emits. A user with D > 1 windows in flight leaves its group and sends a window with
- * any batch while fewer than D of its own fly; a window cut short makes
- * the windows sent behind it stale (they emit nothing) and the next one
- * goes out when the cut is known. Time to first token: one prompt alone,
+ * it emits. A user with D > 1 windows in flight leaves its group and
+ * sends a window with any batch while fewer than D of its own fly; a
+ * window behind others holds drafts alone (none found: none sent), its
+ * first a guess of what the one before it samples last, and emits the
+ * token after each row it got right; a window cut short makes the windows
+ * sent behind it stale (they emit nothing) and the next one goes out when
+ * the cut is known. Time to first token: one prompt alone,
  * its chunks (the engine's chunk rule, convoy_ctx_prefill_chunk) sent
  * while fewer than `depth` fly.
  *
