@@ -31,6 +31,25 @@ int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
     return 0;
 }
 
+int arg_dims(const char *s, convoy_synth_params *p)
+{
+    int64_t *dims[] = {&p->n_embd, &p->n_layer, &p->n_head, &p->n_head_kv, &p->n_ff, &p->n_vocab};
+    size_t n_dims = sizeof(dims) / sizeof(dims[0]), i = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    for (; tok && i < n_dims; tok = strtok_r(NULL, ",", &save), i++) {
+        int32_t v;
+        if (arg_int("--dims", tok, 1, INT32_MAX, &v))
+            return -1;
+        *dims[i] = v;
+    }
+    if (i == n_dims && !tok)
+        return 0;
+    fprintf(stderr, "convoy: --dims wants 6 integers N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB, not '%s'\n", s);
+    return -1;
+}
+
 static int parse_u64(const char *flag, const char *s, uint64_t *out)
 {
     char *end;
@@ -123,6 +142,9 @@ static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
         {"standby", 0, ARG_STR, .dst = &cp->standby},
         {"failover-wait", 0, ARG_INT, .dst = &cp->failover_wait_ms, .lo = 0, .hi = 1 << 30},
         {"kv-type", 0, ARG_KV_TYPE, .dst = &cp->kv_f16},
+        /* llama.cpp's spellings: K and V are one type here, the last given */
+        {"cache-type-k", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctk"},
+        {"cache-type-v", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctv"},
         {"nodes", 0, ARG_STR, .dst = &cp->nodes},
         {"split", 0, ARG_STR, .dst = &cp->split},
         {"wire", 0, ARG_STR, .dst = &cp->wire},
@@ -278,6 +300,34 @@ static char **spell_words(const arg_opt *all, int n, int argc, char **argv)
     return av;
 }
 
+static bool takes_value(const arg_opt *o) { return o->kind != ARG_FLAG && o->kind != ARG_NO_FLAG; }
+
+/* The first single-dash argument of several letters that is no word and
+ * whose first letter takes no value (getopt would read "-hf" as -h -f and
+ * print the help), or NULL: such a spelling is refused by name, as
+ * llama.cpp refuses it. Values of options (argv words spelled) are skipped. */
+static const char *flag_cluster(const arg_opt *all, int n, int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i];
+        int k = -1;
+        if (a[0] != '-' || !a[1])
+            continue;
+        if (a[1] == '-') { /* "--name VALUE" skips VALUE; "--name=VALUE" holds it */
+            for (int j = 0; j < n && k < 0 && !strchr(a, '='); j++)
+                k = all[j].name && !strcmp(a + 2, all[j].name) ? j : -1;
+            i += k >= 0 && takes_value(&all[k]);
+            continue;
+        }
+        k = entry_of(all, n, (unsigned char)a[1]);
+        if (k >= 0 && takes_value(&all[k]))
+            i += !a[2]; /* "-m FILE"; "-mFILE" holds it */
+        else if (a[2])
+            return a;
+    }
+    return NULL;
+}
+
 /* The loop of arg_parse over argv (words spelled). */
 static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, char **argv)
 {
@@ -285,6 +335,12 @@ static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, ch
     char letters[2 * ARG_MAX + 3];
     bool seen[ARG_MAX] = {0};
     getopt_tables(all, n, longs, letters);
+    const char *cluster = flag_cluster(all, n, argc, argv);
+    if (cluster) {
+        fprintf(stderr, "convoy %s: unknown option '%s'\n", cmd->name, cluster);
+        cmd->usage(stderr);
+        return 2;
+    }
     opterr = 0;  /* the messages below name the command */
     optind = 0;  /* glibc: start afresh */
     for (int c; (c = getopt_long(argc, argv, letters, longs, NULL)) != -1;) {

@@ -49,7 +49,7 @@ typedef struct arg_cmd {
     const char *name;          /* "run": messages begin "convoy run: " */
     void (*usage)(FILE *f);
     const arg_opt *opts;       /* the command's own options; the last entry has no names */
-    convoy_ctx_params *engine; /* not NULL: the engine options too (-t, --ctx, --batch, --kv-type, --mem,
+    convoy_ctx_params *engine; /* not NULL: the engine options too (-t, --ctx, --batch, --kv-type (-ctk, -ctv), --mem,
                                   --nodes, --split, --wire, --peer-timeout, --standby, --key, --insecure) */
     arg_spec *spec;            /* not NULL: the speculation options too */
     const char **args;         /* the positional arguments go here: exactly n_args of them */
@@ -69,6 +69,10 @@ const char *arg_version(void);
 
 /* Parses an integer in [lo, hi], or says (naming flag) why not. */
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
+
+/* Parses --dims N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB into p's
+ * dimensions, or says why not. */
+int arg_dims(const char *s, convoy_synth_params *p);
 
 arg_spec arg_spec_init(void);
 /* After the options (arg_parse calls it): a --draft that is a number and

@@ -204,12 +204,12 @@ static int measure_fleet(plan_opts *o, convoy_model *m, int32_t max_users, convo
     printf("measured (batches of 1-16 rows alone in flight):\n");
     printf("  %-24s %9s %9s %9s %9s %9s %9s %9s\n", "node", "mem_gb", "us_layer", "us_row", "us_pos", "gb_s",
            "gflop_s", "hop_us");
+    double gb_s[CONVOY_MAX_NODES], gflop_s[CONVOY_MAX_NODES];
+    convoy_fleet_rates(m, NULL, f, gb_s, gflop_s);
     for (int i = 0; i < f->n_nodes; i++) {
         const convoy_fleet_node *n = &f->node[i];
-        double gb_s, gflop_s;
-        convoy_fleet_node_rates(m, NULL, n, &gb_s, &gflop_s);
         printf("  %-24s %9.2f %9.1f %9.1f %9.3f %9.2f %9.1f %9.1f\n", n->name, n->mem_budget / 1e9, n->us_layer,
-               n->us_row, n->us_pos, gb_s, gflop_s, n->hop_us);
+               n->us_row, n->us_pos, gb_s[i], gflop_s[i], n->hop_us);
     }
     if (o->cpus && set_cpus(o->cpus, f))
         return -1;
@@ -290,14 +290,7 @@ static int shape_of(const char *dims, const char *type, convoy_synth_params *sha
 {
     *shape = convoy_synth_default_params();
     shape->type = type;
-    long long v[6];
-    if (sscanf(dims, "%lld,%lld,%lld,%lld,%lld,%lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) {
-        fprintf(stderr, "convoy plan: --dims: 'N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB', not '%s'\n", dims);
-        return -1;
-    }
-    shape->n_embd = v[0], shape->n_layer = v[1], shape->n_head = v[2];
-    shape->n_head_kv = v[3], shape->n_ff = v[4], shape->n_vocab = v[5];
-    return 0;
+    return arg_dims(dims, shape);
 }
 
 int cmd_plan(int argc, char **argv)

@@ -2,7 +2,8 @@
  * and with nothing added, the prompt a chat template makes of an OpenAI
  * chat request body (convoy.h's convoy_render_chat says how the request
  * becomes the template's variables), as the server would feed it to the
- * model. */
+ * model; --requests renders a list of bodies in one run. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,13 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: convoy render-template --template FILE --request REQ.json [--bos TEXT] [--eos TEXT]\n"
-               "                              [--date \"01 Dec 2026\"] [--no-generation-prompt]\n"
+    fprintf(f, "usage: convoy render-template --template FILE (--request REQ.json | --requests LIST.json)\n"
+               "                              [--bos TEXT] [--eos TEXT] [--date \"01 Dec 2026\"] [--no-generation-prompt]\n"
                "  --template FILE          a Jinja chat template (a model's tokenizer.chat_template)\n"
                "  --request REQ.json       an OpenAI chat request body (messages, tools, chat_template_kwargs); - "
                "reads stdin\n"
+               "  --requests LIST.json     a JSON array of such bodies: prints a JSON array, for each\n"
+               "                           {\"prompt\": TEXT} or {\"error\": WHY}\n"
                "  --bos, --eos TEXT        the model's BOS and EOS texts (default: empty)\n"
                "  --date DATE              strftime_now's date, \"01 Dec 2026\" or 2026-12-01 (default: today)\n"
                "  --no-generation-prompt   add_generation_prompt false unless the request says\n");
@@ -81,7 +84,37 @@ static int parse_date(const char *s, convoy_render_params *p)
     return 0;
 }
 
-static int render(const char *tmpl_path, const char *req_path, const convoy_render_params *p)
+/* --requests: each body of the array rendered, the answers as one JSON array. */
+static int render_each(const convoy_template *t, const char *list, size_t len, const char *path,
+                       const convoy_render_params *p)
+{
+    json_error_t jerr;
+    json_t *reqs = json_loadb(list, len, 0, &jerr), *answers = json_array(), *req;
+    size_t i;
+    char err[512];
+    if (!json_is_array(reqs)) {
+        fprintf(stderr, "convoy render-template: %s: not a JSON array of request bodies\n", path);
+        json_decref(reqs);
+        json_decref(answers);
+        return 1;
+    }
+    json_array_foreach(reqs, i, req)
+    {
+        char *body = json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY), *out = NULL;
+        size_t out_len;
+        const int rc = body ? convoy_render_chat(t, body, strlen(body), p, &out, &out_len, err, sizeof err) : -1;
+        json_array_append_new(answers, rc == 0 ? json_pack("{s:s%}", "prompt", out, out_len)
+                                               : json_pack("{s:s}", "error", body ? err : "out of memory"));
+        convoy_text_free(out);
+        free(body);
+    }
+    const int rc = json_dumpf(answers, stdout, JSON_COMPACT) == 0 && fflush(stdout) == 0 ? 0 : 1;
+    json_decref(reqs);
+    json_decref(answers);
+    return rc;
+}
+
+static int render(const char *tmpl_path, const char *req_path, bool many, const convoy_render_params *p)
 {
     size_t tlen, rlen, out_len;
     char *tmpl = read_all(tmpl_path, &tlen), *req = tmpl ? read_all(req_path, &rlen) : NULL, *out = NULL;
@@ -90,6 +123,8 @@ static int render(const char *tmpl_path, const char *req_path, const convoy_rend
     convoy_template *t = req ? convoy_template_parse(tmpl, tlen, err, sizeof err) : NULL;
     if (req && !t)
         fprintf(stderr, "convoy render-template: %s: %s\n", tmpl_path, err);
+    else if (t && many)
+        rc = render_each(t, req, rlen, req_path, p);
     else if (t && convoy_render_chat(t, req, rlen, p, &out, &out_len, err, sizeof err) != 0)
         fprintf(stderr, "convoy render-template: %s: %s\n", req_path, err);
     else if (t)
@@ -103,11 +138,12 @@ static int render(const char *tmpl_path, const char *req_path, const convoy_rend
 
 int cmd_render_template(int argc, char **argv)
 {
-    const char *tmpl = NULL, *req = NULL, *date = NULL;
+    const char *tmpl = NULL, *req = NULL, *reqs = NULL, *date = NULL;
     convoy_render_params p = {0};
     const arg_opt opts[] = {
         {"template", 0, ARG_STR, .dst = &tmpl, .required = true},
-        {"request", 0, ARG_STR, .dst = &req, .required = true},
+        {"request", 0, ARG_STR, .dst = &req},
+        {"requests", 0, ARG_STR, .dst = &reqs},
         {"bos", 0, ARG_STR, .dst = &p.bos_token},
         {"eos", 0, ARG_STR, .dst = &p.eos_token},
         {"date", 0, ARG_STR, .dst = &date},
@@ -118,7 +154,12 @@ int cmd_render_template(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
+    if (!req == !reqs) {
+        fprintf(stderr, "convoy render-template: give one of --request and --requests\n");
+        usage(stderr);
+        return 2;
+    }
     if (date && parse_date(date, &p) != 0)
         return 2;
-    return render(tmpl, req, &p);
+    return render(tmpl, req ? req : reqs, reqs != NULL, &p);
 }

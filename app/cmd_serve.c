@@ -38,9 +38,10 @@ static void usage(FILE *f)
             "                    [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N] [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
-            "                    [--chat-template NAME] [--max-body BYTES] [--no-cache-prompt] [--cache-ram BYTES]\n"
+            "                    [--chat-template NAME] [--reasoning-format none|deepseek] [--max-body BYTES]\n"
+            "                    [--no-cache-prompt] [--cache-ram BYTES]\n"
             "                    [--slot-save-path DIR] [--timeout SECONDS] [--template-mem BYTES]\n"
-            "                    [-v|--verbose] [--version] [--kv-type f32|f16] [--mem BYTES]\n"
+            "                    [-v|--verbose] [--version] [--kv-type|-ctk|-ctv f32|f16] [--mem BYTES]\n"
             "                    [--draft ngram|PATH [--spec-k K] [--spec-k-max K] [--spec-windows D]]\n"
             "                    [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--prefill-chunk N]\n"
             "                     [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]\n"
@@ -62,6 +63,9 @@ static void usage(FILE *f)
             "  --chat-template NAME|FILE: a built-in family (llama2, llama3, llama3.1, chatml, qwen2.5, qwen3,\n"
             "  mistral, gemma, phi3) or a Jinja template file (default: the model's own tokenizer.chat_template,\n"
             "  or the built-in family it is recognized as when the Jinja engine refuses it; ChatML when it has none);\n"
+            "  --reasoning-format deepseek (or auto, the default): a chat answer's opening <think> block becomes\n"
+            "  its message's reasoning_content (streamed as its own deltas); none: it stays in content (a\n"
+            "  request's \"reasoning_format\" says it for itself); POST /apply-template shows a chat's prompt;\n"
             "  --max-body: largest request body (default 1MiB); -v/--verbose: debug lines too; --timeout 10:\n"
             "  seconds a connection may stay silent (a stream waiting for its first token sends a comment every\n"
             "  third of it), and twice it a request (headers and body) may take to arrive; --template-mem 256MiB:\n"
@@ -99,7 +103,7 @@ static void usage(FILE *f)
 enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a stage takes */
 
 typedef struct serve_opts {
-    const char *model_path, *host, *alias, *chat_template;
+    const char *model_path, *host, *alias, *chat_template, *reasoning_format;
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
@@ -167,6 +171,11 @@ static int check_options(serve_opts *o)
                         "goes into one batch\n", o->cp.n_batch, o->cp.n_slot);
         return 2;
     }
+    if (o->reasoning_format && strcmp(o->reasoning_format, "none") && strcmp(o->reasoning_format, "deepseek") &&
+        strcmp(o->reasoning_format, "auto")) {
+        fprintf(stderr, "convoy serve: --reasoning-format is none, deepseek or auto, not '%s'\n", o->reasoning_format);
+        return 2;
+    }
     if (!o->client_slots_given)
         o->client_slots = o->cp.n_slot > 1 ? o->cp.n_slot - 1 : 1;
     return parse_seed(o) ? 2 : ARG_GO;
@@ -191,6 +200,7 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"alias", 'a', ARG_STR, .dst = &o->alias},
         {"strict-model", 0, ARG_FLAG, .dst = &o->strict_model},
         {"chat-template", 0, ARG_STR, .dst = &o->chat_template},
+        {"reasoning-format", 0, ARG_STR, .dst = &o->reasoning_format},
         {"max-body", 0, ARG_BYTES, .dst = &o->max_body},
         {"api-key", 0, ARG_STR, .dst = &o->api_key},
         {"api-key-file", 0, ARG_STR, .dst = &o->api_key_file},
@@ -355,7 +365,8 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
                              .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
-                            .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model};
+                            .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model,
+                            .split_reasoning = !o->reasoning_format || strcmp(o->reasoning_format, "none")};
     sv_http *http;
     if (sv_http_start(&http, &ho, s->sched, &srv, err, sizeof err)) {
         sv_log(SV_LOG_ERROR, "%s", err);

@@ -70,25 +70,6 @@ static int parse_options(synth_opts *o, int argc, char **argv)
     return ARG_GO;
 }
 
-static int parse_dims(const char *s, convoy_synth_params *p)
-{
-    int64_t *dims[] = {&p->n_embd, &p->n_layer, &p->n_head, &p->n_head_kv, &p->n_ff, &p->n_vocab};
-    size_t n_dims = sizeof(dims) / sizeof(dims[0]), i = 0;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", s);
-    char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    for (; tok && i < n_dims; tok = strtok_r(NULL, ",", &save), i++) {
-        int32_t v;
-        if (arg_int("--dims", tok, 1, INT32_MAX, &v))
-            return -1;
-        *dims[i] = v;
-    }
-    if (i == n_dims && !tok)
-        return 0;
-    fprintf(stderr, "convoy synth: --dims wants 6 integers N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB\n");
-    return -1;
-}
-
 /* The shape or the dims, then the flags over them, and the type. Returns
  * 0, or -1 after a message: a usage error. */
 static int set_shape(synth_opts *o)
@@ -99,7 +80,7 @@ static int set_shape(synth_opts *o)
         usage(stderr);
         return -1;
     }
-    if (o->dims && parse_dims(o->dims, &o->p))
+    if (o->dims && arg_dims(o->dims, &o->p))
         return -1;
     if (o->ctx_given)
         o->p.n_ctx = o->n_ctx;

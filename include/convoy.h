@@ -230,6 +230,7 @@ typedef struct convoy_node_costs {
         double us_probed;              /* 0: not measured */
         uint64_t mem_budget;           /* bytes, as it answered the plan's query */
         double us_last;                /* the last batch's time on its stage (not per token); 0: none */
+        double work;                   /* its layers' work per token in mean layers (by bytes); 0: none */
     } node[CONVOY_MAX_NODES];
     double us_hop;                     /* one hop's mean time, from batches alone in flight; 0: none yet */
     double us_last_round_trip;         /* the last batch's round trip when it was alone in flight, else 0 */
@@ -273,10 +274,11 @@ typedef struct convoy_fleet {
     double back_rtt_ms, back_mbit_s; /* (stated; 0: the last node's link's) */
 } convoy_fleet;
 
-/* A measured node's figures in the stated units for the model (m, or
- * shape as in convoy_forecast_run): GB/s and GFLOP/s. */
-void convoy_fleet_node_rates(const convoy_model *m, const struct convoy_synth_params *shape,
-                             const convoy_fleet_node *n, double *gb_s, double *gflop_s);
+/* The measured nodes' figures in the stated units for the model (m, or
+ * shape as in convoy_forecast_run): GB/s and GFLOP/s, one per node of f
+ * (0 where not measured). */
+void convoy_fleet_rates(const convoy_model *m, const struct convoy_synth_params *shape, const convoy_fleet *f,
+                        double *gb_s, double *gflop_s);
 
 /* Calibrates the fleet of c's pipeline (2 s): batches of 1 to 16 rows,
  * each alone in flight, give each stage's us_layer and us_row (a

@@ -202,7 +202,8 @@ static void test_any_model(void)
     CHECK(parse(OAI_COMPLETIONS, "{\"model\":7,\"prompt\":\"a\"}", &r, &e) == -1 && e.status == 400 &&
           !strcmp(e.param, "model"));
     const oai_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
-    char *s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "x", 1, "stop", NULL, NULL, &u);
+    char *s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5,
+                                &(oai_answer){.text = "x", .text_len = 1, .finish = "stop", .usage = &u});
     CHECK(s && strstr(s, "\"model\":\"stories260K\""));
     free(s);
 }
@@ -256,7 +257,8 @@ static void test_corrupted_bodies(void)
 static void test_responses(void)
 {
     const oai_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
-    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, "caf\xc3\xa9", 5, "stop", NULL, NULL, &u);
+    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5,
+                                &(oai_answer){.text = "caf\xc3\xa9", .text_len = 5, .finish = "stop", .usage = &u});
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     CHECK(j);
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
@@ -273,7 +275,8 @@ static void test_responses(void)
     json_decref(j);
     free(s);
     /* invalid UTF-8 text cannot become JSON: NULL, not a broken body */
-    s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5, "\xff", 1, "stop", NULL, NULL, &u);
+    s = oai_response_json(&srv, OAI_COMPLETIONS, "cmpl-1", 5,
+                          &(oai_answer){.text = "\xff", .text_len = 1, .finish = "stop", .usage = &u});
     CHECK(s == NULL);
 }
 
@@ -297,7 +300,9 @@ static void test_tool_answers(void)
     sv_tool_calls calls = {0};
     CHECK(sv_tools_parse(SV_TOOLS_HERMES, out, strlen(out), 1, &calls) == 0 && calls.n == 1);
     const oai_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
-    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, out, strlen(out), "stop", &calls, NULL, &u);
+    char *s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5,
+                                &(oai_answer){.text = out, .text_len = strlen(out), .finish = "stop", .calls = &calls,
+                                              .usage = &u});
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0), *msg = json_object_get(choice, "message");
     json_t *call = json_array_get(json_object_get(msg, "tool_calls"), 0), *fn = json_object_get(call, "function");
@@ -328,7 +333,9 @@ static void test_tool_answers(void)
     sv_tool_calls_free(&calls);
     const char *mixed = "Checking.<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>";
     CHECK(sv_tools_parse(SV_TOOLS_HERMES, mixed, strlen(mixed), 1, &calls) == 0 && calls.n == 1);
-    s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5, mixed, strlen(mixed), "stop", &calls, NULL, &u);
+    s = oai_response_json(&srv, OAI_CHAT, "chatcmpl-1", 5,
+                          &(oai_answer){.text = mixed, .text_len = strlen(mixed), .finish = "stop", .calls = &calls,
+                                        .usage = &u});
     j = s ? json_loads(s, 0, NULL) : NULL;
     msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "Checking."));

@@ -11,11 +11,19 @@
 //    server has that model's real chat template); the client gets the call in
 //    message.tool_calls with finish_reason "tool_calls", and streamed as
 //    tool_calls deltas that add up to the same call.
+// 3. Thinking: a canned "<think>...</think>" answer comes back with the
+//    block in message.reasoning_content and the rest in content (Qwen3's
+//    template, one machine and the 2-stage chain), streamed as
+//    reasoning_content deltas then content deltas that add up to the same;
+//    reasoning_format "none" keeps it all in content; with DeepSeek-R1's
+//    template and chat_template_kwargs {enable_thinking: true} the prompt
+//    opens the block (/apply-template shows it), so an answer without
+//    "<think>" still has its reasoning apart.
 import OpenAI from "openai";
 import Ajv from "ajv";
 import { check, finish } from "./checks.mjs";
 
-const [one, chain, hermes, mistral, llama3] = process.argv.slice(2);
+const [one, chain, hermes, mistral, llama3, qwen3, r1] = process.argv.slice(2);
 const client = (base) => new OpenAI({ baseURL: base, apiKey: "none", maxRetries: 0 });
 
 const schema = {
@@ -153,9 +161,49 @@ async function toolCalls(name, base, canned) {
         `${name}: streamed tool_calls deltas add up to the call (${JSON.stringify(calls)}, content ${JSON.stringify(content)})`);
 }
 
+// The answer to a request held to canned, whole and streamed: {reasoning, content}.
+async function thought(base, canned, extra = {}) {
+  const body = { model: "m", messages: [{ role: "user", content: "Why?" }], grammar: only(canned), max_tokens: 100,
+    ...extra };
+  const m = (await client(base).chat.completions.create(body)).choices[0].message;
+  let reasoning = "", content = "", order = "";
+  for await (const chunk of await client(base).chat.completions.create({ ...body, stream: true })) {
+    const d = chunk.choices[0]?.delta ?? {};
+    if (d.reasoning_content) order += order.endsWith("r") ? "" : "r";
+    if (d.content) order += order.endsWith("c") ? "" : "c";
+    reasoning += d.reasoning_content ?? "";
+    content += d.content ?? "";
+  }
+  return { whole: { reasoning: m.reasoning_content, content: m.content }, streamed: { reasoning, content }, order };
+}
+
+async function thinking() {
+  const canned = "<think>\nOnce upon a time\n</think>\n\nThe end";
+  for (const [name, base] of [["one machine", one], ["2-stage chain", chain]]) {
+    const t = await thought(base, canned, {});
+    check(t.whole.reasoning === "Once upon a time" && t.whole.content === "The end",
+          `${name}: <think> block in reasoning_content, the rest in content`, t.whole);
+    check(t.streamed.reasoning === "Once upon a time" && t.streamed.content === "The end" && t.order === "rc",
+          `${name}: streamed as reasoning_content deltas, then content deltas`, t);
+  }
+  const none = await thought(qwen3, canned, { reasoning_format: "none" });
+  check(none.whole.content === canned && none.whole.reasoning === undefined && none.streamed.content === canned,
+        "reasoning_format none: the block stays in content", none);
+  const kwargs = { chat_template_kwargs: { enable_thinking: true } };
+  const prompt = await (await fetch(r1.replace(/\/v1$/, "/apply-template"), { method: "POST",
+    body: JSON.stringify({ messages: [{ role: "user", content: "Why?" }], ...kwargs }) })).json();
+  check(prompt.prompt?.endsWith("<\uff5cAssistant\uff5c><think>\n"), "R1: chat_template_kwargs reach the template",
+        prompt);
+  const open = await thought(r1, "Because.\n</think>\n\nSo.", kwargs);
+  check(open.whole.reasoning === "Because." && open.whole.content === "So." &&
+          open.streamed.reasoning === "Because." && open.streamed.content === "So.",
+        "R1: a block the prompt opened is reasoning up to </think>", open);
+}
+
 await finish(async () => {
   await schemas();
   await toolCalls("Hermes/Qwen", hermes, `<tool_call>\n${JSON.stringify(call)}\n</tool_call>`);
   await toolCalls("Mistral", mistral, `[TOOL_CALLS]${JSON.stringify([call])}`);
   await toolCalls("Llama 3.x", llama3, JSON.stringify({ name: call.name, parameters: call.arguments }));
+  await thinking();
 });

@@ -6,7 +6,9 @@
 # requests that parse, validate (ajv) and are the same text on both, 50
 # seeds; three servers with the real Qwen 2.5, Mistral Nemo and Llama 3.1
 # chat templates return tool calls from canned outputs (a GBNF `grammar`
-# holds the model to the text of a call), whole and streamed. First, the
+# holds the model to the text of a call), whole and streamed; a canned
+# <think> block comes back as reasoning_content (Qwen3's and DeepSeek-R1's
+# templates, the latter opening the block itself). First, the
 # schema compiler alone: random sentences of its grammars for ten schemas
 # (test_schema --sample) validate with ajv (test_schema_ajv.mjs).
 #
@@ -65,5 +67,7 @@ serve chain -np 4 --nodes "local,127.0.0.1:$stage_port" && chain="$url"
 serve hermes --chat-template "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" && hermes="$url"
 serve mistral --chat-template "$templates/mistralai-Mistral-Nemo-Instruct-2407.jinja" && mistral="$url"
 serve llama3 --chat-template "$templates/meta-llama-Llama-3.1-8B-Instruct.jinja" && llama3="$url"
+serve qwen3 --chat-template "$templates/Qwen-Qwen3-0.6B.jinja" && qwen3="$url"
+serve r1 --chat-template "$templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja" && r1="$url"
 
-(cd "$npm_dir" && node test_serve_structured.mjs "$one" "$chain" "$hermes" "$mistral" "$llama3")
+(cd "$npm_dir" && node test_serve_structured.mjs "$one" "$chain" "$hermes" "$mistral" "$llama3" "$qwen3" "$r1")

@@ -4,7 +4,8 @@
  * accepted drafts plus one; windows in flight fill the stages; a cut window
  * makes the ones behind it stale; a stage's measured times at 1, 2, 4, 8
  * and 16 rows are joined by lines; attention grows with the context; stages
- * on one CPU take turns; a prompt's chunks pipeline; and the
+ * on one CPU share it when they compute at once; a prompt's chunks
+ * pipeline; and the
  * forecast (convoy.h) from stated figures: the plan, and a lone node's
  * speed as its bandwidth over the model's bytes. */
 #include <math.h>
@@ -120,6 +121,15 @@ static void test_context_and_shared_cpus(void)
     c.stage[0].cpu = c.stage[1].cpu = 7;
     cv_sim_run(&c, &l, &r);
     CHECKF(NEAR(r.tok_s, 1e6 / 2000, 0.01), "one CPU: %f", r.tok_s);
+    /* 4 stages of 1000 us, the first two on one CPU, two users: when one
+     * user's batch reaches stage 1 the other's starts on stage 0, they
+     * share the CPU and both take 2000 us; then 1000 us alone on stage 1
+     * and 2000 us on stages 2 and 3, where the first user's batch is back
+     * on stage 0 alone: two tokens each 5000 us (taking turns, 4000) */
+    c = chain(4, 4, 250, 0, 0);
+    c.stage[0].cpu = c.stage[1].cpu = 7;
+    cv_sim_run(&c, &l, &r);
+    CHECKF(NEAR(r.tok_s, 2e6 / 5000, 0.01), "sharing a CPU: %f", r.tok_s);
 }
 
 static void test_measured_sizes(void)

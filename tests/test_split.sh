@@ -78,8 +78,7 @@ chain() {
 
 "$convoy" split "$model" --stages 2 -o "$tmp" >"$tmp/split.out" 2>&1 &&
     grep -q "shard 2/2: layers \[3, 5)" "$tmp/split.out" || { echo "FAIL split: $(cat "$tmp/split.out")"; exit 1; }
-mkdir -p "$tmp/three"
-"$convoy" split "$model" --split 1,2,2 -o "$tmp/three" >"$tmp/split.out" 2>&1 ||
+"$convoy" split "$model" --split 1,2,2 -o "$tmp/three" >"$tmp/split.out" 2>&1 || # -o creates the folder
     { echo "FAIL split: $(cat "$tmp/split.out")"; exit 1; }
 s2="$tmp/stories260K.shard-%d-of-2.gguf"
 s3="$tmp/three/stories260K.shard-%d-of-3.gguf"

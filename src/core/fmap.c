@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -113,4 +114,24 @@ void cv_fmap_close(cv_fmap *m)
     m->data = NULL;
     m->size = 0;
     m->fd = -1;
+}
+
+int cv_make_dirs(const char *dir, char *err, size_t errlen)
+{
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return cv_errf(err, errlen, "%.200s...: the path is too long", dir);
+    for (char *q = path + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(path, 0755) && errno != EEXIST)
+                return cv_errf(err, errlen, "%s: cannot create %s: %s", dir, path, strerror(errno));
+            *q = '/';
+        }
+    if (mkdir(path, 0755) && errno != EEXIST)
+        return cv_errf(err, errlen, "%s: cannot create: %s", dir, strerror(errno));
+    if (stat(path, &st) || !S_ISDIR(st.st_mode) || access(path, W_OK))
+        return cv_errf(err, errlen, "%s: not a folder this process can write", dir);
+    return 0;
 }

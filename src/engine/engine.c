@@ -518,6 +518,7 @@ void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out)
         out->node[i].us_probed = m.us_probed[i];
         out->node[i].mem_budget = m.mem_budget[i];
         out->node[i].us_last = m.us_last[i];
+        out->node[i].work = m.work[i];
     }
 }
 

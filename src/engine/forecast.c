@@ -117,14 +117,6 @@ static double layer_params(const dims *d)
     return d->n_embd * d->head_dim * (2 * d->n_head + 2 * d->n_head_kv) + ffn;
 }
 
-static double mean_layer_bytes(const cv_plan_model *pm)
-{
-    double all = 0;
-    for (int32_t l = 0; l < pm->n_layer; l++)
-        all += (double)pm->layer_bytes[l];
-    return all / pm->n_layer;
-}
-
 /* A FORWARD row: its activations (lossless F32) and its token header; a
  * RESULT row is about its header alone. */
 #define RESULT_ROW_BYTES 16.0
@@ -139,7 +131,7 @@ static double kv_position_bytes(const dims *d, bool kv_f16)
 /* The nodes given by stated figures, in measured units. */
 static void fill_stated(const dims *d, const cv_plan_model *pm, bool kv_f16, convoy_fleet *f)
 {
-    const double bytes = mean_layer_bytes(pm), flops = 2 * layer_params(d);
+    const double bytes = cv_plan_mean_layer_bytes(pm), flops = 2 * layer_params(d);
     const double kv_bytes = kv_position_bytes(d, kv_f16), row_bits = 8 * forward_row_bytes(d->n_embd);
     for (int i = 0; i < f->n_nodes; i++) {
         convoy_fleet_node *n = &f->node[i];
@@ -161,18 +153,20 @@ static void fill_stated(const dims *d, const cv_plan_model *pm, bool kv_f16, con
     }
 }
 
-void convoy_fleet_node_rates(const convoy_model *m, const struct convoy_synth_params *shape,
-                             const convoy_fleet_node *n, double *gb_s, double *gflop_s)
+void convoy_fleet_rates(const convoy_model *m, const struct convoy_synth_params *shape, const convoy_fleet *f,
+                        double *gb_s, double *gflop_s)
 {
     const cv_plan_session s = {.n_ctx = 1, .n_slot = 1, .n_batch = 1};
     uint64_t *layer_bytes = NULL;
     cv_plan_model pm;
     char err[CV_ERRLEN];
-    *gb_s = *gflop_s = 0;
-    if (plan_model(m, shape, &s, &layer_bytes, &pm, err, sizeof err) == 0) {
-        *gb_s = n->us_layer > 0 ? mean_layer_bytes(&pm) / (n->us_layer * 1e3) : 0;
-        const dims d = dims_of(m, shape);
-        *gflop_s = n->us_row > 0 ? 2 * layer_params(&d) / (n->us_row * 1e3) : 0;
+    const bool known = plan_model(m, shape, &s, &layer_bytes, &pm, err, sizeof err) == 0;
+    const double bytes = known ? cv_plan_mean_layer_bytes(&pm) : 0;
+    const dims d = dims_of(m, shape);
+    for (int i = 0; i < f->n_nodes; i++) {
+        const convoy_fleet_node *n = &f->node[i];
+        gb_s[i] = known && n->us_layer > 0 ? bytes / (n->us_layer * 1e3) : 0;
+        gflop_s[i] = known && n->us_row > 0 ? 2 * layer_params(&d) / (n->us_row * 1e3) : 0;
     }
     cv_free(layer_bytes);
 }
@@ -289,7 +283,8 @@ static int forecast_best(const cv_plan_model *pm, const convoy_fleet *f, const c
         if (used != all && !every && !less_one)
             continue;
         for (int32_t streams = 1; streams <= p->users; streams += p->users > 1 ? p->users - 1 : 1)
-            try_plan(pm, f, p, used, streams, out, ignored, sizeof ignored);
+            if (used != all || streams != 1) /* tried first */
+                try_plan(pm, f, p, used, streams, out, ignored, sizeof ignored);
     }
     return 0;
 }
@@ -399,20 +394,6 @@ static int calib_batch(convoy_ctx *c, int32_t pos0, int32_t rows, calib *cb, int
     return 0;
 }
 
-/* Each node's work in mean layers under the chain's plan. */
-static void node_work(const convoy_ctx *c, const convoy_node_costs *nc, double *work)
-{
-    const cv_plan_session s = {.n_ctx = convoy_ctx_n_ctx(c), .n_slot = convoy_ctx_n_slot(c),
-                               .n_batch = convoy_ctx_n_batch(c)};
-    uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)cv_engine_ctx_meta(c)->hp.n_layer);
-    cv_plan_model pm;
-    if (layer_bytes)
-        cv_plan_model_of(cv_engine_ctx_meta(c), &s, layer_bytes, &pm);
-    for (int i = 0, l0 = 0; i < nc->n_nodes; l0 += nc->node[i].layers, i++)
-        work[i] = layer_bytes && nc->node[i].layers ? cv_plan_stage_work(&pm, l0, l0 + nc->node[i].layers) : 0;
-    cv_free(layer_bytes);
-}
-
 /* Series k of sample set z less attention's part (us_pos per layer and
  * position, over `layers`), trimmed and averaged. */
 static double set_mean(calib *cb, int z, int k, double us_pos, int32_t layers)
@@ -426,7 +407,7 @@ static double set_mean(calib *cb, int z, int k, double us_pos, int32_t layers)
 /* Node i's costs: what each position adds (one row far into the context
  * against one near its start), then the line through its times per mean
  * layer at each size, attention's part taken out. */
-static void node_line(const convoy_node_costs *nc, calib *cb, const double *work, int i, convoy_fleet_node *n)
+static void node_line(const convoy_node_costs *nc, calib *cb, int i, convoy_fleet_node *n)
 {
     const int32_t layers = nc->node[i].layers;
     const double pos_far = mean(cb->pos_sum[CALIB_FAR_AT], cb->n[CALIB_FAR_AT]);
@@ -436,7 +417,7 @@ static void node_line(const convoy_node_costs *nc, calib *cb, const double *work
     double x[CALIB_SIZES], y[CALIB_SIZES];
     for (int z = 0; z < CALIB_SIZES; z++) {
         x[z] = CALIB_ROWS[z];
-        y[z] = n->us_rows[z] = set_mean(cb, z, i, n->us_pos, layers) / work[i];
+        y[z] = n->us_rows[z] = set_mean(cb, z, i, n->us_pos, layers) / nc->node[i].work;
     }
     fit(x, y, CALIB_SIZES, &n->us_layer, &n->us_row);
 }
@@ -444,7 +425,7 @@ static void node_line(const convoy_node_costs *nc, calib *cb, const double *work
 /* The fleet: each stage's costs; a node left out at its probe times what
  * the measured nodes' times are to their probes, its other figures in
  * proportion to the measured nodes'; the rest shared by the hops. */
-static void fleet_of(const convoy_node_costs *nc, calib *cb, const double *work, convoy_fleet *f)
+static void fleet_of(const convoy_node_costs *nc, calib *cb, convoy_fleet *f)
 {
     double to_probe = 0, ratio = 0, pos = 0, rows[CALIB_SIZES] = {0};
     int measured = 0;
@@ -455,7 +436,7 @@ static void fleet_of(const convoy_node_costs *nc, calib *cb, const double *work,
         n->mem_budget = nc->node[i].mem_budget;
         if (!nc->node[i].layers)
             continue;
-        node_line(nc, cb, work, i, n);
+        node_line(nc, cb, i, n);
         to_probe += nc->node[i].us_probed > 0 ? n->us_layer / nc->node[i].us_probed : 1;
         ratio += n->us_layer > 0 ? n->us_row / n->us_layer : 0;
         pos += n->us_layer > 0 ? n->us_pos / n->us_layer : 0;
@@ -523,8 +504,6 @@ int convoy_fleet_measure(convoy_ctx *c, convoy_fleet *out, char *err, size_t err
     convoy_ctx_get_node_costs(c, &nc);
     if (nc.n_nodes == 0)
         return cv_errf(err, errlen, "no pipeline to measure: give --nodes");
-    double work[CONVOY_MAX_NODES];
-    node_work(c, &nc, work);
     const int32_t n_ctx = convoy_ctx_n_ctx(c);
     if (n_ctx < 2 * CALIB_BLOCK * 16)
         return cv_errf(err, errlen, "a context of %d positions is too short to measure in (%d at least)", n_ctx,
@@ -535,7 +514,7 @@ int convoy_fleet_measure(convoy_ctx *c, convoy_fleet *out, char *err, size_t err
     const int32_t far = n_ctx / 2 < CALIB_FAR ? n_ctx / 2 : CALIB_FAR;
     int rc = convoy_seq_free(c, 0, err, errlen) || calibrate(c, cb, far, err, errlen) ? -1 : 0;
     if (rc == 0) {
-        fleet_of(&nc, cb, work, out);
+        fleet_of(&nc, cb, out);
         rc = convoy_seq_free(c, 0, err, errlen);
     }
     cv_free(cb);

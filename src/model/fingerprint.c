@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "core/cursor.h"
 #include "core/err.h"
+#include "core/fmap.h"
 #include "core/pool.h"
 #include "model/shard.h"
 
@@ -473,22 +474,16 @@ static int cache_write(const char *p, const cv_model_hashes *h, const file_key *
     return rc;
 }
 
-/* mkdir -p of the folder that holds the file p. */
+/* mkdir -p of the folder that holds the file p (a failure shows when writing). */
 static void make_parent(const char *p)
 {
-    char dir[4096];
+    char dir[4096], why[CV_ERRLEN];
     snprintf(dir, sizeof dir, "%s", p);
     char *slash = strrchr(dir, '/');
-    if (!slash)
-        return;
-    *slash = 0;
-    for (char *q = dir + 1; *q; q++)
-        if (*q == '/') {
-            *q = 0;
-            mkdir(dir, 0755);
-            *q = '/';
-        }
-    mkdir(dir, 0755);
+    if (slash) {
+        *slash = 0;
+        cv_make_dirs(dir, why, sizeof why);
+    }
 }
 
 /* Caches h beside the model, else in the fallback folder; the note says

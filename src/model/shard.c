@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fmap.h"
 #include "model/fingerprint.h"
 #include "model/gguf_write.h"
 #include "model/llama.h"
@@ -173,7 +174,7 @@ int cv_shard_write(const char *in, const char *dir, int32_t n, const int32_t *co
 {
     split_run s = {.dir = dir};
     int32_t even[CV_SHARD_MAX];
-    int rc = split_open(&s, in, err, errlen);
+    int rc = cv_make_dirs(dir, err, errlen) || split_open(&s, in, err, errlen) ? -1 : 0;
     const int32_t n_layer = s.m.hp.n_layer;
     if (rc == 0 && !counts && n >= 1 && n <= CV_SHARD_MAX) { /* the first ones take the odd layers */
         for (int32_t k = 0; k < n; k++)

@@ -984,6 +984,7 @@ void cv_chain_get_costs(const cv_chain *c, cv_chain_costs *out)
     for (int s = 0; s < c->costs.n_stages; s++) {
         out->us_measured[stage_node(c, s)] = c->costs.us[s];
         out->us_last[stage_node(c, s)] = c->costs.last_us[s];
+        out->work[stage_node(c, s)] = c->work[s];
     }
 }
 

@@ -165,6 +165,7 @@ typedef struct cv_chain_costs {
     double us_probed[CV_CHAIN_MAX_NODES];      /* its answer to the plan's query, 0: not measured */
     uint64_t mem_budget[CV_CHAIN_MAX_NODES];   /* its answer to the plan's query */
     double us_last[CV_CHAIN_MAX_NODES];        /* the last batch's time on its stage, 0: none */
+    double work[CV_CHAIN_MAX_NODES];           /* its stage's work per token in mean layers, 0: none */
     double us_hop;                             /* 0: no batch alone in flight measured */
     double us_last_round_trip;                 /* the last batch's round trip when alone in flight, else 0 */
     uint64_t batches;                          /* measured */

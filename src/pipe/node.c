@@ -25,6 +25,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/fmap.h"
 #include "core/procmem.h"
 #include "infer/logprobs.h"
 #include "infer/span.h"
@@ -1426,11 +1427,9 @@ static int open_model(node *n, char *err, size_t errlen)
         fprintf(stderr, "convoy stage: %s (model hash %s)\n", o->model_path, hex);
         return 0;
     }
-    if (mkdir(o->cache_dir, 0755) && errno != EEXIST)
-        return cv_errf(err, errlen, "--cache %s: cannot create: %s", o->cache_dir, strerror(errno));
-    struct stat st;
-    if (stat(o->cache_dir, &st) || !S_ISDIR(st.st_mode) || access(o->cache_dir, W_OK))
-        return cv_errf(err, errlen, "--cache %s: not a directory this process can write", o->cache_dir);
+    char why[CV_ERRLEN];
+    if (cv_make_dirs(o->cache_dir, why, sizeof why))
+        return cv_errf(err, errlen, "--cache %s", why);
     sweep_parts(n);
     fprintf(stderr, "convoy stage: no model: the head ships the layers it assigns, kept in %s\n", o->cache_dir);
     return 0;

@@ -310,10 +310,7 @@ static void speeds(const cv_plan_node *nodes, int n, double *w)
         w[i] = nodes[i].us_per_layer_token ? 1.0 / nodes[i].us_per_layer_token : measured ? sum / measured : 1.0;
 }
 
-/* Work is counted in layers of the mean size (by bytes): the mean layer's
- * bytes, 0 when the model states none (every layer then counts 1 and the
- * output matrix nothing). */
-static double mean_layer(const cv_plan_model *m)
+double cv_plan_mean_layer_bytes(const cv_plan_model *m)
 {
     uint64_t all = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
@@ -338,7 +335,7 @@ static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *node
 {
     shares s = {.m = m, .nodes = nodes, .n = n, .head_node = n - 1}; /* the head starts on the last node */
     speeds(nodes, n, s.w);
-    s.head_work = head_work(m, mean_layer(m));
+    s.head_work = head_work(m, cv_plan_mean_layer_bytes(m));
     for (int round = 0; round < PLAN_MAX_ROUNDS; round++) {
         if (!share_by_speed(&s))
             return too_small(m, n, nodes, err, errlen);
@@ -382,7 +379,7 @@ static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_nod
     c->work = cv_malloc(sizeof(double) * (size_t)(m->n_layer + 1));
     if (!c->work)
         return -1;
-    const double mean = mean_layer(m);
+    const double mean = cv_plan_mean_layer_bytes(m);
     c->work[0] = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
         c->work[l + 1] = c->work[l] + layer_work(m, mean, l);
@@ -392,7 +389,7 @@ static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_nod
 
 double cv_plan_stage_work(const cv_plan_model *m, int32_t l0, int32_t l1)
 {
-    const double mean = mean_layer(m);
+    const double mean = cv_plan_mean_layer_bytes(m);
     double work = l1 > l0 && l1 == m->n_layer ? head_work(m, mean) : 0;
     for (int32_t l = l0; l < l1; l++)
         work += layer_work(m, mean, l);

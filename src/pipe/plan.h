@@ -142,6 +142,11 @@ uint32_t cv_plan_hello_cap(int32_t n_layer);
  * node's receive cap on the link its FORWARDs arrive by. */
 uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd);
 
+/* Work is counted in layers of the mean size (by bytes): the mean layer's
+ * bytes, 0 when the model states none (every layer then counts 1 and the
+ * output matrix nothing). */
+double cv_plan_mean_layer_bytes(const cv_plan_model *m);
+
 /* Layers [l0, l1)'s work per token in mean layers (by bytes), the output
  * matrix counted too when l1 == n_layer: what the cost model multiplies a
  * node's us_per_layer_token by. */

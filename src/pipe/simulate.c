@@ -1,8 +1,11 @@
 /* simulate.c: the chain simulation (see simulate.h). Each batch in flight
  * has one next event: it reaches a stage, its stage finishes it, or its
- * result reaches the head; a batch that reaches a busy CPU waits in its
- * queue. The simulation takes the earliest event in turn; when a result
- * comes back the head collects it and sends while the load allows. */
+ * result reaches the head; a batch that reaches a busy stage waits in its
+ * queue. Stages running at once on one CPU share it evenly, as the
+ * kernel's scheduler shares a core among processes: each one's work left
+ * shrinks at 1/n of the wall clock while n run there. The simulation
+ * takes the earliest event in turn; when a result comes back the head
+ * collects it and sends while the load allows. */
 #include "pipe/simulate.h"
 
 #include <stdbool.h>
@@ -24,8 +27,8 @@ typedef struct sim_user {
 typedef enum flight_state {
     FLIGHT_FREE,      /* no batch */
     FLIGHT_ARRIVING,  /* on the hop into `stage`, there at t */
-    FLIGHT_QUEUED,    /* at `stage` since t, its CPU busy */
-    FLIGHT_RUNNING,   /* computed by `stage` until t */
+    FLIGHT_QUEUED,    /* at `stage` since t, the stage busy */
+    FLIGHT_RUNNING,   /* computed by `stage`, `left` of its CPU's time to go */
     FLIGHT_RETURNING, /* its result at the head at t */
 } flight_state;
 
@@ -33,6 +36,7 @@ typedef struct flight {
     flight_state state;
     int stage;
     double t;
+    double left;                  /* running: microseconds of a whole CPU still needed */
     int32_t rows;
     double pos_sum;               /* its rows' positions summed */
     int32_t group;                /* -1: windows of users that left their groups */
@@ -47,7 +51,9 @@ typedef struct sim {
     const cv_sim_chain *c;
     const cv_sim_load *l;
     int cpu_of[CV_CHAIN_MAX_NODES];    /* stage -> the first stage of its CPU, which stands for it */
-    bool cpu_busy[CV_CHAIN_MAX_NODES];
+    int running[CV_CHAIN_MAX_NODES];   /* per CPU, its stages computing now */
+    bool stage_busy[CV_CHAIN_MAX_NODES];
+    double now;                        /* the running batches' `left` are as of now */
     double busy[CV_CHAIN_MAX_NODES];   /* each stage's computing time */
     sim_user user[SIM_MAX_USERS];
     flight fl[SIM_MAX_FLIGHTS];
@@ -82,22 +88,39 @@ static double hop_us(const sim *s, int hop, int32_t rows)
     return s->c->hop[hop].us + rows * s->c->hop[hop].us_per_row;
 }
 
-/* Starts the batch that has waited longest at CPU cpu's stages, at t. */
-static void start_next(sim *s, int cpu, double t)
+/* Starts the batch that has waited longest at stage st. */
+static void start_next(sim *s, int st)
 {
     flight *next = NULL;
     for (int i = 0; i < SIM_MAX_FLIGHTS; i++) {
         flight *f = &s->fl[i];
-        if (f->state == FLIGHT_QUEUED && s->cpu_of[f->stage] == cpu && (!next || f->t < next->t))
+        if (f->state == FLIGHT_QUEUED && f->stage == st && (!next || f->t < next->t))
             next = f;
     }
-    s->cpu_busy[cpu] = next != NULL;
+    s->stage_busy[st] = next != NULL;
     if (!next)
         return;
-    const double us = cv_sim_stage_us(&s->c->stage[next->stage], next->rows, next->pos_sum);
-    s->busy[next->stage] += us;
+    next->left = cv_sim_stage_us(&s->c->stage[st], next->rows, next->pos_sum);
+    s->busy[st] += next->left;
+    s->running[s->cpu_of[st]]++;
     next->state = FLIGHT_RUNNING;
-    next->t = t + us;
+}
+
+/* When batch f's next event comes. */
+static double event_t(const sim *s, const flight *f)
+{
+    return f->state == FLIGHT_RUNNING ? s->now + f->left * s->running[s->cpu_of[f->stage]] : f->t;
+}
+
+/* The clock moved to t: each running batch got its share of its CPU. */
+static void advance(sim *s, double t)
+{
+    for (int i = 0; i < SIM_MAX_FLIGHTS; i++) {
+        flight *f = &s->fl[i];
+        if (f->state == FLIGHT_RUNNING)
+            f->left -= (t - s->now) / s->running[s->cpu_of[f->stage]];
+    }
+    s->now = t;
 }
 
 /* A batch sent at t onto the hop into the first stage. */
@@ -114,26 +137,31 @@ static void launch(sim *s, flight *f, double t)
 static bool step(sim *s, flight **back)
 {
     flight *f = NULL;
+    double t = 0;
     *back = NULL;
     for (int i = 0; i < SIM_MAX_FLIGHTS; i++) {
         flight *g = &s->fl[i];
-        if (g->state != FLIGHT_FREE && g->state != FLIGHT_QUEUED && (!f || g->t < f->t))
-            f = g;
+        if (g->state == FLIGHT_FREE || g->state == FLIGHT_QUEUED)
+            continue;
+        const double tg = event_t(s, g);
+        if (!f || tg < t)
+            f = g, t = tg;
     }
     if (!f)
         return false;
+    advance(s, t);
     switch (f->state) {
     case FLIGHT_ARRIVING:
         f->state = FLIGHT_QUEUED;
-        if (!s->cpu_busy[s->cpu_of[f->stage]])
-            start_next(s, s->cpu_of[f->stage], f->t);
+        if (!s->stage_busy[f->stage])
+            start_next(s, f->stage);
         return true;
     case FLIGHT_RUNNING: {
-        const double done = f->t;
-        const int cpu = s->cpu_of[f->stage++];
+        const int st = f->stage++;
+        s->running[s->cpu_of[st]]--;
         f->state = f->stage < s->c->n_stages ? FLIGHT_ARRIVING : FLIGHT_RETURNING;
-        f->t = done + hop_us(s, f->stage, f->rows);
-        start_next(s, cpu, done);
+        f->t = t + hop_us(s, f->stage, f->rows);
+        start_next(s, st);
         return true;
     }
     default: /* FLIGHT_RETURNING */

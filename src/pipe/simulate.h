@@ -2,9 +2,10 @@
  * engine of `convoy plan`: the tokens per second a plan gives, before it
  * runs.
  *
- * The chain: stages, each on a CPU that computes one batch at a time, the
- * earliest-arrived first, as soon as it is free (stages on one CPU share
- * it: several stages of one machine); between them hops, each a delay of
+ * The chain: stages, each computing one batch at a time, the
+ * earliest-arrived first, as soon as it is free; stages on one CPU
+ * (several stages of one machine) that compute at once share it evenly,
+ * as the kernel time-slices processes; between them hops, each a delay of
  * its latency plus the batch's rows times a row's time on the wire (a hop
  * carries one batch at a time in practice, so links are not queues). Hop 0
  * goes from the head to the first stage, hop s into stage s, the last hop

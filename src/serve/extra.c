@@ -163,10 +163,12 @@ char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oa
 char *sv_props_json(const oai_server *srv, const sv_props *p)
 {
     const convoy_sampling_params d = convoy_sampling_default_params();
-    const char *tmpl = convoy_model_chat_template(srv->model);
+    const sv_chat *chat = srv->chat;
     json_t *params = json_pack("{s:I,s:f,s:i,s:f,s:f}", "seed", (json_int_t)p->seed, "temperature", (double)d.temp,
                                "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p);
-    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s}", "default_generation_settings", "n_ctx", srv->n_ctx,
-                          "params", params, "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
-                          p->model_path, "chat_template", tmpl ? tmpl : "", "build_info", p->build_info));
+    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "default_generation_settings",
+                                   "n_ctx", srv->n_ctx, "params", params, "total_slots", p->n_slot, "model_alias",
+                                   srv->model_id, "model_path", p->model_path, "chat_template",
+                                   chat->source ? chat->source : "", "chat_template_name", chat->name, "bos_token",
+                                   chat->bos, "eos_token", chat->eos, "build_info", p->build_info));
 }

@@ -12,8 +12,10 @@
  * on failure return NULL with e filled (400 naming the field, 500 when
  * memory runs out). sv_props_json is /props: {"default_generation_settings":
  * {"n_ctx", "params": {"seed", "temperature", "top_k", "top_p", "min_p"}},
- * "total_slots", "model_alias", "model_path", "chat_template" (the model's
- * own, "" when it has none), "build_info"}; NULL when out of memory.
+ * "total_slots", "model_alias", "model_path", "chat_template" (the Jinja
+ * template in use, "" for a built-in family), "chat_template_name" (which
+ * one: the start line's words), "bos_token", "eos_token" (the model's texts
+ * of those tokens), "build_info"}; NULL when out of memory.
 
  * Returned texts are malloc'd JSON (free with free). */
 #ifndef CONVOY_SERVE_EXTRA_H

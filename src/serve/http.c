@@ -51,6 +51,7 @@
 #include "serve/log.h"
 #include "serve/resp.h"
 #include "serve/slots.h"
+#include "serve/think.h"
 #include "serve/text.h"
 
 enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
@@ -61,6 +62,7 @@ enum route {
     R_RESPONSES,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_APPLY_TEMPLATE,
     R_SLOT_ACTION,
     R_MODELS,
     R_MODEL,
@@ -72,8 +74,9 @@ enum route {
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/slots/{id}", "/v1/models",
-    "/v1/models/{id}", "/health",              "/metrics",      "/props",    "/slots", "other"};
+    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/apply-template",
+    "/slots/{id}",     "/v1/models",           "/v1/models/{id}", "/health", "/metrics",    "/props",
+    "/slots",          "other"};
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
@@ -137,6 +140,8 @@ typedef struct gen {
     int32_t n_seen;     /* tokens turned into text */
     int32_t lp_next;    /* first token whose logprobs are not yet sent */
     sv_buf out;         /* text not yet sent */
+    bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
+    sv_think think;     /* the split of its text so far */
     sv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
     resp_ids resp;      /* a response's ids and event count */
     char msg_id[48];
@@ -258,6 +263,7 @@ static void gen_free(void *cls)
     sv_buf_free(&g->out);
     sv_buf_free(&g->all);
     sv_buf_free(&g->sse);
+    sv_think_free(&g->think);
     cv_free(g);
     pthread_mutex_lock(&h->mu);
     h->n_gens--;
@@ -377,6 +383,24 @@ static int text_chunk(gen *g, const char *p, size_t n)
     return 0;
 }
 
+/* A thinking chat: the new text's reasoning goes out as its own deltas
+ * (with the role in the first), its content stays in g->out. */
+static int split_reasoning(gen *g, bool over)
+{
+    sv_buf reasoning = {0}, content = {0};
+    int rc = sv_think_push(&g->think, g->out.p, g->out.n, over, &reasoning, &content);
+    if (rc == 0 && reasoning.n) {
+        const oai_chunk ch = {.reasoning = reasoning.p, .reasoning_len = reasoning.n, .first = !g->role_sent,
+                              .include_usage = g->req.include_usage};
+        rc = sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &ch));
+        g->role_sent = true;
+    }
+    sv_buf_free(&g->out);
+    g->out = content;
+    sv_buf_free(&reasoning);
+    return rc;
+}
+
 /* A chat with tools: the text so far gathers in g->all and goes out only
  * as far as sv_tools_safe lets it (the rest may be a call); when over, the
  * rest of the content, then each call's head and arguments chunks, and
@@ -423,8 +447,9 @@ static int sse_fill(gen *g, bool over)
             return -1;
     } else {
         const char *finish = g->finish;
-        if (g->req.tools != SV_TOOLS_NONE ? tools_fill(g, over, &finish)
-                                          : text_chunk(g, g->out.p ? g->out.p : "", g->out.n))
+        if ((g->thinking && split_reasoning(g, over)) ||
+            (g->req.tools != SV_TOOLS_NONE ? tools_fill(g, over, &finish)
+                                           : text_chunk(g, g->out.p ? g->out.p : "", g->out.n)))
             return -1;
         sv_buf_consume(&g->out, g->out.n);
         if (over) {
@@ -517,6 +542,8 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     }
     cc->n_prompt = g->req.params.n_prompt;
     g->req.params.client = cc->client_id;
+    g->thinking = kind == OAI_CHAT && g->req.split_reasoning;
+    sv_think_init(&g->think, g->req.think_open);
     if (sv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
         gen_free(g);
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
@@ -543,21 +570,32 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     return g;
 }
 
-/* A whole answer's body (NULL when out of memory); a chat with tools gets
- * the calls read out of its text. */
+/* A whole answer's body (NULL when out of memory); a thinking chat gets
+ * its reasoning apart, a chat with tools the calls read out of its text. */
 static char *answer_json(gen *g)
 {
     const oai_usage usage = gen_usage(g);
     const char *text = g->out.p ? g->out.p : "";
     if (g->req.kind == OAI_RESPONSES)
         return resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &usage);
-    const bool tools = g->req.tools != SV_TOOLS_NONE;
+    sv_buf reasoning = {0}, content = {0};
     sv_tool_calls calls = {0};
-    if (tools && sv_tools_parse(g->req.tools, text, g->out.n, fresh(g->h), &calls))
-        return NULL;
-    char *json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, text, g->out.n, g->finish,
-                                   tools ? &calls : NULL, gen_logprobs(g), &usage);
+    char *json = NULL;
+    if (g->thinking && sv_think_push(&g->think, text, g->out.n, true, &reasoning, &content))
+        goto done;
+    const sv_buf *answer = g->thinking ? &content : &g->out;
+    text = answer->p ? answer->p : "";
+    const bool tools = g->req.tools != SV_TOOLS_NONE;
+    if (tools && sv_tools_parse(g->req.tools, text, answer->n, fresh(g->h), &calls))
+        goto done;
+    const oai_answer a = {.text = text, .text_len = answer->n, .reasoning = reasoning.n ? reasoning.p : NULL,
+                          .reasoning_len = reasoning.n, .finish = g->finish, .calls = tools ? &calls : NULL,
+                          .logprobs = gen_logprobs(g), .usage = &usage};
+    json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+done:
     sv_tool_calls_free(&calls);
+    sv_buf_free(&reasoning);
+    sv_buf_free(&content);
     return json;
 }
 
@@ -798,6 +836,8 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
         return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
     case R_DETOKENIZE:
         return send_extra(h, c, cc, sv_detokenize_json(h->srv, body, cc->body.n, &e), &e);
+    case R_APPLY_TEMPLATE:
+        return send_extra(h, c, cc, oai_apply_template_json(h->srv, body, cc->body.n, &e), &e);
     case R_MODELS:
         return send_json(h, c, cc, 200, oai_models_json(h->srv, h->started));
     case R_MODEL:
@@ -829,7 +869,8 @@ static enum route route_of(const char *url)
         enum route rt;
     } exact[] = {{"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
                  {"/v1/responses", R_RESPONSES},     {"/tokenize", R_TOKENIZE},
-                 {"/detokenize", R_DETOKENIZE},      {"/v1/models", R_MODELS},        {"/health", R_HEALTH},
+                 {"/detokenize", R_DETOKENIZE},      {"/apply-template", R_APPLY_TEMPLATE},
+                 {"/v1/models", R_MODELS},           {"/health", R_HEALTH},
                  {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS},
                  {"/slots", R_SLOTS}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

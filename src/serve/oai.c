@@ -22,6 +22,7 @@
 #include "serve/buf.h"
 #include "serve/render.h"
 #include "serve/schema.h"
+#include "serve/think.h"
 
 #define INVALID "invalid_request_error"
 enum { MAX_STOP = 16, MAX_STOP_LEN = 1024 };
@@ -398,17 +399,16 @@ static int message_content(const json_t *m, const char *param, size_t i, sv_buf 
     return 0;
 }
 
-/* Renders the messages msgs (a non-empty array, given in the request's
- * field param) with the chat template and tokenizes them. */
-static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, const json_t *tools,
-                           oai_request *r, oai_error *e)
+/* The messages msgs (a non-empty array, given in the request's field
+ * param) rendered with the chat template and the request's variables:
+ * the prompt and its content spans (release with cv_free). */
+static int chat_prompt(const oai_server *srv, const json_t *msgs, const char *param, const sv_chat_vars *vars,
+                       const sv_render_watch *watch, sv_buf *prompt, convoy_span **spans, int *n_spans,
+                       oai_error *e)
 {
     const size_t n = json_array_size(msgs);
     sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
     sv_buf *texts = cv_calloc(n, sizeof *texts);
-    sv_buf prompt = {0};
-    convoy_span *spans = NULL;
-    int n_spans = 0;
     char err[256];
     int rc = -1;
     if (!cm || !texts) {
@@ -435,29 +435,48 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
         cm[i].content = texts[i].p ? texts[i].p : "";
         cm[i].json = m;
     }
-    if (sv_render_chat(srv->chat, cm, (int)n, tools, r->watch, &prompt, &spans, &n_spans, err, sizeof err)) {
+    if (sv_render_chat(srv->chat, cm, (int)n, vars, watch, prompt, spans, n_spans, err, sizeof err)) {
         oai_fail(e, 400, INVALID, NULL, param, "%s", err);
         goto done;
     }
-    rc = tokenize_prompt(srv, prompt.p, prompt.n, spans, n_spans, r, e);
-    for (const char *const *s = sv_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
-        rc = add_stop(r, *s, strlen(*s), e);
+    rc = 0;
 done:
     for (size_t i = 0; texts && i < n; i++)
         sv_buf_free(&texts[i]);
     cv_free(texts);
     cv_free(cm);
+    return rc;
+}
+
+/* The messages rendered, tokenized, and the template's stop strings. */
+static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, const sv_chat_vars *vars,
+                           oai_request *r, oai_error *e)
+{
+    sv_buf prompt = {0};
+    convoy_span *spans = NULL;
+    int n_spans = 0;
+    int rc = chat_prompt(srv, msgs, param, vars, r->watch, &prompt, &spans, &n_spans, e);
+    if (rc == 0)
+        rc = tokenize_prompt(srv, prompt.p, prompt.n, spans, n_spans, r, e);
+    r->think_open = rc == 0 && sv_think_opens(prompt.p, prompt.n);
+    for (const char *const *s = sv_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
+        rc = add_stop(r, *s, strlen(*s), e);
     cv_free(spans);
     sv_buf_free(&prompt);
     return rc;
 }
 
-/* tools and tool_choice: *tools gets the tools the template sees (NULL
- * for none or tool_choice "none"), r->tools how to read calls back. */
-static int parse_tools(const oai_server *srv, const json_t *body, const json_t **tools, oai_request *r, oai_error *e)
+/* tools and tool_choice: vars->tools gets the tools the template sees
+ * (NULL for none or tool_choice "none"), *format how to read calls back;
+ * add_generation_prompt and chat_template_kwargs as given. */
+static int parse_chat_vars(const oai_server *srv, const json_t *body, sv_chat_vars *vars, sv_tool_format *format,
+                           oai_error *e)
 {
     const json_t *t = opt(body, "tools"), *choice = opt(body, "tool_choice");
-    *tools = NULL;
+    *vars = (sv_chat_vars){.add_generation_prompt = opt(body, "add_generation_prompt"),
+                           .kwargs = opt(body, "chat_template_kwargs")};
+    if (vars->kwargs && !json_is_object(vars->kwargs))
+        return bad(e, "chat_template_kwargs", "'%s' must be %s", "an object");
     if (t && !json_is_array(t))
         return bad(e, "tools", "'%s' must be %s", "a list of tools");
     if (choice && !json_is_string(choice) && !json_is_object(choice))
@@ -470,22 +489,47 @@ static int parse_tools(const oai_server *srv, const json_t *body, const json_t *
     if (!srv->chat->jinja)
         return oai_fail(e, 400, INVALID, NULL, "tools", "tools need a Jinja chat template (this one is %s)",
                         srv->chat->name);
-    *tools = t;
-    r->tools = srv->chat->tools;
+    vars->tools = t;
+    *format = srv->chat->tools;
+    return 0;
+}
+
+/* A chat body's messages, checked. */
+static const json_t *chat_messages(const json_t *body, oai_error *e)
+{
+    const json_t *msgs = opt(body, "messages");
+    if (!msgs)
+        oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
+    else if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
+    else
+        return msgs;
+    return NULL;
+}
+
+/* reasoning_format, llama-server's: "none" keeps <think> blocks in the
+ * content; "deepseek" (and llama-server's "auto" and "deepseek-legacy")
+ * splits them off; absent: the server's --reasoning-format. */
+static int parse_reasoning_format(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    const json_t *f = opt(body, "reasoning_format");
+    const char *v = json_string_value(f);
+    r->split_reasoning = srv->split_reasoning;
+    if (!f)
+        return 0;
+    if (!v || (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto") && strcmp(v, "deepseek-legacy")))
+        return bad(e, "reasoning_format", "'%s' must be %s", "\"none\", \"deepseek\" or \"auto\"");
+    r->split_reasoning = strcmp(v, "none") != 0;
     return 0;
 }
 
 static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
-    json_t *msgs = opt(body, "messages");
-    const json_t *tools;
-    if (!msgs)
-        return oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
-    if (parse_tools(srv, body, &tools, r, e))
+    const json_t *msgs = chat_messages(body, e);
+    sv_chat_vars vars;
+    if (!msgs || parse_chat_vars(srv, body, &vars, &r->tools, e) || parse_reasoning_format(srv, body, r, e))
         return -1;
-    return render_messages(srv, msgs, "messages", tools, r, e);
+    return render_messages(srv, msgs, "messages", &vars, r, e);
 }
 
 /* The Responses API's prompt as chat messages: instructions (a system
@@ -570,26 +614,35 @@ static int check_model(const oai_server *srv, const json_t *root, oai_error *e)
     return 0;
 }
 
+/* The request body as a JSON object, or NULL with e filled. */
+static json_t *load_object(const char *body, size_t len, oai_error *e)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root)
+        oai_fail(e, 400, INVALID, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
+                 jerr.text, jerr.line, jerr.column);
+    else if (!json_is_object(root))
+        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
+    else
+        return root;
+    json_decref(root);
+    return NULL;
+}
+
 int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
                       const sv_render_watch *watch, oai_request *out, oai_error *e)
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->watch = watch;
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, 0, &jerr);
+    json_t *root = load_object(body, len, e);
     if (!root)
-        return oai_fail(e, 400, INVALID, NULL, NULL,
-                        "the request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                        jerr.column);
+        return -1;
     int rc = -1;
     out->stop = cv_calloc(MAX_STOP, sizeof *out->stop);
     if (!out->stop) {
         oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        goto done;
-    }
-    if (!json_is_object(root)) {
-        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
         goto done;
     }
     if (check_model(srv, root, e))
@@ -633,6 +686,25 @@ done:
     if (rc)
         oai_request_free(out);
     return rc;
+}
+
+char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+{
+    json_t *root = load_object(body, len, e), *answer = NULL;
+    const json_t *msgs = root ? chat_messages(root, e) : NULL;
+    sv_chat_vars vars;
+    sv_tool_format format;
+    sv_buf prompt = {0};
+    convoy_span *spans = NULL;
+    int n_spans = 0;
+    if (msgs && parse_chat_vars(srv, root, &vars, &format, e) == 0 &&
+        chat_prompt(srv, msgs, "messages", &vars, NULL, &prompt, &spans, &n_spans, e) == 0 &&
+        !(answer = json_pack("{s:s%}", "prompt", prompt.p ? prompt.p : "", prompt.n)))
+        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    cv_free(spans);
+    sv_buf_free(&prompt);
+    json_decref(root);
+    return answer ? oai_json_text(answer) : NULL;
 }
 
 void oai_request_free(oai_request *r)
@@ -758,33 +830,35 @@ static json_t *tool_calls_json(const sv_tool_calls *calls)
 }
 
 /* A chat answer's message: the text, or with tool calls their content (null
- * when empty) and the calls. */
-static json_t *chat_message(const char *text, size_t text_len, const sv_tool_calls *calls)
+ * when empty) and the calls; and the reasoning kept apart. */
+static json_t *chat_message(const oai_answer *a)
 {
-    if (!calls || calls->n == 0)
-        return json_pack("{s:s,s:s%,s:n}", "role", "assistant", "content", text, text_len, "refusal");
-    json_t *content = calls->content.n ? json_stringn(calls->content.p, calls->content.n) : json_null();
-    return json_pack("{s:s,s:o,s:n,s:o}", "role", "assistant", "content", content, "refusal", "tool_calls",
-                     tool_calls_json(calls));
+    json_t *m;
+    if (!a->calls || a->calls->n == 0) {
+        m = json_pack("{s:s,s:s%,s:n}", "role", "assistant", "content", a->text, a->text_len, "refusal");
+    } else {
+        json_t *content = a->calls->content.n ? json_stringn(a->calls->content.p, a->calls->content.n) : json_null();
+        m = json_pack("{s:s,s:o,s:n,s:o}", "role", "assistant", "content", content, "refusal", "tool_calls",
+                      tool_calls_json(a->calls));
+    }
+    if (m && a->reasoning)
+        json_object_set_new(m, "reasoning_content", json_stringn(a->reasoning, a->reasoning_len));
+    return m;
 }
 
-char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
-                        size_t text_len, const char *finish, const sv_tool_calls *calls, json_t *logprobs,
-                        const oai_usage *u)
+char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a)
 {
-    if (!logprobs)
-        logprobs = json_null();
+    json_t *logprobs = a->logprobs ? a->logprobs : json_null();
     if (kind == OAI_COMPLETIONS)
-        return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object", "text_completion",
-                              "created", (json_int_t)created, "model", srv->model_id, "choices", "text", text,
-                              text_len, "index", 0, "logprobs", logprobs, "finish_reason", finish, "usage",
-                              usage_json(u)));
-    if (calls && calls->n)
-        finish = "tool_calls";
-    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object", "chat.completion",
-                          "created", (json_int_t)created, "model", srv->model_id, "choices", "index", 0, "message",
-                          chat_message(text, text_len, calls), "logprobs", logprobs, "finish_reason", finish, "usage",
-                          usage_json(u)));
+        return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object",
+                                       "text_completion", "created", (json_int_t)created, "model", srv->model_id,
+                                       "choices", "text", a->text, a->text_len, "index", 0, "logprobs", logprobs,
+                                       "finish_reason", a->finish, "usage", usage_json(a->usage)));
+    const char *finish = a->calls && a->calls->n ? "tool_calls" : a->finish;
+    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object",
+                                   "chat.completion", "created", (json_int_t)created, "model", srv->model_id,
+                                   "choices", "index", 0, "message", chat_message(a), "logprobs", logprobs,
+                                   "finish_reason", finish, "usage", usage_json(a->usage)));
 }
 
 /* A chat chunk's delta: a tool call's head or arguments, the end (empty),
@@ -799,8 +873,10 @@ static json_t *chat_delta(const oai_chunk *c)
                          "type", "function", "function", "name", c->call->name, "arguments", "");
     if (c->finish && c->text_len == 0 && !c->first)
         return json_object();
-    return c->first ? json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text, c->text_len)
-                    : json_pack("{s:s%}", "content", c->text, c->text_len);
+    const char *key = c->reasoning ? "reasoning_content" : "content";
+    const char *text = c->reasoning ? c->reasoning : c->text;
+    const size_t len = c->reasoning ? c->reasoning_len : c->text_len;
+    return c->first ? json_pack("{s:s,s:s%}", "role", "assistant", key, text, len) : json_pack("{s:s%}", key, text, len);
 }
 
 char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c)

@@ -4,7 +4,8 @@
  * /v1/chat/completions or /v1/responses body completely before anything
  * runs: JSON syntax, the type and range of every parameter it knows, the
  * model name, the prompt (a string, or one list of token ids; for chat,
- * the messages, rendered with the server's chat template; for responses,
+ * the messages, rendered with the server's chat template and the request's
+ * tools and chat_template_kwargs; for responses,
  * instructions then input, a string or messages with text parts, rendered
  * the same way) tokenized against the context, and max_tokens
  * (max_output_tokens) against the room the prompt leaves. Responses are
@@ -60,6 +61,8 @@ typedef struct oai_server {
     int32_t n_ctx;
     const sv_chat *chat;
     bool strict_model;
+    bool split_reasoning; /* --reasoning-format deepseek (the default): chat answers' <think> blocks become
+                             reasoning_content (serve/think.h); a request's reasoning_format overrides it */
 } oai_server;
 
 typedef struct oai_request {
@@ -70,6 +73,8 @@ typedef struct oai_request {
     sv_request_params params; /* params.prompt points into prompt */
     char **stop;              /* stop strings (with the template's end-of-turn texts for chat) */
     sv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
+    bool split_reasoning;     /* chat: <think> blocks become reasoning_content */
+    bool think_open;          /* chat: the prompt opened a <think> block (think.h) */
     char *grammar;            /* the output's grammar (params.grammar), or NULL */
     int n_stop;
     const sv_render_watch *watch; /* oai_parse_request's, while it runs */
@@ -79,6 +84,10 @@ typedef struct oai_request {
 int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
                       const sv_render_watch *watch, oai_request *out, oai_error *e);
 void oai_request_free(oai_request *r);
+/* llama-server's /apply-template: a chat body's messages, tools and
+ * chat_template_kwargs rendered exactly as oai_parse_request renders them
+ * for the model, answered {"prompt": TEXT}; NULL with e filled. */
+char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
 
 /* Fills e; returns -1 so that failure paths read `return oai_fail(...)`. */
 int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
@@ -108,20 +117,28 @@ typedef struct oai_usage {
  * calls read out of text: when there are any, the message's content is
  * calls->content (null when empty), it gets "tool_calls" [{id, type
  * "function", function {name, arguments}}] and finish_reason is
- * "tool_calls", as OpenAI answers. */
-char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const char *text,
-                        size_t text_len, const char *finish, const sv_tool_calls *calls, json_t *logprobs,
-                        const oai_usage *u);
-/* One streamed chunk: a text delta (chat: the first chunk also carries
- * the role), an optional finish reason, logprobs (taken over) and usage
- * (NULL: "usage": null when include_usage, else absent). With
- * usage_only, a chunk with no choices and the usage. With call (chat), a
- * tool_calls delta instead of text, as OpenAI streams a call: its head
- * {index, id, type "function", function {name, arguments ""}}, or with
- * call_args {index, function {arguments}}. */
+ * "tool_calls", as OpenAI answers. reasoning (chat; NULL: none): the
+ * message's reasoning_content. */
+typedef struct oai_answer {
+    const char *text;
+    size_t text_len;
+    const char *reasoning;
+    size_t reasoning_len;
+    const char *finish;
+    const sv_tool_calls *calls;
+    json_t *logprobs;
+    const oai_usage *usage;
+} oai_answer;
+char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a);
+
+/* A streamed chunk: text (with the role in the first of a chat), or
+ * (chat) reasoning as its own delta, a tool call's head or arguments, the
+ * end, or the usage alone. */
 typedef struct oai_chunk {
     const char *text;
     size_t text_len;
+    const char *reasoning; /* chat: a reasoning_content delta instead of text, when not NULL */
+    size_t reasoning_len;
     bool first;
     const char *finish;
     json_t *logprobs;

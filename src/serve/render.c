@@ -22,6 +22,13 @@ static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name,
 {
     if (!(c->jinja = convoy_template_parse(text, len, err, errlen)))
         return -1;
+    if (!(c->source = cv_malloc(len + 1))) {
+        convoy_template_free(c->jinja);
+        c->jinja = NULL;
+        return cv_errf(err, errlen, "out of memory");
+    }
+    memcpy(c->source, text, len);
+    c->source[len] = 0;
     c->tools = sv_tools_detect(text);
     snprintf(c->name, sizeof c->name, "%s", name);
     return 0;
@@ -97,18 +104,24 @@ void sv_chat_free(sv_chat *c)
 {
     convoy_template_free(c->jinja);
     c->jinja = NULL;
+    cv_free(c->source);
+    c->source = NULL;
 }
 
 const char *sv_chat_name(const sv_chat *c) { return c->name; }
 
-/* The messages (and tools) as a chat request body, contents replaced by
- * markers when marked. */
-static char *request_of(const sv_chat_msg *msgs, int n, const json_t *tools, bool marked)
+/* The messages (and the request's variables) as a chat request body,
+ * contents replaced by markers when marked. */
+static char *request_of(const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked)
 {
     json_t *arr = json_array(), *req = json_pack("{s:o}", "messages", arr);
     char mark[32];
-    if (req && tools)
-        json_object_set(req, "tools", (json_t *)tools);
+    if (req && vars->tools)
+        json_object_set(req, "tools", (json_t *)vars->tools);
+    if (req && vars->add_generation_prompt)
+        json_object_set(req, "add_generation_prompt", (json_t *)vars->add_generation_prompt);
+    if (req && vars->kwargs)
+        json_object_set(req, "chat_template_kwargs", (json_t *)vars->kwargs);
     for (int i = 0; req && i < n; i++) {
         snprintf(mark, sizeof mark, MARK_OPEN "%d" MARK_CLOSE, i);
         json_t *m = msgs[i].json ? json_copy((json_t *)msgs[i].json) : json_object();
@@ -121,10 +134,10 @@ static char *request_of(const sv_chat_msg *msgs, int n, const json_t *tools, boo
     return body;
 }
 
-static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
                         const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
 {
-    char *body = request_of(msgs, n, tools, marked), *text = NULL;
+    char *body = request_of(msgs, n, vars, marked), *text = NULL;
     if (!body)
         return cv_errf(err, errlen, "out of memory (or a message that is not UTF-8)");
     const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos, .pool = c->pool,
@@ -138,9 +151,14 @@ static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const 
     return rc;
 }
 
-static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool marked, sv_buf *out, char *err,
-                         size_t errlen)
+/* A built-in family's render: add_generation_prompt false leaves the
+ * assistant's turn unopened; Qwen3 reads enable_thinking false. */
+static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
+                         sv_buf *out, char *err, size_t errlen)
 {
+    const cv_chat_opts opts = {
+        .disable_thinking = json_is_false(json_object_get(vars->kwargs, "enable_thinking"))};
+    const bool gen = !json_is_false(vars->add_generation_prompt);
     cv_chat_msg *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *cm);
     char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
     int rc = cm && marks ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
@@ -153,11 +171,12 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool 
     }
     size_t len = 0;
     if (rc == 0)
-        rc = cv_chat_render(c->kind, cm, n, true, c->bos, c->eos, NULL, NULL, 0, &len, err, errlen);
+        rc = cv_chat_render(c->kind, cm, n, gen, c->bos, c->eos, &opts, NULL, 0, &len, err, errlen);
     if (rc == 0 && sv_buf_reserve(out, len + 1))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0)
-        rc = cv_chat_render(c->kind, cm, n, true, c->bos, c->eos, NULL, out->p + out->n, len + 1, &len, err, errlen);
+        rc = cv_chat_render(c->kind, cm, n, gen, c->bos, c->eos, &opts, out->p + out->n, len + 1, &len, err,
+                            errlen);
     if (rc == 0)
         out->n += len;
     cv_free(marks);
@@ -165,11 +184,13 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, bool 
     return rc;
 }
 
-static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
                        const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
 {
-    return c->jinja ? render_jinja(c, msgs, n, tools, watch, marked, out, err, errlen)
-                    : render_native(c, msgs, n, marked, out, err, errlen);
+    static const sv_chat_vars none = {0};
+    vars = vars ? vars : &none;
+    return c->jinja ? render_jinja(c, msgs, n, vars, watch, marked, out, err, errlen)
+                    : render_native(c, msgs, n, vars, marked, out, err, errlen);
 }
 
 /* The marked rendering with the contents put back, and their spans.
@@ -220,7 +241,7 @@ static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char
     return 0;
 }
 
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
                    const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
                    size_t errlen)
 {
@@ -228,9 +249,9 @@ int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_
     *n_spans = 0;
     sv_buf marked = {0}, back = {0};
     const size_t at = out->n;
-    int rc = render_with(c, msgs, n, tools, watch, false, out, err, errlen);
+    int rc = render_with(c, msgs, n, vars, watch, false, out, err, errlen);
     if (rc == 0)
-        rc = render_with(c, msgs, n, tools, watch, true, &marked, err, errlen);
+        rc = render_with(c, msgs, n, vars, watch, true, &marked, err, errlen);
     if (rc == 0 && unmark(&marked, msgs, n, &back, spans, n_spans))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0 && (back.n != out->n - at || memcmp(back.p, out->p + at, back.n))) {

@@ -40,6 +40,7 @@
 typedef struct sv_chat {
     cv_chat_kind kind;           /* the native family, when jinja is NULL */
     convoy_template *jinja;      /* the Jinja template, or NULL */
+    char *source;                /* its text (/props shows it), or NULL */
     convoy_template_pool *pool;  /* the memory its renders share (the caller's), or NULL */
     const convoy_model *model;   /* for the fallback's check of contents */
     const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
@@ -65,10 +66,21 @@ typedef struct sv_render_watch {
     void *user;
 } sv_render_watch;
 
+/* What a request gives the template besides its messages: its tool
+ * definitions (Jinja templates only), its add_generation_prompt (true
+ * when absent) and its chat_template_kwargs object, whose members reach a
+ * Jinja template over the other variables (a built-in family reads
+ * enable_thinking); each NULL when absent. */
+typedef struct sv_chat_vars {
+    const json_t *tools;
+    const json_t *add_generation_prompt;
+    const json_t *kwargs;
+} sv_chat_vars;
+
 /* *spans (release with cv_free) gets *n_spans content spans of out.
- * tools: the request's tool definitions (Jinja templates only), or NULL;
- * watch: NULL, or asked now and then while a Jinja template renders. */
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const json_t *tools,
+ * vars: NULL, or the request's variables; watch: NULL, or asked now and
+ * then while a Jinja template renders. */
+int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
                    const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
                    size_t errlen);
 /* The control-token texts ("<|im_start|>", "[INST]", ...) the template

@@ -1,0 +1,112 @@
+/* think.c: reasoning and content apart (see think.h). */
+#include "serve/think.h"
+
+#include <string.h>
+
+#define OPEN "<think>"
+#define CLOSE "</think>"
+
+static bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* The length of p's longest tail (of n bytes) that begins tag without holding it all. */
+static size_t tag_start_tail(const char *p, size_t n, const char *tag)
+{
+    const size_t len = strlen(tag);
+    for (size_t k = len - 1 < n ? len - 1 : n; k > 0; k--)
+        if (!memcmp(p + n - k, tag, k))
+            return k;
+    return 0;
+}
+
+void sv_think_init(sv_think *t, bool open) { *t = (sv_think){.state = open ? SV_THINK_IN : SV_THINK_START}; }
+
+void sv_think_free(sv_think *t) { sv_buf_free(&t->held); }
+
+bool sv_think_opens(const char *prompt, size_t n)
+{
+    while (n > 0 && space(prompt[n - 1]))
+        n--;
+    return n >= strlen(OPEN) && !memcmp(prompt + n - strlen(OPEN), OPEN, strlen(OPEN));
+}
+
+/* START: a block opens, or the text is content; false while it cannot tell. */
+static bool start(sv_think *t, bool over)
+{
+    const char *p = t->held.p;
+    size_t ws = 0;
+    while (ws < t->held.n && space(p[ws]))
+        ws++;
+    const size_t rest = t->held.n - ws, len = strlen(OPEN);
+    if (rest >= len && !memcmp(p + ws, OPEN, len)) {
+        sv_buf_consume(&t->held, ws + len);
+        t->state = SV_THINK_IN;
+        return true;
+    }
+    if (!over && rest < len && !memcmp(p + ws, OPEN, rest))
+        return false;
+    t->state = SV_THINK_CONTENT;
+    return true;
+}
+
+/* IN: the reasoning up to </think> (or as far as it is known); *more
+ * false while the rest may still be a tag or trimmed. */
+static int in_block(sv_think *t, bool over, sv_buf *reasoning, bool *more)
+{
+    const char *p = t->held.p;
+    size_t n = t->held.n, from = 0;
+    const char *close = memmem(p, n, CLOSE, strlen(CLOSE));
+    const size_t end = close ? (size_t)(close - p) : over ? n : n - tag_start_tail(p, n, CLOSE);
+    size_t upto = end;
+    while (upto > 0 && space(p[upto - 1])) /* trailing whitespace: told once text follows it */
+        upto--;
+    if (!t->told)
+        while (from < upto && space(p[from]))
+            from++;
+    if (upto > from && sv_buf_append(reasoning, p + from, upto - from))
+        return -1;
+    t->told |= upto > from;
+    if (close || over) {
+        sv_buf_consume(&t->held, close ? end + strlen(CLOSE) : n);
+        t->state = SV_THINK_AFTER;
+        *more = true;
+        return 0;
+    }
+    /* keep the trailing whitespace (it may end the block) and a possible tag's start */
+    sv_buf_consume(&t->held, upto);
+    *more = false;
+    return 0;
+}
+
+int sv_think_push(sv_think *t, const char *p, size_t n, bool over, sv_buf *reasoning, sv_buf *content)
+{
+    if (sv_buf_append(&t->held, p, n))
+        return -1;
+    for (bool more = true; more;) {
+        switch (t->state) {
+        case SV_THINK_START:
+            more = start(t, over);
+            break;
+        case SV_THINK_IN:
+            if (in_block(t, over, reasoning, &more))
+                return -1;
+            break;
+        case SV_THINK_AFTER: {
+            size_t ws = 0;
+            while (ws < t->held.n && space(t->held.p[ws]))
+                ws++;
+            sv_buf_consume(&t->held, ws);
+            more = t->held.n > 0;
+            if (more)
+                t->state = SV_THINK_CONTENT;
+            break;
+        }
+        case SV_THINK_CONTENT:
+            if (t->held.n && sv_buf_append(content, t->held.p, t->held.n))
+                return -1;
+            sv_buf_consume(&t->held, t->held.n);
+            more = false;
+            break;
+        }
+    }
+    return 0;
+}
