@@ -150,7 +150,10 @@ static void test_tokenize(void)
 
 static void test_props(void)
 {
-    const oai_server srv = {.model = model, .model_id = "tiny", .n_ctx = 1024};
+    sv_chat chat;
+    char err[256];
+    CHECKF(sv_chat_setup(model, NULL, &chat, err, sizeof err) == 0, "%s", err);
+    const oai_server srv = {.model = model, .model_id = "tiny", .n_ctx = 1024, .chat = &chat};
     const sv_props p = {.n_slot = 4, .model_path = "m.gguf", .build_info = "convoy 0", .seed = -1};
     char *s = sv_props_json(&srv, &p);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
@@ -159,10 +162,14 @@ static void test_props(void)
                json_integer_value(json_object_get(d, "n_ctx")) == 1024 &&
                json_integer_value(json_object_get(json_object_get(d, "params"), "seed")) == -1 &&
                !strcmp(json_string_value(json_object_get(j, "model_alias")), "tiny") &&
-               json_is_string(json_object_get(j, "chat_template")),
+               json_is_string(json_object_get(j, "chat_template")) &&
+               !strcmp(json_string_value(json_object_get(j, "chat_template_name")), "chatml (built in)") &&
+               !strcmp(json_string_value(json_object_get(j, "bos_token")), "<s>") &&
+               !strcmp(json_string_value(json_object_get(j, "eos_token")), "</s>"),
            "%s", s ? s : "NULL");
     json_decref(j);
     free(s);
+    sv_chat_free(&chat);
 }
 
 int main(void)

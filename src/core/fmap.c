@@ -132,6 +132,6 @@ int cv_make_dirs(const char *dir, char *err, size_t errlen)
     if (mkdir(path, 0755) && errno != EEXIST)
         return cv_errf(err, errlen, "%s: cannot create: %s", dir, strerror(errno));
     if (stat(path, &st) || !S_ISDIR(st.st_mode) || access(path, W_OK))
-        return cv_errf(err, errlen, "%s: not a folder this process can write", dir);
+        return cv_errf(err, errlen, "%s: not a directory this process can write", dir);
     return 0;
 }

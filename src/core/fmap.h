@@ -9,7 +9,7 @@
  * cv_open_regular is the open beneath it, for any file a user names.
  * cv_fmap_read copies bytes [off, off+n) of the file into dst with pread,
  * so the mapping's pages are not touched; an error names the file's range.
- * cv_make_dirs is mkdir -p, for the folders a user names for output. */
+ * cv_make_dirs is mkdir -p, for the directories a user names for output. */
 #ifndef CONVOY_CORE_FMAP_H
 #define CONVOY_CORE_FMAP_H
 
@@ -32,8 +32,8 @@ int cv_fmap_open(cv_fmap *m, const char *path, char *err, size_t errlen);
 void cv_fmap_release(cv_fmap *m, size_t off, size_t n);
 int cv_fmap_read(const cv_fmap *m, size_t off, size_t n, void *dst, char *err, size_t errlen);
 void cv_fmap_close(cv_fmap *m);
-/* Creates dir and the folders above it that are missing (mode 0755);
- * returns 0 when dir is a folder this process can write, else -1 after a
+/* Creates dir and the directories above it that are missing (mode 0755);
+ * returns 0 when dir is a directory this process can write, else -1 after a
  * message naming dir and why. */
 int cv_make_dirs(const char *dir, char *err, size_t errlen);
 
