@@ -27,9 +27,9 @@ static void expect(const char *out, bool open, const char *want_reasoning, const
     for (size_t step = 0; step <= 3; step++) {
         sv_buf r, c;
         split(out, open, step, &r, &c);
-        CHECKF(r.n == strlen(want_reasoning) && !memcmp(r.p, want_reasoning, r.n),
+        CHECKF(r.n == strlen(want_reasoning) && (!r.n || !memcmp(r.p, want_reasoning, r.n)),
                "%s (step %zu): reasoning '%.*s', want '%s'", out, step, (int)r.n, r.p ? r.p : "", want_reasoning);
-        CHECKF(c.n == strlen(want_content) && !memcmp(c.p, want_content, c.n),
+        CHECKF(c.n == strlen(want_content) && (!c.n || !memcmp(c.p, want_content, c.n)),
                "%s (step %zu): content '%.*s', want '%s'", out, step, (int)c.n, c.p ? c.p : "", want_content);
         sv_buf_free(&r);
         sv_buf_free(&c);

@@ -32,7 +32,7 @@ bool sv_think_opens(const char *prompt, size_t n)
 /* START: a block opens, or the text is content; false while it cannot tell. */
 static bool start(sv_think *t, bool over)
 {
-    const char *p = t->held.p;
+    const char *p = t->held.p ? t->held.p : ""; /* memcmp wants a pointer even for 0 bytes */
     size_t ws = 0;
     while (ws < t->held.n && space(p[ws]))
         ws++;
@@ -52,7 +52,7 @@ static bool start(sv_think *t, bool over)
  * false while the rest may still be a tag or trimmed. */
 static int in_block(sv_think *t, bool over, sv_buf *reasoning, bool *more)
 {
-    const char *p = t->held.p;
+    const char *p = t->held.p ? t->held.p : "";
     size_t n = t->held.n, from = 0;
     const char *close = memmem(p, n, CLOSE, strlen(CLOSE));
     const size_t end = close ? (size_t)(close - p) : over ? n : n - tag_start_tail(p, n, CLOSE);
