@@ -11,12 +11,14 @@
 
 #include "args.h"
 #include "commands.h"
+#include "hub.h"
 #include "convoy.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: convoy run -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--top-k K] [--top-p P]\n"
+            "usage: convoy run (-m MODEL | -hf OWNER/REPO[:QUANT]) -p PROMPT [-n N] [-t THREADS] [--temp T]\n"
+            "                  [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--frequency-penalty F]\n"
             "                  [--presence-penalty P] [--seed S] [--ctx N] [--batch N] [--kv-type f32|f16]\n"
             "                  [--ignore-eos] [--ids] [--mem BYTES] [--draft ngram|PATH [--spec-k K] "
@@ -24,6 +26,7 @@ static void usage(FILE *f)
             "                  [--nodes HOST:PORT,... [--split A,B,...] [--wire f32|f16|q8_0] [--prefill-chunk N]\n"
             "                   [--peer-timeout MS] [--standby HOST:PORT,...] [--failover-wait MS] [--key FILE] [--insecure]\n"
             "                   [--no-rebalance]]\n"
+            "  -hf OWNER/REPO[:QUANT]: the model from the Hugging Face hub (`convoy pull` says how)\n"
             "  -n N  tokens to generate (default 128); --temp 0 is greedy; default seed: random (printed)\n"
             "  --ids: print the generated token ids (one JSON list) instead of the text\n"
             "  --nodes: run the layers on `convoy stage` nodes (a pipeline in this order); this machine\n"
@@ -46,7 +49,8 @@ static void usage(FILE *f)
 }
 
 typedef struct run_opts {
-    const char *model_path, *prompt;
+    const char *model_path, *hf, *prompt;
+    char pulled[4096]; /* -hf's file */
     int32_t n_predict;
     bool ignore_eos, print_ids, seed_given;
     convoy_ctx_params cp;
@@ -80,7 +84,8 @@ static int parse_options(run_opts *o, int argc, char **argv)
                     .spec = arg_spec_init()};
     convoy_sampling_params *sp = &o->sp;
     const arg_opt opts[] = {
-        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
+        {"model", 'm', ARG_STR, .dst = &o->model_path},
+        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf"},
         {"prompt", 'p', ARG_STR, .dst = &o->prompt, .required = true},
         {NULL, 'n', ARG_INT, .dst = &o->n_predict, .lo = 0, .hi = 1 << 24},
         {"ignore-eos", 0, ARG_FLAG, .dst = &o->ignore_eos},
@@ -98,9 +103,12 @@ static int parse_options(run_opts *o, int argc, char **argv)
     };
     const arg_cmd cmd = {.name = "run", .usage = usage, .opts = opts, .engine = &o->cp, .spec = &o->spec};
     const int status = arg_parse(&cmd, argc, argv);
-    if (status == ARG_GO && !o->seed_given) /* random, and printed so that the run can be repeated */
+    if (status != ARG_GO)
+        return status;
+    if (!o->seed_given) /* random, and printed so that the run can be repeated */
         sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-    return status;
+    const int pulled = hub_model_option("run", o->hf, &o->model_path, o->pulled, sizeof o->pulled);
+    return pulled ? pulled : ARG_GO;
 }
 
 /* Loads the model and creates the context (and the drafter); the time this

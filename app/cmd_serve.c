@@ -24,6 +24,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "hub.h"
 #include "convoy.h"
 #include "serve/access.h"
 #include "serve/http.h"
@@ -34,8 +35,9 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: convoy serve -m MODEL [--host ADDR] [--port N] [-np|--parallel|--slots N]\n"
-            "                    [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N] [-s|--seed N] [--queue N]\n"
+            "usage: convoy serve (-m MODEL | -hf OWNER/REPO[:QUANT]) [--host ADDR] [--port N]\n"
+            "                    [-np|--parallel|--slots N] [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N]\n"
+            "                    [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--reasoning-format none|deepseek] [--max-body BYTES]\n"
@@ -52,6 +54,7 @@ static void usage(FILE *f)
             "  --ctx N: tokens per slot (default: the model's, at most 4096); -b/--batch-size 512: tokens per engine\n"
             "  step (decode tokens first, then prompt chunks); -s/--seed: the seed of requests that give none\n"
             "  (default: a fresh one each); -ngl/--n-gpu-layers is accepted and ignored: this build has no GPU;\n"
+            "  -hf OWNER/REPO[:QUANT]: the model from the Hugging Face hub (`convoy pull` says how)\n"
             "  -a/--alias: the model's name (default: the file name without .gguf); any name a request gives is\n"
             "  served as this one, unless --strict-model (then another name is a 404, as OpenAI answers);\n"
             "  --api-key / --api-key-file (one key per line, mode 0600): requests need 'Authorization: Bearer KEY'\n"
@@ -103,7 +106,8 @@ static void usage(FILE *f)
 enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a stage takes */
 
 typedef struct serve_opts {
-    const char *model_path, *host, *alias, *chat_template, *reasoning_format;
+    const char *model_path, *hf, *host, *alias, *chat_template, *reasoning_format;
+    char pulled[4096]; /* -hf's file */
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
@@ -178,7 +182,10 @@ static int check_options(serve_opts *o)
     }
     if (!o->client_slots_given)
         o->client_slots = o->cp.n_slot > 1 ? o->cp.n_slot - 1 : 1;
-    return parse_seed(o) ? 2 : ARG_GO;
+    if (parse_seed(o))
+        return 2;
+    const int pulled = hub_model_option("serve", o->hf, &o->model_path, o->pulled, sizeof o->pulled);
+    return pulled ? pulled : ARG_GO;
 }
 
 static int parse_options(serve_opts *o, int argc, char **argv)
@@ -188,7 +195,8 @@ static int parse_options(serve_opts *o, int argc, char **argv)
                       .client_connections = 128, .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
     o->cp.n_slot = 4;
     const arg_opt opts[] = {
-        {"model", 'm', ARG_STR, .dst = &o->model_path, .required = true},
+        {"model", 'm', ARG_STR, .dst = &o->model_path},
+        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf"},
         {"host", 0, ARG_STR, .dst = &o->host},
         {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
         {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS},

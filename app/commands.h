@@ -19,5 +19,6 @@ int cmd_pack(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_render_template(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const struct {
     {"split", cmd_split, "split MODEL --stages N|--split A,B,... -o DIR: per-stage shard files for `convoy stage`"},
     {"render-template", cmd_render_template,
      "render-template --template FILE --request REQ.json: the prompt a chat template makes of a request"},
+    {"pull", cmd_pull, "pull hf://OWNER/REPO/FILE.gguf | OWNER/REPO[:QUANT]: download a model into the cache"},
     {"plan", cmd_plan, "plan -m MODEL (--nodes HOST:PORT,...|--fleet FLEET.json): predicted tokens/s of a fleet"},
     {"synth", cmd_synth, "synth --shape NAME|--dims ... --type T -o OUT: deterministic random model"},
 };

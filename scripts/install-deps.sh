@@ -4,11 +4,12 @@
 # nothing when everything is present. Runs as root, or through sudo when it
 # exists.
 #
-#   install-deps.sh run     what building and running convoy needs (the first three lines below)
+#   install-deps.sh run     what building and running convoy needs (the first four lines below)
 #   install-deps.sh         that, and what the tests, benchmarks and scripts need (all of them)
 #
 #   build-essential cmake pkg-config      C toolchain and build
 #   libjansson-dev libsodium-dev libmicrohttpd-dev   JSON, link crypto, HTTP
+#   libcurl4-gnutls-dev                   downloads (convoy pull, -hf)
 #   util-linux                            taskset: run.sh pins each stage to a core
 #   clang libclang-rt-dev                 clang and its libFuzzer/sanitizer runtimes
 #   nodejs npm                            HTTP API client tests
@@ -19,7 +20,8 @@
 #   libzstd-dev                           zstd -19, bench_rans's yardstick for convoy's own coder (bench only)
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libjansson-dev libsodium-dev libmicrohttpd-dev util-linux)
+packages=(build-essential cmake pkg-config libjansson-dev libsodium-dev libmicrohttpd-dev libcurl4-gnutls-dev
+          util-linux)
 if [[ "${1:-}" != run ]]; then
     packages+=(clang libclang-rt-dev nodejs npm iproute2 nftables iputils-ping python3 python3-jinja2
                gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libzstd-dev)

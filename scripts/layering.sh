@@ -32,6 +32,7 @@ RULES=(
     "app/cmd_serve.c: serve/"
     "app/cmd_stage.c: pipe/node.h"
     "app/cmd_keygen.c: pipe/seal.h"
+    "app/hub.c: core/err.h core/fmap.h"
 )
 
 # allowed_for FILE: the allowed entries of every rule that covers FILE.

@@ -244,10 +244,10 @@ check "--draft 16 is refused, pointing at --spec-k" grep -q "not a number.*--spe
 check "--version" grep -q "^convoy [0-9]" <("$convoy" serve --version)
 "$convoy" serve -m "$model" -f prompt.txt >/dev/null 2>"$tmp/f.txt"
 check "-f (a prompt file) is not a server option" grep -q "unknown option '-f'" "$tmp/f.txt"
-"$convoy" serve -hf x >"$tmp/hf.out" 2>"$tmp/hf.txt"
+"$convoy" serve -hf x --no-such-flag >"$tmp/hf.out" 2>"$tmp/hf.txt"
 hf_rc=$?
-check "-hf (a download) is an unknown option, exit 2, no help on stdout" \
-    test "$hf_rc" = 2 -a ! -s "$tmp/hf.out" -a -n "$(grep "unknown option '-hf'" "$tmp/hf.txt")"
+check "-hf x with an unknown option: exit 2 naming it, no help on stdout, nothing pulled" \
+    test "$hf_rc" = 2 -a ! -s "$tmp/hf.out" -a -n "$(grep "unknown option '--no-such-flag'" "$tmp/hf.txt")"
 if start_server "$tmp/s4.log" --host 0.0.0.0 --port 0 -ngl 99; then
     check "-ngl 99: accepted, with a note that there is no GPU" \
         grep -q "WARN  -ngl/--n-gpu-layers 99: this build has no GPU" "$tmp/s4.log"
