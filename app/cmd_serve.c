@@ -368,7 +368,7 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
     char err[512], id[256];
     model_id_of(o->model_path, id, sizeof id);
     const sv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
-                            .seed = o->seed_value};
+                            .version = CONVOY_VERSION, .seed = o->seed_value};
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
                              .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s};

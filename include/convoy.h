@@ -34,6 +34,8 @@ typedef struct convoy_model_info {
     int32_t n_embd_kv; /* K (and V) values per position and layer: n_head_kv * head_dim */
     int32_t bos, eos;
     uint64_t bytes_per_token; /* weight bytes read per decoded token */
+    uint64_t n_params;        /* the tensors' elements */
+    char file_type[16];       /* general.file_type's name as llama.cpp gives it ("Q4_K_M"), or "" */
 } convoy_model_info;
 
 convoy_model *convoy_model_load(const char *path, char *err, size_t errlen);

@@ -29,6 +29,7 @@
 #include "pipe/seal.h"
 #include "model/fingerprint.h"
 #include "model/llama.h"
+#include "model/quantize.h"
 #include "model/vocab.h"
 
 struct convoy_model {
@@ -151,6 +152,16 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
     info->bos = m->vocab.bos;
     info->eos = m->vocab.eos;
     info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, CV_EMBD_ROW);
+    const gguf_file *f = &m->meta.gguf;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        info->n_params += (uint64_t)(f->tensors[i].ne[0] * f->tensors[i].ne[1] * f->tensors[i].ne[2] *
+                                     f->tensors[i].ne[3]);
+    uint32_t ftype;
+    const char *ftype_name = gguf_find_kv(f, "general.file_type") &&
+                                     gguf_get_u32(f, "general.file_type", &ftype, NULL, 0) == 0
+                                 ? cv_quant_file_type_name(ftype)
+                                 : NULL;
+    snprintf(info->file_type, sizeof info->file_type, "%s", ftype_name ? ftype_name : "");
     /* a token reads n_expert_used of each layer's n_expert experts */
     for (int32_t l = 0; hp->n_expert > 0 && l < hp->n_layer; l++)
         info->bytes_per_token -= cv_llama_layer_expert_bytes(&m->meta, l) / (uint64_t)hp->n_expert *

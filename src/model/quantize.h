@@ -119,6 +119,9 @@ cv_type cv_quant_policy_type(const cv_quantize_params *p, const char *name, int 
  * the mix's (MOSTLY_Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_M 15,
  * Q5_K_M 17), else cv_quant_file_type(p->type). */
 int cv_quant_policy_file_type(const cv_quantize_params *p);
+/* The name of llama.cpp's general.file_type ftype ("Q4_K_M", "F16", ...),
+ * or NULL for a number llama.cpp does not define. */
+const char *cv_quant_file_type_name(int64_t ftype);
 
 int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantize_params *p,
                      cv_tensor_note_fn note, void *note_ctx, char *err, size_t errlen);

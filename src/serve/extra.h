@@ -30,6 +30,7 @@ typedef struct sv_props {
     int32_t n_slot;
     const char *model_path;
     const char *build_info;
+    const char *version; /* convoy's, "0.1.0" */
     int64_t seed; /* the seed of requests that give none; -1: a fresh one each */
 } sv_props;
 

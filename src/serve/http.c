@@ -49,6 +49,7 @@
 #include "serve/buf.h"
 #include "serve/deadline.h"
 #include "serve/log.h"
+#include "serve/ollama.h"
 #include "serve/resp.h"
 #include "serve/slots.h"
 #include "serve/think.h"
@@ -64,19 +65,32 @@ enum route {
     R_DETOKENIZE,
     R_APPLY_TEMPLATE,
     R_SLOT_ACTION,
+    R_OLLAMA_CHAT,
+    R_OLLAMA_GENERATE,
+    R_OLLAMA_SHOW,
     R_MODELS,
     R_MODEL,
     R_HEALTH,
     R_METRICS,
     R_PROPS,
     R_SLOTS,
+    R_OLLAMA_TAGS,
+    R_OLLAMA_PS,
+    R_OLLAMA_VERSION,
     R_OTHER,
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/apply-template",
-    "/slots/{id}",     "/v1/models",           "/v1/models/{id}", "/health", "/metrics",    "/props",
-    "/slots",          "other"};
+    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize",    "/detokenize",
+    "/apply-template", "/slots/{id}",          "/api/chat",     "/api/generate", "/api/show",
+    "/v1/models",      "/v1/models/{id}",      "/health",       "/metrics",      "/props",
+    "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "other"};
+
+/* Ollama's routes answer in its shapes, errors too (ollama.h). */
+static bool is_ollama(enum route rt)
+{
+    return (rt >= R_OLLAMA_CHAT && rt <= R_OLLAMA_SHOW) || (rt >= R_OLLAMA_TAGS && rt <= R_OLLAMA_VERSION);
+}
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
@@ -139,6 +153,8 @@ typedef struct gen {
     long long created;
     int32_t n_seen;     /* tokens turned into text */
     int32_t lp_next;    /* first token whose logprobs are not yet sent */
+    bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
+    ollama_kind okind;
     sv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
     sv_think think;     /* the split of its text so far */
@@ -238,7 +254,8 @@ static enum MHD_Result send_json(sv_http *h, struct MHD_Connection *c, conn *cc,
 
 static enum MHD_Result send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
 {
-    return send_json(h, c, cc, e->status, oai_error_json(e));
+    const bool ollama = is_ollama(cc->rt) || !strncmp(cc->path, "/api/", 5); /* its unknown routes too */
+    return send_json(h, c, cc, e->status, ollama ? ollama_error_json(e) : oai_error_json(e));
 }
 
 /* True when the peer has closed or reset the connection. */
@@ -334,14 +351,42 @@ static json_t *gen_logprobs(gen *g)
     return lp;
 }
 
+/* An event: a server-sent event, or for Ollama a line of JSON. */
 static int sse_event(gen *g, char *json)
 {
     if (!json)
         return -1;
-    const int rc = sv_buf_puts(&g->sse, "data: ") || sv_buf_puts(&g->sse, json) || sv_buf_puts(&g->sse, "\n\n");
+    const int rc = g->ollama ? sv_buf_puts(&g->sse, json) || sv_buf_puts(&g->sse, "\n")
+                             : sv_buf_puts(&g->sse, "data: ") || sv_buf_puts(&g->sse, json) ||
+                                   sv_buf_puts(&g->sse, "\n\n");
     free(json);
     return rc ? -1 : 0;
 }
+
+/* Ollama's figures of the generation so far. */
+static ollama_stats gen_ollama_stats(const gen *g)
+{
+    const double total = cv_now_s() - g->cc->t0;
+    return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - sv_request_cached(g->r),
+                          .eval_tokens = g->n_seen, .total_s = total,
+                          .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total};
+}
+
+/* A chunk as an event in the request's shapes (Ollama's have none for
+ * some chunks). */
+static int send_chunk(gen *g, const oai_chunk *ch)
+{
+    if (!g->ollama)
+        return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, ch));
+    bool none;
+    const ollama_stats st = gen_ollama_stats(g);
+    char *json = ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
+    json_decref(ch->logprobs);
+    return none ? 0 : sse_event(g, json);
+}
+
+/* An OpenAI chat's first chunk carries the role, before any token. */
+static bool opens_with_role(const gen *g) { return g->req.kind == OAI_CHAT && !g->ollama; }
 
 /* sse_fill for /v1/responses: the opening events first, then a delta per
  * batch of text, then the closing events (no [DONE]: OpenAI sends none). */
@@ -372,11 +417,11 @@ static int resp_fill(gen *g, bool over)
 static int text_chunk(gen *g, const char *p, size_t n)
 {
     const bool lp = g->req.params.top_logprobs >= 0 && g->lp_next < g->n_seen;
-    if (!n && !lp && (g->req.kind != OAI_CHAT || g->role_sent))
+    if (!n && !lp && (!opens_with_role(g) || g->role_sent))
         return 0;
-    const oai_chunk ch = {.text = p, .text_len = n, .first = g->req.kind == OAI_CHAT && !g->role_sent,
+    const oai_chunk ch = {.text = p, .text_len = n, .first = opens_with_role(g) && !g->role_sent,
                           .logprobs = gen_logprobs(g), .include_usage = g->req.include_usage};
-    if (sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &ch)))
+    if (send_chunk(g, &ch))
         return -1;
     g->role_sent = true;
     g->text_sent += n;
@@ -392,7 +437,7 @@ static int split_reasoning(gen *g, bool over)
     if (rc == 0 && reasoning.n) {
         const oai_chunk ch = {.reasoning = reasoning.p, .reasoning_len = reasoning.n, .first = !g->role_sent,
                               .include_usage = g->req.include_usage};
-        rc = sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &ch));
+        rc = send_chunk(g, &ch);
         g->role_sent = true;
     }
     sv_buf_free(&g->out);
@@ -424,8 +469,7 @@ static int tools_fill(gen *g, bool over, const char **finish)
         const oai_chunk head = {.call = &calls.calls[i], .call_index = i, .include_usage = g->req.include_usage};
         const oai_chunk args = {.call = &calls.calls[i], .call_index = i, .call_args = true,
                                 .include_usage = g->req.include_usage};
-        rc = sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &head)) ||
-             sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &args));
+        rc = send_chunk(g, &head) || send_chunk(g, &args);
     }
     if (calls.n)
         *finish = "tool_calls";
@@ -439,11 +483,10 @@ static int sse_fill(gen *g, bool over)
 {
     if (g->req.kind == OAI_RESPONSES)
         return resp_fill(g, over);
-    const oai_server *srv = g->h->srv;
     const oai_usage usage = gen_usage(g);
     if (g->error.status) {
         snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
-        if (sse_event(g, oai_error_json(&g->error)))
+        if (sse_event(g, g->ollama ? ollama_error_json(&g->error) : oai_error_json(&g->error)))
             return -1;
     } else {
         const char *finish = g->finish;
@@ -455,14 +498,12 @@ static int sse_fill(gen *g, bool over)
         if (over) {
             const oai_chunk fin = {.text = "", .finish = finish, .include_usage = g->req.include_usage,
                                    .usage = g->req.include_usage ? NULL : &usage};
-            if (sse_event(g, oai_chunk_json(srv, g->req.kind, g->id, g->created, &fin)))
-                return -1;
             const oai_chunk u = {.usage_only = true, .usage = &usage};
-            if (g->req.include_usage && sse_event(g, oai_chunk_json(srv, g->req.kind, g->id, g->created, &u)))
+            if (send_chunk(g, &fin) || (g->req.include_usage && send_chunk(g, &u)))
                 return -1;
         }
     }
-    if (over && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
+    if (over && !g->ollama && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
         return -1;
     g->over = over;
     return 0;
@@ -481,7 +522,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     double waiting_since = cv_now_s();
     for (;;) {
         if (g->sse_off == g->sse.n && !g->over && cv_now_s() - waiting_since >= keepalive_s(g->h)) {
-            if (sv_buf_puts(&g->sse, ": keep-alive\n\n"))
+            const oai_chunk empty = {.text = ""}; /* NDJSON has no comments: an empty line of text */
+            if (g->ollama ? send_chunk(g, &empty) : sv_buf_puts(&g->sse, ": keep-alive\n\n"))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             waiting_since = cv_now_s();
         }
@@ -501,7 +543,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (peer_gone(g->fd))
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        const bool over = g->role_sent || g->req.kind == OAI_COMPLETIONS ? gen_poll(g, POLL_MS) : false;
+        const bool polls = g->role_sent || g->req.kind == OAI_COMPLETIONS || g->ollama; /* no opening to send */
+        const bool over = polls ? gen_poll(g, POLL_MS) : false;
         if (sse_fill(g, over))
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -520,9 +563,10 @@ static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char
 /* A chat template's render stops when its client left. */
 static bool gen_client_gone(void *user) { return peer_gone(((const gen *)user)->fd); }
 
-/* Parses and submits the request of cc's body into a new gen; NULL with
- * e filled when refused. */
-static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, oai_error *e)
+/* Parses and submits the request of body (cc's, or what an Ollama body
+ * means) into a new gen; NULL with e filled when refused. */
+static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
+                      oai_error *e)
 {
     gen *g = cv_calloc(1, sizeof *g);
     if (!g)
@@ -536,7 +580,9 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
     const sv_render_watch watch = {gen_client_gone, g};
-    if (oai_parse_request(h->srv, kind, cc->body.p ? cc->body.p : "", cc->body.n, seed, &watch, &g->req, e)) {
+    g->ollama = is_ollama(cc->rt);
+    g->okind = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
+    if (oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
         gen_free(g);
         return NULL;
     }
@@ -591,7 +637,12 @@ static char *answer_json(gen *g)
     const oai_answer a = {.text = text, .text_len = answer->n, .reasoning = reasoning.n ? reasoning.p : NULL,
                           .reasoning_len = reasoning.n, .finish = g->finish, .calls = tools ? &calls : NULL,
                           .logprobs = gen_logprobs(g), .usage = &usage};
-    json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+    if (g->ollama) {
+        const ollama_stats st = gen_ollama_stats(g);
+        json = ollama_answer_json(g->h->srv, g->okind, &a, &st);
+    } else {
+        json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+    }
 done:
     sv_tool_calls_free(&calls);
     sv_buf_free(&reasoning);
@@ -599,11 +650,31 @@ done:
     return json;
 }
 
+/* The OpenAI body of an Ollama request into *body (NULL: e says why, or
+ * it only loads the model: *loaded is the answer). */
+static void ollama_request(sv_http *h, conn *cc, oai_kind *kind, char **body, char **loaded, oai_error *e)
+{
+    const ollama_kind k = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
+    bool load_only;
+    *loaded = NULL;
+    *body = ollama_to_openai(k, cc->body.p ? cc->body.p : "", cc->body.n, kind, &load_only, e);
+    if (load_only && !(*loaded = ollama_loaded_json(h->srv, k)))
+        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
 static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
-    const oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
+    oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
     oai_error e = {0};
-    gen *g = gen_start(h, c, cc, kind, &e);
+    char *ollama_body = NULL, *loaded = NULL;
+    if (is_ollama(cc->rt)) {
+        ollama_request(h, cc, &kind, &ollama_body, &loaded, &e);
+        if (!ollama_body)
+            return loaded ? send_json(h, c, cc, 200, loaded) : send_error(h, c, cc, &e);
+    }
+    const char *body = ollama_body ? ollama_body : cc->body.p ? cc->body.p : "";
+    gen *g = gen_start(h, c, cc, kind, body, ollama_body ? strlen(ollama_body) : cc->body.n, &e);
+    free(ollama_body);
     if (!g)
         return send_error(h, c, cc, &e);
     if (g->req.stream) {
@@ -613,7 +684,7 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
             gen_free(g);
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Content-Type", g->ollama ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return queue(h, c, cc, 200, resp);
     }
@@ -831,7 +902,16 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_COMPLETIONS:
     case R_CHAT:
     case R_RESPONSES:
+    case R_OLLAMA_CHAT:
+    case R_OLLAMA_GENERATE:
         return generate(h, c, cc);
+    case R_OLLAMA_SHOW:
+        return send_extra(h, c, cc, ollama_show_json(h->srv, &h->props, body, cc->body.n, &e), &e);
+    case R_OLLAMA_TAGS:
+    case R_OLLAMA_PS:
+        return send_json(h, c, cc, 200, ollama_models_json(h->srv, &h->props, cc->rt == R_OLLAMA_PS));
+    case R_OLLAMA_VERSION:
+        return send_json(h, c, cc, 200, ollama_version_json(&h->props));
     case R_TOKENIZE:
         return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
     case R_DETOKENIZE:
@@ -871,8 +951,11 @@ static enum route route_of(const char *url)
                  {"/v1/responses", R_RESPONSES},     {"/tokenize", R_TOKENIZE},
                  {"/detokenize", R_DETOKENIZE},      {"/apply-template", R_APPLY_TEMPLATE},
                  {"/v1/models", R_MODELS},           {"/health", R_HEALTH},
-                 {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},         {"/props", R_PROPS},
-                 {"/slots", R_SLOTS}};
+                 {"/v1/health", R_HEALTH},           {"/metrics", R_METRICS},
+                 {"/props", R_PROPS},                {"/slots", R_SLOTS},
+                 {"/api/chat", R_OLLAMA_CHAT},       {"/api/generate", R_OLLAMA_GENERATE},
+                 {"/api/show", R_OLLAMA_SHOW},       {"/api/tags", R_OLLAMA_TAGS},
+                 {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))
             return exact[i].rt;
