@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* The most options a command has, its own and the shared ones together. */
@@ -29,6 +30,38 @@ int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
     }
     *out = (int32_t)v;
     return 0;
+}
+
+char *arg_read_file(const char *cmd, const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "convoy %s: %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *grown = realloc(buf, cap * 2);
+        if (!grown)
+            free(buf);
+        buf = grown;
+        cap *= 2;
+    }
+    const bool bad = !buf || ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (bad) {
+        fprintf(stderr, "convoy %s: cannot read %s\n", cmd, path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 int arg_dims(const char *s, convoy_synth_params *p)
@@ -133,23 +166,23 @@ static int append(arg_opt *all, int n, const arg_opt *opts, size_t n_opts)
 static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
 {
     const arg_opt engine[] = {
-        {"threads", 't', ARG_INT, .dst = &cp->n_threads, .lo = 1, .hi = 256},
-        {"ctx", 0, ARG_INT, .dst = &cp->n_ctx, .lo = 2, .hi = 1 << 24},
+        {"threads", 't', ARG_INT, .dst = &cp->n_threads, .lo = 1, .hi = 256, .env = "CONVOY_THREADS"},
+        {"ctx", 0, ARG_INT, .dst = &cp->n_ctx, .lo = 2, .hi = 1 << 24, .env = "CONVOY_CTX"},
         {"batch", 0, ARG_INT, .dst = &cp->n_batch, .lo = 1, .hi = 1 << 16},
         {"prefill-chunk", 0, ARG_INT, .dst = &cp->prefill_chunk, .lo = -1, .hi = 1 << 16},
-        {"mem", 0, ARG_BYTES, .dst = &cp->mem_budget},
+        {"mem", 0, ARG_BYTES, .dst = &cp->mem_budget, .env = "CONVOY_MEM"},
         {"peer-timeout", 0, ARG_INT, .dst = &cp->timeout_ms, .lo = 1, .hi = 1 << 30},
-        {"standby", 0, ARG_STR, .dst = &cp->standby},
+        {"standby", 0, ARG_STR, .dst = &cp->standby, .env = "CONVOY_STANDBY"},
         {"failover-wait", 0, ARG_INT, .dst = &cp->failover_wait_ms, .lo = 0, .hi = 1 << 30},
         {"kv-type", 0, ARG_KV_TYPE, .dst = &cp->kv_f16},
         /* llama.cpp's spellings: K and V are one type here, the last given */
         {"cache-type-k", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctk"},
         {"cache-type-v", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctv"},
-        {"nodes", 0, ARG_STR, .dst = &cp->nodes},
-        {"split", 0, ARG_STR, .dst = &cp->split},
+        {"nodes", 0, ARG_STR, .dst = &cp->nodes, .env = "CONVOY_NODES"},
+        {"split", 0, ARG_STR, .dst = &cp->split, .env = "CONVOY_SPLIT"},
         {"wire", 0, ARG_STR, .dst = &cp->wire},
-        {"key", 0, ARG_STR, .dst = &cp->key_file},
-        {"insecure", 0, ARG_FLAG, .dst = &cp->insecure},
+        {"key", 0, ARG_STR, .dst = &cp->key_file, .env = "CONVOY_KEY_FILE"},
+        {"insecure", 0, ARG_FLAG, .dst = &cp->insecure, .env = "CONVOY_INSECURE"},
         {"no-rebalance", 0, ARG_NO_FLAG, .dst = &cp->rebalance},
     };
     return append(all, n, engine, sizeof engine / sizeof engine[0]);
@@ -328,6 +361,60 @@ static const char *flag_cluster(const arg_opt *all, int n, int argc, char **argv
     return NULL;
 }
 
+/* A flag's value in the environment: 1 set, 0 not, -1 neither. */
+static int env_flag(const char *v)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i]))
+            return 1;
+        if (!strcasecmp(v, no[i]))
+            return 0;
+    }
+    return -1;
+}
+
+/* The options the command line did not give, from their environment
+ * variables; -1 after a message naming a bad value's variable. */
+static int from_env(const arg_cmd *cmd, const arg_opt *all, int n, bool *seen)
+{
+    for (int i = 0; i < n; i++) {
+        const char *v = all[i].env && !seen[i] ? getenv(all[i].env) : NULL;
+        if (!v || !*v)
+            continue;
+        const int flag = takes_value(&all[i]) ? 1 : env_flag(v);
+        if (flag < 0) {
+            fprintf(stderr, "convoy %s: %s is 1, true, yes, on, 0, false, no or off, not '%s'\n", cmd->name,
+                    all[i].env, v);
+            return -1;
+        }
+        if (flag == 0)
+            continue;
+        if (set_value(&all[i], all[i].env, v))
+            return -1;
+        seen[i] = true;
+        if (all[i].given)
+            *all[i].given = true;
+    }
+    return 0;
+}
+
+/* --help's last lines: the options' environment variables. */
+static void print_env(const arg_opt *all, int n, FILE *f)
+{
+    bool listed = false;
+    for (int i = 0; i < n; i++) {
+        if (!all[i].env)
+            continue;
+        char names[80];
+        all_names(&all[i], names, sizeof names);
+        if (!listed)
+            fprintf(f, "  environment variables, for options the command line does not give:\n");
+        fprintf(f, "    %-22s %s\n", all[i].env, names);
+        listed = true;
+    }
+}
+
 /* The loop of arg_parse over argv (words spelled). */
 static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, char **argv)
 {
@@ -345,8 +432,10 @@ static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, ch
     optind = 0;  /* glibc: start afresh */
     for (int c; (c = getopt_long(argc, argv, letters, longs, NULL)) != -1;) {
         if (c == 'h' || c == ARG_VERSION) {
-            if (c == 'h')
+            if (c == 'h') {
                 cmd->usage(stdout);
+                print_env(all, n, stdout);
+            }
             else
                 printf("%s\n", arg_version());
             return 0;
@@ -365,6 +454,8 @@ static int parse_all(const arg_cmd *cmd, const arg_opt *all, int n, int argc, ch
         if (all[i].given)
             *all[i].given = true;
     }
+    if (from_env(cmd, all, n, seen))
+        return 2;
     if (check_rest(cmd, all, n, seen, argc, argv)) {
         cmd->usage(stderr);
         return 2;

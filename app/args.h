@@ -4,7 +4,10 @@
  * answers -h/--help with its usage and --version with convoy's version on
  * stdout, and reports unknown options, missing and bad values the same way
  * (on stderr, naming the option). Besides --name and -x an option may have
- * a single-dash spelling of several letters, as llama.cpp's -np and -ngl. */
+ * a single-dash spelling of several letters, as llama.cpp's -np and -ngl,
+ * and the main options an environment variable (for services: a systemd
+ * unit's Environment=, a container's env), which the command line
+ * overrides. */
 #ifndef CONVOY_APP_ARGS_H
 #define CONVOY_APP_ARGS_H
 
@@ -34,6 +37,8 @@ typedef struct arg_opt {
     bool required;
     bool *given;      /* when not NULL, set when the option appears */
     const char *word; /* with name: a single-dash spelling ("np" for -np), or NULL */
+    const char *env;  /* an environment variable that gives it when the command line does not
+                         ("CONVOY_MODEL"; a flag: 1/true/yes/on or 0/false/no/off), or NULL */
 } arg_opt;
 
 /* The speculation options of run and serve (--draft ngram|PATH, --spec-k K,
@@ -69,6 +74,10 @@ const char *arg_version(void);
 
 /* Parses an integer in [lo, hi], or says (naming flag) why not. */
 int arg_int(const char *flag, const char *s, long lo, long hi, int32_t *out);
+
+/* A whole file (stdin for "-"), NUL-terminated, its length in *len (free
+ * with free); NULL after a message naming cmd and the file. */
+char *arg_read_file(const char *cmd, const char *path, size_t *len);
 
 /* Parses --dims N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB into p's
  * dimensions, or says why not. */

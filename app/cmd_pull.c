@@ -11,7 +11,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy pull (hf://OWNER/REPO/FILE.gguf | OWNER/REPO[:QUANT]) [-o PATH]\n"
                "  Downloads the file (resuming a cut download; checked against the SHA-256 the hub states)\n"
-               "  into $CONVOY_CACHE, else $XDG_CACHE_HOME/convoy/models, else ~/.cache/convoy/models, as\n"
+               "  into $CONVOY_MODELS, else $XDG_CACHE_HOME/convoy/models, else ~/.cache/convoy/models, as\n"
                "  OWNER/REPO/FILE, unless the same revision is there already; prints its path.\n"
                "  OWNER/REPO[:QUANT]: the repository's GGUF whose name holds QUANT (default Q4_K_M, or its\n"
                "  only GGUF), as llama.cpp's -hf. HF_ENDPOINT: the hub (default https://huggingface.co);\n"

@@ -27,39 +27,6 @@ static void usage(FILE *f)
                "  --no-generation-prompt   add_generation_prompt false unless the request says\n");
 }
 
-/* A whole file (or stdin for "-"), NUL-terminated; NULL after a message. */
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *grown = realloc(buf, cap * 2);
-        if (!grown)
-            free(buf);
-        buf = grown;
-        cap *= 2;
-    }
-    bool bad = !buf || ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (bad) {
-        fprintf(stderr, "convoy render-template: cannot read %s\n", path);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* "01 Dec 2026" (day, English month name or its first three letters,
  * year) or "2026-12-01". */
 static int parse_date(const char *s, convoy_render_params *p)
@@ -117,7 +84,8 @@ static int render_each(const convoy_template *t, const char *list, size_t len, c
 static int render(const char *tmpl_path, const char *req_path, bool many, const convoy_render_params *p)
 {
     size_t tlen, rlen, out_len;
-    char *tmpl = read_all(tmpl_path, &tlen), *req = tmpl ? read_all(req_path, &rlen) : NULL, *out = NULL;
+    char *tmpl = arg_read_file("render-template", tmpl_path, &tlen);
+    char *req = tmpl ? arg_read_file("render-template", req_path, &rlen) : NULL, *out = NULL;
     char err[512];
     int rc = 1;
     convoy_template *t = req ? convoy_template_parse(tmpl, tlen, err, sizeof err) : NULL;

@@ -84,8 +84,8 @@ static int parse_options(run_opts *o, int argc, char **argv)
                     .spec = arg_spec_init()};
     convoy_sampling_params *sp = &o->sp;
     const arg_opt opts[] = {
-        {"model", 'm', ARG_STR, .dst = &o->model_path},
-        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf"},
+        {"model", 'm', ARG_STR, .dst = &o->model_path, .env = "CONVOY_MODEL"},
+        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf", .env = "CONVOY_HF_REPO"},
         {"prompt", 'p', ARG_STR, .dst = &o->prompt, .required = true},
         {NULL, 'n', ARG_INT, .dst = &o->n_predict, .lo = 0, .hi = 1 << 24},
         {"ignore-eos", 0, ARG_FLAG, .dst = &o->ignore_eos},

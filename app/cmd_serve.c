@@ -39,6 +39,7 @@ static void usage(FILE *f)
             "                    [-np|--parallel|--slots N] [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N]\n"
             "                    [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
+            "                    [--ssl-key-file FILE --ssl-cert-file FILE]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--reasoning-format none|deepseek] [--max-body BYTES]\n"
             "                    [--no-cache-prompt] [--cache-ram BYTES]\n"
@@ -58,6 +59,7 @@ static void usage(FILE *f)
             "  -a/--alias: the model's name (default: the file name without .gguf); any name a request gives is\n"
             "  served as this one, unless --strict-model (then another name is a 404, as OpenAI answers);\n"
             "  --api-key / --api-key-file (one key per line, mode 0600): requests need 'Authorization: Bearer KEY'\n"
+            "  --ssl-key-file FILE --ssl-cert-file FILE: HTTPS with this PEM key and certificate (chain)\n"
             "  (all but /health); --cors: the web origins (https://host:port,...) whose pages may use the server,\n"
             "  '*' any, 'none' no page (default: '*' when listening on loopback, else none);\n"
             "  --client-slots N: the most slots one client address runs at once (default: all but one, so that\n"
@@ -108,7 +110,7 @@ enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a 
 typedef struct serve_opts {
     const char *model_path, *hf, *host, *alias, *chat_template, *reasoning_format;
     char pulled[4096]; /* -hf's file */
-    const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path;
+    const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path, *ssl_key_file, *ssl_cert_file;
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
     uint64_t cache_ram; /* --cache-ram */
@@ -122,6 +124,7 @@ typedef struct serve_opts {
 /* What the server holds from the model load to the end. */
 typedef struct serve_state {
     sv_access access;
+    char *tls_key, *tls_cert; /* --ssl-key-file's and --ssl-cert-file's PEM texts, or NULL */
     convoy_model *model;
     convoy_ctx *ctx;
     convoy_spec *spec; /* NULL without --draft */
@@ -184,6 +187,10 @@ static int check_options(serve_opts *o)
         o->client_slots = o->cp.n_slot > 1 ? o->cp.n_slot - 1 : 1;
     if (parse_seed(o))
         return 2;
+    if (!o->ssl_key_file != !o->ssl_cert_file) {
+        fprintf(stderr, "convoy serve: HTTPS needs both --ssl-key-file and --ssl-cert-file\n");
+        return 2;
+    }
     const int pulled = hub_model_option("serve", o->hf, &o->model_path, o->pulled, sizeof o->pulled);
     return pulled ? pulled : ARG_GO;
 }
@@ -195,23 +202,27 @@ static int parse_options(serve_opts *o, int argc, char **argv)
                       .client_connections = 128, .cp = convoy_ctx_default_params(), .spec = arg_spec_init()};
     o->cp.n_slot = 4;
     const arg_opt opts[] = {
-        {"model", 'm', ARG_STR, .dst = &o->model_path},
-        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf"},
-        {"host", 0, ARG_STR, .dst = &o->host},
-        {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535},
+        {"model", 'm', ARG_STR, .dst = &o->model_path, .env = "CONVOY_MODEL"},
+        {"hf-repo", 0, ARG_STR, .dst = &o->hf, .word = "hf", .env = "CONVOY_HF_REPO"},
+        {"host", 0, ARG_STR, .dst = &o->host, .env = "CONVOY_HOST"},
+        {"port", 0, ARG_INT, .dst = &o->port, .lo = 0, .hi = 65535, .env = "CONVOY_PORT"},
         {"slots", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS},
-        {"parallel", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS, .word = "np"},
-        {"ctx-size", 'c', ARG_INT, .dst = &o->ctx_size, .lo = 0, .hi = 1 << 30, .given = &o->ctx_size_given},
+        {"parallel", 0, ARG_INT, .dst = &o->cp.n_slot, .lo = 1, .hi = MAX_SLOTS, .word = "np",
+         .env = "CONVOY_PARALLEL"},
+        {"ctx-size", 'c', ARG_INT, .dst = &o->ctx_size, .lo = 0, .hi = 1 << 30, .given = &o->ctx_size_given,
+         .env = "CONVOY_CTX_SIZE"},
         {"batch-size", 'b', ARG_INT, .dst = &o->cp.n_batch, .lo = 1, .hi = 1 << 16},
         {"seed", 's', ARG_STR, .dst = &o->seed},
         {"queue", 0, ARG_INT, .dst = &o->queue, .lo = 0, .hi = 1 << 20},
-        {"alias", 'a', ARG_STR, .dst = &o->alias},
+        {"alias", 'a', ARG_STR, .dst = &o->alias, .env = "CONVOY_ALIAS"},
         {"strict-model", 0, ARG_FLAG, .dst = &o->strict_model},
         {"chat-template", 0, ARG_STR, .dst = &o->chat_template},
         {"reasoning-format", 0, ARG_STR, .dst = &o->reasoning_format},
         {"max-body", 0, ARG_BYTES, .dst = &o->max_body},
-        {"api-key", 0, ARG_STR, .dst = &o->api_key},
-        {"api-key-file", 0, ARG_STR, .dst = &o->api_key_file},
+        {"api-key", 0, ARG_STR, .dst = &o->api_key, .env = "CONVOY_API_KEY"},
+        {"api-key-file", 0, ARG_STR, .dst = &o->api_key_file, .env = "CONVOY_API_KEY_FILE"},
+        {"ssl-key-file", 0, ARG_STR, .dst = &o->ssl_key_file, .env = "CONVOY_SSL_KEY_FILE"},
+        {"ssl-cert-file", 0, ARG_STR, .dst = &o->ssl_cert_file, .env = "CONVOY_SSL_CERT_FILE"},
         {"cors", 0, ARG_STR, .dst = &o->cors},
         {"client-slots", 0, ARG_INT, .dst = &o->client_slots, .lo = 1, .hi = 4096, .given = &o->client_slots_given},
         {"client-connections", 0, ARG_INT, .dst = &o->client_connections, .lo = 1, .hi = 1 << 16},
@@ -246,8 +257,9 @@ static void block_signals(sigset_t *stop_signals)
     signal(SIGPIPE, SIG_IGN);
 }
 
-/* The keys and the CORS policy ('*' on loopback unless --cors says), with
- * a warning for a server that others reach without a key. */
+/* The keys, the CORS policy ('*' on loopback unless --cors says) and the
+ * TLS key and certificate, with a warning for a server that others reach
+ * without a key. */
 static int open_access(const serve_opts *o, serve_state *s)
 {
     char err[CV_ERRLEN];
@@ -257,6 +269,10 @@ static int open_access(const serve_opts *o, serve_state *s)
         sv_log(SV_LOG_ERROR, "%s", err);
         return 2;
     }
+    size_t len;
+    if (o->ssl_key_file && (!(s->tls_key = arg_read_file("serve", o->ssl_key_file, &len)) ||
+                            !(s->tls_cert = arg_read_file("serve", o->ssl_cert_file, &len))))
+        return 2;
     if (!loopback && !sv_access_has_keys(&s->access))
         sv_log(SV_LOG_WARN, "listening on %s without an API key: anyone who reaches this port may use the server "
                             "(--api-key KEY or --api-key-file FILE)", o->host);
@@ -351,10 +367,10 @@ static void model_id_of(const char *path, char *out, size_t n)
 
 static void log_listening(const serve_opts *o, const serve_state *s, const oai_server *srv, int port)
 {
-    sv_log(SV_LOG_INFO, "listening on http://%s:%d/v1 (model '%s', chat template: %s, %d slots of %d tokens, at most "
+    sv_log(SV_LOG_INFO, "listening on %s://%s:%d/v1 (model '%s', chat template: %s, %d slots of %d tokens, at most "
                         "%d per client, batch %d, %d threads%s%s%s%s)",
-           o->host, port, srv->model_id, sv_chat_name(&s->chat), o->cp.n_slot, srv->n_ctx, o->client_slots,
-           convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
+           s->tls_key ? "https" : "http", o->host, port, srv->model_id, sv_chat_name(&s->chat), o->cp.n_slot,
+           srv->n_ctx, o->client_slots, convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
            s->spec ? convoy_spec_drafter(s->spec) : "", o->cp.nodes ? ", nodes " : "", o->cp.nodes ? o->cp.nodes : "");
     sv_log(SV_LOG_INFO, "API key %s; web pages: %s; requests without a seed: %s",
            sv_access_has_keys(&s->access) ? "required (all but /health)" : "not required",
@@ -371,7 +387,8 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
                             .version = CONVOY_VERSION, .seed = o->seed_value};
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
-                             .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s};
+                             .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s,
+                             .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model,
                             .split_reasoning = !o->reasoning_format || strcmp(o->reasoning_format, "none")};
@@ -399,6 +416,8 @@ static void close_engine(serve_state *s)
     convoy_template_pool_free(s->template_pool);
     convoy_model_free(s->model);
     sv_access_free(&s->access);
+    free(s->tls_key);
+    free(s->tls_cert);
 }
 
 int cmd_serve(int argc, char **argv)

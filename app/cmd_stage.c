@@ -41,15 +41,15 @@ int cmd_stage(int argc, char **argv)
     /* threads: the engine's default, the physical cores */
     cv_node_opts o = {.n_threads = convoy_ctx_default_params().n_threads, .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
     const arg_opt opts[] = {
-        {"listen", 0, ARG_STR, .dst = &o.listen, .required = true},
-        {"model", 'm', ARG_STR, .dst = &o.model_path},
-        {"cache", 0, ARG_STR, .dst = &o.cache_dir},
-        {"mem", 0, ARG_BYTES, .dst = &o.mem_budget},
-        {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256},
+        {"listen", 0, ARG_STR, .dst = &o.listen, .required = true, .env = "CONVOY_LISTEN"},
+        {"model", 'm', ARG_STR, .dst = &o.model_path, .env = "CONVOY_MODEL"},
+        {"cache", 0, ARG_STR, .dst = &o.cache_dir, .env = "CONVOY_CACHE"},
+        {"mem", 0, ARG_BYTES, .dst = &o.mem_budget, .env = "CONVOY_MEM"},
+        {"threads", 't', ARG_INT, .dst = &o.n_threads, .lo = 1, .hi = 256, .env = "CONVOY_THREADS"},
         {"batch", 0, ARG_INT, .dst = &o.n_batch_max, .lo = 1, .hi = CV_NODE_BATCH_MAX},
         {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},
-        {"key", 0, ARG_STR, .dst = &o.key_file},
-        {"insecure", 0, ARG_FLAG, .dst = &o.insecure},
+        {"key", 0, ARG_STR, .dst = &o.key_file, .env = "CONVOY_KEY_FILE"},
+        {"insecure", 0, ARG_FLAG, .dst = &o.insecure, .env = "CONVOY_INSECURE"},
         {0},
     };
     const arg_cmd cmd = {.name = "stage", .usage = usage, .opts = opts};

@@ -102,10 +102,10 @@ static const char *endpoint(void)
     return e && *e ? e : HUB_DEFAULT_ENDPOINT;
 }
 
-/* The cache folder: $CONVOY_CACHE, $XDG_CACHE_HOME/convoy/models or ~/.cache/convoy/models. */
+/* The cache folder: $CONVOY_MODELS, $XDG_CACHE_HOME/convoy/models or ~/.cache/convoy/models. */
 static int cache_dir(char *out, size_t n, char *err, size_t errlen)
 {
-    const char *own = getenv("CONVOY_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *own = getenv("CONVOY_MODELS"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int w;
     if (own && *own)
         w = snprintf(out, n, "%s", own);
@@ -114,7 +114,7 @@ static int cache_dir(char *out, size_t n, char *err, size_t errlen)
     else if (home && *home)
         w = snprintf(out, n, "%s/.cache/convoy/models", home);
     else
-        return cv_errf(err, errlen, "no cache folder: set CONVOY_CACHE or HOME");
+        return cv_errf(err, errlen, "no cache folder: set CONVOY_MODELS or HOME");
     return w > 0 && (size_t)w < n ? 0 : cv_errf(err, errlen, "the cache folder's path is too long");
 }
 

@@ -8,7 +8,7 @@
  *                                 without one, its only GGUF), mmproj files aside.
  * The hub is https://huggingface.co or $HF_ENDPOINT; $HF_TOKEN goes with
  * every request to it as a bearer token (curl keeps it from hosts a
- * redirect leads to). Files land in $CONVOY_CACHE, else
+ * redirect leads to). Files land in $CONVOY_MODELS, else
  * $XDG_CACHE_HOME/convoy/models, else ~/.cache/convoy/models, as
  * OWNER/REPO/PATH.
  *

@@ -43,7 +43,7 @@ python3 "$src/tests/test_pull/hub.py" "$tmp/root" "$tmp/hub.log" "$tmp/port" --c
 hub_pid=$!
 for _ in $(seq 100); do [[ -f "$tmp/port" ]] && break; sleep 0.1; done
 [[ -f "$tmp/port" ]] || { echo "FAIL: the hub stand-in did not start"; exit 1; }
-export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" CONVOY_CACHE="$tmp/cache"
+export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" CONVOY_MODELS="$tmp/cache"
 unset HF_TOKEN
 cache="$tmp/cache"
 

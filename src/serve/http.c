@@ -1150,13 +1150,18 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)o->tls_key_pem},
+                                   {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)o->tls_cert_pem},
+                                   {MHD_OPTION_END, 0, NULL}};
+    if (o->tls_key_pem)
+        flags |= MHD_USE_TLS;
     return MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(o->max_connections > 0 ? o->max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)(o->client_connections > 0 ? o->client_connections : 128), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)h->idle_timeout_s, MHD_OPTION_END);
+        (unsigned)h->idle_timeout_s, MHD_OPTION_ARRAY, o->tls_key_pem ? tls : tls + 2, MHD_OPTION_END);
 }
 
 static void http_free(sv_http *h)
@@ -1174,6 +1179,10 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     const char *host = o->host ? o->host : "127.0.0.1";
     if (o->port < 0 || o->port > 65535)
         return cv_errf(err, errlen, "port %d is not in [0, 65535]", o->port);
+    if (!o->tls_key_pem != !o->tls_cert_pem)
+        return cv_errf(err, errlen, "HTTPS needs both a key and a certificate");
+    if (o->tls_key_pem && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return cv_errf(err, errlen, "this build's libmicrohttpd has no TLS: HTTPS cannot be served");
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%d", o->port);
@@ -1188,7 +1197,8 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->sched = sched;
     h->srv = srv;
     h->access = o->access ? o->access : &h->no_access;
-    h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .seed = -1};
+    h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .version = "",
+                                                 .seed = -1};
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->slot_save_path = o->slot_save_path;
     h->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 10;
@@ -1206,8 +1216,8 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     }
     if (!h->daemon) {
         http_free(h);
-        return cv_errf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this machine)", host,
-                       o->port);
+        return cv_errf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this machine%s)", host,
+                       o->port, o->tls_key_pem ? "; or the TLS key and certificate are not a valid PEM pair" : "");
     }
     *out = h;
     return 0;

@@ -72,6 +72,8 @@ typedef struct sv_http_opts {
     const sv_access *access;   /* NULL: no keys, no web page may use it */
     const sv_props *props;     /* /props, and the seed of requests without one */
     const char *slot_save_path; /* the directory of slot files; NULL: save and restore are refused */
+    const char *tls_key_pem;    /* with tls_cert_pem: HTTPS with this key and certificate (chain), PEM texts; */
+    const char *tls_cert_pem;   /* NULL: plain HTTP */
 } sv_http_opts;
 
 /* sched, srv, access and props must outlive the server. */
