@@ -20,5 +20,6 @@ int cmd_unpack(int argc, char **argv);
 int cmd_render_template(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "run -m MODEL -p PROMPT -n N [sampling flags] [-t THREADS] [--nodes HOST:PORT,...]"},
+    {"chat", cmd_chat, "chat -m MODEL [--nodes HOST:PORT,...]: a conversation in the terminal"},
     {"serve", cmd_serve, "serve -m MODEL [--port N] [-np N] [-c N] [--api-key KEY] [--nodes HOST:PORT,...]: OpenAI API"},
     {"stage", cmd_stage, "stage --listen HOST:PORT -m MODEL|SHARD [--mem BYTES]: a pipeline node"},
     {"info", cmd_info, "info MODEL: hyperparameters, tensors, types, sizes, fingerprint"},

@@ -30,6 +30,7 @@ RULES=(
     "include/:"
     "app/: convoy.h"
     "app/cmd_serve.c: serve/"
+    "app/cmd_chat.c: serve/"
     "app/cmd_stage.c: pipe/node.h"
     "app/cmd_keygen.c: pipe/seal.h"
     "app/hub.c: core/err.h core/fmap.h"
