@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "                    [-np|--parallel|--slots N] [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N]\n"
             "                    [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
-            "                    [--ssl-key-file FILE --ssl-cert-file FILE]\n"
+            "                    [--ssl-key-file FILE --ssl-cert-file FILE] [--no-webui]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--reasoning-format none|deepseek] [--max-body BYTES]\n"
             "                    [--no-cache-prompt] [--cache-ram BYTES]\n"
@@ -56,6 +56,8 @@ static void usage(FILE *f)
             "  step (decode tokens first, then prompt chunks); -s/--seed: the seed of requests that give none\n"
             "  (default: a fresh one each); -ngl/--n-gpu-layers is accepted and ignored: this build has no GPU;\n"
             "  -hf OWNER/REPO[:QUANT]: the model from the Hugging Face hub (`convoy pull` says how)\n"
+            "  a chat page at / (--no-webui: none); --jinja and --metrics are accepted: the model's Jinja template\n"
+            "  and /metrics are always on\n"
             "  -a/--alias: the model's name (default: the file name without .gguf); any name a request gives is\n"
             "  served as this one, unless --strict-model (then another name is a 404, as OpenAI answers);\n"
             "  --api-key / --api-key-file (one key per line, mode 0600): requests need 'Authorization: Bearer KEY'\n"
@@ -113,6 +115,7 @@ typedef struct serve_opts {
     const char *api_key, *api_key_file, *cors, *seed, *gpu_layers, *slot_save_path, *ssl_key_file, *ssl_cert_file;
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
+    bool no_webui, always_on; /* --no-webui; --jinja and --metrics (what convoy always does) */
     uint64_t cache_ram; /* --cache-ram */
     uint64_t template_mem; /* --template-mem */
     int64_t seed_value; /* -1: a fresh seed per request */
@@ -229,6 +232,9 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"n-gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers, .word = "ngl"},
         {"gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers},
         {"verbose", 'v', ARG_FLAG, .dst = &o->verbose},
+        {"no-webui", 0, ARG_FLAG, .dst = &o->no_webui, .env = "CONVOY_NO_WEBUI"},
+        {"jinja", 0, ARG_FLAG, .dst = &o->always_on},
+        {"metrics", 0, ARG_FLAG, .dst = &o->always_on},
         {"no-cache-prompt", 0, ARG_FLAG, .dst = &o->no_cache_prompt},
         {"cache-ram", 0, ARG_BYTES, .dst = &o->cache_ram, .given = &o->cache_ram_given},
         {"slot-save-path", 0, ARG_STR, .dst = &o->slot_save_path},
@@ -388,7 +394,7 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
                              .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s,
-                             .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert};
+                             .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert, .no_webui = o->no_webui};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model,
                             .split_reasoning = !o->reasoning_format || strcmp(o->reasoning_format, "none")};

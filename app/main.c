@@ -38,6 +38,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Progress lines reach a pipe or a file (journald, | tee) as they are
+     * written, not in blocks: stdout is line-buffered whatever it is
+     * (stderr is unbuffered). */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -20,6 +20,7 @@
 #   libzstd-dev                           zstd -19, bench_rans's yardstick for convoy's own coder (bench only)
 #   openssl systemd                       the service test: a test CA, systemd-analyze verify of the units
 #   tmux                                  convoy chat driven in a terminal
+#   chromium                              serve's chat page driven in headless Chromium (playwright-core from npm)
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libsodium-dev libmicrohttpd-dev libcurl4-gnutls-dev
@@ -27,7 +28,7 @@ packages=(build-essential cmake pkg-config libjansson-dev libsodium-dev libmicro
 if [[ "${1:-}" != run ]]; then
     packages+=(clang libclang-rt-dev nodejs npm iproute2 nftables iputils-ping python3 python3-jinja2
                gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libzstd-dev openssl systemd
-               tmux)
+               tmux chromium)
 fi
 
 # Packages that also count as present when their command is on PATH: node

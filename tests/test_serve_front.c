@@ -155,7 +155,9 @@ static void test_props(void)
     CHECKF(sv_chat_setup(model, NULL, &chat, err, sizeof err) == 0, "%s", err);
     const oai_server srv = {.model = model, .model_id = "tiny", .n_ctx = 1024, .chat = &chat};
     const sv_props p = {.n_slot = 4, .model_path = "m.gguf", .build_info = "convoy 0", .seed = -1};
-    char *s = sv_props_json(&srv, &p);
+    const convoy_node_costs nodes = {.n_nodes = 2, .node = {{.addr = "10.0.0.2:7000", .layers = 3},
+                                                              {.addr = "10.0.0.3:7000", .layers = 2}}};
+    char *s = sv_props_json(&srv, &p, &nodes);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     json_t *d = json_object_get(j, "default_generation_settings");
     CHECKF(json_integer_value(json_object_get(j, "total_slots")) == 4 &&
@@ -165,7 +167,9 @@ static void test_props(void)
                json_is_string(json_object_get(j, "chat_template")) &&
                !strcmp(json_string_value(json_object_get(j, "chat_template_name")), "chatml (built in)") &&
                !strcmp(json_string_value(json_object_get(j, "bos_token")), "<s>") &&
-               !strcmp(json_string_value(json_object_get(j, "eos_token")), "</s>"),
+               !strcmp(json_string_value(json_object_get(j, "eos_token")), "</s>") &&
+               json_array_size(json_object_get(j, "nodes")) == 2 &&
+               json_integer_value(json_object_get(json_array_get(json_object_get(j, "nodes"), 1), "layers")) == 2,
            "%s", s ? s : "NULL");
     json_decref(j);
     free(s);

@@ -160,15 +160,20 @@ char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oa
     return res;
 }
 
-char *sv_props_json(const oai_server *srv, const sv_props *p)
+char *sv_props_json(const oai_server *srv, const sv_props *p, const convoy_node_costs *nodes)
 {
     const convoy_sampling_params d = convoy_sampling_default_params();
     const sv_chat *chat = srv->chat;
     json_t *params = json_pack("{s:I,s:f,s:i,s:f,s:f}", "seed", (json_int_t)p->seed, "temperature", (double)d.temp,
                                "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p);
-    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "default_generation_settings",
-                                   "n_ctx", srv->n_ctx, "params", params, "total_slots", p->n_slot, "model_alias",
-                                   srv->model_id, "model_path", p->model_path, "chat_template",
-                                   chat->source ? chat->source : "", "chat_template_name", chat->name, "bos_token",
-                                   chat->bos, "eos_token", chat->eos, "build_info", p->build_info));
+    json_t *list = json_array();
+    for (int i = 0; nodes && i < nodes->n_nodes; i++)
+        json_array_append_new(list, json_pack("{s:s, s:i}", "node", nodes->node[i].addr, "layers",
+                                              nodes->node[i].layers));
+    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:o}",
+                                   "default_generation_settings", "n_ctx", srv->n_ctx, "params", params,
+                                   "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
+                                   p->model_path, "chat_template", chat->source ? chat->source : "",
+                                   "chat_template_name", chat->name, "bos_token", chat->bos, "eos_token", chat->eos,
+                                   "build_info", p->build_info, "nodes", list));
 }

@@ -36,6 +36,8 @@ typedef struct sv_props {
 
 char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
 char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
-char *sv_props_json(const oai_server *srv, const sv_props *p);
+/* llama-server's /props, with "nodes": [{"node", "layers"}] for a pipeline
+ * (nodes: the scheduler's figures; none on one machine). */
+char *sv_props_json(const oai_server *srv, const sv_props *p, const convoy_node_costs *nodes);
 
 #endif

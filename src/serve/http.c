@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@
 #include "serve/slots.h"
 #include "serve/think.h"
 #include "serve/text.h"
+#include "serve/webui.h"
 
 enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
 
@@ -77,6 +79,7 @@ enum route {
     R_OLLAMA_TAGS,
     R_OLLAMA_PS,
     R_OLLAMA_VERSION,
+    R_WEBUI,
     R_OTHER,
     N_ROUTES
 };
@@ -84,7 +87,8 @@ static const char *const route_names[N_ROUTES] = {
     "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize",    "/detokenize",
     "/apply-template", "/slots/{id}",          "/api/chat",     "/api/generate", "/api/show",
     "/v1/models",      "/v1/models/{id}",      "/health",       "/metrics",      "/props",
-    "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "other"};
+    "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "/",
+    "other"};
 
 /* Ollama's routes answer in its shapes, errors too (ollama.h). */
 static bool is_ollama(enum route rt)
@@ -109,6 +113,8 @@ struct sv_http {
     sv_props props;
     size_t max_body;
     int idle_timeout_s;
+    bool webui;              /* the page at / */
+    bool tls;
     sv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
     const char *slot_save_path;
     long long started;
@@ -846,6 +852,14 @@ static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c, conn *c
     return send_json(h, c, cc, 503, oai_health_json(st.last_error));
 }
 
+/* /props, with the nodes that serve the model and their layers. */
+static enum MHD_Result send_props(sv_http *h, struct MHD_Connection *c, conn *cc)
+{
+    sv_sched_stats st;
+    sv_sched_get_stats(h->sched, &st);
+    return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props, &st.nodes));
+}
+
 /* OPTIONS: 204 with Allow; for a browser's preflight the CORS answer. */
 static enum MHD_Result send_options(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
@@ -932,7 +946,9 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_METRICS:
         return send_metrics(h, c, cc);
     case R_PROPS:
-        return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props));
+        return send_props(h, c, cc);
+    case R_WEBUI:
+        return send_body(h, c, cc, 200, "text/html; charset=utf-8", sv_webui_html, sv_webui_html_len);
     case R_SLOTS:
         return send_json(h, c, cc, 200, sv_slots_json(h->sched));
     case R_SLOT_ACTION:
@@ -955,7 +971,8 @@ static enum route route_of(const char *url)
                  {"/props", R_PROPS},                {"/slots", R_SLOTS},
                  {"/api/chat", R_OLLAMA_CHAT},       {"/api/generate", R_OLLAMA_GENERATE},
                  {"/api/show", R_OLLAMA_SHOW},       {"/api/tags", R_OLLAMA_TAGS},
-                 {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION}};
+                 {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION},
+                 {"/", R_WEBUI},                     {"/index.html", R_WEBUI}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))
             return exact[i].rt;
@@ -993,6 +1010,16 @@ static sv_deadline *deadline_of(struct MHD_Connection *c)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Whether a browser's Origin is this server itself (the page at /): its
+ * scheme and the Host the request names. */
+static bool same_origin(const sv_http *h, struct MHD_Connection *c, const char *origin)
+{
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *scheme = h->tls ? "https://" : "http://";
+    const size_t n = strlen(scheme);
+    return host && !strncmp(origin, scheme, n) && !strcasecmp(origin + n, host);
+}
+
 /* The request's refusal from its headers alone (none: status 0). */
 static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *method, oai_error *e)
 {
@@ -1001,13 +1028,14 @@ static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *me
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     char shown[160];
-    if (origin && sv_access_origin_ok(h->access, origin))
+    if (origin && (sv_access_origin_ok(h->access, origin) || same_origin(h, c, origin)))
         cc->origin = origin;
     if (draining(h)) {
         cc->retry_after = 5;
         oai_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-    } else if (cc->rt == R_OTHER) {
-        oai_fail(e, 404, "invalid_request_error", "unknown_url", NULL, "no route %s %s", cc->method, cc->path);
+    } else if (cc->rt == R_OTHER || (cc->rt == R_WEBUI && !h->webui)) {
+        oai_fail(e, 404, "invalid_request_error", "unknown_url", NULL, "no route %s %s%s", cc->method, cc->path,
+                 cc->rt == R_WEBUI ? " (the web page is off: --no-webui)" : "");
     } else if (origin && !cc->origin) {
         oai_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
                  "web pages from %s may not use this server (see convoy serve --cors)",
@@ -1017,7 +1045,7 @@ static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *me
     } else if (post ? strcmp(method, "POST") : strcmp(method, "GET") && strcmp(method, "HEAD")) {
         oai_fail(e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %s", cc->path,
                  post ? "POST" : "GET or HEAD", cc->method);
-    } else if (cc->rt != R_HEALTH && !sv_access_key_ok(h->access, auth)) {
+    } else if (cc->rt != R_HEALTH && cc->rt != R_WEBUI && !sv_access_key_ok(h->access, auth)) {
         oai_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                  auth ? "the API key is not valid" : "no API key: send it as 'Authorization: Bearer KEY'");
     } else if (post && origin && !sv_is_json_type(type)) {
@@ -1202,6 +1230,8 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->slot_save_path = o->slot_save_path;
     h->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 10;
+    h->webui = !o->no_webui;
+    h->tls = o->tls_key_pem != NULL;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->gens_done, NULL);

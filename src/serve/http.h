@@ -74,6 +74,7 @@ typedef struct sv_http_opts {
     const char *slot_save_path; /* the directory of slot files; NULL: save and restore are refused */
     const char *tls_key_pem;    /* with tls_cert_pem: HTTPS with this key and certificate (chain), PEM texts; */
     const char *tls_cert_pem;   /* NULL: plain HTTP */
+    bool no_webui;              /* no chat page at / (--no-webui) */
 } sv_http_opts;
 
 /* sched, srv, access and props must outlive the server. */
