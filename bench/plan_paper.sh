@@ -20,6 +20,6 @@ for fleet in eight sixteen; do
         build/convoy plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
             --prompt 2000 --ctx 4096
         build/convoy plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
-            --spec-k 4 --accept 0.6 --ctx 4096 | tail -n +2
+            --spec-k 4 --accept 0.6 --prompt 2000 --ctx 4096 | tail -n +2
     done
 done
