@@ -164,6 +164,7 @@ typedef struct gen {
     sv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
     sv_think think;     /* the split of its text so far */
+    sv_buf reasoning, content; /* a streamed fill's split, kept for the next fill's */
     sv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
     resp_ids resp;      /* a response's ids and event count */
     char msg_id[48];
@@ -287,6 +288,8 @@ static void gen_free(void *cls)
     sv_buf_free(&g->all);
     sv_buf_free(&g->sse);
     sv_think_free(&g->think);
+    sv_buf_free(&g->reasoning);
+    sv_buf_free(&g->content);
     cv_free(g);
     pthread_mutex_lock(&h->mu);
     h->n_gens--;
@@ -385,7 +388,7 @@ static int send_chunk(gen *g, const oai_chunk *ch)
     if (!g->ollama)
         return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, ch));
     bool none;
-    const ollama_stats st = gen_ollama_stats(g);
+    const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0}; /* the last line's */
     char *json = ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
     json_decref(ch->logprobs);
     return none ? 0 : sse_event(g, json);
@@ -438,17 +441,18 @@ static int text_chunk(gen *g, const char *p, size_t n)
  * (with the role in the first), its content stays in g->out. */
 static int split_reasoning(gen *g, bool over)
 {
-    sv_buf reasoning = {0}, content = {0};
-    int rc = sv_think_push(&g->think, g->out.p, g->out.n, over, &reasoning, &content);
-    if (rc == 0 && reasoning.n) {
-        const oai_chunk ch = {.reasoning = reasoning.p, .reasoning_len = reasoning.n, .first = !g->role_sent,
-                              .include_usage = g->req.include_usage};
+    sv_buf_consume(&g->reasoning, g->reasoning.n);
+    sv_buf_consume(&g->content, g->content.n);
+    int rc = sv_think_push(&g->think, g->out.p, g->out.n, over, &g->reasoning, &g->content);
+    if (rc == 0 && g->reasoning.n) {
+        const oai_chunk ch = {.reasoning = g->reasoning.p, .reasoning_len = g->reasoning.n,
+                              .first = !g->role_sent, .include_usage = g->req.include_usage};
         rc = send_chunk(g, &ch);
         g->role_sent = true;
     }
-    sv_buf_free(&g->out);
-    g->out = content;
-    sv_buf_free(&reasoning);
+    const sv_buf pushed = g->out; /* its buffer is the next fill's content */
+    g->out = g->content;
+    g->content = pushed;
     return rc;
 }
 
@@ -1183,6 +1187,7 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
                                    {MHD_OPTION_END, 0, NULL}};
     if (o->tls_key_pem)
         flags |= MHD_USE_TLS;
+    /* the array from tls (HTTPS) or from its END alone (plain HTTP) */
     return MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
