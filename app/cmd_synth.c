@@ -16,7 +16,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: convoy synth (--shape NAME | --dims N_EMBD,N_LAYER,N_HEAD,N_HEAD_KV,N_FF,N_VOCAB)\n"
             "                    --type T -o OUT [--seed S] [--ctx N] [--rope-theta X]\n"
-            "                    [--output-scale X] [--tied] [--chatml] [--name NAME]\n"
+            "                    [--output-scale X] [--tied] [--chatml] [--fim] [--name NAME]\n"
             "                    [--layers N] [--experts N] [-t THREADS]\n"
             "  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 IQ4_NL IQ4_XS MXFP4 Q3_K Q4_K Q5_K Q6_K\n"
             "         (those this build can write), and llama.cpp's mixes Q2_K Q3_K_S Q3_K_M\n"
@@ -54,6 +54,7 @@ static int parse_options(synth_opts *o, int argc, char **argv)
         {"output-scale", 0, ARG_FLOAT, .dst = &o->output_scale, .given = &o->scale_given},
         {"tied", 0, ARG_FLAG, .dst = &o->p.tied},
         {"chatml", 0, ARG_FLAG, .dst = &o->p.chatml},
+        {"fim", 0, ARG_FLAG, .dst = &o->p.fim},
         {"seed", 0, ARG_U64, .dst = &o->p.seed},
         {"threads", 't', ARG_INT, .dst = &o->p.n_threads, .lo = 1, .hi = 1024},
         {0},

@@ -33,6 +33,10 @@ typedef struct convoy_model_info {
     int32_t n_embd;
     int32_t n_embd_kv; /* K (and V) values per position and layer: n_head_kv * head_dim */
     int32_t bos, eos;
+    bool add_bos;             /* a prompt starts with BOS */
+    /* Fill-in-the-middle tokens (prefix, suffix, middle, repository, file
+     * separator), -1 when the model has none. */
+    int32_t fim_pre, fim_suf, fim_mid, fim_rep, fim_sep;
     uint64_t bytes_per_token; /* weight bytes read per decoded token */
     uint64_t n_params;        /* the tensors' elements */
     char file_type[16];       /* general.file_type's name as llama.cpp gives it ("Q4_K_M"), or "" */
@@ -126,7 +130,7 @@ typedef struct convoy_ctx_params {
     int32_t n_ctx;     /* positions per slot; 0 = the model's training context */
     int32_t n_slot;    /* sequence slots; default 1 */
     int32_t n_batch;   /* most tokens per convoy_decode; default 512 */
-    bool kv_f16;       /* F16 KV cache instead of F32 (on every stage of a chain) */
+    bool kv_f16;       /* F16 KV cache (on every stage of a chain); default true, as llama.cpp; false: F32 */
     uint64_t mem_budget; /* bytes this machine may use; 0 = no limit */
     /* A pipeline: "host:port,host:port,..." of `convoy stage` nodes in chain
      * order (NULL = run every layer here). This machine then holds only the
@@ -323,6 +327,13 @@ int convoy_forecast_run(const convoy_model *m, const struct convoy_synth_params 
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with
  * the slot's RNG (64-bit PCG from seed); temp 0 is greedy (argmax, ties to
  * the lowest id). */
+typedef struct convoy_logit_bias {
+    int32_t id;
+    float bias; /* added to the id's logit; -INFINITY bans it */
+} convoy_logit_bias;
+
+#define CONVOY_MAX_LOGIT_BIAS 4096
+
 typedef struct convoy_sampling_params {
     float temp;             /* 0 = greedy */
     int32_t top_k;          /* 0 = off */
@@ -336,6 +347,11 @@ typedef struct convoy_sampling_params {
     /* Log-probabilities for convoy_logprobs: -1 none; else the sampled id's
      * and n_logprobs alternatives (up to CONVOY_MAX_TOP_LOGPROBS). */
     int32_t n_logprobs;
+    /* Logit bias (OpenAI's logit_bias): up to CONVOY_MAX_LOGIT_BIAS ids
+     * whose logits are moved before penalties and sampling (not in
+     * log-probabilities); convoy_set_sampler copies them. */
+    const convoy_logit_bias *logit_bias;
+    int32_t n_logit_bias;
 } convoy_sampling_params;
 
 #define CONVOY_MAX_TOP_LOGPROBS 20
@@ -623,6 +639,7 @@ typedef struct convoy_synth_params {
     float output_scale; /* the output matrix's scale against the others' */
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
+    bool fim;           /* fill-in-the-middle tokens <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> */
     int64_t n_swa;      /* a Gemma's or gpt-oss's sliding window (> 0; shapes gemma2-mini, gemma3-mini,
                          * gpt-oss-mini); else 0 */
     const char *arch;   /* general.architecture: NULL or "llama", "gemma2", "gemma3", "phi3",

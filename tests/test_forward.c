@@ -39,6 +39,7 @@ static convoy_ctx *make_ctx(convoy_model *m, int threads, int slots, int batch)
     p.n_slot = slots;
     p.n_batch = batch;
     p.n_ctx = 256;
+    p.kv_f16 = false; /* the references' cache */
     convoy_ctx *c = convoy_ctx_create(m, &p, err, sizeof err);
     CHECKF(c != NULL, "%s", err);
     return c;

@@ -592,6 +592,22 @@ static void test_seq_op(void)
     CHECK(has(corrupt_u32(buf, n, 32, 0xFFFFFFFFu, dec_seq_op), "penalty_last_n"));
     CHECK(has(corrupt_u32(buf, n, 52, CV_PROTO_MAX_TOP + 1, dec_seq_op), "n_probs"));
     CHECK(has(corrupt_u8(buf, n, 0, CV_SEQ_FREE, dec_seq_op), "trailing"));
+    /* the logit bias: pairs after the fixed part, read in place */
+    const cv_logit_bias bias[2] = {{7, -INFINITY}, {3, 2.5f}};
+    s.sampler.bias = bias;
+    s.sampler.n_bias = 2;
+    CHECKF(cv_msg_seq_op_encode(&s, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == CV_SEQ_OP_SAMPLER_SIZE + 16 && n == cv_msg_seq_op_size(&s));
+    CHECKF(cv_msg_seq_op_decode(buf, n, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.sampler.n_bias == 2 && !memcmp(d.sampler.bias, bias, sizeof bias));
+    check_truncations(buf, n, dec_seq_op, "SEQ_OP");
+    CHECK(has(corrupt_u32(buf, n, 64, 3, dec_seq_op), "payload ends inside bias"));
+    CHECK(has(corrupt_u32(buf, n, 64, CV_PROTO_MAX_BIAS + 1, dec_seq_op), "n_bias"));
+    CHECK(has(corrupt_u32(buf, n, 64, 1, dec_seq_op), "trailing"));
+    CHECK(has(corrupt_u32(buf, n, 68, 0xFFFFFFFFu, dec_seq_op), "id -1"));
+    CHECK(has(corrupt_u32(buf, n, 72, 0x7F800000u, dec_seq_op), "not finite or -inf"));
+    CHECK(has(corrupt_u32(buf, n, 80, 0x7FC00000u, dec_seq_op), "not finite or -inf"));
+    s.sampler.n_bias = 0;
     s.sampler.top_p = NAN;
     CHECK(cv_msg_seq_op_encode(&s, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "top_p"));
     CHECK(cv_msg_seq_op_encode(&t, buf, 11, &n, err, sizeof err) == -1 && has(err, "too small"));
@@ -774,6 +790,11 @@ static int write_corpus(const char *dir)
     cv_msg_seq_op sp = {.op = CV_SEQ_SET_SAMPLER, .seq = 0, .sampler = cv_sampler_default_params(), .n_probs = 2};
     rc |= cv_msg_seq_op_encode(&sp, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "seq_sampler", CV_MSG_SEQ_OP, buf, n);
+    const cv_logit_bias bias[1] = {{5, -3.0f}};
+    sp.sampler.bias = bias;
+    sp.sampler.n_bias = 1;
+    rc |= cv_msg_seq_op_encode(&sp, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "seq_sampler_bias", CV_MSG_SEQ_OP, buf, n);
     cv_msg_ping p = {1, 2};
     rc |= cv_msg_ping_encode(&p, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "ping", CV_MSG_PING, buf, n);

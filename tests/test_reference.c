@@ -114,7 +114,8 @@ static void check_model(const char *name, int quantized)
     snprintf(tokens_path, sizeof tokens_path, "%s/ref-tokens-%s.json", CONVOY_BINARY_DIR, name);
     write_tokens(tokens_path, json_object_get(ref, "tokens"));
     snprintf(out_path, sizeof out_path, "%s/ref-logits-%s.f32", CONVOY_BINARY_DIR, name);
-    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s'", CONVOY_BINARY_DIR, model_path,
+    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s' --kv-type f32",
+             CONVOY_BINARY_DIR, model_path,
              tokens_path, out_path);
     int rc = system(cmd);
     CHECKF(rc == 0, "%s: convoy eval failed (%d)", name, rc);
@@ -225,7 +226,8 @@ static void check_greedy(const char *llama_ref, const char *model, const char *t
     for (int i = 0; i + 1 < GREEDY_N; i++)
         json_array_append(ids, json_array_get(gen, i));
     write_tokens(tokens, ids);
-    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s' %s", CONVOY_BINARY_DIR, model,
+    snprintf(cmd, sizeof cmd, "'%s/convoy' eval -m '%s' --tokens '%s' --logits '%s' --kv-type f32 %s",
+             CONVOY_BINARY_DIR, model,
              tokens, logits, eval_args);
     CHECKF(n_prompt == 0 || system(cmd) == 0, "%s: convoy eval of the continuation failed", type);
     const size_t n_rows = n_prompt + GREEDY_N - 1;
@@ -269,7 +271,7 @@ static void check_generated(const char *llama_ref, const char *f32_model, json_t
     write_tokens(ids, tokens);
     snprintf(cmd, sizeof cmd,
              "'%s/convoy' quantize '%s' '%s' %s >/dev/null && '%s' logits '%s' '%s' '%s' --threads 1 --batch 64 --kv f32 "
-             ">/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' --logits '%s'",
+             ">/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' --logits '%s' --kv-type f32",
              CONVOY_BINARY_DIR, f32_model, model, type, llama_ref, model, ref_ids, want_path, CONVOY_BINARY_DIR, model,
              ids, got_path);
     CHECKF(system(cmd) == 0, "%s: quantize, llama-ref or eval failed", type);
@@ -334,7 +336,7 @@ static void check_synth_run(const char *shape, const char *type, int quantized, 
     snprintf(cmd, sizeof cmd,
              "'%s/convoy' synth --shape %s --type %s -o '%s' >/dev/null && '%s' logits '%s' '%s' '%s' "
              "--threads 1 --batch 64 --kv f32 %s >/dev/null 2>&1 && '%s/convoy' eval -m '%s' --tokens '%s' "
-             "--logits '%s' %s",
+             "--logits '%s' --kv-type f32 %s",
              CONVOY_BINARY_DIR, shape, type, model, llama_ref, model, ids, want_path, ref_args, CONVOY_BINARY_DIR,
              model, tokens_path, got_path, eval_args);
     CHECKF(system(cmd) == 0, "%s: synth, llama-ref or eval failed", name);

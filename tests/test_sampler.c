@@ -91,6 +91,37 @@ static void test_greedy(void)
     cv_sampler_free(s);
 }
 
+/* The bias moves logits before everything: it turns greedy's choice, -inf
+ * bans an id from every draw, and the caller's array is not kept. */
+static void test_logit_bias(void)
+{
+    cv_logit_bias bias[2] = {{2, 3.0f}, {1, -INFINITY}};
+    cv_sampler_params p = greedy_params();
+    p.bias = bias;
+    p.n_bias = 2;
+    cv_sampler *s = cv_sampler_create(&p, 5, 0);
+    bias[0].bias = -100.0f; /* not read after create */
+    float x[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
+    CHECK(s && cv_sampler_sample(s, x) == 2);
+    cv_sampler_free(s);
+    p = plain_params(7);
+    p.bias = bias + 1;
+    p.n_bias = 1;
+    s = cv_sampler_create(&p, 5, 0);
+    float flat[5] = {0};
+    int hits[5] = {0};
+    for (int i = 0; s && i < 500; i++)
+        hits[cv_sampler_sample(s, flat)]++;
+    CHECK(s && hits[1] == 0 && hits[0] > 0 && hits[4] > 0);
+    cv_sampler_free(s);
+    char err[128];
+    CHECK(cv_logit_bias_check(bias, 2, 2, err, sizeof err) == -1); /* id 2 of a 2-id vocabulary */
+    bias[0] = (cv_logit_bias){0, NAN};
+    CHECK(cv_logit_bias_check(bias, 1, 5, err, sizeof err) == -1);
+    bias[0].bias = -INFINITY;
+    CHECK(cv_logit_bias_check(bias, 2, 5, err, sizeof err) == 0);
+}
+
 static void test_seed_reproducible(void)
 {
     enum { V = 32, DRAWS = 1000 };
@@ -506,5 +537,6 @@ int main(void)
     TEST_RUN(test_empirical_distribution);
     TEST_RUN(test_sample_allocates_nothing);
     TEST_RUN(test_bad_rows);
+    TEST_RUN(test_logit_bias);
     return test_summary();
 }

@@ -223,7 +223,7 @@ async function badRequests() {
   expect(await raw('/completions', body({ prompt: 'one two three '.repeat(1000) })), 400, 'prompt longer than the context',
     (e) => e.code === 'context_length_exceeded');
   expect(await raw('/completions', body({ temperature: 5 })), 400, 'temperature out of range');
-  expect(await raw('/completions', body({ n: 3 })), 400, 'n > 1');
+  expect(await raw('/completions', body({ n: 17 })), 400, 'n > 16');
   expect(await raw('/completions', body({ stop: [1] })), 400, 'stop of the wrong type', (e) => e.param === 'stop');
   expect(await raw('/chat/completions', JSON.stringify({ model, messages: [] })), 400, 'empty messages');
   expect(await raw('/chat/completions', JSON.stringify({ model, messages: [{ role: 'wizard', content: 'x' }] })), 400,

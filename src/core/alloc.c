@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 static _Thread_local int forbid;
@@ -34,6 +35,14 @@ void *cv_calloc_at(size_t c, size_t s, const char *file, int line)
 {
     note(file, line);
     return calloc(c ? c : 1, s ? s : 1);
+}
+
+void *cv_memdup_at(const void *p, size_t n, const char *file, int line)
+{
+    void *copy = cv_malloc_at(n, file, line);
+    if (copy && n)
+        memcpy(copy, p, n);
+    return copy;
 }
 
 void *cv_realloc_at(void *p, size_t n, const char *file, int line)

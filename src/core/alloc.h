@@ -28,6 +28,7 @@
 void *cv_malloc_at(size_t n, const char *file, int line);
 void *cv_calloc_at(size_t count, size_t size, const char *file, int line);
 void *cv_realloc_at(void *p, size_t n, const char *file, int line);
+void *cv_memdup_at(const void *p, size_t n, const char *file, int line); /* a malloc'd copy of n bytes */
 void *cv_aligned_alloc_at(size_t n, const char *file, int line);
 void cv_free(void *p);
 void cv_free_aligned(void *p);
@@ -37,6 +38,7 @@ void cv_huge_free(void *p, size_t n);
 #define cv_malloc(n) cv_malloc_at((n), __FILE__, __LINE__)
 #define cv_calloc(c, s) cv_calloc_at((c), (s), __FILE__, __LINE__)
 #define cv_realloc(p, n) cv_realloc_at((p), (n), __FILE__, __LINE__)
+#define cv_memdup(p, n) cv_memdup_at((p), (n), __FILE__, __LINE__)
 #define cv_aligned_alloc(n) cv_aligned_alloc_at((n), __FILE__, __LINE__)
 #define cv_huge_alloc(n) cv_huge_alloc_at((n), __FILE__, __LINE__)
 

@@ -151,6 +151,12 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
     info->n_embd_kv = hp->n_head_kv * hp->head_dim;
     info->bos = m->vocab.bos;
     info->eos = m->vocab.eos;
+    info->add_bos = m->vocab.add_bos;
+    info->fim_pre = m->vocab.fim[CV_FIM_PRE];
+    info->fim_suf = m->vocab.fim[CV_FIM_SUF];
+    info->fim_mid = m->vocab.fim[CV_FIM_MID];
+    info->fim_rep = m->vocab.fim[CV_FIM_REP];
+    info->fim_sep = m->vocab.fim[CV_FIM_SEP];
     info->bytes_per_token = cv_llama_weight_bytes(&m->meta, 0, hp->n_layer, CV_EMBD_ROW);
     const gguf_file *f = &m->meta.gguf;
     for (uint64_t i = 0; i < f->n_tensors; i++)
@@ -210,7 +216,8 @@ void convoy_detok_free(convoy_detok *d) { cv_free(d); }
 
 convoy_ctx_params convoy_ctx_default_params(void)
 {
-    return (convoy_ctx_params){.n_threads = cv_physical_cores(), .n_ctx = 0, .n_slot = 1, .n_batch = 512, .timeout_ms = 5000,
+    return (convoy_ctx_params){.n_threads = cv_physical_cores(), .n_ctx = 0, .n_slot = 1, .n_batch = 512,
+                                .kv_f16 = true, .timeout_ms = 5000,
                                 .failover_wait_ms = 15000, .rebalance = true};
 }
 
@@ -774,6 +781,10 @@ _Static_assert(sizeof(convoy_logprob) == sizeof(cv_logprob) &&
                    offsetof(convoy_logprob, logprob) == offsetof(cv_logprob, logprob),
                "convoy_logprob must be laid out as cv_logprob");
 
+static_assert(sizeof(convoy_logit_bias) == sizeof(cv_logit_bias) && offsetof(convoy_logit_bias, bias) ==
+                  offsetof(cv_logit_bias, bias), "convoy_logit_bias is the sampler's pair");
+static_assert(CONVOY_MAX_LOGIT_BIAS == CV_PROTO_MAX_BIAS, "convoy.h states the logit bias limit");
+
 int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params *p, char *err, size_t errlen)
 {
     if (p->n_logprobs < -1 || p->n_logprobs > CONVOY_MAX_TOP_LOGPROBS)
@@ -781,14 +792,20 @@ int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params 
     const cv_sampler_params sp = {.temp = p->temp, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
                                   .repeat_penalty = p->repeat_penalty, .penalty_last_n = p->penalty_last_n,
                                   .freq_penalty = p->freq_penalty, .presence_penalty = p->presence_penalty,
-                                  .seed = p->seed};
+                                  .seed = p->seed, .bias = (const cv_logit_bias *)p->logit_bias,
+                                  .n_bias = p->n_logit_bias};
+    if (p->n_logit_bias < 0 || p->n_logit_bias > CONVOY_MAX_LOGIT_BIAS)
+        return cv_errf(err, errlen, "%d logit biases, at most %d", p->n_logit_bias, CONVOY_MAX_LOGIT_BIAS);
+    if (cv_logit_bias_check(sp.bias, sp.n_bias, c->model->meta.hp.n_vocab, err, errlen))
+        return -1;
     if (c->pipeline) {
         int n_failovers = 0;
         if (!c->chain)
             return pipeline_down(c, err, errlen);
         if (seq < 0 || seq >= c->n_slot)
             return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
-        journal_set_sampler(&c->journal, seq, &sp, p->n_logprobs);
+        if (journal_set_sampler(&c->journal, seq, &sp, p->n_logprobs))
+            return cv_errf(err, errlen, "out of memory for a logit bias of %d ids", sp.n_bias);
         /* a failover replays the journal, which has the sampler already */
         return cv_chain_set_sampler(c->chain, seq, &sp, p->n_logprobs, err, errlen) &&
                        !failed_over(c, &n_failovers, err)

@@ -56,7 +56,7 @@ void journal_free(journal *j)
 {
     cv_free(j->tok);
     for (int32_t s = 0; j->slot && s < j->n_slot; s++)
-        cv_free(j->slot[s].grammar);
+        journal_free_seq(j, s);
     cv_free(j->slot);
     cv_free(j->stale);
     cv_free(j->ignored);
@@ -129,24 +129,30 @@ void journal_collect(journal *j, const int32_t *tokens)
 
 void journal_drop_flights(journal *j) { j->in_flight = 0; }
 
-void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs)
+int journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs)
 {
     journal_slot *s = &j->slot[seq];
+    cv_logit_bias *bias = p->n_bias > 0 ? cv_memdup(p->bias, sizeof *bias * (size_t)p->n_bias) : NULL;
+    if (p->n_bias > 0 && !bias)
+        return -1;
+    cv_free(s->bias);
+    s->bias = bias;
     s->sampler = *p;
+    s->sampler.bias = bias;
     s->sampler.n_draws = 0;
     s->sampler_at = s->len;
     s->n_logprobs = n_logprobs;
     cv_free(s->grammar);
     s->grammar = NULL;
+    return 0;
 }
 
 int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from)
 {
     journal_slot *s = &j->slot[seq];
-    char *copy = cv_malloc(len ? len : 1);
+    char *copy = cv_memdup(text, len);
     if (!copy)
         return -1;
-    memcpy(copy, text, len);
     cv_free(s->grammar);
     s->grammar = copy;
     s->grammar_len = (uint32_t)len;
@@ -170,6 +176,7 @@ void journal_truncate(journal *j, int32_t seq, int32_t len)
 void journal_free_seq(journal *j, int32_t seq)
 {
     cv_free(j->slot[seq].grammar);
+    cv_free(j->slot[seq].bias);
     j->slot[seq] = (journal_slot){.len = 0, .sampled_at = -1, .sampler_at = -1, .n_logprobs = -1};
 }
 

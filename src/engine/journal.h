@@ -37,7 +37,8 @@ typedef struct journal_slot {
     int32_t len;               /* positions the slot holds */
     int32_t sampled_at;        /* the position of the last row that emitted an id; -1: none */
     int32_t sampler_at;        /* its length when the sampler was set; -1: none set */
-    cv_sampler_params sampler; /* n_draws counts the draws made so far */
+    cv_sampler_params sampler; /* n_draws counts the draws made so far; its bias is `bias` */
+    cv_logit_bias *bias;       /* the sampler's logit bias (sampler.n_bias pairs), or NULL */
     int32_t n_logprobs;
     char *grammar;             /* GBNF text (grammar_len bytes) the slot's output is held to, or NULL */
     uint32_t grammar_len;
@@ -70,7 +71,8 @@ void journal_collect(journal *j, const int32_t *tokens);
 /* Batches in flight are lost with the chain that went down. */
 void journal_drop_flights(journal *j);
 
-void journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs);
+/* Copies the logit bias: -1 when out of memory. */
+int journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs);
 /* Copies the grammar: -1 when out of memory. */
 int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from);
 void journal_truncate(journal *j, int32_t seq, int32_t len);

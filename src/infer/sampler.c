@@ -31,7 +31,10 @@
 
 #include <math.h>
 
+#include <stdbool.h>
+
 #include "core/alloc.h"
+#include "core/err.h"
 #include "core/splitmix.h"
 
 typedef struct cv_candidate {
@@ -43,6 +46,7 @@ struct cv_sampler {
     cv_sampler_params params;
     int32_t n_vocab;
     int penalties_on;      /* some penalty differs from its neutral value */
+    float *bias;           /* [n_vocab] each id's logit bias, or NULL for none */
     cv_candidate *cand;    /* [n_vocab] the candidate set (a heap while ranking) */
     cv_candidate *ranked;  /* [n_vocab] candidates popped in rank order */
     double *weight;        /* [n_vocab] draw weights, in draw order */
@@ -119,6 +123,7 @@ void cv_sampler_free(cv_sampler *s)
     cv_free(s->weight);
     cv_free(s->count);
     cv_free(s->history);
+    cv_free(s->bias);
     cv_free(s);
 }
 
@@ -144,7 +149,13 @@ cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab, int32
     if (s->history_cap < 1)
         s->history_cap = 1;
     s->history = cv_malloc((size_t)s->history_cap * sizeof(*s->history));
-    if (!s->cand || !s->ranked || !s->weight || !s->count || !s->history) {
+    const bool biased = s->params.n_bias > 0;
+    if (biased && (s->bias = cv_calloc((size_t)n_vocab, sizeof(*s->bias))))
+        for (int32_t i = 0; i < s->params.n_bias; i++)
+            s->bias[s->params.bias[i].id] = s->params.bias[i].bias;
+    s->params.bias = NULL; /* the caller's array is not kept: s->bias holds it */
+    s->params.n_bias = 0;
+    if (!s->cand || !s->ranked || !s->weight || !s->count || !s->history || (biased && !s->bias)) {
         cv_sampler_free(s);
         return NULL;
     }
@@ -156,6 +167,17 @@ cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab, int32
 static int32_t *history_at(cv_sampler *s, int64_t i)
 {
     return &s->history[i % s->history_cap];
+}
+
+int cv_logit_bias_check(const cv_logit_bias *b, int32_t n, int32_t n_vocab, char *err, size_t errlen)
+{
+    for (int32_t i = 0; i < n; i++) {
+        if (b[i].id < 0 || b[i].id >= n_vocab)
+            return cv_errf(err, errlen, "logit bias for id %d, outside the vocabulary of %d", b[i].id, n_vocab);
+        if (isnan(b[i].bias) || b[i].bias == INFINITY)
+            return cv_errf(err, errlen, "logit bias of id %d is not finite or -inf", b[i].id);
+    }
+    return 0;
 }
 
 void cv_sampler_accept(cv_sampler *s, int32_t id)
@@ -198,10 +220,10 @@ int32_t cv_argmax(const float *x, int32_t n)
     return best;
 }
 
-/* The logit of `id` after penalties, with NaN as -inf. */
+/* The logit of `id` after its bias and penalties, with NaN as -inf. */
 static float penalized_logit(const cv_sampler *s, const float *logits, int32_t id)
 {
-    float v = logits[id];
+    float v = s->bias ? logits[id] + s->bias[id] : logits[id];
     if (s->penalties_on) {
         int32_t c = s->count[id];
         if (c > 0) {

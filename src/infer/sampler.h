@@ -27,7 +27,14 @@
 #ifndef CONVOY_INFER_SAMPLER_H
 #define CONVOY_INFER_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* An id's bias: added to its logit before anything else. */
+typedef struct cv_logit_bias {
+    int32_t id;
+    float bias; /* finite, or -INFINITY */
+} cv_logit_bias;
 
 typedef struct cv_sampler_params {
     float temp;            /* default 0.8 in the CLI; 0 = greedy */
@@ -40,11 +47,15 @@ typedef struct cv_sampler_params {
     float presence_penalty;/* default 0 */
     uint64_t seed;
     uint64_t n_draws;      /* draws made before: the RNG starts as after them (a replayed sequence) */
+    const cv_logit_bias *bias; /* [n_bias], ids below n_vocab (the later of equal ids wins); copied at create */
+    int32_t n_bias;
 } cv_sampler_params;
 
 typedef struct cv_sampler cv_sampler;
 
 cv_sampler_params cv_sampler_default_params(void);
+/* Refuses ids outside [0, n_vocab) and biases that are NaN or +inf. */
+int cv_logit_bias_check(const cv_logit_bias *b, int32_t n, int32_t n_vocab, char *err, size_t errlen);
 cv_sampler *cv_sampler_create(const cv_sampler_params *p, int32_t n_vocab, int32_t n_ctx);
 int32_t cv_sampler_sample(cv_sampler *s, const float *logits);
 void cv_sampler_accept(cv_sampler *s, int32_t id);

@@ -312,6 +312,8 @@ int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, ch
         return cv_errf(err, errlen, "this span does not hold the output head and does not sample");
     if (slot < 0 || slot >= s->kv.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
+    if (cv_logit_bias_check(p->bias, p->n_bias, s->model.hp.n_vocab, err, errlen))
+        return -1;
     cv_sampler *sm = cv_sampler_create(p, s->model.hp.n_vocab, s->kv.n_ctx);
     if (!sm)
         return cv_errf(err, errlen, "out of memory for a sampler");

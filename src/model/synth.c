@@ -223,12 +223,17 @@ static const char chatml_template[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-/* The control tokens that end the vocabulary, the last one the EOS:
- * Phi-3's <|endoftext|> (llama.cpp looks it up in any model whose name says
- * phi3), then ChatML's two. Returns their count. */
-static int tail_tokens(const cv_synth_params *p, const char *tail[3])
+#define FIM_TOKENS 3
+static const char *const fim_tokens[FIM_TOKENS] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
+
+/* The control tokens that end the vocabulary: the FIM ones, then, the last
+ * one the EOS, Phi-3's <|endoftext|> (llama.cpp looks it up in any model
+ * whose name says phi3), then ChatML's two. Returns their count. */
+static int tail_tokens(const cv_synth_params *p, const char *tail[3 + FIM_TOKENS])
 {
     int n = 0;
+    for (int i = 0; p->fim && i < FIM_TOKENS; i++)
+        tail[n++] = fim_tokens[i];
     if (p->arch == CV_ARCH_PHI3)
         tail[n++] = "<|endoftext|>";
     if (p->chatml) {
@@ -374,7 +379,7 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
     if (p->n_head % p->n_head_kv)
         return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
                        (long long)p->n_head_kv);
-    const char *tail[3];
+    const char *tail[3 + FIM_TOKENS];
     const int n_tail = tail_tokens(p, tail);
     if (p->n_vocab < CV_SYNTH_MIN_VOCAB + n_tail)
         return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens%s)",
@@ -663,7 +668,13 @@ static void set_vocab(gguf_writer *w, const cv_synth_params *p, const vocab_buil
     gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
     gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
     gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", n_tail ? (uint32_t)(v->n - 1) : 2);
+    const bool eos_last = p->chatml || p->arch == CV_ARCH_PHI3;
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", eos_last ? (uint32_t)(v->n - 1) : 2);
+    static const char *const fim_keys[FIM_TOKENS] = {"tokenizer.ggml.fim_pre_token_id",
+                                                     "tokenizer.ggml.fim_suf_token_id",
+                                                     "tokenizer.ggml.fim_mid_token_id"};
+    for (int i = 0; p->fim && i < FIM_TOKENS; i++)
+        gguf_set_u32(w, fim_keys[i], (uint32_t)(v->n - n_tail + i));
     gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
     if (is_gemma(p))
@@ -698,7 +709,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
         cv_errf(err, errlen, pool ? "out of memory" : "cannot start %d threads", p->n_threads);
         goto done;
     }
-    const char *tail[3];
+    const char *tail[3 + FIM_TOKENS];
     const int n_tail = tail_tokens(p, tail);
     vocab_fill(&v, tail, n_tail);
     set_hparams(w, p);

@@ -548,6 +548,41 @@ static void find_eog_by_text(cv_vocab *v, int32_t *eom)
             v->type[forced[i]] = CV_TOKEN_CONTROL;
 }
 
+/* The FIM tokens: the GGUF's keys (the current name, then the older one),
+ * else the first of the texts code models use that the vocabulary has. */
+static int find_fim_tokens(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
+{
+    static const char *const keys[CV_FIM_COUNT][2] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+        {"tokenizer.ggml.fim_rep_token_id", NULL},
+        {"tokenizer.ggml.fim_sep_token_id", NULL},
+    };
+    /* DeepSeek's spell "<｜fim▁begin｜>" (full-width bars, U+2581) */
+#define DS_FIM(w) "<\xef\xbd\x9c" "fim\xe2\x96\x81" w "\xef\xbd\x9c>"
+#define SPM_SPACE "\xe2\x96\x81"
+    static const char *const texts[CV_FIM_COUNT][6] = {
+        {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", DS_FIM("begin"), "<PRE>", SPM_SPACE "<PRE>"},
+        {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", DS_FIM("hole"), "<SUF>", SPM_SPACE "<SUF>"},
+        {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", DS_FIM("end"), "<MID>", SPM_SPACE "<MID>"},
+        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+        {"<|file_sep|>", "<file_sep>", "<|file_separator|>", NULL, NULL, NULL},
+    };
+#undef DS_FIM
+#undef SPM_SPACE
+
+    for (int k = 0; k < CV_FIM_COUNT; k++) {
+        v->fim[k] = -1;
+        for (int j = 0; j < 2 && keys[k][j] && v->fim[k] < 0; j++)
+            if (read_id_key(f, keys[k][j], v->n_vocab, &v->fim[k], err, errlen) != 0)
+                return -1;
+        for (int j = 0; j < 6 && texts[k][j] && v->fim[k] < 0; j++)
+            v->fim[k] = text_to_token(v, texts[k][j], strlen(texts[k][j]));
+    }
+    return 0;
+}
+
 /* The phases of "Load" in the design comment, in order; any failure
  * leaves v empty. */
 int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
@@ -566,7 +601,7 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
         read_special_keys(v, f, &eom, err, errlen) != 0)
         goto fail;
     find_eog_by_text(v, &eom);
-    if (build_tables(v, eom, err, errlen) != 0)
+    if (find_fim_tokens(v, f, err, errlen) != 0 || build_tables(v, eom, err, errlen) != 0)
         goto fail;
     return 0;
 fail:

@@ -8,7 +8,11 @@
  * bpe.h), tokens, scores, token_type, bos/eos/unk/pad ids, add_bos_token /
  * add_eos_token (defaults as llama.cpp: SPM adds BOS, BPE adds it only for
  * llama-bpe; neither adds EOS) and add_space_prefix (default true for SPM;
- * BPE never adds a space). Array lengths are checked against the token
+ * BPE never adds a space), and the fill-in-the-middle tokens (fim_pre,
+ * fim_suf, fim_mid, fim_rep, fim_sep: the tokenizer.ggml.fim_*_token_id
+ * keys, the older prefix/suffix/middle_token_id, else found by the texts
+ * code models spell them with, as llama.cpp does; -1 when absent). Array
+ * lengths are checked against the token
  * count; an id key outside the vocabulary is ignored and the default kept
  * (as llama.cpp does), so every id held is valid or -1. The vocab copies
  * what it needs: the gguf_file may be closed afterwards.
@@ -55,6 +59,9 @@ enum cv_token_type {
 
 enum cv_vocab_kind { CV_VOCAB_SPM = 1, CV_VOCAB_BPE = 2 };
 
+/* Fill-in-the-middle tokens: prefix, suffix, middle, repository, file separator. */
+enum cv_fim { CV_FIM_PRE, CV_FIM_SUF, CV_FIM_MID, CV_FIM_REP, CV_FIM_SEP, CV_FIM_COUNT };
+
 typedef struct cv_vocab_index cv_vocab_index; /* private lookup tables */
 
 typedef struct cv_vocab {
@@ -65,6 +72,7 @@ typedef struct cv_vocab {
     float *score;
     int32_t *type;    /* enum cv_token_type */
     int32_t bos, eos, unk, pad, eot; /* -1 when absent */
+    int32_t fim[CV_FIM_COUNT];       /* -1 when absent */
     bool add_bos, add_eos, add_space_prefix;
     int32_t byte_token[256]; /* id of <0xXX> per byte, -1 if absent */
     cv_vocab_index *index;

@@ -933,13 +933,19 @@ static int check_seq_op(const cv_msg_seq_op *m, char *err, size_t errlen)
     if (m->n_probs > CV_PROTO_MAX_TOP)
         return cv_errf(err, errlen, "SEQ_OP: SET_SAMPLER n_probs %" PRIu32 " exceeds %d", m->n_probs,
                        CV_PROTO_MAX_TOP);
+    if (s->n_bias < 0 || s->n_bias > CV_PROTO_MAX_BIAS)
+        return cv_errf(err, errlen, "SEQ_OP: SET_SAMPLER n_bias %" PRId32 " is not 0..%d", s->n_bias,
+                       CV_PROTO_MAX_BIAS);
+    char why[128];
+    if (cv_logit_bias_check(s->bias, s->n_bias, INT32_MAX, why, sizeof why))
+        return cv_errf(err, errlen, "SEQ_OP: SET_SAMPLER %s", why);
     return 0;
 }
 
 size_t cv_msg_seq_op_size(const cv_msg_seq_op *m)
 {
     if (m->op == CV_SEQ_SET_SAMPLER)
-        return CV_SEQ_OP_SAMPLER_SIZE;
+        return CV_SEQ_OP_SAMPLER_SIZE + CV_SEQ_OP_BIAS_PAIR_SIZE * (size_t)m->sampler.n_bias;
     if (m->op == CV_SEQ_COPY)
         return CV_SEQ_OP_COPY_SIZE;
     return m->op == CV_SEQ_SET_GRAMMAR ? CV_SEQ_OP_GRAMMAR_FIXED_SIZE + (size_t)m->grammar_len : CV_SEQ_OP_SIZE;
@@ -970,6 +976,11 @@ int cv_msg_seq_op_encode(const cv_msg_seq_op *m, void *buf, size_t cap, size_t *
         put_u64(p + 44, s->seed);
         put_u32(p + 52, m->n_probs);
         put_u64(p + 56, s->n_draws);
+        put_u32(p + 64, (uint32_t)s->n_bias);
+        for (int32_t i = 0; i < s->n_bias; i++) {
+            put_i32(p + CV_SEQ_OP_SAMPLER_SIZE + 8 * i, s->bias[i].id);
+            put_f32(p + CV_SEQ_OP_SAMPLER_SIZE + 8 * i + 4, s->bias[i].bias);
+        }
     } else if (m->op == CV_SEQ_COPY) {
         put_i32(p + 12, m->dst);
     } else if (m->op == CV_SEQ_SET_GRAMMAR) {
@@ -1002,6 +1013,13 @@ int cv_msg_seq_op_decode(const void *payload, size_t len, cv_msg_seq_op *m, char
         s->seed = cv_cursor_u64(&c, "seed");
         m->n_probs = cv_cursor_u32(&c, "n_probs");
         s->n_draws = cv_cursor_u64(&c, "n_draws");
+        const uint32_t n_bias = cv_cursor_u32(&c, "n_bias");
+        if (n_bias > CV_PROTO_MAX_BIAS)
+            return cv_errf(err, errlen, "SEQ_OP: SET_SAMPLER n_bias %" PRIu32 " exceeds %d", n_bias,
+                           CV_PROTO_MAX_BIAS);
+        s->n_bias = (int32_t)n_bias;
+        const uint8_t *pairs = cv_cursor_bytes(&c, CV_SEQ_OP_BIAS_PAIR_SIZE * (size_t)n_bias, "bias");
+        s->bias = n_bias ? (const cv_logit_bias *)pairs : NULL;
     } else if (!c.failed && m->op == CV_SEQ_COPY) {
         m->dst = cursor_i32(&c, "dst");
     } else if (!c.failed && m->op == CV_SEQ_SET_GRAMMAR) {

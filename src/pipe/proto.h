@@ -134,7 +134,7 @@
  *       ids, most likely first; so one machine and a chain give the same
  *       bits.
  *    SEQ_OP = 6 (head -> first node -> ... -> last node, in order with the
- *       FORWARDs): 12 bytes, 64 for SET_SAMPLER:
+ *       FORWARDs): 12 bytes, 68 + 8 * n_bias for SET_SAMPLER:
  *       u8 op (CV_SEQ_*), 3 reserved, i32 seq (>= 0), i32 len (TRUNCATE:
  *       the new length >= 0; other ops: 0); SET_SAMPLER adds f32 temp,
  *       i32 top_k, f32 top_p, f32 min_p, f32 repeat_penalty,
@@ -144,7 +144,11 @@
  *       k most likely ids', k <= CV_MAX_TOP_LOGPROBS, so n_probs <=
  *       CV_PROTO_MAX_TOP), u64 n_draws (RNG draws the seq's sampler made
  *       before: a head replaying a seq onto a new chain goes on with the
- *       same draws); every float finite. FREE resets n_probs to 0.
+ *       same draws), u32 n_bias (<= CV_PROTO_MAX_BIAS), then n_bias pairs
+ *       {i32 id, f32 bias}: the logit bias (infer/sampler.h), ids >= 0 (the
+ *       last stage refuses ids past its vocabulary), bias finite or -inf;
+ *       so 68 + 8 * n_bias bytes; every other float finite. FREE resets
+ *       n_probs to 0.
  *       SET_GRAMMAR holds the seq's output to a GBNF grammar
  *       (infer/constraint.h) from position len (the first generated
  *       position) until the next SET_SAMPLER or FREE: it adds u32
@@ -218,10 +222,10 @@
 #define CV_FRAME_MAGIC 0x31595643u /* "CVY1" */
 #define CV_FRAME_VERSION 1
 #define CV_FRAME_HEADER_SIZE 24
-#define CV_PROTO_VERSION 10 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
+#define CV_PROTO_VERSION 11 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
                               5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
                               7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR; 9: COPY;
-                              10: the stages' times in FORWARD and RESULT */
+                              10: the stages' times in FORWARD and RESULT; 11: SET_SAMPLER's logit bias */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -235,6 +239,7 @@
 #define CV_PROTO_MAX_CTX (1 << 24)
 #define CV_PROTO_MAX_BATCH (1 << 16)
 #define CV_PROTO_MAX_GRAMMAR CV_CONSTRAINT_TEXT_MAX
+#define CV_PROTO_MAX_BIAS 4096 /* logit bias pairs of a SET_SAMPLER */
 #define CV_PROTO_HASH_BYTES 32
 #define CV_PROTO_HASHES_PER_LAYER 31 /* the most tensors a layer has (every name of llama.c's list) */
 #define CV_PROTO_HASHES_EXTRA 5      /* rope_freqs, rope_factors_long and _short, output_norm, output */
@@ -553,18 +558,22 @@ typedef enum cv_seq_op_kind {
 } cv_seq_op_kind;
 
 #define CV_SEQ_OP_SIZE 12
-#define CV_SEQ_OP_SAMPLER_SIZE 64
+#define CV_SEQ_OP_SAMPLER_SIZE 68 /* and 8 bytes per bias pair */
+#define CV_SEQ_OP_BIAS_PAIR_SIZE 8
 #define CV_SEQ_OP_COPY_SIZE 16
 #define CV_SEQ_OP_GRAMMAR_FIXED_SIZE 16
 static_assert(CV_SEQ_OP_GRAMMAR_FIXED_SIZE + CV_PROTO_MAX_GRAMMAR <= CV_PROTO_MIN_MAX_PAYLOAD,
               "SET_GRAMMAR: the largest grammar fits the smallest receive cap");
+static_assert(CV_SEQ_OP_SAMPLER_SIZE + CV_SEQ_OP_BIAS_PAIR_SIZE * CV_PROTO_MAX_BIAS <= CV_PROTO_MIN_MAX_PAYLOAD,
+              "SET_SAMPLER: the largest logit bias fits the smallest receive cap");
+static_assert(sizeof(cv_logit_bias) == CV_SEQ_OP_BIAS_PAIR_SIZE, "bias pairs are read in place");
 
 typedef struct cv_msg_seq_op {
     uint8_t op;
     int32_t seq;
     int32_t len;
     int32_t dst;               /* COPY only */
-    cv_sampler_params sampler; /* SET_SAMPLER only */
+    cv_sampler_params sampler; /* SET_SAMPLER only; decoded bias pairs point into the payload */
     uint32_t n_probs;          /* SET_SAMPLER only: log-probabilities per RESULT row, 0 or 1 + k */
     const char *grammar;       /* SET_GRAMMAR only: grammar_len bytes (in the payload after decode) */
     uint32_t grammar_len;

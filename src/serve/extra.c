@@ -118,8 +118,9 @@ static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, 
 {
     convoy_model_info info;
     convoy_model_get_info(srv->model, &info);
-    sv_text text;
-    if (sv_text_init(&text, srv->model, NULL, 0))
+    const size_t n = json_array_size(tokens);
+    int32_t *ids = cv_malloc(sizeof *ids * (n ? n : 1));
+    if (!ids)
         return oom(e), -1;
     size_t i;
     json_t *t;
@@ -131,14 +132,11 @@ static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, 
                                                             "[0, %d))", i, info.n_vocab);
             break;
         }
-        if (sv_text_push(&text, (int32_t)json_integer_value(t), out) < 0) {
-            rc = (oom(e), -1);
-            break;
-        }
+        ids[i] = (int32_t)json_integer_value(t);
     }
-    if (rc == 0 && (sv_text_finish(&text, out) < 0 || sv_buf_append(out, "", 0)))
+    if (rc == 0 && sv_text_of(srv->model, ids, (int32_t)n, out))
         rc = (oom(e), -1);
-    sv_text_free(&text);
+    cv_free(ids);
     return rc;
 }
 

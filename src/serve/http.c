@@ -50,6 +50,7 @@
 #include "serve/buf.h"
 #include "serve/deadline.h"
 #include "serve/log.h"
+#include "serve/native.h"
 #include "serve/ollama.h"
 #include "serve/resp.h"
 #include "serve/slots.h"
@@ -67,6 +68,8 @@ enum route {
     R_DETOKENIZE,
     R_APPLY_TEMPLATE,
     R_SLOT_ACTION,
+    R_NATIVE_COMPLETION,
+    R_INFILL,
     R_OLLAMA_CHAT,
     R_OLLAMA_GENERATE,
     R_OLLAMA_SHOW,
@@ -85,7 +88,8 @@ enum route {
 };
 static const char *const route_names[N_ROUTES] = {
     "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize",    "/detokenize",
-    "/apply-template", "/slots/{id}",          "/api/chat",     "/api/generate", "/api/show",
+    "/apply-template", "/slots/{id}",          "/completion",   "/infill",
+    "/api/chat",     "/api/generate", "/api/show",
     "/v1/models",      "/v1/models/{id}",      "/health",       "/metrics",      "/props",
     "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "/",
     "other"};
@@ -159,7 +163,10 @@ typedef struct gen {
     long long created;
     int32_t n_seen;     /* tokens turned into text */
     int32_t lp_next;    /* first token whose logprobs are not yet sent */
+    int choice;         /* its index among the request's n choices */
+    bool in_choices;    /* one of n > 1 choices: choices_fill ends the stream, not its own events */
     bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
+    bool native;        /* answered in llama-server's /completion shapes (native.h) */
     ollama_kind okind;
     sv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
@@ -377,6 +384,7 @@ static ollama_stats gen_ollama_stats(const gen *g)
 {
     const double total = cv_now_s() - g->cc->t0;
     return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - sv_request_cached(g->r),
+                          .cached_tokens = sv_request_cached(g->r),
                           .eval_tokens = g->n_seen, .total_s = total,
                           .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total};
 }
@@ -385,8 +393,17 @@ static ollama_stats gen_ollama_stats(const gen *g)
  * some chunks). */
 static int send_chunk(gen *g, const oai_chunk *ch)
 {
-    if (!g->ollama)
-        return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, ch));
+    if (g->native) {
+        bool none;
+        const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0};
+        char *json = native_chunk_json(g->h->srv, ch, &st, &none);
+        return none ? 0 : sse_event(g, json);
+    }
+    if (!g->ollama) {
+        oai_chunk indexed = *ch;
+        indexed.index = g->choice;
+        return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &indexed));
+    }
     bool none;
     const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0}; /* the last line's */
     char *json = ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
@@ -505,15 +522,16 @@ static int sse_fill(gen *g, bool over)
                                            : text_chunk(g, g->out.p ? g->out.p : "", g->out.n)))
             return -1;
         sv_buf_consume(&g->out, g->out.n);
-        if (over) {
+        if (over) { /* the usage goes with the end, but n choices' with the last one's (choices_fill) */
+            const bool alone = !g->in_choices;
             const oai_chunk fin = {.text = "", .finish = finish, .include_usage = g->req.include_usage,
-                                   .usage = g->req.include_usage ? NULL : &usage};
+                                   .usage = g->req.include_usage || !alone ? NULL : &usage};
             const oai_chunk u = {.usage_only = true, .usage = &usage};
-            if (send_chunk(g, &fin) || (g->req.include_usage && send_chunk(g, &u)))
+            if (send_chunk(g, &fin) || (alone && g->req.include_usage && send_chunk(g, &u)))
                 return -1;
         }
     }
-    if (over && !g->ollama && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
+    if (over && !g->ollama && !g->native && !g->in_choices && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
         return -1;
     g->over = over;
     return 0;
@@ -525,37 +543,57 @@ static int sse_fill(gen *g, bool over)
  * minutes on a CPU. */
 static double keepalive_s(const sv_http *h) { return h->idle_timeout_s / 3.0; }
 
+/* A stream's next events: what arrived within timeout_ms (an OpenAI chat
+ * sends its opening role chunk first, at once). */
+static int gen_step(gen *g, int timeout_ms)
+{
+    const bool polls = g->role_sent || g->req.kind == OAI_COMPLETIONS || g->ollama; /* no opening to send */
+    const bool over = polls ? gen_poll(g, timeout_ms) : false;
+    return sse_fill(g, over);
+}
+
+/* Copies up to max bytes of the events not yet read (*off of sse is). */
+static ssize_t take_events(sv_buf *sse, size_t *off, char *buf, size_t max)
+{
+    size_t k = sse->n - *off;
+    if (k > max)
+        k = max;
+    memcpy(buf, sse->p + *off, k);
+    *off += k;
+    if (*off == sse->n) {
+        sv_buf_consume(sse, sse->n);
+        *off = 0;
+    }
+    return (ssize_t)k;
+}
+
+/* Whether a stream with nothing to send for keepalive_s is due a comment. */
+static bool keepalive_due(const sv_http *h, double *waiting_since)
+{
+    if (cv_now_s() - *waiting_since < keepalive_s(h))
+        return false;
+    *waiting_since = cv_now_s();
+    return true;
+}
+
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     gen *g = cls;
     double waiting_since = cv_now_s();
     for (;;) {
-        if (g->sse_off == g->sse.n && !g->over && cv_now_s() - waiting_since >= keepalive_s(g->h)) {
+        if (g->sse_off == g->sse.n && !g->over && keepalive_due(g->h, &waiting_since)) {
             const oai_chunk empty = {.text = ""}; /* NDJSON has no comments: an empty line of text */
             if (g->ollama ? send_chunk(g, &empty) : sv_buf_puts(&g->sse, ": keep-alive\n\n"))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
-            waiting_since = cv_now_s();
         }
-        if (g->sse_off < g->sse.n) {
-            size_t k = g->sse.n - g->sse_off;
-            if (k > max)
-                k = max;
-            memcpy(buf, g->sse.p + g->sse_off, k);
-            g->sse_off += k;
-            if (g->sse_off == g->sse.n) {
-                sv_buf_consume(&g->sse, g->sse.n);
-                g->sse_off = 0;
-            }
-            return (ssize_t)k;
-        }
+        if (g->sse_off < g->sse.n)
+            return take_events(&g->sse, &g->sse_off, buf, max);
         if (g->over)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (peer_gone(g->fd))
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        const bool polls = g->role_sent || g->req.kind == OAI_COMPLETIONS || g->ollama; /* no opening to send */
-        const bool over = polls ? gen_poll(g, POLL_MS) : false;
-        if (sse_fill(g, over))
+        if (gen_step(g, POLL_MS))
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
@@ -573,10 +611,11 @@ static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char
 /* A chat template's render stops when its client left. */
 static bool gen_client_gone(void *user) { return peer_gone(((const gen *)user)->fd); }
 
-/* Parses and submits the request of body (cc's, or what an Ollama body
- * means) into a new gen; NULL with e filled when refused. */
-static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
-                      oai_error *e)
+/* Parses the request of body (cc's, or what an Ollama body means) into a
+ * new gen for choice `choice` (its seed the request's plus choice); NULL
+ * with e filled when refused. */
+static gen *gen_parse(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
+                      int choice, oai_error *e)
 {
     gen *g = cv_calloc(1, sizeof *g);
     if (!g)
@@ -591,12 +630,19 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     g->fd = ci ? ci->connect_fd : -1;
     const sv_render_watch watch = {gen_client_gone, g};
     g->ollama = is_ollama(cc->rt);
+    g->native = cc->rt == R_NATIVE_COMPLETION || cc->rt == R_INFILL;
     g->okind = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
     if (oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
         gen_free(g);
         return NULL;
     }
     cc->n_prompt = g->req.params.n_prompt;
+    g->choice = choice;
+    g->req.params.sampler.seed += (uint64_t)choice;
+    if (g->req.echo.n && sv_buf_append(&g->out, g->req.echo.p, g->req.echo.n)) {
+        gen_free(g);
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+    }
     g->req.params.client = cc->client_id;
     g->thinking = kind == OAI_CHAT && g->req.split_reasoning;
     sv_think_init(&g->think, g->req.think_open);
@@ -604,59 +650,97 @@ static gen *gen_start(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
         gen_free(g);
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }
-    char err[CV_ERRLEN];
-    const sv_submit_result sr = sv_sched_submit(h->sched, &g->req.params, &g->r, err, sizeof err);
-    if (sr != SV_SUBMIT_OK) {
-        gen_free(g);
-        submit_refused(h, cc, sr, err, e);
-        return NULL;
-    }
-    const unsigned long long serial = (unsigned long long)fresh(h);
+    return g;
+}
+
+/* Names a submitted gen (choices after the first take the first's id and
+ * time, `first`). */
+static void gen_name(gen *g, const gen *first)
+{
+    sv_http *h = g->h;
+    conn *cc = g->cc;
+    const oai_kind kind = g->req.kind;
+    const unsigned long long serial = first ? 0 : (unsigned long long)fresh(h);
     if (kind == OAI_RESPONSES) { /* OpenAI's ids: resp_ for the response, msg_ for its message */
         snprintf(g->id, sizeof g->id, "resp_%016llx", serial);
         snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", serial);
+    } else if (first) {
+        snprintf(g->id, sizeof g->id, "%s", first->id);
     } else {
         snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", serial);
     }
     sv_log(SV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
            g->id, g->req.params.n_prompt, g->req.params.max_tokens,
            (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
-    g->created = (long long)time(NULL);
+    g->created = first ? first->created : (long long)time(NULL);
     g->resp = (resp_ids){.id = g->id, .msg_id = g->msg_id, .created = g->created};
-    return g;
 }
 
-/* A whole answer's body (NULL when out of memory); a thinking chat gets
- * its reasoning apart, a chat with tools the calls read out of its text. */
-static char *answer_json(gen *g)
+/* Submits g's request and names it; when refused, frees g (e says why). */
+static int gen_submit(gen *g, oai_error *e)
 {
-    const oai_usage usage = gen_usage(g);
+    char err[CV_ERRLEN];
+    const sv_submit_result sr = sv_sched_submit(g->h->sched, &g->req.params, &g->r, err, sizeof err);
+    if (sr != SV_SUBMIT_OK) {
+        submit_refused(g->h, g->cc, sr, err, e);
+        gen_free(g);
+        return -1;
+    }
+    gen_name(g, NULL);
+    return 0;
+}
+
+/* What an answer's text holds apart: a thinking chat's reasoning, a chat
+ * with tools its calls; the buffers an oai_answer points into. */
+typedef struct answer_parts {
+    sv_buf reasoning, content;
+    sv_tool_calls calls;
+    oai_usage usage;
+} answer_parts;
+
+static void answer_parts_free(answer_parts *p)
+{
+    sv_tool_calls_free(&p->calls);
+    sv_buf_free(&p->reasoning);
+    sv_buf_free(&p->content);
+}
+
+/* A whole chat or completion answer of g into a (pointing into p); -1
+ * when out of memory. */
+static int answer_of(gen *g, answer_parts *p, oai_answer *a)
+{
     const char *text = g->out.p ? g->out.p : "";
-    if (g->req.kind == OAI_RESPONSES)
-        return resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &usage);
-    sv_buf reasoning = {0}, content = {0};
-    sv_tool_calls calls = {0};
-    char *json = NULL;
-    if (g->thinking && sv_think_push(&g->think, text, g->out.n, true, &reasoning, &content))
-        goto done;
-    const sv_buf *answer = g->thinking ? &content : &g->out;
+    p->usage = gen_usage(g);
+    if (g->thinking && sv_think_push(&g->think, text, g->out.n, true, &p->reasoning, &p->content))
+        return -1;
+    const sv_buf *answer = g->thinking ? &p->content : &g->out;
     text = answer->p ? answer->p : "";
     const bool tools = g->req.tools != SV_TOOLS_NONE;
-    if (tools && sv_tools_parse(g->req.tools, text, answer->n, fresh(g->h), &calls))
-        goto done;
-    const oai_answer a = {.text = text, .text_len = answer->n, .reasoning = reasoning.n ? reasoning.p : NULL,
-                          .reasoning_len = reasoning.n, .finish = g->finish, .calls = tools ? &calls : NULL,
-                          .logprobs = gen_logprobs(g), .usage = &usage};
-    if (g->ollama) {
-        const ollama_stats st = gen_ollama_stats(g);
-        json = ollama_answer_json(g->h->srv, g->okind, &a, &st);
-    } else {
-        json = oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+    if (tools && sv_tools_parse(g->req.tools, text, answer->n, fresh(g->h), &p->calls))
+        return -1;
+    *a = (oai_answer){.text = text, .text_len = answer->n, .reasoning = p->reasoning.n ? p->reasoning.p : NULL,
+                      .reasoning_len = p->reasoning.n, .finish = g->finish, .calls = tools ? &p->calls : NULL,
+                      .logprobs = gen_logprobs(g), .usage = &p->usage};
+    return 0;
+}
+
+/* A whole answer's body (NULL when out of memory). */
+static char *answer_json(gen *g)
+{
+    if (g->req.kind == OAI_RESPONSES) {
+        const oai_usage usage = gen_usage(g);
+        return resp_object_json(g->h->srv, &g->resp, g->out.p ? g->out.p : "", g->out.n, g->finish, &usage);
     }
-done:
-    sv_tool_calls_free(&calls);
-    sv_buf_free(&reasoning);
-    sv_buf_free(&content);
+    answer_parts p = {0};
+    oai_answer a;
+    char *json = NULL;
+    if (answer_of(g, &p, &a) == 0) {
+        const ollama_stats st = gen_ollama_stats(g);
+        json = g->ollama   ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
+               : g->native ? native_answer_json(g->h->srv, &a, &st)
+                           : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+    }
+    answer_parts_free(&p);
     return json;
 }
 
@@ -672,20 +756,223 @@ static void ollama_request(sv_http *h, conn *cc, oai_kind *kind, char **body, ch
         oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
+/* A request's n > 1 choices: a gen each, their events merged into one
+ * stream, which ends once all have. */
+typedef struct choices {
+    sv_http *h;
+    gen *g[OAI_MAX_CHOICES];
+    int n;
+    sv_buf sse;
+    size_t sse_off;
+    bool over;
+} choices;
+
+static void choices_free(void *cls)
+{
+    choices *ch = cls;
+    for (int i = 0; i < ch->n; i++)
+        if (ch->g[i])
+            gen_free(ch->g[i]);
+    sv_buf_free(&ch->sse);
+    cv_free(ch);
+}
+
+/* The prompt alone, once, before the choices: a one-token request whose
+ * slot keeps the prompt, from which each choice's slot copies it (sched.h),
+ * so the n choices run it once. Its failure only costs them that. */
+static void run_prompt_alone(gen *g)
+{
+    sv_request_params p = g->req.params;
+    p.max_tokens = 1;
+    p.sampler = convoy_sampling_default_params();
+    p.sampler.temp = 0.0f;
+    p.top_logprobs = -1;
+    p.grammar = NULL;
+    sv_request *r;
+    char err[CV_ERRLEN];
+    if (p.cold || sv_sched_submit(g->h->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK)
+        return;
+    sv_finish f = SV_RUNNING;
+    while (f == SV_RUNNING && !peer_gone(g->fd))
+        sv_request_wait(r, 0, POLL_MS, &f);
+    sv_request_cancel(r);
+    sv_request_release(r);
+}
+
+/* Parses the choices after the first (`first`, parsed) and submits them
+ * all; NULL with e filled when one is refused (the others cancelled). */
+static choices *choices_start(sv_http *h, struct MHD_Connection *c, gen *first, const char *body, size_t len,
+                              oai_error *e)
+{
+    choices *ch = cv_calloc(1, sizeof *ch);
+    if (!ch) {
+        gen_free(first);
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+    }
+    ch->h = h;
+    ch->n = first->req.n_choices;
+    ch->g[0] = first;
+    run_prompt_alone(first);
+    for (int i = 1; i < ch->n; i++)
+        if (!(ch->g[i] = gen_parse(h, c, first->cc, first->req.kind, body, len, i, e)))
+            goto fail;
+    sv_request_params params[OAI_MAX_CHOICES];
+    sv_request *r[OAI_MAX_CHOICES];
+    for (int i = 0; i < ch->n; i++)
+        params[i] = ch->g[i]->req.params;
+    char err[CV_ERRLEN];
+    const sv_submit_result sr = sv_sched_submit_all(h->sched, params, ch->n, r, err, sizeof err);
+    if (sr != SV_SUBMIT_OK) {
+        submit_refused(h, first->cc, sr, err, e);
+        goto fail;
+    }
+    for (int i = 0; i < ch->n; i++) {
+        ch->g[i]->r = r[i];
+        ch->g[i]->in_choices = true;
+        gen_name(ch->g[i], i ? ch->g[0] : NULL);
+    }
+    return ch;
+fail:
+    choices_free(ch);
+    return NULL;
+}
+
+static oai_usage choices_usage(const choices *ch)
+{
+    oai_usage u = gen_usage(ch->g[0]);
+    for (int i = 1; i < ch->n; i++) {
+        const oai_usage ui = gen_usage(ch->g[i]);
+        u.completion_tokens += ui.completion_tokens;
+        if (ui.cached_tokens < u.cached_tokens) /* the prompt counts once: what its coldest run took */
+            u.cached_tokens = ui.cached_tokens;
+    }
+    return u;
+}
+
+/* Each choice's next events into the merged stream; once all are over,
+ * the usage (when asked for) and [DONE]. */
+static int choices_fill(choices *ch)
+{
+    bool all_over = true;
+    for (int i = 0; i < ch->n; i++) {
+        gen *g = ch->g[i];
+        if (!g->over && gen_step(g, POLL_MS / ch->n))
+            return -1;
+        if (sv_buf_append(&ch->sse, g->sse.p, g->sse.n))
+            return -1;
+        sv_buf_consume(&g->sse, g->sse.n);
+        all_over &= g->over;
+    }
+    if (!all_over)
+        return 0;
+    const oai_usage usage = choices_usage(ch);
+    gen *g0 = ch->g[0];
+    const oai_chunk u = {.usage_only = true, .usage = &usage};
+    if ((g0->req.include_usage && send_chunk(g0, &u)) || sv_buf_append(&ch->sse, g0->sse.p, g0->sse.n) ||
+        sv_buf_puts(&ch->sse, "data: [DONE]\n\n"))
+        return -1;
+    ch->over = true;
+    return 0;
+}
+
+static ssize_t choices_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    choices *ch = cls;
+    double waiting_since = cv_now_s();
+    for (;;) {
+        if (ch->sse_off == ch->sse.n && !ch->over && keepalive_due(ch->h, &waiting_since) &&
+            sv_buf_puts(&ch->sse, ": keep-alive\n\n"))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (ch->sse_off < ch->sse.n)
+            return take_events(&ch->sse, &ch->sse_off, buf, max);
+        if (ch->over)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (peer_gone(ch->g[0]->fd) || choices_fill(ch))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* The whole answer of n choices (NULL when out of memory); a choice that
+ * failed makes the request's error. */
+static char *choices_json(choices *ch, oai_error *e)
+{
+    for (int i = 0; i < ch->n; i++)
+        if (ch->g[i]->error.status) {
+            *e = ch->g[i]->error;
+            return NULL;
+        }
+    answer_parts p[OAI_MAX_CHOICES] = {0};
+    oai_answer a[OAI_MAX_CHOICES];
+    int n_ready = 0;
+    while (n_ready < ch->n && answer_of(ch->g[n_ready], &p[n_ready], &a[n_ready]) == 0)
+        n_ready++;
+    const oai_usage usage = choices_usage(ch);
+    gen *g0 = ch->g[0];
+    char *json = n_ready == ch->n ? oai_choices_json(g0->h->srv, g0->req.kind, g0->id, g0->created, a, ch->n, &usage)
+                                  : NULL;
+    for (int i = 0; i < ch->n; i++)
+        answer_parts_free(&p[i]);
+    if (!json)
+        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return json;
+}
+
+/* n > 1 choices of the request first holds (body: to parse each). */
+static enum MHD_Result generate_choices(sv_http *h, struct MHD_Connection *c, conn *cc, gen *first,
+                                        const char *body, size_t len)
+{
+    oai_error e = {0};
+    const bool stream = first->req.stream;
+    choices *ch = choices_start(h, c, first, body, len, &e);
+    if (!ch)
+        return send_error(h, c, cc, &e);
+    if (stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, choices_reader,
+                                                                      ch, choices_free);
+        if (!resp) {
+            choices_free(ch);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        return queue(h, c, cc, 200, resp);
+    }
+    for (int i = 0; i < ch->n; i++)
+        while (!gen_poll(ch->g[i], POLL_MS))
+            if (peer_gone(ch->g[i]->fd)) {
+                choices_free(ch);
+                return MHD_NO;
+            }
+    char *json = choices_json(ch, &e);
+    choices_free(ch);
+    return json ? send_json(h, c, cc, 200, json) : send_error(h, c, cc, &e);
+}
+
 static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
     oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
     oai_error e = {0};
-    char *ollama_body = NULL, *loaded = NULL;
+    char *translated = NULL /* an Ollama or native body as OpenAI's */, *loaded = NULL;
     if (is_ollama(cc->rt)) {
-        ollama_request(h, cc, &kind, &ollama_body, &loaded, &e);
-        if (!ollama_body)
+        ollama_request(h, cc, &kind, &translated, &loaded, &e);
+        if (!translated)
             return loaded ? send_json(h, c, cc, 200, loaded) : send_error(h, c, cc, &e);
+    } else if (cc->rt == R_NATIVE_COMPLETION || cc->rt == R_INFILL) {
+        if (!(translated = native_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
+                                             &e)))
+            return send_error(h, c, cc, &e);
     }
-    const char *body = ollama_body ? ollama_body : cc->body.p ? cc->body.p : "";
-    gen *g = gen_start(h, c, cc, kind, body, ollama_body ? strlen(ollama_body) : cc->body.n, &e);
-    free(ollama_body);
-    if (!g)
+    const char *body = translated ? translated : cc->body.p ? cc->body.p : "";
+    const size_t len = translated ? strlen(translated) : cc->body.n;
+    gen *g = gen_parse(h, c, cc, kind, body, len, 0, &e);
+    if (g && g->req.n_choices > 1) {
+        const enum MHD_Result rc = generate_choices(h, c, cc, g, body, len);
+        free(translated);
+        return rc;
+    }
+    free(translated);
+    if (!g || gen_submit(g, &e))
         return send_error(h, c, cc, &e);
     if (g->req.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, g,
@@ -920,6 +1207,8 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_COMPLETIONS:
     case R_CHAT:
     case R_RESPONSES:
+    case R_NATIVE_COMPLETION:
+    case R_INFILL:
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
         return generate(h, c, cc);
@@ -976,6 +1265,8 @@ static enum route route_of(const char *url)
                  {"/api/chat", R_OLLAMA_CHAT},       {"/api/generate", R_OLLAMA_GENERATE},
                  {"/api/show", R_OLLAMA_SHOW},       {"/api/tags", R_OLLAMA_TAGS},
                  {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION},
+                 {"/completion", R_NATIVE_COMPLETION}, {"/completions", R_NATIVE_COMPLETION},
+                 {"/infill", R_INFILL},
                  {"/", R_WEBUI},                     {"/index.html", R_WEBUI}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))

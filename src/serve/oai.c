@@ -19,9 +19,12 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/utf8.h"
+#include "serve/bias.h"
 #include "serve/buf.h"
+#include "serve/fim.h"
 #include "serve/render.h"
 #include "serve/schema.h"
+#include "serve/text.h"
 #include "serve/think.h"
 
 #define INVALID "invalid_request_error"
@@ -141,23 +144,9 @@ static int parse_stop(const json_t *body, oai_request *r, oai_error *e)
 static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
 {
     long long n = 1;
-    if (get_int(body, "n", 1, 1, &n, e))
-        return oai_fail(e, 400, INVALID, NULL, "n", "only n = 1 (one choice per request) is supported");
-    if (kind == OAI_COMPLETIONS) {
-        bool echo = false;
-        if (get_int(body, "best_of", 1, 1, &n, e))
-            return oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
-        if (get_bool(body, "echo", &echo, e))
-            return -1;
-        if (echo)
-            return oai_fail(e, 400, INVALID, NULL, "echo", "'echo' is not supported");
-        if (opt(body, "suffix"))
-            return oai_fail(e, 400, INVALID, NULL, "suffix", "'suffix' is not supported");
-    }
-    json_t *v = opt(body, "logit_bias");
-    if (v && (!json_is_object(v) || json_object_size(v) > 0))
-        return oai_fail(e, 400, INVALID, NULL, "logit_bias", "'logit_bias' is not supported");
-    v = opt(body, "tools");
+    if (kind == OAI_COMPLETIONS && get_int(body, "best_of", 1, 1, &n, e))
+        return oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
+    json_t *v = opt(body, "tools");
     if (kind != OAI_CHAT && v && (!json_is_array(v) || json_array_size(v) > 0))
         return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions only");
     return 0;
@@ -286,6 +275,17 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
     return 0;
 }
 
+static int parse_logit_bias(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    const json_t *v = opt(body, "logit_bias");
+    char why[CV_ERRLEN];
+    if (v && sv_logit_bias_parse(srv->model, v, &r->bias, &r->params.sampler.n_logit_bias, why, sizeof why))
+        return oai_fail(e, strcmp(why, "out of memory") ? 400 : 500, INVALID, NULL, "logit_bias", "'logit_bias': %s",
+                        why);
+    r->params.sampler.logit_bias = r->bias;
+    return 0;
+}
+
 static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai_error *e)
 {
     long long top = -1;
@@ -327,9 +327,51 @@ static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, 
     return 0;
 }
 
+/* A completion's prompt as the text of a fill-in-the-middle prompt
+ * (serve/fim.h) whose suffix is `suffix`. */
+static int fim_prompt(const oai_server *srv, const json_t *prompt, const json_t *suffix, oai_request *r,
+                      oai_error *e)
+{
+    if (!json_is_string(prompt) || !json_is_string(suffix))
+        return bad(e, "suffix", "'%s' needs %s", "a string prompt and a string suffix");
+    r->prompt = cv_malloc(sizeof(int32_t) * (size_t)srv->n_ctx);
+    if (!r->prompt)
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const sv_fim_parts parts = {.prefix = {json_string_value(prompt), json_string_length(prompt)},
+                                .suffix = {json_string_value(suffix), json_string_length(suffix)}};
+    char why[CV_ERRLEN];
+    const int n = sv_fim_prompt(srv->model, &parts, r->prompt, srv->n_ctx - 1, why, sizeof why);
+    if (n < 0)
+        return oai_fail(e, 400, INVALID, NULL, "suffix", "%s", why);
+    r->params.n_prompt = n;
+    return 0;
+}
+
+/* echo (completions): the prompt's text starts the answer. */
+static int parse_echo(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+{
+    bool echo = false;
+    if (r->kind != OAI_COMPLETIONS || !opt(body, "echo"))
+        return 0;
+    if (get_bool(body, "echo", &echo, e))
+        return -1;
+    if (!echo)
+        return 0;
+    if (opt(body, "logprobs"))
+        return oai_fail(e, 400, INVALID, NULL, "echo", "'echo' with 'logprobs' (the prompt's own) is not supported");
+    const json_t *p = opt(body, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    const int rc = json_is_string(p) ? sv_buf_append(&r->echo, json_string_value(p), json_string_length(p))
+                                     : sv_text_of(srv->model, r->prompt, r->params.n_prompt, &r->echo);
+    return rc ? oai_fail(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
+}
+
 static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
     json_t *p = opt(body, "prompt");
+    if (p && opt(body, "suffix"))
+        return fim_prompt(srv, p, opt(body, "suffix"), r, e);
     if (!p)
         return oai_fail(e, 400, INVALID, NULL, "prompt", "you must provide a 'prompt'");
     if (json_is_array(p) && json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) ||
@@ -648,8 +690,13 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     if (check_model(srv, root, e))
         goto done;
     json_t *so = opt(root, "stream_options");
+    long long n_choices = 1;
+    if (get_int(root, "n", 1, kind == OAI_RESPONSES ? 1 : OAI_MAX_CHOICES, &n_choices, e))
+        goto done;
+    out->n_choices = (int)n_choices;
     if (refuse_unsupported(root, kind, e) || get_bool(root, "stream", &out->stream, e) ||
-        parse_sampling(root, default_seed, out, e) || parse_logprobs(root, kind, out, e) ||
+        parse_sampling(root, default_seed, out, e) || parse_logit_bias(srv, root, out, e) ||
+        parse_logprobs(root, kind, out, e) ||
         parse_stop(root, out, e) || parse_format(root, kind, out, e))
         goto done;
     if (so) {
@@ -667,6 +714,8 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     if (kind == OAI_COMPLETIONS ? parse_prompt(srv, root, out, e)
         : kind == OAI_CHAT      ? parse_messages(srv, root, out, e)
                                 : parse_input(srv, root, out, e))
+        goto done;
+    if (parse_echo(srv, root, out, e))
         goto done;
     if (out->params.n_prompt == 0) {
         oai_fail(e, 400, INVALID, NULL, prompt_param(kind), "the prompt is empty (and the model adds no BOS token)");
@@ -714,6 +763,8 @@ void oai_request_free(oai_request *r)
     cv_free(r->stop);
     cv_free(r->prompt);
     cv_free(r->grammar);
+    cv_free(r->bias);
+    sv_buf_free(&r->echo);
     memset(r, 0, sizeof *r);
 }
 
@@ -846,19 +897,35 @@ static json_t *chat_message(const oai_answer *a)
     return m;
 }
 
-char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a)
+static json_t *choice_json(oai_kind kind, const oai_answer *a, int index)
 {
     json_t *logprobs = a->logprobs ? a->logprobs : json_null();
     if (kind == OAI_COMPLETIONS)
-        return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:s%,s:i,s:o,s:s}],s:o}", "id", id, "object",
-                                       "text_completion", "created", (json_int_t)created, "model", srv->model_id,
-                                       "choices", "text", a->text, a->text_len, "index", 0, "logprobs", logprobs,
-                                       "finish_reason", a->finish, "usage", usage_json(a->usage)));
+        return json_pack("{s:s%,s:i,s:o,s:s}", "text", a->text, a->text_len, "index", index, "logprobs", logprobs,
+                         "finish_reason", a->finish);
     const char *finish = a->calls && a->calls->n ? "tool_calls" : a->finish;
-    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", id, "object",
-                                   "chat.completion", "created", (json_int_t)created, "model", srv->model_id,
-                                   "choices", "index", 0, "message", chat_message(a), "logprobs", logprobs,
-                                   "finish_reason", finish, "usage", usage_json(a->usage)));
+    return json_pack("{s:i,s:o,s:o,s:s}", "index", index, "message", chat_message(a), "logprobs", logprobs,
+                     "finish_reason", finish);
+}
+
+char *oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
+                       int n, const oai_usage *usage)
+{
+    json_t *choices = json_array();
+    for (int i = 0; i < n && choices; i++)
+        if (json_array_append_new(choices, choice_json(kind, &a[i], i))) { /* invalid UTF-8: no body */
+            json_decref(choices);
+            choices = NULL;
+        }
+    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", id, "object",
+                                   kind == OAI_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                                   (json_int_t)created, "model", srv->model_id, "choices", choices, "usage",
+                                   usage_json(usage)));
+}
+
+char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a)
+{
+    return oai_choices_json(srv, kind, id, created, a, 1, a->usage);
 }
 
 /* A chat chunk's delta: a tool call's head or arguments, the end (empty),
@@ -886,11 +953,12 @@ char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long 
     if (c->usage_only) {
         json_decref(logprobs);
     } else if (kind == OAI_COMPLETIONS) {
-        json_array_append_new(choices, json_pack("{s:s%,s:i,s:o,s:o}", "text", c->text, c->text_len, "index", 0,
-                                                 "logprobs", logprobs, "finish_reason", str_or_null(c->finish)));
+        json_array_append_new(choices, json_pack("{s:s%,s:i,s:o,s:o}", "text", c->text, c->text_len, "index",
+                                                 c->index, "logprobs", logprobs, "finish_reason",
+                                                 str_or_null(c->finish)));
     } else {
-        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", chat_delta(c), "logprobs",
-                                                 logprobs, "finish_reason", str_or_null(c->finish)));
+        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:o}", "index", c->index, "delta", chat_delta(c),
+                                                 "logprobs", logprobs, "finish_reason", str_or_null(c->finish)));
     }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", id, "object",
                           kind == OAI_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",

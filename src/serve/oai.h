@@ -12,8 +12,10 @@
  * stateless: previous_response_id is refused. On failure it fills
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
- * holds nothing. Parameters the server cannot honour (n > 1, echo, suffix,
- * best_of, logit_bias) are refused rather than ignored. Structured output:
+ * holds nothing. A completion's suffix makes a fill-in-the-middle prompt
+ * (serve/fim.h), echo puts the prompt's text first (not with logprobs).
+ * Parameters the server cannot honour (best_of) are refused rather than
+ * ignored; logit_bias is read as serve/bias.h says. Structured output:
  * response_format (text.format on /v1/responses) json_object or
  * json_schema, or llama-server's json_schema and grammar (GBNF) fields,
  * become the grammar the output is held to (serve/schema.h); a schema or
@@ -38,6 +40,7 @@
 #include <jansson.h>
 
 #include "convoy.h"
+#include "serve/buf.h"
 #include "serve/render.h"
 #include "serve/sched.h"
 
@@ -65,6 +68,8 @@ typedef struct oai_server {
                              reasoning_content (serve/think.h); a request's reasoning_format overrides it */
 } oai_server;
 
+#define OAI_MAX_CHOICES 16
+
 typedef struct oai_request {
     oai_kind kind;
     bool stream;
@@ -76,7 +81,10 @@ typedef struct oai_request {
     bool split_reasoning;     /* chat: <think> blocks become reasoning_content */
     bool think_open;          /* chat: the prompt opened a <think> block (think.h) */
     char *grammar;            /* the output's grammar (params.grammar), or NULL */
+    convoy_logit_bias *bias;  /* params.sampler.logit_bias, or NULL */
+    sv_buf echo;              /* completions with echo: the prompt's text, which starts the answer */
     int n_stop;
+    int n_choices;            /* n: choices asked for (1..OAI_MAX_CHOICES); the caller runs them */
     const sv_render_watch *watch; /* oai_parse_request's, while it runs */
 } oai_request;
 
@@ -130,6 +138,9 @@ typedef struct oai_answer {
     const oai_usage *usage;
 } oai_answer;
 char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a);
+/* The same with n choices (index i: a[i]) and the usage of them all. */
+char *oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
+                       int n, const oai_usage *usage);
 
 /* A streamed chunk: text (with the role in the first of a chat), or
  * (chat) reasoning as its own delta, a tool call's head or arguments, the
@@ -140,6 +151,7 @@ typedef struct oai_chunk {
     const char *reasoning; /* chat: a reasoning_content delta instead of text, when not NULL */
     size_t reasoning_len;
     bool first;
+    int index; /* the choice's (n > 1) */
     const char *finish;
     json_t *logprobs;
     const oai_usage *usage;

@@ -43,9 +43,6 @@ static int refuse_unsupported(ollama_kind k, const json_t *body, oai_error *e)
     if (tmpl && *tmpl)
         return oai_fail(e, 400, "invalid_request_error", NULL, "template",
                         "template (a Go template) is not supported: give the whole prompt with raw: true");
-    const char *suffix = json_string_value(json_object_get(body, "suffix"));
-    if (suffix && *suffix)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "suffix", "suffix is not supported");
     if (json_array_size(json_object_get(body, "context")) > 0)
         return oai_fail(e, 400, "invalid_request_error", NULL, "context",
                         "context (deprecated) is not supported: send the conversation to /api/chat");
@@ -133,13 +130,18 @@ static void chat_body(const json_t *body, json_t *out)
         json_object_set(out, "tools", (json_t *)tools);
 }
 
-/* A generate: its system and prompt as a chat, or with raw the prompt alone. */
+/* A generate: its system and prompt as a chat, with raw the prompt alone,
+ * with a suffix the fill-in-the-middle completion between them. */
 static void generate_body(const json_t *body, json_t *out, oai_kind *kind)
 {
     const json_t *prompt = json_object_get(body, "prompt"), *system = json_object_get(body, "system");
-    if (json_is_true(json_object_get(body, "raw"))) {
+    const json_t *suffix = json_object_get(body, "suffix");
+    const bool fim = json_is_string(suffix) && *json_string_value(suffix);
+    if (fim || json_is_true(json_object_get(body, "raw"))) {
         *kind = OAI_COMPLETIONS;
         json_object_set(out, "prompt", (json_t *)prompt);
+        if (fim)
+            json_object_set(out, "suffix", (json_t *)suffix);
         return;
     }
     json_t *msgs = json_array();

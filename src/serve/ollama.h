@@ -12,8 +12,9 @@
  * num_predict (-1, -2: no limit but the context), stop, repeat_penalty,
  * repeat_last_n, presence_penalty, frequency_penalty; the options of
  * Ollama's runtime (num_ctx, num_gpu, num_thread, ...) and keep_alive
- * have no meaning here and are ignored; images, a generate's template,
- * suffix and context are refused by name. think true or false sets the
+ * have no meaning here and are ignored; images, a generate's template
+ * and context are refused by name; a generate's suffix makes the prompt a
+ * fill-in-the-middle one (serve/fim.h). think true or false sets the
  * template's enable_thinking, a level ("low", "medium", "high") its
  * reasoning_effort; a thinking block always comes apart as "thinking".
  * A body with no prompt (generate) or no messages (chat) only asks for the
@@ -45,6 +46,7 @@ char *ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *ki
 /* A generation's counts and times for the last line. */
 typedef struct ollama_stats {
     int32_t prompt_tokens;   /* evaluated: the prompt less what the slot's cache held */
+    int32_t cached_tokens;   /* what the cache held */
     int32_t eval_tokens;
     double total_s, prompt_s; /* from the request's arrival: to the end, to the first token */
 } ollama_stats;

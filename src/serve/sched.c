@@ -80,8 +80,11 @@
  * back, the tokens it would lose go to a cache slot first (stash: one
  * that holds a prefix of them, else the least recently used, unless one
  * holds them already), and B may take a request's prefix from a cache
- * slot that holds more of it than any free slot (sv_slot.source): C then
- * copies it (convoy_seq_copy: the same KV bits). */
+ * slot, or another free slot, that holds more of it than the slot it gets
+ * (sv_slot.source): C then copies it (convoy_seq_copy: the same KV bits),
+ * before it cuts back any slot admitted with it. So the n choices of one
+ * request, admitted together after one of them ran the prompt, each run
+ * only its last token. */
 #include "serve/sched.h"
 
 #include <pthread.h>
@@ -116,6 +119,7 @@ struct sv_request {
     uint64_t client;
     char *grammar;       /* NULL or grammar_len bytes */
     size_t grammar_len;
+    convoy_logit_bias *bias; /* sampler.logit_bias's copy, or NULL */
     bool cold;           /* start from an empty slot (cache_prompt: false) */
     bool pin;            /* run in slot_wanted only */
     int32_t slot_wanted;
@@ -131,7 +135,8 @@ enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDI
 typedef struct sv_slot {
     enum slot_state state;
     sv_request *req;
-    int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, or a cache slot) */
+    int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, a cache slot or a
+                          free one) */
     int32_t n_fed;     /* prompt tokens in the cache (the positions too, while prefilling) */
     int32_t in_flight; /* batches in flight that carry a run of it (more than one: windows, pipelined prompt chunks) */
     int32_t n_live;    /* of them, windows not made stale */
@@ -233,6 +238,7 @@ static void request_free(sv_request *r)
     cv_free(r->lp);
     cv_free(r->prompt);
     cv_free(r->grammar);
+    cv_free(r->bias);
     cv_free(r);
 }
 
@@ -438,12 +444,36 @@ static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *p
     return best;
 }
 
-/* The cache slot that holds more of r's prompt than *prefix (which it
- * then sets), the most; -1 when none does. */
-static int32_t best_cache_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
+/* Whether slot j's KV holds its kept tokens until this admission's
+ * slots are set up: a cache slot, a free slot, or one admitted now that
+ * keeps its own prefix (start_admitted copies out of it before cutting it
+ * back). */
+static bool holds_kept(const sv_sched *s, int32_t j)
+{
+    if (j >= s->n_slot)
+        return true;
+    const sv_slot *sl = &s->slots[j];
+    return sl->state == SLOT_FREE || (sl->state == SLOT_STARTING && sl->source == j);
+}
+
+/* Whether a slot admitted before takes its prefix from slot i. */
+static bool copied_from(const sv_sched *s, int32_t i)
+{
+    for (int32_t j = 0; j < s->n_slot; j++)
+        if (j != i && s->slots[j].state == SLOT_STARTING && s->slots[j].source == i)
+            return true;
+    return false;
+}
+
+/* Another slot than i (a cache slot, or a free one: the n choices of one
+ * request share their prompt so) that holds more of r's prompt than
+ * *prefix (which it then sets), the most; -1 when none does. */
+static int32_t best_source_slot(const sv_sched *s, const sv_request *r, int32_t i, int32_t *prefix)
 {
     int32_t best = -1;
-    for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
+    for (int32_t c = 0; c < s->n_slot + s->n_cache; c++) {
+        if (c == i || !holds_kept(s, c))
+            continue;
         const int32_t p = prompt_prefix(s, c, r);
         if (p > *prefix) {
             best = c;
@@ -478,7 +508,8 @@ static void admit_locked(sv_sched *s)
         const int32_t i = r ? best_free_slot(s, r, &prefix) : -1;
         if (i < 0)
             return;
-        const int32_t c = best_cache_slot(s, r, &prefix);
+        /* a slot that an earlier admission copies from keeps its own prefix */
+        const int32_t c = copied_from(s, i) ? -1 : best_source_slot(s, r, i, &prefix);
         const int32_t source = c >= 0 ? c : i;
         queue_remove_locked(s, r);
         r->state = RQ_ACTIVE;
@@ -668,13 +699,15 @@ static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *e
 
 /* C: sets up each admitted slot: cut back to its reused prefix, then its
  * sampler (it allocates, so it is done here, out of the step loop); a
- * slot the engine refuses ends its request. */
+ * slot the engine refuses ends its request. The slots that copy another's
+ * prefix go first, before a slot they copy is cut back. */
 static void start_admitted(sv_sched *s)
 {
     char err[CV_ERRLEN];
-    for (int32_t i = 0; i < s->n_slot; i++) {
+    for (int32_t k = 0; k < 2 * s->n_slot; k++) {
+        const int32_t i = k % s->n_slot;
         sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_STARTING)
+        if (sl->state != SLOT_STARTING || (k < s->n_slot) == (sl->source == i))
             continue;
         const sv_request *r = sl->req;
         if (slot_reuse(s, i, sl->source, r->n_cached, err, sizeof err) ||
@@ -1405,8 +1438,8 @@ static int check_params(const sv_sched *s, const sv_request_params *p, char *err
     return 0;
 }
 
-/* Submit: a queued request with copies of p's prompt and grammar, two
- * references; NULL when out of memory. */
+/* Submit: a queued request with copies of p's prompt, grammar and logit
+ * bias, two references; NULL when out of memory. */
 static sv_request *request_new(sv_sched *s, const sv_request_params *p)
 {
     sv_request *r = cv_calloc(1, sizeof *r);
@@ -1415,14 +1448,16 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
     r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
-    if (p->grammar && (r->grammar = cv_malloc(p->grammar_len ? p->grammar_len : 1))) {
-        memcpy(r->grammar, p->grammar, p->grammar_len);
+    if (p->grammar && (r->grammar = cv_memdup(p->grammar, p->grammar_len)))
         r->grammar_len = p->grammar_len;
-    }
-    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp) || (p->grammar && !r->grammar)) {
+    const size_t bias_bytes = sizeof(convoy_logit_bias) * (size_t)p->sampler.n_logit_bias;
+    if (bias_bytes)
+        r->bias = cv_memdup(p->sampler.logit_bias, bias_bytes);
+    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp) || (p->grammar && !r->grammar) || (bias_bytes && !r->bias)) {
         cv_free(r->lp);
         cv_free(r->prompt);
         cv_free(r->grammar);
+        cv_free(r->bias);
         cv_free(r);
         return NULL;
     }
@@ -1432,6 +1467,7 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->sampler = p->sampler;
+    r->sampler.logit_bias = r->bias;
     r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
     r->cold = p->cold;
@@ -1473,26 +1509,38 @@ static sv_submit_result enqueue_locked(sv_sched *s, sv_request *r, char *err, si
     return SV_SUBMIT_OK;
 }
 
+sv_submit_result sv_sched_submit_all(sv_sched *s, const sv_request_params *p, int n, sv_request **out, char *err,
+                                     size_t errlen)
+{
+    memset(out, 0, sizeof *out * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (check_params(s, &p[i], err, errlen))
+            return SV_SUBMIT_ERROR;
+    sv_submit_result res = SV_SUBMIT_OK;
+    for (int i = 0; i < n && res == SV_SUBMIT_OK; i++)
+        if (!(out[i] = request_new(s, &p[i]))) {
+            cv_errf(err, errlen, "out of memory for a request of %d tokens", p[i].max_tokens);
+            res = SV_SUBMIT_ERROR;
+        }
+    pthread_mutex_lock(&s->mu);
+    int queued = 0;
+    while (res == SV_SUBMIT_OK && queued < n && (res = enqueue_locked(s, out[queued], err, errlen)) == SV_SUBMIT_OK)
+        queued++;
+    for (int i = 0; res != SV_SUBMIT_OK && i < queued; i++)
+        queue_remove_locked(s, out[i]);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; res != SV_SUBMIT_OK && i < n; i++) {
+        if (out[i])
+            request_free(out[i]);
+        out[i] = NULL;
+    }
+    return res;
+}
+
 sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
                                  size_t errlen)
 {
-    *out = NULL;
-    if (check_params(s, p, err, errlen))
-        return SV_SUBMIT_ERROR;
-    sv_request *r = request_new(s, p);
-    if (!r) {
-        cv_errf(err, errlen, "out of memory for a request of %d tokens", p->max_tokens);
-        return SV_SUBMIT_ERROR;
-    }
-    pthread_mutex_lock(&s->mu);
-    const sv_submit_result res = enqueue_locked(s, r, err, errlen);
-    pthread_mutex_unlock(&s->mu);
-    if (res != SV_SUBMIT_OK) {
-        request_free(r);
-        return res;
-    }
-    *out = r;
-    return SV_SUBMIT_OK;
+    return sv_sched_submit_all(s, p, 1, out, err, errlen);
 }
 
 int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish)

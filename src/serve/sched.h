@@ -196,6 +196,10 @@ void sv_sched_stop(sv_sched *s);
 void sv_sched_free(sv_sched *s);
 void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st);
 
+/* n requests queued together, or none (the first refusal's result): the n
+ * choices of one request, admitted in one pass when slots are free. */
+sv_submit_result sv_sched_submit_all(sv_sched *s, const sv_request_params *p, int n, sv_request **out, char *err,
+                                     size_t errlen);
 sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
                                  size_t errlen);
 

@@ -101,3 +101,17 @@ int sv_text_finish(sv_text *t, sv_buf *out)
         return -1;
     return settle(t, out, true);
 }
+
+int sv_text_of(const convoy_model *m, const int32_t *ids, int32_t n, sv_buf *out)
+{
+    sv_text text;
+    if (sv_text_init(&text, m, NULL, 0))
+        return -1;
+    int rc = 0;
+    for (int32_t i = 0; i < n && rc == 0; i++)
+        rc = sv_text_push(&text, ids[i], out) < 0 ? -1 : 0;
+    if (rc == 0 && (sv_text_finish(&text, out) < 0 || sv_buf_append(out, "", 0)))
+        rc = -1;
+    sv_text_free(&text);
+    return rc;
+}

@@ -34,5 +34,8 @@ int sv_text_init(sv_text *t, const convoy_model *m, const char *const *stop, int
 void sv_text_free(sv_text *t);
 int sv_text_push(sv_text *t, int32_t id, sv_buf *out);
 int sv_text_finish(sv_text *t, sv_buf *out);
+/* The whole text of n ids (no stop strings) appended to out, NUL after it
+ * (not counted); -1 when memory runs out. */
+int sv_text_of(const convoy_model *m, const int32_t *ids, int32_t n, sv_buf *out);
 
 #endif
