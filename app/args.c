@@ -163,6 +163,9 @@ static int append(arg_opt *all, int n, const arg_opt *opts, size_t n_opts)
     return n + (int)n_opts;
 }
 
+/* llama.cpp's --no-mmap, accepted: what convoy always does (below). */
+static bool no_mmap;
+
 static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
 {
     const arg_opt engine[] = {
@@ -175,6 +178,10 @@ static int append_engine(arg_opt *all, int n, convoy_ctx_params *cp)
         {"standby", 0, ARG_STR, .dst = &cp->standby, .env = "CONVOY_STANDBY"},
         {"failover-wait", 0, ARG_INT, .dst = &cp->failover_wait_ms, .lo = 0, .hi = 1 << 30},
         {"kv-type", 0, ARG_KV_TYPE, .dst = &cp->kv_f16},
+        {"mlock", 0, ARG_FLAG, .dst = &cp->mlock},
+        /* llama.cpp's --no-mmap: the layers' matrices are read into private
+         * memory always; the embedding table and experts are read as used */
+        {"no-mmap", 0, ARG_FLAG, .dst = &no_mmap},
         /* llama.cpp's spellings: K and V are one type here, the last given */
         {"cache-type-k", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctk"},
         {"cache-type-v", 0, ARG_KV_TYPE, .dst = &cp->kv_f16, .word = "ctv"},

@@ -21,7 +21,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: convoy stage --listen HOST:PORT (-m MODEL | --cache DIR) [--mem BYTES] [-t THREADS]\n"
-               "                    [--batch N] [--timeout MS] [--key FILE] [--insecure]\n"
+               "                    [--batch N] [--timeout MS] [--key FILE] [--insecure] [--mlock] [--no-mmap]\n"
                "  serves the layers a head assigns, from this machine's copy of MODEL (a whole model or\n"
                "  a shard of `convoy split`; its tensors' hashes checked against the head's, cached in\n"
                "  MODEL.convoy-hashes), or, with --cache DIR and no model, from the shard of those layers\n"
@@ -33,12 +33,15 @@ static void usage(FILE *f)
                "  a head that asks for more is refused, so no peer sets the size of this stage's work;\n"
                "  --key FILE: the cluster key (`convoy keygen FILE`, the same on the head and every stage):\n"
                "  only peers that prove it are served, and every link is encrypted; refusals are logged.\n"
-               "  Without --key, listening on an address that is not loopback needs --insecure.\n");
+               "  Without --key, listening on an address that is not loopback needs --insecure.\n"
+               "  --mlock: the layers' weights locked in memory (never swapped out; `ulimit -l` must allow it);\n"
+               "  --no-mmap is accepted: the layers' matrices are always read into private memory.\n");
 }
 
 int cmd_stage(int argc, char **argv)
 {
     /* threads: the engine's default, the physical cores */
+    bool no_mmap = false; /* what convoy always does (see usage) */
     cv_node_opts o = {.n_threads = convoy_ctx_default_params().n_threads, .handshake_timeout_ms = 10000, .io_timeout_ms = 30000, .stop = &stop_requested};
     const arg_opt opts[] = {
         {"listen", 0, ARG_STR, .dst = &o.listen, .required = true, .env = "CONVOY_LISTEN"},
@@ -50,6 +53,8 @@ int cmd_stage(int argc, char **argv)
         {"timeout", 0, ARG_INT, .dst = &o.io_timeout_ms, .lo = 1, .hi = 1 << 30},
         {"key", 0, ARG_STR, .dst = &o.key_file, .env = "CONVOY_KEY_FILE"},
         {"insecure", 0, ARG_FLAG, .dst = &o.insecure, .env = "CONVOY_INSECURE"},
+        {"mlock", 0, ARG_FLAG, .dst = &o.mlock},
+        {"no-mmap", 0, ARG_FLAG, .dst = &no_mmap},
         {0},
     };
     const arg_cmd cmd = {.name = "stage", .usage = usage, .opts = opts};

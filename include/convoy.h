@@ -131,6 +131,7 @@ typedef struct convoy_ctx_params {
     int32_t n_slot;    /* sequence slots; default 1 */
     int32_t n_batch;   /* most tokens per convoy_decode; default 512 */
     bool kv_f16;       /* F16 KV cache (on every stage of a chain); default true, as llama.cpp; false: F32 */
+    bool mlock;        /* this machine's layers' weights locked in memory (never swapped out) */
     uint64_t mem_budget; /* bytes this machine may use; 0 = no limit */
     /* A pipeline: "host:port,host:port,..." of `convoy stage` nodes in chain
      * order (NULL = run every layer here). This machine then holds only the

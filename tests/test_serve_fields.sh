@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_serve_fields.sh: the request fields and routes beside the basics
 # (test_serve_fields.mjs says what is checked): n choices, logit_bias,
-# echo, suffix, llama-server's /completion and /infill, Ollama's suffix;
+# echo, suffix, llama-server's /completion and /infill, Ollama's suffix,
+# --mlock;
 # through the official openai client, on one machine and on a 2-stage
 # chain (this machine the first stage, a `convoy stage` the second) that
 # must give the single machine's texts. The model: a small synthetic one
@@ -39,8 +40,12 @@ serve() {
 }
 
 failures=0
-serve "$tmp/single.log"
+serve "$tmp/single.log" --mlock --no-mmap
 single="$base"
+# --mlock: the weights are locked (llama-server's flag; --no-mmap is accepted)
+locked="$(awk '/^VmLck:/ {print $2}' "/proc/${pids[-1]}/status")"
+if [[ "${locked:-0}" -gt 0 ]]; then echo "ok   --mlock: $locked kB locked"; else
+    echo "FAIL --mlock: nothing locked (VmLck ${locked:-?})"; failures=$((failures + 1)); fi
 echo "== one machine"
 node "$npm_dir/test_serve_fields.mjs" "$single" || failures=$((failures + 1))
 

@@ -248,6 +248,7 @@ static int chain_setup_parse(chain_setup *s, const convoy_ctx_params *p, char *e
     o.n_slot = p->n_slot;
     o.n_batch = p->n_batch;
     o.kv_f16 = p->kv_f16;
+    o.mlock = p->mlock;
     o.want_logits = p->want_logits;
     o.local_mem_budget = p->mem_budget;
     o.log = p->log; /* layers shipped to a node that receives them */
@@ -574,7 +575,8 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     c->log_user = p->log_user;
     c->failover_wait_ms = p->failover_wait_ms;
     const cv_span_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
-                                .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16};
+                                .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16,
+                                .mlock = p->mlock};
     if (p->nodes ? open_chain(c, p, err, errlen) : 0) {
         cv_model_hashes_free(&c->setup.hashes);
         cv_free(c);

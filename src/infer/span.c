@@ -4,8 +4,10 @@
  * last stage of a chain, which is what makes their tokens identical. */
 #include "infer/span.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -87,6 +89,11 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
                        p->n_slot, p->n_batch, p->n_ctx);
     if (cv_llama_load(&s->model, path, p->l0, p->l1, err, errlen))
         return -1;
+    if (p->mlock && s->model.resident_bytes && mlock(s->model.resident, s->model.resident_bytes)) {
+        cv_errf(err, errlen, "cannot lock %zu bytes of weights in memory (--mlock): %s; the limit is `ulimit -l` "
+                             "(systemd: LimitMEMLOCK=)", s->model.resident_bytes, strerror(errno));
+        goto fail;
+    }
     const cv_llama_hparams *hp = &s->model.hp;
     s->n_batch = p->n_batch;
     if (cv_kv_create(&s->kv, p->kv_f16 ? CV_TYPE_F16 : CV_TYPE_F32, p->n_slot, p->n_ctx ? p->n_ctx : hp->n_ctx_train,

@@ -63,6 +63,7 @@ typedef struct cv_span_params {
     int32_t n_slot;
     int32_t n_batch;
     bool kv_f16;
+    bool mlock;        /* the layers' weights locked in memory (mlock: never swapped out) */
     bool from_hidden;  /* it reads a previous stage's hidden states, never token ids (a node) */
     int32_t expert_slots; /* a mixture of experts' cache (model/experts.h); 0: a slot per expert */
 } cv_span_params;

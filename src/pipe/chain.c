@@ -303,7 +303,7 @@ static int bind_local_span(cv_chain *c, const char *model_path, char *err, size_
     c->local_open = false;
     const cv_span_params lp = {.l0 = 0, .l1 = c->n_local, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                                 .n_slot = o->n_slot, .n_batch = o->n_batch, .kv_f16 = o->kv_f16,
-                                .expert_slots = c->expert_slots[0]};
+                                .mlock = o->mlock, .expert_slots = c->expert_slots[0]};
     if (cv_span_open(&c->local, model_path, &lp, err, errlen))
         return -1;
     c->local_open = true;

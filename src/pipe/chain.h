@@ -53,6 +53,7 @@ typedef struct cv_chain_opts {
     int32_t n_batch;
     uint32_t act_type;        /* CV_ACT_F32 unless a lossy mode is asked for */
     bool kv_f16;              /* every stage's KV cache in F16 instead of F32 */
+    bool mlock;               /* the local layers' weights locked in memory */
     bool want_logits;         /* RESULT carries full logits rows (tests) */
     /* the model's content hashes (cv_model_hashes_load of model_path), which
      * each node checks its layers' tensors against; NULL: open loads them */

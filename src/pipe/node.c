@@ -366,7 +366,7 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
                                .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
-                               .from_hidden = true, .expert_slots = expert_slots};
+                               .from_hidden = true, .mlock = n->o->mlock, .expert_slots = expert_slots};
     const cv_plan_session s = session_of(h);
     n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
     *code = CV_PERR_INTERNAL;

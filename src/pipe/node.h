@@ -104,6 +104,7 @@ typedef struct cv_node_opts {
     const char *key_file;     /* the cluster key (pipe/seal.h): every link is keyed; NULL: plaintext */
     bool insecure;            /* plaintext beyond loopback allowed */
     int32_t n_batch_max;      /* rows of a FORWARD taken at most; 0 = CV_NODE_BATCH_DEFAULT */
+    bool mlock;               /* the session's layers' weights locked in memory */
 } cv_node_opts;
 
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen);
