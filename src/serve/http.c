@@ -800,7 +800,7 @@ static void run_prompt_alone(gen *g)
 }
 
 /* Parses the choices after the first (`first`, parsed) and submits them
- * all; NULL with e filled when one is refused (the others cancelled). */
+ * together; NULL with e filled when refused (then none runs). */
 static choices *choices_start(sv_http *h, struct MHD_Connection *c, gen *first, const char *body, size_t len,
                               oai_error *e)
 {
