@@ -12,9 +12,10 @@
  * Anchors follow JSON Schema, not llama.cpp: llama.cpp's
  * json-schema-to-grammar refuses a pattern that is not written ^...$
  * ("Pattern must start with '^' and end with '$'") and reads ^ or $
- * elsewhere as literal characters. Here every pattern llama.cpp takes
- * means the same, and the rest are the searches JSON Schema (and ajv)
- * make of them: an end without its anchor is open to any text. */
+ * elsewhere as literal characters. A pattern written ^...$ means the
+ * same here; one without its anchors is the search JSON Schema (and ajv)
+ * make of it, an end without its anchor open to any text; ^ or $
+ * elsewhere is refused rather than read as a literal. */
 #include "serve/regex.h"
 
 #include <stdarg.h>
@@ -214,14 +215,11 @@ static void class_char(char out[12], uint32_t cp)
         snprintf(out, 12, "\\U%08X", (unsigned)cp);
 }
 
-/* A GBNF class of the characters of raw (none JSON escapes), listed or negated, whichever is shorter. */
-static int put_class(sv_buf *b, const cset *raw)
+/* A GBNF class of the characters of s (none that JSON escapes), listed: a negated class would be no
+ * shorter, as its list would hold the control characters JSON escapes besides. */
+static int put_class(sv_buf *b, const cset *s)
 {
-    cset inv = *raw;
-    cset_invert(&inv);
-    const bool neg = inv.n < raw->n;
-    const cset *s = neg ? &inv : raw;
-    int bad = sv_buf_puts(b, neg ? "[^" : "[");
+    int bad = sv_buf_puts(b, "[");
     for (int i = 0; i < s->n && !bad; i++) {
         char lo[12], hi[12];
         class_char(lo, s->lo[i]);
@@ -675,7 +673,7 @@ static bool parse_term(rx *r, part *seq, int *n, sv_buf *lit, size_t *nchars)
     if (c == '^' || c == '$')
         return refuse(r, at, "an anchor %c inside the pattern is not supported (only at the start or end of a "
                               "top-level alternative)", c);
-    part a = {.nullable = false};
+    part a = {0};
     int64_t cp = -1;
     if (!(c == '(' ? parse_group(r, &a) : char_atom(r, &a, &cp))) {
         sv_buf_free(&a.t);

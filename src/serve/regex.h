@@ -26,10 +26,12 @@
  * Refused by name: backreferences, lookahead, lookbehind, named groups,
  * word boundaries \b \B, inline flags (?i), property escapes \p{...},
  * other escapes, anchors elsewhere, * + {n,} on what may match the empty
- * string (the grammar has no such loop), bounds over CV_REGEX_MAX_REPEAT,
- * repetitions that expand the pattern past CV_REGEX_MAX_EXPANSION
- * characters, groups nested past CV_REGEX_MAX_NESTING, and syntax errors.
- * The work is linear in len; recursion is bounded by the nesting limit.
+ * string (GBNF refuses a loop that may consume nothing), bounds over
+ * CV_REGEX_MAX_REPEAT, repetitions that expand the pattern past
+ * CV_REGEX_MAX_EXPANSION characters, groups nested past
+ * CV_REGEX_MAX_NESTING, and syntax errors.
+ * Time and memory grow linearly with len (times the nesting limit, which
+ * also bounds the recursion).
  *
  * cv_gbnf_literal is the GBNF string literal of s[0, n): '"', '\' and
  * control bytes escaped, other bytes as they are (NULL when out of memory). */
