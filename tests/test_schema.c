@@ -4,7 +4,10 @@
  * instances accepted byte by byte and invalid ones (missing required
  * property, wrong type, extra property under additionalProperties false,
  * too many items, enum miss, out of range...) refused, with integer and
- * number ranges checked against every value of a window around them. */
+ * number ranges checked against every value of a window around them;
+ * each construct of a pattern (serve/regex.h) taken and refused as
+ * ECMAScript means it, searches and anchors, and what is refused named
+ * with its place. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +120,7 @@ static void refused(const char *schema, const char *needle1, const char *needle2
 
 static void test_refusals(void)
 {
-    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a\"}}}", "\"pattern\"",
+    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}}}", "lookahead",
             "#/properties/a/pattern");
     refused("{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems", NULL);
     refused("{\"type\":\"number\",\"multipleOf\":2}", "multipleOf", NULL);
@@ -239,6 +242,177 @@ static void test_combinators(void)
                  "\"$ref\":\"#/definitions/c\"}},\"required\":[\"c\"],\"additionalProperties\":false,\"title\":\"T\"}",
                  {"{\"c\":\"x\"}", 1}, {"{\"c\":\"z\"}", 0});
     CHECK_SCHEMA("{\"type\":[\"number\",\"integer\"]}", {"1", 1}, {"-1.5e3", 1}, {"1.", 0}, {".5", 0});
+}
+
+/* ---- pattern ------------------------------------------------------------------------------------------ */
+
+/* The schema {"type":"string","pattern":pat} checked against probes, each the text between a JSON string's
+ * quotes. */
+static void check_pattern(const char *pat, const probe *p, int n)
+{
+    json_t *s = json_pack("{s:s,s:s}", "type", "string", "pattern", pat);
+    char *schema = json_dumps(s, JSON_COMPACT);
+    probe q[32];
+    char texts[32][2100];
+    for (int i = 0; i < n && i < 32; i++) {
+        snprintf(texts[i], sizeof texts[i], "\"%s\"", p[i].text);
+        q[i] = (probe){texts[i], p[i].valid};
+    }
+    check_schema(schema, q, n < 32 ? n : 32);
+    free(schema);
+    json_decref(s);
+}
+
+#define CHECK_PATTERN(pat, ...)                                                    \
+    do {                                                                           \
+        static const probe probes_[] = {__VA_ARGS__};                              \
+        check_pattern(pat, probes_, (int)(sizeof probes_ / sizeof probes_[0]));    \
+    } while (0)
+
+/* pat refused at #/properties/p/pattern with a message holding needle. */
+static void refused_pattern(const char *pat, const char *needle)
+{
+    json_t *s = json_pack("{s:s,s:{s:{s:s,s:s}}}", "type", "object", "properties", "p", "type", "string", "pattern",
+                          pat);
+    char *schema = json_dumps(s, JSON_COMPACT);
+    refused(schema, needle, "\"#/properties/p/pattern\"");
+    free(schema);
+    json_decref(s);
+}
+
+/* Each construct of regex.h: the strings it takes and those it does not, anchored and not. */
+static void test_pattern_constructs(void)
+{
+    char err[CV_ERRLEN];
+    char *g = compile("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"}", err, sizeof err);
+    CHECKF(g && strstr(g, "root ::= \"\\\"\" [A-Z]{2} \"-\" [0-9]{3,4} \"\\\"\"\n"), "%s", g ? g : err);
+    free(g);
+    CHECK_PATTERN("^[A-Z]{2}-\\d{3,4}$", {"AB-123", 1}, {"ZZ-0000", 1}, {"AB-12", 0}, {"AB-12345", 0},
+                  {"ab-123", 0}, {"XAB-123", 0}, {"AB-123x", 0}, {"AB123", 0});
+    /* no anchors: a search, any text around the match */
+    CHECK_PATTERN("(cat|dog)s?", {"cat", 1}, {"hotdogs!", 1}, {"a cat", 1}, {"dogcat", 1}, {"cow", 0}, {"", 0},
+                  {"ca t", 0});
+    CHECK_PATTERN("^(cat|dog)s?", {"cats and", 1}, {"dog", 1}, {"a cat", 0});
+    CHECK_PATTERN("(cat|dog)$", {"hotdog", 1}, {"cat", 1}, {"dogs", 0});
+    CHECK_PATTERN("^a|b$", {"axx", 1}, {"xxb", 1}, {"a", 1}, {"xax", 0}, {"bxx", 0});
+    CHECK_PATTERN("", {"", 1}, {"anything \\\" at all", 1});
+    CHECK_PATTERN("^$", {"", 1}, {"a", 0});
+    /* '.': any character but line terminators, written as JSON writes it */
+    CHECK_PATTERN("^a.c$", {"abc", 1}, {"a\\\"c", 1}, {"a\\\\c", 1}, {"a\\tc", 1}, {"a\xc3\xa9" "c", 1},
+                  {"a\\u0001c", 1}, {"a\\u007fc", 1}, {"a\\nc", 0}, {"a\\rc", 0}, {"a\xe2\x80\xa8" "c", 0},
+                  {"ac", 0}, {"a\"c", 0}, {"a\x7f" "c", 0}, {"a\\u00e9c", 0} /* one encoding: é as itself */);
+    /* classes, ranges, negation */
+    CHECK_PATTERN("^[a-z0-9_]+$", {"abc_09", 1}, {"z", 1}, {"aB", 0}, {"", 0}, {"a-b", 0});
+    CHECK_PATTERN("^[^a-z]$", {"A", 1}, {"\\\"", 1}, {"\\\\", 1}, {"\\n", 1}, {"\\u0001", 1}, {"\\u007f", 1},
+                  {"\xe2\x82\xac", 1}, {"a", 0}, {"", 0}, {"AB", 0});
+    CHECK_PATTERN("^[-a]+[a-]*[\\]\\-]$", {"-a-]", 1}, {"a-", 1}, {"a]", 1}, {"ab", 0});
+    CHECK_PATTERN("^[^]$", {"x", 1}, {"\\n", 1}, {"", 0});
+    /* \d \w \s and their complements, outside and inside classes */
+    CHECK_PATTERN("^\\d\\w\\s$", {"1a ", 1}, {"9_\\t", 1}, {"0Z\\n", 1}, {"1a\xc2\xa0", 1}, {"a1 ", 0},
+                  {"1- ", 0}, {"1ax", 0});
+    CHECK_PATTERN("^\\D\\W\\S$", {"a b", 1}, {"a!b", 1}, {"1!b", 0}, {"a_b", 0}, {"a! ", 0}, {"a!\\t", 0});
+    CHECK_PATTERN("^[\\d\\s-]+$", {"1 2-3", 1}, {"\\t", 1}, {"a", 0});
+    CHECK_PATTERN("^[^\\S]$", {" ", 1}, {"\\u000b", 1}, {"a", 0});
+    CHECK_PATTERN("^[\\b]$", {"\\b", 1}, {"b", 0});
+    /* groups, alternation, quantifiers (lazy ones the same) */
+    CHECK_PATTERN("^(?:ab|c){2,3}d*?e+f?$", {"abce", 1}, {"ccabdddeef", 1}, {"cabde", 1}, {"abe", 0},
+                  {"ababababe", 0}, {"abcf", 0});
+    CHECK_PATTERN("^x{2,}y{0}z{3}$", {"xxzzz", 1}, {"xxxxxzzz", 1}, {"xzzz", 0}, {"xxyzzz", 0}, {"xxzz", 0});
+    CHECK_PATTERN("^((a|b)c)+?$", {"ac", 1}, {"acbcac", 1}, {"", 0}, {"ab", 0});
+    CHECK_PATTERN("^(|a){2}b$", {"b", 1}, {"ab", 1}, {"aab", 1}, {"aaab", 0});
+    /* escapes, and the characters JSON escapes written escaped */
+    CHECK_PATTERN("^\\.\\\\\\/\\n\\t\\u00e9\\x41\\u{1F600}\\uD83D\\uDE00$",
+                  {".\\\\/\\n\\t\xc3\xa9" "A\xf0\x9f\x98\x80\xf0\x9f\x98\x80", 1},
+                  {".\\\\\\/\\n\\t\xc3\xa9" "A\xf0\x9f\x98\x80\xf0\x9f\x98\x80", 0}, {"x\\\\/\\n\\t\xc3\xa9" "A", 0});
+    CHECK_PATTERN("^say \"hi\"$", {"say \\\"hi\\\"", 1}, {"say hi", 0});
+    CHECK_PATTERN("^[\\x00-\\x1f]+$", {"\\n\\u0001\\u001f", 1}, {"\\u0000", 0}, {" ", 0});
+    /* pattern applies to strings: it implies the type, and other types are left alone */
+    CHECK_SCHEMA("{\"pattern\":\"^a$\"}", {"\"a\"", 1}, {"\"b\"", 0}, {"1", 0});
+    CHECK_SCHEMA("{\"type\":[\"string\",\"null\"],\"pattern\":\"^a+$\"}", {"null", 1}, {"\"aa\"", 1}, {"\"\"", 0});
+    CHECK_SCHEMA("{\"type\":\"object\",\"properties\":{\"date\":{\"type\":\"string\",\"pattern\":"
+                 "\"^\\\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\\\d|3[01])$\"}},\"required\":[\"date\"],"
+                 "\"additionalProperties\":false}",
+                 {"{\"date\":\"2024-02-29\"}", 1}, {"{\"date\":\"2024-13-01\"}", 0}, {"{\"date\":\"24-01-01\"}", 0});
+}
+
+/* The largest bound: a string of 1,000 characters takes {0,1000}, one more does not. */
+static void test_pattern_bounds(void)
+{
+    static char text[1002];
+    memset(text, 'a', 1001);
+    const probe p[] = {{text + 1, 1}, {text, 0}};
+    check_pattern("^a{0,1000}$", p, 2);
+}
+
+/* Refused by name, with the pattern's place. */
+static void test_pattern_refusals(void)
+{
+    refused_pattern("a(?=b)", "lookahead (?=");
+    refused_pattern("a(?!b)", "lookahead (?!");
+    refused_pattern("(?<=a)b", "lookbehind (?<=");
+    refused_pattern("(?<!a)b", "lookbehind (?<!");
+    refused_pattern("(?<year>\\d{4})", "named group");
+    refused_pattern("(a)\\1", "backreference \\1");
+    refused_pattern("(?<n>a)\\k<n>", "named group");
+    refused_pattern("\\k<n>", "named backreference");
+    refused_pattern("\\bword", "word boundary \\b");
+    refused_pattern("a\\B", "word boundary \\B");
+    refused_pattern("(?i)abc", "inline flags");
+    refused_pattern("\\p{L}+", "Unicode property escape \\p");
+    refused_pattern("[\\P{L}]", "Unicode property escape \\P");
+    refused_pattern("\\q", "the escape \\q");
+    refused_pattern("\\cA", "the escape \\c");
+    refused_pattern("[\\1]", "octal escape");
+    refused_pattern("a^b", "anchor ^ inside the pattern");
+    refused_pattern("a$b", "anchor $ inside the pattern");
+    refused_pattern("(^a)", "anchor ^ inside the pattern");
+    refused_pattern("a{1001}", "repetition bound over 1000");
+    refused_pattern("a{5,2}", "minimum passes its maximum");
+    refused_pattern("(a{0,100}){0,100}", "more than 4096 characters");
+    refused_pattern("(a?)*", "may match the empty string");
+    refused_pattern("(a|)+", "may match the empty string");
+    refused_pattern("(a*){2,}", "may match the empty string");
+    refused_pattern("(a", "not closed");
+    refused_pattern("a)", "closes no group");
+    refused_pattern("[a", "class [ is not closed");
+    refused_pattern("a{x}", "not a quantifier");
+    refused_pattern("a{2", "not a quantifier");
+    refused_pattern("*a", "nothing to repeat");
+    refused_pattern("a**", "nothing to repeat");
+    refused_pattern("^*", "nothing to repeat");
+    refused_pattern("a]", "lone ']'");
+    refused_pattern("[z-a]", "out of order");
+    refused_pattern("[\\d-z]", "\\d, \\w or \\s at an end");
+    refused_pattern("\\0", "matches nothing");
+    refused_pattern("[]", "matches nothing");
+    refused_pattern("\\uD800", "matches nothing");
+    refused_pattern("a\\", "backslash ends the pattern");
+    refused_pattern("\\x4", "two hex digits");
+    refused_pattern("\\u{110000}", "up to 10FFFF");
+    char deep[80] = "";
+    for (int i = 0; i < 33; i++)
+        strcat(deep, "(");
+    strcat(deep, "a");
+    for (int i = 0; i < 33; i++)
+        strcat(deep, ")");
+    refused_pattern(deep, "nested more than 32 deep");
+    deep[33] = 0;
+    refused_pattern(deep, "nested more than 32 deep"); /* the limit is met before the missing ')' */
+    char wide[400] = "[";
+    for (int i = 0; i < 130; i++) /* U+0100, U+0102, ...: 130 ranges */
+        snprintf(wide + strlen(wide), sizeof wide - strlen(wide), "%c%c", 0xC4 + i / 32, 0x80 + (i % 32) * 2);
+    strcat(wide, "]");
+    refused_pattern(wide, "more than 128 ranges");
+    static char longer[6000];
+    memset(longer, 'a', sizeof longer - 1);
+    refused_pattern(longer, "more than 4096 characters");
+    /* what cannot be combined exactly */
+    refused("{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", "minLength/maxLength next to pattern",
+            "#/pattern");
+    refused("{\"type\":\"string\",\"pattern\":\"^2\",\"format\":\"date\"}", "format \"date\" next to pattern",
+            "#/pattern");
+    refused("{\"type\":\"string\",\"pattern\":5}", "pattern must be a string", "#/pattern");
+    refused("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "\"pattern\" next to enum/const", NULL);
 }
 
 /* Every integer in a window: accepted exactly when within [lo, hi]. */
@@ -480,5 +654,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_integer_ranges);
     TEST_RUN(test_number_ranges);
     TEST_RUN(test_hostile_sizes);
+    TEST_RUN(test_pattern_constructs);
+    TEST_RUN(test_pattern_bounds);
+    TEST_RUN(test_pattern_refusals);
     return test_summary();
 }

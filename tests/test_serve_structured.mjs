@@ -5,7 +5,8 @@
 // 1. response_format json_schema on stories260K, 50 seeds at temperature 1,
 //    4 requests at a time: every answer parses and validates (ajv), finishes
 //    with "stop", and is the very text the 2-stage chain gives for that seed.
-//    json_object gives an object; a bad schema or grammar is a 400 naming it.
+//    The schema holds a pattern (serve/regex.h). json_object gives an object;
+//    a bad schema, pattern or grammar is a 400 naming it.
 // 2. Canned outputs: llama-server's `grammar` field holds the model to one
 //    text, a tool call as Hermes/Qwen, Mistral and Llama 3.x write them (each
 //    server has that model's real chat template); the client gets the call in
@@ -34,8 +35,9 @@ const schema = {
     pets: { type: "array", items: { type: "string", enum: ["cat", "dog", "fish"] }, maxItems: 3 },
     mood: { enum: ["happy", "sad", null] },
     happy: { type: "boolean" },
+    code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" },
   },
-  required: ["name", "age", "pets", "happy"],
+  required: ["name", "age", "pets", "happy", "code"],
   additionalProperties: false,
 };
 const validate = new Ajv().compile(schema);
@@ -100,15 +102,18 @@ async function schemas() {
           (obj.choices[0].finish_reason !== "stop" || (parsed && typeof parsed === "object" && !Array.isArray(parsed))),
         `json_object: an object, or one cut by max_tokens (${obj.choices[0].finish_reason}: ${text.slice(0, 80)})`);
 
-  for (const [what, extra, param] of [
-    ["a schema keyword not supported", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a", foo: 1 } } } }, "response_format"],
-    ["a grammar without root", { grammar: 'start ::= "a"' }, "grammar"],
+  for (const [what, extra, param, says] of [
+    ["a schema keyword not supported", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a", foo: 1 } } } }, "response_format", "foo"],
+    ["a lookahead in a pattern",
+      { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^(?=a)" } } } },
+      "response_format", "lookahead (?= is not supported"],
+    ["a grammar without root", { grammar: 'start ::= "a"' }, "grammar", "root"],
   ]) {
     try {
       await client(one).chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], ...extra });
       check(false, `${what}: refused`);
     } catch (e) {
-      check(e.status === 400 && e.param === param, `${what}: 400 on ${param}: ${e.message}`);
+      check(e.status === 400 && e.param === param && e.message.includes(says), `${what}: 400 on ${param}: ${e.message}`);
     }
   }
 }

@@ -9,8 +9,9 @@
 # holds the model to the text of a call), whole and streamed; a canned
 # <think> block comes back as reasoning_content (Qwen3's and DeepSeek-R1's
 # templates, the latter opening the block itself). First, the
-# schema compiler alone: random sentences of its grammars for ten schemas
-# (test_schema --sample) validate with ajv (test_schema_ajv.mjs).
+# schema compiler alone: random sentences of its grammars for the
+# schemas of test_schema_ajv.mjs, patterns among them (test_schema
+# --sample), validate with ajv.
 #
 # Installs `openai`, `ajv` and `ajv-formats` under BUILD_DIR/npm (once). Without npm (or
 # when installing fails) it skips, except under CI=true.

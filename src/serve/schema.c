@@ -26,6 +26,7 @@
 #include "core/err.h"
 #include "core/utf8.h"
 #include "serve/buf.h"
+#include "serve/regex.h"
 #include "convoy.h"
 
 #define MAX_INT_DIGITS 16
@@ -167,34 +168,7 @@ static void path_pop(ctx *c, size_t old)
     c->path[old] = 0;
 }
 
-/* A GBNF string literal of s[0, n): '"', '\' and control bytes escaped, other bytes as they are. */
-static char *gbnf_literal(const char *s, size_t n)
-{
-    sv_buf b = {0};
-    int bad = sv_buf_puts(&b, "\"");
-    for (size_t i = 0; i < n && !bad; i++) {
-        const unsigned char ch = (unsigned char)s[i];
-        char tmp[8];
-        if (ch == '"' || ch == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)ch;
-            tmp[2] = 0;
-        } else if (ch < 0x20 || ch == 0x7F) {
-            snprintf(tmp, sizeof tmp, "\\x%02X", ch);
-        } else {
-            tmp[0] = (char)ch;
-            tmp[1] = 0;
-        }
-        bad = sv_buf_puts(&b, tmp);
-    }
-    if (bad || sv_buf_puts(&b, "\"")) {
-        sv_buf_free(&b);
-        return NULL;
-    }
-    return b.p;
-}
-
-static char *gbnf_lit(const char *s) { return gbnf_literal(s, strlen(s)); }
+static char *gbnf_lit(const char *s) { return cv_gbnf_literal(s, strlen(s)); }
 
 /* The JSON text of a string (compact, UTF-8 as is). */
 static char *json_string_text(const char *s)
@@ -475,7 +449,7 @@ static int same_len(sv_buf *b, const char *a, const char *z, int n)
     while (i < n && a[i] == z[i])
         i++;
     if (i > 0) {
-        char *lit = gbnf_literal(a, (size_t)i);
+        char *lit = cv_gbnf_literal(a, (size_t)i);
         const int bad = !lit || sv_buf_puts(b, " ") || sv_buf_puts(b, lit);
         cv_free(lit);
         if (bad)
@@ -603,7 +577,7 @@ static const char *const handled[] = {
     "type",      "enum",     "const",    "properties", "required",  "additionalProperties", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "minimum",
     "maximum",   "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "format",
-    "uniqueItems"};
+    "uniqueItems", "pattern"};
 
 static bool is_handled(const char *k)
 {
@@ -818,7 +792,7 @@ static char *gen_enum(ctx *c, const json_t *s)
         if (!ok)
             continue;
         sv_buf b = {0};
-        if (json_text(&b, v) || !(e[k] = gbnf_literal(b.p, b.n))) {
+        if (json_text(&b, v) || !(e[k] = cv_gbnf_literal(b.p, b.n))) {
             sv_buf_free(&b);
             for (int j = 0; j < k; j++)
                 cv_free(e[j]);
@@ -878,6 +852,38 @@ static char *rep(const char *atom, long long lo, long long hi /* -1: unbounded *
     return xfmt("%s{%lld,%lld}", atom, lo, hi);
 }
 
+/* Whether the grammar writes strings of this format (others are annotations). */
+static bool known_format(const char *fmt)
+{
+    return fmt && (!strcmp(fmt, "date") || !strcmp(fmt, "time") || !strcmp(fmt, "date-time") || !strcmp(fmt, "uuid"));
+}
+
+/* A string that matches pattern (regex.h), at #/.../pattern. Lengths and formats beside it are refused: the
+ * grammar cannot count a pattern's characters nor meet two regular languages at once. */
+static char *gen_pattern(ctx *c, const json_t *pat, bool lengths, const char *fmt)
+{
+    const size_t old = path_push(c, "pattern");
+    char *r = NULL;
+    if (!json_is_string(pat)) {
+        fail(c, "pattern must be a string");
+    } else if (lengths) {
+        fail(c, "minLength/maxLength next to pattern are not supported");
+    } else if (known_format(fmt)) {
+        fail(c, "format \"%s\" next to pattern is not supported", fmt);
+    } else {
+        char err[CV_ERRLEN];
+        char *ch = use_prim(c, "char");
+        char *body = ch ? cv_regex_gbnf(json_string_value(pat), json_string_length(pat), ch, err, sizeof err) : NULL;
+        if (ch && !body)
+            fail(c, "%s", err);
+        r = body ? chk(c, xfmt("\"\\\"\" %s \"\\\"\"", body)) : NULL;
+        cv_free(body);
+        cv_free(ch);
+    }
+    path_pop(c, old);
+    return r;
+}
+
 static char *gen_string(ctx *c, const json_t *s)
 {
     const long long mn = count_kw(c, s, "minLength"), mx = count_kw(c, s, "maxLength");
@@ -887,7 +893,10 @@ static char *gen_string(ctx *c, const json_t *s)
     if (f && !json_is_string(f))
         return fail(c, "format must be a string");
     const char *fmt = f ? json_string_value(f) : NULL;
-    if (fmt && (!strcmp(fmt, "date") || !strcmp(fmt, "time") || !strcmp(fmt, "date-time") || !strcmp(fmt, "uuid"))) {
+    const json_t *pat = json_object_get(s, "pattern");
+    if (pat)
+        return gen_pattern(c, pat, mn >= 0 || mx >= 0, fmt);
+    if (known_format(fmt)) {
         if (mn >= 0 || mx >= 0)
             return fail(c, "minLength/maxLength with format \"%s\" are not supported", fmt);
         char *p = use_prim(c, fmt);
@@ -1760,7 +1769,7 @@ static int implied_types(const json_t *s, const char **types)
     static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const arr[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                                       "uniqueItems", NULL};
-    static const char *const str[] = {"minLength", "maxLength", "format", NULL};
+    static const char *const str[] = {"minLength", "maxLength", "format", "pattern", NULL};
     static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     static const char *const *const kws[] = {obj, arr, str, num};
     static const char *const names[] = {"object", "array", "string", "number"};

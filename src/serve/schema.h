@@ -23,23 +23,28 @@
  * minimum, maximum, exclusiveMinimum, exclusiveMaximum (exact integer
  * ranges for integers; numbers within the bounds written without an
  * exponent), format date, time, date-time, uuid (other formats are
- * annotations and ignored), anyOf, oneOf (taken as anyOf: branches that
- * overlap may let through a text valid for two of them), allOf of object
+ * annotations and ignored), pattern (an ECMAScript regular expression, a
+ * search unless anchored, compiled by regex.h: classes, groups,
+ * alternation, quantifiers, ^ and $ at the ends; the rest refused by name;
+ * minLength, maxLength or a format beside it refused), anyOf, oneOf
+ * (taken as anyOf: branches that overlap may let through a text valid for
+ * two of them), allOf of object
  * schemas (merged), $ref to any "#/..." pointer (recursion allowed; a
  * cycle that consumes no input is refused), boolean schemas, uniqueItems
  * false. A schema without "type" takes the type its keywords imply
- * (properties: object; items: array; minLength: string...), else any
- * value.
+ * (properties: object; items: array; minLength, pattern: string...), else
+ * any value.
  *
  * The text is compact JSON: no whitespace anywhere except at most one
  * optional space after each ':' and ','. Strings hold no raw control
  * characters or DEL, escapes are \" \\ \/ \b \f \n \r \t and \uXXXX
  * without surrogates or U+0000; minLength/maxLength count characters (an
- * escape is one). Numbers: an optional '-', an integer part of at most 16
+ * escape is one); what a pattern places is written in one encoding (see
+ * regex.h). Numbers: an optional '-', an integer part of at most 16
  * digits without leading zeros, an optional fraction of 1 to 16 digits,
  * an optional exponent of 1 or 2 digits (none under bounds). With every
- * maxLength / maxItems bounded and no open "any value", the language is
- * finite.
+ * maxLength / maxItems bounded, no open "any value" and no pattern with an
+ * unbounded repetition or an open end, the language is finite.
  *
  * cv_schema_any_object_grammar is the grammar for response_format
  * {"type":"json_object"}: any JSON object, written as above. */
