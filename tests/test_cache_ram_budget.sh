@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_cache_ram_budget.sh: the prompt cache beyond the slots (--cache-ram)
 # stays within every node's --mem. A synthetic model (1024 wide, 6 layers,
-# Q4_0, 1024 positions: 24 MiB of KV per slot), two `convoy stage` nodes
+# Q4_0, 1024 positions: 12 MiB of F16 KV per slot), two `convoy stage` nodes
 # with --mem at their own bytes plus 150 MiB, and `convoy serve --nodes A,B
 # --slots 1 --cache-ram` of 4 slots' KV: the planner counts the cache's KV
 # on each node (the serve log states it), then 6 distinct prompts of about
@@ -56,7 +56,7 @@ complete() { # SEED: prints the cached tokens of a 2-token completion
         python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])'
 }
 
-slot_mib=24 # 1024 positions x 6 layers x 2 x 512 values x 4 bytes
+slot_mib=12 # 1024 positions x 6 layers x 2 x 512 values x 2 bytes (F16)
 budget_kb=$((own_kb + 150 * 1024))
 if serve_with "$budget_kb" "$((4 * slot_mib))MiB"; then
     pass "a 4-prompt cache over two nodes of $((budget_kb / 1024)) MiB is planned"
