@@ -50,7 +50,7 @@
 #include "serve/buf.h"
 #include "serve/deadline.h"
 #include "serve/log.h"
-#include "serve/native.h"
+#include "serve/llamacpp.h"
 #include "serve/ollama.h"
 #include "serve/resp.h"
 #include "serve/slots.h"
@@ -68,7 +68,7 @@ enum route {
     R_DETOKENIZE,
     R_APPLY_TEMPLATE,
     R_SLOT_ACTION,
-    R_NATIVE_COMPLETION,
+    R_LLAMACPP_COMPLETION,
     R_INFILL,
     R_OLLAMA_CHAT,
     R_OLLAMA_GENERATE,
@@ -166,7 +166,7 @@ typedef struct gen {
     int choice;         /* its index among the request's n choices */
     bool in_choices;    /* one of n > 1 choices: choices_fill ends the stream, not its own events */
     bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
-    bool native;        /* answered in llama-server's /completion shapes (native.h) */
+    bool llamacpp;       /* answered in llama-server's /completion shapes (llamacpp.h) */
     ollama_kind okind;
     sv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
@@ -393,10 +393,10 @@ static ollama_stats gen_ollama_stats(const gen *g)
  * some chunks). */
 static int send_chunk(gen *g, const oai_chunk *ch)
 {
-    if (g->native) {
+    if (g->llamacpp) {
         bool none;
         const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0};
-        char *json = native_chunk_json(g->h->srv, ch, &st, &none);
+        char *json = llamacpp_chunk_json(g->h->srv, ch, &st, &none);
         return none ? 0 : sse_event(g, json);
     }
     if (!g->ollama) {
@@ -531,7 +531,7 @@ static int sse_fill(gen *g, bool over)
                 return -1;
         }
     }
-    if (over && !g->ollama && !g->native && !g->in_choices && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
+    if (over && !g->ollama && !g->llamacpp && !g->in_choices && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
         return -1;
     g->over = over;
     return 0;
@@ -630,7 +630,7 @@ static gen *gen_parse(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     g->fd = ci ? ci->connect_fd : -1;
     const sv_render_watch watch = {gen_client_gone, g};
     g->ollama = is_ollama(cc->rt);
-    g->native = cc->rt == R_NATIVE_COMPLETION || cc->rt == R_INFILL;
+    g->llamacpp = cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL;
     g->okind = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
     if (oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
         gen_free(g);
@@ -737,7 +737,7 @@ static char *answer_json(gen *g)
     if (answer_of(g, &p, &a) == 0) {
         const ollama_stats st = gen_ollama_stats(g);
         json = g->ollama   ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
-               : g->native ? native_answer_json(g->h->srv, &a, &st)
+               : g->llamacpp ? llamacpp_answer_json(g->h->srv, &a, &st)
                            : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
     }
     answer_parts_free(&p);
@@ -953,13 +953,13 @@ static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
 {
     oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
     oai_error e = {0};
-    char *translated = NULL /* an Ollama or native body as OpenAI's */, *loaded = NULL;
+    char *translated = NULL /* an Ollama or llama.cpp route's body as OpenAI's */, *loaded = NULL;
     if (is_ollama(cc->rt)) {
         ollama_request(h, cc, &kind, &translated, &loaded, &e);
         if (!translated)
             return loaded ? send_json(h, c, cc, 200, loaded) : send_error(h, c, cc, &e);
-    } else if (cc->rt == R_NATIVE_COMPLETION || cc->rt == R_INFILL) {
-        if (!(translated = native_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
+    } else if (cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL) {
+        if (!(translated = llamacpp_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
                                              &e)))
             return send_error(h, c, cc, &e);
     }
@@ -1207,7 +1207,7 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_COMPLETIONS:
     case R_CHAT:
     case R_RESPONSES:
-    case R_NATIVE_COMPLETION:
+    case R_LLAMACPP_COMPLETION:
     case R_INFILL:
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
@@ -1265,7 +1265,7 @@ static enum route route_of(const char *url)
                  {"/api/chat", R_OLLAMA_CHAT},       {"/api/generate", R_OLLAMA_GENERATE},
                  {"/api/show", R_OLLAMA_SHOW},       {"/api/tags", R_OLLAMA_TAGS},
                  {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION},
-                 {"/completion", R_NATIVE_COMPLETION}, {"/completions", R_NATIVE_COMPLETION},
+                 {"/completion", R_LLAMACPP_COMPLETION}, {"/completions", R_LLAMACPP_COMPLETION},
                  {"/infill", R_INFILL},
                  {"/", R_WEBUI},                     {"/index.html", R_WEBUI}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

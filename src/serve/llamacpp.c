@@ -1,5 +1,5 @@
-/* native.c: llama-server's /completion and /infill (native.h). */
-#include "serve/native.h"
+/* llamacpp.c: llama-server's /completion and /infill (llamacpp.h). */
+#include "serve/llamacpp.h"
 
 #include <string.h>
 
@@ -51,7 +51,7 @@ static int infill_prompt(const oai_server *srv, const json_t *in, json_t *body, 
     return n < 0 ? oai_fail(e, 400, INVALID, NULL, "input_prefix", "%s", why) : 0;
 }
 
-char *native_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e)
+char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e)
 {
     json_error_t je;
     json_t *in = json_loadb(body, len, 0, &je);
@@ -99,7 +99,7 @@ static void set_figures(json_t *j, const oai_server *srv, const char *finish, co
                                                 predict_s > 0 ? st->eval_tokens / predict_s : 0.0));
 }
 
-char *native_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none)
+char *llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none)
 {
     *none = c->usage_only;
     if (*none)
@@ -112,7 +112,7 @@ char *native_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_
     return oai_json_text(j);
 }
 
-char *native_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st)
+char *llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st)
 {
     json_t *j = json_pack("{s:s%,s:b,s:i}", "content", a->text, a->text_len, "stop", 1, "index", 0);
     if (j)

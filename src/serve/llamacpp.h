@@ -1,9 +1,9 @@
-/* native.h: llama-server's own generation routes, POST /completion and
+/* llamacpp.h: llama-server's own generation routes, POST /completion and
  * POST /infill, for the editors and scripts written against them
  * (llama.vim, llama.vscode, and llama-server's own examples).
  *
  * Contract: a body is read as the /v1/completions body it means
- * (native_to_openai), so oai_parse_request checks it as every request:
+ * (llamacpp_to_openai), so oai_parse_request checks it as every request:
  * n_predict becomes max_tokens (a negative one: up to the context), the
  * sampling members, stop, seed, stream (default false), ignore_eos,
  * logit_bias, grammar, json_schema, cache_prompt and id_slot keep their
@@ -18,8 +18,8 @@
  * {"content", "stop": false} per text chunk and the whole figures with the
  * last, without OpenAI's [DONE]. Each *_json returns a text to free with
  * free, NULL when memory runs out. */
-#ifndef CONVOY_SERVE_NATIVE_H
-#define CONVOY_SERVE_NATIVE_H
+#ifndef CONVOY_SERVE_LLAMACPP_H
+#define CONVOY_SERVE_LLAMACPP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,9 +29,9 @@
 
 /* The /v1/completions body for a /completion (infill false) or /infill
  * body; NULL with e filled. */
-char *native_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e);
+char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e);
 /* A streamed event's JSON for a chunk (usage-only chunks give nothing: NULL with *none). */
-char *native_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none);
-char *native_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st);
+char *llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none);
+char *llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st);
 
 #endif
