@@ -166,7 +166,7 @@ typedef struct gen {
     int choice;         /* its index among the request's n choices */
     bool in_choices;    /* one of n > 1 choices: choices_fill ends the stream, not its own events */
     bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
-    bool llamacpp;       /* answered in llama-server's /completion shapes (llamacpp.h) */
+    bool llamacpp;      /* answered in llama-server's /completion shapes (llamacpp.h) */
     ollama_kind okind;
     sv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
@@ -736,9 +736,9 @@ static char *answer_json(gen *g)
     char *json = NULL;
     if (answer_of(g, &p, &a) == 0) {
         const ollama_stats st = gen_ollama_stats(g);
-        json = g->ollama   ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
+        json = g->ollama     ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
                : g->llamacpp ? llamacpp_answer_json(g->h->srv, &a, &st)
-                           : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+                             : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
     }
     answer_parts_free(&p);
     return json;
