@@ -1,0 +1,152 @@
+/* native_tools.c: see native_tools.h. The texts are those of Qwen2.5's
+ * and Qwen3's templates (../shared/reference/chat-templates). */
+#include "serve/native_tools.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+static const char QWEN25_DEFAULT_SYSTEM[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+static const char TOOLS_HEAD[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char TOOLS_TAIL[] = "\n</tools>\n\nFor each function call, return a json object with function name and "
+                                 "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                                 "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+
+sv_tool_format sv_native_tool_format(cv_chat_kind k)
+{
+    return k == CV_CHAT_CHATML || k == CV_CHAT_QWEN25 || k == CV_CHAT_QWEN3 ? SV_TOOLS_HERMES : SV_TOOLS_NONE;
+}
+
+static bool is(const char *role, const char *name) { return role && !strcmp(role, name); }
+
+static const json_t *tool_calls(const sv_native_msg *m)
+{
+    const json_t *c = json_object_get(m->json, "tool_calls");
+    return is(m->role, "assistant") && json_is_array(c) && json_array_size(c) ? c : NULL;
+}
+
+bool sv_native_tools_needed(const sv_native_msg *msgs, int n, const json_t *tools)
+{
+    bool needed = json_array_size(tools) > 0;
+    for (int i = 0; i < n && !needed; i++)
+        needed = is(msgs[i].role, "tool") || tool_calls(&msgs[i]);
+    return needed;
+}
+
+/* Python's json.dumps of v (", " and ": " between items, UTF-8 as is). */
+static int put_json(sv_buf *b, const json_t *v)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_INDENT(0) | JSON_REAL_PRECISION(17));
+    const int rc = !s || sv_buf_puts(b, s);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+/* The system message with the tools: its content (or qwen2.5's default)
+ * then the tools block. */
+static int system_with_tools(cv_chat_kind k, const sv_native_msg *first, const json_t *tools, sv_buf *b)
+{
+    const bool sys = is(first->role, "system");
+    int rc = 0;
+    if (sys || k == CV_CHAT_QWEN25)
+        rc = sv_buf_puts(b, sys ? first->content : QWEN25_DEFAULT_SYSTEM) || sv_buf_puts(b, "\n\n");
+    rc = rc || sv_buf_puts(b, TOOLS_HEAD);
+    for (size_t i = 0; !rc && i < json_array_size(tools); i++)
+        rc = sv_buf_puts(b, "\n") || put_json(b, json_array_get(tools, i));
+    return rc || sv_buf_puts(b, TOOLS_TAIL) ? -1 : 0;
+}
+
+/* A call's arguments: an object, or a string holding one (written as the
+ * object, except for qwen3, which writes a string as it is). */
+static int put_arguments(cv_chat_kind k, sv_buf *b, const json_t *args)
+{
+    if (!json_is_string(args) || k == CV_CHAT_QWEN3)
+        return json_is_string(args) ? sv_buf_puts(b, json_string_value(args)) : put_json(b, args ? args : json_object());
+    json_t *v = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+    const int rc = put_json(b, v ? v : args);
+    json_decref(v);
+    return rc;
+}
+
+/* An assistant message with tool calls: its content, then each call. */
+static int assistant_with_calls(cv_chat_kind k, const sv_native_msg *m, sv_buf *b, char *err, size_t errlen)
+{
+    const json_t *calls = tool_calls(m);
+    int rc = m->empty ? 0 : sv_buf_puts(b, m->content);
+    for (size_t i = 0; !rc && i < json_array_size(calls); i++) {
+        const json_t *c = json_array_get(calls, i), *fn = json_object_get(c, "function");
+        const json_t *f = json_is_object(fn) ? fn : c;
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name)
+            return cv_errf(err, errlen, "a tool call in the messages has no function name");
+        rc = ((i > 0 || !m->empty) && sv_buf_puts(b, "\n")) || sv_buf_puts(b, "<tool_call>\n{\"name\": \"") ||
+             sv_buf_puts(b, name) || sv_buf_puts(b, "\", \"arguments\": ") ||
+             put_arguments(k, b, json_object_get(f, "arguments")) || sv_buf_puts(b, "}\n</tool_call>");
+    }
+    return rc ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
+}
+
+/* Message i (a run of tool messages from i: *used of them) as one plain message into b. */
+static int plain_message(cv_chat_kind k, const sv_native_msg *msgs, int n, int i, int *used, cv_chat_role *role,
+                         sv_buf *b, char *err, size_t errlen)
+{
+    *used = 1;
+    if (tool_calls(&msgs[i])) {
+        *role = CV_CHAT_ASSISTANT;
+        return assistant_with_calls(k, &msgs[i], b, err, errlen);
+    }
+    if (!is(msgs[i].role, "tool")) {
+        const int r = cv_chat_role_from_name(msgs[i].role);
+        if (r < 0)
+            return cv_errf(err, errlen, "messages[%d]: role '%s' is not supported", i, msgs[i].role);
+        *role = (cv_chat_role)r;
+        return sv_buf_puts(b, msgs[i].content) ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
+    }
+    *role = CV_CHAT_USER;
+    int rc = 0;
+    for (*used = 0; i + *used < n && is(msgs[i + *used].role, "tool") && !rc; (*used)++)
+        rc = (*used > 0 && sv_buf_puts(b, "\n")) || sv_buf_puts(b, "<tool_response>\n") ||
+             sv_buf_puts(b, msgs[i + *used].content) || sv_buf_puts(b, "\n</tool_response>");
+    return rc ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
+}
+
+int sv_native_tool_msgs(cv_chat_kind k, const sv_native_msg *msgs, int n, const json_t *tools, sv_native_chat *out,
+                        char *err, size_t errlen)
+{
+    *out = (sv_native_chat){0};
+    const bool with_tools = json_array_size(tools) > 0;
+    const int cap = n + 1;
+    out->msgs = cv_calloc((size_t)cap, sizeof *out->msgs);
+    out->texts = cv_calloc((size_t)cap, sizeof *out->texts);
+    int rc = out->msgs && out->texts ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
+    int i = 0;
+    if (rc == 0 && with_tools) {
+        rc = system_with_tools(k, &msgs[0], tools, &out->texts[0]) ? cv_errf(err, errlen, "out of memory") : 0;
+        out->msgs[out->n++].role = CV_CHAT_SYSTEM;
+        i = is(msgs[0].role, "system") ? 1 : 0;
+    }
+    while (rc == 0 && i < n) {
+        int used = 1;
+        cv_chat_role role = CV_CHAT_USER;
+        rc = plain_message(k, msgs, n, i, &used, &role, &out->texts[out->n], err, errlen);
+        out->msgs[out->n++].role = role;
+        i += used;
+    }
+    for (int m = 0; rc == 0 && m < out->n; m++)
+        out->msgs[m].content = out->texts[m].p ? out->texts[m].p : "";
+    if (rc)
+        sv_native_chat_free(out);
+    return rc;
+}
+
+void sv_native_chat_free(sv_native_chat *c)
+{
+    for (int i = 0; c->texts && i < c->n; i++)
+        sv_buf_free(&c->texts[i]);
+    cv_free(c->texts);
+    cv_free(c->msgs);
+    *c = (sv_native_chat){0};
+}
