@@ -98,6 +98,12 @@ static void test_parameters(void)
     oai_request_free(&r);
 }
 
+/* A chat body's start with one user message, a tools member with one
+ * function tool (f), a responses body's start up to its input. */
+#define USER_A "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+#define TOOL "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"
+#define RESP "{\"model\":\"stories260K\",\"input\":"
+
 static void test_errors(void)
 {
     static const struct {
@@ -137,13 +143,16 @@ static void test_errors(void)
         {OAI_CHAT, "{\"model\":\"stories260K\"}", 400, "messages", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":{}}", 400, "messages", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[3]}", 400, "messages", NULL},
-        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", 400,
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"function\",\"content\":\"a\"}]}", 400,
          "messages", NULL},
-        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages",
-         NULL},
-        {OAI_CHAT,
-         "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
-         400, "messages", NULL},
+        {OAI_CHAT, USER_A TOOL ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400,
+         "tool_choice", NULL},
+        {OAI_CHAT, USER_A "\"tool_choice\":\"required\"}", 400, "tool_choice", NULL},
+        {OAI_CHAT, USER_A TOOL ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", 400,
+         "tool_choice", NULL},
+        {OAI_RESPONSES, RESP "\"a\",\"tools\":[{\"type\":\"web_search\"}]}", 400, "tools", NULL},
+        {OAI_RESPONSES, RESP "[{\"type\":\"reasoning\",\"summary\":[]}]}", 400, "input", NULL},
+        {OAI_RESPONSES, RESP "[{\"type\":\"function_call\",\"name\":\"f\"}]}", 400, "input", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}",
          400, "top_logprobs", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}",

@@ -2,27 +2,28 @@
 // through the official openai client (run by test_serve_tool_calls.sh,
 // which starts the servers and passes their URLs).
 //
-// Usage: node test_serve_tool_calls.mjs WHAT BASE_URL [SINGLE_BASE_URL]
+// Usage: node test_serve_tool_calls.mjs WHAT BASE_URL [CHAIN_BASE_URL | FAMILY]
 // WHAT "forced": tool_choice "required" and a named function, whole and
 //   streamed, each give exactly one call (parallel_tool_calls false) whose
 //   name is right and whose arguments parse and validate (ajv) against the
 //   schema (an enum, a number, a required string); a function not among the
 //   tools is a 400 naming it; a forced call with response_format is a 400.
-//   With SINGLE_BASE_URL (the same template on one machine): the chain's
-//   calls equal the single machine's.
+//   With CHAIN_BASE_URL (the same template on a 2-stage chain): the chain's
+//   calls equal BASE_URL's.
 // WHAT "responses": /v1/responses with a function tool, forced: a
 //   function_call output item (call_id, name, valid arguments), streamed as
 //   OpenAI's events (output_item.added, function_call_arguments.delta and
 //   .done, output_item.done) adding up to the same call; a second turn with
 //   the function_call and its function_call_output answers a message.
-// WHAT "builtin": a built-in family (chatml): a forced call, and a turn after
-//   a call and its tool result answered.
+// WHAT "builtin" (BASE_URL serving a built-in family, named by the third
+//   argument): a forced call, and a turn after a call and its tool result
+//   answered.
 // Prints "ok   ..." / "FAIL ..." per check; exits 1 on any failure.
 import OpenAI from "openai";
 import Ajv from "ajv";
 import { check, finish } from "./checks.mjs";
 
-const [what, base, single] = process.argv.slice(2);
+const [what, base, chain] = process.argv.slice(2);
 const client = (b) => new OpenAI({ baseURL: b, apiKey: "none", maxRetries: 0 });
 
 const weather = {
@@ -73,15 +74,17 @@ async function streamed(b, tool_choice) {
 }
 
 async function forced() {
-  const got = {};
   for (const [kind, tc] of Object.entries(choices)) {
     const r = await client(base).chat.completions.create(request(tc));
     const call = oneCall(r.choices[0]);
-    got[kind] = call;
     check(Array.isArray(call) && (kind === "required" || call[0] === "get_time") && valid(...call),
       `tool_choice ${kind}: one call of the right function with arguments valid for its schema`, call);
     const s = await streamed(base, tc);
     check(JSON.stringify(s) === JSON.stringify(call), `tool_choice ${kind} streamed: the same call`, [s, call]);
+    if (!chain) continue;
+    const c = oneCall((await client(chain).chat.completions.create(request(tc))).choices[0]);
+    check(JSON.stringify(c) === JSON.stringify(call), `tool_choice ${kind}: the chain's call is one machine's`,
+      [c, call]);
   }
   const bad = await client(base).chat.completions.create(request({ type: "function", function: { name: "nope" } }))
     .catch((e) => e);
@@ -91,12 +94,6 @@ async function forced() {
     response_format: { type: "json_object" } }).catch((e) => e);
   check(both.status === 400 && both.param === "tool_choice", "a forced call with response_format is a 400",
     both.message);
-  if (!single) return;
-  for (const [kind, tc] of Object.entries(choices)) {
-    const one = oneCall((await client(single).chat.completions.create(request(tc))).choices[0]);
-    check(JSON.stringify(one) === JSON.stringify(got[kind]), `tool_choice ${kind}: the chain's call is one machine's`,
-      [got[kind], one]);
-  }
 }
 
 const rtools = [{ type: "function", name: "get_weather", description: "The weather in a city", parameters: weather }];
@@ -126,10 +123,11 @@ async function responses() {
   check(done && args === done.arguments && done.arguments === fc?.arguments && done.name === fc?.name &&
     JSON.stringify(last.response.output.map((o) => o.type)) === JSON.stringify(r.output.map((o) => o.type)),
   "responses streamed: the deltas add up to the same call", [args, done, fc]);
+  const id = fc?.call_id ?? "call_1";
   const second = await client(base).responses.create({ model: "m", tools: rtools, temperature: 0,
     max_output_tokens: 16, input: [{ role: "user", content: "What is the weather in Paris?" },
-      { type: "function_call", call_id: fc?.call_id ?? "call_1", name: "get_weather", arguments: fc?.arguments ?? "{}" },
-      { type: "function_call_output", call_id: fc?.call_id ?? "call_1", output: "sunny, 24 degrees" }] });
+      { type: "function_call", call_id: id, name: "get_weather", arguments: fc?.arguments ?? "{}" },
+      { type: "function_call_output", call_id: id, output: "sunny, 24 degrees" }] });
   check(["completed", "incomplete"].includes(second.status) && second.output.length > 0,
     "responses: a second turn with function_call_output is answered", second);
 }
@@ -137,13 +135,13 @@ async function responses() {
 async function builtin() {
   const r = await client(base).chat.completions.create(request("required"));
   const call = oneCall(r.choices[0]);
-  check(Array.isArray(call) && valid(...call), "built-in chatml: a forced call with valid arguments", call);
+  check(Array.isArray(call) && valid(...call), `built-in ${chain}: a forced call with valid arguments`, call);
   const after = await client(base).chat.completions.create({ model: "m", tools, max_tokens: 8, temperature: 0,
     messages: [...messages, { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
       function: { name: "get_weather", arguments: "{\"city\": \"Paris\", \"unit\": \"celsius\"}" } }] },
     { role: "tool", tool_call_id: "call_1", content: "sunny" }] });
   check(["stop", "length", "tool_calls"].includes(after.choices[0].finish_reason),
-    "built-in chatml: a turn after a call and its result is answered", after.choices[0]);
+    `built-in ${chain}: a turn after a call and its result is answered`, after.choices[0]);
 }
 
 await finish(async () => {

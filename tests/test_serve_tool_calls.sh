@@ -12,11 +12,12 @@
 #    2-stage chain (this machine the first stage, a `convoy stage` on
 #    loopback the second), whose calls must be the single machine's; and
 #    /v1/responses with a function tool ("responses") on the Qwen2.5 one.
-# 3. Built-in families: qwen2.5 and qwen3 render a conversation with tools,
-#    a call and tool results exactly as their reference templates do
-#    (/apply-template against `convoy render-template`); chatml forces a
-#    call and answers after a tool result ("builtin"); gemma refuses tools
-#    with a 400 naming it.
+# 3. Built-in families: qwen2.5, qwen3, llama3.1 and mistral render a
+#    conversation with tools, calls and tool results exactly as their
+#    reference templates do (/apply-template against `convoy
+#    render-template`); chatml, llama3.1 and mistral force a call and
+#    answer after a tool result ("builtin"); gemma refuses tools with a 400
+#    naming it.
 # Calls from canned outputs (a grammar holds the model to them) are
 # test_serve_structured.sh's.
 #
@@ -143,17 +144,15 @@ stage_port="$(free_port)"
 start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
 pids+=("$stage_pid")
 for t in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llama-Llama-3.1-8B-Instruct; do
-    echo "== $t"
+    echo "== $t, one machine and a 2-stage chain"
     serve "$tmp/$t.log" --chat-template "$templates/$t.jinja"
     single="$base"
     single_pid="$server_pid"
-    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" || failures=$((failures + 1))
+    serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" --split 3,2
+    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" "$base" || failures=$((failures + 1))
     if [[ "$t" == Qwen-* ]]; then
         node "$npm_dir/test_serve_tool_calls.mjs" responses "$single" || failures=$((failures + 1))
     fi
-    echo "== $t, a 2-stage chain"
-    serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" --split 3,2
-    node "$npm_dir/test_serve_tool_calls.mjs" forced "$base" "$single" || failures=$((failures + 1))
     stop
     server_pid="$single_pid"
     stop
@@ -171,21 +170,36 @@ cat >"$tmp/history.json" <<'JSON'
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
   "required": ["city"]}}}]}
 JSON
-for pair in qwen2.5:Qwen-Qwen2.5-7B-Instruct qwen3:Qwen-Qwen3-0.6B; do
-    family="${pair%%:*}"
+# one call per message, with Mistral's 9-character ids
+python3 - "$tmp/history.json" >"$tmp/history1.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["messages"]
+m[2]["content"], m[2]["tool_calls"] = "", m[2]["tool_calls"][:1]
+m[2]["tool_calls"][0]["id"] = m[3]["tool_call_id"] = "abcdefghi"
+del m[4]
+m.insert(4, {"role": "assistant", "content": "Sunny."})
+json.dump(r, sys.stdout)
+PY
+for each in qwen2.5:Qwen-Qwen2.5-7B-Instruct:history qwen3:Qwen-Qwen3-0.6B:history \
+    llama3.1:meta-llama-Llama-3.1-8B-Instruct:history1 mistral:mistralai-Mistral-Nemo-Instruct-2407:history1; do
+    IFS=: read -r family reference history <<<"$each"
     serve "$tmp/$family.log" --chat-template "$family"
-    curl -s --max-time 60 "${base%/v1}/apply-template" -d @"$tmp/history.json" |
+    curl -s --max-time 60 "${base%/v1}/apply-template" -d @"$tmp/$history.json" |
         python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["prompt"])' >"$tmp/native.txt"
-    "$convoy" render-template --template "$templates/${pair#*:}.jinja" --request "$tmp/history.json" >"$tmp/ref.txt"
+    "$convoy" render-template --template "$templates/$reference.jinja" --request "$tmp/$history.json" \
+        --bos "<s>" --eos "</s>" >"$tmp/ref.txt"
     if [[ -s "$tmp/native.txt" ]] && cmp -s "$tmp/native.txt" "$tmp/ref.txt"; then
-        pass "built-in $family renders tools, calls and results as ${pair#*:}.jinja does"
+        pass "built-in $family renders tools, calls and results as $reference.jinja does"
     else
         fail "built-in $family with tools: $(diff "$tmp/ref.txt" "$tmp/native.txt" | head -10)"
     fi
+    [[ "$family" == qwen* ]] || node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" "$family" ||
+        failures=$((failures + 1))
     stop
 done
 serve "$tmp/chatml.log" --chat-template chatml
-node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" || failures=$((failures + 1))
+node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" chatml || failures=$((failures + 1))
 stop
 serve "$tmp/gemma.log" --chat-template gemma
 code="$(curl -s --max-time 60 -o "$tmp/body" -w '%{http_code}' "$base/chat/completions" -d @"$tmp/history.json")"

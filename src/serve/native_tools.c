@@ -17,7 +17,14 @@ static const char TOOLS_TAIL[] = "\n</tools>\n\nFor each function call, return a
 
 sv_tool_format sv_native_tool_format(cv_chat_kind k)
 {
-    return k == CV_CHAT_CHATML || k == CV_CHAT_QWEN25 || k == CV_CHAT_QWEN3 ? SV_TOOLS_HERMES : SV_TOOLS_NONE;
+    switch (k) {
+    case CV_CHAT_CHATML:
+    case CV_CHAT_QWEN25:
+    case CV_CHAT_QWEN3: return SV_TOOLS_HERMES;
+    case CV_CHAT_LLAMA31: return SV_TOOLS_LLAMA3;
+    case CV_CHAT_MISTRAL: return SV_TOOLS_MISTRAL;
+    default: return SV_TOOLS_NONE;
+    }
 }
 
 static bool is(const char *role, const char *name) { return role && !strcmp(role, name); }
@@ -63,49 +70,96 @@ static int system_with_tools(cv_chat_kind k, const sv_native_msg *first, const j
  * object, except for qwen3, which writes a string as it is). */
 static int put_arguments(cv_chat_kind k, sv_buf *b, const json_t *args)
 {
+    if (!args)
+        return sv_buf_puts(b, "{}");
     if (!json_is_string(args) || k == CV_CHAT_QWEN3)
-        return json_is_string(args) ? sv_buf_puts(b, json_string_value(args)) : put_json(b, args ? args : json_object());
+        return json_is_string(args) ? sv_buf_puts(b, json_string_value(args)) : put_json(b, args);
     json_t *v = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
     const int rc = put_json(b, v ? v : args);
     json_decref(v);
     return rc;
 }
 
-/* An assistant message with tool calls: its content, then each call. */
-static int assistant_with_calls(cv_chat_kind k, const sv_native_msg *m, sv_buf *b, char *err, size_t errlen)
+/* Call i of calls in the family's shape: Hermes <tool_call> blocks (after
+ * a newline but for the first of a message without content), Llama's
+ * {"name", "parameters"}, Mistral's {"name", "arguments", "id"} (after
+ * ", " but for the first). */
+static int put_call(cv_chat_kind k, const json_t *calls, size_t i, bool content, sv_buf *b, char *err, size_t errlen)
 {
-    const json_t *calls = tool_calls(m);
-    int rc = m->empty ? 0 : sv_buf_puts(b, m->content);
-    for (size_t i = 0; !rc && i < json_array_size(calls); i++) {
-        const json_t *c = json_array_get(calls, i), *fn = json_object_get(c, "function");
-        const json_t *f = json_is_object(fn) ? fn : c;
-        const char *name = json_string_value(json_object_get(f, "name"));
-        if (!name)
-            return cv_errf(err, errlen, "a tool call in the messages has no function name");
-        rc = ((i > 0 || !m->empty) && sv_buf_puts(b, "\n")) || sv_buf_puts(b, "<tool_call>\n{\"name\": \"") ||
-             sv_buf_puts(b, name) || sv_buf_puts(b, "\", \"arguments\": ") ||
-             put_arguments(k, b, json_object_get(f, "arguments")) || sv_buf_puts(b, "}\n</tool_call>");
-    }
+    const json_t *c = json_array_get(calls, i), *fn = json_object_get(c, "function");
+    const json_t *f = json_is_object(fn) ? fn : c;
+    const char *name = json_string_value(json_object_get(f, "name"));
+    const char *id = json_string_value(json_object_get(c, "id"));
+    if (!name)
+        return cv_errf(err, errlen, "a tool call in the messages has no function name");
+    const bool hermes = sv_native_tool_format(k) == SV_TOOLS_HERMES;
+    const char *head = hermes ? "<tool_call>\n{\"name\": \"" : "{\"name\": \"";
+    const char *sep = k == CV_CHAT_MISTRAL ? ", " : "\n";
+    const int rc = ((i > 0 || (content && k != CV_CHAT_MISTRAL)) && sv_buf_puts(b, sep)) || sv_buf_puts(b, head) ||
+                   sv_buf_puts(b, name) ||
+                   sv_buf_puts(b, k == CV_CHAT_LLAMA31 ? "\", \"parameters\": " : "\", \"arguments\": ") ||
+                   put_arguments(k, b, json_object_get(f, "arguments")) ||
+                   (k == CV_CHAT_MISTRAL && (sv_buf_puts(b, ", \"id\": \"") || sv_buf_puts(b, id ? id : "") ||
+                                             sv_buf_puts(b, "\""))) ||
+                   sv_buf_puts(b, hermes ? "}\n</tool_call>" : "}");
     return rc ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
 }
 
-/* Message i (a run of tool messages from i: *used of them) as one plain message into b. */
-static int plain_message(cv_chat_kind k, const sv_native_msg *msgs, int n, int i, int *used, cv_chat_role *role,
+/* An assistant message with tool calls: Hermes its content then the
+ * calls; Llama its one call; Mistral [TOOL_CALLS] and the list. */
+static int assistant_with_calls(cv_chat_kind k, const sv_native_msg *m, sv_buf *b, char *err, size_t errlen)
+{
+    const json_t *calls = tool_calls(m);
+    if (k == CV_CHAT_LLAMA31 && json_array_size(calls) != 1)
+        return cv_errf(err, errlen, "llama3.1 chat template: This model only supports single tool-calls at once!");
+    const bool hermes = sv_native_tool_format(k) == SV_TOOLS_HERMES;
+    int rc = hermes && !m->empty ? sv_buf_puts(b, m->content)
+             : k == CV_CHAT_MISTRAL  ? sv_buf_puts(b, "[TOOL_CALLS][")
+                                     : 0;
+    for (size_t i = 0; !rc && i < json_array_size(calls); i++)
+        rc = put_call(k, calls, i, hermes && !m->empty, b, err, errlen);
+    if (!rc && k == CV_CHAT_MISTRAL && sv_buf_puts(b, "]"))
+        rc = -1;
+    return rc ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
+}
+
+/* A tool result: Llama's content as a JSON string, Mistral's {"content", "call_id"}. */
+static int tool_result(cv_chat_kind k, const sv_native_msg *m, sv_buf *b)
+{
+    if (k == CV_CHAT_MISTRAL) {
+        const char *id = json_string_value(json_object_get(m->json, "tool_call_id"));
+        return sv_buf_puts(b, "{\"content\": ") || sv_buf_puts(b, m->content) || sv_buf_puts(b, ", \"call_id\": \"") ||
+                       sv_buf_puts(b, id ? id : "") || sv_buf_puts(b, "\"}")
+                   ? -1
+                   : 0;
+    }
+    json_t *s = json_string(m->content);
+    const int rc = s ? put_json(b, s) : -1;
+    json_decref(s);
+    return rc;
+}
+
+/* Message i (Hermes: a run of tool messages from i, *used of them) as one message of the family into b. */
+static int plain_message(cv_chat_kind k, const sv_native_msg *msgs, int n, int i, int *used, cv_chat_msg *out,
                          sv_buf *b, char *err, size_t errlen)
 {
     *used = 1;
     if (tool_calls(&msgs[i])) {
-        *role = CV_CHAT_ASSISTANT;
+        out->role = sv_native_tool_format(k) == SV_TOOLS_HERMES ? CV_CHAT_ASSISTANT : CV_CHAT_TOOL_CALL;
         return assistant_with_calls(k, &msgs[i], b, err, errlen);
     }
     if (!is(msgs[i].role, "tool")) {
         const int r = cv_chat_role_from_name(msgs[i].role);
         if (r < 0)
             return cv_errf(err, errlen, "messages[%d]: role '%s' is not supported", i, msgs[i].role);
-        *role = (cv_chat_role)r;
+        out->role = (cv_chat_role)r;
         return sv_buf_puts(b, msgs[i].content) ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
     }
-    *role = CV_CHAT_USER;
+    if (sv_native_tool_format(k) != SV_TOOLS_HERMES) {
+        out->role = CV_CHAT_TOOL;
+        return tool_result(k, &msgs[i], b) ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
+    }
+    out->role = CV_CHAT_USER;
     int rc = 0;
     for (*used = 0; i + *used < n && is(msgs[i + *used].role, "tool") && !rc; (*used)++)
         rc = (*used > 0 && sv_buf_puts(b, "\n")) || sv_buf_puts(b, "<tool_response>\n") ||
@@ -113,26 +167,70 @@ static int plain_message(cv_chat_kind k, const sv_native_msg *msgs, int n, int i
     return rc ? cv_errf(err, errlen, "out of memory rendering the chat") : 0;
 }
 
+/* Mistral's list of tools: each {"type": "function", "function": {...}}
+ * with the function's members but "return", strings written unescaped as
+ * the template writes them. */
+static int mistral_tools(const json_t *tools, sv_buf *b)
+{
+    int rc = sv_buf_puts(b, "[");
+    for (size_t i = 0; !rc && i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        rc = (i > 0 && sv_buf_puts(b, ", ")) || sv_buf_puts(b, "{\"type\": \"function\", \"function\": {");
+        const char *key;
+        const json_t *val;
+        bool first = true;
+        json_object_foreach((json_t *)fn, key, val)
+        {
+            if (rc || !strcmp(key, "return"))
+                continue;
+            rc = (!first && sv_buf_puts(b, ", ")) || sv_buf_puts(b, "\"") || sv_buf_puts(b, key) ||
+                 sv_buf_puts(b, "\": ") ||
+                 (json_is_string(val) ? sv_buf_puts(b, "\"") || sv_buf_puts(b, json_string_value(val)) ||
+                                            sv_buf_puts(b, "\"")
+                                      : put_json(b, val));
+            first = false;
+        }
+        rc = rc || sv_buf_puts(b, "}}");
+    }
+    return rc || sv_buf_puts(b, "]") ? -1 : 0;
+}
+
+/* The tools' text for llama3.1 (each as indented JSON and a blank line) and mistral. */
+static int tools_text(cv_chat_kind k, const json_t *tools, sv_buf *b)
+{
+    if (k == CV_CHAT_MISTRAL)
+        return mistral_tools(tools, b);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        char *s = json_dumps(json_array_get(tools, i), JSON_INDENT(4) | JSON_REAL_PRECISION(17));
+        const int rc = !s || sv_buf_puts(b, s) || sv_buf_puts(b, "\n\n");
+        free(s);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 int sv_native_tool_msgs(cv_chat_kind k, const sv_native_msg *msgs, int n, const json_t *tools, sv_native_chat *out,
                         char *err, size_t errlen)
 {
     *out = (sv_native_chat){0};
-    const bool with_tools = json_array_size(tools) > 0;
+    const bool hermes = sv_native_tool_format(k) == SV_TOOLS_HERMES, with_tools = json_array_size(tools) > 0;
     const int cap = n + 1;
     out->msgs = cv_calloc((size_t)cap, sizeof *out->msgs);
     out->texts = cv_calloc((size_t)cap, sizeof *out->texts);
     int rc = out->msgs && out->texts ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
     int i = 0;
-    if (rc == 0 && with_tools) {
+    if (rc == 0 && with_tools && !hermes && (tools_text(k, tools, &out->tools) || sv_buf_puts(&out->tools, "")))
+        rc = cv_errf(err, errlen, "out of memory rendering the chat");
+    if (rc == 0 && with_tools && hermes) {
         rc = system_with_tools(k, &msgs[0], tools, &out->texts[0]) ? cv_errf(err, errlen, "out of memory") : 0;
         out->msgs[out->n++].role = CV_CHAT_SYSTEM;
         i = is(msgs[0].role, "system") ? 1 : 0;
     }
     while (rc == 0 && i < n) {
         int used = 1;
-        cv_chat_role role = CV_CHAT_USER;
-        rc = plain_message(k, msgs, n, i, &used, &role, &out->texts[out->n], err, errlen);
-        out->msgs[out->n++].role = role;
+        rc = plain_message(k, msgs, n, i, &used, &out->msgs[out->n], &out->texts[out->n], err, errlen);
+        out->n++;
         i += used;
     }
     for (int m = 0; rc == 0 && m < out->n; m++)
@@ -148,5 +246,6 @@ void sv_native_chat_free(sv_native_chat *c)
         sv_buf_free(&c->texts[i]);
     cv_free(c->texts);
     cv_free(c->msgs);
+    sv_buf_free(&c->tools);
     *c = (sv_native_chat){0};
 }

@@ -37,6 +37,7 @@ typedef struct sv_native_chat {
     cv_chat_msg *msgs;
     sv_buf *texts;
     int n;
+    sv_buf tools; /* cv_chat_opts.tools (llama3.1, mistral), empty when not needed */
 } sv_native_chat;
 
 /* One message of the conversation: its role and the request's message

@@ -191,8 +191,6 @@ static int native_msgs(const sv_chat *c, const sv_chat_msg *msgs, int n, const s
 static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
                          sv_buf *out, char *err, size_t errlen)
 {
-    const cv_chat_opts opts = {
-        .disable_thinking = json_is_false(json_object_get(vars->kwargs, "enable_thinking"))};
     const bool gen = !json_is_false(vars->add_generation_prompt);
     char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
     cv_chat_msg *cm = NULL;
@@ -200,6 +198,8 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const
     int n_cm = 0;
     int rc = marks ? native_msgs(c, msgs, n, vars, marked, marks, &cm, &n_cm, &tc, err, errlen)
                    : cv_errf(err, errlen, "out of memory rendering the chat");
+    const cv_chat_opts opts = {.disable_thinking = json_is_false(json_object_get(vars->kwargs, "enable_thinking")),
+                               .tools = tc.tools.n ? tc.tools.p : NULL};
     size_t len = 0;
     if (rc == 0)
         rc = cv_chat_render(c->kind, cm, n_cm, gen, c->bos, c->eos, &opts, NULL, 0, &len, err, errlen);

@@ -136,7 +136,10 @@ static const char *skip_opaque(const char *p)
     return *p ? p + 1 : p;
 }
 
-static bool name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
+static bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+}
 
 /* g with every rule name `from` written `to` (to NULL: only whether from
  * occurs, as 0 or 1). Returns 0, 1, or -1 when out of memory. */
@@ -167,9 +170,12 @@ static int rename_rule(const char *g, const char *from, const char *to, sv_buf *
 static int start_rule(sv_tool_format f, const char *c, bool parallel, sv_buf *out)
 {
     char line[256];
-    if (f == SV_TOOLS_HERMES)
-        snprintf(line, sizeof line, "root ::= \"<tool_call>\\n\" %s \"\\n</tool_call>\"%s%s%s\n", c,
-                 parallel ? " (\"\\n<tool_call>\\n\" " : "", parallel ? c : "", parallel ? " \"\\n</tool_call>\")*" : "");
+    if (f == SV_TOOLS_HERMES && parallel)
+        snprintf(line, sizeof line,
+                 "root ::= \"<tool_call>\\n\" %s \"\\n</tool_call>\" "
+                 "(\"\\n<tool_call>\\n\" %s \"\\n</tool_call>\")*\n", c, c);
+    else if (f == SV_TOOLS_HERMES)
+        snprintf(line, sizeof line, "root ::= \"<tool_call>\\n\" %s \"\\n</tool_call>\"\n", c);
     else if (f == SV_TOOLS_MISTRAL)
         snprintf(line, sizeof line, "root ::= \"[TOOL_CALLS]\" %s\n", c);
     else
