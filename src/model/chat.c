@@ -214,6 +214,8 @@ int cv_chat_kind_from_name(const char *name)
 
 const char *cv_chat_kind_names(void) { return ALL_NAMES; }
 
+const char *cv_chat_default_system(cv_chat_kind k) { return k == CV_CHAT_QWEN25 ? QWEN25_DEFAULT_SYSTEM : NULL; }
+
 int cv_chat_role_from_name(const char *name)
 {
     if (!name)

@@ -112,6 +112,9 @@ const char *cv_chat_kind_names(void);
  * or -1 for anything else ("tool", "developer", ...). */
 int cv_chat_role_from_name(const char *name);
 
+/* The system prompt kind k writes when a chat has none (qwen2.5's), or NULL. */
+const char *cv_chat_default_system(cv_chat_kind k);
+
 /* Recognizes a template text. Fails for NULL, an empty text or an
  * unrecognized one, naming the family found (if known) and quoting the
  * template's start. */

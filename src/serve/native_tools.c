@@ -1,5 +1,7 @@
-/* native_tools.c: see native_tools.h. The texts are those of Qwen2.5's
- * and Qwen3's templates (../shared/reference/chat-templates). */
+/* native_tools.c: see native_tools.h. The texts are those of the
+ * reference templates in ../shared/reference/chat-templates (Qwen2.5's
+ * and Qwen3's tools block; the shapes of calls and results of those,
+ * Llama 3.1's and Mistral Nemo's); model/chat.c writes the rest. */
 #include "serve/native_tools.h"
 
 #include <stdlib.h>
@@ -8,7 +10,6 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
-static const char QWEN25_DEFAULT_SYSTEM[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 static const char TOOLS_HEAD[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                                  "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
 static const char TOOLS_TAIL[] = "\n</tools>\n\nFor each function call, return a json object with function name and "
@@ -58,8 +59,8 @@ static int system_with_tools(cv_chat_kind k, const sv_native_msg *first, const j
 {
     const bool sys = is(first->role, "system");
     int rc = 0;
-    if (sys || k == CV_CHAT_QWEN25)
-        rc = sv_buf_puts(b, sys ? first->content : QWEN25_DEFAULT_SYSTEM) || sv_buf_puts(b, "\n\n");
+    if (sys || cv_chat_default_system(k))
+        rc = sv_buf_puts(b, sys ? first->content : cv_chat_default_system(k)) || sv_buf_puts(b, "\n\n");
     rc = rc || sv_buf_puts(b, TOOLS_HEAD);
     for (size_t i = 0; !rc && i < json_array_size(tools); i++)
         rc = sv_buf_puts(b, "\n") || put_json(b, json_array_get(tools, i));
