@@ -15,7 +15,9 @@
  *            several separated by "\n" when parallel
  *   Mistral  [TOOL_CALLS][{"name": "X", "arguments": {...}}, ...]
  *            (one element unless parallel)
- *   Llama 3  {"name": "X", "parameters": {...}}
+ *   Llama 3  {"name": "X", "parameters": {...}} (always one)
+ * from the answer's first byte (no text, and no <think> block, before the
+ * call).
  * Each call's arguments follow its function's "parameters" JSON schema
  * (absent: any object; with "properties" and no "additionalProperties",
  * only the properties listed, as llama.cpp holds calls), compiled by
