@@ -8,7 +8,8 @@
  * arguments are sentences and read back as those calls; another function
  * than the one named, an enum value outside the enum, a missing required
  * or an unlisted property, a second call when parallel_tool_calls is
- * false are not; tool_choice read in both APIs' shapes and refused by name. */
+ * false are not; $refs inside parameters still resolve; tool_choice read
+ * in both APIs' shapes and refused by name. */
 #include <string.h>
 
 #include <jansson.h>
@@ -198,6 +199,24 @@ static void test_forced(void)
     }
     char err[256];
     CHECK(!sv_tool_grammar(SV_TOOLS_NONE, tools, NULL, true, err, sizeof err) && strstr(err, "not recognized"));
+    /* $refs inside parameters point at their place in the whole calls' schema */
+    json_t *refs = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                              "{\"$defs\": {\"u\": {\"enum\": [\"c\", \"f\"]}}, \"properties\": {\"u\": "
+                              "{\"$ref\": \"#/$defs/u\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": "
+                              "\"g\"}}]", 0, NULL);
+    for (int f = SV_TOOLS_HERMES; f <= SV_TOOLS_LLAMA3; f++) {
+        char *g = sv_tool_grammar((sv_tool_format)f, refs, NULL, false, err, sizeof err);
+        CHECKF(g != NULL, "format %d: %s", f, err);
+        const char *ok[] = {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"u\": \"f\"}}\n</tool_call>",
+                            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"u\": \"c\"}}]",
+                            "{\"name\": \"g\", \"parameters\": {\"any\": [1]}}"};
+        CHECKF(g && sentence(g, ok[f - SV_TOOLS_HERMES]), "format %d", f);
+        CHECKF(g && !sentence(g, f == SV_TOOLS_LLAMA3 ? "{\"name\": \"f\", \"parameters\": {\"u\": \"k\"}}"
+                                                       : ok[f - SV_TOOLS_HERMES] + 1),
+               "format %d", f);
+        cv_free(g);
+    }
+    json_decref(refs);
     json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
                              "{\"type\": \"object\", \"not\": {}}}}]", 0, NULL);
     CHECK(!sv_tool_grammar(SV_TOOLS_HERMES, bad, NULL, true, err, sizeof err) && strstr(err, "tools[0] (f)"));

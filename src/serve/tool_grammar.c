@@ -71,43 +71,95 @@ int sv_tool_choice_read(const json_t *tools, const json_t *choice, sv_tool_choic
     return cv_errf(err, errlen, "'tool_choice' names the function '%.200s', which is not among the tools", name);
 }
 
-/* The schema of one call of fn: {"name": its name, key: its parameters};
- * parameters that list properties and say nothing of others take no
- * others (as llama.cpp holds calls), so a call holds only the named ones. */
-static json_t *call_schema(const json_t *fn, const char *key)
+/* Points every "#..." $ref in v (the parameters, now at `at` in the
+ * whole schema) at its place there. Returns 0, or -1 when out of memory. */
+static int move_refs(json_t *v, const char *at)
+{
+    const char *key;
+    json_t *m;
+    size_t i;
+    json_array_foreach(v, i, m)
+    {
+        if (move_refs(m, at))
+            return -1;
+    }
+    json_object_foreach(v, key, m)
+    {
+        const char *ref = json_string_value(m);
+        if (!strcmp(key, "$ref") && ref && ref[0] == '#') {
+            char *moved = cv_malloc(strlen(at) + strlen(ref) + 2);
+            if (!moved)
+                return -1;
+            sprintf(moved, "#%s%s", at, ref + 1);
+            const int rc = json_object_set_new(v, key, json_string(moved));
+            cv_free(moved);
+            if (rc)
+                return -1;
+        } else if (move_refs(m, at)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The schema of one call of fn: {"name": its name, key: its parameters}
+ * (placed at `at` in the whole schema); parameters that list properties
+ * and say nothing of others take no others (as llama.cpp holds calls), so
+ * a call holds only the named ones. */
+static json_t *call_schema(const json_t *fn, const char *key, const char *at)
 {
     const json_t *params = json_object_get(fn, "parameters");
-    json_t *args = params && !json_is_null(params) ? json_copy((json_t *)params) : json_pack("{s:s}", "type", "object");
+    json_t *args = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
     if (args && json_object_get(args, "properties") && !json_object_get(args, "additionalProperties"))
         json_object_set_new(args, "additionalProperties", json_false());
+    if (args && move_refs(args, at)) {
+        json_decref(args);
+        return NULL;
+    }
     return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
                      json_object_get(fn, "name"), key, args, "required", "name", key, "additionalProperties", 0);
 }
 
-/* The schema of one call of the tools (only name's when not NULL); each
- * tool's parameters are compiled alone first, so that a refusal names it. */
-static json_t *calls_schema(const json_t *tools, const char *name, const char *key, char *err, size_t errlen)
+/* The number of the tools a call may be of: name's, or all. */
+static size_t callable(const json_t *tools, const char *name)
 {
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        n += !name || !strcmp(name, json_string_value(json_object_get(
+                                           json_object_get(json_array_get(tools, i), "function"), "name")));
+    return n;
+}
+
+/* The schema of one call of the tools (only name's when not NULL), placed
+ * at `at` in the whole schema; each tool's parameters are compiled alone
+ * first, so that a refusal names it. */
+static json_t *calls_schema(const json_t *tools, const char *name, const char *key, const char *at, char *err,
+                            size_t errlen)
+{
+    const size_t n = callable(tools, name);
     json_t *any = json_array();
     for (size_t i = 0; any && i < json_array_size(tools); i++) {
         const json_t *fn = json_object_get(json_array_get(tools, i), "function");
         const char *fname = json_string_value(json_object_get(fn, "name"));
         if (name && strcmp(name, fname))
             continue;
-        json_t *one = call_schema(fn, key);
-        char why[CV_ERRLEN];
-        char *g = one ? cv_schema_grammar(json_object_get(json_object_get(one, "properties"), key), why, sizeof why)
-                      : NULL;
-        if (!g) {
-            json_decref(one);
+        char path[96], why[CV_ERRLEN];
+        if (n == 1)
+            snprintf(path, sizeof path, "%s/properties/%s", at, key);
+        else
+            snprintf(path, sizeof path, "%s/anyOf/%zu/properties/%s", at, json_array_size(any), key);
+        const json_t *params = json_object_get(fn, "parameters");
+        char *g = json_is_object(params) ? cv_schema_grammar(params, why, sizeof why) : NULL;
+        json_t *one = g || !json_is_object(params) ? call_schema(fn, key, path) : NULL;
+        cv_free(g);
+        if (!one) {
             json_decref(any);
-            if (one)
+            if (!g && json_is_object(params))
                 cv_errf(err, errlen, "tools[%zu] (%.100s): its parameters schema is not supported: %s", i, fname, why);
             else
                 cv_errf(err, errlen, "out of memory");
             return NULL;
         }
-        cv_free(g);
         json_array_append_new(any, one);
     }
     if (!any || json_array_size(any) == 0) {
@@ -216,7 +268,8 @@ char *sv_tool_grammar(sv_tool_format f, const json_t *tools, const char *name, b
         cv_errf(err, errlen, "the chat template's tool-call format is not recognized, so no call can be forced");
         return NULL;
     }
-    json_t *one = calls_schema(tools, name, f == SV_TOOLS_LLAMA3 ? "parameters" : "arguments", err, errlen);
+    json_t *one = calls_schema(tools, name, f == SV_TOOLS_LLAMA3 ? "parameters" : "arguments",
+                               f == SV_TOOLS_MISTRAL ? "/items" : "", err, errlen);
     if (!one)
         return NULL;
     json_t *schema = one;

@@ -20,7 +20,8 @@
  * call).
  * Each call's arguments follow its function's "parameters" JSON schema
  * (absent: any object; with "properties" and no "additionalProperties",
- * only the properties listed, as llama.cpp holds calls), compiled by
+ * only the properties listed, as llama.cpp holds calls; "#..." $refs
+ * within it keep pointing into it), compiled by
  * serve/schema.h (its JSON shape: one optional space after ':' and ','),
  * so sv_tools_parse reads every
  * sentence back as calls of the tools with valid arguments. Markers are
