@@ -15,6 +15,10 @@
  * raises an exception, convoy must refuse with a message that contains the
  * template's. Without node/npm (or without network for the install) the
  * test is skipped with a message; under CI=true that is a failure.
+ * Tool calls and results are refused by the families without them, placed
+ * as Mistral's template places them, and Llama 3.1's tools without a
+ * message to hold them are refused (test_buffers_and_bad_calls; whole
+ * conversations with tools are test_serve_tool_calls.sh's).
  *
  * Excluded input: @huggingface/jinja 0.5.11 ignores the argument of
  * str.strip/lstrip/rstrip and strips all whitespace, where Python (and
@@ -168,9 +172,9 @@ typedef struct opt_set {
 } opt_set;
 
 static const opt_set OPTS[] = {
-    {"defaults", {NULL, false}},
-    {"date_string 05 Mar 2025", {"05 Mar 2025", false}},
-    {"enable_thinking false", {NULL, true}},
+    {"defaults", {NULL, false, NULL}},
+    {"date_string 05 Mar 2025", {"05 Mar 2025", false, NULL}},
+    {"enable_thinking false", {NULL, true, NULL}},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -451,6 +455,19 @@ static void test_buffers_and_bad_calls(void)
     CHECKF(strstr(err, "message 1") && strstr(err, "role"), "%s", err);
     CHECK(cv_chat_render(CV_CHAT_KIND_COUNT, bad, 1, true, "", "", NULL, buf, sizeof buf, &len, err, sizeof err) ==
           -1);
+    /* tool calls and results: llama3.1 and mistral only; llama3.1's tools need a message to go into */
+    const cv_chat_msg tool[3] = {{USR, "q"}, {CV_CHAT_TOOL_CALL, "[TOOL_CALLS][]"}, {CV_CHAT_TOOL, "r"}};
+    CHECK(cv_chat_render(CV_CHAT_CHATML, tool, 3, true, "", "", NULL, buf, sizeof buf, &len, err, sizeof err) == -1);
+    CHECKF(strstr(err, "message 1") && strstr(err, "tool"), "%s", err);
+    const cv_chat_opts with_tools = {.tools = "[T]"};
+    CHECK(cv_chat_render(CV_CHAT_MISTRAL, tool, 3, false, "<s>", "</s>", &with_tools, buf, sizeof buf, &len, err,
+                         sizeof err) == 0);
+    CHECKF(!strcmp(buf, "<s>[AVAILABLE_TOOLS][T][/AVAILABLE_TOOLS][INST]q[/INST][TOOL_CALLS][]</s>"
+                        "[TOOL_RESULTS]r[/TOOL_RESULTS]"), "%s", buf);
+    const cv_chat_msg sys_only[1] = {{SYS, "s"}};
+    CHECK(cv_chat_render(CV_CHAT_LLAMA31, sys_only, 1, true, "", "", &with_tools, buf, sizeof buf, &len, err,
+                         sizeof err) == -1);
+    CHECKF(strstr(err, "no first user message"), "%s", err);
     /* NULL content counts as "", NULL tokens as "". */
     cv_chat_msg nul[2] = {{USR, NULL}, {AST, NULL}};
     CHECK(cv_chat_render(CV_CHAT_MISTRAL, nul, 2, false, NULL, NULL, NULL, buf, sizeof buf, &len, err, sizeof err) ==

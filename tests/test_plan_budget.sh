@@ -34,7 +34,8 @@ step=32
 failures=0 ran=0 refused_up_front=0
 for ((kb = own_kb + 9216; kb <= own_kb + 11264; kb += step)); do
     start_budget_stages "$convoy" "$model" "$tmp" "$kb" 2
-    out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --nodes "$nodes" 2>&1)"
+    # F32 KV: the sweep's range is where its layers stop fitting
+    out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --kv-type f32 --nodes "$nodes" 2>&1)"
     if grep -q "NO_MEMORY" <<<"$out"; then
         echo "FAIL budget $kb KB: a node refused the plan: $(grep -m1 "NO_MEMORY" <<<"$out")"
         failures=$((failures + 1))

@@ -9,7 +9,8 @@
  * succeed or fail with a 4xx; response shapes are valid JSON; tool calls
  * parsed from a canned output answer in OpenAI's shape, whole (message
  * tool_calls, content null, finish "tool_calls") and streamed (a head and
- * an arguments chunk per call). */
+ * an arguments chunk per call); a forced tool_choice holds the output to
+ * a grammar of Hermes calls (ChatML's format), on /v1/responses too. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,6 +24,12 @@
 
 static convoy_model *model;
 static oai_server srv;
+
+/* A chat body's start with one user message, a tools member with one
+ * function tool (f), a responses body's start up to its input. */
+#define USER_A "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+#define TOOL "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"
+#define RESP "{\"model\":\"stories260K\",\"input\":"
 
 static int parse(oai_kind kind, const char *body, oai_request *r, oai_error *e)
 {
@@ -96,6 +103,14 @@ static void test_parameters(void)
     const int np = convoy_tokenize_spans(model, forged, strlen(forged), true, &plain, 1, want, 256);
     CHECK(np == r.params.n_prompt && !memcmp(r.prompt, want, sizeof(int32_t) * (size_t)np));
     oai_request_free(&r);
+    /* a forced call with the built-in ChatML: Hermes calls, held to a grammar; on /v1/responses too */
+    CHECK(parse(OAI_CHAT, USER_A TOOL ",\"tool_choice\":\"required\"}", &r, &e) == 0);
+    CHECK(r.tools == SV_TOOLS_HERMES && r.grammar && strstr(r.grammar, "<tool_call>") && r.params.grammar == r.grammar);
+    oai_request_free(&r);
+    CHECK(parse(OAI_RESPONSES, RESP "\"a\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
+                "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}", &r, &e) == 0);
+    CHECK(r.tools == SV_TOOLS_HERMES && r.grammar && strstr(r.grammar, "\\\"f\\\""));
+    oai_request_free(&r);
 }
 
 static void test_errors(void)
@@ -142,13 +157,16 @@ static void test_errors(void)
         {OAI_CHAT, "{\"model\":\"stories260K\"}", 400, "messages", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":{}}", 400, "messages", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[3]}", 400, "messages", NULL},
-        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", 400,
+        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"function\",\"content\":\"a\"}]}", 400,
          "messages", NULL},
-        {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages",
-         NULL},
-        {OAI_CHAT,
-         "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
-         400, "messages", NULL},
+        {OAI_CHAT, USER_A TOOL ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400,
+         "tool_choice", NULL},
+        {OAI_CHAT, USER_A "\"tool_choice\":\"required\"}", 400, "tool_choice", NULL},
+        {OAI_CHAT, USER_A TOOL ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", 400,
+         "tool_choice", NULL},
+        {OAI_RESPONSES, RESP "\"a\",\"tools\":[{\"type\":\"web_search\"}]}", 400, "tools", NULL},
+        {OAI_RESPONSES, RESP "[{\"type\":\"reasoning\",\"summary\":[]}]}", 400, "input", NULL},
+        {OAI_RESPONSES, RESP "[{\"type\":\"function_call\",\"name\":\"f\"}]}", 400, "input", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}",
          400, "top_logprobs", NULL},
         {OAI_CHAT, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}",

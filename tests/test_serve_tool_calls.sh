@@ -1,32 +1,72 @@
 #!/usr/bin/env bash
-# test_serve_tool_calls.sh: `convoy serve` with tools, end to end: stories260K
-# with --chat-template FILE, a small Hermes-style Jinja template (tools in
-# the system turn, calls as <tool_call>, tool results as a tool turn)
-# written here. A chat with `tools` and a `tool` message is answered 200,
-# whole (a chat.completion whose finish_reason is stop, length or
-# tool_calls) and streamed (chunks ending in [DONE]). Calls from canned
-# outputs (a grammar holds the model to them) are test_serve_structured.sh's.
+# test_serve_tool_calls.sh: `convoy serve` with tools, end to end, on
+# stories260K.
+# 1. With --chat-template FILE, a small Hermes-style Jinja template (tools
+#    in the system turn, calls as <tool_call>, tool results as a tool turn)
+#    written here: a chat with `tools` and a `tool` message is answered 200,
+#    whole (a chat.completion whose finish_reason is stop, length or
+#    tool_calls) and streamed (chunks ending in [DONE]).
+# 2. Forced calls (test_serve_tool_calls.mjs "forced", the official openai
+#    client) with the real templates of each call format (Qwen2.5: Hermes,
+#    Mistral Nemo: Mistral, Llama 3.1: Llama 3), on one machine and on a
+#    2-stage chain (this machine the first stage, a `convoy stage` on
+#    loopback the second), whose calls must be the single machine's; and
+#    /v1/responses with a function tool ("responses") on the Qwen2.5 one.
+# 3. Built-in families: qwen2.5, qwen3, llama3.1 and mistral render a
+#    conversation with tools, calls and tool results exactly as their
+#    reference templates do (/apply-template against `convoy
+#    render-template`); chatml, llama3.1 and mistral force a call and
+#    answer after a tool result ("builtin"); gemma refuses tools with a 400
+#    naming it.
+# Calls from canned outputs (a grammar holds the model to them) are
+# test_serve_structured.sh's.
 #
 # Usage (CTest passes these): test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR
+# Installs `openai` and `ajv` under BUILD_DIR/npm (once). Without npm (or
+# when installing fails) it skips, except under CI=true.
 set -uo pipefail
 
 convoy="${1:?usage: test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR}"
 src="${2:?usage: test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR}"
 shared="${CONVOY_SHARED:-$src/../shared}"
 model="$shared/models/stories260K.gguf"
+templates="$shared/reference/chat-templates"
+npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
 
 . "$src/tests/lib.sh"
 [[ -f "$model" ]] || skip "test data $model not found"
+[[ -d "$templates" ]] || skip "test data $templates not found"
 command -v curl >/dev/null || skip "curl is needed"
+npm_need "$npm_dir" openai ajv
+cp "$src/tests/test_serve_tool_calls.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 
 tmp="$(mktemp -d)"
-server_pid=""
-trap '[[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
 pass() { echo "ok   $*"; }
 fail() {
     echo "FAIL $*"
     failures=$((failures + 1))
+}
+
+# serve LOG ARGS...: convoy serve on a free port; sets base (.../v1) and
+# server_pid once it listens
+serve() {
+    local log="$1" port
+    shift
+    port="$(free_port)"
+    "$convoy" serve -m "$model" --host 127.0.0.1 --port "$port" "$@" 2>"$log" &
+    server_pid=$!
+    pids+=("$server_pid")
+    wait_for "listening on" "$log" 300 || { echo "FAIL convoy serve $*: $(tail -3 "$log")"; exit 1; }
+    base="http://127.0.0.1:$port/v1"
+}
+
+# stop: ends the last server started
+stop() {
+    kill "$server_pid" 2>/dev/null
+    wait "$server_pid" 2>/dev/null
 }
 
 cat >"$tmp/hermes.jinja" <<'JINJA'
@@ -52,18 +92,7 @@ Answer a call as <tool_call>{"name": NAME, "arguments": ARGS}</tool_call><|im_en
 {% endif %}
 JINJA
 
-log="$tmp/serve.log"
-"$convoy" serve -m "$model" --host 127.0.0.1 --port 0 --chat-template "$tmp/hermes.jinja" 2>"$log" &
-server_pid=$!
-port=""
-for _ in $(seq 100); do
-    port="$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/v1.*|\1|p' "$log")"
-    [[ -n "$port" ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-done
-[[ -n "$port" ]] || { echo "FAIL convoy serve did not start: $(cat "$log")"; exit 1; }
-base="http://127.0.0.1:$port/v1"
+serve "$tmp/serve.log" --chat-template "$tmp/hermes.jinja"
 
 tools='[{"type":"function","function":{"name":"get_weather","description":"The weather in a city",
   "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
@@ -107,5 +136,78 @@ PY
 else
     fail "streamed chat with tools: $code $(head -c 500 "$tmp/body")"
 fi
+
+stop
+
+# 2. forced calls in each format, one machine and a 2-stage chain
+stage_port="$(free_port)"
+start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
+pids+=("$stage_pid")
+for t in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llama-Llama-3.1-8B-Instruct; do
+    echo "== $t, one machine and a 2-stage chain"
+    serve "$tmp/$t.log" --chat-template "$templates/$t.jinja"
+    single="$base"
+    single_pid="$server_pid"
+    serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" --split 3,2
+    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" "$base" || failures=$((failures + 1))
+    if [[ "$t" == Qwen-* ]]; then
+        node "$npm_dir/test_serve_tool_calls.mjs" responses "$single" || failures=$((failures + 1))
+    fi
+    stop
+    server_pid="$single_pid"
+    stop
+done
+
+# 3. built-in families
+cat >"$tmp/history.json" <<'JSON'
+{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and Nice?"},
+ {"role": "assistant", "content": "Let me look.", "tool_calls": [
+  {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+  {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Nice\"}"}}]},
+ {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, {"role": "tool", "tool_call_id": "call_2",
+  "content": "rain"}, {"role": "user", "content": "And Rome?"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+  "required": ["city"]}}}]}
+JSON
+# one call per message, with Mistral's 9-character ids
+python3 - "$tmp/history.json" >"$tmp/history1.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["messages"]
+m[2]["content"], m[2]["tool_calls"] = "", m[2]["tool_calls"][:1]
+m[2]["tool_calls"][0]["id"] = m[3]["tool_call_id"] = "abcdefghi"
+del m[4]
+m.insert(4, {"role": "assistant", "content": "Sunny."})
+json.dump(r, sys.stdout)
+PY
+for each in qwen2.5:Qwen-Qwen2.5-7B-Instruct:history qwen3:Qwen-Qwen3-0.6B:history \
+    llama3.1:meta-llama-Llama-3.1-8B-Instruct:history1 mistral:mistralai-Mistral-Nemo-Instruct-2407:history1; do
+    IFS=: read -r family reference history <<<"$each"
+    serve "$tmp/$family.log" --chat-template "$family"
+    curl -s --max-time 60 "${base%/v1}/apply-template" -d @"$tmp/$history.json" |
+        python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["prompt"])' >"$tmp/native.txt"
+    "$convoy" render-template --template "$templates/$reference.jinja" --request "$tmp/$history.json" \
+        --bos "<s>" --eos "</s>" >"$tmp/ref.txt"
+    if [[ -s "$tmp/native.txt" ]] && cmp -s "$tmp/native.txt" "$tmp/ref.txt"; then
+        pass "built-in $family renders tools, calls and results as $reference.jinja does"
+    else
+        fail "built-in $family with tools: $(diff "$tmp/ref.txt" "$tmp/native.txt" | head -10)"
+    fi
+    [[ "$family" == qwen* ]] || node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" "$family" ||
+        failures=$((failures + 1))
+    stop
+done
+serve "$tmp/chatml.log" --chat-template chatml
+node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" chatml || failures=$((failures + 1))
+stop
+serve "$tmp/gemma.log" --chat-template gemma
+code="$(curl -s --max-time 60 -o "$tmp/body" -w '%{http_code}' "$base/chat/completions" -d @"$tmp/history.json")"
+if [[ "$code" == 400 ]] && grep -q 'gemma' "$tmp/body"; then
+    pass "a built-in family without a tool format refuses tools by name"
+else
+    fail "gemma with tools: $code $(head -c 300 "$tmp/body")"
+fi
+stop
 
 [[ "$failures" == 0 ]] || exit 1

@@ -3,9 +3,20 @@
  * after, arguments as an object or a string, malformed calls kept as
  * content; and streaming: for every split of each output, the bytes
  * sv_tools_safe lets out are a prefix of the final content and never
- * shrink, so streamed and whole answers agree. */
+ * shrink, so streamed and whole answers agree. The forced call's grammar
+ * (serve/tool_grammar.h) in each format: calls of the tools with valid
+ * arguments are sentences and read back as those calls; another function
+ * than the one named, an enum value outside the enum, a missing required
+ * or an unlisted property, a second call when parallel_tool_calls is
+ * false are not; $refs inside parameters still resolve; tool_choice read
+ * in both APIs' shapes and refused by name. */
 #include <string.h>
 
+#include <jansson.h>
+
+#include "core/alloc.h"
+#include "infer/grammar.h"
+#include "serve/tool_grammar.h"
 #include "serve/tools.h"
 #include "test.h"
 
@@ -23,7 +34,7 @@ static const canned cases[] = {
     {SV_TOOLS_HERMES,
      "Let me check.\n<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\","
      "\"arguments\":\"{\\\"x\\\":1}\"}</tool_call> done",
-     "Let me check.\n\n done", 2, "a", "{}", "b"},
+     "Let me check.\n done", 2, "a", "{}", "b"},
     {SV_TOOLS_HERMES, "<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>", "<tool_call>{\"name\": \"a\", "
                                                                                   "\"arguments\": {</tool_call>",
      0, NULL, NULL, NULL},
@@ -98,10 +109,160 @@ static void test_detect(void)
     CHECK(sv_tools_detect(NULL) == SV_TOOLS_NONE);
 }
 
+static const char TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": [\"c\", "
+    "\"f\"]}, \"days\": {\"type\": \"number\"}}, \"required\": [\"city\"]}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"root\", \"parameters\": {\"properties\": "
+    "{\"tool-call\": {\"type\": \"integer\"}, \"root\": {\"type\": \"boolean\"}}}}}]";
+
+/* Whether grammar g takes text whole. */
+static bool sentence(const char *g, const char *text)
+{
+    char err[256];
+    cv_grammar *gr = cv_grammar_parse(g, strlen(g), err, sizeof err);
+    CHECKF(gr != NULL, "%s\n%s", err, g);
+    cv_grammar_state *st = gr ? cv_grammar_state_create(gr) : NULL;
+    const bool ok = st && cv_grammar_accept(st, text, strlen(text)) == 0 && cv_grammar_complete(st);
+    cv_grammar_state_free(st);
+    cv_grammar_free(gr);
+    return ok;
+}
+
+typedef struct forced {
+    sv_tool_format f;
+    const char *name; /* the function named, or NULL */
+    bool parallel;
+    const char *text;
+    int n;                      /* calls read back; -1: not a sentence */
+    const char *name0, *args0;
+} forced;
+
+static const forced forced_cases[] = {
+    {SV_TOOLS_HERMES, NULL, true,
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\", "
+     "\"days\": 2.5}}\n</tool_call>", 1, "get_weather", "{\"city\":\"Paris\",\"unit\":\"c\",\"days\":2.5}"},
+    {SV_TOOLS_HERMES, NULL, true,
+     "<tool_call>\n{\"name\":\"root\",\"arguments\":{\"tool-call\":3,\"root\":true}}\n</tool_call>\n"
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>",
+     2, "root", "{\"tool-call\":3,\"root\":true}"},
+    {SV_TOOLS_HERMES, NULL, false,
+     "<tool_call>\n{\"name\":\"root\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n{\"name\":\"root\","
+     "\"arguments\":{}}\n</tool_call>", -1, NULL, NULL},
+    {SV_TOOLS_HERMES, "root", true, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}"
+     "\n</tool_call>", -1, NULL, NULL},
+    {SV_TOOLS_HERMES, NULL, true, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\", "
+     "\"unit\": \"k\"}}\n</tool_call>", -1, NULL, NULL},
+    {SV_TOOLS_HERMES, NULL, true, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}"
+     "\n</tool_call>", -1, NULL, NULL},
+    {SV_TOOLS_HERMES, NULL, true, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\", "
+     "\"country\": \"y\"}}\n</tool_call>", -1, NULL, NULL},
+    {SV_TOOLS_HERMES, NULL, true, "Sure. <tool_call>\n{\"name\": \"root\", \"arguments\": {}}\n</tool_call>", -1,
+     NULL, NULL},
+    {SV_TOOLS_MISTRAL, NULL, true,
+     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {\"name\": \"root\", "
+     "\"arguments\": {}}]", 2, "get_weather", "{\"city\":\"Rome\"}"},
+    {SV_TOOLS_MISTRAL, "get_weather", false,
+     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": -1}}]", 1,
+     "get_weather", "{\"city\":\"Rome\",\"days\":-1}"},
+    {SV_TOOLS_MISTRAL, NULL, false,
+     "[TOOL_CALLS][{\"name\": \"root\", \"arguments\": {}}, {\"name\": \"root\", \"arguments\": {}}]", -1, NULL,
+     NULL},
+    {SV_TOOLS_MISTRAL, NULL, true, "[TOOL_CALLS][]", -1, NULL, NULL},
+    {SV_TOOLS_LLAMA3, "get_weather", true, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"\u00e9\"}}", 1,
+     "get_weather", "{\"city\":\"\xc3\xa9\"}"},
+    {SV_TOOLS_LLAMA3, NULL, true, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}", -1, NULL,
+     NULL},
+};
+
+static void test_forced(void)
+{
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    CHECK(tools != NULL);
+    for (size_t k = 0; k < sizeof forced_cases / sizeof forced_cases[0]; k++) {
+        const forced *c = &forced_cases[k];
+        char err[256];
+        char *g = sv_tool_grammar(c->f, tools, c->name, c->parallel, err, sizeof err);
+        CHECKF(g != NULL, "case %zu: %s", k, err);
+        if (!g)
+            continue;
+        CHECKF(sentence(g, c->text) == (c->n >= 0), "case %zu: %s\n%s", k, c->text, g);
+        sv_tool_calls out;
+        CHECK(sv_tools_parse(c->f, c->text, strlen(c->text), 1, &out) == 0);
+        if (c->n >= 0) {
+            CHECKF(out.n == c->n && out.content.n == 0, "case %zu: %d calls, content '%s'", k, out.n, out.content.p);
+            CHECKF(out.n > 0 && !strcmp(out.calls[0].name, c->name0) && !strcmp(out.calls[0].arguments, c->args0),
+                   "case %zu: %s", k, out.n ? out.calls[0].arguments : "");
+        }
+        sv_tool_calls_free(&out);
+        cv_free(g);
+    }
+    char err[256];
+    CHECK(!sv_tool_grammar(SV_TOOLS_NONE, tools, NULL, true, err, sizeof err) && strstr(err, "not recognized"));
+    /* $refs inside parameters point at their place in the whole calls' schema */
+    json_t *refs = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                              "{\"$defs\": {\"u\": {\"enum\": [\"c\", \"f\"]}}, \"properties\": {\"u\": "
+                              "{\"$ref\": \"#/$defs/u\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": "
+                              "\"g\"}}]", 0, NULL);
+    for (int f = SV_TOOLS_HERMES; f <= SV_TOOLS_LLAMA3; f++) {
+        char *g = sv_tool_grammar((sv_tool_format)f, refs, NULL, false, err, sizeof err);
+        CHECKF(g != NULL, "format %d: %s", f, err);
+        const char *ok[] = {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"u\": \"f\"}}\n</tool_call>",
+                            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"u\": \"c\"}}]",
+                            "{\"name\": \"g\", \"parameters\": {\"any\": [1]}}"};
+        CHECKF(g && sentence(g, ok[f - SV_TOOLS_HERMES]), "format %d", f);
+        CHECKF(g && !sentence(g, f == SV_TOOLS_LLAMA3 ? "{\"name\": \"f\", \"parameters\": {\"u\": \"k\"}}"
+                                                       : ok[f - SV_TOOLS_HERMES] + 1),
+               "format %d", f);
+        cv_free(g);
+    }
+    json_decref(refs);
+    json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                             "{\"type\": \"object\", \"not\": {}}}}]", 0, NULL);
+    CHECK(!sv_tool_grammar(SV_TOOLS_HERMES, bad, NULL, true, err, sizeof err) && strstr(err, "tools[0] (f)"));
+    json_decref(bad);
+    json_decref(tools);
+}
+
+/* tool_choice's text read against TOOLS: 0 with the mode and name, or -1 with err holding want. */
+static void choice_case(const char *choice, int rc, sv_tool_mode mode, const char *name, const char *want)
+{
+    json_t *tools = json_loads(TOOLS, 0, NULL), *c = choice ? json_loads(choice, JSON_DECODE_ANY, NULL) : NULL;
+    sv_tool_choice out;
+    char err[256] = "";
+    CHECKF(sv_tool_choice_read(tools, c, &out, err, sizeof err) == rc, "%s: %s", choice, err);
+    if (rc == 0)
+        CHECKF(out.mode == mode && (!name || (out.name && !strcmp(out.name, name))), "%s", choice);
+    else
+        CHECKF(strstr(err, want), "%s: %s", choice, err);
+    json_decref(c);
+    json_decref(tools);
+}
+
+static void test_choice(void)
+{
+    choice_case(NULL, 0, SV_TOOL_AUTO, NULL, NULL);
+    choice_case("\"auto\"", 0, SV_TOOL_AUTO, NULL, NULL);
+    choice_case("\"none\"", 0, SV_TOOL_NONE, NULL, NULL);
+    choice_case("\"required\"", 0, SV_TOOL_REQUIRED, NULL, NULL);
+    choice_case("{\"type\": \"function\", \"function\": {\"name\": \"root\"}}", 0, SV_TOOL_NAMED, "root", NULL);
+    choice_case("{\"type\": \"function\", \"name\": \"get_weather\"}", 0, SV_TOOL_NAMED, "get_weather", NULL);
+    choice_case("{\"type\": \"function\", \"function\": {\"name\": \"nope\"}}", -1, 0, NULL, "'nope'");
+    choice_case("\"always\"", -1, 0, NULL, "'tool_choice' must be");
+    choice_case("{\"type\": \"web_search\"}", -1, 0, NULL, "'tool_choice' must be");
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {}}]", 0, NULL);
+    sv_tool_choice out;
+    char err[256];
+    CHECK(sv_tool_choice_read(tools, NULL, &out, err, sizeof err) == -1 && strstr(err, "tools[0]"));
+    json_decref(tools);
+}
+
 int main(void)
 {
     TEST_RUN(test_parse);
     TEST_RUN(test_stream);
     TEST_RUN(test_detect);
+    TEST_RUN(test_forced);
+    TEST_RUN(test_choice);
     return test_summary();
 }

@@ -82,7 +82,8 @@ async function stop(browser) {
       const all = document.querySelectorAll('.msg.assistant');
       return all.length >= k && (all[k - 1].textContent.length > 40 || !document.body.classList.contains('busy'));
     }, attempt, { timeout: 60000 });
-    if (await page.isVisible('#stop')) await page.click('#stop');
+    /* the reply may end between a look and a click: a click that finds no Stop is a try that ended */
+    await page.click('#stop', { timeout: 2000 }).catch(() => {});
     await page.waitForFunction(() => !document.body.classList.contains('busy'), null, { timeout: 30000 });
     r = await page.evaluate(() => {
       const all = document.querySelectorAll('.msg.assistant'), last = all[all.length - 1];

@@ -214,6 +214,8 @@ int cv_chat_kind_from_name(const char *name)
 
 const char *cv_chat_kind_names(void) { return ALL_NAMES; }
 
+const char *cv_chat_default_system(cv_chat_kind k) { return k == CV_CHAT_QWEN25 ? QWEN25_DEFAULT_SYSTEM : NULL; }
+
 int cv_chat_role_from_name(const char *name)
 {
     if (!name)
@@ -343,7 +345,8 @@ typedef struct render_ctx {
     const char *bos, *eos;
     const char *date;
     bool no_think;
-    const char *name; /* kind name for messages */
+    const char *tools; /* cv_chat_opts.tools */
+    const char *name;  /* kind name for messages */
     char *err;
     size_t errlen;
 } render_ctx;
@@ -356,12 +359,17 @@ static int reject(const render_ctx *c, const char *msg)
     return cv_errf(c->err, c->errlen, "%s chat template: %s", c->name, msg);
 }
 
-/* Roles of m[from..n) alternate user, assistant, user, ...? */
+/* Roles of m[from..n) alternate user, assistant, user, ...? Tool results
+ * and tool calls are left out, as Mistral's template leaves them out. */
 static bool alternates(const render_ctx *c, int from)
 {
-    for (int i = from; i < c->n; i++)
-        if ((c->m[i].role == CV_CHAT_USER) != ((i - from) % 2 == 0))
+    int k = 0;
+    for (int i = from; i < c->n; i++) {
+        if (c->m[i].role >= CV_CHAT_TOOL)
+            continue;
+        if ((c->m[i].role == CV_CHAT_USER) != (k++ % 2 == 0))
             return false;
+    }
     return true;
 }
 
@@ -397,12 +405,14 @@ static int render_llama2(const render_ctx *c)
     return 0;
 }
 
+/* A turn; a tool result is an "ipython" turn, a tool call's text is not trimmed. */
 static void llama3_turn(const render_ctx *c, int i)
 {
     put(c->s, "<|start_header_id|>");
-    put(c->s, role(c, i));
+    const cv_chat_role r = c->m[i].role;
+    put(c->s, r == CV_CHAT_TOOL ? "ipython" : r == CV_CHAT_TOOL_CALL ? "assistant" : role(c, i));
     put(c->s, "<|end_header_id|>\n\n");
-    put_sl(c->s, trim_ws(content(c, i)));
+    put_sl(c->s, r >= CV_CHAT_TOOL ? content(c, i) : trim_ws(content(c, i)));
     put(c->s, "<|eot_id|>");
 }
 
@@ -419,8 +429,12 @@ static int render_llama3(const render_ctx *c)
 static int render_llama31(const render_ctx *c)
 {
     int from = c->m[0].role == CV_CHAT_SYSTEM ? 1 : 0;
+    if (c->tools && from == c->n)
+        return reject(c, "Cannot put tools in the first user message when there's no first user message!");
     put(c->s, c->bos);
     put(c->s, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (c->tools)
+        put(c->s, "Environment: ipython\n");
     put(c->s, "Cutting Knowledge Date: December 2023\n");
     put(c->s, "Today Date: ");
     put(c->s, c->date);
@@ -428,6 +442,16 @@ static int render_llama31(const render_ctx *c)
     if (from == 1)
         put_sl(c->s, trim_ws(content(c, 0)));
     put(c->s, "<|eot_id|>");
+    if (c->tools) {
+        /* the tools go into the first message after the system one, as a user turn */
+        put(c->s, "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a "
+                  "JSON for a function call with its proper arguments that best answers the given prompt.\n\n"
+                  "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
+                  "its value}.Do not use variables.\n\n");
+        put(c->s, c->tools);
+        put_sl(c->s, trim_ws(content(c, from++)));
+        put(c->s, "<|eot_id|>");
+    }
     for (int i = from; i < c->n; i++)
         llama3_turn(c, i);
     if (c->gen)
@@ -533,9 +557,21 @@ static int render_mistral(const render_ctx *c)
         if (c->m[i].role == CV_CHAT_SYSTEM)
             return reject(c, "Only user and assistant roles are supported, with the exception of an initial "
                             "optional system message!");
+    int last_user = -1;
+    for (int i = from; i < c->n; i++)
+        last_user = c->m[i].role == CV_CHAT_USER ? i : last_user;
     put(c->s, c->bos);
     for (int i = from; i < c->n; i++) {
-        if (c->m[i].role == CV_CHAT_USER) {
+        if (c->m[i].role == CV_CHAT_TOOL) {
+            put(c->s, "[TOOL_RESULTS]");
+            put_sl(c->s, content(c, i));
+            put(c->s, "[/TOOL_RESULTS]");
+        } else if (c->m[i].role == CV_CHAT_USER) {
+            if (c->tools && i == last_user) {
+                put(c->s, "[AVAILABLE_TOOLS]");
+                put(c->s, c->tools);
+                put(c->s, "[/AVAILABLE_TOOLS]");
+            }
             put(c->s, "[INST]");
             if (i == c->n - 1 && from == 1) {
                 put_sl(c->s, content(c, 0));
@@ -595,9 +631,13 @@ int cv_chat_render(cv_chat_kind k, const cv_chat_msg *msgs, int n, bool add_gene
         return cv_errf(err, errlen, "unknown chat template kind %d", (int)k);
     if (n < 1 || !msgs)
         return cv_errf(err, errlen, "a chat needs at least one message");
-    for (int i = 0; i < n; i++)
-        if ((unsigned)msgs[i].role > CV_CHAT_ASSISTANT)
+    for (int i = 0; i < n; i++) {
+        if ((unsigned)msgs[i].role > CV_CHAT_TOOL_CALL)
             return cv_errf(err, errlen, "message %d has an unknown role (%d)", i, (int)msgs[i].role);
+        if (msgs[i].role >= CV_CHAT_TOOL && k != CV_CHAT_LLAMA31 && k != CV_CHAT_MISTRAL)
+            return cv_errf(err, errlen, "message %d: the %s chat template renders no tool calls or results", i,
+                           KIND_NAMES[k]);
+    }
     sink s = {out, cap, 0, false};
     render_ctx c = {
         .s = &s,
@@ -608,6 +648,7 @@ int cv_chat_render(cv_chat_kind k, const cv_chat_msg *msgs, int n, bool add_gene
         .eos = eos_token ? eos_token : "",
         .date = opts && opts->date_string ? opts->date_string : "26 Jul 2024",
         .no_think = opts && opts->disable_thinking,
+        .tools = opts ? opts->tools : NULL,
         .name = KIND_NAMES[k],
         .err = err,
         .errlen = errlen,

@@ -28,7 +28,13 @@
  * that Python's str.isspace() accepts.
  *
  * Scope: messages are plain strings with the roles system, user and
- * assistant. Tool definitions, tool calls, tool results, Qwen3's
+ * assistant. Tools are placed where Llama 3.1's and Mistral Nemo's
+ * templates place them, as texts the caller writes from the JSON
+ * (cv_chat_opts.tools), with their tool results (CV_CHAT_TOOL) and
+ * assistant messages that are tool calls (CV_CHAT_TOOL_CALL, the calls
+ * written by the caller), which the templates' alternation checks skip;
+ * other families refuse both roles (a caller writes their tools into
+ * plain messages). Qwen3's
  * reasoning_content field and multimodal content lists are not rendered;
  * the caller rejects such requests. Templates of other families, or of
  * variants these renderings would get wrong (Phi-4's <|im_sep|>, Mistral v7
@@ -61,7 +67,10 @@ typedef enum cv_chat_kind {
 typedef enum cv_chat_role {
     CV_CHAT_SYSTEM,
     CV_CHAT_USER,
-    CV_CHAT_ASSISTANT
+    CV_CHAT_ASSISTANT,
+    CV_CHAT_TOOL,     /* a tool's result: llama3.1 (an "ipython" turn) and mistral ([TOOL_RESULTS]) only */
+    CV_CHAT_TOOL_CALL /* an assistant message that is tool calls, as the family writes them (llama3.1:
+                         {"name": ..., "parameters": ...}; mistral: [TOOL_CALLS][...]): llama3.1 and mistral only */
 } cv_chat_role;
 
 /* One message. content is NUL-terminated UTF-8; NULL counts as "". */
@@ -81,6 +90,13 @@ typedef struct cv_chat_opts {
      * after the generation prompt); false leaves enable_thinking undefined,
      * which the template treats as thinking on. */
     bool disable_thinking;
+    /* The tools, or NULL for none: llama3.1: each tool's JSON (Python's
+     * json.dumps indent=4) followed by "\n\n", written with the template's
+     * instructions into the first message after the system one (then a
+     * user turn; the system turn gets "Environment: ipython"); mistral: the
+     * list written between [AVAILABLE_TOOLS] and [/AVAILABLE_TOOLS] before
+     * the last user message. Other families ignore it. */
+    const char *tools;
 } cv_chat_opts;
 
 /* Name ("llama3.1") of a kind; "?" outside the enum. */
@@ -95,6 +111,9 @@ const char *cv_chat_kind_names(void);
 /* Role of an OpenAI message role string ("system", "user", "assistant"),
  * or -1 for anything else ("tool", "developer", ...). */
 int cv_chat_role_from_name(const char *name);
+
+/* The system prompt kind k writes when a chat has none (qwen2.5's), or NULL. */
+const char *cv_chat_default_system(cv_chat_kind k);
 
 /* Recognizes a template text. Fails for NULL, an empty text or an
  * unrecognized one, naming the family found (if known) and quoting the

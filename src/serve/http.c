@@ -415,7 +415,9 @@ static int send_chunk(gen *g, const oai_chunk *ch)
 static bool opens_with_role(const gen *g) { return g->req.kind == OAI_CHAT && !g->ollama; }
 
 /* sse_fill for /v1/responses: the opening events first, then a delta per
- * batch of text, then the closing events (no [DONE]: OpenAI sends none). */
+ * batch of text (with tools, as far as sv_tools_safe lets it), then the
+ * closing events with the calls read out of the text (no [DONE]: OpenAI
+ * sends none). */
 static int resp_fill(gen *g, bool over)
 {
     const oai_usage usage = gen_usage(g);
@@ -424,18 +426,28 @@ static int resp_fill(gen *g, bool over)
     g->role_sent = true;
     if (g->error.status) {
         snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
-        if (resp_sse_error(&g->resp, &g->error, &g->sse))
-            return -1;
-    } else if (g->out.n) {
-        if (resp_sse_delta(&g->resp, g->out.p, g->out.n, &g->sse) || sv_buf_append(&g->all, g->out.p, g->out.n))
-            return -1;
-        sv_buf_consume(&g->out, g->out.n);
+        g->over = over;
+        return resp_sse_error(&g->resp, &g->error, &g->sse);
     }
-    if (over && !g->error.status &&
-        resp_sse_done(g->h->srv, &g->resp, g->all.p ? g->all.p : "", g->all.n, g->finish, &usage, &g->sse))
+    if (sv_buf_append(&g->all, g->out.p, g->out.n))
         return -1;
+    sv_buf_consume(&g->out, g->out.n);
+    const char *all = g->all.p ? g->all.p : "";
+    sv_tool_calls calls = {0};
+    if (over && g->req.tools != SV_TOOLS_NONE && sv_tools_parse(g->req.tools, all, g->all.n, fresh(g->h), &calls))
+        return -1;
+    /* the content begins with every byte already sent (tools.h) */
+    const size_t safe = over ? (g->req.tools != SV_TOOLS_NONE ? calls.content.n : g->all.n)
+                             : sv_tools_safe(g->req.tools, all, g->all.n);
+    int rc = 0;
+    if (safe > g->text_sent)
+        rc = resp_sse_delta(&g->resp, all + g->text_sent, safe - g->text_sent, &g->sse);
+    g->text_sent = safe > g->text_sent ? safe : g->text_sent;
+    if (over && rc == 0)
+        rc = resp_sse_done(g->h->srv, &g->resp, all, g->all.n, g->finish, &calls, &usage, &g->sse);
+    sv_tool_calls_free(&calls);
     g->over = over;
-    return 0;
+    return rc;
 }
 
 /* Sends a text chunk of the n bytes at p when there is text, logprobs or
@@ -724,13 +736,24 @@ static int answer_of(gen *g, answer_parts *p, oai_answer *a)
     return 0;
 }
 
+/* A whole /v1/responses answer: its text and the calls read out of it. */
+static char *resp_answer_json(gen *g)
+{
+    const oai_usage usage = gen_usage(g);
+    const char *text = g->out.p ? g->out.p : "";
+    sv_tool_calls calls = {0};
+    char *json = NULL;
+    if (g->req.tools == SV_TOOLS_NONE || sv_tools_parse(g->req.tools, text, g->out.n, fresh(g->h), &calls) == 0)
+        json = resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &calls, &usage);
+    sv_tool_calls_free(&calls);
+    return json;
+}
+
 /* A whole answer's body (NULL when out of memory). */
 static char *answer_json(gen *g)
 {
-    if (g->req.kind == OAI_RESPONSES) {
-        const oai_usage usage = gen_usage(g);
-        return resp_object_json(g->h->srv, &g->resp, g->out.p ? g->out.p : "", g->out.n, g->finish, &usage);
-    }
+    if (g->req.kind == OAI_RESPONSES) /* the calls are items of the response's output */
+        return resp_answer_json(g);
     answer_parts p = {0};
     oai_answer a;
     char *json = NULL;

@@ -22,10 +22,13 @@
 #include "serve/bias.h"
 #include "serve/buf.h"
 #include "serve/fim.h"
+#include "serve/native_tools.h"
 #include "serve/render.h"
+#include "serve/resp.h"
 #include "serve/schema.h"
 #include "serve/text.h"
 #include "serve/think.h"
+#include "serve/tool_grammar.h"
 
 #define INVALID "invalid_request_error"
 enum { MAX_STOP = 16, MAX_STOP_LEN = 1024 };
@@ -147,8 +150,9 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
     if (kind == OAI_COMPLETIONS && get_int(body, "best_of", 1, 1, &n, e))
         return oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
     json_t *v = opt(body, "tools");
-    if (kind != OAI_CHAT && v && (!json_is_array(v) || json_array_size(v) > 0))
-        return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions only");
+    if (kind == OAI_COMPLETIONS && v && (!json_is_array(v) || json_array_size(v) > 0))
+        return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions and "
+                                                        "/v1/responses only");
     return 0;
 }
 
@@ -509,41 +513,66 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
 }
 
 /* tools and tool_choice: vars->tools gets the tools the template sees
- * (NULL for none or tool_choice "none"), *format how to read calls back;
- * add_generation_prompt and chat_template_kwargs as given. */
+ * (NULL for none or tool_choice "none"), *format how to read calls back
+ * (the Jinja template's, or a built-in family's: serve/native_tools.h),
+ * *choice what tool_choice asks; add_generation_prompt and
+ * chat_template_kwargs as given. */
 static int parse_chat_vars(const oai_server *srv, const json_t *body, sv_chat_vars *vars, sv_tool_format *format,
-                           oai_error *e)
+                           sv_tool_choice *choice, oai_error *e)
 {
-    const json_t *t = opt(body, "tools"), *choice = opt(body, "tool_choice");
+    const json_t *t = opt(body, "tools");
     *vars = (sv_chat_vars){.add_generation_prompt = opt(body, "add_generation_prompt"),
                            .kwargs = opt(body, "chat_template_kwargs")};
+    *format = SV_TOOLS_NONE;
     if (vars->kwargs && !json_is_object(vars->kwargs))
         return bad(e, "chat_template_kwargs", "'%s' must be %s", "an object");
     if (t && !json_is_array(t))
         return bad(e, "tools", "'%s' must be %s", "a list of tools");
-    if (choice && !json_is_string(choice) && !json_is_object(choice))
-        return bad(e, "tool_choice", "'%s' must be %s", "\"none\", \"auto\", \"required\" or a named function");
-    const char *cs = json_string_value(choice);
-    if (cs && strcmp(cs, "none") && strcmp(cs, "auto") && strcmp(cs, "required"))
-        return bad(e, "tool_choice", "'%s' must be %s", "\"none\", \"auto\", \"required\" or a named function");
-    if (!t || json_array_size(t) == 0 || (cs && !strcmp(cs, "none")))
+    char why[CV_ERRLEN];
+    if (sv_tool_choice_read(t, opt(body, "tool_choice"), choice, why, sizeof why))
+        return oai_fail(e, 400, INVALID, NULL, strncmp(why, "tools", 5) ? "tool_choice" : "tools", "%s", why);
+    const bool forced = choice->mode == SV_TOOL_REQUIRED || choice->mode == SV_TOOL_NAMED;
+    if (forced && json_array_size(t) == 0)
+        return oai_fail(e, 400, INVALID, NULL, "tool_choice", "a forced tool_choice needs 'tools'");
+    if (!t || json_array_size(t) == 0 || choice->mode == SV_TOOL_NONE)
         return 0;
-    if (!srv->chat->jinja)
-        return oai_fail(e, 400, INVALID, NULL, "tools", "tools need a Jinja chat template (this one is %s)",
+    *format = srv->chat->jinja ? srv->chat->tools : sv_native_tool_format(srv->chat->kind);
+    if (!srv->chat->jinja && *format == SV_TOOLS_NONE)
+        return oai_fail(e, 400, INVALID, NULL, "tools", "the built-in chat template %s has no tool format",
                         srv->chat->name);
     vars->tools = t;
-    *format = srv->chat->tools;
     return 0;
 }
 
-/* A chat body's messages, checked. */
-static const json_t *chat_messages(const json_t *body, oai_error *e)
+/* A forced call (tool_choice "required" or a function) held to a grammar
+ * in the format the template teaches; parallel_tool_calls false: one. */
+static int force_call(const json_t *body, const sv_chat_vars *vars, const sv_tool_choice *choice, oai_request *r,
+                      oai_error *e)
+{
+    if (choice->mode != SV_TOOL_REQUIRED && choice->mode != SV_TOOL_NAMED)
+        return 0;
+    if (r->grammar)
+        return oai_fail(e, 400, INVALID, NULL, "tool_choice",
+                        "a forced tool call (tool_choice) cannot be combined with response_format, json_schema or "
+                        "grammar");
+    bool parallel = true;
+    if (get_bool(body, "parallel_tool_calls", &parallel, e))
+        return -1;
+    char why[CV_ERRLEN];
+    char *g = sv_tool_grammar(r->tools, vars->tools, choice->name, parallel, why, sizeof why);
+    if (!g)
+        return oai_fail(e, 400, INVALID, NULL, "tool_choice", "%s", why);
+    return take_grammar(r, g, "tool_choice", e);
+}
+
+/* A chat body's messages, checked (param: the field they came in). */
+static const json_t *chat_messages(const json_t *body, const char *param, oai_error *e)
 {
     const json_t *msgs = opt(body, "messages");
     if (!msgs)
-        oai_fail(e, 400, INVALID, NULL, "messages", "you must provide 'messages'");
+        oai_fail(e, 400, INVALID, NULL, param, "you must provide '%s'", param);
     else if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
+        bad(e, param, "'%s' must be %s", "a non-empty list of messages");
     else
         return msgs;
     return NULL;
@@ -565,54 +594,25 @@ static int parse_reasoning_format(const oai_server *srv, const json_t *body, oai
     return 0;
 }
 
-static int parse_messages(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
+/* A chat-shaped body (its field `param` holds the messages): tools,
+ * a forced call, reasoning_format, then the messages rendered. */
+static int parse_chat(const oai_server *srv, const json_t *body, const char *param, oai_request *r, oai_error *e)
 {
-    const json_t *msgs = chat_messages(body, e);
+    const json_t *msgs = chat_messages(body, param, e);
     sv_chat_vars vars;
-    if (!msgs || parse_chat_vars(srv, body, &vars, &r->tools, e) || parse_reasoning_format(srv, body, r, e))
+    sv_tool_choice choice;
+    if (!msgs || parse_chat_vars(srv, body, &vars, &r->tools, &choice, e) || force_call(body, &vars, &choice, r, e) ||
+        parse_reasoning_format(srv, body, r, e))
         return -1;
-    return render_messages(srv, msgs, "messages", &vars, r, e);
+    return render_messages(srv, msgs, param, &vars, r, e);
 }
 
-/* The Responses API's prompt as chat messages: instructions (a system
- * message first), then input, a string (one user message) or a list of
- * messages; items of other types (function calls, references to stored
- * items) are refused, as this server keeps no state. */
+/* The Responses API's request as a chat (resp.h), parsed as one. */
 static int parse_input(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
-    json_t *in = opt(body, "input"), *ins = opt(body, "instructions");
-    if (!in)
-        return oai_fail(e, 400, INVALID, NULL, "input", "you must provide 'input'");
-    if (ins && !json_is_string(ins))
-        return bad(e, "instructions", "'%s' must be %s", "a string");
-    if (opt(body, "previous_response_id"))
-        return oai_fail(e, 400, INVALID, NULL, "previous_response_id",
-                        "'previous_response_id' is not supported: this server stores no responses; send the whole "
-                        "conversation in 'input'");
-    if (!json_is_string(in) && (!json_is_array(in) || json_array_size(in) == 0))
-        return bad(e, "input", "'%s' must be %s", "a string or a non-empty list of messages");
-    json_t *msgs = json_array();
-    if (msgs && ins)
-        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
-    if (msgs && json_is_string(in))
-        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
-    size_t i;
-    json_t *item;
-    json_array_foreach(json_is_array(in) ? in : NULL, i, item)
-    {
-        json_t *type = json_object_get(item, "type");
-        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message"))) {
-            json_decref(msgs);
-            return oai_fail(e, 400, INVALID, NULL, "input",
-                            "input[%zu]: only messages are supported (items of type \"message\", or with a 'role')",
-                            i);
-        }
-        if (msgs)
-            json_array_append(msgs, item);
-    }
-    const int rc = msgs ? render_messages(srv, msgs, "input", NULL, r, e)
-                        : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    json_decref(msgs);
+    json_t *chat = resp_chat_body(body, e);
+    const int rc = chat ? parse_chat(srv, chat, "input", r, e) : -1;
+    json_decref(chat);
     return rc;
 }
 
@@ -712,7 +712,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
             goto done;
     }
     if (kind == OAI_COMPLETIONS ? parse_prompt(srv, root, out, e)
-        : kind == OAI_CHAT      ? parse_messages(srv, root, out, e)
+        : kind == OAI_CHAT      ? parse_chat(srv, root, "messages", out, e)
                                 : parse_input(srv, root, out, e))
         goto done;
     if (parse_echo(srv, root, out, e))
@@ -740,13 +740,14 @@ done:
 char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
     json_t *root = load_object(body, len, e), *answer = NULL;
-    const json_t *msgs = root ? chat_messages(root, e) : NULL;
+    const json_t *msgs = root ? chat_messages(root, "messages", e) : NULL;
     sv_chat_vars vars;
     sv_tool_format format;
+    sv_tool_choice choice;
     sv_buf prompt = {0};
     convoy_span *spans = NULL;
     int n_spans = 0;
-    if (msgs && parse_chat_vars(srv, root, &vars, &format, e) == 0 &&
+    if (msgs && parse_chat_vars(srv, root, &vars, &format, &choice, e) == 0 &&
         chat_prompt(srv, msgs, "messages", &vars, NULL, &prompt, &spans, &n_spans, e) == 0 &&
         !(answer = json_pack("{s:s%}", "prompt", prompt.p ? prompt.p : "", prompt.n)))
         oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");

@@ -5,11 +5,16 @@
  * runs: JSON syntax, the type and range of every parameter it knows, the
  * model name, the prompt (a string, or one list of token ids; for chat,
  * the messages, rendered with the server's chat template and the request's
- * tools and chat_template_kwargs; for responses,
- * instructions then input, a string or messages with text parts, rendered
- * the same way) tokenized against the context, and max_tokens
- * (max_output_tokens) against the room the prompt leaves. Responses are
- * stateless: previous_response_id is refused. On failure it fills
+ * tools and chat_template_kwargs; for responses, the request read as a
+ * chat (resp.h: instructions, input messages and function call items,
+ * function tools) and rendered the same way) tokenized against the
+ * context, and max_tokens (max_output_tokens) against the room the prompt
+ * leaves. Responses are stateless: previous_response_id is refused.
+ * tool_choice "required" or a named function (serve/tool_grammar.h)
+ * holds the output to a call of the tools in the template's call format
+ * (a 400 when the format is not recognized, the function is not among
+ * the tools, or a response_format or grammar is given too); tools with a
+ * built-in family that renders none are a 400 naming it. On failure it fills
  * an oai_error (HTTP status, OpenAI error type and code, the parameter at
  * fault, a message naming the problem) and returns -1; the request then
  * holds nothing. A completion's suffix makes a fill-in-the-middle prompt

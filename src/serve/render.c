@@ -12,6 +12,7 @@
 #include "core/err.h"
 #include "core/fmap.h"
 #include "serve/log.h"
+#include "serve/native_tools.h"
 
 /* Private-use characters around a message's index: no template writes them. */
 #define MARK_OPEN "\xee\x80\x80"
@@ -151,36 +152,68 @@ static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const 
     return rc;
 }
 
+/* The conversation as a family's plain messages into *cm (release with
+ * cv_free): contents or their markers; with tools, tool calls or tool
+ * results, rewritten by serve/native_tools.h into tc. */
+static int native_msgs(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
+                       char (*marks)[32], cv_chat_msg **cm, int *n_cm, sv_native_chat *tc, char *err, size_t errlen)
+{
+    sv_native_msg *nm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *nm);
+    *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof **cm);
+    *n_cm = n;
+    int rc = nm && *cm ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
+    for (int i = 0; i < n && rc == 0; i++) {
+        snprintf(marks[i], sizeof marks[i], MARK_OPEN "%d" MARK_CLOSE, i);
+        nm[i] = (sv_native_msg){msgs[i].role, marked ? marks[i] : msgs[i].content, !msgs[i].content[0], msgs[i].json};
+    }
+    if (rc == 0 && sv_native_tool_format(c->kind) != SV_TOOLS_NONE && sv_native_tools_needed(nm, n, vars->tools)) {
+        rc = sv_native_tool_msgs(c->kind, nm, n, vars->tools, tc, err, errlen);
+        if (rc == 0) {
+            cv_free(*cm);
+            *cm = tc->msgs;
+            *n_cm = tc->n;
+        }
+        cv_free(nm);
+        return rc;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        const int role = cv_chat_role_from_name(msgs[i].role);
+        if (role < 0)
+            rc = cv_errf(err, errlen, "messages[%d]: role '%s' is not supported", i, msgs[i].role);
+        (*cm)[i] = (cv_chat_msg){.role = (cv_chat_role)role, .content = nm[i].content};
+    }
+    cv_free(nm);
+    return rc;
+}
+
 /* A built-in family's render: add_generation_prompt false leaves the
  * assistant's turn unopened; Qwen3 reads enable_thinking false. */
 static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
                          sv_buf *out, char *err, size_t errlen)
 {
-    const cv_chat_opts opts = {
-        .disable_thinking = json_is_false(json_object_get(vars->kwargs, "enable_thinking"))};
     const bool gen = !json_is_false(vars->add_generation_prompt);
-    cv_chat_msg *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *cm);
     char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
-    int rc = cm && marks ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
-    for (int i = 0; i < n && rc == 0; i++) {
-        const int role = cv_chat_role_from_name(msgs[i].role);
-        if (role < 0)
-            rc = cv_errf(err, errlen, "messages[%d]: role '%s' is not supported", i, msgs[i].role);
-        snprintf(marks[i], sizeof marks[i], MARK_OPEN "%d" MARK_CLOSE, i);
-        cm[i] = (cv_chat_msg){.role = (cv_chat_role)role, .content = marked ? marks[i] : msgs[i].content};
-    }
+    cv_chat_msg *cm = NULL;
+    sv_native_chat tc = {0};
+    int n_cm = 0;
+    int rc = marks ? native_msgs(c, msgs, n, vars, marked, marks, &cm, &n_cm, &tc, err, errlen)
+                   : cv_errf(err, errlen, "out of memory rendering the chat");
+    const cv_chat_opts opts = {.disable_thinking = json_is_false(json_object_get(vars->kwargs, "enable_thinking")),
+                               .tools = tc.tools.n ? tc.tools.p : NULL};
     size_t len = 0;
     if (rc == 0)
-        rc = cv_chat_render(c->kind, cm, n, gen, c->bos, c->eos, &opts, NULL, 0, &len, err, errlen);
+        rc = cv_chat_render(c->kind, cm, n_cm, gen, c->bos, c->eos, &opts, NULL, 0, &len, err, errlen);
     if (rc == 0 && sv_buf_reserve(out, len + 1))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0)
-        rc = cv_chat_render(c->kind, cm, n, gen, c->bos, c->eos, &opts, out->p + out->n, len + 1, &len, err,
+        rc = cv_chat_render(c->kind, cm, n_cm, gen, c->bos, c->eos, &opts, out->p + out->n, len + 1, &len, err,
                             errlen);
     if (rc == 0)
         out->n += len;
+    if (cm != tc.msgs)
+        cv_free(cm);
+    sv_native_chat_free(&tc);
     cv_free(marks);
-    cv_free(cm);
     return rc;
 }
 

@@ -49,8 +49,9 @@ typedef struct sv_chat {
 } sv_chat;
 
 /* One message; role is "system", "user", "assistant" or "tool" (Jinja
- * templates only). json: the request's message, whose other members
- * (tool_calls, tool_call_id, name) reach a Jinja template; or NULL. */
+ * templates, and the built-in families with a tool format). json: the
+ * request's message, whose other members (tool_calls, tool_call_id, name)
+ * reach a Jinja template (a built-in family reads tool_calls); or NULL. */
 typedef struct sv_chat_msg {
     const char *role;
     const char *content;
@@ -67,7 +68,8 @@ typedef struct sv_render_watch {
 } sv_render_watch;
 
 /* What a request gives the template besides its messages: its tool
- * definitions (Jinja templates only), its add_generation_prompt (true
+ * definitions (Jinja templates, and the built-in families with a tool
+ * format: serve/native_tools.h), its add_generation_prompt (true
  * when absent) and its chat_template_kwargs object, whose members reach a
  * Jinja template over the other variables (a built-in family reads
  * enable_thinking); each NULL when absent. */

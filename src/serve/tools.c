@@ -130,12 +130,15 @@ static int add_calls(sv_tool_calls *out, const json_t *v, uint64_t seed)
 static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_calls *out)
 {
     const size_t lo = strlen(HERMES_OPEN), lc = strlen(HERMES_CLOSE);
+    bool after_call = false;
     for (;;) {
         const char *o = find(p, end, HERMES_OPEN);
-        if (!o)
-            return sv_buf_append(&out->content, p, (size_t)(end - p));
-        if (sv_buf_append(&out->content, p, (size_t)(o - p)))
+        const char *stop = o ? o : end;
+        /* only whitespace after a call: the separator of calls, not content */
+        if (!(after_call && skip_ws(p, stop) == stop) && sv_buf_append(&out->content, p, (size_t)(stop - p)))
             return -1;
+        if (!o)
+            return 0;
         const char *j = skip_ws(o + lo, end);
         size_t used;
         json_t *v = load_prefix(j, end, &used);
@@ -150,6 +153,7 @@ static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_c
         const char *next = rc == 0 ? c + lc : o + lo;
         if (rc != 0 && sv_buf_append(&out->content, o, lo))
             return -1;
+        after_call = rc == 0;
         p = next;
     }
 }

@@ -8,8 +8,9 @@
  * `<|python_tag|>`); SV_TOOLS_NONE when it recognizes none (then nothing
  * is parsed).
  *
- * sv_tools_parse splits text into content (the text outside the calls)
- * and calls {id "call_" and 24 characters drawn from seed, name,
+ * sv_tools_parse splits text into content (the text outside the calls;
+ * Hermes: whitespace alone after a call, the calls' separator, is left
+ * out) and calls {id "call_" and 24 characters drawn from seed, name,
  * arguments as a JSON text}. A call's "arguments" (Llama: "parameters")
  * may be an object or a string holding JSON; missing, it is "{}". A call
  * that does not parse (bad JSON, no string name, no closing marker) stays
