@@ -10,7 +10,8 @@
 #    after it, the head ships the rest from the segment boundary below;
 # 4. a .part with a changed byte: the file fails its hashes, the stage
 #    fetches it again whole, and the logits are still one machine's;
-# 5. -m with --cache, and a --cache that is a file, are refused by name.
+# 5. a receiving stage in the middle of a 3-stage chain: the same logits;
+# 6. -m with --cache, and a --cache that is a file, are refused by name.
 #
 # Usage (CTest passes these): test_cache_stage.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
@@ -95,6 +96,22 @@ else
     fail "corrupt: $(cat "$tmp/corrupt.head" "$tmp/corrupt.stage")"
 fi
 stop_stage
+
+# a receiving stage in the middle of a chain: the layers it gets, then the
+# last stage (a model of its own) behind it, the logits one machine's
+start_local_stage "$convoy" "$tmp/middle.stage" "$port" --cache "$tmp/cache-middle" --key "$tmp/key"
+middle_pid="$stage_pid"
+last_port="$(free_port)"
+start_local_stage "$convoy" "$tmp/last.stage" "$last_port" -m "$model" --key "$tmp/key"
+if "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/middle.f32" \
+    --nodes "local,127.0.0.1:$port,127.0.0.1:$last_port" --split 1,2,2 --key "$tmp/key" 2>"$tmp/middle.head" &&
+    cmp -s "$tmp/one.f32" "$tmp/middle.f32"; then
+    pass "middle: a receiving stage before another one, logits bit-identical to one machine's"
+else
+    fail "middle: $(cat "$tmp/middle.head" "$tmp/middle.stage")"
+fi
+stop_stage
+kill "$middle_pid" 2>/dev/null && wait "$middle_pid" 2>/dev/null
 
 if ! "$convoy" stage --listen "127.0.0.1:$port" -m "$model" --cache "$cache" 2>"$tmp/both" &&
     grep -q "(--model) or receives its layers (--cache), one of the two" "$tmp/both"; then

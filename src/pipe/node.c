@@ -606,6 +606,8 @@ static int connect_next(node *n, char *err, size_t errlen)
     cv_msg_hello h = n->hello;
     h.role = CV_ROLE_PREV_NODE;
     h.next_addr[0] = 0;
+    h.hashes = NULL; /* an assignment's: a receiving node keeps them (keep_hashes) */
+    h.n_hashes = 0;
     h.features &= ~(uint32_t)CV_FEAT_FROM_PREV;
     cv_msg_hello_ok ok;
     const int64_t left = limit - (cv_now_ms() - t0);
