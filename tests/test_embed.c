@@ -11,7 +11,8 @@
  * token whatever its batch and thread count (infer/forward.h), so the
  * embedding must equal the reference bit for bit: alone, batched with
  * another sequence that samples, cut into several batches, on 1 and 2
- * threads, and on a 2- and a 3-stage chain. CLS and last pooling, a pool emptied by a truncate and the
+ * threads, on a 2- and a 3-stage chain, and after the last stage died
+ * and a standby took its place mid-prompt. CLS and last pooling, a pool emptied by a truncate and the
  * refusal of an unknown want are checked too. */
 #include <math.h>
 #include <stdio.h>
@@ -133,11 +134,13 @@ static void setup_close(setup *s)
     convoy_model_free(s->m);
 }
 
-static convoy_ctx *make_ctx_on(setup *s, int threads, int pooling, const char *nodes, const char *split)
+static convoy_ctx *make_ctx_on(setup *s, int threads, int pooling, const char *nodes, const char *split,
+                               const char *standby)
 {
     char err[512];
     convoy_ctx_params p = convoy_ctx_default_params();
     p.nodes = nodes;
+    p.standby = standby;
     p.split = split;
     p.want_logits = nodes != NULL; /* the sampled row's logits are checked */
     p.n_threads = threads;
@@ -150,12 +153,17 @@ static convoy_ctx *make_ctx_on(setup *s, int threads, int pooling, const char *n
     return c;
 }
 
-static convoy_ctx *make_ctx(setup *s, int threads, int pooling) { return make_ctx_on(s, threads, pooling, NULL, NULL); }
+static convoy_ctx *make_ctx(setup *s, int threads, int pooling)
+{
+    return make_ctx_on(s, threads, pooling, NULL, NULL, NULL);
+}
 
 /* Runs the prompt into slot 0 in batches of chunk tokens (its rows pooled,
  * the last one _EMBED); with `other`, slot 1's prompt rides in the first
  * batch, its last row sampled. Returns the embedding (copied to out) and
  * checks the sampled row. 0, or -1 on failure. */
+static pid_t kill_after_first; /* a stage SIGKILLed after the first batch (test_failover), or 0 */
+
 static int embed(convoy_ctx *c, const setup *s, int chunk, bool other, float *out)
 {
     int32_t tok[2 * N_MAX], pos[2 * N_MAX], seq[2 * N_MAX], ids[2 * N_MAX];
@@ -175,6 +183,10 @@ static int embed(convoy_ctx *c, const setup *s, int chunk, bool other, float *ou
         if (convoy_step(c, &b, ids, err, sizeof err)) {
             CHECKF(0, "%s", err);
             return -1;
+        }
+        if (kill_after_first) {
+            test_stop_stage(kill_after_first);
+            kill_after_first = 0;
         }
         const bool last = start + chunk >= s->n_tok;
         if (last) {
@@ -301,7 +313,7 @@ static void test_chain_bit_identical(void)
     snprintf(nodes[1], sizeof nodes[1], "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0], port[1], port[2]);
     const char *split[2] = {"2,3", "1,2,2"};
     for (int k = 0; k < 2; k++) {
-        convoy_ctx *c = make_ctx_on(&s, 1, 0, nodes[k], split[k]);
+        convoy_ctx *c = make_ctx_on(&s, 1, 0, nodes[k], split[k], NULL);
         if (!c)
             continue;
         char what[64];
@@ -322,11 +334,51 @@ static void test_chain_bit_identical(void)
     setup_close(&s);
 }
 
+/* The last stage dies with a slot's pool half full: the standby takes its
+ * place, the head's journal replays the pooled rows as pooled rows, and
+ * the embedding is still the reference's. */
+static void test_failover(void)
+{
+    setup s;
+    if (setup_open(&s)) {
+        setup_close(&s);
+        return;
+    }
+    const int32_t ne = s.info.n_embd;
+    float *ref = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
+    reference_embedding(s.states, s.n_tok, ne, CONVOY_POOLING_MEAN, ref);
+    int port[3];
+    pid_t pid[3];
+    for (int i = 0; i < 3; i++)
+        pid[i] = test_start_stage(s.path, &port[i]);
+    char nodes[64], spare[32];
+    snprintf(nodes, sizeof nodes, "127.0.0.1:%d,127.0.0.1:%d", port[0], port[1]);
+    snprintf(spare, sizeof spare, "127.0.0.1:%d", port[2]);
+    convoy_ctx *c = make_ctx_on(&s, 1, 0, nodes, "2,3", spare);
+    if (c) {
+        kill_after_first = pid[1];
+        pid[1] = 0;
+        if (embed(c, &s, 6, true, got) == 0)
+            check_same(got, ref, ne, "after a failover");
+        convoy_ctx_stats st;
+        convoy_ctx_get_stats(c, &st);
+        CHECKF(st.failovers == 1, "%llu failovers", (unsigned long long)st.failovers);
+        convoy_ctx_free(c);
+    }
+    for (int i = 0; i < 3; i++)
+        if (pid[i])
+            test_stop_stage(pid[i]);
+    free(ref);
+    free(got);
+    setup_close(&s);
+}
+
 int main(void)
 {
     cv_kernels_init(0);
     TEST_RUN(test_mean_bit_identical);
     TEST_RUN(test_cls_last_and_reset);
     TEST_RUN(test_chain_bit_identical);
+    TEST_RUN(test_failover);
     return test_summary();
 }
