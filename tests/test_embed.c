@@ -108,6 +108,7 @@ typedef struct setup {
     int32_t tok[N_MAX], other[N_MAX];
     int n_tok, n_other;
     float *states;
+    float *ref, *got; /* [n_embd] the reference's mean embedding, and the engine's */
 } setup;
 
 static int setup_open(setup *s)
@@ -124,13 +125,21 @@ static int setup_open(setup *s)
     s->n_tok = convoy_tokenize(s->m, PROMPT, strlen(PROMPT), true, false, s->tok, N_MAX);
     s->n_other = convoy_tokenize(s->m, OTHER, strlen(OTHER), true, false, s->other, N_MAX);
     CHECK(s->n_tok > 8 && s->n_other > 3);
-    s->states = malloc(sizeof(float) * (size_t)s->n_tok * s->info.n_embd);
-    return s->states && s->n_tok > 8 ? reference_states(s->path, s->tok, s->n_tok, s->states) : -1;
+    const size_t ne = (size_t)s->info.n_embd;
+    s->states = malloc(sizeof(float) * (size_t)s->n_tok * ne);
+    s->ref = malloc(sizeof(float) * ne);
+    s->got = malloc(sizeof(float) * ne);
+    if (!s->states || !s->ref || !s->got || s->n_tok <= 8 || reference_states(s->path, s->tok, s->n_tok, s->states))
+        return -1;
+    reference_embedding(s->states, s->n_tok, s->info.n_embd, CONVOY_POOLING_MEAN, s->ref);
+    return 0;
 }
 
 static void setup_close(setup *s)
 {
     free(s->states);
+    free(s->ref);
+    free(s->got);
     convoy_model_free(s->m);
 }
 
@@ -219,8 +228,8 @@ static void test_mean_bit_identical(void)
         return;
     }
     const int32_t ne = s.info.n_embd;
-    float *ref = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
-    reference_embedding(s.states, s.n_tok, ne, CONVOY_POOLING_MEAN, ref);
+    const float *ref = s.ref;
+    float *got = s.got;
     double norm = 0;
     for (int32_t i = 0; i < ne; i++)
         norm += (double)ref[i] * ref[i];
@@ -245,8 +254,6 @@ static void test_mean_bit_identical(void)
         }
         convoy_ctx_free(c);
     }
-    free(ref);
-    free(got);
     setup_close(&s);
 }
 
@@ -260,7 +267,7 @@ static void test_cls_last_and_reset(void)
         return;
     }
     const int32_t ne = s.info.n_embd;
-    float *ref = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
+    float *ref = s.ref, *got = s.got; /* the reference's is pooled anew for each type */
     const int types[2] = {CONVOY_POOLING_CLS, CONVOY_POOLING_LAST};
     for (int k = 0; k < 2; k++) {
         convoy_ctx *c = make_ctx(&s, 1, types[k]);
@@ -286,9 +293,22 @@ static void test_cls_last_and_reset(void)
         CHECK(convoy_step(c, &b, &id, err, sizeof err) == -1 && strstr(err, "want 5"));
         convoy_ctx_free(c);
     }
-    free(ref);
-    free(got);
     setup_close(&s);
+}
+
+/* Three `convoy stage` processes of the model, and their end (a pid of 0
+ * is one that was stopped already). */
+static void start_stages(const char *path, pid_t pid[3], int port[3])
+{
+    for (int i = 0; i < 3; i++)
+        pid[i] = test_start_stage(path, &port[i]);
+}
+
+static void stop_stages(const pid_t pid[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (pid[i])
+            test_stop_stage(pid[i]);
 }
 
 /* A 2- and a 3-stage chain (the last stage pools; RESULT carries the
@@ -302,12 +322,9 @@ static void test_chain_bit_identical(void)
         return;
     }
     const int32_t ne = s.info.n_embd;
-    float *ref = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
-    reference_embedding(s.states, s.n_tok, ne, CONVOY_POOLING_MEAN, ref);
     int port[3];
     pid_t pid[3];
-    for (int i = 0; i < 3; i++)
-        pid[i] = test_start_stage(s.path, &port[i]);
+    start_stages(s.path, pid, port);
     char nodes[2][128];
     snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d,127.0.0.1:%d", port[0], port[1]);
     snprintf(nodes[1], sizeof nodes[1], "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0], port[1], port[2]);
@@ -320,17 +337,14 @@ static void test_chain_bit_identical(void)
         for (int chunk = 4; chunk <= N_MAX; chunk += N_MAX - 4) {
             char err[512];
             CHECK(convoy_seq_free(c, 0, err, sizeof err) == 0 && convoy_seq_free(c, 1, err, sizeof err) == 0);
-            if (embed(c, &s, chunk, true, got) == 0) {
+            if (embed(c, &s, chunk, true, s.got) == 0) {
                 snprintf(what, sizeof what, "%d stages, chunks of %d", k + 2, chunk);
-                check_same(got, ref, ne, what);
+                check_same(s.got, s.ref, ne, what);
             }
         }
         convoy_ctx_free(c);
     }
-    for (int i = 0; i < 3; i++)
-        test_stop_stage(pid[i]);
-    free(ref);
-    free(got);
+    stop_stages(pid);
     setup_close(&s);
 }
 
@@ -345,12 +359,9 @@ static void test_failover(void)
         return;
     }
     const int32_t ne = s.info.n_embd;
-    float *ref = malloc(sizeof(float) * ne), *got = malloc(sizeof(float) * ne);
-    reference_embedding(s.states, s.n_tok, ne, CONVOY_POOLING_MEAN, ref);
     int port[3];
     pid_t pid[3];
-    for (int i = 0; i < 3; i++)
-        pid[i] = test_start_stage(s.path, &port[i]);
+    start_stages(s.path, pid, port);
     char nodes[64], spare[32];
     snprintf(nodes, sizeof nodes, "127.0.0.1:%d,127.0.0.1:%d", port[0], port[1]);
     snprintf(spare, sizeof spare, "127.0.0.1:%d", port[2]);
@@ -358,18 +369,14 @@ static void test_failover(void)
     if (c) {
         kill_after_first = pid[1];
         pid[1] = 0;
-        if (embed(c, &s, 6, true, got) == 0)
-            check_same(got, ref, ne, "after a failover");
+        if (embed(c, &s, 6, true, s.got) == 0)
+            check_same(s.got, s.ref, ne, "after a failover");
         convoy_ctx_stats st;
         convoy_ctx_get_stats(c, &st);
         CHECKF(st.failovers == 1, "%llu failovers", (unsigned long long)st.failovers);
         convoy_ctx_free(c);
     }
-    for (int i = 0; i < 3; i++)
-        if (pid[i])
-            test_stop_stage(pid[i]);
-    free(ref);
-    free(got);
+    stop_stages(pid);
     setup_close(&s);
 }
 

@@ -5,6 +5,7 @@
 #include "serve/embed.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,32 +33,33 @@ static void inputs_free(inputs *in)
 }
 
 /* Input i's ids: the text's with BOS (specials parsed), as llama-server
- * tokenizes an embedding's input. */
-static int text_input(const oai_server *srv, const json_t *v, int32_t i, const char *field, inputs *in,
-                      oai_error *e)
+ * tokenizes an embedding's input; what names the input in a message. */
+static int text_input(const oai_server *srv, const json_t *v, int32_t i, const char *field, const char *what,
+                      inputs *in, oai_error *e)
 {
     const size_t n_text = json_string_length(v);
     if (n_text == 0)
-        return oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d is an empty text", field, i);
+        return oai_fail(e, 400, INVALID, NULL, field, "%s is an empty text", what);
     if (n_text > (size_t)INT32_MAX - 8)
-        return oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d is too long", field, i);
+        return oai_fail(e, 400, INVALID, NULL, field, "%s is too long", what);
     const int32_t cap = (int32_t)n_text + 8; /* a token holds a byte at least, but BOS and the specials */
     if (!(in->ids[i] = cv_malloc(sizeof(int32_t) * (size_t)cap)))
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     in->n_ids[i] = convoy_tokenize(srv->model, json_string_value(v), n_text, true, true, in->ids[i], cap);
     if (in->n_ids[i] < 1)
-        return oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d cannot be tokenized", field, i);
+        return oai_fail(e, 400, INVALID, NULL, field, "%s cannot be tokenized", what);
     return 0;
 }
 
 /* Input i's ids as the body lists them: each in the vocabulary. */
-static int ids_input(const oai_server *srv, const json_t *v, int32_t i, const char *field, inputs *in, oai_error *e)
+static int ids_input(const oai_server *srv, const json_t *v, int32_t i, const char *field, const char *what,
+                     inputs *in, oai_error *e)
 {
     convoy_model_info info;
     convoy_model_get_info(srv->model, &info);
     const size_t n = json_array_size(v);
     if (n == 0)
-        return oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d is an empty list of token ids", field, i);
+        return oai_fail(e, 400, INVALID, NULL, field, "%s is an empty list of token ids", what);
     if (n > (size_t)INT32_MAX || !(in->ids[i] = cv_malloc(sizeof(int32_t) * n)))
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     size_t k;
@@ -65,9 +67,8 @@ static int ids_input(const oai_server *srv, const json_t *v, int32_t i, const ch
     json_array_foreach(v, k, t)
     {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= info.n_vocab)
-            return oai_fail(e, 400, INVALID, NULL, field,
-                            "'%s' item %d: token %zu is not a token id (an integer in [0, %d))", field, i, k,
-                            info.n_vocab);
+            return oai_fail(e, 400, INVALID, NULL, field, "%s: item %zu is not a token id (an integer in [0, %d))",
+                            what, k, info.n_vocab);
         in->ids[i][k] = (int32_t)json_integer_value(t);
     }
     in->n_ids[i] = (int32_t)n;
@@ -91,20 +92,23 @@ static int read_inputs(const oai_server *srv, const json_t *v, const char *field
     if (!in->ids || !in->n_ids)
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     for (int32_t i = 0; i < in->n; i++) {
-        const json_t *item = !list || one_ids ? v : json_array_get(v, (size_t)i);
+        const bool whole = !list || one_ids;
+        const json_t *item = whole ? v : json_array_get(v, (size_t)i);
+        char what[64];
+        snprintf(what, sizeof what, whole ? "'%s'" : "'%s' item %d", field, i);
         int rc;
         if (json_is_string(item))
-            rc = text_input(srv, item, i, field, in, e);
+            rc = text_input(srv, item, i, field, what, in, e);
         else if (ids && json_is_array(item))
-            rc = ids_input(srv, item, i, field, in, e);
+            rc = ids_input(srv, item, i, field, what, in, e);
         else
-            rc = oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d must be %s", field, i,
+            rc = oai_fail(e, 400, INVALID, NULL, field, "%s must be %s", what,
                           ids ? "a string or a list of token ids" : "a string");
         if (rc)
             return -1;
         if (in->n_ids[i] > srv->n_ctx)
-            return oai_fail(e, 400, INVALID, NULL, field, "'%s' item %d has %d tokens, more than the context's %d",
-                            field, i, in->n_ids[i], srv->n_ctx);
+            return oai_fail(e, 400, INVALID, NULL, field, "%s has %d tokens, more than the context's %d", what,
+                            in->n_ids[i], srv->n_ctx);
         in->n_tokens += in->n_ids[i];
     }
     return 0;
