@@ -195,8 +195,8 @@ static int mark_stale(cv_span *s, const cv_batch *b, char *err, size_t errlen)
             return cv_errf(err, errlen, "token %d: want %u is not 0 to %d", t, b->want[t], CV_WANT_MAX);
         if (cv_want_pools(b->want[t]) && s->sums &&
             (s->pooling < CV_POOL_MEAN || s->pooling > CV_POOL_LAST))
-            return cv_errf(err, errlen, "token %d is pooled, but the pooling type is %d (none): no embeddings", t,
-                           s->pooling);
+            return cv_errf(err, errlen, "token %d is pooled, but pooling type %d gives no embeddings (mean 1, "
+                                        "cls 2, last 3)", t, s->pooling);
         s->stale_len[b->seq[t]] = -2; /* no row seen yet */
     }
     for (int32_t t = 0; t < b->n_tokens; t++) {
@@ -289,7 +289,9 @@ static void spread_logits(cv_span *s, const cv_batch *b)
     }
 }
 
-void cv_span_normalize(float *x, int32_t n)
+/* L2-normalizes x in place, as llama.cpp's common_embd_normalize: the
+ * norm summed in double. */
+static void normalize(float *x, int32_t n)
 {
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++)
@@ -323,7 +325,7 @@ static void embed_slot(const cv_span *s, int32_t slot, float *out)
     const float *p = s->sums + (size_t)slot * n_embd;
     for (int32_t i = 0; i < n_embd; i++)
         out[i] = s->pooling == CV_POOL_MEAN && n > 0 ? p[i] / (float)n : p[i];
-    cv_span_normalize(out, n_embd);
+    normalize(out, n_embd);
 }
 
 /* Samples the wanted rows into out_tokens (see span.h) and pools the rows

@@ -143,8 +143,6 @@ static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 /* The embedding of output row i of the last step (head spans), or NULL
  * when the row is not an _EMBED row. */
 const float *cv_span_embedding(const cv_span *s, int32_t i);
-/* The normalization of an embedding, in place (span.h's rule). */
-void cv_span_normalize(float *x, int32_t n);
 
 /* Sampler parameters of a slot (head spans): allocates, so it belongs to
  * request setup, not to a step. */
