@@ -350,7 +350,13 @@ typedef struct convoy_sampling_params {
  * seed 0, no logprobs: llama.cpp's defaults. */
 convoy_sampling_params convoy_sampling_default_params(void);
 
-enum { CONVOY_WANT_NONE = 0, CONVOY_WANT_SAMPLE = 1, CONVOY_WANT_DRAFT = 2, CONVOY_WANT_POOL = 3, CONVOY_WANT_EMBED = 4 };
+enum {
+    CONVOY_WANT_NONE = 0,
+    CONVOY_WANT_SAMPLE = 1,
+    CONVOY_WANT_DRAFT = 2,
+    CONVOY_WANT_POOL = 3,
+    CONVOY_WANT_EMBED = 4,
+};
 
 typedef struct convoy_batch {
     int32_t n_tokens;

@@ -88,11 +88,11 @@ enum route {
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize",    "/detokenize",
-    "/apply-template", "/slots/{id}",          "/v1/embeddings", "/api/chat",   "/api/generate",
-    "/api/show",       "/api/embed",           "/api/embeddings", "/v1/models",      "/v1/models/{id}",      "/health",       "/metrics",      "/props",
-    "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "/",
-    "other"};
+    "/v1/completions", "/v1/chat/completions", "/v1/responses",   "/tokenize",       "/detokenize",
+    "/apply-template", "/slots/{id}",          "/v1/embeddings",  "/api/chat",       "/api/generate",
+    "/api/show",       "/api/embed",           "/api/embeddings", "/v1/models",      "/v1/models/{id}",
+    "/health",         "/metrics",             "/props",          "/slots",          "/api/tags",
+    "/api/ps",         "/api/version",         "/",               "other"};
 
 /* Ollama's routes answer in its shapes, errors too (ollama.h). */
 static bool is_ollama(enum route rt)
