@@ -39,7 +39,8 @@ static void usage(FILE *f)
             "                    [-np|--parallel|--slots N] [-c|--ctx-size N | --ctx N] [-b|--batch-size N] [-t N]\n"
             "                    [-s|--seed N] [--queue N]\n"
             "                    [-a|--alias NAME] [--strict-model] [--api-key KEY[,KEY...]] [--api-key-file FILE]\n"
-            "                    [--ssl-key-file FILE --ssl-cert-file FILE] [--no-webui]\n"
+            "                    [--ssl-key-file FILE --ssl-cert-file FILE] [--no-webui] [--embeddings]\n"
+            "                    [--pooling mean|cls|last]\n"
             "                    [--cors ORIGINS|*|none] [--client-slots N] [--client-connections N]\n"
             "                    [--chat-template NAME] [--reasoning-format none|deepseek] [--max-body BYTES]\n"
             "                    [--no-cache-prompt] [--cache-ram BYTES]\n"
@@ -59,6 +60,10 @@ static void usage(FILE *f)
             "  a chat page at / (--no-webui: none); --jinja and --metrics are accepted: the model's Jinja template\n"
             "  and /metrics are always on; --mlock: this machine's layers' weights locked in memory (`ulimit -l` must\n"
             "  allow it); --no-mmap is accepted: the layers' matrices are always read into private memory\n"
+            "  --embeddings: POST /v1/embeddings (and /embeddings, OpenAI's shape) and Ollama's /api/embed and\n"
+            "  /api/embeddings answer (without it they answer 501, as llama-server's); each input runs in a slot\n"
+            "  as a prompt, its final hidden states pooled and L2-normalized, the same bits on one machine and on a\n"
+            "  pipeline; --pooling mean|cls|last: how (default: the model's pooling_type, mean when it has none)\n"
             "  -a/--alias: the model's name (default: the file name without .gguf); any name a request gives is\n"
             "  served as this one, unless --strict-model (then another name is a 404, as OpenAI answers);\n"
             "  --api-key / --api-key-file (one key per line, mode 0600): requests need 'Authorization: Bearer KEY'\n"
@@ -117,6 +122,8 @@ typedef struct serve_opts {
     int32_t queue, port, ctx_size, client_slots, client_connections, timeout_s;
     bool ctx_size_given, client_slots_given, strict_model, verbose, no_cache_prompt, cache_ram_given;
     bool no_webui, always_on; /* --no-webui; --jinja and --metrics (what convoy always does) */
+    bool embeddings;          /* --embeddings */
+    const char *pooling;      /* --pooling */
     uint64_t cache_ram; /* --cache-ram */
     uint64_t template_mem; /* --template-mem */
     int64_t seed_value; /* -1: a fresh seed per request */
@@ -156,6 +163,21 @@ static int parse_seed(serve_opts *o)
 
 /* The checks that need several options: sizes, -c against --ctx and the
  * slots, the batch against the slots, the seed. */
+/* --pooling into the context's parameters. */
+static int parse_pooling(serve_opts *o)
+{
+    static const char *const names[] = {"mean", "cls", "last"};
+    static const int values[] = {CONVOY_POOLING_MEAN, CONVOY_POOLING_CLS, CONVOY_POOLING_LAST};
+    for (int i = 0; o->pooling && i < 3; i++)
+        if (!strcmp(o->pooling, names[i]))
+            o->cp.pooling = values[i];
+    if (o->pooling && !o->cp.pooling) {
+        fprintf(stderr, "convoy serve: --pooling is mean, cls or last, not '%s'\n", o->pooling);
+        return 2;
+    }
+    return 0;
+}
+
 static int check_options(serve_opts *o)
 {
     if (o->max_body < 1024 || o->max_body > (1u << 30)) {
@@ -189,7 +211,7 @@ static int check_options(serve_opts *o)
     }
     if (!o->client_slots_given)
         o->client_slots = o->cp.n_slot > 1 ? o->cp.n_slot - 1 : 1;
-    if (parse_seed(o))
+    if (parse_pooling(o) || parse_seed(o))
         return 2;
     if (!o->ssl_key_file != !o->ssl_cert_file) {
         fprintf(stderr, "convoy serve: HTTPS needs both --ssl-key-file and --ssl-cert-file\n");
@@ -234,6 +256,8 @@ static int parse_options(serve_opts *o, int argc, char **argv)
         {"gpu-layers", 0, ARG_STR, .dst = &o->gpu_layers},
         {"verbose", 'v', ARG_FLAG, .dst = &o->verbose},
         {"no-webui", 0, ARG_FLAG, .dst = &o->no_webui, .env = "CONVOY_NO_WEBUI"},
+        {"embeddings", 0, ARG_FLAG, .dst = &o->embeddings, .env = "CONVOY_EMBEDDINGS"},
+        {"pooling", 0, ARG_STR, .dst = &o->pooling, .env = "CONVOY_POOLING"},
         {"jinja", 0, ARG_FLAG, .dst = &o->always_on},
         {"metrics", 0, ARG_FLAG, .dst = &o->always_on},
         {"no-cache-prompt", 0, ARG_FLAG, .dst = &o->no_cache_prompt},
@@ -349,6 +373,13 @@ static int open_engine(serve_opts *o, serve_state *s)
         sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
     }
+    const int32_t pooling = convoy_ctx_pooling(s->ctx);
+    if (o->embeddings && (pooling < CONVOY_POOLING_MEAN || pooling > CONVOY_POOLING_LAST)) {
+        sv_log(SV_LOG_ERROR, "--embeddings: the model's pooling type is %d (%s), which convoy does not serve: give "
+                             "--pooling mean|cls|last", pooling, pooling == CONVOY_POOLING_NONE ? "none: a vector "
+                             "per token" : "unknown");
+        return 2;
+    }
     if (arg_spec_open(&o->spec, "serve", s->ctx, s->model, o->cp.n_threads, &s->spec))
         return 1;
     s->sched = sv_sched_create(s->ctx, s->model, n_slot, o->queue, err, sizeof err);
@@ -395,7 +426,8 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
     const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
                              .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s,
-                             .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert, .no_webui = o->no_webui};
+                             .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert, .no_webui = o->no_webui,
+                             .embeddings = o->embeddings};
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model,
                             .split_reasoning = !o->reasoning_format || strcmp(o->reasoning_format, "none")};

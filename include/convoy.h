@@ -173,7 +173,13 @@ typedef struct convoy_ctx_params {
      * measures slower is undone and not tried again for 2 minutes. Default
      * true. */
     bool rebalance;
+    /* The embeddings' pooling (convoy_embedding): 0 the model's
+     * {arch}.pooling_type (mean when absent), or a CONVOY_POOLING_*. */
+    int32_t pooling;
 } convoy_ctx_params;
+
+/* llama.cpp's pooling_type values. */
+enum { CONVOY_POOLING_NONE = 0, CONVOY_POOLING_MEAN = 1, CONVOY_POOLING_CLS = 2, CONVOY_POOLING_LAST = 3 };
 
 convoy_ctx_params convoy_ctx_default_params(void);
 convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char *err, size_t errlen);
@@ -361,7 +367,13 @@ typedef struct convoy_sampling_params {
  * seed 0, no logprobs: llama.cpp's defaults. */
 convoy_sampling_params convoy_sampling_default_params(void);
 
-enum { CONVOY_WANT_NONE = 0, CONVOY_WANT_SAMPLE = 1, CONVOY_WANT_DRAFT = 2 };
+enum {
+    CONVOY_WANT_NONE = 0,
+    CONVOY_WANT_SAMPLE = 1,
+    CONVOY_WANT_DRAFT = 2,
+    CONVOY_WANT_POOL = 3,
+    CONVOY_WANT_EMBED = 4,
+};
 
 typedef struct convoy_batch {
     int32_t n_tokens;
@@ -371,7 +383,9 @@ typedef struct convoy_batch {
     /* CONVOY_WANT_NONE: no output; _SAMPLE: sample this token's output;
      * _DRAFT: this token is a draft (speculation): a guess of what the
      * slot's previous token in the batch, wanted and one position before,
-     * samples. */
+     * samples; _POOL: add this token's final hidden state (after the
+     * output norm; no logits, no sampling) to its slot's pool; _EMBED: the
+     * same, and output the slot's embedding (convoy_embedding). */
     const uint8_t *want;
 } convoy_batch;
 
@@ -420,6 +434,23 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
  * time from the submit to the collect's return is the batch's round trip;
  * else it also holds the caller's delay in collecting. */
 bool convoy_collect_waited(const convoy_ctx *c);
+/* Embeddings. A slot's pool holds the final hidden states of its rows
+ * with want _POOL or _EMBED, added in position order (so the same bits
+ * however the sequence is cut into batches, on one machine or on a chain,
+ * where the last stage pools): mean pooling sums them in float and divides
+ * by their number, CLS keeps the row at position 0, last the latest. A
+ * row at position 0 starts the pool anew; truncating the slot below the
+ * rows pooled (a rollback included) or freeing it empties the pool. An
+ * _EMBED row is a wanted token: its id is -1 (no token; its logits are
+ * zeros) and convoy_embedding gives the slot's embedding, the pool
+ * L2-normalized (n_embd floats, llama.cpp's normalization: the norm
+ * summed in double), until the next step or collect; NULL for another
+ * wanted token. A context whose pooling is none refuses pooled rows. */
+const float *convoy_embedding(const convoy_ctx *c, int32_t i);
+/* The context's pooling type: CONVOY_POOLING_* (convoy_ctx_params.pooling,
+ * else the model's {arch}.pooling_type, mean when the file has none). */
+int32_t convoy_ctx_pooling(const convoy_ctx *c);
+
 /* Logits [n_vocab] of the i-th wanted token of the last step. */
 const float *convoy_logits(const convoy_ctx *c, int32_t i);
 /* convoy_step, then a copy of the wanted tokens' logits into logits

@@ -425,7 +425,9 @@ static void test_forward(void)
     CHECK(has(corrupt_u32(buf, n, 16 + 16 + 0, 0x80000000u, dec_forward), "record 1: token"));
     CHECK(has(corrupt_u32(buf, n, 16 + 16 + 4, 0xFFFFFFFFu, dec_forward), "record 1: seq -1"));
     CHECK(has(corrupt_u32(buf, n, 16 + 32 + 8, 0xFFFFFFFEu, dec_forward), "record 2: pos -2"));
-    CHECK(has(corrupt_u8(buf, n, 16 + 12, 3, dec_forward), "record 0: want 3"));
+    CHECK(has(corrupt_u8(buf, n, 16 + 12, 5, dec_forward), "record 0: want 5 is not 0 to 4"));
+    CHECK(strcmp(corrupt_u8(buf, n, 16 + 12, CV_WANT_POOL, dec_forward), "(accepted)") == 0);
+    CHECK(strcmp(corrupt_u8(buf, n, 16 + 12, CV_WANT_EMBED, dec_forward), "(accepted)") == 0);
     CHECK(has(corrupt_u8(buf, n, 16 + 32 + 15, 1, dec_forward), "record 2: reserved"));
 
     /* a misaligned buffer is refused (decoded pointers would be misaligned) */
@@ -483,12 +485,62 @@ static int dec_result(const void *p, size_t n, char *err, size_t errlen)
     return cv_msg_result_decode(p, n, &m, rows, 8, err, errlen);
 }
 
+/* RESULT's embedding rows: a sampled row, then an embedding row, with
+ * and without logits. */
+static void test_result_embd(void)
+{
+    char err[CV_ERRLEN] = "";
+    enum { NE = 4, NV = 8 };
+    cv_result_row rows[2] = {{1, 3, 6, 0, NULL, CV_ROW_SAMPLED}, {2, 9, -1, 0, NULL, CV_ROW_EMBD}};
+    const float embd[NE] = {0.5f, -0.5f, 0.5f, -0.5f};
+    cv_msg_result m = {2, CV_RES_HAS_EMBD, 0, rows, NULL, 1, {5}, NE, embd}, d;
+    enum { R0 = 16 + 4 }; /* the first row: after the fixed part, n_embd and a trail of 1 */
+    cv_result_row out[4];
+    size_t n = 0;
+    CHECKF(cv_msg_result_encode(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == R0 + 2 * 16 + NE * 4 && n == cv_msg_result_size(&m));
+    CHECKF(cv_msg_result_decode(buf, n, &d, out, 4, err, sizeof err) == 0, "%s", err);
+    CHECK(d.flags == CV_RES_HAS_EMBD && d.n_embd == NE && d.embd && memcmp(d.embd, embd, sizeof embd) == 0);
+    CHECK(out[0].kind == CV_ROW_SAMPLED && out[0].token == 6 && out[1].kind == CV_ROW_EMBD && out[1].token == -1);
+    CHECK(cv_msg_validate(CV_MSG_RESULT, buf, n, err, sizeof err) == 0);
+    check_truncations(buf, n, dec_result, "RESULT");
+    CHECK(has(corrupt_u32(buf, n, 12, 0, dec_result), "n_embd 0 is outside"));
+    CHECK(has(corrupt_u32(buf, n, 12, CV_PROTO_MAX_EMBD + 1, dec_result), "n_embd 1048577 is outside"));
+    CHECK(has(corrupt_u32(buf, n, 12, NE + 1, dec_result), "1 embeddings of 5 floats need 20 bytes, 16 present"));
+    CHECK(has(corrupt_u32(buf, n, 4, 0, dec_result), "RESULT: ")); /* the fields after flags shift */
+    CHECK(has(corrupt_u32(buf, n, R0 + 16 + 8, 0, dec_result), "row 1: an embedding row with token 0"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 16 + 14, 0, dec_result), "RESULT: "));       /* no embedding row left */
+    CHECK(has(corrupt_u8(buf, n, R0 + 16 + 12, 1, dec_result), "with token -1 and 1 pairs"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 14, 1, dec_result), "RESULT: ")); /* a sampled row with a token */
+
+    /* the flag without an embedding row, or without the vectors, is refused */
+    rows[1].kind = CV_ROW_SAMPLED;
+    rows[1].token = 2;
+    CHECK(cv_msg_result_encode(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "without an embedding row"));
+    rows[1] = (cv_result_row){2, 9, -1, 0, NULL, CV_ROW_EMBD};
+    m.embd = NULL;
+    CHECK(cv_msg_result_encode(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "without embeddings"));
+    m.embd = embd;
+    m.flags = 0;
+    CHECK(cv_msg_result_encode(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "without HAS_EMBD"));
+
+    /* with logits: the embeddings follow them */
+    float logits[2 * NV] = {1, 2, 3};
+    cv_msg_result ml = {2, CV_RES_HAS_LOGITS | CV_RES_HAS_EMBD, NV, rows, logits, 1, {5}, NE, embd};
+    CHECKF(cv_msg_result_encode(&ml, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECK(n == R0 + 4 + 2 * 16 + 2 * NV * 4 + NE * 4 && n == cv_msg_result_size(&ml));
+    CHECKF(cv_msg_result_decode(buf, n, &d, out, 4, err, sizeof err) == 0, "%s", err);
+    CHECK(d.n_vocab == NV && d.n_embd == NE && memcmp(d.logits, logits, sizeof logits) == 0);
+    CHECK(memcmp(d.embd, embd, sizeof embd) == 0);
+    check_truncations(buf, n, dec_result, "RESULT");
+}
+
 static void test_result(void)
 {
     char err[CV_ERRLEN] = "";
     cv_top_entry top0[3] = {{5, -0.1f}, {9, -2.5f}, {1, -INFINITY}};
-    cv_result_row rows[2] = {{0, 7, 5, 3, top0}, {3, 0, 2, 0, NULL}};
-    cv_msg_result m = {2, 0, 0, rows, NULL, 2, {700, 9}}, d;
+    cv_result_row rows[2] = {{0, 7, 5, 3, top0, CV_ROW_SAMPLED}, {3, 0, 2, 0, NULL, CV_ROW_SAMPLED}};
+    cv_msg_result m = {2, 0, 0, rows, NULL, 2, {700, 9}, 0, NULL}, d;
     enum { R0 = 12 + 8 }; /* the first row: after the fixed part and a trail of 2 */
     cv_result_row out[4];
     size_t n = 0;
@@ -512,7 +564,8 @@ static void test_result(void)
     CHECK(has(corrupt_u32(buf, n, 8, 3, dec_result), "RESULT: "));
     CHECK(has(corrupt_u8(buf, n, R0 + 12, 21, dec_result), "n_top 21 needs"));
     CHECK(has(corrupt_u8(buf, n, R0 + 13, 0xff, dec_result), "n_top 65283 exceeds"));
-    CHECK(has(corrupt_u8(buf, n, R0 + 14, 1, dec_result), "reserved"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 14, 1, dec_result), "row 0: an embedding row without HAS_EMBD"));
+    CHECK(has(corrupt_u8(buf, n, R0 + 14, 2, dec_result), "row 0: kind 2 is unknown"));
     CHECK(has(corrupt_u32(buf, n, R0 + 0, 0xFFFFFFFFu, dec_result), "row 0: seq -1"));
     CHECK(has(corrupt_u32(buf, n, R0 + 4, 0xFFFFFFFFu, dec_result), "row 0: pos"));
     CHECK(has(corrupt_u32(buf, n, R0 + 40 + 8, 0xFFFFFFFFu, dec_result), "row 1: token"));
@@ -526,7 +579,7 @@ static void test_result(void)
     float logits[2 * NV];
     for (int i = 0; i < 2 * NV; i++)
         logits[i] = (float)i - 3.5f;
-    cv_msg_result ml = {2, CV_RES_HAS_LOGITS, NV, rows, logits, 1, {3}};
+    cv_msg_result ml = {2, CV_RES_HAS_LOGITS, NV, rows, logits, 1, {3}, 0, NULL};
     CHECKF(cv_msg_result_encode(&ml, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
     CHECK(n == 16 + 4 + 16 + 24 + 16 + 2 * NV * 4 && n == cv_msg_result_size(&ml));
     CHECK(cv_msg_result_decode(buf, n, &d, out, 4, err, sizeof err) == 0 && d.n_vocab == NV);
@@ -541,13 +594,14 @@ static void test_result(void)
     CHECK(cv_msg_result_encode(&ml, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "vocabulary id"));
 
     /* an empty RESULT (a batch with no wanted rows) is valid */
-    cv_msg_result e = {0, 0, 0, NULL, NULL, 1, {0}};
+    cv_msg_result e = {0, 0, 0, NULL, NULL, 1, {0}, 0, NULL};
     CHECK(cv_msg_result_encode(&e, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 16);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_rows == 0);
-    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL, 1, {0}};
+    cv_msg_result el = {0, CV_RES_HAS_LOGITS, 7, NULL, NULL, 1, {0}, 0, NULL};
     CHECK(cv_msg_result_encode(&el, buf, sizeof buf, &n, err, sizeof err) == 0 && n == 20);
     CHECK(cv_msg_result_decode(buf, n, &d, NULL, 0, err, sizeof err) == 0 && d.n_vocab == 7 && !d.logits);
     CHECK(cv_msg_result_encode(&m, buf, 10, &n, err, sizeof err) == -1 && has(err, "too small"));
+    test_result_embd();
 }
 
 /* ---- SEQ_OP ---- */
@@ -776,14 +830,19 @@ static int write_corpus(const char *dir)
     rc |= cv_msg_forward_encode(&ids, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "forward_ids", CV_MSG_FORWARD, buf, n);
     cv_top_entry top[2] = {{3, -0.5f}, {1, -1.5f}};
-    cv_result_row rows[2] = {{0, 1, 3, 2, top}, {1, 4, 0, 0, NULL}};
-    cv_msg_result r = {2, 0, 0, rows, NULL, 2, {150, 80}};
+    cv_result_row rows[2] = {{0, 1, 3, 2, top, CV_ROW_SAMPLED}, {1, 4, 0, 0, NULL, CV_ROW_SAMPLED}};
+    cv_msg_result r = {2, 0, 0, rows, NULL, 2, {150, 80}, 0, NULL};
     rc |= cv_msg_result_encode(&r, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "result", CV_MSG_RESULT, buf, n);
     float logits[2 * 4] = {0.5f, 1.5f, -1.0f, 2.0f, 0, 0, 1, 0};
-    cv_msg_result rl = {2, CV_RES_HAS_LOGITS, 4, rows, logits, 1, {400}};
+    cv_msg_result rl = {2, CV_RES_HAS_LOGITS, 4, rows, logits, 1, {400}, 0, NULL};
     rc |= cv_msg_result_encode(&rl, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "result_logits", CV_MSG_RESULT, buf, n);
+    cv_result_row erows[2] = {{0, 1, 3, 2, top, CV_ROW_SAMPLED}, {1, 4, -1, 0, NULL, CV_ROW_EMBD}};
+    const float embd[4] = {0.5f, 0.5f, -0.5f, 0.5f};
+    cv_msg_result re = {2, CV_RES_HAS_EMBD, 0, erows, NULL, 1, {90}, 4, embd};
+    rc |= cv_msg_result_encode(&re, buf, sizeof buf, &n, err, sizeof err);
+    write_seed(dir, "result_embd", CV_MSG_RESULT, buf, n);
     cv_msg_seq_op t = {.op = CV_SEQ_TRUNCATE, .seq = 1, .len = 5};
     rc |= cv_msg_seq_op_encode(&t, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "seq_truncate", CV_MSG_SEQ_OP, buf, n);

@@ -6,7 +6,8 @@
  * clients: a client runs at most its share of the slots, the next free
  * slot goes to the client running the fewest, the queue's bound counts the
  * slots a client may still take, and sharing changes no request's tokens;
- * max_tokens ends with "length"; logprobs are a distribution's, with the greedy
+ * embedding requests among completions give the same vectors and leave
+ * the completions' tokens as they are; max_tokens ends with "length"; logprobs are a distribution's, with the greedy
  * choice on top, and the engine's (convoy_logprobs) bit for bit; stopping
  * fails what is left. Speculation (prompt lookup, or
  * stories260K drafting for itself; fixed or automatic K; a batch too small
@@ -23,7 +24,7 @@
 #include "test.h"
 #include "model_test.h"
 
-enum { N_REQ = 8, MAX_TOK = 40, OUT_MAX = 256, LP_TOP = 2 };
+enum { N_REQ = 8, MAX_TOK = 40, OUT_MAX = 256, LP_TOP = 2, EMBD_MAX = 64 };
 
 static convoy_model *model;
 
@@ -47,6 +48,8 @@ typedef struct job {
     convoy_logprob lp[OUT_MAX * (1 + LP_TOP)]; /* when p.top_logprobs == LP_TOP */
     int32_t n_out;
     sv_finish finish;
+    float embd[EMBD_MAX]; /* an embedding request's vector */
+    bool has_embd;
 } job;
 
 static void make_jobs(job *jobs)
@@ -92,6 +95,10 @@ static void collect(sv_request *r, job *j)
     if (j->p.top_logprobs == LP_TOP && n > 0)
         memcpy(j->lp, sv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
     j->finish = f;
+    const float *e = sv_request_embedding(r);
+    j->has_embd = e != NULL;
+    if (e)
+        memcpy(j->embd, e, sizeof j->embd);
     sv_request_release(r);
 }
 
@@ -164,6 +171,40 @@ static void test_batched_equals_alone(void)
         CHECK(st.requests_finished[SV_FINISH_STOP] + st.requests_finished[SV_FINISH_LENGTH] == N_REQ);
         CHECK(st.active == 0 && st.queued == 0);
         CHECK(st.steps_shared > 0);
+        sv_sched_free(s);
+        convoy_ctx_free(c);
+    }
+}
+
+/* Embedding requests (two of the jobs) among completions: each vector and
+ * each completion's tokens are the same alone and together, chunked or
+ * not; an embedding generates nothing and ends with STOP. */
+static void test_embeddings_mixed(void)
+{
+    static job alone[N_REQ], together[N_REQ];
+    make_jobs(alone);
+    alone[2].p.embed = alone[4].p.embed = true;
+    run_alone(alone); /* one slot: each embedding follows a completion in it (cold) */
+    CHECK(alone[2].has_embd && alone[4].has_embd && alone[2].n_out == 0 && alone[2].finish == SV_FINISH_STOP);
+    CHECK(memcmp(alone[2].embd, alone[4].embd, sizeof alone[2].embd) != 0);
+    const int32_t configs[][2] = {{3, 8}, {8, 64}};
+    char err[512];
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        make_jobs(together);
+        together[2].p.embed = together[4].p.embed = true;
+        convoy_ctx *c = make_ctx(configs[k][0], configs[k][1]);
+        sv_sched *s = c ? sv_sched_create(c, model, configs[k][0], N_REQ, err, sizeof err) : NULL;
+        CHECKF(s, "%s", err);
+        sv_request *reqs[N_REQ];
+        for (int i = N_REQ - 1; s && i >= 0; i--)
+            CHECK(sv_sched_submit(s, &together[i].p, &reqs[i], err, sizeof err) == SV_SUBMIT_OK);
+        for (int i = 0; s && i < N_REQ; i++)
+            collect(reqs[i], &together[i]);
+        for (int i = 0; s && i < N_REQ; i++)
+            CHECKF(together[i].n_out == alone[i].n_out && together[i].has_embd == alone[i].has_embd &&
+                       !memcmp(together[i].out, alone[i].out, sizeof(int32_t) * (size_t)alone[i].n_out) &&
+                       !memcmp(together[i].embd, alone[i].embd, sizeof alone[i].embd),
+                   "slots %d batch %d: request %d differs from its run alone", configs[k][0], configs[k][1], i);
         sv_sched_free(s);
         convoy_ctx_free(c);
     }
@@ -560,6 +601,7 @@ int main(void)
     if (!(model = test_load_stories()))
         return test_summary();
     TEST_RUN(test_batched_equals_alone);
+    TEST_RUN(test_embeddings_mixed);
     TEST_RUN(test_cancel_and_queue);
     TEST_RUN(test_clients);
     TEST_RUN(test_finish_and_logprobs);

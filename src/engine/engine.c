@@ -76,6 +76,7 @@ struct convoy_ctx {
     int32_t *row_seq; /* [n_batch] one machine: the slot of each wanted row of the last step */
     int32_t *n_logprobs; /* [n_slot] one machine: each slot's convoy_sampling_params.n_logprobs */
     int32_t n_done;   /* one machine: ids in tokens not yet collected, -1 when none */
+    int32_t pooling;  /* the embeddings' CV_POOL_*: convoy_ctx_params' or the model's */
 };
 
 struct convoy_detok {
@@ -324,8 +325,10 @@ static int load_hashes(convoy_ctx *c, int32_t n_threads, char *err, size_t errle
 static int open_chain(convoy_ctx *c, const convoy_ctx_params *p, char *err, size_t errlen)
 {
     c->pipeline = true;
-    if (chain_setup_parse(&c->setup, p, err, errlen) || chain_setup_key(&c->setup, p, err, errlen) ||
-        load_hashes(c, p->n_threads, err, errlen) ||
+    if (chain_setup_parse(&c->setup, p, err, errlen) || chain_setup_key(&c->setup, p, err, errlen))
+        return -1;
+    c->setup.o.pooling = c->pooling;
+    if (load_hashes(c, p->n_threads, err, errlen) ||
         cv_chain_open(&c->chain, c->model->path, &c->setup.o, err, errlen))
         return -1;
     c->depth = cv_chain_depth(c->chain);
@@ -574,9 +577,10 @@ convoy_ctx *convoy_ctx_create(convoy_model *m, const convoy_ctx_params *p, char 
     c->log = p->log;
     c->log_user = p->log_user;
     c->failover_wait_ms = p->failover_wait_ms;
+    c->pooling = p->pooling ? p->pooling : m->meta.hp.pooling;
     const cv_span_params sp = {.l0 = 0, .l1 = -1, .n_threads = p->n_threads, .n_ctx = p->n_ctx,
                                 .n_slot = p->n_slot, .n_batch = p->n_batch, .kv_f16 = p->kv_f16,
-                                .mlock = p->mlock};
+                                .mlock = p->mlock, .pooling = c->pooling};
     if (p->nodes ? open_chain(c, p, err, errlen) : 0) {
         cv_model_hashes_free(&c->setup.hashes);
         cv_free(c);
@@ -655,8 +659,12 @@ int32_t convoy_ctx_prefill_chunk(const convoy_ctx *c, int32_t n_left)
 
 /* The API's want values are the engine's, passed through as they are. */
 _Static_assert((int)CONVOY_WANT_NONE == (int)CV_WANT_NONE && (int)CONVOY_WANT_SAMPLE == (int)CV_WANT_SAMPLE &&
-                   (int)CONVOY_WANT_DRAFT == (int)CV_WANT_DRAFT,
+                   (int)CONVOY_WANT_DRAFT == (int)CV_WANT_DRAFT && (int)CONVOY_WANT_POOL == (int)CV_WANT_POOL &&
+                   (int)CONVOY_WANT_EMBED == (int)CV_WANT_EMBED,
                "convoy.h's want values must equal forward.h's");
+_Static_assert((int)CONVOY_POOLING_MEAN == (int)CV_POOL_MEAN && (int)CONVOY_POOLING_CLS == (int)CV_POOL_CLS &&
+                   (int)CONVOY_POOLING_LAST == (int)CV_POOL_LAST,
+               "convoy.h's pooling types are llama.cpp's, as model/llama.h's");
 
 static cv_batch to_cv_batch(const convoy_batch *b)
 {
@@ -672,7 +680,7 @@ static int32_t span_step(convoy_ctx *c, const convoy_batch *b, char *err, size_t
         return -1;
     int32_t n = 0;
     for (int32_t t = 0; t < b->n_tokens; t++)
-        if (b->want[t])
+        if (cv_want_output(b->want[t]))
             c->row_seq[n++] = b->seq[t];
     return n;
 }
@@ -747,6 +755,15 @@ int convoy_collect(convoy_ctx *c, int32_t *tokens, int32_t *n_tokens, char *err,
     return 0;
 }
 
+const float *convoy_embedding(const convoy_ctx *c, int32_t i)
+{
+    if (c->pipeline)
+        return c->chain ? cv_chain_embedding(c->chain, i) : NULL;
+    return cv_span_embedding(&c->span, i);
+}
+
+int32_t convoy_ctx_pooling(const convoy_ctx *c) { return c->pooling; }
+
 const float *convoy_logits(const convoy_ctx *c, int32_t i)
 {
     if (c->pipeline)
@@ -762,7 +779,7 @@ int convoy_decode(convoy_ctx *c, const convoy_batch *b, float *logits, char *err
         return cv_errf(err, errlen, "this pipeline returns no logits (open it with want_logits)");
     const size_t row = sizeof(float) * (size_t)c->model->meta.hp.n_vocab;
     for (int32_t t = 0, i = 0; t < b->n_tokens; t++)
-        if (b->want[t]) {
+        if (cv_want_output(b->want[t])) {
             memcpy((char *)logits + (size_t)i * row, convoy_logits(c, i), row);
             i++;
         }

@@ -107,13 +107,15 @@ void journal_collect(journal *j, const int32_t *tokens)
     }
     for (int32_t t = 0, row = 0; t < f->n_tokens; t++) {
         journal_slot *s = &j->slot[f->seq[t]];
-        const int32_t id = f->want[t] ? tokens[row++] : -1;
+        const int32_t id = cv_want_output(f->want[t]) ? tokens[row++] : -1;
         if (j->stale[f->seq[t]])
             continue;
         j->tok[(size_t)f->seq[t] * (size_t)j->n_ctx + (size_t)f->pos[t]] = f->token[t];
         if (f->pos[t] + 1 > s->len)
             s->len = f->pos[t] + 1;
-        if (!f->want[t])
+        if (cv_want_pools(f->want[t]))
+            s->pooled = f->pos[t] == 0 ? 1 : s->pooled + 1;
+        if (!cv_want_logits(f->want[t]))
             continue;
         if (id < 0) {
             journal_truncate(j, f->seq[t], f->pos[t]);
@@ -167,6 +169,8 @@ void journal_truncate(journal *j, int32_t seq, int32_t len)
         len = 0;
     if (len < s->len)
         s->len = len;
+    if (len < s->pooled)
+        s->pooled = 0;
     if (s->sampler_at > s->len)
         s->sampler_at = s->len;
     if (s->sampled_at >= s->len)
@@ -237,7 +241,9 @@ static int feed_range(journal *j, cv_chain *c, int32_t seq, int32_t from, int32_
         j->feed.token[t] = tok[p];
         j->feed.pos[t] = p;
         j->feed.seq[t] = seq;
-        j->feed.want[t] = p == js->len - 1 && resample_last(js) ? CV_WANT_SAMPLE : CV_WANT_NONE;
+        j->feed.want[t] = p == js->len - 1 && resample_last(js) ? CV_WANT_SAMPLE
+                          : p < js->pooled                        ? CV_WANT_POOL
+                                                                  : CV_WANT_NONE;
     }
     *n_fed += to - from;
     return 0;

@@ -21,7 +21,10 @@
  * and the sampler resumes its RNG, the chain then computes the very bits
  * the failed one would have: a request goes on as if nothing had happened.
  * A slot's grammar (copied when set, the only allocation after init) is
- * set again right after its sampler. Replay allocates nothing. */
+ * set again right after its sampler. A slot's rows that its pool holds
+ * (an embedding under way) are replayed as pooled rows, in position order,
+ * so the new last stage's pool has the same bits. Replay allocates
+ * nothing. */
 #ifndef CONVOY_ENGINE_JOURNAL_H
 #define CONVOY_ENGINE_JOURNAL_H
 
@@ -43,6 +46,7 @@ typedef struct journal_slot {
     char *grammar;             /* GBNF text (grammar_len bytes) the slot's output is held to, or NULL */
     uint32_t grammar_len;
     int32_t grammar_from;
+    int32_t pooled;            /* rows in the last stage's pool (span.h): its first positions, as serve pools */
 } journal_slot;
 
 typedef struct journal_batch { /* a copy of a batch in flight */

@@ -18,7 +18,7 @@
  * phi3's fused Q/K/V and gate/up matrices are row views (model/llama.h),
  * computed in one pass each. The span holding the head then applies the final norm
  * and the output matrix to the wanted rows only (and soft-caps the logits
- * when the model asks).
+ * when the model asks); rows that pool get the final norm only.
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
@@ -621,6 +621,8 @@ static void kv_store(cv_forward *f, const cv_batch *b, int32_t layer)
 
 /* ---- the pass ---- */
 
+const float *cv_forward_pooled(const cv_forward *f) { return f->xn; }
+
 int cv_forward_check(cv_forward *f, const cv_batch *b, bool rollback, char *err, size_t errlen)
 {
     const cv_kv *kv = f->kv;
@@ -959,16 +961,23 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
         memcpy(out, f->x, sizeof(float) * (size_t)n * n_embd);
         return 0;
     }
-    int32_t n_want = 0;
+    /* pooled rows first, normalized into xn (rows pooled <= t: nothing of
+     * x is overwritten before it is read), then the logits rows, moved up
+     * in x and normalized there */
+    int32_t n_pool = 0, n_want = 0;
     for (int32_t t = 0; t < n; t++)
-        if (b->want[t])
+        if (cv_want_pools(b->want[t]))
+            rmsnorm_rows(f->xn + (size_t)n_pool++ * n_embd, f->x + (size_t)t * n_embd, m->output_norm, 1, n_embd,
+                         hp->rms_eps);
+    for (int32_t t = 0; t < n; t++)
+        if (cv_want_logits(b->want[t]))
             memmove(f->x + (size_t)n_want++ * n_embd, f->x + (size_t)t * n_embd, sizeof(float) * n_embd);
     if (n_want == 0)
         return 0;
-    rmsnorm_rows(f->xn, f->x, m->output_norm, n_want, n_embd, hp->rms_eps);
+    rmsnorm_rows(f->x, f->x, m->output_norm, n_want, n_embd, hp->rms_eps);
     const cv_weight *out_w[1] = {&m->output};
     float *const out_y[1] = {out};
-    matmul(f, f->xn, n_want, out_w, out_y, 1);
+    matmul(f, f->x, n_want, out_w, out_y, 1);
     if (hp->logit_softcap > 0)
         for (size_t i = 0; i < (size_t)n_want * hp->n_vocab; i++)
             out[i] = hp->logit_softcap * tanhf(out[i] / hp->logit_softcap);

@@ -10,8 +10,9 @@
  *
  * Input: token ids when the model holds the embeddings (l0 == 0), else
  * `in` = hidden states [n][n_embd]. Output: when the model holds the head
- * (l1 == n_layer), logits [n_want][n_vocab] of the tokens with want[i] set,
- * in batch order; otherwise hidden states [n][n_embd] of every token.
+ * (l1 == n_layer), logits [n_want][n_vocab] of the tokens whose want asks
+ * for logits, in batch order (and cv_forward_pooled); otherwise hidden
+ * states [n][n_embd] of every token.
  *
  * Determinism: every value a token produces is computed exactly as it
  * would be if that token were alone in its own batch, with any number of
@@ -39,8 +40,18 @@ typedef struct cv_batch {
 } cv_batch;
 
 /* Values of a token's want (also on the wire): no output; sample it; it is
- * a draft of what the slot's previous token samples (see span.h). */
-enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2 };
+ * a draft of what the slot's previous token samples (see span.h); its
+ * final hidden state is pooled into its slot's embedding (no logits); the
+ * same, and the slot's embedding is output. */
+enum { CV_WANT_NONE = 0, CV_WANT_SAMPLE = 1, CV_WANT_DRAFT = 2, CV_WANT_POOL = 3, CV_WANT_EMBED = 4 };
+#define CV_WANT_MAX CV_WANT_EMBED
+
+/* Whether a row's want asks for logits (sampled rows and drafts), for the
+ * pooled final hidden state, and for an output row (a token or an
+ * embedding). */
+static inline bool cv_want_logits(uint8_t w) { return w == CV_WANT_SAMPLE || w == CV_WANT_DRAFT; }
+static inline bool cv_want_pools(uint8_t w) { return w == CV_WANT_POOL || w == CV_WANT_EMBED; }
+static inline bool cv_want_output(uint8_t w) { return cv_want_logits(w) || w == CV_WANT_EMBED; }
 
 typedef struct cv_forward cv_forward;
 
@@ -51,6 +62,10 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, cv_ex
 void cv_forward_free(cv_forward *f);
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);
+/* After a run of a model with the head: the final hidden states (the output
+ * norm applied) of the rows that pool (cv_want_pools), [n_pool][n_embd] in
+ * batch order, valid until the next run. */
+const float *cv_forward_pooled(const cv_forward *f);
 /* The checks cv_forward_run makes of a batch, alone. With rollback, each
  * slot's first token may also start below the slot's cached length (for a
  * caller that cuts the slot there before running the batch). */

@@ -5,6 +5,7 @@
 #include "infer/span.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,9 +68,11 @@ void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs 
     const uint64_t n_slot = (uint64_t)p->n_slot;
     c->kv_per_layer = 2 * n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
     c->fixed = fixed_bytes(hp, p);
-    c->head_extra = alloc_bytes(4 * (uint64_t)p->n_batch * nv) + n_slot * sampler_bytes(nv, n_ctx) +
-                    alloc_bytes(8 * n_slot) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * (uint64_t)p->n_batch) +
-                    alloc_bytes((uint64_t)p->n_batch) + alloc_bytes(8 * n_slot);
+    const uint64_t ne = (uint64_t)hp->n_embd, nb = (uint64_t)p->n_batch;
+    c->head_extra = alloc_bytes(4 * nb * nv) + n_slot * sampler_bytes(nv, n_ctx) + alloc_bytes(8 * n_slot) +
+                    alloc_bytes(4 * n_slot) + alloc_bytes(4 * nb) + alloc_bytes(nb) + alloc_bytes(8 * n_slot) +
+                    alloc_bytes(4 * n_slot * ne) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * nb * ne) +
+                    alloc_bytes(nb); /* the pools, their counts, the embeddings and their rows' flags */
 }
 
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
@@ -96,6 +99,7 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
     }
     const cv_llama_hparams *hp = &s->model.hp;
     s->n_batch = p->n_batch;
+    s->pooling = p->pooling;
     if (cv_kv_create(&s->kv, p->kv_f16 ? CV_TYPE_F16 : CV_TYPE_F32, p->n_slot, p->n_ctx ? p->n_ctx : hp->n_ctx_train,
                      s->model.l0, s->model.l1, hp->n_head_kv * hp->head_dim, err, errlen))
         goto fail;
@@ -124,8 +128,12 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
         s->draft_of = cv_malloc(sizeof(int32_t) * (size_t)p->n_batch);
         s->guess = cv_malloc((size_t)p->n_batch);
         s->last_id = cv_malloc(2 * sizeof(int32_t) * (size_t)p->n_slot);
+        s->sums = cv_malloc(sizeof(float) * (size_t)p->n_slot * (size_t)hp->n_embd);
+        s->n_pooled = cv_calloc((size_t)p->n_slot, sizeof *s->n_pooled);
+        s->embd = cv_malloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_embd);
+        s->row_embd = cv_calloc((size_t)p->n_batch, 1);
         if (!s->samplers || !s->constraints || !s->logits || !s->slot_row || !s->draft_of || !s->guess ||
-            !s->last_id) {
+            !s->last_id || !s->sums || !s->n_pooled || !s->embd || !s->row_embd) {
             cv_errf(err, errlen, "out of memory for %d rows of logits", p->n_batch);
             goto fail;
         }
@@ -156,6 +164,10 @@ void cv_span_close(cv_span *s)
     cv_free(s->stale_len);
     cv_free(s->guess);
     cv_free(s->last_id);
+    cv_free(s->sums);
+    cv_free(s->n_pooled);
+    cv_free(s->embd);
+    cv_free(s->row_embd);
     cv_forward_free(s->fwd);
     cv_experts_free(s->experts);
     if (s->pool)
@@ -186,6 +198,12 @@ static int mark_stale(cv_span *s, const cv_batch *b, char *err, size_t errlen)
         if (b->seq[t] < 0 || b->seq[t] >= s->kv.n_slot)
             return cv_errf(err, errlen, "token %d: sequence slot %d is outside [0, %d)", t, b->seq[t],
                            s->kv.n_slot);
+        if (b->want[t] > CV_WANT_MAX)
+            return cv_errf(err, errlen, "token %d: want %u is not 0 to %d", t, b->want[t], CV_WANT_MAX);
+        if (cv_want_pools(b->want[t]) && s->sums &&
+            (s->pooling < CV_POOL_MEAN || s->pooling > CV_POOL_LAST))
+            return cv_errf(err, errlen, "token %d is pooled, but pooling type %d gives no embeddings (mean 1, "
+                                        "cls 2, last 3)", t, s->pooling);
         s->stale_len[b->seq[t]] = -2; /* no row seen yet */
     }
     for (int32_t t = 0; t < b->n_tokens; t++) {
@@ -229,7 +247,7 @@ static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
                 return -1;
             continue;
         }
-        if (!b->want[prev] || b->pos[prev] != b->pos[t] - 1)
+        if (!cv_want_logits(b->want[prev]) || b->pos[prev] != b->pos[t] - 1)
             return cv_errf(err, errlen, "token %d is a draft but does not follow a wanted token of slot %d", t,
                            b->seq[t]);
         s->draft_of[prev] = b->token[t];
@@ -253,19 +271,88 @@ static void stale_lengths(cv_span *s, const cv_batch *b, int to)
     }
 }
 
-/* Samples the wanted rows into out_tokens (see span.h). A rejected draft
- * or guess cuts its slot back right away, so a row at or past the slot's
- * length comes after one (or is stale) and is not part of the sequence. */
+/* The forward pass writes logits rows for the rows that ask for them; an
+ * _EMBED row among them is an output row too: the logits rows move to
+ * their output rows (from the last, so none is overwritten before it
+ * moves), and an _EMBED row's is zeros. */
+static void spread_logits(cv_span *s, const cv_batch *b)
+{
+    int32_t n_out = 0, n_logits = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        n_out += cv_want_output(b->want[t]);
+        n_logits += cv_want_logits(b->want[t]);
+    }
+    if (n_out == n_logits)
+        return;
+    const size_t row = sizeof(float) * (size_t)s->model.hp.n_vocab;
+    for (int32_t t = b->n_tokens - 1; t >= 0; t--) {
+        if (!cv_want_output(b->want[t]))
+            continue;
+        float *to = (float *)((char *)s->logits + (size_t)--n_out * row);
+        if (b->want[t] == CV_WANT_EMBED)
+            memset(to, 0, row);
+        else if (--n_logits != n_out)
+            memmove(to, (char *)s->logits + (size_t)n_logits * row, row);
+    }
+}
+
+/* L2-normalizes x in place, as llama.cpp's common_embd_normalize: the
+ * norm summed in double. */
+static void normalize(float *x, int32_t n)
+{
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        sum += x[i] * x[i];
+    sum = sqrt(sum);
+    const double norm = sum > 0.0 ? 1.0 / sum : 0.0;
+    for (int32_t i = 0; i < n; i++)
+        x[i] = (float)(x[i] * norm);
+}
+
+/* Adds a row's final hidden state h to its slot's pool (span.h's rules). */
+static void pool_row(cv_span *s, int32_t slot, int32_t pos, const float *h)
+{
+    const int32_t n_embd = s->model.hp.n_embd;
+    float *p = s->sums + (size_t)slot * n_embd;
+    if (pos == 0)
+        s->n_pooled[slot] = 0;
+    if (s->n_pooled[slot] == 0 || s->pooling == CV_POOL_LAST)
+        memcpy(p, h, sizeof(float) * (size_t)n_embd);
+    else if (s->pooling == CV_POOL_MEAN)
+        for (int32_t i = 0; i < n_embd; i++)
+            p[i] += h[i];
+    s->n_pooled[slot]++;
+}
+
+/* The slot's embedding into out: its pool (mean: divided by its rows),
+ * normalized. */
+static void embed_slot(const cv_span *s, int32_t slot, float *out)
+{
+    const int32_t n_embd = s->model.hp.n_embd, n = s->n_pooled[slot];
+    const float *p = s->sums + (size_t)slot * n_embd;
+    for (int32_t i = 0; i < n_embd; i++)
+        out[i] = s->pooling == CV_POOL_MEAN && n > 0 ? p[i] / (float)n : p[i];
+    normalize(out, n_embd);
+}
+
+/* Samples the wanted rows into out_tokens (see span.h) and pools the rows
+ * that pool. A rejected draft or guess cuts its slot back right away, so
+ * a row at or past the slot's length comes after one (or is stale) and is
+ * not part of the sequence. */
 static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
 {
-    const int32_t n_vocab = s->model.hp.n_vocab;
-    for (int32_t t = 0, row = 0; t < b->n_tokens; t++) {
+    const int32_t n_vocab = s->model.hp.n_vocab, n_embd = s->model.hp.n_embd;
+    const float *pooled = cv_forward_pooled(s->fwd);
+    for (int32_t t = 0, row = 0, n_pool = 0; t < b->n_tokens; t++) {
         const int32_t slot = b->seq[t];
         cv_sampler *sm = s->samplers[slot];
+        const float *h = cv_want_pools(b->want[t]) ? pooled + (size_t)n_pool++ * n_embd : NULL;
+        if (cv_want_output(b->want[t]))
+            s->row_embd[row] = 0;
         if (s->guess[t] && b->token[t] != s->last_id[2 * slot])
             kv_seq_truncate(&s->kv, slot, b->pos[t]);
         if (b->pos[t] >= s->kv.len[slot]) {
-            if (b->want[t]) { /* no output: -1 and zero logits, as a pipeline gives */
+            if (cv_want_output(b->want[t])) { /* no output: -1 and zero logits, as a pipeline gives */
                 memset(s->logits + (size_t)row * n_vocab, 0, sizeof(float) * (size_t)n_vocab);
                 out_tokens[row++] = -1;
             }
@@ -276,7 +363,14 @@ static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
             cv_sampler_accept(sm, b->token[t]);
         if (ct)
             cv_constraint_enter(ct, &s->pieces, b->pos[t], b->token[t]);
-        if (!b->want[t])
+        if (h)
+            pool_row(s, slot, b->pos[t], h);
+        if (b->want[t] == CV_WANT_EMBED) {
+            embed_slot(s, slot, s->embd + (size_t)row * n_embd);
+            s->row_embd[row] = 1;
+            out_tokens[row++] = -1;
+        }
+        if (!cv_want_logits(b->want[t]))
             continue;
         const float *logits = cv_span_logits(s, row);
         const float *held = ct ? cv_constraint_mask(ct, &s->pieces, b->pos[t], logits, s->masked) : NULL;
@@ -309,8 +403,16 @@ int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidd
     if (!head || rc)
         return rc;
     stale_lengths(s, b, 0);
+    spread_logits(s, b);
     sample_rows(s, b, out_tokens);
     return 0;
+}
+
+const float *cv_span_embedding(const cv_span *s, int32_t i)
+{
+    if (!s->row_embd || i < 0 || i >= s->n_batch || !s->row_embd[i])
+        return NULL;
+    return s->embd + (size_t)i * (size_t)s->model.hp.n_embd;
 }
 
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
@@ -372,6 +474,8 @@ void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len)
         cv_sampler_rewind(s->samplers[slot], s->kv.len[slot] - (len < 0 ? 0 : len));
     if (s->constraints && s->constraints[slot])
         cv_constraint_truncate(s->constraints[slot], &s->pieces, len);
+    if (s->n_pooled && len < s->n_pooled[slot])
+        s->n_pooled[slot] = 0;
     kv_seq_truncate(&s->kv, slot, len);
 }
 
@@ -382,6 +486,8 @@ void cv_span_seq_free(cv_span *s, int32_t slot)
     kv_seq_free(&s->kv, slot);
     if (s->last_id)
         s->last_id[2 * slot + 1] = -1;
+    if (s->n_pooled)
+        s->n_pooled[slot] = 0;
     if (s->samplers) {
         cv_sampler_free(s->samplers[slot]);
         s->samplers[slot] = NULL;

@@ -41,7 +41,20 @@
  * back meanwhile and the window is stale: every span computes it at its
  * positions (the slot lengthened to them; the gap holds what it held), and
  * the head span cuts it off again: its rows emit -1, enter no history and
- * draw nothing. */
+ * draw nothing.
+ *
+ * Embeddings: at the head, a row with want CV_WANT_POOL or _EMBED adds its
+ * final hidden state (the output norm applied; no logits, no sampling) to
+ * its slot's pool, in batch order, which is position order: the pool does
+ * not depend on how a sequence is cut into batches. Mean pooling sums the
+ * rows in float (the mean is the sum divided by the rows), CLS keeps the
+ * row at position 0, last keeps the latest. A row at position 0 starts
+ * the pool anew; truncating a slot below the rows pooled, or freeing it,
+ * empties its pool (a sum cannot give rows back). An _EMBED row is an
+ * output row: it emits -1 (no token; its logits row is zeros) and its
+ * slot's embedding, the pooled vector L2-normalized as llama.cpp's
+ * common_embd_normalize (the norm summed in double), readable through
+ * cv_span_embedding until the next step. */
 #ifndef CONVOY_INFER_SPAN_H
 #define CONVOY_INFER_SPAN_H
 
@@ -66,6 +79,7 @@ typedef struct cv_span_params {
     bool mlock;        /* the layers' weights locked in memory (mlock: never swapped out) */
     bool from_hidden;  /* it reads a previous stage's hidden states, never token ids (a node) */
     int32_t expert_slots; /* a mixture of experts' cache (model/experts.h); 0: a slot per expert */
+    int32_t pooling;   /* the head's embeddings: CV_POOL_MEAN, _CLS or _LAST; another value refuses rows that pool */
 } cv_span_params;
 
 typedef struct cv_span {
@@ -85,6 +99,11 @@ typedef struct cv_span {
     int32_t *last_id;      /* [n_slot][2] a slot's last sampled id and its row's position (-1: none) */
     int32_t *stale_len;    /* [n_slot] step scratch: a stale window's slot length, else -1 */
     int32_t n_batch;
+    int32_t pooling;       /* cv_span_params' */
+    float *sums;           /* [n_slot][n_embd] at the head: each slot's pool of final hidden states */
+    int32_t *n_pooled;     /* [n_slot] the rows each pool holds */
+    float *embd;           /* [n_batch][n_embd] at the head: the embeddings of the last step's output rows */
+    uint8_t *row_embd;     /* [n_batch] at the head: whether output row i of the last step is an embedding */
 } cv_span;
 
 /* Memory a span allocates besides its weights, each allocation counted in
@@ -121,6 +140,10 @@ static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 {
     return s->logits + (size_t)i * (size_t)s->model.hp.n_vocab;
 }
+
+/* The embedding of output row i of the last step (head spans), or NULL
+ * when the row is not an _EMBED row. */
+const float *cv_span_embedding(const cv_span *s, int32_t i);
 
 /* Sampler parameters of a slot (head spans): allocates, so it belongs to
  * request setup, not to a step. */

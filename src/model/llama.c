@@ -270,6 +270,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
                        f->name, (int)(arch_s.len > 64 ? 64 : arch_s.len), arch_s.ptr);
     const char *arch = archs[a].name;
     uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx, n_rot = 0, key_length = 0, value_length = 0;
+    uint32_t pooling = CV_POOL_MEAN;
     float eps, theta = 10000.0f;
     if (get_u32(f, arch, "embedding_length", &n_embd, true, err, errlen) ||
         get_u32(f, arch, "block_count", &n_layer, true, err, errlen) ||
@@ -281,7 +282,8 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         get_u32(f, arch, "context_length", &n_ctx, true, err, errlen) ||
         get_u32(f, arch, "rope.dimension_count", &n_rot, false, err, errlen) ||
         get_f32(f, arch, "attention.layer_norm_rms_epsilon", &eps, true, err, errlen) ||
-        get_f32(f, arch, "rope.freq_base", &theta, false, err, errlen))
+        get_f32(f, arch, "rope.freq_base", &theta, false, err, errlen) ||
+        get_u32(f, arch, "pooling_type", &pooling, false, err, errlen))
         return -1;
     if (!n_head_kv)
         n_head_kv = n_head;
@@ -327,6 +329,7 @@ static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, siz
         .embd_scale = 1.0f,
         .rope_scale = 1.0f,
         .rope_scale_swa = 1.0f,
+        .pooling = pooling > INT32_MAX ? INT32_MAX : (int32_t)pooling,
     };
     if (read_experts(f, arch, hp, err, errlen) || read_rope_scaling(f, arch, hp, err, errlen))
         return -1;

@@ -58,6 +58,10 @@ const char *cv_llama_arch_name(cv_arch a);
 /* The architecture of GGUF name `name` (n bytes) into *a; -1 if unknown. */
 int cv_llama_arch_of(const char *name, size_t n, cv_arch *a);
 
+/* How an embedding pools a sequence's final hidden states: llama.cpp's
+ * pooling_type values. */
+enum { CV_POOL_NONE = 0, CV_POOL_MEAN = 1, CV_POOL_CLS = 2, CV_POOL_LAST = 3 };
+
 typedef struct cv_llama_hparams {
     cv_arch arch;
     int32_t n_vocab;
@@ -94,6 +98,7 @@ typedef struct cv_llama_hparams {
     float rope_mscale;    /* multiplies RoPE's cos and sin (rope.scaling.attn_factor, times YaRN's
                            * 1 + 0.1 ln(factor)), else 1 */
     int32_t n_ctx_orig;   /* rope.scaling.original_context_length: a longer context takes rope_long */
+    int32_t pooling;      /* pooling_type (CV_POOL_*; another value as the file has it), CV_POOL_MEAN when absent */
 } cv_llama_hparams;
 
 /* Whether layer l attends a sliding window rather than every position. */

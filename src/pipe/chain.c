@@ -70,6 +70,8 @@ struct cv_chain {
     } flight[CV_CHAIN_MAX_NODES];
     cv_result_row *rows;           /* [n_batch] */
     float *logits;                 /* [n_batch][n_vocab] with want_logits */
+    float *embd;                   /* [n_batch][n_embd] the embeddings of the last collect's rows */
+    uint8_t *row_embd;             /* [n_batch] whether wanted row i of the last collect is an embedding */
     int32_t n_want;                /* wanted rows of the last collect */
     cv_logprob *logprobs;          /* [n_batch][CV_PROTO_MAX_TOP] its wanted rows' log-probabilities */
     uint16_t *n_logprobs;          /* [n_batch] entries of each, 0 for none */
@@ -97,12 +99,20 @@ static int broken_by(cv_chain *c, int i)
     return broken(c);
 }
 
+/* HELLO's pooling type (proto.h); a type the wire cannot name is none. */
+static uint32_t pooling_bits(int32_t pooling)
+{
+    const uint32_t p = pooling >= CV_POOL_NONE && pooling <= CV_POOL_LAST ? (uint32_t)pooling : CV_POOL_NONE;
+    return p << CV_FEAT_POOLING_SHIFT;
+}
+
 static cv_msg_hello base_hello(const cv_chain *c)
 {
     const cv_llama_hparams *hp = &c->local.model.hp;
     cv_msg_hello h = (cv_msg_hello){.proto_version = CV_PROTO_VERSION, .role = CV_ROLE_HEAD, .act_type = (uint8_t)c->o.act_type,
                           .features = (c->o.act_type != CV_ACT_F32 ? CV_FEAT_LOSSY_ACT : 0) |
-                                      (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0) | (c->o.any_speed ? CV_FEAT_ANY_SPEED : 0),
+                                      (c->o.kv_f16 ? CV_FEAT_KV_F16 : 0) | (c->o.any_speed ? CV_FEAT_ANY_SPEED : 0) |
+                                      pooling_bits(c->o.pooling),
                           .n_layer = (uint32_t)hp->n_layer,
                           .n_ctx = (uint32_t)c->local.kv.n_ctx, .n_slot = (uint32_t)c->o.n_slot,
                           .n_batch_max = (uint32_t)c->o.n_batch, .n_embd = (uint32_t)hp->n_embd,
@@ -151,7 +161,9 @@ static int alloc_results(cv_chain *c, char *err, size_t errlen)
     c->logits = c->o.want_logits ? cv_aligned_alloc(sizeof(float) * nb * (size_t)c->local.model.hp.n_vocab) : NULL;
     c->logprobs = cv_malloc(sizeof *c->logprobs * nb * CV_PROTO_MAX_TOP);
     c->n_logprobs = cv_calloc(nb, sizeof *c->n_logprobs);
-    if (!c->rows || (c->o.want_logits && !c->logits) || !c->logprobs || !c->n_logprobs)
+    c->embd = cv_malloc(sizeof(float) * nb * (size_t)c->local.model.hp.n_embd);
+    c->row_embd = cv_calloc(nb, 1);
+    if (!c->rows || (c->o.want_logits && !c->logits) || !c->logprobs || !c->n_logprobs || !c->embd || !c->row_embd)
         return cv_errf(err, errlen, "out of memory for buffers of %d tokens", c->o.n_batch);
     return 0;
 }
@@ -480,6 +492,8 @@ void cv_chain_close(cv_chain *c)
         cv_fwd_out_free(&c->flight[k].out);
     cv_free(c->rows);
     cv_free_aligned(c->logits);
+    cv_free(c->embd);
+    cv_free(c->row_embd);
     cv_free(c->logprobs);
     cv_free(c->n_logprobs);
     cv_model_hashes_free(&c->own_hashes);
@@ -513,12 +527,19 @@ static int blame_dead_link(cv_chain *c, int reporter, char *err, size_t errlen)
     return reporter;
 }
 
-/* Keeps RESULT row r (its token, logits row and log-probabilities) as
- * wanted row i. */
-static int keep_row(cv_chain *c, const cv_msg_result *m, uint32_t r, int32_t i, int32_t *tokens, char *err,
-                    size_t errlen)
+/* Keeps RESULT row r (its token, logits row and log-probabilities, or
+ * its embedding, the k-th of the RESULT: *k counts them) as wanted row i. */
+static int keep_row(cv_chain *c, const cv_msg_result *m, uint32_t r, int32_t i, uint32_t *k, int32_t *tokens,
+                    char *err, size_t errlen)
 {
     const cv_result_row *row = &c->rows[r];
+    c->row_embd[i] = row->kind == CV_ROW_EMBD;
+    if (row->kind == CV_ROW_EMBD) {
+        const size_t ne = (size_t)c->local.model.hp.n_embd;
+        if (m->n_embd != ne)
+            return cv_errf(err, errlen, "an embedding of %u floats, the model's width is %zu", m->n_embd, ne);
+        memcpy(c->embd + (size_t)i * ne, m->embd + (size_t)(*k)++ * ne, sizeof(float) * ne);
+    }
     if (row->n_top && row->top[0].id != row->token)
         return cv_errf(err, errlen, "the log-probabilities of slot %d position %d begin with id %d, not its token %d",
                        row->seq, row->pos, row->top[0].id, row->token);
@@ -556,13 +577,14 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
                        size_t errlen)
 {
     const cv_fwd_token *rec = cv_fwd_out_records(&f->out);
-    uint32_t r = 0;
+    uint32_t r = 0, k = 0;
     int32_t i = 0;
     for (int32_t t = 0; t < f->n_tokens; t++) {
-        if (!rec[t].want)
+        if (!cv_want_output(rec[t].want))
             continue;
-        if (r < m->n_rows && c->rows[r].seq == rec[t].seq && c->rows[r].pos == rec[t].pos) {
-            if (keep_row(c, m, r++, i++, tokens, err, errlen))
+        if (r < m->n_rows && c->rows[r].seq == rec[t].seq && c->rows[r].pos == rec[t].pos &&
+            (c->rows[r].kind == CV_ROW_EMBD) == (rec[t].want == CV_WANT_EMBED)) {
+            if (keep_row(c, m, r++, i++, &k, tokens, err, errlen))
                 return -1;
             continue;
         }
@@ -571,6 +593,7 @@ static int spread_rows(cv_chain *c, const struct flight *f, const cv_msg_result 
         if (c->o.want_logits)
             memset(c->logits + (size_t)i * m->n_vocab, 0, sizeof(float) * m->n_vocab);
         c->n_logprobs[i] = 0;
+        c->row_embd[i] = 0;
         tokens[i++] = -1;
         if (!later_flight_has(c, rec[t].seq))
             cv_span_seq_truncate(&c->local, rec[t].seq, rec[t].pos);
@@ -762,7 +785,7 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen)
     f->n_tokens = b->n_tokens;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         rec[t] = (cv_fwd_token){.token = b->token[t], .seq = b->seq[t], .pos = b->pos[t], .want = b->want[t]};
-        f->n_want += rec[t].want ? 1 : 0;
+        f->n_want += cv_want_output(rec[t].want);
     }
     cv_msg_forward m = {.n_tokens = (uint32_t)b->n_tokens, .n_embd = (uint32_t)c->local.model.hp.n_embd,
                         .act_type = (uint8_t)c->o.act_type, .flags = c->o.want_logits ? CV_FWD_WANT_LOGITS : 0,
@@ -802,6 +825,13 @@ int cv_chain_step(cv_chain *c, const cv_batch *b, int32_t *tokens, char *err, si
 const float *cv_chain_logits(const cv_chain *c, int32_t i)
 {
     return c->logits ? c->logits + (size_t)i * (size_t)c->local.model.hp.n_vocab : NULL;
+}
+
+const float *cv_chain_embedding(const cv_chain *c, int32_t i)
+{
+    if (i < 0 || i >= c->n_want || !c->row_embd[i])
+        return NULL;
+    return c->embd + (size_t)i * (size_t)c->local.model.hp.n_embd;
 }
 
 static int seq_op(cv_chain *c, const cv_msg_seq_op *op, char *err, size_t errlen)

@@ -55,6 +55,7 @@ typedef struct cv_chain_opts {
     bool kv_f16;              /* every stage's KV cache in F16 instead of F32 */
     bool mlock;               /* the local layers' weights locked in memory */
     bool want_logits;         /* RESULT carries full logits rows (tests) */
+    int32_t pooling;          /* the embeddings' pooling type (CV_POOL_*), which the last node applies */
     /* the model's content hashes (cv_model_hashes_load of model_path), which
      * each node checks its layers' tensors against; NULL: open loads them */
     const cv_model_hashes *hashes;
@@ -130,6 +131,8 @@ int cv_chain_submit(cv_chain *c, const cv_batch *b, char *err, size_t errlen);
 int cv_chain_collect(cv_chain *c, int32_t *tokens, int32_t *n_tokens, char *err, size_t errlen);
 /* Logits of wanted row i of the last step (only with want_logits). */
 const float *cv_chain_logits(const cv_chain *c, int32_t i);
+/* The embedding of wanted row i of the last collect (an _EMBED row), else NULL. */
+const float *cv_chain_embedding(const cv_chain *c, int32_t i);
 /* n_logprobs: -1, or the alternatives the last node returns with each of
  * the slot's sampled ids (see cv_chain_logprobs). */
 int cv_chain_set_sampler(cv_chain *c, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs, char *err,

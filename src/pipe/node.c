@@ -366,7 +366,8 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
     const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
                                .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
                                .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
-                               .from_hidden = true, .mlock = n->o->mlock, .expert_slots = expert_slots};
+                               .from_hidden = true, .mlock = n->o->mlock, .expert_slots = expert_slots,
+                               .pooling = (int32_t)((h->features & CV_FEAT_POOLING_MASK) >> CV_FEAT_POOLING_SHIFT)};
     const cv_plan_session s = session_of(h);
     n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
     *code = CV_PERR_INTERNAL;
@@ -385,7 +386,8 @@ static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t er
         n->rows = cv_calloc(nb, sizeof *n->rows);
         n->top = cv_malloc(sizeof(cv_top_entry) * nb * CV_PROTO_MAX_TOP);
         n->n_probs = cv_calloc(h->n_slot, sizeof *n->n_probs);
-        n->res_cap = 12 + nb * (16 + sizeof(cv_top_entry) * CV_PROTO_MAX_TOP);
+        n->res_cap = 16 + sizeof(uint32_t) * CV_TRAIL_MAX + nb * (16 + sizeof(cv_top_entry) * CV_PROTO_MAX_TOP) +
+                     nb * ne * sizeof(float); /* a row's embedding, when it is one, has no pairs */
         n->res_buf = cv_aligned_alloc(n->res_cap);
         ok = ok && n->out_tokens && n->rows && n->top && n->n_probs && n->res_buf;
     }
@@ -1052,21 +1054,34 @@ static void add_to_trail(const cv_msg_forward *fw, uint64_t us, uint32_t *trail)
     trail[fw->n_trail] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
+/* Moves output row `row`'s embedding to the k-th embedding's place (k <=
+ * row: the embeddings close up in row order) and makes r an embedding row. */
+static void keep_embedding(node *n, int32_t row, uint32_t k, cv_result_row *r)
+{
+    const size_t ne = (size_t)n->span.model.hp.n_embd;
+    memmove(n->span.embd + k * ne, cv_span_embedding(&n->span, row), sizeof(float) * ne);
+    r->kind = CV_ROW_EMBD;
+    r->token = -1;
+}
+
 static int send_result(node *n, const cv_msg_forward *fw, uint64_t us, uint32_t id, char *err, size_t errlen)
 {
     const int32_t n_vocab = n->span.model.hp.n_vocab;
     const bool with_logits = fw->flags & CV_FWD_WANT_LOGITS;
-    uint32_t n_rows = 0;
+    uint32_t n_rows = 0, n_embd_rows = 0;
     for (uint32_t t = 0, row = 0; t < fw->n_tokens; t++) {
-        if (!n->want[t])
+        if (!cv_want_output(n->want[t]))
             continue;
         const int32_t token = n->out_tokens[row++];
-        if (token < 0) /* after a rejected draft */
+        const bool embd = cv_span_embedding(&n->span, (int32_t)row - 1) != NULL;
+        if (token < 0 && !embd) /* after a rejected draft */
             continue;
         const float *logits = cv_span_logits(&n->span, (int32_t)row - 1);
         cv_result_row *r = &n->rows[n_rows];
         *r = (cv_result_row){.seq = n->seq[t], .pos = n->pos[t], .token = token};
-        const uint32_t np = n->n_probs[n->seq[t]];
+        const uint32_t np = embd ? 0 : n->n_probs[n->seq[t]];
+        if (embd)
+            keep_embedding(n, (int32_t)row - 1, n_embd_rows++, r);
         if (np) { /* the sampled token's, then np - 1 alternatives */
             cv_top_entry *top = n->top + (size_t)n_rows * CV_PROTO_MAX_TOP;
             cv_logprobs_row(logits, n_vocab, token, (int32_t)np - 1, top);
@@ -1083,6 +1098,11 @@ static int send_result(node *n, const cv_msg_forward *fw, uint64_t us, uint32_t 
         m.flags = CV_RES_HAS_LOGITS;
         m.n_vocab = (uint32_t)n_vocab;
         m.logits = cv_span_logits(&n->span, 0);
+    }
+    if (n_embd_rows) {
+        m.flags |= CV_RES_HAS_EMBD;
+        m.n_embd = (uint32_t)n->span.model.hp.n_embd;
+        m.embd = n->span.embd;
     }
     const uint64_t size = cv_msg_result_size(&m);
     if (size > n->res_cap) { /* only a result with full logits rows gets here */

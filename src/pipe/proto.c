@@ -612,8 +612,9 @@ static int check_forward_tokens(const cv_fwd_token *t, uint32_t n, bool check_re
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": seq %" PRId32 " is negative", i, t[i].seq);
         if (t[i].pos < 0)
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": pos %" PRId32 " is negative", i, t[i].pos);
-        if (t[i].want > CV_WANT_DRAFT)
-            return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": want %u is not 0, 1 or 2", i, t[i].want);
+        if (t[i].want > CV_WANT_MAX)
+            return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": want %u is not 0 to %d", i, t[i].want,
+                           CV_WANT_MAX);
         if (check_reserved && (t[i].reserved[0] | t[i].reserved[1] | t[i].reserved[2]))
             return cv_errf(err, errlen, "FORWARD: record %" PRIu32 ": reserved bytes are not zero", i);
     }
@@ -715,35 +716,65 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
 
 #define RESULT_ROW_FIXED 16
 
+/* The embedding rows of m's rows[0 .. n). */
+static uint32_t embd_rows(const cv_result_row *rows, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += rows[i].kind == CV_ROW_EMBD;
+    return k;
+}
+
 uint64_t cv_msg_result_size(const cv_msg_result *m)
 {
-    uint64_t n = 12 + (m->flags & CV_RES_HAS_LOGITS ? 4 : 0) + (uint64_t)m->n_trail * sizeof(uint32_t);
+    const bool with_embd = m->flags & CV_RES_HAS_EMBD;
+    uint64_t n = 12 + (m->flags & CV_RES_HAS_LOGITS ? 4 : 0) + (with_embd ? 4 : 0) +
+                 (uint64_t)m->n_trail * sizeof(uint32_t);
     for (uint32_t i = 0; i < m->n_rows; i++)
         n += RESULT_ROW_FIXED + (uint64_t)m->rows[i].n_top * sizeof(cv_top_entry);
     if (m->flags & CV_RES_HAS_LOGITS)
         n += (uint64_t)m->n_rows * m->n_vocab * sizeof(float);
+    if (with_embd)
+        n += (uint64_t)embd_rows(m->rows, m->n_rows) * m->n_embd * sizeof(float);
     return n;
 }
 
 static int check_result_fixed(const cv_msg_result *m, char *err, size_t errlen)
 {
-    if (m->flags & ~(uint32_t)CV_RES_HAS_LOGITS)
+    if (m->flags & ~(uint32_t)(CV_RES_HAS_LOGITS | CV_RES_HAS_EMBD))
         return cv_errf(err, errlen, "RESULT: unknown flags 0x%08" PRIx32, m->flags);
     if ((m->flags & CV_RES_HAS_LOGITS) && (m->n_vocab == 0 || m->n_vocab > CV_PROTO_MAX_VOCAB))
         return cv_errf(err, errlen, "RESULT: n_vocab %" PRIu32 " is outside 1..%u", m->n_vocab, CV_PROTO_MAX_VOCAB);
+    if ((m->flags & CV_RES_HAS_EMBD) && (m->n_embd == 0 || m->n_embd > CV_PROTO_MAX_EMBD))
+        return cv_errf(err, errlen, "RESULT: n_embd %" PRIu32 " is outside 1..%u", m->n_embd, CV_PROTO_MAX_EMBD);
     if (m->n_trail == 0 || m->n_trail > CV_TRAIL_MAX)
         return cv_errf(err, errlen, "RESULT: n_trail %" PRIu32 " is outside 1..%d", m->n_trail, CV_TRAIL_MAX);
     return 0;
 }
 
+/* Rules on an embedding row: only with HAS_EMBD, no token, no pairs. */
+static int check_embd_row(const cv_result_row *r, uint32_t i, uint32_t flags, char *err, size_t errlen)
+{
+    if (!(flags & CV_RES_HAS_EMBD))
+        return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": an embedding row without HAS_EMBD", i);
+    if (r->token != -1 || r->n_top)
+        return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": an embedding row with token %" PRId32 " and %u pairs",
+                       i, r->token, r->n_top);
+    return 0;
+}
+
 /* Rules on one row (its top entries included); n_vocab 0 = unknown. */
-static int check_result_row(const cv_result_row *r, const cv_top_entry *top, uint32_t i, uint32_t n_vocab, char *err,
-                            size_t errlen)
+static int check_result_row(const cv_result_row *r, const cv_top_entry *top, uint32_t i, uint32_t n_vocab,
+                            uint32_t flags, char *err, size_t errlen)
 {
     if (r->seq < 0)
         return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": seq %" PRId32 " is negative", i, r->seq);
     if (r->pos < 0)
         return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": pos %" PRId32 " is negative", i, r->pos);
+    if (r->kind > CV_ROW_EMBD)
+        return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": kind %u is unknown", i, r->kind);
+    if (r->kind == CV_ROW_EMBD)
+        return check_embd_row(r, i, flags, err, errlen);
     if (r->token < 0 || (n_vocab && (uint32_t)r->token >= n_vocab))
         return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": token %" PRId32 " is not a vocabulary id", i, r->token);
     if (r->n_top > CV_PROTO_MAX_TOP)
@@ -770,9 +801,12 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
         const cv_result_row *r = &m->rows[i];
         if (r->n_top && !r->top)
             return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": n_top %u without entries", i, r->n_top);
-        if (check_result_row(r, r->top, i, m->flags & CV_RES_HAS_LOGITS ? m->n_vocab : 0, err, errlen))
+        if (check_result_row(r, r->top, i, m->flags & CV_RES_HAS_LOGITS ? m->n_vocab : 0, m->flags, err, errlen))
             return -1;
     }
+    const uint32_t n_embd_rows = m->n_rows ? embd_rows(m->rows, m->n_rows) : 0;
+    if ((m->flags & CV_RES_HAS_EMBD) && (!n_embd_rows || !m->embd))
+        return cv_errf(err, errlen, "RESULT: HAS_EMBD without %s", n_embd_rows ? "embeddings" : "an embedding row");
     uint64_t need = cv_msg_result_size(m);
     if (cap < need)
         return fail_cap("RESULT", (size_t)need, cap, err, errlen);
@@ -785,6 +819,10 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
         put_u32(p, m->n_vocab);
         p += 4;
     }
+    if (m->flags & CV_RES_HAS_EMBD) {
+        put_u32(p, m->n_embd);
+        p += 4;
+    }
     for (uint32_t i = 0; i < m->n_trail; i++, p += 4)
         put_u32(p, m->trail[i]);
     for (uint32_t i = 0; i < m->n_rows; i++) {
@@ -793,7 +831,7 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
         put_i32(p + 4, r->pos);
         put_i32(p + 8, r->token);
         put_u16(p + 12, r->n_top);
-        put_u16(p + 14, 0);
+        put_u16(p + 14, r->kind);
         p += RESULT_ROW_FIXED;
         for (uint16_t k = 0; k < r->n_top; k++) {
             put_i32(p, r->top[k].id);
@@ -801,8 +839,12 @@ int cv_msg_result_encode(const cv_msg_result *m, void *buf, size_t cap, size_t *
             p += sizeof(cv_top_entry);
         }
     }
-    if ((m->flags & CV_RES_HAS_LOGITS) && m->n_rows)
+    if ((m->flags & CV_RES_HAS_LOGITS) && m->n_rows) {
         memcpy(p, m->logits, (size_t)m->n_rows * m->n_vocab * sizeof(float));
+        p += (size_t)m->n_rows * m->n_vocab * sizeof(float);
+    }
+    if (m->flags & CV_RES_HAS_EMBD)
+        memcpy(p, m->embd, (size_t)n_embd_rows * m->n_embd * sizeof(float));
     *len = (size_t)need;
     return 0;
 }
@@ -822,6 +864,8 @@ static int result_parse(const void *payload, size_t len, cv_msg_result *m, cv_re
     m->n_trail = cv_cursor_u32(&c, "n_trail");
     if (!c.failed && (m->flags & CV_RES_HAS_LOGITS))
         m->n_vocab = cv_cursor_u32(&c, "n_vocab");
+    if (!c.failed && (m->flags & CV_RES_HAS_EMBD))
+        m->n_embd = cv_cursor_u32(&c, "n_embd");
     if (c.failed)
         return fail_short(&c, "RESULT", err, errlen);
     if (check_result_fixed(m, err, errlen))
@@ -836,17 +880,17 @@ static int result_parse(const void *payload, size_t len, cv_msg_result *m, cv_re
     if (rows && m->n_rows > max_rows)
         return cv_errf(err, errlen, "RESULT: %" PRIu32 " rows, more than the %" PRIu32 " expected", m->n_rows,
                        max_rows);
+    uint32_t n_embd_rows = 0;
     for (uint32_t i = 0; i < m->n_rows; i++) {
         cv_result_row r;
         r.seq = cursor_i32(&c, "row seq");
         r.pos = cursor_i32(&c, "row pos");
         r.token = cursor_i32(&c, "row token");
         r.n_top = cv_cursor_u16(&c, "row n_top");
-        uint16_t reserved = cv_cursor_u16(&c, "row reserved");
+        r.kind = cv_cursor_u16(&c, "row kind");
         if (c.failed)
             return fail_short(&c, "RESULT", err, errlen);
-        if (reserved)
-            return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": reserved bytes are not zero", i);
+        n_embd_rows += r.kind == CV_ROW_EMBD;
         if (r.n_top > CV_PROTO_MAX_TOP)
             return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": n_top %u exceeds %d", i, r.n_top,
                            CV_PROTO_MAX_TOP);
@@ -855,18 +899,28 @@ static int result_parse(const void *payload, size_t len, cv_msg_result *m, cv_re
             return cv_errf(err, errlen, "RESULT: row %" PRIu32 ": n_top %u needs %" PRIu64 " bytes, %zu present", i,
                            r.n_top, top_bytes, cv_cursor_left(&c));
         r.top = r.n_top ? (const cv_top_entry *)cv_cursor_bytes(&c, top_bytes, "row top entries") : NULL;
-        if (check_result_row(&r, r.top, i, m->n_vocab, err, errlen))
+        if (check_result_row(&r, r.top, i, m->n_vocab, m->flags, err, errlen))
             return -1;
         if (rows)
             rows[i] = r;
     }
+    if ((m->flags & CV_RES_HAS_EMBD) && !n_embd_rows)
+        return cv_errf(err, errlen, "RESULT: HAS_EMBD without an embedding row");
     if (m->flags & CV_RES_HAS_LOGITS) {
         uint64_t logit_bytes = (uint64_t)m->n_rows * m->n_vocab * sizeof(float);
-        if (logit_bytes != cv_cursor_left(&c))
+        if (logit_bytes > cv_cursor_left(&c)) /* and finish or the embeddings' check refuse bytes after them */
             return cv_errf(err, errlen,
                            "RESULT: %" PRIu32 " x %" PRIu32 " logits need %" PRIu64 " bytes, %zu present",
                            m->n_rows, m->n_vocab, logit_bytes, cv_cursor_left(&c));
         m->logits = logit_bytes ? (const float *)cv_cursor_bytes(&c, logit_bytes, "logits") : NULL;
+    }
+    if (m->flags & CV_RES_HAS_EMBD) {
+        const uint64_t embd_bytes = (uint64_t)n_embd_rows * m->n_embd * sizeof(float);
+        if (embd_bytes != cv_cursor_left(&c))
+            return cv_errf(err, errlen,
+                           "RESULT: %" PRIu32 " embeddings of %" PRIu32 " floats need %" PRIu64 " bytes, %zu present",
+                           n_embd_rows, m->n_embd, embd_bytes, cv_cursor_left(&c));
+        m->embd = (const float *)cv_cursor_bytes(&c, embd_bytes, "embeddings");
     }
     if (finish(&c, "RESULT", err, errlen))
         return -1;

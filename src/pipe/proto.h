@@ -60,6 +60,9 @@
  *       + CV_PROTO_HASHES_EXTRA in an assignment from the head (role HEAD,
  *       l0 < l1), 0 in any other HELLO. Unknown feature bits are carried,
  *       not rejected (the node answers ERROR if it needs one it lacks).
+ *       Features bits 4 and 5 are not a flag but a number, the pooling
+ *       type of the embeddings the last stage pools (CV_FEAT_POOLING_*:
+ *       llama.cpp's pooling_type, 0 none, 1 mean, 2 cls, 3 last).
  *       A node refuses (TOO_LARGE) n_slot > CV_PROTO_MAX_SLOT, n_ctx
  *       outside [1, CV_PROTO_MAX_CTX], n_batch_max > CV_PROTO_MAX_BATCH
  *       or over the node's own limit of rows (a FORWARD's compute is the
@@ -93,11 +96,16 @@
  *       u32 n_tokens (>= 1), u32 n_embd, u8 act_type, u8 flags
  *       (CV_FWD_*), u8 n_trail (< CV_TRAIL_MAX), 5 reserved bytes;
  *       n_tokens records {i32 token, i32 seq, i32 pos, u8 want, 3 reserved}
- *       with token, seq, pos >= 0 and want 0, 1 or 2 (CV_WANT_*). 1: this
+ *       with token, seq, pos >= 0 and want 0 to 4 (CV_WANT_*). 1: this
  *       row's output is wanted: sampled at the last stage and returned in
  *       RESULT. 2 (speculation): the token is a draft, a guess of what the
  *       previous record of the same seq (wanted, at pos - 1) will sample;
- *       the row is wanted too. The last stage verifies a seq's drafts in
+ *       the row is wanted too. 3 (embeddings): the last stage adds the
+ *       row's final hidden state to the seq's pool (infer/span.h: rows in
+ *       position order; a row at pos 0 starts the pool anew, a rollback or
+ *       TRUNCATE below the rows pooled and FREE empty it); no logits, no
+ *       sampling, no RESULT row. 4: the same, and RESULT returns the seq's
+ *       embedding in an embedding row. The last stage verifies a seq's drafts in
  *       order (stage.h) and returns rows up to the first rejected one: the
  *       rows after it are left out of RESULT.
  *       A seq's first record at a pos below the length the stage holds for
@@ -117,17 +125,26 @@
  *       first when it runs some: a node adds its own before it sends the
  *       batch on, and the last node returns the whole trail in RESULT, so
  *       the head learns every stage's cost of every batch (chain.h).
- *    RESULT = 5 (last node -> head): 12 bytes (16 with logits), the
- *       trail, then rows (one per wanted record in record order, less the
- *       rows that a rejected draft left out):
+ *    RESULT = 5 (last node -> head): 12 bytes (16 with logits, 4 more with
+ *       embeddings), the trail, then rows (one per wanted record, want 1,
+ *       2 or 4, in record order, less the rows that a rejected draft left
+ *       out):
  *       u32 n_rows, u32 flags (CV_RES_*), u32 n_trail (1..CV_TRAIL_MAX),
- *       [u32 n_vocab: only with CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB];
+ *       [u32 n_vocab: only with CV_RES_HAS_LOGITS, 1..CV_PROTO_MAX_VOCAB],
+ *       [u32 n_embd: only with CV_RES_HAS_EMBD, 1..CV_PROTO_MAX_EMBD];
  *       n_trail u32: the FORWARD's trail and the last node's own time;
- *       n_rows rows {i32 seq, i32 pos, i32 token, u16 n_top, u16 reserved,
- *       n_top pairs (i32 id, f32 logprob)}, ids and token >= 0 (and below
- *       n_vocab when it is known), logprob not NaN, n_top <=
- *       CV_PROTO_MAX_TOP; then with CV_RES_HAS_LOGITS n_rows * n_vocab f32
- *       logits, row after row. Everything is 4-byte aligned.
+ *       n_rows rows {i32 seq, i32 pos, i32 token, u16 n_top, u16 kind,
+ *       n_top pairs (i32 id, f32 logprob)}, seq, pos and ids >= 0 (ids
+ *       below n_vocab when it is known), logprob not NaN, n_top <=
+ *       CV_PROTO_MAX_TOP; kind 0 (a sampled row, want 1 or 2): token >= 0
+ *       (and below n_vocab when it is known); kind 1 (CV_ROW_EMBD, an
+ *       embedding row, want 4): token -1, n_top 0, and only with
+ *       CV_RES_HAS_EMBD, which is set when a row is an embedding row and
+ *       not otherwise; then with CV_RES_HAS_LOGITS n_rows * n_vocab f32
+ *       logits, row after row (an embedding row's are zeros); then with
+ *       CV_RES_HAS_EMBD n_embd f32 for each embedding row, in row order:
+ *       the seq's embedding (its pool L2-normalized, infer/span.h).
+ *       Everything is 4-byte aligned.
  *       A row's pairs are the seq's n_probs (SET_SAMPLER) log-probabilities
  *       as cv_logprobs_row (infer/logprobs.h) gives them for the row's
  *       logits: the sampled token's first, then the n_probs - 1 most likely
@@ -225,7 +242,8 @@
 #define CV_PROTO_VERSION 11 /* 3: CV_FEAT_KV_F16, which a node must honour; 4: n_probs counts the sampled token's;
                               5: SET_SAMPLER's n_draws, HELLO's content hashes; 6: HELLO_OK's held layers;
                               7: HELLO_OK's flags and n_threads, FETCH and SHIP; 8: SET_GRAMMAR; 9: COPY;
-                              10: the stages' times in FORWARD and RESULT; 11: SET_SAMPLER's logit bias */
+                              10: the stages' times in FORWARD and RESULT; 11: SET_SAMPLER's logit bias;
+                              embeddings: FORWARD's want 3 and 4, RESULT's embedding rows, HELLO's pooling type */
 
 #define CV_PROTO_DEFAULT_MAX_PAYLOAD (64u << 20)
 #define CV_PROTO_MIN_MAX_PAYLOAD (64u << 10)
@@ -350,6 +368,10 @@ enum {
      * waits for no probe */
     CV_FEAT_ANY_SPEED = 1u << 3,
 };
+/* head -> node: the pooling type of the embeddings the last stage pools
+ * (bits 4 and 5: a number, not flags; see section 2). */
+#define CV_FEAT_POOLING_SHIFT 4
+#define CV_FEAT_POOLING_MASK (3u << CV_FEAT_POOLING_SHIFT)
 
 typedef struct cv_msg_hello {
     uint16_t proto_version;
@@ -514,7 +536,12 @@ int cv_msg_forward_decode(const void *payload, size_t len, cv_msg_forward *m, ch
 
 /* ---- RESULT ---- */
 
-enum { CV_RES_HAS_LOGITS = 1u << 0 };
+enum {
+    CV_RES_HAS_LOGITS = 1u << 0,
+    CV_RES_HAS_EMBD = 1u << 1, /* embedding rows, and their vectors after the logits */
+};
+/* A RESULT row's kind. */
+enum { CV_ROW_SAMPLED = 0, CV_ROW_EMBD = 1 };
 
 /* A RESULT pair is cv_logprobs_row's entry, so the last node writes the
  * rows where they are sent from and the head reads them as they came. */
@@ -528,6 +555,7 @@ typedef struct cv_result_row {
     int32_t token;
     uint16_t n_top;
     const cv_top_entry *top; /* n_top entries (NULL when 0); in the payload after decode */
+    uint16_t kind;           /* CV_ROW_* */
 } cv_result_row;
 
 typedef struct cv_msg_result {
@@ -538,6 +566,8 @@ typedef struct cv_msg_result {
     const float *logits;  /* n_rows * n_vocab, NULL without CV_RES_HAS_LOGITS */
     uint32_t n_trail;     /* 1..CV_TRAIL_MAX */
     uint32_t trail[CV_TRAIL_MAX]; /* every stage's time of the batch (us), in chain order */
+    uint32_t n_embd;      /* 0 without CV_RES_HAS_EMBD */
+    const float *embd;    /* n_embd floats per embedding row, in row order; NULL without CV_RES_HAS_EMBD */
 } cv_msg_result;
 
 uint64_t cv_msg_result_size(const cv_msg_result *m);

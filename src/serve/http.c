@@ -49,6 +49,7 @@
 #include "core/utf8.h"
 #include "serve/buf.h"
 #include "serve/deadline.h"
+#include "serve/embed.h"
 #include "serve/log.h"
 #include "serve/llamacpp.h"
 #include "serve/ollama.h"
@@ -70,9 +71,12 @@ enum route {
     R_SLOT_ACTION,
     R_LLAMACPP_COMPLETION,
     R_INFILL,
+    R_EMBEDDINGS,
     R_OLLAMA_CHAT,
     R_OLLAMA_GENERATE,
     R_OLLAMA_SHOW,
+    R_OLLAMA_EMBED,
+    R_OLLAMA_EMBEDDINGS,
     R_MODELS,
     R_MODEL,
     R_HEALTH,
@@ -87,17 +91,17 @@ enum route {
     N_ROUTES
 };
 static const char *const route_names[N_ROUTES] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize",    "/detokenize",
-    "/apply-template", "/slots/{id}",          "/completion",   "/infill",
-    "/api/chat",     "/api/generate", "/api/show",
-    "/v1/models",      "/v1/models/{id}",      "/health",       "/metrics",      "/props",
-    "/slots",          "/api/tags",            "/api/ps",       "/api/version",  "/",
+    "/v1/completions", "/v1/chat/completions", "/v1/responses",   "/tokenize",       "/detokenize",
+    "/apply-template", "/slots/{id}",          "/completion",     "/infill",         "/v1/embeddings",
+    "/api/chat",       "/api/generate",        "/api/show",       "/api/embed",      "/api/embeddings",
+    "/v1/models",      "/v1/models/{id}",      "/health",         "/metrics",        "/props",
+    "/slots",          "/api/tags",            "/api/ps",         "/api/version",    "/",
     "other"};
 
 /* Ollama's routes answer in its shapes, errors too (ollama.h). */
 static bool is_ollama(enum route rt)
 {
-    return (rt >= R_OLLAMA_CHAT && rt <= R_OLLAMA_SHOW) || (rt >= R_OLLAMA_TAGS && rt <= R_OLLAMA_VERSION);
+    return (rt >= R_OLLAMA_CHAT && rt <= R_OLLAMA_EMBEDDINGS) || (rt >= R_OLLAMA_TAGS && rt <= R_OLLAMA_VERSION);
 }
 
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
@@ -118,6 +122,7 @@ struct sv_http {
     size_t max_body;
     int idle_timeout_s;
     bool webui;              /* the page at / */
+    bool embeddings;         /* the embedding routes answer (--embeddings), else 501 */
     bool tls;
     sv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
     const char *slot_save_path;
@@ -619,6 +624,9 @@ static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char
     const char *code = sr == SV_SUBMIT_FULL ? "queue_full" : sr == SV_SUBMIT_DOWN ? "pipeline_down" : NULL;
     oai_fail(e, 503, "server_error", code, NULL, "%s", why);
 }
+
+/* An embedding's wait ends when its client left (user: the socket). */
+static bool fd_gone(void *user) { return peer_gone(*(const int *)user); }
 
 /* A chat template's render stops when its client left. */
 static bool gen_client_gone(void *user) { return peer_gone(((const gen *)user)->fd); }
@@ -1214,6 +1222,34 @@ static enum MHD_Result send_slot_action(sv_http *h, struct MHD_Connection *c, co
                       &e);
 }
 
+/* The embedding routes (embed.h), 501 unless the server was started with
+ * --embeddings (llama-server's answer). */
+static enum MHD_Result send_embeddings(sv_http *h, struct MHD_Connection *c, conn *cc)
+{
+    oai_error e = {0};
+    if (!h->embeddings) {
+        oai_fail(&e, 501, "not_supported_error", NULL, NULL,
+                 "This server does not support embeddings. Start it with `--embeddings`");
+        return send_error(h, c, cc, &e);
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    const sv_embed_run run = {.sched = h->sched, .srv = h->srv, .client = cc->client_id, .gone = fd_gone,
+                              .user = &fd, .poll_ms = POLL_MS};
+    const sv_embed_api api = cc->rt == R_EMBEDDINGS     ? SV_EMBED_OPENAI
+                             : cc->rt == R_OLLAMA_EMBED ? SV_EMBED_OLLAMA
+                                                        : SV_EMBED_OLLAMA_LEGACY;
+    sv_submit_result refused;
+    char *json = sv_embed_answer(&run, api, cc->body.p ? cc->body.p : "", cc->body.n, &cc->n_prompt, &refused, &e);
+    if (json)
+        return send_json(h, c, cc, 200, json);
+    if (!e.status) /* the client left */
+        return MHD_NO;
+    if (refused != SV_SUBMIT_OK)
+        submit_refused(h, cc, refused, e.message, &e);
+    return send_error(h, c, cc, &e);
+}
+
 /* The last call of a request: its refusal, or its route's answer. */
 static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, const char *url)
 {
@@ -1235,6 +1271,10 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
         return generate(h, c, cc);
+    case R_EMBEDDINGS:
+    case R_OLLAMA_EMBED:
+    case R_OLLAMA_EMBEDDINGS:
+        return send_embeddings(h, c, cc);
     case R_OLLAMA_SHOW:
         return send_extra(h, c, cc, ollama_show_json(h->srv, &h->props, body, cc->body.n, &e), &e);
     case R_OLLAMA_TAGS:
@@ -1290,6 +1330,8 @@ static enum route route_of(const char *url)
                  {"/api/ps", R_OLLAMA_PS},           {"/api/version", R_OLLAMA_VERSION},
                  {"/completion", R_LLAMACPP_COMPLETION}, {"/completions", R_LLAMACPP_COMPLETION},
                  {"/infill", R_INFILL},
+                 {"/v1/embeddings", R_EMBEDDINGS},   {"/embeddings", R_EMBEDDINGS},
+                 {"/api/embed", R_OLLAMA_EMBED},     {"/api/embeddings", R_OLLAMA_EMBEDDINGS},
                  {"/", R_WEBUI},                     {"/index.html", R_WEBUI}};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (!strcmp(url, exact[i].path))
@@ -1550,6 +1592,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->slot_save_path = o->slot_save_path;
     h->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 10;
     h->webui = !o->no_webui;
+    h->embeddings = o->embeddings;
     h->tls = o->tls_key_pem != NULL;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);

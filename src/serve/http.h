@@ -7,6 +7,9 @@
  *   POST /v1/responses (stateless: JSON, or with "stream": true the
  *        Responses API's typed events, resp.h)
  *   POST /tokenize, POST /detokenize (llama-server's shapes, extra.h)
+ *   POST /v1/embeddings (also /embeddings), POST /api/embed and
+ *        /api/embeddings (Ollama's), embed.h: with opts->embeddings, else
+ *        501 naming --embeddings, as llama-server answers
  *   POST /slots/ID?action=save|restore|erase (slots.h: slot files in
  *        slot_save_path)
  *   GET  /v1/models, GET /v1/models/ID, GET /health (also /v1/health),
@@ -75,6 +78,7 @@ typedef struct sv_http_opts {
     const char *tls_key_pem;    /* with tls_cert_pem: HTTPS with this key and certificate (chain), PEM texts; */
     const char *tls_cert_pem;   /* NULL: plain HTTP */
     bool no_webui;              /* no chat page at / (--no-webui) */
+    bool embeddings;            /* the embedding routes answer (--embeddings); else 501 */
 } sv_http_opts;
 
 /* sched, srv, access and props must outlive the server. */

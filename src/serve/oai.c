@@ -639,8 +639,7 @@ static int parse_max_tokens(const oai_server *srv, const json_t *body, oai_reque
     return 0;
 }
 
-/* The request's model: any name (or none) unless the server is strict. */
-static int check_model(const oai_server *srv, const json_t *root, oai_error *e)
+int oai_check_model(const oai_server *srv, const json_t *root, oai_error *e)
 {
     json_t *model = opt(root, "model");
     if (model && !json_is_string(model))
@@ -656,8 +655,7 @@ static int check_model(const oai_server *srv, const json_t *root, oai_error *e)
     return 0;
 }
 
-/* The request body as a JSON object, or NULL with e filled. */
-static json_t *load_object(const char *body, size_t len, oai_error *e)
+json_t *oai_load_object(const char *body, size_t len, oai_error *e)
 {
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
@@ -678,7 +676,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->watch = watch;
-    json_t *root = load_object(body, len, e);
+    json_t *root = oai_load_object(body, len, e);
     if (!root)
         return -1;
     int rc = -1;
@@ -687,7 +685,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
         oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (check_model(srv, root, e))
+    if (oai_check_model(srv, root, e))
         goto done;
     json_t *so = opt(root, "stream_options");
     long long n_choices = 1;
@@ -739,7 +737,7 @@ done:
 
 char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = load_object(body, len, e), *answer = NULL;
+    json_t *root = oai_load_object(body, len, e), *answer = NULL;
     const json_t *msgs = root ? chat_messages(root, "messages", e) : NULL;
     sv_chat_vars vars;
     sv_tool_format format;

@@ -111,6 +111,11 @@ int oai_fail(oai_error *e, int status, const char *type, const char *code, const
 char *oai_error_json(const oai_error *e);
 /* j's compact JSON text (free with free), j released; NULL for NULL or when out of memory. */
 char *oai_json_text(json_t *j);
+/* The request body as a JSON object, or NULL with e filled (400). */
+json_t *oai_load_object(const char *body, size_t len, oai_error *e);
+/* The request's "model": any name (or none) unless the server is strict;
+ * -1 with e filled. */
+int oai_check_model(const oai_server *srv, const json_t *root, oai_error *e);
 
 /* The logprobs of n tokens in the shape of the request's kind:
  * completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}

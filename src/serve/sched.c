@@ -54,6 +54,9 @@
  * under an older one are stale and dropped at collection (run_is_live);
  * a live run's row j gives the output j past the published ones. A slot
  * whose request ended waits in SLOT_ENDING until its last window is back.
+ * An embedding request's prompt rows pool (want POOL, its last EMBED): its
+ * last chunk's run has one wanted row, whose vector take_embeddings copies
+ * into the request (unlocked) before distribute_locked ends it.
  * Logprobs come from convoy_logprobs (on a
  * pipeline the last node computes them), are written past the published
  * tokens and published by advancing n_out; a token the engine gave none
@@ -128,6 +131,8 @@ struct sv_request {
     double t_submit;
     int32_t *out;        /* prompt + n_prompt: [max_tokens] */
     convoy_logprob *lp;  /* [max_tokens][1 + sampler.n_logprobs], or NULL */
+    float *embd;         /* an embedding request's vector [n_embd], written before it ends; else NULL */
+    bool has_embd;       /* the engine gave it (inference thread, before the request ends) */
 };
 
 enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDING };
@@ -184,7 +189,7 @@ enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
 struct sv_sched {
     convoy_ctx *ctx;
     const convoy_model *model;
-    int32_t n_slot, n_batch, n_ctx, n_vocab;
+    int32_t n_slot, n_batch, n_ctx, n_vocab, n_embd;
 
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -239,6 +244,7 @@ static void request_free(sv_request *r)
     cv_free(r->prompt);
     cv_free(r->grammar);
     cv_free(r->bias);
+    cv_free(r->embd);
     cv_free(r);
 }
 
@@ -896,7 +902,8 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight
             f->token[f->n] = r->prompt[sl->n_fed];
             f->pos[f->n] = sl->n_fed;
             f->seq[f->n] = i;
-            f->want[f->n] = ++sl->n_fed == r->n_prompt;
+            const bool end = ++sl->n_fed == r->n_prompt;
+            f->want[f->n] = r->embd ? (end ? CONVOY_WANT_EMBED : CONVOY_WANT_POOL) : end;
             f->n++;
         }
         f->n_want += last;
@@ -995,6 +1002,37 @@ static void take_logprobs(sv_sched *s, const sv_flight *f)
     }
 }
 
+/* E: the vectors of the embedding requests whose last prompt row the
+ * batch carried, into their requests (read once they end). */
+static void take_embeddings(sv_sched *s, const sv_flight *f)
+{
+    for (int32_t k = 0; k < f->n_runs; k++) {
+        const sv_run *u = &f->runs[k];
+        sv_request *r = s->slots[u->slot].req;
+        const float *e = u->n_want && run_is_live(s, u) && r->embd ? convoy_embedding(s->ctx, u->row) : NULL;
+        if (e)
+            memcpy(r->embd, e, sizeof(float) * (size_t)s->n_embd);
+        if (e)
+            r->has_embd = true;
+    }
+}
+
+/* E: an embedding request's last prompt row came back: it ends with its
+ * vector (take_embeddings), or with an error when the engine gave none. */
+static void end_embedding_locked(sv_sched *s, sv_slot *sl, double now)
+{
+    sv_request *r = sl->req;
+    r->got_first = true;
+    s->stats.ttft_seconds += now - r->t_submit;
+    s->stats.ttft_count++;
+    if (r->cancelled)
+        end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+    else if (!r->has_embd)
+        end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no embedding");
+    else
+        end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+}
+
 /* E: appends n_emit outputs to slot sl's request in order, up to the first
  * end (the rest is dropped), or ends the request when it was cancelled. */
 static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_emit, double now)
@@ -1065,6 +1103,10 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
         }
         if (u->n_want == 0) /* a prompt chunk before the last */
             continue;
+        if (sl->req->embd) {
+            end_embedding_locked(s, sl, now);
+            continue;
+        }
         const int32_t *out = s->b_sampled + u->row;
         int32_t n_emit = 0;
         while (n_emit < u->n_want && out[n_emit] >= 0)
@@ -1129,8 +1171,10 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
     cv_alloc_forbid(1);
     if (rc == 0 && s->spec) /* a prompt chunk's time is not a window's */
         convoy_spec_collected(s->spec, f->n_prompt_tokens == 0 ? f->t0 : -1.0, t0, t1, convoy_collect_waited(s->ctx));
-    if (rc == 0)
+    if (rc == 0) {
         take_logprobs(s, f);
+        take_embeddings(s, f);
+    }
     pthread_mutex_lock(&s->mu);
     s->stats.failing = rc != 0;
     note_engine_locked(s);
@@ -1197,6 +1241,7 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     s->n_batch = n_batch;
     s->n_ctx = convoy_ctx_n_ctx(ctx);
     s->n_vocab = info.n_vocab;
+    s->n_embd = info.n_embd;
     s->queue_cap = queue_cap;
     s->client_slots = n_slot;
     s->q_ring = queue_cap + n_slot;
@@ -1428,8 +1473,10 @@ static int check_params(const sv_sched *s, const sv_request_params *p, char *err
 {
     if (p->pin && (p->slot < 0 || p->slot >= s->n_slot))
         return cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
-    if (p->n_prompt < 1 || p->n_prompt >= s->n_ctx || p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt ||
-        p->top_logprobs < -1 || p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS)
+    const bool generates = !p->embed; /* an embedding runs its prompt only, which may fill the context */
+    if (p->n_prompt < 1 || p->n_prompt > s->n_ctx - generates ||
+        (generates && (p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt)) || p->top_logprobs < -1 ||
+        p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS || (p->embed && (p->top_logprobs >= 0 || p->grammar)))
         return cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
                        p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
     for (int32_t i = 0; i < p->n_prompt; i++)
@@ -1445,7 +1492,12 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
     sv_request *r = cv_calloc(1, sizeof *r);
     if (!r)
         return NULL;
-    r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
+    const int32_t max_tokens = p->embed ? 0 : p->max_tokens;
+    r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)max_tokens));
+    if (p->embed && !(r->embd = cv_malloc(sizeof(float) * (size_t)s->n_embd))) {
+        cv_free(r->prompt);
+        r->prompt = NULL;
+    }
     if (p->top_logprobs >= 0)
         r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
     if (p->grammar && (r->grammar = cv_memdup(p->grammar, p->grammar_len)))
@@ -1458,6 +1510,7 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
         cv_free(r->prompt);
         cv_free(r->grammar);
         cv_free(r->bias);
+        cv_free(r->embd);
         cv_free(r);
         return NULL;
     }
@@ -1465,12 +1518,12 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
     r->sched = s;
     r->out = r->prompt + p->n_prompt;
     r->n_prompt = p->n_prompt;
-    r->max_tokens = p->max_tokens;
+    r->max_tokens = max_tokens;
     r->sampler = p->sampler;
     r->sampler.logit_bias = r->bias;
     r->sampler.n_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
-    r->cold = p->cold;
+    r->cold = p->cold || p->embed; /* every row must be pooled */
     r->pin = p->pin;
     r->slot_wanted = p->slot;
     r->client = p->client;
@@ -1573,6 +1626,14 @@ const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
 }
 
 const char *sv_request_error(const sv_request *r) { return r->error; }
+
+const float *sv_request_embedding(const sv_request *r)
+{
+    pthread_mutex_lock(&r->sched->mu);
+    const bool done = r->state == RQ_DONE && r->finish == SV_FINISH_STOP;
+    pthread_mutex_unlock(&r->sched->mu);
+    return done && r->has_embd ? r->embd : NULL;
+}
 
 static void cancel_locked(sv_sched *s, sv_request *r)
 {

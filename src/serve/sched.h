@@ -79,6 +79,16 @@
  * rows and prompt chunks, so a stale window costs another request only
  * the rows it adds to a step.
  *
+ * Embeddings (sv_request_params.embed): a request that takes a slot like a
+ * completion, always cold (no cached prefix: every row of its prompt must
+ * be pooled), and runs its prompt in chunks like one (batched with the
+ * other slots' rows) with want CONVOY_WANT_POOL, its last row
+ * CONVOY_WANT_EMBED; it generates nothing and ends with SV_FINISH_STOP
+ * and its vector (sv_request_embedding) when that row comes back. Its
+ * prompt may fill the context. Several inputs of one HTTP request are
+ * separate requests, which run in parallel slots. The slot then keeps the
+ * prompt's KV for the cache like any other (the pool is no part of it).
+ *
  * A request ends with SV_FINISH_STOP (an end-of-generation token, which is
  * not part of the output), SV_FINISH_LENGTH (max_tokens reached or the
  * context is full), SV_FINISH_CANCELLED (sv_request_cancel) or
@@ -126,6 +136,7 @@ typedef struct sv_request_params {
     bool cold;                /* reuse no cached prompt tokens (llama-server's cache_prompt: false) */
     bool pin;                 /* run in slot `slot` (llama-server's id_slot), waiting until it is free */
     int32_t slot;
+    bool embed;               /* an embedding (see above): max_tokens, logprobs and grammar do not apply */
 } sv_request_params;
 
 typedef struct sv_sched_stats {
@@ -214,6 +225,9 @@ int32_t sv_request_cached(sv_request *r);
  * of the model's distribution (softmax of the raw logits, before penalties
  * and sampling). NULL when the request asked for none. */
 const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i);
+/* An embedding request's vector (n_embd floats: convoy_embedding's, pooled
+ * and L2-normalized) once it ended with SV_FINISH_STOP; else NULL. */
+const float *sv_request_embedding(const sv_request *r);
 /* The message of SV_FINISH_ERROR (valid once the request has ended). */
 const char *sv_request_error(const sv_request *r);
 void sv_request_cancel(sv_request *r);

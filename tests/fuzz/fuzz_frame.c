@@ -94,6 +94,10 @@ static void decode_payload(uint16_t type, const uint8_t *payload, size_t len)
         for (uint32_t i = 0; i < m.n_rows; i++)
             touch(payload, len, rows[i].top, rows[i].n_top * sizeof(cv_top_entry));
         touch(payload, len, m.logits, (size_t)m.n_rows * m.n_vocab * sizeof(float));
+        uint32_t n_embd_rows = 0;
+        for (uint32_t i = 0; i < m.n_rows; i++)
+            n_embd_rows += rows[i].kind == CV_ROW_EMBD;
+        touch(payload, len, m.embd, (size_t)n_embd_rows * m.n_embd * sizeof(float));
         if (cv_msg_result_size(&m) <= sizeof out)
             same_bytes(cv_msg_result_encode(&m, out, sizeof out, &n, err, sizeof err), payload, len, n);
         return;

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_serve_embed.sh: `convoy serve --embeddings` (serve/embed.h) with the
+# official `openai` npm client's embeddings.create and the `ollama` npm
+# client's embed (test_serve_embed.mjs says what is checked), on one
+# machine and on a 2-stage chain (this machine the first stage, a
+# `convoy stage` on loopback the second, which pools), whose vectors must
+# be the single machine's bit for bit; and a server without --embeddings,
+# whose embedding routes answer 501.
+#
+# Usage (CTest passes these): test_serve_embed.sh PATH/TO/convoy SOURCE_DIR
+# Without npm (or when installing the clients fails) it skips, except under CI=true.
+set -uo pipefail
+
+convoy="${1:?usage: test_serve_embed.sh PATH/TO/convoy SOURCE_DIR}"
+src="${2:?usage: test_serve_embed.sh PATH/TO/convoy SOURCE_DIR}"
+shared="${CONVOY_SHARED:-$src/../shared}"
+model="$shared/models/stories260K.gguf"
+npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
+
+. "$src/tests/lib.sh"
+[[ -f "$model" ]] || skip "test data $model not found"
+npm_need "$npm_dir" openai ollama
+cp "$src/tests/test_serve_embed.mjs" "$src/tests/checks.mjs" "$npm_dir/"
+
+tmp="$(mktemp -d)"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# serve LOG ARGS...: convoy serve on a free port; sets base once it listens
+serve() {
+    local log="$1" port
+    shift
+    port="$(free_port)"
+    "$convoy" serve -m "$model" --port "$port" -np 2 "$@" >/dev/null 2>"$log" &
+    pids+=($!)
+    wait_for "listening on" "$log" 300 || { echo "FAIL: convoy serve $*: $(tail -3 "$log")"; exit 1; }
+    base="http://127.0.0.1:$port"
+}
+
+failures=0
+serve "$tmp/plain.log"
+echo "== without --embeddings"
+node "$npm_dir/test_serve_embed.mjs" "$base" off || failures=$((failures + 1))
+
+serve "$tmp/single.log" --embeddings
+single="$base"
+echo "== one machine"
+node "$npm_dir/test_serve_embed.mjs" "$single" on || failures=$((failures + 1))
+
+stage_port="$(free_port)"
+start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
+pids+=("$stage_pid")
+serve "$tmp/chain.log" --embeddings --nodes "local,127.0.0.1:$stage_port" --split 3,2
+echo "== a 2-stage chain"
+node "$npm_dir/test_serve_embed.mjs" "$base" on "$single" || failures=$((failures + 1))
+[[ $failures -eq 0 ]]
