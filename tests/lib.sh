@@ -23,6 +23,18 @@ wait_for() {
     return 1
 }
 
+# start_serve CONVOY LOG ARGS...: `convoy serve ARGS` on a free port, its pid
+# added to pids; sets base to its URL once it listens, else fails the test.
+start_serve() {
+    local convoy="$1" log="$2" port
+    shift 2
+    port="$(free_port)"
+    "$convoy" serve --port "$port" "$@" >/dev/null 2>"$log" &
+    pids+=($!)
+    wait_for "listening on" "$log" 300 || { echo "FAIL: convoy serve $*: $(tail -3 "$log")"; exit 1; }
+    base="http://127.0.0.1:$port"
+}
+
 # need_netns NAME: test NAME runs test hosts (scripts/cluster.sh): it skips
 # unless run as root with `ip netns`.
 need_netns() {

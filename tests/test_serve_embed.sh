@@ -26,16 +26,8 @@ tmp="$(mktemp -d)"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-# serve LOG ARGS...: convoy serve on a free port; sets base once it listens
-serve() {
-    local log="$1" port
-    shift
-    port="$(free_port)"
-    "$convoy" serve -m "$model" --port "$port" -np 2 "$@" >/dev/null 2>"$log" &
-    pids+=($!)
-    wait_for "listening on" "$log" 300 || { echo "FAIL: convoy serve $*: $(tail -3 "$log")"; exit 1; }
-    base="http://127.0.0.1:$port"
-}
+# serve LOG ARGS...: convoy serve of the model on a free port; sets base once it listens
+serve() { start_serve "$convoy" "$1" -m "$model" -np 2 "${@:2}"; }
 
 failures=0
 serve "$tmp/plain.log"

@@ -28,16 +28,8 @@ model="$tmp/fim.gguf"
 "$convoy" synth --dims 64,4,4,2,128,600 --type F32 --chatml --fim -o "$model" >/dev/null ||
     { echo "FAIL: convoy synth --fim"; exit 1; }
 
-# serve LOG ARGS...: convoy serve on a free port; sets base once it listens
-serve() {
-    local log="$1" port
-    shift
-    port="$(free_port)"
-    "$convoy" serve -m "$model" --port "$port" -np 4 "$@" >/dev/null 2>"$log" &
-    pids+=($!)
-    wait_for "listening on" "$log" 300 || { echo "FAIL: convoy serve $*: $(tail -3 "$log")"; exit 1; }
-    base="http://127.0.0.1:$port"
-}
+# serve LOG ARGS...: convoy serve of the model on a free port; sets base once it listens
+serve() { start_serve "$convoy" "$1" -m "$model" -np 4 "${@:2}"; }
 
 failures=0
 serve "$tmp/single.log" --mlock --no-mmap
