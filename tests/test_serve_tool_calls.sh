@@ -148,12 +148,19 @@ for t in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llam
     serve "$tmp/$t.log" --chat-template "$templates/$t.jinja"
     single="$base"
     single_pid="$server_pid"
-    serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" --split 3,2
-    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" "$base" || failures=$((failures + 1))
+    # the sanitizer suite (ten times slower) runs the chain with the first
+    # format only: the others take the same paths there
+    chain=""
+    if [[ "${CONVOY_SANITIZED:-}" != 1 || "$t" == Qwen-* ]]; then
+        serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" \
+            --split 3,2
+        chain="$base"
+    fi
+    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" $chain || failures=$((failures + 1))
     if [[ "$t" == Qwen-* ]]; then
         node "$npm_dir/test_serve_tool_calls.mjs" responses "$single" || failures=$((failures + 1))
     fi
-    stop
+    [[ -n "$chain" ]] && stop
     server_pid="$single_pid"
     stop
 done
