@@ -76,14 +76,17 @@ async function stop(browser) {
   await page.goto(stopBase + '/');
   let r = null;
   for (let attempt = 1; attempt <= 3 && !/stopped/.test(r?.stats ?? ''); attempt++) {
+    await page.click('#new'); /* each try a conversation of its own: a whole reply may fill the context */
     await page.fill('#input', 'Tell me a very long story');
     await page.press('#input', 'Enter');
-    await page.waitForFunction((k) => {
+    await page.waitForFunction(() => {
       const all = document.querySelectorAll('.msg.assistant');
-      return all.length >= k && (all[k - 1].textContent.length > 40 || !document.body.classList.contains('busy'));
-    }, attempt, { timeout: 60000 });
-    /* the reply may end between a look and a click: a click that finds no Stop is a try that ended */
-    await page.click('#stop', { timeout: 2000 }).catch(() => {});
+      return all.length >= 1 && (all[all.length - 1].textContent.length > 40 ||
+                                 !document.body.classList.contains('busy'));
+    }, null, { timeout: 60000 });
+    /* clicked in the page, as a user's click lands (Playwright's own waits for the streaming layout to stand
+       still); a reply that ended between the look and the click is a try that ended */
+    await page.evaluate(() => { const b = document.querySelector('#stop'); if (b.offsetParent) b.click(); });
     await page.waitForFunction(() => !document.body.classList.contains('busy'), null, { timeout: 30000 });
     r = await page.evaluate(() => {
       const all = document.querySelectorAll('.msg.assistant'), last = all[all.length - 1];
