@@ -48,6 +48,9 @@ run_suite() {
 }
 
 run_suite release build --
+# the npm packages the tests install (oracles, clients, a browser driver):
+# the release suite's, not downloaded twice
+[[ -d build/npm ]] && mkdir -p build-asan && cp -a build/npm build-asan/
 run_suite asan build-asan CONVOY_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 -- -DCONVOY_SANITIZE=ON
 
