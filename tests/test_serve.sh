@@ -232,8 +232,10 @@ if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
         curl -s -o "$tmp/before.json" --max-time 30 "$base/completions" -d "$body"
         { kill -9 "${stage_pids[1]}" && wait "${stage_pids[1]}"; } 2>/dev/null
         code="$(curl -s -o "$tmp/after.json" -w '%{http_code}' --max-time 30 "$base/completions" -d "$body")"
+        # grep without -q: under pipefail, a grep that quits at its match can
+        # leave curl writing into a closed pipe, and the check fails at random
         if [[ "$code" == 200 && "$(text_of "$tmp/after.json")" == "$(text_of "$tmp/before.json")" ]] &&
-            curl -s "${base%/v1}/metrics" | grep -q '^convoy_failovers_total 1$'; then
+            curl -s "${base%/v1}/metrics" | grep '^convoy_failovers_total 1$' >/dev/null; then
             pass "a dead node: the other node took its layers, the same text, one failover counted"
         else
             fail "a dead node: got $code $(cat "$tmp/after.json"), before: $(cat "$tmp/before.json"), metrics:" \
@@ -357,7 +359,7 @@ if command -v python3 >/dev/null; then
             [[ -n "$before" && "$(cat "$tmp/rs-meanwhile.txt")" == "$before" ]] && kill -0 "$server_pid" &&
                 pass "a request sent while the node was away: the usual text, the same server" ||
                 fail "a request sent while the node was away: '$(cat "$tmp/rs-meanwhile.txt")', not '$before'"
-            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_failovers_total 1$' &&
+            curl -s --max-time 10 "${base%/v1}/metrics" | grep '^convoy_failovers_total 1$' >/dev/null &&
                 pass "/metrics counts one failover" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep failover)"
             # stopped while idle: the idle check (every 0.5 s, --peer-timeout 5000)
             # finds it and the failover gives up; continued, it is served again
@@ -366,14 +368,15 @@ if command -v python3 >/dev/null; then
                 fail "a stage stopped while idle: /health still $code"
             # /health is 503 from the failover's start: continue once it gave up
             for _ in $(seq 400); do
-                curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_down 1$' && break
+                curl -s --max-time 10 "${base%/v1}/metrics" | grep '^convoy_pipeline_down 1$' >/dev/null && break
                 sleep 0.1
             done
             kill -CONT "$stage_pid"
             health_becomes 200 150 && [[ "$(completion_text "$body")" == "$before" ]] &&
                 pass "the stage continued: /health 200 and the same text" ||
                 fail "the stage continued: /health $code (log: $(tail -3 "$tmp/serve-rs.log"))"
-            curl -s --max-time 10 "${base%/v1}/metrics" | grep -q '^convoy_pipeline_reconnects_total 1$' &&
+            curl -s --max-time 10 "${base%/v1}/metrics" |
+                grep '^convoy_pipeline_reconnects_total 1$' >/dev/null &&
                 pass "/metrics counts one reconnect" || fail "/metrics: $(curl -s "${base%/v1}/metrics" | grep pipeline)"
         else
             fail "no stream could be caught mid-way"
