@@ -18,24 +18,6 @@ static char *oom(oai_error *e)
     return NULL;
 }
 
-/* The body as a JSON object, or NULL with e filled. */
-static json_t *load_object(const char *body, size_t len, oai_error *e)
-{
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, 0, &jerr);
-    if (!root) {
-        oai_fail(e, 400, INVALID, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
-                 jerr.text, jerr.line, jerr.column);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
-
 /* A boolean field (absent or null: dflt); -1 with e filled when not one. */
 static int flag(const json_t *o, const char *key, bool dflt, bool *out, oai_error *e)
 {
@@ -97,7 +79,7 @@ static char *tokenize(const oai_server *srv, const json_t *content, bool add_spe
 
 char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = load_object(body, len, e);
+    json_t *root = oai_load_object(body, len, e);
     if (!root)
         return NULL;
     json_t *content = json_object_get(root, "content");
@@ -142,7 +124,7 @@ static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, 
 
 char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = load_object(body, len, e);
+    json_t *root = oai_load_object(body, len, e);
     if (!root)
         return NULL;
     json_t *tokens = json_object_get(root, "tokens");

@@ -53,13 +53,9 @@ static int infill_prompt(const oai_server *srv, const json_t *in, json_t *body, 
 
 char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e)
 {
-    json_error_t je;
-    json_t *in = json_loadb(body, len, 0, &je);
-    if (!json_is_object(in)) {
-        json_decref(in);
-        oai_fail(e, 400, INVALID, NULL, NULL, "the body is not a JSON object%s%s", in ? "" : ": ", in ? "" : je.text);
+    json_t *in = oai_load_object(body, len, e);
+    if (!in)
         return NULL;
-    }
     json_t *out = json_deep_copy(in);
     const json_t *n_predict = json_object_get(in, "n_predict"), *n_probs = json_object_get(in, "n_probs");
     json_object_del(out, "n_predict");
