@@ -1,5 +1,5 @@
 /* cmd_keygen.c: `convoy keygen FILE`: a new random cluster key (pipe/seal.h)
- * for the --key of the head and every stage. */
+ * for the --key of the head and every node. */
 #include <stdio.h>
 
 #include "args.h"

@@ -2,7 +2,7 @@
  * prefill / decode speed to stderr. The prompt goes through the model in
  * chunks of --batch tokens, then each sampled token is fed back until -n
  * tokens or an end-of-generation token. Sampling happens inside the step,
- * at the stage that holds the output head. With --draft, each step is a
+ * at the last stage (the one holding the output matrix). With --draft, each step is a
  * speculative round: the newest token and its drafts in one batch. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -113,7 +113,7 @@ static void usage(FILE *f)
             "  Outputs are the same as without (the same tokens per seed).\n");
 }
 
-enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a stage takes */
+enum { MAX_SLOTS = 4096 }; /* the context's slots, the cache's included: what a node takes */
 
 typedef struct serve_opts {
     const char *model_path, *hf, *host, *alias, *chat_template, *reasoning_format;

@@ -296,7 +296,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *user)
     head_fields *h = user;
     const size_t len = size * n;
     if (len > 5 && strncmp(line, "HTTP/", 5) == 0)
-        *h = (head_fields){0}; /* each response of the chain starts afresh */
+        *h = (head_fields){0}; /* each response of a redirect starts afresh */
     header_value(line, len, "x-linked-etag:", h->linked_etag, sizeof h->linked_etag);
     header_value(line, len, "x-linked-size:", h->linked_size, sizeof h->linked_size);
     header_value(line, len, "etag:", h->etag, sizeof h->etag);

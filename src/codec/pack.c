@@ -222,7 +222,7 @@ int cv_pack_write(const cv_pack_src *s, FILE *out, uint64_t *packed, char *err, 
     return rc ? -1 : 0;
 }
 
-/* The head: magic, version, then *total bytes in *n segments. */
+/* The header: magic, version, then *total bytes in *n segments. */
 static int read_head(cv_cursor *c, uint64_t *total, uint64_t *n, char *err, size_t errlen)
 {
     const uint8_t *magic = cv_cursor_bytes(c, 4, "magic");

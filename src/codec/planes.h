@@ -38,7 +38,7 @@
 uint64_t cv_planes_block(uint32_t type);
 /* Streams a tensor of type and n bytes is cut into. */
 int cv_planes_streams(uint32_t type, uint64_t n);
-/* The most bytes cv_planes_encode writes: n and a rans.h stream head per
+/* The most bytes cv_planes_encode writes: n and a rans.h stream header per
  * stream, so never above n + CV_PLANES_MAX_STREAMS * cv_rans_bound(0). */
 uint64_t cv_planes_bound(uint32_t type, uint64_t n);
 

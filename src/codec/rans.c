@@ -27,7 +27,7 @@ static void count_bytes(const uint8_t *src, uint64_t n, uint64_t cnt[256])
 }
 
 /* The present symbol with the largest frequency (above 1 when `shrink`:
- * one that can give a slot away). */
+ * one that can give a cell away). */
 static int largest(const uint32_t freq[256], int shrink)
 {
     int best = -1;
@@ -39,7 +39,7 @@ static int largest(const uint32_t freq[256], int shrink)
 
 /* Frequencies proportional to the counts (n > 0), every present symbol at
  * least 1, summing to CV_RANS_SCALE: the rounding is settled on the largest
- * symbols, where a slot more or less costs the fewest bits. */
+ * symbols, where a cell more or less costs the fewest bits. */
 static void normalize(const uint64_t cnt[256], uint64_t n, uint32_t freq[256])
 {
     uint32_t sum = 0;
@@ -107,7 +107,7 @@ static uint8_t *encode_words(const uint8_t *src, uint64_t n, int lanes, const ui
     return p;
 }
 
-/* Codes src after the 9-byte head at dst; returns the stream's size, or 0
+/* Codes src after the 9-byte header at dst; returns the stream's size, or 0
  * when coding does not beat storing. */
 static uint64_t encode_coded(const uint8_t *src, uint64_t n, int lanes, uint8_t *dst)
 {
@@ -157,8 +157,8 @@ int cv_rans_encode(const uint8_t *src, uint64_t n, int lanes, uint8_t *dst, uint
     return 0;
 }
 
-/* Reads the model into a slot table: entry = symbol | (freq - 1) << 8 |
- * (slot - start) << 20, so that one load gives all a decoding step needs. */
+/* Reads the model into a cell table: entry = symbol | (freq - 1) << 8 |
+ * (c - start) << 20 for cell c, so that one load gives all a decoding step needs. */
 static int read_model(cv_cursor *c, uint32_t tab[CV_RANS_SCALE], char *err, size_t errlen)
 {
     const uint8_t *bits = cv_cursor_bytes(c, CV_RANS_BITMAP_BYTES, "symbol bitmap");

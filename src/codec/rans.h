@@ -18,7 +18,7 @@
  *                        (byte value) that has a frequency; at least one
  *       42  2*k freq     u16 frequency of each of the k present symbols, in
  *                        increasing symbol order: each 1..CV_RANS_SCALE, sum
- *                        CV_RANS_SCALE; symbol s covers the slots
+ *                        CV_RANS_SCALE; symbol s covers the cells
  *                        [start_s, start_s + freq_s), start_s = the sum of
  *                        the frequencies of the symbols below s
  *        .    8 n_words  count of the 16-bit words at the end
@@ -27,8 +27,8 @@
  *        . 2*n_words     the words
  *
  *    Decoding: for i = 0 .. n-1, with x the state of lane i % lanes:
- *    slot = x mod CV_RANS_SCALE; byte i is the symbol s whose slots hold
- *    slot; x = freq_s * (x >> CV_RANS_SCALE_BITS) + slot - start_s; then if
+ *    c = x mod CV_RANS_SCALE (a cell); byte i is the symbol s whose cells
+ *    hold c; x = freq_s * (x >> CV_RANS_SCALE_BITS) + c - start_s; then if
  *    x < CV_RANS_L, x = (x << 16) | the next word. After byte n-1 every
  *    state equals CV_RANS_L and every word has been read. A stream that
  *    breaks any rule here is refused; the decoder reads it through a
@@ -56,7 +56,7 @@
 
 #define CV_RANS_HEAD_BYTES 9   /* method, n */
 #define CV_RANS_BITMAP_BYTES 32
-static_assert(CV_RANS_HEAD_BYTES == 1 + sizeof(uint64_t), "stream head: method u8, n u64");
+static_assert(CV_RANS_HEAD_BYTES == 1 + sizeof(uint64_t), "stream header: method u8, n u64");
 static_assert(CV_RANS_BITMAP_BYTES * 8 == 256, "one presence bit per byte value");
 static_assert(CV_RANS_SCALE_BITS <= 16, "one 16-bit word renormalizes a state");
 static_assert(CV_RANS_MAX_LANES <= 255, "lanes fit their u8");

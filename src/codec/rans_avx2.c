@@ -3,14 +3,15 @@
  *
  * Eight lanes' states live in one __m256i, lane l in element l; a stream
  * of 16, 24 or 32 lanes keeps two to four such vectors, whose steps
- * overlap. A step of eight states is one chain of dependent operations,
+ * overlap. A step of eight states is one series of dependent operations,
  * each needing the last, so a stream of 8 lanes decodes at one step per
- * chain's length (about 0.6 GB/s on a Sapphire Rapids core, near the
- * scalar loop; 32 lanes about 1.6 GB/s), and each link is the shortest
- * measured there:
- * - the slots' table entries by eight scalar loads put together (a
- *   vpgatherdd alone takes 33 cycles), each byte out of its entry;
- * - x = freq * (x >> 12) + slot - start, as (freq - 1) * q + (q + bias),
+ * series' length (about 0.6 GB/s on a Sapphire Rapids core, near the
+ * scalar loop; 32 lanes about 1.6 GB/s), and each operation is the
+ * shortest measured there:
+ * - the cells' table entries (`slots` below: the states mod
+ *   CV_RANS_SCALE) by eight scalar loads put together (a vpgatherdd alone
+ *   takes 33 cycles), each byte out of its entry;
+ * - x = freq * (x >> 12) + c - start, as (freq - 1) * q + (q + bias),
  *   exact modulo 2^32 like the scalar loop's u32 arithmetic, the product
  *   from two vpmuludq (5 cycles each, side by side; vpmulld takes 10);
  * - the lanes below 2^16 (the mask m) each take the next word, lane 0

@@ -1,9 +1,9 @@
 /* rans_impl.h: the decoding loops behind rans.h (private to src/codec and
  * its tests).
  *
- * Contract: a stream's slot table holds, for each of the CV_RANS_SCALE
- * slots, entry = symbol | (freq - 1) << 8 | (slot - start) << 20 of the
- * symbol covering it. A rounds function decodes whole rounds (`lanes` bytes,
+ * Contract: a stream's cell table holds, for each of the CV_RANS_SCALE
+ * cells c (rans.h), entry = symbol | (freq - 1) << 8 | (c - start) << 20
+ * of the symbol covering it. A rounds function decodes whole rounds (`lanes` bytes,
  * one per lane, lane 0 first) from byte 0 of dst on, exactly as rans.h's
  * loop does, for as long as a whole round of output is left in n and at
  * least 2 * lanes bytes of words are left before `end` (so that a round

@@ -1,4 +1,4 @@
-/* heap.c: see heap.h. Items move with memcpy; a slot past the last item
+/* heap.c: see heap.h. Items move with memcpy; a place past the last item
  * serves as the temporary while sifting. */
 #include "core/heap.h"
 
@@ -43,7 +43,7 @@ void cv_heap_pop(cv_heap *h, void *out)
 {
     memcpy(out, item(h, 0), h->elem);
     const size_t n = --h->n;
-    char *last = item(h, n + 1); /* spare slot: the last item while it sinks */
+    char *last = item(h, n + 1); /* spare place: the last item while it sinks */
     memcpy(last, item(h, n), h->elem);
     size_t i = 0;
     for (;;) {

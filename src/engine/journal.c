@@ -92,7 +92,7 @@ static void mark_stale(journal *j, const journal_batch *f)
 }
 
 /* The oldest batch in flight landed: its tokens enter their slots as the
- * head's span takes them (cut back to the batch's first position, then
+ * last span takes them (cut back to the batch's first position, then
  * appended), a rejected draft cuts its slot back, a stale window changes
  * nothing, and every emitted id of a slot that samples at a temperature
  * was one draw. */

@@ -2,7 +2,7 @@
  * new chain can be brought to the same state after a node fails.
  *
  * Contract: the journal mirrors the head's own view of each slot: the
- * token fed at every position and the slot's length as the head's span
+ * token fed at every position and the slot's length as the last span
  * keeps it (a batch cuts a slot back to its first position in it, a
  * rejected draft to its own position, truncate and free as asked), the
  * sampler last set with the length the slot had then, and the RNG draws

@@ -1,8 +1,8 @@
 /* rebalance.c: layers moved while a pipeline serves (see rebalance.h).
  *
  * The phases of a decision, once a second: remember what each node
- * measured; plan again from it; then, in a trial, judge the last move (the
- * gate), else make the test hook's move, else watch for drift: a faster
+ * measured; plan again from it; then judge the last move in its trial,
+ * else make the test hook's move, else watch for drift: a faster
  * plan that holds becomes a move unless it lost lately. */
 #include "engine/rebalance.h"
 
@@ -96,7 +96,7 @@ static size_t costs_text(const cv_chain_costs *m, char *buf, size_t len)
     return at < len ? at : len;
 }
 
-/* The gate: the last move's plan against the one before it, each by its own measurements. */
+/* The trial: the last move's plan against the one before it, each by its own measurements. */
 static int judge(rebalance *r, const cv_chain_costs *m, double us_now, int64_t now_ms, rebalance_move *move)
 {
     if (now_ms - r->chain_since_ms < REBALANCE_TRIAL_MS)
@@ -120,7 +120,7 @@ static int judge(rebalance *r, const cv_chain_costs *m, double us_now, int64_t n
     return 1;
 }
 
-/* A move to counts from the present plan (kept for the gate). */
+/* A move to counts from the present plan (kept for the trial). */
 static int move_to(rebalance *r, const cv_chain_costs *m, const int32_t *count, double us_now, rebalance_move *move)
 {
     present(m, &r->back);

@@ -11,7 +11,7 @@
  * REBALANCE_FIRST_PAUSE_S) within REBALANCE_PAYBACK_S. The engine
  * moves as a failover does (the chain closed, a new one opened with the
  * move's split, the journal replayed: output stays identical) and calls
- * rebalance_moved. The gate: REBALANCE_TRIAL_MS after a move, the new
+ * rebalance_moved. The trial: REBALANCE_TRIAL_MS after a move, the new
  * plan's time from its own measurements is compared with the old plan's
  * just before the move; unless it is faster, rebalance_due asks to move
  * back, and the plan that lost is not moved to again for
@@ -19,7 +19,7 @@
  * measured, the measurements are those of the serving chain.
  *
  * A test hook: CONVOY_TEST_MOVE="a,b,c" in the environment stands for the
- * drift watch: every decision is a move to that split, which the gate
+ * drift watch: every decision is a move to that split, which the trial
  * judges like any (and the cooling then refuses). */
 #ifndef CONVOY_ENGINE_REBALANCE_H
 #define CONVOY_ENGINE_REBALANCE_H
@@ -51,10 +51,10 @@ typedef struct rebalance {
     int64_t chain_since_ms;  /* when the serving chain opened */
     int64_t check_at_ms;
     int64_t faster_since_ms; /* a faster plan predicted since, 0: none */
-    bool trial;              /* a move awaits the gate: */
+    bool trial;              /* a move awaits its trial: */
     rebalance_move back;     /* the plan moved from */
     double back_us;          /* its time from its measurements before the move */
-    int32_t lost[CV_CHAIN_MAX_NODES]; /* the last plan the gate undid, and until when it cools */
+    int32_t lost[CV_CHAIN_MAX_NODES]; /* the last plan a trial undid, and until when it cools */
     int64_t cool_until_ms;
     bool cool_noted;
     double pause_s;          /* the last move's pause: closing, opening, replaying */

@@ -1,9 +1,10 @@
-/* spec.c: speculative decoding at the head (include/convoy.h, DESIGN.md §5).
+/* spec.c: speculative decoding at the head (include/convoy.h, docs/DESIGN.md §11).
  *
  * A convoy_spec owns a drafter (infer/draft.h) and chooses, per sequence,
  * how many drafts K the next verify carries. The verify itself is an
  * ordinary batch through convoy_submit: the newest token plus its drafts
- * (want 2), checked by the span that holds the output head (the last stage).
+ * (want 2), checked by the last span (the one holding the output matrix:
+ * the last stage's).
  *
  * Choosing K: with a per-draft acceptance rate a (drafts are accepted in
  * order until the first rejection, so a is estimated as accepted drafts
@@ -45,7 +46,7 @@
  * allowed behind a long round trip, one where the head or a stage binds.
  * The model takes the machines for separate ones; where the round trip
  * hides only a few windows' work (R < SPEC_DEPTH_TRUST c) its gain is
- * small, and the head and a stage sharing a CPU (a LAN's test hosts, a
+ * small, and the head and a node sharing a CPU (a LAN's test hosts, a
  * head that is its own first stage) take it away: there the tokens per
  * second measured with one window and with the model's D decide, the one
  * that loses getting SPEC_ARM_TRY of every SPEC_ARM_PERIOD choices so

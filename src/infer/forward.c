@@ -2,10 +2,10 @@
  * over a batch of tokens and a layer range.
  *
  * Token embeddings (times sqrt(n_embd) for gemma), then for each layer:
- * RMSNorm -> Q, K, V projections (+ biases for qwen2 and gpt-oss, per-head
- * RMSNorm of Q and K for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's
+ * RMSNorm -> Q, K, V projections (+ biases for qwen2 and gpt-oss, RMSNorm
+ * of Q and K per attention head for qwen3 and gemma3) -> RoPE (phi3: LongRoPE's
  * factors and attention factor; gpt-oss: YaRN) -> K and V appended in
- * place to each token's slot -> attention of each (token, head) over its
+ * place to each token's slot -> attention of each (token, attention head) over its
  * slot's positions [0, pos], or (pos - n_swa, pos] on gemma's and
  * gpt-oss's sliding layers, its scores soft-capped for gemma2, gpt-oss's
  * sinks in its softmax -> output projection (+ bias for gpt-oss, RMSNorm
@@ -16,9 +16,9 @@
  * of the chosen logits, a clamped SwiGLU; the batch's rows grouped by
  * expert, so each expert's weights are read once per batch), + residual.
  * phi3's fused Q/K/V and gate/up matrices are row views (model/llama.h),
- * computed in one pass each. The span holding the head then applies the final norm
- * and the output matrix to the wanted rows only (and soft-caps the logits
- * when the model asks); rows that pool get the final norm only.
+ * computed in one pass each. The last span then applies the final norm and
+ * the output matrix to the wanted rows only (and soft-caps the logits when
+ * the model asks); rows that pool get the final norm only.
  *
  * All buffers are allocated by cv_forward_create for n_batch_max tokens;
  * cv_forward_run allocates nothing. Matrix products and attention are split
@@ -355,7 +355,7 @@ static void rope_tables(cv_forward *f, const cv_batch *b, float base, float scal
     }
 }
 
-/* Rotates the first n_rot values of each head by the tables' angles: pairs
+/* Rotates the first n_rot values of each attention head by the tables' angles: pairs
  * (2i, 2i+1), or (i, i + n_rot/2) for NeoX-style models. */
 static void rope_rows(const cv_forward *f, float *x, int32_t n_tokens, int32_t n_heads, const float *cos_t,
                       const float *sin_t)
@@ -669,7 +669,7 @@ static void attention_block(cv_forward *f, const cv_batch *b, int32_t l)
         add_bias_rows(f->k, L->bk, n, hp->n_head_kv * hp->head_dim);
         add_bias_rows(f->v, L->bv, n, hp->n_head_kv * hp->head_dim);
     }
-    if (L->q_norm) { /* per-head RMSNorm, in place */
+    if (L->q_norm) { /* RMSNorm per attention head, in place */
         rmsnorm_rows(f->q, f->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
         rmsnorm_rows(f->k, f->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
     }

@@ -9,8 +9,8 @@
  * Each token attends to the positions [0, pos] of its own slot.
  *
  * Input: token ids when the model holds the embeddings (l0 == 0), else
- * `in` = hidden states [n][n_embd]. Output: when the model holds the head
- * (l1 == n_layer), logits [n_want][n_vocab] of the tokens whose want asks
+ * `in` = hidden states [n][n_embd]. Output: when the model holds the output
+ * matrix (l1 == n_layer), logits [n_want][n_vocab] of the tokens whose want asks
  * for logits, in batch order (and cv_forward_pooled); otherwise hidden
  * states [n][n_embd] of every token.
  *
@@ -36,7 +36,7 @@ typedef struct cv_batch {
     const int32_t *token; /* [n] ids (used when the model holds the embeddings) */
     const int32_t *pos;   /* [n] */
     const int32_t *seq;   /* [n] slot */
-    const uint8_t *want;  /* [n] CV_WANT_*: produce logits for this token (head only) */
+    const uint8_t *want;  /* [n] CV_WANT_*: produce logits for this token (last span only) */
 } cv_batch;
 
 /* Values of a token's want (also on the wire): no output; sample it; it is
@@ -62,7 +62,7 @@ cv_forward *cv_forward_create(const cv_llama *m, cv_kv *kv, cv_pool *pool, cv_ex
 void cv_forward_free(cv_forward *f);
 
 int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out, char *err, size_t errlen);
-/* After a run of a model with the head: the final hidden states (the output
+/* After a run of a model with the output matrix: the final hidden states (the output
  * norm applied) of the rows that pool (cv_want_pools), [n_pool][n_embd] in
  * batch order, valid until the next run. */
 const float *cv_forward_pooled(const cv_forward *f);

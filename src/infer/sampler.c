@@ -23,7 +23,7 @@
  *  - The RNG is PCG with 64-bit state and the RXS-M-XS 64-bit output
  *    function, seeded through splitmix64; a uniform double in [0,1) takes the
  *    top 53 bits. Integer arithmetic only, so it is identical everywhere.
- * The chain follows llama.cpp's default order: top-k, top-p and min-p look
+ * The steps follow llama.cpp's default order: top-k, top-p and min-p look
  * at the penalized logits before temperature (top-p's probabilities are
  * those of the top-k set); temperature shapes only the final draw. Every
  * non-greedy sample consumes exactly one draw. */

@@ -1,12 +1,12 @@
 /* sampler.h: turning a row of logits into a token id.
  *
- * Contract: the chain is llama.cpp's default order: repetition / frequency /
+ * Contract: the steps are in llama.cpp's default order: repetition / frequency /
  * presence penalties over the last `penalty_last_n` accepted ids, then
  * top-k, top-p, min-p, temperature, and a draw from the resulting
  * distribution with the sampler's own RNG (a 64-bit PCG-style generator
  * seeded by `seed`, identical on every platform). temp <= 0 is greedy
  * (argmax of the penalized logits, ties to the lowest id). top_k <= 0,
- * top_p >= 1 and min_p <= 0 disable those stages; penalties of 1 / 0
+ * top_p >= 1 and min_p <= 0 disable those steps; penalties of 1 / 0
  * disable them. The same seed and the same logits give the same ids.
  * cv_sampler_sample allocates nothing (buffers are sized at create) and does
  * not modify the caller's logits. cv_sampler_accept records an id in the

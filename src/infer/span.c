@@ -1,7 +1,8 @@
 /* span.c: a layer range's inference state and its step (see span.h). The
- * step is the forward pass plus, in the span holding the head, sampling:
- * the same code runs on one machine (the span holds every layer) and at the
- * last stage of a chain, which is what makes their tokens identical. */
+ * step is the forward pass plus, in the last span (the one holding the
+ * output matrix), sampling: the same code runs on one machine (the span
+ * holds every layer) and at the last stage of a chain, which is what makes
+ * their tokens identical. */
 #include "infer/span.h"
 
 #include <errno.h>
@@ -20,7 +21,7 @@
  * alignment, in whole pages (an upper bound for a block of any size). */
 static uint64_t alloc_bytes(uint64_t n) { return (n + 64 + 4095) / 4096 * 4096; }
 
-/* A head span's samplers: cv_sampler_create's five arrays and the struct. */
+/* The last span's samplers: cv_sampler_create's five arrays and the struct. */
 static uint64_t sampler_bytes(uint64_t n_vocab, uint64_t n_ctx)
 {
     return 3 * alloc_bytes(8 * n_vocab) + alloc_bytes(4 * n_vocab) + alloc_bytes(4 * n_ctx) + alloc_bytes(256);
@@ -256,7 +257,7 @@ static int link_drafts(cv_span *s, const cv_batch *b, char *err, size_t errlen)
 }
 
 /* Stale windows run at their positions: their slots are lengthened to
- * them for the pass (to = 1); the head span then cuts them back to their
+ * them for the pass (to = 1); the last span then cuts them back to their
  * length (to = 0), as their rows are not part of the sequence. */
 static void stale_lengths(cv_span *s, const cv_batch *b, int to)
 {

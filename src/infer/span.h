@@ -1,14 +1,15 @@
 /* span.h: the compute of a layer range: the model bound for layers
  * [l0, l1), a KV cache of n_slot slots, a thread pool, the forward pass
- * and, when the span holds the output head, one sampler per slot. One
- * machine runs one span of every layer; a pipeline stage (the `convoy stage`
- * process of pipe/node.c, or the head's local first stage) runs one span
- * of its layers. "Stage" is kept for that position in the pipeline.
+ * and, when the span holds the output matrix, one sampler per slot: that
+ * is the last span, the one that samples. One machine runs one span of
+ * every layer; a pipeline stage (the `convoy stage` process of
+ * pipe/node.c, or the head's local first stage) runs one span of its
+ * layers. "Stage" is kept for that position in the pipeline.
  *
  * Contract: cv_span_step runs one batch. A span holding the embeddings
  * reads token ids; any other reads hidden states `in` [n][n_embd]. A span
- * without the head writes hidden states `out_hidden` [n][n_embd]. A span
- * with the head first records every token of the batch in its slot's
+ * without the output matrix writes hidden states `out_hidden` [n][n_embd].
+ * The last span first records every token of the batch in its slot's
  * sampler history (in batch order: the ids that enter the model are the
  * history, the same on one machine and on a chain), then samples every
  * wanted row with its slot's sampler and writes the ids to `out_tokens`
@@ -19,16 +20,16 @@
  *
  * Rollback: a slot's first token in a batch at a position below the slot's
  * cached length truncates the slot to that position first (KV and, at the
- * head, the sampler history), so that a pipeline undoes rejected drafts
+ * last span, the sampler history), so that a pipeline undoes rejected drafts
  * with the next batch instead of a message. A batch that is refused (bad
  * slot, positions, ids or drafts) is refused before anything is cut.
  *
  * Speculation: a token with want == CV_WANT_DRAFT is a draft: a guess of
  * what the previous token of its slot in the batch (wanted, one position
- * before) samples. The head verifies drafts in batch order: each row that a
+ * before) samples. The last span verifies drafts in batch order: each row that a
  * draft follows is sampled as it would be without one (see sampler.h); the
  * first id that differs from the draft ends the slot's emission, and its
- * later wanted rows emit -1 (and draw nothing from the RNG). The head span
+ * later wanted rows emit -1 (and draw nothing from the RNG). The last span
  * then truncates the slot after the last emitted row's token.
  * Every token still enters the history in batch order, row by row, so each
  * row is sampled with exactly the history it would have without drafts.
@@ -40,10 +41,10 @@
  * leaves the slot as it was). Past the slot's length, the slot was cut
  * back meanwhile and the window is stale: every span computes it at its
  * positions (the slot lengthened to them; the gap holds what it held), and
- * the head span cuts it off again: its rows emit -1, enter no history and
+ * the last span cuts it off again: its rows emit -1, enter no history and
  * draw nothing.
  *
- * Embeddings: at the head, a row with want CV_WANT_POOL or _EMBED adds its
+ * Embeddings: in the last span, a row with want CV_WANT_POOL or _EMBED adds its
  * final hidden state (the output norm applied; no logits, no sampling) to
  * its slot's pool, in batch order, which is position order: the pool does
  * not depend on how a sequence is cut into batches. Mean pooling sums the
@@ -79,7 +80,7 @@ typedef struct cv_span_params {
     bool mlock;        /* the layers' weights locked in memory (mlock: never swapped out) */
     bool from_hidden;  /* it reads a previous stage's hidden states, never token ids (a node) */
     int32_t expert_slots; /* a mixture of experts' cache (model/experts.h); 0: a slot per expert */
-    int32_t pooling;   /* the head's embeddings: CV_POOL_MEAN, _CLS or _LAST; another value refuses rows that pool */
+    int32_t pooling;   /* the last span's pooling: CV_POOL_MEAN, _CLS or _LAST; another value refuses rows that pool */
 } cv_span_params;
 
 typedef struct cv_span {
@@ -88,11 +89,11 @@ typedef struct cv_span {
     cv_pool *pool;
     cv_experts *experts;   /* a mixture of experts' cache, else NULL */
     cv_forward *fwd;
-    cv_sampler **samplers; /* [n_slot] when the span holds the head */
-    cv_constraint **constraints; /* [n_slot] when the span holds the head: a slot's grammar, or NULL */
+    cv_sampler **samplers; /* [n_slot] in the last span */
+    cv_constraint **constraints; /* [n_slot] in the last span: a slot's grammar, or NULL */
     cv_vocab_pieces pieces;      /* loaded with the first grammar */
     float *masked;               /* [n_vocab] a row's logits under its slot's grammar */
-    float *logits;         /* [n_batch][n_vocab] when the span holds the head */
+    float *logits;         /* [n_batch][n_vocab] in the last span */
     int32_t *slot_row;     /* [n_slot] step scratch: a slot's latest row in the batch so far */
     int32_t *draft_of;     /* [n_batch] step scratch: the draft that follows a row, or -1 */
     uint8_t *guess;        /* [n_batch] step scratch: the row guesses its slot's last sampled id */
@@ -100,16 +101,16 @@ typedef struct cv_span {
     int32_t *stale_len;    /* [n_slot] step scratch: a stale window's slot length, else -1 */
     int32_t n_batch;
     int32_t pooling;       /* cv_span_params' */
-    float *sums;           /* [n_slot][n_embd] at the head: each slot's pool of final hidden states */
+    float *sums;           /* [n_slot][n_embd] in the last span: each slot's pool of final hidden states */
     int32_t *n_pooled;     /* [n_slot] the rows each pool holds */
-    float *embd;           /* [n_batch][n_embd] at the head: the embeddings of the last step's output rows */
-    uint8_t *row_embd;     /* [n_batch] at the head: whether output row i of the last step is an embedding */
+    float *embd;           /* [n_batch][n_embd] in the last span: the embeddings of the last step's output rows */
+    uint8_t *row_embd;     /* [n_batch] in the last span: whether output row i of the last step is an embedding */
 } cv_span;
 
 /* Memory a span allocates besides its weights, each allocation counted in
  * whole pages (what it can hold resident): KV cache per layer; `fixed`, the
  * forward pass's buffers (attention scratch per thread included), the pool
- * and bookkeeping; at the head the logits and a sampler per slot (its
+ * and bookkeeping; in the last span the logits and a sampler per slot (its
  * history as long as the context: a sampler's penalty_last_n must not be
  * longer for this to hold). */
 typedef struct cv_span_costs {
@@ -120,7 +121,7 @@ typedef struct cv_span_costs {
 
 void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c);
 /* Bytes a span with these parameters needs: weights of its layers (and of
- * the embeddings or head it holds), KV cache and buffers. Reads only the
+ * the embeddings or output matrix it holds), KV cache and buffers. Reads only the
  * tensor directory (m may be bound for any range). */
 uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p);
 
@@ -135,17 +136,17 @@ void cv_span_close(cv_span *s);
 
 int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen);
-/* Logits of wanted row i of the last step (head spans only). */
+/* Logits of wanted row i of the last step (the last span only). */
 static inline const float *cv_span_logits(const cv_span *s, int32_t i)
 {
     return s->logits + (size_t)i * (size_t)s->model.hp.n_vocab;
 }
 
-/* The embedding of output row i of the last step (head spans), or NULL
+/* The embedding of output row i of the last step (the last span), or NULL
  * when the row is not an _EMBED row. */
 const float *cv_span_embedding(const cv_span *s, int32_t i);
 
-/* Sampler parameters of a slot (head spans): allocates, so it belongs to
+/* Sampler parameters of a slot (the last span): allocates, so it belongs to
  * request setup, not to a step. */
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen);
 /* Holds a slot's output to a GBNF grammar from position `from` on (see

@@ -8,13 +8,13 @@
  *   out[t][g] = sum_i softmax_i(cap(scale * q[t][g] . K[i])) V[i],
  *   i in [0, n_pos + t), cap(s) = softcap * tanh(s / softcap) when softcap
  *   > 0 (Gemma 2's attention logit soft-capping), else s; with sinks
- *   (gpt-oss), head g's softmax has one more term in its denominator,
+ *   (gpt-oss), query head g's softmax has one more term in its denominator,
  *   exp(sinks[g]), as if a position of score sinks[g] and value 0 were there,
  * reading each K and V row once for the whole group and all the tokens
  * (the reference: once per token). Token t's result is the bits of a call for
  * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
  * rows and the arguments (never on threads, batch, other tokens or other
- * heads): the reference (attn_group_ref), AVX2+FMA+F16C
+ * query heads): the reference (attn_group_ref), AVX2+FMA+F16C
  * (attn_group_avx2), AVX-512F (attn_group_avx512) and NEON
  * (attn_group_neon) versions give the same bits, NaN payloads aside. K and
  * V rows are F32 or F16 (widened exactly). Dispatch follows
@@ -117,7 +117,7 @@ void attn_group_neon(const cv_attn_args *a);
 #endif
 
 /* Scratch layout shared by the versions, for `rows` query rows (row
- * t * group + g is token t's head g): scores [rows][CV_ATTN_BLOCK], then
+ * t * group + g is token t's query head g): scores [rows][CV_ATTN_BLOCK], then
  * m [rows], l [rows], alpha [rows], then 8 rows of hd floats (F16 keys
  * widened by the SIMD versions). */
 #define CV_ATTN_SCRATCH(hd, rows) \

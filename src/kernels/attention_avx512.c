@@ -6,9 +6,9 @@
  *   broadcast to both halves. Eight positions' accumulators are reduced by
  *   the AVX2 version's horizontal-add tree, run on both halves at once.
  * - Softmax: attention_x86.h's 8-lane step.
- * - Values: element by element, so 16 elements per vector; up to 4 heads
+ * - Values: element by element, so 16 elements per vector; up to 4 query heads
  *   by 4 vectors of accumulators stay in registers (16 independent sums:
- *   one head's 4 left the FMA units waiting on their latency). */
+ *   one query head's 4 left the FMA units waiting on their latency). */
 #include <immintrin.h>
 #include <string.h>
 

@@ -99,7 +99,7 @@ typedef struct attn_block {
     const char *kb, *vb; /* the block's first K and V rows */
 } attn_block;
 
-/* Query row r's q and out: token r / group's head r % group. */
+/* Query row r's q and out: token r / group's query head r % group. */
 static inline const float *attn_q(const attn_state *st, int r)
 {
     const cv_attn_args *a = st->a;
@@ -135,8 +135,8 @@ static inline void attn_init(attn_state *st, const cv_attn_args *a)
         memset(a->out + (size_t)t * a->tok_stride, 0, sizeof(float) * (size_t)a->group * (size_t)st->hd);
 }
 
-/* Every query row's sink, when the arguments have them: row r is head
- * r % group. */
+/* Every query row's sink, when the arguments have them: row r is query
+ * head r % group. */
 static inline void attn_sinks(const attn_state *st)
 {
     const cv_attn_args *a = st->a;

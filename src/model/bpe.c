@@ -39,7 +39,7 @@
  * after the first byte, as llama.cpp splits it) has rank i. They are kept as
  * the concatenated text plus the split point in one blob, with an
  * open-addressing hash map from (text, split) to rank; pairs of adjacent
- * symbols are contiguous in the pre-token, so a lookup hashes one span.
+ * symbols are contiguous in the pre-token, so a lookup hashes one run of bytes.
  *
  * Direction: the vocabulary (vocab.c) calls this file, never the reverse.
  * BPE knows no cv_vocab: it finds the id of a symbol's text through the

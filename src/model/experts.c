@@ -1,4 +1,4 @@
-/* experts.c: the expert cache (experts.h). A slot is found by its
+/* experts.c: the expert cache (experts.h). An expert slot is found by its
  * (layer, expert) key in a table of every expert the stage serves; the
  * victim of a miss is the slot used longest ago, never one the same call
  * has handed out. */

@@ -3,7 +3,7 @@
  *
  * A MoE layer's experts are most of its bytes and a token uses a few of
  * them, so the loader leaves them in the file: cv_experts_use reads the
- * experts a batch chose into a cache of equal slots (expert e's gate, up
+ * experts a batch chose into a cache of equal expert slots (expert e's gate, up
  * and down rows, with pread so that the mapping's pages are never touched,
  * interleaved as the loader interleaves resident matrices) and evicts the
  * least recently used when every slot is taken. An expert no token
@@ -11,7 +11,7 @@
  * slots are allocated and faulted in whole at create (a page's first
  * touch in decode cost as much as the read), so a stage's resident memory
  * is its other weights plus n_slot slots, whatever the batches choose
- * (pipe/plan.h counts them). A slot holds the file's bytes: results never
+ * (pipe/plan.h counts them). An expert slot holds the file's bytes: results never
  * depend on the cache.
  *
  * Contract: cv_experts_create(m, n_slot) serves the layers m binds,

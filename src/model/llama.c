@@ -86,7 +86,7 @@ int cv_llama_arch_of(const char *name, size_t n, cv_arch *a)
  * 4... slide over attention.sliding_window positions (4096 when absent)
  * with the model's RoPE base; attention scores soft-capped by
  * attn_logit_softcapping (50 when absent), final logits by 30 when the key
- * is absent. Gemma 3: 5 of every 6 layers slide (none when the window is
+ * is absent. Gemma 3: 5 of every 6 layers slide (none when the sliding window is
  * absent or 0) with RoPE base 10000; linear rope.scaling.factor on the
  * full-attention layers. */
 static int read_gemma(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
@@ -177,7 +177,7 @@ static bool str_is(gguf_str s, const char *lit) { return s.len == strlen(lit) &&
 
 /* gpt-oss's own hyperparameters, as llama.cpp reads them: layers 0, 2,
  * 4... slide over attention.sliding_window positions (required) with the
- * others' RoPE; the whole head rotates (NeoX pairs), queries scaled by
+ * others' RoPE; each attention head rotates whole (NeoX pairs), queries scaled by
  * 1/sqrt(head_dim); the clamped SwiGLU. rope.scaling.type "yarn" (what
  * the converter writes) turns YaRN on (ext_factor 1) with
  * rope.scaling.factor s: positions times 1/s on every layer, blended
@@ -224,7 +224,7 @@ static int read_gptoss(const gguf_file *f, cv_llama_hparams *hp, char *err, size
  * s times longer); rope.scaling.original_context_length (else
  * context_length) is the context beyond which the long factors apply.
  * phi3's attention.sliding_window is not read: llama.cpp turns Phi-3's
- * window off (its converters do not write the right one yet). */
+ * sliding window off (its converters do not write the right one yet). */
 static int read_rope_scaling(const gguf_file *f, const char *arch, cv_llama_hparams *hp, char *err, size_t errlen)
 {
     uint32_t n_ctx_orig = (uint32_t)hp->n_ctx_train;

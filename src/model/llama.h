@@ -31,7 +31,7 @@
 typedef enum cv_arch {
     CV_ARCH_LLAMA, /* Llama 1-3, Mistral, TinyLlama: optional rope_freqs (Llama 3.1 scaling) */
     CV_ARCH_QWEN2, /* Q/K/V biases, NeoX RoPE */
-    CV_ARCH_QWEN3, /* per-head RMSNorm of Q and K, NeoX RoPE */
+    CV_ARCH_QWEN3, /* RMSNorm of Q and K per attention head, NeoX RoPE */
     CV_ARCH_GEMMA2, /* post-attention and post-FFN norms, GeGLU, embeddings scaled by
                      * sqrt(n_embd), every other layer sliding, attention and final
                      * logit soft-capping, tied output */
@@ -72,7 +72,7 @@ typedef struct cv_llama_hparams {
     int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
     int32_t n_ff;       /* the dense FFN's hidden size (qwen2moe: its shared expert's) */
     int32_t n_ctx_train; /* context_length, at most CV_LLAMA_MAX_CTX */
-    int32_t n_rot;      /* rotary dimensions per head (head_dim unless the GGUF says less) */
+    int32_t n_rot;      /* rotary dimensions per attention head (head_dim unless the GGUF says less) */
     float rms_eps;
     float rope_theta;
     bool rope_neox;     /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
@@ -144,7 +144,7 @@ typedef struct cv_llama_layer {
     cv_weight wk;           /* n_embd -> n_head_kv * head_dim */
     cv_weight wv;           /* n_embd -> n_head_kv * head_dim */
     const float *bq, *bk, *bv; /* [n_head * head_dim], [n_head_kv * head_dim] x2 (qwen2), else NULL */
-    const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3, gemma3), else NULL */
+    const float *q_norm, *k_norm; /* [head_dim] RMSNorm weights of each attention head (qwen3, gemma3), else NULL */
     cv_weight wo;           /* n_head * head_dim -> n_embd */
     const float *bo;        /* [n_embd] output bias (gpt-oss), else NULL */
     const float *sinks;     /* [n_head] attention sink logits (gpt-oss), else NULL */
@@ -193,6 +193,7 @@ void cv_llama_free(cv_llama *m);
 const float *cv_llama_rope_factors(const cv_llama *m, int32_t n_ctx);
 
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0 && m->tok_embd.data; }
+/* Whether the range ends at the last layer: it holds the output norm and matrix (the last span's). */
 static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
 /* How much of token_embd a range starting at layer 0 reads: all of it (it

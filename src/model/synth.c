@@ -30,7 +30,7 @@ static const struct synth_preset {
     const char *name;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_theta, output_scale;
-    int64_t n_swa; /* a Gemma's or gpt-oss's window */
+    int64_t n_swa; /* a Gemma's or gpt-oss's sliding window */
     cv_arch arch;
     int64_t head_dim, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int64_t n_ctx_orig; /* a Phi-3's or gpt-oss's original context */
@@ -336,7 +336,7 @@ static int check_experts(const cv_synth_params *p, char *err, size_t errlen)
 
 /* The original context, which a Phi-3 and a gpt-oss have (1..n_ctx) and
  * no other architecture; a Phi-3 has neither sliding window nor experts,
- * and 3/4 of its head rotates in pairs. */
+ * and 3/4 of each attention head rotates in pairs. */
 static int check_phi3(const cv_synth_params *p, char *err, size_t errlen)
 {
     const bool phi3 = p->arch == CV_ARCH_PHI3;
@@ -451,7 +451,7 @@ static void add_ffn(const cv_synth_params *p, synth_tensor *t, int *n, int64_t l
     }
 }
 
-/* The number of rotary dimensions: 3/4 of the head for a Phi-3 (partial
+/* The number of rotary dimensions: 3/4 of head_dim for a Phi-3 (partial
  * rotation, as Phi-4-mini), else all of it. */
 static int64_t rot_dims(const cv_synth_params *p)
 {

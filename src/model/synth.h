@@ -88,8 +88,8 @@ typedef struct cv_synth_params {
  * about 1, where 50 would change nothing).
  *
  * A Phi-3 (arch phi3, 1 <= n_ctx_orig <= n_ctx, no sliding window, no
- * experts, head dimension a multiple of 8) has general.architecture "phi3" and
- * phi3.* keys with rope.dimension_count 3/4 of the head (partial RoPE),
+ * experts, head_dim a multiple of 8) has general.architecture "phi3" and
+ * phi3.* keys with rope.dimension_count 3/4 of head_dim (partial RoPE),
  * rope.scaling.original_context_length n_ctx_orig,
  * rope.scaling.attn_factor sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig))
  * (1 when n_ctx_orig == n_ctx), attention.sliding_window n_ctx_orig / 8
@@ -118,7 +118,7 @@ typedef struct cv_synth_params {
  * head_dim] and attn_output its transpose, and attention.key_length and
  * value_length say head_dim. */
 
-/* A gpt-oss (arch gpt-oss, with experts, a window and 1 <= n_ctx_orig <=
+/* A gpt-oss (arch gpt-oss, with experts, a sliding window and 1 <= n_ctx_orig <=
  * n_ctx) has general.architecture "gpt-oss" and gpt-oss.* keys with
  * expert_feed_forward_length, attention.sliding_window n_swa (layers 0, 2,
  * 4... slide), rope.scaling.type "yarn", rope.scaling.factor n_ctx /
@@ -137,18 +137,18 @@ typedef struct cv_synth_params {
  * seed 1234, F32, 1 thread; dims 0 (set them or apply a preset). */
 void cv_synth_defaults(cv_synth_params *p);
 
-/* Sets the dims, ctx, rope theta, output scale, arch and window of a named
+/* Sets the dims, ctx, rope theta, output scale, arch and sliding window of a named
  * shape:
- *   tiny            64, 5 layers, 8 heads, 4 kv, ff 172, vocab 512, ctx 512
+ *   tiny            64, 5 layers, 8 attention heads, 4 kv, ff 172, vocab 512, ctx 512
  *                   (llama2.c stories260K; rows of 172 do not fit 32-blocks)
  *   synth-mini      256, 4, 8, 2, 768, 2048, ctx 512, output_scale 4
  *   synth-hd128     512, 2, 4, 1, 1536, 2048, ctx 512, theta 500000, output_scale 4
  *   gemma2-mini     256, 4, 8, 4, 768, 2048, ctx 512, theta 100000, a Gemma 2
- *                   with window 16 (layers 0 and 2 slide, 1 and 3 attend every position)
- *   gemma3-mini     256, 7, 8, 2, 768, 2048, ctx 512, a Gemma 3 with window 16
+ *                   with sliding window 16 (layers 0 and 2 slide, 1 and 3 attend every position)
+ *   gemma3-mini     256, 7, 8, 2, 768, 2048, ctx 512, a Gemma 3 with sliding window 16
  *                   (layers 0-4 and 6 slide, 5 attends every position)
  *   phi3-mini       256, 4, 8, 2, 768, 2048, ctx 1024, output_scale 4, a Phi-3
- *                   with original context 256 (24 of 32 head dimensions rotate)
+ *                   with original context 256 (24 of head_dim 32 rotate)
  *   llama-3.2-1b    2048, 16, 32, 8, 8192, 32000, ctx 4096, theta 500000
  *   llama-3.1-8b    4096, 32, 32, 8, 14336, 32000, ctx 8192, theta 500000
  *   llama-3.1-70b   8192, 80, 64, 8, 28672, 32000, ctx 8192, theta 500000
@@ -161,10 +161,10 @@ void cv_synth_defaults(cv_synth_params *p);
  *                   head_dim 128, ctx 4096, theta 1000000, 128 experts of
  *                   768, 8 used
  *   gpt-oss-mini    256, 4, 8, 2, 256, 2048, head_dim 64, ctx 512, theta
- *                   150000, output_scale 4, window 16, 8 experts of 256,
+ *                   150000, output_scale 4, sliding window 16, 8 experts of 256,
  *                   4 used, YaRN factor 8 over an original context of 64
  *   gpt-oss-20b     gpt-oss-20b's dims: 2880, 24, 64, 8, 2880, 32000,
- *                   head_dim 64, ctx 4096, theta 150000, window 128, 32
+ *                   head_dim 64, ctx 4096, theta 150000, sliding window 128, 32
  *                   experts of 2880, 4 used, YaRN factor 32 (its own)
  *                   over an original context of 128 (its own is 4096 of
  *                   131072: the tables' cost is the same)

@@ -34,7 +34,7 @@
  *
  * cv_detok turns a stream of ids into text that is always valid UTF-8 at
  * every call: bytes of a character split over several tokens are held back
- * until the character is complete; invalid sequences become U+FFFD (one per
+ * until the character is complete; invalid bytes become U+FFFD (one per
  * maximal ill-formed subpart). Pieces are rendered with special = false and
  * simply concatenated: the leading space of the first piece is kept (as in
  * llama.cpp's token-by-token output, not as in llama_detokenize). */
@@ -83,10 +83,10 @@ void cv_vocab_free(cv_vocab *v);
 
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max);
-/* cv_tokenize, except that inside the plain spans (byte ranges, sorted,
+/* cv_tokenize, except that inside the plain ranges (cv_text_span: sorted,
  * disjoint, within the text) no CONTROL token is parsed, only USER_DEFINED
  * ones as with parse_special false: a chat's message contents. Text with no
- * special token in a span tokenizes as cv_tokenize does. */
+ * special token in a plain range tokenizes as cv_tokenize does. */
 typedef struct cv_text_span {
     size_t off, len;
 } cv_text_span;
