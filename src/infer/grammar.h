@@ -4,7 +4,7 @@
  * Contract: cv_grammar_parse compiles GBNF text (untrusted, `len` bytes, NUL
  * bytes included) whose start rule is `root`: rules `name ::= alternatives`
  * (names [a-zA-Z0-9-]+) ending at a newline outside parentheses, `|`,
- * sequences, "literals" and [classes] / [^negated] with the escapes \n \r \t
+ * concatenations, "literals" and [classes] / [^negated] with the escapes \n \r \t
  * \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH and ranges a-z, `.` (any code
  * point), ( groups ), * + ? {m} {m,} {m,n}, # comments. A refused text gives
  * NULL and a message "line L:C: ..." naming the problem: a syntax error, an
@@ -17,7 +17,7 @@
  * Matching is over the Unicode code points of UTF-8 text; invalid UTF-8
  * (overlong forms, surrogates, past U+10FFFF, stray continuation bytes) is
  * never allowed. Bytes may stop inside a code point: a state then holds the
- * partial sequence, and the partial bytes are allowed exactly when some
+ * partial code point, and the partial bytes are allowed exactly when some
  * code point that a class the grammar expects next would match begins with
  * them. Ambiguity is followed in full (every parse at once), within fixed
  * caps: a code point whose step would need more than CV_GRAMMAR_MAX_STACKS
