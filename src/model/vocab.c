@@ -16,12 +16,14 @@
  *    find_byte_tokens notes the <0xXX> token of every byte.
  * 4. set_defaults: llama.cpp's special ids and flags (SPM: BOS 1, EOS 2,
  *    UNK 0; BPE: see below, after its merges are loaded). Then
- *    read_special_keys reads the special ids (a key whose id lies outside
+ *    cv_vocab_read_special_keys (vocab_special.c, like every finder of
+ *    special tokens) reads the special ids (a key whose id lies outside
  *    the vocabulary is ignored, as llama.cpp does, so the default stays)
  *    and the add_* flags.
- * 5. find_eog_by_text: like llama.cpp, it finds an EOT / EOM token by its
- *    text when the GGUF names none ("<|eot_id|>", "<|im_end|>", ...), and
- *    forces every end-of-generation token found by text to CONTROL type.
+ * 5. cv_vocab_find_eog_by_text: like llama.cpp, it finds an EOT / EOM token
+ *    by its text when the GGUF names none ("<|eot_id|>", "<|im_end|>", ...),
+ *    and forces every end-of-generation token found by text to CONTROL type;
+ *    cv_vocab_find_fim_tokens finds the FIM tokens.
  * 6. build_tables: the rest of the index, once types are final: the
  *    rendered piece of every token (what cv_token_piece gives with special
  *    = true), the list of "special" tokens (CONTROL, USER_DEFINED, UNKNOWN)
@@ -88,6 +90,7 @@
 #include "core/heap.h"
 #include "core/err.h"
 #include "model/bpe.h"
+#include "model/vocab_special.h"
 
 struct cv_vocab_index {
     uint32_t map_mask;   /* capacity - 1 (capacity a power of two) */
@@ -161,27 +164,6 @@ static int32_t map_insert(cv_vocab *v, int32_t id)
 }
 
 /* ---- loading ---- */
-
-/* Reads an optional token-id key: absent leaves *id; an id outside the
- * vocabulary is ignored (llama.cpp warns and keeps its default). */
-static int read_id_key(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *id, char *err, size_t errlen)
-{
-    if (!gguf_find_kv(f, key))
-        return 0;
-    uint32_t value;
-    if (gguf_get_u32(f, key, &value, err, errlen) != 0)
-        return -1;
-    if (value < (uint32_t)n_vocab)
-        *id = (int32_t)value;
-    return 0;
-}
-
-static int read_bool_key(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen)
-{
-    if (!gguf_find_kv(f, key))
-        return 0;
-    return gguf_get_bool(f, key, out, err, errlen);
-}
 
 /* Finds the array key `key` of n_vocab numeric elements; NULL if absent. */
 static int find_numeric_array(const gguf_file *f, const char *key, int32_t n_vocab, bool integer,
@@ -272,36 +254,6 @@ static uint32_t render_piece(const cv_vocab *v, int32_t id, char *dst)
     }
 }
 
-static const char *const eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", /* DeepSeek */
-};
-static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
-};
-
-/* Lowest id whose text is one of texts[0..n), or -1. */
-static int32_t find_by_texts(const cv_vocab *v, const char *const *texts, size_t n)
-{
-    int32_t best = -1;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = text_to_token(v, texts[i], strlen(texts[i]));
-        if (id >= 0 && (best < 0 || id < best))
-            best = id;
-    }
-    return best;
-}
-
-static void add_eog(cv_vocab_index *ix, int32_t id)
-{
-    if (id < 0)
-        return;
-    for (int32_t i = 0; i < ix->n_eog; i++)
-        if (ix->eog[i] == id)
-            return;
-    ix->eog[ix->n_eog++] = id;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -327,7 +279,7 @@ static int build_tables(cv_vocab *v, int32_t eom, char *err, size_t errlen)
     ix->piece_off = cv_malloc(sizeof(uint32_t) * (size_t)n);
     ix->piece_len = cv_malloc(sizeof(uint32_t) * (size_t)n);
     ix->special = cv_malloc(sizeof(int32_t) * (size_t)n);
-    ix->eog = cv_malloc(sizeof(int32_t) * (sizeof(eog_texts) / sizeof(eog_texts[0]) + 3));
+    ix->eog = cv_malloc(sizeof(int32_t) * CV_VOCAB_EOG_MAX);
     if (!ix->piece_blob || !ix->piece_off || !ix->piece_len || !ix->special || !ix->eog)
         return cv_errf(err, errlen, "out of memory building the vocabulary index (%d tokens)", (int)n);
     uint32_t off = 0;
@@ -349,11 +301,7 @@ static int build_tables(cv_vocab *v, int32_t eom, char *err, size_t errlen)
         ix->special[i] = (int32_t)(keys[i] & 0xffffffffu);
     cv_free(keys);
 
-    for (size_t i = 0; i < sizeof(eog_texts) / sizeof(eog_texts[0]); i++)
-        add_eog(ix, text_to_token(v, eog_texts[i], strlen(eog_texts[i])));
-    add_eog(ix, v->eos);
-    add_eog(ix, v->eot);
-    add_eog(ix, eom);
+    ix->n_eog = cv_vocab_eog_ids(v, eom, ix->eog);
     return 0;
 }
 
@@ -509,80 +457,6 @@ static int set_defaults(cv_vocab *v, const gguf_file *f, char *err, size_t errle
     return 0;
 }
 
-/* Reads the special ids (EOM into *eom: the vocab keeps it only in the EOG
- * set) and the add_* flags; a flag that adds a token the vocabulary lacks
- * is an error. */
-static int read_special_keys(cv_vocab *v, const gguf_file *f, int32_t *eom, char *err, size_t errlen)
-{
-    int32_t n = v->n_vocab;
-    if (read_id_key(f, "tokenizer.ggml.bos_token_id", n, &v->bos, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.eos_token_id", n, &v->eos, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.unknown_token_id", n, &v->unk, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.padding_token_id", n, &v->pad, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.eot_token_id", n, &v->eot, err, errlen) != 0 ||
-        read_id_key(f, "tokenizer.ggml.eom_token_id", n, eom, err, errlen) != 0 ||
-        read_bool_key(f, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen) != 0 ||
-        read_bool_key(f, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen) != 0 ||
-        read_bool_key(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen) != 0)
-        return -1;
-    if ((v->add_bos && v->bos < 0) || (v->add_eos && v->eos < 0))
-        return cv_errf(err, errlen, "%s: add_%s_token is set but the vocabulary has no %s token", f->name,
-                       v->add_bos && v->bos < 0 ? "bos" : "eos", v->add_bos && v->bos < 0 ? "BOS" : "EOS");
-    return 0;
-}
-
-/* Finds EOT and EOM by their text when the GGUF names none, and makes every
- * end-of-generation token found by text CONTROL, as llama.cpp does. */
-static void find_eog_by_text(cv_vocab *v, int32_t *eom)
-{
-    int32_t forced[sizeof(eog_texts) / sizeof(eog_texts[0]) + 2];
-    size_t n_forced = 0;
-    if (v->eot < 0)
-        forced[n_forced++] = v->eot = find_by_texts(v, eot_texts, sizeof(eot_texts) / sizeof(eot_texts[0]));
-    if (*eom < 0)
-        forced[n_forced++] = *eom = text_to_token(v, "<|eom_id|>", 10);
-    for (size_t i = 0; i < sizeof(eog_texts) / sizeof(eog_texts[0]); i++)
-        forced[n_forced++] = text_to_token(v, eog_texts[i], strlen(eog_texts[i]));
-    for (size_t i = 0; i < n_forced; i++)
-        if (forced[i] >= 0)
-            v->type[forced[i]] = CV_TOKEN_CONTROL;
-}
-
-/* The FIM tokens: the GGUF's keys (the current name, then the older one),
- * else the first of the texts code models use that the vocabulary has. */
-static int find_fim_tokens(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
-{
-    static const char *const keys[CV_FIM_COUNT][2] = {
-        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
-        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
-        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
-        {"tokenizer.ggml.fim_rep_token_id", NULL},
-        {"tokenizer.ggml.fim_sep_token_id", NULL},
-    };
-    /* DeepSeek's spell "<｜fim▁begin｜>" (full-width bars, U+2581) */
-#define DS_FIM(w) "<\xef\xbd\x9c" "fim\xe2\x96\x81" w "\xef\xbd\x9c>"
-#define SPM_SPACE "\xe2\x96\x81"
-    static const char *const texts[CV_FIM_COUNT][6] = {
-        {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", DS_FIM("begin"), "<PRE>", SPM_SPACE "<PRE>"},
-        {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", DS_FIM("hole"), "<SUF>", SPM_SPACE "<SUF>"},
-        {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", DS_FIM("end"), "<MID>", SPM_SPACE "<MID>"},
-        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
-        {"<|file_sep|>", "<file_sep>", "<|file_separator|>", NULL, NULL, NULL},
-    };
-#undef DS_FIM
-#undef SPM_SPACE
-
-    for (int k = 0; k < CV_FIM_COUNT; k++) {
-        v->fim[k] = -1;
-        for (int j = 0; j < 2 && keys[k][j] && v->fim[k] < 0; j++)
-            if (read_id_key(f, keys[k][j], v->n_vocab, &v->fim[k], err, errlen) != 0)
-                return -1;
-        for (int j = 0; j < 6 && texts[k][j] && v->fim[k] < 0; j++)
-            v->fim[k] = text_to_token(v, texts[k][j], strlen(texts[k][j]));
-    }
-    return 0;
-}
-
 /* The phases of "Load" in the design comment, in order; any failure
  * leaves v empty. */
 int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
@@ -598,10 +472,10 @@ int cv_vocab_load(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
         goto fail;
     find_byte_tokens(v);
     if (set_defaults(v, f, err, errlen) != 0 ||
-        read_special_keys(v, f, &eom, err, errlen) != 0)
+        cv_vocab_read_special_keys(v, f, &eom, err, errlen) != 0)
         goto fail;
-    find_eog_by_text(v, &eom);
-    if (find_fim_tokens(v, f, err, errlen) != 0 || build_tables(v, eom, err, errlen) != 0)
+    cv_vocab_find_eog_by_text(v, &eom);
+    if (cv_vocab_find_fim_tokens(v, f, err, errlen) != 0 || build_tables(v, eom, err, errlen) != 0)
         goto fail;
     return 0;
 fail:
