@@ -12,20 +12,8 @@
  * still sending its body would see a reset instead of the answer. The
  * exceptions close on purpose: a declared body far past the cap, or any
  * refusal when the client waits for "100 Continue", is answered before the
- * body is read.
- *
- * A generation (struct gen) owns the parsed request, the scheduler's
- * request handle and the text state; it waits on the request in slices of
- * POLL_MS and between them looks at the socket (a hang-up or EOF means the
- * client left: the request is released, which cancels it). Non-streaming
- * answers wait in the handler and then send one JSON body; streaming
- * answers are a callback response whose reader waits the same way and
- * returns server-sent events, one chunk per batch of new text. The reader
- * never returns 0 bytes (with a thread per connection that would spin).
- * The gen is freed by the response's free callback, or by the handler for
- * non-streaming answers; h->n_gens counts those not yet freed, for the
- * drain. The request's struct conn outlives its gen (it is freed when the
- * request completes), so the gen writes the log's counts into it. */
+ * body is read. A generation, from its request's parse to its last event,
+ * is gen.c's (gen.h). */
 #include "serve/http.h"
 
 #include <arpa/inet.h>
@@ -50,46 +38,14 @@
 #include "serve/buf.h"
 #include "serve/deadline.h"
 #include "serve/embed.h"
+#include "serve/gen.h"
 #include "serve/log.h"
-#include "serve/llamacpp.h"
 #include "serve/ollama.h"
-#include "serve/resp.h"
 #include "serve/slots.h"
-#include "serve/think.h"
-#include "serve/text.h"
 #include "serve/webui.h"
 
-enum { POLL_MS = 50, SSE_BLOCK = 16 * 1024, DRAIN_MS = 5000 };
+enum { DRAIN_MS = 5000 };
 
-enum route {
-    R_COMPLETIONS,
-    R_CHAT,
-    R_RESPONSES,
-    R_TOKENIZE,
-    R_DETOKENIZE,
-    R_APPLY_TEMPLATE,
-    R_SLOT_ACTION,
-    R_LLAMACPP_COMPLETION,
-    R_INFILL,
-    R_EMBEDDINGS,
-    R_OLLAMA_CHAT,
-    R_OLLAMA_GENERATE,
-    R_OLLAMA_SHOW,
-    R_OLLAMA_EMBED,
-    R_OLLAMA_EMBEDDINGS,
-    R_MODELS,
-    R_MODEL,
-    R_HEALTH,
-    R_METRICS,
-    R_PROPS,
-    R_SLOTS,
-    R_OLLAMA_TAGS,
-    R_OLLAMA_PS,
-    R_OLLAMA_VERSION,
-    R_WEBUI,
-    R_OTHER,
-    N_ROUTES
-};
 static const char *const route_names[N_ROUTES] = {
     "/v1/completions", "/v1/chat/completions", "/v1/responses",   "/tokenize",       "/detokenize",
     "/apply-template", "/slots/{id}",          "/completion",     "/infill",         "/v1/embeddings",
@@ -98,96 +54,8 @@ static const char *const route_names[N_ROUTES] = {
     "/slots",          "/api/tags",            "/api/ps",         "/api/version",    "/",
     "other"};
 
-/* Ollama's routes answer in its shapes, errors too (ollama.h). */
-static bool is_ollama(enum route rt)
-{
-    return (rt >= R_OLLAMA_CHAT && rt <= R_OLLAMA_EMBEDDINGS) || (rt >= R_OLLAMA_TAGS && rt <= R_OLLAMA_VERSION);
-}
-
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
-
-typedef struct status_count {
-    int route, code;
-    uint64_t n;
-} status_count;
-
-struct sv_http {
-    struct MHD_Daemon *daemon;
-    sv_sched *sched;
-    const oai_server *srv;
-    const sv_access *access; /* never NULL */
-    sv_access no_access;     /* what access points to without opts->access */
-    sv_props props;
-    size_t max_body;
-    int idle_timeout_s;
-    bool webui;              /* the page at / */
-    bool embeddings;         /* the embedding routes answer (--embeddings), else 501 */
-    bool tls;
-    sv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
-    const char *slot_save_path;
-    long long started;
-    pthread_mutex_t mu;
-    pthread_cond_t gens_done; /* signalled when n_gens drops */
-    int n_gens;               /* gens not yet freed */
-    bool draining;
-    uint64_t next_id;
-    status_count counts[64];
-    int n_counts;
-};
-
-/* One request, from its headers to its end. */
-typedef struct conn {
-    enum route rt;
-    bool options;           /* an OPTIONS request */
-    const char *origin;     /* an allowed Origin (the daemon's copy), or NULL */
-    oai_error refusal;      /* status != 0: answered with it once the body is in */
-    int retry_after;        /* seconds, for a 503 */
-    sv_buf body;
-    size_t received;
-    bool too_large;
-    /* for the log line */
-    double t0, ttft;        /* headers in; seconds to the first token (< 0: none) */
-    int status;
-    char failure[160];      /* a stream that ended with an error event: its message */
-    int32_t n_prompt, n_gen;
-    uint64_t client_id;
-    char client[64];
-    char method[24];
-    char path[200];
-} conn;
-
-typedef struct gen {
-    sv_http *h;
-    conn *cc;
-    oai_request req;
-    sv_request *r;
-    sv_text text;
-    int fd;
-    char id[48];
-    long long created;
-    int32_t n_seen;     /* tokens turned into text */
-    int32_t lp_next;    /* first token whose logprobs are not yet sent */
-    int choice;         /* its index among the request's n choices */
-    bool in_choices;    /* one of n > 1 choices: choices_fill ends the stream, not its own events */
-    bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
-    bool llamacpp;      /* answered in llama-server's /completion shapes (llamacpp.h) */
-    ollama_kind okind;
-    sv_buf out;         /* text not yet sent */
-    bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
-    sv_think think;     /* the split of its text so far */
-    sv_buf reasoning, content; /* a streamed fill's split, kept for the next fill's */
-    sv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
-    resp_ids resp;      /* a response's ids and event count */
-    char msg_id[48];
-    size_t text_sent;   /* bytes of text sent before out */
-    const char *finish; /* "stop" / "length" once over */
-    oai_error error;    /* status != 0: failed */
-    /* streaming */
-    sv_buf sse;
-    size_t sse_off;
-    bool role_sent, over;
-} gen;
 
 static void count_status(sv_http *h, enum route rt, int code)
 {
@@ -203,7 +71,7 @@ static void count_status(sv_http *h, enum route rt, int code)
 }
 
 /* A fresh 64-bit value per call: request ids and default seeds. */
-static uint64_t fresh(sv_http *h)
+uint64_t sv_http_fresh(sv_http *h)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -213,7 +81,7 @@ static uint64_t fresh(sv_http *h)
     return cv_splitmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n << 40) ^ n);
 }
 
-static bool draining(sv_http *h)
+bool sv_http_draining(sv_http *h)
 {
     pthread_mutex_lock(&h->mu);
     const bool d = h->draining;
@@ -226,7 +94,7 @@ static bool draining(sv_http *h)
  * pages may come, the CORS header depends on the request's Origin (sent
  * or not, listed or not), so every answer says Vary: Origin, else a cache
  * could give one origin's answer to another. */
-static enum MHD_Result queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
+enum MHD_Result sv_http_queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
 {
     const bool any = h->access->any_origin;
     if (any || h->access->n_origins > 0)
@@ -258,10 +126,10 @@ static enum MHD_Result send_body(sv_http *h, struct MHD_Connection *c, conn *cc,
         return MHD_NO;
     if (type)
         MHD_add_response_header(resp, "Content-Type", type);
-    return queue(h, c, cc, status, resp);
+    return sv_http_queue(h, c, cc, status, resp);
 }
 
-static enum MHD_Result send_json(sv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json)
+enum MHD_Result sv_http_send_json(sv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json)
 {
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                               "\"code\":null}}";
@@ -271,14 +139,24 @@ static enum MHD_Result send_json(sv_http *h, struct MHD_Connection *c, conn *cc,
     return rc;
 }
 
-static enum MHD_Result send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
+enum MHD_Result sv_http_send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
 {
-    const bool ollama = is_ollama(cc->rt) || !strncmp(cc->path, "/api/", 5); /* its unknown routes too */
-    return send_json(h, c, cc, e->status, ollama ? ollama_error_json(e) : oai_error_json(e));
+    const bool ollama = sv_route_is_ollama(cc->rt) || !strncmp(cc->path, "/api/", 5); /* its unknown routes too */
+    return sv_http_send_json(h, c, cc, e->status, ollama ? ollama_error_json(e) : oai_error_json(e));
+}
+
+/* A refused submit as an answer: every refusal is a 503 with Retry-After. */
+void sv_http_submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char *why, oai_error *e)
+{
+    sv_sched_stats st;
+    sv_sched_get_stats(h->sched, &st);
+    cc->retry_after = sr == SV_SUBMIT_DOWN ? (int)ceil(st.retry_in) + 1 : sr == SV_SUBMIT_FULL ? 1 : 5;
+    const char *code = sr == SV_SUBMIT_FULL ? "queue_full" : sr == SV_SUBMIT_DOWN ? "pipeline_down" : NULL;
+    oai_fail(e, 503, "server_error", code, NULL, "%s", why);
 }
 
 /* True when the peer has closed or reset the connection. */
-static bool peer_gone(int fd)
+bool sv_peer_gone(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (fd < 0 || poll(&p, 1, 0) <= 0)
@@ -289,747 +167,8 @@ static bool peer_gone(int fd)
     return (p.revents & POLLIN) && recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static void gen_free(void *cls)
-{
-    gen *g = cls;
-    sv_http *h = g->h;
-    sv_request_release(g->r);
-    sv_text_free(&g->text);
-    oai_request_free(&g->req);
-    sv_buf_free(&g->out);
-    sv_buf_free(&g->all);
-    sv_buf_free(&g->sse);
-    sv_think_free(&g->think);
-    sv_buf_free(&g->reasoning);
-    sv_buf_free(&g->content);
-    cv_free(g);
-    pthread_mutex_lock(&h->mu);
-    h->n_gens--;
-    pthread_cond_broadcast(&h->gens_done);
-    pthread_mutex_unlock(&h->mu);
-}
-
-/* Why a generation ended without its text: 503 while the server shuts down. */
-static void gen_failed(gen *g, sv_finish f)
-{
-    if (draining(g->h)) {
-        g->cc->retry_after = 5;
-        oai_fail(&g->error, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-        return;
-    }
-    oai_fail(&g->error, 500, "server_error", NULL, NULL, "the generation failed: %s",
-             f == SV_FINISH_ERROR ? sv_request_error(g->r) : "cancelled");
-}
-
-/* Turns the tokens that arrived into text. Returns 1 once the generation
- * is over (g->finish or g->error set), 0 while it runs. */
-static int gen_poll(gen *g, int timeout_ms)
-{
-    sv_finish f;
-    const int32_t n = sv_request_wait(g->r, g->n_seen, timeout_ms, &f);
-    const int32_t *toks = sv_request_tokens(g->r);
-    if (n > 0 && g->cc->ttft < 0)
-        g->cc->ttft = cv_now_s() - g->cc->t0;
-    while (g->n_seen < n && !g->finish) {
-        const int rc = sv_text_push(&g->text, toks[g->n_seen++], &g->out);
-        if (rc < 0)
-            return oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
-        if (rc == 1) {
-            g->finish = "stop";
-            sv_request_cancel(g->r);
-        }
-    }
-    g->cc->n_gen = g->n_seen;
-    if (g->finish)
-        return 1;
-    if (f == SV_RUNNING)
-        return 0;
-    if (f == SV_FINISH_ERROR || f == SV_FINISH_CANCELLED) {
-        gen_failed(g, f);
-        return 1;
-    }
-    const int rc = sv_text_finish(&g->text, &g->out);
-    if (rc < 0)
-        return oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
-    g->finish = rc == 1 || f == SV_FINISH_STOP ? "stop" : "length";
-    return 1;
-}
-
-static oai_usage gen_usage(const gen *g)
-{
-    return (oai_usage){.prompt_tokens = g->req.params.n_prompt, .cached_tokens = sv_request_cached(g->r),
-                       .completion_tokens = g->n_seen};
-}
-
-/* The logprobs of the tokens since the last call (NULL if not asked for). */
-static json_t *gen_logprobs(gen *g)
-{
-    if (g->req.params.top_logprobs < 0)
-        return NULL;
-    json_t *lp = oai_logprobs(g->h->srv->model, g->req.kind, g->r, g->lp_next, g->n_seen - g->lp_next,
-                              g->req.params.top_logprobs, g->text_sent);
-    g->lp_next = g->n_seen;
-    return lp;
-}
-
-/* An event: a server-sent event, or for Ollama a line of JSON. */
-static int sse_event(gen *g, char *json)
-{
-    if (!json)
-        return -1;
-    const int rc = g->ollama ? sv_buf_puts(&g->sse, json) || sv_buf_puts(&g->sse, "\n")
-                             : sv_buf_puts(&g->sse, "data: ") || sv_buf_puts(&g->sse, json) ||
-                                   sv_buf_puts(&g->sse, "\n\n");
-    free(json);
-    return rc ? -1 : 0;
-}
-
-/* Ollama's figures of the generation so far. */
-static ollama_stats gen_ollama_stats(const gen *g)
-{
-    const double total = cv_now_s() - g->cc->t0;
-    return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - sv_request_cached(g->r),
-                          .cached_tokens = sv_request_cached(g->r),
-                          .eval_tokens = g->n_seen, .total_s = total,
-                          .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total};
-}
-
-/* A chunk as an event in the request's shapes (Ollama's have none for
- * some chunks). */
-static int send_chunk(gen *g, const oai_chunk *ch)
-{
-    if (g->llamacpp) {
-        bool none;
-        const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0};
-        char *json = llamacpp_chunk_json(g->h->srv, ch, &st, &none);
-        return none ? 0 : sse_event(g, json);
-    }
-    if (!g->ollama) {
-        oai_chunk indexed = *ch;
-        indexed.index = g->choice;
-        return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &indexed));
-    }
-    bool none;
-    const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0}; /* the last line's */
-    char *json = ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
-    json_decref(ch->logprobs);
-    return none ? 0 : sse_event(g, json);
-}
-
-/* An OpenAI chat's first chunk carries the role, before any token. */
-static bool opens_with_role(const gen *g) { return g->req.kind == OAI_CHAT && !g->ollama; }
-
-/* sse_fill for /v1/responses: the opening events first, then a delta per
- * batch of text (with tools, as far as sv_tools_safe lets it), then the
- * closing events with the calls read out of the text (no [DONE]: OpenAI
- * sends none). */
-static int resp_fill(gen *g, bool over)
-{
-    const oai_usage usage = gen_usage(g);
-    if (!g->role_sent && resp_sse_start(g->h->srv, &g->resp, &g->sse))
-        return -1;
-    g->role_sent = true;
-    if (g->error.status) {
-        snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
-        g->over = over;
-        return resp_sse_error(&g->resp, &g->error, &g->sse);
-    }
-    if (sv_buf_append(&g->all, g->out.p, g->out.n))
-        return -1;
-    sv_buf_consume(&g->out, g->out.n);
-    const char *all = g->all.p ? g->all.p : "";
-    sv_tool_calls calls = {0};
-    if (over && g->req.tools != SV_TOOLS_NONE && sv_tools_parse(g->req.tools, all, g->all.n, fresh(g->h), &calls))
-        return -1;
-    /* the content begins with every byte already sent (tools.h) */
-    const size_t safe = over ? (g->req.tools != SV_TOOLS_NONE ? calls.content.n : g->all.n)
-                             : sv_tools_safe(g->req.tools, all, g->all.n);
-    int rc = 0;
-    if (safe > g->text_sent)
-        rc = resp_sse_delta(&g->resp, all + g->text_sent, safe - g->text_sent, &g->sse);
-    g->text_sent = safe > g->text_sent ? safe : g->text_sent;
-    if (over && rc == 0)
-        rc = resp_sse_done(g->h->srv, &g->resp, all, g->all.n, g->finish, &calls, &usage, &g->sse);
-    sv_tool_calls_free(&calls);
-    g->over = over;
-    return rc;
-}
-
-/* Sends a text chunk of the n bytes at p when there is text, logprobs or
- * (chat) the role to send. */
-static int text_chunk(gen *g, const char *p, size_t n)
-{
-    const bool lp = g->req.params.top_logprobs >= 0 && g->lp_next < g->n_seen;
-    if (!n && !lp && (!opens_with_role(g) || g->role_sent))
-        return 0;
-    const oai_chunk ch = {.text = p, .text_len = n, .first = opens_with_role(g) && !g->role_sent,
-                          .logprobs = gen_logprobs(g), .include_usage = g->req.include_usage};
-    if (send_chunk(g, &ch))
-        return -1;
-    g->role_sent = true;
-    g->text_sent += n;
-    return 0;
-}
-
-/* A thinking chat: the new text's reasoning goes out as its own deltas
- * (with the role in the first), its content stays in g->out. */
-static int split_reasoning(gen *g, bool over)
-{
-    sv_buf_consume(&g->reasoning, g->reasoning.n);
-    sv_buf_consume(&g->content, g->content.n);
-    int rc = sv_think_push(&g->think, g->out.p, g->out.n, over, &g->reasoning, &g->content);
-    if (rc == 0 && g->reasoning.n) {
-        const oai_chunk ch = {.reasoning = g->reasoning.p, .reasoning_len = g->reasoning.n,
-                              .first = !g->role_sent, .include_usage = g->req.include_usage};
-        rc = send_chunk(g, &ch);
-        g->role_sent = true;
-    }
-    const sv_buf pushed = g->out; /* its buffer is the next fill's content */
-    g->out = g->content;
-    g->content = pushed;
-    return rc;
-}
-
-/* A chat with tools: the text so far gathers in g->all and goes out only
- * as far as sv_tools_safe lets it (the rest may be a call); when over, the
- * rest of the content, then each call's head and arguments chunks, and
- * *finish becomes "tool_calls" when there are calls. */
-static int tools_fill(gen *g, bool over, const char **finish)
-{
-    if (sv_buf_append(&g->all, g->out.p, g->out.n))
-        return -1;
-    const char *all = g->all.p ? g->all.p : "";
-    if (!over) {
-        const size_t safe = sv_tools_safe(g->req.tools, all, g->all.n);
-        return text_chunk(g, all + g->text_sent, safe > g->text_sent ? safe - g->text_sent : 0);
-    }
-    sv_tool_calls calls = {0};
-    if (sv_tools_parse(g->req.tools, all, g->all.n, fresh(g->h), &calls))
-        return -1;
-    /* the content begins with every byte already sent (tools.h) */
-    const char *content = calls.content.p ? calls.content.p : "";
-    int rc = text_chunk(g, content + g->text_sent, calls.content.n > g->text_sent ? calls.content.n - g->text_sent : 0);
-    for (int i = 0; i < calls.n && !rc; i++) {
-        const oai_chunk head = {.call = &calls.calls[i], .call_index = i, .include_usage = g->req.include_usage};
-        const oai_chunk args = {.call = &calls.calls[i], .call_index = i, .call_args = true,
-                                .include_usage = g->req.include_usage};
-        rc = send_chunk(g, &head) || send_chunk(g, &args);
-    }
-    if (calls.n)
-        *finish = "tool_calls";
-    sv_tool_calls_free(&calls);
-    return rc ? -1 : 0;
-}
-
-/* Appends the events for what gen_poll produced: a text chunk, and when
- * the generation is over the final chunk, the usage chunk and [DONE]. */
-static int sse_fill(gen *g, bool over)
-{
-    if (g->req.kind == OAI_RESPONSES)
-        return resp_fill(g, over);
-    const oai_usage usage = gen_usage(g);
-    if (g->error.status) {
-        snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
-        if (sse_event(g, g->ollama ? ollama_error_json(&g->error) : oai_error_json(&g->error)))
-            return -1;
-    } else {
-        const char *finish = g->finish;
-        if ((g->thinking && split_reasoning(g, over)) ||
-            (g->req.tools != SV_TOOLS_NONE ? tools_fill(g, over, &finish)
-                                           : text_chunk(g, g->out.p ? g->out.p : "", g->out.n)))
-            return -1;
-        sv_buf_consume(&g->out, g->out.n);
-        if (over) { /* the usage goes with the end, but n choices' with the last one's (choices_fill) */
-            const bool alone = !g->in_choices;
-            const oai_chunk fin = {.text = "", .finish = finish, .include_usage = g->req.include_usage,
-                                   .usage = g->req.include_usage || !alone ? NULL : &usage};
-            const oai_chunk u = {.usage_only = true, .usage = &usage};
-            if (send_chunk(g, &fin) || (alone && g->req.include_usage && send_chunk(g, &u)))
-                return -1;
-        }
-    }
-    if (over && !g->ollama && !g->llamacpp && !g->in_choices && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
-        return -1;
-    g->over = over;
-    return 0;
-}
-
-/* A stream waiting longer than this for its next event (a long prompt, a
- * queue) gets an SSE comment, which clients skip: a connection that sends
- * nothing for idle_timeout_s is closed, and a first token may take
- * minutes on a CPU. */
-static double keepalive_s(const sv_http *h) { return h->idle_timeout_s / 3.0; }
-
-/* A stream's next events: what arrived within timeout_ms (an OpenAI chat
- * sends its opening role chunk first, at once). */
-static int gen_step(gen *g, int timeout_ms)
-{
-    const bool polls = g->role_sent || g->req.kind == OAI_COMPLETIONS || g->ollama; /* no opening to send */
-    const bool over = polls ? gen_poll(g, timeout_ms) : false;
-    return sse_fill(g, over);
-}
-
-/* Copies up to max bytes of the events not yet read (*off of sse is). */
-static ssize_t take_events(sv_buf *sse, size_t *off, char *buf, size_t max)
-{
-    size_t k = sse->n - *off;
-    if (k > max)
-        k = max;
-    memcpy(buf, sse->p + *off, k);
-    *off += k;
-    if (*off == sse->n) {
-        sv_buf_consume(sse, sse->n);
-        *off = 0;
-    }
-    return (ssize_t)k;
-}
-
-/* Whether a stream with nothing to send for keepalive_s is due a comment. */
-static bool keepalive_due(const sv_http *h, double *waiting_since)
-{
-    if (cv_now_s() - *waiting_since < keepalive_s(h))
-        return false;
-    *waiting_since = cv_now_s();
-    return true;
-}
-
-static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    gen *g = cls;
-    double waiting_since = cv_now_s();
-    for (;;) {
-        if (g->sse_off == g->sse.n && !g->over && keepalive_due(g->h, &waiting_since)) {
-            const oai_chunk empty = {.text = ""}; /* NDJSON has no comments: an empty line of text */
-            if (g->ollama ? send_chunk(g, &empty) : sv_buf_puts(&g->sse, ": keep-alive\n\n"))
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (g->sse_off < g->sse.n)
-            return take_events(&g->sse, &g->sse_off, buf, max);
-        if (g->over)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (peer_gone(g->fd))
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (gen_step(g, POLL_MS))
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-}
-
-/* A refused submit as an answer: every refusal is a 503 with Retry-After. */
-static void submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char *why, oai_error *e)
-{
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
-    cc->retry_after = sr == SV_SUBMIT_DOWN ? (int)ceil(st.retry_in) + 1 : sr == SV_SUBMIT_FULL ? 1 : 5;
-    const char *code = sr == SV_SUBMIT_FULL ? "queue_full" : sr == SV_SUBMIT_DOWN ? "pipeline_down" : NULL;
-    oai_fail(e, 503, "server_error", code, NULL, "%s", why);
-}
-
 /* An embedding's wait ends when its client left (user: the socket). */
-static bool fd_gone(void *user) { return peer_gone(*(const int *)user); }
-
-/* A chat template's render stops when its client left. */
-static bool gen_client_gone(void *user) { return peer_gone(((const gen *)user)->fd); }
-
-/* Parses the request of body (cc's, or what an Ollama body means) into a
- * new gen for choice `choice` (its seed the request's plus choice); NULL
- * with e filled when refused. */
-static gen *gen_parse(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
-                      int choice, oai_error *e)
-{
-    gen *g = cv_calloc(1, sizeof *g);
-    if (!g)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
-    g->h = h;
-    g->cc = cc;
-    pthread_mutex_lock(&h->mu);
-    h->n_gens++;
-    pthread_mutex_unlock(&h->mu);
-    const uint64_t seed = h->props.seed >= 0 ? (uint64_t)h->props.seed : fresh(h);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    g->fd = ci ? ci->connect_fd : -1;
-    const sv_render_watch watch = {gen_client_gone, g};
-    g->ollama = is_ollama(cc->rt);
-    g->llamacpp = cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL;
-    g->okind = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
-    if (oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
-        gen_free(g);
-        return NULL;
-    }
-    cc->n_prompt = g->req.params.n_prompt;
-    g->choice = choice;
-    g->req.params.sampler.seed += (uint64_t)choice;
-    if (g->req.echo.n && sv_buf_append(&g->out, g->req.echo.p, g->req.echo.n)) {
-        gen_free(g);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
-    }
-    g->req.params.client = cc->client_id;
-    g->thinking = kind == OAI_CHAT && g->req.split_reasoning;
-    sv_think_init(&g->think, g->req.think_open);
-    if (sv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
-        gen_free(g);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
-    }
-    return g;
-}
-
-/* Names a submitted gen (choices after the first take the first's id and
- * time, `first`). */
-static void gen_name(gen *g, const gen *first)
-{
-    sv_http *h = g->h;
-    conn *cc = g->cc;
-    const oai_kind kind = g->req.kind;
-    const unsigned long long serial = first ? 0 : (unsigned long long)fresh(h);
-    if (kind == OAI_RESPONSES) { /* OpenAI's ids: resp_ for the response, msg_ for its message */
-        snprintf(g->id, sizeof g->id, "resp_%016llx", serial);
-        snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", serial);
-    } else if (first) {
-        snprintf(g->id, sizeof g->id, "%s", first->id);
-    } else {
-        snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", serial);
-    }
-    sv_log(SV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
-           g->id, g->req.params.n_prompt, g->req.params.max_tokens,
-           (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
-    g->created = first ? first->created : (long long)time(NULL);
-    g->resp = (resp_ids){.id = g->id, .msg_id = g->msg_id, .created = g->created};
-}
-
-/* Submits g's request and names it; when refused, frees g (e says why). */
-static int gen_submit(gen *g, oai_error *e)
-{
-    char err[CV_ERRLEN];
-    const sv_submit_result sr = sv_sched_submit(g->h->sched, &g->req.params, &g->r, err, sizeof err);
-    if (sr != SV_SUBMIT_OK) {
-        submit_refused(g->h, g->cc, sr, err, e);
-        gen_free(g);
-        return -1;
-    }
-    gen_name(g, NULL);
-    return 0;
-}
-
-/* What an answer's text holds apart: a thinking chat's reasoning, a chat
- * with tools its calls; the buffers an oai_answer points into. */
-typedef struct answer_parts {
-    sv_buf reasoning, content;
-    sv_tool_calls calls;
-    oai_usage usage;
-} answer_parts;
-
-static void answer_parts_free(answer_parts *p)
-{
-    sv_tool_calls_free(&p->calls);
-    sv_buf_free(&p->reasoning);
-    sv_buf_free(&p->content);
-}
-
-/* A whole chat or completion answer of g into a (pointing into p); -1
- * when out of memory. */
-static int answer_of(gen *g, answer_parts *p, oai_answer *a)
-{
-    const char *text = g->out.p ? g->out.p : "";
-    p->usage = gen_usage(g);
-    if (g->thinking && sv_think_push(&g->think, text, g->out.n, true, &p->reasoning, &p->content))
-        return -1;
-    const sv_buf *answer = g->thinking ? &p->content : &g->out;
-    text = answer->p ? answer->p : "";
-    const bool tools = g->req.tools != SV_TOOLS_NONE;
-    if (tools && sv_tools_parse(g->req.tools, text, answer->n, fresh(g->h), &p->calls))
-        return -1;
-    *a = (oai_answer){.text = text, .text_len = answer->n, .reasoning = p->reasoning.n ? p->reasoning.p : NULL,
-                      .reasoning_len = p->reasoning.n, .finish = g->finish, .calls = tools ? &p->calls : NULL,
-                      .logprobs = gen_logprobs(g), .usage = &p->usage};
-    return 0;
-}
-
-/* A whole /v1/responses answer: its text and the calls read out of it. */
-static char *resp_answer_json(gen *g)
-{
-    const oai_usage usage = gen_usage(g);
-    const char *text = g->out.p ? g->out.p : "";
-    sv_tool_calls calls = {0};
-    char *json = NULL;
-    if (g->req.tools == SV_TOOLS_NONE || sv_tools_parse(g->req.tools, text, g->out.n, fresh(g->h), &calls) == 0)
-        json = resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &calls, &usage);
-    sv_tool_calls_free(&calls);
-    return json;
-}
-
-/* A whole answer's body (NULL when out of memory). */
-static char *answer_json(gen *g)
-{
-    if (g->req.kind == OAI_RESPONSES) /* the calls are items of the response's output */
-        return resp_answer_json(g);
-    answer_parts p = {0};
-    oai_answer a;
-    char *json = NULL;
-    if (answer_of(g, &p, &a) == 0) {
-        const ollama_stats st = gen_ollama_stats(g);
-        json = g->ollama     ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
-               : g->llamacpp ? llamacpp_answer_json(g->h->srv, &a, &st)
-                             : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
-    }
-    answer_parts_free(&p);
-    return json;
-}
-
-/* The OpenAI body of an Ollama request into *body (NULL: e says why, or
- * it only loads the model: *loaded is the answer). */
-static void ollama_request(sv_http *h, conn *cc, oai_kind *kind, char **body, char **loaded, oai_error *e)
-{
-    const ollama_kind k = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
-    bool load_only;
-    *loaded = NULL;
-    *body = ollama_to_openai(k, cc->body.p ? cc->body.p : "", cc->body.n, kind, &load_only, e);
-    if (load_only && !(*loaded = ollama_loaded_json(h->srv, k)))
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-}
-
-/* A request's n > 1 choices: a gen each, their events merged into one
- * stream, which ends once all have. */
-typedef struct choices {
-    sv_http *h;
-    gen *g[OAI_MAX_CHOICES];
-    int n;
-    sv_buf sse;
-    size_t sse_off;
-    bool over;
-} choices;
-
-static void choices_free(void *cls)
-{
-    choices *ch = cls;
-    for (int i = 0; i < ch->n; i++)
-        if (ch->g[i])
-            gen_free(ch->g[i]);
-    sv_buf_free(&ch->sse);
-    cv_free(ch);
-}
-
-/* The prompt alone, once, before the choices: a one-token request whose
- * slot keeps the prompt, from which each choice's slot copies it (sched.h),
- * so the n choices run it once. Its failure only costs them that. */
-static void run_prompt_alone(gen *g)
-{
-    sv_request_params p = g->req.params;
-    p.max_tokens = 1;
-    p.sampler = convoy_sampling_default_params();
-    p.sampler.temp = 0.0f;
-    p.top_logprobs = -1;
-    p.grammar = NULL;
-    sv_request *r;
-    char err[CV_ERRLEN];
-    if (p.cold || sv_sched_submit(g->h->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK)
-        return;
-    sv_finish f = SV_RUNNING;
-    while (f == SV_RUNNING && !peer_gone(g->fd))
-        sv_request_wait(r, 0, POLL_MS, &f);
-    sv_request_cancel(r);
-    sv_request_release(r);
-}
-
-/* Parses the choices after the first (`first`, parsed) and submits them
- * together; NULL with e filled when refused (then none runs). */
-static choices *choices_start(sv_http *h, struct MHD_Connection *c, gen *first, const char *body, size_t len,
-                              oai_error *e)
-{
-    choices *ch = cv_calloc(1, sizeof *ch);
-    if (!ch) {
-        gen_free(first);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
-    }
-    ch->h = h;
-    ch->n = first->req.n_choices;
-    ch->g[0] = first;
-    run_prompt_alone(first);
-    for (int i = 1; i < ch->n; i++)
-        if (!(ch->g[i] = gen_parse(h, c, first->cc, first->req.kind, body, len, i, e)))
-            goto fail;
-    sv_request_params params[OAI_MAX_CHOICES];
-    sv_request *r[OAI_MAX_CHOICES];
-    for (int i = 0; i < ch->n; i++)
-        params[i] = ch->g[i]->req.params;
-    char err[CV_ERRLEN];
-    const sv_submit_result sr = sv_sched_submit_all(h->sched, params, ch->n, r, err, sizeof err);
-    if (sr != SV_SUBMIT_OK) {
-        submit_refused(h, first->cc, sr, err, e);
-        goto fail;
-    }
-    for (int i = 0; i < ch->n; i++) {
-        ch->g[i]->r = r[i];
-        ch->g[i]->in_choices = true;
-        gen_name(ch->g[i], i ? ch->g[0] : NULL);
-    }
-    return ch;
-fail:
-    choices_free(ch);
-    return NULL;
-}
-
-static oai_usage choices_usage(const choices *ch)
-{
-    oai_usage u = gen_usage(ch->g[0]);
-    for (int i = 1; i < ch->n; i++) {
-        const oai_usage ui = gen_usage(ch->g[i]);
-        u.completion_tokens += ui.completion_tokens;
-        if (ui.cached_tokens < u.cached_tokens) /* the prompt counts once: what its coldest run took */
-            u.cached_tokens = ui.cached_tokens;
-    }
-    return u;
-}
-
-/* Each choice's next events into the merged stream; once all are over,
- * the usage (when asked for) and [DONE]. */
-static int choices_fill(choices *ch)
-{
-    bool all_over = true;
-    for (int i = 0; i < ch->n; i++) {
-        gen *g = ch->g[i];
-        if (!g->over && gen_step(g, POLL_MS / ch->n))
-            return -1;
-        if (sv_buf_append(&ch->sse, g->sse.p, g->sse.n))
-            return -1;
-        sv_buf_consume(&g->sse, g->sse.n);
-        all_over &= g->over;
-    }
-    if (!all_over)
-        return 0;
-    const oai_usage usage = choices_usage(ch);
-    gen *g0 = ch->g[0];
-    const oai_chunk u = {.usage_only = true, .usage = &usage};
-    if ((g0->req.include_usage && send_chunk(g0, &u)) || sv_buf_append(&ch->sse, g0->sse.p, g0->sse.n) ||
-        sv_buf_puts(&ch->sse, "data: [DONE]\n\n"))
-        return -1;
-    ch->over = true;
-    return 0;
-}
-
-static ssize_t choices_reader(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    choices *ch = cls;
-    double waiting_since = cv_now_s();
-    for (;;) {
-        if (ch->sse_off == ch->sse.n && !ch->over && keepalive_due(ch->h, &waiting_since) &&
-            sv_buf_puts(&ch->sse, ": keep-alive\n\n"))
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (ch->sse_off < ch->sse.n)
-            return take_events(&ch->sse, &ch->sse_off, buf, max);
-        if (ch->over)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (peer_gone(ch->g[0]->fd) || choices_fill(ch))
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-}
-
-/* The whole answer of n choices (NULL when out of memory); a choice that
- * failed makes the request's error. */
-static char *choices_json(choices *ch, oai_error *e)
-{
-    for (int i = 0; i < ch->n; i++)
-        if (ch->g[i]->error.status) {
-            *e = ch->g[i]->error;
-            return NULL;
-        }
-    answer_parts p[OAI_MAX_CHOICES] = {0};
-    oai_answer a[OAI_MAX_CHOICES];
-    int n_ready = 0;
-    while (n_ready < ch->n && answer_of(ch->g[n_ready], &p[n_ready], &a[n_ready]) == 0)
-        n_ready++;
-    const oai_usage usage = choices_usage(ch);
-    gen *g0 = ch->g[0];
-    char *json = n_ready == ch->n ? oai_choices_json(g0->h->srv, g0->req.kind, g0->id, g0->created, a, ch->n, &usage)
-                                  : NULL;
-    for (int i = 0; i < ch->n; i++)
-        answer_parts_free(&p[i]);
-    if (!json)
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    return json;
-}
-
-/* n > 1 choices of the request first holds (body: to parse each). */
-static enum MHD_Result generate_choices(sv_http *h, struct MHD_Connection *c, conn *cc, gen *first,
-                                        const char *body, size_t len)
-{
-    oai_error e = {0};
-    const bool stream = first->req.stream;
-    choices *ch = choices_start(h, c, first, body, len, &e);
-    if (!ch)
-        return send_error(h, c, cc, &e);
-    if (stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, choices_reader,
-                                                                      ch, choices_free);
-        if (!resp) {
-            choices_free(ch);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        return queue(h, c, cc, 200, resp);
-    }
-    for (int i = 0; i < ch->n; i++)
-        while (!gen_poll(ch->g[i], POLL_MS))
-            if (peer_gone(ch->g[i]->fd)) {
-                choices_free(ch);
-                return MHD_NO;
-            }
-    char *json = choices_json(ch, &e);
-    choices_free(ch);
-    return json ? send_json(h, c, cc, 200, json) : send_error(h, c, cc, &e);
-}
-
-static enum MHD_Result generate(sv_http *h, struct MHD_Connection *c, conn *cc)
-{
-    oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
-    oai_error e = {0};
-    char *translated = NULL /* an Ollama or llama.cpp route's body as OpenAI's */, *loaded = NULL;
-    if (is_ollama(cc->rt)) {
-        ollama_request(h, cc, &kind, &translated, &loaded, &e);
-        if (!translated)
-            return loaded ? send_json(h, c, cc, 200, loaded) : send_error(h, c, cc, &e);
-    } else if (cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL) {
-        if (!(translated = llamacpp_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
-                                             &e)))
-            return send_error(h, c, cc, &e);
-    }
-    const char *body = translated ? translated : cc->body.p ? cc->body.p : "";
-    const size_t len = translated ? strlen(translated) : cc->body.n;
-    gen *g = gen_parse(h, c, cc, kind, body, len, 0, &e);
-    if (g && g->req.n_choices > 1) {
-        const enum MHD_Result rc = generate_choices(h, c, cc, g, body, len);
-        free(translated);
-        return rc;
-    }
-    free(translated);
-    if (!g || gen_submit(g, &e))
-        return send_error(h, c, cc, &e);
-    if (g->req.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, g,
-                                                                      gen_free);
-        if (!resp) {
-            gen_free(g);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", g->ollama ? "application/x-ndjson" : "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        return queue(h, c, cc, 200, resp);
-    }
-    while (!gen_poll(g, POLL_MS))
-        if (peer_gone(g->fd)) {
-            gen_free(g);
-            return MHD_NO;
-        }
-    if (g->error.status) {
-        const enum MHD_Result rc = send_error(h, c, cc, &g->error);
-        gen_free(g);
-        return rc;
-    }
-    char *json = answer_json(g);
-    gen_free(g);
-    return send_json(h, c, cc, 200, json);
-}
+static bool fd_gone(void *user) { return sv_peer_gone(*(const int *)user); }
 
 static void metric(sv_buf *b, const char *name, const char *type, const char *help, double v)
 {
@@ -1169,9 +308,9 @@ static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c, conn *c
     sv_sched_stats st;
     sv_sched_get_stats(h->sched, &st);
     if (!st.failing)
-        return send_json(h, c, cc, 200, oai_health_json(NULL));
+        return sv_http_send_json(h, c, cc, 200, oai_health_json(NULL));
     cc->retry_after = (int)ceil(st.retry_in) + 1;
-    return send_json(h, c, cc, 503, oai_health_json(st.last_error));
+    return sv_http_send_json(h, c, cc, 503, oai_health_json(st.last_error));
 }
 
 /* /props, with the nodes that serve the model and their layers. */
@@ -1179,7 +318,7 @@ static enum MHD_Result send_props(sv_http *h, struct MHD_Connection *c, conn *cc
 {
     sv_sched_stats st;
     sv_sched_get_stats(h->sched, &st);
-    return send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props, &st.nodes));
+    return sv_http_send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props, &st.nodes));
 }
 
 /* OPTIONS: 204 with Allow; for a browser's preflight the CORS answer. */
@@ -1196,13 +335,13 @@ static enum MHD_Result send_options(sv_http *h, struct MHD_Connection *c, conn *
                                 want && strlen(want) < 1024 ? want : "Authorization, Content-Type");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
     }
-    return queue(h, c, cc, 204, resp);
+    return sv_http_queue(h, c, cc, 204, resp);
 }
 
 /* A body answer of extra.h (NULL: e says why). */
 static enum MHD_Result send_extra(sv_http *h, struct MHD_Connection *c, conn *cc, char *json, const oai_error *e)
 {
-    return json ? send_json(h, c, cc, 200, json) : send_error(h, c, cc, e);
+    return json ? sv_http_send_json(h, c, cc, 200, json) : sv_http_send_error(h, c, cc, e);
 }
 
 /* POST /slots/ID?action=...: id is the path after "/slots/". */
@@ -1213,7 +352,7 @@ static enum MHD_Result send_slot_action(sv_http *h, struct MHD_Connection *c, co
     const long slot = strtol(id, &end, 10);
     if (end == id || *end || slot < 0 || slot > INT32_MAX) {
         oai_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "no slot \"%.40s\": slots are numbers", id);
-        return send_error(h, c, cc, &e);
+        return sv_http_send_error(h, c, cc, &e);
     }
     const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     return send_extra(h, c, cc,
@@ -1230,7 +369,7 @@ static enum MHD_Result send_embeddings(sv_http *h, struct MHD_Connection *c, con
     if (!h->embeddings) {
         oai_fail(&e, 501, "not_supported_error", NULL, NULL,
                  "This server does not support embeddings. Start it with `--embeddings`");
-        return send_error(h, c, cc, &e);
+        return sv_http_send_error(h, c, cc, &e);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
@@ -1242,12 +381,12 @@ static enum MHD_Result send_embeddings(sv_http *h, struct MHD_Connection *c, con
     sv_submit_result refused;
     char *json = sv_embed_answer(&run, api, cc->body.p ? cc->body.p : "", cc->body.n, &cc->n_prompt, &refused, &e);
     if (json)
-        return send_json(h, c, cc, 200, json);
+        return sv_http_send_json(h, c, cc, 200, json);
     if (!e.status) /* the client left */
         return MHD_NO;
     if (refused != SV_SUBMIT_OK)
-        submit_refused(h, cc, refused, e.message, &e);
-    return send_error(h, c, cc, &e);
+        sv_http_submit_refused(h, cc, refused, e.message, &e);
+    return sv_http_send_error(h, c, cc, &e);
 }
 
 /* The last call of a request: its refusal, or its route's answer. */
@@ -1259,7 +398,7 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
         oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
                  "the request body is larger than the limit of %zu bytes", h->max_body);
     if (cc->refusal.status)
-        return send_error(h, c, cc, &cc->refusal);
+        return sv_http_send_error(h, c, cc, &cc->refusal);
     if (cc->options)
         return send_options(h, c, cc);
     switch (cc->rt) {
@@ -1270,7 +409,7 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_INFILL:
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
-        return generate(h, c, cc);
+        return sv_gen_answer(h, c, cc);
     case R_EMBEDDINGS:
     case R_OLLAMA_EMBED:
     case R_OLLAMA_EMBEDDINGS:
@@ -1279,9 +418,9 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
         return send_extra(h, c, cc, ollama_show_json(h->srv, &h->props, body, cc->body.n, &e), &e);
     case R_OLLAMA_TAGS:
     case R_OLLAMA_PS:
-        return send_json(h, c, cc, 200, ollama_models_json(h->srv, &h->props, cc->rt == R_OLLAMA_PS));
+        return sv_http_send_json(h, c, cc, 200, ollama_models_json(h->srv, &h->props, cc->rt == R_OLLAMA_PS));
     case R_OLLAMA_VERSION:
-        return send_json(h, c, cc, 200, ollama_version_json(&h->props));
+        return sv_http_send_json(h, c, cc, 200, ollama_version_json(&h->props));
     case R_TOKENIZE:
         return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
     case R_DETOKENIZE:
@@ -1289,14 +428,14 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_APPLY_TEMPLATE:
         return send_extra(h, c, cc, oai_apply_template_json(h->srv, body, cc->body.n, &e), &e);
     case R_MODELS:
-        return send_json(h, c, cc, 200, oai_models_json(h->srv, h->started));
+        return sv_http_send_json(h, c, cc, 200, oai_models_json(h->srv, h->started));
     case R_MODEL:
         if (h->srv->strict_model && strcmp(url + 11, h->srv->model_id)) {
             oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
                      "the model '%.200s' does not exist: this server serves '%.200s'", url + 11, h->srv->model_id);
-            return send_error(h, c, cc, &e);
+            return sv_http_send_error(h, c, cc, &e);
         }
-        return send_json(h, c, cc, 200, oai_model_json(h->srv, h->started));
+        return sv_http_send_json(h, c, cc, 200, oai_model_json(h->srv, h->started));
     case R_HEALTH:
         return send_health(h, c, cc);
     case R_METRICS:
@@ -1306,7 +445,7 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_WEBUI:
         return send_body(h, c, cc, 200, "text/html; charset=utf-8", sv_webui_html, sv_webui_html_len);
     case R_SLOTS:
-        return send_json(h, c, cc, 200, sv_slots_json(h->sched));
+        return sv_http_send_json(h, c, cc, 200, sv_slots_json(h->sched));
     case R_SLOT_ACTION:
         return send_slot_action(h, c, cc, url + 7);
     default:
@@ -1390,7 +529,7 @@ static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *me
     char shown[160];
     if (origin && (sv_access_origin_ok(h->access, origin) || same_origin(h, c, origin)))
         cc->origin = origin;
-    if (draining(h)) {
+    if (sv_http_draining(h)) {
         cc->retry_after = 5;
         oai_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
     } else if (cc->rt == R_OTHER || (cc->rt == R_WEBUI && !h->webui)) {
@@ -1438,7 +577,7 @@ static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *u
         oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
                  "the request body has %llu bytes; the limit is %zu", declared, h->max_body);
     if (cc->refusal.status && (expect || cc->refusal.status == 413))
-        return send_error(h, c, cc, &cc->refusal);
+        return sv_http_send_error(h, c, cc, &cc->refusal);
     return MHD_YES;
 }
 

@@ -11,16 +11,18 @@
  *   B. take_work: under the lock, sleeps while there is nothing to do
  *      (wait_for_work_locked), ends cancelled requests
  *      (end_cancelled_locked) and moves queued requests into free slots
- *      (admit_locked: fairly across clients, each within its share, with
- *      the requests running in each slot in s->active);
+ *      (sv_sched_admit_locked, sched_admit.c: fairly across clients, each
+ *      within its share, with the requests running in each slot in
+ *      s->active);
  *   R. reconnect_when_due: while the pipeline is down (a node failed: the
  *      engine closed the chain, every running request ended and submits
  *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
  *      over, waits doubling from 0.5 s to 4 s, unlocked; check_when_idle:
  *      every 0.5 s without a step, the engine's health check (a pipeline's
  *      nodes must answer a PING), which fails a silent node over;
- *   C. start_admitted: sets up the new slots' samplers (convoy_set_sampler,
- *      which also asks the engine for the request's logprobs), unlocked;
+ *   C. sv_sched_start_admitted (sched_admit.c): sets up the new slots'
+ *      samplers (convoy_set_sampler, which also asks the engine for the
+ *      request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
  *      in flight (1 on one machine, the number of stages on a pipeline,
  *      more for windows), builds the next group's batch (build_batch:
@@ -64,31 +66,11 @@
  * request is freed when both its submitter and the scheduler have let it
  * go (refs reaches 0).
  *
- * The prompt cache: a slot whose request ended keeps its KV and the tokens
- * at its positions (s->kept: end_slot_locked copies the tokens the request
- * published, A cuts the slot back to them instead of emptying it: the
- * engine's length may hold accepted drafts past the last published token).
- * B gives a queued request the free slot whose kept tokens share the
- * longest prefix with its prompt (ties, and no match: the least recently
- * used) and C cuts that slot back to the reused prefix (reuse_len: one
- * prompt token at least is left to run, and, for a request with
- * penalties, its whole penalty window, so that the sampler's history is a
- * cold slot's). Kernels are batch- and chunk-invariant, so the prefix's KV
- * holds the bits a cold prefill writes: a request's tokens and logprobs do
- * not depend on what its slot held. A failed request's slot is emptied; on
- * a pipeline the engine's journal holds the kept tokens too, so a failover
- * rebuilds them on the new chain.
- * The context's slots past n_slot are the cache beyond the slots: no
- * request runs in them; they keep prefixes (kept too). When C cuts a slot
- * back, the tokens it would lose go to a cache slot first (stash: one
- * that holds a prefix of them, else the least recently used, unless one
- * holds them already), and B may take a request's prefix from a cache
- * slot, or another free slot, that holds more of it than the slot it gets
- * (sv_slot.source): C then copies it (convoy_seq_copy: the same KV bits),
- * before it cuts back any slot admitted with it. So the n choices of one
- * request, admitted together after one of them ran the prompt, each run
- * only its last token. */
-#include "serve/sched.h"
+ * The prompt cache (what a slot keeps after its request, and which slot
+ * and prefix a new request gets) is sched_admit.c's, with B's admission
+ * and C; the submitters' side of a request (submit, wait, cancel,
+ * release) is sched_request.c's; the state they share, sched_impl.h. */
+#include "serve/sched_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -100,169 +82,8 @@
 #include "core/err.h"
 #include "serve/log.h"
 
-enum rq_state { RQ_QUEUED, RQ_ACTIVE, RQ_DONE };
-
-struct sv_request {
-    sv_sched *sched;
-    pthread_cond_t cond;
-    /* under sched->mu */
-    int refs;
-    enum rq_state state;
-    bool cancelled;
-    bool got_first;
-    sv_finish finish;
-    int32_t n_out;
-    char error[256];
-    /* fixed at submit */
-    int32_t *prompt; /* [n_prompt + max_tokens]: the prompt, then the output (out) */
-    int32_t n_prompt;
-    int32_t max_tokens;
-    convoy_sampling_params sampler; /* n_logprobs: the request's top_logprobs */
-    bool ignore_eos;
-    uint64_t client;
-    char *grammar;       /* NULL or grammar_len bytes */
-    size_t grammar_len;
-    convoy_logit_bias *bias; /* sampler.logit_bias's copy, or NULL */
-    bool cold;           /* start from an empty slot (cache_prompt: false) */
-    bool pin;            /* run in slot_wanted only */
-    int32_t slot_wanted;
-    int32_t n_cached;    /* prompt tokens taken from the slot's cache (set at admission) */
-    int32_t slot;        /* while RQ_ACTIVE */
-    double t_submit;
-    int32_t *out;        /* prompt + n_prompt: [max_tokens] */
-    convoy_logprob *lp;  /* [max_tokens][1 + sampler.n_logprobs], or NULL */
-    float *embd;         /* an embedding request's vector [n_embd], written before it ends; else NULL */
-    bool has_embd;       /* the engine gave it (inference thread, before the request ends) */
-};
-
-enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDING };
-
-typedef struct sv_slot {
-    enum slot_state state;
-    sv_request *req;
-    int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, a cache slot or a
-                          free one) */
-    int32_t n_fed;     /* prompt tokens in the cache (the positions too, while prefilling) */
-    int32_t in_flight; /* batches in flight that carry a run of it (more than one: windows, pipelined prompt chunks) */
-    int32_t n_live;    /* of them, windows not made stale */
-    int32_t sent_end;  /* while n_live > 0: the history index after the last live window's rows */
-    uint32_t epoch;    /* advanced when its windows in flight go stale (a cut, the request's end) */
-    /* D's scratch while it builds a batch */
-    bool sends;        /* a window goes in this batch */
-    bool grouped;      /* it keeps one window in flight: the batch carries its group's rows */
-    bool asked;        /* the drafter was asked for it (0 or more drafts came) */
-    int32_t n_draft;   /* the drafts it carries */
-} sv_slot;
-
-/* What a slot's KV holds while no request runs in it: the token at each
- * of its first n positions. */
-typedef struct sv_kept {
-    int32_t *tok;  /* [n_ctx] */
-    int32_t n;
-    uint64_t used; /* s->use_clock when its last request started: the least recently used goes first */
-} sv_kept;
-
-/* A slot's run in a batch: its wanted rows are the batch's outputs
- * [row, row + n_want). Of a window's rows, n_want - n_draft come before its
- * drafts: its newest token, or none when it guesses. */
-typedef struct sv_run {
-    int32_t slot, row, n_want;
-    int32_t n_draft;
-    uint32_t epoch; /* the slot's when it was sent: another one at collection makes the run stale */
-    bool window;    /* a decode run; else a prompt chunk (its last wants the first output) */
-    bool asked;     /* the drafter was asked for it */
-} sv_run;
-
-/* A submitted batch, until it is collected. */
-typedef struct sv_flight {
-    int32_t *token, *pos, *seq; /* [n_batch] */
-    uint8_t *want;
-    sv_run *runs;               /* [n_slot] in batch order, one per slot at most */
-    int32_t n, n_want, n_prompt_tokens, n_runs;
-    int32_t group;              /* the group whose rows it carries, or -1 (windows of deeper slots only) */
-    double t_propose; /* when its drafts were asked for (the start of its rounds) */
-    double t0;        /* when it was submitted */
-} sv_flight;
-
-enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
-
-struct sv_sched {
-    convoy_ctx *ctx;
-    const convoy_model *model;
-    int32_t n_slot, n_batch, n_ctx, n_vocab, n_embd;
-
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    pthread_t thread;
-    bool thread_running;
-    bool stopping;
-
-    /* under mu */
-    sv_request **queue; /* ring of queue_cap + n_slot */
-    int32_t queue_cap, q_ring, q_head, q_len;
-    int32_t n_held;     /* slots not SLOT_FREE */
-    int32_t n_running;  /* requests in slots, not yet ended */
-    sv_request **active; /* [n_slot] the request running in each slot, or NULL (for the clients' shares) */
-    int32_t client_slots; /* the most slots one client runs at once */
-    sv_sched_stats stats;
-    double rate_t[RATE_RING];
-    uint64_t rate_n[RATE_RING];
-    int rate_head, rate_len;
-    double retry_at;    /* while stats.down: the next reconnect */
-    double retry_wait;  /* and the wait after it, doubling */
-    double check_at;    /* while idle: the next health check of the engine */
-    double costs_at;    /* the next debug line of a pipeline's measured costs */
-    int32_t n_cache;    /* the context's slots past n_slot: the cache beyond the slots */
-    sv_kept *kept;      /* [n_slot + n_cache] written under mu; the inference thread reads without it only
-                           what nobody else writes: the slots it holds and the cache slots (an HTTP
-                           thread erases a free slot's) */
-    uint64_t use_clock;
-    bool prompt_cache;  /* slots keep their cache for the next request */
-
-    /* inference thread only */
-    sv_slot *slots;
-    int32_t prefill_rr;
-    int32_t depth;        /* batches in flight at most (the context's depth) */
-    int32_t groups;       /* slot groups whose batches take turns (stage_groups) */
-    int32_t next_group;   /* group of the next batch to build */
-    double stage_s;       /* seconds a token takes at the slowest stage (for the windows' depth) */
-    sv_flight *flights;   /* [depth] ring, oldest first */
-    int32_t f_oldest, n_flying;
-    int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
-    convoy_spec *spec;    /* set before the first request (see sv_sched_set_spec); NULL: no speculation */
-    convoy_spec_req *spec_reqs; /* [n_slot] one proposal call's requests */
-    int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
-    int32_t k_max;        /* the spec's most drafts per round */
-};
-
-static int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
-
-static void request_free(sv_request *r)
-{
-    pthread_cond_destroy(&r->cond);
-    cv_free(r->lp);
-    cv_free(r->prompt);
-    cv_free(r->grammar);
-    cv_free(r->bias);
-    cv_free(r->embd);
-    cv_free(r);
-}
-
-/* Output i's logprobs: the sampled id's, then the alternatives. */
-static convoy_logprob *request_lp(const sv_request *r, int32_t i)
-{
-    return r->lp + (size_t)i * (size_t)(1 + r->sampler.n_logprobs);
-}
-
-/* Drops one reference; the caller holds mu. */
-static void unref_locked(sv_request *r)
-{
-    if (--r->refs == 0)
-        request_free(r);
-}
-
 /* Ends a request and drops the scheduler's reference; the caller holds mu. */
-static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg)
+void sv_sched_finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg)
 {
     if (r->state == RQ_ACTIVE) {
         s->n_running--;
@@ -274,19 +95,19 @@ static void finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char 
         snprintf(r->error, sizeof r->error, "%s", msg);
     s->stats.requests_finished[why]++;
     pthread_cond_broadcast(&r->cond);
-    unref_locked(r);
+    sv_request_unref_locked(r);
 }
 
 /* Ends a slot's request; the next A cuts the slot back to the tokens its
  * request published (kept, unless it failed or the cache is off) or
  * empties it. The caller holds mu. */
-static void end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg)
+void sv_sched_end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg)
 {
     const sv_request *r = sl->req;
     sv_kept *k = &s->kept[r->slot];
     k->n = why == SV_FINISH_ERROR || !s->prompt_cache ? 0 : min_i32(r->n_prompt + r->n_out, s->n_ctx);
     memcpy(k->tok, r->prompt, sizeof(int32_t) * (size_t)k->n);
-    finish_locked(s, sl->req, why, msg);
+    sv_sched_finish_locked(s, sl->req, why, msg);
     sl->state = SLOT_ENDING;
     sl->epoch++; /* its windows in flight are stale */
     sl->n_live = 0;
@@ -300,20 +121,9 @@ static sv_request *queue_pop_locked(sv_sched *s)
     return r;
 }
 
-static void queue_remove_locked(sv_sched *s, sv_request *r)
-{
-    int32_t k = 0;
-    for (int32_t i = 0; i < s->q_len; i++) {
-        sv_request *q = s->queue[(s->q_head + i) % s->q_ring];
-        if (q != r)
-            s->queue[(s->q_head + k++) % s->q_ring] = q;
-    }
-    s->q_len = k;
-}
-
 /* Empties slot i in the engine and the drafter; returns convoy_seq_free's
  * result. */
-static int slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
+int sv_sched_slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
 {
     const int rc = convoy_seq_free(s->ctx, i, err, errlen);
     if (s->spec)
@@ -325,7 +135,7 @@ static int slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
 static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
 {
     s->slots[i] = (sv_slot){.state = SLOT_FREE};
-    return slot_free_engine(s, i, err, errlen);
+    return sv_sched_slot_free_engine(s, i, err, errlen);
 }
 
 /* A: cuts slot i, whose request ended, back to its kept tokens and frees
@@ -381,152 +191,7 @@ static void end_cancelled_locked(sv_sched *s)
     for (int32_t i = 0; i < s->n_slot; i++) {
         sv_slot *sl = &s->slots[i];
         if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && !sl->in_flight && sl->req->cancelled)
-            end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
-    }
-}
-
-/* Requests of client c running now. */
-static int32_t running_of_locked(const sv_sched *s, uint64_t c)
-{
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_slot; i++)
-        n += s->active[i] && s->active[i]->client == c;
-    return n;
-}
-
-/* The queued request that gets the next free slot: of the clients under
- * their share, the one running the fewest requests, its oldest; NULL when
- * every queued client runs its share. */
-static sv_request *next_admitted_locked(const sv_sched *s)
-{
-    sv_request *best = NULL;
-    int32_t best_n = s->client_slots;
-    for (int32_t i = 0; i < s->q_len && best_n > 0; i++) {
-        sv_request *r = s->queue[(s->q_head + i) % s->q_ring];
-        if (r->pin && s->slots[r->slot_wanted].state != SLOT_FREE)
-            continue;
-        const int32_t n = running_of_locked(s, r->client);
-        if (n < best_n) {
-            best = r;
-            best_n = n;
-        }
-    }
-    return best;
-}
-
-static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb)
-{
-    const int32_t n = min_i32(na, nb);
-    int32_t p = 0;
-    while (p < n && a[p] == b[p])
-        p++;
-    return p;
-}
-
-/* The tokens kept in slot i that r's prompt starts with (0 for a cold request). */
-static int32_t prompt_prefix(const sv_sched *s, int32_t i, const sv_request *r)
-{
-    return r->cold ? 0 : common_prefix(s->kept[i].tok, s->kept[i].n, r->prompt, r->n_prompt);
-}
-
-/* The free slot for r: its pinned one, else the longest common prefix
- * (*prefix), then the least recently used; -1 when every slot is held. */
-static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
-{
-    if (r->pin) {
-        *prefix = prompt_prefix(s, r->slot_wanted, r);
-        return s->slots[r->slot_wanted].state == SLOT_FREE ? r->slot_wanted : -1;
-    }
-    int32_t best = -1;
-    for (int32_t i = 0; i < s->n_slot; i++) {
-        if (s->slots[i].state != SLOT_FREE)
-            continue;
-        const int32_t p = prompt_prefix(s, i, r);
-        if (best < 0 || p > *prefix || (p == *prefix && s->kept[i].used < s->kept[best].used)) {
-            best = i;
-            *prefix = p;
-        }
-    }
-    return best;
-}
-
-/* Whether slot j's KV holds its kept tokens until this admission's
- * slots are set up: a cache slot, a free slot, or one admitted now that
- * keeps its own prefix (start_admitted copies out of it before cutting it
- * back). */
-static bool holds_kept(const sv_sched *s, int32_t j)
-{
-    if (j >= s->n_slot)
-        return true;
-    const sv_slot *sl = &s->slots[j];
-    return sl->state == SLOT_FREE || (sl->state == SLOT_STARTING && sl->source == j);
-}
-
-/* Whether a slot admitted before takes its prefix from slot i. */
-static bool copied_from(const sv_sched *s, int32_t i)
-{
-    for (int32_t j = 0; j < s->n_slot; j++)
-        if (j != i && s->slots[j].state == SLOT_STARTING && s->slots[j].source == i)
-            return true;
-    return false;
-}
-
-/* Another slot than i (a cache slot, or a free one: the n choices of one
- * request share their prompt so) that holds more of r's prompt than
- * *prefix (which it then sets), the most; -1 when none does. */
-static int32_t best_source_slot(const sv_sched *s, const sv_request *r, int32_t i, int32_t *prefix)
-{
-    int32_t best = -1;
-    for (int32_t c = 0; c < s->n_slot + s->n_cache; c++) {
-        if (c == i || !holds_kept(s, c))
-            continue;
-        const int32_t p = prompt_prefix(s, c, r);
-        if (p > *prefix) {
-            best = c;
-            *prefix = p;
-        }
-    }
-    return best;
-}
-
-/* The prompt tokens r takes from a common prefix of `prefix`: one token at
- * least is left to run, so that the first output has fresh logits, and
- * with penalties the penalty window too, so that the sampler sees every
- * id a cold slot's would. */
-static int32_t reuse_len(const sv_request *r, int32_t prefix)
-{
-    const convoy_sampling_params *p = &r->sampler;
-    const bool penalties = p->penalty_last_n > 0 &&
-                           (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
-    int32_t n = min_i32(prefix, r->n_prompt - 1);
-    if (penalties)
-        n = min_i32(n, r->n_prompt - p->penalty_last_n);
-    return n > 0 ? n : 0;
-}
-
-/* B: moves queued requests into free slots, fairly across clients, each
- * into the slot that holds the most of its prompt. */
-static void admit_locked(sv_sched *s)
-{
-    while (s->q_len > 0) {
-        sv_request *r = next_admitted_locked(s);
-        int32_t prefix = 0;
-        const int32_t i = r ? best_free_slot(s, r, &prefix) : -1;
-        if (i < 0)
-            return;
-        /* a slot that an earlier admission copies from keeps its own prefix */
-        const int32_t c = copied_from(s, i) ? -1 : best_source_slot(s, r, i, &prefix);
-        const int32_t source = c >= 0 ? c : i;
-        queue_remove_locked(s, r);
-        r->state = RQ_ACTIVE;
-        r->slot = i;
-        r->n_cached = reuse_len(r, prefix);
-        s->kept[i].used = s->kept[source].used = ++s->use_clock;
-        s->active[i] = r;
-        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached};
-        s->stats.prompt_tokens_cached += (uint64_t)r->n_cached;
-        s->n_held++;
-        s->n_running++;
+            sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
     }
 }
 
@@ -540,7 +205,7 @@ static bool take_work(sv_sched *s, int32_t n_freed)
     const bool working = wait_for_work_locked(s);
     if (working) {
         end_cancelled_locked(s);
-        admit_locked(s);
+        sv_sched_admit_locked(s);
     }
     pthread_mutex_unlock(&s->mu);
     return working;
@@ -554,7 +219,7 @@ enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000, CHECK_MS = 500 };
 /* A failure took the pipeline down (the engine closed it, releasing its
  * nodes): the scheduler refuses requests and tries to reconnect, the
  * first time soon, then less often. */
-static void note_down_locked(sv_sched *s, const char *err)
+void sv_sched_note_down_locked(sv_sched *s, const char *err)
 {
     if (s->stats.down || !convoy_ctx_is_down(s->ctx))
         return;
@@ -640,93 +305,8 @@ static void check_when_idle(sv_sched *s)
     s->check_at = cv_now_s() + CHECK_MS / 1e3;
     note_engine_locked(s);
     if (rc)
-        note_down_locked(s, err);
+        sv_sched_note_down_locked(s, err);
     pthread_mutex_unlock(&s->mu);
-}
-
-enum { STASH_MIN_TOKENS = 16 }; /* fewer tokens are not worth a cache slot */
-
-/* The cache slot that takes slot i's kept tokens: one holding a prefix of
- * them (an empty one first), else the least recently used; never `avoid`.
- * -1 when one holds them all already. */
-static int32_t stash_target(const sv_sched *s, int32_t i, int32_t avoid)
-{
-    const sv_kept *k = &s->kept[i];
-    int32_t lru = -1;
-    for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
-        if (c == avoid)
-            continue;
-        const int32_t p = common_prefix(s->kept[c].tok, s->kept[c].n, k->tok, k->n);
-        if (p == k->n)
-            return -1;
-        if (p == s->kept[c].n)
-            return c;
-        if (lru < 0 || s->kept[c].used < s->kept[lru].used)
-            lru = c;
-    }
-    return lru;
-}
-
-/* C: slot i is about to keep only `keep` of its kept tokens: the rest go
- * to a cache slot first (see the design comment), unless they are few. */
-static void stash(sv_sched *s, int32_t i, int32_t keep, int32_t avoid)
-{
-    if (s->kept[i].n - keep < STASH_MIN_TOKENS)
-        return;
-    const int32_t c = stash_target(s, i, avoid);
-    if (c < 0)
-        return;
-    char err[CV_ERRLEN];
-    const int rc = convoy_seq_copy(s->ctx, i, c, s->kept[i].n, err, sizeof err);
-    if (rc)
-        sv_log(SV_LOG_WARN, "the prompt cache drops slot %d: %s", c, err);
-    pthread_mutex_lock(&s->mu);
-    s->kept[c].n = rc ? 0 : s->kept[i].n;
-    memcpy(s->kept[c].tok, s->kept[i].tok, sizeof(int32_t) * (size_t)s->kept[c].n);
-    s->kept[c].used = s->kept[i].used;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* C: slot i gets the n prompt tokens its request reuses from `source` (cut
- * back to them, a copy of a cache slot's, or an empty slot when none),
- * what it held past them stashed first. */
-static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *err, size_t errlen)
-{
-    stash(s, i, source == i ? n : 0, source);
-    pthread_mutex_lock(&s->mu);
-    s->kept[i].n = 0; /* the request's tokens replace them */
-    pthread_mutex_unlock(&s->mu);
-    if (source != i)
-        return convoy_seq_copy(s->ctx, source, i, n, err, errlen);
-    if (n == 0)
-        return slot_free_engine(s, i, err, errlen);
-    return convoy_seq_truncate(s->ctx, i, n, err, errlen);
-}
-
-/* C: sets up each admitted slot: cut back to its reused prefix, then its
- * sampler (it allocates, so it is done here, out of the step loop); a
- * slot the engine refuses ends its request. The slots that copy another's
- * prefix go first, before a slot they copy is cut back. */
-static void start_admitted(sv_sched *s)
-{
-    char err[CV_ERRLEN];
-    for (int32_t k = 0; k < 2 * s->n_slot; k++) {
-        const int32_t i = k % s->n_slot;
-        sv_slot *sl = &s->slots[i];
-        if (sl->state != SLOT_STARTING || (k < s->n_slot) == (sl->source == i))
-            continue;
-        const sv_request *r = sl->req;
-        if (slot_reuse(s, i, sl->source, r->n_cached, err, sizeof err) ||
-            convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
-            (r->grammar && convoy_set_grammar(s->ctx, i, r->grammar, r->grammar_len, r->n_prompt, err, sizeof err))) {
-            pthread_mutex_lock(&s->mu);
-            end_slot_locked(s, sl, SV_FINISH_ERROR, err);
-            note_down_locked(s, err);
-            pthread_mutex_unlock(&s->mu);
-            continue;
-        }
-        sl->state = SLOT_PREFILL;
-    }
 }
 
 /* D: the windows a slot keeps in flight: one without speculation, else
@@ -1026,11 +606,11 @@ static void end_embedding_locked(sv_sched *s, sv_slot *sl, double now)
     s->stats.ttft_seconds += now - r->t_submit;
     s->stats.ttft_count++;
     if (r->cancelled)
-        end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+        sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
     else if (!r->has_embd)
-        end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no embedding");
+        sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no embedding");
     else
-        end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+        sv_sched_end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
 }
 
 /* E: appends n_emit outputs to slot sl's request in order, up to the first
@@ -1039,7 +619,7 @@ static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_
 {
     sv_request *r = sl->req;
     if (r->cancelled) {
-        end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+        sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
         return;
     }
     for (int32_t j = 0; j < n_emit; j++) {
@@ -1050,17 +630,17 @@ static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_
             s->stats.ttft_count++;
         }
         if (!r->ignore_eos && convoy_token_is_eog(s->model, out[j])) {
-            end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+            sv_sched_end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
             return;
         }
         if (r->lp && request_lp(r, r->n_out)->id != out[j]) {
-            end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no logprobs for a token");
+            sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no logprobs for a token");
             return;
         }
         r->out[r->n_out++] = out[j];
         /* the row that gave it was at the context's last position */
         if (r->n_out == r->max_tokens || r->n_prompt + r->n_out > s->n_ctx) {
-            end_slot_locked(s, sl, SV_FINISH_LENGTH, NULL);
+            sv_sched_end_slot_locked(s, sl, SV_FINISH_LENGTH, NULL);
             return;
         }
     }
@@ -1137,10 +717,10 @@ static void fail_running_locked(sv_sched *s, const char *err)
         sv_slot *sl = &s->slots[i];
         sl->in_flight = 0;
         if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE)
-            end_slot_locked(s, sl, SV_FINISH_ERROR, err);
+            sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, err);
     }
     s->n_flying = 0;
-    note_down_locked(s, err);
+    sv_sched_note_down_locked(s, err);
 }
 
 static void rate_sample_locked(sv_sched *s, double now)
@@ -1202,7 +782,7 @@ static void *sched_main(void *arg)
     while (take_work(s, empty_ended_slots(s))) {
         reconnect_when_due(s);
         check_when_idle(s);
-        start_admitted(s);
+        sv_sched_start_admitted(s);
         const int rc = submit_batches(s, err, sizeof err);
         if (rc != 0 || s->n_flying > 0)
             collect_oldest(s, rc, err, sizeof err);
@@ -1295,7 +875,7 @@ void sv_sched_stop(sv_sched *s)
     s->stopping = true;
     s->thread_running = false;
     while (s->q_len > 0)
-        finish_locked(s, queue_pop_locked(s), SV_FINISH_ERROR, msg);
+        sv_sched_finish_locked(s, queue_pop_locked(s), SV_FINISH_ERROR, msg);
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
     if (!was_running)
@@ -1308,7 +888,7 @@ void sv_sched_stop(sv_sched *s)
         if (sl->state == SLOT_FREE)
             continue;
         if (sl->state != SLOT_ENDING)
-            finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
+            sv_sched_finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
         slot_free(s, i, err, sizeof err);
     }
     s->n_held = 0;
@@ -1342,69 +922,6 @@ void sv_sched_free(sv_sched *s)
     cv_free(s);
 }
 
-void sv_sched_set_prompt_cache(sv_sched *s, bool on)
-{
-    pthread_mutex_lock(&s->mu);
-    s->prompt_cache = on;
-    pthread_mutex_unlock(&s->mu);
-}
-
-int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out)
-{
-    pthread_mutex_lock(&s->mu);
-    for (int32_t i = 0; i < s->n_slot; i++) {
-        const sv_request *r = s->active[i];
-        out[i] = (sv_slot_info){.id = i, .n_ctx = s->n_ctx, .processing = r != NULL,
-                                .n_tokens = r ? r->n_prompt + r->n_out : s->kept[i].n};
-    }
-    pthread_mutex_unlock(&s->mu);
-    return s->n_slot;
-}
-
-/* Slot id, idle: its kept tokens (NULL: none, and err says why); the caller holds mu. */
-static const sv_kept *idle_slot_locked(const sv_sched *s, int32_t id, char *err, size_t errlen)
-{
-    if (id < 0 || id >= s->n_slot) {
-        cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", id, s->n_slot - 1);
-        return NULL;
-    }
-    if (s->slots[id].state != SLOT_FREE || s->active[id]) {
-        cv_errf(err, errlen, "slot %d is running a request", id);
-        return NULL;
-    }
-    return &s->kept[id];
-}
-
-int32_t sv_sched_slot_tokens(sv_sched *s, int32_t id, int32_t *out, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&s->mu);
-    const sv_kept *k = idle_slot_locked(s, id, err, errlen);
-    const int32_t n = k ? k->n : -1;
-    if (k)
-        memcpy(out, k->tok, sizeof(int32_t) * (size_t)n);
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-int32_t sv_sched_slot_erase(sv_sched *s, int32_t id, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&s->mu);
-    sv_kept *k = (sv_kept *)idle_slot_locked(s, id, err, errlen);
-    const int32_t n = k ? k->n : -1;
-    if (k)
-        k->n = 0; /* its KV stays until the next request, which reuses none of it */
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-void sv_sched_set_client_slots(sv_sched *s, int32_t n)
-{
-    pthread_mutex_lock(&s->mu);
-    s->client_slots = n < 1 ? 1 : n > s->n_slot ? s->n_slot : n;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
-}
-
 int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
 {
     if (s->spec)
@@ -1426,241 +943,4 @@ int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
     s->spec = spec;
     pthread_mutex_unlock(&s->mu);
     return 0;
-}
-
-void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
-{
-    const double now = cv_now_s();
-    pthread_mutex_lock(&s->mu);
-    *st = s->stats;
-    st->queued = s->q_len;
-    st->active = s->n_running;
-    st->retry_in = s->stats.down && s->retry_at > now ? s->retry_at - now : 0.0;
-    if (!st->failing && convoy_ctx_failing_over(s->ctx)) { /* the scheduler's thread waits in it */
-        st->failing = true;
-        snprintf(st->last_error, sizeof st->last_error, "a node failed: the pipeline is failing over");
-    }
-    /* the spec counts its rounds in convoy_spec_observe, under mu */
-    st->speculating = s->spec != NULL;
-    if (s->spec) {
-        convoy_spec_stats ss;
-        convoy_spec_get_stats(s->spec, &ss);
-        st->spec_rounds = ss.rounds;
-        st->spec_drafted = ss.drafted;
-        st->spec_accepted = ss.accepted;
-    }
-    st->tokens_per_second = 0.0;
-    for (int k = 0; k < s->rate_len; k++) {
-        const int i = (s->rate_head + k) % RATE_RING;
-        if (now - s->rate_t[i] <= RATE_WINDOW_S) {
-            if (now - s->rate_t[i] > 0.5)
-                st->tokens_per_second = (double)(s->stats.generated_tokens - s->rate_n[i]) / (now - s->rate_t[i]);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* The free slots a request of client c may take: those its share leaves. */
-static int32_t free_slots_for_locked(const sv_sched *s, uint64_t c)
-{
-    const int32_t free = s->n_slot - s->n_running, mine = s->client_slots - running_of_locked(s, c);
-    return min_i32(free, mine > 0 ? mine : 0);
-}
-
-/* Submit: the parameters' refusal (-1, err says why), else 0. */
-static int check_params(const sv_sched *s, const sv_request_params *p, char *err, size_t errlen)
-{
-    if (p->pin && (p->slot < 0 || p->slot >= s->n_slot))
-        return cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
-    const bool generates = !p->embed; /* an embedding runs its prompt only, which may fill the context */
-    if (p->n_prompt < 1 || p->n_prompt > s->n_ctx - generates ||
-        (generates && (p->max_tokens < 1 || p->max_tokens > s->n_ctx - p->n_prompt)) || p->top_logprobs < -1 ||
-        p->top_logprobs > CONVOY_MAX_TOP_LOGPROBS || (p->embed && (p->top_logprobs >= 0 || p->grammar)))
-        return cv_errf(err, errlen, "bad request parameters (prompt %d tokens, max_tokens %d, context %d, logprobs %d)",
-                       p->n_prompt, p->max_tokens, s->n_ctx, p->top_logprobs);
-    for (int32_t i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= s->n_vocab)
-            return cv_errf(err, errlen, "token id %d is outside the vocabulary of %d", p->prompt[i], s->n_vocab);
-    return 0;
-}
-
-/* Submit: a queued request with copies of p's prompt, grammar and logit
- * bias, two references; NULL when out of memory. */
-static sv_request *request_new(sv_sched *s, const sv_request_params *p)
-{
-    sv_request *r = cv_calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    const int32_t max_tokens = p->embed ? 0 : p->max_tokens;
-    r->prompt = cv_malloc(sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)max_tokens));
-    if (p->embed && !(r->embd = cv_malloc(sizeof(float) * (size_t)s->n_embd))) {
-        cv_free(r->prompt);
-        r->prompt = NULL;
-    }
-    if (p->top_logprobs >= 0)
-        r->lp = cv_malloc(sizeof(convoy_logprob) * (size_t)p->max_tokens * (size_t)(1 + p->top_logprobs));
-    if (p->grammar && (r->grammar = cv_memdup(p->grammar, p->grammar_len)))
-        r->grammar_len = p->grammar_len;
-    const size_t bias_bytes = sizeof(convoy_logit_bias) * (size_t)p->sampler.n_logit_bias;
-    if (bias_bytes)
-        r->bias = cv_memdup(p->sampler.logit_bias, bias_bytes);
-    if (!r->prompt || (p->top_logprobs >= 0 && !r->lp) || (p->grammar && !r->grammar) || (bias_bytes && !r->bias)) {
-        cv_free(r->lp);
-        cv_free(r->prompt);
-        cv_free(r->grammar);
-        cv_free(r->bias);
-        cv_free(r->embd);
-        cv_free(r);
-        return NULL;
-    }
-    memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
-    r->sched = s;
-    r->out = r->prompt + p->n_prompt;
-    r->n_prompt = p->n_prompt;
-    r->max_tokens = max_tokens;
-    r->sampler = p->sampler;
-    r->sampler.logit_bias = r->bias;
-    r->sampler.n_logprobs = p->top_logprobs;
-    r->ignore_eos = p->ignore_eos;
-    r->cold = p->cold || p->embed; /* every row must be pooled */
-    r->pin = p->pin;
-    r->slot_wanted = p->slot;
-    r->client = p->client;
-    r->t_submit = cv_now_s();
-    r->refs = 2;
-    r->state = RQ_QUEUED;
-    pthread_cond_init(&r->cond, NULL);
-    return r;
-}
-
-/* Submit: queues r unless the server stops, is down or is full (err says
- * which); the caller holds mu. */
-static sv_submit_result enqueue_locked(sv_sched *s, sv_request *r, char *err, size_t errlen)
-{
-    if (s->stopping) {
-        cv_errf(err, errlen, "the server is shutting down");
-        return SV_SUBMIT_ERROR;
-    }
-    if (s->stats.down) {
-        cv_errf(err, errlen, "%s; reconnecting", s->stats.last_error);
-        return SV_SUBMIT_DOWN;
-    }
-    if (s->q_len >= s->queue_cap + free_slots_for_locked(s, r->client)) {
-        if (s->n_running < s->n_slot && running_of_locked(s, r->client) >= s->client_slots)
-            cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and you run %d "
-                                 "requests, the most one client may run at once; try again later", s->q_len,
-                    s->queue_cap, s->client_slots);
-        else
-            cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d "
-                                 "slots are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
-        return SV_SUBMIT_FULL;
-    }
-    s->queue[(s->q_head + s->q_len) % s->q_ring] = r;
-    s->q_len++;
-    pthread_cond_signal(&s->wake);
-    return SV_SUBMIT_OK;
-}
-
-sv_submit_result sv_sched_submit_all(sv_sched *s, const sv_request_params *p, int n, sv_request **out, char *err,
-                                     size_t errlen)
-{
-    memset(out, 0, sizeof *out * (size_t)n);
-    for (int i = 0; i < n; i++)
-        if (check_params(s, &p[i], err, errlen))
-            return SV_SUBMIT_ERROR;
-    sv_submit_result res = SV_SUBMIT_OK;
-    for (int i = 0; i < n && res == SV_SUBMIT_OK; i++)
-        if (!(out[i] = request_new(s, &p[i]))) {
-            cv_errf(err, errlen, "out of memory for a request of %d tokens", p[i].max_tokens);
-            res = SV_SUBMIT_ERROR;
-        }
-    pthread_mutex_lock(&s->mu);
-    int queued = 0;
-    while (res == SV_SUBMIT_OK && queued < n && (res = enqueue_locked(s, out[queued], err, errlen)) == SV_SUBMIT_OK)
-        queued++;
-    for (int i = 0; res != SV_SUBMIT_OK && i < queued; i++)
-        queue_remove_locked(s, out[i]);
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; res != SV_SUBMIT_OK && i < n; i++) {
-        if (out[i])
-            request_free(out[i]);
-        out[i] = NULL;
-    }
-    return res;
-}
-
-sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
-                                 size_t errlen)
-{
-    return sv_sched_submit_all(s, p, 1, out, err, errlen);
-}
-
-int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish)
-{
-    sv_sched *s = r->sched;
-    const struct timespec until = cv_deadline_ms(timeout_ms);
-    pthread_mutex_lock(&s->mu);
-    while (r->state != RQ_DONE && r->n_out <= n_seen)
-        if (pthread_cond_timedwait(&r->cond, &s->mu, &until))
-            break;
-    const int32_t n = r->n_out;
-    *finish = r->state == RQ_DONE ? r->finish : SV_RUNNING;
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-const int32_t *sv_request_tokens(const sv_request *r) { return r->out; }
-
-int32_t sv_request_cached(sv_request *r)
-{
-    pthread_mutex_lock(&r->sched->mu);
-    const int32_t n = r->state == RQ_QUEUED ? 0 : r->n_cached;
-    pthread_mutex_unlock(&r->sched->mu);
-    return n;
-}
-
-const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
-{
-    return r->lp ? request_lp(r, i) : NULL;
-}
-
-const char *sv_request_error(const sv_request *r) { return r->error; }
-
-const float *sv_request_embedding(const sv_request *r)
-{
-    pthread_mutex_lock(&r->sched->mu);
-    const bool done = r->state == RQ_DONE && r->finish == SV_FINISH_STOP;
-    pthread_mutex_unlock(&r->sched->mu);
-    return done && r->has_embd ? r->embd : NULL;
-}
-
-static void cancel_locked(sv_sched *s, sv_request *r)
-{
-    if (r->state == RQ_QUEUED) {
-        queue_remove_locked(s, r);
-        finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
-    } else if (r->state == RQ_ACTIVE && !r->cancelled) {
-        r->cancelled = true;
-        pthread_cond_signal(&s->wake);
-    }
-}
-
-void sv_request_cancel(sv_request *r)
-{
-    sv_sched *s = r->sched;
-    pthread_mutex_lock(&s->mu);
-    cancel_locked(s, r);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void sv_request_release(sv_request *r)
-{
-    if (!r)
-        return;
-    sv_sched *s = r->sched;
-    pthread_mutex_lock(&s->mu);
-    cancel_locked(s, r);
-    unref_locked(r);
-    pthread_mutex_unlock(&s->mu);
 }
