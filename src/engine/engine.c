@@ -45,6 +45,8 @@ struct convoy_ctx {
     int32_t pooling;  /* the embeddings' CV_POOL_*: convoy_ctx_params' or the model's */
 };
 
+static_assert(CONVOY_ERR_MAX == CV_ERRLEN, "convoy.h's error buffer is the size the layers write for");
+
 struct convoy_detok {
     cv_detok d;
 };
