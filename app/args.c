@@ -518,7 +518,7 @@ int arg_spec_open(arg_spec *s, const char *cmd, convoy_ctx *ctx, const convoy_mo
     if (s->p.k > s->p.k_max && !s->k_max_given)
         s->p.k_max = s->p.k;
     s->p.n_threads = n_threads;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (!(*out = convoy_spec_create(ctx, m, &s->p, err, sizeof err))) {
         fprintf(stderr, "convoy %s: %s\n", cmd, err);
         return -1;

@@ -109,7 +109,7 @@ static int parse_options(chat_opts *o, int argc, char **argv)
 
 static int open_engine(const chat_opts *o, chat_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err)) ||
         convoy_set_sampler(s->ctx, 0, &o->sp, err, sizeof err) ||
@@ -163,7 +163,7 @@ static int render_turn(chat_state *s, int32_t *keep, int32_t *n_new)
     sv_buf prompt = {0};
     convoy_span *spans = NULL;
     int n_spans = 0, rc = -1;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)s->n_ctx);
     if (!toks || sv_render_chat(&s->chat, msgs, s->n_msgs, NULL, NULL, &prompt, &spans, &n_spans, err, sizeof err)) {
         fprintf(stderr, "convoy chat: %s\n", toks ? err : "out of memory");
@@ -216,7 +216,7 @@ static int on_token(void *user, int32_t id)
  * it joins the conversation. */
 static int reply_turn(const chat_opts *o, chat_state *s, int32_t keep, int32_t n_new)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     reply r = {.model = s->model};
     convoy_gen_stats st;
     const int32_t room = s->n_ctx - keep - n_new;

@@ -95,7 +95,7 @@ static int parse_options(eval_opts *o, int argc, char **argv)
  * for them, or of --ctx positions when that is more. */
 static int open_engine(eval_opts *o, eval_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);
         return -1;
@@ -134,7 +134,7 @@ static int open_buffers(const eval_opts *o, eval_state *s)
 /* Runs the tokens in batches of n_batch and appends each batch's logits. */
 static int decode_all(const eval_opts *o, eval_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     for (int32_t start = 0; start < s->n; start += o->cp.n_batch) {
         const int32_t m = s->n - start < o->cp.n_batch ? s->n - start : o->cp.n_batch;
         for (int32_t i = 0; i < m; i++)

@@ -20,7 +20,7 @@ int cmd_info(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (convoy_file_report(path, stdout, err, sizeof err)) {
         fprintf(stderr, "info: %s\n", err);
         return 1;

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "convoy.h"
 #include "pipe/seal.h"
 
 static void usage(FILE *f)
@@ -22,7 +23,7 @@ int cmd_keygen(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (cv_seal_key_generate(path, err, sizeof err)) {
         fprintf(stderr, "convoy keygen: %s\n", err);
         return 1;

@@ -40,7 +40,7 @@ static int run(int argc, char **argv, const char *name, void (*usage)(FILE *),
     if (status != ARG_GO)
         return status;
     convoy_pack_stats st;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (fn(files[0], files[1], &st, err, sizeof err)) {
         fprintf(stderr, "convoy %s: %s\n", name, err);
         return 1;

@@ -191,7 +191,7 @@ static int set_cpus(const char *list, convoy_fleet *f)
  * each node's figures. */
 static int measure_fleet(plan_opts *o, convoy_model *m, int32_t max_users, convoy_fleet *f)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     o->cp.n_slot = max_users;
     o->cp.rebalance = false;
     convoy_ctx *ctx = convoy_ctx_create(m, &o->cp, err, sizeof err);
@@ -251,7 +251,7 @@ static int forecast_all(const plan_opts *o, const convoy_model *m, const convoy_
     printf("%-6s %-20s %-20s %11s %11s %9s  %s\n", "users", "speculation", "plan (layers)", "tok/s/user",
            "tok/s", "ttft_s", "bottleneck");
     for (const char *u = o->users; *u;) {
-        char *end, err[512], plan[128], spec[48];
+        char *end, err[CONVOY_ERR_MAX], plan[128], spec[48];
         const long users = strtol(u, &end, 10);
         if (end == u || users < 1 || users > 64 || (*end && *end != ',')) {
             fprintf(stderr, "convoy plan: --users: '%s' is not a list of counts 1..64\n", o->users);
@@ -299,7 +299,7 @@ int cmd_plan(int argc, char **argv)
     const int status = parse_options(&o, argc, argv);
     if (status != ARG_GO)
         return status;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     convoy_model *m = NULL;
     convoy_synth_params shape;
     convoy_fleet f;

@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "convoy.h"
 #include "hub.h"
 
 static void usage(FILE *f)
@@ -30,7 +31,7 @@ int cmd_pull(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
-    char path[4096], err[512];
+    char path[4096], err[CONVOY_ERR_MAX];
     if (hub_pull(ref, &(hub_pull_params){.out_path = out, .cmd = "pull"}, path, sizeof path, err, sizeof err)) {
         fprintf(stderr, "convoy pull: %s\n", err);
         return 1;

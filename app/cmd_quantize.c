@@ -64,7 +64,7 @@ int cmd_quantize(int argc, char **argv)
         return 2;
     }
     quantize_totals tot = {0};
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (convoy_quantize_file(in, out, type, output_type, n_threads, print_tensor, &tot, err, sizeof err)) {
         fprintf(stderr, "convoy quantize: %s\n", err);
         return 1;

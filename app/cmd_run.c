@@ -115,7 +115,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
  * takes is the load time reported. */
 static int open_engine(run_opts *o, run_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     const double t0 = now_s();
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
@@ -133,7 +133,7 @@ static int open_engine(run_opts *o, run_state *s)
  * token when there is one to generate. */
 static int prepare_prompt(const run_opts *o, run_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     const int32_t n_ctx = convoy_ctx_n_ctx(s->ctx);
     s->tokens = malloc(sizeof(int32_t) * (size_t)n_ctx);
     s->detok = convoy_detok_create(s->model);
@@ -202,7 +202,7 @@ static int print_token(void *user, int32_t id)
 /* Generates and prints the tokens, then the text the detokenizer still holds. */
 static int generate(const run_opts *o, run_state *s, convoy_gen_stats *st)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     run_printer pr = {.model = s->model, .detok = s->detok, .ignore_eos = o->ignore_eos, .print_ids = o->print_ids};
     if (convoy_generate(s->ctx, s->spec, 0, s->tokens, s->n_prompt, s->n_predict, print_token, &pr, st, err,
                         sizeof err)) {

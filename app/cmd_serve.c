@@ -293,7 +293,7 @@ static void block_signals(sigset_t *stop_signals)
  * without a key. */
 static int open_access(const serve_opts *o, serve_state *s)
 {
-    char err[CV_ERRLEN];
+    char err[CONVOY_ERR_MAX];
     const bool loopback = sv_is_loopback_host(o->host);
     const char *cors = o->cors ? o->cors : loopback ? "*" : "none";
     if (sv_access_init(&s->access, o->api_key, o->api_key_file, cors, err, sizeof err)) {
@@ -340,7 +340,7 @@ static int32_t cache_slots(const serve_opts *o, const convoy_model_info *info)
  * the scheduler. Returns 0, or the exit status: 2 for an unknown template. */
 static int open_engine(serve_opts *o, serve_state *s)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err))) {
         sv_log(SV_LOG_ERROR, "%s", err);
         return 1;
@@ -419,7 +419,7 @@ static void log_listening(const serve_opts *o, const serve_state *s, const oai_s
 /* Serves HTTP until one of stop_signals comes. */
 static int serve_until_signal(const serve_opts *o, const serve_state *s, const sigset_t *stop_signals)
 {
-    char err[512], id[256];
+    char err[CONVOY_ERR_MAX], id[256];
     model_id_of(o->model_path, id, sizeof id);
     const sv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
                             .version = CONVOY_VERSION, .seed = o->seed_value};

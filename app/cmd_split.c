@@ -71,7 +71,7 @@ int cmd_split(int argc, char **argv)
     const int n = split ? parse_counts(split, counts) : stages;
     if (n < 0)
         return 2;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (convoy_split_file(model, dir, n, split ? counts : NULL, print_shard, NULL, err, sizeof err)) {
         fprintf(stderr, "convoy split: %s\n", err);
         return 1;

@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "convoy.h"
 #include "pipe/node.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -61,7 +62,7 @@ int cmd_stage(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -75,7 +75,7 @@ static int parse_options(synth_opts *o, int argc, char **argv)
  * 0, or -1 after a message: a usage error. */
 static int set_shape(synth_opts *o)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (o->shape && convoy_synth_set_shape(&o->p, o->shape, err, sizeof err)) {
         fprintf(stderr, "convoy synth: %s\n", err);
         usage(stderr);
@@ -135,7 +135,7 @@ static void note_tensor(void *user, const convoy_tensor_note *n)
 /* Writes the model, then reads it back for the line that says what it is. */
 static int write_and_report(const synth_opts *o)
 {
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     bool at_terminal = isatty(STDERR_FILENO);
     if (convoy_synth_file(&o->p, o->out, note_tensor, &at_terminal, err, sizeof err)) {
         fprintf(stderr, "convoy synth: %s\n", err);

@@ -53,7 +53,7 @@ int cmd_tokenize(int argc, char **argv)
     const int status = arg_parse(&cmd, argc, argv);
     if (status != ARG_GO)
         return status;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     convoy_model *model = convoy_model_load(model_path, err, sizeof err);
     if (!model) {
         fprintf(stderr, "convoy: %s\n", err);

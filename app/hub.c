@@ -566,7 +566,7 @@ int hub_pull(const char *ref, const hub_pull_params *p, char *path, size_t path_
 {
     hub_ref r;
     hub_remote rem;
-    char url[2048], part[4200], what[800], say[900], why[CV_ERRLEN];
+    char url[2048], part[4200], what[800], say[900], why[CONVOY_ERR_MAX];
     if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return cv_errf(err, errlen, "cannot start libsodium or libcurl");
     if (parse_ref(ref, &r, err, errlen) || (!r.file[0] && choose_file(&r, err, errlen)) ||
@@ -596,7 +596,7 @@ int hub_pull(const char *ref, const hub_pull_params *p, char *path, size_t path_
 
 int hub_model_option(const char *cmd, const char *hf, const char **model_path, char *buf, size_t n)
 {
-    char err[CV_ERRLEN];
+    char err[CONVOY_ERR_MAX];
     if (!hf == !*model_path) {
         fprintf(stderr, "convoy %s: give the model as -m PATH or -hf OWNER/REPO[:QUANT], one of them\n", cmd);
         return 2;

@@ -9,8 +9,16 @@
  * allocates nothing. Results are bit-identical whatever the batch
  * composition and thread count. One thread at a time may use a convoy_ctx
  * (the engine is owned by one inference thread); a convoy_model may be
- * shared read-only. Failures return -1 (or NULL) with a message in err.
- * The kernels for this CPU are selected when the program starts.
+ * shared read-only. The kernels for this CPU are selected when the
+ * program starts.
+ *
+ * Errors: a function that can fail returns -1 (or NULL) and writes one
+ * sentence into the caller's buffer err of errlen bytes, always
+ * NUL-terminated and cut to fit; CONVOY_ERR_MAX bytes is the size the
+ * engine's messages are written for (NULL err discards the message).
+ *
+ * The sections below (`---- concern ----`) group the API by concern: the
+ * inference API first, then the tools that read and write model files.
  *
  * This header includes only standard headers: src/engine/ implements it
  * over the layers below (infer/ for one machine, pipe/ for a chain). */
@@ -21,6 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* The size of an error buffer that holds the engine's messages. */
+#define CONVOY_ERR_MAX 512
+
+/* ---- models: a GGUF loaded, its facts and identity ---- */
 
 typedef struct convoy_model convoy_model;
 typedef struct convoy_ctx convoy_ctx;
@@ -50,6 +63,8 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info);
  * (model/fingerprint.h's meta hash; instant, no weight is read). */
 #define CONVOY_MODEL_ID_BYTES 32
 int convoy_model_id(const convoy_model *m, uint8_t out[CONVOY_MODEL_ID_BYTES], char *err, size_t errlen);
+
+/* ---- tokens: text to ids and back ---- */
 
 /* Tokenization as llama.cpp's llama_tokenize (see model/vocab.h). */
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
@@ -124,6 +139,8 @@ convoy_detok *convoy_detok_create(const convoy_model *m);
 int convoy_detok_push(convoy_detok *d, int32_t id, char *out, int32_t n);
 int convoy_detok_flush(convoy_detok *d, char *out, int32_t n);
 void convoy_detok_free(convoy_detok *d);
+
+/* ---- contexts: the KV cache's slots over one machine or a pipeline ---- */
 
 typedef struct convoy_ctx_params {
     int32_t n_threads; /* default: the physical cores this process may run on */
@@ -250,6 +267,8 @@ typedef struct convoy_node_costs {
 } convoy_node_costs;
 void convoy_ctx_get_node_costs(const convoy_ctx *c, convoy_node_costs *out);
 
+/* ---- fleets: a model's speed on machines, measured or forecast ---- */
+
 #define CONVOY_FLEET_ROWS 5
 
 /* An AVX2 core's multiply-adds per second in batched quantized products
@@ -330,6 +349,8 @@ typedef struct convoy_forecast {
 int convoy_forecast_run(const convoy_model *m, const struct convoy_synth_params *shape, const convoy_fleet *f,
                         const convoy_forecast_params *p, convoy_forecast *out, char *err, size_t errlen);
 
+/* ---- sampling: a slot's parameters ---- */
+
 /* A slot's sampling, llama.cpp's default chain: repetition / frequency /
  * presence penalties, top-k, top-p, min-p, temperature, then a draw with
  * the slot's RNG (64-bit PCG from seed); temp 0 is greedy (argmax, ties to
@@ -366,6 +387,8 @@ typedef struct convoy_sampling_params {
 /* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off (last 64),
  * seed 0, no logprobs: llama.cpp's defaults. */
 convoy_sampling_params convoy_sampling_default_params(void);
+
+/* ---- steps: batches, their outputs, the slots' samplers, grammars and lengths ---- */
 
 enum {
     CONVOY_WANT_NONE = 0,
@@ -497,6 +520,8 @@ int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);
  * cache). Neither slot may be in a batch in flight. */
 int convoy_seq_copy(convoy_ctx *c, int32_t src, int32_t dst, int32_t len, char *err, size_t errlen);
 
+/* ---- speculative decoding ---- */
+
 /* Speculative decoding (DESIGN.md §5). A convoy_spec proposes drafts for
  * slots of a context from a drafter at the head: "ngram" (the continuation
  * of the latest earlier occurrence of the last tokens) or a GGUF draft
@@ -575,6 +600,8 @@ void convoy_spec_idle(convoy_spec *s);
 void convoy_spec_seq_free(convoy_spec *s, int32_t seq);
 void convoy_spec_get_stats(const convoy_spec *s, convoy_spec_stats *out);
 
+/* ---- generation ---- */
+
 /* Generation of one sequence: the prompt hist[0..n_hist) (after what slot
  * seq holds already), then up to n_predict tokens, sampled with the slot's
  * sampler, speculatively when spec is not NULL. Each token is appended to
@@ -599,7 +626,7 @@ typedef struct convoy_gen_stats {
 int convoy_generate(convoy_ctx *c, convoy_spec *spec, int32_t seq, int32_t *hist, int32_t n_hist, int32_t n_predict,
                     convoy_token_fn on_token, void *user, convoy_gen_stats *st, char *err, size_t errlen);
 
-/* ---- model files: info, quantize, synth, pack (src/engine/files.c) ----
+/* ---- model files: info, quantize, synth, pack, split (src/engine/files.c) ----
  * These work on GGUF files without loading a model for inference. Type
  * names are GGML's ("F32", "Q8_0", "Q4_K", ...). n_threads 0 means one
  * thread per CPU; the files written do not depend on the thread count. */

@@ -1,5 +1,5 @@
-/* forecast.h: what forecast.c needs of engine.c: a model's parsed file,
- * and a context's. The forecast's contract is include/convoy.h's (fleets). */
+/* forecast.h: what forecast.c needs of engine.c: a model's parsed file.
+ * The forecast's contract is include/convoy.h's (fleets). */
 #ifndef CONVOY_ENGINE_FORECAST_H
 #define CONVOY_ENGINE_FORECAST_H
 
@@ -7,6 +7,5 @@
 #include "model/llama.h"
 
 const cv_llama *cv_engine_model_meta(const convoy_model *m);
-const cv_llama *cv_engine_ctx_meta(const convoy_ctx *c);
 
 #endif
