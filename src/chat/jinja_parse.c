@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat/jinja_impl.h"
 #include "core/alloc.h"
-#include "model/jinja_impl.h"
 
 #define MAX_TEMPLATE (1u << 20)
 #define MAX_NESTING 200

@@ -1,5 +1,5 @@
 /* jinja_impl.h: the insides of the Jinja engine (jinja.h is its contract),
- * shared by src/model/jinja_*.c and by nothing else.
+ * shared by src/chat/jinja_*.c and by nothing else.
  *
  *   jinja_lex.c      template text -> tokens (tags, whitespace control)
  *   jinja_parse.c    tokens -> syntax tree (jnode), cv_jinja_parse
@@ -20,15 +20,15 @@
  *
  * Errors: a function that can fail returns -1 after jr_fail wrote the
  * first message ("line N: ...") into the render; the render then stops. */
-#ifndef CONVOY_MODEL_JINJA_IMPL_H
-#define CONVOY_MODEL_JINJA_IMPL_H
+#ifndef CONVOY_CHAT_JINJA_IMPL_H
+#define CONVOY_CHAT_JINJA_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/jinja.h"
 #include "core/err.h"
-#include "model/jinja.h"
 
 /* ---- arena ---- */
 
