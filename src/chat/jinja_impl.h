@@ -1,14 +1,15 @@
 /* jinja_impl.h: the insides of the Jinja engine (jinja.h is its contract),
  * shared by src/chat/jinja_*.c and by nothing else.
  *
- *   jinja_lex.c      template text -> tokens (tags, whitespace control)
- *   jinja_parse.c    tokens -> syntax tree (jnode), cv_jinja_parse
- *   jinja_eval.c     statements, scopes, macros, cv_jinja_render
- *   jinja_expr.c     expressions, calls, attribute and item access
- *   jinja_value.c    the arena, values, equality, order, str(), repr(), JSON
- *   jinja_text.c     UTF-8 and Unicode helpers, number text, strftime
- *   jinja_filters.c  filters and tests
- *   jinja_methods.c  str/list/dict methods, globals, % formatting
+ *   jinja_lex.c         template text -> tokens (tags, whitespace control)
+ *   jinja_parse.c       tokens -> syntax tree (jnode): statements, cv_jinja_parse
+ *   jinja_parse_expr.c  its expressions (jinja_parser.h: the parser's own state)
+ *   jinja_eval.c        statements, scopes, macros, cv_jinja_render
+ *   jinja_expr.c        expressions, calls, attribute and item access
+ *   jinja_value.c       the arena, values, equality, order, str(), repr(), JSON
+ *   jinja_text.c        UTF-8 and Unicode helpers, number text, strftime
+ *   jinja_filters.c     filters and tests
+ *   jinja_methods.c     str/list/dict methods, globals, % formatting
  *
  * Memory: a template's tree, names and literal strings live in the
  * template's arena; every value a render makes lives in the render's arena,
