@@ -1,6 +1,6 @@
 /* cmd_render_template.c: `convoy render-template`: prints, byte for byte
  * and with nothing added, the prompt a chat template makes of an OpenAI
- * chat request body (convoy.h's convoy_render_chat says how the request
+ * chat request body (chat/template.h's cv_render_chat says how the request
  * becomes the template's variables), as the server would feed it to the
  * model; --requests renders a list of bodies in one run. */
 #include <jansson.h>
@@ -10,8 +10,9 @@
 #include <strings.h>
 
 #include "args.h"
+#include "chat/template.h"
 #include "commands.h"
-#include "convoy.h"
+#include "core/alloc.h"
 
 static void usage(FILE *f)
 {
@@ -29,7 +30,7 @@ static void usage(FILE *f)
 
 /* "01 Dec 2026" (day, English month name or its first three letters,
  * year) or "2026-12-01". */
-static int parse_date(const char *s, convoy_render_params *p)
+static int parse_date(const char *s, cv_render_params *p)
 {
     static const char *const months[] = {"january", "february", "march",     "april",   "may",      "june",
                                          "july",    "august",   "september", "october", "november", "december"};
@@ -52,8 +53,8 @@ static int parse_date(const char *s, convoy_render_params *p)
 }
 
 /* --requests: each body of the array rendered, the answers as one JSON array. */
-static int render_each(const convoy_template *t, const char *list, size_t len, const char *path,
-                       const convoy_render_params *p)
+static int render_each(const cv_template *t, const char *list, size_t len, const char *path,
+                       const cv_render_params *p)
 {
     json_error_t jerr;
     json_t *reqs = json_loadb(list, len, 0, &jerr), *answers = json_array(), *req;
@@ -69,10 +70,10 @@ static int render_each(const convoy_template *t, const char *list, size_t len, c
     {
         char *body = json_dumps(req, JSON_COMPACT | JSON_ENCODE_ANY), *out = NULL;
         size_t out_len;
-        const int rc = body ? convoy_render_chat(t, body, strlen(body), p, &out, &out_len, err, sizeof err) : -1;
+        const int rc = body ? cv_render_chat(t, body, strlen(body), p, &out, &out_len, err, sizeof err) : -1;
         json_array_append_new(answers, rc == 0 ? json_pack("{s:s%}", "prompt", out, out_len)
                                                : json_pack("{s:s}", "error", body ? err : "out of memory"));
-        convoy_text_free(out);
+        cv_free(out);
         free(body);
     }
     const int rc = json_dumpf(answers, stdout, JSON_COMPACT) == 0 && fflush(stdout) == 0 ? 0 : 1;
@@ -81,24 +82,24 @@ static int render_each(const convoy_template *t, const char *list, size_t len, c
     return rc;
 }
 
-static int render(const char *tmpl_path, const char *req_path, bool many, const convoy_render_params *p)
+static int render(const char *tmpl_path, const char *req_path, bool many, const cv_render_params *p)
 {
     size_t tlen, rlen, out_len;
     char *tmpl = arg_read_file("render-template", tmpl_path, &tlen);
     char *req = tmpl ? arg_read_file("render-template", req_path, &rlen) : NULL, *out = NULL;
     char err[512];
     int rc = 1;
-    convoy_template *t = req ? convoy_template_parse(tmpl, tlen, err, sizeof err) : NULL;
+    cv_template *t = req ? cv_template_parse(tmpl, tlen, err, sizeof err) : NULL;
     if (req && !t)
         fprintf(stderr, "convoy render-template: %s: %s\n", tmpl_path, err);
     else if (t && many)
         rc = render_each(t, req, rlen, req_path, p);
-    else if (t && convoy_render_chat(t, req, rlen, p, &out, &out_len, err, sizeof err) != 0)
+    else if (t && cv_render_chat(t, req, rlen, p, &out, &out_len, err, sizeof err) != 0)
         fprintf(stderr, "convoy render-template: %s: %s\n", req_path, err);
     else if (t)
         rc = fwrite(out, 1, out_len, stdout) == out_len && fflush(stdout) == 0 ? 0 : 1;
-    convoy_text_free(out);
-    convoy_template_free(t);
+    cv_free(out);
+    cv_template_free(t);
     free(req);
     free(tmpl);
     return rc;
@@ -107,7 +108,7 @@ static int render(const char *tmpl_path, const char *req_path, bool many, const 
 int cmd_render_template(int argc, char **argv)
 {
     const char *tmpl = NULL, *req = NULL, *reqs = NULL, *date = NULL;
-    convoy_render_params p = {0};
+    cv_render_params p = {0};
     const arg_opt opts[] = {
         {"template", 0, ARG_STR, .dst = &tmpl, .required = true},
         {"request", 0, ARG_STR, .dst = &req},

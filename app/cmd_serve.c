@@ -26,6 +26,7 @@
 #include "commands.h"
 #include "hub.h"
 #include "convoy.h"
+#include "chat/template.h"
 #include "serve/access.h"
 #include "serve/http.h"
 #include "serve/log.h"
@@ -139,7 +140,7 @@ typedef struct serve_state {
     convoy_model *model;
     convoy_ctx *ctx;
     convoy_spec *spec; /* NULL without --draft */
-    convoy_template_pool *template_pool;
+    cv_template_pool *template_pool;
     sv_sched *sched;
     sv_chat chat;
 } serve_state;
@@ -349,7 +350,7 @@ static int open_engine(serve_opts *o, serve_state *s)
         sv_log(SV_LOG_ERROR, "%s", err);
         return 2;
     }
-    if (!(s->chat.pool = s->template_pool = convoy_template_pool_create(o->template_mem))) {
+    if (!(s->chat.pool = s->template_pool = cv_template_pool_create(o->template_mem))) {
         sv_log(SV_LOG_ERROR, "out of memory");
         return 1;
     }
@@ -452,7 +453,7 @@ static void close_engine(serve_state *s)
     convoy_spec_free(s->spec);
     convoy_ctx_free(s->ctx);
     sv_chat_free(&s->chat);
-    convoy_template_pool_free(s->template_pool);
+    cv_template_pool_free(s->template_pool);
     convoy_model_free(s->model);
     sv_access_free(&s->access);
     free(s->tls_key);

@@ -8,10 +8,11 @@
 # when there is any. Standard headers (<...>) are always allowed, and so is
 # a header of the including file's own folder.
 #
-# The house, lower floors first: core -> kernels -> model, codec -> infer -> pipe ->
-# engine -> serve -> app. A floor includes only floors below it, and the
-# engine API (include/convoy.h) includes nothing of the project: serve and
-# app reach the engine through it alone.
+# The house, lower floors first: core -> kernels -> model, codec, chat -> infer ->
+# pipe -> engine -> serve -> app. A floor includes only floors below it (chat,
+# the chat templates, stands on core alone), and the engine API
+# (include/convoy.h) includes nothing of the project: serve and app reach the
+# engine through it alone, and the chat templates through chat/.
 set -uo pipefail
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 
@@ -23,13 +24,15 @@ RULES=(
     "src/kernels/: core/"
     "src/codec/: core/ kernels/"
     "src/model/: core/ kernels/"
+    "src/chat/: core/"
     "src/infer/: core/ kernels/ model/"
     "src/pipe/: core/ codec/ kernels/ model/ infer/"
     "src/engine/: core/ codec/ kernels/ model/ infer/ pipe/ convoy.h"
-    "src/serve/: core/ convoy.h model/chat.h"
+    "src/serve/: core/ chat/ convoy.h"
     "include/:"
     "app/: convoy.h"
-    "app/cmd_serve.c: serve/"
+    "app/cmd_serve.c: serve/ chat/template.h"
+    "app/cmd_render_template.c: chat/ core/alloc.h"
     "app/cmd_chat.c: serve/"
     "app/cmd_stage.c: pipe/node.h"
     "app/cmd_keygen.c: pipe/seal.h"

@@ -118,7 +118,7 @@ static int setup(void)
     }
     CHECK(run("mkdir -p '" WORK_DIR "'") == 0);
     int rc = run("node '" CONVOY_SOURCE_DIR "/tests/test_bpe_oracle.js' '" NPM_DIR "' '" WORK_DIR "' '" CONVOY_SOURCE_DIR
-                 "/src/model/unicode_data.c'");
+                 "/src/core/unicode_data.c'");
     CHECKF(rc == 0, "the JavaScript oracle failed");
     rc |= run("'" CONVOY_BINARY_DIR "/hf_vocab' -o '" WORK_DIR "/llama3.gguf' --pre llama-bpe '" LENML
               "/tokenizer-llama3/models/tokenizer.json' '" LENML "/tokenizer-llama3/models/tokenizer_config.json'");

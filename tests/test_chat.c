@@ -1,4 +1,4 @@
-/* test_chat.c: native chat-template renderings (src/model/chat.h) against
+/* test_chat.c: native chat-template renderings (src/chat/chat.h) against
  * the real Jinja templates.
  *
  * The main test renders a set of conversations (with and without a system
@@ -38,9 +38,9 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "chat/chat.h"
 #include "core/alloc.h"
 #include "core/err.h"
-#include "model/chat.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "test.h"
@@ -377,52 +377,55 @@ static void test_detect_refusals(void)
     expect_refusal("<|user|>{{ content }}", "unrecognized", "<|user|>");
 }
 
-static void test_select(void)
+/* A GGUF holding tmpl as tokenizer.chat_template (none when NULL), read
+ * back as the engine reads it (convoy_model_chat_template): the key's text,
+ * or NULL. *ok is false when the file could not be written or read. */
+static char *gguf_template(const char *tmpl, bool *ok)
 {
     char path[512], err[CV_ERRLEN];
     snprintf(path, sizeof path, "%s/test_chat_select.gguf", CONVOY_BINARY_DIR);
     gguf_writer *w = gguf_writer_create();
     gguf_set_str(w, "general.architecture", "llama");
-    gguf_set_str(w, "tokenizer.chat_template", "{{ '<start_of_turn>user\\n' }}");
-    CHECKF(gguf_write(w, path, err, sizeof err) == 0, "%s", err);
+    if (tmpl)
+        gguf_set_str(w, "tokenizer.chat_template", tmpl);
+    *ok = gguf_write(w, path, err, sizeof err) == 0;
     gguf_writer_free(w);
     gguf_file f;
-    if (gguf_open(&f, path, err, sizeof err) != 0) {
+    if (!*ok || gguf_open(&f, path, err, sizeof err) != 0) {
         CHECKF(0, "%s", err);
-        return;
+        *ok = false;
+        return NULL;
     }
-    cv_chat_kind k = CV_CHAT_KIND_COUNT;
-    CHECK(cv_chat_select(&f, NULL, &k, err, sizeof err) == 0 && k == CV_CHAT_GEMMA);
-    CHECK(cv_chat_select(&f, "qwen3", &k, err, sizeof err) == 0 && k == CV_CHAT_QWEN3);
-    CHECK(cv_chat_select(&f, "gemma2", &k, err, sizeof err) == -1);
-    CHECKF(strstr(err, "'gemma2'") && strstr(err, "phi3"), "%s", err);
-    gguf_close(&f);
-
-    w = gguf_writer_create();
-    gguf_set_str(w, "general.architecture", "llama");
-    CHECKF(gguf_write(w, path, err, sizeof err) == 0, "%s", err);
-    gguf_writer_free(w);
-    if (gguf_open(&f, path, err, sizeof err) != 0) {
-        CHECKF(0, "%s", err);
-        return;
-    }
-    CHECK(cv_chat_select(&f, NULL, &k, err, sizeof err) == -1);
-    CHECKF(strstr(err, "test_chat_select.gguf") && strstr(err, "tokenizer.chat_template"), "%s", err);
-    CHECK(cv_chat_select(&f, "chatml", &k, err, sizeof err) == 0 && k == CV_CHAT_CHATML);
-    gguf_close(&f);
-
-    w = gguf_writer_create();
-    gguf_set_str(w, "tokenizer.chat_template", "{{ unknown }}");
-    CHECKF(gguf_write(w, path, err, sizeof err) == 0, "%s", err);
-    gguf_writer_free(w);
-    if (gguf_open(&f, path, err, sizeof err) != 0) {
-        CHECKF(0, "%s", err);
-        return;
-    }
-    CHECK(cv_chat_select(&f, NULL, &k, err, sizeof err) == -1);
-    CHECKF(strstr(err, "test_chat_select.gguf") && strstr(err, "unrecognized"), "%s", err);
+    const gguf_kv *kv = gguf_find_kv(&f, "tokenizer.chat_template");
+    char *text = kv && kv->type == GGUF_STRING ? gguf_str_dup(kv->v.str) : NULL;
     gguf_close(&f);
     remove(path);
+    return text;
+}
+
+/* Choosing a family as the server does: a --chat-template NAME, else the
+ * family detected in the model's template text. */
+static void test_select(void)
+{
+    char err[CV_ERRLEN];
+    bool ok;
+    char *t = gguf_template("{{ '<start_of_turn>user\\n' }}", &ok);
+    cv_chat_kind k = CV_CHAT_KIND_COUNT;
+    CHECK(ok && cv_chat_detect(t, &k, err, sizeof err) == 0 && k == CV_CHAT_GEMMA);
+    cv_free(t);
+    CHECK(cv_chat_kind_from_name("qwen3") == CV_CHAT_QWEN3);
+    CHECK(cv_chat_kind_from_name("gemma2") == -1);
+    CHECKF(strstr(cv_chat_kind_names(), "phi3"), "%s", cv_chat_kind_names());
+
+    t = gguf_template(NULL, &ok);
+    CHECK(ok && !t && cv_chat_detect(t, &k, err, sizeof err) == -1);
+    CHECKF(strstr(err, "--chat-template NAME"), "%s", err);
+    CHECK(cv_chat_kind_from_name("chatml") == CV_CHAT_CHATML);
+
+    t = gguf_template("{{ unknown }}", &ok);
+    CHECK(ok && cv_chat_detect(t, &k, err, sizeof err) == -1);
+    CHECKF(strstr(err, "unrecognized"), "%s", err);
+    cv_free(t);
 }
 
 static void test_buffers_and_bad_calls(void)

@@ -1,5 +1,5 @@
-/* test_jinja_engine.c: the Jinja engine (src/model/jinja.h) and
- * convoy_render_chat (include/convoy.h) on their own.
+/* test_jinja_engine.c: the Jinja engine (src/chat/jinja.h) and
+ * cv_render_chat (src/chat/template.h) on their own.
  *
  * 1. Snippets: templates that touch every statement, filter, test, method,
  *    operator and whitespace rule chat templates use, each rendered with
@@ -9,7 +9,7 @@
  *    the line, and raise_exception's message comes through as it is.
  * 3. Hostile templates stop at each bound (output, memory, iterations,
  *    steps, depth, nesting) with a message naming it, and never crash.
- * 4. convoy_render_chat turns a request body into the variables convoy.h
+ * 4. cv_render_chat turns a request body into the variables template.h
  *    documents, and refuses bodies it cannot render.
  * 5. One parsed template renders the same text from 8 threads at once.
  * tests/test_jinja.sh compares the real templates with @huggingface/jinja. */
@@ -17,9 +17,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "convoy.h"
+#include "chat/jinja.h"
+#include "chat/template.h"
+#include "core/alloc.h"
 #include "core/err.h"
-#include "model/jinja.h"
 #include "test.h"
 
 static const char CONTEXT[] = "{\"s\": \"h\303\251llo\", \"n\": null, \"l\": [3, 1, 2], \"d\": {\"a\": 1, \"b\": [1, \"x\"]}, \"t\": true, \"f\": 1.5, \"msgs\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}";
@@ -338,7 +339,7 @@ static void test_limits(void)
     free(chain);
 }
 
-/* convoy_render_chat's variables, through a template that prints them. */
+/* cv_render_chat's variables, through a template that prints them. */
 static void test_render_chat(void)
 {
     static const char tmpl[] =
@@ -347,11 +348,11 @@ static void test_render_chat(void)
         "{% endfor %}{{ tools is none }}{{ add_generation_prompt }}{{ bos_token }}{{ eos_token }}{{ extra }}"
         "{{ strftime_now('%Y-%m-%d') }}";
     char err[CV_ERRLEN] = "";
-    convoy_template *t = convoy_template_parse(tmpl, strlen(tmpl), err, sizeof err);
+    cv_template *t = cv_template_parse(tmpl, strlen(tmpl), err, sizeof err);
     CHECKF(t != NULL, "%s", err);
     if (!t)
         return;
-    convoy_render_params p = {.bos_token = "<s>", .eos_token = "</s>", .year = 2026, .month = 12, .day = 1};
+    cv_render_params p = {.bos_token = "<s>", .eos_token = "</s>", .year = 2026, .month = 12, .day = 1};
     static const char req[] =
         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
         "{\"type\": \"text\", \"text\": \"b\"}]}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
@@ -359,15 +360,15 @@ static void test_render_chat(void)
         " \"chat_template_kwargs\": {\"extra\": \"E\"}}";
     char *out = NULL;
     size_t len = 0;
-    CHECKF(convoy_render_chat(t, req, strlen(req), &p, &out, &len, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_render_chat(t, req, strlen(req), &p, &out, &len, err, sizeof err) == 0, "%s", err);
     const char *want = "[user|a\nb|][assistant||True{'x': 1}]TrueTrue<s></s>E2026-12-01";
     CHECKF(out && !strcmp(out, want) && len == strlen(want), "got \"%s\", want \"%s\"", out ? out : "", want);
-    convoy_text_free(out);
+    cv_free(out);
     p.no_generation_prompt = true;
     static const char req2[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"tools\": []}";
-    CHECKF(convoy_render_chat(t, req2, strlen(req2), &p, &out, &len, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_render_chat(t, req2, strlen(req2), &p, &out, &len, err, sizeof err) == 0, "%s", err);
     CHECKF(out && !strcmp(out, "[user|q|]FalseFalse<s></s>2026-12-01"), "got \"%s\"", out ? out : "");
-    convoy_text_free(out);
+    cv_free(out);
     static const struct {
         const char *req, *want;
     } bad[] = {
@@ -380,17 +381,17 @@ static void test_render_chat(void)
         {"{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": 1}", "chat_template_kwargs must be an object"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc = convoy_render_chat(t, bad[i].req, strlen(bad[i].req), &p, &out, &len, err, sizeof err);
+        int rc = cv_render_chat(t, bad[i].req, strlen(bad[i].req), &p, &out, &len, err, sizeof err);
         CHECKF(rc != 0 && !out && strstr(err, bad[i].want), "%s: want \"%s\", got %s", bad[i].req, bad[i].want,
                rc ? err : "success");
     }
-    convoy_template_free(t);
+    cv_template_free(t);
     const char *raises = "{{ raise_exception('no ' + messages[0].role) }}";
-    t = convoy_template_parse(raises, strlen(raises), err, sizeof err);
-    CHECK(t && convoy_render_chat(t, req2, strlen(req2), &p, &out, &len, err, sizeof err) != 0 &&
+    t = cv_template_parse(raises, strlen(raises), err, sizeof err);
+    CHECK(t && cv_render_chat(t, req2, strlen(req2), &p, &out, &len, err, sizeof err) != 0 &&
           !strcmp(err, "chat template line 1: no user"));
-    convoy_template_free(t);
-    CHECK(!convoy_template_parse("{{ x|nope }}", 12, err, sizeof err) && strstr(err, "chat template line 1: unknown filter 'nope'"));
+    cv_template_free(t);
+    CHECK(!cv_template_parse("{{ x|nope }}", 12, err, sizeof err) && strstr(err, "chat template line 1: unknown filter 'nope'"));
 }
 
 typedef struct job {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_unicode_tables.py: writes src/model/unicode_data.c, the code point
+"""gen_unicode_tables.py: writes src/core/unicode_data.c, the code point
 classes that the byte-level BPE pre-tokenizers need (regex \\p{L}, \\p{N}
 and \\s).
 
@@ -9,7 +9,7 @@ unicode-data.cpp) and the White_Space property of PropList.txt, listed
 below (unicodedata has no accessor for it; the set has not changed since
 Unicode 6.3). Run with Python 3.13:
 
-    python3.13 tools/gen_unicode_tables.py > src/model/unicode_data.c
+    python3.13 tools/gen_unicode_tables.py > src/core/unicode_data.c
 
 Output: one sorted array of runs, each a uint32 (first code point << 8 |
 class bits); a run lasts until the next one starts, the last one until
@@ -58,7 +58,7 @@ def main():
               " * (Python unicodedata general categories, PropList.txt White_Space). Do not edit.\n"
               " * Runs of code points with the same classes: first << 8 | bits\n"
               " * (1 letter, 2 number, 4 white space), sorted by first code point. */\n")
-    out.write('#include "model/unicode.h"\n\n')
+    out.write('#include "core/unicode.h"\n\n')
     out.write(f'const char cv_unicode_version[] = "{unicodedata.unidata_version}";\n')
     out.write(f"const uint32_t cv_unicode_n_runs = {len(runs)};\n")
     out.write("const uint32_t cv_unicode_runs[] = {\n")

@@ -55,7 +55,7 @@
 #include "core/alloc.h"
 #include "core/heap.h"
 #include "core/err.h"
-#include "model/unicode.h"
+#include "core/unicode.h"
 
 /* The pre-tokenizer split, named by tokenizer.ggml.pre (bpe.h). */
 typedef enum bpe_pre { BPE_PRE_GPT2, BPE_PRE_LLAMA3, BPE_PRE_QWEN2, BPE_PRE_GPT4O } bpe_pre;

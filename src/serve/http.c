@@ -294,7 +294,7 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c, conn *
     if (h->srv->chat && h->srv->chat->pool)
         metric(&b, "convoy_template_memory_peak_bytes", "gauge",
                "The most memory chat template renders held at once beyond their own MiB each (--template-mem).",
-               (double)convoy_template_pool_peak(h->srv->chat->pool));
+               (double)cv_template_pool_peak(h->srv->chat->pool));
     const enum MHD_Result rc = b.p ? send_body(h, c, cc, 200, "text/plain; version=0.0.4", b.p, b.n)
                                    : send_body(h, c, cc, 500, "text/plain", "", 0);
     sv_buf_free(&b);

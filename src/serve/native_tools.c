@@ -1,7 +1,7 @@
 /* native_tools.c: see native_tools.h. The texts are those of the
  * reference templates in ../shared/reference/chat-templates (Qwen2.5's
  * and Qwen3's tools block; the shapes of calls and results of those,
- * Llama 3.1's and Mistral Nemo's); model/chat.c writes the rest. */
+ * Llama 3.1's and Mistral Nemo's); chat/chat.c writes the rest. */
 #include "serve/native_tools.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* native_tools.h: tools, tool calls and tool results in a conversation
- * rendered by a built-in chat family (model/chat.h), whose renderers take
+ * rendered by a built-in chat family (chat/chat.h), whose renderers take
  * plain messages and, for llama3.1 and mistral, tool texts the caller
  * writes.
  *
@@ -39,7 +39,7 @@
 
 #include <jansson.h>
 
-#include "model/chat.h"
+#include "chat/chat.h"
 #include "serve/buf.h"
 #include "serve/tools.h"
 

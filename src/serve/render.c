@@ -1,5 +1,5 @@
 /* render.c: chat templates for the server (see render.h), over the native
- * renderers of model/chat.h and the Jinja engine of convoy.h. */
+ * renderers of chat/chat.h and the Jinja templates of chat/template.h. */
 #include "serve/render.h"
 
 #include <errno.h>
@@ -21,10 +21,10 @@
 /* Parses the Jinja template text into c; its name as given. */
 static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
 {
-    if (!(c->jinja = convoy_template_parse(text, len, err, errlen)))
+    if (!(c->jinja = cv_template_parse(text, len, err, errlen)))
         return -1;
     if (!(c->source = cv_malloc(len + 1))) {
-        convoy_template_free(c->jinja);
+        cv_template_free(c->jinja);
         c->jinja = NULL;
         return cv_errf(err, errlen, "out of memory");
     }
@@ -103,7 +103,7 @@ int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out
 
 void sv_chat_free(sv_chat *c)
 {
-    convoy_template_free(c->jinja);
+    cv_template_free(c->jinja);
     c->jinja = NULL;
     cv_free(c->source);
     c->source = NULL;
@@ -141,13 +141,13 @@ static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const 
     char *body = request_of(msgs, n, vars, marked), *text = NULL;
     if (!body)
         return cv_errf(err, errlen, "out of memory (or a message that is not UTF-8)");
-    const convoy_render_params p = {.bos_token = c->bos, .eos_token = c->eos, .pool = c->pool,
+    const cv_render_params p = {.bos_token = c->bos, .eos_token = c->eos, .pool = c->pool,
                                     .stop = watch ? watch->gone : NULL, .stop_user = watch ? watch->user : NULL};
     size_t len;
-    int rc = convoy_render_chat(c->jinja, body, strlen(body), &p, &text, &len, err, errlen);
+    int rc = cv_render_chat(c->jinja, body, strlen(body), &p, &text, &len, err, errlen);
     if (rc == 0 && sv_buf_append(out, text, len))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
-    convoy_text_free(text);
+    cv_free(text);
     free(body);
     return rc;
 }

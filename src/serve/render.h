@@ -1,9 +1,9 @@
 /* render.h: the chat template of `convoy serve`.
  *
  * Contract: sv_chat_setup picks the template once at start-up. With
- * --chat-template NAME (model/chat.h lists the names) that built-in family
+ * --chat-template NAME (chat/chat.h lists the names) that built-in family
  * renders natively; with --chat-template FILE the file is a Jinja template
- * (convoy.h's convoy_template_parse). Without either, the model's own
+ * (chat/template.h's cv_template_parse). Without either, the model's own
  * tokenizer.chat_template is rendered by the Jinja engine; one the engine
  * refuses falls back, with a warning naming the construct, to the family
  * cv_chat_detect recognizes; a model without a template gets ChatML, as
@@ -32,16 +32,17 @@
 
 #include <jansson.h>
 
+#include "chat/chat.h"
+#include "chat/template.h"
 #include "convoy.h"
-#include "model/chat.h"
 #include "serve/buf.h"
 #include "serve/tools.h"
 
 typedef struct sv_chat {
     cv_chat_kind kind;           /* the native family, when jinja is NULL */
-    convoy_template *jinja;      /* the Jinja template, or NULL */
+    cv_template *jinja;      /* the Jinja template, or NULL */
     char *source;                /* its text (/props shows it), or NULL */
-    convoy_template_pool *pool;  /* the memory its renders share (the caller's), or NULL */
+    cv_template_pool *pool;  /* the memory its renders share (the caller's), or NULL */
     const convoy_model *model;   /* for the fallback's check of contents */
     const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
     sv_tool_format tools;        /* how the Jinja template's model writes tool calls */

@@ -1,4 +1,4 @@
-/* fuzz_jinja.c: libFuzzer target for the Jinja engine (src/model/jinja.h).
+/* fuzz_jinja.c: libFuzzer target for the Jinja engine (src/chat/jinja.h).
  *
  * The input is a template. It must parse or be refused with a message that
  * names a line (or the template's size); a parsed template is rendered
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/err.h"
-#include "model/jinja.h"
+#include "chat/jinja.h"
 
 static const char CONTEXT[] =
     "{\"messages\": ["

@@ -6,7 +6,7 @@
 //   - Python's Jinja2 as transformers sets it up (oracle.py, run from here),
 //   - `convoy render-template` (each template's requests in one file given
 //     to --requests, --bos, --eos, --date).
-// Both oracles get the variables convoy.h's convoy_render_chat documents:
+// Both oracles get the variables chat/template.h's cv_render_chat documents:
 // messages (content null or absent as "", a list of text parts joined by
 // "\n", tool call arguments that hold a JSON object as that object), tools (or null),
 // add_generation_prompt (the request's, else true), bos_token, eos_token,
@@ -58,7 +58,7 @@ function strftime(fmt) {
     return fmt.replace(/%(-?)([YymdHMSbBaAj%])/g, (_, dash, c) => (dash ? String(Number(codes[c])) : codes[c]));
 }
 
-// The template's variables for a request, as convoy_render_chat makes them.
+// The template's variables for a request, as cv_render_chat makes them.
 function contextOf(req, bos, eos) {
     const messages = structuredClone(req.messages).map((m) => {
         if (Array.isArray(m.content)) m.content = m.content.map((p) => p.text).join("\n");

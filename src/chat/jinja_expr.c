@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "chat/jinja_impl.h"
 
 /* jv.aux of an undefined attribute of a tuple (beyond the JV_* types). */
 #define AUX_TUPLE (JV_LOOP + 1)

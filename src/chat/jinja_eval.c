@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat/jinja_impl.h"
 #include "core/alloc.h"
-#include "model/jinja_impl.h"
 
 /* ---- failure, work, output ---- */
 

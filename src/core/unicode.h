@@ -1,4 +1,5 @@
-/* unicode.h: code point classes and UTF-8 decoding for the BPE tokenizer.
+/* unicode.h: code point classes and UTF-8 decoding, for the BPE tokenizer
+ * (model/bpe.c) and the Jinja engine's string methods (chat/jinja_text.c).
  *
  * Contract: cv_unicode_class(cp) gives the regex classes of a code point as
  * bits: CV_UC_LETTER (\p{L}, general category L*), CV_UC_NUMBER (\p{N},
@@ -15,8 +16,8 @@
  * for sequences of the wrong shape but decodes overlong forms and
  * surrogates as code points; convoy replaces those too.
  * cv_utf8_encode writes cp (at most U+10FFFF) and returns 1..4. */
-#ifndef CONVOY_MODEL_UNICODE_H
-#define CONVOY_MODEL_UNICODE_H
+#ifndef CONVOY_CORE_UNICODE_H
+#define CONVOY_CORE_UNICODE_H
 
 #include <stddef.h>
 #include <stdint.h>

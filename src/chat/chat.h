@@ -3,7 +3,8 @@
  *
  * Contract. cv_chat_detect recognizes a model's tokenizer.chat_template by
  * distinctive substrings (as llama.cpp's llm_chat_detect_template does) and
- * names the rendering that reproduces it:
+ * names the rendering that reproduces it. The text is the caller's (serve
+ * passes the GGUF's, convoy_model_chat_template): chat/ reads no model file.
  *
  *   name       kind             reproduces (the Hugging Face template of)
  *   llama2     CV_CHAT_LLAMA2   Llama-2-chat: <s>[INST] <<SYS>>\n..\n<</SYS>>\n\n.. [/INST]
@@ -43,13 +44,11 @@
  * then pick a rendering with --chat-template NAME (cv_chat_kind_from_name).
  *
  * Errors: functions that can fail return 0 or -1 with a message in err. */
-#ifndef CONVOY_MODEL_CHAT_H
-#define CONVOY_MODEL_CHAT_H
+#ifndef CONVOY_CHAT_CHAT_H
+#define CONVOY_CHAT_CHAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-struct gguf_file; /* model/gguf.h: only cv_chat_select reads one */
 
 typedef enum cv_chat_kind {
     CV_CHAT_LLAMA2,
@@ -119,11 +118,6 @@ const char *cv_chat_default_system(cv_chat_kind k);
  * unrecognized one, naming the family found (if known) and quoting the
  * template's start. */
 int cv_chat_detect(const char *tmpl, cv_chat_kind *out, char *err, size_t errlen);
-
-/* The kind for a model: override_name if not NULL (--chat-template NAME),
- * else detected from the GGUF key tokenizer.chat_template. */
-int cv_chat_select(const struct gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
-                   size_t errlen);
 
 /* Renders n messages into out (cap bytes, NUL-terminated on success) and
  * sets *len to the rendered length without the NUL. bos_token and

@@ -1,40 +1,40 @@
-/* template.c: include/convoy.h's chat templates: a parsed Jinja template
- * (model/jinja.h) and an OpenAI chat request body rendered through it. The
+/* template.c: chat templates (template.h): a parsed Jinja template
+ * (chat/jinja.h) and an OpenAI chat request body rendered through it. The
  * body is parsed here (jansson), its messages brought into the shape
- * templates expect (convoy.h says how), and the whole handed to the engine
- * as the template's variables. */
-#include "convoy.h"
+ * templates expect (template.h says how), and the whole handed to the Jinja
+ * engine as the template's variables. */
+#include "chat/template.h"
 
 #include <jansson.h>
 #include <string.h>
 #include <time.h>
 
+#include "chat/jinja.h"
 #include "core/alloc.h"
 #include "core/budget.h"
 #include "core/err.h"
-#include "model/jinja.h"
 
-struct convoy_template {
+struct cv_template {
     cv_jinja *jinja;
 };
 
-struct convoy_template_pool {
+struct cv_template_pool {
     cv_budget b;
 };
 
-convoy_template_pool *convoy_template_pool_create(uint64_t bytes)
+cv_template_pool *cv_template_pool_create(uint64_t bytes)
 {
-    convoy_template_pool *p = cv_malloc(sizeof *p);
+    cv_template_pool *p = cv_malloc(sizeof *p);
     if (p)
         cv_budget_init(&p->b, bytes);
     return p;
 }
 
-void convoy_template_pool_free(convoy_template_pool *p) { cv_free(p); }
+void cv_template_pool_free(cv_template_pool *p) { cv_free(p); }
 
-uint64_t convoy_template_pool_peak(const convoy_template_pool *p) { return atomic_load(&p->b.peak); }
+uint64_t cv_template_pool_peak(const cv_template_pool *p) { return atomic_load(&p->b.peak); }
 
-convoy_template *convoy_template_parse(const char *text, size_t len, char *err, size_t errlen)
+cv_template *cv_template_parse(const char *text, size_t len, char *err, size_t errlen)
 {
     char msg[CV_ERRLEN];
     cv_jinja *j;
@@ -42,7 +42,7 @@ convoy_template *convoy_template_parse(const char *text, size_t len, char *err, 
         cv_errf(err, errlen, "chat template %s", msg);
         return NULL;
     }
-    convoy_template *t = cv_malloc(sizeof *t);
+    cv_template *t = cv_malloc(sizeof *t);
     if (!t) {
         cv_jinja_free(j);
         cv_errf(err, errlen, "out of memory reading the chat template");
@@ -52,15 +52,13 @@ convoy_template *convoy_template_parse(const char *text, size_t len, char *err, 
     return t;
 }
 
-void convoy_template_free(convoy_template *t)
+void cv_template_free(cv_template *t)
 {
     if (!t)
         return;
     cv_jinja_free(t->jinja);
     cv_free(t);
 }
-
-void convoy_text_free(char *text) { cv_free(text); }
 
 /* The content as one string: null or absent as "", a list of text parts
  * as their texts joined by "\n" (as vLLM gives templates that take strings). */
@@ -132,7 +130,7 @@ static int prepare_messages(json_t *messages, char *err, size_t errlen)
 }
 
 /* The template's variables for a parsed request body. */
-static json_t *context_of(json_t *req, const convoy_render_params *p, char *err, size_t errlen)
+static json_t *context_of(json_t *req, const cv_render_params *p, char *err, size_t errlen)
 {
     json_t *messages = json_object_get(req, "messages"), *tools = json_object_get(req, "tools");
     json_t *gen = json_object_get(req, "add_generation_prompt"), *kwargs = json_object_get(req, "chat_template_kwargs");
@@ -157,8 +155,8 @@ static json_t *context_of(json_t *req, const convoy_render_params *p, char *err,
     return ctx;
 }
 
-int convoy_render_chat(const convoy_template *t, const char *request, size_t len, const convoy_render_params *p,
-                       char **out, size_t *out_len, char *err, size_t errlen)
+int cv_render_chat(const cv_template *t, const char *request, size_t len, const cv_render_params *p, char **out,
+                   size_t *out_len, char *err, size_t errlen)
 {
     *out = NULL;
     *out_len = 0;

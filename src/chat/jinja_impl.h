@@ -1,14 +1,15 @@
 /* jinja_impl.h: the insides of the Jinja engine (jinja.h is its contract),
- * shared by src/model/jinja_*.c and by nothing else.
+ * shared by src/chat/jinja_*.c and by nothing else.
  *
- *   jinja_lex.c      template text -> tokens (tags, whitespace control)
- *   jinja_parse.c    tokens -> syntax tree (jnode), cv_jinja_parse
- *   jinja_eval.c     statements, scopes, macros, cv_jinja_render
- *   jinja_expr.c     expressions, calls, attribute and item access
- *   jinja_value.c    the arena, values, equality, order, str(), repr(), JSON
- *   jinja_text.c     UTF-8 and Unicode helpers, number text, strftime
- *   jinja_filters.c  filters and tests
- *   jinja_methods.c  str/list/dict methods, globals, % formatting
+ *   jinja_lex.c         template text -> tokens (tags, whitespace control)
+ *   jinja_parse.c       tokens -> syntax tree (jnode): statements, cv_jinja_parse
+ *   jinja_parse_expr.c  its expressions (jinja_parser.h: the parser's own state)
+ *   jinja_eval.c        statements, scopes, macros, cv_jinja_render
+ *   jinja_expr.c        expressions, calls, attribute and item access
+ *   jinja_value.c       the arena, values, equality, order, str(), repr(), JSON
+ *   jinja_text.c        UTF-8 and Unicode helpers, number text, strftime
+ *   jinja_filters.c     filters and tests
+ *   jinja_methods.c     str/list/dict methods, globals, % formatting
  *
  * Memory: a template's tree, names and literal strings live in the
  * template's arena; every value a render makes lives in the render's arena,
@@ -20,15 +21,15 @@
  *
  * Errors: a function that can fail returns -1 after jr_fail wrote the
  * first message ("line N: ...") into the render; the render then stops. */
-#ifndef CONVOY_MODEL_JINJA_IMPL_H
-#define CONVOY_MODEL_JINJA_IMPL_H
+#ifndef CONVOY_CHAT_JINJA_IMPL_H
+#define CONVOY_CHAT_JINJA_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/jinja.h"
 #include "core/err.h"
-#include "model/jinja.h"
 
 /* ---- arena ---- */
 

@@ -2,7 +2,7 @@
  * (Python unicodedata general categories, PropList.txt White_Space). Do not edit.
  * Runs of code points with the same classes: first << 8 | bits
  * (1 letter, 2 number, 4 white space), sorted by first code point. */
-#include "model/unicode.h"
+#include "core/unicode.h"
 
 const char cv_unicode_version[] = "15.1.0";
 const uint32_t cv_unicode_n_runs = 1564;

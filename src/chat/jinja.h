@@ -78,8 +78,8 @@
  * steps too), and a pool shared with other renders bounds their memory
  * together (cv_jinja_env). Exceeding any bound fails with a message naming it;
  * no input makes either function crash, hang or write out of bounds. */
-#ifndef CONVOY_MODEL_JINJA_H
-#define CONVOY_MODEL_JINJA_H
+#ifndef CONVOY_CHAT_JINJA_H
+#define CONVOY_CHAT_JINJA_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* jinja_text.c: text helpers of the Jinja engine (jinja_impl.h): UTF-8 by
- * code point (through model/unicode.h), Python's whitespace and a compact
+ * code point (through core/unicode.h), Python's whitespace and a compact
  * case mapping, float and number text as Python writes and reads it, and
  * strftime.
  *
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
-#include "model/unicode.h"
+#include "chat/jinja_impl.h"
+#include "core/unicode.h"
 
 uint32_t jt_decode(const char *p, size_t n, size_t *len) { return cv_utf8_decode((const uint8_t *)p, n, len); }
 

@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat/jinja_impl.h"
 #include "core/alloc.h"
-#include "model/jinja_impl.h"
 
 #define MAX_VALUE_DEPTH 200
 #define CHUNK (64u << 10)

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/jinja_impl.h"
 #include "core/alloc.h"
 #include "core/utf8.h"
-#include "model/jinja_impl.h"
 
 #define MAX_BRACKETS 200
 

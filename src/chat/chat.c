@@ -14,14 +14,12 @@
  * Python's (str.isspace): ASCII \t \n \v \f \r and space, U+001C..U+001F,
  * U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F,
  * U+3000. */
-#include "model/chat.h"
+#include "chat/chat.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#include "core/alloc.h"
 #include "core/err.h"
-#include "model/gguf.h"
 
 typedef struct slice {
     const char *p;
@@ -305,34 +303,6 @@ int cv_chat_detect(const char *t, cv_chat_kind *out, char *err, size_t errlen)
                    "unrecognized chat template (%zu bytes, begins \"%s\"); choose one with --chat-template "
                    "NAME (%s)",
                    strlen(t), snip, ALL_NAMES);
-}
-
-int cv_chat_select(const struct gguf_file *f, const char *override_name, cv_chat_kind *out, char *err,
-                   size_t errlen)
-{
-    if (override_name) {
-        int k = cv_chat_kind_from_name(override_name);
-        if (k < 0)
-            return cv_errf(err, errlen, "unknown chat template name '%s' (known: %s)", override_name, ALL_NAMES);
-        *out = (cv_chat_kind)k;
-        return 0;
-    }
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.chat_template");
-    if (!kv)
-        return cv_errf(err, errlen, "%s: no tokenizer.chat_template in the model; choose one with "
-                       "--chat-template NAME (%s)", f->name, ALL_NAMES);
-    gguf_str s;
-    char msg[CV_ERRLEN];
-    if (gguf_get_str(f, "tokenizer.chat_template", &s, msg, sizeof msg) != 0)
-        return cv_errf(err, errlen, "%s", msg);
-    char *t = gguf_str_dup(s);
-    if (!t)
-        return cv_errf(err, errlen, "%s: out of memory reading tokenizer.chat_template", f->name);
-    int rc = cv_chat_detect(t, out, msg, sizeof msg);
-    cv_free(t);
-    if (rc != 0)
-        return cv_errf(err, errlen, "%s: %s", f->name, msg);
-    return 0;
 }
 
 /* ---- renderings ---- */

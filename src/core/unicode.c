@@ -2,7 +2,7 @@
  *
  * The class table is a sorted list of runs (unicode_data.c); a lookup is a
  * binary search for the last run starting at or before the code point. */
-#include "model/unicode.h"
+#include "core/unicode.h"
 
 #include <stdbool.h>
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "chat/jinja_impl.h"
 
 #define MAX_RANGE 100000
 
