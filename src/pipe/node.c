@@ -601,6 +601,52 @@ static int open_model(node *n, char *err, size_t errlen)
     return 0;
 }
 
+/* What the node holds once ready, which every session adds to: its
+ * budget (--mem, else MemAvailable) and this process's own bytes. */
+static void take_stock(node *n)
+{
+    const cv_node_opts *o = n->o;
+    n->budget = o->mem_budget ? o->mem_budget : cv_mem_available();
+    n->process_bytes = cv_proc_baseline(o->model_path ? o->model_path : "");
+    fprintf(stderr, "convoy stage: on port %d, budget %.2f GB (%s), %.1f MB of it this process's own\n",
+            cv_gate_port(n->gate), n->budget / 1e9,
+            o->mem_budget ? "--mem" : n->budget ? "MemAvailable" : "unknown: no limit", n->process_bytes / 1e6);
+}
+
+/* Serves heads one after another until *stop (or max_sessions): a parked
+ * head that took the node over first, else the gate's next connection. */
+static void serve_heads(node *n, char *err, size_t errlen)
+{
+    const cv_node_opts *o = n->o;
+    for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
+        const cv_link_opts lo = cv_node_link_opts(n);
+        int rc = cv_node_unpark_head(n) ? 0 : cv_gate_next(n->gate, 200, &lo, &n->head_link, err, errlen);
+        if (rc == CV_LINK_TIMEOUT)
+            continue;
+        if (rc) {
+            fprintf(stderr, "convoy stage: %s\n", err);
+            continue;
+        }
+        sessions++;
+        if (cv_node_handshake(n, err, errlen) == 0)
+            serve_session(n);
+        else if (!n->hushed)
+            fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
+        session_end(n);
+    }
+}
+
+/* Tells the parked connections the node stops, and closes everything. */
+static void close_node(node *n, cv_seal_key *key)
+{
+    for (int i = 0; i < PARKED_MAX; i++)
+        if (n->park[i].link)
+            cv_node_unpark(&n->park[i], CV_PERR_SHUTDOWN, "the node is stopping");
+    cv_gate_close(n->gate);
+    cv_seal_key_wipe(key);
+    cv_node_unload_model(n);
+}
+
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
 {
     node n;
@@ -621,33 +667,8 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
         cv_node_unload_model(&n);
         return -1;
     }
-    /* ready: what the process holds now is what every session adds to */
-    n.budget = o->mem_budget ? o->mem_budget : cv_mem_available();
-    n.process_bytes = cv_proc_baseline(o->model_path ? o->model_path : "");
-    fprintf(stderr, "convoy stage: on port %d, budget %.2f GB (%s), %.1f MB of it this process's own\n",
-            cv_gate_port(n.gate), n.budget / 1e9,
-            o->mem_budget ? "--mem" : n.budget ? "MemAvailable" : "unknown: no limit", n.process_bytes / 1e6);
-    for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
-        const cv_link_opts lo = cv_node_link_opts(&n);
-        int rc = cv_node_unpark_head(&n) ? 0 : cv_gate_next(n.gate, 200, &lo, &n.head_link, err, errlen);
-        if (rc == CV_LINK_TIMEOUT)
-            continue;
-        if (rc) {
-            fprintf(stderr, "convoy stage: %s\n", err);
-            continue;
-        }
-        sessions++;
-        if (cv_node_handshake(&n, err, errlen) == 0)
-            serve_session(&n);
-        else if (!n.hushed)
-            fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
-        session_end(&n);
-    }
-    for (int i = 0; i < PARKED_MAX; i++)
-        if (n.park[i].link)
-            cv_node_unpark(&n.park[i], CV_PERR_SHUTDOWN, "the node is stopping");
-    cv_gate_close(n.gate);
-    cv_seal_key_wipe(&key);
-    cv_node_unload_model(&n);
+    take_stock(&n);
+    serve_heads(&n, err, errlen);
+    close_node(&n, &key);
     return 0;
 }
