@@ -1,26 +1,36 @@
-/* gate.c: see gate.h.
+/* gate.c: admission to a node: the gate of gate.h, then what the node
+ * admits past it (node_impl.h).
  *
- * The pending set is a fixed array of slots (fd -1: free), each with its
+ * The gate's pending set is a fixed array of slots (fd -1: free), each with its
  * accept order, deadline and the bytes of the handshake step it is in.
  * cv_gate_next polls the listener and every pending socket; a keyed
  * connection's socket is read exactly as far as the handshake's bytes (so
  * a frame the head sends right after its proof stays in the socket for the
  * link), a plaintext one is only peeked at. A plaintext peer that sent part
  * of the magic stays readable without progress, so its slot is looked at
- * again every RECHECK_MS instead of being polled for input. */
+ * again every RECHECK_MS instead of being polled for input.
+ *
+ * Past the gate, a proven connection that arrives while a head holds the
+ * node is parked (a few slots, each with its first frame once read): a
+ * head's HELLO waits for node.h's takeover rule, the previous node of the
+ * chain is handed to the handshake, anything else is refused. HELLOs are
+ * counted per source address in a token bucket (node.h's rate). */
 #include "pipe/gate.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "pipe/node_impl.h"
 
 #define RECHECK_MS 10
 #define PEER_MAX 80
@@ -301,4 +311,216 @@ int cv_gate_next(cv_gate *g, int timeout_ms, const cv_link_opts *opts, cv_link *
             return CV_LINK_TIMEOUT;
         }
     }
+}
+
+/* ---- the node's admission (node_impl.h): parked connections, takeover, the HELLO rate ---- */
+
+/* node.h's takeover: how long a head may be silent before a proven head
+ * that waits takes the stage. */
+#define TAKEOVER_MS 1000
+/* How long a parked connection may take to send its first frame (a real
+ * peer sends it with its proof). */
+#define FIRST_FRAME_MS 2000
+
+/* node.h's rate of HELLOs per source address: a bucket of HELLO_BURST
+ * that refills HELLO_PER_S a second. A head sends two per stage as its
+ * chain opens (a query, an assignment), and heads of one host may share
+ * its address: the bucket holds 16 openings at once and 8 a second after,
+ * while a peer that reconnects to ask again and again (a thousand times a
+ * second on loopback) gets ERROR RATE, which costs no probe and no plan. */
+#define HELLO_BURST 32
+#define HELLO_PER_S 16
+
+/* Closes a parked connection; with why, it is told (ERROR code) and the
+ * refusal logged. */
+void cv_node_unpark(parked *p, uint32_t code, const char *why)
+{
+    if (why) {
+        fprintf(stderr, "convoy stage: refused %s: %s\n", cv_link_name(p->link), why);
+        cv_node_send_error(p->link, p->has_first ? p->first.h.id : 0, code, why);
+    }
+    if (p->has_first)
+        cv_link_release(p->link, &p->first);
+    cv_link_close(p->link);
+    *p = (parked){0};
+}
+
+/* Parks the next proven connection of the gate, waiting up to wait_ms for
+ * one when a slot is free (else just waits: parked ones leave within
+ * FIRST_FRAME_MS or TAKEOVER_MS), and reads the first frame of those that
+ * have sent it. Never waits on a parked peer. */
+void cv_node_park_poll(node *n, int wait_ms)
+{
+    int free_i = -1;
+    for (int i = PARKED_MAX - 1; i >= 0; i--)
+        free_i = n->park[i].link ? free_i : i;
+    char err[CV_ERRLEN];
+    cv_link *l = NULL;
+    const cv_link_opts lo = cv_node_link_opts(n);
+    if (free_i < 0) {
+        const struct timespec ts = {.tv_nsec = (long)wait_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    } else if (cv_gate_next(n->gate, wait_ms, &lo, &l, err, sizeof err) == 0) {
+        cv_link_set_max_payload(l, cv_node_hello_cap(n)); /* a HELLO at most, as in the handshake */
+        n->park[free_i] = (parked){.link = l, .since = cv_now_ms()};
+    }
+    for (int i = 0; i < PARKED_MAX; i++) {
+        parked *p = &n->park[i];
+        if (!p->link || p->has_first)
+            continue;
+        const int rc = cv_link_recv(p->link, 0, &p->first, err, sizeof err);
+        if (rc == 0)
+            p->has_first = true;
+        else if (rc < 0 || cv_now_ms() - p->since > FIRST_FRAME_MS)
+            cv_node_unpark(p, rc < 0 ? CV_PERR_BAD_FRAME : CV_PERR_TIMEOUT,
+                           rc < 0 ? err : "no HELLO after the key handshake");
+    }
+}
+
+/* Whether parked p's first frame is a HELLO of role `role`, into *h. */
+static bool parked_hello(const parked *p, uint8_t role, cv_msg_hello *h)
+{
+    char why[CV_ERRLEN];
+    return p->has_first && p->first.h.type == CV_MSG_HELLO &&
+           cv_msg_hello_decode(p->first.payload, p->first.h.payload_len, h, why, sizeof why) == 0 && h->role == role;
+}
+
+/* Whether h is the previous node of this node's chain. */
+static bool is_prev(const node *n, const cv_msg_hello *h)
+{
+    return h->role == CV_ROLE_PREV_NODE && h->cluster_id == n->hello.cluster_id &&
+           !memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES);
+}
+
+/* Sorts the parked connections that spoke: a head's HELLO waits (node.h's
+ * takeover), this chain's previous node is returned when want_prev (its
+ * slot freed, its HELLO read), anything else is refused. */
+cv_link *cv_node_park_sort(node *n, bool want_prev)
+{
+    for (int i = 0; i < PARKED_MAX; i++) {
+        parked *p = &n->park[i];
+        cv_msg_hello h;
+        if (!p->has_first || parked_hello(p, CV_ROLE_HEAD, &h))
+            continue;
+        if (!parked_hello(p, CV_ROLE_PREV_NODE, &h))
+            cv_node_unpark(p, CV_PERR_BAD_STATE, "expected HELLO");
+        else if (!want_prev || !is_prev(n, &h))
+            cv_node_unpark(p, CV_PERR_CLUSTER, "not the previous node of the chain this node serves");
+        else {
+            cv_link *l = p->link;
+            cv_link_release(l, &p->first);
+            *p = (parked){0};
+            return l;
+        }
+    }
+    return NULL;
+}
+
+/* The oldest parked head (its HELLO read), or NULL. */
+static parked *contender(node *n)
+{
+    parked *c = NULL;
+    cv_msg_hello h;
+    for (int i = 0; i < PARKED_MAX; i++)
+        if (parked_hello(&n->park[i], CV_ROLE_HEAD, &h) && (!c || n->park[i].since < c->since))
+            c = &n->park[i];
+    return c;
+}
+
+/* node.h's takeover rule: a parked head takes the node once the session's
+ * head has been silent for TAKEOVER_MS (true: the session must end, see
+ * cv_node_yield); one parked before the head last spoke is refused. */
+bool cv_node_takeover_due(node *n)
+{
+    parked *c = contender(n);
+    if (!c || cv_now_ms() - n->heard >= TAKEOVER_MS)
+        return c != NULL;
+    if (n->heard > c->since)
+        cv_node_unpark(c, CV_PERR_BAD_STATE, "this node serves another head, which is active");
+    return false;
+}
+
+/* Ends the session for a parked head (cv_node_takeover_due): the head is told why. */
+int cv_node_yield(node *n, char *err, size_t errlen)
+{
+    cv_errf(err, errlen, "%s was silent for %lld ms and %s asks for this node: the session ends",
+            cv_link_name(n->head_link), (long long)(cv_now_ms() - n->heard), cv_link_name(contender(n)->link));
+    cv_node_send_error(n->head_link, 0, CV_PERR_TIMEOUT, err);
+    return -1;
+}
+
+/* Makes the oldest parked connection (a head that took over, or any, when
+ * none is a head) the head of the next session; false when none is parked. */
+bool cv_node_unpark_head(node *n)
+{
+    parked *p = contender(n);
+    if (!p)
+        for (int i = 0; i < PARKED_MAX; i++)
+            if (n->park[i].link && (!p || n->park[i].since < p->since))
+                p = &n->park[i];
+    if (!p)
+        return false;
+    n->head_link = p->link;
+    n->first = p->first;
+    n->has_first = p->has_first;
+    *p = (parked){0};
+    return true;
+}
+
+/* The peer's address as a rate key: IPv4 (an IPv4-mapped IPv6 address
+ * too), or the /64 of IPv6, which one host holds whole. false: unknown. */
+static bool rate_key(const cv_link *l, uint8_t key[RATE_KEY_BYTES])
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    memset(key, 0, RATE_KEY_BYTES);
+    if (getpeername(cv_link_poll_fd(l), (struct sockaddr *)&ss, &sl))
+        return false;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
+    if (ss.ss_family == AF_INET)
+        memcpy(key + 1, &((const struct sockaddr_in *)&ss)->sin_addr, 4);
+    else if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6))
+        memcpy(key + 1, a6->s6_addr + 12, 4);
+    else if (ss.ss_family == AF_INET6)
+        memcpy(key + 1, a6->s6_addr, 8);
+    else
+        return false;
+    key[0] = ss.ss_family == AF_INET || IN6_IS_ADDR_V4MAPPED(a6) ? 4 : 6;
+    return true;
+}
+
+/* node.h's rate: takes one of the head's address's HELLOs from its bucket
+ * (a new address, or one forgotten, starts full); refuses (RATE) when the
+ * bucket is empty. The table forgets the address heard from longest ago. */
+int cv_node_rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
+{
+    uint8_t key[RATE_KEY_BYTES];
+    if (!rate_key(n->head_link, key))
+        return 0;
+    const int64_t now = cv_now_ms();
+    rate_slot *s = NULL, *oldest = &n->rate[0];
+    for (int i = 0; i < RATE_ADDRS && !s; i++) {
+        if (!memcmp(n->rate[i].key, key, sizeof key))
+            s = &n->rate[i];
+        else if (n->rate[i].t_ms < oldest->t_ms)
+            oldest = &n->rate[i];
+    }
+    if (!s) {
+        s = oldest;
+        *s = (rate_slot){.tokens = HELLO_BURST, .t_ms = now};
+        memcpy(s->key, key, sizeof key);
+    }
+    s->tokens += (double)(now - s->t_ms) * HELLO_PER_S / 1000.0;
+    s->tokens = s->tokens < HELLO_BURST ? s->tokens : HELLO_BURST;
+    s->t_ms = now;
+    if (s->tokens < 1) {
+        *code = CV_PERR_RATE;
+        n->hushed = s->logged; /* a flood is logged once each time it runs the bucket dry */
+        s->logged = true;
+        return cv_errf(err, errlen, "%s: its address sent over %d HELLOs, %d a second: refused until it sends fewer",
+                       cv_link_name(n->head_link), HELLO_BURST, HELLO_PER_S);
+    }
+    s->tokens -= 1;
+    s->logged = false;
+    return 0;
 }

@@ -129,6 +129,8 @@ int cv_listener_accept(cv_listener *l, int timeout_ms, const cv_link_opts *opts,
                        size_t errlen);
 /* The listening socket, to poll (POLLIN) for connections. */
 int cv_listener_fd(const cv_listener *l);
+/* Its "ADDR:PORT", as messages name it. */
+const char *cv_listener_addr(const cv_listener *l);
 /* Accepts one waiting connection without waiting: 0 with *fd (non-blocking,
  * the caller's) and its "ADDR:PORT" in peer, CV_LINK_TIMEOUT when none
  * waits, -1 on a listener error. */

@@ -1,8 +1,11 @@
-/* node.c: `convoy stage`, one node of a pipeline (see node.h).
+/* node.c: `convoy stage`, one node of a pipeline (see node.h): the
+ * session, its compute path and its serving loop. The handshake that
+ * opens a session is handshake.c's, the admission of connections past the
+ * gate gate.c's, and a receiving node's layers ship.c's (node_impl.h).
  *
  * The serving thread owns everything: the gate, the session's links,
- * the span of its layers. It reads the head's and the previous node's links itself,
- * through an inbox, so it waits on both at once.
+ * the span of its layers. It reads the head's link and the previous
+ * node's itself, through an inbox, so it waits on both at once.
  * Hidden states go to the next node straight from the span's output
  * buffer (two buffers alternate, so one can be on the wire while the next
  * batch is computed); the last stage answers the head with RESULT. All
@@ -11,16 +14,10 @@
  * a test mode, grows the result buffer once). */
 #include "pipe/node.h"
 
-#include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -28,133 +25,22 @@
 #include "core/fmap.h"
 #include "core/procmem.h"
 #include "infer/logprobs.h"
-#include "infer/span.h"
-#include "model/fingerprint.h"
-#include "pipe/gate.h"
-#include "pipe/inbox.h"
-#include "pipe/link.h"
+#include "pipe/node_impl.h"
 #include "pipe/plan.h"
-#include "pipe/proto.h"
-#include "pipe/ship.h"
-#include "pipe/wire.h"
 
 static_assert(CV_NODE_BATCH_MAX == CV_PROTO_MAX_BATCH, "node.h states the protocol's batch limit");
-
-/* HELLO's hashes are model/fingerprint.h's, of model/llama.h's span tensors. */
-static_assert(CV_PROTO_HASH_BYTES == CV_HASH_BYTES, "HELLO hash size");
-static_assert(CV_PROTO_HASHES_PER_LAYER == CV_LLAMA_LAYER_TENSORS_MAX && CV_PROTO_HASHES_EXTRA == CV_LLAMA_SPAN_EXTRA_MAX,
-              "HELLO hash count bound");
 
 enum { SRC_HEAD = 0, SRC_PREV = 1 };
 
 /* The most a connection may take to prove itself at the gate: a real head
  * needs one round trip, and a pending stranger holds a slot meanwhile. */
 #define GATE_DEADLINE_MS 5000
-/* node.h's takeover: how long a head may be silent before a proven head
- * that waits takes the stage, and how often a busy node looks at its gate. */
-#define TAKEOVER_MS 1000
-#define GATE_POLL_MS 20
-/* A chain's head sends one query per connection: a few more are slack, an
- * endless stream of them is a peer holding the node. */
-#define HANDSHAKE_QUERIES_MAX 4
-/* Proven connections parked while a head holds the node, and how long one
- * may take to send its first frame (a real peer sends it with its proof). */
-#define PARKED_MAX 4
-#define FIRST_FRAME_MS 2000
-/* A .part not written for PART_KEEP_S was left: a head whose transfer was
- * cut comes back within seconds (its chain reopens), so half an hour
- * keeps every resume worth having, while transfers left by peers that
- * invent models (each claim fits the free disk, ship.h) go. The cache is
- * swept at start and whenever a transfer is left unfinished. */
-#define PART_KEEP_S (30 * 60)
-#define HEX4 "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
-#define PART_PATTERN HEX4 HEX4 HEX4 HEX4 ".layers-[0-9]*-[0-9]*.gguf.part"
-/* Connecting to the next node (TCP, key handshake, HELLO) takes three
- * round trips to a node that waits for it: a silent address must not hold
- * this one for the handshake timeout. */
-#define NEXT_NODE_MS 1000
 
-/* node.h's rate of HELLOs per source address: a bucket of HELLO_BURST
- * that refills HELLO_PER_S a second. A head sends two per stage as its
- * chain opens (a query, an assignment), and heads of one host may share
- * its address: the bucket holds 16 openings at once and 8 a second after,
- * while a peer that reconnects to ask again and again (a thousand times a
- * second on loopback) gets ERROR RATE, which costs no probe and no plan. */
-#define HELLO_BURST 32
-#define HELLO_PER_S 16
-#define RATE_ADDRS 64
-#define RATE_KEY_BYTES 9 /* the family (4 or 6), then 4 or 8 bytes of the address */
-
-typedef struct rate_slot {
-    uint8_t key[RATE_KEY_BYTES];
-    double tokens;
-    int64_t t_ms; /* when tokens was counted; 0: a free slot */
-    bool logged;  /* its refusals since it ran dry were logged once */
-} rate_slot;
-
-/* A proven connection that arrived while a head held the node. */
-typedef struct parked {
-    cv_link *link;  /* NULL: a free slot */
-    int64_t since;  /* when the gate handed it over */
-    bool has_first; /* first: its first frame, read */
-    cv_frame first;
-} parked;
-
-typedef struct node {
-    const cv_node_opts *o;
-    /* the model: --model's, or with --cache the last shard received (none
-     * before the first: has_model false) */
-    char model_path[4096];
-    bool has_model;
-    cv_llama meta; /* hyperparameters and tensor directory, no layers bound */
-    cv_model_hashes hashes; /* of the model's content, compared with the head's */
-    cv_gate *gate;
-    parked park[PARKED_MAX]; /* outlive sessions: the next head may be one */
-    const cv_seal_key *key; /* NULL: plaintext links */
-    uint64_t budget;        /* --mem, else MemAvailable at start; 0 (neither known): no limit */
-    uint64_t process_bytes; /* this process at start (core/procmem.h), counted in every session */
-    rate_slot rate[RATE_ADDRS]; /* heads' HELLOs by address, across sessions */
-    bool hushed;                /* the handshake's failure is one of a flood's, logged before */
-    uint32_t speed_us;          /* the last speed probe (cv_span_speed_probe), 0: none yet */
-    int64_t speed_ms;           /* when it ran */
-
-    /* session */
-    cv_msg_hello hello;
-    uint8_t *hashes_asked; /* a receiving node's copy of the assignment's tensor hashes (hello.hashes) */
-    cv_span span;
-    bool span_open;
-    uint64_t range_bytes; /* what the assignment takes here, as counted (plan.h) */
-    cv_link *head, *prev, *next;
-    cv_frame first;      /* the head's first frame when it came parked (has_first) */
-    bool has_first;
-    int64_t heard;       /* when the head or the previous node last spoke (queries do not count) */
-    cv_inbox inbox;
-    int32_t *tok, *pos, *seq;
-    uint8_t *want;
-    float *in_f32;           /* [n_batch][n_embd] activations converted from a lossy type */
-    cv_fwd_out out[2];       /* span output and its FORWARD, alternating */
-    int cur;
-    int32_t *out_tokens;     /* [n_batch] */
-    cv_result_row *rows;     /* [n_batch] */
-    cv_top_entry *top;       /* [n_batch][CV_PROTO_MAX_TOP] */
-    uint32_t *n_probs;       /* [n_slot] log-probabilities per row, as SET_SAMPLER counts them */
-    uint8_t *res_buf;
-    size_t res_cap;
-    cv_msg_stats stats; /* compute time, steps and rows of this session */
-    int64_t served_ms;  /* when the session began serving (0: it did not) */
-    uint32_t data_cap;  /* receive cap of the link FORWARDs arrive by (cv_plan_forward_cap) */
-
-    /* the pulse: see pulse_main */
-    pthread_t pulse;
-    pthread_mutex_t pulse_mu;
-    pthread_cond_t pulse_cv;
-    bool pulse_stop;    /* under pulse_mu */
-    atomic_bool working; /* a FORWARD is being computed */
-} node;
+/* ---- the session ---- */
 
 /* Sends ERROR code msg on l; when the link cannot carry it, quiet says
  * the peer may have left (its link failed): nothing is logged then. */
-static int send_error_q(cv_link *l, uint32_t id, uint32_t code, const char *msg, bool quiet)
+int cv_node_send_error_q(cv_link *l, uint32_t id, uint32_t code, const char *msg, bool quiet)
 {
     uint8_t buf[CV_PROTO_ERRMSG_MAX + 16];
     size_t len;
@@ -168,9 +54,46 @@ static int send_error_q(cv_link *l, uint32_t id, uint32_t code, const char *msg,
     return 0;
 }
 
-static int send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
+int cv_node_send_error(cv_link *l, uint32_t id, uint32_t code, const char *msg)
 {
-    return send_error_q(l, id, code, msg, false);
+    return cv_node_send_error_q(l, id, code, msg, false);
+}
+
+/* The options of every link of a session: keyed when the node is. */
+cv_link_opts cv_node_link_opts(const node *n)
+{
+    cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
+    lo.key = n->key;
+    return lo;
+}
+
+void cv_node_unload_model(node *n)
+{
+    if (n->has_model) {
+        cv_model_hashes_free(&n->hashes);
+        cv_llama_free(&n->meta);
+    }
+    n->has_model = false;
+}
+
+/* Makes the file at path this node's model: its metadata and the content
+ * hashes of its tensors (from the cache beside it when they match). */
+int cv_node_load_model(node *n, const char *path, char *err, size_t errlen)
+{
+    cv_node_unload_model(n);
+    bool cached;
+    char note[CV_ERRLEN * 2];
+    if (cv_llama_load(&n->meta, path, 0, 0, err, errlen))
+        return -1;
+    if (cv_model_hashes_load(&n->meta.gguf, path, n->o->n_threads, &n->hashes, &cached, note, sizeof note, err,
+                             errlen)) {
+        cv_llama_free(&n->meta);
+        return -1;
+    }
+    fprintf(stderr, "convoy stage: %s\n", note);
+    snprintf(n->model_path, sizeof n->model_path, "%s", path);
+    n->has_model = true;
+    return 0;
 }
 
 static void session_free_buffers(node *n)
@@ -234,11 +157,11 @@ static void session_end(node *n)
         cv_link_send(n->next, CV_MSG_BYE, 0, NULL, 0, err, sizeof err);
     }
     if (n->has_first)
-        cv_link_release(n->head, &n->first);
+        cv_link_release(n->head_link, &n->first);
     cv_link_close(n->prev);
     cv_link_close(n->next);
-    cv_link_close(n->head);
-    n->prev = n->next = n->head = NULL;
+    cv_link_close(n->head_link);
+    n->prev = n->next = n->head_link = NULL;
     if (n->span_open)
         cv_span_close(&n->span);
     n->span_open = false;
@@ -260,792 +183,7 @@ static void session_end(node *n)
     n->speed_ms = keep.speed_ms;
 }
 
-static bool has_head(const node *n) { return n->hello.l1 == n->hello.n_layer; }
-
-static cv_plan_session session_of(const cv_msg_hello *h)
-{
-    return (cv_plan_session){.n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
-                             .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
-                             .act_type = h->act_type};
-}
-
-/* What this node holds for the session asked besides its layers (plan.h):
- * the answer to a query, and part of the count an assignment is checked by. */
-static uint64_t own_bytes(const node *n)
-{
-    const cv_plan_session s = session_of(&n->hello);
-    if (n->o->cache_dir) /* counted as the head counted it (plan.h) */
-        return cv_plan_received_bytes(&n->meta, &s, n->o->n_threads, n->process_bytes, false);
-    return cv_plan_own_bytes(&n->meta, &s, CV_PLAN_NODE, n->o->n_threads, n->process_bytes);
-}
-
-/* The receive cap of a handshake: a HELLO of the model's layers (the
- * head's count of them until a receiving node has a model). */
-static uint32_t hello_cap(const node *n)
-{
-    return cv_plan_hello_cap(n->has_model ? n->meta.hp.n_layer : (int32_t)n->hello.n_layer);
-}
-
-/* Refuses, before anything is sized by them, a HELLO's sizes beyond the
- * protocol's limits or a batch whose FORWARD would not fit a frame
- * (TOO_LARGE), and an activation type this node does not take. */
-static int check_sizes(const node *n, uint32_t *code, char *err, size_t errlen)
-{
-    const cv_msg_hello *h = &n->hello;
-    *code = CV_PERR_ACT_TYPE;
-    if (h->act_type != CV_ACT_F32 && (h->act_type >= CV_ACT_COUNT || !(h->features & CV_FEAT_LOSSY_ACT)))
-        return cv_errf(err, errlen, "activation type %u is not supported", h->act_type);
-    *code = CV_PERR_TOO_LARGE;
-    if (h->n_slot > CV_PROTO_MAX_SLOT)
-        return cv_errf(err, errlen, "n_slot %u exceeds the limit of %d", h->n_slot, CV_PROTO_MAX_SLOT);
-    if (h->n_ctx < 1 || h->n_ctx > CV_PROTO_MAX_CTX)
-        return cv_errf(err, errlen, "n_ctx %u is outside [1, %d]", h->n_ctx, CV_PROTO_MAX_CTX);
-    if (h->n_batch_max > CV_PROTO_MAX_BATCH)
-        return cv_errf(err, errlen, "n_batch_max %u exceeds the limit of %d", h->n_batch_max, CV_PROTO_MAX_BATCH);
-    const uint32_t rows = n->o->n_batch_max > 0 ? (uint32_t)n->o->n_batch_max : CV_NODE_BATCH_DEFAULT;
-    if (h->n_batch_max > rows) /* a FORWARD's compute is the stage's to bound (node.h) */
-        return cv_errf(err, errlen, "n_batch_max %u exceeds this stage's limit of %u rows a FORWARD: give the head "
-                                    "a smaller --batch",
-                       h->n_batch_max, rows);
-    const cv_plan_session s = session_of(h);
-    const uint64_t fwd = cv_plan_forward_cap(&s, (int32_t)h->n_embd); /* assign() checks n_embd */
-    if (fwd > CV_PROTO_DEFAULT_MAX_PAYLOAD)
-        return cv_errf(err, errlen, "n_batch_max %u exceeds the frame cap: a FORWARD of %u rows of width %u (%s) "
-                                    "takes %llu bytes, at most %u",
-                       h->n_batch_max, h->n_batch_max, h->n_embd, cv_act_type_name(h->act_type),
-                       (unsigned long long)fwd, CV_PROTO_DEFAULT_MAX_PAYLOAD);
-    return 0;
-}
-
-/* Counts what layers [l0, l1) take here as the planner counted them from
- * this node's answer (plan.h), into *bytes, and the expert cache's slots
- * within them; refuses over the budget. */
-static int check_budget(const node *n, uint32_t *code, uint64_t *bytes, int32_t *expert_slots, char *err,
-                        size_t errlen)
-{
-    const cv_msg_hello *h = &n->hello;
-    *code = CV_PERR_INTERNAL;
-    uint64_t *layer_bytes = cv_malloc(sizeof(uint64_t) * (size_t)n->meta.hp.n_layer);
-    if (!layer_bytes)
-        return cv_errf(err, errlen, "out of memory");
-    const cv_plan_session s = session_of(h);
-    cv_plan_model pm;
-    cv_plan_model_of(&n->meta, &s, layer_bytes, &pm);
-    const cv_plan_node self = {.mem_budget = n->budget, .own_bytes = own_bytes(n)};
-    *bytes = cv_plan_range_bytes(&pm, &self, (int32_t)h->l0, (int32_t)h->l1);
-    *expert_slots = cv_plan_expert_slots(&pm, &self, (int32_t)h->l0, (int32_t)h->l1);
-    cv_free(layer_bytes);
-    *code = CV_PERR_NO_MEMORY;
-    if (n->budget && *bytes > n->budget)
-        return cv_errf(err, errlen, "layers [%u, %u) with %u slots of %u positions need %.2f GB, the budget is %.2f GB",
-                       h->l0, h->l1, h->n_slot, h->n_ctx, *bytes / 1e9, n->budget / 1e9);
-    return 0;
-}
-
-/* Checks an assignment against this node's model and budget, binds the
- * layers and allocates the session's buffers (plan.c's node_bytes and
- * result_bytes count them: keep them in step). On failure the message is
- * for the head and *code says which ERROR. */
-static int assign(node *n, uint32_t *code, uint64_t *bytes, char *err, size_t errlen)
-{
-    const cv_msg_hello *h = &n->hello;
-    const cv_llama_hparams *hp = &n->meta.hp;
-    *code = CV_PERR_BAD_RANGE;
-    if (h->n_layer != (uint32_t)hp->n_layer || h->n_embd != (uint32_t)hp->n_embd || h->l0 >= h->l1)
-        return cv_errf(err, errlen, "the head's model has %u layers of width %u and asks for layers [%u, %u); this "
-                                    "node's has %d of width %d",
-                       h->n_layer, h->n_embd, h->l0, h->l1, hp->n_layer, hp->n_embd);
-    if (h->l0 < (uint32_t)n->meta.held_l0 || h->l1 > (uint32_t)n->meta.held_l1)
-        return cv_errf(err, errlen, "this node's model file is a shard of layers [%d, %d): it cannot serve layers "
-                                    "[%u, %u)",
-                       n->meta.held_l0, n->meta.held_l1, h->l0, h->l1);
-    int32_t expert_slots = 0;
-    if (check_budget(n, code, bytes, &expert_slots, err, errlen))
-        return -1;
-    n->range_bytes = *bytes;
-    const cv_span_params p = {.l0 = (int32_t)h->l0, .l1 = (int32_t)h->l1, .n_threads = n->o->n_threads,
-                               .n_ctx = (int32_t)h->n_ctx, .n_slot = (int32_t)h->n_slot,
-                               .n_batch = (int32_t)h->n_batch_max, .kv_f16 = (h->features & CV_FEAT_KV_F16) != 0,
-                               .from_hidden = true, .mlock = n->o->mlock, .expert_slots = expert_slots,
-                               .pooling = (int32_t)((h->features & CV_FEAT_POOLING_MASK) >> CV_FEAT_POOLING_SHIFT)};
-    const cv_plan_session s = session_of(h);
-    n->data_cap = (uint32_t)cv_plan_forward_cap(&s, hp->n_embd);
-    *code = CV_PERR_INTERNAL;
-    if (cv_span_open(&n->span, n->model_path, &p, err, errlen))
-        return -1;
-    n->span_open = true;
-    const size_t nb = h->n_batch_max, ne = (size_t)hp->n_embd;
-    n->tok = cv_malloc(sizeof(int32_t) * nb);
-    n->pos = cv_malloc(sizeof(int32_t) * nb);
-    n->seq = cv_malloc(sizeof(int32_t) * nb);
-    n->want = cv_malloc(nb);
-    n->in_f32 = cv_aligned_alloc(sizeof(float) * nb * ne);
-    bool ok = n->tok && n->pos && n->seq && n->want && n->in_f32;
-    if (has_head(n)) {
-        n->out_tokens = cv_malloc(sizeof(int32_t) * nb);
-        n->rows = cv_calloc(nb, sizeof *n->rows);
-        n->top = cv_malloc(sizeof(cv_top_entry) * nb * CV_PROTO_MAX_TOP);
-        n->n_probs = cv_calloc(h->n_slot, sizeof *n->n_probs);
-        n->res_cap = 16 + sizeof(uint32_t) * CV_TRAIL_MAX + nb * (16 + sizeof(cv_top_entry) * CV_PROTO_MAX_TOP) +
-                     nb * ne * sizeof(float); /* a row's embedding, when it is one, has no pairs */
-        n->res_buf = cv_aligned_alloc(n->res_cap);
-        ok = ok && n->out_tokens && n->rows && n->top && n->n_probs && n->res_buf;
-    }
-    if (!ok)
-        return cv_errf(err, errlen, "out of memory for buffers of %u tokens", h->n_batch_max);
-    if (has_head(n) && cv_link_reserve(n->head, n->res_cap, err, errlen))
-        return -1;
-    for (int i = 0; i < 2 && !has_head(n); i++)
-        if (cv_fwd_out_alloc(&n->out[i], nb, ne, err, errlen))
-            return -1;
-    return 0;
-}
-
-/* Answers a HELLO with HELLO_OK: this node's budget, with its speed and
- * own bytes for the session asked (a query) or the bytes of the layers
- * asked (an assignment), and the receive cap it applies. */
-static int answer_hello(node *n, cv_link *l, uint32_t id, uint32_t us_per_layer_token, uint64_t layer_bytes,
-                        char *err, size_t errlen)
-{
-    cv_msg_hello_ok ok = {.proto_version = CV_PROTO_VERSION, .us_per_layer_token = us_per_layer_token,
-                          .mem_budget = n->budget, .layer_bytes = layer_bytes,
-                          .max_payload = n->span_open ? n->data_cap : hello_cap(n),
-                          .held_l0 = (uint32_t)n->meta.held_l0, .held_l1 = (uint32_t)n->meta.held_l1,
-                          .n_threads = (uint32_t)n->o->n_threads};
-    if (n->o->cache_dir) /* any layers of the head's model */
-        ok = (cv_msg_hello_ok){.proto_version = CV_PROTO_VERSION, .mem_budget = n->budget, .layer_bytes = layer_bytes,
-                               .max_payload = ok.max_payload, .held_l0 = 0, .held_l1 = n->hello.n_layer,
-                               .flags = CV_HOK_RECEIVES, .n_threads = ok.n_threads};
-    uint8_t buf[CV_MSG_HELLO_OK_SIZE];
-    size_t len;
-    return cv_msg_hello_ok_encode(&ok, buf, sizeof buf, &len, err, errlen) ||
-                   cv_link_send(l, CV_MSG_HELLO_OK, id, buf, len, err, errlen)
-               ? -1
-               : 0;
-}
-
-/* The options of every link of a session: keyed when the node is. */
-static cv_link_opts link_opts(const node *n)
-{
-    cv_link_opts lo = cv_link_io_opts(n->o->io_timeout_ms);
-    lo.key = n->key;
-    return lo;
-}
-
-/* Closes a parked connection; with why, it is told (ERROR code) and the
- * refusal logged. */
-static void unpark(parked *p, uint32_t code, const char *why)
-{
-    if (why) {
-        fprintf(stderr, "convoy stage: refused %s: %s\n", cv_link_name(p->link), why);
-        send_error(p->link, p->has_first ? p->first.h.id : 0, code, why);
-    }
-    if (p->has_first)
-        cv_link_release(p->link, &p->first);
-    cv_link_close(p->link);
-    *p = (parked){0};
-}
-
-/* Parks the next proven connection of the gate, waiting up to wait_ms for
- * one when a slot is free (else just waits: parked ones leave within
- * FIRST_FRAME_MS or TAKEOVER_MS), and reads the first frame of those that
- * have sent it. Never waits on a parked peer. */
-static void park_poll(node *n, int wait_ms)
-{
-    int free_slot = -1;
-    for (int i = PARKED_MAX - 1; i >= 0; i--)
-        free_slot = n->park[i].link ? free_slot : i;
-    char err[CV_ERRLEN];
-    cv_link *l = NULL;
-    const cv_link_opts lo = link_opts(n);
-    if (free_slot < 0) {
-        const struct timespec ts = {.tv_nsec = (long)wait_ms * 1000000L};
-        nanosleep(&ts, NULL);
-    } else if (cv_gate_next(n->gate, wait_ms, &lo, &l, err, sizeof err) == 0) {
-        cv_link_set_max_payload(l, hello_cap(n)); /* a HELLO at most, as handshake() */
-        n->park[free_slot] = (parked){.link = l, .since = cv_now_ms()};
-    }
-    for (int i = 0; i < PARKED_MAX; i++) {
-        parked *p = &n->park[i];
-        if (!p->link || p->has_first)
-            continue;
-        const int rc = cv_link_recv(p->link, 0, &p->first, err, sizeof err);
-        if (rc == 0)
-            p->has_first = true;
-        else if (rc < 0 || cv_now_ms() - p->since > FIRST_FRAME_MS)
-            unpark(p, rc < 0 ? CV_PERR_BAD_FRAME : CV_PERR_TIMEOUT, rc < 0 ? err : "no HELLO after the key handshake");
-    }
-}
-
-/* Whether parked p's first frame is a HELLO of role `role`, into *h. */
-static bool parked_hello(const parked *p, uint8_t role, cv_msg_hello *h)
-{
-    char why[CV_ERRLEN];
-    return p->has_first && p->first.h.type == CV_MSG_HELLO &&
-           cv_msg_hello_decode(p->first.payload, p->first.h.payload_len, h, why, sizeof why) == 0 && h->role == role;
-}
-
-/* Whether h is the previous node of this node's chain. */
-static bool is_prev(const node *n, const cv_msg_hello *h)
-{
-    return h->role == CV_ROLE_PREV_NODE && h->cluster_id == n->hello.cluster_id &&
-           !memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES);
-}
-
-/* Sorts the parked connections that spoke: a head's HELLO waits (node.h's
- * takeover), this chain's previous node is returned when want_prev (its
- * slot freed, its HELLO read), anything else is refused. */
-static cv_link *park_sort(node *n, bool want_prev)
-{
-    for (int i = 0; i < PARKED_MAX; i++) {
-        parked *p = &n->park[i];
-        cv_msg_hello h;
-        if (!p->has_first || parked_hello(p, CV_ROLE_HEAD, &h))
-            continue;
-        if (!parked_hello(p, CV_ROLE_PREV_NODE, &h))
-            unpark(p, CV_PERR_BAD_STATE, "expected HELLO");
-        else if (!want_prev || !is_prev(n, &h))
-            unpark(p, CV_PERR_CLUSTER, "not the previous node of the chain this node serves");
-        else {
-            cv_link *l = p->link;
-            cv_link_release(l, &p->first);
-            *p = (parked){0};
-            return l;
-        }
-    }
-    return NULL;
-}
-
-/* The oldest parked head (its HELLO read), or NULL. */
-static parked *contender(node *n)
-{
-    parked *c = NULL;
-    cv_msg_hello h;
-    for (int i = 0; i < PARKED_MAX; i++)
-        if (parked_hello(&n->park[i], CV_ROLE_HEAD, &h) && (!c || n->park[i].since < c->since))
-            c = &n->park[i];
-    return c;
-}
-
-/* node.h's takeover rule: a parked head takes the node once the session's
- * head has been silent for TAKEOVER_MS (true: the session must end, see
- * yield_node); one parked before the head last spoke is refused. */
-static bool takeover_due(node *n)
-{
-    parked *c = contender(n);
-    if (!c || cv_now_ms() - n->heard >= TAKEOVER_MS)
-        return c != NULL;
-    if (n->heard > c->since)
-        unpark(c, CV_PERR_BAD_STATE, "this node serves another head, which is active");
-    return false;
-}
-
-/* Ends the session for a parked head (takeover_due): the head is told why. */
-static int yield_node(node *n, char *err, size_t errlen)
-{
-    cv_errf(err, errlen, "%s was silent for %lld ms and %s asks for this node: the session ends",
-            cv_link_name(n->head), (long long)(cv_now_ms() - n->heard), cv_link_name(contender(n)->link));
-    send_error(n->head, 0, CV_PERR_TIMEOUT, err);
-    return -1;
-}
-
-/* Makes the oldest parked connection (a head that took over, or any, when
- * none is a head) the head of the next session; false when none is parked. */
-static bool unpark_head(node *n)
-{
-    parked *p = contender(n);
-    if (!p)
-        for (int i = 0; i < PARKED_MAX; i++)
-            if (n->park[i].link && (!p || n->park[i].since < p->since))
-                p = &n->park[i];
-    if (!p)
-        return false;
-    n->head = p->link;
-    n->first = p->first;
-    n->has_first = p->has_first;
-    *p = (parked){0};
-    return true;
-}
-
-/* node.h's rule for a plaintext stage's next address: a head that is not
- * on this machine may not name one that reaches its loopback (a peer from
- * elsewhere would reach this machine's private ports through it); a head
- * on this machine reaches them itself. Checked on the name before any
- * connection, and with next, on the address connected to (a name that
- * resolved otherwise the second time): refused, next is closed. */
-static int next_unsafe(node *n, const char *host, cv_link *next, char *err, size_t errlen)
-{
-    if (n->key || cv_link_peer_is_loopback(n->head) ||
-        !(next ? cv_link_peer_is_loopback(next) : cv_host_reaches_loopback(host)))
-        return 0;
-    if (next) {
-        cv_link_close(next);
-        n->next = NULL;
-    }
-    return cv_errf(err, errlen, "the next node %s is on this machine's loopback, and the head is not on this "
-                                "machine: a stage without --key connects there only for a head on this machine",
-                   n->hello.next_addr);
-}
-
-/* Opens the link to the next node and introduces this node to it. */
-static int connect_next(node *n, char *err, size_t errlen)
-{
-    char host[256];
-    int port;
-    const cv_link_opts lo = link_opts(n);
-    if (cv_parse_addr(n->hello.next_addr, host, sizeof host, &port, err, errlen))
-        return -1;
-    if (!n->key && !n->o->insecure && !cv_host_is_loopback(host))
-        return cv_errf(err, errlen, "the next node %s is not on this machine and this stage has no --key: give every "
-                                    "stage and the head --key FILE, or --insecure",
-                       n->hello.next_addr);
-    if (next_unsafe(n, host, NULL, err, errlen))
-        return -1;
-    const int64_t t0 = cv_now_ms();
-    const int limit = n->o->handshake_timeout_ms < NEXT_NODE_MS ? n->o->handshake_timeout_ms : NEXT_NODE_MS;
-    if (cv_link_connect(host, port, limit, &lo, &n->next, err, errlen) || next_unsafe(n, host, n->next, err, errlen))
-        return -1;
-    cv_msg_hello h = n->hello;
-    h.role = CV_ROLE_PREV_NODE;
-    h.next_addr[0] = 0;
-    h.hashes = NULL; /* an assignment's: a receiving node keeps them (keep_hashes) */
-    h.n_hashes = 0;
-    h.features &= ~(uint32_t)CV_FEAT_FROM_PREV;
-    cv_msg_hello_ok ok;
-    const int64_t left = limit - (cv_now_ms() - t0);
-    return cv_hello_ask(n->next, &h, left > 0 ? (int)left : 1, &ok, err, errlen) ||
-                   cv_link_reserve(n->next, n->data_cap, err, errlen)
-               ? -1
-               : 0;
-}
-
-/* The previous node connects after the handshake with the head (it is
- * parked like any proven connection, see park_sort), within the
- * handshake's timeout, unless a parked head takes the node meanwhile. */
-static int accept_prev(node *n, char *err, size_t errlen)
-{
-    const int64_t deadline = cv_now_ms() + n->o->handshake_timeout_ms;
-    while (cv_now_ms() < deadline) {
-        park_poll(n, GATE_POLL_MS);
-        if ((n->prev = park_sort(n, true)) != NULL) {
-            n->heard = cv_now_ms();
-            return answer_hello(n, n->prev, 0, 0, 0, err, errlen);
-        }
-        if (takeover_due(n))
-            return yield_node(n, err, errlen);
-    }
-    cv_errf(err, errlen, "the previous node did not connect within %d ms", n->o->handshake_timeout_ms);
-    send_error(n->head, 0, CV_PERR_BAD_STATE, err);
-    return -1;
-}
-
-/* The head's next handshake frame: the one it came parked with, else the
- * next within the handshake's timeout, unless a parked head takes the node
- * meanwhile (node.h). On failure *code is the ERROR the head is owed: a
- * frame its link refused (BAD_FRAME: header, checksum, size) or silence
- * (TIMEOUT); 0 when it has been told (a takeover). */
-static int head_frame(node *n, cv_frame *f, uint32_t *code, char *err, size_t errlen)
-{
-    *code = 0;
-    if (n->has_first) {
-        *f = n->first;
-        n->has_first = false;
-        return 0;
-    }
-    const int64_t deadline = cv_now_ms() + n->o->handshake_timeout_ms;
-    for (int64_t left; (left = deadline - cv_now_ms()) > 0;) {
-        park_poll(n, 0);
-        park_sort(n, false);
-        if (takeover_due(n))
-            return yield_node(n, err, errlen);
-        const int rc = cv_link_recv(n->head, left < GATE_POLL_MS ? (int)left : GATE_POLL_MS, f, err, errlen);
-        if (rc != CV_LINK_TIMEOUT) {
-            *code = rc ? CV_PERR_BAD_FRAME : 0;
-            return rc;
-        }
-    }
-    *code = CV_PERR_TIMEOUT;
-    return cv_errf(err, errlen, "%s: no handshake within %d ms", cv_link_name(n->head), n->o->handshake_timeout_ms);
-}
-
-/* Compares the head's model (n->hello) with this node's: the metadata
- * hash, then, for an assignment, the hashes of the tensors its layers will
- * read, in order. The message goes to the head: it names the first tensor
- * that differs, never this node's path or hashes. */
-static int check_model(const node *n, char *err, size_t errlen)
-{
-    const cv_msg_hello *h = &n->hello;
-    if (memcmp(h->model_hash, n->hashes.meta, CV_HASH_BYTES))
-        return cv_errf(err, errlen, "model fingerprint differs: the head's model is not this node's (tokenizer, "
-                                    "hyperparameters or tensor directory)");
-    if (h->l0 >= h->l1 || h->l1 > (uint32_t)n->meta.hp.n_layer || h->l0 < (uint32_t)n->meta.held_l0 ||
-        h->l1 > (uint32_t)n->meta.held_l1) /* a query; a range assign() refuses */
-        return 0;
-    uint64_t *idx = cv_malloc(sizeof *idx * cv_llama_span_tensors_max(h->l1 - h->l0));
-    if (!idx)
-        return cv_errf(err, errlen, "out of memory");
-    const size_t k = cv_llama_span_tensors(&n->meta, (int32_t)h->l0, (int32_t)h->l1, idx);
-    int rc = k == h->n_hashes ? 0
-                              : cv_errf(err, errlen, "the head sent %u tensor hashes for layers [%u, %u), this node "
-                                                     "reads %zu tensors there",
-                                        h->n_hashes, h->l0, h->l1, k);
-    for (size_t i = 0; i < k && rc == 0; i++)
-        if (memcmp(h->hashes + i * CV_HASH_BYTES, n->hashes.tensor[idx[i]], CV_HASH_BYTES)) {
-            const gguf_str name = n->meta.gguf.tensors[idx[i]].name;
-            rc = cv_errf(err, errlen, "tensor %.*s differs from the head's (different weights)", (int)name.len,
-                         name.ptr);
-        }
-    cv_free(idx);
-    return rc;
-}
-
-/* Once assigned, a link's receive cap is the largest frame the session
- * carries on it (proto.h): FORWARDs on the one they arrive by, control
- * frames on the head's when they come from the previous node; so no peer
- * makes this node hold a larger buffer than its budget counts. */
-static void limit_links(node *n)
-{
-    cv_link_set_max_payload(n->prev ? n->prev : n->head, n->data_cap);
-    if (n->prev)
-        cv_link_set_max_payload(n->head, CV_PROTO_MIN_MAX_PAYLOAD);
-}
-
-/* A receiving node keeps the assignment's tensor hashes (in the frame
- * until then) for the layers it gets. */
-static int keep_hashes(node *n, char *err, size_t errlen)
-{
-    cv_free(n->hashes_asked);
-    n->hashes_asked = cv_malloc((size_t)n->hello.n_hashes * CV_HASH_BYTES + 1);
-    if (!n->hashes_asked)
-        return cv_errf(err, errlen, "out of memory");
-    if (n->hello.n_hashes) /* a query has none (and no pointer) */
-        memcpy(n->hashes_asked, n->hello.hashes, (size_t)n->hello.n_hashes * CV_HASH_BYTES);
-    n->hello.hashes = n->hashes_asked;
-    return 0;
-}
-
-/* Reads the head's next HELLO into n->hello: one of a head, of this
- * node's model. 0, or -1 (the head has been told why when it can be). */
-static int next_hello(node *n, uint32_t *id, char *err, size_t errlen)
-{
-    cv_frame f;
-    uint32_t failed;
-    if (head_frame(n, &f, &failed, err, errlen)) {
-        if (failed) /* a head that left hears nothing: no complaint */
-            send_error_q(n->head, 0, failed, err, true);
-        return -1;
-    }
-    if (f.h.type == CV_MSG_BYE) {
-        cv_link_release(n->head, &f);
-        return cv_errf(err, errlen, "%s said BYE during the handshake", cv_link_name(n->head));
-    }
-    uint32_t code = CV_PERR_BAD_STATE;
-    int rc = f.h.type == CV_MSG_HELLO ? cv_msg_hello_decode(f.payload, f.h.payload_len, &n->hello, err, errlen)
-                                      : cv_errf(err, errlen, "expected HELLO, got %s", cv_msg_type_name(f.h.type));
-    *id = f.h.id;
-    if (rc && f.h.type == CV_MSG_HELLO)
-        code = CV_PERR_BAD_FRAME;
-    if (rc == 0 && n->hello.role != CV_ROLE_HEAD)
-        rc = cv_errf(err, errlen, "a previous node connected, but no head has set up a chain here");
-    if (rc == 0 && n->o->cache_dir)
-        rc = keep_hashes(n, err, errlen); /* checked once the layers are here */
-    else if (rc == 0 && (rc = check_model(n, err, errlen)) != 0)
-        code = CV_PERR_FINGERPRINT;
-    else if (rc && f.h.type == CV_MSG_HELLO && f.h.payload_len >= 2 && n->hello.proto_version != CV_PROTO_VERSION)
-        code = CV_PERR_VERSION; /* the decoder read the version, and stopped there */
-    cv_link_release(n->head, &f);
-    if (!n->hashes_asked) { /* they were in the frame */
-        n->hello.hashes = NULL;
-        n->hello.n_hashes = 0;
-    }
-    if (rc)
-        send_error(n->head, *id, code, err);
-    return rc ? -1 : 0;
-}
-
-/* ---- a receiving node's layers (ship.h) ---- */
-
-static void unload_model(node *n)
-{
-    if (n->has_model) {
-        cv_model_hashes_free(&n->hashes);
-        cv_llama_free(&n->meta);
-    }
-    n->has_model = false;
-}
-
-/* Makes the file at path this node's model: its metadata and the content
- * hashes of its tensors (from the cache beside it when they match). */
-static int load_model(node *n, const char *path, char *err, size_t errlen)
-{
-    unload_model(n);
-    bool cached;
-    char note[CV_ERRLEN * 2];
-    if (cv_llama_load(&n->meta, path, 0, 0, err, errlen))
-        return -1;
-    if (cv_model_hashes_load(&n->meta.gguf, path, n->o->n_threads, &n->hashes, &cached, note, sizeof note, err,
-                             errlen)) {
-        cv_llama_free(&n->meta);
-        return -1;
-    }
-    fprintf(stderr, "convoy stage: %s\n", note);
-    snprintf(n->model_path, sizeof n->model_path, "%s", path);
-    n->has_model = true;
-    return 0;
-}
-
-/* Loads the shard at path and checks it against the assignment; a file
- * that fails is removed (with its hashes' cache). */
-static int take_shard(node *n, const char *path, char *err, size_t errlen)
-{
-    if (load_model(n, path, err, errlen) == 0 && check_model(n, err, errlen) == 0)
-        return 0;
-    char hashes[sizeof n->model_path + 16];
-    snprintf(hashes, sizeof hashes, "%s.convoy-hashes", path);
-    unload_model(n);
-    unlink(path);
-    unlink(hashes);
-    return -1;
-}
-
-static void note_receiving(void *user, const cv_ship_progress *p)
-{
-    const node *n = user;
-    char line[256];
-    cv_ship_describe(p, line, sizeof line);
-    fprintf(stderr, "convoy stage: %s layers [%u, %u): %s\n", p->finished ? "received" : "receiving", n->hello.l0,
-            n->hello.l1, line);
-}
-
-/* FETCH: asks the head for the shard from what rx's .part holds. */
-static int ask_shard(node *n, uint32_t id, const cv_ship_rx *rx, char *err, size_t errlen)
-{
-    uint8_t buf[CV_MSG_FETCH_SIZE];
-    size_t len;
-    if (rx->have)
-        fprintf(stderr, "convoy stage: resuming layers [%u, %u) after byte %llu of %s\n", n->hello.l0, n->hello.l1,
-                (unsigned long long)rx->have, rx->part);
-    const uint32_t cap = hello_cap(n);
-    cv_link_set_max_payload(n->head, CV_SHIP_PAYLOAD_MAX > cap ? CV_SHIP_PAYLOAD_MAX : cap);
-    return cv_msg_fetch_encode(rx->have, buf, sizeof buf, &len, err, errlen) ||
-                   cv_link_send(n->head, CV_MSG_FETCH, id, buf, len, err, errlen)
-               ? -1
-               : 0;
-}
-
-/* Takes SHIP frames until the shard is complete, telling its progress;
- * on failure *code is the ERROR the head is owed (0: it was told). */
-static int take_ships(node *n, cv_ship_rx *rx, uint32_t *code, char *err, size_t errlen)
-{
-    int64_t noted = cv_now_ms();
-    for (bool done = false; !done;) {
-        cv_frame f;
-        if (head_frame(n, &f, code, err, errlen))
-            return -1;
-        const bool ship = f.h.type == CV_MSG_SHIP;
-        const int rc = ship ? cv_ship_rx_take(rx, f.payload, f.h.payload_len, &done, err, errlen)
-                            : cv_errf(err, errlen, "expected SHIP, got %s", cv_msg_type_name(f.h.type));
-        *code = ship ? rx->code : CV_PERR_BAD_STATE;
-        cv_link_release(n->head, &f);
-        n->heard = cv_now_ms();
-        if (rc)
-            return -1;
-        if (done || n->heard - noted >= 1000) {
-            note_receiving(n, &rx->progress);
-            noted = n->heard;
-        }
-    }
-    return 0;
-}
-
-/* Removes the .part files of transfers left unfinished PART_KEEP_S ago. */
-static void sweep_parts(const node *n) { cv_ship_sweep(n->o->cache_dir, PART_PATTERN, PART_KEEP_S); }
-
-/* Receives the shard into path (*code: the ERROR owed on failure). The
- * stage's budget bounds the size it believes (ship.h); a transfer left
- * unfinished sweeps the cache of older ones. */
-static int fetch_shard(node *n, uint32_t id, const char *path, uint32_t *code, char *err, size_t errlen)
-{
-    cv_ship_rx rx;
-    *code = CV_PERR_INTERNAL;
-    const int rc = cv_ship_rx_open(&rx, path, n->budget, err, errlen) || ask_shard(n, id, &rx, err, errlen) ||
-                           take_ships(n, &rx, code, err, errlen)
-                       ? -1
-                       : 0;
-    cv_ship_rx_close(&rx);
-    cv_link_set_max_payload(n->head, hello_cap(n));
-    if (rc)
-        sweep_parts(n);
-    return rc;
-}
-
-/* Where the shard of the assignment's layers of the head's model is kept:
- * DIR/HASH.layers-L0-L1.gguf (HASH: the model's metadata hash, 16 hex);
- * PART_PATTERN matches the .part files of such names. */
-static void shard_path(const node *n, char *path, size_t len)
-{
-    char hex[17];
-    cv_hash_hex8(n->hello.model_hash, hex);
-    snprintf(path, len, "%s/%s.layers-%u-%u.gguf", n->o->cache_dir, hex, n->hello.l0, n->hello.l1);
-}
-
-/* A receiving node's layers: the shard it has when it checks, else from
- * the cache, else fetched from the head (resumed from a .part; a resumed
- * file that fails the check is fetched again, whole). */
-static int receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_t errlen)
-{
-    char path[sizeof n->model_path], part[sizeof path + 8];
-    shard_path(n, path, sizeof path);
-    snprintf(part, sizeof part, "%s.part", path);
-    *code = CV_PERR_FINGERPRINT;
-    if (n->has_model && !strcmp(n->model_path, path) && check_model(n, err, errlen) == 0)
-        return 0;
-    bool present;
-    *code = CV_PERR_INTERNAL;
-    if (cv_ship_cache_file(path, &present, err, errlen)) /* named in the message, for the operator */
-        return -1;
-    if (present) {
-        if (take_shard(n, path, err, errlen) == 0) {
-            fprintf(stderr, "convoy stage: layers [%u, %u) from the cache: %s\n", n->hello.l0, n->hello.l1, path);
-            return 0;
-        }
-        fprintf(stderr, "convoy stage: the cached layers do not check: %s; fetching them\n", err);
-    }
-    struct stat st;
-    const bool resumed = lstat(part, &st) == 0 && st.st_size > 0;
-    for (int attempt = 0; attempt < 1 + resumed; attempt++) {
-        if (attempt > 0)
-            unlink(part);
-        if (fetch_shard(n, id, path, code, err, errlen))
-            return -1;
-        *code = CV_PERR_FINGERPRINT;
-        if (take_shard(n, path, err, errlen) == 0)
-            return 0;
-        fprintf(stderr, "convoy stage: the layers received do not check: %s%s\n", err,
-                attempt + 1 < 1 + resumed ? "; fetching them whole" : "");
-    }
-    return -1;
-}
-
-/* The peer's address as a rate key: IPv4 (an IPv4-mapped IPv6 address
- * too), or the /64 of IPv6, which one host holds whole. false: unknown. */
-static bool rate_key(const cv_link *l, uint8_t key[RATE_KEY_BYTES])
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    memset(key, 0, RATE_KEY_BYTES);
-    if (getpeername(cv_link_poll_fd(l), (struct sockaddr *)&ss, &sl))
-        return false;
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
-    if (ss.ss_family == AF_INET)
-        memcpy(key + 1, &((const struct sockaddr_in *)&ss)->sin_addr, 4);
-    else if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6))
-        memcpy(key + 1, a6->s6_addr + 12, 4);
-    else if (ss.ss_family == AF_INET6)
-        memcpy(key + 1, a6->s6_addr, 8);
-    else
-        return false;
-    key[0] = ss.ss_family == AF_INET || IN6_IS_ADDR_V4MAPPED(a6) ? 4 : 6;
-    return true;
-}
-
-/* node.h's rate: takes one of the head's address's HELLOs from its bucket
- * (a new address, or one forgotten, starts full); refuses (RATE) when the
- * bucket is empty. The table forgets the address heard from longest ago. */
-static int rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
-{
-    uint8_t key[RATE_KEY_BYTES];
-    if (!rate_key(n->head, key))
-        return 0;
-    const int64_t now = cv_now_ms();
-    rate_slot *s = NULL, *oldest = &n->rate[0];
-    for (int i = 0; i < RATE_ADDRS && !s; i++) {
-        if (!memcmp(n->rate[i].key, key, sizeof key))
-            s = &n->rate[i];
-        else if (n->rate[i].t_ms < oldest->t_ms)
-            oldest = &n->rate[i];
-    }
-    if (!s) {
-        s = oldest;
-        *s = (rate_slot){.tokens = HELLO_BURST, .t_ms = now};
-        memcpy(s->key, key, sizeof key);
-    }
-    s->tokens += (double)(now - s->t_ms) * HELLO_PER_S / 1000.0;
-    s->tokens = s->tokens < HELLO_BURST ? s->tokens : HELLO_BURST;
-    s->t_ms = now;
-    if (s->tokens < 1) {
-        *code = CV_PERR_RATE;
-        n->hushed = s->logged; /* a flood is logged once each time it runs the bucket dry */
-        s->logged = true;
-        return cv_errf(err, errlen, "%s: its address sent over %d HELLOs, %d a second: refused until it sends fewer",
-                       cv_link_name(n->head), HELLO_BURST, HELLO_PER_S);
-    }
-    s->tokens -= 1;
-    s->logged = false;
-    return 0;
-}
-
-/* This node's speed for a query: a probe takes 0.2 s, and a head asks
- * again at every chain it opens (restarts), so one probe answers for
- * SPEED_FRESH_MS, and for any time when the head says a speed from before
- * will do (CV_FEAT_ANY_SPEED: a failover). */
-#define SPEED_FRESH_MS 10000
-
-static uint32_t speed(node *n)
-{
-    const bool stale = cv_now_ms() - n->speed_ms > SPEED_FRESH_MS && !(n->hello.features & CV_FEAT_ANY_SPEED);
-    if (!n->speed_us || stale) {
-        n->speed_us = cv_span_speed_probe(&n->meta, n->o->n_threads);
-        n->speed_ms = cv_now_ms();
-    }
-    return n->speed_us;
-}
-
-/* The head's handshake: a few queries, then one assignment. 0: the session
- * runs; -1: it ended (the head has been told why when it can be). Queries
- * are not heard (n->heard): a head that only asks is silent to a parked one. */
-static int handshake(node *n, char *err, size_t errlen)
-{
-    /* no frame of a handshake is larger, so a stranger's cannot make this
-     * node hold more than its budget counts */
-    cv_link_set_max_payload(n->head, hello_cap(n));
-    n->heard = cv_now_ms();
-    for (int queries = 0;; queries++) {
-        uint32_t id = 0, code = CV_PERR_BAD_STATE;
-        if (next_hello(n, &id, err, errlen))
-            return -1;
-        const bool query = n->hello.l0 == n->hello.l1;
-        uint32_t us_per_layer_token = 0;
-        uint64_t layer_bytes = 0;
-        if (rate_refuses(n, &code, err, errlen) ||
-            (query && queries == HANDSHAKE_QUERIES_MAX &&
-             cv_errf(err, errlen, "%d queries and no assignment: the handshake ends", queries)) ||
-            check_sizes(n, &code, err, errlen) ||
-            (!query && n->o->cache_dir && receive_layers(n, id, &code, err, errlen)) ||
-            (!query && (assign(n, &code, &layer_bytes, err, errlen) ||
-                        (n->hello.next_addr[0] && (code = CV_PERR_NEXT_NODE, connect_next(n, err, errlen)))))) {
-            if (code) /* 0: the head was told (a takeover) */
-                send_error(n->head, id, code, err);
-            return -1;
-        }
-        if (query && n->o->cache_dir) /* the head counts the rest from its model */
-            layer_bytes = n->process_bytes;
-        else if (query) {
-            us_per_layer_token = speed(n);
-            layer_bytes = own_bytes(n);
-        }
-        if (answer_hello(n, n->head, id, us_per_layer_token, layer_bytes, err, errlen))
-            return -1;
-        if (query)
-            continue;
-        n->heard = cv_now_ms();
-        if ((n->hello.features & CV_FEAT_FROM_PREV) && accept_prev(n, err, errlen))
-            return -1;
-        limit_links(n);
-        n->served_ms = cv_now_ms();
-        return 0;
-    }
-}
+/* ---- the compute path ---- */
 
 /* fw's trail with this stage's time us after it. */
 static void add_to_trail(const cv_msg_forward *fw, uint64_t us, uint32_t *trail)
@@ -1114,7 +252,7 @@ static int send_result(node *n, const cv_msg_forward *fw, uint64_t us, uint32_t 
     size_t len;
     if (cv_msg_result_encode(&m, n->res_buf, n->res_cap, &len, err, errlen))
         return -1;
-    return cv_link_send(n->head, CV_MSG_RESULT, id, n->res_buf, len, err, errlen);
+    return cv_link_send(n->head_link, CV_MSG_RESULT, id, n->res_buf, len, err, errlen);
 }
 
 /* Sends this stage's hidden states on, from the buffers `cur`, with its
@@ -1135,11 +273,9 @@ static int send_forward(node *n, const cv_msg_forward *in, uint64_t us, uint32_t
  * the head cannot be told (the session ends). */
 static int refuse(node *n, const cv_frame *f, uint32_t code, const char *why)
 {
-    return send_error(n->head, f->h.id, code, why);
+    return cv_node_send_error(n->head_link, f->h.id, code, why);
 }
 
-/* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
- * the span refuses is answered with ERROR and the session goes on. */
 /* Decodes a FORWARD into fw and checks it against what HELLO agreed: its
  * size first (no larger than n_batch_max rows of the agreed activation
  * type), then rows, activation type and width. 0, or the ERROR code with
@@ -1154,7 +290,7 @@ static uint32_t check_forward(const node *n, const cv_frame *f, cv_msg_forward *
                CV_PERR_TOO_LARGE;
     if (cv_msg_forward_decode(f->payload, f->h.payload_len, fw, why, whylen))
         return CV_PERR_BAD_FRAME;
-    if (!has_head(n) && fw->n_trail + 1 >= CV_TRAIL_MAX)
+    if (!cv_node_is_last_stage(n) && fw->n_trail + 1 >= CV_TRAIL_MAX)
         return cv_errf(why, whylen, "FORWARD has passed %u stages: a chain has at most %d", fw->n_trail + 1u,
                        CV_TRAIL_MAX),
                CV_PERR_BAD_FRAME;
@@ -1172,6 +308,8 @@ static uint32_t check_forward(const node *n, const cv_frame *f, cv_msg_forward *
     return 0;
 }
 
+/* Runs one FORWARD. Returns 0, or -1 when the session must end; a batch
+ * the span refuses is answered with ERROR and the session goes on. */
 static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
 {
     cv_msg_forward fw;
@@ -1193,12 +331,12 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     }
     const cv_batch b = {.n_tokens = (int32_t)fw.n_tokens, .token = n->tok, .pos = n->pos, .seq = n->seq,
                         .want = n->want};
-    if (!has_head(n) && cv_fwd_out_reclaim(&n->out[n->cur], n->next, err, errlen))
+    if (!cv_node_is_last_stage(n) && cv_fwd_out_reclaim(&n->out[n->cur], n->next, err, errlen))
         return -1;
+    float *out = cv_node_is_last_stage(n) ? NULL : n->out[n->cur].hidden;
     const uint64_t t0 = cv_now_ns();
     atomic_store(&n->working, true);
-    const int stepped = cv_span_step(&n->span, &b, in, has_head(n) ? NULL : n->out[n->cur].hidden, n->out_tokens, why,
-                                     sizeof why);
+    const int stepped = cv_span_step(&n->span, &b, in, out, n->out_tokens, why, sizeof why);
     atomic_store(&n->working, false);
     if (stepped)
         return refuse(n, f, CV_PERR_BAD_BATCH, why);
@@ -1206,10 +344,10 @@ static int run_forward(node *n, const cv_frame *f, char *err, size_t errlen)
     n->stats.compute_ns += ns;
     n->stats.steps++;
     n->stats.tokens += fw.n_tokens;
-    if (has_head(n))
+    if (cv_node_is_last_stage(n))
         return send_result(n, &fw, ns / 1000, f->h.id, err, errlen);
     if (send_forward(n, &fw, ns / 1000, f->h.id, err, errlen)) {
-        send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);
+        cv_node_send_error(n->head_link, f->h.id, CV_PERR_NEXT_NODE, err);
         return -1;
     }
     return 0;
@@ -1236,22 +374,22 @@ static int run_seq_op(node *n, const cv_frame *f, char *err, size_t errlen)
         cv_span_seq_truncate(&n->span, op.seq, op.len);
     } else if (op.op == CV_SEQ_FREE) {
         cv_span_seq_free(&n->span, op.seq);
-        if (has_head(n))
+        if (cv_node_is_last_stage(n))
             n->n_probs[op.seq] = 0;
     } else if (op.op == CV_SEQ_COPY) {
         cv_span_seq_copy(&n->span, op.seq, op.dst, op.len); /* empties dst first, as FREE */
-        if (has_head(n))
+        if (cv_node_is_last_stage(n))
             n->n_probs[op.dst] = 0;
-    } else if (op.op == CV_SEQ_SET_SAMPLER && has_head(n)) { /* the decoder bounds n_probs */
+    } else if (op.op == CV_SEQ_SET_SAMPLER && cv_node_is_last_stage(n)) { /* the decoder bounds n_probs */
         if (cv_span_set_sampler(&n->span, op.seq, &op.sampler, why, sizeof why))
             return refuse(n, f, CV_PERR_INTERNAL, why);
         n->n_probs[op.seq] = op.n_probs;
-    } else if (op.op == CV_SEQ_SET_GRAMMAR && has_head(n)) {
+    } else if (op.op == CV_SEQ_SET_GRAMMAR && cv_node_is_last_stage(n)) {
         if (cv_span_set_grammar(&n->span, op.seq, op.grammar, op.grammar_len, op.len, why, sizeof why))
             return refuse(n, f, CV_PERR_BAD_STATE, why);
     }
     if (n->next && cv_link_send(n->next, CV_MSG_SEQ_OP, f->h.id, f->payload, f->h.payload_len, err, errlen)) {
-        send_error(n->head, f->h.id, CV_PERR_NEXT_NODE, err);
+        cv_node_send_error(n->head_link, f->h.id, CV_PERR_NEXT_NODE, err);
         return -1;
     }
     return 0;
@@ -1261,7 +399,7 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
 {
     cv_link_stats ls;
     n->stats.bytes_sent = 0;
-    cv_link *links[3] = {n->head, n->prev, n->next};
+    cv_link *links[3] = {n->head_link, n->prev, n->next};
     for (int i = 0; i < 3; i++)
         if (links[i]) {
             cv_link_get_stats(links[i], &ls);
@@ -1270,10 +408,12 @@ static int send_stats(node *n, uint32_t id, char *err, size_t errlen)
     uint8_t buf[CV_MSG_STATS_OK_SIZE];
     size_t len;
     return cv_msg_stats_encode(&n->stats, buf, sizeof buf, &len, err, errlen) ||
-                   cv_link_send(n->head, CV_MSG_STATS_OK, id, buf, len, err, errlen)
+                   cv_link_send(n->head_link, CV_MSG_STATS_OK, id, buf, len, err, errlen)
                ? -1
                : 0;
 }
+
+/* ---- the serving loop ---- */
 
 /* A link's receiving side failed (closed, timed out, a bad frame or one
  * over its cap): the head is told why while its link can still send, and
@@ -1282,7 +422,7 @@ static void link_failed(node *n, const cv_inbox_event *ev)
 {
     char msg[CV_ERRLEN];
     snprintf(msg, sizeof msg, "%s%s", ev->source == SRC_PREV ? "lost the previous node: " : "", ev->err);
-    send_error_q(n->head, 0, ev->source == SRC_PREV ? CV_PERR_NEXT_NODE : CV_PERR_BAD_FRAME, msg, true);
+    cv_node_send_error_q(n->head_link, 0, ev->source == SRC_PREV ? CV_PERR_NEXT_NODE : CV_PERR_BAD_FRAME, msg, true);
     fprintf(stderr, "convoy stage: session ends: %s\n", ev->err);
 }
 
@@ -1294,18 +434,18 @@ static bool session_over(node *n, int64_t *polled)
     char err[CV_ERRLEN];
     if (cv_now_ms() - n->heard > n->o->io_timeout_ms) {
         snprintf(err, sizeof err, "no frame from the head for %d ms: the session ends", n->o->io_timeout_ms);
-        send_error(n->head, 0, CV_PERR_TIMEOUT, err);
+        cv_node_send_error(n->head_link, 0, CV_PERR_TIMEOUT, err);
         fprintf(stderr, "convoy stage: session ends: %s\n", err);
         return true;
     }
     if (cv_now_ms() - *polled < GATE_POLL_MS)
         return false;
     *polled = cv_now_ms();
-    park_poll(n, 0);
-    park_sort(n, false);
-    if (!takeover_due(n))
+    cv_node_park_poll(n, 0);
+    cv_node_park_sort(n, false);
+    if (!cv_node_takeover_due(n))
         return false;
-    yield_node(n, err, sizeof err);
+    cv_node_yield(n, err, sizeof err);
     fprintf(stderr, "convoy stage: session ends: %s\n", err);
     return true;
 }
@@ -1314,7 +454,7 @@ static bool session_over(node *n, int64_t *polled)
  * says why). */
 static int handle_frame(node *n, const cv_inbox_event *ev, char *err, size_t errlen)
 {
-    cv_link *src = ev->source == SRC_HEAD ? n->head : n->prev;
+    cv_link *src = ev->source == SRC_HEAD ? n->head_link : n->prev;
     const uint16_t type = ev->frame.h.type;
     const bool data = ev->source == (n->prev ? SRC_PREV : SRC_HEAD);
     char why[CV_ERRLEN];
@@ -1328,12 +468,12 @@ static int handle_frame(node *n, const cv_inbox_event *ev, char *err, size_t err
     if (type == CV_MSG_STATS && ev->source == SRC_HEAD)
         return send_stats(n, ev->frame.h.id, err, errlen);
     if (type == CV_MSG_PING && ev->source == SRC_HEAD)
-        return cv_link_send(n->head, CV_MSG_PONG, ev->frame.h.id, ev->frame.payload, ev->frame.h.payload_len, err,
+        return cv_link_send(n->head_link, CV_MSG_PONG, ev->frame.h.id, ev->frame.payload, ev->frame.h.payload_len, err,
                             errlen);
     if (type == CV_MSG_BYE)
         return cv_errf(err, errlen, "%s said BYE", cv_link_name(src));
     snprintf(err, errlen, "unexpected %s from %s", cv_msg_type_name(type), cv_link_name(src));
-    send_error(n->head, ev->frame.h.id, CV_PERR_BAD_STATE, err);
+    cv_node_send_error(n->head_link, ev->frame.h.id, CV_PERR_BAD_STATE, err);
     return 0;
 }
 
@@ -1343,7 +483,7 @@ static void serve_frames(node *n)
 {
     char err[CV_ERRLEN];
     cv_inbox_init(&n->inbox);
-    if (cv_inbox_add(&n->inbox, n->head, SRC_HEAD, err, sizeof err) ||
+    if (cv_inbox_add(&n->inbox, n->head_link, SRC_HEAD, err, sizeof err) ||
         (n->prev && cv_inbox_add(&n->inbox, n->prev, SRC_PREV, err, sizeof err))) {
         fprintf(stderr, "convoy stage: %s\n", err);
         return;
@@ -1351,7 +491,8 @@ static void serve_frames(node *n)
     char experts[128];
     describe_experts(n, experts, sizeof experts);
     fprintf(stderr, "convoy stage: serving layers [%u, %u) of %u%s: %llu KB%s\n", n->hello.l0, n->hello.l1,
-            n->hello.n_layer, has_head(n) ? " and the output head" : "", (unsigned long long)(n->range_bytes >> 10),
+            n->hello.n_layer, cv_node_is_last_stage(n) ? " and the output matrix" : "",
+            (unsigned long long)(n->range_bytes >> 10),
             experts);
     n->heard = cv_now_ms(); /* when the last frame was handled: computing is not silence */
     int64_t polled = 0;
@@ -1364,7 +505,7 @@ static void serve_frames(node *n)
             return;
         }
         const int rc = handle_frame(n, &ev, err, sizeof err);
-        cv_link_release(ev.source == SRC_HEAD ? n->head : n->prev, &ev.frame);
+        cv_link_release(ev.source == SRC_HEAD ? n->head_link : n->prev, &ev.frame);
         if (rc) {
             fprintf(stderr, "convoy stage: session ends: %s\n", err);
             return;
@@ -1393,7 +534,7 @@ static void *pulse_main(void *arg)
         /* a dead link is the session's to see */
         const cv_msg_ping pulse = {.nonce = 0, .timestamp = (uint64_t)cv_now_ns()};
         if (cv_msg_ping_encode(&pulse, buf, sizeof buf, &len, err, sizeof err) == 0)
-            cv_link_send(n->head, CV_MSG_PONG, 0, buf, len, err, sizeof err);
+            cv_link_send(n->head_link, CV_MSG_PONG, 0, buf, len, err, sizeof err);
         pthread_mutex_lock(&n->pulse_mu);
     }
     pthread_mutex_unlock(&n->pulse_mu);
@@ -1415,6 +556,9 @@ static void serve_session(node *n)
         pthread_join(n->pulse, NULL);
     }
 }
+
+
+/* ---- the node ---- */
 
 /* Loads the key into *key (with key_file), refuses plaintext beyond
  * loopback without insecure, and listens through a gate whose pending
@@ -1442,7 +586,7 @@ static int open_model(node *n, char *err, size_t errlen)
 {
     const cv_node_opts *o = n->o;
     if (!o->cache_dir) {
-        if (load_model(n, o->model_path, err, errlen))
+        if (cv_node_load_model(n, o->model_path, err, errlen))
             return -1;
         char hex[17];
         cv_hash_hex8(n->hashes.meta, hex);
@@ -1452,9 +596,55 @@ static int open_model(node *n, char *err, size_t errlen)
     char why[CV_ERRLEN];
     if (cv_make_dirs(o->cache_dir, why, sizeof why))
         return cv_errf(err, errlen, "--cache %s", why);
-    sweep_parts(n);
+    cv_node_sweep_parts(n);
     fprintf(stderr, "convoy stage: no model: the head ships the layers it assigns, kept in %s\n", o->cache_dir);
     return 0;
+}
+
+/* What the node holds once ready, which every session adds to: its
+ * budget (--mem, else MemAvailable) and this process's own bytes. */
+static void take_stock(node *n)
+{
+    const cv_node_opts *o = n->o;
+    n->budget = o->mem_budget ? o->mem_budget : cv_mem_available();
+    n->process_bytes = cv_proc_baseline(o->model_path ? o->model_path : "");
+    fprintf(stderr, "convoy stage: on port %d, budget %.2f GB (%s), %.1f MB of it this process's own\n",
+            cv_gate_port(n->gate), n->budget / 1e9,
+            o->mem_budget ? "--mem" : n->budget ? "MemAvailable" : "unknown: no limit", n->process_bytes / 1e6);
+}
+
+/* Serves heads one after another until *stop (or max_sessions): a parked
+ * head that took the node over first, else the gate's next connection. */
+static void serve_heads(node *n, char *err, size_t errlen)
+{
+    const cv_node_opts *o = n->o;
+    for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
+        const cv_link_opts lo = cv_node_link_opts(n);
+        int rc = cv_node_unpark_head(n) ? 0 : cv_gate_next(n->gate, 200, &lo, &n->head_link, err, errlen);
+        if (rc == CV_LINK_TIMEOUT)
+            continue;
+        if (rc) {
+            fprintf(stderr, "convoy stage: %s\n", err);
+            continue;
+        }
+        sessions++;
+        if (cv_node_handshake(n, err, errlen) == 0)
+            serve_session(n);
+        else if (!n->hushed)
+            fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
+        session_end(n);
+    }
+}
+
+/* Tells the parked connections the node stops, and closes everything. */
+static void close_node(node *n, cv_seal_key *key)
+{
+    for (int i = 0; i < PARKED_MAX; i++)
+        if (n->park[i].link)
+            cv_node_unpark(&n->park[i], CV_PERR_SHUTDOWN, "the node is stopping");
+    cv_gate_close(n->gate);
+    cv_seal_key_wipe(key);
+    cv_node_unload_model(n);
 }
 
 int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
@@ -1474,36 +664,11 @@ int cv_node_serve(const cv_node_opts *o, char *err, size_t errlen)
                                     "one of the two");
     if (open_model(&n, err, errlen) || open_gate(&n, host, port, &key, err, errlen)) {
         cv_seal_key_wipe(&key);
-        unload_model(&n);
+        cv_node_unload_model(&n);
         return -1;
     }
-    /* ready: what the process holds now is what every session adds to */
-    n.budget = o->mem_budget ? o->mem_budget : cv_mem_available();
-    n.process_bytes = cv_proc_baseline(o->model_path ? o->model_path : "");
-    fprintf(stderr, "convoy stage: on port %d, budget %.2f GB (%s), %.1f MB of it this process's own\n",
-            cv_gate_port(n.gate), n.budget / 1e9,
-            o->mem_budget ? "--mem" : n.budget ? "MemAvailable" : "unknown: no limit", n.process_bytes / 1e6);
-    for (int sessions = 0; !*o->stop && (o->max_sessions == 0 || sessions < o->max_sessions);) {
-        const cv_link_opts lo = link_opts(&n);
-        int rc = unpark_head(&n) ? 0 : cv_gate_next(n.gate, 200, &lo, &n.head, err, errlen);
-        if (rc == CV_LINK_TIMEOUT)
-            continue;
-        if (rc) {
-            fprintf(stderr, "convoy stage: %s\n", err);
-            continue;
-        }
-        sessions++;
-        if (handshake(&n, err, errlen) == 0)
-            serve_session(&n);
-        else if (!n.hushed)
-            fprintf(stderr, "convoy stage: handshake failed: %s\n", err);
-        session_end(&n);
-    }
-    for (int i = 0; i < PARKED_MAX; i++)
-        if (n.park[i].link)
-            unpark(&n.park[i], CV_PERR_SHUTDOWN, "the node is stopping");
-    cv_gate_close(n.gate);
-    cv_seal_key_wipe(&key);
-    unload_model(&n);
+    take_stock(&n);
+    serve_heads(&n, err, errlen);
+    close_node(&n, &key);
     return 0;
 }

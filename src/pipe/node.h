@@ -25,7 +25,7 @@
  * exceeds n_batch_max here (CV_NODE_BATCH_DEFAULT, the heads' default
  * batch, when 0) is refused (TOO_LARGE), so a larger FORWARD is refused
  * at its header. HELLOs are counted by the source address of the head
- * (an IPv6 one by its /64): a few at once, then a few a second (node.c),
+ * (an IPv6 one by its /64): a few at once, then a few a second (gate.c),
  * beyond which they are refused (RATE) before any work; heads on other
  * addresses are not affected, and one on the same address is served
  * again within a second of the flood's end. A refusal is answered with
@@ -74,7 +74,7 @@
  * (NO_MEMORY) before a byte is written, the cache uses only files it made
  * (ship.h: no symbolic link, no other user's file), and .part files left
  * unfinished for 30 minutes are removed at start and whenever a transfer
- * is left (node.c's PART_KEEP_S). */
+ * is left (ship.c's PART_KEEP_S). */
 #ifndef CONVOY_PIPE_NODE_H
 #define CONVOY_PIPE_NODE_H
 

@@ -547,7 +547,7 @@ static cv_span_params span_params(const cv_plan_session *s, int32_t n_threads)
                             .kv_f16 = s->kv_f16};
 }
 
-/* The last node's RESULT buffers (node.c's assign() and send_result: the
+/* The last node's RESULT buffers (handshake.c's assign() and node.c's send_result: the
  * result buffer grows to full logits rows once a FORWARD asks for them). */
 static uint64_t result_bytes(const cv_plan_session *s, int32_t n_vocab)
 {
@@ -585,7 +585,7 @@ uint64_t cv_plan_forward_cap(const cv_plan_session *s, int32_t n_embd)
     return size > CV_PROTO_MIN_MAX_PAYLOAD ? size : CV_PROTO_MIN_MAX_PAYLOAD;
 }
 
-/* A node's session buffers (node.c's assign()), its links' receive
+/* A node's session buffers (handshake.c's assign()), its links' receive
  * buffers (a frame held and one arriving on the data link, the handshake's
  * HELLO, small frames on the others, each link's own state) and its threads' stacks (the
  * compute pool's, the pulse, a writer per link, the main thread's growth). */

@@ -1,7 +1,15 @@
-/* proto.h: the convoy wire protocol between the head and its stages.
+/* proto.h: the convoy wire protocol between the head and its stages,
+ * version 11 (CV_PROTO_VERSION).
  *
  * This comment is the specification. All integers and floats are
  * little-endian; floats are IEEE-754 binary32. Offsets are in bytes.
+ * Section 1 is the frame, section 2 every message, section 3 the course
+ * of a session (sealed links, the handshake, FETCH and SHIP, the steps,
+ * pulses, takeover), section 4 versioning. The head is the process that
+ * drives a chain; a node (a stage) serves a span of its layers. Messages
+ * that open a session (HELLO, HELLO_OK, FETCH, SHIP) and ERROR are coded
+ * in proto.c, those of a running session (FORWARD, RESULT, SEQ_OP, PING,
+ * PONG, BYE, STATS, STATS_OK) in proto_step.c.
  *
  * 1. Frames. A link carries frames, each a 24-byte header and a payload:
  *
@@ -24,12 +32,13 @@
  *    type, unknown flags, payload_len above the cap, or a checksum that
  *    does not match. On a keyed link (seal.h) a key handshake comes first,
  *    and every frame is sealed: checksum 0, the payload encrypted, a tag
- *    after it. The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB) on
- *    every link, both ways, from the first frame: HELLO and HELLO_OK
+ *    after it (section 3). The cap is CV_PROTO_DEFAULT_MAX_PAYLOAD (64 MiB)
+ *    on every link, both ways, from the first frame: HELLO and HELLO_OK
  *    announce it (max_payload), nothing negotiates another; except that a
  *    node receives no larger frame than its state can carry: a HELLO
- *    during the handshake, then, once assigned, a FORWARD of n_batch_max
- *    rows of the agreed act_type on the link FORWARDs arrive by, and
+ *    during the handshake (CV_SHIP_PAYLOAD_MAX while it takes SHIPs),
+ *    then, once assigned, a FORWARD of n_batch_max rows of the agreed
+ *    act_type on the link FORWARDs arrive by, and
  *    CV_PROTO_MIN_MAX_PAYLOAD on the head's when they come from the
  *    previous node; HELLO_OK announces that cap.
  *
@@ -209,10 +218,62 @@
  *       ended; the segment itself is decoded (and refused when malformed)
  *       by the codec. A frame holds at most CV_SHIP_PAYLOAD_MAX bytes.
  *
- * 3. Versioning. proto_version in HELLO names the message set; a node that
+ * 3. A session. A node serves one head at a time; the head's link to it
+ *    carries the session, and each node but the first has a second link,
+ *    from the previous node of the chain.
+ *    Connecting. With the cluster key (a keyed link), the first bytes of
+ *    a connection are seal.h's key handshake (36 bytes from the client,
+ *    64 back, 32 more: X25519 ephemeral keys, proofs keyed by the cluster
+ *    key), and every frame after it is sealed: the header as above
+ *    (checksum 0, payload_len the plaintext's) as additional data, the
+ *    payload under ChaCha20-Poly1305 with the direction's key and frame
+ *    counter, then a 16-byte tag; a frame that fails its tag fails the
+ *    link. Without a key the first bytes must be a frame header ("CVY1").
+ *    A node's gate (gate.h) refuses, without an answer, a connection that
+ *    does neither within its deadline.
+ *    The handshake (head -> node, on the head's link). Up to 4 query
+ *    HELLOs (l0 == l1, no hashes), each answered HELLO_OK with the node's
+ *    budget, speed probe and own bytes for the session asked; then one
+ *    assignment HELLO (l0 < l1, the tensor hashes of its layers). The
+ *    node checks the HELLO's sizes (TOO_LARGE, ACT_TYPE), the model
+ *    (FINGERPRINT: the metadata hash, then every tensor hash in order),
+ *    the range (BAD_RANGE) and its budget (NO_MEMORY) before it binds the
+ *    layers. A receiving node (CV_HOK_RECEIVES) that lacks the shard of
+ *    its layers answers FETCH instead; the head sends the SHIP frames, and
+ *    the node checks the file it received and answers the assignment (a
+ *    resumed file that fails the check is FETCHed again, once, whole).
+ *    With next_addr, the node connects to the next node and sends it a
+ *    HELLO of role PREV_NODE (no hashes, answered HELLO_OK) before it
+ *    answers the head; the head assigns the nodes from the last to the
+ *    first, so each finds its next one ready. With CV_FEAT_FROM_PREV, the
+ *    node then waits, within its handshake timeout, for the previous
+ *    node's HELLO (same cluster_id and model_hash) and answers it
+ *    HELLO_OK.
+ *    Steps. The head sends FORWARD and SEQ_OP to the first node (on its
+ *    link), each node passes them to the next in order, and the last
+ *    node answers RESULT to the head; a node refuses a FORWARD it cannot
+ *    run with ERROR (the session goes on) and ends the session when a
+ *    link fails. Besides them the head may send PING (answered PONG) and
+ *    STATS (answered STATS_OK) on its link to any node.
+ *    Pulses. A node computing a FORWARD for longer than CV_PULSE_MS sends
+ *    the head an unasked PONG (id 0) every CV_PULSE_MS, so the head's
+ *    timeout measures silence, not work.
+ *    The end. BYE from either side; a link that fails; ERROR TIMEOUT from
+ *    the node when no frame came from the head or the previous node for
+ *    its session timeout; or a takeover: while a head holds the node,
+ *    proven connections are parked and their first frame read; a parked
+ *    head's HELLO takes the node once the current head has been silent
+ *    for 1 s (queries do not count, computing is not silence), the
+ *    current head is told (ERROR TIMEOUT) and the newcomer's handshake
+ *    begins; a parked head is refused (BAD_STATE) as soon as the current
+ *    head speaks. A node counts HELLOs per source address and refuses
+ *    those beyond a few a second (RATE) before any work (node.h).
+ *
+ * 4. Versioning. proto_version in HELLO names the message set; a node that
  *    cannot speak it answers ERROR{CV_PERR_VERSION}. Adding a message type
  *    or an error code keeps the version; changing any payload layout, or
- *    what a field means, bumps it.
+ *    what a field means, bumps it. This is version 11: CV_PROTO_VERSION's
+ *    comment says what each version changed.
  *
  * API contract: encoders write into a caller buffer (no allocation) and
  * fail with a message if it is too small or the message breaks a rule

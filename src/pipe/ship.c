@@ -1,5 +1,8 @@
 /* ship.c: the head's sending and the node's receiving of a shard (see
- * ship.h). */
+ * ship.h), and a receiving node's layers (node_impl.h): the shard of its
+ * assignment from its cache, else fetched from the head (FETCH, then SHIP
+ * frames into a .part, resumed after a cut), then checked by the
+ * assignment's hashes as any model. */
 #include "pipe/ship.h"
 
 #include <dirent.h>
@@ -7,6 +10,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -19,6 +23,7 @@
 #include "core/cursor.h"
 #include "core/err.h"
 #include "model/shard.h"
+#include "pipe/node_impl.h"
 
 #define NOTE_MS 1000
 
@@ -402,4 +407,148 @@ void cv_ship_rx_close(cv_ship_rx *rx)
     cv_free(rx->buf);
     rx->fp = NULL;
     rx->buf = NULL;
+}
+
+/* ---- a receiving node's layers (node_impl.h) ---- */
+
+/* A .part not written for PART_KEEP_S was left: a head whose transfer was
+ * cut comes back within seconds (its chain reopens), so half an hour
+ * keeps every resume worth having, while transfers left by peers that
+ * invent models (each claim fits the free disk, ship.h) go. The cache is
+ * swept at start and whenever a transfer is left unfinished. */
+#define PART_KEEP_S (30 * 60)
+#define HEX4 "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+#define PART_PATTERN HEX4 HEX4 HEX4 HEX4 ".layers-[0-9]*-[0-9]*.gguf.part"
+
+/* Loads the shard at path and checks it against the assignment; a file
+ * that fails is removed (with its hashes' cache). */
+static int take_shard(node *n, const char *path, char *err, size_t errlen)
+{
+    if (cv_node_load_model(n, path, err, errlen) == 0 && cv_node_check_model(n, err, errlen) == 0)
+        return 0;
+    char hashes[sizeof n->model_path + 16];
+    snprintf(hashes, sizeof hashes, "%s.convoy-hashes", path);
+    cv_node_unload_model(n);
+    unlink(path);
+    unlink(hashes);
+    return -1;
+}
+
+static void note_receiving(void *user, const cv_ship_progress *p)
+{
+    const node *n = user;
+    char line[256];
+    cv_ship_describe(p, line, sizeof line);
+    fprintf(stderr, "convoy stage: %s layers [%u, %u): %s\n", p->finished ? "received" : "receiving", n->hello.l0,
+            n->hello.l1, line);
+}
+
+/* FETCH: asks the head for the shard from what rx's .part holds. */
+static int ask_shard(node *n, uint32_t id, const cv_ship_rx *rx, char *err, size_t errlen)
+{
+    uint8_t buf[CV_MSG_FETCH_SIZE];
+    size_t len;
+    if (rx->have)
+        fprintf(stderr, "convoy stage: resuming layers [%u, %u) after byte %llu of %s\n", n->hello.l0, n->hello.l1,
+                (unsigned long long)rx->have, rx->part);
+    const uint32_t cap = cv_node_hello_cap(n);
+    cv_link_set_max_payload(n->head_link, CV_SHIP_PAYLOAD_MAX > cap ? CV_SHIP_PAYLOAD_MAX : cap);
+    return cv_msg_fetch_encode(rx->have, buf, sizeof buf, &len, err, errlen) ||
+                   cv_link_send(n->head_link, CV_MSG_FETCH, id, buf, len, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* Takes SHIP frames until the shard is complete, telling its progress;
+ * on failure *code is the ERROR the head is owed (0: it was told). */
+static int take_ships(node *n, cv_ship_rx *rx, uint32_t *code, char *err, size_t errlen)
+{
+    int64_t noted = cv_now_ms();
+    for (bool done = false; !done;) {
+        cv_frame f;
+        if (cv_node_head_frame(n, &f, code, err, errlen))
+            return -1;
+        const bool ship = f.h.type == CV_MSG_SHIP;
+        const int rc = ship ? cv_ship_rx_take(rx, f.payload, f.h.payload_len, &done, err, errlen)
+                            : cv_errf(err, errlen, "expected SHIP, got %s", cv_msg_type_name(f.h.type));
+        *code = ship ? rx->code : CV_PERR_BAD_STATE;
+        cv_link_release(n->head_link, &f);
+        n->heard = cv_now_ms();
+        if (rc)
+            return -1;
+        if (done || n->heard - noted >= 1000) {
+            note_receiving(n, &rx->progress);
+            noted = n->heard;
+        }
+    }
+    return 0;
+}
+
+/* Removes the .part files of transfers left unfinished PART_KEEP_S ago. */
+void cv_node_sweep_parts(const node *n) { cv_ship_sweep(n->o->cache_dir, PART_PATTERN, PART_KEEP_S); }
+
+/* Receives the shard into path (*code: the ERROR owed on failure). The
+ * stage's budget bounds the size it believes (ship.h); a transfer left
+ * unfinished sweeps the cache of older ones. */
+static int fetch_shard(node *n, uint32_t id, const char *path, uint32_t *code, char *err, size_t errlen)
+{
+    cv_ship_rx rx;
+    *code = CV_PERR_INTERNAL;
+    const int rc = cv_ship_rx_open(&rx, path, n->budget, err, errlen) || ask_shard(n, id, &rx, err, errlen) ||
+                           take_ships(n, &rx, code, err, errlen)
+                       ? -1
+                       : 0;
+    cv_ship_rx_close(&rx);
+    cv_link_set_max_payload(n->head_link, cv_node_hello_cap(n));
+    if (rc)
+        cv_node_sweep_parts(n);
+    return rc;
+}
+
+/* Where the shard of the assignment's layers of the head's model is kept:
+ * DIR/HASH.layers-L0-L1.gguf (HASH: the model's metadata hash, 16 hex);
+ * PART_PATTERN matches the .part files of such names. */
+static void shard_path(const node *n, char *path, size_t len)
+{
+    char hex[17];
+    cv_hash_hex8(n->hello.model_hash, hex);
+    snprintf(path, len, "%s/%s.layers-%u-%u.gguf", n->o->cache_dir, hex, n->hello.l0, n->hello.l1);
+}
+
+/* A receiving node's layers: the shard it has when it checks, else from
+ * the cache, else fetched from the head (resumed from a .part; a resumed
+ * file that fails the check is fetched again, whole). */
+int cv_node_receive_layers(node *n, uint32_t id, uint32_t *code, char *err, size_t errlen)
+{
+    char path[sizeof n->model_path], part[sizeof path + 8];
+    shard_path(n, path, sizeof path);
+    snprintf(part, sizeof part, "%s.part", path);
+    *code = CV_PERR_FINGERPRINT;
+    if (n->has_model && !strcmp(n->model_path, path) && cv_node_check_model(n, err, errlen) == 0)
+        return 0;
+    bool present;
+    *code = CV_PERR_INTERNAL;
+    if (cv_ship_cache_file(path, &present, err, errlen)) /* named in the message, for the operator */
+        return -1;
+    if (present) {
+        if (take_shard(n, path, err, errlen) == 0) {
+            fprintf(stderr, "convoy stage: layers [%u, %u) from the cache: %s\n", n->hello.l0, n->hello.l1, path);
+            return 0;
+        }
+        fprintf(stderr, "convoy stage: the cached layers do not check: %s; fetching them\n", err);
+    }
+    struct stat st;
+    const bool resumed = lstat(part, &st) == 0 && st.st_size > 0;
+    for (int attempt = 0; attempt < 1 + resumed; attempt++) {
+        if (attempt > 0)
+            unlink(part);
+        if (fetch_shard(n, id, path, code, err, errlen))
+            return -1;
+        *code = CV_PERR_FINGERPRINT;
+        if (take_shard(n, path, err, errlen) == 0)
+            return 0;
+        fprintf(stderr, "convoy stage: the layers received do not check: %s%s\n", err,
+                attempt + 1 < 1 + resumed ? "; fetching them whole" : "");
+    }
+    return -1;
 }

@@ -7,7 +7,7 @@
  * The node appends each decoded segment to PATH.part and renames it to
  * PATH when the last has come; a transfer cut before resumes from what
  * the .part holds (rounded down to a segment boundary by the head). The
- * node then checks the file like any model (pipe/node.c), so a corrupt
+ * node then checks the file like any model (ship.c, for the node), so a corrupt
  * or forged segment is refused by the hashes, not trusted.
  *
  * Contract:

@@ -1,5 +1,5 @@
-/* wire.h: what both ends of a link, the head (chain.c) and a node (node.c),
- * send and ask the same way.
+/* wire.h: what both ends of a link, the head (chain.c, chain_open.c) and
+ * a node (node.c, handshake.c), send and ask the same way.
  *
  * Contract:
  * - A cv_fwd_out holds the buffers of one outgoing FORWARD, allocated once
