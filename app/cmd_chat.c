@@ -55,12 +55,12 @@ typedef struct chat_opts {
 typedef struct chat_state {
     convoy_model *model;
     convoy_ctx *ctx;
-    sv_chat chat;
+    cv_serve_chat chat;
     int32_t n_ctx;
     int32_t *held;      /* [n_ctx]: the tokens slot 0 holds, then room for a turn's */
     int32_t n_held;
     char *role[CHAT_MAX_TURNS];
-    sv_buf text[CHAT_MAX_TURNS];
+    cv_buf text[CHAT_MAX_TURNS];
     int n_msgs;
 } chat_state;
 
@@ -113,7 +113,7 @@ static int open_engine(const chat_opts *o, chat_state *s)
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err)) ||
         convoy_set_sampler(s->ctx, 0, &o->sp, err, sizeof err) ||
-        sv_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
+        cv_serve_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
         fprintf(stderr, "convoy chat: %s\n", err);
         return -1;
     }
@@ -133,9 +133,9 @@ static int add_message(chat_state *s, const char *role, const char *text, size_t
         fprintf(stderr, "convoy chat: the conversation has %d messages, the most it holds: /clear\n", s->n_msgs);
         return -1;
     }
-    sv_buf *b = &s->text[s->n_msgs];
-    *b = (sv_buf){0};
-    if (!(s->role[s->n_msgs] = strdup(role)) || sv_buf_append(b, text, len) || sv_buf_append(b, "", 0)) {
+    cv_buf *b = &s->text[s->n_msgs];
+    *b = (cv_buf){0};
+    if (!(s->role[s->n_msgs] = strdup(role)) || cv_buf_append(b, text, len) || cv_buf_append(b, "", 0)) {
         fprintf(stderr, "convoy chat: out of memory\n");
         return -1;
     }
@@ -149,7 +149,7 @@ static void drop_messages(chat_state *s, int first)
     while (s->n_msgs > first) {
         s->n_msgs--;
         free(s->role[s->n_msgs]);
-        sv_buf_free(&s->text[s->n_msgs]);
+        cv_buf_free(&s->text[s->n_msgs]);
     }
 }
 
@@ -157,15 +157,16 @@ static void drop_messages(chat_state *s, int first)
  * the slot keeps; *n_new: the tokens to run. */
 static int render_turn(chat_state *s, int32_t *keep, int32_t *n_new)
 {
-    sv_chat_msg msgs[CHAT_MAX_TURNS];
+    cv_serve_chat_msg msgs[CHAT_MAX_TURNS];
     for (int i = 0; i < s->n_msgs; i++)
-        msgs[i] = (sv_chat_msg){.role = s->role[i], .content = s->text[i].p ? s->text[i].p : ""};
-    sv_buf prompt = {0};
+        msgs[i] = (cv_serve_chat_msg){.role = s->role[i], .content = s->text[i].p ? s->text[i].p : ""};
+    cv_buf prompt = {0};
     convoy_span *spans = NULL;
     int n_spans = 0, rc = -1;
     char err[CONVOY_ERR_MAX];
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)s->n_ctx);
-    if (!toks || sv_render_chat(&s->chat, msgs, s->n_msgs, NULL, NULL, &prompt, &spans, &n_spans, err, sizeof err)) {
+    if (!toks ||
+        cv_serve_render_chat(&s->chat, msgs, s->n_msgs, NULL, NULL, &prompt, &spans, &n_spans, err, sizeof err)) {
         fprintf(stderr, "convoy chat: %s\n", toks ? err : "out of memory");
         goto done;
     }
@@ -185,7 +186,7 @@ static int render_turn(chat_state *s, int32_t *keep, int32_t *n_new)
 done:
     free(toks);
     free(spans);
-    sv_buf_free(&prompt);
+    cv_buf_free(&prompt);
     return rc;
 }
 
@@ -193,8 +194,8 @@ done:
 
 typedef struct reply {
     const convoy_model *model;
-    sv_text text;
-    sv_buf shown; /* the reply as printed */
+    cv_text text;
+    cv_buf shown; /* the reply as printed */
     bool failed;
 } reply;
 
@@ -204,7 +205,7 @@ static int on_token(void *user, int32_t id)
     if (interrupted || convoy_token_is_eog(r->model, id))
         return 1;
     const size_t before = r->shown.n;
-    const int rc = sv_text_push(&r->text, id, &r->shown);
+    const int rc = cv_text_push(&r->text, id, &r->shown);
     if (rc < 0)
         r->failed = true;
     fwrite(r->shown.p + before, 1, r->shown.n - before, stdout);
@@ -221,12 +222,12 @@ static int reply_turn(const chat_opts *o, chat_state *s, int32_t keep, int32_t n
     convoy_gen_stats st;
     const int32_t room = s->n_ctx - keep - n_new;
     const int32_t n_predict = o->n_predict >= 0 && o->n_predict < room ? o->n_predict : room;
-    const char *const *stops = sv_chat_stop_strings(&s->chat);
+    const char *const *stops = cv_serve_chat_stop_strings(&s->chat);
     int n_stops = 0;
     while (stops[n_stops])
         n_stops++;
     snprintf(err, sizeof err, "out of memory");
-    if (sv_text_init(&r.text, s->model, stops, n_stops) || convoy_seq_truncate(s->ctx, 0, keep, err, sizeof err)) {
+    if (cv_text_init(&r.text, s->model, stops, n_stops) || convoy_seq_truncate(s->ctx, 0, keep, err, sizeof err)) {
         fprintf(stderr, "convoy chat: %s\n", err);
         return -1;
     }
@@ -236,14 +237,14 @@ static int reply_turn(const chat_opts *o, chat_state *s, int32_t keep, int32_t n
     if (rc)
         fprintf(stderr, "\nconvoy chat: %s\n", err);
     const size_t before = r.shown.n;
-    if (!rc && !r.failed && !interrupted && sv_text_finish(&r.text, &r.shown) >= 0)
+    if (!rc && !r.failed && !interrupted && cv_text_finish(&r.text, &r.shown) >= 0)
         fwrite(r.shown.p + before, 1, r.shown.n - before, stdout);
     fputs(interrupted ? " [stopped]\n" : "\n", stdout);
     s->n_held = convoy_seq_len(s->ctx, 0);
     if (!rc)
         rc = add_message(s, "assistant", r.shown.p ? r.shown.p : "", r.shown.n);
-    sv_text_free(&r.text);
-    sv_buf_free(&r.shown);
+    cv_text_free(&r.text);
+    cv_buf_free(&r.shown);
     return rc || r.failed ? -1 : 0;
 }
 
@@ -253,10 +254,10 @@ typedef enum input { INPUT_MESSAGE, INPUT_CLEAR, INPUT_EXIT } input;
 
 /* A message (lines ending with '\' go on), or a command. Ctrl-C at the
  * prompt starts the message afresh. */
-static input read_message(sv_buf *msg)
+static input read_message(cv_buf *msg)
 {
     char line[8192];
-    sv_buf_consume(msg, msg->n);
+    cv_buf_consume(msg, msg->n);
     catch_sigint(false);
     for (bool more = true; more;) {
         fputs(msg->n ? ". " : "> ", stdout);
@@ -267,14 +268,14 @@ static input read_message(sv_buf *msg)
                 return INPUT_EXIT;
             clearerr(stdin);
             fputs("\n(Ctrl-D or /exit leaves)\n", stdout);
-            sv_buf_consume(msg, msg->n);
+            cv_buf_consume(msg, msg->n);
             continue;
         }
         const size_t n = strcspn(line, "\n");
         more = n > 0 && line[n - 1] == '\\';
         if (more)
             line[n - 1] = '\n';
-        if (sv_buf_append(msg, line, n))
+        if (cv_buf_append(msg, line, n))
             return INPUT_EXIT;
     }
     const char *m = msg->p ? msg->p : "";
@@ -287,7 +288,7 @@ static void close_chat(chat_state *s)
 {
     drop_messages(s, 0);
     free(s->held);
-    sv_chat_free(&s->chat);
+    cv_serve_chat_free(&s->chat);
     convoy_ctx_free(s->ctx);
     convoy_model_free(s->model);
 }
@@ -304,8 +305,8 @@ int cmd_chat(int argc, char **argv)
     const int first = s.n_msgs; /* /clear keeps the system message */
     if (!rc)
         printf("convoy chat: %s, chat template %s. /clear forgets, /exit leaves, Ctrl-C stops a reply.\n",
-               o.model_path, sv_chat_name(&s.chat));
-    sv_buf msg = {0};
+               o.model_path, cv_serve_chat_name(&s.chat));
+    cv_buf msg = {0};
     for (input in; !rc && (in = read_message(&msg)) != INPUT_EXIT;) {
         int32_t keep, n_new;
         if (in == INPUT_CLEAR) {
@@ -319,7 +320,7 @@ int cmd_chat(int argc, char **argv)
                 drop_messages(&s, s.n_msgs - 1); /* the message that did not fit */
         }
     }
-    sv_buf_free(&msg);
+    cv_buf_free(&msg);
     close_chat(&s);
     return rc ? 1 : 0;
 }

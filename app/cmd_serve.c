@@ -135,14 +135,14 @@ typedef struct serve_opts {
 
 /* What the server holds from the model load to the end. */
 typedef struct serve_state {
-    sv_access access;
+    cv_access access;
     char *tls_key, *tls_cert; /* --ssl-key-file's and --ssl-cert-file's PEM texts, or NULL */
     convoy_model *model;
     convoy_ctx *ctx;
     convoy_spec *spec; /* NULL without --draft */
     cv_template_pool *template_pool;
-    sv_sched *sched;
-    sv_chat chat;
+    cv_sched *sched;
+    cv_serve_chat chat;
 } serve_state;
 
 /* -s/--seed: a seed, or -1 (llama-server's "random"). */
@@ -295,21 +295,21 @@ static void block_signals(sigset_t *stop_signals)
 static int open_access(const serve_opts *o, serve_state *s)
 {
     char err[CONVOY_ERR_MAX];
-    const bool loopback = sv_is_loopback_host(o->host);
+    const bool loopback = cv_is_loopback_host(o->host);
     const char *cors = o->cors ? o->cors : loopback ? "*" : "none";
-    if (sv_access_init(&s->access, o->api_key, o->api_key_file, cors, err, sizeof err)) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+    if (cv_access_init(&s->access, o->api_key, o->api_key_file, cors, err, sizeof err)) {
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 2;
     }
     size_t len;
     if (o->ssl_key_file && (!(s->tls_key = arg_read_file("serve", o->ssl_key_file, &len)) ||
                             !(s->tls_cert = arg_read_file("serve", o->ssl_cert_file, &len))))
         return 2;
-    if (!loopback && !sv_access_has_keys(&s->access))
-        sv_log(SV_LOG_WARN, "listening on %s without an API key: anyone who reaches this port may use the server "
+    if (!loopback && !cv_access_has_keys(&s->access))
+        cv_log(CV_LOG_WARN, "listening on %s without an API key: anyone who reaches this port may use the server "
                             "(--api-key KEY or --api-key-file FILE)", o->host);
     if (o->gpu_layers)
-        sv_log(SV_LOG_WARN, "-ngl/--n-gpu-layers %s: this build has no GPU; every layer runs on the CPU",
+        cv_log(CV_LOG_WARN, "-ngl/--n-gpu-layers %s: this build has no GPU; every layer runs on the CPU",
                o->gpu_layers);
     return 0;
 }
@@ -331,8 +331,8 @@ static int32_t cache_slots(const serve_opts *o, const convoy_model_info *info)
         n = o->cp.mem_budget / 8 / slot_bytes;
     if (n > (uint64_t)(MAX_SLOTS - o->cp.n_slot))
         n = (uint64_t)(MAX_SLOTS - o->cp.n_slot);
-    sv_log(SV_LOG_INFO, "prompt cache: room for %llu prompts beyond the %d slots (%.1f MiB of KV each)", (unsigned long long)n,
-           o->cp.n_slot, (double)slot_bytes / (1 << 20));
+    cv_log(CV_LOG_INFO, "prompt cache: room for %llu prompts beyond the %d slots (%.1f MiB of KV each)",
+           (unsigned long long)n, o->cp.n_slot, (double)slot_bytes / (1 << 20));
     return (int32_t)n;
 }
 
@@ -343,53 +343,53 @@ static int open_engine(serve_opts *o, serve_state *s)
 {
     char err[CONVOY_ERR_MAX];
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err))) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 1;
     }
-    if (sv_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+    if (cv_serve_chat_setup(s->model, o->chat_template, &s->chat, err, sizeof err)) {
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 2;
     }
     if (!(s->chat.pool = s->template_pool = cv_template_pool_create(o->template_mem))) {
-        sv_log(SV_LOG_ERROR, "out of memory");
+        cv_log(CV_LOG_ERROR, "out of memory");
         return 1;
     }
     char missing[256];
-    if (sv_chat_missing_tokens(&s->chat, missing, sizeof missing) > 0)
-        sv_log(SV_LOG_WARN, "the chat template %s writes %s, which this model's vocabulary does not have as tokens: "
+    if (cv_serve_chat_missing_tokens(&s->chat, missing, sizeof missing) > 0)
+        cv_log(CV_LOG_WARN, "the chat template %s writes %s, which this model's vocabulary does not have as tokens: "
                             "the model reads them as plain text",
-               sv_chat_name(&s->chat), missing);
+               cv_serve_chat_name(&s->chat), missing);
     convoy_model_info info;
     convoy_model_get_info(s->model, &info);
-    sv_log(SV_LOG_INFO, "model %s: %s, %d layers, %d tokens of vocabulary, %s", o->model_path, info.arch,
+    cv_log(CV_LOG_INFO, "model %s: %s, %d layers, %d tokens of vocabulary, %s", o->model_path, info.arch,
            info.n_layer, info.n_vocab, o->cp.nodes ? "on a pipeline (its plan follows)" : "every layer here");
     if (o->cp.n_ctx == 0)
         o->cp.n_ctx = info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
-    o->cp.log = sv_log_engine;
+    o->cp.log = cv_log_engine;
     const int32_t n_slot = o->cp.n_slot;
     o->cp.n_slot += cache_slots(o, &info);
     s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err);
     o->cp.n_slot = n_slot;
     if (!s->ctx) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 1;
     }
     const int32_t pooling = convoy_ctx_pooling(s->ctx);
     if (o->embeddings && (pooling < CONVOY_POOLING_MEAN || pooling > CONVOY_POOLING_LAST)) {
-        sv_log(SV_LOG_ERROR, "--embeddings: the model's pooling type is %d (%s), which convoy does not serve: give "
+        cv_log(CV_LOG_ERROR, "--embeddings: the model's pooling type is %d (%s), which convoy does not serve: give "
                              "--pooling mean|cls|last", pooling, pooling == CONVOY_POOLING_NONE ? "none: a vector "
                              "per token" : "unknown");
         return 2;
     }
     if (arg_spec_open(&o->spec, "serve", s->ctx, s->model, o->cp.n_threads, &s->spec))
         return 1;
-    s->sched = sv_sched_create(s->ctx, s->model, n_slot, o->queue, err, sizeof err);
-    if (!s->sched || sv_sched_set_spec(s->sched, s->spec, err, sizeof err)) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+    s->sched = cv_sched_create(s->ctx, s->model, n_slot, o->queue, err, sizeof err);
+    if (!s->sched || cv_sched_set_spec(s->sched, s->spec, err, sizeof err)) {
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 1;
     }
-    sv_sched_set_client_slots(s->sched, o->client_slots);
-    sv_sched_set_prompt_cache(s->sched, !o->no_cache_prompt);
+    cv_sched_set_client_slots(s->sched, o->client_slots);
+    cv_sched_set_prompt_cache(s->sched, !o->no_cache_prompt);
     return 0;
 }
 
@@ -406,13 +406,13 @@ static void model_id_of(const char *path, char *out, size_t n)
 
 static void log_listening(const serve_opts *o, const serve_state *s, const oai_server *srv, int port)
 {
-    sv_log(SV_LOG_INFO, "listening on %s://%s:%d/v1 (model '%s', chat template: %s, %d slots of %d tokens, at most "
+    cv_log(CV_LOG_INFO, "listening on %s://%s:%d/v1 (model '%s', chat template: %s, %d slots of %d tokens, at most "
                         "%d per client, batch %d, %d threads%s%s%s%s)",
-           s->tls_key ? "https" : "http", o->host, port, srv->model_id, sv_chat_name(&s->chat), o->cp.n_slot,
+           s->tls_key ? "https" : "http", o->host, port, srv->model_id, cv_serve_chat_name(&s->chat), o->cp.n_slot,
            srv->n_ctx, o->client_slots, convoy_ctx_n_batch(s->ctx), o->cp.n_threads, s->spec ? ", drafts from " : "",
            s->spec ? convoy_spec_drafter(s->spec) : "", o->cp.nodes ? ", nodes " : "", o->cp.nodes ? o->cp.nodes : "");
-    sv_log(SV_LOG_INFO, "API key %s; web pages: %s; requests without a seed: %s",
-           sv_access_has_keys(&s->access) ? "required (all but /health)" : "not required",
+    cv_log(CV_LOG_INFO, "API key %s; web pages: %s; requests without a seed: %s",
+           cv_access_has_keys(&s->access) ? "required (all but /health)" : "not required",
            s->access.any_origin ? "from any origin" : s->access.n_origins ? "from the --cors origins" : "none",
            o->seed_value >= 0 ? "the -s seed" : "a fresh seed each");
 }
@@ -422,9 +422,9 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
 {
     char err[CONVOY_ERR_MAX], id[256];
     model_id_of(o->model_path, id, sizeof id);
-    const sv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
+    const cv_props props = {.n_slot = o->cp.n_slot, .model_path = o->model_path, .build_info = arg_version(),
                             .version = CONVOY_VERSION, .seed = o->seed_value};
-    const sv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
+    const cv_http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                              .client_connections = o->client_connections, .access = &s->access, .props = &props,
                              .slot_save_path = o->slot_save_path, .idle_timeout_s = o->timeout_s,
                              .tls_key_pem = s->tls_key, .tls_cert_pem = s->tls_cert, .no_webui = o->no_webui,
@@ -432,30 +432,30 @@ static int serve_until_signal(const serve_opts *o, const serve_state *s, const s
     const oai_server srv = {.model = s->model, .model_id = o->alias ? o->alias : id,
                             .n_ctx = convoy_ctx_n_ctx(s->ctx), .chat = &s->chat, .strict_model = o->strict_model,
                             .split_reasoning = !o->reasoning_format || strcmp(o->reasoning_format, "none")};
-    sv_http *http;
-    if (sv_http_start(&http, &ho, s->sched, &srv, err, sizeof err)) {
-        sv_log(SV_LOG_ERROR, "%s", err);
+    cv_http *http;
+    if (cv_http_start(&http, &ho, s->sched, &srv, err, sizeof err)) {
+        cv_log(CV_LOG_ERROR, "%s", err);
         return 1;
     }
-    log_listening(o, s, &srv, sv_http_port(http));
+    log_listening(o, s, &srv, cv_http_port(http));
     int sig = 0;
     sigwait(stop_signals, &sig);
-    sv_log(SV_LOG_INFO, "%s: draining (no new connections; running requests end with an error)",
+    cv_log(CV_LOG_INFO, "%s: draining (no new connections; running requests end with an error)",
            sig == SIGINT ? "SIGINT" : "SIGTERM");
-    sv_http_stop(http);
-    sv_log(SV_LOG_INFO, "stopped");
+    cv_http_stop(http);
+    cv_log(CV_LOG_INFO, "stopped");
     return 0;
 }
 
 static void close_engine(serve_state *s)
 {
-    sv_sched_free(s->sched);
+    cv_sched_free(s->sched);
     convoy_spec_free(s->spec);
     convoy_ctx_free(s->ctx);
-    sv_chat_free(&s->chat);
+    cv_serve_chat_free(&s->chat);
     cv_template_pool_free(s->template_pool);
     convoy_model_free(s->model);
-    sv_access_free(&s->access);
+    cv_access_free(&s->access);
     free(s->tls_key);
     free(s->tls_cert);
 }
@@ -466,7 +466,7 @@ int cmd_serve(int argc, char **argv)
     const int status = parse_options(&o, argc, argv);
     if (status != ARG_GO)
         return status;
-    sv_log_set_verbose(o.verbose);
+    cv_log_set_verbose(o.verbose);
     sigset_t stop_signals;
     block_signals(&stop_signals);
     serve_state s = {0};

@@ -125,7 +125,7 @@ static int measure(const char *path, uint64_t sample, totals *t)
 {
     gguf_file f;
     char err[CV_ERRLEN];
-    if (gguf_open(&f, path, err, sizeof err))
+    if (cv_gguf_open(&f, path, err, sizeof err))
         return fprintf(stderr, "%s\n", err), -1;
     uint64_t most = 0;
     for (uint64_t i = 0; i < f.n_tensors; i++)
@@ -137,7 +137,7 @@ static int measure(const char *path, uint64_t sample, totals *t)
         rc = measure_tensor(&f.tensors[i], sample, buf, back, t);
     free(buf);
     free(back);
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return rc;
 }
 

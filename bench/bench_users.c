@@ -37,7 +37,7 @@
 #define MAX_REPEAT 15
 
 typedef struct user {
-    sv_sched *sched;
+    cv_sched *sched;
     int id, n_tokens, n_vocab;
     int salt; /* varies the prompt: the warm-up's differ from the timed run's */
     double t_start, t_first, t_end;
@@ -53,28 +53,28 @@ static void *user_main(void *arg)
         prompt[i] = 3 + ((u->id + u->salt) * 977 + i * 131) % (u->n_vocab - 3);
     convoy_sampling_params sp = convoy_sampling_default_params();
     sp.temp = 0;
-    const sv_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = u->n_tokens, .sampler = sp,
+    const cv_request_params p = {.prompt = prompt, .n_prompt = 12, .max_tokens = u->n_tokens, .sampler = sp,
                                  .ignore_eos = true, .top_logprobs = -1};
     char err[512];
-    sv_request *r;
+    cv_request *r;
     u->t_start = cv_now_s();
-    if (sv_sched_submit(u->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK) {
+    if (cv_sched_submit(u->sched, &p, &r, err, sizeof err) != CV_SUBMIT_OK) {
         fprintf(stderr, "bench_users: %s\n", err);
         return NULL;
     }
-    sv_finish fin = SV_RUNNING;
+    cv_finish fin = CV_RUNNING;
     int32_t n = 0;
-    while (fin == SV_RUNNING) {
-        int32_t m = sv_request_wait(r, n, 1000, &fin);
+    while (fin == CV_RUNNING) {
+        int32_t m = cv_request_wait(r, n, 1000, &fin);
         if (n == 0 && m > 0)
             u->t_first = cv_now_s();
         n = m;
     }
     u->t_end = cv_now_s();
     u->got = n;
-    if (fin == SV_FINISH_ERROR)
-        fprintf(stderr, "bench_users: %s\n", sv_request_error(r));
-    sv_request_release(r);
+    if (fin == CV_FINISH_ERROR)
+        fprintf(stderr, "bench_users: %s\n", cv_request_error(r));
+    cv_request_release(r);
     return NULL;
 }
 
@@ -97,7 +97,7 @@ static double median(double *v, int n)
 
 /* n_users users at once, each with the prompt of its id and salt; their
  * figures into *res. Returns the tokens they got. */
-static int64_t drive(sv_sched *s, const convoy_model_info *info, int n_users, int n_tokens, int salt, result *res)
+static int64_t drive(cv_sched *s, const convoy_model_info *info, int n_users, int n_tokens, int salt, result *res)
 {
     user users[MAX_USERS];
     pthread_t th[MAX_USERS];
@@ -156,10 +156,10 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
         spp.n_threads = threads;
         spec = convoy_spec_create(ctx, m, &spp, err, sizeof err);
     }
-    sv_sched *s = !sp->draft || spec ? sv_sched_create(ctx, m, n_users, n_users, err, sizeof err) : NULL;
-    if (!s || sv_sched_set_spec(s, spec, err, sizeof err)) {
+    cv_sched *s = !sp->draft || spec ? cv_sched_create(ctx, m, n_users, n_users, err, sizeof err) : NULL;
+    if (!s || cv_sched_set_spec(s, spec, err, sizeof err)) {
         fprintf(stderr, "bench_users: %s\n", err);
-        sv_sched_free(s);
+        cv_sched_free(s);
         convoy_spec_free(spec);
         convoy_ctx_free(ctx);
         return -1;
@@ -170,7 +170,7 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
     result warm;
     drive(s, &info, n_users, n_tokens, 1000, &warm);
     const int64_t total = drive(s, &info, n_users, n_tokens, 0, res);
-    sv_sched_free(s);
+    cv_sched_free(s);
     convoy_spec_free(spec);
     convoy_ctx_free(ctx);
     return total == (int64_t)n_users * n_tokens ? 0 : -1;

@@ -203,18 +203,18 @@ static void test_simd_matches_ref(void)
                         add_sinks(&c, 2.0f * qscale);
                     const size_t no = (size_t)G * hd;
                     float *ref = malloc(sizeof(float) * no), *got = malloc(sizeof(float) * no);
-                    run_case(&c, attn_group_ref, 0, G, ref);
+                    run_case(&c, cv_attn_group_ref, 0, G, ref);
                     run_case(&c, cv_attn_group, 0, G, got);
                     CHECKF(same_bits(ref, got, no),
                            "%s hd %d group %d n_pos %d %s cap %g sinks %d: differs from the reference",
                            cv_kernels_name(), hd, G, np, f16 ? "F16" : "F32", c.softcap, c.sinks != NULL);
 #if defined(__x86_64__)
                     if (cv_kernels_avx2()) {
-                        run_case(&c, attn_group_avx2, 0, G, got);
+                        run_case(&c, cv_attn_group_avx2, 0, G, got);
                         CHECKF(same_bits(ref, got, no), "avx2 hd %d group %d n_pos %d cap %g", hd, G, np, c.softcap);
                     }
                     if (!strcmp(cv_kernels_name(), "avx512")) {
-                        run_case(&c, attn_group_avx512, 0, G, got);
+                        run_case(&c, cv_attn_group_avx512, 0, G, got);
                         CHECKF(same_bits(ref, got, no), "avx512 hd %d group %d n_pos %d cap %g", hd, G, np,
                                c.softcap);
                     }
@@ -284,15 +284,15 @@ static void check_tokens(const tok_case *tc)
         add_sinks(&c, 8.0f);
     const size_t n_out = tc->tok_stride * (size_t)tc->n_tok;
     float *ref = malloc(sizeof(float) * n_out), *got = malloc(sizeof(float) * n_out);
-    run_tokens(tc, &c, attn_group_ref, 0, ref);
+    run_tokens(tc, &c, cv_attn_group_ref, 0, ref);
     struct {
         const char *name;
         attn_fn fn;
         int on;
-    } v[] = {{"ref", attn_group_ref, 1}, {cv_kernels_name(), cv_attn_group, 1},
+    } v[] = {{"ref", cv_attn_group_ref, 1}, {cv_kernels_name(), cv_attn_group, 1},
 #if defined(__x86_64__)
-             {"avx2", attn_group_avx2, cv_kernels_avx2()},
-             {"avx512", attn_group_avx512, !strcmp(cv_kernels_name(), "avx512")},
+             {"avx2", cv_attn_group_avx2, cv_kernels_avx2()},
+             {"avx512", cv_attn_group_avx512, !strcmp(cv_kernels_name(), "avx512")},
 #endif
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -338,7 +338,7 @@ static void test_forced_reference(void)
     kcase c;
     make_case(&c, 64, 4, 200, 1, 4.0f, 1);
     float ref[256], got[256];
-    run_case(&c, attn_group_ref, 0, 4, ref);
+    run_case(&c, cv_attn_group_ref, 0, 4, ref);
     cv_kernels_init(1);
     CHECK(!strcmp(cv_kernels_name(), "ref"));
     run_case(&c, cv_attn_group, 0, 4, got);

@@ -85,12 +85,12 @@ static int load_vocab(const char *path, cv_vocab *v)
 {
     char err[CV_ERRLEN];
     gguf_file f;
-    if (gguf_open(&f, path, err, sizeof(err)) != 0) {
+    if (cv_gguf_open(&f, path, err, sizeof(err)) != 0) {
         CHECKF(0, "%s", err);
         return -1;
     }
     int rc = cv_vocab_load(v, &f, err, sizeof(err));
-    gguf_close(&f);
+    cv_gguf_close(&f);
     CHECKF(rc == 0, "%s", err);
     return rc;
 }
@@ -448,26 +448,26 @@ static int write_gpt4o_gguf(const char *path, const char *pre, const str_list *t
     int32_t *types = malloc(sizeof(int32_t) * tokens->n);
     for (size_t i = 0; i < tokens->n; i++)
         types[i] = i + 2 < tokens->n ? CV_TOKEN_NORMAL : CV_TOKEN_CONTROL;
-    gguf_writer *w = gguf_writer_create();
-    gguf_set_str(w, "general.architecture", "llama");
-    gguf_set_u32(w, "llama.context_length", 512);
-    gguf_set_u32(w, "llama.embedding_length", 64);
-    gguf_set_u32(w, "llama.block_count", 1);
-    gguf_set_u32(w, "llama.feed_forward_length", 128);
-    gguf_set_u32(w, "llama.attention.head_count", 4);
-    gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_set_str(w, "tokenizer.ggml.pre", pre);
-    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens->s, tokens->n);
-    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, tokens->n);
-    gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges->s, merges->n);
-    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tokens->n - 2);
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tokens->n - 1);
-    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_writer *w = cv_gguf_writer_create();
+    cv_gguf_set_str(w, "general.architecture", "llama");
+    cv_gguf_set_u32(w, "llama.context_length", 512);
+    cv_gguf_set_u32(w, "llama.embedding_length", 64);
+    cv_gguf_set_u32(w, "llama.block_count", 1);
+    cv_gguf_set_u32(w, "llama.feed_forward_length", 128);
+    cv_gguf_set_u32(w, "llama.attention.head_count", 4);
+    cv_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    cv_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    cv_gguf_set_str(w, "tokenizer.ggml.pre", pre);
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens->s, tokens->n);
+    cv_gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, tokens->n);
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges->s, merges->n);
+    cv_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tokens->n - 2);
+    cv_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tokens->n - 1);
+    cv_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     char err[CV_ERRLEN];
-    int rc = gguf_write(w, path, err, sizeof(err));
+    int rc = cv_gguf_write(w, path, err, sizeof(err));
     CHECKF(rc == 0, "%s", err);
-    gguf_writer_free(w);
+    cv_gguf_writer_free(w);
     free(types);
     return rc;
 }
@@ -826,17 +826,17 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
 {
     char path[256];
     snprintf(path, sizeof(path), "%s/test_bpe_synth_%d.gguf", CONVOY_BINARY_DIR, (int)getpid());
-    gguf_writer *w = gguf_writer_create();
-    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer *w = cv_gguf_writer_create();
+    cv_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
     if (s->pre)
-        gguf_set_str(w, "tokenizer.ggml.pre", s->pre);
-    gguf_set_arr_str(w, "tokenizer.ggml.tokens", s->tokens, (uint64_t)s->n_tokens);
+        cv_gguf_set_str(w, "tokenizer.ggml.pre", s->pre);
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.tokens", s->tokens, (uint64_t)s->n_tokens);
     if (s->types)
-        gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, s->types, (uint64_t)s->n_tokens);
+        cv_gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, s->types, (uint64_t)s->n_tokens);
     if (s->merges)
-        gguf_set_arr_str(w, "tokenizer.ggml.merges", s->merges, (uint64_t)s->n_merges);
+        cv_gguf_set_arr_str(w, "tokenizer.ggml.merges", s->merges, (uint64_t)s->n_merges);
     if (s->bos >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)s->bos);
+        cv_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)s->bos);
     return tok_load_written(w, path, v, err, errlen);
 }
 
@@ -948,19 +948,19 @@ static void test_hf_vocab_synthetic(void)
               "/synth-tokenizer.json' 2>/dev/null") != 0);
     char err[CV_ERRLEN];
     gguf_file f;
-    if (gguf_open(&f, out_path, err, sizeof(err)) != 0) {
+    if (cv_gguf_open(&f, out_path, err, sizeof(err)) != 0) {
         CHECKF(0, "%s", err);
         return;
     }
     gguf_str tmpl = {0}, pre = {0};
-    CHECK(gguf_get_str(&f, "tokenizer.chat_template", &tmpl, err, sizeof(err)) == 0 &&
-          gguf_str_eq(tmpl, "{{ bos_token }}"));
-    CHECK(gguf_get_str(&f, "tokenizer.ggml.pre", &pre, err, sizeof(err)) == 0 && gguf_str_eq(pre, "qwen2"));
-    const gguf_kv *merges = gguf_find_kv(&f, "tokenizer.ggml.merges");
-    CHECK(merges && merges->arr_n == 2 && gguf_str_eq(merges->arr_strs[1], "\xc4\xa0 ab"));
+    CHECK(cv_gguf_get_str(&f, "tokenizer.chat_template", &tmpl, err, sizeof(err)) == 0 &&
+          cv_gguf_str_eq(tmpl, "{{ bos_token }}"));
+    CHECK(cv_gguf_get_str(&f, "tokenizer.ggml.pre", &pre, err, sizeof(err)) == 0 && cv_gguf_str_eq(pre, "qwen2"));
+    const gguf_kv *merges = cv_gguf_find_kv(&f, "tokenizer.ggml.merges");
+    CHECK(merges && merges->arr_n == 2 && cv_gguf_str_eq(merges->arr_strs[1], "\xc4\xa0 ab"));
     cv_vocab v;
     int rc = cv_vocab_load(&v, &f, err, sizeof(err));
-    gguf_close(&f);
+    cv_gguf_close(&f);
     CHECKF(rc == 0, "%s", err);
     if (rc != 0)
         return;

@@ -384,21 +384,21 @@ static char *gguf_template(const char *tmpl, bool *ok)
 {
     char path[512], err[CV_ERRLEN];
     snprintf(path, sizeof path, "%s/test_chat_select.gguf", CONVOY_BINARY_DIR);
-    gguf_writer *w = gguf_writer_create();
-    gguf_set_str(w, "general.architecture", "llama");
+    gguf_writer *w = cv_gguf_writer_create();
+    cv_gguf_set_str(w, "general.architecture", "llama");
     if (tmpl)
-        gguf_set_str(w, "tokenizer.chat_template", tmpl);
-    *ok = gguf_write(w, path, err, sizeof err) == 0;
-    gguf_writer_free(w);
+        cv_gguf_set_str(w, "tokenizer.chat_template", tmpl);
+    *ok = cv_gguf_write(w, path, err, sizeof err) == 0;
+    cv_gguf_writer_free(w);
     gguf_file f;
-    if (!*ok || gguf_open(&f, path, err, sizeof err) != 0) {
+    if (!*ok || cv_gguf_open(&f, path, err, sizeof err) != 0) {
         CHECKF(0, "%s", err);
         *ok = false;
         return NULL;
     }
-    const gguf_kv *kv = gguf_find_kv(&f, "tokenizer.chat_template");
-    char *text = kv && kv->type == GGUF_STRING ? gguf_str_dup(kv->v.str) : NULL;
-    gguf_close(&f);
+    const gguf_kv *kv = cv_gguf_find_kv(&f, "tokenizer.chat_template");
+    char *text = kv && kv->type == GGUF_STRING ? cv_gguf_str_dup(kv->v.str) : NULL;
+    cv_gguf_close(&f);
     remove(path);
     return text;
 }

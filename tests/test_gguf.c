@@ -43,7 +43,7 @@ static uint32_t kv_u32(const gguf_file *f, const char *key)
 {
     uint32_t v = 0;
     char err[CV_ERRLEN];
-    if (gguf_get_u32(f, key, &v, err, sizeof err) != 0)
+    if (cv_gguf_get_u32(f, key, &v, err, sizeof err) != 0)
         fprintf(stderr, "%s\n", err);
     return v;
 }
@@ -60,9 +60,9 @@ static void check_tensors_in_file(const gguf_file *f, const uint8_t *base, size_
         size_t tsize;
         CHECK(cv_ggml_type_info((uint32_t)t->type, NULL, &blck, &tsize));
         CHECK(t->size == (uint64_t)(t->ne[0] / blck) * tsize * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]));
-        CHECK(gguf_find_tensor(f, "") == NULL);
-        char *name = gguf_str_dup(t->name);
-        CHECK(name && gguf_find_tensor(f, name) == t);
+        CHECK(cv_gguf_find_tensor(f, "") == NULL);
+        char *name = cv_gguf_str_dup(t->name);
+        CHECK(name && cv_gguf_find_tensor(f, name) == t);
         cv_free(name);
     }
 }
@@ -75,7 +75,7 @@ static void test_stories260k(void)
     if (!test_shared_path(path, sizeof path, "models/stories260K.gguf"))
         return;
     gguf_file f;
-    int rc = gguf_open(&f, path, err, sizeof err);
+    int rc = cv_gguf_open(&f, path, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
     if (rc != 0)
         return;
@@ -84,34 +84,35 @@ static void test_stories260k(void)
     CHECK(kv_u32(&f, "llama.block_count") == 5);
     CHECK(kv_u32(&f, "llama.embedding_length") == 64);
     gguf_str arch;
-    CHECK(gguf_get_str(&f, "general.architecture", &arch, err, sizeof err) == 0 && gguf_str_eq(arch, "llama"));
+    CHECK(cv_gguf_get_str(&f, "general.architecture", &arch, err, sizeof err) == 0 && cv_gguf_str_eq(arch, "llama"));
     float eps = 0;
-    CHECK(gguf_get_f32(&f, "llama.attention.layer_norm_rms_epsilon", &eps, err, sizeof err) == 0);
+    CHECK(cv_gguf_get_f32(&f, "llama.attention.layer_norm_rms_epsilon", &eps, err, sizeof err) == 0);
     CHECK(eps > 0 && eps < 1e-3f);
-    const gguf_kv *tokens = gguf_find_kv(&f, "tokenizer.ggml.tokens");
+    const gguf_kv *tokens = cv_gguf_find_kv(&f, "tokenizer.ggml.tokens");
     CHECK(tokens && tokens->type == GGUF_ARRAY && tokens->arr_type == GGUF_STRING && tokens->arr_n == 512);
-    const gguf_kv *scores = gguf_find_kv(&f, "tokenizer.ggml.scores");
+    const gguf_kv *scores = cv_gguf_find_kv(&f, "tokenizer.ggml.scores");
     CHECK(scores && scores->arr_type == GGUF_FLOAT32 && scores->arr_n == 512);
 
-    const gguf_tensor *t = gguf_find_tensor(&f, "token_embd.weight");
+    const gguf_tensor *t = cv_gguf_find_tensor(&f, "token_embd.weight");
     CHECK(t != NULL);
     if (t) {
         CHECK(t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 && t->ne[2] == 1 && t->ne[3] == 1);
         CHECK(t->type == CV_TYPE_F32);
         CHECK(t->size == 64 * 512 * 4);
     }
-    CHECK(gguf_find_tensor(&f, "token_embd.weigh") == NULL);
+    CHECK(cv_gguf_find_tensor(&f, "token_embd.weigh") == NULL);
     check_tensors_in_file(&f, f.map.data, f.map.size);
 
     /* getter errors name the key */
     uint32_t u;
-    CHECK(gguf_get_u32(&f, "general.architecture", &u, err, sizeof err) == -1 && strstr(err, "general.architecture"));
-    CHECK(gguf_get_u32(&f, "no.such.key", &u, err, sizeof err) == -1 && strstr(err, "'no.such.key' not found"));
+    CHECK(cv_gguf_get_u32(&f, "general.architecture", &u, err, sizeof err) == -1 &&
+          strstr(err, "general.architecture"));
+    CHECK(cv_gguf_get_u32(&f, "no.such.key", &u, err, sizeof err) == -1 && strstr(err, "'no.such.key' not found"));
     bool b;
-    CHECK(gguf_get_bool(&f, "llama.block_count", &b, err, sizeof err) == -1 && strstr(err, "llama.block_count"));
-    CHECK(gguf_get_str(&f, "llama.block_count", &arch, err, sizeof err) == -1);
-    gguf_close(&f);
-    gguf_close(&f); /* harmless twice */
+    CHECK(cv_gguf_get_bool(&f, "llama.block_count", &b, err, sizeof err) == -1 && strstr(err, "llama.block_count"));
+    CHECK(cv_gguf_get_str(&f, "llama.block_count", &arch, err, sizeof err) == -1);
+    cv_gguf_close(&f);
+    cv_gguf_close(&f); /* harmless twice */
 }
 
 static void test_reference_models(void)
@@ -131,18 +132,18 @@ static void test_reference_models(void)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         gguf_file f;
-        int rc = gguf_open(&f, path, err, sizeof err);
+        int rc = cv_gguf_open(&f, path, err, sizeof err);
         CHECKF(rc == 0, "%s", err);
         if (rc != 0)
             continue;
         n_files++;
         gguf_str arch;
-        CHECKF(gguf_get_str(&f, "general.architecture", &arch, err, sizeof err) == 0, "%s", err);
-        CHECKF(f.n_tensors > 0 && gguf_find_tensor(&f, "token_embd.weight"), "%s", path);
-        const gguf_kv *al = gguf_find_kv(&f, "general.alignment");
+        CHECKF(cv_gguf_get_str(&f, "general.architecture", &arch, err, sizeof err) == 0, "%s", err);
+        CHECKF(f.n_tensors > 0 && cv_gguf_find_tensor(&f, "token_embd.weight"), "%s", path);
+        const gguf_kv *al = cv_gguf_find_kv(&f, "general.alignment");
         CHECK(al ? f.alignment == al->v.u64 : f.alignment == 32);
         check_tensors_in_file(&f, f.map.data, f.map.size);
-        gguf_close(&f);
+        cv_gguf_close(&f);
     }
     closedir(d);
     CHECKF(n_files >= 10, "parsed %d reference models", n_files);
@@ -154,35 +155,35 @@ static void test_vocab_only(void)
     if (!test_shared_path(path, sizeof path, "reference/vocab/ggml-vocab-llama-spm.gguf"))
         return;
     gguf_file f;
-    int rc = gguf_open(&f, path, err, sizeof err);
+    int rc = cv_gguf_open(&f, path, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
     if (rc != 0)
         return;
     CHECK(f.n_tensors == 0);
-    const gguf_kv *tokens = gguf_find_kv(&f, "tokenizer.ggml.tokens");
+    const gguf_kv *tokens = cv_gguf_find_kv(&f, "tokenizer.ggml.tokens");
     CHECK(tokens && tokens->arr_type == GGUF_STRING && tokens->arr_n == 32000);
     if (tokens && tokens->arr_n == 32000) {
-        CHECK(gguf_str_eq(tokens->arr_strs[0], "<unk>"));
-        CHECK(gguf_str_eq(tokens->arr_strs[1], "<s>"));
+        CHECK(cv_gguf_str_eq(tokens->arr_strs[0], "<unk>"));
+        CHECK(cv_gguf_str_eq(tokens->arr_strs[1], "<s>"));
     }
-    gguf_close(&f);
+    cv_gguf_close(&f);
 }
 
 static void test_open_errors(void)
 {
     char err[CV_ERRLEN] = "";
     gguf_file f;
-    CHECK(gguf_open(&f, "/nonexistent/x.gguf", err, sizeof err) == -1);
+    CHECK(cv_gguf_open(&f, "/nonexistent/x.gguf", err, sizeof err) == -1);
     CHECKF(strstr(err, "/nonexistent/x.gguf") != NULL, "%s", err);
-    CHECK(gguf_open(&f, "/tmp", err, sizeof err) == -1 && strstr(err, "not a regular file"));
+    CHECK(cv_gguf_open(&f, "/tmp", err, sizeof err) == -1 && strstr(err, "not a regular file"));
     char path[512];
     tmp_path(path, sizeof path, "empty.gguf");
     FILE *fp = fopen(path, "wb");
     CHECK(fp != NULL);
     if (fp)
         fclose(fp);
-    CHECK(gguf_open(&f, path, err, sizeof err) == -1 && strstr(err, "too short"));
-    CHECK(gguf_parse(&f, NULL, 0, "null", err, sizeof err) == -1 && strstr(err, "null: "));
+    CHECK(cv_gguf_open(&f, path, err, sizeof err) == -1 && strstr(err, "too short"));
+    CHECK(cv_gguf_parse(&f, NULL, 0, "null", err, sizeof err) == -1 && strstr(err, "null: "));
     remove(path);
 }
 
@@ -193,11 +194,11 @@ static void test_fmap_release(void)
     if (!test_shared_path(path, sizeof path, "models/stories260K.gguf"))
         return;
     gguf_file f;
-    if (gguf_open(&f, path, err, sizeof err) != 0) {
+    if (cv_gguf_open(&f, path, err, sizeof err) != 0) {
         CHECKF(0, "%s", err);
         return;
     }
-    const gguf_tensor *t = gguf_find_tensor(&f, "token_embd.weight");
+    const gguf_tensor *t = cv_gguf_find_tensor(&f, "token_embd.weight");
     CHECK(t != NULL);
     if (t) {
         uint8_t *copy = malloc(t->size);
@@ -209,7 +210,7 @@ static void test_fmap_release(void)
         CHECK(memcmp(copy, t->data, t->size) == 0);
         free(copy);
     }
-    gguf_close(&f);
+    cv_gguf_close(&f);
 }
 
 /* cv_fmap_read copies the file's bytes; a range past the end is refused
@@ -253,9 +254,9 @@ static void test_resident_weights(void)
     } bound[] = {{"output.weight", &m.output}, {"blk.0.attn_q.weight", &m.layers[0].wq},
                  {"blk.0.ffn_down.weight", &m.layers[0].w_down}, {"token_embd.weight", &m.tok_embd}};
     for (size_t i = 0; i < sizeof bound / sizeof bound[0]; i++) {
-        const gguf_tensor *t = gguf_find_tensor(&m.gguf, bound[i].name);
+        const gguf_tensor *t = cv_gguf_find_tensor(&m.gguf, bound[i].name);
         if (!t) /* tied output */
-            t = gguf_find_tensor(&m.gguf, "token_embd.weight");
+            t = cv_gguf_find_tensor(&m.gguf, "token_embd.weight");
         const uint8_t *p = bound[i].w->data;
         const bool mapped = p >= m.gguf.map.data && p < m.gguf.map.data + m.gguf.map.size;
         CHECKF(mapped == !strcmp(bound[i].name, "token_embd.weight"), "%s", bound[i].name);
@@ -269,7 +270,7 @@ static void test_resident_weights(void)
                 {"blk.4.ffn_norm.weight", m.layers[4].ffn_norm},
                 {"output_norm.weight", m.output_norm}};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
-        const gguf_tensor *t = gguf_find_tensor(&m.gguf, vecs[i].name);
+        const gguf_tensor *t = cv_gguf_find_tensor(&m.gguf, vecs[i].name);
         const uint8_t *p = (const uint8_t *)vecs[i].v;
         CHECKF(t && t->type == CV_TYPE_F32, "%s is F32 in the file", vecs[i].name);
         if (!t)
@@ -328,25 +329,25 @@ static int write_small(const char *path, uint32_t alignment, char *err, size_t e
 {
     for (size_t i = 0; i < sizeof tensor_b; i++)
         tensor_b[i] = (uint8_t)(i * 37 + 1);
-    gguf_writer *w = gguf_writer_create();
+    gguf_writer *w = cv_gguf_writer_create();
     if (!w)
         return -1;
-    gguf_set_str(w, "general.architecture", "llama");
-    gguf_set_u32(w, "general.alignment", alignment);
-    gguf_set_u32(w, "test.key_a", 7);
-    gguf_set_f32(w, "test.key_b", 1.5f);
-    gguf_set_bool(w, "test.flag", true);
-    gguf_set_i32(w, "test.neg", -5);
+    cv_gguf_set_str(w, "general.architecture", "llama");
+    cv_gguf_set_u32(w, "general.alignment", alignment);
+    cv_gguf_set_u32(w, "test.key_a", 7);
+    cv_gguf_set_f32(w, "test.key_b", 1.5f);
+    cv_gguf_set_bool(w, "test.flag", true);
+    cv_gguf_set_i32(w, "test.neg", -5);
     const int32_t ints[3] = {1, -2, 3};
-    gguf_set_arr(w, "test.ints", GGUF_INT32, ints, 3);
+    cv_gguf_set_arr(w, "test.ints", GGUF_INT32, ints, 3);
     const char *strs[3] = {"ab", "cde", ""};
-    gguf_set_arr_str(w, "test.strs", strs, 3);
+    cv_gguf_set_arr_str(w, "test.strs", strs, 3);
     const int64_t ne_a[2] = {8, 2}, ne_b[1] = {64}, ne_c[3] = {4, 2, 2};
-    gguf_add_tensor(w, "t.aa", CV_TYPE_F32, 2, ne_a, tensor_a, sizeof tensor_a);
-    gguf_add_tensor(w, "t.ab", CV_TYPE_Q8_0, 1, ne_b, tensor_b, sizeof tensor_b);
-    gguf_add_tensor(w, "t.ac", CV_TYPE_F16, 3, ne_c, tensor_c, sizeof tensor_c);
-    int rc = gguf_write(w, path, err, errlen);
-    gguf_writer_free(w);
+    cv_gguf_add_tensor(w, "t.aa", CV_TYPE_F32, 2, ne_a, tensor_a, sizeof tensor_a);
+    cv_gguf_add_tensor(w, "t.ab", CV_TYPE_Q8_0, 1, ne_b, tensor_b, sizeof tensor_b);
+    cv_gguf_add_tensor(w, "t.ac", CV_TYPE_F16, 3, ne_c, tensor_c, sizeof tensor_c);
+    int rc = cv_gguf_write(w, path, err, errlen);
+    cv_gguf_writer_free(w);
     return rc;
 }
 
@@ -357,27 +358,27 @@ static void check_small(const gguf_file *f, uint64_t alignment)
     CHECK(f->alignment == alignment && f->data_offset % alignment == 0);
     CHECK(kv_u32(f, "test.key_a") == 7);
     float x = 0;
-    CHECK(gguf_get_f32(f, "test.key_b", &x, err, sizeof err) == 0 && x == 1.5f);
-    CHECK(gguf_get_f32(f, "test.key_a", &x, err, sizeof err) == 0 && x == 7.0f); /* integer to float, exact */
+    CHECK(cv_gguf_get_f32(f, "test.key_b", &x, err, sizeof err) == 0 && x == 1.5f);
+    CHECK(cv_gguf_get_f32(f, "test.key_a", &x, err, sizeof err) == 0 && x == 7.0f); /* integer to float, exact */
     bool b = false;
-    CHECK(gguf_get_bool(f, "test.flag", &b, err, sizeof err) == 0 && b);
+    CHECK(cv_gguf_get_bool(f, "test.flag", &b, err, sizeof err) == 0 && b);
     uint32_t u;
-    CHECK(gguf_get_u32(f, "test.neg", &u, err, sizeof err) == -1 && strstr(err, "-5"));
-    const gguf_kv *neg = gguf_find_kv(f, "test.neg");
+    CHECK(cv_gguf_get_u32(f, "test.neg", &u, err, sizeof err) == -1 && strstr(err, "-5"));
+    const gguf_kv *neg = cv_gguf_find_kv(f, "test.neg");
     CHECK(neg && neg->type == GGUF_INT32 && neg->v.i64 == -5);
-    const gguf_kv *ints = gguf_find_kv(f, "test.ints");
+    const gguf_kv *ints = cv_gguf_find_kv(f, "test.ints");
     CHECK(ints && ints->type == GGUF_ARRAY && ints->arr_type == GGUF_INT32 && ints->arr_n == 3);
     if (ints && ints->arr_n == 3) {
-        CHECK(gguf_arr_i64(ints, 0) == 1 && gguf_arr_i64(ints, 1) == -2 && gguf_arr_i64(ints, 2) == 3);
-        CHECK(gguf_arr_f64(ints, 1) == -2.0);
+        CHECK(cv_gguf_arr_i64(ints, 0) == 1 && cv_gguf_arr_i64(ints, 1) == -2 && cv_gguf_arr_i64(ints, 2) == 3);
+        CHECK(cv_gguf_arr_f64(ints, 1) == -2.0);
     }
-    const gguf_kv *strs = gguf_find_kv(f, "test.strs");
+    const gguf_kv *strs = cv_gguf_find_kv(f, "test.strs");
     CHECK(strs && strs->arr_type == GGUF_STRING && strs->arr_n == 3);
     if (strs && strs->arr_n == 3)
-        CHECK(gguf_str_eq(strs->arr_strs[0], "ab") && gguf_str_eq(strs->arr_strs[1], "cde") &&
-              gguf_str_eq(strs->arr_strs[2], ""));
-    const gguf_tensor *a = gguf_find_tensor(f, "t.aa"), *bq = gguf_find_tensor(f, "t.ab"),
-                      *c = gguf_find_tensor(f, "t.ac");
+        CHECK(cv_gguf_str_eq(strs->arr_strs[0], "ab") && cv_gguf_str_eq(strs->arr_strs[1], "cde") &&
+              cv_gguf_str_eq(strs->arr_strs[2], ""));
+    const gguf_tensor *a = cv_gguf_find_tensor(f, "t.aa"), *bq = cv_gguf_find_tensor(f, "t.ab"),
+                      *c = cv_gguf_find_tensor(f, "t.ac");
     CHECK(a && bq && c);
     if (!a || !bq || !c)
         return;
@@ -399,51 +400,51 @@ static void test_writer_round_trip(void)
         int rc = write_small(path, aligns[k], err, sizeof err);
         CHECKF(rc == 0, "%s", err);
         gguf_file f;
-        rc = gguf_open(&f, path, err, sizeof err);
+        rc = cv_gguf_open(&f, path, err, sizeof err);
         CHECKF(rc == 0, "%s", err);
         if (rc != 0)
             continue;
         check_small(&f, aligns[k]);
         check_tensors_in_file(&f, f.map.data, f.map.size);
-        gguf_close(&f);
+        cv_gguf_close(&f);
         remove(path);
     }
 }
 
-/* Every key/value of stories260K copied by gguf_copy_kv comes back equal. */
+/* Every key/value of stories260K copied by cv_gguf_copy_kv comes back equal. */
 static void test_writer_copy_kv(void)
 {
     char src[512], path[512], err[CV_ERRLEN];
     if (!test_shared_path(src, sizeof src, "models/stories260K.gguf"))
         return;
     gguf_file in, out;
-    if (gguf_open(&in, src, err, sizeof err) != 0) {
+    if (cv_gguf_open(&in, src, err, sizeof err) != 0) {
         CHECKF(0, "%s", err);
         return;
     }
-    gguf_writer *w = gguf_writer_create();
+    gguf_writer *w = cv_gguf_writer_create();
     for (uint64_t i = 0; i < in.n_kv; i++)
-        gguf_copy_kv(w, &in.kv[i]);
-    const gguf_tensor *t = gguf_find_tensor(&in, "output_norm.weight");
+        cv_gguf_copy_kv(w, &in.kv[i]);
+    const gguf_tensor *t = cv_gguf_find_tensor(&in, "output_norm.weight");
     CHECK(t != NULL);
     if (!t) {
-        gguf_writer_free(w);
-        gguf_close(&in);
+        cv_gguf_writer_free(w);
+        cv_gguf_close(&in);
         return;
     }
-    gguf_add_tensor(w, "output_norm.weight", t->type, t->n_dims, t->ne, t->data, t->size);
+    cv_gguf_add_tensor(w, "output_norm.weight", t->type, t->n_dims, t->ne, t->data, t->size);
     tmp_path(path, sizeof path, "copy.gguf");
-    int rc = gguf_write(w, path, err, sizeof err);
-    gguf_writer_free(w);
+    int rc = cv_gguf_write(w, path, err, sizeof err);
+    cv_gguf_writer_free(w);
     CHECKF(rc == 0, "%s", err);
-    rc = gguf_open(&out, path, err, sizeof err);
+    rc = cv_gguf_open(&out, path, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
     if (rc == 0) {
         CHECK(out.n_kv == in.n_kv && out.n_tensors == 1);
         for (uint64_t i = 0; i < in.n_kv && i < out.n_kv; i++) {
             const gguf_kv *a = &in.kv[i], *b = &out.kv[i];
-            char *key = gguf_str_dup(a->key);
-            CHECKF(gguf_str_eq(b->key, key) && a->type == b->type, "key %s", key);
+            char *key = cv_gguf_str_dup(a->key);
+            CHECKF(cv_gguf_str_eq(b->key, key) && a->type == b->type, "key %s", key);
             if (a->type == GGUF_ARRAY) {
                 CHECKF(a->arr_type == b->arr_type && a->arr_n == b->arr_n, "key %s", key);
                 if (a->arr_type == GGUF_STRING)
@@ -451,7 +452,7 @@ static void test_writer_copy_kv(void)
                         CHECK(a->arr_strs[j].len == b->arr_strs[j].len &&
                               memcmp(a->arr_strs[j].ptr, b->arr_strs[j].ptr, a->arr_strs[j].len) == 0);
                 else if (a->arr_n == b->arr_n)
-                    CHECK(memcmp(a->arr_data, b->arr_data, a->arr_n * gguf_vtype_size(a->arr_type)) == 0);
+                    CHECK(memcmp(a->arr_data, b->arr_data, a->arr_n * cv_gguf_vtype_size(a->arr_type)) == 0);
             } else if (a->type == GGUF_STRING) {
                 CHECK(a->v.str.len == b->v.str.len && memcmp(a->v.str.ptr, b->v.str.ptr, a->v.str.len) == 0);
             } else {
@@ -459,11 +460,11 @@ static void test_writer_copy_kv(void)
             }
             cv_free(key);
         }
-        const gguf_tensor *t2 = gguf_find_tensor(&out, "output_norm.weight");
+        const gguf_tensor *t2 = cv_gguf_find_tensor(&out, "output_norm.weight");
         CHECK(t2 && t2->size == t->size && memcmp(t2->data, t->data, t->size) == 0);
-        gguf_close(&out);
+        cv_gguf_close(&out);
     }
-    gguf_close(&in);
+    cv_gguf_close(&in);
     remove(path);
 }
 
@@ -483,39 +484,39 @@ static void test_writer_errors(void)
         {"own setter", 8},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        gguf_writer *w = gguf_writer_create();
-        gguf_set_u32(w, "a.b", 1);
+        gguf_writer *w = cv_gguf_writer_create();
+        cv_gguf_set_u32(w, "a.b", 1);
         switch (cases[k].which) {
-        case 0: gguf_add_tensor(w, "t", CV_TYPE_Q8_0, 1, ne33, data, 34); break;
-        case 1: gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 60); break;
+        case 0: cv_gguf_add_tensor(w, "t", CV_TYPE_Q8_0, 1, ne33, data, 34); break;
+        case 1: cv_gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 60); break;
         case 2:
-            gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 64);
-            gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 64);
+            cv_gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 64);
+            cv_gguf_add_tensor(w, "t", CV_TYPE_F32, 2, ne2, data, 64);
             break;
-        case 3: gguf_set_u32(w, "", 1); break;
-        case 4: gguf_set_u32(w, "general.alignment", 48); break;
-        case 5: gguf_add_tensor(w, "t", CV_TYPE_F32, 5, ne2, data, 64); break;
-        case 6: gguf_add_tensor(w, "t", (cv_type)4, 2, ne2, data, 64); break;
-        case 7: gguf_add_tensor(w, "t", CV_TYPE_F32, 1, ne0, data, 0); break;
-        case 8: gguf_set_arr(w, "x", GGUF_STRING, data, 1); break;
+        case 3: cv_gguf_set_u32(w, "", 1); break;
+        case 4: cv_gguf_set_u32(w, "general.alignment", 48); break;
+        case 5: cv_gguf_add_tensor(w, "t", CV_TYPE_F32, 5, ne2, data, 64); break;
+        case 6: cv_gguf_add_tensor(w, "t", (cv_type)4, 2, ne2, data, 64); break;
+        case 7: cv_gguf_add_tensor(w, "t", CV_TYPE_F32, 1, ne0, data, 0); break;
+        case 8: cv_gguf_set_arr(w, "x", GGUF_STRING, data, 1); break;
         }
         remove(path);
-        CHECK(gguf_write(w, path, err, sizeof err) == -1);
+        CHECK(cv_gguf_write(w, path, err, sizeof err) == -1);
         CHECKF(strstr(err, cases[k].expect) != NULL, "expected '%s' in: %s", cases[k].expect, err);
         CHECK(access(path, F_OK) != 0);
-        gguf_writer_free(w);
+        cv_gguf_writer_free(w);
     }
     /* a key set twice keeps its place and takes the last value */
-    gguf_writer *w = gguf_writer_create();
-    gguf_set_u32(w, "a.first", 1);
-    gguf_set_str(w, "a.second", "x");
-    gguf_set_u32(w, "a.first", 2);
-    CHECK(gguf_write(w, path, err, sizeof err) == 0);
-    gguf_writer_free(w);
+    gguf_writer *w = cv_gguf_writer_create();
+    cv_gguf_set_u32(w, "a.first", 1);
+    cv_gguf_set_str(w, "a.second", "x");
+    cv_gguf_set_u32(w, "a.first", 2);
+    CHECK(cv_gguf_write(w, path, err, sizeof err) == 0);
+    cv_gguf_writer_free(w);
     gguf_file f;
-    CHECK(gguf_open(&f, path, err, sizeof err) == 0);
-    CHECK(f.n_kv == 2 && f.n_tensors == 0 && gguf_str_eq(f.kv[0].key, "a.first") && f.kv[0].v.u64 == 2);
-    gguf_close(&f);
+    CHECK(cv_gguf_open(&f, path, err, sizeof err) == 0);
+    CHECK(f.n_kv == 2 && f.n_tensors == 0 && cv_gguf_str_eq(f.kv[0].key, "a.first") && f.kv[0].v.u64 == 2);
+    cv_gguf_close(&f);
     remove(path);
 }
 
@@ -527,8 +528,8 @@ static gguf_file base_f; /* parsed view of base, for field offsets */
 static int n_cases, n_corpus;
 
 static size_t off_of(const void *p) { return (size_t)((const uint8_t *)p - base); }
-static const gguf_kv *bkv(const char *key) { return gguf_find_kv(&base_f, key); }
-static const gguf_tensor *bt(const char *name) { return gguf_find_tensor(&base_f, name); }
+static const gguf_kv *bkv(const char *key) { return cv_gguf_find_kv(&base_f, key); }
+static const gguf_tensor *bt(const char *name) { return cv_gguf_find_tensor(&base_f, name); }
 
 /* Offsets of a key/value's fields in base. */
 static size_t key_len_off(const gguf_kv *kv) { return off_of(kv->key.ptr) - 8; }
@@ -563,11 +564,11 @@ static void expect_reject(const char *label, const uint8_t *bytes, size_t len, c
     save_corpus(label, copy, len);
     char err[CV_ERRLEN] = "";
     gguf_file f;
-    int rc = gguf_parse(&f, copy, len, "case.gguf", err, sizeof err);
+    int rc = cv_gguf_parse(&f, copy, len, "case.gguf", err, sizeof err);
     n_cases++;
     CHECKF(rc == -1, "%s: accepted", label);
     if (rc == 0) {
-        gguf_close(&f);
+        cv_gguf_close(&f);
     } else {
         CHECKF(strncmp(err, "case.gguf: ", 11) == 0 && strlen(err) > 11, "%s: message '%s'", label, err);
         CHECKF(!expect || strstr(err, expect), "%s: expected '%s' in '%s'", label, expect, err);
@@ -612,7 +613,7 @@ static int load_base(uint32_t alignment)
     CHECK(base != NULL);
     if (!base)
         return -1;
-    int rc = gguf_parse(&base_f, base, base_len, "base.gguf", err, sizeof err);
+    int rc = cv_gguf_parse(&base_f, base, base_len, "base.gguf", err, sizeof err);
     CHECKF(rc == 0, "%s", err);
     if (rc != 0) {
         free(base);
@@ -623,7 +624,7 @@ static int load_base(uint32_t alignment)
 
 static void free_base(void)
 {
-    gguf_close(&base_f);
+    cv_gguf_close(&base_f);
     free(base);
 }
 
@@ -649,10 +650,10 @@ static void test_corpus_truncation(void)
             uint8_t *copy = malloc(len);
             memcpy(copy, base, len);
             gguf_file f;
-            int rc = gguf_parse(&f, copy, len, "case.gguf", err, sizeof err);
+            int rc = cv_gguf_parse(&f, copy, len, "case.gguf", err, sizeof err);
             CHECKF(rc == 0, "prefix of %zu bytes (all tensors inside) rejected: %s", len, err);
             if (rc == 0)
-                gguf_close(&f);
+                cv_gguf_close(&f);
             free(copy);
         }
     }
@@ -687,9 +688,9 @@ static void test_corpus_header(void)
     v2[4] = 2;
     gguf_file f;
     char err[CV_ERRLEN];
-    CHECKF(gguf_parse(&f, v2, base_len, "v2.gguf", err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_gguf_parse(&f, v2, base_len, "v2.gguf", err, sizeof err) == 0, "%s", err);
     CHECK(f.version == 2);
-    gguf_close(&f);
+    cv_gguf_close(&f);
     free(v2);
     free_base();
 }
@@ -826,9 +827,9 @@ static void test_corpus_bit_flips(void)
             err[0] = '\0';
             gguf_file f;
             total++;
-            if (gguf_parse(&f, b, base_len, "flip.gguf", err, sizeof err) == 0) {
+            if (cv_gguf_parse(&f, b, base_len, "flip.gguf", err, sizeof err) == 0) {
                 check_tensors_in_file(&f, b, base_len);
-                gguf_close(&f);
+                cv_gguf_close(&f);
             } else {
                 rejected++;
                 CHECKF(strncmp(err, "flip.gguf: ", 11) == 0, "byte %zu bit %d: '%s'", off, bit, err);

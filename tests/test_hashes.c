@@ -43,14 +43,14 @@ static int load(const char *name, cv_model_hashes *h, bool *cached)
     char path[512], err[CV_ERRLEN], note[2 * CV_ERRLEN];
     gguf_file f;
     model_path(path, sizeof path, name);
-    if (gguf_open(&f, path, err, sizeof err)) {
+    if (cv_gguf_open(&f, path, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
     const int rc = cv_model_hashes_load(&f, path, 2, h, cached, note, sizeof note, err, sizeof err);
     if (rc)
         fprintf(stderr, "%s\n", err);
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return rc;
 }
 
@@ -67,9 +67,9 @@ static void test_hashes_follow_the_weights(void)
     char path[512], err[CV_ERRLEN];
     gguf_file a, b;
     model_path(path, sizeof path, "a.gguf");
-    CHECKF(gguf_open(&a, path, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_gguf_open(&a, path, err, sizeof err) == 0, "%s", err);
     model_path(path, sizeof path, "seed2.gguf");
-    CHECKF(gguf_open(&b, path, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_gguf_open(&b, path, err, sizeof err) == 0, "%s", err);
     cv_model_hashes one, hb;
     CHECK(cv_model_hashes_compute(&a, 1, &truth, err, sizeof err) == 0);
     CHECK(cv_model_hashes_compute(&a, 3, &one, err, sizeof err) == 0);
@@ -90,8 +90,8 @@ static void test_hashes_follow_the_weights(void)
         CHECK(memcmp(truth.tensor[i], truth.tensor[i - 1], CV_HASH_BYTES) != 0);
     cv_model_hashes_free(&one);
     cv_model_hashes_free(&hb);
-    gguf_close(&a);
-    gguf_close(&b);
+    cv_gguf_close(&a);
+    cv_gguf_close(&b);
 }
 
 static void test_cache_hit(void)

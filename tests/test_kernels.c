@@ -204,7 +204,7 @@ static void test_from_float_matches_ref(void)
     for (int rep = 0; rep < 20; rep++) {
         fill_random(x, N);
         q8->from_float(x, a, N);
-        quantize_row_q8_0_ref(x, b, N);
+        cv_quantize_row_q8_0_ref(x, b, N);
         CHECKF(memcmp(a, b, N / QK8_0 * sizeof(block_q8_0)) == 0, "Q8_0 quantizer, rep %d", rep);
     }
     /* special blocks: zeros; a subnormal maximum (127/amax overflows to
@@ -219,7 +219,7 @@ static void test_from_float_matches_ref(void)
         for (int j = 0; j < QK8_0; j++)
             x[j] = specials[s][(j * 7 + s) % 4];
         q8->from_float(x, a, QK8_0);
-        quantize_row_q8_0_ref(x, b, QK8_0);
+        cv_quantize_row_q8_0_ref(x, b, QK8_0);
         CHECKF(memcmp(a, b, sizeof(block_q8_0)) == 0, "Q8_0 quantizer, special block %d", s);
     }
     /* a NaN or an inf at each position: the max tree order shows */
@@ -227,7 +227,7 @@ static void test_from_float_matches_ref(void)
         fill_random(x, QK8_0);
         x[s % QK8_0] = s < QK8_0 ? NAN : -INFINITY;
         q8->from_float(x, a, QK8_0);
-        quantize_row_q8_0_ref(x, b, QK8_0);
+        cv_quantize_row_q8_0_ref(x, b, QK8_0);
         CHECKF(memcmp(a, b, sizeof(block_q8_0)) == 0, "Q8_0 quantizer, %s at %d", s < QK8_0 ? "NaN" : "inf",
                s % QK8_0);
     }
@@ -239,7 +239,7 @@ static void test_from_float_matches_ref(void)
     }
     for (int n = 1; n <= N; n = n * 3 + 1) {
         f16->from_float(x, h1, n);
-        convert_row_f32_to_f16_ref(x, h2, n);
+        cv_convert_row_f32_to_f16_ref(x, h2, n);
         CHECKF(memcmp(h1, h2, (size_t)n * sizeof(cv_fp16)) == 0, "F16 conversion n=%d", n);
     }
     free(x);
@@ -302,7 +302,7 @@ static void test_quantizer_rules_mxfp4(void)
     block_mxfp4 q;
     const cv_type_traits *tt = cv_type_get(CV_TYPE_MXFP4);
     for (int j = 0; j < 32; j++)
-        v[j] = 0.25f * kvalues_mxfp4[(j * 5) % 16]; /* amax 3: e 126, scale 0.25, every value exact */
+        v[j] = 0.25f * cv_kvalues_mxfp4[(j * 5) % 16]; /* amax 3: e 126, scale 0.25, every value exact */
     tt->quantize(v, &q, 32);
     tt->to_float(&q, back, 32);
     CHECK(q.e == 126 && memcmp(v, back, sizeof v) == 0);
@@ -354,7 +354,7 @@ static void test_quantizer_rules_quants32(void)
      * least-squares fit finds d = 0.5 exactly */
     block_iq4_nl iq4;
     for (int j = 0; j < 32; j++)
-        v[j] = 0.5f * kvalues_iq4nl[(j * 3) % 16];
+        v[j] = 0.5f * cv_kvalues_iq4nl[(j * 3) % 16];
     cv_type_get(CV_TYPE_IQ4_NL)->quantize(v, &iq4, 32);
     cv_type_get(CV_TYPE_IQ4_NL)->to_float(&iq4, back, 32);
     CHECK(cv_fp16_to_fp32(iq4.d) == 0.5f && memcmp(v, back, sizeof v) == 0);
@@ -369,7 +369,7 @@ static void test_quantizer_rules_quants32(void)
     block_q8_1 q8_1;
     block_q8_0 q8_0;
     cv_type_get(CV_TYPE_Q8_1)->from_float(v, &q8_1, 32);
-    quantize_row_q8_0_ref(v, &q8_0, 32);
+    cv_quantize_row_q8_0_ref(v, &q8_0, 32);
     int sum = 0;
     for (int j = 0; j < 32; j++)
         sum += q8_1.qs[j];
@@ -704,7 +704,7 @@ static void test_dispatch(void)
     cv_kernels_init(1);
     CHECK(strcmp(cv_kernels_name(), "ref") == 0);
     CHECK(cv_type_get(CV_TYPE_Q4_0)->vec_dot == cv_type_get(CV_TYPE_Q4_0)->vec_dot_ref);
-    CHECK(cv_type_get(CV_TYPE_Q8_0)->from_float == quantize_row_q8_0_ref);
+    CHECK(cv_type_get(CV_TYPE_Q8_0)->from_float == cv_quantize_row_q8_0_ref);
     cv_kernels_init(0);
     const char *env = getenv("CONVOY_KERNELS");
     if (env && strcmp(env, "ref") == 0)

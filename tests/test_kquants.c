@@ -77,11 +77,11 @@ static void fill_row(float *x, int n, int kind)
  * CPU has AVX2+FMA+F16C), NEON on aarch64. */
 #if defined(__x86_64__)
 #define SIMD_NAME "avx2"
-#define SIMD_DOT(t) vec_dot_##t##_q8_K_avx2
-#define AVX512_DOT(t) vec_dot_##t##_q8_K_avx512
+#define SIMD_DOT(t) cv_vec_dot_##t##_q8_K_avx2
+#define AVX512_DOT(t) cv_vec_dot_##t##_q8_K_avx512
 #elif defined(__aarch64__)
 #define SIMD_NAME "neon"
-#define SIMD_DOT(t) vec_dot_##t##_q8_K_neon
+#define SIMD_DOT(t) cv_vec_dot_##t##_q8_K_neon
 #else
 #define SIMD_NAME "none"
 #define SIMD_DOT(t) NULL
@@ -107,16 +107,17 @@ typedef struct {
 } kq_type;
 
 static const kq_type kq_types[] = {
-    {"Q2_K", sizeof(block_q2_K), quantize_row_q2_K, dequantize_row_q2_K, vec_dot_q2_K_q8_K_ref, SIMD_DOT(q2_K),
-     AVX512_DOT(q2_K), 0.25,
-     offsetof(block_q2_K, d), 2},
-    {"Q3_K", sizeof(block_q3_K), quantize_row_q3_K, dequantize_row_q3_K, vec_dot_q3_K_q8_K_ref, SIMD_DOT(q3_K),
-     AVX512_DOT(q3_K), 0.1,
-     offsetof(block_q3_K, d), 1},
-    {"Q4_K", sizeof(block_q4_K), quantize_row_q4_K, dequantize_row_q4_K, vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K), NULL, 0.04, 0, 2},
-    {"Q5_K", sizeof(block_q5_K), quantize_row_q5_K, dequantize_row_q5_K, vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K), NULL, 0.02, 0, 2},
-    {"Q6_K", sizeof(block_q6_K), quantize_row_q6_K, dequantize_row_q6_K, vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K), NULL, 0.01, offsetof(block_q6_K, d), 1},
-    {"IQ4_XS", sizeof(block_iq4_xs), quantize_row_iq4_xs, dequantize_row_iq4_xs, vec_dot_iq4_xs_q8_K_ref,
+    {"Q2_K", sizeof(block_q2_K), cv_quantize_row_q2_K, cv_dequantize_row_q2_K, cv_vec_dot_q2_K_q8_K_ref, SIMD_DOT(q2_K),
+     AVX512_DOT(q2_K), 0.25, offsetof(block_q2_K, d), 2},
+    {"Q3_K", sizeof(block_q3_K), cv_quantize_row_q3_K, cv_dequantize_row_q3_K, cv_vec_dot_q3_K_q8_K_ref, SIMD_DOT(q3_K),
+     AVX512_DOT(q3_K), 0.1, offsetof(block_q3_K, d), 1},
+    {"Q4_K", sizeof(block_q4_K), cv_quantize_row_q4_K, cv_dequantize_row_q4_K, cv_vec_dot_q4_K_q8_K_ref, SIMD_DOT(q4_K),
+     NULL, 0.04, 0, 2},
+    {"Q5_K", sizeof(block_q5_K), cv_quantize_row_q5_K, cv_dequantize_row_q5_K, cv_vec_dot_q5_K_q8_K_ref, SIMD_DOT(q5_K),
+     NULL, 0.02, 0, 2},
+    {"Q6_K", sizeof(block_q6_K), cv_quantize_row_q6_K, cv_dequantize_row_q6_K, cv_vec_dot_q6_K_q8_K_ref, SIMD_DOT(q6_K),
+     NULL, 0.01, offsetof(block_q6_K, d), 1},
+    {"IQ4_XS", sizeof(block_iq4_xs), cv_quantize_row_iq4_xs, cv_dequantize_row_iq4_xs, cv_vec_dot_iq4_xs_q8_K_ref,
      SIMD_DOT(iq4_xs), AVX512_DOT(iq4_xs), 0.05, offsetof(block_iq4_xs, d), 1},
 };
 #define N_TYPES (int)(sizeof(kq_types) / sizeof(kq_types[0]))
@@ -158,7 +159,7 @@ static void test_q6_layout(void)
         b.scales[i] = (int8_t)(i * 9 - 70);
     b.d = cv_fp32_to_fp16(0.5f);
     float y[QK_K];
-    dequantize_row_q6_K(&b, y, QK_K);
+    cv_dequantize_row_q6_K(&b, y, QK_K);
     for (int h = 0; h < 2; h++)
         for (int m = 0; m < 4; m++)
             for (int l = 0; l < 32; l++) {
@@ -188,8 +189,8 @@ static void test_q45_layout(void)
     uint8_t sc[8], mn[8];
     kq_unpack_scales_mins(b.scales, sc, mn);
     float y4[QK_K], y5[QK_K];
-    dequantize_row_q4_K(&b4, y4, QK_K);
-    dequantize_row_q5_K(&b, y5, QK_K);
+    cv_dequantize_row_q4_K(&b4, y4, QK_K);
+    cv_dequantize_row_q5_K(&b, y5, QK_K);
     for (int e = 0; e < QK_K; e++) {
         int s = e / 32;
         int q = (b.qs[32 * (e / 64) + e % 32] >> (4 * (s & 1))) & 15;
@@ -209,10 +210,10 @@ static void test_q8_K(void)
         block_q8_K *q = malloc(n / QK_K * sizeof(block_q8_K));
         block_q8_K *q2 = malloc(n / QK_K * sizeof(block_q8_K));
         fill_row(x, n, 0);
-        quantize_row_q8_K(x, q, n);
-        quantize_row_q8_K(x, q2, n);
+        cv_quantize_row_q8_K(x, q, n);
+        cv_quantize_row_q8_K(x, q2, n);
         CHECKF(memcmp(q, q2, n / QK_K * sizeof(block_q8_K)) == 0, "Q8_K not deterministic, n=%d", n);
-        dequantize_row_q8_K(q, y, n);
+        cv_dequantize_row_q8_K(q, y, n);
         for (int b = 0; b < n / QK_K; b++) {
             const float *xb = x + b * QK_K;
             float amax = 0, max = 0;
@@ -356,9 +357,9 @@ static void test_vec_dot(void)
                     for (int e = 0; e < n; e++)
                         x[e] = -fabsf(x[e]);
                 ty->quantize(w, wq, n);
-                quantize_row_q8_K(x, xq, n);
+                cv_quantize_row_q8_K(x, xq, n);
                 ty->dequantize(wq, wd, n);
-                dequantize_row_q8_K(xq, xd, n);
+                cv_dequantize_row_q8_K(xq, xd, n);
                 double exact = 0, mag = 0;
                 for (int e = 0; e < n; e++) {
                     exact += (double)wd[e] * xd[e];
@@ -412,7 +413,7 @@ static void test_vec_dot_random_bytes(void)
     }
 }
 
-/* The AVX2 Q8_K quantizer gives quantize_row_q8_K's bytes: random rows,
+/* The AVX2 Q8_K quantizer gives cv_quantize_row_q8_K's bytes: random rows,
  * ties of +max and -max, NaN and inf anywhere, subnormal maxima (iscale
  * overflows to inf) and random bit patterns. */
 static void test_q8_K_simd_matches_ref(void)
@@ -456,8 +457,8 @@ static void test_q8_K_simd_matches_ref(void)
                 break;
             }
         }
-        quantize_row_q8_K_avx2(x, a, N);
-        quantize_row_q8_K(x, b, N);
+        cv_quantize_row_q8_K_avx2(x, a, N);
+        cv_quantize_row_q8_K(x, b, N);
         for (int blk = 0; blk < NB; blk++)
             CHECKF(memcmp(&a[blk], &b[blk], sizeof a[blk]) == 0, "Q8_K avx2 quantizer, trial %d block %d (case %d)",
                    trial, blk, (trial + blk) % 8);
@@ -494,11 +495,11 @@ static void test_type_table(void)
     if (q8) {
         CHECK(strcmp(q8->name, "Q8_K") == 0 && q8->blck_size == QK_K && q8->type_size == sizeof(block_q8_K));
 #if defined(__x86_64__)
-        CHECK(q8->from_float == (simd ? quantize_row_q8_K_avx2 : quantize_row_q8_K));
+        CHECK(q8->from_float == (simd ? cv_quantize_row_q8_K_avx2 : cv_quantize_row_q8_K));
 #else
-        CHECK(q8->from_float == quantize_row_q8_K);
+        CHECK(q8->from_float == cv_quantize_row_q8_K);
 #endif
-        CHECK(q8->to_float == dequantize_row_q8_K);
+        CHECK(q8->to_float == cv_dequantize_row_q8_K);
         CHECK(q8->quantize == NULL && q8->vec_dot == NULL); /* activations only */
     }
 }
@@ -513,13 +514,13 @@ static void check_quantized_file(const char *qname, const char *fname, int *n_kq
     if (!test_shared_path(qpath, sizeof(qpath), qname) || !test_shared_path(fpath, sizeof(fpath), fname))
         return;
     gguf_file qf, ff;
-    if (gguf_open(&qf, qpath, err, sizeof(err)) != 0) {
+    if (cv_gguf_open(&qf, qpath, err, sizeof(err)) != 0) {
         CHECKF(0, "%s", err);
         return;
     }
-    if (gguf_open(&ff, fpath, err, sizeof(err)) != 0) {
+    if (cv_gguf_open(&ff, fpath, err, sizeof(err)) != 0) {
         CHECKF(0, "%s", err);
-        gguf_close(&qf);
+        cv_gguf_close(&qf);
         return;
     }
     for (uint64_t t = 0; t < qf.n_tensors; t++) {
@@ -530,8 +531,8 @@ static void check_quantized_file(const char *qname, const char *fname, int *n_kq
         if (ti < 0)
             continue;
         const kq_type *ty = &kq_types[ti];
-        char *name = gguf_str_dup(qt->name);
-        const gguf_tensor *ft = gguf_find_tensor(&ff, name);
+        char *name = cv_gguf_str_dup(qt->name);
+        const gguf_tensor *ft = cv_gguf_find_tensor(&ff, name);
         CHECKF(ft && ft->type == CV_TYPE_F32 && ft->ne[0] == qt->ne[0], "%s: no F32 twin of %s", fname, name);
         if (!ft || ft->type != CV_TYPE_F32 || ft->ne[0] != qt->ne[0]) {
             cv_free(name);
@@ -571,8 +572,8 @@ static void check_quantized_file(const char *qname, const char *fname, int *n_kq
         free(deq);
         cv_free(name);
     }
-    gguf_close(&qf);
-    gguf_close(&ff);
+    cv_gguf_close(&qf);
+    cv_gguf_close(&ff);
 }
 
 static void test_llamacpp_quantized_files(void)

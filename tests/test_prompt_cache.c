@@ -35,11 +35,11 @@ static char model_path[1024];
 
 typedef struct turn {
     int32_t prompt[N_CTX];
-    sv_request_params p;
+    cv_request_params p;
     int32_t out[MAX_TOK];
     convoy_logprob lp[MAX_TOK * (1 + LP_TOP)];
     int32_t n_out, n_cached;
-    sv_finish finish;
+    cv_finish finish;
 } turn;
 
 static uint64_t rng_state;
@@ -62,7 +62,7 @@ static int32_t fresh_token(int32_t not)
 
 static void set_params(turn *t, int32_t n_prompt, int chat, int k, const char *grammar)
 {
-    t->p = (sv_request_params){.prompt = t->prompt, .n_prompt = n_prompt, .max_tokens = MAX_TOK,
+    t->p = (cv_request_params){.prompt = t->prompt, .n_prompt = n_prompt, .max_tokens = MAX_TOK,
                                .sampler = convoy_sampling_default_params(), .top_logprobs = LP_TOP};
     t->p.sampler.seed = 7000 + (uint64_t)(chat * N_TURN + k);
     t->p.sampler.temp = chat % 2 ? 0.8f : 0.0f;
@@ -74,31 +74,31 @@ static void set_params(turn *t, int32_t n_prompt, int chat, int k, const char *g
     }
 }
 
-static void run_turn(sv_sched *s, turn *t)
+static void run_turn(cv_sched *s, turn *t)
 {
     char err[512];
-    sv_request *r;
-    const sv_submit_result sr = sv_sched_submit(s, &t->p, &r, err, sizeof err);
-    CHECKF(sr == SV_SUBMIT_OK, "submit: %s", err);
-    if (sr != SV_SUBMIT_OK)
+    cv_request *r;
+    const cv_submit_result sr = cv_sched_submit(s, &t->p, &r, err, sizeof err);
+    CHECKF(sr == CV_SUBMIT_OK, "submit: %s", err);
+    if (sr != CV_SUBMIT_OK)
         return;
-    sv_finish f = SV_RUNNING;
+    cv_finish f = CV_RUNNING;
     int32_t n = 0;
-    while (f == SV_RUNNING)
-        n = sv_request_wait(r, n, 1000, &f);
-    CHECKF(f == SV_FINISH_STOP || f == SV_FINISH_LENGTH, "finish %d: %s", f, sv_request_error(r));
+    while (f == CV_RUNNING)
+        n = cv_request_wait(r, n, 1000, &f);
+    CHECKF(f == CV_FINISH_STOP || f == CV_FINISH_LENGTH, "finish %d: %s", f, cv_request_error(r));
     t->n_out = n;
     t->finish = f;
-    t->n_cached = sv_request_cached(r);
-    memcpy(t->out, sv_request_tokens(r), sizeof(int32_t) * (size_t)n);
+    t->n_cached = cv_request_cached(r);
+    memcpy(t->out, cv_request_tokens(r), sizeof(int32_t) * (size_t)n);
     if (n > 0)
-        memcpy(t->lp, sv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
-    sv_request_release(r);
+        memcpy(t->lp, cv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
+    cv_request_release(r);
 }
 
 /* The tokens the reused prefix may take: the common prefix, less the last
  * prompt token and, with penalties, the penalty window. */
-static int32_t expected_reuse(const sv_request_params *p, int32_t common)
+static int32_t expected_reuse(const cv_request_params *p, int32_t common)
 {
     int32_t n = common < p->n_prompt - 1 ? common : p->n_prompt - 1;
     if (p->sampler.repeat_penalty != 1.0f && n > p->n_prompt - p->sampler.penalty_last_n)
@@ -108,7 +108,7 @@ static int32_t expected_reuse(const sv_request_params *p, int32_t common)
 
 /* The chats on s (cache on), turn by turn, each prompt made from the
  * conversation so far; between chats `between` runs (a failure, ...). */
-static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, void (*between)(int chat),
+static void run_warm(cv_sched *s, turn (*chats)[N_TURN], const char *grammar, void (*between)(int chat),
                      bool cache_slots)
 {
     int32_t hist[HIST_MAX + MAX_TOK], n_hist = 0; /* what the slot holds, as far as the test knows */
@@ -135,7 +135,7 @@ static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, vo
                    "chat %d turn %d: %d cached, the common prefix gives %d", c, k, t->n_cached, want);
             /* the slot keeps the prompt and the output, the last output only if it was fed (an EOS was sampled
              * after it): with drafts it may have been fed anyway, so the test never relies on it */
-            n_hist = t->p.n_prompt + t->n_out - (t->finish == SV_FINISH_LENGTH);
+            n_hist = t->p.n_prompt + t->n_out - (t->finish == CV_FINISH_LENGTH);
             memcpy(hist, t->prompt, sizeof(int32_t) * (size_t)t->p.n_prompt);
             memcpy(hist + t->p.n_prompt, t->out, sizeof(int32_t) * (size_t)t->n_out);
             if (n_hist + MAX_TOK + 24 >= N_CTX)
@@ -145,7 +145,7 @@ static void run_warm(sv_sched *s, turn (*chats)[N_TURN], const char *grammar, vo
 }
 
 /* The same prompts on a scheduler without the cache: the same tokens and logprobs. */
-static void check_cold(sv_sched *s, turn (*chats)[N_TURN])
+static void check_cold(cv_sched *s, turn (*chats)[N_TURN])
 {
     static turn cold;
     for (int c = 0; c < N_CHAT; c++)
@@ -172,20 +172,20 @@ typedef struct setup {
     void (*between)(int chat);
 } setup;
 
-static sv_sched *open_sched(convoy_ctx *c, const setup *su, bool cache, convoy_spec **spec)
+static cv_sched *open_sched(convoy_ctx *c, const setup *su, bool cache, convoy_spec **spec)
 {
     char err[512];
-    sv_sched *s = sv_sched_create(c, model, 1, 4, err, sizeof err);
+    cv_sched *s = cv_sched_create(c, model, 1, 4, err, sizeof err);
     CHECKF(s, "%s", err);
     if (!s)
         return NULL;
-    sv_sched_set_prompt_cache(s, cache);
+    cv_sched_set_prompt_cache(s, cache);
     *spec = NULL;
     if (su->draft) {
         convoy_spec_params sp = convoy_spec_default_params();
         sp.draft = su->draft;
         *spec = convoy_spec_create(c, model, &sp, err, sizeof err);
-        CHECKF(*spec && !sv_sched_set_spec(s, *spec, err, sizeof err), "%s", err);
+        CHECKF(*spec && !cv_sched_set_spec(s, *spec, err, sizeof err), "%s", err);
     }
     return s;
 }
@@ -210,17 +210,17 @@ static void run_setup(const setup *su)
         if (!c)
             return;
         convoy_spec *spec = NULL;
-        sv_sched *s = open_sched(c, su, cache, &spec);
+        cv_sched *s = open_sched(c, su, cache, &spec);
         if (s && cache) {
             rng_state = 12345;
             run_warm(s, chats, su->grammar, su->between, su->n_cache > 0);
-            sv_sched_stats st;
-            sv_sched_get_stats(s, &st);
+            cv_sched_stats st;
+            cv_sched_get_stats(s, &st);
             CHECKF(st.prompt_tokens_cached > 0, "no prompt token came from the cache");
         } else if (s) {
             check_cold(s, chats);
         }
-        sv_sched_free(s);
+        cv_sched_free(s);
         convoy_spec_free(spec);
         convoy_ctx_free(c);
     }
@@ -256,10 +256,10 @@ static void run_cache_slots(const char *nodes, bool cache, turn *t)
     cp.n_batch = 64;
     cp.nodes = nodes;
     convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
-    sv_sched *s = c ? sv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
+    cv_sched *s = c ? cv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
     CHECKF(s, "%s", err);
     if (s)
-        sv_sched_set_prompt_cache(s, cache);
+        cv_sched_set_prompt_cache(s, cache);
     for (int k = 0; s && k < N; k++) {
         const int32_t n = order[k] == 'A' ? 60 : order[k] == 'B' ? 50 : 70;
         make_prompt(t[k].prompt, n, order[k] == 'B' ? 2 : 1); /* C starts as A does */
@@ -271,7 +271,7 @@ static void run_cache_slots(const char *nodes, bool cache, turn *t)
         t[k].p.ignore_eos = true;
         run_turn(s, &t[k]);
     }
-    sv_sched_free(s);
+    cv_sched_free(s);
     convoy_ctx_free(c);
 }
 

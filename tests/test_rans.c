@@ -384,7 +384,7 @@ static uint64_t file_round_trip(const char *path, uint64_t *coded)
     gguf_file f;
     char err[CV_ERRLEN];
     uint64_t bytes = 0;
-    if (gguf_open(&f, path, err, sizeof err)) {
+    if (cv_gguf_open(&f, path, err, sizeof err)) {
         CHECKF(0, "%s", err);
         return 0;
     }
@@ -395,7 +395,7 @@ static uint64_t file_round_trip(const char *path, uint64_t *coded)
         *coded += planes_round_trip(t->type, t->data, t->size, what);
         bytes += t->size;
     }
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return bytes;
 }
 

@@ -28,60 +28,60 @@ static convoy_model *model;
 static void test_keys(void)
 {
     char err[256];
-    sv_access a;
-    CHECKF(sv_access_init(&a, "k1,sk-two", NULL, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK(sv_access_has_keys(&a));
-    CHECK(sv_access_key_ok(&a, "Bearer k1") && sv_access_key_ok(&a, "bearer sk-two") &&
-          sv_access_key_ok(&a, "Bearer  k1 "));
-    CHECK(!sv_access_key_ok(&a, NULL) && !sv_access_key_ok(&a, "k1") && !sv_access_key_ok(&a, "Basic k1") &&
-          !sv_access_key_ok(&a, "Bearer k") && !sv_access_key_ok(&a, "Bearer k1x") && !sv_access_key_ok(&a, "Bearer "));
-    CHECK(!sv_access_origin_ok(&a, "https://a.example")); /* no --cors: no page */
-    sv_access_free(&a);
-    CHECK(sv_access_init(&a, NULL, NULL, NULL, err, sizeof err) == 0 && !sv_access_has_keys(&a) &&
-          sv_access_key_ok(&a, NULL));
-    sv_access_free(&a);
-    CHECK(sv_access_init(&a, "a,,b", NULL, NULL, err, sizeof err) == -1 && strstr(err, "API key 2 is empty"));
-    CHECK(sv_access_init(&a, "a b", NULL, NULL, err, sizeof err) == -1 && strstr(err, "space"));
+    cv_access a;
+    CHECKF(cv_access_init(&a, "k1,sk-two", NULL, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(cv_access_has_keys(&a));
+    CHECK(cv_access_key_ok(&a, "Bearer k1") && cv_access_key_ok(&a, "bearer sk-two") &&
+          cv_access_key_ok(&a, "Bearer  k1 "));
+    CHECK(!cv_access_key_ok(&a, NULL) && !cv_access_key_ok(&a, "k1") && !cv_access_key_ok(&a, "Basic k1") &&
+          !cv_access_key_ok(&a, "Bearer k") && !cv_access_key_ok(&a, "Bearer k1x") && !cv_access_key_ok(&a, "Bearer "));
+    CHECK(!cv_access_origin_ok(&a, "https://a.example")); /* no --cors: no page */
+    cv_access_free(&a);
+    CHECK(cv_access_init(&a, NULL, NULL, NULL, err, sizeof err) == 0 && !cv_access_has_keys(&a) &&
+          cv_access_key_ok(&a, NULL));
+    cv_access_free(&a);
+    CHECK(cv_access_init(&a, "a,,b", NULL, NULL, err, sizeof err) == -1 && strstr(err, "API key 2 is empty"));
+    CHECK(cv_access_init(&a, "a b", NULL, NULL, err, sizeof err) == -1 && strstr(err, "space"));
 
     char path[] = "/tmp/convoy-keys-XXXXXX";
     const int fd = mkstemp(path);
     CHECK(fd >= 0 && write(fd, "\nfile-key\r\n\n  \nsecond\n", 22) == 22);
     close(fd);
     chmod(path, 0600);
-    CHECKF(sv_access_init(&a, "k1", path, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK(a.n_keys == 3 && sv_access_key_ok(&a, "Bearer file-key") && sv_access_key_ok(&a, "Bearer second") &&
-          sv_access_key_ok(&a, "Bearer k1"));
-    sv_access_free(&a);
+    CHECKF(cv_access_init(&a, "k1", path, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(a.n_keys == 3 && cv_access_key_ok(&a, "Bearer file-key") && cv_access_key_ok(&a, "Bearer second") &&
+          cv_access_key_ok(&a, "Bearer k1"));
+    cv_access_free(&a);
     chmod(path, 0644);
-    CHECK(sv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "chmod 600"));
+    CHECK(cv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "chmod 600"));
     chmod(path, 0600);
     FILE *f = fopen(path, "w");
     fclose(f);
-    CHECK(sv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "holds no key"));
+    CHECK(cv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "holds no key"));
     unlink(path);
-    CHECK(sv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "cannot open"));
+    CHECK(cv_access_init(&a, NULL, path, NULL, err, sizeof err) == -1 && strstr(err, "cannot open"));
 }
 
 static void test_origins_and_types(void)
 {
     char err[256];
-    sv_access a;
-    CHECK(sv_access_init(&a, NULL, NULL, "*", err, sizeof err) == 0 && sv_access_origin_ok(&a, "https://x.example"));
-    sv_access_free(&a);
-    CHECK(sv_access_init(&a, NULL, NULL, "https://app.example,http://localhost:3000", err, sizeof err) == 0);
-    CHECK(sv_access_origin_ok(&a, "https://app.example") && sv_access_origin_ok(&a, "HTTP://LOCALHOST:3000"));
-    CHECK(!sv_access_origin_ok(&a, "https://evil.example") && !sv_access_origin_ok(&a, "http://localhost:3001") &&
-          !sv_access_origin_ok(&a, NULL));
-    sv_access_free(&a);
-    CHECK(sv_access_init(&a, NULL, NULL, "none", err, sizeof err) == 0 && !sv_access_origin_ok(&a, "null"));
-    sv_access_free(&a);
+    cv_access a;
+    CHECK(cv_access_init(&a, NULL, NULL, "*", err, sizeof err) == 0 && cv_access_origin_ok(&a, "https://x.example"));
+    cv_access_free(&a);
+    CHECK(cv_access_init(&a, NULL, NULL, "https://app.example,http://localhost:3000", err, sizeof err) == 0);
+    CHECK(cv_access_origin_ok(&a, "https://app.example") && cv_access_origin_ok(&a, "HTTP://LOCALHOST:3000"));
+    CHECK(!cv_access_origin_ok(&a, "https://evil.example") && !cv_access_origin_ok(&a, "http://localhost:3001") &&
+          !cv_access_origin_ok(&a, NULL));
+    cv_access_free(&a);
+    CHECK(cv_access_init(&a, NULL, NULL, "none", err, sizeof err) == 0 && !cv_access_origin_ok(&a, "null"));
+    cv_access_free(&a);
 
-    CHECK(sv_is_json_type("application/json") && sv_is_json_type("Application/JSON; charset=utf-8"));
-    CHECK(!sv_is_json_type(NULL) && !sv_is_json_type("text/plain") && !sv_is_json_type("application/jsonp") &&
-          !sv_is_json_type("application/x-www-form-urlencoded"));
-    CHECK(sv_is_loopback_host("127.0.0.1") && sv_is_loopback_host("127.8.9.10") && sv_is_loopback_host("::1") &&
-          sv_is_loopback_host("localhost"));
-    CHECK(!sv_is_loopback_host("0.0.0.0") && !sv_is_loopback_host("::") && !sv_is_loopback_host("10.1.2.3"));
+    CHECK(cv_is_json_type("application/json") && cv_is_json_type("Application/JSON; charset=utf-8"));
+    CHECK(!cv_is_json_type(NULL) && !cv_is_json_type("text/plain") && !cv_is_json_type("application/jsonp") &&
+          !cv_is_json_type("application/x-www-form-urlencoded"));
+    CHECK(cv_is_loopback_host("127.0.0.1") && cv_is_loopback_host("127.8.9.10") && cv_is_loopback_host("::1") &&
+          cv_is_loopback_host("localhost"));
+    CHECK(!cv_is_loopback_host("0.0.0.0") && !cv_is_loopback_host("::") && !cv_is_loopback_host("10.1.2.3"));
 }
 
 static void test_escape(void)
@@ -112,19 +112,19 @@ static void test_tokenize(void)
 {
     const oai_server srv = {.model = model, .model_id = "stories260K", .n_ctx = 512};
     oai_error e;
-    json_t *j = answer(sv_tokenize_json, &srv, "{\"content\":\"Once upon a time\"}", &e);
+    json_t *j = answer(cv_tokenize_json, &srv, "{\"content\":\"Once upon a time\"}", &e);
     json_t *t = json_object_get(j, "tokens");
     CHECKF(json_array_size(t) == 4 && json_integer_value(json_array_get(t, 0)) == 403, "%s", e.message);
     json_decref(j);
-    j = answer(sv_tokenize_json, &srv, "{\"content\":\"Once\",\"add_special\":true,\"with_pieces\":true}", &e);
+    j = answer(cv_tokenize_json, &srv, "{\"content\":\"Once\",\"add_special\":true,\"with_pieces\":true}", &e);
     t = json_object_get(j, "tokens");
     CHECK(json_array_size(t) == 2 && json_integer_value(json_object_get(json_array_get(t, 0), "id")) == 1 &&
           !strcmp(json_string_value(json_object_get(json_array_get(t, 1), "piece")), " Once"));
     json_decref(j);
-    j = answer(sv_detokenize_json, &srv, "{\"tokens\":[403,407,261,378]}", &e);
+    j = answer(cv_detokenize_json, &srv, "{\"tokens\":[403,407,261,378]}", &e);
     CHECK(j && !strcmp(json_string_value(json_object_get(j, "content")), " Once upon a time"));
     json_decref(j);
-    j = answer(sv_detokenize_json, &srv, "{\"tokens\":[]}", &e);
+    j = answer(cv_detokenize_json, &srv, "{\"tokens\":[]}", &e);
     CHECK(j && !strcmp(json_string_value(json_object_get(j, "content")), ""));
     json_decref(j);
 
@@ -132,14 +132,14 @@ static void test_tokenize(void)
         char *(*fn)(const oai_server *, const char *, size_t, oai_error *);
         const char *body, *param;
     } bad[] = {
-        {sv_tokenize_json, "{\"content\":3}", "content"},
-        {sv_tokenize_json, "{}", "content"},
-        {sv_tokenize_json, "{\"content\":\"a\",\"with_pieces\":1}", "with_pieces"},
-        {sv_tokenize_json, "[1]", ""},
-        {sv_tokenize_json, "{\"content\":", ""},
-        {sv_detokenize_json, "{\"tokens\":[1,512]}", "tokens"},
-        {sv_detokenize_json, "{\"tokens\":[1,-1]}", "tokens"},
-        {sv_detokenize_json, "{\"tokens\":\"1\"}", "tokens"},
+        {cv_tokenize_json, "{\"content\":3}", "content"},
+        {cv_tokenize_json, "{}", "content"},
+        {cv_tokenize_json, "{\"content\":\"a\",\"with_pieces\":1}", "with_pieces"},
+        {cv_tokenize_json, "[1]", ""},
+        {cv_tokenize_json, "{\"content\":", ""},
+        {cv_detokenize_json, "{\"tokens\":[1,512]}", "tokens"},
+        {cv_detokenize_json, "{\"tokens\":[1,-1]}", "tokens"},
+        {cv_detokenize_json, "{\"tokens\":\"1\"}", "tokens"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         j = answer(bad[i].fn, &srv, bad[i].body, &e);
@@ -150,14 +150,14 @@ static void test_tokenize(void)
 
 static void test_props(void)
 {
-    sv_chat chat;
+    cv_serve_chat chat;
     char err[256];
-    CHECKF(sv_chat_setup(model, NULL, &chat, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_serve_chat_setup(model, NULL, &chat, err, sizeof err) == 0, "%s", err);
     const oai_server srv = {.model = model, .model_id = "tiny", .n_ctx = 1024, .chat = &chat};
-    const sv_props p = {.n_slot = 4, .model_path = "m.gguf", .build_info = "convoy 0", .seed = -1};
+    const cv_props p = {.n_slot = 4, .model_path = "m.gguf", .build_info = "convoy 0", .seed = -1};
     const convoy_node_costs nodes = {.n_nodes = 2, .node = {{.addr = "10.0.0.2:7000", .layers = 3},
                                                               {.addr = "10.0.0.3:7000", .layers = 2}}};
-    char *s = sv_props_json(&srv, &p, &nodes);
+    char *s = cv_props_json(&srv, &p, &nodes);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     json_t *d = json_object_get(j, "default_generation_settings");
     CHECKF(json_integer_value(json_object_get(j, "total_slots")) == 4 &&
@@ -173,7 +173,7 @@ static void test_props(void)
            "%s", s ? s : "NULL");
     json_decref(j);
     free(s);
-    sv_chat_free(&chat);
+    cv_serve_chat_free(&chat);
 }
 
 int main(void)

@@ -43,11 +43,11 @@ static const char *const prompts[N_REQ] = {
 typedef struct job {
     int32_t prompt[256];
     int32_t n_prompt;
-    sv_request_params p;
+    cv_request_params p;
     int32_t out[OUT_MAX];
     convoy_logprob lp[OUT_MAX * (1 + LP_TOP)]; /* when p.top_logprobs == LP_TOP */
     int32_t n_out;
-    sv_finish finish;
+    cv_finish finish;
     float embd[EMBD_MAX]; /* an embedding request's vector */
     bool has_embd;
 } job;
@@ -84,36 +84,36 @@ static convoy_ctx *make_ctx(int32_t n_slot, int32_t n_batch)
 }
 
 /* Waits for a request to end, collecting its tokens. */
-static void collect(sv_request *r, job *j)
+static void collect(cv_request *r, job *j)
 {
-    sv_finish f = SV_RUNNING;
+    cv_finish f = CV_RUNNING;
     int32_t n = 0;
-    while (f == SV_RUNNING)
-        n = sv_request_wait(r, n, 1000, &f);
+    while (f == CV_RUNNING)
+        n = cv_request_wait(r, n, 1000, &f);
     j->n_out = n;
-    memcpy(j->out, sv_request_tokens(r), sizeof(int32_t) * (size_t)n);
+    memcpy(j->out, cv_request_tokens(r), sizeof(int32_t) * (size_t)n);
     if (j->p.top_logprobs == LP_TOP && n > 0)
-        memcpy(j->lp, sv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
+        memcpy(j->lp, cv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
     j->finish = f;
-    const float *e = sv_request_embedding(r);
+    const float *e = cv_request_embedding(r);
     j->has_embd = e != NULL;
     if (e)
         memcpy(j->embd, e, sizeof j->embd);
-    sv_request_release(r);
+    cv_request_release(r);
 }
 
 static void run_alone(job *jobs)
 {
     char err[512];
     convoy_ctx *c = make_ctx(1, 64);
-    sv_sched *s = c ? sv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
+    cv_sched *s = c ? cv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
     CHECKF(s, "%s", err);
     for (int i = 0; s && i < N_REQ; i++) {
-        sv_request *r;
-        CHECK(sv_sched_submit(s, &jobs[i].p, &r, err, sizeof err) == SV_SUBMIT_OK);
+        cv_request *r;
+        CHECK(cv_sched_submit(s, &jobs[i].p, &r, err, sizeof err) == CV_SUBMIT_OK);
         collect(r, &jobs[i]);
     }
-    sv_sched_free(s);
+    cv_sched_free(s);
     convoy_ctx_free(c);
 }
 
@@ -123,7 +123,7 @@ static void test_batched_equals_alone(void)
     make_jobs(alone);
     run_alone(alone);
     for (int i = 0; i < N_REQ; i++) {
-        CHECKF(alone[i].finish == SV_FINISH_STOP || alone[i].finish == SV_FINISH_LENGTH, "request %d: %d", i,
+        CHECKF(alone[i].finish == CV_FINISH_STOP || alone[i].finish == CV_FINISH_LENGTH, "request %d: %d", i,
                alone[i].finish);
         CHECK(alone[i].n_out > 0);
     }
@@ -144,7 +144,7 @@ static void test_batched_equals_alone(void)
             order[j] = t;
         }
         convoy_ctx *c = make_ctx(configs[k][0], configs[k][1]);
-        sv_sched *s = c ? sv_sched_create(c, model, configs[k][0], N_REQ, err, sizeof err) : NULL;
+        cv_sched *s = c ? cv_sched_create(c, model, configs[k][0], N_REQ, err, sizeof err) : NULL;
         CHECKF(s, "%s", err);
         if (!s) {
             convoy_ctx_free(c);
@@ -153,11 +153,11 @@ static void test_batched_equals_alone(void)
         if (k % 2) { /* three clients sharing the slots, two at most each */
             for (int i = 0; i < N_REQ; i++)
                 together[i].p.client = (uint64_t)(i % 3);
-            sv_sched_set_client_slots(s, 2);
+            cv_sched_set_client_slots(s, 2);
         }
-        sv_request *reqs[N_REQ];
+        cv_request *reqs[N_REQ];
         for (int i = 0; i < N_REQ; i++)
-            CHECK(sv_sched_submit(s, &together[order[i]].p, &reqs[order[i]], err, sizeof err) == SV_SUBMIT_OK);
+            CHECK(cv_sched_submit(s, &together[order[i]].p, &reqs[order[i]], err, sizeof err) == CV_SUBMIT_OK);
         for (int i = 0; i < N_REQ; i++)
             collect(reqs[i], &together[i]);
         for (int i = 0; i < N_REQ; i++) {
@@ -166,12 +166,12 @@ static void test_batched_equals_alone(void)
                    "slots %d batch %d: request %d differs from its run alone (%d vs %d tokens)", configs[k][0],
                    configs[k][1], i, together[i].n_out, alone[i].n_out);
         }
-        sv_sched_stats st;
-        sv_sched_get_stats(s, &st);
-        CHECK(st.requests_finished[SV_FINISH_STOP] + st.requests_finished[SV_FINISH_LENGTH] == N_REQ);
+        cv_sched_stats st;
+        cv_sched_get_stats(s, &st);
+        CHECK(st.requests_finished[CV_FINISH_STOP] + st.requests_finished[CV_FINISH_LENGTH] == N_REQ);
         CHECK(st.active == 0 && st.queued == 0);
         CHECK(st.steps_shared > 0);
-        sv_sched_free(s);
+        cv_sched_free(s);
         convoy_ctx_free(c);
     }
 }
@@ -185,7 +185,7 @@ static void test_embeddings_mixed(void)
     make_jobs(alone);
     alone[2].p.embed = alone[4].p.embed = true;
     run_alone(alone); /* one slot: each embedding follows a completion in it (cold) */
-    CHECK(alone[2].has_embd && alone[4].has_embd && alone[2].n_out == 0 && alone[2].finish == SV_FINISH_STOP);
+    CHECK(alone[2].has_embd && alone[4].has_embd && alone[2].n_out == 0 && alone[2].finish == CV_FINISH_STOP);
     CHECK(memcmp(alone[2].embd, alone[4].embd, sizeof alone[2].embd) != 0);
     const int32_t configs[][2] = {{3, 8}, {8, 64}};
     char err[512];
@@ -193,11 +193,11 @@ static void test_embeddings_mixed(void)
         make_jobs(together);
         together[2].p.embed = together[4].p.embed = true;
         convoy_ctx *c = make_ctx(configs[k][0], configs[k][1]);
-        sv_sched *s = c ? sv_sched_create(c, model, configs[k][0], N_REQ, err, sizeof err) : NULL;
+        cv_sched *s = c ? cv_sched_create(c, model, configs[k][0], N_REQ, err, sizeof err) : NULL;
         CHECKF(s, "%s", err);
-        sv_request *reqs[N_REQ];
+        cv_request *reqs[N_REQ];
         for (int i = N_REQ - 1; s && i >= 0; i--)
-            CHECK(sv_sched_submit(s, &together[i].p, &reqs[i], err, sizeof err) == SV_SUBMIT_OK);
+            CHECK(cv_sched_submit(s, &together[i].p, &reqs[i], err, sizeof err) == CV_SUBMIT_OK);
         for (int i = 0; s && i < N_REQ; i++)
             collect(reqs[i], &together[i]);
         for (int i = 0; s && i < N_REQ; i++)
@@ -205,7 +205,7 @@ static void test_embeddings_mixed(void)
                        !memcmp(together[i].out, alone[i].out, sizeof(int32_t) * (size_t)alone[i].n_out) &&
                        !memcmp(together[i].embd, alone[i].embd, sizeof alone[i].embd),
                    "slots %d batch %d: request %d differs from its run alone", configs[k][0], configs[k][1], i);
-        sv_sched_free(s);
+        cv_sched_free(s);
         convoy_ctx_free(c);
     }
 }
@@ -214,7 +214,7 @@ static void test_cancel_and_queue(void)
 {
     char err[512];
     convoy_ctx *c = make_ctx(1, 16);
-    sv_sched *s = c ? sv_sched_create(c, model, 1, 1, err, sizeof err) : NULL;
+    cv_sched *s = c ? cv_sched_create(c, model, 1, 1, err, sizeof err) : NULL;
     CHECKF(s, "%s", err);
     if (!s) {
         convoy_ctx_free(c);
@@ -224,73 +224,73 @@ static void test_cancel_and_queue(void)
     make_jobs(jobs);
     jobs[0].p.max_tokens = 200;
     jobs[0].p.ignore_eos = true;
-    sv_request *a, *b, *d;
-    CHECK(sv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == SV_SUBMIT_OK);
-    sv_finish f;
-    int32_t n = sv_request_wait(a, 0, 5000, &f);
-    CHECK(n >= 1 && f == SV_RUNNING);
+    cv_request *a, *b, *d;
+    CHECK(cv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == CV_SUBMIT_OK);
+    cv_finish f;
+    int32_t n = cv_request_wait(a, 0, 5000, &f);
+    CHECK(n >= 1 && f == CV_RUNNING);
     /* a holds the only slot: one more may wait, the next is refused */
-    CHECK(sv_sched_submit(s, &jobs[1].p, &b, err, sizeof err) == SV_SUBMIT_OK);
-    CHECK(sv_sched_submit(s, &jobs[2].p, &d, err, sizeof err) == SV_SUBMIT_FULL);
+    CHECK(cv_sched_submit(s, &jobs[1].p, &b, err, sizeof err) == CV_SUBMIT_OK);
+    CHECK(cv_sched_submit(s, &jobs[2].p, &d, err, sizeof err) == CV_SUBMIT_FULL);
     CHECK(d == NULL && strstr(err, "busy"));
     /* cancelling the queued one frees its place */
-    sv_request_cancel(b);
-    sv_request_wait(b, 0, 1000, &f);
-    CHECK(f == SV_FINISH_CANCELLED);
-    sv_request_release(b);
-    CHECK(sv_sched_submit(s, &jobs[2].p, &d, err, sizeof err) == SV_SUBMIT_OK);
+    cv_request_cancel(b);
+    cv_request_wait(b, 0, 1000, &f);
+    CHECK(f == CV_FINISH_CANCELLED);
+    cv_request_release(b);
+    CHECK(cv_sched_submit(s, &jobs[2].p, &d, err, sizeof err) == CV_SUBMIT_OK);
     /* cancelling the running one frees the slot: d runs to its end */
-    sv_request_cancel(a);
-    while (f = SV_RUNNING, sv_request_wait(a, 1 << 30, 1000, &f), f == SV_RUNNING)
+    cv_request_cancel(a);
+    while (f = CV_RUNNING, cv_request_wait(a, 1 << 30, 1000, &f), f == CV_RUNNING)
         ;
-    CHECK(f == SV_FINISH_CANCELLED);
-    sv_request_release(a);
+    CHECK(f == CV_FINISH_CANCELLED);
+    cv_request_release(a);
     job got;
     collect(d, &got);
-    CHECK(got.finish == SV_FINISH_LENGTH || got.finish == SV_FINISH_STOP);
+    CHECK(got.finish == CV_FINISH_LENGTH || got.finish == CV_FINISH_STOP);
     CHECK(got.n_out > 0);
     /* a request released while running: the scheduler drops it alone */
-    CHECK(sv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == SV_SUBMIT_OK);
-    sv_request_wait(a, 0, 5000, &f);
-    sv_request_release(a);
-    CHECK(sv_sched_submit(s, &jobs[3].p, &d, err, sizeof err) == SV_SUBMIT_OK);
+    CHECK(cv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == CV_SUBMIT_OK);
+    cv_request_wait(a, 0, 5000, &f);
+    cv_request_release(a);
+    CHECK(cv_sched_submit(s, &jobs[3].p, &d, err, sizeof err) == CV_SUBMIT_OK);
     collect(d, &got);
     CHECK(got.n_out > 0);
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
-    CHECK(st.requests_finished[SV_FINISH_CANCELLED] == 3);
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
+    CHECK(st.requests_finished[CV_FINISH_CANCELLED] == 3);
     CHECK(st.generated_tokens > 0 && st.prompt_tokens > 0 && st.steps > 0);
     /* stopping fails the running and the queued requests */
-    CHECK(sv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == SV_SUBMIT_OK);
-    CHECK(sv_sched_submit(s, &jobs[0].p, &b, err, sizeof err) == SV_SUBMIT_OK);
-    sv_request_wait(a, 0, 5000, &f);
-    sv_sched_stop(s);
-    sv_request_wait(a, 1 << 30, 1000, &f);
-    CHECK(f == SV_FINISH_ERROR && strstr(sv_request_error(a), "shutting down"));
-    sv_request_wait(b, 1 << 30, 1000, &f);
-    CHECK(f == SV_FINISH_ERROR);
-    CHECK(sv_sched_submit(s, &jobs[0].p, &d, err, sizeof err) == SV_SUBMIT_ERROR);
-    sv_request_release(a);
-    sv_request_release(b);
-    sv_sched_free(s);
+    CHECK(cv_sched_submit(s, &jobs[0].p, &a, err, sizeof err) == CV_SUBMIT_OK);
+    CHECK(cv_sched_submit(s, &jobs[0].p, &b, err, sizeof err) == CV_SUBMIT_OK);
+    cv_request_wait(a, 0, 5000, &f);
+    cv_sched_stop(s);
+    cv_request_wait(a, 1 << 30, 1000, &f);
+    CHECK(f == CV_FINISH_ERROR && strstr(cv_request_error(a), "shutting down"));
+    cv_request_wait(b, 1 << 30, 1000, &f);
+    CHECK(f == CV_FINISH_ERROR);
+    CHECK(cv_sched_submit(s, &jobs[0].p, &d, err, sizeof err) == CV_SUBMIT_ERROR);
+    cv_request_release(a);
+    cv_request_release(b);
+    cv_sched_free(s);
     convoy_ctx_free(c);
 }
 
 /* Client A's long requests (2000 tokens: none ends while this runs) and
  * client B's: returns whether B got a token while A's queued ones, ra[from,
  * to), still wait and every slot runs, then releases them all. */
-static bool b_runs_before_queued_a(sv_sched *s, sv_request **ra, int from, int to, sv_request *rb)
+static bool b_runs_before_queued_a(cv_sched *s, cv_request **ra, int from, int to, cv_request *rb)
 {
-    sv_finish f;
-    bool ok = sv_request_wait(rb, 0, 10000, &f) > 0;
+    cv_finish f;
+    bool ok = cv_request_wait(rb, 0, 10000, &f) > 0;
     for (int i = from; i < to; i++)
-        ok &= sv_request_wait(ra[i], 0, 0, &f) == 0 && f == SV_RUNNING;
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
+        ok &= cv_request_wait(ra[i], 0, 0, &f) == 0 && f == CV_RUNNING;
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
     ok &= st.active == 4;
-    sv_request_release(rb);
+    cv_request_release(rb);
     for (int i = 0; i < to; i++)
-        sv_request_release(ra[i]);
+        cv_request_release(ra[i]);
     return ok;
 }
 
@@ -306,7 +306,7 @@ static void test_clients(void)
     cp.n_slot = 4;
     cp.n_batch = 64;
     convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
-    sv_sched *s = c ? sv_sched_create(c, model, 4, 3, err, sizeof err) : NULL;
+    cv_sched *s = c ? cv_sched_create(c, model, 4, 3, err, sizeof err) : NULL;
     CHECKF(s, "%s", err);
     if (!s) {
         convoy_ctx_free(c);
@@ -320,38 +320,38 @@ static void test_clients(void)
     a.p.max_tokens = 2000;
     a.p.ignore_eos = true;
     b.p.client = 1;
-    sv_request *ra[6], *rb, *extra;
-    sv_finish f;
-    sv_sched_set_client_slots(s, 3);
+    cv_request *ra[6], *rb, *extra;
+    cv_finish f;
+    cv_sched_set_client_slots(s, 3);
     for (int i = 0; i < 6; i++)
-        CHECK(sv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == SV_SUBMIT_OK);
-    CHECK(sv_request_wait(ra[2], 0, 10000, &f) > 0); /* A runs its share */
-    CHECK(sv_sched_submit(s, &a.p, &extra, err, sizeof err) == SV_SUBMIT_FULL && extra == NULL);
+        CHECK(cv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == CV_SUBMIT_OK);
+    CHECK(cv_request_wait(ra[2], 0, 10000, &f) > 0); /* A runs its share */
+    CHECK(cv_sched_submit(s, &a.p, &extra, err, sizeof err) == CV_SUBMIT_FULL && extra == NULL);
     CHECK(strstr(err, "the most one client may run"));
-    CHECK(sv_sched_submit(s, &b.p, &rb, err, sizeof err) == SV_SUBMIT_OK);
+    CHECK(cv_sched_submit(s, &b.p, &rb, err, sizeof err) == CV_SUBMIT_OK);
     CHECKF(b_runs_before_queued_a(s, ra, 3, 6, rb), "share 3: B did not get the free slot at once");
 
-    sv_sched_stats st = {.active = 1};
+    cv_sched_stats st = {.active = 1};
     for (int k = 0; k < 10000 && (st.active || st.queued); k++) { /* the released requests end */
         usleep(1000);
-        sv_sched_get_stats(s, &st);
+        cv_sched_get_stats(s, &st);
     }
-    sv_sched_set_client_slots(s, 4);
+    cv_sched_set_client_slots(s, 4);
     for (int i = 0; i < 6; i++)
-        CHECK(sv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == SV_SUBMIT_OK);
-    CHECK(sv_request_wait(ra[3], 0, 10000, &f) > 0); /* every slot runs A */
-    CHECK(sv_sched_submit(s, &b.p, &rb, err, sizeof err) == SV_SUBMIT_OK);
-    sv_request_release(ra[0]);
+        CHECK(cv_sched_submit(s, &a.p, &ra[i], err, sizeof err) == CV_SUBMIT_OK);
+    CHECK(cv_request_wait(ra[3], 0, 10000, &f) > 0); /* every slot runs A */
+    CHECK(cv_sched_submit(s, &b.p, &rb, err, sizeof err) == CV_SUBMIT_OK);
+    cv_request_release(ra[0]);
     ra[0] = NULL;
     CHECKF(b_runs_before_queued_a(s, ra, 4, 6, rb), "share 4: B was not next");
-    sv_sched_free(s);
+    cv_sched_free(s);
     convoy_ctx_free(c);
 }
 
 /* Whether stepping p's request alone on a fresh context gives the same n
  * tokens and the same logprobs bit for bit (convoy_logprobs' after each
  * step): the scheduler passes the engine's logprobs on as they are. */
-static bool engine_gives(const sv_request_params *p, const int32_t *tokens, const convoy_logprob *lp, int32_t n)
+static bool engine_gives(const cv_request_params *p, const int32_t *tokens, const convoy_logprob *lp, int32_t n)
 {
     enum { MAX_PROMPT = 64 };
     if (p->n_prompt > MAX_PROMPT)
@@ -384,7 +384,7 @@ static void test_finish_and_logprobs(void)
 {
     char err[512];
     convoy_ctx *c = make_ctx(2, 32);
-    sv_sched *s = c ? sv_sched_create(c, model, 2, 2, err, sizeof err) : NULL;
+    cv_sched *s = c ? cv_sched_create(c, model, 2, 2, err, sizeof err) : NULL;
     CHECKF(s, "%s", err);
     if (!s) {
         convoy_ctx_free(c);
@@ -397,78 +397,78 @@ static void test_finish_and_logprobs(void)
     jobs[0].p.max_tokens = 30;
     jobs[0].p.ignore_eos = false;
     jobs[0].p.top_logprobs = 3;
-    sv_request *r;
+    cv_request *r;
     job got;
-    CHECK(sv_sched_submit(s, &jobs[0].p, &r, err, sizeof err) == SV_SUBMIT_OK);
-    sv_finish f = SV_RUNNING;
+    CHECK(cv_sched_submit(s, &jobs[0].p, &r, err, sizeof err) == CV_SUBMIT_OK);
+    cv_finish f = CV_RUNNING;
     int32_t n = 0;
-    while (f == SV_RUNNING)
-        n = sv_request_wait(r, n, 1000, &f);
-    CHECKF(f == SV_FINISH_LENGTH && n == 30, "finish %d after %d tokens", f, n);
+    while (f == CV_RUNNING)
+        n = cv_request_wait(r, n, 1000, &f);
+    CHECKF(f == CV_FINISH_LENGTH && n == 30, "finish %d after %d tokens", f, n);
     for (int32_t i = 0; i < n; i++) {
-        const convoy_logprob *lp = sv_request_logprobs(r, i);
-        CHECK(lp[0].id == sv_request_tokens(r)[i]);
+        const convoy_logprob *lp = cv_request_logprobs(r, i);
+        CHECK(lp[0].id == cv_request_tokens(r)[i]);
         CHECK(lp[1].id == lp[0].id && lp[1].logprob == lp[0].logprob);
         CHECK(lp[0].logprob <= 0.0f && lp[1].logprob >= lp[2].logprob && lp[2].logprob >= lp[3].logprob);
         CHECK(expf(lp[1].logprob) + expf(lp[2].logprob) + expf(lp[3].logprob) <= 1.0001f);
     }
-    CHECK(engine_gives(&jobs[0].p, sv_request_tokens(r), sv_request_logprobs(r, 0), n));
+    CHECK(engine_gives(&jobs[0].p, cv_request_tokens(r), cv_request_logprobs(r, 0), n));
     /* and so at temperature > 0 with the most alternatives */
     jobs[1].p.top_logprobs = CONVOY_MAX_TOP_LOGPROBS;
-    sv_request *r1;
-    CHECK(sv_sched_submit(s, &jobs[1].p, &r1, err, sizeof err) == SV_SUBMIT_OK);
+    cv_request *r1;
+    CHECK(cv_sched_submit(s, &jobs[1].p, &r1, err, sizeof err) == CV_SUBMIT_OK);
     int32_t n1 = 0;
-    for (f = SV_RUNNING; f == SV_RUNNING;)
-        n1 = sv_request_wait(r1, n1, 1000, &f);
-    CHECK(n1 > 0 && engine_gives(&jobs[1].p, sv_request_tokens(r1), sv_request_logprobs(r1, 0), n1));
-    sv_request_release(r1);
+    for (f = CV_RUNNING; f == CV_RUNNING;)
+        n1 = cv_request_wait(r1, n1, 1000, &f);
+    CHECK(n1 > 0 && engine_gives(&jobs[1].p, cv_request_tokens(r1), cv_request_logprobs(r1, 0), n1));
+    cv_request_release(r1);
     /* the same without logprobs gives the same tokens */
     int32_t with_lp[30];
-    memcpy(with_lp, sv_request_tokens(r), sizeof with_lp);
+    memcpy(with_lp, cv_request_tokens(r), sizeof with_lp);
     jobs[0].p.top_logprobs = -1;
-    sv_request *r2;
-    CHECK(sv_sched_submit(s, &jobs[0].p, &r2, err, sizeof err) == SV_SUBMIT_OK);
+    cv_request *r2;
+    CHECK(cv_sched_submit(s, &jobs[0].p, &r2, err, sizeof err) == CV_SUBMIT_OK);
     collect(r2, &got);
-    CHECK(got.finish == SV_FINISH_LENGTH && got.n_out == 30 && !memcmp(got.out, with_lp, sizeof with_lp));
-    sv_request_release(r);
+    CHECK(got.finish == CV_FINISH_LENGTH && got.n_out == 30 && !memcmp(got.out, with_lp, sizeof with_lp));
+    cv_request_release(r);
     /* parameters the scheduler refuses */
     jobs[1].p.max_tokens = 256;
-    CHECK(sv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == SV_SUBMIT_ERROR && r == NULL);
+    CHECK(cv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == CV_SUBMIT_ERROR && r == NULL);
     jobs[1].p.max_tokens = 1;
     jobs[1].p.n_prompt = 0;
-    CHECK(sv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == SV_SUBMIT_ERROR);
+    CHECK(cv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == CV_SUBMIT_ERROR);
     jobs[1].p.n_prompt = 1;
     jobs[1].prompt[0] = 512;
-    CHECK(sv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == SV_SUBMIT_ERROR);
-    sv_sched_free(s);
+    CHECK(cv_sched_submit(s, &jobs[1].p, &r, err, sizeof err) == CV_SUBMIT_ERROR);
+    cv_sched_free(s);
     convoy_ctx_free(c);
 }
 
 /* Runs jobs[0..n) submitted at once on n_slot slots and batches of n_batch,
  * speculating with *spp when it is not NULL; *st gets the statistics. */
 static void run_together(job *jobs, int n, int32_t n_slot, int32_t n_batch, const convoy_spec_params *spp,
-                         sv_sched_stats *st)
+                         cv_sched_stats *st)
 {
     char err[512];
     memset(st, 0, sizeof *st);
     convoy_ctx *c = make_ctx(n_slot, n_batch);
     convoy_spec *spec = NULL;
-    sv_sched *s = NULL;
+    cv_sched *s = NULL;
     if (c && spp && !(spec = convoy_spec_create(c, model, spp, err, sizeof err)))
         CHECKF(0, "%s", err);
-    else if (c && !(s = sv_sched_create(c, model, n_slot, n, err, sizeof err)))
+    else if (c && !(s = cv_sched_create(c, model, n_slot, n, err, sizeof err)))
         CHECKF(0, "%s", err);
-    else if (s && sv_sched_set_spec(s, spec, err, sizeof err))
+    else if (s && cv_sched_set_spec(s, spec, err, sizeof err))
         CHECKF(0, "%s", err);
     else if (s) {
-        sv_request *reqs[N_REQ];
+        cv_request *reqs[N_REQ];
         for (int i = 0; i < n; i++)
-            CHECK(sv_sched_submit(s, &jobs[i].p, &reqs[i], err, sizeof err) == SV_SUBMIT_OK);
+            CHECK(cv_sched_submit(s, &jobs[i].p, &reqs[i], err, sizeof err) == CV_SUBMIT_OK);
         for (int i = 0; i < n; i++)
             collect(reqs[i], &jobs[i]);
-        sv_sched_get_stats(s, st);
+        cv_sched_get_stats(s, st);
     }
-    sv_sched_free(s);
+    cv_sched_free(s);
     convoy_spec_free(spec);
     convoy_ctx_free(c);
 }
@@ -491,12 +491,12 @@ static void test_speculation_equals_plain(void)
     if (!test_shared_path(draft_path, sizeof draft_path, "models/stories260K.gguf"))
         return;
     static job plain[N_REQ], spec[N_REQ];
-    sv_sched_stats st;
+    cv_sched_stats st;
     make_long_jobs(plain);
     run_together(plain, N_REQ, N_REQ, 64, NULL, &st);
     CHECK(!st.speculating && st.spec_rounds == 0);
     for (int i = 0; i < N_REQ; i++)
-        CHECKF(plain[i].finish == SV_FINISH_LENGTH && plain[i].n_out == plain[i].p.max_tokens, "request %d: %d, %d",
+        CHECKF(plain[i].finish == CV_FINISH_LENGTH && plain[i].n_out == plain[i].p.max_tokens, "request %d: %d, %d",
                i, plain[i].finish, plain[i].n_out);
     /* (drafter, K, K max, slots, batch): automatic and fixed K with either
      * drafter; a batch of 16 leaves 8 slots one draft each on average; 3
@@ -543,7 +543,7 @@ static void test_speculation_max_tokens(void)
         return;
     static job plain[N_REQ], spec[N_REQ];
     static const int32_t max_tokens[N_REQ] = {1, 2, 3, 5, 9, 10, 17, 33};
-    sv_sched_stats st;
+    cv_sched_stats st;
     make_jobs(plain);
     for (int i = 0; i < N_REQ; i++) {
         plain[i].p.max_tokens = max_tokens[i];
@@ -562,7 +562,7 @@ static void test_speculation_max_tokens(void)
     run_together(spec, N_REQ, 4, 64, &spp, &st);
     uint64_t rows = 0;
     for (int i = 0; i < N_REQ; i++) {
-        CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
+        CHECKF(spec[i].finish == CV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
                i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
         CHECKF(plain[i].n_out == spec[i].n_out &&
                    !memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),
@@ -584,7 +584,7 @@ static void test_speculation_max_tokens(void)
     spp.k = 0;
     run_together(spec, N_REQ, 4, 64, &spp, &st);
     for (int i = 0; i < N_REQ; i++) {
-        CHECKF(spec[i].finish == SV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
+        CHECKF(spec[i].finish == CV_FINISH_LENGTH && spec[i].n_out == spec[i].p.max_tokens, "request %d: %d, %d of %d",
                i, spec[i].finish, spec[i].n_out, spec[i].p.max_tokens);
         CHECKF(plain[i].n_out == spec[i].n_out &&
                    !memcmp(spec[i].out, plain[i].out, sizeof(int32_t) * (size_t)plain[i].n_out),

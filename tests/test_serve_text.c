@@ -20,38 +20,38 @@ static const char *const story =
     "Once upon a time, there was a little girl named Lily. She loved to play outside. "
     "One day, she saw a big red ball and said, \"Wow, caf\xc3\xa9 ball!\" The end.";
 
-/* Streams the tokens of text through an sv_text with these stop strings;
+/* Streams the tokens of text through an cv_text with these stop strings;
  * returns the emitted text (caller frees) and whether a stop matched. */
 static char *stream(const char *text, const char *const *stop, int n_stop, int *stopped)
 {
     int32_t ids[512];
     const int n = convoy_tokenize(model, text, strlen(text), false, false, ids, 512);
     CHECK(n > 0);
-    sv_text t;
-    sv_buf out = {0};
-    CHECK(sv_text_init(&t, model, stop, n_stop) == 0);
+    cv_text t;
+    cv_buf out = {0};
+    CHECK(cv_text_init(&t, model, stop, n_stop) == 0);
     *stopped = 0;
     for (int i = 0; i < n && !*stopped; i++) {
         const size_t before = out.n;
         char *copy = before ? strndup(out.p, before) : NULL;
-        const int rc = sv_text_push(&t, ids[i], &out);
+        const int rc = cv_text_push(&t, ids[i], &out);
         CHECK(rc >= 0);
         CHECK(out.n >= before && (!before || !memcmp(copy, out.p, before)));
         free(copy);
         *stopped = rc == 1;
     }
     if (!*stopped) {
-        const int rc = sv_text_finish(&t, &out);
+        const int rc = cv_text_finish(&t, &out);
         CHECK(rc >= 0);
         *stopped = rc == 1;
     }
     if (*stopped) {
         const size_t n_out = out.n;
-        CHECK(sv_text_push(&t, ids[0], &out) == 1 && out.n == n_out);
+        CHECK(cv_text_push(&t, ids[0], &out) == 1 && out.n == n_out);
     }
-    sv_text_free(&t);
+    cv_text_free(&t);
     char *res = strdup(out.p ? out.p : "");
-    sv_buf_free(&out);
+    cv_buf_free(&out);
     return res;
 }
 

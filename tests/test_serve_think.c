@@ -9,30 +9,30 @@
 #include "test.h"
 
 /* The split of out, given whole (step 0) or step bytes at a time. */
-static void split(const char *out, bool open, size_t step, sv_buf *reasoning, sv_buf *content)
+static void split(const char *out, bool open, size_t step, cv_buf *reasoning, cv_buf *content)
 {
-    sv_think t;
-    sv_think_init(&t, open);
+    cv_think t;
+    cv_think_init(&t, open);
     const size_t n = strlen(out);
-    *reasoning = (sv_buf){0}, *content = (sv_buf){0};
+    *reasoning = (cv_buf){0}, *content = (cv_buf){0};
     for (size_t at = 0; step && at < n; at += step)
-        CHECK(sv_think_push(&t, out + at, at + step < n ? step : n - at, false, reasoning, content) == 0);
-    CHECK(sv_think_push(&t, step ? "" : out, step ? 0 : n, true, reasoning, content) == 0);
-    sv_think_free(&t);
+        CHECK(cv_think_push(&t, out + at, at + step < n ? step : n - at, false, reasoning, content) == 0);
+    CHECK(cv_think_push(&t, step ? "" : out, step ? 0 : n, true, reasoning, content) == 0);
+    cv_think_free(&t);
 }
 
 /* The output splits into want_reasoning and want_content, whole and streamed. */
 static void expect(const char *out, bool open, const char *want_reasoning, const char *want_content)
 {
     for (size_t step = 0; step <= 3; step++) {
-        sv_buf r, c;
+        cv_buf r, c;
         split(out, open, step, &r, &c);
         CHECKF(r.n == strlen(want_reasoning) && (!r.n || !memcmp(r.p, want_reasoning, r.n)),
                "%s (step %zu): reasoning '%.*s', want '%s'", out, step, (int)r.n, r.p ? r.p : "", want_reasoning);
         CHECKF(c.n == strlen(want_content) && (!c.n || !memcmp(c.p, want_content, c.n)),
                "%s (step %zu): content '%.*s', want '%s'", out, step, (int)c.n, c.p ? c.p : "", want_content);
-        sv_buf_free(&r);
-        sv_buf_free(&c);
+        cv_buf_free(&r);
+        cv_buf_free(&c);
     }
 }
 
@@ -58,9 +58,9 @@ static void test_opened_by_prompt(void)
     expect("\nWhy.\n</think>\n\nBecause.", true, "Why.", "Because.");
     expect("cut short by max_tokens", true, "cut short by max_tokens", "");
     const char *open = "<|im_start|>assistant\n<think>\n", *closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
-    CHECK(sv_think_opens(open, strlen(open)));
-    CHECK(!sv_think_opens(closed, strlen(closed)));
-    CHECK(!sv_think_opens("", 0));
+    CHECK(cv_think_opens(open, strlen(open)));
+    CHECK(!cv_think_opens(closed, strlen(closed)));
+    CHECK(!cv_think_opens("", 0));
 }
 
 static void test_tag_lookalikes(void)

@@ -130,8 +130,8 @@ static void make_reference(void)
  * them); case 1 asks for logprobs. */
 typedef struct job {
     int32_t prompt[N_CTX];
-    sv_request_params p;
-    sv_request *r;
+    cv_request_params p;
+    cv_request *r;
 } job;
 
 static convoy_logprob plain_lp[N_GEN * (1 + LP_TOP)]; /* case 1's, from a plain scheduler on one machine */
@@ -156,12 +156,12 @@ static void make_job(job *j, int i)
 }
 
 /* Waits until r has n tokens or ended; returns how many it has. */
-static int32_t wait_tokens(sv_request *r, int32_t n, sv_finish *f)
+static int32_t wait_tokens(cv_request *r, int32_t n, cv_finish *f)
 {
     int32_t got = 0;
-    *f = SV_RUNNING;
-    while (got < n && *f == SV_RUNNING)
-        got = sv_request_wait(r, got, 1000, f);
+    *f = CV_RUNNING;
+    while (got < n && *f == CV_RUNNING)
+        got = cv_request_wait(r, got, 1000, f);
     return got;
 }
 
@@ -169,19 +169,20 @@ static int32_t wait_tokens(sv_request *r, int32_t n, sv_finish *f)
  * against plain_lp, or into it for the first, plain, run). */
 static void check_job(job *j, int i, const char *where)
 {
-    sv_finish f;
+    cv_finish f;
     const int32_t n = wait_tokens(j->r, N_GEN + 1, &f);
-    CHECKF(f == SV_FINISH_LENGTH && n == n_plain[i] && !memcmp(sv_request_tokens(j->r), plain[i], sizeof(int32_t) * (size_t)n),
+    CHECKF(f == CV_FINISH_LENGTH && n == n_plain[i] &&
+               !memcmp(cv_request_tokens(j->r), plain[i], sizeof(int32_t) * (size_t)n),
            "%s, case %d: %d tokens (finish %d) differ from plain decoding's %d", where, i, n, f, n_plain[i]);
     if (i == 1 && n == N_GEN) {
         const size_t bytes = sizeof(convoy_logprob) * (size_t)N_GEN * (1 + LP_TOP);
         if (!have_plain_lp)
-            memcpy(plain_lp, sv_request_logprobs(j->r, 0), bytes);
-        CHECKF(!memcmp(plain_lp, sv_request_logprobs(j->r, 0), bytes), "%s: the logprobs differ from plain decoding's",
+            memcpy(plain_lp, cv_request_logprobs(j->r, 0), bytes);
+        CHECKF(!memcmp(plain_lp, cv_request_logprobs(j->r, 0), bytes), "%s: the logprobs differ from plain decoding's",
                where);
         have_plain_lp = true;
     }
-    sv_request_release(j->r);
+    cv_request_release(j->r);
 }
 
 /* Every case as a request of one scheduler on c, speculating with spec
@@ -190,19 +191,19 @@ static void check_job(job *j, int i, const char *where)
 static void serve_cases(convoy_ctx *c, convoy_spec *spec, pid_t kill_pid, const char *where)
 {
     char err[512];
-    sv_sched *s = sv_sched_create(c, model, N_CASES, N_CASES, err, sizeof err);
-    if (!s || sv_sched_set_spec(s, spec, err, sizeof err)) {
+    cv_sched *s = cv_sched_create(c, model, N_CASES, N_CASES, err, sizeof err);
+    if (!s || cv_sched_set_spec(s, spec, err, sizeof err)) {
         CHECKF(0, "%s: %s", where, err);
-        sv_sched_free(s);
+        cv_sched_free(s);
         return;
     }
     static job jobs[N_CASES];
-    sv_finish f;
+    cv_finish f;
     for (int i = 0; i < N_CASES; i++) {
         make_job(&jobs[i], i);
         if (i == 3)
             wait_tokens(jobs[0].r, 8, &f);
-        CHECKF(sv_sched_submit(s, &jobs[i].p, &jobs[i].r, err, sizeof err) == SV_SUBMIT_OK, "%s", err);
+        CHECKF(cv_sched_submit(s, &jobs[i].p, &jobs[i].r, err, sizeof err) == CV_SUBMIT_OK, "%s", err);
     }
     if (kill_pid > 0) {
         wait_tokens(jobs[0].r, 30, &f);
@@ -210,10 +211,10 @@ static void serve_cases(convoy_ctx *c, convoy_spec *spec, pid_t kill_pid, const 
     }
     for (int i = 0; i < N_CASES; i++)
         check_job(&jobs[i], i, where);
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
     CHECKF(!spec || st.windows_sent > 0, "%s: no window was counted", where);
-    sv_sched_free(s);
+    cv_sched_free(s);
 }
 
 /* The scheduler's plain run on one machine: the same tokens as

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_symbols.sh: every symbol the engine library exports carries the
 # project's prefix, cv_ (internal) or convoy_ (the API of include/convoy.h),
-# so that convoy links beside other code (ggml's quantize_row_q8_0_ref, a
+# so that convoy links beside other code (ggml's cv_quantize_row_q8_0_ref, a
 # host's own helpers) without a clash. Lists the global symbols that
 # libconvoy_engine.a (beside the convoy binary) defines, with nm, and fails
 # on each one without the prefix, naming it and its object file; fails too

@@ -51,7 +51,7 @@ static int synth(const char *name, const char *shape, const char *type, char *pa
 /* The type of tensor `name` in f, or -1. */
 static int type_of(const gguf_file *f, const char *name)
 {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(f, name);
     return t ? (int)t->type : -1;
 }
 
@@ -64,13 +64,13 @@ static void check_mix(const char *path, const char *type, uint32_t want_ftype, u
     cv_quantize_params qp = {.output_type = CV_TYPE_COUNT};
     gguf_file f;
     CHECK(cv_quant_parse_type(type, &qp.type, &qp.mix) == 0 && qp.mix != CV_MIX_NONE);
-    if (gguf_open(&f, path, err, sizeof err)) {
+    if (cv_gguf_open(&f, path, err, sizeof err)) {
         CHECKF(0, "%s", err);
         return;
     }
     uint32_t ftype = 0, n_layer = 0;
-    CHECK(gguf_get_u32(&f, "general.file_type", &ftype, err, sizeof err) == 0 && ftype == want_ftype);
-    CHECK(gguf_get_u32(&f, "llama.block_count", &n_layer, err, sizeof err) == 0);
+    CHECK(cv_gguf_get_u32(&f, "general.file_type", &ftype, err, sizeof err) == 0 && ftype == want_ftype);
+    CHECK(cv_gguf_get_u32(&f, "llama.block_count", &n_layer, err, sizeof err) == 0);
     CHECK(cv_quant_policy_file_type(&qp) == (int)want_ftype);
     for (uint64_t i = 0; i < f.n_tensors; i++) {
         const gguf_tensor *t = &f.tensors[i];
@@ -95,7 +95,7 @@ static void check_mix(const char *path, const char *type, uint32_t want_ftype, u
                    cv_type_name((cv_type)type_of(&f, name)));
         }
     }
-    gguf_close(&f);
+    cv_gguf_close(&f);
 }
 
 static void test_q4_k_m_mini_types(void)

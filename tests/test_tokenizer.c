@@ -29,12 +29,12 @@ static int load_shared_vocab(const char *rel, cv_vocab *v)
     if (!test_shared_path(path, sizeof(path), rel))
         return 0;
     gguf_file f;
-    if (gguf_open(&f, path, err, sizeof(err)) != 0) {
+    if (cv_gguf_open(&f, path, err, sizeof(err)) != 0) {
         CHECKF(0, "%s", err);
         return 0;
     }
     int rc = cv_vocab_load(v, &f, err, sizeof(err));
-    gguf_close(&f); /* the vocab must not keep pointers into the file */
+    cv_gguf_close(&f); /* the vocab must not keep pointers into the file */
     CHECKF(rc == 0, "%s", err);
     return rc == 0;
 }
@@ -477,21 +477,21 @@ static int load_synth(const synth *s, cv_vocab *v, char *err, size_t errlen)
 {
     char path[1024];
     snprintf(path, sizeof(path), "%s/test_tokenizer_synth_%d.gguf", CONVOY_BINARY_DIR, (int)getpid());
-    gguf_writer *w = gguf_writer_create();
+    gguf_writer *w = cv_gguf_writer_create();
     if (s->model)
-        gguf_set_str(w, "tokenizer.ggml.model", s->model);
+        cv_gguf_set_str(w, "tokenizer.ggml.model", s->model);
     if (s->tokens)
-        gguf_set_arr_str(w, "tokenizer.ggml.tokens", s->tokens, (uint64_t)s->n_tokens);
+        cv_gguf_set_arr_str(w, "tokenizer.ggml.tokens", s->tokens, (uint64_t)s->n_tokens);
     if (s->scores)
-        gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, s->scores, (uint64_t)s->n_scores);
+        cv_gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, s->scores, (uint64_t)s->n_scores);
     if (s->types)
-        gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, s->types, (uint64_t)s->n_types);
+        cv_gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, s->types, (uint64_t)s->n_types);
     if (s->add_eos >= 0)
-        gguf_set_bool(w, "tokenizer.ggml.add_eos_token", s->add_eos != 0);
+        cv_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", s->add_eos != 0);
     if (s->add_space_prefix >= 0)
-        gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", s->add_space_prefix != 0);
+        cv_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", s->add_space_prefix != 0);
     if (s->eos_id >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)s->eos_id);
+        cv_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)s->eos_id);
     return tok_load_written(w, path, v, err, errlen);
 }
 

@@ -19,17 +19,17 @@
 
 static inline int tok_load_written(gguf_writer *w, const char *path, cv_vocab *v, char *err, size_t errlen)
 {
-    int rc = gguf_write(w, path, err, errlen);
-    gguf_writer_free(w);
+    int rc = cv_gguf_write(w, path, err, errlen);
+    cv_gguf_writer_free(w);
     CHECKF(rc == 0, "%s", err);
     if (rc != 0)
         return -1;
     gguf_file f;
-    rc = gguf_open(&f, path, err, errlen);
+    rc = cv_gguf_open(&f, path, err, errlen);
     CHECKF(rc == 0, "%s", err);
     if (rc == 0) {
         rc = cv_vocab_load(v, &f, err, errlen);
-        gguf_close(&f);
+        cv_gguf_close(&f);
     }
     remove(path);
     return rc;

@@ -388,30 +388,30 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    w = gguf_writer_create();
+    w = cv_gguf_writer_create();
     if (!w)
         goto oom;
-    gguf_set_str(w, "general.type", "vocab");
-    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_set_str(w, "tokenizer.ggml.pre", pre);
-    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.text, (uint64_t)v.n);
-    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v.type, (uint64_t)v.n);
-    gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, n_merges);
+    cv_gguf_set_str(w, "general.type", "vocab");
+    cv_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    cv_gguf_set_str(w, "tokenizer.ggml.pre", pre);
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.text, (uint64_t)v.n);
+    cv_gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v.type, (uint64_t)v.n);
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, n_merges);
     if (bos >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+        cv_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
     if (eos >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+        cv_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
     if (eot >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
+        cv_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
     if (pad >= 0)
-        gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
-    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    gguf_set_bool(w, "tokenizer.ggml.add_eos_token", add_eos);
+        cv_gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    cv_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    cv_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", add_eos);
     const char *tmpl = chat_template(config);
     if (tmpl)
-        gguf_set_str(w, "tokenizer.chat_template", tmpl);
+        cv_gguf_set_str(w, "tokenizer.chat_template", tmpl);
     char err[CV_ERRLEN];
-    if (gguf_write(w, out_path, err, sizeof(err)) != 0) {
+    if (cv_gguf_write(w, out_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "hf_vocab: %s\n", err);
         goto done;
     }
@@ -423,7 +423,7 @@ int main(int argc, char **argv)
 oom:
     fprintf(stderr, "hf_vocab: out of memory\n");
 done:
-    gguf_writer_free(w);
+    cv_gguf_writer_free(w);
     for (size_t k = 0; merges && k < n_merges; k++)
         cv_free(merges[k]);
     cv_free(merges);

@@ -7,7 +7,7 @@
  * rule: namespaces are the way to carry state). Macros resolve names where
  * they were defined, when they are called. Every statement, expression and
  * macro call counts one level of depth and one step; loops count
- * iterations; all output goes through jb_put, which bounds it. */
+ * iterations; all output goes through cv_jb_put, which bounds it. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 
 /* ---- failure, work, output ---- */
 
-int jr_fail(jrender *r, int line, const char *fmt, ...)
+int cv_jr_fail(jrender *r, int line, const char *fmt, ...)
 {
     if (r->failed)
         return -1;
@@ -31,19 +31,19 @@ int jr_fail(jrender *r, int line, const char *fmt, ...)
     return cv_errf(r->err, r->errlen, "line %d: %s", line, msg);
 }
 
-int jr_work(jrender *r, int line, uint64_t n)
+int cv_jr_work(jrender *r, int line, uint64_t n)
 {
     const uint64_t before = r->steps;
     r->steps += n;
     if (r->steps > r->lim.max_steps)
-        return jr_fail(r, line, "the template took more than %llu steps (a loop that does not end?)",
+        return cv_jr_fail(r, line, "the template took more than %llu steps (a loop that does not end?)",
                        (unsigned long long)r->lim.max_steps);
     if (r->stop && before / CV_JINJA_STOP_STEPS != r->steps / CV_JINJA_STOP_STEPS && r->stop(r->stop_user))
-        return jr_fail(r, line, "stopped (the request was cancelled)");
+        return cv_jr_fail(r, line, "stopped (the request was cancelled)");
     return 0;
 }
 
-int jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n)
+int cv_jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n)
 {
     if (!b)
         b = r->out;
@@ -51,19 +51,19 @@ int jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n)
         return 0;
     /* one text, or all the captures (macro results, blocks) alive at once */
     if (n > r->lim.max_output || b->n > r->lim.max_output - n || r->held + n > 2 * r->lim.max_output)
-        return jr_fail(r, line, "the rendered text would exceed %zu bytes", r->lim.max_output);
-    if (jr_work(r, line, n / 64) != 0)
+        return cv_jr_fail(r, line, "the rendered text would exceed %zu bytes", r->lim.max_output);
+    if (cv_jr_work(r, line, n / 64) != 0)
         return -1;
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1)
             cap *= 2;
-        if (!ja_hold(&r->ar, cap - b->cap))
-            return jr_no_memory(r, line);
+        if (!cv_ja_hold(&r->ar, cap - b->cap))
+            return cv_jr_no_memory(r, line);
         char *q = cv_realloc(b->p, cap);
         if (!q) {
-            ja_unhold(&r->ar, cap - b->cap);
-            return jr_fail(r, line, "out of memory rendering the template");
+            cv_ja_unhold(&r->ar, cap - b->cap);
+            return cv_jr_fail(r, line, "out of memory rendering the template");
         }
         b->ar = &r->ar;
         b->p = q;
@@ -76,19 +76,19 @@ int jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n)
     return 0;
 }
 
-int jb_take(jrender *r, jbuf *b, int line, jv *out)
+int cv_jb_take(jrender *r, jbuf *b, int line, jv *out)
 {
-    int rc = jv_str_dup(r, line, b->p ? b->p : "", b->n, out);
-    jb_free(b);
+    int rc = cv_jv_str_dup(r, line, b->p ? b->p : "", b->n, out);
+    cv_jb_free(b);
     return rc;
 }
 
-void jb_free(jbuf *b)
+void cv_jb_free(jbuf *b)
 {
     if (b->held)
         *b->held -= b->n;
     if (b->ar)
-        ja_unhold(b->ar, b->cap);
+        cv_ja_unhold(b->ar, b->cap);
     cv_free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
@@ -98,13 +98,13 @@ void jb_free(jbuf *b)
 
 static jscope *js_new(jrender *r, int line, jscope *parent)
 {
-    jscope *s = jr_alloc(r, line, sizeof *s);
+    jscope *s = cv_jr_alloc(r, line, sizeof *s);
     if (s)
         s->parent = parent;
     return s;
 }
 
-jv *js_find(jscope *s, int sym)
+jv *cv_js_find(jscope *s, int sym)
 {
     for (; s; s = s->parent)
         for (int i = s->n - 1; i >= 0; i--)
@@ -113,7 +113,7 @@ jv *js_find(jscope *s, int sym)
     return NULL;
 }
 
-int js_set(jrender *r, int line, jscope *s, int sym, jv v)
+int cv_js_set(jrender *r, int line, jscope *s, int sym, jv v)
 {
     for (int i = 0; i < s->n; i++)
         if (s->sym[i] == sym) {
@@ -122,8 +122,8 @@ int js_set(jrender *r, int line, jscope *s, int sym, jv v)
         }
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 8;
-        int *ns = jr_alloc(r, line, (size_t)cap * sizeof *ns);
-        jv *nv = ns ? jr_alloc(r, line, (size_t)cap * sizeof *nv) : NULL;
+        int *ns = cv_jr_alloc(r, line, (size_t)cap * sizeof *ns);
+        jv *nv = ns ? cv_jr_alloc(r, line, (size_t)cap * sizeof *nv) : NULL;
         if (!nv)
             return -1;
         if (s->n) {
@@ -151,30 +151,30 @@ static int capture(jrender *r, jscope *s, jnode *const *v, int n, int line, jv *
     int rc = exec_list(r, s, v, n);
     r->out = saved;
     if (rc != 0) {
-        jb_free(&b);
+        cv_jb_free(&b);
         return -1;
     }
-    return jb_take(r, &b, line, out);
+    return cv_jb_take(r, &b, line, out);
 }
 
 static int assign(jrender *r, jscope *s, const jnode *target, jv v)
 {
     if (target->kind == N_NAME)
-        return js_set(r, target->line, s, target->sym, v);
+        return cv_js_set(r, target->line, s, target->sym, v);
     if (target->kind == N_ATTR) {
-        jv *ns = js_find(s, target->a->sym);
+        jv *ns = cv_js_find(s, target->a->sym);
         if (!ns || ns->t != JV_NS)
-            return jr_fail(r, target->line, "cannot assign attribute on non-namespace object");
-        return jd_set(r, target->line, ns->u.d, target->val, v);
+            return cv_jr_fail(r, target->line, "cannot assign attribute on non-namespace object");
+        return cv_jd_set(r, target->line, ns->u.d, target->val, v);
     }
     jlist *items;
-    if (je_iterate(r, target->line, v, &items) != 0)
+    if (cv_je_iterate(r, target->line, v, &items) != 0)
         return -1;
     if (items->n != (size_t)target->n)
-        return jr_fail(r, target->line, "%s values to unpack (expected %d, got %zu)",
+        return cv_jr_fail(r, target->line, "%s values to unpack (expected %d, got %zu)",
                        items->n > (size_t)target->n ? "too many" : "not enough", target->n, items->n);
     for (int i = 0; i < target->n; i++)
-        if (js_set(r, target->line, s, target->v[i]->sym, items->v[i]) != 0)
+        if (cv_js_set(r, target->line, s, target->v[i]->sym, items->v[i]) != 0)
             return -1;
     return 0;
 }
@@ -184,22 +184,22 @@ static int loop_items(jrender *r, jscope *s, const jnode *n, jlist **out)
 {
     jv seq;
     jlist *all;
-    if (je_expr(r, s, n->b, &seq) != 0 || je_iterate(r, n->line, seq, &all) != 0)
+    if (cv_je_expr(r, s, n->b, &seq) != 0 || cv_je_iterate(r, n->line, seq, &all) != 0)
         return -1;
     if (!n->c) {
         *out = all;
         return 0;
     }
-    jlist *kept = jl_new(r, n->line, all->n);
+    jlist *kept = cv_jl_new(r, n->line, all->n);
     jscope *probe = js_new(r, n->line, s);
     if (!kept || !probe)
         return -1;
     for (size_t i = 0; i < all->n; i++) {
         jv keep;
         probe->n = 0;
-        if (assign(r, probe, n->a, all->v[i]) != 0 || je_expr(r, probe, n->c, &keep) != 0)
+        if (assign(r, probe, n->a, all->v[i]) != 0 || cv_je_expr(r, probe, n->c, &keep) != 0)
             return -1;
-        if (jv_truthy(keep))
+        if (cv_jv_truthy(keep))
             kept->v[kept->n++] = all->v[i];
     }
     *out = kept;
@@ -212,18 +212,18 @@ static int exec_for(jrender *r, jscope *s, const jnode *n)
     if (loop_items(r, s, n, &items) != 0)
         return -1;
     jscope *scope = js_new(r, n->line, s);
-    jloop *lp = jr_alloc(r, n->line, sizeof *lp);
+    jloop *lp = cv_jr_alloc(r, n->line, sizeof *lp);
     if (!scope || !lp)
         return -1;
     lp->items = items;
     jv loop = {JV_LOOP, 0, {.lp = lp}};
     for (size_t i = 0; i < items->n; i++) {
         if (++r->iterations > r->lim.max_iterations)
-            return jr_fail(r, n->line, "the template ran more than %llu loop iterations",
+            return cv_jr_fail(r, n->line, "the template ran more than %llu loop iterations",
                            (unsigned long long)r->lim.max_iterations);
         scope->n = 0;
         lp->i = i;
-        if (js_set(r, n->line, scope, r->t->sym_loop, loop) != 0 || assign(r, scope, n->a, items->v[i]) != 0 ||
+        if (cv_js_set(r, n->line, scope, r->t->sym_loop, loop) != 0 || assign(r, scope, n->a, items->v[i]) != 0 ||
             exec_list(r, scope, n->v, n->n) != 0)
             return -1;
         int ctl = r->ctl;
@@ -242,9 +242,9 @@ static int exec_if(jrender *r, jscope *s, const jnode *n)
 {
     while (n && n->kind == N_IF) {
         jv c;
-        if (je_expr(r, s, n->a, &c) != 0)
+        if (cv_je_expr(r, s, n->a, &c) != 0)
             return -1;
-        if (jv_truthy(c))
+        if (cv_jv_truthy(c))
             return exec_list(r, s, n->v, n->n);
         n = n->b;
     }
@@ -258,14 +258,14 @@ static int block_filters(jrender *r, jscope *s, const jnode *f, jv text, jv *out
     if (f->a && block_filters(r, s, f->a, text, &operand) != 0)
         return -1;
     jargs a;
-    if (je_args(r, s, f, "filter", &a) != 0)
+    if (cv_je_args(r, s, f, "filter", &a) != 0)
         return -1;
-    return jf_filter(r, f->op, operand, &a, out);
+    return cv_jf_filter(r, f->op, operand, &a, out);
 }
 
 static int exec_call_block(jrender *r, jscope *s, const jnode *n)
 {
-    jmacro *caller = jr_alloc(r, n->line, sizeof *caller);
+    jmacro *caller = cv_jr_alloc(r, n->line, sizeof *caller);
     if (!caller)
         return -1;
     caller->def = n;
@@ -273,10 +273,10 @@ static int exec_call_block(jrender *r, jscope *s, const jnode *n)
     const jnode *call = n->a;
     jv fn, result;
     jargs a;
-    if (je_expr(r, s, call->a, &fn) != 0 || je_args(r, s, call, "call", &a) != 0)
+    if (cv_je_expr(r, s, call->a, &fn) != 0 || cv_je_args(r, s, call, "call", &a) != 0)
         return -1;
-    jstr *names = jr_alloc(r, n->line, (size_t)(a.n_kw + 1) * sizeof *names);
-    jv *vals = names ? jr_alloc(r, n->line, (size_t)(a.n_kw + 1) * sizeof *vals) : NULL;
+    jstr *names = cv_jr_alloc(r, n->line, (size_t)(a.n_kw + 1) * sizeof *names);
+    jv *vals = names ? cv_jr_alloc(r, n->line, (size_t)(a.n_kw + 1) * sizeof *vals) : NULL;
     if (!vals)
         return -1;
     for (int i = 0; i < a.n_kw; i++)
@@ -286,40 +286,40 @@ static int exec_call_block(jrender *r, jscope *s, const jnode *n)
     a.kw_name = names;
     a.kw = vals;
     a.n_kw++;
-    if (je_call(r, n->line, fn, &a, &result) != 0)
+    if (cv_je_call(r, n->line, fn, &a, &result) != 0)
         return -1;
-    return jv_write_str(r, NULL, n->line, result);
+    return cv_jv_write_str(r, NULL, n->line, result);
 }
 
 static int exec(jrender *r, jscope *s, const jnode *n)
 {
     jv v;
     switch (n->kind) {
-    case N_TEXT: return jb_put(r, NULL, n->line, n->val.u.s.p, n->val.u.s.n);
-    case N_OUT: return je_expr(r, s, n->a, &v) != 0 ? -1 : jv_write_str(r, NULL, n->line, v);
+    case N_TEXT: return cv_jb_put(r, NULL, n->line, n->val.u.s.p, n->val.u.s.n);
+    case N_OUT: return cv_je_expr(r, s, n->a, &v) != 0 ? -1 : cv_jv_write_str(r, NULL, n->line, v);
     case N_IF: return exec_if(r, s, n);
     case N_FOR: return exec_for(r, s, n);
-    case N_SET: return je_expr(r, s, n->b, &v) != 0 ? -1 : assign(r, s, n->a, v);
+    case N_SET: return cv_je_expr(r, s, n->b, &v) != 0 ? -1 : assign(r, s, n->a, v);
     case N_SETBLOCK: return capture(r, s, n->v, n->n, n->line, &v) != 0 ? -1 : assign(r, s, n->a, v);
     case N_MACRO: {
-        jmacro *m = jr_alloc(r, n->line, sizeof *m);
+        jmacro *m = cv_jr_alloc(r, n->line, sizeof *m);
         if (!m)
             return -1;
         m->def = n;
         m->closure = s;
-        return js_set(r, n->line, s, n->sym, (jv){JV_MACRO, 0, {.m = m}});
+        return cv_js_set(r, n->line, s, n->sym, (jv){JV_MACRO, 0, {.m = m}});
     }
     case N_CALLBLOCK: return exec_call_block(r, s, n);
     case N_FILTERBLOCK: {
         jv text;
         if (capture(r, s, n->v, n->n, n->line, &text) != 0 || block_filters(r, s, n->a, text, &v) != 0)
             return -1;
-        return jv_write_str(r, NULL, n->line, v);
+        return cv_jv_write_str(r, NULL, n->line, v);
     }
     case N_BREAK: r->ctl = JC_BREAK; return 0;
     case N_CONTINUE: r->ctl = JC_CONTINUE; return 0;
     case N_BODY: return exec_list(r, s, n->v, n->n);
-    default: return jr_fail(r, n->line, "unexpected node %d", n->kind);
+    default: return cv_jr_fail(r, n->line, "unexpected node %d", n->kind);
     }
 }
 
@@ -327,16 +327,17 @@ static int exec_list(jrender *r, jscope *s, jnode *const *v, int n)
 {
     if (++r->depth > r->lim.max_depth) {
         r->depth--;
-        return jr_fail(r, n ? v[0]->line : 0, "the template nests calls or blocks more than %d deep", r->lim.max_depth);
+        return cv_jr_fail(r, n ? v[0]->line : 0, "the template nests calls or blocks more than %d deep",
+                          r->lim.max_depth);
     }
     int rc = 0;
     for (int i = 0; i < n && rc == 0 && r->ctl == JC_NONE; i++)
-        rc = jr_work(r, v[i]->line, 1) != 0 ? -1 : exec(r, s, v[i]);
+        rc = cv_jr_work(r, v[i]->line, 1) != 0 ? -1 : exec(r, s, v[i]);
     r->depth--;
     return rc;
 }
 
-int je_body(jrender *r, jscope *s, const jnode *body) { return exec_list(r, s, body->v, body->n); }
+int cv_je_body(jrender *r, jscope *s, const jnode *body) { return exec_list(r, s, body->v, body->n); }
 
 /* ---- macros ---- */
 
@@ -376,16 +377,16 @@ static int bind_keywords(jrender *r, int line, const jmacro *m, jscope *scope, j
         jstr name = a->kw_name[k];
         int rc;
         if (p && bound(scope, p->sym))
-            return jr_fail(r, line, "macro %s got multiple values for argument '%.*s'", macro_name(m, nm, sizeof nm),
+            return cv_jr_fail(r, line, "macro %s got multiple values for argument '%.*s'", macro_name(m, nm, sizeof nm),
                            (int)name.n, name.p);
         if (p)
-            rc = js_set(r, line, scope, p->sym, a->kw[k]);
+            rc = cv_js_set(r, line, scope, p->sym, a->kw[k]);
         else if (name.n == 6 && memcmp(name.p, "caller", 6) == 0 && (def->flag & MF_CALLER))
-            rc = js_set(r, line, scope, r->t->sym_caller, a->kw[k]);
+            rc = cv_js_set(r, line, scope, r->t->sym_caller, a->kw[k]);
         else if (def->flag & MF_KWARGS)
-            rc = jd_set(r, line, kwargs, jv_str(name.p, name.n), a->kw[k]);
+            rc = cv_jd_set(r, line, kwargs, jv_str(name.p, name.n), a->kw[k]);
         else
-            return jr_fail(r, line, "macro %s takes no keyword argument '%.*s'", macro_name(m, nm, sizeof nm),
+            return cv_jr_fail(r, line, "macro %s takes no keyword argument '%.*s'", macro_name(m, nm, sizeof nm),
                            (int)name.n, name.p);
         if (rc != 0)
             return -1;
@@ -399,12 +400,12 @@ static int bind_args(jrender *r, int line, const jmacro *m, jscope *scope, jargs
     char nm[96];
     int n_params = def->n_kw;
     if (a->n_pos > n_params && !(def->flag & MF_VARARGS))
-        return jr_fail(r, line, "macro %s takes not more than %d argument(s)", macro_name(m, nm, sizeof nm),
+        return cv_jr_fail(r, line, "macro %s takes not more than %d argument(s)", macro_name(m, nm, sizeof nm),
                        n_params);
     for (int i = 0; i < a->n_pos && i < n_params; i++)
-        if (js_set(r, line, scope, def->kw[i]->sym, a->pos[i]) != 0)
+        if (cv_js_set(r, line, scope, def->kw[i]->sym, a->pos[i]) != 0)
             return -1;
-    jdict *kwargs = jd_new(r, line, 0);
+    jdict *kwargs = cv_jd_new(r, line, 0);
     if (!kwargs || bind_keywords(r, line, m, scope, a, kwargs) != 0)
         return -1;
     for (int i = 0; i < n_params; i++) {
@@ -412,26 +413,26 @@ static int bind_args(jrender *r, int line, const jmacro *m, jscope *scope, jargs
         jv v = {JV_UNDEF, 0, {.s = p->val.u.s}};
         if (bound(scope, p->sym))
             continue;
-        if ((p->a && je_expr(r, scope, p->a, &v) != 0) || js_set(r, line, scope, p->sym, v) != 0)
+        if ((p->a && cv_je_expr(r, scope, p->a, &v) != 0) || cv_js_set(r, line, scope, p->sym, v) != 0)
             return -1;
     }
     if ((def->flag & MF_CALLER) && !bound(scope, r->t->sym_caller) &&
-        js_set(r, line, scope, r->t->sym_caller, jv_undef()) != 0)
+        cv_js_set(r, line, scope, r->t->sym_caller, jv_undef()) != 0)
         return -1;
-    if ((def->flag & MF_KWARGS) && js_set(r, line, scope, r->t->sym_kwargs, jv_dict(kwargs)) != 0)
+    if ((def->flag & MF_KWARGS) && cv_js_set(r, line, scope, r->t->sym_kwargs, jv_dict(kwargs)) != 0)
         return -1;
     if (!(def->flag & MF_VARARGS))
         return 0;
-    jlist *rest = jl_new(r, line, a->n_pos > n_params ? (size_t)(a->n_pos - n_params) : 0);
+    jlist *rest = cv_jl_new(r, line, a->n_pos > n_params ? (size_t)(a->n_pos - n_params) : 0);
     if (!rest)
         return -1;
     rest->tuple = true;
     for (int i = n_params; i < a->n_pos; i++)
         rest->v[rest->n++] = a->pos[i];
-    return js_set(r, line, scope, r->t->sym_varargs, jv_list(rest));
+    return cv_js_set(r, line, scope, r->t->sym_varargs, jv_list(rest));
 }
 
-int je_call_macro(jrender *r, int line, const jmacro *m, jargs *a, jv *out)
+int cv_je_call_macro(jrender *r, int line, const jmacro *m, jargs *a, jv *out)
 {
     jscope *scope = js_new(r, line, m->closure);
     if (!scope || bind_args(r, line, m, scope, a) != 0)
@@ -478,7 +479,7 @@ static int load_context(jrender *r, jscope *s, const json_t *context)
             if (r->t->names[sym].n != n || memcmp(r->t->names[sym].p, key, n) != 0)
                 continue;
             jv v;
-            if (jv_from_json(r, 0, val, false, &v, 0) != 0 || js_set(r, 0, s, sym, v) != 0)
+            if (cv_jv_from_json(r, 0, val, false, &v, 0) != 0 || cv_js_set(r, 0, s, sym, v) != 0)
                 return -1;
             break;
         }
@@ -508,16 +509,16 @@ int cv_jinja_render(const cv_jinja *t, const json_t *context, const cv_jinja_env
     if (rc == 0 && context)
         rc = load_context(&r, ctx, context);
     if (rc == 0)
-        rc = je_body(&r, top, t->root);
+        rc = cv_je_body(&r, top, t->root);
     if (rc == 0 && !text.p && !(text.p = cv_malloc(1)))
-        rc = jr_fail(&r, 0, "out of memory rendering the template");
-    ja_release(&r.ar);
+        rc = cv_jr_fail(&r, 0, "out of memory rendering the template");
+    cv_ja_release(&r.ar);
     if (rc != 0) {
-        jb_free(&text);
+        cv_jb_free(&text);
         return -1;
     }
     if (text.ar) /* the caller's now */
-        ja_unhold(text.ar, text.cap);
+        cv_ja_unhold(text.ar, text.cap);
     text.p[text.n] = '\0';
     *out = text.p;
     *len = text.n;

@@ -33,13 +33,13 @@ static const char *object_name(int t)
 }
 
 /* Jinja's UndefinedError for using u. */
-int je_undefined(jrender *r, int line, jv u)
+int cv_je_undefined(jrender *r, int line, jv u)
 {
     if (u.u.s.n == 0)
-        return jr_fail(r, line, "an undefined value was used");
+        return cv_jr_fail(r, line, "an undefined value was used");
     if (u.aux == JV_UNDEF)
-        return jr_fail(r, line, "'%.*s' is undefined", (int)u.u.s.n, u.u.s.p);
-    return jr_fail(r, line, "'%s' has no attribute '%.*s'", object_name(u.aux), (int)u.u.s.n, u.u.s.p);
+        return cv_jr_fail(r, line, "'%.*s' is undefined", (int)u.u.s.n, u.u.s.p);
+    return cv_jr_fail(r, line, "'%s' has no attribute '%.*s'", object_name(u.aux), (int)u.u.s.n, u.u.s.p);
 }
 
 static jv missing(jv obj, jstr name)
@@ -72,7 +72,7 @@ static int loop_attr(jrender *r, int line, jv obj, jstr name, jv *out)
     case 9: *out = jv_int(1); return 0;
     case 10: *out = jv_int(0); return 0;
     case 11: {
-        jfunc *fn = jr_alloc(r, line, sizeof *fn);
+        jfunc *fn = cv_jr_alloc(r, line, sizeof *fn);
         if (!fn)
             return -1;
         fn->id = JM_CYCLE;
@@ -84,24 +84,24 @@ static int loop_attr(jrender *r, int line, jv obj, jstr name, jv *out)
     }
 }
 
-int je_getattr(jrender *r, int line, jv obj, jstr name, jv *out)
+int cv_je_getattr(jrender *r, int line, jv obj, jstr name, jv *out)
 {
     if (obj.t == JV_UNDEF)
-        return je_undefined(r, line, obj);
+        return cv_je_undefined(r, line, obj);
     if (obj.t == JV_LOOP)
         return loop_attr(r, line, obj, name, out);
     if (obj.t == JV_NS) {
-        const jv *v = jd_get_str(obj.u.d, name.p, name.n);
+        const jv *v = cv_jd_get_str(obj.u.d, name.p, name.n);
         *out = v ? *v : missing(obj, name);
         return 0;
     }
-    if (jm_method(r, line, obj, name, out))
+    if (cv_jm_method(r, line, obj, name, out))
         return r->failed ? -1 : 0;
     const jv *v = NULL;
     if (obj.t == JV_DICT) {
-        if (jr_work(r, line, obj.u.d->n / 16) != 0)
+        if (cv_jr_work(r, line, obj.u.d->n / 16) != 0)
             return -1;
-        v = jd_get_str(obj.u.d, name.p, name.n);
+        v = cv_jd_get_str(obj.u.d, name.p, name.n);
     }
     *out = v ? *v : missing(obj, name);
     return 0;
@@ -120,24 +120,24 @@ static int64_t seq_index(jv key, size_t n)
 
 static jstr key_name(jv key) { return key.t == JV_STR ? key.u.s : (jstr){"", 0}; }
 
-int je_getitem(jrender *r, int line, jv obj, jv key, jv *out)
+int cv_je_getitem(jrender *r, int line, jv obj, jv key, jv *out)
 {
     if (obj.t == JV_UNDEF)
-        return je_undefined(r, line, obj);
+        return cv_je_undefined(r, line, obj);
     const jv *v = NULL;
     if (obj.t == JV_DICT) {
         bool hashable = !(key.t == JV_LIST && !key.u.l->tuple) && key.t != JV_DICT && key.t != JV_NS;
-        v = hashable ? jd_get(r, line, obj.u.d, key) : NULL;
+        v = hashable ? cv_jd_get(r, line, obj.u.d, key) : NULL;
         if (r->failed)
             return -1;
     } else if (obj.t == JV_LIST) {
         int64_t i = seq_index(key, obj.u.l->n);
         v = i >= 0 ? &obj.u.l->v[i] : NULL;
     } else if (obj.t == JV_STR && (key.t == JV_INT || key.t == JV_BOOL)) {
-        int64_t i = seq_index(key, jt_count(obj.u.s));
+        int64_t i = seq_index(key, cv_jt_count(obj.u.s));
         if (i >= 0) {
-            size_t from = jt_offset(obj.u.s, (size_t)i), len;
-            jt_decode(obj.u.s.p + from, obj.u.s.n - from, &len);
+            size_t from = cv_jt_offset(obj.u.s, (size_t)i), len;
+            cv_jt_decode(obj.u.s.p + from, obj.u.s.n - from, &len);
             *out = jv_str(obj.u.s.p + from, len);
             return 0;
         }
@@ -147,14 +147,14 @@ int je_getitem(jrender *r, int line, jv obj, jv key, jv *out)
         return 0;
     }
     if (key.t == JV_STR && obj.t != JV_DICT)
-        return je_getattr(r, line, obj, key.u.s, out);
-    if (key.t == JV_STR && jm_method(r, line, obj, key.u.s, out))
+        return cv_je_getattr(r, line, obj, key.u.s, out);
+    if (key.t == JV_STR && cv_jm_method(r, line, obj, key.u.s, out))
         return r->failed ? -1 : 0;
     *out = missing(obj, key_name(key));
     return 0;
 }
 
-int je_getpath(jrender *r, int line, jv obj, jstr path, jv *out)
+int cv_je_getpath(jrender *r, int line, jv obj, jstr path, jv *out)
 {
     *out = obj;
     size_t i = 0;
@@ -164,9 +164,9 @@ int je_getpath(jrender *r, int line, jv obj, jstr path, jv *out)
             j++;
         jstr part = {path.p + i, j - i};
         int64_t k;
-        int rc = jt_parse_int(part, 10, &k) && part.n > 0 && part.p[0] >= '0' && part.p[0] <= '9'
-                     ? je_getitem(r, line, *out, jv_int(k), out)
-                     : je_getitem(r, line, *out, jv_str(part.p, part.n), out);
+        int rc = cv_jt_parse_int(part, 10, &k) && part.n > 0 && part.p[0] >= '0' && part.p[0] <= '9'
+                     ? cv_je_getitem(r, line, *out, jv_int(k), out)
+                     : cv_je_getitem(r, line, *out, jv_str(part.p, part.n), out);
         if (rc != 0)
             return -1;
         i = j + 1;
@@ -174,30 +174,30 @@ int je_getpath(jrender *r, int line, jv obj, jstr path, jv *out)
     return 0;
 }
 
-int je_iterate(jrender *r, int line, jv v, jlist **out)
+int cv_je_iterate(jrender *r, int line, jv v, jlist **out)
 {
     switch (v.t) {
-    case JV_UNDEF: return (*out = jl_new(r, line, 0)) ? 0 : -1;
+    case JV_UNDEF: return (*out = cv_jl_new(r, line, 0)) ? 0 : -1;
     case JV_LIST:
     case JV_DICT: {
         size_t n = v.t == JV_LIST ? v.u.l->n : v.u.d->n;
-        if (!(*out = jl_new(r, line, n)))
+        if (!(*out = cv_jl_new(r, line, n)))
             return -1;
         if (n)
             memcpy((*out)->v, v.t == JV_LIST ? v.u.l->v : v.u.d->k, n * sizeof(jv));
         (*out)->n = n;
-        return jr_work(r, line, n / 16);
+        return cv_jr_work(r, line, n / 16);
     }
     case JV_STR: {
-        if (!(*out = jl_new(r, line, v.u.s.n)))
+        if (!(*out = cv_jl_new(r, line, v.u.s.n)))
             return -1;
         for (size_t i = 0, len; i < v.u.s.n; i += len) {
-            jt_decode(v.u.s.p + i, v.u.s.n - i, &len);
+            cv_jt_decode(v.u.s.p + i, v.u.s.n - i, &len);
             (*out)->v[(*out)->n++] = jv_str(v.u.s.p + i, len);
         }
-        return jr_work(r, line, v.u.s.n / 16);
+        return cv_jr_work(r, line, v.u.s.n / 16);
     }
-    default: return jr_fail(r, line, "'%s' object is not iterable", jv_type_name(v));
+    default: return cv_jr_fail(r, line, "'%s' object is not iterable", cv_jv_type_name(v));
     }
 }
 
@@ -206,13 +206,13 @@ int je_iterate(jrender *r, int line, jv v, jlist **out)
 static int type_error(jrender *r, int line, const char *op, jv a, jv b)
 {
     if (a.t == JV_UNDEF)
-        return je_undefined(r, line, a);
+        return cv_je_undefined(r, line, a);
     if (b.t == JV_UNDEF)
-        return je_undefined(r, line, b);
+        return cv_je_undefined(r, line, b);
     if (a.t == JV_STR && !strcmp(op, "+"))
-        return jr_fail(r, line, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
-    return jr_fail(r, line, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a),
-                   jv_type_name(b));
+        return cv_jr_fail(r, line, "can only concatenate str (not \"%s\") to str", cv_jv_type_name(b));
+    return cv_jr_fail(r, line, "unsupported operand type(s) for %s: '%s' and '%s'", op, cv_jv_type_name(a),
+                   cv_jv_type_name(b));
 }
 
 static int64_t ival(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.u.i; }
@@ -223,10 +223,10 @@ static int int_pow(jrender *r, int line, int64_t base, int64_t e, jv *out)
     int64_t acc = 1;
     while (e > 0) {
         if ((e & 1) && __builtin_mul_overflow(acc, base, &acc))
-            return jr_fail(r, line, "integer overflow in **");
+            return cv_jr_fail(r, line, "integer overflow in **");
         e >>= 1;
         if (e > 0 && __builtin_mul_overflow(base, base, &base))
-            return jr_fail(r, line, "integer overflow in **");
+            return cv_jr_fail(r, line, "integer overflow in **");
     }
     *out = jv_int(acc);
     return 0;
@@ -243,7 +243,7 @@ static int int_arith(jrender *r, int line, int op, int64_t a, int64_t b, jv *out
     case OP_FLOORDIV:
     case OP_MOD:
         if (b == 0)
-            return jr_fail(r, line, "integer division or modulo by zero");
+            return cv_jr_fail(r, line, "integer division or modulo by zero");
         if (a == INT64_MIN && b == -1) {
             over = op == OP_FLOORDIV;
             break;
@@ -255,15 +255,15 @@ static int int_arith(jrender *r, int line, int op, int64_t a, int64_t b, jv *out
     case OP_POW:
         if (b < 0) {
             if (a == 0)
-                return jr_fail(r, line, "0.0 cannot be raised to a negative power");
+                return cv_jr_fail(r, line, "0.0 cannot be raised to a negative power");
             *out = jv_float(pow((double)a, (double)b));
             return 0;
         }
         return int_pow(r, line, a, b, out);
-    default: *out = jv_float((double)a / (double)b); return b == 0 ? jr_fail(r, line, "division by zero") : 0;
+    default: *out = jv_float((double)a / (double)b); return b == 0 ? cv_jr_fail(r, line, "division by zero") : 0;
     }
     if (over)
-        return jr_fail(r, line, "integer overflow");
+        return cv_jr_fail(r, line, "integer overflow");
     *out = jv_int(v);
     return 0;
 }
@@ -277,12 +277,12 @@ static int float_arith(jrender *r, int line, int op, double a, double b, jv *out
     case OP_MUL: v = a * b; break;
     case OP_POW:
         if (a == 0 && b < 0)
-            return jr_fail(r, line, "0.0 cannot be raised to a negative power");
+            return cv_jr_fail(r, line, "0.0 cannot be raised to a negative power");
         v = pow(a, b);
         break;
     default:
         if (b == 0)
-            return jr_fail(r, line, "float division by zero");
+            return cv_jr_fail(r, line, "float division by zero");
         if (op == OP_DIV) {
             v = a / b;
         } else { /* Python's float divmod */
@@ -306,11 +306,11 @@ static int repeat(jrender *r, int line, jv seq, int64_t times, jv *out)
     size_t unit = seq.t == JV_STR ? seq.u.s.n : seq.u.l->n * sizeof(jv);
     size_t count = times > 0 ? (size_t)times : 0;
     if (count && unit > r->lim.max_output / count)
-        return jr_fail(r, line, "a repetition larger than %zu bytes", r->lim.max_output);
-    if (jr_work(r, line, unit * count / 64) != 0)
+        return cv_jr_fail(r, line, "a repetition larger than %zu bytes", r->lim.max_output);
+    if (cv_jr_work(r, line, unit * count / 64) != 0)
         return -1;
     if (seq.t == JV_STR) {
-        char *p = jr_alloc(r, line, unit * count + 1);
+        char *p = cv_jr_alloc(r, line, unit * count + 1);
         if (!p)
             return -1;
         for (size_t i = 0; i < count && unit; i++)
@@ -318,7 +318,7 @@ static int repeat(jrender *r, int line, jv seq, int64_t times, jv *out)
         *out = jv_str(p, unit * count);
         return 0;
     }
-    jlist *l = jl_new(r, line, seq.u.l->n * count);
+    jlist *l = cv_jl_new(r, line, seq.u.l->n * count);
     if (!l)
         return -1;
     for (size_t i = 0; i < count; i++)
@@ -331,7 +331,7 @@ static int repeat(jrender *r, int line, jv seq, int64_t times, jv *out)
 
 static int concat_lists(jrender *r, int line, const jlist *a, const jlist *b, jv *out)
 {
-    jlist *l = jl_new(r, line, a->n + b->n);
+    jlist *l = cv_jl_new(r, line, a->n + b->n);
     if (!l)
         return -1;
     if (a->n)
@@ -341,7 +341,7 @@ static int concat_lists(jrender *r, int line, const jlist *a, const jlist *b, jv
     l->n = a->n + b->n;
     l->tuple = a->tuple;
     *out = jv_list(l);
-    return jr_work(r, line, l->n / 16);
+    return cv_jr_work(r, line, l->n / 16);
 }
 
 static const char *op_text(int op)
@@ -361,8 +361,8 @@ static int binop(jrender *r, int line, int op, jv a, jv b, jv *out)
         return int_arith(r, line, op, ival(a), ival(b), out);
     }
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
-        char *p = jr_alloc(r, line, a.u.s.n + b.u.s.n + 1);
-        if (!p || jr_work(r, line, (a.u.s.n + b.u.s.n) / 64) != 0)
+        char *p = cv_jr_alloc(r, line, a.u.s.n + b.u.s.n + 1);
+        if (!p || cv_jr_work(r, line, (a.u.s.n + b.u.s.n) / 64) != 0)
             return -1;
         memcpy(p, a.u.s.p, a.u.s.n);
         memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
@@ -376,32 +376,32 @@ static int binop(jrender *r, int line, int op, jv a, jv b, jv *out)
     if (op == OP_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
         return repeat(r, line, b, ival(a), out);
     if (op == OP_MOD && a.t == JV_STR)
-        return jm_percent(r, line, a.u.s, b, out);
+        return cv_jm_percent(r, line, a.u.s, b, out);
     return type_error(r, line, op_text(op), a, b);
 }
 
 /* ---- comparisons ---- */
 
-int je_contains(jrender *r, int line, jv item, jv seq, bool *out)
+int cv_je_contains(jrender *r, int line, jv item, jv seq, bool *out)
 {
     switch (seq.t) {
     case JV_UNDEF: *out = false; return 0;
     case JV_STR:
         if (item.t != JV_STR)
-            return jr_fail(r, line, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+            return cv_jr_fail(r, line, "'in <string>' requires string as left operand, not %s", cv_jv_type_name(item));
         *out = item.u.s.n == 0 || memmem(seq.u.s.p, seq.u.s.n, item.u.s.p, item.u.s.n) != NULL;
-        return jr_work(r, line, seq.u.s.n / 64);
+        return cv_jr_work(r, line, seq.u.s.n / 64);
     case JV_LIST:
         *out = false;
         for (size_t i = 0; i < seq.u.l->n && !*out && !r->failed; i++)
-            *out = jv_equal(r, line, item, seq.u.l->v[i]);
+            *out = cv_jv_equal(r, line, item, seq.u.l->v[i]);
         return r->failed ? -1 : 0;
     case JV_DICT:
         if ((item.t == JV_LIST && !item.u.l->tuple) || item.t == JV_DICT || item.t == JV_NS)
-            return jr_fail(r, line, "unhashable type: '%s'", jv_type_name(item));
-        *out = jd_get(r, line, seq.u.d, item) != NULL;
+            return cv_jr_fail(r, line, "unhashable type: '%s'", cv_jv_type_name(item));
+        *out = cv_jd_get(r, line, seq.u.d, item) != NULL;
         return r->failed ? -1 : 0;
-    default: return jr_fail(r, line, "argument of type '%s' is not iterable", jv_type_name(seq));
+    default: return cv_jr_fail(r, line, "argument of type '%s' is not iterable", cv_jv_type_name(seq));
     }
 }
 
@@ -409,18 +409,18 @@ static int compare(jrender *r, int line, int op, jv a, jv b, bool *out)
 {
     int c;
     switch (op) {
-    case OP_EQ: *out = jv_equal(r, line, a, b); return r->failed ? -1 : 0;
-    case OP_NE: *out = !jv_equal(r, line, a, b); return r->failed ? -1 : 0;
-    case OP_IN: return je_contains(r, line, a, b, out);
+    case OP_EQ: *out = cv_jv_equal(r, line, a, b); return r->failed ? -1 : 0;
+    case OP_NE: *out = !cv_jv_equal(r, line, a, b); return r->failed ? -1 : 0;
+    case OP_IN: return cv_je_contains(r, line, a, b, out);
     case OP_NOTIN:
-        if (je_contains(r, line, a, b, out) != 0)
+        if (cv_je_contains(r, line, a, b, out) != 0)
             return -1;
         *out = !*out;
         return 0;
     default:
         if (a.t == JV_UNDEF || b.t == JV_UNDEF)
-            return je_undefined(r, line, a.t == JV_UNDEF ? a : b);
-        if (jv_cmp(r, line, a, b, false, &c) != 0)
+            return cv_je_undefined(r, line, a.t == JV_UNDEF ? a : b);
+        if (cv_jv_cmp(r, line, a, b, false, &c) != 0)
             return -1;
         *out = op == OP_LT ? c < 0 : op == OP_LE ? c <= 0 : op == OP_GT ? c > 0 : c >= 0;
         return 0;
@@ -430,12 +430,12 @@ static int compare(jrender *r, int line, int op, jv a, jv b, bool *out)
 static int eval_compare(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     jv left;
-    if (je_expr(r, s, n->a, &left) != 0)
+    if (cv_je_expr(r, s, n->a, &left) != 0)
         return -1;
     bool ok = true;
     for (int i = 0; i < n->n && ok; i++) {
         jv right;
-        if (je_expr(r, s, n->v[i]->a, &right) != 0 || compare(r, n->v[i]->line, n->v[i]->op, left, right, &ok) != 0)
+        if (cv_je_expr(r, s, n->v[i]->a, &right) != 0 || compare(r, n->v[i]->line, n->v[i]->op, left, right, &ok) != 0)
             return -1;
         left = right;
     }
@@ -451,12 +451,12 @@ static int slice_bound(jrender *r, jscope *s, const jnode *n, bool *given, int64
     if (!n)
         return 0;
     jv x;
-    if (je_expr(r, s, n, &x) != 0)
+    if (cv_je_expr(r, s, n, &x) != 0)
         return -1;
     if (x.t == JV_NONE || x.t == JV_UNDEF)
         return 0;
     if (x.t != JV_INT && x.t != JV_BOOL)
-        return jr_fail(r, n->line, "slice indices must be integers or None");
+        return cv_jr_fail(r, n->line, "slice indices must be integers or None");
     *given = true;
     *v = ival(x);
     return 0;
@@ -482,20 +482,20 @@ static int eval_slice(jrender *r, jscope *s, const jnode *n, jv *out)
     jv obj;
     bool has[3];
     int64_t b[3] = {0, 0, 0};
-    if (je_expr(r, s, n->a, &obj) != 0 || slice_bound(r, s, n->b, &has[0], &b[0]) != 0 ||
+    if (cv_je_expr(r, s, n->a, &obj) != 0 || slice_bound(r, s, n->b, &has[0], &b[0]) != 0 ||
         slice_bound(r, s, n->c, &has[1], &b[1]) != 0 || slice_bound(r, s, n->d, &has[2], &b[2]) != 0)
         return -1;
     if (has[2] && b[2] == 0)
-        return jr_fail(r, n->line, "slice step cannot be zero");
+        return cv_jr_fail(r, n->line, "slice step cannot be zero");
     if (obj.t == JV_UNDEF)
-        return je_undefined(r, n->line, obj);
+        return cv_je_undefined(r, n->line, obj);
     if (obj.t != JV_STR && obj.t != JV_LIST)
-        return jr_fail(r, n->line, "'%s' object is not subscriptable", jv_type_name(obj));
+        return cv_jr_fail(r, n->line, "'%s' object is not subscriptable", cv_jv_type_name(obj));
     jlist *items = NULL;
-    if (obj.t == JV_STR ? je_iterate(r, n->line, obj, &items) != 0 : !(items = obj.u.l))
+    if (obj.t == JV_STR ? cv_je_iterate(r, n->line, obj, &items) != 0 : !(items = obj.u.l))
         return -1;
-    int64_t *idx = jr_alloc(r, n->line, (items->n + 1) * sizeof *idx);
-    jlist *res = idx ? jl_new(r, n->line, items->n) : NULL;
+    int64_t *idx = cv_jr_alloc(r, n->line, (items->n + 1) * sizeof *idx);
+    jlist *res = idx ? cv_jl_new(r, n->line, items->n) : NULL;
     if (!res)
         return -1;
     size_t k = slice_positions((int64_t)items->n, has, b, idx);
@@ -508,33 +508,33 @@ static int eval_slice(jrender *r, jscope *s, const jnode *n, jv *out)
     }
     jbuf buf = {0};
     for (size_t i = 0; i < res->n; i++)
-        if (jb_put(r, &buf, n->line, res->v[i].u.s.p, res->v[i].u.s.n) != 0) {
-            jb_free(&buf);
+        if (cv_jb_put(r, &buf, n->line, res->v[i].u.s.p, res->v[i].u.s.n) != 0) {
+            cv_jb_free(&buf);
             return -1;
         }
-    return jb_take(r, &buf, n->line, out);
+    return cv_jb_take(r, &buf, n->line, out);
 }
 
 /* ---- calls, filters, tests ---- */
 
-int je_args(jrender *r, jscope *s, const jnode *n, const char *what, jargs *a)
+int cv_je_args(jrender *r, jscope *s, const jnode *n, const char *what, jargs *a)
 {
     memset(a, 0, sizeof *a);
     a->what = what;
     a->line = n->line;
     if (n->n_kw > 32)
-        return jr_fail(r, n->line, "more than 32 keyword arguments");
-    jv *pos = n->n ? jr_alloc(r, n->line, (size_t)n->n * sizeof *pos) : NULL;
-    jv *kw = n->n_kw ? jr_alloc(r, n->line, (size_t)n->n_kw * sizeof *kw) : NULL;
-    jstr *names = n->n_kw ? jr_alloc(r, n->line, (size_t)n->n_kw * sizeof *names) : NULL;
+        return cv_jr_fail(r, n->line, "more than 32 keyword arguments");
+    jv *pos = n->n ? cv_jr_alloc(r, n->line, (size_t)n->n * sizeof *pos) : NULL;
+    jv *kw = n->n_kw ? cv_jr_alloc(r, n->line, (size_t)n->n_kw * sizeof *kw) : NULL;
+    jstr *names = n->n_kw ? cv_jr_alloc(r, n->line, (size_t)n->n_kw * sizeof *names) : NULL;
     if ((n->n && !pos) || (n->n_kw && (!kw || !names)))
         return -1;
     for (int i = 0; i < n->n; i++)
-        if (je_expr(r, s, n->v[i], &pos[i]) != 0)
+        if (cv_je_expr(r, s, n->v[i], &pos[i]) != 0)
             return -1;
     for (int i = 0; i < n->n_kw; i++) {
         names[i] = n->kw[i]->val.u.s;
-        if (je_expr(r, s, n->kw[i]->a, &kw[i]) != 0)
+        if (cv_je_expr(r, s, n->kw[i]->a, &kw[i]) != 0)
             return -1;
     }
     a->pos = pos;
@@ -545,24 +545,24 @@ int je_args(jrender *r, jscope *s, const jnode *n, const char *what, jargs *a)
     return 0;
 }
 
-int je_call(jrender *r, int line, jv fn, jargs *a, jv *out)
+int cv_je_call(jrender *r, int line, jv fn, jargs *a, jv *out)
 {
     if (fn.t == JV_MACRO)
-        return je_call_macro(r, line, fn.u.m, a, out);
+        return cv_je_call_macro(r, line, fn.u.m, a, out);
     if (fn.t == JV_FUNC)
-        return jm_call(r, line, fn.u.fn, a, out);
+        return cv_jm_call(r, line, fn.u.fn, a, out);
     if (fn.t == JV_UNDEF)
-        return je_undefined(r, line, fn);
-    return jr_fail(r, line, "'%s' object is not callable", jv_type_name(fn));
+        return cv_je_undefined(r, line, fn);
+    return cv_jr_fail(r, line, "'%s' object is not callable", cv_jv_type_name(fn));
 }
 
 static int eval_call(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     jv fn;
     jargs a;
-    if (je_expr(r, s, n->a, &fn) != 0 || je_args(r, s, n, "call", &a) != 0)
+    if (cv_je_expr(r, s, n->a, &fn) != 0 || cv_je_args(r, s, n, "call", &a) != 0)
         return -1;
-    return je_call(r, n->line, fn, &a, out);
+    return cv_je_call(r, n->line, fn, &a, out);
 }
 
 static int eval_filter(jrender *r, jscope *s, const jnode *n, jv *out)
@@ -571,9 +571,9 @@ static int eval_filter(jrender *r, jscope *s, const jnode *n, jv *out)
     jargs a;
     char what[80];
     snprintf(what, sizeof what, "filter '%.*s'", (int)n->val.u.s.n, n->val.u.s.p);
-    if (je_expr(r, s, n->a, &operand) != 0 || je_args(r, s, n, what, &a) != 0)
+    if (cv_je_expr(r, s, n->a, &operand) != 0 || cv_je_args(r, s, n, what, &a) != 0)
         return -1;
-    return jf_filter(r, n->op, operand, &a, out);
+    return cv_jf_filter(r, n->op, operand, &a, out);
 }
 
 static int eval_test(jrender *r, jscope *s, const jnode *n, jv *out)
@@ -583,8 +583,8 @@ static int eval_test(jrender *r, jscope *s, const jnode *n, jv *out)
     bool ok;
     char what[80];
     snprintf(what, sizeof what, "test '%.*s'", (int)n->val.u.s.n, n->val.u.s.p);
-    if (je_expr(r, s, n->a, &operand) != 0 || je_args(r, s, n, what, &a) != 0 ||
-        jf_test(r, n->op, operand, &a, &ok) != 0)
+    if (cv_je_expr(r, s, n->a, &operand) != 0 || cv_je_args(r, s, n, what, &a) != 0 ||
+        cv_jf_test(r, n->op, operand, &a, &ok) != 0)
         return -1;
     *out = jv_bool(n->flag ? !ok : ok);
     return 0;
@@ -596,7 +596,7 @@ static int eval_name(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     static const int fn_of[JG_COUNT] = {[JG_RANGE] = JM_RANGE, [JG_NAMESPACE] = JM_NAMESPACE, [JG_DICT] = JM_DICT,
                                         [JG_RAISE] = JM_RAISE, [JG_STRFTIME] = JM_STRFTIME};
-    const jv *v = js_find(s, n->sym);
+    const jv *v = cv_js_find(s, n->sym);
     if (v) {
         *out = *v;
         return 0;
@@ -606,7 +606,7 @@ static int eval_name(jrender *r, jscope *s, const jnode *n, jv *out)
         *out = (jv){JV_UNDEF, JV_UNDEF, {.s = n->val.u.s}};
         return 0;
     }
-    jfunc *fn = jr_alloc(r, n->line, sizeof *fn);
+    jfunc *fn = cv_jr_alloc(r, n->line, sizeof *fn);
     if (!fn)
         return -1;
     fn->id = fn_of[g];
@@ -617,26 +617,26 @@ static int eval_name(jrender *r, jscope *s, const jnode *n, jv *out)
 static int eval_collection(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     if (n->kind != N_DICT) {
-        jlist *l = jl_new(r, n->line, (size_t)n->n);
+        jlist *l = cv_jl_new(r, n->line, (size_t)n->n);
         if (!l)
             return -1;
         l->tuple = n->kind == N_TUPLE;
         for (int i = 0; i < n->n; i++)
-            if (je_expr(r, s, n->v[i], &l->v[l->n++]) != 0)
+            if (cv_je_expr(r, s, n->v[i], &l->v[l->n++]) != 0)
                 return -1;
         *out = jv_list(l);
         return 0;
     }
-    jdict *d = jd_new(r, n->line, (size_t)n->n);
+    jdict *d = cv_jd_new(r, n->line, (size_t)n->n);
     if (!d)
         return -1;
     for (int i = 0; i < n->n; i++) {
         jv k, v;
-        if (je_expr(r, s, n->v[i], &k) != 0 || je_expr(r, s, n->kw[i], &v) != 0)
+        if (cv_je_expr(r, s, n->v[i], &k) != 0 || cv_je_expr(r, s, n->kw[i], &v) != 0)
             return -1;
         if ((k.t == JV_LIST && !k.u.l->tuple) || k.t == JV_DICT || k.t == JV_NS || k.t == JV_UNDEF)
-            return jr_fail(r, n->line, "unhashable type: '%s'", jv_type_name(k));
-        if (jd_set(r, n->line, d, k, v) != 0)
+            return cv_jr_fail(r, n->line, "unhashable type: '%s'", cv_jv_type_name(k));
+        if (cv_jd_set(r, n->line, d, k, v) != 0)
             return -1;
     }
     *out = jv_dict(d);
@@ -646,23 +646,23 @@ static int eval_collection(jrender *r, jscope *s, const jnode *n, jv *out)
 static int eval_unary(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     jv x;
-    if (je_expr(r, s, n->a, &x) != 0)
+    if (cv_je_expr(r, s, n->a, &x) != 0)
         return -1;
     if (n->kind == N_NOT) {
-        *out = jv_bool(!jv_truthy(x));
+        *out = jv_bool(!cv_jv_truthy(x));
         return 0;
     }
     if (x.t == JV_UNDEF)
-        return je_undefined(r, n->line, x);
+        return cv_je_undefined(r, n->line, x);
     if (!jv_is_num(x))
-        return jr_fail(r, n->line, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+",
-                       jv_type_name(x));
+        return cv_jr_fail(r, n->line, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+",
+                       cv_jv_type_name(x));
     if (n->kind == N_POS)
         *out = x.t == JV_BOOL ? jv_int(x.u.b) : x;
     else if (x.t == JV_FLOAT)
         *out = jv_float(-x.u.f);
     else if (ival(x) == INT64_MIN)
-        return jr_fail(r, n->line, "integer overflow");
+        return cv_jr_fail(r, n->line, "integer overflow");
     else
         *out = jv_int(-ival(x));
     return 0;
@@ -673,12 +673,12 @@ static int eval_concat(jrender *r, jscope *s, const jnode *n, jv *out)
     jbuf b = {0};
     for (int i = 0; i < n->n; i++) {
         jv x;
-        if (je_expr(r, s, n->v[i], &x) != 0 || jv_write_str(r, &b, n->line, x) != 0) {
-            jb_free(&b);
+        if (cv_je_expr(r, s, n->v[i], &x) != 0 || cv_jv_write_str(r, &b, n->line, x) != 0) {
+            cv_jb_free(&b);
             return -1;
         }
     }
-    return jb_take(r, &b, n->line, out);
+    return cv_jb_take(r, &b, n->line, out);
 }
 
 static int eval_node(jrender *r, jscope *s, const jnode *n, jv *out)
@@ -690,11 +690,11 @@ static int eval_node(jrender *r, jscope *s, const jnode *n, jv *out)
     case N_LIST:
     case N_TUPLE:
     case N_DICT: return eval_collection(r, s, n, out);
-    case N_ATTR: return je_expr(r, s, n->a, &a) != 0 ? -1 : je_getattr(r, n->line, a, n->val.u.s, out);
+    case N_ATTR: return cv_je_expr(r, s, n->a, &a) != 0 ? -1 : cv_je_getattr(r, n->line, a, n->val.u.s, out);
     case N_ITEM:
-        if (je_expr(r, s, n->a, &a) != 0 || je_expr(r, s, n->b, &b) != 0)
+        if (cv_je_expr(r, s, n->a, &a) != 0 || cv_je_expr(r, s, n->b, &b) != 0)
             return -1;
-        return je_getitem(r, n->line, a, b, out);
+        return cv_je_getitem(r, n->line, a, b, out);
     case N_SLICE: return eval_slice(r, s, n, out);
     case N_CALL: return eval_call(r, s, n, out);
     case N_FILTER: return eval_filter(r, s, n, out);
@@ -704,37 +704,37 @@ static int eval_node(jrender *r, jscope *s, const jnode *n, jv *out)
     case N_NOT: return eval_unary(r, s, n, out);
     case N_AND:
     case N_OR:
-        if (je_expr(r, s, n->a, &a) != 0)
+        if (cv_je_expr(r, s, n->a, &a) != 0)
             return -1;
-        if (jv_truthy(a) == (n->kind == N_OR)) {
+        if (cv_jv_truthy(a) == (n->kind == N_OR)) {
             *out = a;
             return 0;
         }
-        return je_expr(r, s, n->b, out);
+        return cv_je_expr(r, s, n->b, out);
     case N_BIN:
-        if (je_expr(r, s, n->a, &a) != 0 || je_expr(r, s, n->b, &b) != 0)
+        if (cv_je_expr(r, s, n->a, &a) != 0 || cv_je_expr(r, s, n->b, &b) != 0)
             return -1;
         return binop(r, n->line, n->op, a, b, out);
     case N_CMP: return eval_compare(r, s, n, out);
     case N_COND:
-        if (je_expr(r, s, n->b, &b) != 0)
+        if (cv_je_expr(r, s, n->b, &b) != 0)
             return -1;
-        if (jv_truthy(b))
-            return je_expr(r, s, n->a, out);
+        if (cv_jv_truthy(b))
+            return cv_je_expr(r, s, n->a, out);
         *out = jv_undef();
-        return n->c ? je_expr(r, s, n->c, out) : 0;
+        return n->c ? cv_je_expr(r, s, n->c, out) : 0;
     case N_CONCAT: return eval_concat(r, s, n, out);
-    default: return jr_fail(r, n->line, "unexpected expression node %d", n->kind);
+    default: return cv_jr_fail(r, n->line, "unexpected expression node %d", n->kind);
     }
 }
 
-int je_expr(jrender *r, jscope *s, const jnode *n, jv *out)
+int cv_je_expr(jrender *r, jscope *s, const jnode *n, jv *out)
 {
     if (++r->depth > r->lim.max_depth) {
         r->depth--;
-        return jr_fail(r, n->line, "the template nests calls or expressions more than %d deep", r->lim.max_depth);
+        return cv_jr_fail(r, n->line, "the template nests calls or expressions more than %d deep", r->lim.max_depth);
     }
-    int rc = jr_work(r, n->line, 1) != 0 ? -1 : eval_node(r, s, n, out);
+    int rc = cv_jr_work(r, n->line, 1) != 0 ? -1 : eval_node(r, s, n, out);
     r->depth--;
     return rc;
 }

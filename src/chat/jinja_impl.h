@@ -19,7 +19,7 @@
  * point into the template, the JSON context or the arena. Output and
  * captured text build in heap buffers (jbuf) that a render frees.
  *
- * Errors: a function that can fail returns -1 after jr_fail wrote the
+ * Errors: a function that can fail returns -1 after cv_jr_fail wrote the
  * first message ("line N: ...") into the render; the render then stops. */
 #ifndef CONVOY_CHAT_JINJA_IMPL_H
 #define CONVOY_CHAT_JINJA_IMPL_H
@@ -44,12 +44,12 @@ typedef struct jarena {
 
 /* Zeroed, 16-byte aligned; NULL when the limit is reached, the pool is
  * spent or the heap is out. */
-void *ja_alloc(jarena *a, size_t n);
-void ja_release(jarena *a);
+void *cv_ja_alloc(jarena *a, size_t n);
+void cv_ja_release(jarena *a);
 /* Counts n more (fewer) bytes the render holds, taking (giving) the part
- * beyond its own from the pool; ja_hold is false when the pool is spent. */
-bool ja_hold(jarena *a, size_t n);
-void ja_unhold(jarena *a, size_t n);
+ * beyond its own from the pool; cv_ja_hold is false when the pool is spent. */
+bool cv_ja_hold(jarena *a, size_t n);
+void cv_ja_unhold(jarena *a, size_t n);
 
 /* ---- values ---- */
 
@@ -218,7 +218,7 @@ typedef struct jlex {
 } jlex;
 
 /* Tokenizes src into lx->tok (ending with TK_EOF). */
-int jx_lex(jlex *lx, const char *src, size_t len);
+int cv_jx_lex(jlex *lx, const char *src, size_t len);
 
 /* ---- render state ---- */
 
@@ -267,48 +267,48 @@ typedef struct jargs {
     int line;
 } jargs;
 
-int jr_fail(jrender *r, int line, const char *fmt, ...) CV_PRINTF(3, 4);
+int cv_jr_fail(jrender *r, int line, const char *fmt, ...) CV_PRINTF(3, 4);
 /* Counts n steps of work; fails past the limit. */
-int jr_work(jrender *r, int line, uint64_t n);
+int cv_jr_work(jrender *r, int line, uint64_t n);
 /* Appends to b (NULL: the current output), within the output limit. */
-int jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n);
+int cv_jb_put(jrender *r, jbuf *b, int line, const char *p, size_t n);
 static inline int jb_puts(jrender *r, jbuf *b, int line, const char *s)
 {
     size_t n = 0;
     while (s[n])
         n++;
-    return jb_put(r, b, line, s, n);
+    return cv_jb_put(r, b, line, s, n);
 }
 /* Moves b's text into the arena as a string (b is emptied and freed). */
-int jb_take(jrender *r, jbuf *b, int line, jv *out);
-void jb_free(jbuf *b);
+int cv_jb_take(jrender *r, jbuf *b, int line, jv *out);
+void cv_jb_free(jbuf *b);
 
 /* ---- values (jinja_value.c) ---- */
 
-void *jr_alloc(jrender *r, int line, size_t n);
+void *cv_jr_alloc(jrender *r, int line, size_t n);
 /* Fails the render for memory: the pool's if it is spent, else the render's limit. */
-int jr_no_memory(jrender *r, int line);
-int jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out);
-jlist *jl_new(jrender *r, int line, size_t cap);
-int jl_push(jrender *r, int line, jlist *l, jv v);
-jdict *jd_new(jrender *r, int line, size_t cap);
-int jd_set(jrender *r, int line, jdict *d, jv k, jv v);
+int cv_jr_no_memory(jrender *r, int line);
+int cv_jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out);
+jlist *cv_jl_new(jrender *r, int line, size_t cap);
+int cv_jl_push(jrender *r, int line, jlist *l, jv v);
+jdict *cv_jd_new(jrender *r, int line, size_t cap);
+int cv_jd_set(jrender *r, int line, jdict *d, jv k, jv v);
 /* Looks k up (a step per 16 keys); NULL when absent or when the render failed. */
-jv *jd_get(jrender *r, int line, const jdict *d, jv k);
-jv *jd_get_str(const jdict *d, const char *p, size_t n);
-bool jv_truthy(jv v);
+jv *cv_jd_get(jrender *r, int line, const jdict *d, jv k);
+jv *cv_jd_get_str(const jdict *d, const char *p, size_t n);
+bool cv_jv_truthy(jv v);
 /* Python's a == b, a step per pair of values compared; past the step limit
  * the render fails (r->failed) and the answer is false. */
-bool jv_equal(jrender *r, int line, jv a, jv b);
+bool cv_jv_equal(jrender *r, int line, jv a, jv b);
 /* Python's order of a and b: *out < 0, 0 or > 0; fails for types Python
  * does not order (and lower-cases strings first when fold). */
-int jv_cmp(jrender *r, int line, jv a, jv b, bool fold, int *out);
-const char *jv_type_name(jv v);
+int cv_jv_cmp(jrender *r, int line, jv a, jv b, bool fold, int *out);
+const char *cv_jv_type_name(jv v);
 /* Python's str(v) and repr(v), appended to b. */
-int jv_write_str(jrender *r, jbuf *b, int line, jv v);
-int jv_write_repr(jrender *r, jbuf *b, int line, jv v, int depth);
+int cv_jv_write_str(jrender *r, jbuf *b, int line, jv v);
+int cv_jv_write_repr(jrender *r, jbuf *b, int line, jv v, int depth);
 /* Python's str(v) as a string value (strings as they are). */
-int jv_to_str(jrender *r, int line, jv v, jv *out);
+int cv_jv_to_str(jrender *r, int line, jv v, jv *out);
 
 typedef struct jjson_opts {
     int indent; /* < 0: none */
@@ -317,72 +317,72 @@ typedef struct jjson_opts {
     bool ascii; /* ensure_ascii: other code points as \uXXXX */
 } jjson_opts;
 /* json.dumps(v, ...) as transformers' tojson calls it. */
-int jv_write_json(jrender *r, jbuf *b, int line, jv v, const jjson_opts *o, int depth);
+int cv_jv_write_json(jrender *r, jbuf *b, int line, jv v, const jjson_opts *o, int depth);
 /* A jansson value as a value: its strings are copied into the arena, or
  * point into j (which then outlives the render) when copy is false. */
-int jv_from_json(jrender *r, int line, const struct json_t *j, bool copy, jv *out, int depth);
+int cv_jv_from_json(jrender *r, int line, const struct json_t *j, bool copy, jv *out, int depth);
 
 /* ---- text (jinja_text.c) ---- */
 
-uint32_t jt_decode(const char *p, size_t n, size_t *len);
-size_t jt_encode(uint32_t cp, char *out);
-size_t jt_count(jstr s); /* code points */
-/* Byte offset of code point k (k <= jt_count(s)). */
-size_t jt_offset(jstr s, size_t k);
-bool jt_is_space(uint32_t cp); /* Python's str.isspace() */
-bool jt_is_alpha(uint32_t cp);
-bool jt_is_digit(uint32_t cp);
-uint32_t jt_upper(uint32_t cp);
-uint32_t jt_lower(uint32_t cp);
+uint32_t cv_jt_decode(const char *p, size_t n, size_t *len);
+size_t cv_jt_encode(uint32_t cp, char *out);
+size_t cv_jt_count(jstr s); /* code points */
+/* Byte offset of code point k (k <= cv_jt_count(s)). */
+size_t cv_jt_offset(jstr s, size_t k);
+bool cv_jt_is_space(uint32_t cp); /* Python's str.isspace() */
+bool cv_jt_is_alpha(uint32_t cp);
+bool cv_jt_is_digit(uint32_t cp);
+uint32_t cv_jt_upper(uint32_t cp);
+uint32_t cv_jt_lower(uint32_t cp);
 /* Length of the Python whitespace that starts at / ends before p. */
-size_t jt_space_at(const char *p, const char *end);
-size_t jt_space_before(const char *start, const char *end);
-jstr jt_strip(jstr s, bool left, bool right);
+size_t cv_jt_space_at(const char *p, const char *end);
+size_t cv_jt_space_before(const char *start, const char *end);
+jstr cv_jt_strip(jstr s, bool left, bool right);
 /* Python's repr(f) ("1.0", "1e-05", "inf"); buf holds 32 bytes. */
-void jt_float_repr(double f, char *buf);
+void cv_jt_float_repr(double f, char *buf);
 /* Python's int(s) and float(s) of a string; false when it is not one. */
-bool jt_parse_int(jstr s, int base, int64_t *out);
-bool jt_parse_float(jstr s, double *out);
+bool cv_jt_parse_int(jstr s, int base, int64_t *out);
+bool cv_jt_parse_float(jstr s, double *out);
 /* strftime of a date at 00:00:00 (English names, as Python's C locale). */
-int jt_strftime(jrender *r, jbuf *b, int line, jstr fmt, int year, int month, int day);
+int cv_jt_strftime(jrender *r, jbuf *b, int line, jstr fmt, int year, int month, int day);
 
 /* ---- expressions (jinja_expr.c), statements (jinja_eval.c) ---- */
 
-int je_expr(jrender *r, jscope *s, const jnode *n, jv *out);
-int je_body(jrender *r, jscope *s, const jnode *body);
+int cv_je_expr(jrender *r, jscope *s, const jnode *n, jv *out);
+int cv_je_body(jrender *r, jscope *s, const jnode *body);
 /* Evaluates a node's arguments (n->v, n->kw) into a (arrays from the arena). */
-int je_args(jrender *r, jscope *s, const jnode *n, const char *what, jargs *a);
+int cv_je_args(jrender *r, jscope *s, const jnode *n, const char *what, jargs *a);
 /* Calls a callable value. */
-int je_call(jrender *r, int line, jv fn, jargs *a, jv *out);
-int je_call_macro(jrender *r, int line, const jmacro *m, jargs *a, jv *out);
-jv *js_find(jscope *s, int sym);
-int js_set(jrender *r, int line, jscope *s, int sym, jv v);
+int cv_je_call(jrender *r, int line, jv fn, jargs *a, jv *out);
+int cv_je_call_macro(jrender *r, int line, const jmacro *m, jargs *a, jv *out);
+jv *cv_js_find(jscope *s, int sym);
+int cv_js_set(jrender *r, int line, jscope *s, int sym, jv v);
 /* getattr(obj, name) and obj[key] with Jinja's sandbox rules. */
-int je_getattr(jrender *r, int line, jv obj, jstr name, jv *out);
-int je_getitem(jrender *r, int line, jv obj, jv key, jv *out);
+int cv_je_getattr(jrender *r, int line, jv obj, jstr name, jv *out);
+int cv_je_getitem(jrender *r, int line, jv obj, jv key, jv *out);
 /* A dotted attribute path ("a.b.0") as filters' attribute= reads it. */
-int je_getpath(jrender *r, int line, jv obj, jstr path, jv *out);
+int cv_je_getpath(jrender *r, int line, jv obj, jstr path, jv *out);
 /* Fails with Jinja's UndefinedError for using the undefined u ("'x' is
  * undefined", "'dict object' has no attribute 'x'"). */
-int je_undefined(jrender *r, int line, jv u);
+int cv_je_undefined(jrender *r, int line, jv u);
 /* Python's item in seq. */
-int je_contains(jrender *r, int line, jv item, jv seq, bool *out);
+int cv_je_contains(jrender *r, int line, jv item, jv seq, bool *out);
 /* What a for loop or list() iterates: list items, dict keys, characters. */
-int je_iterate(jrender *r, int line, jv v, jlist **out);
+int cv_je_iterate(jrender *r, int line, jv v, jlist **out);
 
 /* ---- filters and tests (jinja_filters.c) ---- */
 
-int jf_filter_id(jstr name);
-int jf_test_id(jstr name);
-int jf_filter(jrender *r, int id, jv operand, jargs *a, jv *out);
-int jf_test(jrender *r, int id, jv operand, jargs *a, bool *out);
+int cv_jf_filter_id(jstr name);
+int cv_jf_test_id(jstr name);
+int cv_jf_filter(jrender *r, int id, jv operand, jargs *a, jv *out);
+int cv_jf_test(jrender *r, int id, jv operand, jargs *a, bool *out);
 /* Argument i (positional) or name (keyword): true when given. */
-bool ja_arg(jargs *a, int i, const char *name, jv *out);
+bool cv_ja_arg(jargs *a, int i, const char *name, jv *out);
 /* Fails for more than n_pos positional arguments or an unused keyword. */
-int ja_done(jrender *r, jargs *a, int n_pos);
-/* Like ja_arg, with a type check: want is a JV_* type (JV_INT accepts
+int cv_ja_done(jrender *r, jargs *a, int n_pos);
+/* Like cv_ja_arg, with a type check: want is a JV_* type (JV_INT accepts
  * bool). */
-int ja_typed(jrender *r, jargs *a, int i, const char *name, int want, jv *out, bool *given);
+int cv_ja_typed(jrender *r, jargs *a, int i, const char *name, int want, jv *out, bool *given);
 
 /* ---- methods and globals (jinja_methods.c) ---- */
 
@@ -397,17 +397,17 @@ enum {
 };
 
 /* The method name of obj as a bound method; false when it has none. */
-bool jm_method(jrender *r, int line, jv obj, jstr name, jv *out);
-int jm_call(jrender *r, int line, const jfunc *fn, jargs *a, jv *out);
+bool cv_jm_method(jrender *r, int line, jv obj, jstr name, jv *out);
+int cv_jm_call(jrender *r, int line, const jfunc *fn, jargs *a, jv *out);
 /* Python's fmt % args (args a tuple, a dict or one value). */
-int jm_percent(jrender *r, int line, jstr fmt, jv args, jv *out);
+int cv_jm_percent(jrender *r, int line, jstr fmt, jv args, jv *out);
 /* Text helpers shared with the filters. */
-int jm_replace(jrender *r, int line, jstr s, jstr old, jstr rep, int64_t count, jv *out);
-int jm_split(jrender *r, int line, jstr s, const jv *sep, int64_t maxsplit, bool from_right, jv *out);
-int jm_case(jrender *r, int line, jstr s, int mode, jv *out);
+int cv_jm_replace(jrender *r, int line, jstr s, jstr old, jstr rep, int64_t count, jv *out);
+int cv_jm_split(jrender *r, int line, jstr s, const jv *sep, int64_t maxsplit, bool from_right, jv *out);
+int cv_jm_case(jrender *r, int line, jstr s, int mode, jv *out);
 enum { JCASE_UPPER, JCASE_LOWER, JCASE_TITLE, JCASE_CAPITALIZE, JCASE_JTITLE };
-int jm_strip(jrender *r, int line, jstr s, const jv *chars, bool left, bool right, jv *out);
+int cv_jm_strip(jrender *r, int line, jstr s, const jv *chars, bool left, bool right, jv *out);
 /* Python's str.splitlines(keepends) (in jinja_filters.c, beside indent). */
-int jm_splitlines(jrender *r, int line, jstr s, bool keepends, jlist **out);
+int cv_jm_splitlines(jrender *r, int line, jstr s, bool keepends, jlist **out);
 
 #endif

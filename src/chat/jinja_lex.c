@@ -86,7 +86,7 @@ static size_t lstrip_len(const lexer *L, const char *p, size_t n)
     if (q == end)
         return n;
     size_t k;
-    while (q < end && (k = jt_space_at(q, end)) > 0)
+    while (q < end && (k = cv_jt_space_at(q, end)) > 0)
         q += k;
     return q == end ? l : n;
 }
@@ -96,7 +96,7 @@ static int emit_text(lexer *L, size_t from, size_t to, char kind, char sign)
     const char *p = L->s + from;
     size_t n = to - from;
     if (sign == '-')
-        n = jt_strip((jstr){p, n}, false, true).n;
+        n = cv_jt_strip((jstr){p, n}, false, true).n;
     else if (sign != '+' && kind != '{')
         n = lstrip_len(L, p, n);
     if (n == 0)
@@ -113,7 +113,7 @@ static void after_end(lexer *L, size_t end, char sign, bool trim)
 {
     size_t to = end, k;
     if (sign == '-')
-        while ((k = jt_space_at(L->s + to, L->s + L->n)) > 0)
+        while ((k = cv_jt_space_at(L->s + to, L->s + L->n)) > 0)
             to += k;
     else if (sign != '+' && trim && to < L->n && L->s[to] == '\n')
         to++;
@@ -250,7 +250,7 @@ static size_t unescape_one(const char *p, const char *end, char *out, size_t *o,
         uint32_t v = 0;
         while (k < 4 && p + k < end && p[k] >= '0' && p[k] <= '7')
             v = v * 8 + (uint32_t)(p[k++] - '0');
-        *o += jt_encode(v, out + *o);
+        *o += cv_jt_encode(v, out + *o);
         return k;
     }
     int width = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
@@ -269,7 +269,7 @@ static size_t unescape_one(const char *p, const char *end, char *out, size_t *o,
     }
     if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
         v = 0xFFFD;
-    *o += jt_encode(v, out + *o);
+    *o += cv_jt_encode(v, out + *o);
     return (size_t)width + 2;
 }
 
@@ -282,7 +282,7 @@ static int lex_string(lexer *L)
     if (j >= L->n)
         return fail(L, "a string literal without its closing quote");
     const char *p = L->s + L->pos + 1, *end = L->s + j;
-    char *out = ja_alloc(L->lx->ar, (size_t)(end - p) * 4 + 1);
+    char *out = cv_ja_alloc(L->lx->ar, (size_t)(end - p) * 4 + 1);
     if (!out)
         return fail(L, "out of memory reading the template");
     size_t o = 0;
@@ -391,12 +391,12 @@ static int lex_token(lexer *L)
 static bool is_tag_word(const lexer *L, size_t p, const char *w, size_t *end, char *sign)
 {
     size_t k, n = strlen(w);
-    while ((k = jt_space_at(L->s + p, L->s + L->n)) > 0)
+    while ((k = cv_jt_space_at(L->s + p, L->s + L->n)) > 0)
         p += k;
     if (p + n > L->n || memcmp(L->s + p, w, n) != 0)
         return false;
     p += n;
-    while ((k = jt_space_at(L->s + p, L->s + L->n)) > 0)
+    while ((k = cv_jt_space_at(L->s + p, L->s + L->n)) > 0)
         p += k;
     *sign = p < L->n && (L->s[p] == '-' || L->s[p] == '+') ? L->s[p] : 0;
     p += *sign != 0;
@@ -434,7 +434,7 @@ static int lex_tag(lexer *L, char kind, int open_line)
     L->depth = 0;
     for (;;) {
         size_t k;
-        while ((k = jt_space_at(L->s + L->pos, L->s + L->n)) > 0)
+        while ((k = cv_jt_space_at(L->s + L->pos, L->s + L->n)) > 0)
             advance(L, L->pos + k);
         if (L->pos >= L->n) {
             L->line = open_line;
@@ -453,7 +453,7 @@ static int lex_tag(lexer *L, char kind, int open_line)
     }
 }
 
-int jx_lex(jlex *lx, const char *src, size_t len)
+int cv_jx_lex(jlex *lx, const char *src, size_t len)
 {
     lexer L = {.lx = lx, .s = src, .n = len, .line = 1, .line_starting = true};
     while (L.pos < L.n) {

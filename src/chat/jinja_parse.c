@@ -26,41 +26,41 @@ static void describe(const jtok *t, char *buf, size_t cap)
         snprintf(buf, cap, "%s", kinds[t->kind]);
 }
 
-int jp_fail_at(parser *P, int line, const char *fmt, const char *arg)
+int cv_jp_fail_at(parser *P, int line, const char *fmt, const char *arg)
 {
     char msg[256];
     snprintf(msg, sizeof msg, fmt, arg);
     return cv_errf(P->err, P->errlen, "line %d: %s", line, msg);
 }
 
-int jp_unexpected(parser *P, const char *wanted)
+int cv_jp_unexpected(parser *P, const char *wanted)
 {
     char got[64], msg[200];
     describe(cur(P), got, sizeof got);
     snprintf(msg, sizeof msg, "expected %s, found %s", wanted, got);
-    return jp_fail_at(P, cur(P)->line, "%s", msg);
+    return cv_jp_fail_at(P, cur(P)->line, "%s", msg);
 }
 
-int jp_expect_op(parser *P, int op, const char *wanted)
+int cv_jp_expect_op(parser *P, int op, const char *wanted)
 {
     if (!at_op(P, op))
-        return jp_unexpected(P, wanted);
+        return cv_jp_unexpected(P, wanted);
     P->pos++;
     return 0;
 }
 
-static int expect_end(parser *P) { return cur(P)->kind == TK_BLOCK_END ? (P->pos++, 0) : jp_unexpected(P, "'%}'"); }
+static int expect_end(parser *P) { return cur(P)->kind == TK_BLOCK_END ? (P->pos++, 0) : cv_jp_unexpected(P, "'%}'"); }
 
-int jp_enter(parser *P)
+int cv_jp_enter(parser *P)
 {
     if (++P->depth > MAX_NESTING)
-        return jp_fail_at(P, cur(P)->line, "the template nests blocks or expressions more than %s deep", "200");
+        return cv_jp_fail_at(P, cur(P)->line, "the template nests blocks or expressions more than %s deep", "200");
     return 0;
 }
 
-jnode *jp_node(parser *P, int kind, int line)
+jnode *cv_jp_node(parser *P, int kind, int line)
 {
-    jnode *n = ja_alloc(&P->t->ar, sizeof *n);
+    jnode *n = cv_ja_alloc(&P->t->ar, sizeof *n);
     if (!n) {
         cv_errf(P->err, P->errlen, "line %d: out of memory reading the template", line);
         return NULL;
@@ -71,7 +71,7 @@ jnode *jp_node(parser *P, int kind, int line)
     return n;
 }
 
-int jp_nv_push(parser *P, nvec *v, jnode *n)
+int cv_jp_nv_push(parser *P, nvec *v, jnode *n)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? 2 * v->cap : 8;
@@ -85,12 +85,12 @@ int jp_nv_push(parser *P, nvec *v, jnode *n)
     return 0;
 }
 
-int jp_nv_done(parser *P, nvec *v, jnode ***out, int *n)
+int cv_jp_nv_done(parser *P, nvec *v, jnode ***out, int *n)
 {
     *n = v->n;
     *out = NULL;
     if (v->n > 0) {
-        *out = ja_alloc(&P->t->ar, (size_t)v->n * sizeof **out);
+        *out = cv_ja_alloc(&P->t->ar, (size_t)v->n * sizeof **out);
         if (*out)
             memcpy(*out, v->v, (size_t)v->n * sizeof **out);
     }
@@ -153,9 +153,9 @@ static int intern(parser *P, jstr s)
     return P->n_names++;
 }
 
-jnode *jp_name_node(parser *P, const jtok *t)
+jnode *cv_jp_name_node(parser *P, const jtok *t)
 {
-    jnode *n = jp_node(P, N_NAME, t->line);
+    jnode *n = cv_jp_node(P, N_NAME, t->line);
     if (!n || (n->sym = intern(P, t->s)) < 0)
         return NULL;
     n->val = jv_str(t->s.p, t->s.n);
@@ -184,18 +184,18 @@ static int parse_body(parser *P, const stop_set *stop, jnode **out);
 static int parse_target(parser *P, bool with_ns, jnode **out)
 {
     if (with_ns && cur(P)->kind == TK_NAME && look(P)->kind == TK_OP && look(P)->op == OP_DOT) {
-        jnode *n = jp_node(P, N_ATTR, cur(P)->line);
-        if (!n || !(n->a = jp_name_node(P, cur(P))))
+        jnode *n = cv_jp_node(P, N_ATTR, cur(P)->line);
+        if (!n || !(n->a = cv_jp_name_node(P, cur(P))))
             return -1;
         P->pos += 2;
         if (cur(P)->kind != TK_NAME)
-            return jp_unexpected(P, "an attribute name");
+            return cv_jp_unexpected(P, "an attribute name");
         n->val = jv_str(cur(P)->s.p, cur(P)->s.n);
         P->pos++;
         *out = n;
         return 0;
     }
-    if (jp_parse_tuple(P, true, false, false, true, out) != 0)
+    if (cv_jp_parse_tuple(P, true, false, false, true, out) != 0)
         return -1;
     bool ok = (*out)->kind == N_NAME;
     if ((*out)->kind == N_TUPLE) {
@@ -203,14 +203,14 @@ static int parse_target(parser *P, bool with_ns, jnode **out)
         for (int i = 0; i < (*out)->n; i++)
             ok = ok && (*out)->v[i]->kind == N_NAME;
     }
-    return ok ? 0 : jp_fail_at(P, (*out)->line, "cannot assign to this expression%s", "");
+    return ok ? 0 : cv_jp_fail_at(P, (*out)->line, "cannot assign to this expression%s", "");
 }
 
 static int parse_if(parser *P, int line, jnode **out)
 {
     static const char *const stops[] = {"elif", "else", "endif", NULL};
-    jnode *n = jp_node(P, N_IF, line);
-    if (!n || jp_parse_tuple(P, false, false, false, false, &n->a) != 0 || expect_end(P) != 0)
+    jnode *n = cv_jp_node(P, N_IF, line);
+    if (!n || cv_jp_parse_tuple(P, false, false, false, false, &n->a) != 0 || expect_end(P) != 0)
         return -1;
     stop_set st = {stops, "if", line};
     if (parse_body(P, &st, &n->d) != 0)
@@ -222,7 +222,7 @@ static int parse_if(parser *P, int line, jnode **out)
     const jtok *t = cur(P);
     P->pos++;
     if (tok_is(t, "elif")) {
-        if (jp_enter(P) != 0 || parse_if(P, t->line, &n->b) != 0)
+        if (cv_jp_enter(P) != 0 || parse_if(P, t->line, &n->b) != 0)
             return -1;
         P->depth--;
         return 0;
@@ -240,21 +240,21 @@ static int parse_if(parser *P, int line, jnode **out)
 static int parse_for(parser *P, int line, jnode **out)
 {
     static const char *const stops[] = {"else", "endfor", NULL}, *const end[] = {"endfor", NULL};
-    jnode *n = jp_node(P, N_FOR, line);
+    jnode *n = cv_jp_node(P, N_FOR, line);
     if (!n || parse_target(P, false, &n->a) != 0)
         return -1;
     if (!at_name(P, "in"))
-        return jp_unexpected(P, "'in'");
+        return cv_jp_unexpected(P, "'in'");
     P->pos++;
-    if (jp_parse_tuple(P, false, false, false, false, &n->b) != 0)
+    if (cv_jp_parse_tuple(P, false, false, false, false, &n->b) != 0)
         return -1;
     if (at_name(P, "if")) {
         P->pos++;
-        if (jp_parse_expression(P, true, &n->c) != 0)
+        if (cv_jp_parse_expression(P, true, &n->c) != 0)
             return -1;
     }
     if (at_name(P, "recursive"))
-        return jp_fail_at(P, cur(P)->line, "recursive for loops are not supported%s", "");
+        return cv_jp_fail_at(P, cur(P)->line, "recursive for loops are not supported%s", "");
     if (expect_end(P) != 0)
         return -1;
     stop_set st = {stops, "for", line};
@@ -284,21 +284,21 @@ static int parse_set(parser *P, int line, jnode **out)
     if (parse_target(P, true, &target) != 0)
         return -1;
     if (at_op(P, OP_ASSIGN)) {
-        jnode *n = jp_node(P, N_SET, line);
+        jnode *n = cv_jp_node(P, N_SET, line);
         if (!n)
             return -1;
         n->a = target;
         P->pos++;
         *out = n;
-        if (jp_parse_tuple(P, false, true, false, false, &n->b) != 0)
+        if (cv_jp_parse_tuple(P, false, true, false, false, &n->b) != 0)
             return -1;
         return expect_end(P);
     }
     if (at_op(P, OP_PIPE))
-        return jp_fail_at(P, line, "a filtered block set is not supported%s", "");
+        return cv_jp_fail_at(P, line, "a filtered block set is not supported%s", "");
     if (target->kind == N_TUPLE)
-        return jp_fail_at(P, line, "a block set needs one name%s", "");
-    jnode *n = jp_node(P, N_SETBLOCK, line), *body = NULL;
+        return cv_jp_fail_at(P, line, "a block set needs one name%s", "");
+    jnode *n = cv_jp_node(P, N_SETBLOCK, line), *body = NULL;
     stop_set st = {end, "set", line};
     if (!n || expect_end(P) != 0 || parse_body(P, &st, &body) != 0)
         return -1;
@@ -314,15 +314,15 @@ static int parse_set(parser *P, int line, jnode **out)
 static int parse_params(parser *P, jnode *n)
 {
     nvec ps = {0};
-    int rc = jp_expect_op(P, OP_LPAREN, "'('");
+    int rc = cv_jp_expect_op(P, OP_LPAREN, "'('");
     while (rc == 0 && !at_op(P, OP_RPAREN)) {
-        if (ps.n && ((rc = jp_expect_op(P, OP_COMMA, "',' or ')'")) != 0 || at_op(P, OP_RPAREN)))
+        if (ps.n && ((rc = cv_jp_expect_op(P, OP_COMMA, "',' or ')'")) != 0 || at_op(P, OP_RPAREN)))
             break;
         if (cur(P)->kind != TK_NAME) {
-            rc = jp_unexpected(P, "a parameter name");
+            rc = cv_jp_unexpected(P, "a parameter name");
             break;
         }
-        jnode *p = jp_node(P, N_PARAM, cur(P)->line);
+        jnode *p = cv_jp_node(P, N_PARAM, cur(P)->line);
         if (!p || (p->sym = intern(P, cur(P)->s)) < 0) {
             rc = -1;
             break;
@@ -331,14 +331,14 @@ static int parse_params(parser *P, jnode *n)
         P->pos++;
         if (at_op(P, OP_ASSIGN)) {
             P->pos++;
-            rc = jp_parse_expression(P, true, &p->a);
+            rc = cv_jp_parse_expression(P, true, &p->a);
         } else if (ps.n && ps.v[ps.n - 1]->a) {
-            rc = jp_fail_at(P, p->line, "a parameter without a default after one with a default%s", "");
+            rc = cv_jp_fail_at(P, p->line, "a parameter without a default after one with a default%s", "");
         }
-        rc = rc ? rc : jp_nv_push(P, &ps, p);
+        rc = rc ? rc : cv_jp_nv_push(P, &ps, p);
     }
-    rc = rc ? rc : jp_expect_op(P, OP_RPAREN, "')'");
-    int rc2 = jp_nv_done(P, &ps, &n->kw, &n->n_kw);
+    rc = rc ? rc : cv_jp_expect_op(P, OP_RPAREN, "')'");
+    int rc2 = cv_jp_nv_done(P, &ps, &n->kw, &n->n_kw);
     return rc ? rc : rc2;
 }
 
@@ -389,11 +389,11 @@ static int parse_macro_body(parser *P, jnode *n, const char *opener, const char 
 
 static int parse_macro(parser *P, int line, jnode **out)
 {
-    jnode *n = jp_node(P, N_MACRO, line);
+    jnode *n = cv_jp_node(P, N_MACRO, line);
     if (!n)
         return -1;
     if (cur(P)->kind != TK_NAME)
-        return jp_unexpected(P, "a macro name");
+        return cv_jp_unexpected(P, "a macro name");
     n->val = jv_str(cur(P)->s.p, cur(P)->s.n);
     if ((n->sym = intern(P, cur(P)->s)) < 0)
         return -1;
@@ -406,24 +406,24 @@ static int parse_macro(parser *P, int line, jnode **out)
 
 static int parse_call_block(parser *P, int line, jnode **out)
 {
-    jnode *n = jp_node(P, N_CALLBLOCK, line);
+    jnode *n = cv_jp_node(P, N_CALLBLOCK, line);
     if (!n)
         return -1;
     *out = n;
     if (at_op(P, OP_LPAREN) && parse_params(P, n) != 0)
         return -1;
-    if (jp_parse_expression(P, true, &n->a) != 0)
+    if (cv_jp_parse_expression(P, true, &n->a) != 0)
         return -1;
     if (n->a->kind != N_CALL)
-        return jp_fail_at(P, line, "a call block needs a call%s", "");
+        return cv_jp_fail_at(P, line, "a call block needs a call%s", "");
     return parse_macro_body(P, n, "call", "endcall");
 }
 
 static int parse_filter_block(parser *P, int line, jnode **out)
 {
     static const char *const end[] = {"endfilter", NULL};
-    jnode *n = jp_node(P, N_FILTERBLOCK, line), *body = NULL;
-    if (!n || jp_parse_filters(P, &n->a, true) != 0)
+    jnode *n = cv_jp_node(P, N_FILTERBLOCK, line), *body = NULL;
+    if (!n || cv_jp_parse_filters(P, &n->a, true) != 0)
         return -1;
     stop_set st = {end, "filter", line};
     if (expect_end(P) != 0 || parse_body(P, &st, &body) != 0)
@@ -449,8 +449,8 @@ static int parse_generation(parser *P, int line, jnode **out)
 static int parse_loop_control(parser *P, int line, bool is_break, jnode **out)
 {
     if (P->loops == 0)
-        return jp_fail_at(P, line, "'%s' outside a for loop", is_break ? "break" : "continue");
-    if (!(*out = jp_node(P, is_break ? N_BREAK : N_CONTINUE, line)))
+        return cv_jp_fail_at(P, line, "'%s' outside a for loop", is_break ? "break" : "continue");
+    if (!(*out = cv_jp_node(P, is_break ? N_BREAK : N_CONTINUE, line)))
         return -1;
     return expect_end(P);
 }
@@ -462,7 +462,7 @@ static int parse_statement(parser *P, jnode **out)
     static const char *const unsupported[] = {"include", "import", "from", "extends", "block", "with", "do",
                                               "autoescape", "trans", "print", NULL};
     if (t->kind != TK_NAME)
-        return jp_unexpected(P, "a tag name");
+        return cv_jp_unexpected(P, "a tag name");
     P->pos++;
     if (tok_is(t, "if"))
         return parse_if(P, line, out);
@@ -484,8 +484,8 @@ static int parse_statement(parser *P, jnode **out)
     snprintf(nm, sizeof nm, "%.*s", t->s.n > 40 ? 40 : (int)t->s.n, t->s.p);
     for (int k = 0; unsupported[k]; k++)
         if (tok_is(t, unsupported[k]))
-            return jp_fail_at(P, line, "the tag '%s' is not supported", nm);
-    return jp_fail_at(P, line, "unexpected tag '%s'", nm);
+            return cv_jp_fail_at(P, line, "the tag '%s' is not supported", nm);
+    return cv_jp_fail_at(P, line, "unexpected tag '%s'", nm);
 }
 
 static bool is_stop(const jtok *t, const stop_set *stop)
@@ -501,7 +501,7 @@ static int unclosed(parser *P, const stop_set *stop)
     char msg[160];
     snprintf(msg, sizeof msg, "the '%s' tag of line %d is not closed (expected '%s')", stop->opener, stop->line,
              closer(stop));
-    return jp_fail_at(P, cur(P)->line, "%s", msg);
+    return cv_jp_fail_at(P, cur(P)->line, "%s", msg);
 }
 
 /* One item of a body: text, {{ expr }} or a statement (NULL for a stop tag). */
@@ -511,16 +511,16 @@ static int parse_item(parser *P, const stop_set *stop, jnode **out)
     *out = NULL;
     if (t->kind == TK_TEXT) {
         P->pos++;
-        if (!(*out = jp_node(P, N_TEXT, t->line)))
+        if (!(*out = cv_jp_node(P, N_TEXT, t->line)))
             return -1;
         (*out)->val = jv_str(t->s.p, t->s.n);
         return 0;
     }
     if (t->kind == TK_VAR_BEGIN) {
         P->pos++;
-        if (!(*out = jp_node(P, N_OUT, t->line)) || jp_parse_tuple(P, false, true, false, false, &(*out)->a) != 0)
+        if (!(*out = cv_jp_node(P, N_OUT, t->line)) || cv_jp_parse_tuple(P, false, true, false, false, &(*out)->a) != 0)
             return -1;
-        return cur(P)->kind == TK_VAR_END ? (P->pos++, 0) : jp_unexpected(P, "'}}'");
+        return cur(P)->kind == TK_VAR_END ? (P->pos++, 0) : cv_jp_unexpected(P, "'}}'");
     }
     P->pos++; /* {% */
     if (is_stop(cur(P), stop))
@@ -532,9 +532,9 @@ static int parse_item(parser *P, const stop_set *stop, jnode **out)
  * top, the end of the template. */
 static int parse_body(parser *P, const stop_set *stop, jnode **out)
 {
-    if (jp_enter(P) != 0)
+    if (cv_jp_enter(P) != 0)
         return -1;
-    jnode *body = jp_node(P, N_BODY, cur(P)->line);
+    jnode *body = cv_jp_node(P, N_BODY, cur(P)->line);
     nvec items = {0};
     int rc = body ? 0 : -1;
     while (rc == 0) {
@@ -546,9 +546,9 @@ static int parse_body(parser *P, const stop_set *stop, jnode **out)
         rc = parse_item(P, stop, &item);
         if (rc == 0 && !item)
             break;
-        rc = rc ? rc : jp_nv_push(P, &items, item);
+        rc = rc ? rc : cv_jp_nv_push(P, &items, item);
     }
-    int rc2 = body ? jp_nv_done(P, &items, &body->v, &body->n) : (cv_free(items.v), -1);
+    int rc2 = body ? cv_jp_nv_done(P, &items, &body->v, &body->n) : (cv_free(items.v), -1);
     *out = body;
     P->depth--;
     return rc ? rc : rc2;
@@ -559,7 +559,7 @@ static int parse_body(parser *P, const stop_set *stop, jnode **out)
 /* The source with \r\n and \r read as \n and one trailing newline dropped. */
 static char *normalize(jarena *ar, const char *src, size_t len, size_t *out_len)
 {
-    char *s = ja_alloc(ar, len + 1);
+    char *s = cv_ja_alloc(ar, len + 1);
     if (!s)
         return NULL;
     size_t o = 0;
@@ -587,8 +587,8 @@ static int finish_names(parser *P)
         (t->sym_varargs = intern(P, (jstr){"varargs", 7})) < 0 || (t->sym_kwargs = intern(P, (jstr){"kwargs", 6})) < 0)
         return -1;
     t->n_names = P->n_names;
-    t->names = ja_alloc(&t->ar, (size_t)P->n_names * sizeof *t->names);
-    t->global_of = ja_alloc(&t->ar, (size_t)P->n_names);
+    t->names = cv_ja_alloc(&t->ar, (size_t)P->n_names * sizeof *t->names);
+    t->global_of = cv_ja_alloc(&t->ar, (size_t)P->n_names);
     if (!t->names || !t->global_of)
         return cv_errf(P->err, P->errlen, "out of memory reading the template");
     for (int i = 0; i < P->n_names; i++) {
@@ -608,7 +608,7 @@ static int parse_all(parser *P, const char *src, size_t len)
     if (!s)
         return cv_errf(P->err, P->errlen, "out of memory reading the template");
     jlex lx = {.ar = &P->t->ar, .err = P->err, .errlen = P->errlen};
-    int rc = jx_lex(&lx, s, n);
+    int rc = cv_jx_lex(&lx, s, n);
     if (rc == 0) {
         P->tok = lx.tok;
         rc = parse_body(P, NULL, &P->t->root);
@@ -645,6 +645,6 @@ void cv_jinja_free(cv_jinja *t)
 {
     if (!t)
         return;
-    ja_release(&t->ar);
+    cv_ja_release(&t->ar);
     cv_free(t);
 }

@@ -6,7 +6,7 @@
  * (.name, [index], [a:b:c], calls) and their filters (|f) and tests
  * (is [not] t). Filters and tests are resolved here, so an unknown one is a
  * parse error naming it and its line, as in Jinja2. Every recursion counts
- * against the nesting bound (jp_enter). */
+ * against the nesting bound (cv_jp_enter). */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,7 +18,7 @@
 static int chain(parser *P, int *k)
 {
     (*k)++;
-    return jp_enter(P);
+    return cv_jp_enter(P);
 }
 
 static int parse_unary(parser *P, bool with_filter, jnode **out);
@@ -29,48 +29,49 @@ static int parse_postfix(parser *P, jnode **io);
 static int parse_call_args(parser *P, jnode *n)
 {
     nvec pos = {0}, kw = {0};
-    int rc = jp_expect_op(P, OP_LPAREN, "'('");
+    int rc = cv_jp_expect_op(P, OP_LPAREN, "'('");
     while (rc == 0 && !at_op(P, OP_RPAREN)) {
-        if ((pos.n || kw.n) && ((rc = jp_expect_op(P, OP_COMMA, "',' or ')'")) != 0 || at_op(P, OP_RPAREN)))
+        if ((pos.n || kw.n) && ((rc = cv_jp_expect_op(P, OP_COMMA, "',' or ')'")) != 0 || at_op(P, OP_RPAREN)))
             break;
         if (at_op(P, OP_MUL) || at_op(P, OP_POW)) {
-            rc = jp_fail_at(P, cur(P)->line, "%s in a call is not supported", at_op(P, OP_MUL) ? "*args" : "**kwargs");
+            rc = cv_jp_fail_at(P, cur(P)->line, "%s in a call is not supported",
+                               at_op(P, OP_MUL) ? "*args" : "**kwargs");
         } else if (cur(P)->kind == TK_NAME && look(P)->kind == TK_OP && look(P)->op == OP_ASSIGN) {
-            jnode *k = jp_node(P, N_KWARG, cur(P)->line);
+            jnode *k = cv_jp_node(P, N_KWARG, cur(P)->line);
             rc = k ? 0 : -1;
             if (k) {
                 k->val = jv_str(cur(P)->s.p, cur(P)->s.n);
                 P->pos += 2;
-                rc = jp_parse_expression(P, true, &k->a);
+                rc = cv_jp_parse_expression(P, true, &k->a);
             }
-            rc = rc ? rc : jp_nv_push(P, &kw, k);
+            rc = rc ? rc : cv_jp_nv_push(P, &kw, k);
         } else if (kw.n) {
-            rc = jp_fail_at(P, cur(P)->line, "a positional argument after a keyword argument%s", "");
+            rc = cv_jp_fail_at(P, cur(P)->line, "a positional argument after a keyword argument%s", "");
         } else {
             jnode *e = NULL;
-            rc = jp_parse_expression(P, true, &e);
-            rc = rc ? rc : jp_nv_push(P, &pos, e);
+            rc = cv_jp_parse_expression(P, true, &e);
+            rc = rc ? rc : cv_jp_nv_push(P, &pos, e);
         }
     }
-    rc = rc ? rc : jp_expect_op(P, OP_RPAREN, "')'");
-    int rc2 = jp_nv_done(P, &pos, &n->v, &n->n);
-    int rc3 = jp_nv_done(P, &kw, &n->kw, &n->n_kw);
+    rc = rc ? rc : cv_jp_expect_op(P, OP_RPAREN, "')'");
+    int rc2 = cv_jp_nv_done(P, &pos, &n->v, &n->n);
+    int rc3 = cv_jp_nv_done(P, &kw, &n->kw, &n->n_kw);
     return rc ? rc : rc2 ? rc2 : rc3;
 }
 
 static int parse_dotted_name(parser *P, jstr *out)
 {
     if (cur(P)->kind != TK_NAME)
-        return jp_unexpected(P, "a name");
+        return cv_jp_unexpected(P, "a name");
     *out = cur(P)->s;
     P->pos++;
     if (at_op(P, OP_DOT))
-        return jp_fail_at(P, cur(P)->line, "dotted filter and test names are not supported%s", "");
+        return cv_jp_fail_at(P, cur(P)->line, "dotted filter and test names are not supported%s", "");
     return 0;
 }
 
 /* |name(args)|name... applied to *io (NULL in a filter block). */
-int jp_parse_filters(parser *P, jnode **io, bool first_inline)
+int cv_jp_parse_filters(parser *P, jnode **io, bool first_inline)
 {
     int k = 0;
     while (first_inline || at_op(P, OP_PIPE)) {
@@ -83,13 +84,13 @@ int jp_parse_filters(parser *P, jnode **io, bool first_inline)
         jstr name;
         if (parse_dotted_name(P, &name) != 0)
             return -1;
-        int id = jf_filter_id(name);
+        int id = cv_jf_filter_id(name);
         if (id < 0) {
             char nm[64];
             snprintf(nm, sizeof nm, "%.*s", name.n > 40 ? 40 : (int)name.n, name.p);
-            return jp_fail_at(P, line, "unknown filter '%s'", nm);
+            return cv_jp_fail_at(P, line, "unknown filter '%s'", nm);
         }
-        jnode *f = jp_node(P, N_FILTER, line);
+        jnode *f = cv_jp_node(P, N_FILTER, line);
         if (!f)
             return -1;
         f->op = (uint8_t)id;
@@ -121,13 +122,13 @@ static int parse_test(parser *P, jnode **io)
     jstr name;
     if (parse_dotted_name(P, &name) != 0)
         return -1;
-    int id = jf_test_id(name);
+    int id = cv_jf_test_id(name);
     if (id < 0) {
         char nm[64];
         snprintf(nm, sizeof nm, "%.*s", name.n > 40 ? 40 : (int)name.n, name.p);
-        return jp_fail_at(P, line, "unknown test '%s'", nm);
+        return cv_jp_fail_at(P, line, "unknown test '%s'", nm);
     }
-    jnode *t = jp_node(P, N_TEST, line);
+    jnode *t = cv_jp_node(P, N_TEST, line);
     if (!t)
         return -1;
     t->op = (uint8_t)id;
@@ -141,7 +142,7 @@ static int parse_test(parser *P, jnode **io)
         jnode *arg = NULL;
         if (parse_primary(P, &arg) != 0 || parse_postfix(P, &arg) != 0)
             return -1;
-        if (!(t->v = ja_alloc(&P->t->ar, sizeof *t->v)))
+        if (!(t->v = cv_ja_alloc(&P->t->ar, sizeof *t->v)))
             return cv_errf(P->err, P->errlen, "out of memory reading the template");
         t->v[0] = arg;
         t->n = 1;
@@ -157,11 +158,11 @@ static int parse_filter_expr(parser *P, jnode **io)
             return -1;
         int rc = 0;
         if (at_op(P, OP_PIPE)) {
-            rc = jp_parse_filters(P, io, false);
+            rc = cv_jp_parse_filters(P, io, false);
         } else if (at_name(P, "is")) {
             rc = parse_test(P, io);
         } else if (at_op(P, OP_LPAREN)) {
-            jnode *c = jp_node(P, N_CALL, cur(P)->line);
+            jnode *c = cv_jp_node(P, N_CALL, cur(P)->line);
             rc = c ? parse_call_args(P, c) : -1;
             if (c)
                 c->a = *io, *io = c;
@@ -180,7 +181,7 @@ static int parse_subscribed(parser *P, jnode **out)
     jnode *parts[3] = {NULL, NULL, NULL};
     int line = cur(P)->line;
     if (!at_op(P, OP_COLON)) {
-        if (jp_parse_expression(P, true, &parts[0]) != 0)
+        if (cv_jp_parse_expression(P, true, &parts[0]) != 0)
             return -1;
         if (!at_op(P, OP_COLON)) {
             *out = parts[0];
@@ -190,10 +191,10 @@ static int parse_subscribed(parser *P, jnode **out)
     for (int k = 1; k < 3 && at_op(P, OP_COLON); k++) {
         P->pos++;
         if (!at_op(P, OP_COLON) && !at_op(P, OP_RBRACKET) && !at_op(P, OP_COMMA) &&
-            jp_parse_expression(P, true, &parts[k]) != 0)
+            cv_jp_parse_expression(P, true, &parts[k]) != 0)
             return -1;
     }
-    jnode *s = jp_node(P, N_SLICE, line);
+    jnode *s = cv_jp_node(P, N_SLICE, line);
     if (!s)
         return -1;
     s->b = parts[0];
@@ -209,17 +210,17 @@ static int parse_subscript(parser *P, jnode **io)
     if (at_op(P, OP_DOT)) {
         P->pos++;
         const jtok *t = cur(P);
-        jnode *n = jp_node(P, t->kind == TK_NAME ? N_ATTR : N_ITEM, line);
+        jnode *n = cv_jp_node(P, t->kind == TK_NAME ? N_ATTR : N_ITEM, line);
         if (!n)
             return -1;
         if (t->kind == TK_NAME) {
             n->val = jv_str(t->s.p, t->s.n);
         } else if (t->kind == TK_INT) {
-            if (!(n->b = jp_node(P, N_CONST, line)))
+            if (!(n->b = cv_jp_node(P, N_CONST, line)))
                 return -1;
             n->b->val = jv_int(t->i);
         } else {
-            return jp_unexpected(P, "a name or a number after '.'");
+            return cv_jp_unexpected(P, "a name or a number after '.'");
         }
         P->pos++;
         n->a = *io;
@@ -231,15 +232,15 @@ static int parse_subscript(parser *P, jnode **io)
     if (parse_subscribed(P, &key) != 0)
         return -1;
     if (at_op(P, OP_COMMA))
-        return jp_fail_at(P, line, "a tuple as a subscript is not supported%s", "");
-    if (jp_expect_op(P, OP_RBRACKET, "']'") != 0)
+        return cv_jp_fail_at(P, line, "a tuple as a subscript is not supported%s", "");
+    if (cv_jp_expect_op(P, OP_RBRACKET, "']'") != 0)
         return -1;
     if (key->kind == N_SLICE) {
         key->a = *io;
         *io = key;
         return 0;
     }
-    jnode *n = jp_node(P, N_ITEM, line);
+    jnode *n = cv_jp_node(P, N_ITEM, line);
     if (!n)
         return -1;
     n->a = *io;
@@ -257,7 +258,7 @@ static int parse_postfix(parser *P, jnode **io)
         if (at_op(P, OP_DOT) || at_op(P, OP_LBRACKET)) {
             rc = parse_subscript(P, io);
         } else if (at_op(P, OP_LPAREN)) {
-            jnode *c = jp_node(P, N_CALL, cur(P)->line);
+            jnode *c = cv_jp_node(P, N_CALL, cur(P)->line);
             rc = c ? parse_call_args(P, c) : -1;
             if (c)
                 c->a = *io, *io = c;
@@ -277,20 +278,20 @@ static int parse_list_or_dict(parser *P, bool dict, jnode *n)
     int rc = 0;
     int close = dict ? OP_RBRACE : OP_RBRACKET;
     while (rc == 0 && !at_op(P, close)) {
-        if (keys.n && ((rc = jp_expect_op(P, OP_COMMA, dict ? "',' or '}'" : "',' or ']'")) != 0 || at_op(P, close)))
+        if (keys.n && ((rc = cv_jp_expect_op(P, OP_COMMA, dict ? "',' or '}'" : "',' or ']'")) != 0 || at_op(P, close)))
             break;
         jnode *k = NULL, *v = NULL;
-        rc = jp_parse_expression(P, true, &k);
-        rc = rc ? rc : jp_nv_push(P, &keys, k);
+        rc = cv_jp_parse_expression(P, true, &k);
+        rc = rc ? rc : cv_jp_nv_push(P, &keys, k);
         if (rc == 0 && dict) {
-            rc = jp_expect_op(P, OP_COLON, "':'");
-            rc = rc ? rc : jp_parse_expression(P, true, &v);
-            rc = rc ? rc : jp_nv_push(P, &vals, v);
+            rc = cv_jp_expect_op(P, OP_COLON, "':'");
+            rc = rc ? rc : cv_jp_parse_expression(P, true, &v);
+            rc = rc ? rc : cv_jp_nv_push(P, &vals, v);
         }
     }
-    rc = rc ? rc : jp_expect_op(P, close, dict ? "'}'" : "']'");
-    int rc2 = jp_nv_done(P, &keys, &n->v, &n->n);
-    int rc3 = jp_nv_done(P, &vals, &n->kw, &n->n_kw);
+    rc = rc ? rc : cv_jp_expect_op(P, close, dict ? "'}'" : "']'");
+    int rc2 = cv_jp_nv_done(P, &keys, &n->v, &n->n);
+    int rc3 = cv_jp_nv_done(P, &vals, &n->kw, &n->n_kw);
     return rc ? rc : rc2 ? rc2 : rc3;
 }
 
@@ -299,14 +300,14 @@ static int parse_literal_name(parser *P, const jtok *t, jnode **out)
     static const char *const consts[] = {"true", "True", "false", "False", "none", "None"};
     for (int k = 0; k < 6; k++)
         if (tok_is(t, consts[k])) {
-            if (!(*out = jp_node(P, N_CONST, t->line)))
+            if (!(*out = cv_jp_node(P, N_CONST, t->line)))
                 return -1;
             (*out)->val = k < 4 ? jv_bool(k < 2) : jv_none();
             P->pos++;
             return 0;
         }
     P->pos++;
-    return (*out = jp_name_node(P, t)) ? 0 : -1;
+    return (*out = cv_jp_name_node(P, t)) ? 0 : -1;
 }
 
 /* Adjacent string literals join, as in Python. */
@@ -320,7 +321,7 @@ static int parse_strings(parser *P, jnode *n)
         n->val = jv_str(P->tok[from].s.p, P->tok[from].s.n);
         return 0;
     }
-    char *p = ja_alloc(&P->t->ar, total + 1);
+    char *p = cv_ja_alloc(&P->t->ar, total + 1);
     if (!p)
         return cv_errf(P->err, P->errlen, "out of memory reading the template");
     size_t o = 0;
@@ -335,28 +336,28 @@ static int parse_strings(parser *P, jnode *n)
 static int parse_primary(parser *P, jnode **out)
 {
     const jtok *t = cur(P);
-    if (jp_enter(P) != 0)
+    if (cv_jp_enter(P) != 0)
         return -1;
     int rc;
     if (t->kind == TK_NAME) {
         rc = parse_literal_name(P, t, out);
     } else if (t->kind == TK_STRING || t->kind == TK_INT || t->kind == TK_FLOAT) {
-        rc = (*out = jp_node(P, N_CONST, t->line)) ? 0 : -1;
+        rc = (*out = cv_jp_node(P, N_CONST, t->line)) ? 0 : -1;
         if (rc == 0 && t->kind == TK_STRING)
             rc = parse_strings(P, *out);
         else if (rc == 0)
             (*out)->val = t->kind == TK_INT ? jv_int(t->i) : jv_float(t->f), P->pos++;
     } else if (at_op(P, OP_LPAREN)) {
         P->pos++;
-        rc = jp_parse_tuple(P, false, true, true, false, out);
-        rc = rc ? rc : jp_expect_op(P, OP_RPAREN, "')'");
+        rc = cv_jp_parse_tuple(P, false, true, true, false, out);
+        rc = rc ? rc : cv_jp_expect_op(P, OP_RPAREN, "')'");
     } else if (at_op(P, OP_LBRACKET) || at_op(P, OP_LBRACE)) {
         bool dict = at_op(P, OP_LBRACE);
-        rc = (*out = jp_node(P, dict ? N_DICT : N_LIST, t->line)) ? 0 : -1;
+        rc = (*out = cv_jp_node(P, dict ? N_DICT : N_LIST, t->line)) ? 0 : -1;
         P->pos++;
         rc = rc ? rc : parse_list_or_dict(P, dict, *out);
     } else {
-        rc = jp_unexpected(P, "an expression");
+        rc = cv_jp_unexpected(P, "an expression");
     }
     P->depth--;
     return rc;
@@ -364,11 +365,11 @@ static int parse_primary(parser *P, jnode **out)
 
 static int parse_unary(parser *P, bool with_filter, jnode **out)
 {
-    if (jp_enter(P) != 0)
+    if (cv_jp_enter(P) != 0)
         return -1;
     int rc;
     if (at_op(P, OP_SUB) || at_op(P, OP_ADD)) {
-        jnode *n = jp_node(P, at_op(P, OP_SUB) ? N_NEG : N_POS, cur(P)->line);
+        jnode *n = cv_jp_node(P, at_op(P, OP_SUB) ? N_NEG : N_POS, cur(P)->line);
         P->pos++;
         rc = n ? parse_unary(P, false, &n->a) : -1;
         *out = n;
@@ -384,7 +385,7 @@ static int parse_unary(parser *P, bool with_filter, jnode **out)
 
 static int binary(parser *P, int kind, int op, jnode **io, jnode *right, int line)
 {
-    jnode *n = jp_node(P, kind, line);
+    jnode *n = cv_jp_node(P, kind, line);
     if (!n)
         return -1;
     n->op = (uint8_t)op;
@@ -436,16 +437,16 @@ static int parse_concat(parser *P, jnode **out)
         return -1;
     if (!at_op(P, OP_TILDE))
         return 0;
-    jnode *n = jp_node(P, N_CONCAT, cur(P)->line);
+    jnode *n = cv_jp_node(P, N_CONCAT, cur(P)->line);
     nvec parts = {0};
-    int rc = n ? jp_nv_push(P, &parts, *out) : -1;
+    int rc = n ? cv_jp_nv_push(P, &parts, *out) : -1;
     while (rc == 0 && at_op(P, OP_TILDE)) {
         jnode *r = NULL;
         P->pos++;
         rc = parse_math2(P, &r);
-        rc = rc ? rc : jp_nv_push(P, &parts, r);
+        rc = rc ? rc : cv_jp_nv_push(P, &parts, r);
     }
-    int rc2 = n ? jp_nv_done(P, &parts, &n->v, &n->n) : (cv_free(parts.v), -1);
+    int rc2 = n ? cv_jp_nv_done(P, &parts, &n->v, &n->n) : (cv_free(parts.v), -1);
     *out = n;
     return rc ? rc : rc2;
 }
@@ -479,32 +480,32 @@ static int parse_compare(parser *P, jnode **out)
     nvec ops = {0};
     int op, rc = 0;
     while (rc == 0 && (op = compare_op(P)) != OP_NONE) {
-        jnode *o = jp_node(P, N_CMP, cur(P)->line);
+        jnode *o = cv_jp_node(P, N_CMP, cur(P)->line);
         rc = o ? parse_math1(P, &o->a) : -1;
         if (rc == 0)
-            o->op = (uint8_t)op, rc = jp_nv_push(P, &ops, o);
+            o->op = (uint8_t)op, rc = cv_jp_nv_push(P, &ops, o);
     }
     if (rc != 0 || ops.n == 0) {
         cv_free(ops.v);
         return rc;
     }
-    jnode *n = jp_node(P, N_CMP, line);
+    jnode *n = cv_jp_node(P, N_CMP, line);
     if (!n) {
         cv_free(ops.v);
         return -1;
     }
     n->a = *out;
     *out = n;
-    return jp_nv_done(P, &ops, &n->v, &n->n);
+    return cv_jp_nv_done(P, &ops, &n->v, &n->n);
 }
 
 static int parse_not(parser *P, jnode **out)
 {
     if (!at_name(P, "not"))
         return parse_compare(P, out);
-    if (jp_enter(P) != 0)
+    if (cv_jp_enter(P) != 0)
         return -1;
-    jnode *n = jp_node(P, N_NOT, cur(P)->line);
+    jnode *n = cv_jp_node(P, N_NOT, cur(P)->line);
     P->pos++;
     int rc = n ? parse_not(P, &n->a) : -1;
     *out = n;
@@ -516,20 +517,20 @@ static int parse_and(parser *P, jnode **out) { return parse_left(P, parse_not, a
 
 static int parse_or(parser *P, jnode **out) { return parse_left(P, parse_and, at_or, N_OR, out); }
 
-int jp_parse_expression(parser *P, bool with_cond, jnode **out)
+int cv_jp_parse_expression(parser *P, bool with_cond, jnode **out)
 {
-    if (jp_enter(P) != 0)
+    if (cv_jp_enter(P) != 0)
         return -1;
     int rc = parse_or(P, out), k = 0;
     while (rc == 0 && with_cond && at_name(P, "if")) {
         if (chain(P, &k) != 0)
             return -1;
-        jnode *n = jp_node(P, N_COND, cur(P)->line);
+        jnode *n = cv_jp_node(P, N_COND, cur(P)->line);
         P->pos++;
         rc = n ? parse_or(P, &n->b) : -1;
         if (rc == 0 && at_name(P, "else")) {
             P->pos++;
-            rc = jp_parse_expression(P, true, &n->c);
+            rc = cv_jp_parse_expression(P, true, &n->c);
         }
         if (n)
             n->a = *out, *out = n;
@@ -546,20 +547,20 @@ static bool tuple_end(const parser *P, bool in_ends)
 }
 
 /* Jinja2's parse_tuple: one expression, or a tuple when commas follow. */
-int jp_parse_tuple(parser *P, bool simplified, bool with_cond, bool parens, bool in_ends, jnode **out)
+int cv_jp_parse_tuple(parser *P, bool simplified, bool with_cond, bool parens, bool in_ends, jnode **out)
 {
     int line = cur(P)->line;
     nvec items = {0};
     bool is_tuple = false;
     int rc = 0;
     for (;;) {
-        if (items.n && (rc = jp_expect_op(P, OP_COMMA, "','")) != 0)
+        if (items.n && (rc = cv_jp_expect_op(P, OP_COMMA, "','")) != 0)
             break;
         if (tuple_end(P, in_ends))
             break;
         jnode *e = NULL;
-        rc = simplified ? parse_primary(P, &e) : jp_parse_expression(P, with_cond, &e);
-        if (rc != 0 || (rc = jp_nv_push(P, &items, e)) != 0)
+        rc = simplified ? parse_primary(P, &e) : cv_jp_parse_expression(P, with_cond, &e);
+        if (rc != 0 || (rc = cv_jp_nv_push(P, &items, e)) != 0)
             break;
         if (!at_op(P, OP_COMMA))
             break;
@@ -571,12 +572,12 @@ int jp_parse_tuple(parser *P, bool simplified, bool with_cond, bool parens, bool
         return 0;
     }
     if (rc == 0 && !is_tuple && !parens)
-        rc = jp_unexpected(P, "an expression");
-    jnode *n = rc == 0 ? jp_node(P, N_TUPLE, line) : NULL;
+        rc = cv_jp_unexpected(P, "an expression");
+    jnode *n = rc == 0 ? cv_jp_node(P, N_TUPLE, line) : NULL;
     if (rc != 0 || !n) {
         cv_free(items.v);
         return -1;
     }
     *out = n;
-    return jp_nv_done(P, &items, &n->v, &n->n);
+    return cv_jp_nv_done(P, &items, &n->v, &n->n);
 }

@@ -3,9 +3,9 @@
  * template, cv_jinja_parse) and jinja_parse_expr.c (expressions). jinja_impl.h
  * is the engine's shared insides; this is the parser's alone.
  *
- * Errors: a function that can fail returns -1 (NULL for jp_node and
- * jp_name_node) after writing "line N: ..." into P->err. Every recursion
- * goes through jp_enter, which fails past the nesting bound, and gives its
+ * Errors: a function that can fail returns -1 (NULL for cv_jp_node and
+ * cv_jp_name_node) after writing "line N: ..." into P->err. Every recursion
+ * goes through cv_jp_enter, which fails past the nesting bound, and gives its
  * level back (P->depth--) when it returns. */
 #ifndef CONVOY_CHAT_JINJA_PARSER_H
 #define CONVOY_CHAT_JINJA_PARSER_H
@@ -48,21 +48,21 @@ static inline bool tok_is(const jtok *t, const char *name)
 static inline bool at_name(const parser *P, const char *name) { return tok_is(cur(P), name); }
 
 /* jinja_parse.c: errors, nesting, nodes and names. */
-int jp_fail_at(parser *P, int line, const char *fmt, const char *arg);
-int jp_unexpected(parser *P, const char *wanted);
-int jp_expect_op(parser *P, int op, const char *wanted);
-int jp_enter(parser *P);
-jnode *jp_node(parser *P, int kind, int line);
-int jp_nv_push(parser *P, nvec *v, jnode *n);
+int cv_jp_fail_at(parser *P, int line, const char *fmt, const char *arg);
+int cv_jp_unexpected(parser *P, const char *wanted);
+int cv_jp_expect_op(parser *P, int op, const char *wanted);
+int cv_jp_enter(parser *P);
+jnode *cv_jp_node(parser *P, int kind, int line);
+int cv_jp_nv_push(parser *P, nvec *v, jnode *n);
 /* Moves v into the arena as (*out, *n); v is freed either way. */
-int jp_nv_done(parser *P, nvec *v, jnode ***out, int *n);
-jnode *jp_name_node(parser *P, const jtok *t);
+int cv_jp_nv_done(parser *P, nvec *v, jnode ***out, int *n);
+jnode *cv_jp_name_node(parser *P, const jtok *t);
 
 /* jinja_parse_expr.c: an expression (with `a if c else b` when with_cond),
  * Jinja2's parse_tuple (one expression, or a tuple when commas follow), and
  * the filters |name(args)|name... applied to *io (NULL in a filter block). */
-int jp_parse_expression(parser *P, bool with_cond, jnode **out);
-int jp_parse_tuple(parser *P, bool simplified, bool with_cond, bool parens, bool in_ends, jnode **out);
-int jp_parse_filters(parser *P, jnode **io, bool first_inline);
+int cv_jp_parse_expression(parser *P, bool with_cond, jnode **out);
+int cv_jp_parse_tuple(parser *P, bool simplified, bool with_cond, bool parens, bool in_ends, jnode **out);
+int cv_jp_parse_filters(parser *P, jnode **io, bool first_inline);
 
 #endif

@@ -15,71 +15,71 @@
 #include "chat/jinja_impl.h"
 #include "core/unicode.h"
 
-uint32_t jt_decode(const char *p, size_t n, size_t *len) { return cv_utf8_decode((const uint8_t *)p, n, len); }
+uint32_t cv_jt_decode(const char *p, size_t n, size_t *len) { return cv_utf8_decode((const uint8_t *)p, n, len); }
 
-size_t jt_encode(uint32_t cp, char *out) { return cv_utf8_encode(cp > 0x10FFFF ? 0xFFFD : cp, out); }
+size_t cv_jt_encode(uint32_t cp, char *out) { return cv_utf8_encode(cp > 0x10FFFF ? 0xFFFD : cp, out); }
 
-size_t jt_count(jstr s)
+size_t cv_jt_count(jstr s)
 {
     size_t k = 0;
     for (size_t i = 0, len; i < s.n; i += len, k++)
-        jt_decode(s.p + i, s.n - i, &len);
+        cv_jt_decode(s.p + i, s.n - i, &len);
     return k;
 }
 
-size_t jt_offset(jstr s, size_t k)
+size_t cv_jt_offset(jstr s, size_t k)
 {
     size_t i = 0, len;
     for (; k > 0 && i < s.n; k--, i += len)
-        jt_decode(s.p + i, s.n - i, &len);
+        cv_jt_decode(s.p + i, s.n - i, &len);
     return i;
 }
 
-bool jt_is_space(uint32_t cp)
+bool cv_jt_is_space(uint32_t cp)
 {
     if (cp < 0x80)
         return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20);
     return cp == 0x85 || (cv_unicode_class(cp) & CV_UC_SPACE) != 0;
 }
 
-bool jt_is_alpha(uint32_t cp)
+bool cv_jt_is_alpha(uint32_t cp)
 {
     if (cp < 0x80)
         return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
     return (cv_unicode_class(cp) & CV_UC_LETTER) != 0;
 }
 
-bool jt_is_digit(uint32_t cp)
+bool cv_jt_is_digit(uint32_t cp)
 {
     if (cp < 0x80)
         return cp >= '0' && cp <= '9';
     return (cv_unicode_class(cp) & CV_UC_NUMBER) != 0;
 }
 
-size_t jt_space_at(const char *p, const char *end)
+size_t cv_jt_space_at(const char *p, const char *end)
 {
     if (p >= end)
         return 0;
     size_t len;
-    uint32_t cp = jt_decode(p, (size_t)(end - p), &len);
-    return jt_is_space(cp) ? len : 0;
+    uint32_t cp = cv_jt_decode(p, (size_t)(end - p), &len);
+    return cv_jt_is_space(cp) ? len : 0;
 }
 
-size_t jt_space_before(const char *start, const char *end)
+size_t cv_jt_space_before(const char *start, const char *end)
 {
     for (size_t k = 1; k <= 4 && k <= (size_t)(end - start); k++)
-        if (jt_space_at(end - k, end) == k)
+        if (cv_jt_space_at(end - k, end) == k)
             return k;
     return 0;
 }
 
-jstr jt_strip(jstr s, bool left, bool right)
+jstr cv_jt_strip(jstr s, bool left, bool right)
 {
     const char *p = s.p, *end = s.p + s.n;
     size_t k;
-    while (left && (k = jt_space_at(p, end)) > 0)
+    while (left && (k = cv_jt_space_at(p, end)) > 0)
         p += k;
-    while (right && (k = jt_space_before(p, end)) > 0)
+    while (right && (k = cv_jt_space_before(p, end)) > 0)
         end -= k;
     return (jstr){p, (size_t)(end - p)};
 }
@@ -125,7 +125,7 @@ static uint32_t pair_map(uint32_t cp, bool to_upper)
     return cp;
 }
 
-uint32_t jt_upper(uint32_t cp)
+uint32_t cv_jt_upper(uint32_t cp)
 {
     if (cp < 0x80)
         return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
@@ -138,7 +138,7 @@ uint32_t jt_upper(uint32_t cp)
     return pair_map(cp, true);
 }
 
-uint32_t jt_lower(uint32_t cp)
+uint32_t cv_jt_lower(uint32_t cp)
 {
     if (cp < 0x80)
         return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
@@ -155,7 +155,7 @@ uint32_t jt_lower(uint32_t cp)
 
 /* ---- numbers ---- */
 
-void jt_float_repr(double f, char *buf)
+void cv_jt_float_repr(double f, char *buf)
 {
     if (isnan(f) || isinf(f)) {
         strcpy(buf, isnan(f) ? "nan" : f > 0 ? "inf" : "-inf");
@@ -209,9 +209,9 @@ static int digit_value(char c)
     return 99;
 }
 
-bool jt_parse_int(jstr s, int base, int64_t *out)
+bool cv_jt_parse_int(jstr s, int base, int64_t *out)
 {
-    s = jt_strip(s, true, true);
+    s = cv_jt_strip(s, true, true);
     size_t i = 0;
     bool neg = false;
     if (i < s.n && (s.p[i] == '+' || s.p[i] == '-'))
@@ -253,9 +253,9 @@ static size_t copy_digits(jstr s, size_t i, char *buf, size_t *o, size_t cap)
     return i;
 }
 
-bool jt_parse_float(jstr s, double *out)
+bool cv_jt_parse_float(jstr s, double *out)
 {
-    s = jt_strip(s, true, true);
+    s = cv_jt_strip(s, true, true);
     char buf[400];
     size_t i = 0, o = 0;
     if (i < s.n && (s.p[i] == '+' || s.p[i] == '-'))
@@ -338,7 +338,7 @@ static int conversion(char c, bool pad, int y, int m, int d, char *out, size_t c
     }
 }
 
-int jt_strftime(jrender *r, jbuf *b, int line, jstr fmt, int year, int month, int day)
+int cv_jt_strftime(jrender *r, jbuf *b, int line, jstr fmt, int year, int month, int day)
 {
     for (size_t i = 0; i < fmt.n; i++) {
         char buf[48];
@@ -348,11 +348,11 @@ int jt_strftime(jrender *r, jbuf *b, int line, jstr fmt, int year, int month, in
                     ? conversion(fmt.p[i + skip], pad, year, month, day, buf, sizeof buf)
                     : -1;
         if (n < 0) {
-            if (jb_put(r, b, line, fmt.p + i, 1) != 0)
+            if (cv_jb_put(r, b, line, fmt.p + i, 1) != 0)
                 return -1;
             continue;
         }
-        if (jb_put(r, b, line, buf, (size_t)n) != 0)
+        if (cv_jb_put(r, b, line, buf, (size_t)n) != 0)
             return -1;
         i += skip;
     }

@@ -29,7 +29,7 @@ struct ja_chunk {
 /* The part of h bytes held that is the pool's. */
 static size_t pooled(size_t h) { return h > CV_JINJA_OWN_BYTES ? h - CV_JINJA_OWN_BYTES : 0; }
 
-bool ja_hold(jarena *a, size_t n)
+bool cv_ja_hold(jarena *a, size_t n)
 {
     const size_t more = pooled(a->held + n) - pooled(a->held);
     if (a->pool && more && !cv_budget_take(a->pool, more)) {
@@ -40,7 +40,7 @@ bool ja_hold(jarena *a, size_t n)
     return true;
 }
 
-void ja_unhold(jarena *a, size_t n)
+void cv_ja_unhold(jarena *a, size_t n)
 {
     const size_t fewer = pooled(a->held) - pooled(a->held - n);
     if (a->pool && fewer)
@@ -51,11 +51,11 @@ void ja_unhold(jarena *a, size_t n)
 static ja_chunk *new_chunk(jarena *a, size_t size)
 {
     size_t bytes = sizeof(ja_chunk) + size;
-    if (size > SIZE_MAX - sizeof(ja_chunk) || (a->limit && a->used + bytes > a->limit) || !ja_hold(a, bytes))
+    if (size > SIZE_MAX - sizeof(ja_chunk) || (a->limit && a->used + bytes > a->limit) || !cv_ja_hold(a, bytes))
         return NULL;
     ja_chunk *c = cv_malloc(bytes);
     if (!c) {
-        ja_unhold(a, bytes);
+        cv_ja_unhold(a, bytes);
         return NULL;
     }
     c->size = size;
@@ -64,7 +64,7 @@ static ja_chunk *new_chunk(jarena *a, size_t size)
     return c;
 }
 
-void *ja_alloc(jarena *a, size_t n)
+void *cv_ja_alloc(jarena *a, size_t n)
 {
     if (n > SIZE_MAX - 16)
         return NULL;
@@ -87,36 +87,36 @@ void *ja_alloc(jarena *a, size_t n)
     return p;
 }
 
-void ja_release(jarena *a)
+void cv_ja_release(jarena *a)
 {
     for (ja_chunk *c = a->head, *next; c; c = next) {
         next = c->next;
         cv_free(c);
     }
-    ja_unhold(a, a->used);
+    cv_ja_unhold(a, a->used);
     a->head = NULL;
     a->used = 0;
 }
 
-void *jr_alloc(jrender *r, int line, size_t n)
+void *cv_jr_alloc(jrender *r, int line, size_t n)
 {
-    void *p = ja_alloc(&r->ar, n);
+    void *p = cv_ja_alloc(&r->ar, n);
     if (!p)
-        jr_no_memory(r, line);
+        cv_jr_no_memory(r, line);
     return p;
 }
 
-int jr_no_memory(jrender *r, int line)
+int cv_jr_no_memory(jrender *r, int line)
 {
     if (r->ar.pool_spent)
-        return jr_fail(r, line, "the memory that chat templates share (%llu MiB for all requests at once) is spent",
+        return cv_jr_fail(r, line, "the memory that chat templates share (%llu MiB for all requests at once) is spent",
                        (unsigned long long)(r->ar.pool->limit >> 20));
-    return jr_fail(r, line, "the template used more than %zu bytes of memory", r->lim.max_memory);
+    return cv_jr_fail(r, line, "the template used more than %zu bytes of memory", r->lim.max_memory);
 }
 
-int jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out)
+int cv_jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out)
 {
-    char *s = jr_alloc(r, line, n + 1);
+    char *s = cv_jr_alloc(r, line, n + 1);
     if (!s)
         return -1;
     if (n)
@@ -127,28 +127,28 @@ int jv_str_dup(jrender *r, int line, const char *p, size_t n, jv *out)
 
 /* ---- lists and dicts ---- */
 
-jlist *jl_new(jrender *r, int line, size_t cap)
+jlist *cv_jl_new(jrender *r, int line, size_t cap)
 {
-    jlist *l = jr_alloc(r, line, sizeof *l);
+    jlist *l = cv_jr_alloc(r, line, sizeof *l);
     if (!l)
         return NULL;
     if (cap > (SIZE_MAX / 2) / sizeof(jv)) {
-        jr_fail(r, line, "a list too large");
+        cv_jr_fail(r, line, "a list too large");
         return NULL;
     }
-    if (cap && !(l->v = jr_alloc(r, line, cap * sizeof(jv))))
+    if (cap && !(l->v = cv_jr_alloc(r, line, cap * sizeof(jv))))
         return NULL;
     l->cap = cap;
     return l;
 }
 
-int jl_push(jrender *r, int line, jlist *l, jv v)
+int cv_jl_push(jrender *r, int line, jlist *l, jv v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4;
         if (cap > (SIZE_MAX / 2) / sizeof(jv))
-            return jr_fail(r, line, "a list too large");
-        jv *nv = jr_alloc(r, line, cap * sizeof(jv));
+            return cv_jr_fail(r, line, "a list too large");
+        jv *nv = cv_jr_alloc(r, line, cap * sizeof(jv));
         if (!nv)
             return -1;
         if (l->n)
@@ -160,34 +160,34 @@ int jl_push(jrender *r, int line, jlist *l, jv v)
     return 0;
 }
 
-jdict *jd_new(jrender *r, int line, size_t cap)
+jdict *cv_jd_new(jrender *r, int line, size_t cap)
 {
-    jdict *d = jr_alloc(r, line, sizeof *d);
+    jdict *d = cv_jr_alloc(r, line, sizeof *d);
     if (!d)
         return NULL;
     if (cap > (SIZE_MAX / 4) / sizeof(jv)) {
-        jr_fail(r, line, "a dict too large");
+        cv_jr_fail(r, line, "a dict too large");
         return NULL;
     }
-    if (cap && (!(d->k = jr_alloc(r, line, cap * sizeof(jv))) || !(d->v = jr_alloc(r, line, cap * sizeof(jv)))))
+    if (cap && (!(d->k = cv_jr_alloc(r, line, cap * sizeof(jv))) || !(d->v = cv_jr_alloc(r, line, cap * sizeof(jv)))))
         return NULL;
     d->cap = cap;
     return d;
 }
 
-jv *jd_get(jrender *r, int line, const jdict *d, jv k)
+jv *cv_jd_get(jrender *r, int line, const jdict *d, jv k)
 {
-    if (jr_work(r, line, d->n / 16) != 0)
+    if (cv_jr_work(r, line, d->n / 16) != 0)
         return NULL;
     if (k.t == JV_STR)
-        return jd_get_str(d, k.u.s.p, k.u.s.n);
+        return cv_jd_get_str(d, k.u.s.p, k.u.s.n);
     for (size_t i = 0; i < d->n && !r->failed; i++)
-        if (d->k[i].t != JV_STR && jv_equal(r, line, d->k[i], k))
+        if (d->k[i].t != JV_STR && cv_jv_equal(r, line, d->k[i], k))
             return &d->v[i];
     return NULL;
 }
 
-jv *jd_get_str(const jdict *d, const char *p, size_t n)
+jv *cv_jd_get_str(const jdict *d, const char *p, size_t n)
 {
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && memcmp(d->k[i].u.s.p, p, n) == 0)
@@ -195,9 +195,9 @@ jv *jd_get_str(const jdict *d, const char *p, size_t n)
     return NULL;
 }
 
-int jd_set(jrender *r, int line, jdict *d, jv k, jv v)
+int cv_jd_set(jrender *r, int line, jdict *d, jv k, jv v)
 {
-    jv *old = jd_get(r, line, d, k);
+    jv *old = cv_jd_get(r, line, d, k);
     if (r->failed)
         return -1;
     if (old) {
@@ -207,8 +207,8 @@ int jd_set(jrender *r, int line, jdict *d, jv k, jv v)
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4;
         if (cap > (SIZE_MAX / 4) / sizeof(jv))
-            return jr_fail(r, line, "a dict too large");
-        jv *nk = jr_alloc(r, line, cap * sizeof(jv)), *nv = nk ? jr_alloc(r, line, cap * sizeof(jv)) : NULL;
+            return cv_jr_fail(r, line, "a dict too large");
+        jv *nk = cv_jr_alloc(r, line, cap * sizeof(jv)), *nv = nk ? cv_jr_alloc(r, line, cap * sizeof(jv)) : NULL;
         if (!nv)
             return -1;
         if (d->n) {
@@ -226,7 +226,7 @@ int jd_set(jrender *r, int line, jdict *d, jv k, jv v)
 
 /* ---- truth, equality, order ---- */
 
-bool jv_truthy(jv v)
+bool cv_jv_truthy(jv v)
 {
     switch (v.t) {
     case JV_UNDEF:
@@ -251,7 +251,7 @@ static bool dicts_equal(jrender *r, int line, const jdict *a, const jdict *b, in
     if (a->n != b->n)
         return false;
     for (size_t i = 0; i < a->n; i++) {
-        const jv *w = jd_get(r, line, b, a->k[i]);
+        const jv *w = cv_jd_get(r, line, b, a->k[i]);
         if (!w || !equal(r, line, a->v[i], *w, depth + 1))
             return false;
     }
@@ -262,7 +262,7 @@ static bool dicts_equal(jrender *r, int line, const jdict *a, const jdict *b, in
  * time exponential in their depth ([a] * 100, six deep, is 10^12 pairs). */
 static bool equal(jrender *r, int line, jv a, jv b, int depth)
 {
-    if (depth > MAX_VALUE_DEPTH || jr_work(r, line, 1) != 0)
+    if (depth > MAX_VALUE_DEPTH || cv_jr_work(r, line, 1) != 0)
         return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT)
@@ -290,9 +290,9 @@ static bool equal(jrender *r, int line, jv a, jv b, int depth)
     }
 }
 
-bool jv_equal(jrender *r, int line, jv a, jv b) { return equal(r, line, a, b, 0); }
+bool cv_jv_equal(jrender *r, int line, jv a, jv b) { return equal(r, line, a, b, 0); }
 
-const char *jv_type_name(jv v)
+const char *cv_jv_type_name(jv v)
 {
     switch (v.t) {
     case JV_UNDEF: return "Undefined";
@@ -316,9 +316,9 @@ static int cmp_str(jstr a, jstr b, bool fold, size_t *scanned)
     size_t i = 0, j = 0;
     while (i < a.n && j < b.n) {
         size_t la, lb;
-        uint32_t x = jt_decode(a.p + i, a.n - i, &la), y = jt_decode(b.p + j, b.n - j, &lb);
+        uint32_t x = cv_jt_decode(a.p + i, a.n - i, &la), y = cv_jt_decode(b.p + j, b.n - j, &lb);
         if (fold)
-            x = jt_lower(x), y = jt_lower(y);
+            x = cv_jt_lower(x), y = cv_jt_lower(y);
         *scanned = i + la;
         if (x != y)
             return x < y ? -1 : 1;
@@ -335,8 +335,8 @@ static int cmp_str(jstr a, jstr b, bool fold, size_t *scanned)
 static int cmp(jrender *r, int line, jv a, jv b, bool fold, int depth, int *out)
 {
     if (depth > MAX_VALUE_DEPTH)
-        return jr_fail(r, line, "values nested too deeply to compare");
-    if (jr_work(r, line, 1) != 0)
+        return cv_jr_fail(r, line, "values nested too deeply to compare");
+    if (cv_jr_work(r, line, 1) != 0)
         return -1;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) {
@@ -351,7 +351,7 @@ static int cmp(jrender *r, int line, jv a, jv b, bool fold, int depth, int *out)
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t scanned = 0;
         *out = cmp_str(a.u.s, b.u.s, fold, &scanned);
-        return jr_work(r, line, scanned / 2);
+        return cv_jr_work(r, line, scanned / 2);
     }
     if (a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
@@ -364,11 +364,11 @@ static int cmp(jrender *r, int line, jv a, jv b, bool fold, int depth, int *out)
         *out = (a.u.l->n > n) - (b.u.l->n > n);
         return 0;
     }
-    return jr_fail(r, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
-                   jv_type_name(b));
+    return cv_jr_fail(r, line, "'<' not supported between instances of '%s' and '%s'", cv_jv_type_name(a),
+                   cv_jv_type_name(b));
 }
 
-int jv_cmp(jrender *r, int line, jv a, jv b, bool fold, int *out) { return cmp(r, line, a, b, fold, 0, out); }
+int cv_jv_cmp(jrender *r, int line, jv a, jv b, bool fold, int *out) { return cmp(r, line, a, b, fold, 0, out); }
 
 /* ---- str() and repr() ---- */
 
@@ -376,20 +376,20 @@ static int write_int(jrender *r, jbuf *b, int line, int64_t i)
 {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%lld", (long long)i);
-    return jb_put(r, b, line, buf, (size_t)n);
+    return cv_jb_put(r, b, line, buf, (size_t)n);
 }
 
 static int write_float(jrender *r, jbuf *b, int line, double f)
 {
     char buf[32];
-    jt_float_repr(f, buf);
+    cv_jt_float_repr(f, buf);
     return jb_puts(r, b, line, buf);
 }
 
 /* Python's str.isprintable() for a code point above U+007E. */
 static bool printable(uint32_t cp)
 {
-    if (cp < 0xa0 || cp == 0xad || jt_is_space(cp))
+    if (cp < 0xa0 || cp == 0xad || cv_jt_is_space(cp))
         return false;
     if ((cp >= 0x600 && cp <= 0x605) || cp == 0x61c || cp == 0x6dd || cp == 0x70f || cp == 0x180e)
         return false;
@@ -406,28 +406,28 @@ static int write_repr_str(jrender *r, jbuf *b, int line, jstr s)
 {
     bool has_single = memchr(s.p, '\'', s.n) != NULL, has_double = memchr(s.p, '"', s.n) != NULL;
     char q = has_single && !has_double ? '"' : '\'';
-    if (jb_put(r, b, line, &q, 1) != 0)
+    if (cv_jb_put(r, b, line, &q, 1) != 0)
         return -1;
     for (size_t i = 0; i < s.n;) {
         size_t len;
-        uint32_t cp = jt_decode(s.p + i, s.n - i, &len);
+        uint32_t cp = cv_jt_decode(s.p + i, s.n - i, &len);
         char esc[16];
         int rc;
         if (cp == (uint32_t)q || cp == '\\')
-            rc = (esc[0] = '\\', esc[1] = (char)cp, jb_put(r, b, line, esc, 2));
+            rc = (esc[0] = '\\', esc[1] = (char)cp, cv_jb_put(r, b, line, esc, 2));
         else if (cp == '\n' || cp == '\r' || cp == '\t')
             rc = jb_puts(r, b, line, cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t");
         else if (cp < 0x20 || cp == 0x7f || (cp > 0x7e && !printable(cp)))
-            rc = jb_put(r, b, line, esc,
+            rc = cv_jb_put(r, b, line, esc,
                         (size_t)snprintf(esc, sizeof esc, cp <= 0xff ? "\\x%02x" : cp <= 0xffff ? "\\u%04x" : "\\U%08x",
                                          cp));
         else
-            rc = jb_put(r, b, line, s.p + i, len);
+            rc = cv_jb_put(r, b, line, s.p + i, len);
         if (rc != 0)
             return -1;
         i += len;
     }
-    return jb_put(r, b, line, &q, 1);
+    return cv_jb_put(r, b, line, &q, 1);
 }
 
 static int write_items(jrender *r, jbuf *b, int line, const jv *k, const jv *v, size_t n, int depth)
@@ -435,17 +435,17 @@ static int write_items(jrender *r, jbuf *b, int line, const jv *k, const jv *v, 
     for (size_t i = 0; i < n; i++) {
         if (i && jb_puts(r, b, line, ", ") != 0)
             return -1;
-        if (k && (jv_write_repr(r, b, line, k[i], depth + 1) != 0 || jb_puts(r, b, line, ": ") != 0))
+        if (k && (cv_jv_write_repr(r, b, line, k[i], depth + 1) != 0 || jb_puts(r, b, line, ": ") != 0))
             return -1;
-        if (jv_write_repr(r, b, line, v[i], depth + 1) != 0)
+        if (cv_jv_write_repr(r, b, line, v[i], depth + 1) != 0)
             return -1;
     }
     return 0;
 }
 
-int jv_write_repr(jrender *r, jbuf *b, int line, jv v, int depth)
+int cv_jv_write_repr(jrender *r, jbuf *b, int line, jv v, int depth)
 {
-    if (jr_work(r, line, 1) != 0)
+    if (cv_jr_work(r, line, 1) != 0)
         return -1;
     if (depth > MAX_VALUE_DEPTH)
         return jb_puts(r, b, line, "...");
@@ -467,11 +467,11 @@ int jv_write_repr(jrender *r, jbuf *b, int line, jv v, int depth)
             write_items(r, b, line, v.u.d->k, v.u.d->v, v.u.d->n, depth) != 0)
             return -1;
         return jb_puts(r, b, line, "}>");
-    default: return jv_write_str(r, b, line, v);
+    default: return cv_jv_write_str(r, b, line, v);
     }
 }
 
-int jv_write_str(jrender *r, jbuf *b, int line, jv v)
+int cv_jv_write_str(jrender *r, jbuf *b, int line, jv v)
 {
     switch (v.t) {
     case JV_UNDEF: return 0;
@@ -479,25 +479,25 @@ int jv_write_str(jrender *r, jbuf *b, int line, jv v)
     case JV_BOOL: return jb_puts(r, b, line, v.u.b ? "True" : "False");
     case JV_INT: return write_int(r, b, line, v.u.i);
     case JV_FLOAT: return write_float(r, b, line, v.u.f);
-    case JV_STR: return jb_put(r, b, line, v.u.s.p, v.u.s.n);
+    case JV_STR: return cv_jb_put(r, b, line, v.u.s.p, v.u.s.n);
     case JV_MACRO:
         if (jb_puts(r, b, line, "<Macro '") != 0)
             return -1;
         if (v.u.m->def->kind == N_MACRO)
-            return jb_put(r, b, line, v.u.m->def->val.u.s.p, v.u.m->def->val.u.s.n) != 0 ? -1
+            return cv_jb_put(r, b, line, v.u.m->def->val.u.s.p, v.u.m->def->val.u.s.n) != 0 ? -1
                                                                                     : jb_puts(r, b, line, "'>");
         return jb_puts(r, b, line, "caller'>");
     case JV_FUNC: return jb_puts(r, b, line, "<built-in method>");
     case JV_LOOP: {
         char buf[64];
         int n = snprintf(buf, sizeof buf, "<LoopContext %zu/%zu>", v.u.lp->i + 1, v.u.lp->items->n);
-        return jb_put(r, b, line, buf, (size_t)n);
+        return cv_jb_put(r, b, line, buf, (size_t)n);
     }
-    default: return jv_write_repr(r, b, line, v, 0);
+    default: return cv_jv_write_repr(r, b, line, v, 0);
     }
 }
 
-int jv_to_str(jrender *r, int line, jv v, jv *out)
+int cv_jv_to_str(jrender *r, int line, jv v, jv *out)
 {
     if (v.t == JV_STR) {
         *out = v;
@@ -508,11 +508,11 @@ int jv_to_str(jrender *r, int line, jv v, jv *out)
         return 0;
     }
     jbuf b = {0};
-    if (jv_write_str(r, &b, line, v) != 0) {
-        jb_free(&b);
+    if (cv_jv_write_str(r, &b, line, v) != 0) {
+        cv_jb_free(&b);
         return -1;
     }
-    return jb_take(r, &b, line, out);
+    return cv_jb_take(r, &b, line, out);
 }
 
 /* ---- JSON ---- */
@@ -524,7 +524,7 @@ static int json_u_escape(jrender *r, jbuf *b, int line, uint32_t cp)
     int n = cp > 0xffff ? snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + ((cp - 0x10000) >> 10),
                                    0xdc00 + ((cp - 0x10000) & 0x3ff))
                         : snprintf(esc, sizeof esc, "\\u%04x", cp);
-    return jb_put(r, b, line, esc, (size_t)n);
+    return cv_jb_put(r, b, line, esc, (size_t)n);
 }
 
 static int json_str_out(jrender *r, jbuf *b, int line, jstr s, bool ascii)
@@ -536,8 +536,8 @@ static int json_str_out(jrender *r, jbuf *b, int line, jstr s, bool ascii)
         unsigned char c = (unsigned char)s.p[i];
         if (c >= 0x80 && ascii) {
             size_t len;
-            uint32_t cp = jt_decode(s.p + i, s.n - i, &len);
-            if (jb_put(r, b, line, s.p + from, i - from) != 0 || json_u_escape(r, b, line, cp) != 0)
+            uint32_t cp = cv_jt_decode(s.p + i, s.n - i, &len);
+            if (cv_jb_put(r, b, line, s.p + from, i - from) != 0 || json_u_escape(r, b, line, cp) != 0)
                 return -1;
             i += len - 1;
             from = i + 1;
@@ -551,11 +551,11 @@ static int json_str_out(jrender *r, jbuf *b, int line, jstr s, bool ascii)
         int n = c == '"' || c == '\\' ? snprintf(esc, sizeof esc, "\\%c", c)
                 : k                   ? snprintf(esc, sizeof esc, "\\%c", letters[k - named])
                                       : snprintf(esc, sizeof esc, "\\u%04x", c);
-        if (jb_put(r, b, line, s.p + from, i - from) != 0 || jb_put(r, b, line, esc, (size_t)n) != 0)
+        if (cv_jb_put(r, b, line, s.p + from, i - from) != 0 || cv_jb_put(r, b, line, esc, (size_t)n) != 0)
             return -1;
         from = i + 1;
     }
-    if (jb_put(r, b, line, s.p + from, s.n - from) != 0)
+    if (cv_jb_put(r, b, line, s.p + from, s.n - from) != 0)
         return -1;
     return jb_puts(r, b, line, "\"");
 }
@@ -580,8 +580,8 @@ static int json_key(jrender *r, jbuf *b, int line, jv k, bool ascii)
     if (k.t == JV_NONE || k.t == JV_BOOL)
         return jb_puts(r, b, line, k.t == JV_NONE ? "\"null\"" : k.u.b ? "\"true\"" : "\"false\"");
     if (k.t != JV_INT && k.t != JV_FLOAT)
-        return jr_fail(r, line, "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
-    if (jb_puts(r, b, line, "\"") != 0 || jv_write_str(r, b, line, k) != 0)
+        return cv_jr_fail(r, line, "keys must be str, int, float, bool or None, not %s", cv_jv_type_name(k));
+    if (jb_puts(r, b, line, "\"") != 0 || cv_jv_write_str(r, b, line, k) != 0)
         return -1;
     return jb_puts(r, b, line, "\"");
 }
@@ -593,7 +593,7 @@ static int sorted_order(jrender *r, int line, const jdict *d, size_t *idx)
         size_t j = i;
         int c = 0;
         while (j > 0) {
-            if (jr_work(r, line, 1) != 0 || jv_cmp(r, line, d->k[idx[j - 1]], d->k[i], false, &c) != 0)
+            if (cv_jr_work(r, line, 1) != 0 || cv_jv_cmp(r, line, d->k[idx[j - 1]], d->k[i], false, &c) != 0)
                 return -1;
             if (c <= 0)
                 break;
@@ -608,15 +608,15 @@ static int sorted_order(jrender *r, int line, const jdict *d, size_t *idx)
 static int json_dict(jrender *r, jbuf *b, int line, const jdict *d, const jjson_opts *o, int depth)
 {
     size_t *idx = NULL;
-    if (o->sort_keys && d->n && (!(idx = jr_alloc(r, line, d->n * sizeof *idx)) || sorted_order(r, line, d, idx)))
+    if (o->sort_keys && d->n && (!(idx = cv_jr_alloc(r, line, d->n * sizeof *idx)) || sorted_order(r, line, d, idx)))
         return -1;
     if (jb_puts(r, b, line, "{") != 0)
         return -1;
     for (size_t k = 0; k < d->n; k++) {
         size_t i = idx ? idx[k] : k;
-        if ((k && jb_put(r, b, line, o->item_sep.p, o->item_sep.n) != 0) || json_newline(r, b, line, o, depth + 1) ||
-            json_key(r, b, line, d->k[i], o->ascii) || jb_put(r, b, line, o->key_sep.p, o->key_sep.n) ||
-            jv_write_json(r, b, line, d->v[i], o, depth + 1))
+        if ((k && cv_jb_put(r, b, line, o->item_sep.p, o->item_sep.n) != 0) || json_newline(r, b, line, o, depth + 1) ||
+            json_key(r, b, line, d->k[i], o->ascii) || cv_jb_put(r, b, line, o->key_sep.p, o->key_sep.n) ||
+            cv_jv_write_json(r, b, line, d->v[i], o, depth + 1))
             return -1;
     }
     if (d->n && json_newline(r, b, line, o, depth) != 0)
@@ -629,19 +629,19 @@ static int json_list(jrender *r, jbuf *b, int line, const jlist *l, const jjson_
     if (jb_puts(r, b, line, "[") != 0)
         return -1;
     for (size_t i = 0; i < l->n; i++)
-        if ((i && jb_put(r, b, line, o->item_sep.p, o->item_sep.n) != 0) || json_newline(r, b, line, o, depth + 1) ||
-            jv_write_json(r, b, line, l->v[i], o, depth + 1))
+        if ((i && cv_jb_put(r, b, line, o->item_sep.p, o->item_sep.n) != 0) || json_newline(r, b, line, o, depth + 1) ||
+            cv_jv_write_json(r, b, line, l->v[i], o, depth + 1))
             return -1;
     if (l->n && json_newline(r, b, line, o, depth) != 0)
         return -1;
     return jb_puts(r, b, line, "]");
 }
 
-int jv_write_json(jrender *r, jbuf *b, int line, jv v, const jjson_opts *o, int depth)
+int cv_jv_write_json(jrender *r, jbuf *b, int line, jv v, const jjson_opts *o, int depth)
 {
     if (depth > MAX_VALUE_DEPTH)
-        return jr_fail(r, line, "tojson: circular reference detected (or values nested too deeply)");
-    if (jr_work(r, line, 1) != 0)
+        return cv_jr_fail(r, line, "tojson: circular reference detected (or values nested too deeply)");
+    if (cv_jr_work(r, line, 1) != 0)
         return -1;
     switch (v.t) {
     case JV_NONE: return jb_puts(r, b, line, "null");
@@ -654,13 +654,13 @@ int jv_write_json(jrender *r, jbuf *b, int line, jv v, const jjson_opts *o, int 
     case JV_STR: return json_str_out(r, b, line, v.u.s, o->ascii);
     case JV_LIST: return json_list(r, b, line, v.u.l, o, depth);
     case JV_DICT: return json_dict(r, b, line, v.u.d, o, depth);
-    default: return jr_fail(r, line, "tojson: Object of type %s is not JSON serializable", jv_type_name(v));
+    default: return cv_jr_fail(r, line, "tojson: Object of type %s is not JSON serializable", cv_jv_type_name(v));
     }
 }
 
 static int from_object(jrender *r, int line, const json_t *j, bool copy, jv *out, int depth)
 {
-    jdict *d = jd_new(r, line, json_object_size(j));
+    jdict *d = cv_jd_new(r, line, json_object_size(j));
     if (!d)
         return -1;
     const char *key;
@@ -668,7 +668,8 @@ static int from_object(jrender *r, int line, const json_t *j, bool copy, jv *out
     json_object_foreach((json_t *)j, key, val) {
         jv v;
         jv k = jv_str(key, strlen(key));
-        if (jv_from_json(r, line, val, copy, &v, depth + 1) != 0 || (copy && jv_str_dup(r, line, key, k.u.s.n, &k)))
+        if (cv_jv_from_json(r, line, val, copy, &v, depth + 1) != 0 ||
+            (copy && cv_jv_str_dup(r, line, key, k.u.s.n, &k)))
             return -1;
         d->k[d->n] = k;
         d->v[d->n++] = v;
@@ -677,27 +678,27 @@ static int from_object(jrender *r, int line, const json_t *j, bool copy, jv *out
     return 0;
 }
 
-int jv_from_json(jrender *r, int line, const json_t *j, bool copy, jv *out, int depth)
+int cv_jv_from_json(jrender *r, int line, const json_t *j, bool copy, jv *out, int depth)
 {
     if (depth > MAX_VALUE_DEPTH)
-        return jr_fail(r, line, "JSON nested more than %d deep", MAX_VALUE_DEPTH);
-    if (jr_work(r, line, 1) != 0)
+        return cv_jr_fail(r, line, "JSON nested more than %d deep", MAX_VALUE_DEPTH);
+    if (cv_jr_work(r, line, 1) != 0)
         return -1;
     switch (json_typeof(j)) {
     case JSON_OBJECT: return from_object(r, line, j, copy, out, depth);
     case JSON_ARRAY: {
-        jlist *l = jl_new(r, line, json_array_size(j));
+        jlist *l = cv_jl_new(r, line, json_array_size(j));
         if (!l)
             return -1;
         for (size_t i = 0; i < json_array_size(j); i++)
-            if (jv_from_json(r, line, json_array_get(j, i), copy, &l->v[l->n++], depth + 1) != 0)
+            if (cv_jv_from_json(r, line, json_array_get(j, i), copy, &l->v[l->n++], depth + 1) != 0)
                 return -1;
         *out = jv_list(l);
         return 0;
     }
     case JSON_STRING:
         *out = jv_str(json_string_value(j), json_string_length(j));
-        return copy ? jv_str_dup(r, line, out->u.s.p, out->u.s.n, out) : 0;
+        return copy ? cv_jv_str_dup(r, line, out->u.s.p, out->u.s.n, out) : 0;
     case JSON_INTEGER: *out = jv_int((int64_t)json_integer_value(j)); return 0;
     case JSON_REAL: *out = jv_float(json_real_value(j)); return 0;
     case JSON_TRUE: *out = jv_bool(true); return 0;

@@ -304,7 +304,7 @@ static rans_rounds_fn best_rounds(void)
 {
 #if defined(__x86_64__)
     if (cv_kernels_avx2())
-        return rans_rounds_avx2;
+        return cv_rans_rounds_avx2;
 #endif
     return rounds_ref;
 }

@@ -111,7 +111,7 @@ static inline __attribute__((always_inline)) uint64_t rounds(int k, const uint32
     return i;
 }
 
-uint64_t rans_rounds_avx2(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t **w, const uint8_t *end,
+uint64_t cv_rans_rounds_avx2(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t **w, const uint8_t *end,
                           uint8_t *dst, uint64_t n)
 {
     switch (lanes) {

@@ -25,7 +25,7 @@ typedef uint64_t (*rans_rounds_fn)(const uint32_t *tab, uint32_t *x, int lanes, 
 
 /* rans_avx2.c (x86-64 only; needs AVX2 at run time): lanes 8, 16, 24 and
  * 32, the states of eight lanes in one vector. */
-uint64_t rans_rounds_avx2(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t **w, const uint8_t *end,
+uint64_t cv_rans_rounds_avx2(const uint32_t *tab, uint32_t *x, int lanes, const uint8_t **w, const uint8_t *end,
                           uint8_t *dst, uint64_t n);
 
 #endif

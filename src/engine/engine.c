@@ -71,8 +71,8 @@ convoy_model *convoy_model_load(const char *path, char *err, size_t errlen)
         cv_free(m);
         return NULL;
     }
-    const gguf_kv *tmpl = gguf_find_kv(&m->meta.gguf, "tokenizer.chat_template");
-    if (tmpl && tmpl->type == GGUF_STRING && !(m->chat_template = gguf_str_dup(tmpl->v.str))) {
+    const gguf_kv *tmpl = cv_gguf_find_kv(&m->meta.gguf, "tokenizer.chat_template");
+    if (tmpl && tmpl->type == GGUF_STRING && !(m->chat_template = cv_gguf_str_dup(tmpl->v.str))) {
         cv_errf(err, errlen, "out of memory");
         convoy_model_free(m);
         return NULL;
@@ -130,8 +130,8 @@ void convoy_model_get_info(const convoy_model *m, convoy_model_info *info)
         info->n_params += (uint64_t)(f->tensors[i].ne[0] * f->tensors[i].ne[1] * f->tensors[i].ne[2] *
                                      f->tensors[i].ne[3]);
     uint32_t ftype;
-    const char *ftype_name = gguf_find_kv(f, "general.file_type") &&
-                                     gguf_get_u32(f, "general.file_type", &ftype, NULL, 0) == 0
+    const char *ftype_name = cv_gguf_find_kv(f, "general.file_type") &&
+                                     cv_gguf_get_u32(f, "general.file_type", &ftype, NULL, 0) == 0
                                  ? cv_quant_file_type_name(ftype)
                                  : NULL;
     snprintf(info->file_type, sizeof info->file_type, "%s", ftype_name ? ftype_name : "");

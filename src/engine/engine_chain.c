@@ -166,9 +166,9 @@ static int open_chain(engine_chain *c, const cv_llama *meta, const convoy_ctx_pa
     c->base.depth = cv_chain_depth(c->chain);
     c->base.n_ctx = cv_chain_n_ctx(c->chain);
     c->rebalancing = p->rebalance && !p->split;
-    rebalance_init(&c->rebalance, cv_now_ms());
+    cv_rebalance_init(&c->rebalance, cv_now_ms());
     c->setup.o.local_speed_us = cv_chain_local_speed(c->chain); /* a failover's chain takes it as it is */
-    if (journal_init(&c->journal, p->n_slot, c->base.n_ctx, p->n_batch, err, errlen)) {
+    if (cv_journal_init(&c->journal, p->n_slot, c->base.n_ctx, p->n_batch, err, errlen)) {
         cv_chain_close(c->chain);
         return -1;
     }
@@ -210,7 +210,7 @@ static int open_and_replay(engine_chain *c, const cv_chain_opts *base, const cha
     }
     const int64_t t1 = cv_now_ms();
     int64_t n_fed;
-    if (journal_replay(&c->journal, chain, &n_fed, err, errlen)) {
+    if (cv_journal_replay(&c->journal, chain, &n_fed, err, errlen)) {
         if (cv_chain_suspect(chain))
             snprintf(suspect, suspect_len, "%s", cv_chain_suspect(chain));
         cv_chain_close(chain);
@@ -222,7 +222,7 @@ static int open_and_replay(engine_chain *c, const cv_chain_opts *base, const cha
                (long long)n_fed, (long long)(cv_now_ms() - t1));
     c->base.stats.replayed_tokens += (uint64_t)n_fed;
     c->chain = chain;
-    rebalance_new_chain(&c->rebalance, cv_now_ms());
+    cv_rebalance_new_chain(&c->rebalance, cv_now_ms());
     return 0;
 }
 
@@ -234,7 +234,7 @@ static int go_down(engine_chain *c, const char *why, const char *no_new_chain)
         snprintf(c->down_why, sizeof c->down_why, "%.511s (no new chain: %.511s)", why, no_new_chain);
     else
         snprintf(c->down_why, sizeof c->down_why, "%s", why);
-    journal_drop_flights(&c->journal);
+    cv_journal_drop_flights(&c->journal);
     engine_log(c, "the pipeline is down: %s", c->down_why);
     return -1;
 }
@@ -322,7 +322,7 @@ static int move_layers(engine_chain *c, const rebalance_move *mv)
         c->base.stats.rebalances++;
         c->base.stats.rebalances_undone += mv->undo;
         c->base.stats.rebalance_seconds += pause_s;
-        rebalance_moved(&c->rebalance, mv, cv_now_ms(), pause_s);
+        cv_rebalance_moved(&c->rebalance, mv, cv_now_ms(), pause_s);
     } else {
         rc = replace_chain(c, err);
     }
@@ -337,7 +337,7 @@ static int rebalance_when_due(engine_chain *c, char *err, size_t errlen)
 {
     rebalance_move mv;
     const int forbidden = cv_alloc_forbid(0); /* planning again allocates, once a second */
-    const int due = rebalance_due(&c->rebalance, c->chain, cv_now_ms(), &mv, err, errlen);
+    const int due = cv_rebalance_due(&c->rebalance, c->chain, cv_now_ms(), &mv, err, errlen);
     cv_alloc_forbid(forbidden);
     if (mv.why[0])
         engine_log(c, "rebalancing: %s", mv.why);
@@ -416,7 +416,7 @@ static int chain_submit(engine_backend *b, const cv_batch *batch, char *err, siz
         return pipeline_down(c, err, errlen);
     if (chain_run(c, &(chain_call){.kind = CALL_SUBMIT, .batch = batch}, err, errlen))
         return -1;
-    journal_submit(&c->journal, batch);
+    cv_journal_submit(&c->journal, batch);
     return 0;
 }
 
@@ -427,7 +427,7 @@ static int chain_collect(engine_backend *b, int32_t *tokens, int32_t *n_tokens, 
         return pipeline_down(c, err, errlen);
     if (chain_run(c, &(chain_call){.kind = CALL_COLLECT, .tokens = tokens, .n_tokens = n_tokens}, err, errlen))
         return -1;
-    journal_collect(&c->journal, tokens);
+    cv_journal_collect(&c->journal, tokens);
     return 0;
 }
 
@@ -469,7 +469,7 @@ static int chain_set_sampler(engine_backend *b, int32_t seq, const cv_sampler_pa
         return pipeline_down(c, err, errlen);
     if (seq < 0 || seq >= c->n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
-    if (journal_set_sampler(&c->journal, seq, sp, n_logprobs))
+    if (cv_journal_set_sampler(&c->journal, seq, sp, n_logprobs))
         return cv_errf(err, errlen, "out of memory for a logit bias of %d ids", sp->n_bias);
     return chain_run(c, &(chain_call){.kind = CALL_SAMPLER, .seq = seq, .sampler = sp, .n_logprobs = n_logprobs},
                      err, errlen);
@@ -488,7 +488,7 @@ static int chain_set_grammar(engine_backend *b, int32_t seq, const char *text, s
     if (from < c->journal.slot[seq].len)
         return cv_errf(err, errlen, "a grammar from position %d, but slot %d holds %d positions", from, seq,
                        c->journal.slot[seq].len);
-    if (journal_set_grammar(&c->journal, seq, text, len, from))
+    if (cv_journal_set_grammar(&c->journal, seq, text, len, from))
         return cv_errf(err, errlen, "out of memory for a grammar of %zu bytes", len);
     return chain_run(c, &(chain_call){.kind = CALL_GRAMMAR, .seq = seq, .text = text, .text_len = len, .from = from},
                      err, errlen);
@@ -507,9 +507,9 @@ static int chain_seq_cut(engine_chain *c, int32_t seq, int32_t len, char *err, s
     if (seq < 0 || seq >= c->n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", seq, c->n_slot);
     if (len >= 0)
-        journal_truncate(&c->journal, seq, len);
+        cv_journal_truncate(&c->journal, seq, len);
     else
-        journal_free_seq(&c->journal, seq);
+        cv_journal_free_seq(&c->journal, seq);
     if (!c->chain)
         return 0;
     return chain_run(c, &(chain_call){.kind = len >= 0 ? CALL_TRUNCATE : CALL_FREE, .seq = seq, .len = len}, err,
@@ -529,7 +529,7 @@ static int chain_seq_free(engine_backend *b, int32_t seq, char *err, size_t errl
 static int chain_seq_copy(engine_backend *b, int32_t src, int32_t dst, int32_t len, char *err, size_t errlen)
 {
     engine_chain *c = (engine_chain *)b;
-    journal_copy(&c->journal, src, dst, len);
+    cv_journal_copy(&c->journal, src, dst, len);
     if (!c->chain)
         return 0;
     return chain_run(c, &(chain_call){.kind = CALL_COPY, .seq = src, .dst = dst, .len = len}, err, errlen);
@@ -601,7 +601,7 @@ static void chain_close(engine_backend *b)
     engine_chain *c = (engine_chain *)b;
     if (c->chain)
         cv_chain_close(c->chain);
-    journal_free(&c->journal);
+    cv_journal_free(&c->journal);
     cv_model_hashes_free(&c->setup.hashes);
     cv_seal_key_wipe(&c->setup.key);
     cv_free(c);

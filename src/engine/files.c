@@ -73,7 +73,7 @@ static uint32_t print_arch_u32(FILE *out, const gguf_file *f, const char *arch, 
     char key[160];
     uint32_t v = 0;
     snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    if (gguf_get_u32(f, key, &v, NULL, 0)) {
+    if (cv_gguf_get_u32(f, key, &v, NULL, 0)) {
         fprintf(out, "%s: -\n", label);
         return 0;
     }
@@ -86,10 +86,10 @@ static void print_n_vocab(FILE *out, const gguf_file *f, const char *arch)
 {
     char key[160];
     uint32_t u;
-    const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
-    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    const gguf_kv *tokens = cv_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const gguf_tensor *embd = cv_gguf_find_tensor(f, "token_embd.weight");
     snprintf(key, sizeof(key), "%s.vocab_size", arch);
-    if (!gguf_get_u32(f, key, &u, NULL, 0))
+    if (!cv_gguf_get_u32(f, key, &u, NULL, 0))
         fprintf(out, "n_vocab: %" PRIu32 "\n", u);
     else if (tokens && tokens->type == GGUF_ARRAY)
         fprintf(out, "n_vocab: %" PRIu64 " (tokenizer)\n", tokens->arr_n);
@@ -106,17 +106,17 @@ static void print_rope_norm(FILE *out, const gguf_file *f, const char *arch)
     float x;
     uint32_t u;
     snprintf(key, sizeof(key), "%s.rope.dimension_count", arch);
-    if (!gguf_get_u32(f, key, &u, NULL, 0))
+    if (!cv_gguf_get_u32(f, key, &u, NULL, 0))
         fprintf(out, "rope_dim: %" PRIu32 "\n", u);
     else
         fprintf(out, "rope_dim: -\n");
     snprintf(key, sizeof(key), "%s.rope.freq_base", arch);
-    if (!gguf_get_f32(f, key, &x, NULL, 0))
+    if (!cv_gguf_get_f32(f, key, &x, NULL, 0))
         fprintf(out, "rope_theta: %g\n", x);
     else
         fprintf(out, "rope_theta: 10000 (default)\n");
     snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", arch);
-    if (!gguf_get_f32(f, key, &x, NULL, 0))
+    if (!cv_gguf_get_f32(f, key, &x, NULL, 0))
         fprintf(out, "rms_eps: %g\n", x);
     else
         fprintf(out, "rms_eps: -\n");
@@ -132,7 +132,7 @@ static void print_experts(FILE *out, const gguf_file *f, const char *arch)
     char key[160];
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         snprintf(key, sizeof key, "%s.%s", arch, keys[i][1]);
-        if (gguf_find_kv(f, key))
+        if (cv_gguf_find_kv(f, key))
             print_arch_u32(out, f, arch, keys[i][0], keys[i][1]);
     }
 }
@@ -143,9 +143,9 @@ static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
     gguf_str s;
     uint32_t u;
     fprintf(out, "architecture: %s\n", shown(arch, strlen(arch), buf));
-    if (!gguf_get_str(f, "general.name", &s, NULL, 0))
+    if (!cv_gguf_get_str(f, "general.name", &s, NULL, 0))
         fprintf(out, "name: %s\n", shown(s.ptr, s.len, buf));
-    if (!gguf_get_u32(f, "general.file_type", &u, NULL, 0))
+    if (!cv_gguf_get_u32(f, "general.file_type", &u, NULL, 0))
         fprintf(out, "file_type: %" PRIu32 " (%s)\n", u, ftype_name(u));
     else
         fprintf(out, "file_type: -\n");
@@ -153,12 +153,12 @@ static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
     print_arch_u32(out, f, arch, "n_layer", "block_count");
     uint32_t n_head = print_arch_u32(out, f, arch, "n_head", "attention.head_count");
     snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
-    if (!gguf_get_u32(f, key, &u, NULL, 0))
+    if (!cv_gguf_get_u32(f, key, &u, NULL, 0))
         fprintf(out, "n_head_kv: %" PRIu32 "\n", u);
     else
         fprintf(out, "n_head_kv: %" PRIu32 " (default: n_head)\n", n_head);
     snprintf(key, sizeof(key), "%s.attention.key_length", arch);
-    if (!gguf_get_u32(f, key, &u, NULL, 0))
+    if (!cv_gguf_get_u32(f, key, &u, NULL, 0))
         fprintf(out, "head_dim: %" PRIu32 "\n", u);
     else if (n_head && n_embd % n_head == 0)
         fprintf(out, "head_dim: %" PRIu32 "\n", n_embd / n_head);
@@ -172,13 +172,13 @@ static void print_hparams(FILE *out, const gguf_file *f, const char *arch)
 static void print_tokenizer(FILE *out, const gguf_file *f)
 {
     gguf_str model;
-    const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
-    if (gguf_get_str(f, "tokenizer.ggml.model", &model, NULL, 0) || !tokens || tokens->type != GGUF_ARRAY) {
+    const gguf_kv *tokens = cv_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (cv_gguf_get_str(f, "tokenizer.ggml.model", &model, NULL, 0) || !tokens || tokens->type != GGUF_ARRAY) {
         fprintf(out, "tokenizer: -\n");
         return;
     }
-    const char *kind = gguf_str_eq(model, "llama") ? " (SentencePiece)"
-                       : gguf_str_eq(model, "gpt2") ? " (byte-level BPE)" : "";
+    const char *kind = cv_gguf_str_eq(model, "llama") ? " (SentencePiece)"
+                       : cv_gguf_str_eq(model, "gpt2") ? " (byte-level BPE)" : "";
     char buf[SHOWN_BUF];
     fprintf(out, "tokenizer: %s%s, %" PRIu64 " tokens", shown(model.ptr, model.len, buf), kind, tokens->arr_n);
     static const char *const ids[][2] = {
@@ -188,7 +188,7 @@ static void print_tokenizer(FILE *out, const gguf_file *f)
     };
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
         uint32_t id;
-        if (!gguf_get_u32(f, ids[i][1], &id, NULL, 0))
+        if (!cv_gguf_get_u32(f, ids[i][1], &id, NULL, 0))
             fprintf(out, ", %s %" PRIu32, ids[i][0], id);
     }
     fprintf(out, "\n");
@@ -226,15 +226,16 @@ static void print_tensors(FILE *out, const gguf_file *f)
 static void print_shard(FILE *out, const gguf_file *f)
 {
     uint32_t first, last, n_layer;
-    if (cv_shard_is(f) && !gguf_get_u32(f, CV_SHARD_KEY_FIRST, &first, NULL, 0) &&
-        !gguf_get_u32(f, CV_SHARD_KEY_LAST, &last, NULL, 0) && !gguf_get_u32(f, CV_SHARD_KEY_N_LAYER, &n_layer, NULL, 0))
+    if (cv_shard_is(f) && !cv_gguf_get_u32(f, CV_SHARD_KEY_FIRST, &first, NULL, 0) &&
+        !cv_gguf_get_u32(f, CV_SHARD_KEY_LAST, &last, NULL, 0) &&
+        !cv_gguf_get_u32(f, CV_SHARD_KEY_N_LAYER, &n_layer, NULL, 0))
         fprintf(out, "shard: layers [%" PRIu32 ", %" PRIu32 ") of %" PRIu32 "\n", first, last, n_layer);
 }
 
 int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
 {
     gguf_file f;
-    if (gguf_open(&f, path, err, errlen))
+    if (cv_gguf_open(&f, path, err, errlen))
         return -1;
     fprintf(out, "file: %s\n", path);
     fprintf(out, "gguf: version %" PRIu32 ", %" PRIu64 " key/values, alignment %" PRIu64 ", data at %" PRIu64
@@ -242,25 +243,25 @@ int convoy_file_report(const char *path, FILE *out, char *err, size_t errlen)
             f.version, f.n_kv, f.alignment, f.data_offset, f.map.size);
     gguf_str arch;
     char arch_buf[64] = "-";
-    if (!gguf_get_str(&f, "general.architecture", &arch, NULL, 0))
+    if (!cv_gguf_get_str(&f, "general.architecture", &arch, NULL, 0))
         snprintf(arch_buf, sizeof(arch_buf), "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
     print_hparams(out, &f, arch_buf);
     print_tokenizer(out, &f);
     print_tensors(out, &f);
     print_shard(out, &f);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", cv_model_fingerprint(&f));
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return 0;
 }
 
 int convoy_file_get_stats(const char *path, convoy_file_stats *st, char *err, size_t errlen)
 {
     gguf_file f;
-    if (gguf_open(&f, path, err, errlen))
+    if (cv_gguf_open(&f, path, err, errlen))
         return -1;
     *st = (convoy_file_stats){.n_tensors = f.n_tensors, .n_params = count_params(&f), .bytes = f.map.size,
                               .fingerprint = cv_model_fingerprint(&f)};
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return 0;
 }
 
@@ -433,7 +434,7 @@ static int write_packed(void *ctx, FILE *fp, char *err, size_t errlen)
 int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, char *err, size_t errlen)
 {
     gguf_file f;
-    if (gguf_open(&f, in, err, errlen))
+    if (cv_gguf_open(&f, in, err, errlen))
         return -1;
     pack_job j = {.f = &f, .t = cv_calloc(f.n_tensors ? f.n_tensors : 1, sizeof(cv_pack_tensor))};
     int rc = j.t ? 0 : cv_errf(err, errlen, "%s: out of memory", in);
@@ -447,7 +448,7 @@ int convoy_pack_file(const char *in, const char *out, convoy_pack_stats *st, cha
     if (st)
         *st = j.st;
     cv_free(j.t);
-    gguf_close(&f);
+    cv_gguf_close(&f);
     return rc;
 }
 

@@ -30,7 +30,7 @@ static cv_batch as_batch(const journal_batch *b)
     return (cv_batch){.n_tokens = b->n_tokens, .token = b->token, .pos = b->pos, .seq = b->seq, .want = b->want};
 }
 
-int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen)
+int cv_journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen)
 {
     memset(j, 0, sizeof *j);
     j->n_slot = n_slot;
@@ -44,19 +44,19 @@ int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, cha
     for (int k = 0; k < CV_CHAIN_MAX_NODES; k++)
         ok = ok && batch_alloc(&j->flight[k], n_batch) == 0;
     if (!ok) {
-        journal_free(j);
+        cv_journal_free(j);
         return cv_errf(err, errlen, "out of memory for the journal of %d slots of %d positions", n_slot, n_ctx);
     }
     for (int32_t s = 0; s < n_slot; s++)
-        journal_free_seq(j, s);
+        cv_journal_free_seq(j, s);
     return 0;
 }
 
-void journal_free(journal *j)
+void cv_journal_free(journal *j)
 {
     cv_free(j->tok);
     for (int32_t s = 0; j->slot && s < j->n_slot; s++)
-        journal_free_seq(j, s);
+        cv_journal_free_seq(j, s);
     cv_free(j->slot);
     cv_free(j->stale);
     cv_free(j->ignored);
@@ -66,7 +66,7 @@ void journal_free(journal *j)
     memset(j, 0, sizeof *j);
 }
 
-void journal_submit(journal *j, const cv_batch *b)
+void cv_journal_submit(journal *j, const cv_batch *b)
 {
     journal_batch *f = &j->flight[(j->oldest + j->in_flight) % CV_CHAIN_MAX_NODES];
     const size_t n = (size_t)b->n_tokens;
@@ -96,14 +96,14 @@ static void mark_stale(journal *j, const journal_batch *f)
  * appended), a rejected draft cuts its slot back, a stale window changes
  * nothing, and every emitted id of a slot that samples at a temperature
  * was one draw. */
-void journal_collect(journal *j, const int32_t *tokens)
+void cv_journal_collect(journal *j, const int32_t *tokens)
 {
     const journal_batch *f = &j->flight[j->oldest];
     mark_stale(j, f);
     for (int32_t t = 0; t < f->n_tokens; t++) {
         journal_slot *s = &j->slot[f->seq[t]];
         if (f->pos[t] < s->len)
-            journal_truncate(j, f->seq[t], f->pos[t]);
+            cv_journal_truncate(j, f->seq[t], f->pos[t]);
     }
     for (int32_t t = 0, row = 0; t < f->n_tokens; t++) {
         journal_slot *s = &j->slot[f->seq[t]];
@@ -118,7 +118,7 @@ void journal_collect(journal *j, const int32_t *tokens)
         if (!cv_want_logits(f->want[t]))
             continue;
         if (id < 0) {
-            journal_truncate(j, f->seq[t], f->pos[t]);
+            cv_journal_truncate(j, f->seq[t], f->pos[t]);
             continue;
         }
         s->sampled_at = f->pos[t];
@@ -129,9 +129,9 @@ void journal_collect(journal *j, const int32_t *tokens)
     j->in_flight--;
 }
 
-void journal_drop_flights(journal *j) { j->in_flight = 0; }
+void cv_journal_drop_flights(journal *j) { j->in_flight = 0; }
 
-int journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs)
+int cv_journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs)
 {
     journal_slot *s = &j->slot[seq];
     cv_logit_bias *bias = p->n_bias > 0 ? cv_memdup(p->bias, sizeof *bias * (size_t)p->n_bias) : NULL;
@@ -149,7 +149,7 @@ int journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int
     return 0;
 }
 
-int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from)
+int cv_journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from)
 {
     journal_slot *s = &j->slot[seq];
     char *copy = cv_memdup(text, len);
@@ -162,7 +162,7 @@ int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, i
     return 0;
 }
 
-void journal_truncate(journal *j, int32_t seq, int32_t len)
+void cv_journal_truncate(journal *j, int32_t seq, int32_t len)
 {
     journal_slot *s = &j->slot[seq];
     if (len < 0)
@@ -177,16 +177,16 @@ void journal_truncate(journal *j, int32_t seq, int32_t len)
         s->sampled_at = -1;
 }
 
-void journal_free_seq(journal *j, int32_t seq)
+void cv_journal_free_seq(journal *j, int32_t seq)
 {
     cv_free(j->slot[seq].grammar);
     cv_free(j->slot[seq].bias);
     j->slot[seq] = (journal_slot){.len = 0, .sampled_at = -1, .sampler_at = -1, .n_logprobs = -1};
 }
 
-void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len)
+void cv_journal_copy(journal *j, int32_t src, int32_t dst, int32_t len)
 {
-    journal_free_seq(j, dst);
+    cv_journal_free_seq(j, dst);
     const int32_t n = len < 0 ? 0 : len < j->slot[src].len ? len : j->slot[src].len;
     memcpy(j->tok + (size_t)dst * (size_t)j->n_ctx, j->tok + (size_t)src * (size_t)j->n_ctx,
            sizeof(int32_t) * (size_t)n);
@@ -275,7 +275,7 @@ static int replay_slots(journal *j, cv_chain *c, int64_t *n_fed, char *err, size
     return feed_send(j, c, err, errlen) || drain(j, c, 0, err, errlen) ? -1 : 0;
 }
 
-int journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen)
+int cv_journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen)
 {
     *n_fed = 0;
     j->feed.n_tokens = 0;

@@ -12,7 +12,7 @@
  * its slot as it was. A slot's truncate, free and sampler come while none
  * of its batches is in flight (convoy.h's rule).
  *
- * journal_replay brings a freshly opened chain to that state: every slot's
+ * cv_journal_replay brings a freshly opened chain to that state: every slot's
  * tokens are prefilled (nothing sampled), its sampler set where it was set,
  * starting after the draws already made, and the batches that were in
  * flight are submitted again in order. A slot whose last position is a row
@@ -66,26 +66,26 @@ typedef struct journal {
     int32_t *ignored;   /* [n_batch] replay's results, not read */
 } journal;
 
-int journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen);
-void journal_free(journal *j);
+int cv_journal_init(journal *j, int32_t n_slot, int32_t n_ctx, int32_t n_batch, char *err, size_t errlen);
+void cv_journal_free(journal *j);
 
 /* A batch sent; its results, in wanted-row order (-1 after a rejected draft). */
-void journal_submit(journal *j, const cv_batch *b);
-void journal_collect(journal *j, const int32_t *tokens);
+void cv_journal_submit(journal *j, const cv_batch *b);
+void cv_journal_collect(journal *j, const int32_t *tokens);
 /* Batches in flight are lost with the chain that went down. */
-void journal_drop_flights(journal *j);
+void cv_journal_drop_flights(journal *j);
 
 /* Copies the logit bias: -1 when out of memory. */
-int journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs);
+int cv_journal_set_sampler(journal *j, int32_t seq, const cv_sampler_params *p, int32_t n_logprobs);
 /* Copies the grammar: -1 when out of memory. */
-int journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from);
-void journal_truncate(journal *j, int32_t seq, int32_t len);
-void journal_free_seq(journal *j, int32_t seq);
+int cv_journal_set_grammar(journal *j, int32_t seq, const char *text, size_t len, int32_t from);
+void cv_journal_truncate(journal *j, int32_t seq, int32_t len);
+void cv_journal_free_seq(journal *j, int32_t seq);
 /* dst is emptied, then holds src's first len tokens (at most src's length). */
-void journal_copy(journal *j, int32_t src, int32_t dst, int32_t len);
+void cv_journal_copy(journal *j, int32_t src, int32_t dst, int32_t len);
 
 /* Brings chain c, just opened, to the journal's state (above); *n_fed
  * counts the tokens prefilled. -1 with the chain's error. */
-int journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen);
+int cv_journal_replay(journal *j, cv_chain *c, int64_t *n_fed, char *err, size_t errlen);
 
 #endif

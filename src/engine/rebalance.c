@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rebalance_init(rebalance *r, int64_t now_ms)
+void cv_rebalance_init(rebalance *r, int64_t now_ms)
 {
     *r = (rebalance){.pause_s = REBALANCE_FIRST_PAUSE_S};
-    rebalance_new_chain(r, now_ms);
+    cv_rebalance_new_chain(r, now_ms);
     const char *test = getenv("CONVOY_TEST_MOVE");
     for (const char *p = test; p && *p && r->n_test < CV_CHAIN_MAX_NODES; p += *p == ',') {
         char *end;
@@ -22,7 +22,7 @@ void rebalance_init(rebalance *r, int64_t now_ms)
     }
 }
 
-void rebalance_new_chain(rebalance *r, int64_t now_ms)
+void cv_rebalance_new_chain(rebalance *r, int64_t now_ms)
 {
     r->chain_since_ms = now_ms;
     r->check_at_ms = now_ms + REBALANCE_CHECK_MS;
@@ -30,10 +30,10 @@ void rebalance_new_chain(rebalance *r, int64_t now_ms)
     r->trial = false;
 }
 
-void rebalance_moved(rebalance *r, const rebalance_move *move, int64_t now_ms, double pause_s)
+void cv_rebalance_moved(rebalance *r, const rebalance_move *move, int64_t now_ms, double pause_s)
 {
     r->pause_s = pause_s;
-    rebalance_new_chain(r, now_ms);
+    cv_rebalance_new_chain(r, now_ms);
     r->trial = !move->undo;
 }
 
@@ -185,7 +185,7 @@ static int drift(rebalance *r, const cv_chain_costs *m, const cv_plan_result *be
     return move_to(r, m, count, us_now, move);
 }
 
-int rebalance_due(rebalance *r, cv_chain *chain, int64_t now_ms, rebalance_move *move, char *err, size_t errlen)
+int cv_rebalance_due(rebalance *r, cv_chain *chain, int64_t now_ms, rebalance_move *move, char *err, size_t errlen)
 {
     move->why[0] = 0;
     if (now_ms < r->check_at_ms || now_ms - r->chain_since_ms < REBALANCE_SETTLE_MS)

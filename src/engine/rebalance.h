@@ -1,7 +1,7 @@
 /* rebalance.h: layers moved while a pipeline serves, when the stages'
  * measured costs say another plan is faster (issue #37).
  *
- * Contract: rebalance_due runs before each collect and decides at most once
+ * Contract: cv_rebalance_due runs before each collect and decides at most once
  * every REBALANCE_CHECK_MS. It plans the nodes again from what the chain
  * measured (pipe/chain.h's cv_chain_replan; a node without measurements
  * counts at what it measured on an earlier chain of this context, else its
@@ -11,9 +11,9 @@
  * REBALANCE_FIRST_PAUSE_S) within REBALANCE_PAYBACK_S. The engine
  * moves as a failover does (the chain closed, a new one opened with the
  * move's split, the journal replayed: output stays identical) and calls
- * rebalance_moved. The trial: REBALANCE_TRIAL_MS after a move, the new
+ * cv_rebalance_moved. The trial: REBALANCE_TRIAL_MS after a move, the new
  * plan's time from its own measurements is compared with the old plan's
- * just before the move; unless it is faster, rebalance_due asks to move
+ * just before the move; unless it is faster, cv_rebalance_due asks to move
  * back, and the plan that lost is not moved to again for
  * REBALANCE_COOL_MS. Nothing is probed: no node loads layers to be
  * measured, the measurements are those of the serving chain.
@@ -66,12 +66,12 @@ typedef struct rebalance {
     int n_known;
 } rebalance;
 
-void rebalance_init(rebalance *r, int64_t now_ms);
-/* A chain opened (a failover's, or a move's: rebalance_moved says which). */
-void rebalance_new_chain(rebalance *r, int64_t now_ms);
+void cv_rebalance_init(rebalance *r, int64_t now_ms);
+/* A chain opened (a failover's, or a move's: cv_rebalance_moved says which). */
+void cv_rebalance_new_chain(rebalance *r, int64_t now_ms);
 /* Whether to move now: 1 with *move filled, 0 not, -1 when planning failed (err). */
-int rebalance_due(rebalance *r, cv_chain *chain, int64_t now_ms, rebalance_move *move, char *err, size_t errlen);
+int cv_rebalance_due(rebalance *r, cv_chain *chain, int64_t now_ms, rebalance_move *move, char *err, size_t errlen);
 /* The move was made (the new chain serves) in pause_s. */
-void rebalance_moved(rebalance *r, const rebalance_move *move, int64_t now_ms, double pause_s);
+void cv_rebalance_moved(rebalance *r, const rebalance_move *move, int64_t now_ms, double pause_s);
 
 #endif

@@ -50,15 +50,15 @@ void cv_kv_free(cv_kv *kv)
     memset(kv, 0, sizeof *kv);
 }
 
-void kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len)
+void cv_kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len)
 {
     if (len < kv->len[slot])
         kv->len[slot] = len < 0 ? 0 : len;
 }
 
-void kv_seq_free(cv_kv *kv, int32_t slot) { kv->len[slot] = 0; }
+void cv_kv_seq_free(cv_kv *kv, int32_t slot) { kv->len[slot] = 0; }
 
-void kv_seq_copy(cv_kv *kv, int32_t src, int32_t dst, int32_t len)
+void cv_kv_seq_copy(cv_kv *kv, int32_t src, int32_t dst, int32_t len)
 {
     if (len > kv->len[src])
         len = kv->len[src];

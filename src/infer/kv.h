@@ -5,8 +5,8 @@
  * values per position and layer), in F32 or F16. Nothing is allocated
  * afterwards. Writing position p of a slot stores in place; len[slot] is
  * the number of valid positions. Rolling back (speculation) or reusing a
- * prefix is kv_seq_truncate (moving the length, no copy); kv_seq_free
- * empties a slot; kv_seq_copy makes one slot hold another's first
+ * prefix is cv_kv_seq_truncate (moving the length, no copy); cv_kv_seq_free
+ * empties a slot; cv_kv_seq_copy makes one slot hold another's first
  * positions (their rows copied: the same bits, at the same positions).
  * Layout: [layer][slot][pos][kv_dim], so one slot's keys for one layer are
  * contiguous. */
@@ -34,10 +34,10 @@ int cv_kv_create(cv_kv *kv, cv_type type, int32_t n_slot, int32_t n_ctx, int32_t
                  char *err, size_t errlen);
 void cv_kv_free(cv_kv *kv);
 
-void kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len);
-void kv_seq_free(cv_kv *kv, int32_t slot);
+void cv_kv_seq_truncate(cv_kv *kv, int32_t slot, int32_t len);
+void cv_kv_seq_free(cv_kv *kv, int32_t slot);
 /* Slot dst holds src's first len positions (at most src's length). */
-void kv_seq_copy(cv_kv *kv, int32_t src, int32_t dst, int32_t len);
+void cv_kv_seq_copy(cv_kv *kv, int32_t src, int32_t dst, int32_t len);
 
 /* Start of the kv_dim values of (layer, slot, pos) in K or V. */
 static inline void *cv_kv_at(const cv_kv *kv, void *base, int32_t layer, int32_t slot, int32_t pos)

@@ -268,7 +268,7 @@ static void stale_lengths(cv_span *s, const cv_batch *b, int to)
         if (to && s->kv.len[slot] == s->stale_len[slot]) /* the slot's first row */
             s->kv.len[slot] = b->pos[t];
         else if (!to)
-            kv_seq_truncate(&s->kv, slot, s->stale_len[slot]);
+            cv_kv_seq_truncate(&s->kv, slot, s->stale_len[slot]);
     }
 }
 
@@ -351,7 +351,7 @@ static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
         if (cv_want_output(b->want[t]))
             s->row_embd[row] = 0;
         if (s->guess[t] && b->token[t] != s->last_id[2 * slot])
-            kv_seq_truncate(&s->kv, slot, b->pos[t]);
+            cv_kv_seq_truncate(&s->kv, slot, b->pos[t]);
         if (b->pos[t] >= s->kv.len[slot]) {
             if (cv_want_output(b->want[t])) { /* no output: -1 and zero logits, as a pipeline gives */
                 memset(s->logits + (size_t)row * n_vocab, 0, sizeof(float) * (size_t)n_vocab);
@@ -384,7 +384,7 @@ static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
         s->last_id[2 * slot] = id;
         s->last_id[2 * slot + 1] = b->pos[t];
         if (s->draft_of[t] >= 0 && id != s->draft_of[t])
-            kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
+            cv_kv_seq_truncate(&s->kv, slot, b->pos[t] + 1);
     }
 }
 
@@ -477,14 +477,14 @@ void cv_span_seq_truncate(cv_span *s, int32_t slot, int32_t len)
         cv_constraint_truncate(s->constraints[slot], &s->pieces, len);
     if (s->n_pooled && len < s->n_pooled[slot])
         s->n_pooled[slot] = 0;
-    kv_seq_truncate(&s->kv, slot, len);
+    cv_kv_seq_truncate(&s->kv, slot, len);
 }
 
 void cv_span_seq_free(cv_span *s, int32_t slot)
 {
     if (slot < 0 || slot >= s->kv.n_slot)
         return;
-    kv_seq_free(&s->kv, slot);
+    cv_kv_seq_free(&s->kv, slot);
     if (s->last_id)
         s->last_id[2 * slot + 1] = -1;
     if (s->n_pooled)
@@ -502,7 +502,7 @@ void cv_span_seq_copy(cv_span *s, int32_t src, int32_t dst, int32_t len)
     if (src < 0 || src >= s->kv.n_slot || dst < 0 || dst >= s->kv.n_slot || src == dst)
         return;
     cv_span_seq_free(s, dst);
-    kv_seq_copy(&s->kv, src, dst, len);
+    cv_kv_seq_copy(&s->kv, src, dst, len);
 }
 
 /* The probe's window: longer than a CFS period (100 ms), so that a CPU
@@ -525,7 +525,7 @@ uint32_t cv_span_speed_probe(const cv_llama *m, int32_t n_threads)
 {
     char name[64]; /* the first layer the file holds: a shard may not have layer 0 */
     snprintf(name, sizeof name, "blk.%d.attn_q.weight", m->held_l0);
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     const cv_type_traits *tt = t ? cv_type_get(t->type) : NULL;
     if (!tt || !tt->vec_dot)
         return 0;

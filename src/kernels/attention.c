@@ -20,20 +20,20 @@ void cv_attn_group(const cv_attn_args *a)
 {
 #if defined(__x86_64__)
     if (strcmp(cv_kernels_name(), "avx512") == 0) {
-        attn_group_avx512(a);
+        cv_attn_group_avx512(a);
         return;
     }
     if (cv_kernels_avx2()) {
-        attn_group_avx2(a);
+        cv_attn_group_avx2(a);
         return;
     }
 #elif defined(__aarch64__)
     if (strcmp(cv_kernels_name(), "neon") == 0) {
-        attn_group_neon(a);
+        cv_attn_group_neon(a);
         return;
     }
 #endif
-    attn_group_ref(a);
+    cv_attn_group_ref(a);
 }
 
 static inline float elt(const void *row, int f16, int d)
@@ -120,4 +120,4 @@ static void token_ref(const cv_attn_args *a)
             a->out[(size_t)g * hd + d] = a->out[(size_t)g * hd + d] / l[g];
 }
 
-void attn_group_ref(const cv_attn_args *a) { attn_each_token(a, token_ref); }
+void cv_attn_group_ref(const cv_attn_args *a) { attn_each_token(a, token_ref); }

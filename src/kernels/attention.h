@@ -14,9 +14,9 @@
  * (the reference: once per token). Token t's result is the bits of a call for
  * it alone (n_tok 1, n_pos + t positions), and depends only on its q, the
  * rows and the arguments (never on threads, batch, other tokens or other
- * query heads): the reference (attn_group_ref), AVX2+FMA+F16C
- * (attn_group_avx2), AVX-512F (attn_group_avx512) and NEON
- * (attn_group_neon) versions give the same bits, NaN payloads aside. K and
+ * query heads): the reference (cv_attn_group_ref), AVX2+FMA+F16C
+ * (cv_attn_group_avx2), AVX-512F (cv_attn_group_avx512) and NEON
+ * (cv_attn_group_neon) versions give the same bits, NaN payloads aside. K and
  * V rows are F32 or F16 (widened exactly). Dispatch follows
  * cv_kernels_name() (CONVOY_KERNELS=ref, cv_kernels_init(1) force the
  * reference). It allocates nothing: scratch is the caller's, of
@@ -107,13 +107,13 @@ size_t cv_attn_scratch_floats(int head_dim, int rows);
 void cv_attn_group(const cv_attn_args *a);
 
 /* The versions (private to src/kernels and its tests). */
-void attn_group_ref(const cv_attn_args *a);
+void cv_attn_group_ref(const cv_attn_args *a);
 #if defined(__x86_64__)
-void attn_group_avx2(const cv_attn_args *a);
-void attn_group_avx512(const cv_attn_args *a);
+void cv_attn_group_avx2(const cv_attn_args *a);
+void cv_attn_group_avx512(const cv_attn_args *a);
 #endif
 #if defined(__aarch64__)
-void attn_group_neon(const cv_attn_args *a);
+void cv_attn_group_neon(const cv_attn_args *a);
 #endif
 
 /* Scratch layout shared by the versions, for `rows` query rows (row

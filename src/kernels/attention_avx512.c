@@ -226,10 +226,10 @@ static void run_block(const attn_state *st, const attn_block *b)
     block_values(st, b);  /* 3. values */
 }
 
-void attn_group_avx512(const cv_attn_args *a)
+void cv_attn_group_avx512(const cv_attn_args *a)
 {
     if (a->head_dim % 16 != 0) {
-        attn_group_avx2(a);
+        cv_attn_group_avx2(a);
         return;
     }
     attn_state st;

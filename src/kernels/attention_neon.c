@@ -230,7 +230,7 @@ static void run_block(const attn_state *st, const attn_block *b)
     block_values_tail(st, b);
 }
 
-void attn_group_neon(const cv_attn_args *a)
+void cv_attn_group_neon(const cv_attn_args *a)
 {
     attn_state st;
     attn_init(&st, a);

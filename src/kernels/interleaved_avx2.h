@@ -117,7 +117,7 @@ static inline __m128i nib_table_u(int kind)
 {
     if (kind == NIB_Q4_0)
         return _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m128i k = _mm_loadu_si128((const __m128i *)(kind == NIB_IQ4_NL ? kvalues_iq4nl : kvalues_mxfp4));
+    const __m128i k = _mm_loadu_si128((const __m128i *)(kind == NIB_IQ4_NL ? cv_kvalues_iq4nl : cv_kvalues_mxfp4));
     return _mm_add_epi8(k, _mm_set1_epi8((char)nib_offset(kind)));
 }
 

@@ -36,7 +36,7 @@ static inline __m256 load8_bf16(const cv_bf16 *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 
-float vec_dot_f32_avx2(int n, const void *wv, const void *xv)
+float cv_vec_dot_f32_avx2(int n, const void *wv, const void *xv)
 {
     const float *w = wv;
     const float *x = xv;
@@ -55,7 +55,7 @@ float vec_dot_f32_avx2(int n, const void *wv, const void *xv)
     return sum;
 }
 
-float vec_dot_f16_avx2(int n, const void *wv, const void *xv)
+float cv_vec_dot_f16_avx2(int n, const void *wv, const void *xv)
 {
     const cv_fp16 *w = wv;
     const cv_fp16 *x = xv;
@@ -74,7 +74,7 @@ float vec_dot_f16_avx2(int n, const void *wv, const void *xv)
     return sum;
 }
 
-float vec_dot_bf16_avx2(int n, const void *wv, const void *xv)
+float cv_vec_dot_bf16_avx2(int n, const void *wv, const void *xv)
 {
     const cv_bf16 *w = wv;
     const cv_bf16 *x = xv;
@@ -178,12 +178,12 @@ static inline __attribute__((always_inline)) float vec_dot_x_q8_0(int n, const v
     return hsum8(acc);
 }
 
-float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_x_q8_0(n, w, x, 0);
 }
 
-float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_x_q8_0(n, w, x, 1);
 }
@@ -427,7 +427,7 @@ static void store_blocks8(const acc_blocks8 acc, float *y)
     _mm256_storeu_ps(y, sum);
 }
 
-void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
     const int nb = n / QK4_0;
@@ -444,7 +444,7 @@ void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const voi
         store_blocks8(acc[t], y + (size_t)t * ldy);
 }
 
-void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
     const int nb = n / QK8_0;
@@ -541,25 +541,25 @@ static inline __attribute__((always_inline)) void float_tile(int n, const char *
     }
 }
 
-void matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+void cv_matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                           size_t ldy)
 {
     float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(float), load8_f32_at, load1_f32_at);
 }
 
-void matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+void cv_matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                           size_t ldy)
 {
     float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(cv_fp16), load8_f16_at, load1_f16_at);
 }
 
-void matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+void cv_matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                            size_t ldy)
 {
     float_tile(n, w, w_stride, x, x_stride, m, y, ldy, sizeof(cv_bf16), load8_bf16_at, load1_bf16_at);
 }
 
-void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)
 {
     block_q8_0 *y = vy;
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -583,7 +583,7 @@ void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)
     }
 }
 
-void convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
+void cv_convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
 {
     cv_fp16 *y = vy;
     int64_t i = 0;
@@ -602,8 +602,8 @@ void convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)
  * token (decode) reads the groups at the memory's pace, where vec_dot
  * per row paid a horizontal sum and a gather of 8 scales per 8 blocks. */
 
-void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+void cv_matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy)
 {
     const int nb = n / QK8_0;
     const block_q8_0x8 *groups = w;
@@ -639,7 +639,7 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
  * sums in registers. The tokens' block sums (times the offset) and scales
  * are formed once per pass over the groups, X8_TOKEN_BLOCKS of them.
  *
- * IQ4_NL has Q4_0's bytes; a nibble q stands for k = kvalues_iq4nl[q],
+ * IQ4_NL has Q4_0's bytes; a nibble q stands for k = cv_kvalues_iq4nl[q],
  * and u = k + 128 (0..241) = 16 u_hi + u_lo with nibbles u_hi and u_lo
  * looked up by two byte shuffles. Each of them meets the token as Q4_0's
  * nibble does (int16 sums within 30720), then s = 16 S_hi + S_lo - 128
@@ -647,13 +647,13 @@ void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const voi
  * maddubs, so 4 tokens at a time keep their 8 sums in registers.
  *
  * MXFP4 (block_mxfp4x8: its exponents, then Q4_0's quants) looks up u =
- * kvalues_mxfp4[q] + 12 (0..24) by one shuffle. The 8 groups of a block
+ * cv_kvalues_mxfp4[q] + 12 (0..24) by one shuffle. The 8 groups of a block
  * would reach 49152 in int16, so the low and the high nibbles (4 groups
  * each, within 24576) keep their own sums, 4 tokens at a time: s = S_lo +
  * S_hi - 12 (sum of y), the scales 2^(e - 128) from the exponents' bits
  * as in vec_dot. */
 
-/* The nibbles of u = kvalues_iq4nl[q] + 128 for q in each 128-bit lane. */
+/* The nibbles of u = cv_kvalues_iq4nl[q] + 128 for q in each 128-bit lane. */
 static inline void iq4nl_tables(__m256i *u_hi, __m256i *u_lo)
 {
     const __m256i u = _mm256_broadcastsi128_si256(nib_table_u(NIB_IQ4_NL));
@@ -773,19 +773,19 @@ static void matmul_nibbles_x8(int n, const void *w, long n_groups, const void *x
     }
 }
 
-void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+void cv_matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy)
 {
     matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_Q4_0, y, ldy);
 }
 
-void matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
     matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_IQ4_NL, y, ldy);
 }
 
-void matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                    float *y, size_t ldy)
 {
     matmul_nibbles_x8(n, w, n_groups, x, x_stride, m, NIB_MXFP4, y, ldy);

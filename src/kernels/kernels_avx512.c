@@ -34,7 +34,7 @@ static inline __attribute__((always_inline)) __m512 nib_scales16(const void *g0,
  * tokens (the rows of their quants x[t], their sums times the offset and
  * their scales yoff[t * nb + b], xd[t * nb + b]): adds block b to
  * acc[t][b % 8]. vpdpbusd sums in int32, so the unsigned table values
- * (IQ4_NL: kvalues_iq4nl[q] + 128, MXFP4: kvalues_mxfp4[q] + 12), one
+ * (IQ4_NL: cv_kvalues_iq4nl[q] + 128, MXFP4: cv_kvalues_mxfp4[q] + 12), one
  * byte shuffle, meet the tokens whole, and the offset comes off as Q4_0's
  * 8 does. */
 static inline __attribute__((always_inline)) void pair_nibbles_x16(const void *g0, const void *g1, int nb,
@@ -123,9 +123,9 @@ static void pass_nibbles_x16(int nb, const char *group, long n_pairs, const void
 
 /* The AVX2 kernel of a nibble kind, which gives the same bits. */
 static const matmul_interleaved_fn nibbles_avx2[] = {
-    [NIB_Q4_0] = matmul_interleaved_q4_0_avx2,
-    [NIB_IQ4_NL] = matmul_interleaved_iq4_nl_avx2,
-    [NIB_MXFP4] = matmul_interleaved_mxfp4_avx2,
+    [NIB_Q4_0] = cv_matmul_interleaved_q4_0_avx2,
+    [NIB_IQ4_NL] = cv_matmul_interleaved_iq4_nl_avx2,
+    [NIB_MXFP4] = cv_matmul_interleaved_mxfp4_avx2,
 };
 
 static void matmul_nibbles_x16(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, int kind,
@@ -143,19 +143,19 @@ static void matmul_nibbles_x16(int n, const void *w, long n_groups, const void *
                            m, y + ROW_GROUP * 2 * n_pairs, ldy);
 }
 
-void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
     matmul_nibbles_x16(n, w, n_groups, x, x_stride, m, NIB_Q4_0, y, ldy);
 }
 
-void matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                       float *y, size_t ldy)
 {
     matmul_nibbles_x16(n, w, n_groups, x, x_stride, m, NIB_IQ4_NL, y, ldy);
 }
 
-void matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                      float *y, size_t ldy)
 {
     matmul_nibbles_x16(n, w, n_groups, x, x_stride, m, NIB_MXFP4, y, ldy);

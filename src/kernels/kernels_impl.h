@@ -18,7 +18,7 @@
  *
  * Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 weights with a Q8_0 activation row:
  * per block b, the exact int32 sum s of w * y (Q4_0: (q - 8) * y, Q5_0:
- * (q - 16) * y, IQ4_NL: kvalues_iq4nl[q] * y, MXFP4: kvalues_mxfp4[q] *
+ * (q - 16) * y, IQ4_NL: cv_kvalues_iq4nl[q] * y, MXFP4: cv_kvalues_mxfp4[q] *
  * y) over its 32 elements, then acc[b % 8] = fma(d, (float)s, acc[b % 8])
  * with d = fp16(w.d) * fp16(x.d) (exact in f32; MXFP4: 2^(w.e - 128) *
  * fp16(x.d), rounded where it leaves f32's normal range), one 8-lane
@@ -27,7 +27,7 @@
  * rows in the lanes of a vector.
  *
  * IQ4_XS weights with a Q8_K activation row: per super-block i, the exact
- * int32 sum isum of (ls - 32) * kvalues_iq4nl[q] * y over its 256
+ * int32 sum isum of (ls - 32) * cv_kvalues_iq4nl[q] * y over its 256
  * elements, then acc = fma(x.d * fp16(w.d), (float)isum, acc) on one
  * scalar (x.d * fp16(w.d) rounded to f32 first). The sum is within
  * 8 * 32 * 32 * 127 * 128 < 2^31.
@@ -190,117 +190,117 @@ typedef float (*vec_dot_interleaved_fn)(int n, const void *group, int r, const v
 typedef void (*interleave_fn)(const void *rows, size_t row_bytes, int n, void *out);
 
 /* Reference (ref.c). */
-float vec_dot_f32_ref(int n, const void *w, const void *x);
-float vec_dot_f16_ref(int n, const void *w, const void *x);
-float vec_dot_bf16_ref(int n, const void *w, const void *x);
-float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
-float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
-void quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
+float cv_vec_dot_f32_ref(int n, const void *w, const void *x);
+float cv_vec_dot_f16_ref(int n, const void *w, const void *x);
+float cv_vec_dot_bf16_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x);
+void cv_quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activation rule */
 /* The activation rule for one block of 32 (d and qs); returns amax. */
-float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs);
-void convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
-float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x);
-void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
-float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
-void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
+float cv_quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs);
+void cv_convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
+float cv_vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
+float cv_vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out);
 /* The exact sum of 32 int8 quants y times the values of the 32 nibbles of
  * qs in Q4_0's order (element j < 16: low nibble of qs[j], j >= 16: high
  * nibble of qs[j - 16]), nibble q having the value values[q]. */
-int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16]);
+int32_t cv_dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16]);
 /* The Q8_0-activation schedule above for a row in Q4_0's byte layout
  * whose nibble q has the value values[q] (Q4_0: q - 8; IQ4_NL:
- * kvalues_iq4nl[q]): the plain row w, or (w NULL) row r of the
+ * cv_kvalues_iq4nl[q]): the plain row w, or (w NULL) row r of the
  * interleaved group w8. */
-float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
+float cv_vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
                           const int8_t values[16]);
-/* quants32.c: IQ4_NL has Q4_0's interleaved layout (interleave_q4_0),
- * MXFP4 its own (interleave_mxfp4, ref.c) */
-float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x);
-float vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x);
-void interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out);
+/* quants32.c: IQ4_NL has Q4_0's interleaved layout (cv_interleave_q4_0),
+ * MXFP4 its own (cv_interleave_mxfp4, ref.c) */
+float cv_vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x);
+float cv_vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out);
 /* kquants.c */
-float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
-void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
-float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x);
-void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out);
-float vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x);
-void interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out);
+float cv_vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out);
+float cv_vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out);
+float cv_vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x);
+void cv_interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out);
 
 /* One version for every ISA (ref.c): row conversions off the hot path. */
-void copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
-void convert_row_f32_to_bf16(const float *x, void *y, int64_t n);
-void convert_row_f32(const void *x, float *y, int64_t n); /* to_float of F32 */
-void convert_row_f16(const void *x, float *y, int64_t n);
-void convert_row_bf16(const void *x, float *y, int64_t n);
-void dequantize_row_q8_0(const void *x, float *y, int64_t n);
-void dequantize_row_q4_0(const void *x, float *y, int64_t n);
+void cv_copy_row_f32(const float *x, void *y, int64_t n); /* from_float of F32 */
+void cv_convert_row_f32_to_bf16(const float *x, void *y, int64_t n);
+void cv_convert_row_f32(const void *x, float *y, int64_t n); /* to_float of F32 */
+void cv_convert_row_f16(const void *x, float *y, int64_t n);
+void cv_convert_row_bf16(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q8_0(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q4_0(const void *x, float *y, int64_t n);
 /* Weight quantizers with llama.cpp's reference rules (what llama-quantize
  * writes without an importance matrix). */
-void quantize_row_q4_0(const float *x, void *y, int64_t n);
-void quantize_row_q8_0_weight(const float *x, void *y, int64_t n);
+void cv_quantize_row_q4_0(const float *x, void *y, int64_t n);
+void cv_quantize_row_q8_0_weight(const float *x, void *y, int64_t n);
 
 #if defined(__x86_64__)
-float vec_dot_f32_avx2(int n, const void *w, const void *x);
-float vec_dot_f16_avx2(int n, const void *w, const void *x);
-float vec_dot_bf16_avx2(int n, const void *w, const void *x);
-float vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
-float vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
-void matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+float cv_vec_dot_f32_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_f16_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_bf16_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q4_0_q8_0_avx2(int n, const void *w, const void *x);
+void cv_matmul_tile_f32_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                           size_t ldy);
-void matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+void cv_matmul_tile_f16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                           size_t ldy);
-void matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
+void cv_matmul_tile_bf16_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m, float *y,
                            size_t ldy);
-void matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q8_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
-void matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q4_0_q8_0_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
-void matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy);
-void matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy);
-void matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q8_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
+void cv_matmul_interleaved_q4_0_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
+void cv_matmul_interleaved_iq4_nl_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
-void matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_mxfp4_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                    float *y, size_t ldy);
 /* kquants_avx2.c */
-void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
-void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
-void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy);
-void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy);
-void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy);
-void matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy);
-void quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
-void convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
-/* kernels_avx512.c and kquants_avx512.c (AVX512F/BW/VL and VNNI) */
-void matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
-                                    float *y, size_t ldy);
-void matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
-                                      float *y, size_t ldy);
-void matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                      float *y, size_t ldy);
-void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
+void cv_matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
+void cv_quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
+void cv_convert_row_f32_to_f16_avx2(const float *x, void *y, int64_t n);
+/* kernels_avx512.c and kquants_avx512.c (AVX512F/BW/VL and VNNI) */
+void cv_matmul_interleaved_q4_0_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
-void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_iq4_nl_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                      float *y, size_t ldy);
+void cv_matmul_interleaved_mxfp4_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy);
+void cv_matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
-void matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                    float *y, size_t ldy);
+void cv_matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy);
 #endif
 
 #if defined(__aarch64__)
-float vec_dot_f32_neon(int n, const void *w, const void *x);
-float vec_dot_f16_neon(int n, const void *w, const void *x);
-float vec_dot_bf16_neon(int n, const void *w, const void *x);
-float vec_dot_q8_0_q8_0_neon(int n, const void *w, const void *x);
-float vec_dot_q4_0_q8_0_neon(int n, const void *w, const void *x);
-void quantize_row_q8_0_neon(const float *x, void *y, int64_t n);
-void convert_row_f32_to_f16_neon(const float *x, void *y, int64_t n);
+float cv_vec_dot_f32_neon(int n, const void *w, const void *x);
+float cv_vec_dot_f16_neon(int n, const void *w, const void *x);
+float cv_vec_dot_bf16_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q8_0_q8_0_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q4_0_q8_0_neon(int n, const void *w, const void *x);
+void cv_quantize_row_q8_0_neon(const float *x, void *y, int64_t n);
+void cv_convert_row_f32_to_f16_neon(const float *x, void *y, int64_t n);
 #endif
 
 #endif

@@ -66,17 +66,17 @@ static float load1_f32(const void *p, int i) { return ((const float *)p)[i]; }
 static float load1_f16(const void *p, int i) { return fp16_to_f32(((const cv_fp16 *)p)[i]); }
 static float load1_bf16(const void *p, int i) { return cv_bf16_to_fp32(((const cv_bf16 *)p)[i]); }
 
-float vec_dot_f32_neon(int n, const void *w, const void *x)
+float cv_vec_dot_f32_neon(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load4_f32, load1_f32);
 }
 
-float vec_dot_f16_neon(int n, const void *w, const void *x)
+float cv_vec_dot_f16_neon(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load4_f16, load1_f16);
 }
 
-float vec_dot_bf16_neon(int n, const void *w, const void *x)
+float cv_vec_dot_bf16_neon(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load4_bf16, load1_bf16);
 }
@@ -101,7 +101,7 @@ static inline int32x4_t lanes_of_four(int8x16_t p, int8x16_t q)
     return vpaddq_s32(a, b);
 }
 
-float vec_dot_q8_0_q8_0_neon(int n, const void *wv, const void *xv)
+float cv_vec_dot_q8_0_q8_0_neon(int n, const void *wv, const void *xv)
 {
     const block_q8_0 *w = wv;
     const block_q8_0 *x = xv;
@@ -115,7 +115,7 @@ float vec_dot_q8_0_q8_0_neon(int n, const void *wv, const void *xv)
     return hsum8(vld1q_f32(acc), vld1q_f32(acc + 4));
 }
 
-float vec_dot_q4_0_q8_0_neon(int n, const void *wv, const void *xv)
+float cv_vec_dot_q4_0_q8_0_neon(int n, const void *wv, const void *xv)
 {
     const block_q4_0 *w = wv;
     const block_q8_0 *x = xv;
@@ -150,7 +150,7 @@ static inline int32x4_t cvt_int32_x86(float32x4_t r)
     return vbslq_s32(in_range, vcvtq_s32_f32(r), vdupq_n_s32(INT32_MIN));
 }
 
-void quantize_row_q8_0_neon(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_0_neon(const float *x, void *vy, int64_t n)
 {
     block_q8_0 *y = vy;
     for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
@@ -176,7 +176,7 @@ void quantize_row_q8_0_neon(const float *x, void *vy, int64_t n)
     }
 }
 
-void convert_row_f32_to_f16_neon(const float *x, void *vy, int64_t n)
+void cv_convert_row_f32_to_f16_neon(const float *x, void *vy, int64_t n)
 {
     cv_fp16 *y = vy;
     int64_t i = 0;

@@ -65,7 +65,7 @@ static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi
 
 /* ---- dequantization ---------------------------------------------------- */
 
-void dequantize_row_q2_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q2_K(const void *x, float *y, int64_t n)
 {
     const block_q2_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -79,7 +79,7 @@ void dequantize_row_q2_K(const void *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q3_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q3_K(const void *x, float *y, int64_t n)
 {
     const block_q3_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -92,7 +92,7 @@ void dequantize_row_q3_K(const void *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q4_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q4_K(const void *x, float *y, int64_t n)
 {
     const block_q4_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -113,7 +113,7 @@ void dequantize_row_q4_K(const void *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q5_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q5_K(const void *x, float *y, int64_t n)
 {
     const block_q5_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -135,7 +135,7 @@ void dequantize_row_q5_K(const void *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q6_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q6_K(const void *x, float *y, int64_t n)
 {
     const block_q6_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -146,7 +146,7 @@ void dequantize_row_q6_K(const void *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q8_K(const void *x, float *y, int64_t n)
+void cv_dequantize_row_q8_K(const void *x, float *y, int64_t n)
 {
     const block_q8_K *b = x;
     for (int64_t i = 0; i < n / QK_K; i++)
@@ -345,7 +345,7 @@ static void pack_q2(const uint8_t L[QK_K], uint8_t qs[QK_K / 4])
 /* Q2_K: each sub-block of 16 fitted with a scale and a min (absolute error
  * weighted by |x|), both quantized to 4 bits against the largest, then the
  * quants again against the rounded ones. */
-void quantize_row_q2_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q2_K(const float *x, void *y, int64_t n)
 {
     block_q2_K *b = y;
     uint8_t L[QK_K];
@@ -382,7 +382,7 @@ void quantize_row_q2_K(const float *x, void *y, int64_t n)
 /* Q3_K: each sub-block of 16 fitted symmetrically (fit_scale_q3), the
  * scales quantized to signed 6 bits against the largest in magnitude, then
  * the quants again against the rounded ones. */
-void quantize_row_q3_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q3_K(const float *x, void *y, int64_t n)
 {
     block_q3_K *b = y;
     int8_t L[QK_K];
@@ -473,7 +473,7 @@ static void quantize_superblock_scale_min(const float *x, int nmax, float rmin, 
     }
 }
 
-void quantize_row_q4_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q4_K(const float *x, void *y, int64_t n)
 {
     block_q4_K *b = y;
     uint8_t L[QK_K];
@@ -486,7 +486,7 @@ void quantize_row_q4_K(const float *x, void *y, int64_t n)
     }
 }
 
-void quantize_row_q5_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q5_K(const float *x, void *y, int64_t n)
 {
     block_q5_K *b = y;
     uint8_t L[QK_K];
@@ -503,7 +503,7 @@ void quantize_row_q5_K(const float *x, void *y, int64_t n)
     }
 }
 
-void quantize_row_q6_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q6_K(const float *x, void *y, int64_t n)
 {
     block_q6_K *b = y;
     int8_t L[QK_K];
@@ -548,7 +548,7 @@ void quantize_row_q6_K(const float *x, void *y, int64_t n)
     }
 }
 
-void quantize_row_q8_K(const float *x, void *y, int64_t n)
+void cv_quantize_row_q8_K(const float *x, void *y, int64_t n)
 {
     block_q8_K *b = y;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -578,7 +578,7 @@ void quantize_row_q8_K(const float *x, void *y, int64_t n)
 
 /* Q2_K: per super-block the whole int32 sums isum = sum of scale * q * y
  * and msum = sum of min * bsum over the 16 sub-blocks, then as Q4_K. */
-float vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x)
 {
     const block_q2_K *wb = w;
     const block_q8_K *xb = x;
@@ -600,7 +600,7 @@ float vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x)
 /* Q3_K: per super-block the whole int32 sum of scale * (q - 4) * y, the
  * offset 4 taken out through the bsums (sum of scale * (sum of q * y -
  * 4 * bsum)); acc = fma(d, (float)isum, acc). */
-float vec_dot_q3_K_q8_K_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q3_K_q8_K_ref(int n, const void *w, const void *x)
 {
     const block_q3_K *wb = w;
     const block_q8_K *xb = x;
@@ -727,22 +727,22 @@ static float dot_q45(int n, q45_view_fn view, const void *w, int r, const block_
     return acc - accm;
 }
 
-float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x)
 {
     return dot_q45(n, view_q4_K, w, 0, x);
 }
 
-float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x)
 {
     return dot_q45(n, view_q5_K, w, 0, x);
 }
 
-float vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_q4_K_ref(int n, const void *group, int r, const void *x)
 {
     return dot_q45(n, view_q4_Kx8, group, r, x);
 }
 
-float vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_q5_K_ref(int n, const void *group, int r, const void *x)
 {
     return dot_q45(n, view_q5_Kx8, group, r, x);
 }
@@ -774,7 +774,7 @@ static void interleave_x8(cv_fp16 d, cv_fp16 dmin, const uint8_t scales[K_SCALE_
     interleave_dwords(qs, QK_K / 2, r, qs8);
 }
 
-void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
 {
     block_q4_Kx8 *o = out;
     for (int i = 0; i < n / QK_K; i++) {
@@ -787,7 +787,7 @@ void interleave_q4_K(const void *rows, size_t row_bytes, int n, void *out)
     }
 }
 
-void interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_q5_K(const void *rows, size_t row_bytes, int n, void *out)
 {
     block_q5_Kx8 *o = out;
     for (int i = 0; i < n / QK_K; i++) {
@@ -850,17 +850,17 @@ static float dot_q6(int n, q6_view_fn view, const void *w, int r, const block_q8
     return acc;
 }
 
-float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x)
 {
     return dot_q6(n, view_q6_K, w, 0, x);
 }
 
-float vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_q6_K_ref(int n, const void *group, int r, const void *x)
 {
     return dot_q6(n, view_q6_Kx8, group, r, x);
 }
 
-void interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_q6_K(const void *rows, size_t row_bytes, int n, void *out)
 {
     block_q6_Kx8 *o = out;
     for (int i = 0; i < n / QK_K; i++)

@@ -14,42 +14,42 @@
 
 #include "kernels/types.h"
 
-void dequantize_row_q2_K(const void *x, float *y, int64_t n);
-void dequantize_row_q3_K(const void *x, float *y, int64_t n);
-void dequantize_row_q4_K(const void *x, float *y, int64_t n);
-void dequantize_row_q5_K(const void *x, float *y, int64_t n);
-void dequantize_row_q6_K(const void *x, float *y, int64_t n);
-void dequantize_row_q8_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q2_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q3_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q4_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q5_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q6_K(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q8_K(const void *x, float *y, int64_t n);
 
-void quantize_row_q2_K(const float *x, void *y, int64_t n);
-void quantize_row_q3_K(const float *x, void *y, int64_t n);
-void quantize_row_q4_K(const float *x, void *y, int64_t n);
-void quantize_row_q5_K(const float *x, void *y, int64_t n);
-void quantize_row_q6_K(const float *x, void *y, int64_t n);
-void quantize_row_q8_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q2_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q3_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q4_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q5_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q6_K(const float *x, void *y, int64_t n);
+void cv_quantize_row_q8_K(const float *x, void *y, int64_t n);
 
-float vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x);
-float vec_dot_q3_K_q8_K_ref(int n, const void *w, const void *x);
-float vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x);
-float vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x);
-float vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q2_K_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q3_K_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q4_K_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q5_K_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q6_K_q8_K_ref(int n, const void *w, const void *x);
 #if defined(__x86_64__)
-float vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x);
-float vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x);
-float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x);
-float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x);
-float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x);
-void quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
+float cv_vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x);
+void cv_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
 /* kquants_avx512.c, for CPUs with AVX-512 VNNI: the same bits again */
-float vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x);
-float vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x);
+float cv_vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x);
+float cv_vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x);
 #endif
 #if defined(__aarch64__)
-float vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x);
-float vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x);
-float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x);
-float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x);
-float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x);
 #endif
 
 #endif

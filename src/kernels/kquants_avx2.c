@@ -128,7 +128,7 @@ static inline __attribute__((always_inline)) __m256i dot_q23(const uint8_t *qs, 
     return isum;
 }
 
-float vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q2_K *wb = w;
     const block_q8_K *xb = x;
@@ -148,7 +148,7 @@ float vec_dot_q2_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q3_K *wb = w;
     const block_q8_K *xb = x;
@@ -168,7 +168,7 @@ float vec_dot_q3_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc;
 }
 
-float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q4_K *wb = w;
     const block_q8_K *xb = x;
@@ -205,7 +205,7 @@ float vec_dot_q4_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q5_K *wb = w;
     const block_q8_K *xb = x;
@@ -242,7 +242,7 @@ float vec_dot_q5_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
 {
     const block_q6_K *wb = w;
     const block_q8_K *xb = x;
@@ -286,7 +286,7 @@ float vec_dot_q6_K_q8_K_avx2(int n, const void *w, const void *x)
     return acc;
 }
 
-/* ---- Q8_K activations: quantize_row_q8_K's bits ----
+/* ---- Q8_K activations: cv_quantize_row_q8_K's bits ----
  *
  * The maximum is the first element of the largest magnitude, as the scalar
  * loop keeps it (NaNs never win: max_ps returns its second operand when the
@@ -304,7 +304,7 @@ static inline __m256i quants8_q8_K(const float *x, __m256 iscale)
     return _mm256_and_si256(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(0xFF));
 }
 
-/* The element of x[0, QK_K) that quantize_row_q8_K scales by, 0 if all
+/* The element of x[0, QK_K) that cv_quantize_row_q8_K scales by, 0 if all
  * are zero (or NaN). */
 static float block_max_q8_K(const float *x)
 {
@@ -325,7 +325,7 @@ static float block_max_q8_K(const float *x)
     return 0.0f; /* not reached: amax is one of the elements */
 }
 
-void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_K_avx2(const float *x, void *vy, int64_t n)
 {
     block_q8_K *y = vy;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -400,7 +400,7 @@ static inline void scales_mins_rows8(const uint8_t *const scales[ROW_GROUP], __m
 
 /* ---- Q4_K and Q5_K tiles: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
- * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or of _q5_K_): the
+ * Every output gets the bits of cv_vec_dot_q4_K_q8_K_avx2 (or of _q5_K_): the
  * same whole int32 sums per super-block (exact, so formed in any order),
  * then the same two fmas per super-block in super-block order. Since a
  * super-block ends in one sum per row, the tile keeps row r in lane r:
@@ -446,7 +446,7 @@ static void prefetch_next_chunk(const char *w, size_t w_stride, size_t block_byt
 
 /* Super-blocks [b0, b0 + nbc) of the TILE_ROWS rows (of nb super-blocks)
  * into a panel; prefetches what comes next. Q4_K (q5 = 0) and Q5_K (q5 =
- * 1, the fifth bits from qh as vec_dot_q5_K_q8_K_avx2 adds them; a
+ * 1, the fifth bits from qh as cv_vec_dot_q5_K_q8_K_avx2 adds them; a
  * constant after inlining) share the panel and the rest of the tile. */
 static inline __attribute__((always_inline)) void panel_prepare_q45(panel_q45_K *p, const char *w, size_t w_stride,
                                                                     int b0, int nbc, int nb, int q5)
@@ -721,7 +721,7 @@ static inline __attribute__((always_inline)) void tile_small_q45(int n, const vo
     }
 }
 
-void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
     if (m <= SMALL_TOKENS)
@@ -730,7 +730,7 @@ void matmul_tile_q4_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
         tile_q45(n, w, w_stride, x, x_stride, m, y, ldy, 0);
 }
 
-void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
     if (m <= SMALL_TOKENS)
@@ -741,7 +741,7 @@ void matmul_tile_q5_K_q8_K_avx2(int n, const void *w, size_t w_stride, const voi
 
 /* ---- Q6_K tile: TILE_ROWS rows times up to TILE_TOKENS tokens ----
  *
- * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: the same whole
+ * Every output gets the bits of cv_vec_dot_q6_K_q8_K_avx2: the same whole
  * int32 sum per super-block (the offset of 32 taken out exactly through
  * the bsums), one fma per super-block. The panel holds each 32-weight
  * group's 6-bit quants as bytes and its two scales (one per 16 weights)
@@ -811,7 +811,7 @@ static void panel_token_q6_K(const panel_q6_K *p, int nbc, const block_q8_K *x, 
     }
 }
 
-void matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
+void cv_matmul_tile_q6_K_q8_K_avx2(int n, const void *w, size_t w_stride, const void *x, size_t x_stride, int m,
                                 float *y, size_t ldy)
 {
     const int nb = n / QK_K;

@@ -2,8 +2,8 @@
  * (kernels_impl.h) and the Q2_K and Q3_K vec_dot with AVX-512 VNNI, for
  * the CPUs that have it (AVX512F, BW, VL and VNNI).
  *
- * Every output gets the bits of matmul_interleaved_q4_K_avx2 (or _q5_K_),
- * and so of vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
+ * Every output gets the bits of cv_matmul_interleaved_q4_K_avx2 (or _q5_K_),
+ * and so of cv_vec_dot_q4_K_q8_K_ref: a super-block ends in the same whole int32 sums
  * of each row (exact, so formed in any order), then the same two fmas per
  * super-block, in super-block order, lane by lane.
  *
@@ -172,17 +172,17 @@ static inline __attribute__((always_inline)) void matmul_kx16(int q5, int n, con
         return;
     /* an odd group: the AVX2 kernel, which gives the same bits */
     const kx8_block last = kx8_block_at(w, q5, g * nb);
-    (q5 ? matmul_interleaved_q5_K_avx2 : matmul_interleaved_q4_K_avx2)(n, last.d, 1, x, x_stride, m,
+    (q5 ? cv_matmul_interleaved_q5_K_avx2 : cv_matmul_interleaved_q4_K_avx2)(n, last.d, 1, x, x_stride, m,
                                                                        y + ROW_GROUP * g, ldy);
 }
 
-void matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q4_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
     matmul_kx16(0, n, w, n_groups, x, x_stride, m, y, ldy);
 }
 
-void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
     matmul_kx16(1, n, w, n_groups, x, x_stride, m, y, ldy);
@@ -190,7 +190,7 @@ void matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, const v
 
 /* ---- Q6_K interleaved: two groups of 8 rows per vector ----
  *
- * The bits of matmul_interleaved_q6_K_avx2 (vec_dot_q6_K_q8_K_ref): the
+ * The bits of cv_matmul_interleaved_q6_K_avx2 (cv_vec_dot_q6_K_q8_K_ref): the
  * same whole int32 sum of each row per super-block, the same fma. A
  * sub-block's sums start at -32 times the token's bsum (the offset, exact)
  * and take its 4 quads by vpdpbusd, at most 16 * 63 * 128 in magnitude;
@@ -362,7 +362,7 @@ static void pair_q6x16(int nb, const block_q6_Kx8 *w0, const block_q6_Kx8 *w1, c
         _mm512_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }
 
-void matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+void cv_matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
                                     float *y, size_t ldy)
 {
     const int nb = n / QK_K;
@@ -371,12 +371,12 @@ void matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, const v
     for (; g + 2 <= n_groups; g += 2)
         pair_q6x16(nb, wb + g * nb, wb + (g + 1) * nb, x, x_stride, m, y + ROW_GROUP * g, ldy);
     if (g < n_groups) /* an odd group: the AVX2 kernel, which gives the same bits */
-        matmul_interleaved_q6_K_avx2(n, wb + g * nb, 1, x, x_stride, m, y + ROW_GROUP * g, ldy);
+        cv_matmul_interleaved_q6_K_avx2(n, wb + g * nb, 1, x, x_stride, m, y + ROW_GROUP * g, ldy);
 }
 
 /* ---- Q2_K and Q3_K vec_dot: one row, 64 weights per instruction ----
  *
- * The bits of vec_dot_q2_K_q8_K_ref and _q3_K_: the same whole int32 sums
+ * The bits of cv_vec_dot_q2_K_q8_K_ref and _q3_K_: the same whole int32 sums
  * per super-block (exact, so formed in any order) and the same fmas. A
  * vector holds weights 64k..64k+63, sub-blocks 4k..4k+3 in its four
  * 128-bit lanes, against the activations as they lie: vpmaddubsw pairs
@@ -443,7 +443,7 @@ static inline void sum_pair_i32(__m512i a, __m256i b, int32_t *sa, int32_t *sb)
     *sb = _mm_extract_epi32(t, 1);
 }
 
-float vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x)
+float cv_vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x)
 {
     const block_q2_K *wb = w;
     const block_q8_K *xb = x;
@@ -462,7 +462,7 @@ float vec_dot_q2_K_q8_K_avx512(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x)
+float cv_vec_dot_q3_K_q8_K_avx512(int n, const void *w, const void *x)
 {
     const block_q3_K *wb = w;
     const block_q8_K *xb = x;

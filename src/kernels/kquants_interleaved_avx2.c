@@ -15,7 +15,7 @@
 
 /* ---- Q4_K and Q5_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
  *
- * Every output gets the bits of vec_dot_q4_K_q8_K_avx2 (or _q5_K_), as in
+ * Every output gets the bits of cv_vec_dot_q4_K_q8_K_avx2 (or _q5_K_), as in
  * its tile (kquants_avx2.c): row r in lane r, a group of 4 weights of the 8 rows
  * against a token's 4 quants broadcast, the groups of a sub-block summed
  * in int16 (Q5_K: 4 at a time), one madd with the 8 scales, the same two
@@ -190,21 +190,21 @@ static inline __attribute__((always_inline)) void matmul_kx8(int q5, int n, cons
     }
 }
 
-void matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+void cv_matmul_interleaved_q4_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy)
 {
     matmul_kx8(0, n, w, n_groups, x, x_stride, m, y, ldy);
 }
 
-void matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+void cv_matmul_interleaved_q5_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy)
 {
     matmul_kx8(1, n, w, n_groups, x, x_stride, m, y, ldy);
 }
 
 /* ---- Q6_K interleaved (kernels_impl.h): groups of 8 rows, any tokens ----
  *
- * Every output gets the bits of vec_dot_q6_K_q8_K_avx2: row r in lane r, a
+ * Every output gets the bits of cv_vec_dot_q6_K_q8_K_avx2: row r in lane r, a
  * quad of 4 weights of the 8 rows (low nibbles from ql, top bits from qh)
  * against a token's 4 quants broadcast, two quads of a sub-block summed in
  * int16 (at most 4 * 63 * 128 = 32256), one madd with its 8 scales, the
@@ -332,8 +332,8 @@ static void group_q6x8(int nb, const block_q6_Kx8 *w, const void *x, size_t x_st
         _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }
 
-void matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m, float *y,
-                                  size_t ldy)
+void cv_matmul_interleaved_q6_K_avx2(int n, const void *w, long n_groups, const void *x, size_t x_stride, int m,
+                                     float *y, size_t ldy)
 {
     const int nb = n / QK_K;
     for (long g = 0; g < n_groups; g++)

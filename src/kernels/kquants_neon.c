@@ -68,7 +68,7 @@ static inline int32_t dot_q23(const uint8_t *qs, const uint8_t *hm, const int8_t
     return vaddvq_s32(isum);
 }
 
-float vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x)
+float cv_vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x)
 {
     const block_q2_K *wb = w;
     const block_q8_K *xb = x;
@@ -86,7 +86,7 @@ float vec_dot_q2_K_q8_K_neon(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x)
+float cv_vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x)
 {
     const block_q3_K *wb = w;
     const block_q8_K *xb = x;
@@ -102,7 +102,7 @@ float vec_dot_q3_K_q8_K_neon(int n, const void *w, const void *x)
     return acc;
 }
 
-float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
+float cv_vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
 {
     const block_q4_K *wb = w;
     const block_q8_K *xb = x;
@@ -134,7 +134,7 @@ float vec_dot_q4_K_q8_K_neon(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
+float cv_vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
 {
     const block_q5_K *wb = w;
     const block_q8_K *xb = x;
@@ -174,7 +174,7 @@ float vec_dot_q5_K_q8_K_neon(int n, const void *w, const void *x)
     return acc - accm;
 }
 
-float vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
+float cv_vec_dot_q6_K_q8_K_neon(int n, const void *w, const void *x)
 {
     const block_q6_K *wb = w;
     const block_q8_K *xb = x;

@@ -10,8 +10,8 @@
 
 #include "kernels/kernels_impl.h"
 
-const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t cv_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t cv_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)): the AVX2 horizontal sum. */
 static float hsum8(const float v[8])
@@ -57,7 +57,7 @@ static uint8_t trunc_clamp(float v, int hi)
     return !(v >= 0.0f) ? 0 : v >= (float)hi ? (uint8_t)hi : (uint8_t)v;
 }
 
-void dequantize_row_q5_0(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_q5_0(const void *vx, float *y, int64_t n)
 {
     const block_q5_0 *x = vx;
     for (int64_t b = 0; b < n / QK5_0; b++) {
@@ -68,7 +68,7 @@ void dequantize_row_q5_0(const void *vx, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q5_1(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_q5_1(const void *vx, float *y, int64_t n)
 {
     const block_q5_1 *x = vx;
     for (int64_t b = 0; b < n / QK5_1; b++) {
@@ -79,17 +79,17 @@ void dequantize_row_q5_1(const void *vx, float *y, int64_t n)
     }
 }
 
-void dequantize_row_iq4_nl(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_iq4_nl(const void *vx, float *y, int64_t n)
 {
     const block_iq4_nl *x = vx;
     for (int64_t b = 0; b < n / QK4_NL; b++) {
         const float d = cv_fp16_to_fp32(x[b].d);
         for (int j = 0; j < QK4_NL; j++)
-            y[b * QK4_NL + j] = (float)kvalues_iq4nl[nibble(x[b].qs, j)] * d;
+            y[b * QK4_NL + j] = (float)cv_kvalues_iq4nl[nibble(x[b].qs, j)] * d;
     }
 }
 
-void dequantize_row_iq4_xs(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_iq4_xs(const void *vx, float *y, int64_t n)
 {
     const block_iq4_xs *x = vx;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -97,22 +97,22 @@ void dequantize_row_iq4_xs(const void *vx, float *y, int64_t n)
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const float dl = d * (float)(iq4_xs_scale(&x[i], ib) - 32);
             for (int j = 0; j < 32; j++)
-                y[i * QK_K + 32 * ib + j] = dl * (float)kvalues_iq4nl[nibble(x[i].qs + 16 * ib, j)];
+                y[i * QK_K + 32 * ib + j] = dl * (float)cv_kvalues_iq4nl[nibble(x[i].qs + 16 * ib, j)];
         }
     }
 }
 
-void dequantize_row_mxfp4(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_mxfp4(const void *vx, float *y, int64_t n)
 {
     const block_mxfp4 *x = vx;
     for (int64_t b = 0; b < n / QK_MXFP4; b++) {
         const float d = mxfp4_scale(x[b].e);
         for (int j = 0; j < QK_MXFP4; j++)
-            y[b * QK_MXFP4 + j] = (float)kvalues_mxfp4[nibble(x[b].qs, j)] * d;
+            y[b * QK_MXFP4 + j] = (float)cv_kvalues_mxfp4[nibble(x[b].qs, j)] * d;
     }
 }
 
-void dequantize_row_q8_1(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_q8_1(const void *vx, float *y, int64_t n)
 {
     const block_q8_1 *x = vx;
     for (int64_t b = 0; b < n / QK8_1; b++) {
@@ -125,7 +125,7 @@ void dequantize_row_q8_1(const void *vx, float *y, int64_t n)
 /* llama.cpp's Q5_0 rule, Q4_0's with 32 levels: the element of largest
  * magnitude, with its sign, maps to -16: d = max / -16; q = min(31,
  * trunc(x / d + 16.5)). */
-void quantize_row_q5_0(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q5_0(const float *x, void *vy, int64_t n)
 {
     block_q5_0 *y = vy;
     for (int64_t b = 0; b < n / QK5_0; b++, x += QK5_0) {
@@ -147,7 +147,7 @@ void quantize_row_q5_0(const float *x, void *vy, int64_t n)
 
 /* llama.cpp's Q5_1 rule: min and max of the block, d = (max - min) / 31,
  * q = trunc((x - min) / d + 0.5). */
-void quantize_row_q5_1(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q5_1(const float *x, void *vy, int64_t n)
 {
     block_q5_1 *y = vy;
     for (int64_t b = 0; b < n / QK5_1; b++, x += QK5_1) {
@@ -173,19 +173,19 @@ void quantize_row_q5_1(const float *x, void *vy, int64_t n)
  * goes to the higher value; NaN to the last). */
 static int nearest_iq4nl(float v)
 {
-    if (v <= kvalues_iq4nl[0])
+    if (v <= cv_kvalues_iq4nl[0])
         return 0;
-    if (v >= kvalues_iq4nl[15])
+    if (v >= cv_kvalues_iq4nl[15])
         return 15;
     int lo = 0, hi = 15;
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
-        if (v < kvalues_iq4nl[mid])
+        if (v < cv_kvalues_iq4nl[mid])
             hi = mid;
         else
             lo = mid;
     }
-    return v - kvalues_iq4nl[hi - 1] < kvalues_iq4nl[hi] - v ? hi - 1 : hi;
+    return v - cv_kvalues_iq4nl[hi - 1] < cv_kvalues_iq4nl[hi] - v ? hi - 1 : hi;
 }
 
 /* Weighted sums of q * x and q * q over a block, q the table values
@@ -194,7 +194,7 @@ static void iq4nl_sums(const float *x, const float *w, float id, float *sumqx, f
 {
     float qx = 0.0f, q2 = 0.0f;
     for (int j = 0; j < QK4_NL; j++) {
-        const float q = kvalues_iq4nl[nearest_iq4nl(id * x[j])];
+        const float q = cv_kvalues_iq4nl[nearest_iq4nl(id * x[j])];
         qx += w[j] * q * x[j];
         q2 += w[j] * q * q;
     }
@@ -219,10 +219,10 @@ static float iq4nl_scale(const float *x)
     if (amax < 1e-15f) /* GGML's GROUP_MAX_EPS */
         return 0.0f;
     float sumqx, sumq2;
-    iq4nl_sums(x, w, 1.0f / (-max / (float)kvalues_iq4nl[0]), &sumqx, &sumq2);
+    iq4nl_sums(x, w, 1.0f / (-max / (float)cv_kvalues_iq4nl[0]), &sumqx, &sumq2);
     float d = sumqx / sumq2, best = d * sumqx;
     for (int t = -7; t <= 7; t++) {
-        iq4nl_sums(x, w, (float)(t + kvalues_iq4nl[0]) / max, &sumqx, &sumq2);
+        iq4nl_sums(x, w, (float)(t + cv_kvalues_iq4nl[0]) / max, &sumqx, &sumq2);
         if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
             d = sumqx / sumq2;
             best = d * sumqx;
@@ -233,7 +233,7 @@ static float iq4nl_scale(const float *x)
 
 /* llama.cpp's IQ4_NL rule (quantize_iq4_nl without an importance matrix):
  * the scale of iq4nl_scale, each element the table value nearest x / d. */
-void quantize_row_iq4_nl(const float *x, void *vy, int64_t n)
+void cv_quantize_row_iq4_nl(const float *x, void *vy, int64_t n)
 {
     block_iq4_nl *y = vy;
     for (int64_t b = 0; b < n / QK4_NL; b++, x += QK4_NL) {
@@ -258,7 +258,7 @@ static int iq4xs_level(float v)
  * each sub-block's scale by iq4nl_scale, d = -(the one of largest
  * magnitude) / 32, the 6-bit scale l = rint(scale / d) within [-32, 31],
  * and each element the table value nearest x / (d l). */
-void quantize_row_iq4_xs(const float *x, void *vy, int64_t n)
+void cv_quantize_row_iq4_xs(const float *x, void *vy, int64_t n)
 {
     block_iq4_xs *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
@@ -294,9 +294,9 @@ void quantize_row_iq4_xs(const float *x, void *vy, int64_t n)
 static int nearest_mxfp4(float x, float d)
 {
     int best = 0;
-    float best_err = fabsf((float)kvalues_mxfp4[0] * d - x);
+    float best_err = fabsf((float)cv_kvalues_mxfp4[0] * d - x);
     for (int i = 1; i < 16; i++) {
-        const float err = fabsf((float)kvalues_mxfp4[i] * d - x);
+        const float err = fabsf((float)cv_kvalues_mxfp4[i] * d - x);
         if (err < best_err) {
             best = i;
             best_err = err;
@@ -321,7 +321,7 @@ static uint8_t mxfp4_exponent(float amax)
 /* llama.cpp's MXFP4 rule (quantize_row_mxfp4_ref, which it uses with or
  * without an importance matrix): the exponent of mxfp4_exponent, then
  * each element the table value nearest x at the scale 2^(e - 128). */
-void quantize_row_mxfp4(const float *x, void *vy, int64_t n)
+void cv_quantize_row_mxfp4(const float *x, void *vy, int64_t n)
 {
     block_mxfp4 *y = vy;
     for (int64_t b = 0; b < n / QK_MXFP4; b++, x += QK_MXFP4) {
@@ -338,11 +338,11 @@ void quantize_row_mxfp4(const float *x, void *vy, int64_t n)
     }
 }
 
-void quantize_row_q8_1(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_1(const float *x, void *vy, int64_t n)
 {
     block_q8_1 *y = vy;
     for (int64_t b = 0; b < n / QK8_1; b++, x += QK8_1) {
-        const float amax = quantize_block_q8_0_ref(x, &y[b].d, y[b].qs);
+        const float amax = cv_quantize_block_q8_0_ref(x, &y[b].d, y[b].qs);
         int32_t sum = 0;
         for (int j = 0; j < QK8_1; j++)
             sum += y[b].qs[j];
@@ -350,7 +350,7 @@ void quantize_row_q8_1(const float *x, void *vy, int64_t n)
     }
 }
 
-float vec_dot_q5_0_q8_0_ref(int n, const void *vw, const void *vx)
+float cv_vec_dot_q5_0_q8_0_ref(int n, const void *vw, const void *vx)
 {
     const block_q5_0 *w = vw;
     const block_q8_0 *x = vx;
@@ -366,7 +366,7 @@ float vec_dot_q5_0_q8_0_ref(int n, const void *vw, const void *vx)
     return hsum8(acc);
 }
 
-float vec_dot_q5_1_q8_1_ref(int n, const void *vw, const void *vx)
+float cv_vec_dot_q5_1_q8_1_ref(int n, const void *vw, const void *vx)
 {
     const block_q5_1 *w = vw;
     const block_q8_1 *x = vx;
@@ -386,19 +386,19 @@ float vec_dot_q5_1_q8_1_ref(int n, const void *vw, const void *vx)
  * layout (kernels_impl.h). */
 static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0), "IQ4_NL has Q4_0's layout");
 
-float vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x)
+float cv_vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x)
 {
-    return vec_dot_nibbles_ref(n, w, NULL, 0, x, kvalues_iq4nl);
+    return cv_vec_dot_nibbles_ref(n, w, NULL, 0, x, cv_kvalues_iq4nl);
 }
 
-float vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_iq4_nl_ref(int n, const void *group, int r, const void *x)
 {
-    return vec_dot_nibbles_ref(n, NULL, group, r, x, kvalues_iq4nl);
+    return cv_vec_dot_nibbles_ref(n, NULL, group, r, x, cv_kvalues_iq4nl);
 }
 
 /* IQ4_XS with Q8_K (kernels_impl.h): per super-block the exact int32 sum
  * of (ls - 32) * k * y, then one fmaf on a scalar. */
-float vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
+float cv_vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
 {
     const block_iq4_xs *w = vw;
     const block_q8_K *x = vx;
@@ -407,7 +407,7 @@ float vec_dot_iq4_xs_q8_K_ref(int n, const void *vw, const void *vx)
         int32_t isum = 0;
         for (int ib = 0; ib < QK_K / 32; ib++)
             isum += (iq4_xs_scale(&w[i], ib) - 32) *
-                    dot_nibbles_ref(w[i].qs + 16 * ib, x[i].qs + 32 * ib, kvalues_iq4nl);
+                    cv_dot_nibbles_ref(w[i].qs + 16 * ib, x[i].qs + 32 * ib, cv_kvalues_iq4nl);
         acc = fmaf(x[i].d * cv_fp16_to_fp32(w[i].d), (float)isum, acc);
     }
     return acc;
@@ -432,18 +432,18 @@ static float dot_mxfp4(int n, const block_mxfp4 *w, const block_mxfp4x8 *w8, int
     float acc[8] = {0};
     for (int b = 0; b < n / QK_MXFP4; b++) {
         const block_mxfp4 wb = block_mxfp4_of(w, w8, r, b);
-        const int32_t s = dot_nibbles_ref(wb.qs, x[b].qs, kvalues_mxfp4);
+        const int32_t s = cv_dot_nibbles_ref(wb.qs, x[b].qs, cv_kvalues_mxfp4);
         acc[b % 8] = fmaf(mxfp4_scale(wb.e) * cv_fp16_to_fp32(x[b].d), (float)s, acc[b % 8]);
     }
     return hsum8(acc);
 }
 
-float vec_dot_mxfp4_q8_0_ref(int n, const void *w, const void *x)
+float cv_vec_dot_mxfp4_q8_0_ref(int n, const void *w, const void *x)
 {
     return dot_mxfp4(n, w, NULL, 0, x);
 }
 
-float vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_mxfp4_ref(int n, const void *group, int r, const void *x)
 {
     return dot_mxfp4(n, NULL, group, r, x);
 }

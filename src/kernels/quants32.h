@@ -18,12 +18,12 @@
 
 #include "kernels/types.h"
 
-/* IQ4_NL's 16 values, GGML's kvalues_iq4nl. */
-extern const int8_t kvalues_iq4nl[16];
+/* IQ4_NL's 16 values, GGML's cv_kvalues_iq4nl. */
+extern const int8_t cv_kvalues_iq4nl[16];
 
-/* MXFP4's 16 values, GGML's kvalues_mxfp4: the E2M1 floats doubled
+/* MXFP4's 16 values, GGML's cv_kvalues_mxfp4: the E2M1 floats doubled
  * (0, 0.5, 1, 1.5, 2, 3, 4, 6 times 2, bit 3 the sign). */
-extern const int8_t kvalues_mxfp4[16];
+extern const int8_t cv_kvalues_mxfp4[16];
 
 /* The scale 2^(e - 128) of an MXFP4 block (GGML's
  * GGML_E8M0_TO_FP32_HALF: half the E8M0 value 2^(e - 127), which the
@@ -39,44 +39,44 @@ static inline int iq4_xs_scale(const block_iq4_xs *b, int ib)
     return (b->scales_l[ib / 2] >> 4 * (ib % 2) & 15) | (b->scales_h >> 2 * ib & 3) << 4;
 }
 
-void dequantize_row_q5_0(const void *x, float *y, int64_t n);
-void dequantize_row_q5_1(const void *x, float *y, int64_t n);
-void dequantize_row_iq4_nl(const void *x, float *y, int64_t n);
-void dequantize_row_q8_1(const void *x, float *y, int64_t n);
-void dequantize_row_iq4_xs(const void *x, float *y, int64_t n);
-void dequantize_row_mxfp4(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q5_0(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q5_1(const void *x, float *y, int64_t n);
+void cv_dequantize_row_iq4_nl(const void *x, float *y, int64_t n);
+void cv_dequantize_row_q8_1(const void *x, float *y, int64_t n);
+void cv_dequantize_row_iq4_xs(const void *x, float *y, int64_t n);
+void cv_dequantize_row_mxfp4(const void *x, float *y, int64_t n);
 
-void quantize_row_q5_0(const float *x, void *y, int64_t n);
-void quantize_row_q5_1(const float *x, void *y, int64_t n);
-void quantize_row_iq4_nl(const float *x, void *y, int64_t n);
-void quantize_row_iq4_xs(const float *x, void *y, int64_t n);
-void quantize_row_mxfp4(const float *x, void *y, int64_t n);
+void cv_quantize_row_q5_0(const float *x, void *y, int64_t n);
+void cv_quantize_row_q5_1(const float *x, void *y, int64_t n);
+void cv_quantize_row_iq4_nl(const float *x, void *y, int64_t n);
+void cv_quantize_row_iq4_xs(const float *x, void *y, int64_t n);
+void cv_quantize_row_mxfp4(const float *x, void *y, int64_t n);
 /* The Q8_0 activation rule for d and qs, and s = fp16((amax / 127) * sum
- * of qs), as llama.cpp's AVX2 quantize_row_q8_1 (its sum is of the same
+ * of qs), as llama.cpp's AVX2 cv_quantize_row_q8_1 (its sum is of the same
  * quants wherever the input is finite). */
-void quantize_row_q8_1(const float *x, void *y, int64_t n);
+void cv_quantize_row_q8_1(const float *x, void *y, int64_t n);
 
-float vec_dot_q5_0_q8_0_ref(int n, const void *w, const void *x);
-float vec_dot_q5_1_q8_1_ref(int n, const void *w, const void *x);
-float vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x);
-float vec_dot_iq4_xs_q8_K_ref(int n, const void *w, const void *x);
-float vec_dot_mxfp4_q8_0_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q5_0_q8_0_ref(int n, const void *w, const void *x);
+float cv_vec_dot_q5_1_q8_1_ref(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_nl_q8_0_ref(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_xs_q8_K_ref(int n, const void *w, const void *x);
+float cv_vec_dot_mxfp4_q8_0_ref(int n, const void *w, const void *x);
 #if defined(__x86_64__)
-float vec_dot_q5_0_q8_0_avx2(int n, const void *w, const void *x);
-float vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x);
-float vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x);
-float vec_dot_iq4_xs_q8_K_avx2(int n, const void *w, const void *x);
-float vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q5_0_q8_0_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_xs_q8_K_avx2(int n, const void *w, const void *x);
+float cv_vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x);
 /* quants32_avx512.c, for CPUs with AVX-512 VNNI: the same bits again */
-float vec_dot_mxfp4_q8_0_avx512(int n, const void *w, const void *x);
-float vec_dot_iq4_xs_q8_K_avx512(int n, const void *w, const void *x);
+float cv_vec_dot_mxfp4_q8_0_avx512(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_xs_q8_K_avx512(int n, const void *w, const void *x);
 #endif
 #if defined(__aarch64__)
-float vec_dot_q5_0_q8_0_neon(int n, const void *w, const void *x);
-float vec_dot_q5_1_q8_1_neon(int n, const void *w, const void *x);
-float vec_dot_iq4_nl_q8_0_neon(int n, const void *w, const void *x);
-float vec_dot_iq4_xs_q8_K_neon(int n, const void *w, const void *x);
-float vec_dot_mxfp4_q8_0_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q5_0_q8_0_neon(int n, const void *w, const void *x);
+float cv_vec_dot_q5_1_q8_1_neon(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_nl_q8_0_neon(int n, const void *w, const void *x);
+float cv_vec_dot_iq4_xs_q8_K_neon(int n, const void *w, const void *x);
+float cv_vec_dot_mxfp4_q8_0_neon(int n, const void *w, const void *x);
 #endif
 
 #endif

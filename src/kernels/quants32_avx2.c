@@ -2,7 +2,7 @@
  * (x86-64; built with -mavx2 -mfma -mf16c, called only when
  * cv_kernels_init found those features).
  *
- * They follow vec_dot_q4_0_q8_0_avx2: the exact int32 sums of 8 blocks
+ * They follow cv_vec_dot_q4_0_q8_0_avx2: the exact int32 sums of 8 blocks
  * (one vector of 8 lanes each, summed by sums8_i32), their scales
  * multiplied in one vector, one fma into the 8-lane accumulator, hsum8 at
  * the end; Q5_1 then adds its minimum times the activation sums with a
@@ -70,9 +70,9 @@ static inline __attribute__((always_inline)) __m256i block_lanes(const void *w, 
         return _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
     }
     if (kind == KIND_MXFP4)
-        return _mm256_madd_epi16(table_pairs(kvalues_mxfp4, ((const block_mxfp4 *)w)[b].qs,
+        return _mm256_madd_epi16(table_pairs(cv_kvalues_mxfp4, ((const block_mxfp4 *)w)[b].qs,
                                              ((const block_q8_0 *)x)[b].qs), ones);
-    return _mm256_madd_epi16(table_pairs(kvalues_iq4nl, ((const block_iq4_nl *)w)[b].qs,
+    return _mm256_madd_epi16(table_pairs(cv_kvalues_iq4nl, ((const block_iq4_nl *)w)[b].qs,
                                          ((const block_q8_0 *)x)[b].qs), ones);
 }
 
@@ -142,27 +142,27 @@ static inline __attribute__((always_inline)) float vec_dot_32(int n, const void 
     return hsum8(acc);
 }
 
-float vec_dot_q5_0_q8_0_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q5_0_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_32(n, w, x, KIND_Q5_0);
 }
 
-float vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_q5_1_q8_1_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_32(n, w, x, KIND_Q5_1);
 }
 
-float vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_iq4_nl_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_32(n, w, x, KIND_IQ4_NL);
 }
 
-float vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x)
+float cv_vec_dot_mxfp4_q8_0_avx2(int n, const void *w, const void *x)
 {
     return vec_dot_32(n, w, x, KIND_MXFP4);
 }
 
-float vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
+float cv_vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
 {
     const block_iq4_xs *w = vw;
     const block_q8_K *x = vx;
@@ -172,7 +172,7 @@ float vec_dot_iq4_xs_q8_K_avx2(int n, const void *vw, const void *vx)
         __m256i sum = _mm256_setzero_si256();
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const __m256i scale = _mm256_set1_epi16((short)(iq4_xs_scale(&w[i], ib) - 32));
-            const __m256i pairs = table_pairs(kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
+            const __m256i pairs = table_pairs(cv_kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
         }
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));

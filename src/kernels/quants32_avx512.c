@@ -1,7 +1,7 @@
 /* quants32_avx512.c: the MXFP4 and IQ4_XS dot products with AVX-512 VNNI,
  * for the CPUs that have it (AVX512F, BW, VL and VNNI).
  *
- * It gives vec_dot_mxfp4_q8_0_avx2's bits, and so vec_dot_mxfp4_q8_0_ref's:
+ * It gives cv_vec_dot_mxfp4_q8_0_avx2's bits, and so cv_vec_dot_mxfp4_q8_0_ref's:
  * the same exact int32 sum of each block, then the same scales, fma and
  * hsum8 on the schedule of kernels_impl.h, 8 blocks at a time.
  *
@@ -15,7 +15,7 @@
  * IQ4_XS the same way, two sub-blocks per vector with IQ4_NL's values plus
  * 128: each lane's sum times its sub-block's scale ls - 32 (vpmulld), all
  * added in int32 to the super-block's exact sum, then the AVX2 kernel's
- * scalar fma: the bits of vec_dot_iq4_xs_q8_K_ref. */
+ * scalar fma: the bits of cv_vec_dot_iq4_xs_q8_K_ref. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -73,12 +73,12 @@ static inline __m256 blocks8(const block_mxfp4 *w, const block_q8_0 *x, __m512i 
     return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums8_i32(lanes)), acc);
 }
 
-float vec_dot_mxfp4_q8_0_avx512(int n, const void *vw, const void *vx)
+float cv_vec_dot_mxfp4_q8_0_avx512(int n, const void *vw, const void *vx)
 {
     const block_mxfp4 *w = vw;
     const block_q8_0 *x = vx;
     const __m512i twelve = _mm512_set1_epi8(12);
-    const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvalues_mxfp4));
+    const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cv_kvalues_mxfp4));
     const __m512i table = _mm512_add_epi8(values, twelve);
     const int nb = n / QK_MXFP4, whole = nb - nb % 8;
     __m256 acc = _mm256_setzero_ps();
@@ -101,13 +101,13 @@ float vec_dot_mxfp4_q8_0_avx512(int n, const void *vw, const void *vx)
     return hsum8(acc);
 }
 
-float vec_dot_iq4_xs_q8_K_avx512(int n, const void *vw, const void *vx)
+float cv_vec_dot_iq4_xs_q8_K_avx512(int n, const void *vw, const void *vx)
 {
     const block_iq4_xs *w = vw;
     const block_q8_K *x = vx;
     const __m512i offset = _mm512_set1_epi8((char)128);
     /* k + 128 as unsigned bytes: k with its top bit flipped */
-    const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cv_kvalues_iq4nl));
     const __m512i table = _mm512_xor_si512(values, offset);
     float acc = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {

@@ -1,7 +1,7 @@
 /* quants32_neon.c: the Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4 dot products with NEON
  * (aarch64, baseline ARMv8-A).
  *
- * The schedule of kernels_impl.h, as vec_dot_q4_0_q8_0_neon computes it:
+ * The schedule of kernels_impl.h, as cv_vec_dot_q4_0_q8_0_neon computes it:
  * each block's exact int32 sum from widening multiplies and pairwise adds
  * of its signed weights (Q5_0: q - 16, Q5_1: q, IQ4_NL and MXFP4: the
  * table value by a table lookup), then the same scalar fmaf into accumulator b % 8 as the
@@ -53,7 +53,7 @@ static inline void quants5(const uint8_t *qs, const uint8_t qh[4], int offset, i
     *hi = vsubq_s8(vreinterpretq_s8_u8(q_hi), vdupq_n_s8((int8_t)offset));
 }
 
-float vec_dot_q5_0_q8_0_neon(int n, const void *vw, const void *vx)
+float cv_vec_dot_q5_0_q8_0_neon(int n, const void *vw, const void *vx)
 {
     const block_q5_0 *w = vw;
     const block_q8_0 *x = vx;
@@ -68,7 +68,7 @@ float vec_dot_q5_0_q8_0_neon(int n, const void *vw, const void *vx)
     return hsum8(acc);
 }
 
-float vec_dot_q5_1_q8_1_neon(int n, const void *vw, const void *vx)
+float cv_vec_dot_q5_1_q8_1_neon(int n, const void *vw, const void *vx)
 {
     const block_q5_1 *w = vw;
     const block_q8_1 *x = vx;
@@ -95,20 +95,20 @@ static inline int32_t dot_table(const int8_t values[16], const uint8_t qs[16], c
     return dot16(k_lo, vld1q_s8(y)) + dot16(k_hi, vld1q_s8(y + 16));
 }
 
-float vec_dot_iq4_nl_q8_0_neon(int n, const void *vw, const void *vx)
+float cv_vec_dot_iq4_nl_q8_0_neon(int n, const void *vw, const void *vx)
 {
     const block_iq4_nl *w = vw;
     const block_q8_0 *x = vx;
     float acc[8] = {0};
     for (int b = 0; b < n / QK4_NL; b++) {
-        const int32_t s = dot_table(kvalues_iq4nl, w[b].qs, x[b].qs);
+        const int32_t s = dot_table(cv_kvalues_iq4nl, w[b].qs, x[b].qs);
         const float d = fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
     return hsum8(acc);
 }
 
-float vec_dot_iq4_xs_q8_K_neon(int n, const void *vw, const void *vx)
+float cv_vec_dot_iq4_xs_q8_K_neon(int n, const void *vw, const void *vx)
 {
     const block_iq4_xs *w = vw;
     const block_q8_K *x = vx;
@@ -116,19 +116,19 @@ float vec_dot_iq4_xs_q8_K_neon(int n, const void *vw, const void *vx)
     for (int i = 0; i < n / QK_K; i++) {
         int32_t isum = 0;
         for (int ib = 0; ib < QK_K / 32; ib++)
-            isum += (iq4_xs_scale(&w[i], ib) - 32) * dot_table(kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
+            isum += (iq4_xs_scale(&w[i], ib) - 32) * dot_table(cv_kvalues_iq4nl, w[i].qs + 16 * ib, x[i].qs + 32 * ib);
         acc = fmaf(x[i].d * fp16_to_f32(w[i].d), (float)isum, acc);
     }
     return acc;
 }
 
-float vec_dot_mxfp4_q8_0_neon(int n, const void *vw, const void *vx)
+float cv_vec_dot_mxfp4_q8_0_neon(int n, const void *vw, const void *vx)
 {
     const block_mxfp4 *w = vw;
     const block_q8_0 *x = vx;
     float acc[8] = {0};
     for (int b = 0; b < n / QK_MXFP4; b++) {
-        const int32_t s = dot_table(kvalues_mxfp4, w[b].qs, x[b].qs);
+        const int32_t s = dot_table(cv_kvalues_mxfp4, w[b].qs, x[b].qs);
         acc[b % 8] = fmaf(mxfp4_scale(w[b].e) * fp16_to_f32(x[b].d), (float)s, acc[b % 8]);
     }
     return hsum8(acc);

@@ -62,17 +62,17 @@ static inline float dot_float_rows(int n, const void *w, const void *x,
     return sum;
 }
 
-float vec_dot_f32_ref(int n, const void *w, const void *x)
+float cv_vec_dot_f32_ref(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load_f32);
 }
 
-float vec_dot_f16_ref(int n, const void *w, const void *x)
+float cv_vec_dot_f16_ref(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load_f16);
 }
 
-float vec_dot_bf16_ref(int n, const void *w, const void *x)
+float cv_vec_dot_bf16_ref(int n, const void *w, const void *x)
 {
     return dot_float_rows(n, w, x, load_bf16);
 }
@@ -103,12 +103,12 @@ static float dot_q8_0(int n, const block_q8_0 *w, const block_q8_0x8 *w8, int r,
     return hsum8(acc);
 }
 
-float vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q8_0_q8_0_ref(int n, const void *w, const void *x)
 {
     return dot_q8_0(n, w, NULL, 0, x);
 }
 
-float vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x)
 {
     return dot_q8_0(n, NULL, group, r, x);
 }
@@ -132,7 +132,7 @@ static void interleave_words(const void *rows, size_t row_bytes, int nb, size_t 
     }
 }
 
-void interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out)
 {
     interleave_words(rows, row_bytes, n / QK8_0, sizeof(block_q8_0), sizeof(cv_fp16), 2, out);
 }
@@ -152,7 +152,7 @@ static block_q4_0 block_q4_0_of(const block_q4_0 *w, const block_q4_0x8 *w8, int
 /* Q4_0's nibble values: q - 8. */
 static const int8_t values_q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
-int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16])
+int32_t cv_dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t values[16])
 {
     int32_t s = 0;
     for (int j = 0; j < 16; j++)
@@ -160,40 +160,40 @@ int32_t dot_nibbles_ref(const uint8_t qs[16], const int8_t y[32], const int8_t v
     return s;
 }
 
-float vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
+float cv_vec_dot_nibbles_ref(int n, const block_q4_0 *w, const block_q4_0x8 *w8, int r, const block_q8_0 *x,
                           const int8_t values[16])
 {
     float acc[8] = {0};
     for (int b = 0; b < n / QK8_0; b++) {
         const block_q4_0 wb = block_q4_0_of(w, w8, r, b);
-        const int32_t s = dot_nibbles_ref(wb.qs, x[b].qs, values);
+        const int32_t s = cv_dot_nibbles_ref(wb.qs, x[b].qs, values);
         const float d = cv_fp16_to_fp32(wb.d) * cv_fp16_to_fp32(x[b].d);
         acc[b % 8] = fmaf(d, (float)s, acc[b % 8]);
     }
     return hsum8(acc);
 }
 
-float vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x)
+float cv_vec_dot_q4_0_q8_0_ref(int n, const void *w, const void *x)
 {
-    return vec_dot_nibbles_ref(n, w, NULL, 0, x, values_q4_0);
+    return cv_vec_dot_nibbles_ref(n, w, NULL, 0, x, values_q4_0);
 }
 
-float vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x)
+float cv_vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x)
 {
-    return vec_dot_nibbles_ref(n, NULL, group, r, x, values_q4_0);
+    return cv_vec_dot_nibbles_ref(n, NULL, group, r, x, values_q4_0);
 }
 
-void interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_q4_0(const void *rows, size_t row_bytes, int n, void *out)
 {
     interleave_words(rows, row_bytes, n / QK4_0, sizeof(block_q4_0), sizeof(cv_fp16), 4, out);
 }
 
-void interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out)
+void cv_interleave_mxfp4(const void *rows, size_t row_bytes, int n, void *out)
 {
     interleave_words(rows, row_bytes, n / QK_MXFP4, sizeof(block_mxfp4), 1, 4, out);
 }
 
-float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs)
+float cv_quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs)
 {
     float m[8];
     for (int l = 0; l < 8; l++)
@@ -212,52 +212,52 @@ float quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs)
     return amax;
 }
 
-void quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_0_ref(const float *x, void *vy, int64_t n)
 {
     block_q8_0 *y = vy;
     for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0)
-        quantize_block_q8_0_ref(x, &y[b].d, y[b].qs);
+        cv_quantize_block_q8_0_ref(x, &y[b].d, y[b].qs);
 }
 
-void convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)
+void cv_convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)
 {
     cv_fp16 *y = vy;
     for (int64_t i = 0; i < n; i++)
         y[i] = cv_fp32_to_fp16(x[i]);
 }
 
-void copy_row_f32(const float *x, void *y, int64_t n)
+void cv_copy_row_f32(const float *x, void *y, int64_t n)
 {
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
-void convert_row_f32_to_bf16(const float *x, void *vy, int64_t n)
+void cv_convert_row_f32_to_bf16(const float *x, void *vy, int64_t n)
 {
     cv_bf16 *y = vy;
     for (int64_t i = 0; i < n; i++)
         y[i] = cv_fp32_to_bf16(x[i]);
 }
 
-void convert_row_f32(const void *x, float *y, int64_t n)
+void cv_convert_row_f32(const void *x, float *y, int64_t n)
 {
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
-void convert_row_f16(const void *vx, float *y, int64_t n)
+void cv_convert_row_f16(const void *vx, float *y, int64_t n)
 {
     const cv_fp16 *x = vx;
     for (int64_t i = 0; i < n; i++)
         y[i] = cv_fp16_to_fp32(x[i]);
 }
 
-void convert_row_bf16(const void *vx, float *y, int64_t n)
+void cv_convert_row_bf16(const void *vx, float *y, int64_t n)
 {
     const cv_bf16 *x = vx;
     for (int64_t i = 0; i < n; i++)
         y[i] = cv_bf16_to_fp32(x[i]);
 }
 
-void dequantize_row_q8_0(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_q8_0(const void *vx, float *y, int64_t n)
 {
     const block_q8_0 *x = vx;
     for (int64_t b = 0; b < n / QK8_0; b++) {
@@ -267,7 +267,7 @@ void dequantize_row_q8_0(const void *vx, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q4_0(const void *vx, float *y, int64_t n)
+void cv_dequantize_row_q4_0(const void *vx, float *y, int64_t n)
 {
     const block_q4_0 *x = vx;
     for (int64_t b = 0; b < n / QK4_0; b++) {
@@ -283,7 +283,7 @@ void dequantize_row_q4_0(const void *vx, float *y, int64_t n)
  * maps to -8: d = max / -8; q = min(15, trunc(x / d + 8.5)). The float to
  * integer step is guarded (NaN and out-of-range values clamp) where
  * llama.cpp's cast would be undefined. */
-void quantize_row_q4_0(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q4_0(const float *x, void *vy, int64_t n)
 {
     block_q4_0 *y = vy;
     for (int64_t b = 0; b < n / QK4_0; b++, x += QK4_0) {
@@ -309,7 +309,7 @@ void quantize_row_q4_0(const float *x, void *vy, int64_t n)
 
 /* llama.cpp's reference Q8_0 rule (not the activation rule): d = amax /
  * 127, id = 1 / d, q = roundf(x * id) (ties away from zero). */
-void quantize_row_q8_0_weight(const float *x, void *vy, int64_t n)
+void cv_quantize_row_q8_0_weight(const float *x, void *vy, int64_t n)
 {
     block_q8_0 *y = vy;
     for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {

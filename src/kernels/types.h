@@ -86,7 +86,7 @@ typedef struct {
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
 
 /* IQ4_NL: Q4_0's layout, the nibble an index into a fixed non-linear table
- * (kvalues_iq4nl, quants32.h); value = kvalues_iq4nl[q] * d. */
+ * (cv_kvalues_iq4nl, quants32.h); value = cv_kvalues_iq4nl[q] * d. */
 #define QK4_NL 32
 typedef struct {
     cv_fp16 d;
@@ -95,9 +95,9 @@ typedef struct {
 static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
 
 /* MXFP4 (OCP microscaling, gpt-oss's experts): Q4_0's nibble layout, each
- * nibble a 4-bit float E2M1 stored doubled as kvalues_mxfp4[q] (quants32.h),
+ * nibble a 4-bit float E2M1 stored doubled as cv_kvalues_mxfp4[q] (quants32.h),
  * and one E8M0 exponent e per block for the scale: value =
- * kvalues_mxfp4[q] * 2^(e - 128) (the doubled values meet half the E8M0
+ * cv_kvalues_mxfp4[q] * 2^(e - 128) (the doubled values meet half the E8M0
  * scale 2^(e - 127)). */
 #define QK_MXFP4 32
 typedef struct {
@@ -133,7 +133,7 @@ static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
 /* IQ4_XS: super-blocks of 256, 8 sub-blocks of 32 with IQ4_NL's nibbles
  * (sub-block ib at qs + 16 ib, Q4_0's order) and a 6-bit scale ls (low 4
  * bits: nibble ib % 2 of scales_l[ib / 2]; top 2: bits 2ib, 2ib+1 of
- * scales_h); value = d * (ls - 32) * kvalues_iq4nl[q]. */
+ * scales_h); value = d * (ls - 32) * cv_kvalues_iq4nl[q]. */
 typedef struct {
     cv_fp16 d;
     uint16_t scales_h;

@@ -160,13 +160,13 @@ static const struct {
 static int read_pre(cv_bpe *b, const gguf_file *f, char *err, size_t errlen)
 {
     b->pre = BPE_PRE_GPT2;
-    if (!gguf_find_kv(f, "tokenizer.ggml.pre"))
+    if (!cv_gguf_find_kv(f, "tokenizer.ggml.pre"))
         return 0;
     gguf_str name;
-    if (gguf_get_str(f, "tokenizer.ggml.pre", &name, err, errlen) != 0)
+    if (cv_gguf_get_str(f, "tokenizer.ggml.pre", &name, err, errlen) != 0)
         return -1;
     for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]); i++) {
-        if (gguf_str_eq(name, pre_names[i].name)) {
+        if (cv_gguf_str_eq(name, pre_names[i].name)) {
             b->pre = pre_names[i].pre;
             return 0;
         }
@@ -180,7 +180,7 @@ static int read_pre(cv_bpe *b, const gguf_file *f, char *err, size_t errlen)
 int cv_bpe_load(cv_bpe **out, const gguf_file *f, char *err, size_t errlen)
 {
     *out = NULL;
-    const gguf_kv *merges = gguf_find_kv(f, "tokenizer.ggml.merges");
+    const gguf_kv *merges = cv_gguf_find_kv(f, "tokenizer.ggml.merges");
     if (!merges)
         return cv_errf(err, errlen, "%s: tokenizer.ggml.merges is missing (a 'gpt2' tokenizer needs its merges)",
                        f->name);

@@ -108,7 +108,7 @@ static void feed_kv(sink *s, const gguf_kv *kv)
         return;
     }
     /* raw elements are little-endian in the file, the same on every host */
-    feed(s, kv->arr_data, kv->arr_n * gguf_vtype_size(kv->arr_type));
+    feed(s, kv->arr_data, kv->arr_n * cv_gguf_vtype_size(kv->arr_type));
 }
 
 /* A tensor's name, type, rank and dims. */
@@ -134,7 +134,7 @@ static void feed_directory(sink *s, const gguf_file *f, bool with_offsets)
 uint64_t cv_model_fingerprint(const gguf_file *f)
 {
     sink s = {.fnv = FNV_OFFSET};
-    const gguf_kv *arch = gguf_find_kv(f, "general.architecture");
+    const gguf_kv *arch = cv_gguf_find_kv(f, "general.architecture");
     if (arch && arch->type == GGUF_STRING) {
         feed_str(&s, arch->v.str);
         for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -169,7 +169,7 @@ static bool has_prefix(gguf_str key, const char *prefix)
  * renamed copy is the same model. A shard's keys describe the cut. */
 static bool descriptive(gguf_str key)
 {
-    return (has_prefix(key, "general.") && !gguf_str_eq(key, "general.architecture")) ||
+    return (has_prefix(key, "general.") && !cv_gguf_str_eq(key, "general.architecture")) ||
            has_prefix(key, CV_SHARD_KEY_PREFIX);
 }
 
@@ -513,7 +513,7 @@ static int whole_model_meta(const gguf_file *f, cv_model_hashes *h, char *err, s
 {
     if (!cv_shard_is(f))
         return 0;
-    const gguf_kv *dir = gguf_find_kv(f, CV_SHARD_KEY_DIR_HASH);
+    const gguf_kv *dir = cv_gguf_find_kv(f, CV_SHARD_KEY_DIR_HASH);
     if (!dir || dir->type != GGUF_ARRAY || dir->arr_type != GGUF_UINT8 || dir->arr_n != CV_HASH_BYTES) {
         cv_model_hashes_free(h);
         return cv_errf(err, errlen, "%s: %s is missing or not %d bytes (a shard of an older convoy: split the model "

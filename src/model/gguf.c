@@ -10,7 +10,7 @@
  * file's name and the entry being read ("key 'x'", "tensor 'y'", or its
  * index while the name is not yet known). Strings point into the caller's
  * buffer or the mapping; the gguf_file owns only its kv, tensor and string
- * arrays (and the mapping, for gguf_open).
+ * arrays (and the mapping, for cv_gguf_open).
  *
  * Typed getters convert by value: an integer goes to uint32 if it fits, a
  * float64 or integer goes to float32 if it is exactly representable. */
@@ -36,9 +36,9 @@ static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
     "bool",  "string", "array", "uint64", "int64", "float64",
 };
 
-const char *gguf_vtype_name(uint32_t t) { return t < GGUF_VTYPE_COUNT ? vtype_names[t] : "unknown"; }
+const char *cv_gguf_vtype_name(uint32_t t) { return t < GGUF_VTYPE_COUNT ? vtype_names[t] : "unknown"; }
 
-size_t gguf_vtype_size(uint32_t t)
+size_t cv_gguf_vtype_size(uint32_t t)
 {
     switch (t) {
     case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
@@ -49,13 +49,13 @@ size_t gguf_vtype_size(uint32_t t)
     }
 }
 
-bool gguf_str_eq(gguf_str s, const char *c)
+bool cv_gguf_str_eq(gguf_str s, const char *c)
 {
     size_t n = strlen(c);
     return s.len == n && (n == 0 || memcmp(s.ptr, c, n) == 0);
 }
 
-char *gguf_str_dup(gguf_str s)
+char *cv_gguf_str_dup(gguf_str s)
 {
     if (s.len >= SIZE_MAX)
         return NULL;
@@ -228,10 +228,10 @@ static int parse_array(parser *p, gguf_kv *kv)
         }
         return 0;
     }
-    size_t es = gguf_vtype_size(kv->arr_type);
+    size_t es = cv_gguf_vtype_size(kv->arr_type);
     if (kv->arr_n > left / es)
         return fail(p, "claims %" PRIu64 " %s elements (%zu bytes each) but only %zu bytes are left", kv->arr_n,
-                    gguf_vtype_name(kv->arr_type), es, left);
+                    cv_gguf_vtype_name(kv->arr_type), es, left);
     kv->arr_data = cv_cursor_bytes(&p->c, kv->arr_n * es, "array elements");
     if (kv->arr_type == GGUF_BOOL)
         for (uint64_t i = 0; i < kv->arr_n; i++)
@@ -344,12 +344,12 @@ static int check_alignment_key(parser *p)
 {
     gguf_file *f = p->f;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = gguf_find_kv(f, "general.alignment");
+    const gguf_kv *kv = cv_gguf_find_kv(f, "general.alignment");
     if (!kv)
         return 0;
     p->cur_name = kv->key;
     if (kv->type != GGUF_UINT32)
-        return fail(p, "has type %s (must be uint32)", gguf_vtype_name(kv->type));
+        return fail(p, "has type %s (must be uint32)", cv_gguf_vtype_name(kv->type));
     if (!gguf_is_pow2(kv->v.u64))
         return fail(p, "is %" PRIu64 " (must be a power of two)", kv->v.u64);
     f->alignment = kv->v.u64;
@@ -444,11 +444,11 @@ static int parse_all(parser *p)
         p->cur_name = (gguf_str){NULL, 0};
         if (grow((void **)&f->kv, &cap, i + 1, f->n_kv, sizeof(gguf_kv)) != 0) {
             fail(p, "out of memory");
-            f->n_kv = i; /* what gguf_close must release */
+            f->n_kv = i; /* what cv_gguf_close must release */
             return -1;
         }
         if (parse_kv(p, &f->kv[i]) != 0) {
-            f->n_kv = i + 1; /* what gguf_close must release */
+            f->n_kv = i + 1; /* what cv_gguf_close must release */
             return -1;
         }
     }
@@ -486,17 +486,17 @@ static int parse_buffer(gguf_file *f, const void *buf, size_t len, char *err, si
     int rc = parse_all(&p);
     cv_free(p.names.slots);
     if (rc != 0)
-        gguf_close(f);
+        cv_gguf_close(f);
     return rc;
 }
 
-int gguf_parse(gguf_file *f, const void *buf, size_t len, const char *name, char *err, size_t errlen)
+int cv_gguf_parse(gguf_file *f, const void *buf, size_t len, const char *name, char *err, size_t errlen)
 {
     init_file(f, name);
     return parse_buffer(f, buf, len, err, errlen);
 }
 
-int gguf_open(gguf_file *f, const char *path, char *err, size_t errlen)
+int cv_gguf_open(gguf_file *f, const char *path, char *err, size_t errlen)
 {
     init_file(f, path);
     if (cv_fmap_open(&f->map, path, err, errlen) != 0)
@@ -504,7 +504,7 @@ int gguf_open(gguf_file *f, const char *path, char *err, size_t errlen)
     return parse_buffer(f, f->map.data, f->map.size, err, errlen);
 }
 
-void gguf_close(gguf_file *f)
+void cv_gguf_close(gguf_file *f)
 {
     if (f->kv)
         for (uint64_t i = 0; i < f->n_kv; i++)
@@ -518,25 +518,25 @@ void gguf_close(gguf_file *f)
     f->n_tensors = 0;
 }
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key)
+const gguf_kv *cv_gguf_find_kv(const gguf_file *f, const char *key)
 {
     for (uint64_t i = 0; i < f->n_kv; i++)
-        if (gguf_str_eq(f->kv[i].key, key))
+        if (cv_gguf_str_eq(f->kv[i].key, key))
             return &f->kv[i];
     return NULL;
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
+const gguf_tensor *cv_gguf_find_tensor(const gguf_file *f, const char *name)
 {
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (gguf_str_eq(f->tensors[i].name, name))
+        if (cv_gguf_str_eq(f->tensors[i].name, name))
             return &f->tensors[i];
     return NULL;
 }
 
 static const gguf_kv *find_typed(const gguf_file *f, const char *key, char *err, size_t errlen)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = cv_gguf_find_kv(f, key);
     if (!kv)
         cv_errf(err, errlen, "%s: key '%s' not found", f->name, key);
     return kv;
@@ -552,11 +552,11 @@ static bool is_signed(uint32_t t) { return t == GGUF_INT8 || t == GGUF_INT16 || 
 static int wrong_type(const gguf_file *f, const char *key, const gguf_kv *kv, const char *expected, char *err,
                       size_t errlen)
 {
-    return cv_errf(err, errlen, "%s: key '%s' has type %s, expected %s", f->name, key, gguf_vtype_name(kv->type),
+    return cv_errf(err, errlen, "%s: key '%s' has type %s, expected %s", f->name, key, cv_gguf_vtype_name(kv->type),
                    expected);
 }
 
-int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen)
+int cv_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen)
 {
     const gguf_kv *kv = find_typed(f, key, err, errlen);
     if (!kv)
@@ -576,7 +576,7 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, 
     return wrong_type(f, key, kv, "an integer", err, errlen);
 }
 
-int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen)
+int cv_gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen)
 {
     const gguf_kv *kv = find_typed(f, key, err, errlen);
     if (!kv)
@@ -597,12 +597,12 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, siz
         exact = d < 9223372036854775808.0 && (int64_t)d == kv->v.i64;
     if (!exact && !isinf(d))
         return cv_errf(err, errlen, "%s: key '%s' (%s %.17g) is not exactly representable as float32", f->name, key,
-                       gguf_vtype_name(kv->type), d);
+                       cv_gguf_vtype_name(kv->type), d);
     *out = (float)d;
     return 0;
 }
 
-int gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen)
+int cv_gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen)
 {
     const gguf_kv *kv = find_typed(f, key, err, errlen);
     if (!kv)
@@ -613,7 +613,7 @@ int gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, siz
     return 0;
 }
 
-int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, size_t errlen)
+int cv_gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, size_t errlen)
 {
     const gguf_kv *kv = find_typed(f, key, err, errlen);
     if (!kv)
@@ -632,9 +632,9 @@ static uint64_t load_le(const uint8_t *p, size_t n)
     return v;
 }
 
-double gguf_arr_f64(const gguf_kv *kv, uint64_t i)
+double cv_gguf_arr_f64(const gguf_kv *kv, uint64_t i)
 {
-    size_t es = gguf_vtype_size(kv->arr_type);
+    size_t es = cv_gguf_vtype_size(kv->arr_type);
     if (kv->type != GGUF_ARRAY || es == 0)
         return 0.0;
     uint64_t u = load_le(kv->arr_data + i * es, es);
@@ -654,9 +654,9 @@ double gguf_arr_f64(const gguf_kv *kv, uint64_t i)
     }
 }
 
-int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i)
+int64_t cv_gguf_arr_i64(const gguf_kv *kv, uint64_t i)
 {
-    size_t es = gguf_vtype_size(kv->arr_type);
+    size_t es = cv_gguf_vtype_size(kv->arr_type);
     if (kv->type != GGUF_ARRAY || es == 0)
         return 0;
     uint64_t u = load_le(kv->arr_data + i * es, es);
@@ -668,7 +668,7 @@ int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i)
     case GGUF_INT32: return (int32_t)u;
     case GGUF_INT64: return (int64_t)u;
     case GGUF_FLOAT32: case GGUF_FLOAT64: {
-        double d = gguf_arr_f64(kv, i); /* truncated toward zero, saturated, NaN as 0 */
+        double d = cv_gguf_arr_f64(kv, i); /* truncated toward zero, saturated, NaN as 0 */
         if (isnan(d))
             return 0;
         if (d >= 9223372036854775808.0)

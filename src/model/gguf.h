@@ -1,7 +1,7 @@
 /* gguf.h: reader of GGUF files (versions 2 and 3); the writer is
  * gguf_write.h.
  *
- * Contract: gguf_open maps the file and validates all of it before
+ * Contract: cv_gguf_open maps the file and validates all of it before
  * returning success: magic, version, counts against the bytes that remain,
  * key and string lengths, value types (array element types too), no nested
  * arrays, duplicate keys and tensor names, tensor rank (1..4) and dims
@@ -14,8 +14,8 @@
  * 123, size 456, file 789)". All parsing goes through a cv_cursor.
  *
  * Strings (keys, values, tensor names) point into the mapping and are not
- * NUL-terminated: use gguf_str_eq / gguf_str_dup. The file owns its arrays;
- * gguf_close releases everything. gguf_parse does the same on a buffer in
+ * NUL-terminated: use cv_gguf_str_eq / cv_gguf_str_dup. The file owns its arrays;
+ * cv_gguf_close releases everything. cv_gguf_parse does the same on a buffer in
  * memory (the fuzz target uses it); then tensor data pointers point into
  * that buffer, which the caller keeps alive. */
 #ifndef CONVOY_MODEL_GGUF_H
@@ -80,7 +80,7 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file {
     char name[256];          /* file name used in messages */
-    cv_fmap map;             /* mapping (unused by gguf_parse) */
+    cv_fmap map;             /* mapping (unused by cv_gguf_parse) */
     uint32_t version;
     uint64_t n_kv;
     gguf_kv *kv;
@@ -90,27 +90,27 @@ typedef struct gguf_file {
     uint64_t data_offset;    /* start of the tensor data section in the file */
 } gguf_file;
 
-int gguf_open(gguf_file *f, const char *path, char *err, size_t errlen);
-int gguf_parse(gguf_file *f, const void *buf, size_t len, const char *name, char *err, size_t errlen);
-void gguf_close(gguf_file *f);
+int cv_gguf_open(gguf_file *f, const char *path, char *err, size_t errlen);
+int cv_gguf_parse(gguf_file *f, const void *buf, size_t len, const char *name, char *err, size_t errlen);
+void cv_gguf_close(gguf_file *f);
 
-bool gguf_str_eq(gguf_str s, const char *c);
-char *gguf_str_dup(gguf_str s); /* cv_malloc'ed, NUL-terminated */
+bool cv_gguf_str_eq(gguf_str s, const char *c);
+char *cv_gguf_str_dup(gguf_str s); /* cv_malloc'ed, NUL-terminated */
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+const gguf_kv *cv_gguf_find_kv(const gguf_file *f, const char *key);
+const gguf_tensor *cv_gguf_find_tensor(const gguf_file *f, const char *name);
 
 /* Typed getters: 0 on success; -1 with a message naming the key if it is
  * missing or of a type that cannot be converted without loss (any integer
  * type converts to u32/i64 if the value fits). */
-int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen);
-int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen);
-int gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen);
-int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, size_t errlen);
+int cv_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen);
+int cv_gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen);
+int cv_gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen);
+int cv_gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, size_t errlen);
 /* Element i of a numeric array as double / int64 (caller checks bounds). */
-double gguf_arr_f64(const gguf_kv *kv, uint64_t i);
-int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i);
-size_t gguf_vtype_size(uint32_t t); /* 0 for STRING/ARRAY/unknown */
-const char *gguf_vtype_name(uint32_t t); /* "uint8", ..., "float64"; "unknown" past the last */
+double cv_gguf_arr_f64(const gguf_kv *kv, uint64_t i);
+int64_t cv_gguf_arr_i64(const gguf_kv *kv, uint64_t i);
+size_t cv_gguf_vtype_size(uint32_t t); /* 0 for STRING/ARRAY/unknown */
+const char *cv_gguf_vtype_name(uint32_t t); /* "uint8", ..., "float64"; "unknown" past the last */
 
 #endif

@@ -2,7 +2,7 @@
  *
  * The writer keeps owned copies of keys, values and tensor names (tensor
  * data only referenced). Invalid input to a setter is remembered and
- * reported by gguf_write, which refuses to write a file the reader would
+ * reported by cv_gguf_write, which refuses to write a file the reader would
  * reject: it checks what gguf.c checks, with the limits of gguf_format.h.
  * Values are written in the host's byte order, which must be little-endian
  * (as on every platform convoy builds for). */
@@ -58,7 +58,7 @@ struct gguf_writer {
     wtensor *tensors;
     size_t n_tensors, cap_tensors;
     bool failed;
-    char err[CV_ERRLEN]; /* the first problem, reported by gguf_write */
+    char err[CV_ERRLEN]; /* the first problem, reported by cv_gguf_write */
 };
 
 static int wfail(gguf_writer *w, const char *fmt, ...) CV_PRINTF(2, 3);
@@ -104,9 +104,9 @@ static void wkv_clear_value(wkv *kv)
     kv->key = key;
 }
 
-gguf_writer *gguf_writer_create(void) { return cv_calloc(1, sizeof(gguf_writer)); }
+gguf_writer *cv_gguf_writer_create(void) { return cv_calloc(1, sizeof(gguf_writer)); }
 
-void gguf_writer_free(gguf_writer *w)
+void cv_gguf_writer_free(gguf_writer *w)
 {
     if (!w)
         return;
@@ -146,7 +146,7 @@ static wkv *wkv_slot(gguf_writer *w, const char *key, uint64_t key_len, uint32_t
             return NULL;
         }
         kv = &w->kv[w->n_kv];
-        memset(kv, 0, sizeof *kv); /* no value yet: wkv_clear_value and gguf_writer_free rely on it */
+        memset(kv, 0, sizeof *kv); /* no value yet: wkv_clear_value and cv_gguf_writer_free rely on it */
         if (!wstr_set(w, &kv->key, key, key_len))
             return NULL;
         w->n_kv++;
@@ -155,35 +155,35 @@ static wkv *wkv_slot(gguf_writer *w, const char *key, uint64_t key_len, uint32_t
     return kv;
 }
 
-void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v)
+void cv_gguf_set_u32(gguf_writer *w, const char *key, uint32_t v)
 {
     wkv *kv = wkv_slot(w, key, strlen(key), GGUF_UINT32);
     if (kv)
         kv->v.u64 = v;
 }
 
-void gguf_set_i32(gguf_writer *w, const char *key, int32_t v)
+void cv_gguf_set_i32(gguf_writer *w, const char *key, int32_t v)
 {
     wkv *kv = wkv_slot(w, key, strlen(key), GGUF_INT32);
     if (kv)
         kv->v.i64 = v;
 }
 
-void gguf_set_f32(gguf_writer *w, const char *key, float v)
+void cv_gguf_set_f32(gguf_writer *w, const char *key, float v)
 {
     wkv *kv = wkv_slot(w, key, strlen(key), GGUF_FLOAT32);
     if (kv)
         kv->v.f64 = v;
 }
 
-void gguf_set_bool(gguf_writer *w, const char *key, bool v)
+void cv_gguf_set_bool(gguf_writer *w, const char *key, bool v)
 {
     wkv *kv = wkv_slot(w, key, strlen(key), GGUF_BOOL);
     if (kv)
         kv->v.b = v;
 }
 
-void gguf_set_str(gguf_writer *w, const char *key, const char *v)
+void cv_gguf_set_str(gguf_writer *w, const char *key, const char *v)
 {
     wkv *kv = wkv_slot(w, key, strlen(key), GGUF_STRING);
     if (kv)
@@ -192,10 +192,10 @@ void gguf_set_str(gguf_writer *w, const char *key, const char *v)
 
 static void set_arr_raw(gguf_writer *w, const char *key, uint64_t key_len, uint32_t t, const void *data, uint64_t n)
 {
-    size_t es = gguf_vtype_size(t);
+    size_t es = cv_gguf_vtype_size(t);
     if (es == 0) {
         wfail(w, "key '%.*s': arrays of %s need their own setter", (int)(key_len < 64 ? key_len : 64), key,
-              gguf_vtype_name(t));
+              cv_gguf_vtype_name(t));
         return;
     }
     if (n > SIZE_MAX / es) {
@@ -216,7 +216,7 @@ static void set_arr_raw(gguf_writer *w, const char *key, uint64_t key_len, uint3
         memcpy(kv->arr_data, data, (size_t)(n * es));
 }
 
-void gguf_set_arr(gguf_writer *w, const char *key, uint32_t t, const void *data, uint64_t n)
+void cv_gguf_set_arr(gguf_writer *w, const char *key, uint32_t t, const void *data, uint64_t n)
 {
     set_arr_raw(w, key, strlen(key), t, data, n);
 }
@@ -247,12 +247,12 @@ static void set_arr_strs(gguf_writer *w, const char *key, uint64_t key_len, cons
     }
 }
 
-void gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n)
+void cv_gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n)
 {
     set_arr_strs(w, key, strlen(key), strs, NULL, n);
 }
 
-void gguf_copy_kv(gguf_writer *w, const gguf_kv *src)
+void cv_gguf_copy_kv(gguf_writer *w, const gguf_kv *src)
 {
     if (src->type == GGUF_ARRAY) {
         if (src->arr_type == GGUF_STRING)
@@ -329,13 +329,13 @@ static int add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n
     return 0;
 }
 
-void gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
+void cv_gguf_add_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
                      const void *data, uint64_t size)
 {
     add_tensor(w, name, type, n_dims, ne, data, size, NULL, NULL);
 }
 
-void gguf_add_made_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
+void cv_gguf_add_made_tensor(gguf_writer *w, const char *name, cv_type type, uint32_t n_dims, const int64_t *ne,
                           uint64_t size, gguf_make_fn make, void *ctx)
 {
     add_tensor(w, name, type, n_dims, ne, NULL, size, make, ctx);
@@ -396,7 +396,7 @@ static void put_scalar(out *o, const wkv *kv)
     }
     case GGUF_BOOL: put_le(o, kv->v.b ? 1 : 0, 1); break;
     case GGUF_STRING: put_str(o, &kv->str); break;
-    default: put_le(o, kv->v.u64, gguf_vtype_size(kv->type)); break; /* integers: two's complement bits */
+    default: put_le(o, kv->v.u64, cv_gguf_vtype_size(kv->type)); break; /* integers: two's complement bits */
     }
 }
 
@@ -437,7 +437,7 @@ static void put_header(out *o, const gguf_writer *w, uint64_t alignment, uint64_
             for (uint64_t j = 0; j < kv->arr_n; j++)
                 put_str(o, &kv->arr_strs[j]);
         else
-            put(o, kv->arr_data, (size_t)(kv->arr_n * gguf_vtype_size(kv->arr_type)));
+            put(o, kv->arr_data, (size_t)(kv->arr_n * cv_gguf_vtype_size(kv->arr_type)));
     }
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n_tensors; i++) {
@@ -471,7 +471,7 @@ static int put_tensors(out *o, const gguf_writer *w, uint64_t alignment, uint8_t
     return 0;
 }
 
-int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
+int cv_gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
 {
     uint64_t alignment, made_size = 0;
     if (w->failed)
@@ -500,7 +500,7 @@ int gguf_write(gguf_writer *w, const char *path, char *err, size_t errlen)
     return rc;
 }
 
-int gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen)
+int cv_gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
     uint64_t alignment;
@@ -529,7 +529,7 @@ int gguf_write_layout(gguf_writer *w, gguf_layout *l, char *err, size_t errlen)
     return 0;
 }
 
-void gguf_layout_free(gguf_layout *l)
+void cv_gguf_layout_free(gguf_layout *l)
 {
     cv_free(l->header);
     cv_free(l->offsets);

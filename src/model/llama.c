@@ -22,9 +22,9 @@ static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uin
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (!required && !gguf_find_kv(f, key))
+    if (!required && !cv_gguf_find_kv(f, key))
         return 0;
-    return gguf_get_u32(f, key, out, err, errlen);
+    return cv_gguf_get_u32(f, key, out, err, errlen);
 }
 
 static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required,
@@ -32,9 +32,9 @@ static int get_f32(const gguf_file *f, const char *arch, const char *suffix, flo
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (!required && !gguf_find_kv(f, key))
+    if (!required && !cv_gguf_find_kv(f, key))
         return 0;
-    return gguf_get_f32(f, key, out, err, errlen);
+    return cv_gguf_get_f32(f, key, out, err, errlen);
 }
 
 static const struct {
@@ -194,7 +194,7 @@ static int read_gptoss(const gguf_file *f, cv_llama_hparams *hp, char *err, size
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     if (get_u32(f, a, "attention.sliding_window", &n_swa, true, err, errlen) ||
         get_f32(f, a, "rope.scaling.factor", &factor, false, err, errlen) ||
-        (gguf_find_kv(f, key) && gguf_get_str(f, key, &type, err, errlen)))
+        (cv_gguf_find_kv(f, key) && cv_gguf_get_str(f, key, &type, err, errlen)))
         return -1;
     const bool yarn = str_is(type, "yarn"), none = str_is(type, "none");
     if (!yarn && !none && !str_is(type, "linear"))
@@ -244,9 +244,9 @@ static int read_rope_scaling(const gguf_file *f, const char *arch, cv_llama_hpar
  * embeddings) what its shard keys record. */
 static int vocab_size(const gguf_file *f, uint32_t n_embd, int32_t *n_vocab, char *err, size_t errlen)
 {
-    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    const gguf_tensor *te = cv_gguf_find_tensor(f, "token_embd.weight");
     uint32_t n = 0;
-    if (!te && cv_shard_is(f) && gguf_get_u32(f, CV_SHARD_KEY_N_VOCAB, &n, err, errlen))
+    if (!te && cv_shard_is(f) && cv_gguf_get_u32(f, CV_SHARD_KEY_N_VOCAB, &n, err, errlen))
         return -1;
     if (!te && (n < 1 || n > (1u << 24)))
         return cv_errf(err, errlen, "%s: tensor 'token_embd.weight' is missing", f->name);
@@ -260,7 +260,7 @@ static int vocab_size(const gguf_file *f, uint32_t n_embd, int32_t *n_vocab, cha
 static int read_hparams(const gguf_file *f, cv_llama_hparams *hp, char *err, size_t errlen)
 {
     gguf_str arch_s;
-    if (gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
+    if (cv_gguf_get_str(f, "general.architecture", &arch_s, err, errlen))
         return -1;
     const int a = arch_index(arch_s.ptr, arch_s.len);
     if (a < 0)
@@ -356,7 +356,7 @@ static int check_matrix_type(const cv_llama *m, const char *name, cv_type type, 
 static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
                        size_t errlen)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     if (!t)
         return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
     if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
@@ -373,7 +373,7 @@ static int bind_matrix(cv_llama *m, const char *name, int32_t n_in, int32_t n_ou
 static int bind_experts(cv_llama *m, const char *name, int32_t n_in, int32_t n_out, cv_weight *w, char *err,
                         size_t errlen)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     const int32_t n_expert = m->hp.n_expert;
     if (!t)
         return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
@@ -407,7 +407,7 @@ static int read_tensor(const cv_llama *m, const void *data, size_t n, void *dst,
 static int bind_table(cv_llama *m, const char *name, int32_t n, int32_t rows, float **copy, const float **out,
                       char *err, size_t errlen)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     if (!t)
         return cv_errf(err, errlen, "%s: tensor '%s' is missing", m->gguf.name, name);
     if (!rows && (t->n_dims != 1 || t->ne[0] != n))
@@ -530,7 +530,7 @@ static int bind_qkv(cv_llama *m, int32_t l, cv_llama_layer *L, char *err, size_t
     const int32_t n_embd = hp->n_embd, n_q = hp->n_head * hp->head_dim, n_kv = hp->n_head_kv * hp->head_dim;
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
-    if (gguf_find_tensor(&m->gguf, name)) {
+    if (cv_gguf_find_tensor(&m->gguf, name)) {
         cv_weight qkv;
         if (bind_matrix(m, name, n_embd, n_q + 2 * n_kv, &qkv, err, errlen))
             return -1;
@@ -658,7 +658,7 @@ static int bind_rope_factors(cv_llama *m, float **copy, char *err, size_t errlen
 {
     const float **const out[3] = {&m->rope_freqs, &m->rope_long, &m->rope_short};
     for (int i = 0; i < 3; i++)
-        if (gguf_find_tensor(&m->gguf, rope_factor_names[i]) &&
+        if (cv_gguf_find_tensor(&m->gguf, rope_factor_names[i]) &&
             bind_vec(m, rope_factor_names[i], m->hp.n_rot / 2, copy, out[i], err, errlen))
             return -1;
     return 0;
@@ -674,7 +674,7 @@ const float *cv_llama_rope_factors(const cv_llama *m, int32_t n_ctx)
 int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
-    if (gguf_open(&m->gguf, path, err, errlen))
+    if (cv_gguf_open(&m->gguf, path, err, errlen))
         return -1;
     cv_llama_hparams *hp = &m->hp;
     if (read_hparams(&m->gguf, hp, err, errlen))
@@ -717,7 +717,7 @@ int cv_llama_load(cv_llama *m, const char *path, int32_t l0, int32_t l1, char *e
     if (l1 == hp->n_layer) {
         if (bind_vec(m, "output_norm.weight", n_embd, &copy, &m->output_norm, err, errlen))
             goto fail;
-        const char *out_name = gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
+        const char *out_name = cv_gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
         if (bind_matrix(m, out_name, n_embd, hp->n_vocab, &m->output, err, errlen))
             goto fail;
     }
@@ -734,13 +734,13 @@ void cv_llama_free(cv_llama *m)
     cv_free(m->layers);
     cv_free(m->vec_copies);
     cv_huge_free(m->resident, m->resident_bytes);
-    gguf_close(&m->gguf);
+    cv_gguf_close(&m->gguf);
     memset(m, 0, sizeof *m);
 }
 
 static uint64_t tensor_bytes(const cv_llama *m, const char *name)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     return t ? t->size : 0;
 }
 
@@ -773,7 +773,7 @@ uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l)
 /* Appends the index of tensor `name` to idx when the file has it. */
 static size_t add_tensor(const cv_llama *m, const char *name, uint64_t *idx, size_t n)
 {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     if (t)
         idx[n++] = (uint64_t)(t - m->gguf.tensors);
     return n;
@@ -792,14 +792,15 @@ size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t
         }
     if (l1 == m->hp.n_layer) {
         n = add_tensor(m, "output_norm.weight", idx, n);
-        n = add_tensor(m, gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight", idx, n);
+        n = add_tensor(m, cv_gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight", idx,
+                       n);
     }
     return n;
 }
 
 uint64_t cv_llama_head_bytes(const cv_llama *m)
 {
-    const char *out_name = gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
+    const char *out_name = cv_gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
     uint64_t total = tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, out_name);
     for (size_t i = 0; i < sizeof rope_factor_names / sizeof rope_factor_names[0]; i++)
         total += tensor_bytes(m, rope_factor_names[i]);
@@ -832,7 +833,7 @@ static uint64_t expert_part_bytes(const cv_llama *m, int32_t l, int part)
 {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", l, expert_parts[part]);
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = cv_gguf_find_tensor(&m->gguf, name);
     return t && m->hp.n_expert ? t->size / (uint64_t)m->hp.n_expert : 0;
 }
 

@@ -268,10 +268,10 @@ static int arch_u32(const gguf_file *f, const char *key_suffix)
     gguf_str arch;
     uint32_t n = 0;
     char key[96];
-    if (gguf_get_str(f, "general.architecture", &arch, NULL, 0) == 0 && arch.len < 64) {
+    if (cv_gguf_get_str(f, "general.architecture", &arch, NULL, 0) == 0 && arch.len < 64) {
         snprintf(key, sizeof key, "%.*s.%s", (int)arch.len, arch.ptr, key_suffix);
-        if (gguf_find_kv(f, key))
-            gguf_get_u32(f, key, &n, NULL, 0);
+        if (cv_gguf_find_kv(f, key))
+            cv_gguf_get_u32(f, key, &n, NULL, 0);
     }
     return (int)n;
 }
@@ -317,12 +317,12 @@ typedef struct quant_run {
 static void copy_keys(quant_run *q)
 {
     for (uint64_t i = 0; i < q->in.n_kv; i++)
-        if (!gguf_str_eq(q->in.kv[i].key, "general.file_type") &&
-            !gguf_str_eq(q->in.kv[i].key, "general.quantization_version"))
-            gguf_copy_kv(q->w, &q->in.kv[i]);
+        if (!cv_gguf_str_eq(q->in.kv[i].key, "general.file_type") &&
+            !cv_gguf_str_eq(q->in.kv[i].key, "general.quantization_version"))
+            cv_gguf_copy_kv(q->w, &q->in.kv[i]);
 }
 
-/* gguf_write's maker of tensor i: converted or copied into dst; then its
+/* cv_gguf_write's maker of tensor i: converted or copied into dst; then its
  * input pages go and it is noted. */
 static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errlen)
 {
@@ -351,7 +351,7 @@ static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errle
 static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
 {
     const gguf_tensor *t = &q->in.tensors[i];
-    char *name = q->names[i] = gguf_str_dup(t->name);
+    char *name = q->names[i] = cv_gguf_str_dup(t->name);
     if (!name)
         return cv_errf(err, errlen, "%s: out of memory", q->in_path);
     q->want[i] = q->type[i] = t->type;
@@ -363,7 +363,7 @@ static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
         return cv_errf(err, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are converted",
                        q->in_path, name, cv_type_name(t->type));
     const int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
-    gguf_add_made_tensor(q->w, name, q->type[i], t->n_dims, t->ne,
+    cv_gguf_add_made_tensor(q->w, name, q->type[i], t->n_dims, t->ne,
                          (uint64_t)n_rows * cv_row_bytes(q->type[i], t->ne[0]), make_tensor, q);
     return 0;
 }
@@ -373,7 +373,7 @@ static int add_tensor(quant_run *q, uint64_t i, char *err, size_t errlen)
 static int write_output(quant_run *q, const char *out_path, char *err, size_t errlen)
 {
     const size_t n = q->in.n_tensors ? q->in.n_tensors : 1;
-    q->w = gguf_writer_create();
+    q->w = cv_gguf_writer_create();
     q->names = cv_calloc(n, sizeof(*q->names));
     q->want = cv_calloc(n, sizeof(*q->want));
     q->type = cv_calloc(n, sizeof(*q->type));
@@ -388,9 +388,9 @@ static int write_output(quant_run *q, const char *out_path, char *err, size_t er
     for (uint64_t i = 0; i < q->in.n_tensors; i++)
         if (add_tensor(q, i, err, errlen) != 0)
             return -1;
-    gguf_set_u32(q->w, "general.quantization_version", QUANT_VERSION);
-    gguf_set_u32(q->w, "general.file_type", (uint32_t)cv_quant_policy_file_type(q->p));
-    return gguf_write(q->w, out_path, err, errlen);
+    cv_gguf_set_u32(q->w, "general.quantization_version", QUANT_VERSION);
+    cv_gguf_set_u32(q->w, "general.file_type", (uint32_t)cv_quant_policy_file_type(q->p));
+    return cv_gguf_write(q->w, out_path, err, errlen);
 }
 
 /* Releases what write_output allocated, the input and the threads. */
@@ -401,8 +401,8 @@ static void close_run(quant_run *q)
     cv_free(q->names);
     cv_free(q->want);
     cv_free(q->type);
-    gguf_writer_free(q->w);
-    gguf_close(&q->in);
+    cv_gguf_writer_free(q->w);
+    cv_gguf_close(&q->in);
     cv_pool_free(q->pool);
 }
 
@@ -417,7 +417,7 @@ int cv_quantize_file(const char *in_path, const char *out_path, const cv_quantiz
     q.pool = cv_pool_create(p->n_threads);
     if (!q.pool)
         return cv_errf(err, errlen, "cannot start %d threads", p->n_threads);
-    if (gguf_open(&q.in, in_path, err, errlen)) {
+    if (cv_gguf_open(&q.in, in_path, err, errlen)) {
         cv_pool_free(q.pool);
         return -1;
     }

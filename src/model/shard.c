@@ -16,7 +16,7 @@
 #include "model/llama.h"
 #include "model/quantize.h"
 
-bool cv_shard_is(const gguf_file *f) { return gguf_find_kv(f, CV_SHARD_KEY_FIRST) != NULL; }
+bool cv_shard_is(const gguf_file *f) { return cv_gguf_find_kv(f, CV_SHARD_KEY_FIRST) != NULL; }
 
 int cv_shard_range(const gguf_file *f, int32_t n_layer, int32_t *first, int32_t *last, char *err, size_t errlen)
 {
@@ -25,8 +25,9 @@ int cv_shard_range(const gguf_file *f, int32_t n_layer, int32_t *first, int32_t 
     if (!cv_shard_is(f))
         return 0;
     uint32_t l0, l1, n;
-    if (gguf_get_u32(f, CV_SHARD_KEY_FIRST, &l0, err, errlen) || gguf_get_u32(f, CV_SHARD_KEY_LAST, &l1, err, errlen) ||
-        gguf_get_u32(f, CV_SHARD_KEY_N_LAYER, &n, err, errlen))
+    if (cv_gguf_get_u32(f, CV_SHARD_KEY_FIRST, &l0, err, errlen) ||
+        cv_gguf_get_u32(f, CV_SHARD_KEY_LAST, &l1, err, errlen) ||
+        cv_gguf_get_u32(f, CV_SHARD_KEY_N_LAYER, &n, err, errlen))
         return -1;
     if (n != (uint32_t)n_layer || l0 >= l1 || l1 > n)
         return cv_errf(err, errlen, "%s: shard of layers [%u, %u) of %u, but the model has %d layers", f->name, l0, l1,
@@ -56,14 +57,14 @@ static void shard_src_free(shard_src *s)
 
 static int shard_src_init(shard_src *s, const cv_llama *m, char *err, size_t errlen)
 {
-    *s = (shard_src){.m = m, .tied = gguf_find_tensor(&m->gguf, "output.weight") == NULL};
+    *s = (shard_src){.m = m, .tied = cv_gguf_find_tensor(&m->gguf, "output.weight") == NULL};
     if (cv_shard_is(&m->gguf))
         return cv_errf(err, errlen, "%s is a shard already: split the whole model", m->gguf.name);
     if (cv_model_dir_hash(&m->gguf, s->dir, err, errlen))
         return -1;
     s->names = cv_calloc(m->gguf.n_tensors ? m->gguf.n_tensors : 1, sizeof *s->names);
     for (uint64_t i = 0; s->names && i < m->gguf.n_tensors; i++)
-        if (!(s->names[i] = gguf_str_dup(m->gguf.tensors[i].name))) {
+        if (!(s->names[i] = cv_gguf_str_dup(m->gguf.tensors[i].name))) {
             shard_src_free(s);
             return cv_errf(err, errlen, "out of memory");
         }
@@ -89,23 +90,23 @@ static bool holds(const shard_src *s, const char *name, int32_t l0, int32_t l1)
  * into held[] (when given) as indices of the model's tensors. */
 static gguf_writer *shard_writer(const shard_src *s, int32_t l0, int32_t l1, uint64_t *held, uint64_t *n_held)
 {
-    gguf_writer *w = gguf_writer_create();
+    gguf_writer *w = cv_gguf_writer_create();
     if (!w)
         return NULL;
     const gguf_file *f = &s->m->gguf;
     for (uint64_t i = 0; i < f->n_kv; i++)
-        gguf_copy_kv(w, &f->kv[i]);
-    gguf_set_u32(w, CV_SHARD_KEY_FIRST, (uint32_t)l0);
-    gguf_set_u32(w, CV_SHARD_KEY_LAST, (uint32_t)l1);
-    gguf_set_u32(w, CV_SHARD_KEY_N_LAYER, (uint32_t)s->m->hp.n_layer);
-    gguf_set_u32(w, CV_SHARD_KEY_N_VOCAB, (uint32_t)s->m->hp.n_vocab);
-    gguf_set_arr(w, CV_SHARD_KEY_DIR_HASH, GGUF_UINT8, s->dir, CV_HASH_BYTES);
+        cv_gguf_copy_kv(w, &f->kv[i]);
+    cv_gguf_set_u32(w, CV_SHARD_KEY_FIRST, (uint32_t)l0);
+    cv_gguf_set_u32(w, CV_SHARD_KEY_LAST, (uint32_t)l1);
+    cv_gguf_set_u32(w, CV_SHARD_KEY_N_LAYER, (uint32_t)s->m->hp.n_layer);
+    cv_gguf_set_u32(w, CV_SHARD_KEY_N_VOCAB, (uint32_t)s->m->hp.n_vocab);
+    cv_gguf_set_arr(w, CV_SHARD_KEY_DIR_HASH, GGUF_UINT8, s->dir, CV_HASH_BYTES);
     *n_held = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         if (!holds(s, s->names[i], l0, l1))
             continue;
-        gguf_add_tensor(w, s->names[i], t->type, t->n_dims, t->ne, t->data, t->size);
+        cv_gguf_add_tensor(w, s->names[i], t->type, t->n_dims, t->ne, t->data, t->size);
         if (held)
             held[*n_held] = i;
         ++*n_held;
@@ -132,8 +133,8 @@ static int write_shard(const split_run *s, int32_t k, int32_t n, int32_t l0, int
     gguf_writer *w = shard_writer(&s->src, l0, l1, NULL, &n_tensors);
     if (!w)
         return cv_errf(err, errlen, "out of memory");
-    const int rc = gguf_write(w, path, err, errlen);
-    gguf_writer_free(w);
+    const int rc = cv_gguf_write(w, path, err, errlen);
+    cv_gguf_writer_free(w);
     struct stat st;
     if (rc == 0 && note)
         note(user, k, n, path, l0, l1, n_tensors, stat(path, &st) == 0 ? (uint64_t)st.st_size : 0);
@@ -199,8 +200,8 @@ int cv_shard_image_make(const cv_llama *m, int32_t l0, int32_t l1, cv_shard_imag
         return -1;
     img->tensors = cv_malloc(sizeof(uint64_t) * (m->gguf.n_tensors ? m->gguf.n_tensors : 1));
     gguf_writer *w = img->tensors ? shard_writer(&src, l0, l1, img->tensors, &img->n_tensors) : NULL;
-    int rc = w ? gguf_write_layout(w, &img->layout, err, errlen) : cv_errf(err, errlen, "out of memory");
-    gguf_writer_free(w);
+    int rc = w ? cv_gguf_write_layout(w, &img->layout, err, errlen) : cv_errf(err, errlen, "out of memory");
+    cv_gguf_writer_free(w);
     shard_src_free(&src);
     if (rc)
         cv_shard_image_free(img);
@@ -209,7 +210,7 @@ int cv_shard_image_make(const cv_llama *m, int32_t l0, int32_t l1, cv_shard_imag
 
 void cv_shard_image_free(cv_shard_image *img)
 {
-    gguf_layout_free(&img->layout);
+    cv_gguf_layout_free(&img->layout);
     cv_free(img->tensors);
     memset(img, 0, sizeof *img);
 }

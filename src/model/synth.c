@@ -5,7 +5,7 @@
  * (each row from its own counters of a splitmix64 stream keyed by the
  * tensor's name, so rows are independent) into an f32 scratch row and
  * quantized with the target type's `quantize` straight into the writer's
- * buffer (F32 rows are generated in place) when gguf_write comes to the
+ * buffer (F32 rows are generated in place) when cv_gguf_write comes to the
  * tensor (gguf_write.h's made tensors), so one tensor is held at a time.
  * Owner of this file: the tools helper. */
 #include "model/synth.h"
@@ -559,7 +559,7 @@ static void type_tensor(const cv_synth_params *p, synth_tensor *t)
     t->size = (uint64_t)cv_row_bytes(t->type, t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2]);
 }
 
-/* One write's generation: what gguf_write's maker needs. */
+/* One write's generation: what cv_gguf_write's maker needs. */
 typedef struct synth_run {
     const cv_synth_params *p;
     const synth_tensor *tensors;
@@ -570,7 +570,7 @@ typedef struct synth_run {
     void *note_ctx;
 } synth_run;
 
-/* gguf_write's maker of tensor i: its rows generated into dst; noted. */
+/* cv_gguf_write's maker of tensor i: its rows generated into dst; noted. */
 static int make_tensor(void *ctx, uint64_t i, void *dst, char *err, size_t errlen)
 {
     (void)err, (void)errlen;
@@ -608,53 +608,53 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
     const uint32_t hd = (uint32_t)head_dim_of(p);
     char key[96];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
-    gguf_set_str(w, "general.architecture", a);
-    gguf_set_str(w, "general.name", p->name[0] ? p->name : "convoy-synth");
-    gguf_set_str(w, "general.description", desc);
+    cv_gguf_set_str(w, "general.architecture", a);
+    cv_gguf_set_str(w, "general.name", p->name[0] ? p->name : "convoy-synth");
+    cv_gguf_set_str(w, "general.description", desc);
     const cv_quantize_params qp = policy_of(p);
-    gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_policy_file_type(&qp));
-    gguf_set_u32(w, "general.quantization_version", 2);
-    gguf_set_u32(w, KEY("vocab_size"), (uint32_t)p->n_vocab);
-    gguf_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx);
-    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
-    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    cv_gguf_set_u32(w, "general.file_type", (uint32_t)cv_quant_policy_file_type(&qp));
+    cv_gguf_set_u32(w, "general.quantization_version", 2);
+    cv_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)p->n_vocab);
+    cv_gguf_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx);
+    cv_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
+    cv_gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
+    cv_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
     if (p->arch == CV_ARCH_GEMMA2) {
-        gguf_set_f32(w, KEY("attn_logit_softcapping"), CV_SYNTH_GEMMA2_ATTN_SOFTCAP);
-        gguf_set_f32(w, KEY("final_logit_softcapping"), CV_SYNTH_GEMMA2_FINAL_SOFTCAP);
+        cv_gguf_set_f32(w, KEY("attn_logit_softcapping"), CV_SYNTH_GEMMA2_ATTN_SOFTCAP);
+        cv_gguf_set_f32(w, KEY("final_logit_softcapping"), CV_SYNTH_GEMMA2_FINAL_SOFTCAP);
     }
     if (p->n_swa || p->head_dim) {
-        gguf_set_u32(w, KEY("attention.key_length"), hd);
-        gguf_set_u32(w, KEY("attention.value_length"), hd);
+        cv_gguf_set_u32(w, KEY("attention.key_length"), hd);
+        cv_gguf_set_u32(w, KEY("attention.value_length"), hd);
     }
     if (p->n_swa)
-        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
+        cv_gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)p->n_swa);
     else
-        gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot_dims(p));
+        cv_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot_dims(p));
     if (is_gptoss(p)) { /* YaRN, as the converter writes it: the factor the context over the original */
-        gguf_set_str(w, KEY("rope.scaling.type"), "yarn");
-        gguf_set_f32(w, KEY("rope.scaling.factor"), (float)p->n_ctx / (float)p->n_ctx_orig);
-        gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
+        cv_gguf_set_str(w, KEY("rope.scaling.type"), "yarn");
+        cv_gguf_set_f32(w, KEY("rope.scaling.factor"), (float)p->n_ctx / (float)p->n_ctx_orig);
+        cv_gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
     }
     if (p->arch == CV_ARCH_PHI3) { /* the attention factor as llama.cpp's converter computes it */
         const double s = (double)p->n_ctx / (double)p->n_ctx_orig;
-        gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
-        gguf_set_f32(w, KEY("rope.scaling.attn_factor"),
+        cv_gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->n_ctx_orig);
+        cv_gguf_set_f32(w, KEY("rope.scaling.attn_factor"),
                      s > 1 ? (float)sqrt(1 + log(s) / log((double)p->n_ctx_orig)) : 1.0f);
-        gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->n_ctx_orig / 8));
+        cv_gguf_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->n_ctx_orig / 8));
     }
-    gguf_set_f32(w, KEY("rope.freq_base"), p->rope_theta);
-    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
-    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
+    cv_gguf_set_f32(w, KEY("rope.freq_base"), p->rope_theta);
+    cv_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
+    cv_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    cv_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
     if (p->n_expert) {
-        gguf_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert);
-        gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
+        cv_gguf_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert);
+        cv_gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used);
     }
     if (p->n_expert && p->arch != CV_ARCH_LLAMA)
-        gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+        cv_gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
     if (p->n_expert && p->arch == CV_ARCH_QWEN2MOE)
-        gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)shared_ff(p));
+        cv_gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)shared_ff(p));
 #undef KEY
 }
 
@@ -662,25 +662,25 @@ static void set_hparams(gguf_writer *w, const cv_synth_params *p)
  * front of the text, as Gemma's files say. */
 static void set_vocab(gguf_writer *w, const cv_synth_params *p, const vocab_build *v, int n_tail)
 {
-    gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
-    gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, v->scores, (uint64_t)v->n);
-    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
-    gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    cv_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    cv_gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, (uint64_t)v->n);
+    cv_gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, v->scores, (uint64_t)v->n);
+    cv_gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->types, (uint64_t)v->n);
+    cv_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    cv_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     const bool eos_last = p->chatml || p->arch == CV_ARCH_PHI3;
-    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", eos_last ? (uint32_t)(v->n - 1) : 2);
+    cv_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", eos_last ? (uint32_t)(v->n - 1) : 2);
     static const char *const fim_keys[FIM_TOKENS] = {"tokenizer.ggml.fim_pre_token_id",
                                                      "tokenizer.ggml.fim_suf_token_id",
                                                      "tokenizer.ggml.fim_mid_token_id"};
     for (int i = 0; p->fim && i < FIM_TOKENS; i++)
-        gguf_set_u32(w, fim_keys[i], (uint32_t)(v->n - n_tail + i));
-    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
-    gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+        cv_gguf_set_u32(w, fim_keys[i], (uint32_t)(v->n - n_tail + i));
+    cv_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    cv_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", false);
     if (is_gemma(p))
-        gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+        cv_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
     if (p->chatml)
-        gguf_set_str(w, "tokenizer.chat_template", chatml_template);
+        cv_gguf_set_str(w, "tokenizer.chat_template", chatml_template);
 }
 
 int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn note, void *note_ctx,
@@ -696,7 +696,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
     v.tokens = cv_malloc((size_t)v.cap * sizeof(*v.tokens));
     v.scores = cv_malloc((size_t)v.cap * sizeof(*v.scores));
     v.types = cv_malloc((size_t)v.cap * sizeof(*v.types));
-    gguf_writer *w = gguf_writer_create();
+    gguf_writer *w = cv_gguf_writer_create();
     cv_pool *pool = cv_pool_create(p->n_threads);
     /* scratch rows for every thread, as long as the longest row */
     int64_t max_row = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
@@ -720,10 +720,10 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
                            .note = note, .note_ctx = note_ctx};
     for (int i = 0; i < n_tensors; i++) {
         type_tensor(p, &tensors[i]);
-        gguf_add_made_tensor(w, tensors[i].name, tensors[i].type, tensors[i].n_dims, tensors[i].ne, tensors[i].size,
+        cv_gguf_add_made_tensor(w, tensors[i].name, tensors[i].type, tensors[i].n_dims, tensors[i].ne, tensors[i].size,
                              make_tensor, (void *)&run);
     }
-    rc = gguf_write(w, path, err, errlen);
+    rc = cv_gguf_write(w, path, err, errlen);
 
 done:
     cv_free(tensors);
@@ -731,7 +731,7 @@ done:
     cv_free(v.tokens);
     cv_free(v.scores);
     cv_free(v.types);
-    gguf_writer_free(w);
+    cv_gguf_writer_free(w);
     cv_pool_free(pool);
     cv_free(scratch);
     return rc;

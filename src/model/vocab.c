@@ -169,7 +169,7 @@ static int32_t map_insert(cv_vocab *v, int32_t id)
 static int find_numeric_array(const gguf_file *f, const char *key, int32_t n_vocab, bool integer,
                               const gguf_kv **out, char *err, size_t errlen)
 {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = cv_gguf_find_kv(f, key);
     *out = NULL;
     if (!kv)
         return 0;
@@ -309,13 +309,13 @@ static int build_tables(cv_vocab *v, int32_t eom, char *err, size_t errlen)
 static int read_model_kind(cv_vocab *v, const gguf_file *f, char *err, size_t errlen)
 {
     gguf_str model;
-    if (!gguf_find_kv(f, "tokenizer.ggml.model"))
+    if (!cv_gguf_find_kv(f, "tokenizer.ggml.model"))
         return cv_errf(err, errlen, "%s: no tokenizer (tokenizer.ggml.model is missing)", f->name);
-    if (gguf_get_str(f, "tokenizer.ggml.model", &model, err, errlen) != 0)
+    if (cv_gguf_get_str(f, "tokenizer.ggml.model", &model, err, errlen) != 0)
         return -1;
-    if (gguf_str_eq(model, "llama"))
+    if (cv_gguf_str_eq(model, "llama"))
         v->kind = CV_VOCAB_SPM;
-    else if (gguf_str_eq(model, "gpt2"))
+    else if (cv_gguf_str_eq(model, "gpt2"))
         v->kind = CV_VOCAB_BPE;
     else
         return cv_errf(err, errlen, "%s: unknown tokenizer model '%.*s' (supported: 'llama', 'gpt2')", f->name,
@@ -335,7 +335,7 @@ typedef struct token_arrays {
 /* Finds the token list, the scores and the types, and sizes the text blob. */
 static int find_token_arrays(const gguf_file *f, token_arrays *a, char *err, size_t errlen)
 {
-    const gguf_kv *tokens = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const gguf_kv *tokens = cv_gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!tokens)
         return cv_errf(err, errlen, "%s: tokenizer.ggml.tokens is missing", f->name);
     if (tokens->type != GGUF_ARRAY || tokens->arr_type != GGUF_STRING)
@@ -410,8 +410,8 @@ static int read_tokens(cv_vocab *v, const gguf_file *f, const token_arrays *a, c
             v->text_len[i] = (uint32_t)s.len;
         }
         p += v->text_len[i] + 1;
-        v->score[i] = a->scores ? (float)gguf_arr_f64(a->scores, (uint64_t)i) : 0.0f;
-        v->type[i] = a->types ? normalize_type(gguf_arr_i64(a->types, (uint64_t)i)) : CV_TOKEN_NORMAL;
+        v->score[i] = a->scores ? (float)cv_gguf_arr_f64(a->scores, (uint64_t)i) : 0.0f;
+        v->type[i] = a->types ? normalize_type(cv_gguf_arr_i64(a->types, (uint64_t)i)) : CV_TOKEN_NORMAL;
         int32_t dup = map_insert(v, i);
         if (dup >= 0)
             return cv_errf(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", f->name, (int)dup, (int)i,

@@ -12,10 +12,10 @@
  * vocabulary is ignored (llama.cpp warns and keeps its default). */
 static int read_id_key(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *id, char *err, size_t errlen)
 {
-    if (!gguf_find_kv(f, key))
+    if (!cv_gguf_find_kv(f, key))
         return 0;
     uint32_t value;
-    if (gguf_get_u32(f, key, &value, err, errlen) != 0)
+    if (cv_gguf_get_u32(f, key, &value, err, errlen) != 0)
         return -1;
     if (value < (uint32_t)n_vocab)
         *id = (int32_t)value;
@@ -24,9 +24,9 @@ static int read_id_key(const gguf_file *f, const char *key, int32_t n_vocab, int
 
 static int read_bool_key(const gguf_file *f, const char *key, bool *out, char *err, size_t errlen)
 {
-    if (!gguf_find_kv(f, key))
+    if (!cv_gguf_find_kv(f, key))
         return 0;
-    return gguf_get_bool(f, key, out, err, errlen);
+    return cv_gguf_get_bool(f, key, out, err, errlen);
 }
 
 static const char *const eot_texts[] = {

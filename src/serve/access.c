@@ -52,7 +52,7 @@ static int add_list(char ***list, int *n_list, const char *csv, const char *what
 }
 
 /* One key per line; blank lines and a trailing \r are skipped. */
-static int read_key_file(sv_access *a, const char *path, char *err, size_t errlen)
+static int read_key_file(cv_access *a, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     char why[CV_ERRLEN];
@@ -87,7 +87,7 @@ static int read_key_file(sv_access *a, const char *path, char *err, size_t errle
     return rc;
 }
 
-int sv_access_init(sv_access *a, const char *keys, const char *key_file, const char *cors, char *err,
+int cv_access_init(cv_access *a, const char *keys, const char *key_file, const char *cors, char *err,
                    size_t errlen)
 {
     memset(a, 0, sizeof *a);
@@ -101,11 +101,11 @@ int sv_access_init(sv_access *a, const char *keys, const char *key_file, const c
     else if (rc == 0 && cors && strcmp(cors, "none"))
         rc = add_list(&a->origins, &a->n_origins, cors, "origin", err, errlen);
     if (rc)
-        sv_access_free(a);
+        cv_access_free(a);
     return rc;
 }
 
-void sv_access_free(sv_access *a)
+void cv_access_free(cv_access *a)
 {
     for (int i = 0; i < a->n_keys; i++) {
         memset(a->keys[i], 0, strlen(a->keys[i]));
@@ -118,7 +118,7 @@ void sv_access_free(sv_access *a)
     memset(a, 0, sizeof *a);
 }
 
-bool sv_access_has_keys(const sv_access *a) { return a->n_keys > 0; }
+bool cv_access_has_keys(const cv_access *a) { return a->n_keys > 0; }
 
 /* Whether key equals given (given_len bytes), reading every byte of key
  * whatever the bytes are. */
@@ -131,7 +131,7 @@ static bool same_key(const char *key, const char *given, size_t given_len)
     return diff == 0;
 }
 
-bool sv_access_key_ok(const sv_access *a, const char *authorization)
+bool cv_access_key_ok(const cv_access *a, const char *authorization)
 {
     if (a->n_keys == 0)
         return true;
@@ -149,7 +149,7 @@ bool sv_access_key_ok(const sv_access *a, const char *authorization)
     return ok;
 }
 
-bool sv_access_origin_ok(const sv_access *a, const char *origin)
+bool cv_access_origin_ok(const cv_access *a, const char *origin)
 {
     if (a->any_origin)
         return true;
@@ -159,7 +159,7 @@ bool sv_access_origin_ok(const sv_access *a, const char *origin)
     return false;
 }
 
-bool sv_is_json_type(const char *content_type)
+bool cv_is_json_type(const char *content_type)
 {
     static const char json[] = "application/json";
     if (!content_type)
@@ -172,7 +172,7 @@ bool sv_is_json_type(const char *content_type)
     return next == 0 || next == ';' || next == ' ';
 }
 
-bool sv_is_loopback_host(const char *host)
+bool cv_is_loopback_host(const char *host)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
     if (getaddrinfo(host, NULL, &hints, &ai))

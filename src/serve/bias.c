@@ -86,7 +86,7 @@ static int add_pairs_list(const convoy_model *m, bias_list *l, const json_t *v, 
     return 0;
 }
 
-int sv_logit_bias_parse(const convoy_model *m, const json_t *v, convoy_logit_bias **out, int32_t *n, char *why,
+int cv_logit_bias_parse(const convoy_model *m, const json_t *v, convoy_logit_bias **out, int32_t *n, char *why,
                         size_t whylen)
 {
     convoy_model_info info;

@@ -1,6 +1,6 @@
 /* bias.h: a request's logit_bias read into the sampler's pairs.
  *
- * Contract: sv_logit_bias_parse reads OpenAI's object {"ID": BIAS, ...}
+ * Contract: cv_logit_bias_parse reads OpenAI's object {"ID": BIAS, ...}
  * (ID a token id in decimal) and llama-server's forms: a key that is not
  * a number is a text whose every token gets the bias, and a list of
  * [ID or TEXT, BIAS] pairs. BIAS is a number in [-100, 100] or false (the
@@ -18,7 +18,7 @@
 
 #include "convoy.h"
 
-int sv_logit_bias_parse(const convoy_model *m, const json_t *v, convoy_logit_bias **out, int32_t *n, char *why,
+int cv_logit_bias_parse(const convoy_model *m, const json_t *v, convoy_logit_bias **out, int32_t *n, char *why,
                         size_t whylen);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "core/alloc.h"
 
-int sv_buf_reserve(sv_buf *b, size_t extra)
+int cv_buf_reserve(cv_buf *b, size_t extra)
 {
     if (extra > ((size_t)-1) / 2 - b->n)
         return -1;
@@ -23,9 +23,9 @@ int sv_buf_reserve(sv_buf *b, size_t extra)
     return 0;
 }
 
-int sv_buf_append(sv_buf *b, const char *s, size_t n)
+int cv_buf_append(cv_buf *b, const char *s, size_t n)
 {
-    if (sv_buf_reserve(b, n))
+    if (cv_buf_reserve(b, n))
         return -1;
     if (n)
         memcpy(b->p + b->n, s, n);
@@ -34,9 +34,9 @@ int sv_buf_append(sv_buf *b, const char *s, size_t n)
     return 0;
 }
 
-int sv_buf_puts(sv_buf *b, const char *s) { return sv_buf_append(b, s, strlen(s)); }
+int cv_buf_puts(cv_buf *b, const char *s) { return cv_buf_append(b, s, strlen(s)); }
 
-void sv_buf_consume(sv_buf *b, size_t n)
+void cv_buf_consume(cv_buf *b, size_t n)
 {
     if (n >= b->n) {
         b->n = 0;
@@ -48,8 +48,8 @@ void sv_buf_consume(sv_buf *b, size_t n)
         b->p[b->n] = 0;
 }
 
-void sv_buf_free(sv_buf *b)
+void cv_buf_free(cv_buf *b)
 {
     cv_free(b->p);
-    *b = (sv_buf){0};
+    *b = (cv_buf){0};
 }

@@ -13,38 +13,38 @@
 
 enum { TICK_MS = 250 };
 
-struct sv_deadline {
-    sv_deadline *prev, *next;
+struct cv_deadline {
+    cv_deadline *prev, *next;
     int fd;
     double due; /* 0: not waiting */
     bool cut;
     char who[64];
 };
 
-struct sv_deadlines {
+struct cv_deadlines {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     pthread_t thread;
-    sv_deadline *head;
+    cv_deadline *head;
     double limit_s;
     bool stopping;
 };
 
 /* Shuts down the sockets past their due time, once each; under mu. */
-static void cut_late_locked(sv_deadlines *d, double now)
+static void cut_late_locked(cv_deadlines *d, double now)
 {
-    for (sv_deadline *e = d->head; e; e = e->next)
+    for (cv_deadline *e = d->head; e; e = e->next)
         if (e->due > 0 && now > e->due && !e->cut) {
             e->cut = true;
             shutdown(e->fd, SHUT_RDWR);
-            sv_log(SV_LOG_WARN, "closed a connection from %s: its request took over %.0f s to arrive", e->who,
+            cv_log(CV_LOG_WARN, "closed a connection from %s: its request took over %.0f s to arrive", e->who,
                    d->limit_s);
         }
 }
 
 static void *watch(void *arg)
 {
-    sv_deadlines *d = arg;
+    cv_deadlines *d = arg;
     pthread_mutex_lock(&d->mu);
     while (!d->stopping) {
         const struct timespec until = cv_deadline_ms(TICK_MS);
@@ -55,9 +55,9 @@ static void *watch(void *arg)
     return NULL;
 }
 
-sv_deadlines *sv_deadlines_start(double limit_s, char *err, size_t errlen)
+cv_deadlines *cv_deadlines_start(double limit_s, char *err, size_t errlen)
 {
-    sv_deadlines *d = cv_calloc(1, sizeof *d);
+    cv_deadlines *d = cv_calloc(1, sizeof *d);
     if (!d) {
         cv_errf(err, errlen, "out of memory");
         return NULL;
@@ -75,7 +75,7 @@ sv_deadlines *sv_deadlines_start(double limit_s, char *err, size_t errlen)
     return d;
 }
 
-void sv_deadlines_stop(sv_deadlines *d)
+void cv_deadlines_stop(cv_deadlines *d)
 {
     if (!d)
         return;
@@ -89,9 +89,9 @@ void sv_deadlines_stop(sv_deadlines *d)
     cv_free(d);
 }
 
-sv_deadline *sv_deadline_add(sv_deadlines *d, int fd, const char *who)
+cv_deadline *cv_deadline_add(cv_deadlines *d, int fd, const char *who)
 {
-    sv_deadline *e = cv_calloc(1, sizeof *e);
+    cv_deadline *e = cv_calloc(1, sizeof *e);
     if (!e)
         return NULL;
     e->fd = fd;
@@ -106,14 +106,14 @@ sv_deadline *sv_deadline_add(sv_deadlines *d, int fd, const char *who)
     return e;
 }
 
-void sv_deadline_wait(sv_deadlines *d, sv_deadline *e, bool waiting)
+void cv_deadline_wait(cv_deadlines *d, cv_deadline *e, bool waiting)
 {
     pthread_mutex_lock(&d->mu);
     e->due = waiting ? cv_now_s() + d->limit_s : 0;
     pthread_mutex_unlock(&d->mu);
 }
 
-void sv_deadline_remove(sv_deadlines *d, sv_deadline *e)
+void cv_deadline_remove(cv_deadlines *d, cv_deadline *e)
 {
     pthread_mutex_lock(&d->mu);
     if (e->prev)

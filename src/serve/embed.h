@@ -1,21 +1,21 @@
 /* embed.h: the embedding routes of `convoy serve --embeddings`, in the
  * shapes of OpenAI (llama-server's too) and Ollama.
  *
- * Contract: sv_embed_answer reads a body, runs each of its inputs as its
+ * Contract: cv_embed_answer reads a body, runs each of its inputs as its
  * own embedding request of the scheduler (sched.h: a cold slot, the
  * prompt pooled; several inputs run in parallel slots, batched like
  * completions) and returns the answer's JSON (free with free):
- *   SV_EMBED_OPENAI (POST /v1/embeddings, /embeddings): "input" a string,
+ *   CV_EMBED_OPENAI (POST /v1/embeddings, /embeddings): "input" a string,
  *     a list of strings, a list of token ids or a list of lists of ids;
  *     "encoding_format" "float" (the default) or "base64" (each vector's
  *     little-endian f32 bytes, as OpenAI's); "model" any name (unless the
  *     server is strict). Answer {"object": "list", "data": [{"object":
  *     "embedding", "index": i, "embedding": [...]}], "model", "usage":
  *     {"prompt_tokens", "total_tokens"}}.
- *   SV_EMBED_OLLAMA (POST /api/embed): "input" a string or a list of
+ *   CV_EMBED_OLLAMA (POST /api/embed): "input" a string or a list of
  *     strings. Answer {"model", "embeddings": [[...]], "total_duration",
  *     "load_duration", "prompt_eval_count"} (nanoseconds).
- *   SV_EMBED_OLLAMA_LEGACY (POST /api/embeddings): "prompt" a string.
+ *   CV_EMBED_OLLAMA_LEGACY (POST /api/embeddings): "prompt" a string.
  *     Answer {"embedding": [...]}.
  * Texts are tokenized with the model's BOS (special tokens parsed), as
  * llama-server does; ids are taken as they are. An empty input (an empty
@@ -26,7 +26,7 @@
  *
  * While it waits, gone(user) is asked every poll_ms: true (the client
  * left) cancels the requests and returns NULL with e->status 0. A submit
- * the scheduler refuses returns NULL with *refused (SV_SUBMIT_FULL, ...)
+ * the scheduler refuses returns NULL with *refused (CV_SUBMIT_FULL, ...)
  * and its reason in e (the caller answers 503); other failures return
  * NULL with e filled. *n_prompt gets the tokens of all inputs. */
 #ifndef CONVOY_SERVE_EMBED_H
@@ -39,18 +39,18 @@
 #include "serve/oai.h"
 #include "serve/sched.h"
 
-typedef enum sv_embed_api { SV_EMBED_OPENAI, SV_EMBED_OLLAMA, SV_EMBED_OLLAMA_LEGACY } sv_embed_api;
+typedef enum cv_embed_api { CV_EMBED_OPENAI, CV_EMBED_OLLAMA, CV_EMBED_OLLAMA_LEGACY } cv_embed_api;
 
-typedef struct sv_embed_run {
-    sv_sched *sched;
+typedef struct cv_embed_run {
+    cv_sched *sched;
     const oai_server *srv;
     uint64_t client;          /* the scheduler's client of the requests */
     bool (*gone)(void *user); /* whether the client left */
     void *user;
     int poll_ms;
-} sv_embed_run;
+} cv_embed_run;
 
-char *sv_embed_answer(const sv_embed_run *run, sv_embed_api api, const char *body, size_t len, int32_t *n_prompt,
-                      sv_submit_result *refused, oai_error *e);
+char *cv_embed_answer(const cv_embed_run *run, cv_embed_api api, const char *body, size_t len, int32_t *n_prompt,
+                      cv_submit_result *refused, oai_error *e);
 
 #endif

@@ -14,7 +14,7 @@
 
 static char *oom(oai_error *e)
 {
-    oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return NULL;
 }
 
@@ -26,7 +26,7 @@ static int flag(const json_t *o, const char *key, bool dflt, bool *out, oai_erro
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_boolean(v))
-        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be a boolean", key);
+        return cv_oai_fail(e, 400, INVALID, NULL, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return 0;
 }
@@ -70,23 +70,23 @@ static char *tokenize(const oai_server *srv, const json_t *content, bool add_spe
                                   cap);
     char *res = NULL;
     if (n < 0)
-        oai_fail(e, 400, INVALID, NULL, "content", "the text cannot be tokenized (too long)");
-    else if (!(res = oai_json_text(tokens_json(srv->model, ids, n, with_pieces))))
+        cv_oai_fail(e, 400, INVALID, NULL, "content", "the text cannot be tokenized (too long)");
+    else if (!(res = cv_oai_json_text(tokens_json(srv->model, ids, n, with_pieces))))
         oom(e);
     cv_free(ids);
     return res;
 }
 
-char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+char *cv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = oai_load_object(body, len, e);
+    json_t *root = cv_oai_load_object(body, len, e);
     if (!root)
         return NULL;
     json_t *content = json_object_get(root, "content");
     bool add_special, parse_special, with_pieces;
     char *res = NULL;
     if (!json_is_string(content))
-        oai_fail(e, 400, INVALID, NULL, "content", "'content' must be a string");
+        cv_oai_fail(e, 400, INVALID, NULL, "content", "'content' must be a string");
     else if (flag(root, "add_special", false, &add_special, e) == 0 &&
              flag(root, "parse_special", true, &parse_special, e) == 0 &&
              flag(root, "with_pieces", false, &with_pieces, e) == 0)
@@ -96,7 +96,7 @@ char *sv_tokenize_json(const oai_server *srv, const char *body, size_t len, oai_
 }
 
 /* The text of the ids of a /detokenize body into out; -1 with e filled. */
-static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, oai_error *e)
+static int detokenize(const oai_server *srv, const json_t *tokens, cv_buf *out, oai_error *e)
 {
     convoy_model_info info;
     convoy_model_get_info(srv->model, &info);
@@ -110,47 +110,47 @@ static int detokenize(const oai_server *srv, const json_t *tokens, sv_buf *out, 
     json_array_foreach(tokens, i, t)
     {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= info.n_vocab) {
-            rc = oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' item %zu is not a token id (an integer in "
+            rc = cv_oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' item %zu is not a token id (an integer in "
                                                             "[0, %d))", i, info.n_vocab);
             break;
         }
         ids[i] = (int32_t)json_integer_value(t);
     }
-    if (rc == 0 && sv_text_of(srv->model, ids, (int32_t)n, out))
+    if (rc == 0 && cv_text_of(srv->model, ids, (int32_t)n, out))
         rc = (oom(e), -1);
     cv_free(ids);
     return rc;
 }
 
-char *sv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+char *cv_detokenize_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = oai_load_object(body, len, e);
+    json_t *root = cv_oai_load_object(body, len, e);
     if (!root)
         return NULL;
     json_t *tokens = json_object_get(root, "tokens");
     char *res = NULL;
-    sv_buf out = {0};
+    cv_buf out = {0};
     if (!json_is_array(tokens))
-        oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' must be a list of token ids");
+        cv_oai_fail(e, 400, INVALID, NULL, "tokens", "'tokens' must be a list of token ids");
     else if (detokenize(srv, tokens, &out, e) == 0 &&
-             !(res = oai_json_text(json_pack("{s:s%}", "content", out.p, out.n))))
+             !(res = cv_oai_json_text(json_pack("{s:s%}", "content", out.p, out.n))))
         oom(e);
-    sv_buf_free(&out);
+    cv_buf_free(&out);
     json_decref(root);
     return res;
 }
 
-char *sv_props_json(const oai_server *srv, const sv_props *p, const convoy_node_costs *nodes)
+char *cv_props_json(const oai_server *srv, const cv_props *p, const convoy_node_costs *nodes)
 {
     const convoy_sampling_params d = convoy_sampling_default_params();
-    const sv_chat *chat = srv->chat;
+    const cv_serve_chat *chat = srv->chat;
     json_t *params = json_pack("{s:I,s:f,s:i,s:f,s:f}", "seed", (json_int_t)p->seed, "temperature", (double)d.temp,
                                "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p);
     json_t *list = json_array();
     for (int i = 0; nodes && i < nodes->n_nodes; i++)
         json_array_append_new(list, json_pack("{s:s, s:i}", "node", nodes->node[i].addr, "layers",
                                               nodes->node[i].layers));
-    return oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:o}",
+    return cv_oai_json_text(json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:o}",
                                    "default_generation_settings", "n_ctx", srv->n_ctx, "params", params,
                                    "total_slots", p->n_slot, "model_alias", srv->model_id, "model_path",
                                    p->model_path, "chat_template", chat->source ? chat->source : "",

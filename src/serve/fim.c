@@ -30,7 +30,7 @@ static void put_text(fim_out *o, const char *p, size_t n)
         o->n += k;
 }
 
-static void put_files(fim_out *o, const convoy_model_info *info, const sv_fim_parts *p)
+static void put_files(fim_out *o, const convoy_model_info *info, const cv_fim_parts *p)
 {
     const bool repo = info->fim_rep >= 0 && info->fim_sep >= 0;
     if (repo && p->n_files > 0) {
@@ -51,7 +51,7 @@ static void put_files(fim_out *o, const convoy_model_info *info, const sv_fim_pa
     }
 }
 
-int sv_fim_prompt(const convoy_model *m, const sv_fim_parts *p, int32_t *out, int n_max, char *why, size_t whylen)
+int cv_fim_prompt(const convoy_model *m, const cv_fim_parts *p, int32_t *out, int n_max, char *why, size_t whylen)
 {
     convoy_model_info info;
     convoy_model_get_info(m, &info);

@@ -1,6 +1,6 @@
 /* fim.h: fill-in-the-middle prompts, as code editors ask for them.
  *
- * Contract: sv_fim_prompt writes the token ids of a FIM prompt in
+ * Contract: cv_fim_prompt writes the token ids of a FIM prompt in
  * llama-server's layout, with the model's own FIM tokens (convoy.h's
  * convoy_model_info): BOS (when the model adds it), the extra files, then
  * <FIM_PRE> prefix <FIM_SUF> suffix <FIM_MID> middle (text the
@@ -19,21 +19,21 @@
 
 #include "convoy.h"
 
-typedef struct sv_fim_text {
+typedef struct cv_fim_text {
     const char *p;
     size_t n;
-} sv_fim_text;
+} cv_fim_text;
 
-typedef struct sv_fim_file {
-    sv_fim_text name, text;
-} sv_fim_file;
+typedef struct cv_fim_file {
+    cv_fim_text name, text;
+} cv_fim_file;
 
-typedef struct sv_fim_parts {
-    sv_fim_text prefix, suffix, middle;
-    const sv_fim_file *files;
+typedef struct cv_fim_parts {
+    cv_fim_text prefix, suffix, middle;
+    const cv_fim_file *files;
     int n_files;
-} sv_fim_parts;
+} cv_fim_parts;
 
-int sv_fim_prompt(const convoy_model *m, const sv_fim_parts *p, int32_t *out, int n_max, char *why, size_t whylen);
+int cv_fim_prompt(const convoy_model *m, const cv_fim_parts *p, int32_t *out, int n_max, char *why, size_t whylen);
 
 #endif

@@ -33,11 +33,11 @@
 enum { SSE_BLOCK = 16 * 1024 };
 
 typedef struct gen {
-    sv_http *h;
+    cv_http *h;
     conn *cc;
     oai_request req;
-    sv_request *r;
-    sv_text text;
+    cv_request *r;
+    cv_text text;
     int fd;
     char id[48];
     long long created;
@@ -48,18 +48,18 @@ typedef struct gen {
     bool ollama;        /* answered in Ollama's shapes (ollama.h), as kind says */
     bool llamacpp;      /* answered in llama-server's /completion shapes (llamacpp.h) */
     ollama_kind okind;
-    sv_buf out;         /* text not yet sent */
+    cv_buf out;         /* text not yet sent */
     bool thinking;      /* a chat whose <think> block goes apart (req.split_reasoning) */
-    sv_think think;     /* the split of its text so far */
-    sv_buf reasoning, content; /* a streamed fill's split, kept for the next fill's */
-    sv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
+    cv_think think;     /* the split of its text so far */
+    cv_buf reasoning, content; /* a streamed fill's split, kept for the next fill's */
+    cv_buf all;         /* a streamed response's whole text, for its .done events; with tools, a chat's */
     resp_ids resp;      /* a response's ids and event count */
     char msg_id[48];
     size_t text_sent;   /* bytes of text sent before out */
     const char *finish; /* "stop" / "length" once over */
     oai_error error;    /* status != 0: failed */
     /* streaming */
-    sv_buf sse;
+    cv_buf sse;
     size_t sse_off;
     bool role_sent, over;
 } gen;
@@ -67,16 +67,16 @@ typedef struct gen {
 static void gen_free(void *cls)
 {
     gen *g = cls;
-    sv_http *h = g->h;
-    sv_request_release(g->r);
-    sv_text_free(&g->text);
-    oai_request_free(&g->req);
-    sv_buf_free(&g->out);
-    sv_buf_free(&g->all);
-    sv_buf_free(&g->sse);
-    sv_think_free(&g->think);
-    sv_buf_free(&g->reasoning);
-    sv_buf_free(&g->content);
+    cv_http *h = g->h;
+    cv_request_release(g->r);
+    cv_text_free(&g->text);
+    cv_oai_request_free(&g->req);
+    cv_buf_free(&g->out);
+    cv_buf_free(&g->all);
+    cv_buf_free(&g->sse);
+    cv_think_free(&g->think);
+    cv_buf_free(&g->reasoning);
+    cv_buf_free(&g->content);
     cv_free(g);
     pthread_mutex_lock(&h->mu);
     h->n_gens--;
@@ -85,54 +85,54 @@ static void gen_free(void *cls)
 }
 
 /* Why a generation ended without its text: 503 while the server shuts down. */
-static void gen_failed(gen *g, sv_finish f)
+static void gen_failed(gen *g, cv_finish f)
 {
-    if (sv_http_draining(g->h)) {
+    if (cv_http_draining(g->h)) {
         g->cc->retry_after = 5;
-        oai_fail(&g->error, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        cv_oai_fail(&g->error, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         return;
     }
-    oai_fail(&g->error, 500, "server_error", NULL, NULL, "the generation failed: %s",
-             f == SV_FINISH_ERROR ? sv_request_error(g->r) : "cancelled");
+    cv_oai_fail(&g->error, 500, "server_error", NULL, NULL, "the generation failed: %s",
+             f == CV_FINISH_ERROR ? cv_request_error(g->r) : "cancelled");
 }
 
 /* Turns the tokens that arrived into text. Returns 1 once the generation
  * is over (g->finish or g->error set), 0 while it runs. */
 static int gen_poll(gen *g, int timeout_ms)
 {
-    sv_finish f;
-    const int32_t n = sv_request_wait(g->r, g->n_seen, timeout_ms, &f);
-    const int32_t *toks = sv_request_tokens(g->r);
+    cv_finish f;
+    const int32_t n = cv_request_wait(g->r, g->n_seen, timeout_ms, &f);
+    const int32_t *toks = cv_request_tokens(g->r);
     if (n > 0 && g->cc->ttft < 0)
         g->cc->ttft = cv_now_s() - g->cc->t0;
     while (g->n_seen < n && !g->finish) {
-        const int rc = sv_text_push(&g->text, toks[g->n_seen++], &g->out);
+        const int rc = cv_text_push(&g->text, toks[g->n_seen++], &g->out);
         if (rc < 0)
-            return oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
+            return cv_oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
         if (rc == 1) {
             g->finish = "stop";
-            sv_request_cancel(g->r);
+            cv_request_cancel(g->r);
         }
     }
     g->cc->n_gen = g->n_seen;
     if (g->finish)
         return 1;
-    if (f == SV_RUNNING)
+    if (f == CV_RUNNING)
         return 0;
-    if (f == SV_FINISH_ERROR || f == SV_FINISH_CANCELLED) {
+    if (f == CV_FINISH_ERROR || f == CV_FINISH_CANCELLED) {
         gen_failed(g, f);
         return 1;
     }
-    const int rc = sv_text_finish(&g->text, &g->out);
+    const int rc = cv_text_finish(&g->text, &g->out);
     if (rc < 0)
-        return oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
-    g->finish = rc == 1 || f == SV_FINISH_STOP ? "stop" : "length";
+        return cv_oai_fail(&g->error, 500, "server_error", NULL, NULL, "out of memory"), 1;
+    g->finish = rc == 1 || f == CV_FINISH_STOP ? "stop" : "length";
     return 1;
 }
 
 static oai_usage gen_usage(const gen *g)
 {
-    return (oai_usage){.prompt_tokens = g->req.params.n_prompt, .cached_tokens = sv_request_cached(g->r),
+    return (oai_usage){.prompt_tokens = g->req.params.n_prompt, .cached_tokens = cv_request_cached(g->r),
                        .completion_tokens = g->n_seen};
 }
 
@@ -141,7 +141,7 @@ static json_t *gen_logprobs(gen *g)
 {
     if (g->req.params.top_logprobs < 0)
         return NULL;
-    json_t *lp = oai_logprobs(g->h->srv->model, g->req.kind, g->r, g->lp_next, g->n_seen - g->lp_next,
+    json_t *lp = cv_oai_logprobs(g->h->srv->model, g->req.kind, g->r, g->lp_next, g->n_seen - g->lp_next,
                               g->req.params.top_logprobs, g->text_sent);
     g->lp_next = g->n_seen;
     return lp;
@@ -152,9 +152,9 @@ static int sse_event(gen *g, char *json)
 {
     if (!json)
         return -1;
-    const int rc = g->ollama ? sv_buf_puts(&g->sse, json) || sv_buf_puts(&g->sse, "\n")
-                             : sv_buf_puts(&g->sse, "data: ") || sv_buf_puts(&g->sse, json) ||
-                                   sv_buf_puts(&g->sse, "\n\n");
+    const int rc = g->ollama ? cv_buf_puts(&g->sse, json) || cv_buf_puts(&g->sse, "\n")
+                             : cv_buf_puts(&g->sse, "data: ") || cv_buf_puts(&g->sse, json) ||
+                                   cv_buf_puts(&g->sse, "\n\n");
     free(json);
     return rc ? -1 : 0;
 }
@@ -163,8 +163,8 @@ static int sse_event(gen *g, char *json)
 static ollama_stats gen_ollama_stats(const gen *g)
 {
     const double total = cv_now_s() - g->cc->t0;
-    return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - sv_request_cached(g->r),
-                          .cached_tokens = sv_request_cached(g->r),
+    return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - cv_request_cached(g->r),
+                          .cached_tokens = cv_request_cached(g->r),
                           .eval_tokens = g->n_seen, .total_s = total,
                           .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total};
 }
@@ -176,17 +176,17 @@ static int send_chunk(gen *g, const oai_chunk *ch)
     if (g->llamacpp) {
         bool none;
         const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0};
-        char *json = llamacpp_chunk_json(g->h->srv, ch, &st, &none);
+        char *json = cv_llamacpp_chunk_json(g->h->srv, ch, &st, &none);
         return none ? 0 : sse_event(g, json);
     }
     if (!g->ollama) {
         oai_chunk indexed = *ch;
         indexed.index = g->choice;
-        return sse_event(g, oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &indexed));
+        return sse_event(g, cv_oai_chunk_json(g->h->srv, g->req.kind, g->id, g->created, &indexed));
     }
     bool none;
     const ollama_stats st = ch->finish ? gen_ollama_stats(g) : (ollama_stats){0}; /* the last line's */
-    char *json = ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
+    char *json = cv_ollama_chunk_json(g->h->srv, g->okind, ch, &st, &none);
     json_decref(ch->logprobs);
     return none ? 0 : sse_event(g, json);
 }
@@ -195,38 +195,38 @@ static int send_chunk(gen *g, const oai_chunk *ch)
 static bool opens_with_role(const gen *g) { return g->req.kind == OAI_CHAT && !g->ollama; }
 
 /* sse_fill for /v1/responses: the opening events first, then a delta per
- * batch of text (with tools, as far as sv_tools_safe lets it), then the
+ * batch of text (with tools, as far as cv_tools_safe lets it), then the
  * closing events with the calls read out of the text (no [DONE]: OpenAI
  * sends none). */
 static int resp_fill(gen *g, bool over)
 {
     const oai_usage usage = gen_usage(g);
-    if (!g->role_sent && resp_sse_start(g->h->srv, &g->resp, &g->sse))
+    if (!g->role_sent && cv_resp_sse_start(g->h->srv, &g->resp, &g->sse))
         return -1;
     g->role_sent = true;
     if (g->error.status) {
         snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
         g->over = over;
-        return resp_sse_error(&g->resp, &g->error, &g->sse);
+        return cv_resp_sse_error(&g->resp, &g->error, &g->sse);
     }
-    if (sv_buf_append(&g->all, g->out.p, g->out.n))
+    if (cv_buf_append(&g->all, g->out.p, g->out.n))
         return -1;
-    sv_buf_consume(&g->out, g->out.n);
+    cv_buf_consume(&g->out, g->out.n);
     const char *all = g->all.p ? g->all.p : "";
-    sv_tool_calls calls = {0};
-    if (over && g->req.tools != SV_TOOLS_NONE &&
-        sv_tools_parse(g->req.tools, all, g->all.n, sv_http_fresh(g->h), &calls))
+    cv_tool_calls calls = {0};
+    if (over && g->req.tools != CV_TOOLS_NONE &&
+        cv_tools_parse(g->req.tools, all, g->all.n, cv_http_fresh(g->h), &calls))
         return -1;
     /* the content begins with every byte already sent (tools.h) */
-    const size_t safe = over ? (g->req.tools != SV_TOOLS_NONE ? calls.content.n : g->all.n)
-                             : sv_tools_safe(g->req.tools, all, g->all.n);
+    const size_t safe = over ? (g->req.tools != CV_TOOLS_NONE ? calls.content.n : g->all.n)
+                             : cv_tools_safe(g->req.tools, all, g->all.n);
     int rc = 0;
     if (safe > g->text_sent)
-        rc = resp_sse_delta(&g->resp, all + g->text_sent, safe - g->text_sent, &g->sse);
+        rc = cv_resp_sse_delta(&g->resp, all + g->text_sent, safe - g->text_sent, &g->sse);
     g->text_sent = safe > g->text_sent ? safe : g->text_sent;
     if (over && rc == 0)
-        rc = resp_sse_done(g->h->srv, &g->resp, all, g->all.n, g->finish, &calls, &usage, &g->sse);
-    sv_tool_calls_free(&calls);
+        rc = cv_resp_sse_done(g->h->srv, &g->resp, all, g->all.n, g->finish, &calls, &usage, &g->sse);
+    cv_tool_calls_free(&calls);
     g->over = over;
     return rc;
 }
@@ -251,36 +251,36 @@ static int text_chunk(gen *g, const char *p, size_t n)
  * (with the role in the first), its content stays in g->out. */
 static int split_reasoning(gen *g, bool over)
 {
-    sv_buf_consume(&g->reasoning, g->reasoning.n);
-    sv_buf_consume(&g->content, g->content.n);
-    int rc = sv_think_push(&g->think, g->out.p, g->out.n, over, &g->reasoning, &g->content);
+    cv_buf_consume(&g->reasoning, g->reasoning.n);
+    cv_buf_consume(&g->content, g->content.n);
+    int rc = cv_think_push(&g->think, g->out.p, g->out.n, over, &g->reasoning, &g->content);
     if (rc == 0 && g->reasoning.n) {
         const oai_chunk ch = {.reasoning = g->reasoning.p, .reasoning_len = g->reasoning.n,
                               .first = !g->role_sent, .include_usage = g->req.include_usage};
         rc = send_chunk(g, &ch);
         g->role_sent = true;
     }
-    const sv_buf pushed = g->out; /* its buffer is the next fill's content */
+    const cv_buf pushed = g->out; /* its buffer is the next fill's content */
     g->out = g->content;
     g->content = pushed;
     return rc;
 }
 
 /* A chat with tools: the text so far gathers in g->all and goes out only
- * as far as sv_tools_safe lets it (the rest may be a call); when over, the
+ * as far as cv_tools_safe lets it (the rest may be a call); when over, the
  * rest of the content, then each call's head and arguments chunks, and
  * *finish becomes "tool_calls" when there are calls. */
 static int tools_fill(gen *g, bool over, const char **finish)
 {
-    if (sv_buf_append(&g->all, g->out.p, g->out.n))
+    if (cv_buf_append(&g->all, g->out.p, g->out.n))
         return -1;
     const char *all = g->all.p ? g->all.p : "";
     if (!over) {
-        const size_t safe = sv_tools_safe(g->req.tools, all, g->all.n);
+        const size_t safe = cv_tools_safe(g->req.tools, all, g->all.n);
         return text_chunk(g, all + g->text_sent, safe > g->text_sent ? safe - g->text_sent : 0);
     }
-    sv_tool_calls calls = {0};
-    if (sv_tools_parse(g->req.tools, all, g->all.n, sv_http_fresh(g->h), &calls))
+    cv_tool_calls calls = {0};
+    if (cv_tools_parse(g->req.tools, all, g->all.n, cv_http_fresh(g->h), &calls))
         return -1;
     /* the content begins with every byte already sent (tools.h) */
     const char *content = calls.content.p ? calls.content.p : "";
@@ -293,7 +293,7 @@ static int tools_fill(gen *g, bool over, const char **finish)
     }
     if (calls.n)
         *finish = "tool_calls";
-    sv_tool_calls_free(&calls);
+    cv_tool_calls_free(&calls);
     return rc ? -1 : 0;
 }
 
@@ -306,15 +306,15 @@ static int sse_fill(gen *g, bool over)
     const oai_usage usage = gen_usage(g);
     if (g->error.status) {
         snprintf(g->cc->failure, sizeof g->cc->failure, "%.150s", g->error.message);
-        if (sse_event(g, g->ollama ? ollama_error_json(&g->error) : oai_error_json(&g->error)))
+        if (sse_event(g, g->ollama ? cv_ollama_error_json(&g->error) : cv_oai_error_json(&g->error)))
             return -1;
     } else {
         const char *finish = g->finish;
         if ((g->thinking && split_reasoning(g, over)) ||
-            (g->req.tools != SV_TOOLS_NONE ? tools_fill(g, over, &finish)
+            (g->req.tools != CV_TOOLS_NONE ? tools_fill(g, over, &finish)
                                            : text_chunk(g, g->out.p ? g->out.p : "", g->out.n)))
             return -1;
-        sv_buf_consume(&g->out, g->out.n);
+        cv_buf_consume(&g->out, g->out.n);
         if (over) { /* the usage goes with the end, but n choices' with the last one's (choices_fill) */
             const bool alone = !g->in_choices;
             const oai_chunk fin = {.text = "", .finish = finish, .include_usage = g->req.include_usage,
@@ -324,7 +324,7 @@ static int sse_fill(gen *g, bool over)
                 return -1;
         }
     }
-    if (over && !g->ollama && !g->llamacpp && !g->in_choices && sv_buf_puts(&g->sse, "data: [DONE]\n\n"))
+    if (over && !g->ollama && !g->llamacpp && !g->in_choices && cv_buf_puts(&g->sse, "data: [DONE]\n\n"))
         return -1;
     g->over = over;
     return 0;
@@ -334,7 +334,7 @@ static int sse_fill(gen *g, bool over)
  * queue) gets an SSE comment, which clients skip: a connection that sends
  * nothing for idle_timeout_s is closed, and a first token may take
  * minutes on a CPU. */
-static double keepalive_s(const sv_http *h) { return h->idle_timeout_s / 3.0; }
+static double keepalive_s(const cv_http *h) { return h->idle_timeout_s / 3.0; }
 
 /* A stream's next events: what arrived within timeout_ms (an OpenAI chat
  * sends its opening role chunk first, at once). */
@@ -346,7 +346,7 @@ static int gen_step(gen *g, int timeout_ms)
 }
 
 /* Copies up to max bytes of the events not yet read (*off of sse is). */
-static ssize_t take_events(sv_buf *sse, size_t *off, char *buf, size_t max)
+static ssize_t take_events(cv_buf *sse, size_t *off, char *buf, size_t max)
 {
     size_t k = sse->n - *off;
     if (k > max)
@@ -354,14 +354,14 @@ static ssize_t take_events(sv_buf *sse, size_t *off, char *buf, size_t max)
     memcpy(buf, sse->p + *off, k);
     *off += k;
     if (*off == sse->n) {
-        sv_buf_consume(sse, sse->n);
+        cv_buf_consume(sse, sse->n);
         *off = 0;
     }
     return (ssize_t)k;
 }
 
 /* Whether a stream with nothing to send for keepalive_s is due a comment. */
-static bool keepalive_due(const sv_http *h, double *waiting_since)
+static bool keepalive_due(const cv_http *h, double *waiting_since)
 {
     if (cv_now_s() - *waiting_since < keepalive_s(h))
         return false;
@@ -377,14 +377,14 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     for (;;) {
         if (g->sse_off == g->sse.n && !g->over && keepalive_due(g->h, &waiting_since)) {
             const oai_chunk empty = {.text = ""}; /* NDJSON has no comments: an empty line of text */
-            if (g->ollama ? send_chunk(g, &empty) : sv_buf_puts(&g->sse, ": keep-alive\n\n"))
+            if (g->ollama ? send_chunk(g, &empty) : cv_buf_puts(&g->sse, ": keep-alive\n\n"))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (g->sse_off < g->sse.n)
             return take_events(&g->sse, &g->sse_off, buf, max);
         if (g->over)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (sv_peer_gone(g->fd))
+        if (cv_peer_gone(g->fd))
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (gen_step(g, POLL_MS))
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -392,46 +392,46 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 }
 
 /* A chat template's render stops when its client left. */
-static bool gen_client_gone(void *user) { return sv_peer_gone(((const gen *)user)->fd); }
+static bool gen_client_gone(void *user) { return cv_peer_gone(((const gen *)user)->fd); }
 
 /* Parses the request of body (cc's, or what an Ollama body means) into a
  * new gen for choice `choice` (its seed the request's plus choice); NULL
  * with e filled when refused. */
-static gen *gen_parse(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
+static gen *gen_parse(cv_http *h, struct MHD_Connection *c, conn *cc, oai_kind kind, const char *body, size_t len,
                       int choice, oai_error *e)
 {
     gen *g = cv_calloc(1, sizeof *g);
     if (!g)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     g->h = h;
     g->cc = cc;
     pthread_mutex_lock(&h->mu);
     h->n_gens++;
     pthread_mutex_unlock(&h->mu);
-    const uint64_t seed = h->props.seed >= 0 ? (uint64_t)h->props.seed : sv_http_fresh(h);
+    const uint64_t seed = h->props.seed >= 0 ? (uint64_t)h->props.seed : cv_http_fresh(h);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
-    const sv_render_watch watch = {gen_client_gone, g};
-    g->ollama = sv_route_is_ollama(cc->rt);
+    const cv_serve_render_watch watch = {gen_client_gone, g};
+    g->ollama = cv_route_is_ollama(cc->rt);
     g->llamacpp = cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL;
     g->okind = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
-    if (oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
+    if (cv_oai_parse_request(h->srv, kind, body, len, seed, &watch, &g->req, e)) {
         gen_free(g);
         return NULL;
     }
     cc->n_prompt = g->req.params.n_prompt;
     g->choice = choice;
     g->req.params.sampler.seed += (uint64_t)choice;
-    if (g->req.echo.n && sv_buf_append(&g->out, g->req.echo.p, g->req.echo.n)) {
+    if (g->req.echo.n && cv_buf_append(&g->out, g->req.echo.p, g->req.echo.n)) {
         gen_free(g);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     g->req.params.client = cc->client_id;
     g->thinking = kind == OAI_CHAT && g->req.split_reasoning;
-    sv_think_init(&g->think, g->req.think_open);
-    if (sv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
+    cv_think_init(&g->think, g->req.think_open);
+    if (cv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
         gen_free(g);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     return g;
 }
@@ -440,10 +440,10 @@ static gen *gen_parse(sv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
  * time, `first`). */
 static void gen_name(gen *g, const gen *first)
 {
-    sv_http *h = g->h;
+    cv_http *h = g->h;
     conn *cc = g->cc;
     const oai_kind kind = g->req.kind;
-    const unsigned long long serial = first ? 0 : (unsigned long long)sv_http_fresh(h);
+    const unsigned long long serial = first ? 0 : (unsigned long long)cv_http_fresh(h);
     if (kind == OAI_RESPONSES) { /* OpenAI's ids: resp_ for the response, msg_ for its message */
         snprintf(g->id, sizeof g->id, "resp_%016llx", serial);
         snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", serial);
@@ -452,7 +452,7 @@ static void gen_name(gen *g, const gen *first)
     } else {
         snprintf(g->id, sizeof g->id, "%s-%016llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", serial);
     }
-    sv_log(SV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
+    cv_log(CV_LOG_DEBUG, "%s from %s: %s queued: %d prompt tokens, max_tokens %d, seed %llu%s", cc->path, cc->client,
            g->id, g->req.params.n_prompt, g->req.params.max_tokens,
            (unsigned long long)g->req.params.sampler.seed, g->req.stream ? ", streamed" : "");
     g->created = first ? first->created : (long long)time(NULL);
@@ -463,9 +463,9 @@ static void gen_name(gen *g, const gen *first)
 static int gen_submit(gen *g, oai_error *e)
 {
     char err[CV_ERRLEN];
-    const sv_submit_result sr = sv_sched_submit(g->h->sched, &g->req.params, &g->r, err, sizeof err);
-    if (sr != SV_SUBMIT_OK) {
-        sv_http_submit_refused(g->h, g->cc, sr, err, e);
+    const cv_submit_result sr = cv_sched_submit(g->h->sched, &g->req.params, &g->r, err, sizeof err);
+    if (sr != CV_SUBMIT_OK) {
+        cv_http_submit_refused(g->h, g->cc, sr, err, e);
         gen_free(g);
         return -1;
     }
@@ -476,16 +476,16 @@ static int gen_submit(gen *g, oai_error *e)
 /* What an answer's text holds apart: a thinking chat's reasoning, a chat
  * with tools its calls; the buffers an oai_answer points into. */
 typedef struct answer_parts {
-    sv_buf reasoning, content;
-    sv_tool_calls calls;
+    cv_buf reasoning, content;
+    cv_tool_calls calls;
     oai_usage usage;
 } answer_parts;
 
 static void answer_parts_free(answer_parts *p)
 {
-    sv_tool_calls_free(&p->calls);
-    sv_buf_free(&p->reasoning);
-    sv_buf_free(&p->content);
+    cv_tool_calls_free(&p->calls);
+    cv_buf_free(&p->reasoning);
+    cv_buf_free(&p->content);
 }
 
 /* A whole chat or completion answer of g into a (pointing into p); -1
@@ -494,12 +494,12 @@ static int answer_of(gen *g, answer_parts *p, oai_answer *a)
 {
     const char *text = g->out.p ? g->out.p : "";
     p->usage = gen_usage(g);
-    if (g->thinking && sv_think_push(&g->think, text, g->out.n, true, &p->reasoning, &p->content))
+    if (g->thinking && cv_think_push(&g->think, text, g->out.n, true, &p->reasoning, &p->content))
         return -1;
-    const sv_buf *answer = g->thinking ? &p->content : &g->out;
+    const cv_buf *answer = g->thinking ? &p->content : &g->out;
     text = answer->p ? answer->p : "";
-    const bool tools = g->req.tools != SV_TOOLS_NONE;
-    if (tools && sv_tools_parse(g->req.tools, text, answer->n, sv_http_fresh(g->h), &p->calls))
+    const bool tools = g->req.tools != CV_TOOLS_NONE;
+    if (tools && cv_tools_parse(g->req.tools, text, answer->n, cv_http_fresh(g->h), &p->calls))
         return -1;
     *a = (oai_answer){.text = text, .text_len = answer->n, .reasoning = p->reasoning.n ? p->reasoning.p : NULL,
                       .reasoning_len = p->reasoning.n, .finish = g->finish, .calls = tools ? &p->calls : NULL,
@@ -512,11 +512,11 @@ static char *resp_answer_json(gen *g)
 {
     const oai_usage usage = gen_usage(g);
     const char *text = g->out.p ? g->out.p : "";
-    sv_tool_calls calls = {0};
+    cv_tool_calls calls = {0};
     char *json = NULL;
-    if (g->req.tools == SV_TOOLS_NONE || sv_tools_parse(g->req.tools, text, g->out.n, sv_http_fresh(g->h), &calls) == 0)
-        json = resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &calls, &usage);
-    sv_tool_calls_free(&calls);
+    if (g->req.tools == CV_TOOLS_NONE || cv_tools_parse(g->req.tools, text, g->out.n, cv_http_fresh(g->h), &calls) == 0)
+        json = cv_resp_object_json(g->h->srv, &g->resp, text, g->out.n, g->finish, &calls, &usage);
+    cv_tool_calls_free(&calls);
     return json;
 }
 
@@ -530,9 +530,9 @@ static char *answer_json(gen *g)
     char *json = NULL;
     if (answer_of(g, &p, &a) == 0) {
         const ollama_stats st = gen_ollama_stats(g);
-        json = g->ollama     ? ollama_answer_json(g->h->srv, g->okind, &a, &st)
-               : g->llamacpp ? llamacpp_answer_json(g->h->srv, &a, &st)
-                             : oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
+        json = g->ollama     ? cv_ollama_answer_json(g->h->srv, g->okind, &a, &st)
+               : g->llamacpp ? cv_llamacpp_answer_json(g->h->srv, &a, &st)
+                             : cv_oai_response_json(g->h->srv, g->req.kind, g->id, g->created, &a);
     }
     answer_parts_free(&p);
     return json;
@@ -540,23 +540,23 @@ static char *answer_json(gen *g)
 
 /* The OpenAI body of an Ollama request into *body (NULL: e says why, or
  * it only loads the model: *loaded is the answer). */
-static void ollama_request(sv_http *h, conn *cc, oai_kind *kind, char **body, char **loaded, oai_error *e)
+static void ollama_request(cv_http *h, conn *cc, oai_kind *kind, char **body, char **loaded, oai_error *e)
 {
     const ollama_kind k = cc->rt == R_OLLAMA_CHAT ? OLLAMA_CHAT : OLLAMA_GENERATE;
     bool load_only;
     *loaded = NULL;
-    *body = ollama_to_openai(k, cc->body.p ? cc->body.p : "", cc->body.n, kind, &load_only, e);
-    if (load_only && !(*loaded = ollama_loaded_json(h->srv, k)))
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    *body = cv_ollama_to_openai(k, cc->body.p ? cc->body.p : "", cc->body.n, kind, &load_only, e);
+    if (load_only && !(*loaded = cv_ollama_loaded_json(h->srv, k)))
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 /* A request's n > 1 choices: a gen each, their events merged into one
  * stream, which ends once all have. */
 typedef struct choices {
-    sv_http *h;
+    cv_http *h;
     gen *g[OAI_MAX_CHOICES];
     int n;
-    sv_buf sse;
+    cv_buf sse;
     size_t sse_off;
     bool over;
 } choices;
@@ -567,7 +567,7 @@ static void choices_free(void *cls)
     for (int i = 0; i < ch->n; i++)
         if (ch->g[i])
             gen_free(ch->g[i]);
-    sv_buf_free(&ch->sse);
+    cv_buf_free(&ch->sse);
     cv_free(ch);
 }
 
@@ -576,32 +576,32 @@ static void choices_free(void *cls)
  * so the n choices run it once. Its failure only costs them that. */
 static void run_prompt_alone(gen *g)
 {
-    sv_request_params p = g->req.params;
+    cv_request_params p = g->req.params;
     p.max_tokens = 1;
     p.sampler = convoy_sampling_default_params();
     p.sampler.temp = 0.0f;
     p.top_logprobs = -1;
     p.grammar = NULL;
-    sv_request *r;
+    cv_request *r;
     char err[CV_ERRLEN];
-    if (p.cold || sv_sched_submit(g->h->sched, &p, &r, err, sizeof err) != SV_SUBMIT_OK)
+    if (p.cold || cv_sched_submit(g->h->sched, &p, &r, err, sizeof err) != CV_SUBMIT_OK)
         return;
-    sv_finish f = SV_RUNNING;
-    while (f == SV_RUNNING && !sv_peer_gone(g->fd))
-        sv_request_wait(r, 0, POLL_MS, &f);
-    sv_request_cancel(r);
-    sv_request_release(r);
+    cv_finish f = CV_RUNNING;
+    while (f == CV_RUNNING && !cv_peer_gone(g->fd))
+        cv_request_wait(r, 0, POLL_MS, &f);
+    cv_request_cancel(r);
+    cv_request_release(r);
 }
 
 /* Parses the choices after the first (`first`, parsed) and submits them
  * together; NULL with e filled when refused (then none runs). */
-static choices *choices_start(sv_http *h, struct MHD_Connection *c, gen *first, const char *body, size_t len,
+static choices *choices_start(cv_http *h, struct MHD_Connection *c, gen *first, const char *body, size_t len,
                               oai_error *e)
 {
     choices *ch = cv_calloc(1, sizeof *ch);
     if (!ch) {
         gen_free(first);
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     ch->h = h;
     ch->n = first->req.n_choices;
@@ -610,14 +610,14 @@ static choices *choices_start(sv_http *h, struct MHD_Connection *c, gen *first, 
     for (int i = 1; i < ch->n; i++)
         if (!(ch->g[i] = gen_parse(h, c, first->cc, first->req.kind, body, len, i, e)))
             goto fail;
-    sv_request_params params[OAI_MAX_CHOICES];
-    sv_request *r[OAI_MAX_CHOICES];
+    cv_request_params params[OAI_MAX_CHOICES];
+    cv_request *r[OAI_MAX_CHOICES];
     for (int i = 0; i < ch->n; i++)
         params[i] = ch->g[i]->req.params;
     char err[CV_ERRLEN];
-    const sv_submit_result sr = sv_sched_submit_all(h->sched, params, ch->n, r, err, sizeof err);
-    if (sr != SV_SUBMIT_OK) {
-        sv_http_submit_refused(h, first->cc, sr, err, e);
+    const cv_submit_result sr = cv_sched_submit_all(h->sched, params, ch->n, r, err, sizeof err);
+    if (sr != CV_SUBMIT_OK) {
+        cv_http_submit_refused(h, first->cc, sr, err, e);
         goto fail;
     }
     for (int i = 0; i < ch->n; i++) {
@@ -652,9 +652,9 @@ static int choices_fill(choices *ch)
         gen *g = ch->g[i];
         if (!g->over && gen_step(g, POLL_MS / ch->n))
             return -1;
-        if (sv_buf_append(&ch->sse, g->sse.p, g->sse.n))
+        if (cv_buf_append(&ch->sse, g->sse.p, g->sse.n))
             return -1;
-        sv_buf_consume(&g->sse, g->sse.n);
+        cv_buf_consume(&g->sse, g->sse.n);
         all_over &= g->over;
     }
     if (!all_over)
@@ -662,8 +662,8 @@ static int choices_fill(choices *ch)
     const oai_usage usage = choices_usage(ch);
     gen *g0 = ch->g[0];
     const oai_chunk u = {.usage_only = true, .usage = &usage};
-    if ((g0->req.include_usage && send_chunk(g0, &u)) || sv_buf_append(&ch->sse, g0->sse.p, g0->sse.n) ||
-        sv_buf_puts(&ch->sse, "data: [DONE]\n\n"))
+    if ((g0->req.include_usage && send_chunk(g0, &u)) || cv_buf_append(&ch->sse, g0->sse.p, g0->sse.n) ||
+        cv_buf_puts(&ch->sse, "data: [DONE]\n\n"))
         return -1;
     ch->over = true;
     return 0;
@@ -676,13 +676,13 @@ static ssize_t choices_reader(void *cls, uint64_t pos, char *buf, size_t max)
     double waiting_since = cv_now_s();
     for (;;) {
         if (ch->sse_off == ch->sse.n && !ch->over && keepalive_due(ch->h, &waiting_since) &&
-            sv_buf_puts(&ch->sse, ": keep-alive\n\n"))
+            cv_buf_puts(&ch->sse, ": keep-alive\n\n"))
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (ch->sse_off < ch->sse.n)
             return take_events(&ch->sse, &ch->sse_off, buf, max);
         if (ch->over)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (sv_peer_gone(ch->g[0]->fd) || choices_fill(ch))
+        if (cv_peer_gone(ch->g[0]->fd) || choices_fill(ch))
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
@@ -703,24 +703,24 @@ static char *choices_json(choices *ch, oai_error *e)
         n_ready++;
     const oai_usage usage = choices_usage(ch);
     gen *g0 = ch->g[0];
-    char *json = n_ready == ch->n ? oai_choices_json(g0->h->srv, g0->req.kind, g0->id, g0->created, a, ch->n, &usage)
+    char *json = n_ready == ch->n ? cv_oai_choices_json(g0->h->srv, g0->req.kind, g0->id, g0->created, a, ch->n, &usage)
                                   : NULL;
     for (int i = 0; i < ch->n; i++)
         answer_parts_free(&p[i]);
     if (!json)
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return json;
 }
 
 /* n > 1 choices of the request first holds (body: to parse each). */
-static enum MHD_Result generate_choices(sv_http *h, struct MHD_Connection *c, conn *cc, gen *first,
+static enum MHD_Result generate_choices(cv_http *h, struct MHD_Connection *c, conn *cc, gen *first,
                                         const char *body, size_t len)
 {
     oai_error e = {0};
     const bool stream = first->req.stream;
     choices *ch = choices_start(h, c, first, body, len, &e);
     if (!ch)
-        return sv_http_send_error(h, c, cc, &e);
+        return cv_http_send_error(h, c, cc, &e);
     if (stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, choices_reader,
                                                                       ch, choices_free);
@@ -730,32 +730,32 @@ static enum MHD_Result generate_choices(sv_http *h, struct MHD_Connection *c, co
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        return sv_http_queue(h, c, cc, 200, resp);
+        return cv_http_queue(h, c, cc, 200, resp);
     }
     for (int i = 0; i < ch->n; i++)
         while (!gen_poll(ch->g[i], POLL_MS))
-            if (sv_peer_gone(ch->g[i]->fd)) {
+            if (cv_peer_gone(ch->g[i]->fd)) {
                 choices_free(ch);
                 return MHD_NO;
             }
     char *json = choices_json(ch, &e);
     choices_free(ch);
-    return json ? sv_http_send_json(h, c, cc, 200, json) : sv_http_send_error(h, c, cc, &e);
+    return json ? cv_http_send_json(h, c, cc, 200, json) : cv_http_send_error(h, c, cc, &e);
 }
 
-enum MHD_Result sv_gen_answer(sv_http *h, struct MHD_Connection *c, conn *cc)
+enum MHD_Result cv_gen_answer(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
     oai_kind kind = cc->rt == R_CHAT ? OAI_CHAT : cc->rt == R_RESPONSES ? OAI_RESPONSES : OAI_COMPLETIONS;
     oai_error e = {0};
     char *translated = NULL /* an Ollama or llama.cpp route's body as OpenAI's */, *loaded = NULL;
-    if (sv_route_is_ollama(cc->rt)) {
+    if (cv_route_is_ollama(cc->rt)) {
         ollama_request(h, cc, &kind, &translated, &loaded, &e);
         if (!translated)
-            return loaded ? sv_http_send_json(h, c, cc, 200, loaded) : sv_http_send_error(h, c, cc, &e);
+            return loaded ? cv_http_send_json(h, c, cc, 200, loaded) : cv_http_send_error(h, c, cc, &e);
     } else if (cc->rt == R_LLAMACPP_COMPLETION || cc->rt == R_INFILL) {
-        if (!(translated = llamacpp_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
+        if (!(translated = cv_llamacpp_to_openai(h->srv, cc->rt == R_INFILL, cc->body.p ? cc->body.p : "", cc->body.n,
                                              &e)))
-            return sv_http_send_error(h, c, cc, &e);
+            return cv_http_send_error(h, c, cc, &e);
     }
     const char *body = translated ? translated : cc->body.p ? cc->body.p : "";
     const size_t len = translated ? strlen(translated) : cc->body.n;
@@ -767,7 +767,7 @@ enum MHD_Result sv_gen_answer(sv_http *h, struct MHD_Connection *c, conn *cc)
     }
     free(translated);
     if (!g || gen_submit(g, &e))
-        return sv_http_send_error(h, c, cc, &e);
+        return cv_http_send_error(h, c, cc, &e);
     if (g->req.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, g,
                                                                       gen_free);
@@ -777,19 +777,19 @@ enum MHD_Result sv_gen_answer(sv_http *h, struct MHD_Connection *c, conn *cc)
         }
         MHD_add_response_header(resp, "Content-Type", g->ollama ? "application/x-ndjson" : "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        return sv_http_queue(h, c, cc, 200, resp);
+        return cv_http_queue(h, c, cc, 200, resp);
     }
     while (!gen_poll(g, POLL_MS))
-        if (sv_peer_gone(g->fd)) {
+        if (cv_peer_gone(g->fd)) {
             gen_free(g);
             return MHD_NO;
         }
     if (g->error.status) {
-        const enum MHD_Result rc = sv_http_send_error(h, c, cc, &g->error);
+        const enum MHD_Result rc = cv_http_send_error(h, c, cc, &g->error);
         gen_free(g);
         return rc;
     }
     char *json = answer_json(g);
     gen_free(g);
-    return sv_http_send_json(h, c, cc, 200, json);
+    return cv_http_send_json(h, c, cc, 200, json);
 }

@@ -1,7 +1,7 @@
 /* gen.h: the generation of an answer, from the request's body to its
  * last event (gen.c), for the HTTP front.
  *
- * Contract: sv_gen_answer answers cc's generation route (the OpenAI,
+ * Contract: cv_gen_answer answers cc's generation route (the OpenAI,
  * Responses, Ollama and llama-server completion routes; the body as
  * http.c gathered it): it parses the request (oai.h, after translating
  * an Ollama or llama-server body), submits it to the scheduler as the
@@ -16,6 +16,6 @@
 
 #include "serve/http_impl.h"
 
-enum MHD_Result sv_gen_answer(sv_http *h, struct MHD_Connection *c, conn *cc);
+enum MHD_Result cv_gen_answer(cv_http *h, struct MHD_Connection *c, conn *cc);
 
 #endif

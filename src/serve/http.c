@@ -57,7 +57,7 @@ static const char *const route_names[N_ROUTES] = {
 /* Routes below R_MODELS take POST, the others GET and HEAD. */
 static bool takes_post(enum route rt) { return rt < R_MODELS; }
 
-static void count_status(sv_http *h, enum route rt, int code)
+static void count_status(cv_http *h, enum route rt, int code)
 {
     pthread_mutex_lock(&h->mu);
     int i = 0;
@@ -71,7 +71,7 @@ static void count_status(sv_http *h, enum route rt, int code)
 }
 
 /* A fresh 64-bit value per call: request ids and default seeds. */
-uint64_t sv_http_fresh(sv_http *h)
+uint64_t cv_http_fresh(cv_http *h)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -81,7 +81,7 @@ uint64_t sv_http_fresh(sv_http *h)
     return cv_splitmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n << 40) ^ n);
 }
 
-bool sv_http_draining(sv_http *h)
+bool cv_http_draining(cv_http *h)
 {
     pthread_mutex_lock(&h->mu);
     const bool d = h->draining;
@@ -94,7 +94,7 @@ bool sv_http_draining(sv_http *h)
  * pages may come, the CORS header depends on the request's Origin (sent
  * or not, listed or not), so every answer says Vary: Origin, else a cache
  * could give one origin's answer to another. */
-enum MHD_Result sv_http_queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
+enum MHD_Result cv_http_queue(cv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp)
 {
     const bool any = h->access->any_origin;
     if (any || h->access->n_origins > 0)
@@ -118,7 +118,7 @@ enum MHD_Result sv_http_queue(sv_http *h, struct MHD_Connection *c, conn *cc, in
     return rc;
 }
 
-static enum MHD_Result send_body(sv_http *h, struct MHD_Connection *c, conn *cc, int status, const char *type,
+static enum MHD_Result send_body(cv_http *h, struct MHD_Connection *c, conn *cc, int status, const char *type,
                                  const char *body, size_t len)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -126,10 +126,10 @@ static enum MHD_Result send_body(sv_http *h, struct MHD_Connection *c, conn *cc,
         return MHD_NO;
     if (type)
         MHD_add_response_header(resp, "Content-Type", type);
-    return sv_http_queue(h, c, cc, status, resp);
+    return cv_http_queue(h, c, cc, status, resp);
 }
 
-enum MHD_Result sv_http_send_json(sv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json)
+enum MHD_Result cv_http_send_json(cv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json)
 {
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                               "\"code\":null}}";
@@ -139,24 +139,24 @@ enum MHD_Result sv_http_send_json(sv_http *h, struct MHD_Connection *c, conn *cc
     return rc;
 }
 
-enum MHD_Result sv_http_send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
+enum MHD_Result cv_http_send_error(cv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e)
 {
-    const bool ollama = sv_route_is_ollama(cc->rt) || !strncmp(cc->path, "/api/", 5); /* its unknown routes too */
-    return sv_http_send_json(h, c, cc, e->status, ollama ? ollama_error_json(e) : oai_error_json(e));
+    const bool ollama = cv_route_is_ollama(cc->rt) || !strncmp(cc->path, "/api/", 5); /* its unknown routes too */
+    return cv_http_send_json(h, c, cc, e->status, ollama ? cv_ollama_error_json(e) : cv_oai_error_json(e));
 }
 
 /* A refused submit as an answer: every refusal is a 503 with Retry-After. */
-void sv_http_submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char *why, oai_error *e)
+void cv_http_submit_refused(cv_http *h, conn *cc, cv_submit_result sr, const char *why, oai_error *e)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
-    cc->retry_after = sr == SV_SUBMIT_DOWN ? (int)ceil(st.retry_in) + 1 : sr == SV_SUBMIT_FULL ? 1 : 5;
-    const char *code = sr == SV_SUBMIT_FULL ? "queue_full" : sr == SV_SUBMIT_DOWN ? "pipeline_down" : NULL;
-    oai_fail(e, 503, "server_error", code, NULL, "%s", why);
+    cv_sched_stats st;
+    cv_sched_get_stats(h->sched, &st);
+    cc->retry_after = sr == CV_SUBMIT_DOWN ? (int)ceil(st.retry_in) + 1 : sr == CV_SUBMIT_FULL ? 1 : 5;
+    const char *code = sr == CV_SUBMIT_FULL ? "queue_full" : sr == CV_SUBMIT_DOWN ? "pipeline_down" : NULL;
+    cv_oai_fail(e, 503, "server_error", code, NULL, "%s", why);
 }
 
 /* True when the peer has closed or reset the connection. */
-bool sv_peer_gone(int fd)
+bool cv_peer_gone(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (fd < 0 || poll(&p, 1, 0) <= 0)
@@ -168,51 +168,51 @@ bool sv_peer_gone(int fd)
 }
 
 /* An embedding's wait ends when its client left (user: the socket). */
-static bool fd_gone(void *user) { return sv_peer_gone(*(const int *)user); }
+static bool fd_gone(void *user) { return cv_peer_gone(*(const int *)user); }
 
-static void metric(sv_buf *b, const char *name, const char *type, const char *help, double v)
+static void metric(cv_buf *b, const char *name, const char *type, const char *help, double v)
 {
     char line[512];
     snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
-    sv_buf_puts(b, line);
+    cv_buf_puts(b, line);
 }
 
 /* /metrics: the answers by route and status, the generations by reason. */
-static void metrics_counts(sv_http *h, const sv_sched_stats *st, sv_buf *b)
+static void metrics_counts(cv_http *h, const cv_sched_stats *st, cv_buf *b)
 {
     char line[256];
-    sv_buf_puts(b, "# HELP convoy_requests_total HTTP requests answered, by route and status code.\n"
+    cv_buf_puts(b, "# HELP convoy_requests_total HTTP requests answered, by route and status code.\n"
                    "# TYPE convoy_requests_total counter\n");
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->n_counts; i++) {
         snprintf(line, sizeof line, "convoy_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
                  route_names[h->counts[i].route], h->counts[i].code, (unsigned long long)h->counts[i].n);
-        sv_buf_puts(b, line);
+        cv_buf_puts(b, line);
     }
     pthread_mutex_unlock(&h->mu);
     static const char *const reasons[] = {"", "stop", "length", "cancelled", "error"};
-    sv_buf_puts(b, "# HELP convoy_generations_total Generations ended, by reason.\n"
+    cv_buf_puts(b, "# HELP convoy_generations_total Generations ended, by reason.\n"
                    "# TYPE convoy_generations_total counter\n");
     for (int i = 1; i < 5; i++) {
         snprintf(line, sizeof line, "convoy_generations_total{reason=\"%s\"} %llu\n", reasons[i],
                  (unsigned long long)st->requests_finished[i]);
-        sv_buf_puts(b, line);
+        cv_buf_puts(b, line);
     }
 }
 
 /* A pipeline's nodes: layers, measured and probed speed; a hop's time. */
-static void metrics_nodes(const convoy_node_costs *n, sv_buf *b)
+static void metrics_nodes(const convoy_node_costs *n, cv_buf *b)
 {
     if (n->n_nodes == 0)
         return;
     char line[512];
-    sv_buf_puts(b, "# HELP convoy_node_layers Layers each pipeline node serves (0: left out).\n"
+    cv_buf_puts(b, "# HELP convoy_node_layers Layers each pipeline node serves (0: left out).\n"
                    "# TYPE convoy_node_layers gauge\n");
     for (int i = 0; i < n->n_nodes; i++) {
         snprintf(line, sizeof line, "convoy_node_layers{node=\"%s\"} %d\n", n->node[i].addr, n->node[i].layers);
-        sv_buf_puts(b, line);
+        cv_buf_puts(b, line);
     }
-    sv_buf_puts(b, "# HELP convoy_node_seconds_per_layer_token Each node's time per layer and token: measured "
+    cv_buf_puts(b, "# HELP convoy_node_seconds_per_layer_token Each node's time per layer and token: measured "
                    "by its stage batch after batch (decayed mean), or its speed probe.\n"
                    "# TYPE convoy_node_seconds_per_layer_token gauge\n");
     for (int i = 0; i < n->n_nodes; i++) {
@@ -220,13 +220,13 @@ static void metrics_nodes(const convoy_node_costs *n, sv_buf *b)
                  "convoy_node_seconds_per_layer_token{node=\"%s\",source=\"measured\"} %.9g\n"
                  "convoy_node_seconds_per_layer_token{node=\"%s\",source=\"probe\"} %.9g\n",
                  n->node[i].addr, n->node[i].us_measured / 1e6, n->node[i].addr, n->node[i].us_probed / 1e6);
-        sv_buf_puts(b, line);
+        cv_buf_puts(b, line);
     }
     metric(b, "convoy_hop_seconds", "gauge", "One hop's time between stages (a batch alone in flight: its round "
            "trip less the stages' times, over its hops).", n->us_hop / 1e6);
 }
 
-static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
+static void metrics_engine(const cv_sched_stats *st, cv_buf *b)
 {
     metric(b, "convoy_prompt_tokens_total", "counter", "Prompt tokens run through the model.",
            (double)st->prompt_tokens);
@@ -275,19 +275,19 @@ static void metrics_engine(const sv_sched_stats *st, sv_buf *b)
                (double)st->windows_whole);
     }
     char line[256];
-    sv_buf_puts(b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
+    cv_buf_puts(b, "# HELP convoy_time_to_first_token_seconds From submission to the first sampled token.\n"
                    "# TYPE convoy_time_to_first_token_seconds summary\n");
     snprintf(line, sizeof line,
              "convoy_time_to_first_token_seconds_sum %.9g\nconvoy_time_to_first_token_seconds_count %llu\n",
              st->ttft_seconds, (unsigned long long)st->ttft_count);
-    sv_buf_puts(b, line);
+    cv_buf_puts(b, line);
 }
 
-static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c, conn *cc)
+static enum MHD_Result send_metrics(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
-    sv_buf b = {0};
+    cv_sched_stats st;
+    cv_sched_get_stats(h->sched, &st);
+    cv_buf b = {0};
     count_status(h, R_METRICS, 200); /* this answer counts itself */
     metrics_counts(h, &st, &b);
     metrics_engine(&st, &b);
@@ -297,32 +297,32 @@ static enum MHD_Result send_metrics(sv_http *h, struct MHD_Connection *c, conn *
                (double)cv_template_pool_peak(h->srv->chat->pool));
     const enum MHD_Result rc = b.p ? send_body(h, c, cc, 200, "text/plain; version=0.0.4", b.p, b.n)
                                    : send_body(h, c, cc, 500, "text/plain", "", 0);
-    sv_buf_free(&b);
+    cv_buf_free(&b);
     return rc;
 }
 
 /* 200 {"status":"ok"}, or 503 with the engine's error while its last
  * step failed (a pipeline whose node died stays failed). */
-static enum MHD_Result send_health(sv_http *h, struct MHD_Connection *c, conn *cc)
+static enum MHD_Result send_health(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
+    cv_sched_stats st;
+    cv_sched_get_stats(h->sched, &st);
     if (!st.failing)
-        return sv_http_send_json(h, c, cc, 200, oai_health_json(NULL));
+        return cv_http_send_json(h, c, cc, 200, cv_oai_health_json(NULL));
     cc->retry_after = (int)ceil(st.retry_in) + 1;
-    return sv_http_send_json(h, c, cc, 503, oai_health_json(st.last_error));
+    return cv_http_send_json(h, c, cc, 503, cv_oai_health_json(st.last_error));
 }
 
 /* /props, with the nodes that serve the model and their layers. */
-static enum MHD_Result send_props(sv_http *h, struct MHD_Connection *c, conn *cc)
+static enum MHD_Result send_props(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(h->sched, &st);
-    return sv_http_send_json(h, c, cc, 200, sv_props_json(h->srv, &h->props, &st.nodes));
+    cv_sched_stats st;
+    cv_sched_get_stats(h->sched, &st);
+    return cv_http_send_json(h, c, cc, 200, cv_props_json(h->srv, &h->props, &st.nodes));
 }
 
 /* OPTIONS: 204 with Allow; for a browser's preflight the CORS answer. */
-static enum MHD_Result send_options(sv_http *h, struct MHD_Connection *c, conn *cc)
+static enum MHD_Result send_options(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp)
@@ -335,70 +335,70 @@ static enum MHD_Result send_options(sv_http *h, struct MHD_Connection *c, conn *
                                 want && strlen(want) < 1024 ? want : "Authorization, Content-Type");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
     }
-    return sv_http_queue(h, c, cc, 204, resp);
+    return cv_http_queue(h, c, cc, 204, resp);
 }
 
 /* A body answer of extra.h (NULL: e says why). */
-static enum MHD_Result send_extra(sv_http *h, struct MHD_Connection *c, conn *cc, char *json, const oai_error *e)
+static enum MHD_Result send_extra(cv_http *h, struct MHD_Connection *c, conn *cc, char *json, const oai_error *e)
 {
-    return json ? sv_http_send_json(h, c, cc, 200, json) : sv_http_send_error(h, c, cc, e);
+    return json ? cv_http_send_json(h, c, cc, 200, json) : cv_http_send_error(h, c, cc, e);
 }
 
 /* POST /slots/ID?action=...: id is the path after "/slots/". */
-static enum MHD_Result send_slot_action(sv_http *h, struct MHD_Connection *c, conn *cc, const char *id)
+static enum MHD_Result send_slot_action(cv_http *h, struct MHD_Connection *c, conn *cc, const char *id)
 {
     oai_error e = {0};
     char *end;
     const long slot = strtol(id, &end, 10);
     if (end == id || *end || slot < 0 || slot > INT32_MAX) {
-        oai_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "no slot \"%.40s\": slots are numbers", id);
-        return sv_http_send_error(h, c, cc, &e);
+        cv_oai_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "no slot \"%.40s\": slots are numbers", id);
+        return cv_http_send_error(h, c, cc, &e);
     }
     const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     return send_extra(h, c, cc,
-                      sv_slot_action_json(h->sched, h->srv->model, h->slot_save_path, (int32_t)slot, action,
+                      cv_slot_action_json(h->sched, h->srv->model, h->slot_save_path, (int32_t)slot, action,
                                           cc->body.p, cc->body.n, &e),
                       &e);
 }
 
 /* The embedding routes (embed.h), 501 unless the server was started with
  * --embeddings (llama-server's answer). */
-static enum MHD_Result send_embeddings(sv_http *h, struct MHD_Connection *c, conn *cc)
+static enum MHD_Result send_embeddings(cv_http *h, struct MHD_Connection *c, conn *cc)
 {
     oai_error e = {0};
     if (!h->embeddings) {
-        oai_fail(&e, 501, "not_supported_error", NULL, NULL,
+        cv_oai_fail(&e, 501, "not_supported_error", NULL, NULL,
                  "This server does not support embeddings. Start it with `--embeddings`");
-        return sv_http_send_error(h, c, cc, &e);
+        return cv_http_send_error(h, c, cc, &e);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
-    const sv_embed_run run = {.sched = h->sched, .srv = h->srv, .client = cc->client_id, .gone = fd_gone,
+    const cv_embed_run run = {.sched = h->sched, .srv = h->srv, .client = cc->client_id, .gone = fd_gone,
                               .user = &fd, .poll_ms = POLL_MS};
-    const sv_embed_api api = cc->rt == R_EMBEDDINGS     ? SV_EMBED_OPENAI
-                             : cc->rt == R_OLLAMA_EMBED ? SV_EMBED_OLLAMA
-                                                        : SV_EMBED_OLLAMA_LEGACY;
-    sv_submit_result refused;
-    char *json = sv_embed_answer(&run, api, cc->body.p ? cc->body.p : "", cc->body.n, &cc->n_prompt, &refused, &e);
+    const cv_embed_api api = cc->rt == R_EMBEDDINGS     ? CV_EMBED_OPENAI
+                             : cc->rt == R_OLLAMA_EMBED ? CV_EMBED_OLLAMA
+                                                        : CV_EMBED_OLLAMA_LEGACY;
+    cv_submit_result refused;
+    char *json = cv_embed_answer(&run, api, cc->body.p ? cc->body.p : "", cc->body.n, &cc->n_prompt, &refused, &e);
     if (json)
-        return sv_http_send_json(h, c, cc, 200, json);
+        return cv_http_send_json(h, c, cc, 200, json);
     if (!e.status) /* the client left */
         return MHD_NO;
-    if (refused != SV_SUBMIT_OK)
-        sv_http_submit_refused(h, cc, refused, e.message, &e);
-    return sv_http_send_error(h, c, cc, &e);
+    if (refused != CV_SUBMIT_OK)
+        cv_http_submit_refused(h, cc, refused, e.message, &e);
+    return cv_http_send_error(h, c, cc, &e);
 }
 
 /* The last call of a request: its refusal, or its route's answer. */
-static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, const char *url)
+static enum MHD_Result answer(cv_http *h, struct MHD_Connection *c, conn *cc, const char *url)
 {
     oai_error e = {0};
     const char *body = cc->body.p ? cc->body.p : "";
     if (cc->too_large)
-        oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
+        cv_oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
                  "the request body is larger than the limit of %zu bytes", h->max_body);
     if (cc->refusal.status)
-        return sv_http_send_error(h, c, cc, &cc->refusal);
+        return cv_http_send_error(h, c, cc, &cc->refusal);
     if (cc->options)
         return send_options(h, c, cc);
     switch (cc->rt) {
@@ -409,33 +409,33 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_INFILL:
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
-        return sv_gen_answer(h, c, cc);
+        return cv_gen_answer(h, c, cc);
     case R_EMBEDDINGS:
     case R_OLLAMA_EMBED:
     case R_OLLAMA_EMBEDDINGS:
         return send_embeddings(h, c, cc);
     case R_OLLAMA_SHOW:
-        return send_extra(h, c, cc, ollama_show_json(h->srv, &h->props, body, cc->body.n, &e), &e);
+        return send_extra(h, c, cc, cv_ollama_show_json(h->srv, &h->props, body, cc->body.n, &e), &e);
     case R_OLLAMA_TAGS:
     case R_OLLAMA_PS:
-        return sv_http_send_json(h, c, cc, 200, ollama_models_json(h->srv, &h->props, cc->rt == R_OLLAMA_PS));
+        return cv_http_send_json(h, c, cc, 200, cv_ollama_models_json(h->srv, &h->props, cc->rt == R_OLLAMA_PS));
     case R_OLLAMA_VERSION:
-        return sv_http_send_json(h, c, cc, 200, ollama_version_json(&h->props));
+        return cv_http_send_json(h, c, cc, 200, cv_ollama_version_json(&h->props));
     case R_TOKENIZE:
-        return send_extra(h, c, cc, sv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
+        return send_extra(h, c, cc, cv_tokenize_json(h->srv, body, cc->body.n, &e), &e);
     case R_DETOKENIZE:
-        return send_extra(h, c, cc, sv_detokenize_json(h->srv, body, cc->body.n, &e), &e);
+        return send_extra(h, c, cc, cv_detokenize_json(h->srv, body, cc->body.n, &e), &e);
     case R_APPLY_TEMPLATE:
-        return send_extra(h, c, cc, oai_apply_template_json(h->srv, body, cc->body.n, &e), &e);
+        return send_extra(h, c, cc, cv_oai_apply_template_json(h->srv, body, cc->body.n, &e), &e);
     case R_MODELS:
-        return sv_http_send_json(h, c, cc, 200, oai_models_json(h->srv, h->started));
+        return cv_http_send_json(h, c, cc, 200, cv_oai_models_json(h->srv, h->started));
     case R_MODEL:
         if (h->srv->strict_model && strcmp(url + 11, h->srv->model_id)) {
-            oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+            cv_oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
                      "the model '%.200s' does not exist: this server serves '%.200s'", url + 11, h->srv->model_id);
-            return sv_http_send_error(h, c, cc, &e);
+            return cv_http_send_error(h, c, cc, &e);
         }
-        return sv_http_send_json(h, c, cc, 200, oai_model_json(h->srv, h->started));
+        return cv_http_send_json(h, c, cc, 200, cv_oai_model_json(h->srv, h->started));
     case R_HEALTH:
         return send_health(h, c, cc);
     case R_METRICS:
@@ -443,9 +443,9 @@ static enum MHD_Result answer(sv_http *h, struct MHD_Connection *c, conn *cc, co
     case R_PROPS:
         return send_props(h, c, cc);
     case R_WEBUI:
-        return send_body(h, c, cc, 200, "text/html; charset=utf-8", sv_webui_html, sv_webui_html_len);
+        return send_body(h, c, cc, 200, "text/html; charset=utf-8", cv_webui_html, cv_webui_html_len);
     case R_SLOTS:
-        return sv_http_send_json(h, c, cc, 200, sv_slots_json(h->sched));
+        return cv_http_send_json(h, c, cc, 200, cv_slots_json(h->sched));
     case R_SLOT_ACTION:
         return send_slot_action(h, c, cc, url + 7);
     default:
@@ -503,7 +503,7 @@ static uint64_t peer_of(struct MHD_Connection *c, char *text, size_t n)
 }
 
 /* The connection's entry in h->deadlines, or NULL. */
-static sv_deadline *deadline_of(struct MHD_Connection *c)
+static cv_deadline *deadline_of(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
@@ -511,7 +511,7 @@ static sv_deadline *deadline_of(struct MHD_Connection *c)
 
 /* Whether a browser's Origin is this server itself (the page at /): its
  * scheme and the Host the request names. */
-static bool same_origin(const sv_http *h, struct MHD_Connection *c, const char *origin)
+static bool same_origin(const cv_http *h, struct MHD_Connection *c, const char *origin)
 {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     const char *scheme = h->tls ? "https://" : "http://";
@@ -520,42 +520,42 @@ static bool same_origin(const sv_http *h, struct MHD_Connection *c, const char *
 }
 
 /* The request's refusal from its headers alone (none: status 0). */
-static void judge(sv_http *h, struct MHD_Connection *c, conn *cc, const char *method, oai_error *e)
+static void judge(cv_http *h, struct MHD_Connection *c, conn *cc, const char *method, oai_error *e)
 {
     const bool post = takes_post(cc->rt);
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     char shown[160];
-    if (origin && (sv_access_origin_ok(h->access, origin) || same_origin(h, c, origin)))
+    if (origin && (cv_access_origin_ok(h->access, origin) || same_origin(h, c, origin)))
         cc->origin = origin;
-    if (sv_http_draining(h)) {
+    if (cv_http_draining(h)) {
         cc->retry_after = 5;
-        oai_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        cv_oai_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
     } else if (cc->rt == R_OTHER || (cc->rt == R_WEBUI && !h->webui)) {
-        oai_fail(e, 404, "invalid_request_error", "unknown_url", NULL, "no route %s %s%s", cc->method, cc->path,
+        cv_oai_fail(e, 404, "invalid_request_error", "unknown_url", NULL, "no route %s %s%s", cc->method, cc->path,
                  cc->rt == R_WEBUI ? " (the web page is off: --no-webui)" : "");
     } else if (origin && !cc->origin) {
-        oai_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+        cv_oai_fail(e, 403, "invalid_request_error", "origin_not_allowed", NULL,
                  "web pages from %s may not use this server (see convoy serve --cors)",
                  cv_escape(shown, sizeof shown, origin, strlen(origin)));
     } else if (cc->options) {
         return;
     } else if (post ? strcmp(method, "POST") : strcmp(method, "GET") && strcmp(method, "HEAD")) {
-        oai_fail(e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %s", cc->path,
+        cv_oai_fail(e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %s", cc->path,
                  post ? "POST" : "GET or HEAD", cc->method);
-    } else if (cc->rt != R_HEALTH && cc->rt != R_WEBUI && !sv_access_key_ok(h->access, auth)) {
-        oai_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+    } else if (cc->rt != R_HEALTH && cc->rt != R_WEBUI && !cv_access_key_ok(h->access, auth)) {
+        cv_oai_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                  auth ? "the API key is not valid" : "no API key: send it as 'Authorization: Bearer KEY'");
-    } else if (post && origin && !sv_is_json_type(type)) {
-        oai_fail(e, 415, "invalid_request_error", "unsupported_media_type", NULL,
+    } else if (post && origin && !cv_is_json_type(type)) {
+        cv_oai_fail(e, 415, "invalid_request_error", "unsupported_media_type", NULL,
                  "a request from a web page must have Content-Type: application/json");
     }
 }
 
 /* The first call of a request: its headers are in. Answers at once only
  * what must not wait for the body (see the design comment). */
-static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *url, const char *method,
+static enum MHD_Result begin(cv_http *h, struct MHD_Connection *c, const char *url, const char *method,
                              void **con_cls)
 {
     conn *cc = cv_calloc(1, sizeof *cc);
@@ -574,26 +574,26 @@ static enum MHD_Result begin(sv_http *h, struct MHD_Connection *c, const char *u
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
     const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
     if (!cc->refusal.status && declared > h->max_body && (expect || declared / 16 > h->max_body))
-        oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
+        cv_oai_fail(&cc->refusal, 413, "invalid_request_error", "request_too_large", NULL,
                  "the request body has %llu bytes; the limit is %zu", declared, h->max_body);
     if (cc->refusal.status && (expect || cc->refusal.status == 413))
-        return sv_http_send_error(h, c, cc, &cc->refusal);
+        return cv_http_send_error(h, c, cc, &cc->refusal);
     return MHD_YES;
 }
 
 /* A piece of body: kept up to the cap, dropped past it or when refused;
  * a client that keeps sending far past the cap is cut off. */
-static enum MHD_Result take_body(sv_http *h, conn *cc, const char *upload, size_t *upload_size)
+static enum MHD_Result take_body(cv_http *h, conn *cc, const char *upload, size_t *upload_size)
 {
     cc->received += *upload_size;
     if (!cc->too_large && cc->received > h->max_body) {
         cc->too_large = true;
-        sv_buf_free(&cc->body);
+        cv_buf_free(&cc->body);
     }
     if (cc->too_large && cc->received / 16 > h->max_body)
         return MHD_NO;
     if (!cc->too_large && !cc->refusal.status && takes_post(cc->rt) &&
-        sv_buf_append(&cc->body, upload, *upload_size))
+        cv_buf_append(&cc->body, upload, *upload_size))
         return MHD_NO;
     *upload_size = 0;
     return MHD_YES;
@@ -603,15 +603,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
     (void)version;
-    sv_http *h = cls;
+    cv_http *h = cls;
     conn *cc = *con_cls;
     if (!cc)
         return begin(h, c, url, method, con_cls);
     if (*upload_size)
         return take_body(h, cc, upload, upload_size);
-    sv_deadline *dl = deadline_of(c); /* the whole request is in */
+    cv_deadline *dl = deadline_of(c); /* the whole request is in */
     if (dl)
-        sv_deadline_wait(h->deadlines, dl, false);
+        cv_deadline_wait(h->deadlines, dl, false);
     return answer(h, c, cc, url);
 }
 
@@ -619,9 +619,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void log_request(const conn *cc, enum MHD_RequestTerminationCode toe)
 {
     const double ms = (cv_now_s() - cc->t0) * 1e3;
-    const sv_log_level level = cc->status >= 500 || cc->failure[0] ? SV_LOG_WARN
-                               : (cc->rt == R_HEALTH || cc->rt == R_METRICS) ? SV_LOG_DEBUG
-                                                                               : SV_LOG_INFO;
+    const cv_log_level level = cc->status >= 500 || cc->failure[0] ? CV_LOG_WARN
+                               : (cc->rt == R_HEALTH || cc->rt == R_METRICS) ? CV_LOG_DEBUG
+                                                                               : CV_LOG_INFO;
     char status[16], ttft[48] = "";
     snprintf(status, sizeof status, "%d", cc->status);
     if (cc->ttft >= 0)
@@ -632,24 +632,24 @@ static void log_request(const conn *cc, enum MHD_RequestTerminationCode toe)
     else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         snprintf(ended, sizeof ended, "%s", cc->status ? " (the client left before the end)" : " (the client left)");
     if (cc->n_prompt > 0)
-        sv_log(level, "%s %s %s from %s: %d prompt + %d generated tokens%s, total %.1f ms%s", cc->method, cc->path,
+        cv_log(level, "%s %s %s from %s: %d prompt + %d generated tokens%s, total %.1f ms%s", cc->method, cc->path,
                cc->status ? status : "-", cc->client, cc->n_prompt, cc->n_gen, ttft, ms, ended);
     else
-        sv_log(level, "%s %s %s from %s in %.1f ms%s", cc->method, cc->path, cc->status ? status : "-", cc->client,
+        cv_log(level, "%s %s %s from %s in %.1f ms%s", cc->method, cc->path, cc->status ? status : "-", cc->client,
                ms, ended);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    sv_http *h = cls;
-    sv_deadline *dl = deadline_of(c);
+    cv_http *h = cls;
+    cv_deadline *dl = deadline_of(c);
     if (dl)
-        sv_deadline_wait(h->deadlines, dl, true); /* the next request's headers */
+        cv_deadline_wait(h->deadlines, dl, true); /* the next request's headers */
     conn *cc = *con_cls;
     if (!cc)
         return;
     log_request(cc, toe);
-    sv_buf_free(&cc->body);
+    cv_buf_free(&cc->body);
     cv_free(cc);
     *con_cls = NULL;
 }
@@ -658,19 +658,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    sv_http *h = cls;
+    cv_http *h = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         char who[64];
         peer_of(c, who, sizeof who);
-        *socket_context = ci ? sv_deadline_add(h->deadlines, ci->connect_fd, who) : NULL;
+        *socket_context = ci ? cv_deadline_add(h->deadlines, ci->connect_fd, who) : NULL;
     } else if (*socket_context) {
-        sv_deadline_remove(h->deadlines, *socket_context);
+        cv_deadline_remove(h->deadlines, *socket_context);
         *socket_context = NULL;
     }
 }
 
-static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const struct addrinfo *ai)
+static struct MHD_Daemon *start_daemon(cv_http *h, const cv_http_opts *o, const struct addrinfo *ai)
 {
     /* No MHD_USE_ERROR_LOG: it would print a line for every client that
      * hangs up, which is normal here. MHD_USE_ITC: for MHD_quiesce_daemon. */
@@ -692,15 +692,15 @@ static struct MHD_Daemon *start_daemon(sv_http *h, const sv_http_opts *o, const 
         (unsigned)h->idle_timeout_s, MHD_OPTION_ARRAY, o->tls_key_pem ? tls : tls + 2, MHD_OPTION_END);
 }
 
-static void http_free(sv_http *h)
+static void http_free(cv_http *h)
 {
-    sv_deadlines_stop(h->deadlines);
+    cv_deadlines_stop(h->deadlines);
     pthread_cond_destroy(&h->gens_done);
     pthread_mutex_destroy(&h->mu);
     cv_free(h);
 }
 
-int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const oai_server *srv, char *err,
+int cv_http_start(cv_http **out, const cv_http_opts *o, cv_sched *sched, const oai_server *srv, char *err,
                   size_t errlen)
 {
     *out = NULL;
@@ -717,7 +717,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     const int gai = getaddrinfo(host, port_s, &hints, &ai);
     if (gai)
         return cv_errf(err, errlen, "cannot resolve host '%s': %s", host, gai_strerror(gai));
-    sv_http *h = cv_calloc(1, sizeof *h);
+    cv_http *h = cv_calloc(1, sizeof *h);
     if (!h) {
         freeaddrinfo(ai);
         return cv_errf(err, errlen, "out of memory");
@@ -725,7 +725,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     h->sched = sched;
     h->srv = srv;
     h->access = o->access ? o->access : &h->no_access;
-    h->props = o->props ? *o->props : (sv_props){.model_path = "", .build_info = "convoy", .version = "",
+    h->props = o->props ? *o->props : (cv_props){.model_path = "", .build_info = "convoy", .version = "",
                                                  .seed = -1};
     h->max_body = o->max_body ? o->max_body : 1u << 20;
     h->slot_save_path = o->slot_save_path;
@@ -738,7 +738,7 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     pthread_cond_init(&h->gens_done, NULL);
     /* Twice the idle timeout: a keep-alive connection idle for less than it
      * still has time to send its next request's headers. */
-    h->deadlines = sv_deadlines_start(2.0 * h->idle_timeout_s, err, errlen);
+    h->deadlines = cv_deadlines_start(2.0 * h->idle_timeout_s, err, errlen);
     h->daemon = h->deadlines ? start_daemon(h, o, ai) : NULL;
     freeaddrinfo(ai);
     if (!h->deadlines) {
@@ -754,14 +754,14 @@ int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const o
     return 0;
 }
 
-int sv_http_port(const sv_http *h)
+int cv_http_port(const cv_http *h)
 {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     return di ? di->port : -1;
 }
 
 /* Waits until every gen is freed (its answer went out), at most ms. */
-static void wait_for_gens(sv_http *h, int ms)
+static void wait_for_gens(cv_http *h, int ms)
 {
     const struct timespec until = cv_deadline_ms(ms);
     pthread_mutex_lock(&h->mu);
@@ -769,11 +769,11 @@ static void wait_for_gens(sv_http *h, int ms)
         if (pthread_cond_timedwait(&h->gens_done, &h->mu, &until))
             break;
     if (h->n_gens > 0)
-        sv_log(SV_LOG_WARN, "%d answers were still going out after %d ms; closing them", h->n_gens, ms);
+        cv_log(CV_LOG_WARN, "%d answers were still going out after %d ms; closing them", h->n_gens, ms);
     pthread_mutex_unlock(&h->mu);
 }
 
-void sv_http_stop(sv_http *h)
+void cv_http_stop(cv_http *h)
 {
     if (!h)
         return;
@@ -785,7 +785,7 @@ void sv_http_stop(sv_http *h)
     pthread_mutex_lock(&h->mu);
     h->draining = true;
     pthread_mutex_unlock(&h->mu);
-    sv_sched_stop(h->sched);
+    cv_sched_stop(h->sched);
     wait_for_gens(h, DRAIN_MS);
     MHD_stop_daemon(h->daemon);
     if (listener != MHD_INVALID_SOCKET)

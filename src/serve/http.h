@@ -1,7 +1,7 @@
 /* http.h: the HTTP front of `convoy serve` (libmicrohttpd).
  *
- * Contract: sv_http_start listens on host:port (port 0: any free port,
- * see sv_http_port) and serves, one thread per connection:
+ * Contract: cv_http_start listens on host:port (port 0: any free port,
+ * see cv_http_port) and serves, one thread per connection:
  *   POST /v1/completions, POST /v1/chat/completions  (JSON, or server-sent
  *        events with "stream": true, ending in "data: [DONE]")
  *   POST /v1/responses (stateless: JSON, or with "stream": true the
@@ -47,7 +47,7 @@
  * (escaped), status, peer, prompt and generated tokens, time to the first
  * token, total time; /health and /metrics at DEBUG.
  *
- * sv_http_stop drains: it stops accepting (new connections are refused),
+ * cv_http_stop drains: it stops accepting (new connections are refused),
  * answers new requests on open connections with 503, stops the scheduler,
  * which ends every request with "the server is shutting down" (a stream
  * gets it as an error event, then "data: [DONE]"), waits up to 5 s for
@@ -63,28 +63,28 @@
 #include "serve/oai.h"
 #include "serve/sched.h"
 
-typedef struct sv_http sv_http;
+typedef struct cv_http cv_http;
 
-typedef struct sv_http_opts {
+typedef struct cv_http_opts {
     const char *host;          /* numeric or resolvable; default 127.0.0.1 */
     int port;                  /* 0 = any free port */
     size_t max_body;           /* bytes; default 1 MiB */
     int max_connections;       /* default 512 */
     int client_connections;    /* per peer address; default 128 */
     int idle_timeout_s;        /* default 10 */
-    const sv_access *access;   /* NULL: no keys, no web page may use it */
-    const sv_props *props;     /* /props, and the seed of requests without one */
+    const cv_access *access;   /* NULL: no keys, no web page may use it */
+    const cv_props *props;     /* /props, and the seed of requests without one */
     const char *slot_save_path; /* the directory of slot files; NULL: save and restore are refused */
     const char *tls_key_pem;    /* with tls_cert_pem: HTTPS with this key and certificate (chain), PEM texts; */
     const char *tls_cert_pem;   /* NULL: plain HTTP */
     bool no_webui;              /* no chat page at / (--no-webui) */
     bool embeddings;            /* the embedding routes answer (--embeddings); else 501 */
-} sv_http_opts;
+} cv_http_opts;
 
 /* sched, srv, access and props must outlive the server. */
-int sv_http_start(sv_http **out, const sv_http_opts *o, sv_sched *sched, const oai_server *srv, char *err,
+int cv_http_start(cv_http **out, const cv_http_opts *o, cv_sched *sched, const oai_server *srv, char *err,
                   size_t errlen);
-int sv_http_port(const sv_http *h);
-void sv_http_stop(sv_http *h);
+int cv_http_port(const cv_http *h);
+void cv_http_stop(cv_http *h);
 
 #endif

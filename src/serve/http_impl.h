@@ -1,7 +1,7 @@
 /* http_impl.h: what the HTTP front (http.c) shares with the generation
  * it hands requests to (gen.c), private to those two: the routes, the
  * server, a request's struct conn, and the answers http.c queues (with
- * the headers every answer carries). sv_http's mu guards next_id,
+ * the headers every answer carries). cv_http's mu guards next_id,
  * n_gens, draining and the status counts. */
 #ifndef CONVOY_SERVE_HTTP_IMPL_H
 #define CONVOY_SERVE_HTTP_IMPL_H
@@ -49,7 +49,7 @@ enum route {
 };
 
 /* Ollama's routes answer in its shapes, errors too (ollama.h). */
-static inline bool sv_route_is_ollama(enum route rt)
+static inline bool cv_route_is_ollama(enum route rt)
 {
     return (rt >= R_OLLAMA_CHAT && rt <= R_OLLAMA_EMBEDDINGS) || (rt >= R_OLLAMA_TAGS && rt <= R_OLLAMA_VERSION);
 }
@@ -59,19 +59,19 @@ typedef struct status_count {
     uint64_t n;
 } status_count;
 
-struct sv_http {
+struct cv_http {
     struct MHD_Daemon *daemon;
-    sv_sched *sched;
+    cv_sched *sched;
     const oai_server *srv;
-    const sv_access *access; /* never NULL */
-    sv_access no_access;     /* what access points to without opts->access */
-    sv_props props;
+    const cv_access *access; /* never NULL */
+    cv_access no_access;     /* what access points to without opts->access */
+    cv_props props;
     size_t max_body;
     int idle_timeout_s;
     bool webui;              /* the page at / */
     bool embeddings;         /* the embedding routes answer (--embeddings), else 501 */
     bool tls;
-    sv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
+    cv_deadlines *deadlines; /* a request (headers and body) is due within twice idle_timeout_s */
     const char *slot_save_path;
     long long started;
     pthread_mutex_t mu;
@@ -90,7 +90,7 @@ typedef struct conn {
     const char *origin;     /* an allowed Origin (the daemon's copy), or NULL */
     oai_error refusal;      /* status != 0: answered with it once the body is in */
     int retry_after;        /* seconds, for a 503 */
-    sv_buf body;
+    cv_buf body;
     size_t received;
     bool too_large;
     /* for the log line */
@@ -105,18 +105,18 @@ typedef struct conn {
 } conn;
 
 /* Queues resp with the headers every answer carries (CORS, Allow, Retry-After); notes the status. */
-enum MHD_Result sv_http_queue(sv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp);
+enum MHD_Result cv_http_queue(cv_http *h, struct MHD_Connection *c, conn *cc, int status, struct MHD_Response *resp);
 /* json (taken over; NULL: out of memory, a 500) as the answer. */
-enum MHD_Result sv_http_send_json(sv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json);
+enum MHD_Result cv_http_send_json(cv_http *h, struct MHD_Connection *c, conn *cc, int status, char *json);
 /* e as the answer, in Ollama's shape on its routes. */
-enum MHD_Result sv_http_send_error(sv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e);
+enum MHD_Result cv_http_send_error(cv_http *h, struct MHD_Connection *c, conn *cc, const oai_error *e);
 /* A fresh 64-bit value per call: request ids and default seeds. */
-uint64_t sv_http_fresh(sv_http *h);
-/* Whether sv_http_stop has begun. */
-bool sv_http_draining(sv_http *h);
+uint64_t cv_http_fresh(cv_http *h);
+/* Whether cv_http_stop has begun. */
+bool cv_http_draining(cv_http *h);
 /* A refused submit as an answer: a 503 with Retry-After (e says why). */
-void sv_http_submit_refused(sv_http *h, conn *cc, sv_submit_result sr, const char *why, oai_error *e);
+void cv_http_submit_refused(cv_http *h, conn *cc, cv_submit_result sr, const char *why, oai_error *e);
 /* True when the peer has closed or reset the connection. */
-bool sv_peer_gone(int fd);
+bool cv_peer_gone(int fd);
 
 #endif

@@ -9,10 +9,10 @@
 
 #define INVALID "invalid_request_error"
 
-static sv_fim_text text_of(const json_t *o, const char *key)
+static cv_fim_text text_of(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
-    return (sv_fim_text){json_string_value(v), json_string_length(v)};
+    return (cv_fim_text){json_string_value(v), json_string_length(v)};
 }
 
 /* /infill's prompt ids into body's "prompt". */
@@ -22,38 +22,38 @@ static int infill_prompt(const oai_server *srv, const json_t *in, json_t *body, 
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         const json_t *v = json_object_get(in, texts[i]);
         if (v && !json_is_string(v))
-            return oai_fail(e, 400, INVALID, NULL, texts[i], "'%s' must be a string", texts[i]);
+            return cv_oai_fail(e, 400, INVALID, NULL, texts[i], "'%s' must be a string", texts[i]);
     }
     const json_t *extra = json_object_get(in, "input_extra"), *x;
     if (extra && (!json_is_array(extra) || json_array_size(extra) > 256))
-        return oai_fail(e, 400, INVALID, NULL, "input_extra", "'input_extra' must be a list of at most 256 files");
-    sv_fim_file files[256];
+        return cv_oai_fail(e, 400, INVALID, NULL, "input_extra", "'input_extra' must be a list of at most 256 files");
+    cv_fim_file files[256];
     size_t i;
     json_array_foreach(extra, i, x)
     {
-        files[i] = (sv_fim_file){text_of(x, "filename"), text_of(x, "text")};
+        files[i] = (cv_fim_file){text_of(x, "filename"), text_of(x, "text")};
         if (!json_is_string(json_object_get(x, "text")))
-            return oai_fail(e, 400, INVALID, NULL, "input_extra",
+            return cv_oai_fail(e, 400, INVALID, NULL, "input_extra",
                             "input_extra[%zu] must be {\"filename\": string, \"text\": string}", i);
     }
-    const sv_fim_parts parts = {.prefix = text_of(in, "input_prefix"), .suffix = text_of(in, "input_suffix"),
+    const cv_fim_parts parts = {.prefix = text_of(in, "input_prefix"), .suffix = text_of(in, "input_suffix"),
                                 .middle = text_of(in, "prompt"), .files = files, .n_files = (int)json_array_size(extra)};
     int32_t *ids = cv_malloc(sizeof *ids * (size_t)srv->n_ctx);
     if (!ids)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     char why[CV_ERRLEN];
-    const int n = sv_fim_prompt(srv->model, &parts, ids, srv->n_ctx, why, sizeof why);
+    const int n = cv_fim_prompt(srv->model, &parts, ids, srv->n_ctx, why, sizeof why);
     json_t *list = json_array();
     for (int k = 0; k < n; k++)
         json_array_append_new(list, json_integer(ids[k]));
     cv_free(ids);
     json_object_set_new(body, "prompt", list);
-    return n < 0 ? oai_fail(e, 400, INVALID, NULL, "input_prefix", "%s", why) : 0;
+    return n < 0 ? cv_oai_fail(e, 400, INVALID, NULL, "input_prefix", "%s", why) : 0;
 }
 
-char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e)
+char *cv_llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e)
 {
-    json_t *in = oai_load_object(body, len, e);
+    json_t *in = cv_oai_load_object(body, len, e);
     if (!in)
         return NULL;
     json_t *out = json_deep_copy(in);
@@ -66,16 +66,16 @@ char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, s
         json_object_set_new(out, "stream", json_false());
     int rc = 0;
     if (n_probs && !(json_is_integer(n_probs) && json_integer_value(n_probs) == 0))
-        rc = oai_fail(e, 400, INVALID, NULL, "n_probs", "n_probs is not supported here: /v1/completions' logprobs "
+        rc = cv_oai_fail(e, 400, INVALID, NULL, "n_probs", "n_probs is not supported here: /v1/completions' logprobs "
                                                         "gives the same figures");
     if (rc == 0 && infill)
         rc = infill_prompt(srv, in, out, e);
     json_decref(in);
-    char *text = rc ? NULL : oai_json_text(out);
+    char *text = rc ? NULL : cv_oai_json_text(out);
     if (rc)
         json_decref(out);
     else if (!text)
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return text;
 }
 
@@ -95,7 +95,7 @@ static void set_figures(json_t *j, const oai_server *srv, const char *finish, co
                                                 predict_s > 0 ? st->eval_tokens / predict_s : 0.0));
 }
 
-char *llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none)
+char *cv_llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none)
 {
     *none = c->usage_only;
     if (*none)
@@ -105,14 +105,14 @@ char *llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollam
     if (j && c->finish)
         set_figures(j, srv, c->finish, st);
     json_decref(c->logprobs);
-    return oai_json_text(j);
+    return cv_oai_json_text(j);
 }
 
-char *llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st)
+char *cv_llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st)
 {
     json_t *j = json_pack("{s:s%,s:b,s:i}", "content", a->text, a->text_len, "stop", 1, "index", 0);
     if (j)
         set_figures(j, srv, a->finish, st);
     json_decref(a->logprobs);
-    return oai_json_text(j);
+    return cv_oai_json_text(j);
 }

@@ -3,7 +3,7 @@
  * (llama.vim, llama.vscode, and llama-server's own examples).
  *
  * Contract: a body is read as the /v1/completions body it means
- * (llamacpp_to_openai), so oai_parse_request checks it as every request:
+ * (cv_llamacpp_to_openai), so cv_oai_parse_request checks it as every request:
  * n_predict becomes max_tokens (a negative one: up to the context), the
  * sampling members, stop, seed, stream (default false), ignore_eos,
  * logit_bias, grammar, json_schema, cache_prompt and id_slot keep their
@@ -29,9 +29,9 @@
 
 /* The /v1/completions body for a /completion (infill false) or /infill
  * body; NULL with e filled. */
-char *llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e);
+char *cv_llamacpp_to_openai(const oai_server *srv, bool infill, const char *body, size_t len, oai_error *e);
 /* A streamed event's JSON for a chunk (usage-only chunks give nothing: NULL with *none). */
-char *llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none);
-char *llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st);
+char *cv_llamacpp_chunk_json(const oai_server *srv, const oai_chunk *c, const ollama_stats *st, bool *none);
+char *cv_llamacpp_answer_json(const oai_server *srv, const oai_answer *a, const ollama_stats *st);
 
 #endif

@@ -9,12 +9,12 @@
 /* Set once before the server's threads start, read by all of them. */
 static bool verbose;
 
-void sv_log_set_verbose(bool on) { verbose = on; }
+void cv_log_set_verbose(bool on) { verbose = on; }
 
-void sv_log(sv_log_level level, const char *fmt, ...)
+void cv_log(cv_log_level level, const char *fmt, ...)
 {
     static const char *const names[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
-    if (level == SV_LOG_DEBUG && !verbose)
+    if (level == CV_LOG_DEBUG && !verbose)
         return;
     char line[2048];
     struct timespec ts;
@@ -33,8 +33,8 @@ void sv_log(sv_log_level level, const char *fmt, ...)
     fputs(line, stderr);
 }
 
-void sv_log_engine(void *user, const char *line)
+void cv_log_engine(void *user, const char *line)
 {
     (void)user;
-    sv_log(SV_LOG_INFO, "%s", line);
+    cv_log(CV_LOG_INFO, "%s", line);
 }

@@ -3,15 +3,15 @@
  * plain messages and, for llama3.1 and mistral, tool texts the caller
  * writes.
  *
- * Contract: sv_native_tool_format names the call format a family's
+ * Contract: cv_native_tool_format names the call format a family's
  * reference template teaches: Hermes for chatml, qwen2.5 and qwen3 (as
  * Qwen2.5's and Qwen3's templates write tools), Llama 3 for llama3.1,
- * Mistral for mistral; SV_TOOLS_NONE for the families that render no
- * tools (the server refuses tools with them). sv_native_tools_needed says
+ * Mistral for mistral; CV_TOOLS_NONE for the families that render no
+ * tools (the server refuses tools with them). cv_native_tools_needed says
  * whether a conversation needs the rewrite: tools, a tool message, or an
  * assistant message with tool_calls.
  *
- * sv_native_tool_msgs rewrites a conversation into the messages whose
+ * cv_native_tool_msgs rewrites a conversation into the messages whose
  * native render (with out->tools as cv_chat_opts.tools) is what the
  * family's reference template writes for the conversation with its tools.
  * Hermes families (Qwen2.5's and Qwen3's templates): the tools in the
@@ -30,7 +30,7 @@
  * msgs[i].empty says whether the message's own content is empty, left out
  * where the template leaves it out). tools may be NULL (history with calls
  * and results only). out's messages point into its texts; release with
- * sv_native_chat_free. Returns 0, or -1 with a message (out of memory, a
+ * cv_native_chat_free. Returns 0, or -1 with a message (out of memory, a
  * tool call without a name, several calls in one llama3.1 message). */
 #ifndef CONVOY_SERVE_NATIVE_TOOLS_H
 #define CONVOY_SERVE_NATIVE_TOOLS_H
@@ -43,26 +43,26 @@
 #include "serve/buf.h"
 #include "serve/tools.h"
 
-typedef struct sv_native_chat {
+typedef struct cv_native_chat {
     cv_chat_msg *msgs;
-    sv_buf *texts;
+    cv_buf *texts;
     int n;
-    sv_buf tools; /* cv_chat_opts.tools (llama3.1, mistral), empty when not needed */
-} sv_native_chat;
+    cv_buf tools; /* cv_chat_opts.tools (llama3.1, mistral), empty when not needed */
+} cv_native_chat;
 
 /* One message of the conversation: its role and the request's message
  * (for tool_calls; may be NULL). */
-typedef struct sv_native_msg {
+typedef struct cv_native_msg {
     const char *role;
     const char *content; /* what the content stands for, or the marker in its place */
     bool empty;          /* the message's own content is empty */
     const json_t *json;
-} sv_native_msg;
+} cv_native_msg;
 
-sv_tool_format sv_native_tool_format(cv_chat_kind k);
-bool sv_native_tools_needed(const sv_native_msg *msgs, int n, const json_t *tools);
-int sv_native_tool_msgs(cv_chat_kind k, const sv_native_msg *msgs, int n, const json_t *tools, sv_native_chat *out,
+cv_tool_format cv_native_tool_format(cv_chat_kind k);
+bool cv_native_tools_needed(const cv_native_msg *msgs, int n, const json_t *tools);
+int cv_native_tool_msgs(cv_chat_kind k, const cv_native_msg *msgs, int n, const json_t *tools, cv_native_chat *out,
                         char *err, size_t errlen);
-void sv_native_chat_free(sv_native_chat *c);
+void cv_native_chat_free(cv_native_chat *c);
 
 #endif

@@ -3,7 +3,7 @@
  * Design: parsing reads the body with jansson into a tree, checks each
  * known field with one helper per JSON type (absent and null both mean
  * "not given"), then builds the prompt: a completion's string or token
- * list, or the chat messages rendered by sv_render_chat. Everything the
+ * list, or the chat messages rendered by cv_serve_render_chat. Everything the
  * request keeps (prompt tokens, stop strings) is copied out of the tree,
  * which is freed before returning. Responses are built as jansson trees
  * and dumped compactly. */
@@ -33,7 +33,7 @@
 #define INVALID "invalid_request_error"
 enum { MAX_STOP = 16, MAX_STOP_LEN = 1024 };
 
-int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+int cv_oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
 {
     e->status = status;
     e->type = type;
@@ -54,7 +54,7 @@ static const char *prompt_param(oai_kind k)
 
 static int bad(oai_error *e, const char *param, const char *fmt, const char *what)
 {
-    return oai_fail(e, 400, INVALID, NULL, param, fmt, param, what);
+    return cv_oai_fail(e, 400, INVALID, NULL, param, fmt, param, what);
 }
 
 /* The value of key, or NULL when absent or null. */
@@ -73,7 +73,7 @@ static int get_number(const json_t *o, const char *key, double lo, double hi, fl
         return bad(e, key, "'%s' must be %s", "a number");
     const double d = json_number_value(v);
     if (!(d >= lo && d <= hi))
-        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+        return cv_oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
     *out = (float)d;
     return 0;
 }
@@ -87,7 +87,7 @@ static int get_int(const json_t *o, const char *key, long long lo, long long hi,
         return bad(e, key, "'%s' must be %s", "an integer");
     const long long x = json_integer_value(v);
     if (x < lo || x > hi)
-        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+        return cv_oai_fail(e, 400, INVALID, NULL, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
     *out = x;
     return 0;
 }
@@ -108,12 +108,12 @@ static int add_stop(oai_request *r, const char *s, size_t n, oai_error *e)
     if (n == 0)
         return 0;
     if (r->n_stop == MAX_STOP)
-        return oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
+        return cv_oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
     if (n > MAX_STOP_LEN)
-        return oai_fail(e, 400, INVALID, NULL, "stop", "a stop string may be at most %d bytes long", MAX_STOP_LEN);
+        return cv_oai_fail(e, 400, INVALID, NULL, "stop", "a stop string may be at most %d bytes long", MAX_STOP_LEN);
     char *c = cv_malloc(n + 1);
     if (!c)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     memcpy(c, s, n);
     c[n] = 0;
     r->stop[r->n_stop++] = c;
@@ -130,7 +130,7 @@ static int parse_stop(const json_t *body, oai_request *r, oai_error *e)
     if (!json_is_array(v))
         return bad(e, "stop", "'%s' must be %s", "a string or a list of strings");
     if (json_array_size(v) > MAX_STOP - 2)
-        return oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
+        return cv_oai_fail(e, 400, INVALID, NULL, "stop", "'stop' may hold at most %d strings", MAX_STOP - 2);
     size_t i;
     json_t *s;
     json_array_foreach(v, i, s)
@@ -148,10 +148,10 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
 {
     long long n = 1;
     if (kind == OAI_COMPLETIONS && get_int(body, "best_of", 1, 1, &n, e))
-        return oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
+        return cv_oai_fail(e, 400, INVALID, NULL, "best_of", "only best_of = 1 is supported");
     json_t *v = opt(body, "tools");
     if (kind == OAI_COMPLETIONS && v && (!json_is_array(v) || json_array_size(v) > 0))
-        return oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions and "
+        return cv_oai_fail(e, 400, INVALID, NULL, "tools", "tools are supported on /v1/chat/completions and "
                                                         "/v1/responses only");
     return 0;
 }
@@ -160,11 +160,11 @@ static int refuse_unsupported(const json_t *body, oai_kind kind, oai_error *e)
 static int take_grammar(oai_request *r, char *grammar, const char *param, oai_error *e)
 {
     if (!grammar)
-        return oai_fail(e, 500, "server_error", NULL, param, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, param, "out of memory");
     char why[CV_ERRLEN];
     if (convoy_grammar_check(grammar, strlen(grammar), why, sizeof why)) {
         cv_free(grammar);
-        return oai_fail(e, 400, INVALID, NULL, param, "the grammar is refused: %s", why);
+        return cv_oai_fail(e, 400, INVALID, NULL, param, "the grammar is refused: %s", why);
     }
     r->grammar = grammar;
     r->params.grammar = grammar;
@@ -180,7 +180,7 @@ static int take_schema(oai_request *r, const json_t *schema, const char *param, 
     char why[CV_ERRLEN];
     char *g = cv_schema_grammar(schema, why, sizeof why);
     if (!g)
-        return oai_fail(e, 400, INVALID, NULL, param, "the JSON schema is not supported: %s", why);
+        return cv_oai_fail(e, 400, INVALID, NULL, param, "the JSON schema is not supported: %s", why);
     return take_grammar(r, g, param, e);
 }
 
@@ -204,11 +204,11 @@ static int parse_format_object(oai_request *r, const json_t *f, const char *para
         const json_t *holder = schema_inside ? f : json_object_get(f, "json_schema");
         const json_t *schema = json_object_get(holder, "schema");
         if (!schema)
-            return oai_fail(e, 400, INVALID, NULL, param, "a json_schema format needs its \"schema\"");
+            return cv_oai_fail(e, 400, INVALID, NULL, param, "a json_schema format needs its \"schema\"");
         return take_schema(r, schema, param, e);
     }
-    return oai_fail(e, 400, INVALID, NULL, param, "the format type '%s' is not one of text, json_object, json_schema",
-                    type);
+    return cv_oai_fail(e, 400, INVALID, NULL, param,
+                       "the format type '%s' is not one of text, json_object, json_schema", type);
 }
 
 /* Constrained output, from at most one of: response_format (chat and
@@ -219,10 +219,10 @@ static int parse_format(const json_t *body, oai_kind kind, oai_request *r, oai_e
     const json_t *rf = opt(body, "response_format"), *tf = opt(opt(body, "text"), "format");
     const json_t *js = opt(body, "json_schema"), *gr = opt(body, "grammar");
     if (kind == OAI_RESPONSES && rf)
-        return oai_fail(e, 400, INVALID, NULL, "response_format", "/v1/responses takes text.format instead");
+        return cv_oai_fail(e, 400, INVALID, NULL, "response_format", "/v1/responses takes text.format instead");
     const int n = (rf != NULL) + (tf != NULL) + (js != NULL) + (gr != NULL);
     if (n > 1)
-        return oai_fail(e, 400, INVALID, NULL, gr ? "grammar" : "json_schema",
+        return cv_oai_fail(e, 400, INVALID, NULL, gr ? "grammar" : "json_schema",
                         "give one of response_format, text.format, json_schema and grammar");
     if (rf)
         return parse_format_object(r, rf, "response_format", false, e);
@@ -283,8 +283,8 @@ static int parse_logit_bias(const oai_server *srv, const json_t *body, oai_reque
 {
     const json_t *v = opt(body, "logit_bias");
     char why[CV_ERRLEN];
-    if (v && sv_logit_bias_parse(srv->model, v, &r->bias, &r->params.sampler.n_logit_bias, why, sizeof why))
-        return oai_fail(e, strcmp(why, "out of memory") ? 400 : 500, INVALID, NULL, "logit_bias", "'logit_bias': %s",
+    if (v && cv_logit_bias_parse(srv->model, v, &r->bias, &r->params.sampler.n_logit_bias, why, sizeof why))
+        return cv_oai_fail(e, strcmp(why, "out of memory") ? 400 : 500, INVALID, NULL, "logit_bias", "'logit_bias': %s",
                         why);
     r->params.sampler.logit_bias = r->bias;
     return 0;
@@ -295,7 +295,8 @@ static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai
     long long top = -1;
     if (kind == OAI_RESPONSES) {
         if (opt(body, "top_logprobs"))
-            return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' is not supported on /v1/responses");
+            return cv_oai_fail(e, 400, INVALID, NULL, "top_logprobs",
+                               "'top_logprobs' is not supported on /v1/responses");
     } else if (kind == OAI_COMPLETIONS) {
         if (get_int(body, "logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &top, e))
             return -1;
@@ -307,7 +308,7 @@ static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai
         if (get_int(body, "top_logprobs", 0, CONVOY_MAX_TOP_LOGPROBS, &k, e))
             return -1;
         if (k >= 0 && !on)
-            return oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+            return cv_oai_fail(e, 400, INVALID, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
         top = on ? (k >= 0 ? k : 0) : -1;
     }
     r->params.top_logprobs = (int32_t)top;
@@ -321,12 +322,13 @@ static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, 
 {
     r->prompt = cv_malloc(sizeof(int32_t) * (size_t)srv->n_ctx);
     if (!r->prompt)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     const int n = convoy_tokenize_spans(srv->model, text, len, true, plain, n_plain, r->prompt, srv->n_ctx);
     if (n == INT_MIN)
-        return oai_fail(e, 400, INVALID, NULL, prompt_param(r->kind), "the prompt cannot be tokenized (too long)");
+        return cv_oai_fail(e, 400, INVALID, NULL, prompt_param(r->kind), "the prompt cannot be tokenized (too long)");
     if (n < 0)
-        return oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(r->kind), "the prompt has %d tokens, more than the context of %d tokens", -n, srv->n_ctx);
+        return cv_oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(r->kind),
+                           "the prompt has %d tokens, more than the context of %d tokens", -n, srv->n_ctx);
     r->params.n_prompt = n;
     return 0;
 }
@@ -340,13 +342,13 @@ static int fim_prompt(const oai_server *srv, const json_t *prompt, const json_t 
         return bad(e, "suffix", "'%s' needs %s", "a string prompt and a string suffix");
     r->prompt = cv_malloc(sizeof(int32_t) * (size_t)srv->n_ctx);
     if (!r->prompt)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    const sv_fim_parts parts = {.prefix = {json_string_value(prompt), json_string_length(prompt)},
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const cv_fim_parts parts = {.prefix = {json_string_value(prompt), json_string_length(prompt)},
                                 .suffix = {json_string_value(suffix), json_string_length(suffix)}};
     char why[CV_ERRLEN];
-    const int n = sv_fim_prompt(srv->model, &parts, r->prompt, srv->n_ctx - 1, why, sizeof why);
+    const int n = cv_fim_prompt(srv->model, &parts, r->prompt, srv->n_ctx - 1, why, sizeof why);
     if (n < 0)
-        return oai_fail(e, 400, INVALID, NULL, "suffix", "%s", why);
+        return cv_oai_fail(e, 400, INVALID, NULL, "suffix", "%s", why);
     r->params.n_prompt = n;
     return 0;
 }
@@ -362,13 +364,13 @@ static int parse_echo(const oai_server *srv, const json_t *body, oai_request *r,
     if (!echo)
         return 0;
     if (opt(body, "logprobs"))
-        return oai_fail(e, 400, INVALID, NULL, "echo", "'echo' with 'logprobs' (the prompt's own) is not supported");
+        return cv_oai_fail(e, 400, INVALID, NULL, "echo", "'echo' with 'logprobs' (the prompt's own) is not supported");
     const json_t *p = opt(body, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
-    const int rc = json_is_string(p) ? sv_buf_append(&r->echo, json_string_value(p), json_string_length(p))
-                                     : sv_text_of(srv->model, r->prompt, r->params.n_prompt, &r->echo);
-    return rc ? oai_fail(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
+    const int rc = json_is_string(p) ? cv_buf_append(&r->echo, json_string_value(p), json_string_length(p))
+                                     : cv_text_of(srv->model, r->prompt, r->params.n_prompt, &r->echo);
+    return rc ? cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
 }
 
 static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
@@ -377,7 +379,7 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
     if (p && opt(body, "suffix"))
         return fim_prompt(srv, p, opt(body, "suffix"), r, e);
     if (!p)
-        return oai_fail(e, 400, INVALID, NULL, "prompt", "you must provide a 'prompt'");
+        return cv_oai_fail(e, 400, INVALID, NULL, "prompt", "you must provide a 'prompt'");
     if (json_is_array(p) && json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) ||
                                                         json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
@@ -387,13 +389,13 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
         return bad(e, "prompt", "'%s' must be %s", "a string or a list of token ids");
     const size_t n = json_array_size(p);
     if (n > 0 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        return oai_fail(e, 400, INVALID, NULL, "prompt", "only one prompt per request is supported");
+        return cv_oai_fail(e, 400, INVALID, NULL, "prompt", "only one prompt per request is supported");
     if (n >= (size_t)srv->n_ctx)
-        return oai_fail(e, 400, INVALID, "context_length_exceeded", "prompt",
+        return cv_oai_fail(e, 400, INVALID, "context_length_exceeded", "prompt",
                         "the prompt has %zu tokens, more than the context of %d tokens", n, srv->n_ctx);
     r->prompt = cv_malloc(sizeof(int32_t) * (n ? n : 1));
     if (!r->prompt)
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     convoy_model_info info;
     convoy_model_get_info(srv->model, &info);
     size_t i;
@@ -401,7 +403,7 @@ static int parse_prompt(const oai_server *srv, const json_t *body, oai_request *
     json_array_foreach(p, i, t)
     {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= info.n_vocab)
-            return oai_fail(e, 400, INVALID, NULL, "prompt",
+            return cv_oai_fail(e, 400, INVALID, NULL, "prompt",
                             "'prompt' item %zu is not a token id (an integer in [0, %d))", i, info.n_vocab);
         r->prompt[i] = (int32_t)json_integer_value(t);
     }
@@ -420,15 +422,15 @@ static bool text_part(const json_t *type)
 /* A message's content: a string, a list of text parts (joined by
  * newlines), or null (""); appended to out. Roles are system (also
  * OpenAI's "developer"), user and assistant. */
-static int message_content(const json_t *m, const char *param, size_t i, sv_buf *out, oai_error *e)
+static int message_content(const json_t *m, const char *param, size_t i, cv_buf *out, oai_error *e)
 {
     json_t *c = opt(m, "content");
     if (!c)
         return 0;
     if (json_is_string(c))
-        return sv_buf_append(out, json_string_value(c), json_string_length(c));
+        return cv_buf_append(out, json_string_value(c), json_string_length(c));
     if (!json_is_array(c))
-        return oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].content must be a string or a list of content parts",
+        return cv_oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].content must be a string or a list of content parts",
                         param, i);
     size_t k;
     json_t *part;
@@ -436,11 +438,11 @@ static int message_content(const json_t *m, const char *param, size_t i, sv_buf 
     {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!text_part(type) || !json_is_string(text))
-            return oai_fail(e, 400, INVALID, NULL, param,
+            return cv_oai_fail(e, 400, INVALID, NULL, param,
                             "%s[%zu].content[%zu]: only text parts ({\"type\": \"text\", \"text\": ...}) "
                             "are supported", param, i, k);
-        if ((k > 0 && sv_buf_puts(out, "\n")) || sv_buf_append(out, json_string_value(text), json_string_length(text)))
-            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        if ((k > 0 && cv_buf_puts(out, "\n")) || cv_buf_append(out, json_string_value(text), json_string_length(text)))
+            return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     return 0;
 }
@@ -448,30 +450,30 @@ static int message_content(const json_t *m, const char *param, size_t i, sv_buf 
 /* The messages msgs (a non-empty array, given in the request's field
  * param) rendered with the chat template and the request's variables:
  * the prompt and its content spans (release with cv_free). */
-static int chat_prompt(const oai_server *srv, const json_t *msgs, const char *param, const sv_chat_vars *vars,
-                       const sv_render_watch *watch, sv_buf *prompt, convoy_span **spans, int *n_spans,
+static int chat_prompt(const oai_server *srv, const json_t *msgs, const char *param, const cv_serve_chat_vars *vars,
+                       const cv_serve_render_watch *watch, cv_buf *prompt, convoy_span **spans, int *n_spans,
                        oai_error *e)
 {
     const size_t n = json_array_size(msgs);
-    sv_chat_msg *cm = cv_calloc(n, sizeof *cm);
-    sv_buf *texts = cv_calloc(n, sizeof *texts);
+    cv_serve_chat_msg *cm = cv_calloc(n, sizeof *cm);
+    cv_buf *texts = cv_calloc(n, sizeof *texts);
     char err[256];
     int rc = -1;
     if (!cm || !texts) {
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
         if (!json_is_object(m) || !json_is_string(role)) {
-            oai_fail(e, 400, INVALID, NULL, param, "%s[%zu] must be an object with a string 'role'", param, i);
+            cv_oai_fail(e, 400, INVALID, NULL, param, "%s[%zu] must be an object with a string 'role'", param, i);
             goto done;
         }
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
-            oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].role must be system, developer, user, assistant or tool",
+            cv_oai_fail(e, 400, INVALID, NULL, param, "%s[%zu].role must be system, developer, user, assistant or tool",
                      param, i);
             goto done;
         }
@@ -481,34 +483,34 @@ static int chat_prompt(const oai_server *srv, const json_t *msgs, const char *pa
         cm[i].content = texts[i].p ? texts[i].p : "";
         cm[i].json = m;
     }
-    if (sv_render_chat(srv->chat, cm, (int)n, vars, watch, prompt, spans, n_spans, err, sizeof err)) {
-        oai_fail(e, 400, INVALID, NULL, param, "%s", err);
+    if (cv_serve_render_chat(srv->chat, cm, (int)n, vars, watch, prompt, spans, n_spans, err, sizeof err)) {
+        cv_oai_fail(e, 400, INVALID, NULL, param, "%s", err);
         goto done;
     }
     rc = 0;
 done:
     for (size_t i = 0; texts && i < n; i++)
-        sv_buf_free(&texts[i]);
+        cv_buf_free(&texts[i]);
     cv_free(texts);
     cv_free(cm);
     return rc;
 }
 
 /* The messages rendered, tokenized, and the template's stop strings. */
-static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, const sv_chat_vars *vars,
+static int render_messages(const oai_server *srv, const json_t *msgs, const char *param, const cv_serve_chat_vars *vars,
                            oai_request *r, oai_error *e)
 {
-    sv_buf prompt = {0};
+    cv_buf prompt = {0};
     convoy_span *spans = NULL;
     int n_spans = 0;
     int rc = chat_prompt(srv, msgs, param, vars, r->watch, &prompt, &spans, &n_spans, e);
     if (rc == 0)
         rc = tokenize_prompt(srv, prompt.p, prompt.n, spans, n_spans, r, e);
-    r->think_open = rc == 0 && sv_think_opens(prompt.p, prompt.n);
-    for (const char *const *s = sv_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
+    r->think_open = rc == 0 && cv_think_opens(prompt.p, prompt.n);
+    for (const char *const *s = cv_serve_chat_stop_strings(srv->chat); rc == 0 && *s; s++)
         rc = add_stop(r, *s, strlen(*s), e);
     cv_free(spans);
-    sv_buf_free(&prompt);
+    cv_buf_free(&prompt);
     return rc;
 }
 
@@ -517,28 +519,28 @@ static int render_messages(const oai_server *srv, const json_t *msgs, const char
  * (the Jinja template's, or a built-in family's: serve/native_tools.h),
  * *choice what tool_choice asks; add_generation_prompt and
  * chat_template_kwargs as given. */
-static int parse_chat_vars(const oai_server *srv, const json_t *body, sv_chat_vars *vars, sv_tool_format *format,
-                           sv_tool_choice *choice, oai_error *e)
+static int parse_chat_vars(const oai_server *srv, const json_t *body, cv_serve_chat_vars *vars, cv_tool_format *format,
+                           cv_tool_choice *choice, oai_error *e)
 {
     const json_t *t = opt(body, "tools");
-    *vars = (sv_chat_vars){.add_generation_prompt = opt(body, "add_generation_prompt"),
+    *vars = (cv_serve_chat_vars){.add_generation_prompt = opt(body, "add_generation_prompt"),
                            .kwargs = opt(body, "chat_template_kwargs")};
-    *format = SV_TOOLS_NONE;
+    *format = CV_TOOLS_NONE;
     if (vars->kwargs && !json_is_object(vars->kwargs))
         return bad(e, "chat_template_kwargs", "'%s' must be %s", "an object");
     if (t && !json_is_array(t))
         return bad(e, "tools", "'%s' must be %s", "a list of tools");
     char why[CV_ERRLEN];
-    if (sv_tool_choice_read(t, opt(body, "tool_choice"), choice, why, sizeof why))
-        return oai_fail(e, 400, INVALID, NULL, strncmp(why, "tools", 5) ? "tool_choice" : "tools", "%s", why);
-    const bool forced = choice->mode == SV_TOOL_REQUIRED || choice->mode == SV_TOOL_NAMED;
+    if (cv_tool_choice_read(t, opt(body, "tool_choice"), choice, why, sizeof why))
+        return cv_oai_fail(e, 400, INVALID, NULL, strncmp(why, "tools", 5) ? "tool_choice" : "tools", "%s", why);
+    const bool forced = choice->mode == CV_TOOL_REQUIRED || choice->mode == CV_TOOL_NAMED;
     if (forced && json_array_size(t) == 0)
-        return oai_fail(e, 400, INVALID, NULL, "tool_choice", "a forced tool_choice needs 'tools'");
-    if (!t || json_array_size(t) == 0 || choice->mode == SV_TOOL_NONE)
+        return cv_oai_fail(e, 400, INVALID, NULL, "tool_choice", "a forced tool_choice needs 'tools'");
+    if (!t || json_array_size(t) == 0 || choice->mode == CV_TOOL_NONE)
         return 0;
-    *format = srv->chat->jinja ? srv->chat->tools : sv_native_tool_format(srv->chat->kind);
-    if (!srv->chat->jinja && *format == SV_TOOLS_NONE)
-        return oai_fail(e, 400, INVALID, NULL, "tools", "the built-in chat template %s has no tool format",
+    *format = srv->chat->jinja ? srv->chat->tools : cv_native_tool_format(srv->chat->kind);
+    if (!srv->chat->jinja && *format == CV_TOOLS_NONE)
+        return cv_oai_fail(e, 400, INVALID, NULL, "tools", "the built-in chat template %s has no tool format",
                         srv->chat->name);
     vars->tools = t;
     return 0;
@@ -546,22 +548,22 @@ static int parse_chat_vars(const oai_server *srv, const json_t *body, sv_chat_va
 
 /* A forced call (tool_choice "required" or a function) held to a grammar
  * in the format the template teaches; parallel_tool_calls false: one. */
-static int force_call(const json_t *body, const sv_chat_vars *vars, const sv_tool_choice *choice, oai_request *r,
+static int force_call(const json_t *body, const cv_serve_chat_vars *vars, const cv_tool_choice *choice, oai_request *r,
                       oai_error *e)
 {
-    if (choice->mode != SV_TOOL_REQUIRED && choice->mode != SV_TOOL_NAMED)
+    if (choice->mode != CV_TOOL_REQUIRED && choice->mode != CV_TOOL_NAMED)
         return 0;
     if (r->grammar)
-        return oai_fail(e, 400, INVALID, NULL, "tool_choice",
+        return cv_oai_fail(e, 400, INVALID, NULL, "tool_choice",
                         "a forced tool call (tool_choice) cannot be combined with response_format, json_schema or "
                         "grammar");
     bool parallel = true;
     if (get_bool(body, "parallel_tool_calls", &parallel, e))
         return -1;
     char why[CV_ERRLEN];
-    char *g = sv_tool_grammar(r->tools, vars->tools, choice->name, parallel, why, sizeof why);
+    char *g = cv_tool_grammar(r->tools, vars->tools, choice->name, parallel, why, sizeof why);
     if (!g)
-        return oai_fail(e, 400, INVALID, NULL, "tool_choice", "%s", why);
+        return cv_oai_fail(e, 400, INVALID, NULL, "tool_choice", "%s", why);
     return take_grammar(r, g, "tool_choice", e);
 }
 
@@ -570,7 +572,7 @@ static const json_t *chat_messages(const json_t *body, const char *param, oai_er
 {
     const json_t *msgs = opt(body, "messages");
     if (!msgs)
-        oai_fail(e, 400, INVALID, NULL, param, "you must provide '%s'", param);
+        cv_oai_fail(e, 400, INVALID, NULL, param, "you must provide '%s'", param);
     else if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         bad(e, param, "'%s' must be %s", "a non-empty list of messages");
     else
@@ -599,8 +601,8 @@ static int parse_reasoning_format(const oai_server *srv, const json_t *body, oai
 static int parse_chat(const oai_server *srv, const json_t *body, const char *param, oai_request *r, oai_error *e)
 {
     const json_t *msgs = chat_messages(body, param, e);
-    sv_chat_vars vars;
-    sv_tool_choice choice;
+    cv_serve_chat_vars vars;
+    cv_tool_choice choice;
     if (!msgs || parse_chat_vars(srv, body, &vars, &r->tools, &choice, e) || force_call(body, &vars, &choice, r, e) ||
         parse_reasoning_format(srv, body, r, e))
         return -1;
@@ -610,7 +612,7 @@ static int parse_chat(const oai_server *srv, const json_t *body, const char *par
 /* The Responses API's request as a chat (resp.h), parsed as one. */
 static int parse_input(const oai_server *srv, const json_t *body, oai_request *r, oai_error *e)
 {
-    json_t *chat = resp_chat_body(body, e);
+    json_t *chat = cv_resp_chat_body(body, e);
     const int rc = chat ? parse_chat(srv, chat, "input", r, e) : -1;
     json_decref(chat);
     return rc;
@@ -630,16 +632,16 @@ static int parse_max_tokens(const oai_server *srv, const json_t *body, oai_reque
         return 0;
     }
     if (m < 1)
-        return oai_fail(e, 400, INVALID, NULL, key, "'%s' must be at least 1, got %lld", key, m);
+        return cv_oai_fail(e, 400, INVALID, NULL, key, "'%s' must be at least 1, got %lld", key, m);
     if (m > room)
-        return oai_fail(e, 400, INVALID, NULL, key,
+        return cv_oai_fail(e, 400, INVALID, NULL, key,
                         "'%s' is %lld, but the prompt's %d tokens leave room for only %d in the context of %d "
                         "tokens", key, m, r->params.n_prompt, room, srv->n_ctx);
     r->params.max_tokens = (int32_t)m;
     return 0;
 }
 
-int oai_check_model(const oai_server *srv, const json_t *root, oai_error *e)
+int cv_oai_check_model(const oai_server *srv, const json_t *root, oai_error *e)
 {
     json_t *model = opt(root, "model");
     if (model && !json_is_string(model))
@@ -647,45 +649,45 @@ int oai_check_model(const oai_server *srv, const json_t *root, oai_error *e)
     if (!srv->strict_model)
         return 0;
     if (!model)
-        return oai_fail(e, 400, INVALID, NULL, "model", "you must provide a 'model' parameter");
+        return cv_oai_fail(e, 400, INVALID, NULL, "model", "you must provide a 'model' parameter");
     if (strcmp(json_string_value(model), srv->model_id))
-        return oai_fail(e, 404, INVALID, "model_not_found", "model",
+        return cv_oai_fail(e, 404, INVALID, "model_not_found", "model",
                         "the model '%.200s' does not exist: this server serves '%.200s'", json_string_value(model),
                         srv->model_id);
     return 0;
 }
 
-json_t *oai_load_object(const char *body, size_t len, oai_error *e)
+json_t *cv_oai_load_object(const char *body, size_t len, oai_error *e)
 {
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root)
-        oai_fail(e, 400, INVALID, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
+        cv_oai_fail(e, 400, INVALID, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
                  jerr.text, jerr.line, jerr.column);
     else if (!json_is_object(root))
-        oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
+        cv_oai_fail(e, 400, INVALID, NULL, NULL, "the request body must be a JSON object");
     else
         return root;
     json_decref(root);
     return NULL;
 }
 
-int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
-                      const sv_render_watch *watch, oai_request *out, oai_error *e)
+int cv_oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
+                      const cv_serve_render_watch *watch, oai_request *out, oai_error *e)
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->watch = watch;
-    json_t *root = oai_load_object(body, len, e);
+    json_t *root = cv_oai_load_object(body, len, e);
     if (!root)
         return -1;
     int rc = -1;
     out->stop = cv_calloc(MAX_STOP, sizeof *out->stop);
     if (!out->stop) {
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (oai_check_model(srv, root, e))
+    if (cv_oai_check_model(srv, root, e))
         goto done;
     json_t *so = opt(root, "stream_options");
     long long n_choices = 1;
@@ -699,7 +701,7 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
         goto done;
     if (so) {
         if (!out->stream) {
-            oai_fail(e, 400, INVALID, NULL, "stream_options", "'stream_options' is only allowed with stream: true");
+            cv_oai_fail(e, 400, INVALID, NULL, "stream_options", "'stream_options' is only allowed with stream: true");
             goto done;
         }
         if (!json_is_object(so)) {
@@ -716,12 +718,13 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
     if (parse_echo(srv, root, out, e))
         goto done;
     if (out->params.n_prompt == 0) {
-        oai_fail(e, 400, INVALID, NULL, prompt_param(kind), "the prompt is empty (and the model adds no BOS token)");
+        cv_oai_fail(e, 400, INVALID, NULL, prompt_param(kind), "the prompt is empty (and the model adds no BOS token)");
         goto done;
     }
     if (out->params.n_prompt >= srv->n_ctx) {
-        oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(kind), "the prompt has %d tokens; the context holds %d, so no token is left to generate",
-                 out->params.n_prompt, srv->n_ctx);
+        cv_oai_fail(e, 400, INVALID, "context_length_exceeded", prompt_param(kind),
+                    "the prompt has %d tokens; the context holds %d, so no token is left to generate",
+                    out->params.n_prompt, srv->n_ctx);
         goto done;
     }
     if (parse_max_tokens(srv, root, out, e))
@@ -731,31 +734,31 @@ int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, si
 done:
     json_decref(root);
     if (rc)
-        oai_request_free(out);
+        cv_oai_request_free(out);
     return rc;
 }
 
-char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
+char *cv_oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e)
 {
-    json_t *root = oai_load_object(body, len, e), *answer = NULL;
+    json_t *root = cv_oai_load_object(body, len, e), *answer = NULL;
     const json_t *msgs = root ? chat_messages(root, "messages", e) : NULL;
-    sv_chat_vars vars;
-    sv_tool_format format;
-    sv_tool_choice choice;
-    sv_buf prompt = {0};
+    cv_serve_chat_vars vars;
+    cv_tool_format format;
+    cv_tool_choice choice;
+    cv_buf prompt = {0};
     convoy_span *spans = NULL;
     int n_spans = 0;
     if (msgs && parse_chat_vars(srv, root, &vars, &format, &choice, e) == 0 &&
         chat_prompt(srv, msgs, "messages", &vars, NULL, &prompt, &spans, &n_spans, e) == 0 &&
         !(answer = json_pack("{s:s%}", "prompt", prompt.p ? prompt.p : "", prompt.n)))
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     cv_free(spans);
-    sv_buf_free(&prompt);
+    cv_buf_free(&prompt);
     json_decref(root);
-    return answer ? oai_json_text(answer) : NULL;
+    return answer ? cv_oai_json_text(answer) : NULL;
 }
 
-void oai_request_free(oai_request *r)
+void cv_oai_request_free(oai_request *r)
 {
     for (int i = 0; i < r->n_stop; i++)
         cv_free(r->stop[i]);
@@ -763,11 +766,11 @@ void oai_request_free(oai_request *r)
     cv_free(r->prompt);
     cv_free(r->grammar);
     cv_free(r->bias);
-    sv_buf_free(&r->echo);
+    cv_buf_free(&r->echo);
     memset(r, 0, sizeof *r);
 }
 
-char *oai_json_text(json_t *j)
+char *cv_oai_json_text(json_t *j)
 {
     if (!j)
         return NULL;
@@ -778,9 +781,9 @@ char *oai_json_text(json_t *j)
 
 static json_t *str_or_null(const char *s) { return s && *s ? json_string(s) : json_null(); }
 
-char *oai_error_json(const oai_error *e)
+char *cv_oai_error_json(const oai_error *e)
 {
-    return oai_json_text(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type, "param",
+    return cv_oai_json_text(json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type, "param",
                           str_or_null(e->param), "code", str_or_null(e->code)));
 }
 
@@ -789,19 +792,19 @@ static json_t *lp_real(float x) { return json_real(isfinite(x) ? (double)x : -99
 
 /* The piece of a token as a valid UTF-8 string (bytes of an incomplete or
  * invalid character become U+FFFD) and as its raw bytes. */
-static void token_strings(const convoy_model *m, int32_t id, sv_buf *text, char *raw, int *n_raw, int cap)
+static void token_strings(const convoy_model *m, int32_t id, cv_buf *text, char *raw, int *n_raw, int cap)
 {
     int n = convoy_token_piece(m, id, raw, cap);
     *n_raw = n < 0 ? 0 : n;
     text->n = 0;
-    sv_buf_append(text, "", 0);
+    cv_buf_append(text, "", 0);
     for (int i = 0; i < *n_raw;) {
         const size_t len = cv_utf8_len(raw + i, (size_t)(*n_raw - i));
         if (len) {
-            sv_buf_append(text, raw + i, len);
+            cv_buf_append(text, raw + i, len);
             i += (int)len;
         } else {
-            sv_buf_puts(text, "\xEF\xBF\xBD");
+            cv_buf_puts(text, "\xEF\xBF\xBD");
             i++;
         }
     }
@@ -815,17 +818,17 @@ static json_t *bytes_array(const char *raw, int n)
     return a;
 }
 
-json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, int32_t first, int32_t n,
+json_t *cv_oai_logprobs(const convoy_model *m, oai_kind kind, const cv_request *r, int32_t first, int32_t n,
                      int32_t top, size_t text_offset)
 {
     char raw[256];
     int n_raw;
-    sv_buf text = {0};
+    cv_buf text = {0};
     json_t *res = NULL;
     if (kind == OAI_COMPLETIONS) {
         json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
         for (int32_t i = first; i < first + n; i++) {
-            const convoy_logprob *lp = sv_request_logprobs(r, i);
+            const convoy_logprob *lp = cv_request_logprobs(r, i);
             token_strings(m, lp[0].id, &text, raw, &n_raw, sizeof raw);
             json_array_append_new(tokens, json_string(text.p));
             json_array_append_new(lps, lp_real(lp[0].logprob));
@@ -843,7 +846,7 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
     } else {
         json_t *content = json_array();
         for (int32_t i = first; i < first + n; i++) {
-            const convoy_logprob *lp = sv_request_logprobs(r, i);
+            const convoy_logprob *lp = cv_request_logprobs(r, i);
             json_t *alts = json_array();
             for (int32_t k = 1; k <= top; k++) {
                 token_strings(m, lp[k].id, &text, raw, &n_raw, sizeof raw);
@@ -857,7 +860,7 @@ json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, 
         }
         res = json_pack("{s:o,s:n}", "content", content, "refusal");
     }
-    sv_buf_free(&text);
+    cv_buf_free(&text);
     return res;
 }
 
@@ -869,7 +872,7 @@ static json_t *usage_json(const oai_usage *u)
 }
 
 /* OpenAI's tool_calls array: [{id, type "function", function {name, arguments}}]. */
-static json_t *tool_calls_json(const sv_tool_calls *calls)
+static json_t *tool_calls_json(const cv_tool_calls *calls)
 {
     json_t *a = json_array();
     for (int i = 0; i < calls->n; i++)
@@ -907,7 +910,7 @@ static json_t *choice_json(oai_kind kind, const oai_answer *a, int index)
                      "finish_reason", finish);
 }
 
-char *oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
+char *cv_oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
                        int n, const oai_usage *usage)
 {
     json_t *choices = json_array();
@@ -916,15 +919,15 @@ char *oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, lon
             json_decref(choices);
             choices = NULL;
         }
-    return oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", id, "object",
+    return cv_oai_json_text(json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", id, "object",
                                    kind == OAI_COMPLETIONS ? "text_completion" : "chat.completion", "created",
                                    (json_int_t)created, "model", srv->model_id, "choices", choices, "usage",
                                    usage_json(usage)));
 }
 
-char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a)
+char *cv_oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a)
 {
-    return oai_choices_json(srv, kind, id, created, a, 1, a->usage);
+    return cv_oai_choices_json(srv, kind, id, created, a, 1, a->usage);
 }
 
 /* A chat chunk's delta: a tool call's head or arguments, the end (empty),
@@ -945,7 +948,7 @@ static json_t *chat_delta(const oai_chunk *c)
     return c->first ? json_pack("{s:s,s:s%}", "role", "assistant", key, text, len) : json_pack("{s:s%}", key, text, len);
 }
 
-char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c)
+char *cv_oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c)
 {
     json_t *choices = json_array();
     json_t *logprobs = c->logprobs ? c->logprobs : json_null();
@@ -964,7 +967,7 @@ char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long 
                           (json_int_t)created, "model", srv->model_id, "choices", choices);
     if (j && (c->usage || c->include_usage))
         json_object_set_new(j, "usage", c->usage ? usage_json(c->usage) : json_null());
-    return oai_json_text(j);
+    return cv_oai_json_text(j);
 }
 
 static json_t *model_object(const oai_server *srv, long long created)
@@ -976,16 +979,19 @@ static json_t *model_object(const oai_server *srv, long long created)
                      "n_vocab", info.n_vocab, "n_layer", info.n_layer);
 }
 
-char *oai_models_json(const oai_server *srv, long long created)
+char *cv_oai_models_json(const oai_server *srv, long long created)
 {
-    return oai_json_text(json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(srv, created)));
+    return cv_oai_json_text(json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(srv, created)));
 }
 
-char *oai_model_json(const oai_server *srv, long long created) { return oai_json_text(model_object(srv, created)); }
-
-char *oai_health_json(const char *error)
+char *cv_oai_model_json(const oai_server *srv, long long created)
 {
-    return oai_json_text(error ? json_pack("{s:s,s:{s:i,s:s,s:s}}", "status", "unavailable", "error", "code", 503,
+    return cv_oai_json_text(model_object(srv, created));
+}
+
+char *cv_oai_health_json(const char *error)
+{
+    return cv_oai_json_text(error ? json_pack("{s:s,s:{s:i,s:s,s:s}}", "status", "unavailable", "error", "code", 503,
                                            "message", error, "type", "unavailable_error")
                                : json_pack("{s:s}", "status", "ok"));
 }

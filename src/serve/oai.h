@@ -1,6 +1,6 @@
 /* oai.h: the OpenAI API's shapes: request bodies in, JSON bodies out.
  *
- * Contract: oai_parse_request checks a /v1/completions,
+ * Contract: cv_oai_parse_request checks a /v1/completions,
  * /v1/chat/completions or /v1/responses body completely before anything
  * runs: JSON syntax, the type and range of every parameter it knows, the
  * model name, the prompt (a string, or one list of token ids; for chat,
@@ -67,7 +67,7 @@ typedef struct oai_server {
     const convoy_model *model;
     const char *model_id;
     int32_t n_ctx;
-    const sv_chat *chat;
+    const cv_serve_chat *chat;
     bool strict_model;
     bool split_reasoning; /* --reasoning-format deepseek (the default): chat answers' <think> blocks become
                              reasoning_content (serve/think.h); a request's reasoning_format overrides it */
@@ -80,48 +80,48 @@ typedef struct oai_request {
     bool stream;
     bool include_usage;
     int32_t *prompt;
-    sv_request_params params; /* params.prompt points into prompt */
+    cv_request_params params; /* params.prompt points into prompt */
     char **stop;              /* stop strings (with the template's end-of-turn texts for chat) */
-    sv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
+    cv_tool_format tools;     /* chat with tools (tool_choice not "none"): how to read calls back; else NONE */
     bool split_reasoning;     /* chat: <think> blocks become reasoning_content */
     bool think_open;          /* chat: the prompt opened a <think> block (think.h) */
     char *grammar;            /* the output's grammar (params.grammar), or NULL */
     convoy_logit_bias *bias;  /* params.sampler.logit_bias, or NULL */
-    sv_buf echo;              /* completions with echo: the prompt's text, which starts the answer */
+    cv_buf echo;              /* completions with echo: the prompt's text, which starts the answer */
     int n_stop;
     int n_choices;            /* n: choices asked for (1..OAI_MAX_CHOICES); the caller runs them */
-    const sv_render_watch *watch; /* oai_parse_request's, while it runs */
+    const cv_serve_render_watch *watch; /* cv_oai_parse_request's, while it runs */
 } oai_request;
 
 /* watch: NULL, or how the chat template's render learns that the client left. */
-int oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
-                      const sv_render_watch *watch, oai_request *out, oai_error *e);
-void oai_request_free(oai_request *r);
+int cv_oai_parse_request(const oai_server *srv, oai_kind kind, const char *body, size_t len, uint64_t default_seed,
+                      const cv_serve_render_watch *watch, oai_request *out, oai_error *e);
+void cv_oai_request_free(oai_request *r);
 /* llama-server's /apply-template: a chat body's messages, tools and
- * chat_template_kwargs rendered exactly as oai_parse_request renders them
+ * chat_template_kwargs rendered exactly as cv_oai_parse_request renders them
  * for the model, answered {"prompt": TEXT}; NULL with e filled. */
-char *oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
+char *cv_oai_apply_template_json(const oai_server *srv, const char *body, size_t len, oai_error *e);
 
-/* Fills e; returns -1 so that failure paths read `return oai_fail(...)`. */
-int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+/* Fills e; returns -1 so that failure paths read `return cv_oai_fail(...)`. */
+int cv_oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
-char *oai_error_json(const oai_error *e);
+char *cv_oai_error_json(const oai_error *e);
 /* j's compact JSON text (free with free), j released; NULL for NULL or when out of memory. */
-char *oai_json_text(json_t *j);
+char *cv_oai_json_text(json_t *j);
 /* The request body as a JSON object, or NULL with e filled (400). */
-json_t *oai_load_object(const char *body, size_t len, oai_error *e);
+json_t *cv_oai_load_object(const char *body, size_t len, oai_error *e);
 /* The request's "model": any name (or none) unless the server is strict;
  * -1 with e filled. */
-int oai_check_model(const oai_server *srv, const json_t *root, oai_error *e);
+int cv_oai_check_model(const oai_server *srv, const json_t *root, oai_error *e);
 
 /* The logprobs of n tokens in the shape of the request's kind:
  * completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
  * (offsets counted from text_offset); chat: {"content": [...]}. Returns a
  * new reference (NULL when out of memory). */
-json_t *oai_logprobs(const convoy_model *m, oai_kind kind, const sv_request *r, int32_t first, int32_t n,
+json_t *cv_oai_logprobs(const convoy_model *m, oai_kind kind, const cv_request *r, int32_t first, int32_t n,
                      int32_t top, size_t text_offset);
 
 typedef struct oai_usage {
@@ -143,13 +143,14 @@ typedef struct oai_answer {
     const char *reasoning;
     size_t reasoning_len;
     const char *finish;
-    const sv_tool_calls *calls;
+    const cv_tool_calls *calls;
     json_t *logprobs;
     const oai_usage *usage;
 } oai_answer;
-char *oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a);
+char *cv_oai_response_json(const oai_server *srv, oai_kind kind, const char *id, long long created,
+                           const oai_answer *a);
 /* The same with n choices (index i: a[i]) and the usage of them all. */
-char *oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
+char *cv_oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_answer *a,
                        int n, const oai_usage *usage);
 
 /* A streamed chunk: text (with the role in the first of a chat), or
@@ -167,15 +168,15 @@ typedef struct oai_chunk {
     const oai_usage *usage;
     bool include_usage;
     bool usage_only;
-    const sv_tool_call *call;
+    const cv_tool_call *call;
     int call_index;
     bool call_args;
 } oai_chunk;
-char *oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
+char *cv_oai_chunk_json(const oai_server *srv, oai_kind kind, const char *id, long long created, const oai_chunk *c);
 /* {"status":"ok"}, or for a 503 {"status":"unavailable","error":{"code":503,
  * "message":MESSAGE,"type":"unavailable_error"}} (llama-server's error). */
-char *oai_health_json(const char *error);
-char *oai_models_json(const oai_server *srv, long long created);
-char *oai_model_json(const oai_server *srv, long long created);
+char *cv_oai_health_json(const char *error);
+char *cv_oai_models_json(const oai_server *srv, long long created);
+char *cv_oai_model_json(const oai_server *srv, long long created);
 
 #endif

@@ -1,4 +1,4 @@
-/* ollama.c: see ollama.h. The requests: ollama_to_openai copies what
+/* ollama.c: see ollama.h. The requests: cv_ollama_to_openai copies what
  * carries over member by member (chat_body, generate_body, copy_options,
  * copy_format, copy_think) after refusing what does not (refuse_unsupported).
  * The answers: one builder per shape (line_of for every line, the message
@@ -24,27 +24,27 @@ static int refuse_unsupported(ollama_kind k, const json_t *body, oai_error *e)
     size_t i;
     const json_t *images = json_object_get(body, "images");
     if (json_array_size(images) > 0)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "images", "images: this server's models read text");
+        return cv_oai_fail(e, 400, "invalid_request_error", NULL, "images", "images: this server's models read text");
     const json_t *opts = json_object_get(body, "options"), *format = json_object_get(body, "format");
     if (opts && !json_is_object(opts) && !json_is_null(opts))
-        return oai_fail(e, 400, "invalid_request_error", NULL, "options", "options must be an object");
+        return cv_oai_fail(e, 400, "invalid_request_error", NULL, "options", "options must be an object");
     const bool format_ok = !format || json_is_null(format) || json_is_object(format) ||
                            (json_is_string(format) && (!*json_string_value(format) ||
                                                        !strcmp(json_string_value(format), "json")));
     if (!format_ok)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "format", "format is \"json\" or a JSON schema");
+        return cv_oai_fail(e, 400, "invalid_request_error", NULL, "format", "format is \"json\" or a JSON schema");
     json_array_foreach(json_object_get(body, "messages"), i, msg)
         if (json_array_size(json_object_get(msg, "images")) > 0)
-            return oai_fail(e, 400, "invalid_request_error", NULL, "images",
+            return cv_oai_fail(e, 400, "invalid_request_error", NULL, "images",
                             "messages[%zu].images: this server's models read text", i);
     if (k == OLLAMA_CHAT)
         return 0;
     const char *tmpl = json_string_value(json_object_get(body, "template"));
     if (tmpl && *tmpl)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "template",
+        return cv_oai_fail(e, 400, "invalid_request_error", NULL, "template",
                         "template (a Go template) is not supported: give the whole prompt with raw: true");
     if (json_array_size(json_object_get(body, "context")) > 0)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "context",
+        return cv_oai_fail(e, 400, "invalid_request_error", NULL, "context",
                         "context (deprecated) is not supported: send the conversation to /api/chat");
     return 0;
 }
@@ -102,7 +102,7 @@ static json_t *chat_message(const json_t *m)
     json_array_foreach(json_object_get(out, "tool_calls"), i, call)
     {
         json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
-        char *text = json_is_object(args) ? oai_json_text(json_incref(args)) : NULL;
+        char *text = json_is_object(args) ? cv_oai_json_text(json_incref(args)) : NULL;
         if (text)
             json_object_set_new(fn, "arguments", json_string(text));
         free(text);
@@ -151,7 +151,7 @@ static void generate_body(const json_t *body, json_t *out, oai_kind *kind)
     json_object_set_new(out, "messages", msgs);
 }
 
-char *ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *kind, bool *load_only, oai_error *e)
+char *cv_ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *kind, bool *load_only, oai_error *e)
 {
     json_error_t je;
     json_t *in = json_loadb(body, len, 0, &je);
@@ -159,7 +159,7 @@ char *ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *ki
     *kind = OAI_CHAT;
     if (!json_is_object(in)) {
         json_decref(in);
-        oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object%s%s", in ? "" : ": ",
+        cv_oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object%s%s", in ? "" : ": ",
                  in ? "" : je.text);
         return NULL;
     }
@@ -182,9 +182,9 @@ char *ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *ki
     if (*kind == OAI_CHAT)
         copy_think(json_object_get(in, "think"), out);
     json_decref(in);
-    char *text = oai_json_text(out);
+    char *text = cv_oai_json_text(out);
     if (!text)
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return text;
 }
 
@@ -211,7 +211,7 @@ static json_t *line_of(const oai_server *srv)
 }
 
 /* A tool call as Ollama gives it: {"function": {"name", "arguments": OBJECT}}. */
-static json_t *tool_call_json(const sv_tool_call *c)
+static json_t *tool_call_json(const cv_tool_call *c)
 {
     json_t *args = json_loads(c->arguments ? c->arguments : "{}", 0, NULL);
     return json_pack("{s:{s:s, s:o}}", "function", "name", c->name ? c->name : "", "arguments",
@@ -251,7 +251,7 @@ static void done_fields(json_t *line, const char *reason, const ollama_stats *st
     json_object_set_new(line, "eval_duration", json_integer((json_int_t)(eval_s * 1e9)));
 }
 
-char *ollama_chunk_json(const oai_server *srv, ollama_kind k, const oai_chunk *c, const ollama_stats *st,
+char *cv_ollama_chunk_json(const oai_server *srv, ollama_kind k, const oai_chunk *c, const ollama_stats *st,
                         bool *none)
 {
     *none = c->usage_only || (c->call && c->call_args);
@@ -264,10 +264,10 @@ char *ollama_chunk_json(const oai_server *srv, ollama_kind k, const oai_chunk *c
         done_fields(line, !strcmp(c->finish, "length") ? "length" : "stop", st);
     else
         json_object_set_new(line, "done", json_false());
-    return oai_json_text(line);
+    return cv_oai_json_text(line);
 }
 
-char *ollama_answer_json(const oai_server *srv, ollama_kind k, const oai_answer *a, const ollama_stats *st)
+char *cv_ollama_answer_json(const oai_server *srv, ollama_kind k, const oai_answer *a, const ollama_stats *st)
 {
     json_t *line = line_of(srv), *calls = NULL;
     if (a->calls && a->calls->n > 0) {
@@ -281,19 +281,19 @@ char *ollama_answer_json(const oai_server *srv, ollama_kind k, const oai_answer 
     set_text(line, k, text, len, a->reasoning, a->reasoning_len, calls);
     done_fields(line, !strcmp(a->finish, "length") ? "length" : "stop", st);
     json_decref(a->logprobs);
-    return oai_json_text(line);
+    return cv_oai_json_text(line);
 }
 
-char *ollama_loaded_json(const oai_server *srv, ollama_kind k)
+char *cv_ollama_loaded_json(const oai_server *srv, ollama_kind k)
 {
     json_t *line = line_of(srv);
     set_text(line, k, "", 0, NULL, 0, NULL);
     json_object_set_new(line, "done", json_true());
     json_object_set_new(line, "done_reason", json_string("load"));
-    return oai_json_text(line);
+    return cv_oai_json_text(line);
 }
 
-char *ollama_error_json(const oai_error *e) { return oai_json_text(json_pack("{s:s}", "error", e->message)); }
+char *cv_ollama_error_json(const oai_error *e) { return cv_oai_json_text(json_pack("{s:s}", "error", e->message)); }
 
 /* ---- the model ---- */
 
@@ -337,7 +337,7 @@ static void file_time(const struct stat *st, char *out, size_t n)
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-char *ollama_models_json(const oai_server *srv, const sv_props *p, bool running)
+char *cv_ollama_models_json(const oai_server *srv, const cv_props *p, bool running)
 {
     convoy_model_info info;
     struct stat st = {0};
@@ -353,7 +353,7 @@ char *ollama_models_json(const oai_server *srv, const sv_props *p, bool running)
                                                 "size_vram", 0, "context_length", srv->n_ctx));
     else
         json_object_set_new(entry, "modified_at", json_string(modified));
-    return oai_json_text(json_pack("{s:[o]}", "models", entry));
+    return cv_oai_json_text(json_pack("{s:[o]}", "models", entry));
 }
 
 /* /api/show's model_info: the GGUF keys Ollama lists that convoy keeps. */
@@ -374,13 +374,13 @@ static json_t *model_info_of(const convoy_model_info *info)
     return mi;
 }
 
-char *ollama_show_json(const oai_server *srv, const sv_props *p, const char *body, size_t len, oai_error *e)
+char *cv_ollama_show_json(const oai_server *srv, const cv_props *p, const char *body, size_t len, oai_error *e)
 {
     json_t *in = json_loadb(body, len, 0, NULL);
     const char *name = json_string_value(json_object_get(in, "model"));
     name = name ? name : json_string_value(json_object_get(in, "name"));
     if (srv->strict_model && (!name || strcmp(name, srv->model_id))) {
-        oai_fail(e, 404, "invalid_request_error", "model_not_found", "model", "model '%.200s' not found",
+        cv_oai_fail(e, 404, "invalid_request_error", "model_not_found", "model", "model '%.200s' not found",
                  name ? name : "");
         json_decref(in);
         return NULL;
@@ -394,11 +394,11 @@ char *ollama_show_json(const oai_server *srv, const sv_props *p, const char *bod
              (double)d.top_p, (double)d.min_p);
     snprintf(modelfile, sizeof modelfile, "# convoy serves this file\nFROM %s\n", p->model_path);
     json_t *caps = json_pack("[s]", "completion");
-    if (srv->chat->tools != SV_TOOLS_NONE)
+    if (srv->chat->tools != CV_TOOLS_NONE)
         json_array_append_new(caps, json_string("tools"));
-    return oai_json_text(json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", modelfile, "parameters", params,
+    return cv_oai_json_text(json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "modelfile", modelfile, "parameters", params,
                                    "template", srv->chat->source ? srv->chat->source : "", "details",
                                    details_of(&info), "model_info", model_info_of(&info), "capabilities", caps));
 }
 
-char *ollama_version_json(const sv_props *p) { return oai_json_text(json_pack("{s:s}", "version", p->version)); }
+char *cv_ollama_version_json(const cv_props *p) { return cv_oai_json_text(json_pack("{s:s}", "version", p->version)); }

@@ -4,7 +4,7 @@
  * /api/version, POST /api/show.
  *
  * Contract: a generation body is read as the OpenAI body it means
- * (ollama_to_openai), so that oai_parse_request checks it as it checks
+ * (cv_ollama_to_openai), so that cv_oai_parse_request checks it as it checks
  * every request: /api/chat becomes a chat (messages, tools, format "json"
  * or a JSON schema, options, think), /api/generate a chat of its system and
  * prompt, or with raw a completion of the prompt as it is. Ollama's stream
@@ -18,7 +18,7 @@
  * template's enable_thinking, a level ("low", "medium", "high") its
  * reasoning_effort; a thinking block always comes apart as "thinking".
  * A body with no prompt (generate) or no messages (chat) only asks for the
- * model to be loaded: *load_only, answered by ollama_loaded_json.
+ * model to be loaded: *load_only, answered by cv_ollama_loaded_json.
  *
  * Answers are Ollama's shapes: a streamed answer is one JSON object per
  * line (application/x-ndjson), its text in message.content (chat) or
@@ -41,7 +41,7 @@ typedef enum ollama_kind { OLLAMA_CHAT, OLLAMA_GENERATE } ollama_kind;
 
 /* The OpenAI body for an Ollama one (its kind into *kind); NULL with e
  * filled, or with *load_only set for a body that only loads the model. */
-char *ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *kind, bool *load_only, oai_error *e);
+char *cv_ollama_to_openai(ollama_kind k, const char *body, size_t len, oai_kind *kind, bool *load_only, oai_error *e);
 
 /* A generation's counts and times for the last line. */
 typedef struct ollama_stats {
@@ -54,18 +54,18 @@ typedef struct ollama_stats {
 /* A streamed line for a chunk of oai.h's: text, thinking, or the first
  * chunk of a tool call (its arguments' chunk gives nothing: NULL with
  * *none set); a chunk with finish is the last line, with st. */
-char *ollama_chunk_json(const oai_server *srv, ollama_kind k, const oai_chunk *c, const ollama_stats *st,
+char *cv_ollama_chunk_json(const oai_server *srv, ollama_kind k, const oai_chunk *c, const ollama_stats *st,
                         bool *none);
 /* A whole answer. */
-char *ollama_answer_json(const oai_server *srv, ollama_kind k, const oai_answer *a, const ollama_stats *st);
+char *cv_ollama_answer_json(const oai_server *srv, ollama_kind k, const oai_answer *a, const ollama_stats *st);
 /* The answer to a body that only loads the model. */
-char *ollama_loaded_json(const oai_server *srv, ollama_kind k);
-char *ollama_error_json(const oai_error *e);
+char *cv_ollama_loaded_json(const oai_server *srv, ollama_kind k);
+char *cv_ollama_error_json(const oai_error *e);
 
 /* GET /api/tags (running false) and /api/ps (true): the one model. */
-char *ollama_models_json(const oai_server *srv, const sv_props *p, bool running);
+char *cv_ollama_models_json(const oai_server *srv, const cv_props *p, bool running);
 /* POST /api/show: the model's details; NULL with e filled. */
-char *ollama_show_json(const oai_server *srv, const sv_props *p, const char *body, size_t len, oai_error *e);
-char *ollama_version_json(const sv_props *p);
+char *cv_ollama_show_json(const oai_server *srv, const cv_props *p, const char *body, size_t len, oai_error *e);
+char *cv_ollama_version_json(const cv_props *p);
 
 #endif

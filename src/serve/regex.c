@@ -49,7 +49,7 @@ typedef struct rx {
 } rx;
 
 typedef struct part {
-    sv_buf t;      /* GBNF text; empty when the part matches only the empty string */
+    cv_buf t;      /* GBNF text; empty when the part matches only the empty string */
     bool nullable; /* may match the empty string */
     bool atom;     /* one GBNF symbol: takes a quantifier without parentheses */
     size_t cost;   /* characters and classes once every repetition is written out */
@@ -75,9 +75,9 @@ static bool refuse(rx *r, size_t at, const char *fmt, ...)
 }
 
 /* Appends s to b: false (refused) when memory runs out. */
-static bool puts_ok(rx *r, sv_buf *b, const char *s)
+static bool puts_ok(rx *r, cv_buf *b, const char *s)
 {
-    return !sv_buf_puts(b, s) || refuse(r, r->pos, "out of memory");
+    return !cv_buf_puts(b, s) || refuse(r, r->pos, "out of memory");
 }
 
 /* ---- character sets ------------------------------------------------------------------------------- */
@@ -217,34 +217,34 @@ static void class_char(char out[12], uint32_t cp)
 
 /* A GBNF class of the characters of s (none that JSON escapes), listed: a negated class would be no
  * shorter, as its list would hold the control characters JSON escapes besides. */
-static int put_class(sv_buf *b, const cset *s)
+static int put_class(cv_buf *b, const cset *s)
 {
-    int bad = sv_buf_puts(b, "[");
+    int bad = cv_buf_puts(b, "[");
     for (int i = 0; i < s->n && !bad; i++) {
         char lo[12], hi[12];
         class_char(lo, s->lo[i]);
         class_char(hi, s->hi[i]);
-        bad |= sv_buf_puts(b, lo);
+        bad |= cv_buf_puts(b, lo);
         if (s->hi[i] > s->lo[i])
-            bad |= sv_buf_puts(b, s->hi[i] > s->lo[i] + 1 ? "-" : "") || sv_buf_puts(b, hi);
+            bad |= cv_buf_puts(b, s->hi[i] > s->lo[i] + 1 ? "-" : "") || cv_buf_puts(b, hi);
     }
-    return bad || sv_buf_puts(b, "]");
+    return bad || cv_buf_puts(b, "]");
 }
 
 /* An alternative: the GBNF literal of JSON text, then a class of the characters in cls[] when any. */
-static int put_alt(sv_buf *b, int *nalt, const char *json, const char *cls)
+static int put_alt(cv_buf *b, int *nalt, const char *json, const char *cls)
 {
     char *lit = cv_gbnf_literal(json, strlen(json));
-    int bad = !lit || sv_buf_puts(b, (*nalt)++ ? " | " : "") || sv_buf_puts(b, lit);
+    int bad = !lit || cv_buf_puts(b, (*nalt)++ ? " | " : "") || cv_buf_puts(b, lit);
     cv_free(lit);
     if (!bad && cls[0])
-        bad |= sv_buf_puts(b, " [") || sv_buf_puts(b, cls) || sv_buf_puts(b, "]");
+        bad |= cv_buf_puts(b, " [") || cv_buf_puts(b, cls) || cv_buf_puts(b, "]");
     return bad;
 }
 
 /* The escapes of the characters of s that JSON escapes, as alternatives: \" \\, the short letters, \u000x,
  * \u001x and \u007f. */
-static int put_escapes(sv_buf *b, const cset *s, int *nalt)
+static int put_escapes(cv_buf *b, const cset *s, int *nalt)
 {
     int bad = 0;
     if (cset_has(s, '"'))
@@ -286,7 +286,7 @@ static bool put_set(rx *r, part *out, const cset *s)
         char j[8];
         const size_t n = json_char(s->lo[0], j);
         char *lit = cv_gbnf_literal(j, n);
-        bad = !lit || sv_buf_puts(&out->t, lit);
+        bad = !lit || cv_buf_puts(&out->t, lit);
         cv_free(lit);
         return !bad || refuse(r, r->pos, "out of memory");
     }
@@ -298,16 +298,16 @@ static bool put_set(rx *r, part *out, const cset *s)
     if (raw.full)
         return refuse(r, r->pos, "a class of more than %d ranges", MAX_RANGES);
     int nesc = 0;
-    sv_buf esc = {0};
+    cv_buf esc = {0};
     bad = put_escapes(&esc, s, &nesc);
     const int nalt = (raw.n > 0) + nesc;
-    bad |= sv_buf_puts(&out->t, nalt > 1 ? "( " : "");
+    bad |= cv_buf_puts(&out->t, nalt > 1 ? "( " : "");
     if (raw.n)
         bad |= put_class(&out->t, &raw);
     if (esc.n)
-        bad |= sv_buf_puts(&out->t, raw.n ? " | " : "") || sv_buf_puts(&out->t, esc.p);
-    bad |= sv_buf_puts(&out->t, nalt > 1 ? " )" : "");
-    sv_buf_free(&esc);
+        bad |= cv_buf_puts(&out->t, raw.n ? " | " : "") || cv_buf_puts(&out->t, esc.p);
+    bad |= cv_buf_puts(&out->t, nalt > 1 ? " )" : "");
+    cv_buf_free(&esc);
     return !bad || refuse(r, r->pos, "out of memory");
 }
 
@@ -582,7 +582,7 @@ static bool quantify(rx *r, size_t at, part *a, long min, long max)
         snprintf(suffix, sizeof suffix, "{%ld,%ld}", min, max);
     const bool ok = !max || (puts_ok(r, &q.t, a->atom ? "" : "( ") && puts_ok(r, &q.t, a->t.p) &&
                              puts_ok(r, &q.t, a->atom ? "" : " )") && puts_ok(r, &q.t, suffix));
-    sv_buf_free(&a->t);
+    cv_buf_free(&a->t);
     *a = q;
     return ok;
 }
@@ -613,7 +613,7 @@ static bool parse_group(rx *r, part *out)
         return false;
     *out = (part){.nullable = in.nullable, .atom = true, .cost = in.cost};
     if (peek(r, 0) != ')') {
-        sv_buf_free(&in.t);
+        cv_buf_free(&in.t);
         return refuse(r, at, "a '(' that is not closed");
     }
     r->pos++;
@@ -621,11 +621,11 @@ static bool parse_group(rx *r, part *out)
         if (in.cost)
             out->t = in.t;
         else
-            sv_buf_free(&in.t);
+            cv_buf_free(&in.t);
         return true;
     }
     const bool w = puts_ok(r, &out->t, "( ") && puts_ok(r, &out->t, in.t.p) && puts_ok(r, &out->t, " )");
-    sv_buf_free(&in.t);
+    cv_buf_free(&in.t);
     return w;
 }
 
@@ -639,30 +639,30 @@ static bool seq_add(rx *r, part *seq, int *n, part *a)
     }
     seq->nullable &= a->nullable;
     seq->cost += a->cost;
-    sv_buf_free(&a->t);
+    cv_buf_free(&a->t);
     return ok && within_cost(r, r->pos, seq->cost);
 }
 
 /* The literal of the single characters in lit (JSON text) as one part of seq; lit emptied. */
-static bool flush_literal(rx *r, part *seq, int *n, sv_buf *lit, size_t *nchars)
+static bool flush_literal(rx *r, part *seq, int *n, cv_buf *lit, size_t *nchars)
 {
     if (!lit->n)
         return true;
     char *g = cv_gbnf_literal(lit->p, lit->n);
     part a = {.atom = true, .cost = *nchars};
-    const bool ok = g && !sv_buf_puts(&a.t, g);
+    const bool ok = g && !cv_buf_puts(&a.t, g);
     cv_free(g);
     lit->n = 0;
     *nchars = 0;
     if (!ok) {
-        sv_buf_free(&a.t);
+        cv_buf_free(&a.t);
         return refuse(r, r->pos, "out of memory");
     }
     return seq_add(r, seq, n, &a);
 }
 
 /* One term at r->pos (an atom and its quantifier) onto seq: an unquantified single character joins lit. */
-static bool parse_term(rx *r, part *seq, int *n, sv_buf *lit, size_t *nchars)
+static bool parse_term(rx *r, part *seq, int *n, cv_buf *lit, size_t *nchars)
 {
     const size_t at = r->pos;
     const char c = peek(r, 0);
@@ -676,22 +676,22 @@ static bool parse_term(rx *r, part *seq, int *n, sv_buf *lit, size_t *nchars)
     part a = {0};
     int64_t cp = -1;
     if (!(c == '(' ? parse_group(r, &a) : char_atom(r, &a, &cp))) {
-        sv_buf_free(&a.t);
+        cv_buf_free(&a.t);
         return false;
     }
     long min, max;
     if (!parse_quantifier(r, &min, &max)) {
-        sv_buf_free(&a.t);
+        cv_buf_free(&a.t);
         return false;
     }
     if (cp >= 0 && min == 1 && max == 1) {
         char j[8];
-        sv_buf_free(&a.t);
+        cv_buf_free(&a.t);
         (*nchars)++;
-        return !sv_buf_append(lit, j, json_char((uint32_t)cp, j)) || refuse(r, at, "out of memory");
+        return !cv_buf_append(lit, j, json_char((uint32_t)cp, j)) || refuse(r, at, "out of memory");
     }
     if (!flush_literal(r, seq, n, lit, nchars) || !quantify(r, at, &a, min, max)) {
-        sv_buf_free(&a.t);
+        cv_buf_free(&a.t);
         return false;
     }
     return seq_add(r, seq, n, &a);
@@ -700,7 +700,7 @@ static bool parse_term(rx *r, part *seq, int *n, sv_buf *lit, size_t *nchars)
 /* The any-text ends of a top-level alternative that lacks its anchors, around seq's text. */
 static bool open_ends(rx *r, part *seq, bool start, bool end)
 {
-    sv_buf t = {0};
+    cv_buf t = {0};
     bool ok = true;
     if (!start)
         ok = puts_ok(r, &t, r->any) && puts_ok(r, &t, "*");
@@ -708,7 +708,7 @@ static bool open_ends(rx *r, part *seq, bool start, bool end)
         ok = puts_ok(r, &t, t.n ? " " : "") && puts_ok(r, &t, seq->t.p);
     if (ok && !end && (start || seq->t.n)) /* one any-text when both ends are open around nothing */
         ok = puts_ok(r, &t, " ") && puts_ok(r, &t, r->any) && puts_ok(r, &t, "*");
-    sv_buf_free(&seq->t);
+    cv_buf_free(&seq->t);
     seq->t = t;
     seq->atom = false;
     return ok;
@@ -718,7 +718,7 @@ static bool open_ends(rx *r, part *seq, bool start, bool end)
 static bool parse_seq(rx *r, bool top, part *seq)
 {
     *seq = (part){.nullable = true, .atom = true};
-    sv_buf lit = {0};
+    cv_buf lit = {0};
     size_t nchars = 0;
     int n = 0;
     const bool start = top && peek(r, 0) == '^';
@@ -733,13 +733,13 @@ static bool parse_seq(rx *r, bool top, part *seq)
         ok = parse_term(r, seq, &n, &lit, &nchars);
     }
     ok = ok && flush_literal(r, seq, &n, &lit, &nchars);
-    sv_buf_free(&lit);
+    cv_buf_free(&lit);
     if (ok && top)
         ok = open_ends(r, seq, start, end);
     if (ok && !seq->t.n)
         ok = puts_ok(r, &seq->t, "\"\"");
     if (!ok)
-        sv_buf_free(&seq->t);
+        cv_buf_free(&seq->t);
     return ok;
 }
 
@@ -752,7 +752,7 @@ static bool parse_alts(rx *r, bool top, part *out)
         return true;
     part all = {.nullable = out->nullable, .atom = true, .cost = out->cost};
     bool ok = puts_ok(r, &all.t, "( ") && puts_ok(r, &all.t, out->t.p);
-    sv_buf_free(&out->t);
+    cv_buf_free(&out->t);
     while (ok && peek(r, 0) == '|') {
         r->pos++;
         part s;
@@ -762,11 +762,11 @@ static bool parse_alts(rx *r, bool top, part *out)
         all.nullable |= s.nullable;
         all.cost += s.cost;
         ok = within_cost(r, r->pos, all.cost) && puts_ok(r, &all.t, " | ") && puts_ok(r, &all.t, s.t.p);
-        sv_buf_free(&s.t);
+        cv_buf_free(&s.t);
     }
     ok = ok && puts_ok(r, &all.t, " )");
     if (!ok)
-        sv_buf_free(&all.t);
+        cv_buf_free(&all.t);
     *out = all;
     return ok;
 }
@@ -778,7 +778,7 @@ char *cv_regex_gbnf(const char *pattern, size_t len, const char *any_char, char 
     if (!parse_alts(&r, true, &p))
         return NULL;
     if (more(&r)) {
-        sv_buf_free(&p.t);
+        cv_buf_free(&p.t);
         refuse(&r, r.pos, "a ')' that closes no group");
         return NULL;
     }
@@ -787,8 +787,8 @@ char *cv_regex_gbnf(const char *pattern, size_t len, const char *any_char, char 
 
 char *cv_gbnf_literal(const char *s, size_t n)
 {
-    sv_buf b = {0};
-    int bad = sv_buf_puts(&b, "\"");
+    cv_buf b = {0};
+    int bad = cv_buf_puts(&b, "\"");
     for (size_t i = 0; i < n && !bad; i++) {
         const unsigned char ch = (unsigned char)s[i];
         char tmp[8];
@@ -802,10 +802,10 @@ char *cv_gbnf_literal(const char *s, size_t n)
             tmp[0] = (char)ch;
             tmp[1] = 0;
         }
-        bad = sv_buf_puts(&b, tmp);
+        bad = cv_buf_puts(&b, tmp);
     }
-    if (bad || sv_buf_puts(&b, "\"")) {
-        sv_buf_free(&b);
+    if (bad || cv_buf_puts(&b, "\"")) {
+        cv_buf_free(&b);
         return NULL;
     }
     return b.p;

@@ -19,7 +19,7 @@
 #define MARK_CLOSE "\xee\x80\x81"
 
 /* Parses the Jinja template text into c; its name as given. */
-static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
+static int use_jinja(cv_serve_chat *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
 {
     if (!(c->jinja = cv_template_parse(text, len, err, errlen)))
         return -1;
@@ -30,12 +30,12 @@ static int use_jinja(sv_chat *c, const char *text, size_t len, const char *name,
     }
     memcpy(c->source, text, len);
     c->source[len] = 0;
-    c->tools = sv_tools_detect(text);
+    c->tools = cv_tools_detect(text);
     snprintf(c->name, sizeof c->name, "%s", name);
     return 0;
 }
 
-static int use_file(sv_chat *c, const char *path, char *err, size_t errlen)
+static int use_file(cv_serve_chat *c, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     char why[CV_ERRLEN];
@@ -50,34 +50,34 @@ static int use_file(sv_chat *c, const char *path, char *err, size_t errlen)
         close(fd);
         return cv_errf(err, errlen, "cannot read the chat template %s", path);
     }
-    sv_buf text = {0};
+    cv_buf text = {0};
     char chunk[4096];
     size_t got;
     int rc = 0;
     while (rc == 0 && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = sv_buf_append(&text, chunk, got);
+        rc = cv_buf_append(&text, chunk, got);
     if (rc || ferror(f))
         rc = cv_errf(err, errlen, "cannot read the chat template %s", path);
     fclose(f);
     char msg[CV_ERRLEN];
     if (rc == 0 && use_jinja(c, text.p ? text.p : "", text.n, path, msg, sizeof msg))
         rc = cv_errf(err, errlen, "%s: %s", path, msg);
-    sv_buf_free(&text);
+    cv_buf_free(&text);
     return rc;
 }
 
-static void use_native(sv_chat *c, cv_chat_kind kind)
+static void use_native(cv_serve_chat *c, cv_chat_kind kind)
 {
     c->kind = kind;
     snprintf(c->name, sizeof c->name, "%s (built in)", cv_chat_kind_name(kind));
 }
 
-int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen)
+int cv_serve_chat_setup(const convoy_model *m, const char *override_name, cv_serve_chat *out, char *err, size_t errlen)
 {
     convoy_model_info info;
     convoy_model_get_info(m, &info);
     const char *bos = convoy_token_text(m, info.bos), *eos = convoy_token_text(m, info.eos);
-    *out = (sv_chat){.model = m, .bos = bos ? bos : "", .eos = eos ? eos : ""};
+    *out = (cv_serve_chat){.model = m, .bos = bos ? bos : "", .eos = eos ? eos : ""};
     if (override_name) {
         const int k = cv_chat_kind_from_name(override_name);
         if (k < 0)
@@ -96,12 +96,12 @@ int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out
     cv_chat_kind kind;
     if (cv_chat_detect(tmpl, &kind, why_native, sizeof why_native))
         return cv_errf(err, errlen, "the model's %s; and natively: %s", why, why_native);
-    sv_log(SV_LOG_WARN, "the model's %s; rendering it as the built-in %s instead", why, cv_chat_kind_name(kind));
+    cv_log(CV_LOG_WARN, "the model's %s; rendering it as the built-in %s instead", why, cv_chat_kind_name(kind));
     use_native(out, kind);
     return 0;
 }
 
-void sv_chat_free(sv_chat *c)
+void cv_serve_chat_free(cv_serve_chat *c)
 {
     cv_template_free(c->jinja);
     c->jinja = NULL;
@@ -109,11 +109,11 @@ void sv_chat_free(sv_chat *c)
     c->source = NULL;
 }
 
-const char *sv_chat_name(const sv_chat *c) { return c->name; }
+const char *cv_serve_chat_name(const cv_serve_chat *c) { return c->name; }
 
 /* The messages (and the request's variables) as a chat request body,
  * contents replaced by markers when marked. */
-static char *request_of(const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked)
+static char *request_of(const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars, bool marked)
 {
     json_t *arr = json_array(), *req = json_pack("{s:o}", "messages", arr);
     char mark[32];
@@ -135,8 +135,8 @@ static char *request_of(const sv_chat_msg *msgs, int n, const sv_chat_vars *vars
     return body;
 }
 
-static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
-                        const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
+static int render_jinja(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                        const cv_serve_render_watch *watch, bool marked, cv_buf *out, char *err, size_t errlen)
 {
     char *body = request_of(msgs, n, vars, marked), *text = NULL;
     if (!body)
@@ -145,7 +145,7 @@ static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const 
                                     .stop = watch ? watch->gone : NULL, .stop_user = watch ? watch->user : NULL};
     size_t len;
     int rc = cv_render_chat(c->jinja, body, strlen(body), &p, &text, &len, err, errlen);
-    if (rc == 0 && sv_buf_append(out, text, len))
+    if (rc == 0 && cv_buf_append(out, text, len))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     cv_free(text);
     free(body);
@@ -155,19 +155,20 @@ static int render_jinja(const sv_chat *c, const sv_chat_msg *msgs, int n, const 
 /* The conversation as a family's plain messages into *cm (release with
  * cv_free): contents or their markers; with tools, tool calls or tool
  * results, rewritten by serve/native_tools.h into tc. */
-static int native_msgs(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
-                       char (*marks)[32], cv_chat_msg **cm, int *n_cm, sv_native_chat *tc, char *err, size_t errlen)
+static int native_msgs(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                       bool marked, char (*marks)[32], cv_chat_msg **cm, int *n_cm, cv_native_chat *tc, char *err,
+                       size_t errlen)
 {
-    sv_native_msg *nm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *nm);
+    cv_native_msg *nm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *nm);
     *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof **cm);
     *n_cm = n;
     int rc = nm && *cm ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
     for (int i = 0; i < n && rc == 0; i++) {
         snprintf(marks[i], sizeof marks[i], MARK_OPEN "%d" MARK_CLOSE, i);
-        nm[i] = (sv_native_msg){msgs[i].role, marked ? marks[i] : msgs[i].content, !msgs[i].content[0], msgs[i].json};
+        nm[i] = (cv_native_msg){msgs[i].role, marked ? marks[i] : msgs[i].content, !msgs[i].content[0], msgs[i].json};
     }
-    if (rc == 0 && sv_native_tool_format(c->kind) != SV_TOOLS_NONE && sv_native_tools_needed(nm, n, vars->tools)) {
-        rc = sv_native_tool_msgs(c->kind, nm, n, vars->tools, tc, err, errlen);
+    if (rc == 0 && cv_native_tool_format(c->kind) != CV_TOOLS_NONE && cv_native_tools_needed(nm, n, vars->tools)) {
+        rc = cv_native_tool_msgs(c->kind, nm, n, vars->tools, tc, err, errlen);
         if (rc == 0) {
             cv_free(*cm);
             *cm = tc->msgs;
@@ -188,13 +189,13 @@ static int native_msgs(const sv_chat *c, const sv_chat_msg *msgs, int n, const s
 
 /* A built-in family's render: add_generation_prompt false leaves the
  * assistant's turn unopened; Qwen3 reads enable_thinking false. */
-static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars, bool marked,
-                         sv_buf *out, char *err, size_t errlen)
+static int render_native(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                         bool marked, cv_buf *out, char *err, size_t errlen)
 {
     const bool gen = !json_is_false(vars->add_generation_prompt);
     char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
     cv_chat_msg *cm = NULL;
-    sv_native_chat tc = {0};
+    cv_native_chat tc = {0};
     int n_cm = 0;
     int rc = marks ? native_msgs(c, msgs, n, vars, marked, marks, &cm, &n_cm, &tc, err, errlen)
                    : cv_errf(err, errlen, "out of memory rendering the chat");
@@ -203,7 +204,7 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const
     size_t len = 0;
     if (rc == 0)
         rc = cv_chat_render(c->kind, cm, n_cm, gen, c->bos, c->eos, &opts, NULL, 0, &len, err, errlen);
-    if (rc == 0 && sv_buf_reserve(out, len + 1))
+    if (rc == 0 && cv_buf_reserve(out, len + 1))
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
     if (rc == 0)
         rc = cv_chat_render(c->kind, cm, n_cm, gen, c->bos, c->eos, &opts, out->p + out->n, len + 1, &len, err,
@@ -212,15 +213,15 @@ static int render_native(const sv_chat *c, const sv_chat_msg *msgs, int n, const
         out->n += len;
     if (cm != tc.msgs)
         cv_free(cm);
-    sv_native_chat_free(&tc);
+    cv_native_chat_free(&tc);
     cv_free(marks);
     return rc;
 }
 
-static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
-                       const sv_render_watch *watch, bool marked, sv_buf *out, char *err, size_t errlen)
+static int render_with(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                       const cv_serve_render_watch *watch, bool marked, cv_buf *out, char *err, size_t errlen)
 {
-    static const sv_chat_vars none = {0};
+    static const cv_serve_chat_vars none = {0};
     vars = vars ? vars : &none;
     return c->jinja ? render_jinja(c, msgs, n, vars, watch, marked, out, err, errlen)
                     : render_native(c, msgs, n, vars, marked, out, err, errlen);
@@ -228,7 +229,7 @@ static int render_with(const sv_chat *c, const sv_chat_msg *msgs, int n, const s
 
 /* The marked rendering with the contents put back, and their spans.
  * Returns 0, or -1 when out of memory. */
-static int unmark(const sv_buf *marked, const sv_chat_msg *msgs, int n, sv_buf *out, convoy_span **spans,
+static int unmark(const cv_buf *marked, const cv_serve_chat_msg *msgs, int n, cv_buf *out, convoy_span **spans,
                   int *n_spans)
 {
     const char *p = marked->p ? marked->p : "", *end = p + marked->n;
@@ -238,17 +239,17 @@ static int unmark(const sv_buf *marked, const sv_chat_msg *msgs, int n, sv_buf *
         const long i = o ? strtol(o + strlen(MARK_OPEN), &after, 10) : -1;
         if (!o || i < 0 || i >= n || strncmp(after, MARK_CLOSE, strlen(MARK_CLOSE))) {
             const char *stop = o ? o + strlen(MARK_OPEN) : end;
-            if (sv_buf_append(out, p, (size_t)(stop - p)))
+            if (cv_buf_append(out, p, (size_t)(stop - p)))
                 return -1;
             p = stop;
             continue;
         }
         convoy_span *grown = cv_realloc(*spans, sizeof **spans * (size_t)(*n_spans + 1));
-        if (!grown || sv_buf_append(out, p, (size_t)(o - p)))
+        if (!grown || cv_buf_append(out, p, (size_t)(o - p)))
             return -1;
         *spans = grown;
         grown[(*n_spans)++] = (convoy_span){out->n, strlen(msgs[i].content)};
-        if (sv_buf_puts(out, msgs[i].content))
+        if (cv_buf_puts(out, msgs[i].content))
             return -1;
         p = after + strlen(MARK_CLOSE);
     }
@@ -256,7 +257,7 @@ static int unmark(const sv_buf *marked, const sv_chat_msg *msgs, int n, sv_buf *
 }
 
 /* Without spans: refuses a content that holds special token text. */
-static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char *err, size_t errlen)
+static int check_contents(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, char *err, size_t errlen)
 {
     for (int i = 0; i < n; i++) {
         const size_t len = strlen(msgs[i].content);
@@ -274,13 +275,13 @@ static int check_contents(const sv_chat *c, const sv_chat_msg *msgs, int n, char
     return 0;
 }
 
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
-                   const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
+int cv_serve_render_chat(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                   const cv_serve_render_watch *watch, cv_buf *out, convoy_span **spans, int *n_spans, char *err,
                    size_t errlen)
 {
     *spans = NULL;
     *n_spans = 0;
-    sv_buf marked = {0}, back = {0};
+    cv_buf marked = {0}, back = {0};
     const size_t at = out->n;
     int rc = render_with(c, msgs, n, vars, watch, false, out, err, errlen);
     if (rc == 0)
@@ -296,8 +297,8 @@ int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_ch
     }
     for (int i = 0; rc == 0 && i < *n_spans; i++)
         (*spans)[i].off += at;
-    sv_buf_free(&marked);
-    sv_buf_free(&back);
+    cv_buf_free(&marked);
+    cv_buf_free(&back);
     return rc;
 }
 
@@ -329,16 +330,16 @@ static const char *marker_end(const char *p)
     return NULL;
 }
 
-int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
+int cv_serve_chat_missing_tokens(const cv_serve_chat *c, char *out, size_t n)
 {
     /* no system turn: some templates refuse one */
-    const sv_chat_msg msgs[3] = {{"user", "u", NULL}, {"assistant", "a", NULL}, {"user", "v", NULL}};
-    sv_buf text = {0};
+    const cv_serve_chat_msg msgs[3] = {{"user", "u", NULL}, {"assistant", "a", NULL}, {"user", "v", NULL}};
+    cv_buf text = {0};
     char err[CV_ERRLEN];
     int missing = 0;
     size_t used = 0;
     out[0] = 0;
-    if (render_with(c, msgs, 3, NULL, NULL, false, &text, err, sizeof err) == 0 && sv_buf_puts(&text, "") == 0)
+    if (render_with(c, msgs, 3, NULL, NULL, false, &text, err, sizeof err) == 0 && cv_buf_puts(&text, "") == 0)
         for (const char *p = text.p; *p; p++) {
             const char *end = marker_end(p);
             int32_t id[2];
@@ -353,11 +354,11 @@ int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n)
             }
             p = end - 1;
         }
-    sv_buf_free(&text);
+    cv_buf_free(&text);
     return missing;
 }
 
-const char *const *sv_chat_stop_strings(const sv_chat *c)
+const char *const *cv_serve_chat_stop_strings(const cv_serve_chat *c)
 {
     static const char *const none[] = {NULL};
     return c->jinja ? none : cv_chat_stop_strings(c->kind);

@@ -1,6 +1,6 @@
 /* render.h: the chat template of `convoy serve`.
  *
- * Contract: sv_chat_setup picks the template once at start-up. With
+ * Contract: cv_serve_chat_setup picks the template once at start-up. With
  * --chat-template NAME (chat/chat.h lists the names) that built-in family
  * renders natively; with --chat-template FILE the file is a Jinja template
  * (chat/template.h's cv_template_parse). Without either, the model's own
@@ -9,9 +9,9 @@
  * cv_chat_detect recognizes; a model without a template gets ChatML, as
  * llama.cpp does. It fails with a message for an unknown name, an unreadable
  * or refused FILE, or a template neither way renders (both reasons).
- * sv_chat_name says which is used, for the start line.
+ * cv_serve_chat_name says which is used, for the start line.
  *
- * sv_render_chat renders a conversation followed by the opening of the
+ * cv_serve_render_chat renders a conversation followed by the opening of the
  * assistant's turn (Jinja: add_generation_prompt true, the model's BOS/EOS
  * texts, today's date) and gives the spans of the prompt that are message
  * content: the prompt is tokenized with special tokens parsed outside them
@@ -20,7 +20,7 @@
  * marker; a template that changes content (trim, split) so that the markers
  * do not map back gets no spans, and a message whose content holds special
  * token text is then refused rather than turned into control tokens.
- * sv_chat_stop_strings lists the texts that end an assistant turn
+ * cv_serve_chat_stop_strings lists the texts that end an assistant turn
  * (generation stops there, besides end-of-generation tokens; none for
  * Jinja). Returns 0, or -1 with a message (a conversation the template
  * refuses, out of memory). */
@@ -38,35 +38,35 @@
 #include "serve/buf.h"
 #include "serve/tools.h"
 
-typedef struct sv_chat {
+typedef struct cv_serve_chat {
     cv_chat_kind kind;           /* the native family, when jinja is NULL */
     cv_template *jinja;      /* the Jinja template, or NULL */
     char *source;                /* its text (/props shows it), or NULL */
     cv_template_pool *pool;  /* the memory its renders share (the caller's), or NULL */
     const convoy_model *model;   /* for the fallback's check of contents */
     const char *bos, *eos;       /* the model's texts of those tokens ("" when absent) */
-    sv_tool_format tools;        /* how the Jinja template's model writes tool calls */
+    cv_tool_format tools;        /* how the Jinja template's model writes tool calls */
     char name[256];              /* what the start line says */
-} sv_chat;
+} cv_serve_chat;
 
 /* One message; role is "system", "user", "assistant" or "tool" (Jinja
  * templates, and the built-in families with a tool format). json: the
  * request's message, whose other members (tool_calls, tool_call_id, name)
  * reach a Jinja template (a built-in family reads tool_calls); or NULL. */
-typedef struct sv_chat_msg {
+typedef struct cv_serve_chat_msg {
     const char *role;
     const char *content;
     const json_t *json;
-} sv_chat_msg;
+} cv_serve_chat_msg;
 
-int sv_chat_setup(const convoy_model *m, const char *override_name, sv_chat *out, char *err, size_t errlen);
-const char *sv_chat_name(const sv_chat *c);
-void sv_chat_free(sv_chat *c);
+int cv_serve_chat_setup(const convoy_model *m, const char *override_name, cv_serve_chat *out, char *err, size_t errlen);
+const char *cv_serve_chat_name(const cv_serve_chat *c);
+void cv_serve_chat_free(cv_serve_chat *c);
 /* How a render learns that its client left: gone(user) true stops it. */
-typedef struct sv_render_watch {
+typedef struct cv_serve_render_watch {
     bool (*gone)(void *user);
     void *user;
-} sv_render_watch;
+} cv_serve_render_watch;
 
 /* What a request gives the template besides its messages: its tool
  * definitions (Jinja templates, and the built-in families with a tool
@@ -74,24 +74,24 @@ typedef struct sv_render_watch {
  * when absent) and its chat_template_kwargs object, whose members reach a
  * Jinja template over the other variables (a built-in family reads
  * enable_thinking); each NULL when absent. */
-typedef struct sv_chat_vars {
+typedef struct cv_serve_chat_vars {
     const json_t *tools;
     const json_t *add_generation_prompt;
     const json_t *kwargs;
-} sv_chat_vars;
+} cv_serve_chat_vars;
 
 /* *spans (release with cv_free) gets *n_spans content spans of out.
  * vars: NULL, or the request's variables; watch: NULL, or asked now and
  * then while a Jinja template renders. */
-int sv_render_chat(const sv_chat *c, const sv_chat_msg *msgs, int n, const sv_chat_vars *vars,
-                   const sv_render_watch *watch, sv_buf *out, convoy_span **spans, int *n_spans, char *err,
+int cv_serve_render_chat(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
+                   const cv_serve_render_watch *watch, cv_buf *out, convoy_span **spans, int *n_spans, char *err,
                    size_t errlen);
 /* The control-token texts ("<|im_start|>", "[INST]", ...) the template
  * writes for a short chat that are not tokens of the model's vocabulary
  * (the model would read them as plain text), listed into out (n bytes);
  * returns how many. */
-int sv_chat_missing_tokens(const sv_chat *c, char *out, size_t n);
+int cv_serve_chat_missing_tokens(const cv_serve_chat *c, char *out, size_t n);
 /* A NULL-terminated list. */
-const char *const *sv_chat_stop_strings(const sv_chat *c);
+const char *const *cv_serve_chat_stop_strings(const cv_serve_chat *c);
 
 #endif

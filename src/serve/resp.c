@@ -28,7 +28,7 @@ static json_t *message_item(const resp_ids *s, const char *text, size_t text_len
 }
 
 /* A call's function_call item; done false: in progress, no arguments yet. */
-static json_t *call_item(const sv_tool_call *c, bool done)
+static json_t *call_item(const cv_tool_call *c, bool done)
 {
     char id[48];
     snprintf(id, sizeof id, "fc_%s", c->id + strlen("call_"));
@@ -36,14 +36,14 @@ static json_t *call_item(const sv_tool_call *c, bool done)
                      c->name, "arguments", done ? c->arguments : "", "status", done ? "completed" : "in_progress");
 }
 
-static bool has_calls(const sv_tool_calls *calls) { return calls && calls->n > 0; }
+static bool has_calls(const cv_tool_calls *calls) { return calls && calls->n > 0; }
 
 /* Whether the answer has a message item: always without calls, else when text is left besides them. */
-static bool has_message(const sv_tool_calls *calls) { return !has_calls(calls) || calls->content.n > 0; }
+static bool has_message(const cv_tool_calls *calls) { return !has_calls(calls) || calls->content.n > 0; }
 
 /* The output items of a whole answer. */
 static json_t *output_items(const resp_ids *s, const char *text, size_t text_len, const char *finish,
-                            const sv_tool_calls *calls)
+                            const cv_tool_calls *calls)
 {
     json_t *out = json_array();
     if (has_calls(calls)) {
@@ -58,7 +58,7 @@ static json_t *output_items(const resp_ids *s, const char *text, size_t text_len
 }
 
 static json_t *response(const oai_server *srv, const resp_ids *s, const char *text, size_t text_len, const char *finish,
-                        const sv_tool_calls *calls, const oai_usage *u)
+                        const cv_tool_calls *calls, const oai_usage *u)
 {
     const bool cut = text && finish && !strcmp(finish, "length");
     json_t *usage = u ? json_pack("{s:i,s:{s:i},s:i,s:i}", "input_tokens", u->prompt_tokens, "input_tokens_details",
@@ -76,8 +76,8 @@ static json_t *response(const oai_server *srv, const resp_ids *s, const char *te
                      "usage", usage, "error");
 }
 
-char *resp_object_json(const oai_server *srv, const resp_ids *s, const char *text, size_t text_len, const char *finish,
-                       const sv_tool_calls *calls, const oai_usage *u)
+char *cv_resp_object_json(const oai_server *srv, const resp_ids *s, const char *text, size_t text_len,
+                          const char *finish, const cv_tool_calls *calls, const oai_usage *u)
 {
     json_t *j = response(srv, s, text, text_len, finish, calls, u);
     char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -86,7 +86,7 @@ char *resp_object_json(const oai_server *srv, const resp_ids *s, const char *tex
 }
 
 /* Appends event `type` with the fields of data (taken over). */
-static int event(resp_ids *s, const char *type, json_t *data, sv_buf *out)
+static int event(resp_ids *s, const char *type, json_t *data, cv_buf *out)
 {
     if (!data)
         return -1;
@@ -94,8 +94,8 @@ static int event(resp_ids *s, const char *type, json_t *data, sv_buf *out)
     json_object_set_new(data, "sequence_number", json_integer(s->seq++));
     char *text = json_dumps(data, JSON_COMPACT);
     json_decref(data);
-    const int rc = !text || sv_buf_puts(out, "event: ") || sv_buf_puts(out, type) || sv_buf_puts(out, "\ndata: ") ||
-                   sv_buf_puts(out, text) || sv_buf_puts(out, "\n\n");
+    const int rc = !text || cv_buf_puts(out, "event: ") || cv_buf_puts(out, type) || cv_buf_puts(out, "\ndata: ") ||
+                   cv_buf_puts(out, text) || cv_buf_puts(out, "\n\n");
     free(text);
     return rc ? -1 : 0;
 }
@@ -105,7 +105,7 @@ static json_t *part_at(const resp_ids *s)
     return json_pack("{s:s,s:i,s:i}", "item_id", s->msg_id, "output_index", 0, "content_index", 0);
 }
 
-int resp_sse_start(const oai_server *srv, resp_ids *s, sv_buf *out)
+int cv_resp_sse_start(const oai_server *srv, resp_ids *s, cv_buf *out)
 {
     if (event(s, "response.created", json_pack("{s:o}", "response", response(srv, s, NULL, 0, NULL, NULL, NULL)), out))
         return -1;
@@ -114,7 +114,7 @@ int resp_sse_start(const oai_server *srv, resp_ids *s, sv_buf *out)
 }
 
 /* Announces the message item and its text part, once. */
-static int open_message(resp_ids *s, sv_buf *out)
+static int open_message(resp_ids *s, cv_buf *out)
 {
     if (s->msg_open)
         return 0;
@@ -128,7 +128,7 @@ static int open_message(resp_ids *s, sv_buf *out)
     return event(s, "response.content_part.added", j, out);
 }
 
-int resp_sse_delta(resp_ids *s, const char *text, size_t text_len, sv_buf *out)
+int cv_resp_sse_delta(resp_ids *s, const char *text, size_t text_len, cv_buf *out)
 {
     json_t *j = open_message(s, out) ? NULL : part_at(s);
     if (j)
@@ -137,7 +137,7 @@ int resp_sse_delta(resp_ids *s, const char *text, size_t text_len, sv_buf *out)
 }
 
 /* The message's closing events. */
-static int close_message(resp_ids *s, const char *text, size_t text_len, const char *finish, sv_buf *out)
+static int close_message(resp_ids *s, const char *text, size_t text_len, const char *finish, cv_buf *out)
 {
     json_t *j = open_message(s, out) ? NULL : part_at(s);
     if (j)
@@ -154,7 +154,7 @@ static int close_message(resp_ids *s, const char *text, size_t text_len, const c
 }
 
 /* A call's events at output_index i: its item added, its arguments in one delta, done. */
-static int call_events(resp_ids *s, const sv_tool_call *c, int i, sv_buf *out)
+static int call_events(resp_ids *s, const cv_tool_call *c, int i, cv_buf *out)
 {
     char id[48];
     snprintf(id, sizeof id, "fc_%s", c->id + strlen("call_"));
@@ -170,8 +170,8 @@ static int call_events(resp_ids *s, const sv_tool_call *c, int i, sv_buf *out)
                  out);
 }
 
-int resp_sse_done(const oai_server *srv, resp_ids *s, const char *text, size_t text_len, const char *finish,
-                  const sv_tool_calls *calls, const oai_usage *u, sv_buf *out)
+int cv_resp_sse_done(const oai_server *srv, resp_ids *s, const char *text, size_t text_len, const char *finish,
+                  const cv_tool_calls *calls, const oai_usage *u, cv_buf *out)
 {
     const char *msg = has_calls(calls) ? (calls->content.p ? calls->content.p : "") : text;
     const size_t msg_len = has_calls(calls) ? calls->content.n : text_len;
@@ -184,7 +184,7 @@ int resp_sse_done(const oai_server *srv, resp_ids *s, const char *text, size_t t
                  json_pack("{s:o}", "response", response(srv, s, text, text_len, finish, calls, u)), out);
 }
 
-int resp_sse_error(resp_ids *s, const oai_error *e, sv_buf *out)
+int cv_resp_sse_error(resp_ids *s, const oai_error *e, cv_buf *out)
 {
     return event(s, "error",
                  json_pack("{s:o,s:s,s:o}", "code", e->code ? json_string(e->code) : json_null(), "message", e->message,

@@ -1,4 +1,4 @@
-/* resp_in.c: a Responses API request read as a chat body (resp_chat_body,
+/* resp_in.c: a Responses API request read as a chat body (cv_resp_chat_body,
  * see resp.h).
  *
  * Design: the chat body is built as a new jansson tree that holds
@@ -45,7 +45,7 @@ static int add_call(json_t *msgs, const json_t *item, size_t i, oai_error *e)
     const json_t *id = json_object_get(item, "call_id"), *name = json_object_get(item, "name");
     const json_t *args = json_object_get(item, "arguments");
     if (!json_is_string(id) || !json_is_string(name) || !json_is_string(args))
-        return oai_fail(e, 400, INVALID, NULL, "input",
+        return cv_oai_fail(e, 400, INVALID, NULL, "input",
                         "input[%zu]: a function_call item needs string 'call_id', 'name' and 'arguments'", i);
     json_t *m = assistant_for_call(msgs);
     json_t *calls = m ? json_object_get(m, "tool_calls") : NULL;
@@ -55,7 +55,7 @@ static int add_call(json_t *msgs, const json_t *item, size_t i, oai_error *e)
     }
     if (!calls || json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type", "function",
                                                          "function", "name", name, "arguments", args)))
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
 }
 
@@ -64,20 +64,20 @@ static int add_item(json_t *msgs, json_t *item, size_t i, oai_error *e)
 {
     const char *type = json_is_object(item) ? item_type(item) : "";
     if (!strcmp(type, "message"))
-        return json_array_append(msgs, item) ? oai_fail(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
+        return json_array_append(msgs, item) ? cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
     if (!strcmp(type, "function_call"))
         return add_call(msgs, item, i, e);
     if (!strcmp(type, "function_call_output")) {
         const json_t *id = json_object_get(item, "call_id"), *output = json_object_get(item, "output");
         if (!json_is_string(id) || !json_is_string(output))
-            return oai_fail(e, 400, INVALID, NULL, "input",
+            return cv_oai_fail(e, 400, INVALID, NULL, "input",
                             "input[%zu]: a function_call_output item needs string 'call_id' and 'output'", i);
         return json_array_append_new(msgs, json_pack("{s:s,s:O,s:O}", "role", "tool", "tool_call_id", id, "content",
                                                      output))
-                   ? oai_fail(e, 500, "server_error", NULL, NULL, "out of memory")
+                   ? cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory")
                    : 0;
     }
-    return oai_fail(e, 400, INVALID, NULL, "input",
+    return cv_oai_fail(e, 400, INVALID, NULL, "input",
                     "input[%zu]: items of type \"%.40s\" are not supported (only message, function_call and "
                     "function_call_output)", i, type);
 }
@@ -86,7 +86,7 @@ static int add_item(json_t *msgs, json_t *item, size_t i, oai_error *e)
 static json_t *chat_tools(const json_t *tools, oai_error *e)
 {
     if (!json_is_array(tools)) {
-        oai_fail(e, 400, INVALID, NULL, "tools", "'tools' must be a list of tools");
+        cv_oai_fail(e, 400, INVALID, NULL, "tools", "'tools' must be a list of tools");
         return NULL;
     }
     json_t *out = json_array();
@@ -97,7 +97,7 @@ static json_t *chat_tools(const json_t *tools, oai_error *e)
         const char *type = json_string_value(json_object_get(t, "type"));
         if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name"))) {
             json_decref(out);
-            oai_fail(e, 400, INVALID, NULL, "tools",
+            cv_oai_fail(e, 400, INVALID, NULL, "tools",
                      "tools[%zu]: only function tools ({\"type\": \"function\", \"name\", \"parameters\"}) are "
                      "supported", i);
             return NULL;
@@ -117,14 +117,14 @@ static int chat_messages(const json_t *body, json_t *chat, oai_error *e)
 {
     json_t *in = opt(body, "input"), *ins = opt(body, "instructions");
     if (!in)
-        return oai_fail(e, 400, INVALID, NULL, "input", "you must provide 'input'");
+        return cv_oai_fail(e, 400, INVALID, NULL, "input", "you must provide 'input'");
     if (ins && !json_is_string(ins))
-        return oai_fail(e, 400, INVALID, NULL, "instructions", "'instructions' must be a string");
+        return cv_oai_fail(e, 400, INVALID, NULL, "instructions", "'instructions' must be a string");
     if (!json_is_string(in) && (!json_is_array(in) || json_array_size(in) == 0))
-        return oai_fail(e, 400, INVALID, NULL, "input", "'input' must be a string or a non-empty list of items");
+        return cv_oai_fail(e, 400, INVALID, NULL, "input", "'input' must be a string or a non-empty list of items");
     json_t *msgs = json_array();
     if (!msgs || json_object_set_new(chat, "messages", msgs))
-        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (ins)
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
     if (json_is_string(in))
@@ -135,17 +135,17 @@ static int chat_messages(const json_t *body, json_t *chat, oai_error *e)
     return 0;
 }
 
-json_t *resp_chat_body(const json_t *body, oai_error *e)
+json_t *cv_resp_chat_body(const json_t *body, oai_error *e)
 {
     if (opt(body, "previous_response_id")) {
-        oai_fail(e, 400, INVALID, NULL, "previous_response_id",
+        cv_oai_fail(e, 400, INVALID, NULL, "previous_response_id",
                  "'previous_response_id' is not supported: this server stores no responses; send the whole "
                  "conversation in 'input'");
         return NULL;
     }
     json_t *chat = json_object();
     if (!chat) {
-        oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         return NULL;
     }
     static const char *const kept[] = {"tool_choice", "parallel_tool_calls"};

@@ -11,16 +11,16 @@
  *   B. take_work: under the lock, sleeps while there is nothing to do
  *      (wait_for_work_locked), ends cancelled requests
  *      (end_cancelled_locked) and moves queued requests into free slots
- *      (sv_sched_admit_locked, sched_admit.c: fairly across clients, each
+ *      (cv_sched_admit_locked, sched_admit.c: fairly across clients, each
  *      within its share, with the requests running in each slot in
  *      s->active);
  *   R. reconnect_when_due: while the pipeline is down (a node failed: the
  *      engine closed the chain, every running request ended and submits
- *      are refused with SV_SUBMIT_DOWN), opens it again once the wait is
+ *      are refused with CV_SUBMIT_DOWN), opens it again once the wait is
  *      over, waits doubling from 0.5 s to 4 s, unlocked; check_when_idle:
  *      every 0.5 s without a step, the engine's health check (a pipeline's
  *      nodes must answer a PING), which fails a silent node over;
- *   C. sv_sched_start_admitted (sched_admit.c): sets up the new slots'
+ *   C. cv_sched_start_admitted (sched_admit.c): sets up the new slots'
  *      samplers (convoy_set_sampler, which also asks the engine for the
  *      request's logprobs), unlocked;
  *   D. submit_batches: while fewer than the engine's depth of batches are
@@ -40,7 +40,7 @@
  *      emitted token to its request or ends it (distribute_locked) and
  *      wakes the waiting threads; when the engine failed, it fails every
  *      running request instead (fail_running_locked).
- * A slot's wanted rows in a batch are one run (sv_run): a window, its
+ * A slot's wanted rows in a batch are one run (cv_run): a window, its
  * newest token then its drafts (want 2), or the last prompt token. The
  * run's outputs are the token after each row until the first rejected
  * draft, -1 from there; the engine cuts the slot back to its emitted
@@ -83,7 +83,7 @@
 #include "serve/log.h"
 
 /* Ends a request and drops the scheduler's reference; the caller holds mu. */
-void sv_sched_finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg)
+void cv_sched_finish_locked(cv_sched *s, cv_request *r, cv_finish why, const char *msg)
 {
     if (r->state == RQ_ACTIVE) {
         s->n_running--;
@@ -95,27 +95,27 @@ void sv_sched_finish_locked(sv_sched *s, sv_request *r, sv_finish why, const cha
         snprintf(r->error, sizeof r->error, "%s", msg);
     s->stats.requests_finished[why]++;
     pthread_cond_broadcast(&r->cond);
-    sv_request_unref_locked(r);
+    cv_request_unref_locked(r);
 }
 
 /* Ends a slot's request; the next A cuts the slot back to the tokens its
  * request published (kept, unless it failed or the cache is off) or
  * empties it. The caller holds mu. */
-void sv_sched_end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg)
+void cv_sched_end_slot_locked(cv_sched *s, cv_slot *sl, cv_finish why, const char *msg)
 {
-    const sv_request *r = sl->req;
-    sv_kept *k = &s->kept[r->slot];
-    k->n = why == SV_FINISH_ERROR || !s->prompt_cache ? 0 : min_i32(r->n_prompt + r->n_out, s->n_ctx);
+    const cv_request *r = sl->req;
+    cv_kept *k = &s->kept[r->slot];
+    k->n = why == CV_FINISH_ERROR || !s->prompt_cache ? 0 : min_i32(r->n_prompt + r->n_out, s->n_ctx);
     memcpy(k->tok, r->prompt, sizeof(int32_t) * (size_t)k->n);
-    sv_sched_finish_locked(s, sl->req, why, msg);
+    cv_sched_finish_locked(s, sl->req, why, msg);
     sl->state = SLOT_ENDING;
     sl->epoch++; /* its windows in flight are stale */
     sl->n_live = 0;
 }
 
-static sv_request *queue_pop_locked(sv_sched *s)
+static cv_request *queue_pop_locked(cv_sched *s)
 {
-    sv_request *r = s->queue[s->q_head];
+    cv_request *r = s->queue[s->q_head];
     s->q_head = (s->q_head + 1) % s->q_ring;
     s->q_len--;
     return r;
@@ -123,7 +123,7 @@ static sv_request *queue_pop_locked(sv_sched *s)
 
 /* Empties slot i in the engine and the drafter; returns convoy_seq_free's
  * result. */
-int sv_sched_slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
+int cv_sched_slot_free_engine(cv_sched *s, int32_t i, char *err, size_t errlen)
 {
     const int rc = convoy_seq_free(s->ctx, i, err, errlen);
     if (s->spec)
@@ -132,28 +132,28 @@ int sv_sched_slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen)
 }
 
 /* Empties slot i and frees it. */
-static int slot_free(sv_sched *s, int32_t i, char *err, size_t errlen)
+static int slot_free(cv_sched *s, int32_t i, char *err, size_t errlen)
 {
-    s->slots[i] = (sv_slot){.state = SLOT_FREE};
-    return sv_sched_slot_free_engine(s, i, err, errlen);
+    s->slots[i] = (cv_slot){.state = SLOT_FREE};
+    return cv_sched_slot_free_engine(s, i, err, errlen);
 }
 
 /* A: cuts slot i, whose request ended, back to its kept tokens and frees
  * it for the next request; its cache is dropped when that fails. */
-static int slot_keep(sv_sched *s, int32_t i, char *err, size_t errlen)
+static int slot_keep(cv_sched *s, int32_t i, char *err, size_t errlen)
 {
     const int32_t len = min_i32(convoy_seq_len(s->ctx, i), s->kept[i].n);
     const int rc = convoy_seq_truncate(s->ctx, i, len, err, errlen);
     pthread_mutex_lock(&s->mu);
     s->kept[i].n = rc ? 0 : len;
     pthread_mutex_unlock(&s->mu);
-    s->slots[i] = (sv_slot){.state = SLOT_FREE};
+    s->slots[i] = (cv_slot){.state = SLOT_FREE};
     return rc;
 }
 
 /* A: frees the slots whose request ended, each keeping its cache where it
  * has one, once none of its windows is in flight; returns how many. */
-static int32_t empty_ended_slots(sv_sched *s)
+static int32_t empty_ended_slots(cv_sched *s)
 {
     char err[CV_ERRLEN];
     int32_t n_freed = 0;
@@ -161,9 +161,9 @@ static int32_t empty_ended_slots(sv_sched *s)
         if (s->slots[i].state != SLOT_ENDING || s->slots[i].in_flight)
             continue;
         if (s->kept[i].n > 0 && slot_keep(s, i, err, sizeof err))
-            sv_log(SV_LOG_WARN, "slot %d drops its cache: %s", i, err);
+            cv_log(CV_LOG_WARN, "slot %d drops its cache: %s", i, err);
         if (s->kept[i].n == 0 && slot_free(s, i, err, sizeof err))
-            sv_log(SV_LOG_ERROR, "freeing slot %d: %s", i, err);
+            cv_log(CV_LOG_ERROR, "freeing slot %d: %s", i, err);
         n_freed++;
     }
     return n_freed;
@@ -172,7 +172,7 @@ static int32_t empty_ended_slots(sv_sched *s)
 /* B: sleeps while there is nothing to do, at most until the next health
  * check (or, while the pipeline is down, the next reconnect); false when
  * the scheduler stops. */
-static bool wait_for_work_locked(sv_sched *s)
+static bool wait_for_work_locked(cv_sched *s)
 {
     while (!s->stopping && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0) {
         const double wait = (s->stats.down ? s->retry_at : s->check_at) - cv_now_s();
@@ -186,26 +186,26 @@ static bool wait_for_work_locked(sv_sched *s)
 
 /* B: ends the requests cancelled while their slot is out of flight (a slot
  * in flight ends when its batch is collected). */
-static void end_cancelled_locked(sv_sched *s)
+static void end_cancelled_locked(cv_sched *s)
 {
     for (int32_t i = 0; i < s->n_slot; i++) {
-        sv_slot *sl = &s->slots[i];
+        cv_slot *sl = &s->slots[i];
         if ((sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && !sl->in_flight && sl->req->cancelled)
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_CANCELLED, NULL);
     }
 }
 
 /* B: under the lock, counts the n_freed slots of A, waits for work, ends
  * cancelled requests and admits queued ones; false when the scheduler
  * stops. */
-static bool take_work(sv_sched *s, int32_t n_freed)
+static bool take_work(cv_sched *s, int32_t n_freed)
 {
     pthread_mutex_lock(&s->mu);
     s->n_held -= n_freed;
     const bool working = wait_for_work_locked(s);
     if (working) {
         end_cancelled_locked(s);
-        sv_sched_admit_locked(s);
+        cv_sched_admit_locked(s);
     }
     pthread_mutex_unlock(&s->mu);
     return working;
@@ -219,7 +219,7 @@ enum { RETRY_FIRST_MS = 500, RETRY_MAX_MS = 4000, CHECK_MS = 500 };
 /* A failure took the pipeline down (the engine closed it, releasing its
  * nodes): the scheduler refuses requests and tries to reconnect, the
  * first time soon, then less often. */
-void sv_sched_note_down_locked(sv_sched *s, const char *err)
+void cv_sched_note_down_locked(cv_sched *s, const char *err)
 {
     if (s->stats.down || !convoy_ctx_is_down(s->ctx))
         return;
@@ -228,13 +228,13 @@ void sv_sched_note_down_locked(sv_sched *s, const char *err)
     snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
     s->retry_wait = RETRY_FIRST_MS / 1e3;
     s->retry_at = cv_now_s() + s->retry_wait;
-    sv_log(SV_LOG_ERROR, "the pipeline is down, reconnecting: %s", err);
+    cv_log(CV_LOG_ERROR, "the pipeline is down, reconnecting: %s", err);
 }
 
 /* R: while the pipeline is down, opens it again once its wait is over
  * (unlocked: a node's handshake may take a while); every slot is empty by
  * then, since going down ended every running request. */
-static void reconnect_when_due(sv_sched *s)
+static void reconnect_when_due(cv_sched *s)
 {
     pthread_mutex_lock(&s->mu);
     const bool due = s->stats.down && cv_now_s() >= s->retry_at && s->n_held == 0;
@@ -247,18 +247,18 @@ static void reconnect_when_due(sv_sched *s)
     if (rc == 0) {
         s->stats.down = s->stats.failing = false;
         s->stats.reconnects++;
-        sv_log(SV_LOG_INFO, "the pipeline is back");
+        cv_log(CV_LOG_INFO, "the pipeline is back");
     } else {
         snprintf(s->stats.last_error, sizeof s->stats.last_error, "the pipeline is down: %.480s", err);
         s->retry_wait = s->retry_wait * 2 < RETRY_MAX_MS / 1e3 ? s->retry_wait * 2 : RETRY_MAX_MS / 1e3;
         s->retry_at = cv_now_s() + s->retry_wait;
-        sv_log(SV_LOG_WARN, "reconnecting failed, next try in %.1f s: %s", s->retry_wait, err);
+        cv_log(CV_LOG_WARN, "reconnecting failed, next try in %.1f s: %s", s->retry_wait, err);
     }
     pthread_mutex_unlock(&s->mu);
 }
 
 /* The engine's failovers, moves and measured costs, for the stats. */
-static void note_engine_locked(sv_sched *s)
+static void note_engine_locked(cv_sched *s)
 {
     convoy_ctx_stats cs;
     convoy_ctx_get_stats(s->ctx, &cs);
@@ -273,7 +273,7 @@ static void note_engine_locked(sv_sched *s)
 enum { COSTS_LOG_S = 10 };
 
 /* Every COSTS_LOG_S while serving, with -v: what the pipeline's stages measure. */
-static void log_costs_locked(sv_sched *s, double now)
+static void log_costs_locked(cv_sched *s, double now)
 {
     const convoy_node_costs *n = &s->stats.nodes;
     if (n->n_nodes == 0 || now < s->costs_at)
@@ -285,13 +285,13 @@ static void log_costs_locked(sv_sched *s, double now)
         at += (size_t)snprintf(line + at, sizeof line - at, "%s%s: %d layers, %.1f us per layer and token measured "
                                "(%.1f probed)", i ? "; " : "", n->node[i].addr, n->node[i].layers,
                                n->node[i].us_measured, n->node[i].us_probed);
-    sv_log(SV_LOG_DEBUG, "costs: %s; a hop %.0f us", line, n->us_hop);
+    cv_log(CV_LOG_DEBUG, "costs: %s; a hop %.0f us", line, n->us_hop);
 }
 
 /* R: an idle engine is checked every CHECK_MS (a pipeline's nodes must
  * answer a PING), so that a node that died or stopped while nobody asked
  * is replaced, or /health learns that the pipeline is down; unlocked. */
-static void check_when_idle(sv_sched *s)
+static void check_when_idle(cv_sched *s)
 {
     pthread_mutex_lock(&s->mu);
     const bool due = !s->stats.down && s->n_held == 0 && s->q_len == 0 && s->n_flying == 0 &&
@@ -305,13 +305,13 @@ static void check_when_idle(sv_sched *s)
     s->check_at = cv_now_s() + CHECK_MS / 1e3;
     note_engine_locked(s);
     if (rc)
-        sv_sched_note_down_locked(s, err);
+        cv_sched_note_down_locked(s, err);
     pthread_mutex_unlock(&s->mu);
 }
 
 /* D: the windows a slot keeps in flight: one without speculation, else
  * what its convoy_spec chooses (at most the context's depth). */
-static int32_t slot_windows(const sv_sched *s, int32_t i)
+static int32_t slot_windows(const cv_sched *s, int32_t i)
 {
     return s->spec ? convoy_spec_windows(s->spec, i, s->stage_s, s->depth) : 1;
 }
@@ -319,7 +319,7 @@ static int32_t slot_windows(const sv_sched *s, int32_t i)
 /* The history index of a decoding slot's next draft: past the live
  * windows' rows (its first row then guesses what the last of them
  * samples), else past the newest token. */
-static int32_t next_draft_at(const sv_slot *sl)
+static int32_t next_draft_at(const cv_slot *sl)
 {
     return sl->n_live > 0 ? sl->sent_end : sl->req->n_prompt + sl->req->n_out;
 }
@@ -327,15 +327,15 @@ static int32_t next_draft_at(const sv_slot *sl)
 /* Drafts slot i's next window may carry: what its request can still emit
  * were every window in flight accepted whole, after the newest row's own
  * output (max_tokens), and rows up to the context's last position. */
-static int32_t draft_room(const sv_sched *s, const sv_slot *sl)
+static int32_t draft_room(const cv_sched *s, const cv_slot *sl)
 {
-    const sv_request *r = sl->req;
+    const cv_request *r = sl->req;
     const int32_t next = next_draft_at(sl), n_hist = r->n_prompt + r->n_out;
     return min_i32(r->max_tokens - r->n_out - 1 - (next - n_hist), s->n_ctx - next);
 }
 
 /* D: whether a batch that carries group g's rows is in flight. */
-static bool group_in_flight(const sv_sched *s, int32_t g)
+static bool group_in_flight(const cv_sched *s, int32_t g)
 {
     for (int32_t k = 0; k < s->n_flying; k++)
         if (s->flights[(s->f_oldest + k) % s->depth].group == g)
@@ -347,11 +347,11 @@ static bool group_in_flight(const sv_sched *s, int32_t g)
  * slot of one window with its group's batch, none of which is in flight;
  * a slot of more with any batch while fewer are in flight; a window that
  * would guess needs room for a draft); returns how many. */
-static int32_t choose_windows(sv_sched *s, int32_t g, bool group_busy)
+static int32_t choose_windows(cv_sched *s, int32_t g, bool group_busy)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < s->n_slot; i++) {
-        sv_slot *sl = &s->slots[i];
+        cv_slot *sl = &s->slots[i];
         sl->sends = false;
         sl->asked = false;
         sl->n_draft = 0;
@@ -371,11 +371,11 @@ static int32_t choose_windows(sv_sched *s, int32_t g, bool group_busy)
  * batch rows the newest tokens leave free are shared: each slot keeps up
  * to an equal share, then what some leave goes to the others in slot
  * order. A failed proposal leaves the round without drafts. */
-static void propose_drafts(sv_sched *s)
+static void propose_drafts(cv_sched *s)
 {
     int32_t n_lead = 0, n_req = 0;
     for (int32_t i = 0; i < s->n_slot; i++) {
-        const sv_slot *sl = &s->slots[i];
+        const cv_slot *sl = &s->slots[i];
         if (!sl->sends)
             continue;
         n_lead += sl->n_live == 0;
@@ -390,19 +390,19 @@ static void propose_drafts(sv_sched *s)
         return;
     char err[CV_ERRLEN];
     if (convoy_spec_propose(s->spec, s->spec_reqs, n_req, err, sizeof err)) {
-        sv_log(SV_LOG_WARN, "a round without drafts: %s", err);
+        cv_log(CV_LOG_WARN, "a round without drafts: %s", err);
         return;
     }
     const int32_t share = spare / n_req;
     for (int32_t k = 0; k < n_req; k++) {
         convoy_spec_req *q = &s->spec_reqs[k];
-        sv_slot *sl = &s->slots[q->seq];
+        cv_slot *sl = &s->slots[q->seq];
         sl->n_draft = min_i32(q->n_draft, share);
         sl->asked = true;
         spare -= sl->n_draft;
     }
     for (int32_t k = 0; k < n_req && spare > 0; k++) {
-        sv_slot *sl = &s->slots[s->spec_reqs[k].seq];
+        cv_slot *sl = &s->slots[s->spec_reqs[k].seq];
         const int32_t more = min_i32(s->spec_reqs[k].n_draft - sl->n_draft, spare);
         sl->n_draft += more;
         spare -= more;
@@ -413,15 +413,15 @@ static void propose_drafts(sv_sched *s)
  * behind live windows, its drafts alone (the first guesses what the last
  * of them samples). The drafts join the history the drafter continues,
  * past the published tokens (nobody else reads there). */
-static void add_window(sv_sched *s, int32_t i, sv_flight *f)
+static void add_window(cv_sched *s, int32_t i, cv_flight *f)
 {
-    sv_slot *sl = &s->slots[i];
-    sv_request *r = sl->req;
+    cv_slot *sl = &s->slots[i];
+    cv_request *r = sl->req;
     const bool guess = sl->n_live > 0;
     const int32_t first = guess ? sl->sent_end : r->n_prompt + r->n_out - 1;
     const int32_t n_rows = sl->n_draft + !guess;
     const int32_t *drafts = s->drafts + (size_t)i * (size_t)s->k_max;
-    f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = n_rows, .n_draft = sl->n_draft,
+    f->runs[f->n_runs++] = (cv_run){.slot = i, .row = f->n_want, .n_want = n_rows, .n_draft = sl->n_draft,
                                     .epoch = sl->epoch, .window = true, .asked = sl->asked};
     for (int32_t j = 0; j < n_rows; j++) {
         const bool lead = j == 0 && !guess;
@@ -442,10 +442,10 @@ static void add_window(sv_sched *s, int32_t i, sv_flight *f)
 /* D: appends the sending slots' windows to f (a window that would guess
  * and got no draft stays home); f carries group g's rows when a slot of
  * one window sends. */
-static void add_windows(sv_sched *s, int32_t g, sv_flight *f)
+static void add_windows(cv_sched *s, int32_t g, cv_flight *f)
 {
     for (int32_t i = 0; i < s->n_slot; i++) {
-        const sv_slot *sl = &s->slots[i];
+        const cv_slot *sl = &s->slots[i];
         if (!sl->sends || (sl->n_live > 0 && sl->n_draft == 0))
             continue;
         if (sl->grouped)
@@ -461,12 +461,12 @@ static void add_windows(sv_sched *s, int32_t g, sv_flight *f)
  * while fewer than that depth of its own are in flight, as a slot of
  * several windows does; else one at a time, with its group's batch when
  * none of the group's is in flight. */
-static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight *f)
+static void add_prompt_chunks(cv_sched *s, int32_t g, bool group_busy, cv_flight *f)
 {
     for (int32_t k = 0; k < s->n_slot && f->n < s->n_batch; k++) {
         const int32_t i = (s->prefill_rr + k) % s->n_slot;
-        sv_slot *sl = &s->slots[i];
-        const sv_request *r = sl->req;
+        cv_slot *sl = &s->slots[i];
+        const cv_request *r = sl->req;
         if (sl->state != SLOT_PREFILL || sl->n_fed == r->n_prompt)
             continue;
         const int depth = convoy_ctx_prefill_depth(s->ctx);
@@ -477,7 +477,7 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight
             continue;
         const int32_t take = min_i32(convoy_ctx_prefill_chunk(s->ctx, r->n_prompt - sl->n_fed), s->n_batch - f->n);
         const bool last = sl->n_fed + take == r->n_prompt;
-        f->runs[f->n_runs++] = (sv_run){.slot = i, .row = f->n_want, .n_want = last, .epoch = sl->epoch};
+        f->runs[f->n_runs++] = (cv_run){.slot = i, .row = f->n_want, .n_want = last, .epoch = sl->epoch};
         for (int32_t t = 0; t < take; t++) {
             f->token[f->n] = r->prompt[sl->n_fed];
             f->pos[f->n] = sl->n_fed;
@@ -499,7 +499,7 @@ static void add_prompt_chunks(sv_sched *s, int32_t g, bool group_busy, sv_flight
  * the group's rows, those of slots of one window and prompt chunks not
  * pipelined, one batch is in flight at a time, so that they share a
  * batch). */
-static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
+static void build_batch(cv_sched *s, int32_t g, cv_flight *f)
 {
     f->n = f->n_want = f->n_prompt_tokens = f->n_runs = 0;
     f->group = -1;
@@ -513,7 +513,7 @@ static void build_batch(sv_sched *s, int32_t g, sv_flight *f)
 
 /* Slot groups: one per stage the engine has now (a move or a failover may
  * change them), at most one per slot and per batch in flight. */
-static int32_t stage_groups(const sv_sched *s)
+static int32_t stage_groups(const cv_sched *s)
 {
     int32_t g = convoy_ctx_stages(s->ctx);
     g = g < s->n_slot ? g : s->n_slot;
@@ -524,7 +524,7 @@ static int32_t stage_groups(const sv_sched *s)
  * are in flight, without allocating; after a batch goes out every group is
  * looked at again, so it stops when depth are in flight or no group has
  * work. Returns convoy_submit's failure. */
-static int submit_batches(sv_sched *s, char *err, size_t errlen)
+static int submit_batches(cv_sched *s, char *err, size_t errlen)
 {
     int rc = 0;
     cv_alloc_forbid(1);
@@ -533,7 +533,7 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
     for (int32_t tries = 0; rc == 0 && s->n_flying < s->depth && tries < s->groups; tries++) {
         const int32_t g = s->next_group;
         s->next_group = (s->next_group + 1) % s->groups;
-        sv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
+        cv_flight *f = &s->flights[(s->f_oldest + s->n_flying) % s->depth];
         build_batch(s, g, f);
         if (f->n == 0)
             continue;
@@ -551,9 +551,9 @@ static int submit_batches(sv_sched *s, char *err, size_t errlen)
 
 /* Whether a collected run still counts: its slot runs the request it was
  * sent for and nothing made it stale since. */
-static bool run_is_live(const sv_sched *s, const sv_run *u)
+static bool run_is_live(const cv_sched *s, const cv_run *u)
 {
-    const sv_slot *sl = &s->slots[u->slot];
+    const cv_slot *sl = &s->slots[u->slot];
     return (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE) && u->epoch == sl->epoch;
 }
 
@@ -563,14 +563,14 @@ static bool run_is_live(const sv_sched *s, const sv_run *u)
  * emit_locked advances n_out. Rows after a rejected draft (id -1) have
  * none; an emitted row the engine gives none for is marked with id -1 for
  * emit_locked. */
-static void take_logprobs(sv_sched *s, const sv_flight *f)
+static void take_logprobs(cv_sched *s, const cv_flight *f)
 {
     convoy_logprob row_lp[1 + CONVOY_MAX_TOP_LOGPROBS];
     for (int32_t k = 0; k < f->n_runs; k++) {
-        const sv_run *u = &f->runs[k];
+        const cv_run *u = &f->runs[k];
         if (!run_is_live(s, u) || !s->slots[u->slot].req->lp)
             continue;
-        const sv_request *r = s->slots[u->slot].req;
+        const cv_request *r = s->slots[u->slot].req;
         const int n = 1 + r->sampler.n_logprobs;
         for (int32_t j = 0; j < u->n_want && s->b_sampled[u->row + j] >= 0; j++) {
             convoy_logprob *lp = request_lp(r, r->n_out + j);
@@ -584,11 +584,11 @@ static void take_logprobs(sv_sched *s, const sv_flight *f)
 
 /* E: the vectors of the embedding requests whose last prompt row the
  * batch carried, into their requests (read once they end). */
-static void take_embeddings(sv_sched *s, const sv_flight *f)
+static void take_embeddings(cv_sched *s, const cv_flight *f)
 {
     for (int32_t k = 0; k < f->n_runs; k++) {
-        const sv_run *u = &f->runs[k];
-        sv_request *r = s->slots[u->slot].req;
+        const cv_run *u = &f->runs[k];
+        cv_request *r = s->slots[u->slot].req;
         const float *e = u->n_want && run_is_live(s, u) && r->embd ? convoy_embedding(s->ctx, u->row) : NULL;
         if (e)
             memcpy(r->embd, e, sizeof(float) * (size_t)s->n_embd);
@@ -599,27 +599,27 @@ static void take_embeddings(sv_sched *s, const sv_flight *f)
 
 /* E: an embedding request's last prompt row came back: it ends with its
  * vector (take_embeddings), or with an error when the engine gave none. */
-static void end_embedding_locked(sv_sched *s, sv_slot *sl, double now)
+static void end_embedding_locked(cv_sched *s, cv_slot *sl, double now)
 {
-    sv_request *r = sl->req;
+    cv_request *r = sl->req;
     r->got_first = true;
     s->stats.ttft_seconds += now - r->t_submit;
     s->stats.ttft_count++;
     if (r->cancelled)
-        sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+        cv_sched_end_slot_locked(s, sl, CV_FINISH_CANCELLED, NULL);
     else if (!r->has_embd)
-        sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no embedding");
+        cv_sched_end_slot_locked(s, sl, CV_FINISH_ERROR, "the engine gave no embedding");
     else
-        sv_sched_end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+        cv_sched_end_slot_locked(s, sl, CV_FINISH_STOP, NULL);
 }
 
 /* E: appends n_emit outputs to slot sl's request in order, up to the first
  * end (the rest is dropped), or ends the request when it was cancelled. */
-static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_emit, double now)
+static void emit_locked(cv_sched *s, cv_slot *sl, const int32_t *out, int32_t n_emit, double now)
 {
-    sv_request *r = sl->req;
+    cv_request *r = sl->req;
     if (r->cancelled) {
-        sv_sched_end_slot_locked(s, sl, SV_FINISH_CANCELLED, NULL);
+        cv_sched_end_slot_locked(s, sl, CV_FINISH_CANCELLED, NULL);
         return;
     }
     for (int32_t j = 0; j < n_emit; j++) {
@@ -630,17 +630,17 @@ static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_
             s->stats.ttft_count++;
         }
         if (!r->ignore_eos && convoy_token_is_eog(s->model, out[j])) {
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_STOP, NULL);
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_STOP, NULL);
             return;
         }
         if (r->lp && request_lp(r, r->n_out)->id != out[j]) {
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, "the engine gave no logprobs for a token");
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_ERROR, "the engine gave no logprobs for a token");
             return;
         }
         r->out[r->n_out++] = out[j];
         /* the row that gave it was at the context's last position */
         if (r->n_out == r->max_tokens || r->n_prompt + r->n_out > s->n_ctx) {
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_LENGTH, NULL);
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_LENGTH, NULL);
             return;
         }
     }
@@ -652,7 +652,7 @@ static void emit_locked(sv_sched *s, sv_slot *sl, const int32_t *out, int32_t n_
  * convoy_spec when it was asked, even for none: a plain round measures the
  * fixed cost); cut at its first -1, which makes the windows behind it
  * stale. */
-static void judge_window_locked(sv_sched *s, sv_slot *sl, const sv_flight *f, const sv_run *u, int32_t n_emit,
+static void judge_window_locked(cv_sched *s, cv_slot *sl, const cv_flight *f, const cv_run *u, int32_t n_emit,
                                 double now)
 {
     sl->n_live--;
@@ -669,11 +669,11 @@ static void judge_window_locked(sv_sched *s, sv_slot *sl, const sv_flight *f, co
 /* E: hands each live run's emitted tokens (its leading ids) to its
  * request; a stale run is dropped. A request cancelled while its batch was
  * in flight ends here. */
-static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
+static void distribute_locked(cv_sched *s, const cv_flight *f, double now)
 {
     for (int32_t k = 0; k < f->n_runs; k++) {
-        const sv_run *u = &f->runs[k];
-        sv_slot *sl = &s->slots[u->slot];
+        const cv_run *u = &f->runs[k];
+        cv_slot *sl = &s->slots[u->slot];
         sl->in_flight--;
         if (u->window && s->spec)
             s->stats.windows_sent++;
@@ -698,7 +698,7 @@ static void distribute_locked(sv_sched *s, const sv_flight *f, double now)
 }
 
 /* E: a collected batch's statistics. */
-static void count_step_locked(sv_sched *s, const sv_flight *f, double t1)
+static void count_step_locked(cv_sched *s, const cv_flight *f, double t1)
 {
     s->stats.steps++;
     s->stats.steps_shared += f->n_runs > 1;
@@ -709,21 +709,21 @@ static void count_step_locked(sv_sched *s, const sv_flight *f, double t1)
 
 /* E: the engine failed (a pipeline node died, ...): every running request
  * fails with its message and no batch is in flight any more. */
-static void fail_running_locked(sv_sched *s, const char *err)
+static void fail_running_locked(cv_sched *s, const char *err)
 {
     snprintf(s->stats.last_error, sizeof s->stats.last_error, "%s", err);
-    sv_log(SV_LOG_ERROR, "step failed: %s", err);
+    cv_log(CV_LOG_ERROR, "step failed: %s", err);
     for (int32_t i = 0; i < s->n_slot; i++) {
-        sv_slot *sl = &s->slots[i];
+        cv_slot *sl = &s->slots[i];
         sl->in_flight = 0;
         if (sl->state == SLOT_PREFILL || sl->state == SLOT_DECODE)
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, err);
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_ERROR, err);
     }
     s->n_flying = 0;
-    sv_sched_note_down_locked(s, err);
+    cv_sched_note_down_locked(s, err);
 }
 
-static void rate_sample_locked(sv_sched *s, double now)
+static void rate_sample_locked(cv_sched *s, double now)
 {
     const int last = (s->rate_head + s->rate_len - 1) % RATE_RING;
     if (s->rate_len > 0 && now - s->rate_t[last] < 1.0)
@@ -740,9 +740,9 @@ static void rate_sample_locked(sv_sched *s, double now)
 /* E: collects the oldest batch in flight (unless D's submit failed: rc),
  * takes its logprobs unlocked, then under the lock hands its tokens to the
  * requests, or fails them all when the engine failed. Allocates nothing. */
-static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
+static void collect_oldest(cv_sched *s, int rc, char *err, size_t errlen)
 {
-    const sv_flight *f = &s->flights[s->f_oldest];
+    const cv_flight *f = &s->flights[s->f_oldest];
     int32_t n_sampled = 0;
     const double t0 = cv_now_s();
     if (rc == 0)
@@ -777,12 +777,12 @@ static void collect_oldest(sv_sched *s, int rc, char *err, size_t errlen)
 /* The inference thread: the phases A to E of the design comment. */
 static void *sched_main(void *arg)
 {
-    sv_sched *s = arg;
+    cv_sched *s = arg;
     char err[CV_ERRLEN];
     while (take_work(s, empty_ended_slots(s))) {
         reconnect_when_due(s);
         check_when_idle(s);
-        sv_sched_start_admitted(s);
+        cv_sched_start_admitted(s);
         const int rc = submit_batches(s, err, sizeof err);
         if (rc != 0 || s->n_flying > 0)
             collect_oldest(s, rc, err, sizeof err);
@@ -790,7 +790,7 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
-sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_slot, int32_t queue_cap,
+cv_sched *cv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_slot, int32_t queue_cap,
                           char *err, size_t errlen)
 {
     const int32_t n_batch = convoy_ctx_n_batch(ctx);
@@ -808,7 +808,7 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
         cv_errf(err, errlen, "the batch (%d tokens) must hold one token of each of the %d slots", n_batch, n_slot);
         return NULL;
     }
-    sv_sched *s = cv_calloc(1, sizeof *s);
+    cv_sched *s = cv_calloc(1, sizeof *s);
     if (!s) {
         cv_errf(err, errlen, "out of memory");
         return NULL;
@@ -845,7 +845,7 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     for (int32_t i = 0; ok && i < n_slot + s->n_cache; i++)
         ok = (s->kept[i].tok = cv_malloc(sizeof(int32_t) * (size_t)s->n_ctx)) != NULL;
     for (int32_t k = 0; ok && k < s->depth; k++) {
-        sv_flight *f = &s->flights[k];
+        cv_flight *f = &s->flights[k];
         f->token = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->pos = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
         f->seq = cv_malloc(sizeof(int32_t) * (size_t)n_batch);
@@ -855,19 +855,19 @@ sv_sched *sv_sched_create(convoy_ctx *ctx, const convoy_model *model, int32_t n_
     }
     if (!ok) {
         cv_errf(err, errlen, "out of memory");
-        sv_sched_free(s);
+        cv_sched_free(s);
         return NULL;
     }
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         cv_errf(err, errlen, "cannot start the inference thread");
-        sv_sched_free(s);
+        cv_sched_free(s);
         return NULL;
     }
     s->thread_running = true;
     return s;
 }
 
-void sv_sched_stop(sv_sched *s)
+void cv_sched_stop(cv_sched *s)
 {
     static const char *const msg = "the server is shutting down";
     pthread_mutex_lock(&s->mu);
@@ -875,7 +875,7 @@ void sv_sched_stop(sv_sched *s)
     s->stopping = true;
     s->thread_running = false;
     while (s->q_len > 0)
-        sv_sched_finish_locked(s, queue_pop_locked(s), SV_FINISH_ERROR, msg);
+        cv_sched_finish_locked(s, queue_pop_locked(s), CV_FINISH_ERROR, msg);
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
     if (!was_running)
@@ -884,22 +884,22 @@ void sv_sched_stop(sv_sched *s)
     char err[CV_ERRLEN];
     pthread_mutex_lock(&s->mu);
     for (int32_t i = 0; i < s->n_slot; i++) {
-        sv_slot *sl = &s->slots[i];
+        cv_slot *sl = &s->slots[i];
         if (sl->state == SLOT_FREE)
             continue;
         if (sl->state != SLOT_ENDING)
-            sv_sched_finish_locked(s, sl->req, SV_FINISH_ERROR, msg);
+            cv_sched_finish_locked(s, sl->req, CV_FINISH_ERROR, msg);
         slot_free(s, i, err, sizeof err);
     }
     s->n_held = 0;
     pthread_mutex_unlock(&s->mu);
 }
 
-void sv_sched_free(sv_sched *s)
+void cv_sched_free(cv_sched *s)
 {
     if (!s)
         return;
-    sv_sched_stop(s);
+    cv_sched_stop(s);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
     for (int32_t k = 0; s->flights && k < s->depth; k++) {
@@ -922,7 +922,7 @@ void sv_sched_free(sv_sched *s)
     cv_free(s);
 }
 
-int sv_sched_set_spec(sv_sched *s, convoy_spec *spec, char *err, size_t errlen)
+int cv_sched_set_spec(cv_sched *s, convoy_spec *spec, char *err, size_t errlen)
 {
     if (s->spec)
         return cv_errf(err, errlen, "the scheduler speculates already");

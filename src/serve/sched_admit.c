@@ -7,7 +7,7 @@
  * keeps here too.
  *
  * The prompt cache: a slot whose request ended keeps its KV and the tokens
- * at its positions (s->kept: sv_sched_end_slot_locked copies the tokens
+ * at its positions (s->kept: cv_sched_end_slot_locked copies the tokens
  * the request published, A cuts the slot back to them instead of emptying
  * it: the engine's length may hold accepted drafts past the last published
  * token).
@@ -27,7 +27,7 @@
  * that holds a prefix of them, else the least recently used, unless one
  * holds them already), and B may take a request's prefix from a cache
  * slot, or another free slot, that holds more of it than the slot it gets
- * (sv_slot.source): C then copies it (convoy_seq_copy: the same KV bits),
+ * (cv_slot.source): C then copies it (convoy_seq_copy: the same KV bits),
  * before it cuts back any slot admitted with it. So the n choices of one
  * request, admitted together after one of them ran the prompt, each run
  * only its last token. */
@@ -41,7 +41,7 @@
 enum { STASH_MIN_TOKENS = 16 }; /* fewer tokens are not worth a cache slot */
 
 /* Requests of client c running now. */
-int32_t sv_sched_running_of_locked(const sv_sched *s, uint64_t c)
+int32_t cv_sched_running_of_locked(const cv_sched *s, uint64_t c)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < s->n_slot; i++)
@@ -52,15 +52,15 @@ int32_t sv_sched_running_of_locked(const sv_sched *s, uint64_t c)
 /* The queued request that gets the next free slot: of the clients under
  * their share, the one running the fewest requests, its oldest; NULL when
  * every queued client runs its share. */
-static sv_request *next_admitted_locked(const sv_sched *s)
+static cv_request *next_admitted_locked(const cv_sched *s)
 {
-    sv_request *best = NULL;
+    cv_request *best = NULL;
     int32_t best_n = s->client_slots;
     for (int32_t i = 0; i < s->q_len && best_n > 0; i++) {
-        sv_request *r = s->queue[(s->q_head + i) % s->q_ring];
+        cv_request *r = s->queue[(s->q_head + i) % s->q_ring];
         if (r->pin && s->slots[r->slot_wanted].state != SLOT_FREE)
             continue;
-        const int32_t n = sv_sched_running_of_locked(s, r->client);
+        const int32_t n = cv_sched_running_of_locked(s, r->client);
         if (n < best_n) {
             best = r;
             best_n = n;
@@ -79,14 +79,14 @@ static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int
 }
 
 /* The tokens kept in slot i that r's prompt starts with (0 for a cold request). */
-static int32_t prompt_prefix(const sv_sched *s, int32_t i, const sv_request *r)
+static int32_t prompt_prefix(const cv_sched *s, int32_t i, const cv_request *r)
 {
     return r->cold ? 0 : common_prefix(s->kept[i].tok, s->kept[i].n, r->prompt, r->n_prompt);
 }
 
 /* The free slot for r: its pinned one, else the longest common prefix
  * (*prefix), then the least recently used; -1 when every slot is held. */
-static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *prefix)
+static int32_t best_free_slot(const cv_sched *s, const cv_request *r, int32_t *prefix)
 {
     if (r->pin) {
         *prefix = prompt_prefix(s, r->slot_wanted, r);
@@ -107,18 +107,18 @@ static int32_t best_free_slot(const sv_sched *s, const sv_request *r, int32_t *p
 
 /* Whether slot j's KV holds its kept tokens until this admission's
  * slots are set up: a cache slot, a free slot, or one admitted now that
- * keeps its own prefix (sv_sched_start_admitted copies out of it before
+ * keeps its own prefix (cv_sched_start_admitted copies out of it before
  * cutting it back). */
-static bool holds_kept(const sv_sched *s, int32_t j)
+static bool holds_kept(const cv_sched *s, int32_t j)
 {
     if (j >= s->n_slot)
         return true;
-    const sv_slot *sl = &s->slots[j];
+    const cv_slot *sl = &s->slots[j];
     return sl->state == SLOT_FREE || (sl->state == SLOT_STARTING && sl->source == j);
 }
 
 /* Whether a slot admitted before takes its prefix from slot i. */
-static bool copied_from(const sv_sched *s, int32_t i)
+static bool copied_from(const cv_sched *s, int32_t i)
 {
     for (int32_t j = 0; j < s->n_slot; j++)
         if (j != i && s->slots[j].state == SLOT_STARTING && s->slots[j].source == i)
@@ -129,7 +129,7 @@ static bool copied_from(const sv_sched *s, int32_t i)
 /* Another slot than i (a cache slot, or a free one: the n choices of one
  * request share their prompt so) that holds more of r's prompt than
  * *prefix (which it then sets), the most; -1 when none does. */
-static int32_t best_source_slot(const sv_sched *s, const sv_request *r, int32_t i, int32_t *prefix)
+static int32_t best_source_slot(const cv_sched *s, const cv_request *r, int32_t i, int32_t *prefix)
 {
     int32_t best = -1;
     for (int32_t c = 0; c < s->n_slot + s->n_cache; c++) {
@@ -148,7 +148,7 @@ static int32_t best_source_slot(const sv_sched *s, const sv_request *r, int32_t 
  * least is left to run, so that the first output has fresh logits, and
  * with penalties the penalty window too, so that the sampler sees every
  * id a cold slot's would. */
-static int32_t reuse_len(const sv_request *r, int32_t prefix)
+static int32_t reuse_len(const cv_request *r, int32_t prefix)
 {
     const convoy_sampling_params *p = &r->sampler;
     const bool penalties = p->penalty_last_n > 0 &&
@@ -161,10 +161,10 @@ static int32_t reuse_len(const sv_request *r, int32_t prefix)
 
 /* B: moves queued requests into free slots, fairly across clients, each
  * into the slot that holds the most of its prompt. */
-void sv_sched_admit_locked(sv_sched *s)
+void cv_sched_admit_locked(cv_sched *s)
 {
     while (s->q_len > 0) {
-        sv_request *r = next_admitted_locked(s);
+        cv_request *r = next_admitted_locked(s);
         int32_t prefix = 0;
         const int32_t i = r ? best_free_slot(s, r, &prefix) : -1;
         if (i < 0)
@@ -172,13 +172,13 @@ void sv_sched_admit_locked(sv_sched *s)
         /* a slot that an earlier admission copies from keeps its own prefix */
         const int32_t c = copied_from(s, i) ? -1 : best_source_slot(s, r, i, &prefix);
         const int32_t source = c >= 0 ? c : i;
-        sv_sched_queue_remove_locked(s, r);
+        cv_sched_queue_remove_locked(s, r);
         r->state = RQ_ACTIVE;
         r->slot = i;
         r->n_cached = reuse_len(r, prefix);
         s->kept[i].used = s->kept[source].used = ++s->use_clock;
         s->active[i] = r;
-        s->slots[i] = (sv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached};
+        s->slots[i] = (cv_slot){.state = SLOT_STARTING, .req = r, .source = source, .n_fed = r->n_cached};
         s->stats.prompt_tokens_cached += (uint64_t)r->n_cached;
         s->n_held++;
         s->n_running++;
@@ -188,9 +188,9 @@ void sv_sched_admit_locked(sv_sched *s)
 /* The cache slot that takes slot i's kept tokens: one holding a prefix of
  * them (an empty one first), else the least recently used; never `avoid`.
  * -1 when one holds them all already. */
-static int32_t stash_target(const sv_sched *s, int32_t i, int32_t avoid)
+static int32_t stash_target(const cv_sched *s, int32_t i, int32_t avoid)
 {
-    const sv_kept *k = &s->kept[i];
+    const cv_kept *k = &s->kept[i];
     int32_t lru = -1;
     for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
         if (c == avoid)
@@ -208,7 +208,7 @@ static int32_t stash_target(const sv_sched *s, int32_t i, int32_t avoid)
 
 /* C: slot i is about to keep only `keep` of its kept tokens: the rest go
  * to a cache slot first (see the design comment), unless they are few. */
-static void stash(sv_sched *s, int32_t i, int32_t keep, int32_t avoid)
+static void stash(cv_sched *s, int32_t i, int32_t keep, int32_t avoid)
 {
     if (s->kept[i].n - keep < STASH_MIN_TOKENS)
         return;
@@ -218,7 +218,7 @@ static void stash(sv_sched *s, int32_t i, int32_t keep, int32_t avoid)
     char err[CV_ERRLEN];
     const int rc = convoy_seq_copy(s->ctx, i, c, s->kept[i].n, err, sizeof err);
     if (rc)
-        sv_log(SV_LOG_WARN, "the prompt cache drops slot %d: %s", c, err);
+        cv_log(CV_LOG_WARN, "the prompt cache drops slot %d: %s", c, err);
     pthread_mutex_lock(&s->mu);
     s->kept[c].n = rc ? 0 : s->kept[i].n;
     memcpy(s->kept[c].tok, s->kept[i].tok, sizeof(int32_t) * (size_t)s->kept[c].n);
@@ -229,7 +229,7 @@ static void stash(sv_sched *s, int32_t i, int32_t keep, int32_t avoid)
 /* C: slot i gets the n prompt tokens its request reuses from `source` (cut
  * back to them, a copy of a cache slot's, or an empty slot when none),
  * what it held past them stashed first. */
-static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *err, size_t errlen)
+static int slot_reuse(cv_sched *s, int32_t i, int32_t source, int32_t n, char *err, size_t errlen)
 {
     stash(s, i, source == i ? n : 0, source);
     pthread_mutex_lock(&s->mu);
@@ -238,7 +238,7 @@ static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *e
     if (source != i)
         return convoy_seq_copy(s->ctx, source, i, n, err, errlen);
     if (n == 0)
-        return sv_sched_slot_free_engine(s, i, err, errlen);
+        return cv_sched_slot_free_engine(s, i, err, errlen);
     return convoy_seq_truncate(s->ctx, i, n, err, errlen);
 }
 
@@ -246,21 +246,21 @@ static int slot_reuse(sv_sched *s, int32_t i, int32_t source, int32_t n, char *e
  * sampler (it allocates, so it is done here, out of the step loop); a
  * slot the engine refuses ends its request. The slots that copy another's
  * prefix go first, before a slot they copy is cut back. */
-void sv_sched_start_admitted(sv_sched *s)
+void cv_sched_start_admitted(cv_sched *s)
 {
     char err[CV_ERRLEN];
     for (int32_t k = 0; k < 2 * s->n_slot; k++) {
         const int32_t i = k % s->n_slot;
-        sv_slot *sl = &s->slots[i];
+        cv_slot *sl = &s->slots[i];
         if (sl->state != SLOT_STARTING || (k < s->n_slot) == (sl->source == i))
             continue;
-        const sv_request *r = sl->req;
+        const cv_request *r = sl->req;
         if (slot_reuse(s, i, sl->source, r->n_cached, err, sizeof err) ||
             convoy_set_sampler(s->ctx, i, &r->sampler, err, sizeof err) ||
             (r->grammar && convoy_set_grammar(s->ctx, i, r->grammar, r->grammar_len, r->n_prompt, err, sizeof err))) {
             pthread_mutex_lock(&s->mu);
-            sv_sched_end_slot_locked(s, sl, SV_FINISH_ERROR, err);
-            sv_sched_note_down_locked(s, err);
+            cv_sched_end_slot_locked(s, sl, CV_FINISH_ERROR, err);
+            cv_sched_note_down_locked(s, err);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
@@ -268,19 +268,19 @@ void sv_sched_start_admitted(sv_sched *s)
     }
 }
 
-void sv_sched_set_prompt_cache(sv_sched *s, bool on)
+void cv_sched_set_prompt_cache(cv_sched *s, bool on)
 {
     pthread_mutex_lock(&s->mu);
     s->prompt_cache = on;
     pthread_mutex_unlock(&s->mu);
 }
 
-int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out)
+int32_t cv_sched_get_slots(cv_sched *s, cv_slot_info *out)
 {
     pthread_mutex_lock(&s->mu);
     for (int32_t i = 0; i < s->n_slot; i++) {
-        const sv_request *r = s->active[i];
-        out[i] = (sv_slot_info){.id = i, .n_ctx = s->n_ctx, .processing = r != NULL,
+        const cv_request *r = s->active[i];
+        out[i] = (cv_slot_info){.id = i, .n_ctx = s->n_ctx, .processing = r != NULL,
                                 .n_tokens = r ? r->n_prompt + r->n_out : s->kept[i].n};
     }
     pthread_mutex_unlock(&s->mu);
@@ -288,7 +288,7 @@ int32_t sv_sched_get_slots(sv_sched *s, sv_slot_info *out)
 }
 
 /* Slot id, idle: its kept tokens (NULL: none, and err says why); the caller holds mu. */
-static const sv_kept *idle_slot_locked(const sv_sched *s, int32_t id, char *err, size_t errlen)
+static const cv_kept *idle_slot_locked(const cv_sched *s, int32_t id, char *err, size_t errlen)
 {
     if (id < 0 || id >= s->n_slot) {
         cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", id, s->n_slot - 1);
@@ -301,10 +301,10 @@ static const sv_kept *idle_slot_locked(const sv_sched *s, int32_t id, char *err,
     return &s->kept[id];
 }
 
-int32_t sv_sched_slot_tokens(sv_sched *s, int32_t id, int32_t *out, char *err, size_t errlen)
+int32_t cv_sched_slot_tokens(cv_sched *s, int32_t id, int32_t *out, char *err, size_t errlen)
 {
     pthread_mutex_lock(&s->mu);
-    const sv_kept *k = idle_slot_locked(s, id, err, errlen);
+    const cv_kept *k = idle_slot_locked(s, id, err, errlen);
     const int32_t n = k ? k->n : -1;
     if (k)
         memcpy(out, k->tok, sizeof(int32_t) * (size_t)n);
@@ -312,10 +312,10 @@ int32_t sv_sched_slot_tokens(sv_sched *s, int32_t id, int32_t *out, char *err, s
     return n;
 }
 
-int32_t sv_sched_slot_erase(sv_sched *s, int32_t id, char *err, size_t errlen)
+int32_t cv_sched_slot_erase(cv_sched *s, int32_t id, char *err, size_t errlen)
 {
     pthread_mutex_lock(&s->mu);
-    sv_kept *k = (sv_kept *)idle_slot_locked(s, id, err, errlen);
+    cv_kept *k = (cv_kept *)idle_slot_locked(s, id, err, errlen);
     const int32_t n = k ? k->n : -1;
     if (k)
         k->n = 0; /* its KV stays until the next request, which reuses none of it */

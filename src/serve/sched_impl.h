@@ -16,15 +16,15 @@
 
 enum rq_state { RQ_QUEUED, RQ_ACTIVE, RQ_DONE };
 
-struct sv_request {
-    sv_sched *sched;
+struct cv_request {
+    cv_sched *sched;
     pthread_cond_t cond;
     /* under sched->mu */
     int refs;
     enum rq_state state;
     bool cancelled;
     bool got_first;
-    sv_finish finish;
+    cv_finish finish;
     int32_t n_out;
     char error[256];
     /* fixed at submit */
@@ -51,9 +51,9 @@ struct sv_request {
 
 enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_PREFILL, SLOT_DECODE, SLOT_ENDING };
 
-typedef struct sv_slot {
+typedef struct cv_slot {
     enum slot_state state;
-    sv_request *req;
+    cv_request *req;
     int32_t source;    /* SLOT_STARTING: the slot holding the prompt's reused prefix (itself, a cache slot or a
                           free one) */
     int32_t n_fed;     /* prompt tokens in the cache (the positions too, while prefilling) */
@@ -66,41 +66,41 @@ typedef struct sv_slot {
     bool grouped;      /* it keeps one window in flight: the batch carries its group's rows */
     bool asked;        /* the drafter was asked for it (0 or more drafts came) */
     int32_t n_draft;   /* the drafts it carries */
-} sv_slot;
+} cv_slot;
 
 /* What a slot's KV holds while no request runs in it: the token at each
  * of its first n positions. */
-typedef struct sv_kept {
+typedef struct cv_kept {
     int32_t *tok;  /* [n_ctx] */
     int32_t n;
     uint64_t used; /* s->use_clock when its last request started: the least recently used goes first */
-} sv_kept;
+} cv_kept;
 
 /* A slot's run in a batch: its wanted rows are the batch's outputs
  * [row, row + n_want). Of a window's rows, n_want - n_draft come before its
  * drafts: its newest token, or none when it guesses. */
-typedef struct sv_run {
+typedef struct cv_run {
     int32_t slot, row, n_want;
     int32_t n_draft;
     uint32_t epoch; /* the slot's when it was sent: another one at collection makes the run stale */
     bool window;    /* a decode run; else a prompt chunk (its last wants the first output) */
     bool asked;     /* the drafter was asked for it */
-} sv_run;
+} cv_run;
 
 /* A submitted batch, until it is collected. */
-typedef struct sv_flight {
+typedef struct cv_flight {
     int32_t *token, *pos, *seq; /* [n_batch] */
     uint8_t *want;
-    sv_run *runs;               /* [n_slot] in batch order, one per slot at most */
+    cv_run *runs;               /* [n_slot] in batch order, one per slot at most */
     int32_t n, n_want, n_prompt_tokens, n_runs;
     int32_t group;              /* the group whose rows it carries, or -1 (windows of deeper slots only) */
     double t_propose; /* when its drafts were asked for (the start of its rounds) */
     double t0;        /* when it was submitted */
-} sv_flight;
+} cv_flight;
 
 enum { RATE_RING = 16, RATE_WINDOW_S = 10 };
 
-struct sv_sched {
+struct cv_sched {
     convoy_ctx *ctx;
     const convoy_model *model;
     int32_t n_slot, n_batch, n_ctx, n_vocab, n_embd;
@@ -112,13 +112,13 @@ struct sv_sched {
     bool stopping;
 
     /* under mu */
-    sv_request **queue; /* ring of queue_cap + n_slot */
+    cv_request **queue; /* ring of queue_cap + n_slot */
     int32_t queue_cap, q_ring, q_head, q_len;
     int32_t n_held;     /* slots not SLOT_FREE */
     int32_t n_running;  /* requests in slots, not yet ended */
-    sv_request **active; /* [n_slot] the request running in each slot, or NULL (for the clients' shares) */
+    cv_request **active; /* [n_slot] the request running in each slot, or NULL (for the clients' shares) */
     int32_t client_slots; /* the most slots one client runs at once */
-    sv_sched_stats stats;
+    cv_sched_stats stats;
     double rate_t[RATE_RING];
     uint64_t rate_n[RATE_RING];
     int rate_head, rate_len;
@@ -127,23 +127,23 @@ struct sv_sched {
     double check_at;    /* while idle: the next health check of the engine */
     double costs_at;    /* the next debug line of a pipeline's measured costs */
     int32_t n_cache;    /* the context's slots past n_slot: the cache beyond the slots */
-    sv_kept *kept;      /* [n_slot + n_cache] written under mu; the inference thread reads without it only
+    cv_kept *kept;      /* [n_slot + n_cache] written under mu; the inference thread reads without it only
                            what nobody else writes: the slots it holds and the cache slots (an HTTP
                            thread erases a free slot's) */
     uint64_t use_clock;
     bool prompt_cache;  /* slots keep their cache for the next request */
 
     /* inference thread only */
-    sv_slot *slots;
+    cv_slot *slots;
     int32_t prefill_rr;
     int32_t depth;        /* batches in flight at most (the context's depth) */
     int32_t groups;       /* slot groups whose batches take turns (stage_groups) */
     int32_t next_group;   /* group of the next batch to build */
     double stage_s;       /* seconds a token takes at the slowest stage (for the windows' depth) */
-    sv_flight *flights;   /* [depth] ring, oldest first */
+    cv_flight *flights;   /* [depth] ring, oldest first */
     int32_t f_oldest, n_flying;
     int32_t *b_sampled;   /* [n_batch] ids of the collected batch */
-    convoy_spec *spec;    /* set before the first request (see sv_sched_set_spec); NULL: no speculation */
+    convoy_spec *spec;    /* set before the first request (see cv_sched_set_spec); NULL: no speculation */
     convoy_spec_req *spec_reqs; /* [n_slot] one proposal call's requests */
     int32_t *drafts;      /* [n_slot][k_max] each slot's proposal */
     int32_t k_max;        /* the spec's most drafts per round */
@@ -152,28 +152,28 @@ struct sv_sched {
 static inline int32_t min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
 /* Output i's logprobs: the sampled id's, then the alternatives. */
-static inline convoy_logprob *request_lp(const sv_request *r, int32_t i)
+static inline convoy_logprob *request_lp(const cv_request *r, int32_t i)
 {
     return r->lp + (size_t)i * (size_t)(1 + r->sampler.n_logprobs);
 }
 
 /* sched.c: the ends of a request and a slot, and the engine's failure. */
 /* Ends a request and drops the scheduler's reference. */
-void sv_sched_finish_locked(sv_sched *s, sv_request *r, sv_finish why, const char *msg);
+void cv_sched_finish_locked(cv_sched *s, cv_request *r, cv_finish why, const char *msg);
 /* Ends a slot's request; the next A cuts the slot back to what it keeps, or empties it. */
-void sv_sched_end_slot_locked(sv_sched *s, sv_slot *sl, sv_finish why, const char *msg);
+void cv_sched_end_slot_locked(cv_sched *s, cv_slot *sl, cv_finish why, const char *msg);
 /* A failure took the pipeline down: refuse requests, reconnect later. */
-void sv_sched_note_down_locked(sv_sched *s, const char *err);
+void cv_sched_note_down_locked(cv_sched *s, const char *err);
 /* Empties slot i in the engine and the drafter (convoy_seq_free's result). */
-int sv_sched_slot_free_engine(sv_sched *s, int32_t i, char *err, size_t errlen);
+int cv_sched_slot_free_engine(cv_sched *s, int32_t i, char *err, size_t errlen);
 
 /* sched_admit.c: B's admission and C's setup of the admitted slots. */
-int32_t sv_sched_running_of_locked(const sv_sched *s, uint64_t c);
-void sv_sched_admit_locked(sv_sched *s);
-void sv_sched_start_admitted(sv_sched *s);
+int32_t cv_sched_running_of_locked(const cv_sched *s, uint64_t c);
+void cv_sched_admit_locked(cv_sched *s);
+void cv_sched_start_admitted(cv_sched *s);
 
 /* sched_request.c: a request's references and the queue. */
-void sv_request_unref_locked(sv_request *r);
-void sv_sched_queue_remove_locked(sv_sched *s, sv_request *r);
+void cv_request_unref_locked(cv_request *r);
+void cv_sched_queue_remove_locked(cv_sched *s, cv_request *r);
 
 #endif

@@ -12,7 +12,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 
-static void request_free(sv_request *r)
+static void request_free(cv_request *r)
 {
     pthread_cond_destroy(&r->cond);
     cv_free(r->lp);
@@ -24,24 +24,24 @@ static void request_free(sv_request *r)
 }
 
 /* Drops one reference; the caller holds mu. */
-void sv_request_unref_locked(sv_request *r)
+void cv_request_unref_locked(cv_request *r)
 {
     if (--r->refs == 0)
         request_free(r);
 }
 
-void sv_sched_queue_remove_locked(sv_sched *s, sv_request *r)
+void cv_sched_queue_remove_locked(cv_sched *s, cv_request *r)
 {
     int32_t k = 0;
     for (int32_t i = 0; i < s->q_len; i++) {
-        sv_request *q = s->queue[(s->q_head + i) % s->q_ring];
+        cv_request *q = s->queue[(s->q_head + i) % s->q_ring];
         if (q != r)
             s->queue[(s->q_head + k++) % s->q_ring] = q;
     }
     s->q_len = k;
 }
 
-void sv_sched_set_client_slots(sv_sched *s, int32_t n)
+void cv_sched_set_client_slots(cv_sched *s, int32_t n)
 {
     pthread_mutex_lock(&s->mu);
     s->client_slots = n < 1 ? 1 : n > s->n_slot ? s->n_slot : n;
@@ -49,7 +49,7 @@ void sv_sched_set_client_slots(sv_sched *s, int32_t n)
     pthread_mutex_unlock(&s->mu);
 }
 
-void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
+void cv_sched_get_stats(cv_sched *s, cv_sched_stats *st)
 {
     const double now = cv_now_s();
     pthread_mutex_lock(&s->mu);
@@ -83,14 +83,14 @@ void sv_sched_get_stats(sv_sched *s, sv_sched_stats *st)
 }
 
 /* The free slots a request of client c may take: those its share leaves. */
-static int32_t free_slots_for_locked(const sv_sched *s, uint64_t c)
+static int32_t free_slots_for_locked(const cv_sched *s, uint64_t c)
 {
-    const int32_t free = s->n_slot - s->n_running, mine = s->client_slots - sv_sched_running_of_locked(s, c);
+    const int32_t free = s->n_slot - s->n_running, mine = s->client_slots - cv_sched_running_of_locked(s, c);
     return min_i32(free, mine > 0 ? mine : 0);
 }
 
 /* Submit: the parameters' refusal (-1, err says why), else 0. */
-static int check_params(const sv_sched *s, const sv_request_params *p, char *err, size_t errlen)
+static int check_params(const cv_sched *s, const cv_request_params *p, char *err, size_t errlen)
 {
     if (p->pin && (p->slot < 0 || p->slot >= s->n_slot))
         return cv_errf(err, errlen, "slot %d does not exist: the slots are 0 to %d", p->slot, s->n_slot - 1);
@@ -108,9 +108,9 @@ static int check_params(const sv_sched *s, const sv_request_params *p, char *err
 
 /* Submit: a queued request with copies of p's prompt, grammar and logit
  * bias, two references; NULL when out of memory. */
-static sv_request *request_new(sv_sched *s, const sv_request_params *p)
+static cv_request *request_new(cv_sched *s, const cv_request_params *p)
 {
-    sv_request *r = cv_calloc(1, sizeof *r);
+    cv_request *r = cv_calloc(1, sizeof *r);
     if (!r)
         return NULL;
     const int32_t max_tokens = p->embed ? 0 : p->max_tokens;
@@ -157,53 +157,53 @@ static sv_request *request_new(sv_sched *s, const sv_request_params *p)
 
 /* Submit: queues r unless the server stops, is down or is full (err says
  * which); the caller holds mu. */
-static sv_submit_result enqueue_locked(sv_sched *s, sv_request *r, char *err, size_t errlen)
+static cv_submit_result enqueue_locked(cv_sched *s, cv_request *r, char *err, size_t errlen)
 {
     if (s->stopping) {
         cv_errf(err, errlen, "the server is shutting down");
-        return SV_SUBMIT_ERROR;
+        return CV_SUBMIT_ERROR;
     }
     if (s->stats.down) {
         cv_errf(err, errlen, "%s; reconnecting", s->stats.last_error);
-        return SV_SUBMIT_DOWN;
+        return CV_SUBMIT_DOWN;
     }
     if (s->q_len >= s->queue_cap + free_slots_for_locked(s, r->client)) {
-        if (s->n_running < s->n_slot && sv_sched_running_of_locked(s, r->client) >= s->client_slots)
+        if (s->n_running < s->n_slot && cv_sched_running_of_locked(s, r->client) >= s->client_slots)
             cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and you run %d "
                                  "requests, the most one client may run at once; try again later", s->q_len,
                     s->queue_cap, s->client_slots);
         else
             cv_errf(err, errlen, "the server is busy: %d requests are waiting (the queue holds %d) and all %d "
                                  "slots are in use; try again later", s->q_len, s->queue_cap, s->n_slot);
-        return SV_SUBMIT_FULL;
+        return CV_SUBMIT_FULL;
     }
     s->queue[(s->q_head + s->q_len) % s->q_ring] = r;
     s->q_len++;
     pthread_cond_signal(&s->wake);
-    return SV_SUBMIT_OK;
+    return CV_SUBMIT_OK;
 }
 
-sv_submit_result sv_sched_submit_all(sv_sched *s, const sv_request_params *p, int n, sv_request **out, char *err,
+cv_submit_result cv_sched_submit_all(cv_sched *s, const cv_request_params *p, int n, cv_request **out, char *err,
                                      size_t errlen)
 {
     memset(out, 0, sizeof *out * (size_t)n);
     for (int i = 0; i < n; i++)
         if (check_params(s, &p[i], err, errlen))
-            return SV_SUBMIT_ERROR;
-    sv_submit_result res = SV_SUBMIT_OK;
-    for (int i = 0; i < n && res == SV_SUBMIT_OK; i++)
+            return CV_SUBMIT_ERROR;
+    cv_submit_result res = CV_SUBMIT_OK;
+    for (int i = 0; i < n && res == CV_SUBMIT_OK; i++)
         if (!(out[i] = request_new(s, &p[i]))) {
             cv_errf(err, errlen, "out of memory for a request of %d tokens", p[i].max_tokens);
-            res = SV_SUBMIT_ERROR;
+            res = CV_SUBMIT_ERROR;
         }
     pthread_mutex_lock(&s->mu);
     int queued = 0;
-    while (res == SV_SUBMIT_OK && queued < n && (res = enqueue_locked(s, out[queued], err, errlen)) == SV_SUBMIT_OK)
+    while (res == CV_SUBMIT_OK && queued < n && (res = enqueue_locked(s, out[queued], err, errlen)) == CV_SUBMIT_OK)
         queued++;
-    for (int i = 0; res != SV_SUBMIT_OK && i < queued; i++)
-        sv_sched_queue_remove_locked(s, out[i]);
+    for (int i = 0; res != CV_SUBMIT_OK && i < queued; i++)
+        cv_sched_queue_remove_locked(s, out[i]);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; res != SV_SUBMIT_OK && i < n; i++) {
+    for (int i = 0; res != CV_SUBMIT_OK && i < n; i++) {
         if (out[i])
             request_free(out[i]);
         out[i] = NULL;
@@ -211,29 +211,29 @@ sv_submit_result sv_sched_submit_all(sv_sched *s, const sv_request_params *p, in
     return res;
 }
 
-sv_submit_result sv_sched_submit(sv_sched *s, const sv_request_params *p, sv_request **out, char *err,
+cv_submit_result cv_sched_submit(cv_sched *s, const cv_request_params *p, cv_request **out, char *err,
                                  size_t errlen)
 {
-    return sv_sched_submit_all(s, p, 1, out, err, errlen);
+    return cv_sched_submit_all(s, p, 1, out, err, errlen);
 }
 
-int32_t sv_request_wait(sv_request *r, int32_t n_seen, int timeout_ms, sv_finish *finish)
+int32_t cv_request_wait(cv_request *r, int32_t n_seen, int timeout_ms, cv_finish *finish)
 {
-    sv_sched *s = r->sched;
+    cv_sched *s = r->sched;
     const struct timespec until = cv_deadline_ms(timeout_ms);
     pthread_mutex_lock(&s->mu);
     while (r->state != RQ_DONE && r->n_out <= n_seen)
         if (pthread_cond_timedwait(&r->cond, &s->mu, &until))
             break;
     const int32_t n = r->n_out;
-    *finish = r->state == RQ_DONE ? r->finish : SV_RUNNING;
+    *finish = r->state == RQ_DONE ? r->finish : CV_RUNNING;
     pthread_mutex_unlock(&s->mu);
     return n;
 }
 
-const int32_t *sv_request_tokens(const sv_request *r) { return r->out; }
+const int32_t *cv_request_tokens(const cv_request *r) { return r->out; }
 
-int32_t sv_request_cached(sv_request *r)
+int32_t cv_request_cached(cv_request *r)
 {
     pthread_mutex_lock(&r->sched->mu);
     const int32_t n = r->state == RQ_QUEUED ? 0 : r->n_cached;
@@ -241,47 +241,47 @@ int32_t sv_request_cached(sv_request *r)
     return n;
 }
 
-const convoy_logprob *sv_request_logprobs(const sv_request *r, int32_t i)
+const convoy_logprob *cv_request_logprobs(const cv_request *r, int32_t i)
 {
     return r->lp ? request_lp(r, i) : NULL;
 }
 
-const char *sv_request_error(const sv_request *r) { return r->error; }
+const char *cv_request_error(const cv_request *r) { return r->error; }
 
-const float *sv_request_embedding(const sv_request *r)
+const float *cv_request_embedding(const cv_request *r)
 {
     pthread_mutex_lock(&r->sched->mu);
-    const bool done = r->state == RQ_DONE && r->finish == SV_FINISH_STOP;
+    const bool done = r->state == RQ_DONE && r->finish == CV_FINISH_STOP;
     pthread_mutex_unlock(&r->sched->mu);
     return done && r->has_embd ? r->embd : NULL;
 }
 
-static void cancel_locked(sv_sched *s, sv_request *r)
+static void cancel_locked(cv_sched *s, cv_request *r)
 {
     if (r->state == RQ_QUEUED) {
-        sv_sched_queue_remove_locked(s, r);
-        sv_sched_finish_locked(s, r, SV_FINISH_CANCELLED, NULL);
+        cv_sched_queue_remove_locked(s, r);
+        cv_sched_finish_locked(s, r, CV_FINISH_CANCELLED, NULL);
     } else if (r->state == RQ_ACTIVE && !r->cancelled) {
         r->cancelled = true;
         pthread_cond_signal(&s->wake);
     }
 }
 
-void sv_request_cancel(sv_request *r)
+void cv_request_cancel(cv_request *r)
 {
-    sv_sched *s = r->sched;
+    cv_sched *s = r->sched;
     pthread_mutex_lock(&s->mu);
     cancel_locked(s, r);
     pthread_mutex_unlock(&s->mu);
 }
 
-void sv_request_release(sv_request *r)
+void cv_request_release(cv_request *r)
 {
     if (!r)
         return;
-    sv_sched *s = r->sched;
+    cv_sched *s = r->sched;
     pthread_mutex_lock(&s->mu);
     cancel_locked(s, r);
-    sv_request_unref_locked(r);
+    cv_request_unref_locked(r);
     pthread_mutex_unlock(&s->mu);
 }

@@ -489,21 +489,21 @@ static bool known_type(const char *t)
 /* Joins n expressions as alternatives (frees them). */
 char *cv_schema_alts(ctx *c, char **e, int n)
 {
-    sv_buf b = {0};
+    cv_buf b = {0};
     int bad = 0;
     if (n == 1) {
         char *r = e[0];
         return r;
     }
-    bad |= sv_buf_puts(&b, "(");
+    bad |= cv_buf_puts(&b, "(");
     for (int i = 0; i < n; i++) {
-        bad |= sv_buf_puts(&b, i ? " | " : " ");
-        bad |= sv_buf_puts(&b, e[i]);
+        bad |= cv_buf_puts(&b, i ? " | " : " ");
+        bad |= cv_buf_puts(&b, e[i]);
         cv_free(e[i]);
     }
-    bad |= sv_buf_puts(&b, " )");
+    bad |= cv_buf_puts(&b, " )");
     if (bad) {
-        sv_buf_free(&b);
+        cv_buf_free(&b);
         return cv_schema_oom(c);
     }
     return b.p;
@@ -755,14 +755,14 @@ static char *gen_schema(ctx *c, const json_t *s)
 
 static char *assemble(ctx *c)
 {
-    sv_buf b = {0};
+    cv_buf b = {0};
     int bad = 0;
     for (int i = 0; i < c->nrules && !bad; i++) {
-        bad |= sv_buf_puts(&b, c->rules[i].name) || sv_buf_puts(&b, " ::= ") ||
-               sv_buf_puts(&b, c->rules[i].body ? c->rules[i].body : "") || sv_buf_puts(&b, "\n");
+        bad |= cv_buf_puts(&b, c->rules[i].name) || cv_buf_puts(&b, " ::= ") ||
+               cv_buf_puts(&b, c->rules[i].body ? c->rules[i].body : "") || cv_buf_puts(&b, "\n");
     }
     if (bad) {
-        sv_buf_free(&b);
+        cv_buf_free(&b);
         return NULL;
     }
     return b.p;

@@ -61,12 +61,12 @@ static int trie_add(trie *t, const char *s)
 
 static char *trie_rule(ctx *c, const trie *t)
 {
-    sv_buf b = {0};
+    cv_buf b = {0};
     int bad = 0;
     char *kc = cv_schema_use_prim(c, "kchar");
     if (!kc)
         return NULL;
-    bad |= sv_buf_puts(&b, "[^\"\\\\\\x7F\\x00-\\x1F");
+    bad |= cv_buf_puts(&b, "[^\"\\\\\\x7F\\x00-\\x1F");
     for (int i = 0; i < t->nkid && !bad; i++) {
         const unsigned char ch = (unsigned char)t->kid[i].ch[0];
         char tmp[8];
@@ -74,22 +74,22 @@ static char *trie_rule(ctx *c, const trie *t)
             snprintf(tmp, sizeof tmp, "\\x%02X", ch);
         else
             snprintf(tmp, sizeof tmp, "%s", t->kid[i].ch);
-        bad |= sv_buf_puts(&b, tmp);
+        bad |= cv_buf_puts(&b, tmp);
     }
-    bad |= sv_buf_puts(&b, "] ") || sv_buf_puts(&b, kc) || sv_buf_puts(&b, "* \"\\\"\"");
+    bad |= cv_buf_puts(&b, "] ") || cv_buf_puts(&b, kc) || cv_buf_puts(&b, "* \"\\\"\"");
     cv_free(kc);
     if (!t->end)
-        bad |= sv_buf_puts(&b, " | \"\\\"\"");
+        bad |= cv_buf_puts(&b, " | \"\\\"\"");
     for (int i = 0; i < t->nkid && !bad; i++) {
         char *sub = trie_rule(c, &t->kid[i]);
         char *lit = cv_schema_gbnf_lit(t->kid[i].ch);
-        bad |= !sub || !lit || sv_buf_puts(&b, " | ") || sv_buf_puts(&b, lit) || sv_buf_puts(&b, " ") ||
-               sv_buf_puts(&b, sub);
+        bad |= !sub || !lit || cv_buf_puts(&b, " | ") || cv_buf_puts(&b, lit) || cv_buf_puts(&b, " ") ||
+               cv_buf_puts(&b, sub);
         cv_free(sub);
         cv_free(lit);
     }
     if (bad || c->failed) {
-        sv_buf_free(&b);
+        cv_buf_free(&b);
         return c->failed ? NULL : cv_schema_oom(c);
     }
     return cv_schema_add_rule(c, "xkey", b.p);

@@ -27,52 +27,52 @@ static void real_text(double v, char *out, size_t n)
 }
 
 /* Compact JSON text of v, reals in their shortest form, keys in order. */
-static int json_text(sv_buf *b, const json_t *v)
+static int json_text(cv_buf *b, const json_t *v)
 {
     char tmp[64];
     switch (json_typeof(v)) {
     case JSON_NULL:
-        return sv_buf_puts(b, "null");
+        return cv_buf_puts(b, "null");
     case JSON_TRUE:
-        return sv_buf_puts(b, "true");
+        return cv_buf_puts(b, "true");
     case JSON_FALSE:
-        return sv_buf_puts(b, "false");
+        return cv_buf_puts(b, "false");
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return sv_buf_puts(b, tmp);
+        return cv_buf_puts(b, tmp);
     case JSON_REAL:
         real_text(json_real_value(v), tmp, sizeof tmp);
-        return sv_buf_puts(b, tmp);
+        return cv_buf_puts(b, tmp);
     case JSON_STRING: {
         char *t = cv_schema_json_string_text(json_string_value(v));
-        const int r = t ? sv_buf_puts(b, t) : -1;
+        const int r = t ? cv_buf_puts(b, t) : -1;
         cv_free(t);
         return r;
     }
     case JSON_ARRAY: {
-        if (sv_buf_puts(b, "["))
+        if (cv_buf_puts(b, "["))
             return -1;
         for (size_t i = 0; i < json_array_size(v); i++)
-            if ((i && sv_buf_puts(b, ",")) || json_text(b, json_array_get(v, i)))
+            if ((i && cv_buf_puts(b, ",")) || json_text(b, json_array_get(v, i)))
                 return -1;
-        return sv_buf_puts(b, "]");
+        return cv_buf_puts(b, "]");
     }
     case JSON_OBJECT: {
         const char *k;
         const json_t *x;
         bool first = true;
-        if (sv_buf_puts(b, "{"))
+        if (cv_buf_puts(b, "{"))
             return -1;
         json_object_foreach ((json_t *)v, k, x) {
             char *t = cv_schema_json_string_text(k);
-            const int bad = !t || (!first && sv_buf_puts(b, ",")) || sv_buf_puts(b, t) || sv_buf_puts(b, ":") ||
+            const int bad = !t || (!first && cv_buf_puts(b, ",")) || cv_buf_puts(b, t) || cv_buf_puts(b, ":") ||
                             json_text(b, x);
             cv_free(t);
             if (bad)
                 return -1;
             first = false;
         }
-        return sv_buf_puts(b, "}");
+        return cv_buf_puts(b, "}");
     }
     }
     return -1;
@@ -98,26 +98,26 @@ static long long pow10ll(int d)
     return p;
 }
 
-static int digits_rep(sv_buf *b, int r)
+static int digits_rep(cv_buf *b, int r)
 {
     char tmp[32];
     if (r <= 0)
         return 0;
     if (r == 1)
-        return sv_buf_puts(b, " [0-9]");
+        return cv_buf_puts(b, " [0-9]");
     snprintf(tmp, sizeof tmp, " [0-9]{%d}", r);
-    return sv_buf_puts(b, tmp);
+    return cv_buf_puts(b, tmp);
 }
 
 /* Decimal strings of equal length n in [a, b] (a <= b, digit strings). */
-static int same_len(sv_buf *b, const char *a, const char *z, int n)
+static int same_len(cv_buf *b, const char *a, const char *z, int n)
 {
     int i = 0;
     while (i < n && a[i] == z[i])
         i++;
     if (i > 0) {
         char *lit = cv_gbnf_literal(a, (size_t)i);
-        const int bad = !lit || sv_buf_puts(b, " ") || sv_buf_puts(b, lit);
+        const int bad = !lit || cv_buf_puts(b, " ") || cv_buf_puts(b, lit);
         cv_free(lit);
         if (bad)
             return -1;
@@ -135,56 +135,56 @@ static int same_len(sv_buf *b, const char *a, const char *z, int n)
     memset(nines, '9', sizeof nines);
     memset(zeros, '0', sizeof zeros);
     int nalt = 0;
-    if (sv_buf_puts(b, " ("))
+    if (cv_buf_puts(b, " ("))
         return -1;
     char tmp[32];
     if (!a_zero) {
         snprintf(tmp, sizeof tmp, " \"%c\"", a[i]);
-        if (sv_buf_puts(b, tmp) || same_len(b, a + i + 1, nines, r))
+        if (cv_buf_puts(b, tmp) || same_len(b, a + i + 1, nines, r))
             return -1;
         nalt++;
         lo++;
     }
     const char hi_mid = z_nine ? hi : (char)(hi - 1);
     if (lo <= hi_mid) {
-        if (nalt && sv_buf_puts(b, " |"))
+        if (nalt && cv_buf_puts(b, " |"))
             return -1;
         if (lo == hi_mid)
             snprintf(tmp, sizeof tmp, " \"%c\"", lo);
         else
             snprintf(tmp, sizeof tmp, " [%c-%c]", lo, hi_mid);
-        if (sv_buf_puts(b, tmp) || digits_rep(b, r))
+        if (cv_buf_puts(b, tmp) || digits_rep(b, r))
             return -1;
         nalt++;
     }
     if (!z_nine) {
-        if (nalt && sv_buf_puts(b, " |"))
+        if (nalt && cv_buf_puts(b, " |"))
             return -1;
         snprintf(tmp, sizeof tmp, " \"%c\"", z[i]);
-        if (sv_buf_puts(b, tmp) || same_len(b, zeros, z + i + 1, r))
+        if (cv_buf_puts(b, tmp) || same_len(b, zeros, z + i + 1, r))
             return -1;
     }
-    return sv_buf_puts(b, " )");
+    return cv_buf_puts(b, " )");
 }
 
 /* Canonical decimals (no leading zeros) in [a, b], 0 <= a <= b <= INT_INF, as one parenthesized
  * expression. */
 static char *nonneg_range(long long a, long long z)
 {
-    sv_buf b = {0};
-    int bad = sv_buf_puts(&b, "(");
+    cv_buf b = {0};
+    int bad = cv_buf_puts(&b, "(");
     const int da = ndigits(a), dz = ndigits(z);
     bool first = true;
     for (int d = da; d <= dz && !bad; d++) {
         const long long lo = a > (d == 1 ? 0 : pow10ll(d - 1)) ? a : (d == 1 ? 0 : pow10ll(d - 1));
         const long long hi = z < pow10ll(d) - 1 ? z : pow10ll(d) - 1;
         if (!first)
-            bad |= sv_buf_puts(&b, " |");
+            bad |= cv_buf_puts(&b, " |");
         first = false;
         if (d >= 2 && lo == pow10ll(d - 1) && z == pow10ll(dz) - 1 && dz > d) {
             char tmp[48];
             snprintf(tmp, sizeof tmp, " [1-9] [0-9]{%d,%d}", d - 1, dz - 1);
-            bad |= sv_buf_puts(&b, tmp);
+            bad |= cv_buf_puts(&b, tmp);
             break;
         }
         char sa[32], sz[32];
@@ -192,9 +192,9 @@ static char *nonneg_range(long long a, long long z)
         snprintf(sz, sizeof sz, "%0*lld", d & 31, hi);
         bad |= same_len(&b, sa, sz, d);
     }
-    bad |= sv_buf_puts(&b, " )");
+    bad |= cv_buf_puts(&b, " )");
     if (bad) {
-        sv_buf_free(&b);
+        cv_buf_free(&b);
         return NULL;
     }
     return b.p;
@@ -271,15 +271,15 @@ char *cv_schema_gen_enum(ctx *c, const json_t *s)
                 ok |= value_is(v, json_string_value(json_array_get(type, t)));
         if (!ok)
             continue;
-        sv_buf b = {0};
+        cv_buf b = {0};
         if (json_text(&b, v) || !(e[k] = cv_gbnf_literal(b.p, b.n))) {
-            sv_buf_free(&b);
+            cv_buf_free(&b);
             for (int j = 0; j < k; j++)
                 cv_free(e[j]);
             cv_free(e);
             return cv_schema_oom(c);
         }
-        sv_buf_free(&b);
+        cv_buf_free(&b);
         total += strlen(e[k++]) + 3;
         if (!cv_schema_within_budget(c, total)) {
             for (int j = 0; j < k; j++)

@@ -31,7 +31,7 @@ static char *fail(oai_error *e, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    oai_fail(e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s", msg);
+    cv_oai_fail(e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s", msg);
     return NULL;
 }
 
@@ -41,13 +41,13 @@ static char *slot_refused(oai_error *e, const char *err)
     return fail(e, strstr(err, "running") ? 409 : 400, "%s", err);
 }
 
-char *sv_slots_json(sv_sched *s)
+char *cv_slots_json(cv_sched *s)
 {
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
-    sv_slot_info *info = cv_calloc((size_t)st.n_slot, sizeof *info);
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
+    cv_slot_info *info = cv_calloc((size_t)st.n_slot, sizeof *info);
     json_t *a = info ? json_array() : NULL;
-    const int32_t n = info ? sv_sched_get_slots(s, info) : 0;
+    const int32_t n = info ? cv_sched_get_slots(s, info) : 0;
     for (int32_t i = 0; a && i < n; i++)
         if (json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:i}", "id", info[i].id, "n_ctx", info[i].n_ctx,
                                                "is_processing", info[i].processing, "n_tokens", info[i].n_tokens))) {
@@ -55,7 +55,7 @@ char *sv_slots_json(sv_sched *s)
             a = NULL;
         }
     cv_free(info);
-    return oai_json_text(a);
+    return cv_oai_json_text(a);
 }
 
 /* A file name inside the save directory: never a path. */
@@ -111,15 +111,15 @@ static int write_atomic(const char *dir, const char *name, const uint8_t *bytes,
     return 0;
 }
 
-static char *save(sv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *name, oai_error *e)
+static char *save(cv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *name, oai_error *e)
 {
     const double t0 = cv_now_s();
     char err[CV_ERRLEN];
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
     int32_t *tok = cv_malloc(sizeof(int32_t) * (size_t)st.n_ctx);
     uint8_t *bytes = cv_malloc(SLOT_HEADER + 4u * (size_t)st.n_ctx);
-    const int32_t n = tok && bytes ? sv_sched_slot_tokens(s, id, tok, err, sizeof err) : -2;
+    const int32_t n = tok && bytes ? cv_sched_slot_tokens(s, id, tok, err, sizeof err) : -2;
     if (n == -2)
         fail(e, 500, "out of memory");
     else if (n < 0)
@@ -138,7 +138,7 @@ static char *save(sv_sched *s, const convoy_model *m, const char *dir, int32_t i
         if (write_atomic(dir, name, bytes, size, err, sizeof err))
             fail(e, 500, "%s", err);
         else
-            res = oai_json_text(json_pack("{s:i,s:s,s:i,s:I,s:{s:f}}", "id_slot", id, "filename", name, "n_saved", n,
+            res = cv_oai_json_text(json_pack("{s:i,s:s,s:i,s:I,s:{s:f}}", "id_slot", id, "filename", name, "n_saved", n,
                                  "n_written", (json_int_t)size, "timings", "save_ms", (cv_now_s() - t0) * 1e3));
     }
     cv_free(tok);
@@ -210,65 +210,66 @@ static int32_t parse_slot_file(const uint8_t *bytes, size_t n, const convoy_mode
 
 /* Runs the tokens into slot id: a pinned greedy request of one token,
  * whose prompt they are (the slot then keeps them). */
-static int run_into_slot(sv_sched *s, int32_t id, const int32_t *tokens, int32_t n, char *err, size_t errlen)
+static int run_into_slot(cv_sched *s, int32_t id, const int32_t *tokens, int32_t n, char *err, size_t errlen)
 {
-    sv_request_params p = {.prompt = tokens, .n_prompt = n, .max_tokens = 1, .ignore_eos = true,
+    cv_request_params p = {.prompt = tokens, .n_prompt = n, .max_tokens = 1, .ignore_eos = true,
                            .top_logprobs = -1, .pin = true, .slot = id};
     p.sampler = convoy_sampling_default_params();
     p.sampler.temp = 0.0f;
-    sv_request *r;
-    if (sv_sched_submit(s, &p, &r, err, errlen) != SV_SUBMIT_OK)
+    cv_request *r;
+    if (cv_sched_submit(s, &p, &r, err, errlen) != CV_SUBMIT_OK)
         return -1;
-    sv_finish f = SV_RUNNING;
+    cv_finish f = CV_RUNNING;
     int32_t seen = 0;
-    while (f == SV_RUNNING)
-        seen = sv_request_wait(r, seen, 1000, &f);
-    const int rc = f == SV_FINISH_LENGTH || f == SV_FINISH_STOP ? 0 : cv_errf(err, errlen, "%s", sv_request_error(r));
-    sv_request_release(r);
+    while (f == CV_RUNNING)
+        seen = cv_request_wait(r, seen, 1000, &f);
+    const int rc = f == CV_FINISH_LENGTH || f == CV_FINISH_STOP ? 0 : cv_errf(err, errlen, "%s", cv_request_error(r));
+    cv_request_release(r);
     return rc;
 }
 
-static char *restore(sv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *name,
+static char *restore(cv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *name,
                      oai_error *e)
 {
     const double t0 = cv_now_s();
     char err[CV_ERRLEN];
-    sv_sched_stats st;
-    sv_sched_get_stats(s, &st);
+    cv_sched_stats st;
+    cv_sched_get_stats(s, &st);
     int32_t *tok = cv_malloc(sizeof(int32_t) * (size_t)st.n_ctx);
     if (!tok)
         return fail(e, 500, "out of memory");
     size_t n_read = 0;
     uint8_t *bytes = NULL;
     int32_t n = -1;
-    if (sv_sched_slot_tokens(s, id, tok, err, sizeof err) < 0)
+    if (cv_sched_slot_tokens(s, id, tok, err, sizeof err) < 0)
         slot_refused(e, err);
     else if ((bytes = read_file(dir, name, SLOT_HEADER + 4u * (size_t)(st.n_ctx - 1), &n_read, e)) &&
              (n = parse_slot_file(bytes, n_read, m, tok, err, sizeof err)) < 0)
         fail(e, 400, "the slot file %s is refused: %s", name, err);
-    else if (n >= 0 && (n == 0 ? sv_sched_slot_erase(s, id, err, sizeof err) < 0
+    else if (n >= 0 && (n == 0 ? cv_sched_slot_erase(s, id, err, sizeof err) < 0
                                : run_into_slot(s, id, tok, n, err, sizeof err) != 0))
         fail(e, 500, "restoring slot %d: %s", id, err);
     char *res = NULL;
     if (!e->status)
-        res = oai_json_text(json_pack("{s:i,s:s,s:i,s:I,s:{s:f}}", "id_slot", id, "filename", name, "n_restored", n, "n_read",
-                             (json_int_t)n_read, "timings", "restore_ms", (cv_now_s() - t0) * 1e3));
+        res =
+            cv_oai_json_text(json_pack("{s:i,s:s,s:i,s:I,s:{s:f}}", "id_slot", id, "filename", name, "n_restored", n,
+                                       "n_read", (json_int_t)n_read, "timings", "restore_ms", (cv_now_s() - t0) * 1e3));
     cv_free(tok);
     cv_free(bytes);
     return res;
 }
 
-char *sv_slot_action_json(sv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *action,
+char *cv_slot_action_json(cv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *action,
                           const char *body, size_t len, oai_error *e)
 {
     char err[CV_ERRLEN];
     if (!action || (strcmp(action, "save") && strcmp(action, "restore") && strcmp(action, "erase")))
         return fail(e, 400, "the action must be ?action=save, restore or erase, not \"%.40s\"", action ? action : "");
     if (!strcmp(action, "erase")) {
-        const int32_t n = sv_sched_slot_erase(s, id, err, sizeof err);
+        const int32_t n = cv_sched_slot_erase(s, id, err, sizeof err);
         if (n < 0)
             return slot_refused(e, err);
-        return oai_json_text(json_pack("{s:i,s:i}", "id_slot", id, "n_erased", n));
+        return cv_oai_json_text(json_pack("{s:i,s:i}", "id_slot", id, "n_erased", n));
     }
     if (!dir)
         return fail(e, 400, "slot %s needs a directory for slot files: start the server with --slot-save-path DIR",

@@ -1,9 +1,9 @@
 /* slots.h: llama-server's /slots routes: what each slot holds, and slot
  * files.
  *
- * Contract: sv_slots_json is GET /slots: [{"id", "n_ctx", "is_processing",
+ * Contract: cv_slots_json is GET /slots: [{"id", "n_ctx", "is_processing",
  * "n_tokens"}, ...], what each slot holds now (a running request's tokens
- * so far, or an idle slot's kept prompt). sv_slot_action_json is POST
+ * so far, or an idle slot's kept prompt). cv_slot_action_json is POST
  * /slots/ID?action=save|restore|erase with a body {"filename": NAME}
  * (erase takes none):
  *  - save writes the idle slot's kept tokens to DIR/NAME (atomically) as a
@@ -33,8 +33,8 @@
 #include "serve/oai.h"
 #include "serve/sched.h"
 
-char *sv_slots_json(sv_sched *s);
-char *sv_slot_action_json(sv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *action,
+char *cv_slots_json(cv_sched *s);
+char *cv_slot_action_json(cv_sched *s, const convoy_model *m, const char *dir, int32_t id, const char *action,
                           const char *body, size_t len, oai_error *e);
 
 #endif

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-int sv_text_init(sv_text *t, const convoy_model *m, const char *const *stop, int n_stop)
+int cv_text_init(cv_text *t, const convoy_model *m, const char *const *stop, int n_stop)
 {
     memset(t, 0, sizeof *t);
     t->stop = stop;
@@ -18,11 +18,11 @@ int sv_text_init(sv_text *t, const convoy_model *m, const char *const *stop, int
     return t->detok ? 0 : -1;
 }
 
-void sv_text_free(sv_text *t)
+void cv_text_free(cv_text *t)
 {
     convoy_detok_free(t->detok);
-    sv_buf_free(&t->pending);
-    sv_buf_free(&t->piece);
+    cv_buf_free(&t->pending);
+    cv_buf_free(&t->piece);
     memset(t, 0, sizeof *t);
 }
 
@@ -37,7 +37,7 @@ static size_t prefix_tail(const char *s, size_t n, const char *p, size_t np)
 }
 
 /* Emits what is final in pending. final: the stream has ended. */
-static int settle(sv_text *t, sv_buf *out, bool final)
+static int settle(cv_text *t, cv_buf *out, bool final)
 {
     const char *s = t->pending.p ? t->pending.p : "";
     const size_t n = t->pending.n;
@@ -51,10 +51,10 @@ static int settle(sv_text *t, sv_buf *out, bool final)
             cut = (size_t)(hit - s);
     }
     if (cut < n) {
-        if (sv_buf_append(out, s, cut))
+        if (cv_buf_append(out, s, cut))
             return -1;
         t->stopped = true;
-        sv_buf_consume(&t->pending, n);
+        cv_buf_consume(&t->pending, n);
         return 1;
     }
     if (!final)
@@ -66,52 +66,52 @@ static int settle(sv_text *t, sv_buf *out, bool final)
                     hold = k;
             }
         }
-    if (sv_buf_append(out, s, n - hold))
+    if (cv_buf_append(out, s, n - hold))
         return -1;
-    sv_buf_consume(&t->pending, n - hold);
+    cv_buf_consume(&t->pending, n - hold);
     return 0;
 }
 
-int sv_text_push(sv_text *t, int32_t id, sv_buf *out)
+int cv_text_push(cv_text *t, int32_t id, cv_buf *out)
 {
     if (t->stopped)
         return 1;
-    if (sv_buf_reserve(&t->piece, 64))
+    if (cv_buf_reserve(&t->piece, 64))
         return -1;
     int k = convoy_detok_push(t->detok, id, t->piece.p, (int32_t)(t->piece.cap - 1));
     if (k < 0) {
-        if (sv_buf_reserve(&t->piece, (size_t)-k))
+        if (cv_buf_reserve(&t->piece, (size_t)-k))
             return -1;
         k = convoy_detok_push(t->detok, id, t->piece.p, (int32_t)(t->piece.cap - 1));
         if (k < 0)
             return -1;
     }
-    if (sv_buf_append(&t->pending, t->piece.p, (size_t)k))
+    if (cv_buf_append(&t->pending, t->piece.p, (size_t)k))
         return -1;
     return settle(t, out, false);
 }
 
-int sv_text_finish(sv_text *t, sv_buf *out)
+int cv_text_finish(cv_text *t, cv_buf *out)
 {
     if (t->stopped)
         return 1;
     char tail[8];
     const int k = convoy_detok_flush(t->detok, tail, sizeof tail);
-    if (k > 0 && sv_buf_append(&t->pending, tail, (size_t)k))
+    if (k > 0 && cv_buf_append(&t->pending, tail, (size_t)k))
         return -1;
     return settle(t, out, true);
 }
 
-int sv_text_of(const convoy_model *m, const int32_t *ids, int32_t n, sv_buf *out)
+int cv_text_of(const convoy_model *m, const int32_t *ids, int32_t n, cv_buf *out)
 {
-    sv_text text;
-    if (sv_text_init(&text, m, NULL, 0))
+    cv_text text;
+    if (cv_text_init(&text, m, NULL, 0))
         return -1;
     int rc = 0;
     for (int32_t i = 0; i < n && rc == 0; i++)
-        rc = sv_text_push(&text, ids[i], out) < 0 ? -1 : 0;
-    if (rc == 0 && (sv_text_finish(&text, out) < 0 || sv_buf_append(out, "", 0)))
+        rc = cv_text_push(&text, ids[i], out) < 0 ? -1 : 0;
+    if (rc == 0 && (cv_text_finish(&text, out) < 0 || cv_buf_append(out, "", 0)))
         rc = -1;
-    sv_text_free(&text);
+    cv_text_free(&text);
     return rc;
 }

@@ -18,11 +18,11 @@ static size_t tag_start_tail(const char *p, size_t n, const char *tag)
     return 0;
 }
 
-void sv_think_init(sv_think *t, bool open) { *t = (sv_think){.state = open ? SV_THINK_IN : SV_THINK_START}; }
+void cv_think_init(cv_think *t, bool open) { *t = (cv_think){.state = open ? CV_THINK_IN : CV_THINK_START}; }
 
-void sv_think_free(sv_think *t) { sv_buf_free(&t->held); }
+void cv_think_free(cv_think *t) { cv_buf_free(&t->held); }
 
-bool sv_think_opens(const char *prompt, size_t n)
+bool cv_think_opens(const char *prompt, size_t n)
 {
     while (n > 0 && space(prompt[n - 1]))
         n--;
@@ -30,7 +30,7 @@ bool sv_think_opens(const char *prompt, size_t n)
 }
 
 /* START: a block opens, or the text is content; false while it cannot tell. */
-static bool start(sv_think *t, bool over)
+static bool start(cv_think *t, bool over)
 {
     const char *p = t->held.p ? t->held.p : ""; /* memcmp wants a pointer even for 0 bytes */
     size_t ws = 0;
@@ -38,19 +38,19 @@ static bool start(sv_think *t, bool over)
         ws++;
     const size_t rest = t->held.n - ws, len = strlen(OPEN);
     if (rest >= len && !memcmp(p + ws, OPEN, len)) {
-        sv_buf_consume(&t->held, ws + len);
-        t->state = SV_THINK_IN;
+        cv_buf_consume(&t->held, ws + len);
+        t->state = CV_THINK_IN;
         return true;
     }
     if (!over && rest < len && !memcmp(p + ws, OPEN, rest))
         return false;
-    t->state = SV_THINK_CONTENT;
+    t->state = CV_THINK_CONTENT;
     return true;
 }
 
 /* IN: the reasoning up to </think> (or as far as it is known); *more
  * false while the rest may still be a tag or trimmed. */
-static int in_block(sv_think *t, bool over, sv_buf *reasoning, bool *more)
+static int in_block(cv_think *t, bool over, cv_buf *reasoning, bool *more)
 {
     const char *p = t->held.p ? t->held.p : "";
     size_t n = t->held.n, from = 0;
@@ -62,48 +62,48 @@ static int in_block(sv_think *t, bool over, sv_buf *reasoning, bool *more)
     if (!t->told)
         while (from < upto && space(p[from]))
             from++;
-    if (upto > from && sv_buf_append(reasoning, p + from, upto - from))
+    if (upto > from && cv_buf_append(reasoning, p + from, upto - from))
         return -1;
     t->told |= upto > from;
     if (close || over) {
-        sv_buf_consume(&t->held, close ? end + strlen(CLOSE) : n);
-        t->state = SV_THINK_AFTER;
+        cv_buf_consume(&t->held, close ? end + strlen(CLOSE) : n);
+        t->state = CV_THINK_AFTER;
         *more = true;
         return 0;
     }
     /* keep the trailing whitespace (it may end the block) and a possible tag's start */
-    sv_buf_consume(&t->held, upto);
+    cv_buf_consume(&t->held, upto);
     *more = false;
     return 0;
 }
 
-int sv_think_push(sv_think *t, const char *p, size_t n, bool over, sv_buf *reasoning, sv_buf *content)
+int cv_think_push(cv_think *t, const char *p, size_t n, bool over, cv_buf *reasoning, cv_buf *content)
 {
-    if (sv_buf_append(&t->held, p, n))
+    if (cv_buf_append(&t->held, p, n))
         return -1;
     for (bool more = true; more;) {
         switch (t->state) {
-        case SV_THINK_START:
+        case CV_THINK_START:
             more = start(t, over);
             break;
-        case SV_THINK_IN:
+        case CV_THINK_IN:
             if (in_block(t, over, reasoning, &more))
                 return -1;
             break;
-        case SV_THINK_AFTER: {
+        case CV_THINK_AFTER: {
             size_t ws = 0;
             while (ws < t->held.n && space(t->held.p[ws]))
                 ws++;
-            sv_buf_consume(&t->held, ws);
+            cv_buf_consume(&t->held, ws);
             more = t->held.n > 0;
             if (more)
-                t->state = SV_THINK_CONTENT;
+                t->state = CV_THINK_CONTENT;
             break;
         }
-        case SV_THINK_CONTENT:
-            if (t->held.n && sv_buf_append(content, t->held.p, t->held.n))
+        case CV_THINK_CONTENT:
+            if (t->held.n && cv_buf_append(content, t->held.p, t->held.n))
                 return -1;
-            sv_buf_consume(&t->held, t->held.n);
+            cv_buf_consume(&t->held, t->held.n);
             more = false;
             break;
         }

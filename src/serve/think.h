@@ -8,7 +8,7 @@
  * whitespace, content the whitespace after </think>; an output that does
  * not open a block is all content, byte for byte.
  *
- * Streamed: sv_think_push takes the output as it comes and appends to
+ * Streamed: cv_think_push takes the output as it comes and appends to
  * `reasoning` and `content` what is now known to be each; it holds back a
  * tail that may be the start of a tag or whitespace that may be trimmed,
  * until more text (or the end, over) tells. Tags are ASCII, so nothing is
@@ -21,24 +21,24 @@
 
 #include "serve/buf.h"
 
-typedef enum sv_think_state {
-    SV_THINK_START,   /* nothing but whitespace yet: a block may open */
-    SV_THINK_IN,      /* in the block */
-    SV_THINK_AFTER,   /* past </think>: whitespace is dropped until content */
-    SV_THINK_CONTENT, /* the rest is content */
-} sv_think_state;
+typedef enum cv_think_state {
+    CV_THINK_START,   /* nothing but whitespace yet: a block may open */
+    CV_THINK_IN,      /* in the block */
+    CV_THINK_AFTER,   /* past </think>: whitespace is dropped until content */
+    CV_THINK_CONTENT, /* the rest is content */
+} cv_think_state;
 
-typedef struct sv_think {
-    sv_think_state state;
+typedef struct cv_think {
+    cv_think_state state;
     bool told;   /* some reasoning was appended (its leading whitespace is gone) */
-    sv_buf held; /* output not yet told */
-} sv_think;
+    cv_buf held; /* output not yet told */
+} cv_think;
 
-/* open: the prompt opened the block (sv_think_opens). */
-void sv_think_init(sv_think *t, bool open);
-int sv_think_push(sv_think *t, const char *p, size_t n, bool over, sv_buf *reasoning, sv_buf *content);
-void sv_think_free(sv_think *t);
+/* open: the prompt opened the block (cv_think_opens). */
+void cv_think_init(cv_think *t, bool open);
+int cv_think_push(cv_think *t, const char *p, size_t n, bool over, cv_buf *reasoning, cv_buf *content);
+void cv_think_free(cv_think *t);
 /* Whether a rendered prompt ends by opening a block ("<think>" and whitespace). */
-bool sv_think_opens(const char *prompt, size_t n);
+bool cv_think_opens(const char *prompt, size_t n);
 
 #endif

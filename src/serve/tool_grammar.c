@@ -45,9 +45,9 @@ static const char *choice_name(const json_t *choice)
     return type && !strcmp(type, "function") ? json_string_value(name) : NULL;
 }
 
-int sv_tool_choice_read(const json_t *tools, const json_t *choice, sv_tool_choice *out, char *err, size_t errlen)
+int cv_tool_choice_read(const json_t *tools, const json_t *choice, cv_tool_choice *out, char *err, size_t errlen)
 {
-    *out = (sv_tool_choice){SV_TOOL_AUTO, NULL};
+    *out = (cv_tool_choice){CV_TOOL_AUTO, NULL};
     for (size_t i = 0; i < json_array_size(tools); i++)
         if (!tool_function(tools, i, err, errlen))
             return -1;
@@ -55,7 +55,7 @@ int sv_tool_choice_read(const json_t *tools, const json_t *choice, sv_tool_choic
     if (!choice || json_is_null(choice) || (s && !strcmp(s, "auto")))
         return 0;
     if (s && (!strcmp(s, "none") || !strcmp(s, "required"))) {
-        out->mode = !strcmp(s, "none") ? SV_TOOL_NONE : SV_TOOL_REQUIRED;
+        out->mode = !strcmp(s, "none") ? CV_TOOL_NONE : CV_TOOL_REQUIRED;
         return 0;
     }
     const char *name = json_is_object(choice) ? choice_name(choice) : NULL;
@@ -65,7 +65,7 @@ int sv_tool_choice_read(const json_t *tools, const json_t *choice, sv_tool_choic
     for (size_t i = 0; i < json_array_size(tools); i++)
         if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"),
                                                       "name")), name)) {
-            *out = (sv_tool_choice){SV_TOOL_NAMED, name};
+            *out = (cv_tool_choice){CV_TOOL_NAMED, name};
             return 0;
         }
     return cv_errf(err, errlen, "'tool_choice' names the function '%.200s', which is not among the tools", name);
@@ -195,7 +195,7 @@ static bool name_char(char c)
 
 /* g with every rule name `from` written `to` (to NULL: only whether from
  * occurs, as 0 or 1). Returns 0, 1, or -1 when out of memory. */
-static int rename_rule(const char *g, const char *from, const char *to, sv_buf *out)
+static int rename_rule(const char *g, const char *from, const char *to, cv_buf *out)
 {
     const size_t nf = strlen(from);
     for (const char *p = g; *p;) {
@@ -206,11 +206,11 @@ static int rename_rule(const char *g, const char *from, const char *to, sv_buf *
             const bool hit = (size_t)(q - p) == nf && !memcmp(p, from, nf);
             if (hit && !to)
                 return 1;
-            if (to && (hit ? sv_buf_puts(out, to) : sv_buf_append(out, p, (size_t)(q - p))))
+            if (to && (hit ? cv_buf_puts(out, to) : cv_buf_append(out, p, (size_t)(q - p))))
                 return -1;
         } else {
             q = q == p ? p + 1 : q;
-            if (to && sv_buf_append(out, p, (size_t)(q - p)))
+            if (to && cv_buf_append(out, p, (size_t)(q - p)))
                 return -1;
         }
         p = q;
@@ -219,24 +219,24 @@ static int rename_rule(const char *g, const char *from, const char *to, sv_buf *
 }
 
 /* The format's start rule around the call rule `c` (Mistral: the array's). */
-static int start_rule(sv_tool_format f, const char *c, bool parallel, sv_buf *out)
+static int start_rule(cv_tool_format f, const char *c, bool parallel, cv_buf *out)
 {
     char line[256];
-    if (f == SV_TOOLS_HERMES && parallel)
+    if (f == CV_TOOLS_HERMES && parallel)
         snprintf(line, sizeof line,
                  "root ::= \"<tool_call>\\n\" %s \"\\n</tool_call>\" "
                  "(\"\\n<tool_call>\\n\" %s \"\\n</tool_call>\")*\n", c, c);
-    else if (f == SV_TOOLS_HERMES)
+    else if (f == CV_TOOLS_HERMES)
         snprintf(line, sizeof line, "root ::= \"<tool_call>\\n\" %s \"\\n</tool_call>\"\n", c);
-    else if (f == SV_TOOLS_MISTRAL)
+    else if (f == CV_TOOLS_MISTRAL)
         snprintf(line, sizeof line, "root ::= \"[TOOL_CALLS]\" %s\n", c);
     else
         snprintf(line, sizeof line, "root ::= %s\n", c);
-    return sv_buf_puts(out, line);
+    return cv_buf_puts(out, line);
 }
 
 /* The grammar of schema, its start rule renamed and wrapped for format f. */
-static char *wrap(sv_tool_format f, const json_t *schema, bool parallel, char *err, size_t errlen)
+static char *wrap(cv_tool_format f, const json_t *schema, bool parallel, char *err, size_t errlen)
 {
     char why[CV_ERRLEN], name[64] = "tool-call";
     char *g = cv_schema_grammar(schema, why, sizeof why);
@@ -244,7 +244,7 @@ static char *wrap(sv_tool_format f, const json_t *schema, bool parallel, char *e
         cv_errf(err, errlen, "the tools' calls cannot be held to a grammar: %s", why);
         return NULL;
     }
-    sv_buf out = {0};
+    cv_buf out = {0};
     int rc = 0;
     for (int k = 2; (rc = rename_rule(g, name, NULL, NULL)) == 1; k++)
         snprintf(name, sizeof name, "tool-call-%d", k);
@@ -254,29 +254,29 @@ static char *wrap(sv_tool_format f, const json_t *schema, bool parallel, char *e
         rc = rename_rule(g, "root", name, &out);
     cv_free(g);
     if (rc) {
-        sv_buf_free(&out);
+        cv_buf_free(&out);
         cv_errf(err, errlen, "out of memory");
         return NULL;
     }
     return out.p;
 }
 
-char *sv_tool_grammar(sv_tool_format f, const json_t *tools, const char *name, bool parallel, char *err,
+char *cv_tool_grammar(cv_tool_format f, const json_t *tools, const char *name, bool parallel, char *err,
                       size_t errlen)
 {
-    if (f == SV_TOOLS_NONE) {
+    if (f == CV_TOOLS_NONE) {
         cv_errf(err, errlen, "the chat template's tool-call format is not recognized, so no call can be forced");
         return NULL;
     }
-    json_t *one = calls_schema(tools, name, f == SV_TOOLS_LLAMA3 ? "parameters" : "arguments",
-                               f == SV_TOOLS_MISTRAL ? "/items" : "", err, errlen);
+    json_t *one = calls_schema(tools, name, f == CV_TOOLS_LLAMA3 ? "parameters" : "arguments",
+                               f == CV_TOOLS_MISTRAL ? "/items" : "", err, errlen);
     if (!one)
         return NULL;
     json_t *schema = one;
-    if (f == SV_TOOLS_MISTRAL)
+    if (f == CV_TOOLS_MISTRAL)
         schema = parallel ? json_pack("{s:s,s:o,s:i}", "type", "array", "items", one, "minItems", 1)
                           : json_pack("{s:s,s:o,s:i,s:i}", "type", "array", "items", one, "minItems", 1, "maxItems", 1);
-    char *g = schema ? wrap(f, schema, parallel && f == SV_TOOLS_HERMES, err, errlen) : NULL;
+    char *g = schema ? wrap(f, schema, parallel && f == CV_TOOLS_HERMES, err, errlen) : NULL;
     if (!schema)
         cv_errf(err, errlen, "out of memory");
     json_decref(schema);

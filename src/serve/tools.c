@@ -15,28 +15,28 @@
 #define MISTRAL_OPEN "[TOOL_CALLS]"
 #define PYTHON_TAG "<|python_tag|>"
 
-sv_tool_format sv_tools_detect(const char *t)
+cv_tool_format cv_tools_detect(const char *t)
 {
     if (!t)
-        return SV_TOOLS_NONE;
+        return CV_TOOLS_NONE;
     if (strstr(t, HERMES_OPEN))
-        return SV_TOOLS_HERMES;
+        return CV_TOOLS_HERMES;
     if (strstr(t, MISTRAL_OPEN))
-        return SV_TOOLS_MISTRAL;
+        return CV_TOOLS_MISTRAL;
     if (strstr(t, PYTHON_TAG) || (strstr(t, "<|start_header_id|>") && strstr(t, "parameters")))
-        return SV_TOOLS_LLAMA3;
-    return SV_TOOLS_NONE;
+        return CV_TOOLS_LLAMA3;
+    return CV_TOOLS_NONE;
 }
 
-void sv_tool_calls_free(sv_tool_calls *c)
+void cv_tool_calls_free(cv_tool_calls *c)
 {
     for (int i = 0; i < c->n; i++) {
         free(c->calls[i].name);
         free(c->calls[i].arguments);
     }
     cv_free(c->calls);
-    sv_buf_free(&c->content);
-    *c = (sv_tool_calls){0};
+    cv_buf_free(&c->content);
+    *c = (cv_tool_calls){0};
 }
 
 static const char *find(const char *p, const char *end, const char *needle)
@@ -70,7 +70,7 @@ static json_t *load_prefix(const char *p, const char *end, size_t *used)
 
 /* Appends the call object o ({name, arguments|parameters}); returns 1 when
  * o is not a call, -1 out of memory. */
-static int add_call(sv_tool_calls *out, const json_t *o, uint64_t seed)
+static int add_call(cv_tool_calls *out, const json_t *o, uint64_t seed)
 {
     const json_t *name = json_object_get(o, "name");
     const json_t *args = json_object_get(o, "arguments");
@@ -78,11 +78,11 @@ static int add_call(sv_tool_calls *out, const json_t *o, uint64_t seed)
         args = json_object_get(o, "parameters");
     if (!json_is_object(o) || !json_is_string(name) || (args && !json_is_object(args) && !json_is_string(args)))
         return 1;
-    sv_tool_call *grown = cv_realloc(out->calls, sizeof *grown * (size_t)(out->n + 1));
+    cv_tool_call *grown = cv_realloc(out->calls, sizeof *grown * (size_t)(out->n + 1));
     if (!grown)
         return -1;
     out->calls = grown;
-    sv_tool_call *c = &grown[out->n];
+    cv_tool_call *c = &grown[out->n];
     c->name = strdup(json_string_value(name));
     c->arguments = !args                  ? strdup("{}")
                    : json_is_string(args) ? strdup(json_string_value(args))
@@ -107,7 +107,7 @@ static int add_call(sv_tool_calls *out, const json_t *o, uint64_t seed)
 
 /* Adds the calls of a JSON value (one call object, or for arrays each);
  * returns 1, adding none, when any is not a call. */
-static int add_calls(sv_tool_calls *out, const json_t *v, uint64_t seed)
+static int add_calls(cv_tool_calls *out, const json_t *v, uint64_t seed)
 {
     const int before = out->n;
     int rc = 0;
@@ -127,7 +127,7 @@ static int add_calls(sv_tool_calls *out, const json_t *v, uint64_t seed)
 }
 
 /* Hermes: each <tool_call>JSON</tool_call> a call, all else content. */
-static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_calls *out)
+static int parse_hermes(const char *p, const char *end, uint64_t seed, cv_tool_calls *out)
 {
     const size_t lo = strlen(HERMES_OPEN), lc = strlen(HERMES_CLOSE);
     bool after_call = false;
@@ -135,7 +135,7 @@ static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_c
         const char *o = find(p, end, HERMES_OPEN);
         const char *stop = o ? o : end;
         /* only whitespace after a call: the separator of calls, not content */
-        if (!(after_call && skip_ws(p, stop) == stop) && sv_buf_append(&out->content, p, (size_t)(stop - p)))
+        if (!(after_call && skip_ws(p, stop) == stop) && cv_buf_append(&out->content, p, (size_t)(stop - p)))
             return -1;
         if (!o)
             return 0;
@@ -151,7 +151,7 @@ static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_c
             return -1;
         /* Not a call: its opening marker stays text and reading goes on after it. */
         const char *next = rc == 0 ? c + lc : o + lo;
-        if (rc != 0 && sv_buf_append(&out->content, o, lo))
+        if (rc != 0 && cv_buf_append(&out->content, o, lo))
             return -1;
         after_call = rc == 0;
         p = next;
@@ -159,11 +159,11 @@ static int parse_hermes(const char *p, const char *end, uint64_t seed, sv_tool_c
 }
 
 /* Mistral: text, then [TOOL_CALLS] and a JSON array (or object) of calls. */
-static int parse_mistral(const char *p, const char *end, uint64_t seed, sv_tool_calls *out)
+static int parse_mistral(const char *p, const char *end, uint64_t seed, cv_tool_calls *out)
 {
     const char *o = find(p, end, MISTRAL_OPEN);
     if (!o)
-        return sv_buf_append(&out->content, p, (size_t)(end - p));
+        return cv_buf_append(&out->content, p, (size_t)(end - p));
     const char *j = skip_ws(o + strlen(MISTRAL_OPEN), end);
     size_t used;
     json_t *v = load_prefix(j, end, &used);
@@ -172,13 +172,14 @@ static int parse_mistral(const char *p, const char *end, uint64_t seed, sv_tool_
     if (rc < 0)
         return -1;
     if (rc > 0)
-        return sv_buf_append(&out->content, p, (size_t)(end - p));
+        return cv_buf_append(&out->content, p, (size_t)(end - p));
     const char *after = skip_ws(j + used, end);
-    return sv_buf_append(&out->content, p, (size_t)(o - p)) || sv_buf_append(&out->content, after, (size_t)(end - after));
+    return cv_buf_append(&out->content, p, (size_t)(o - p)) ||
+           cv_buf_append(&out->content, after, (size_t)(end - after));
 }
 
 /* Llama 3.x: the whole output one call object (or an array of them). */
-static int parse_llama3(const char *p, const char *end, uint64_t seed, sv_tool_calls *out)
+static int parse_llama3(const char *p, const char *end, uint64_t seed, cv_tool_calls *out)
 {
     const char *j = skip_ws(p, end);
     const size_t lt = strlen(PYTHON_TAG);
@@ -190,19 +191,19 @@ static int parse_llama3(const char *p, const char *end, uint64_t seed, sv_tool_c
     json_decref(v);
     if (rc < 0)
         return -1;
-    return rc > 0 ? sv_buf_append(&out->content, p, (size_t)(end - p)) : sv_buf_append(&out->content, "", 0);
+    return rc > 0 ? cv_buf_append(&out->content, p, (size_t)(end - p)) : cv_buf_append(&out->content, "", 0);
 }
 
-int sv_tools_parse(sv_tool_format f, const char *text, size_t len, uint64_t seed, sv_tool_calls *out)
+int cv_tools_parse(cv_tool_format f, const char *text, size_t len, uint64_t seed, cv_tool_calls *out)
 {
-    *out = (sv_tool_calls){0};
+    *out = (cv_tool_calls){0};
     const char *end = text + len;
-    const int rc = f == SV_TOOLS_HERMES    ? parse_hermes(text, end, seed, out)
-                   : f == SV_TOOLS_MISTRAL ? parse_mistral(text, end, seed, out)
-                   : f == SV_TOOLS_LLAMA3  ? parse_llama3(text, end, seed, out)
-                                           : sv_buf_append(&out->content, text, len);
+    const int rc = f == CV_TOOLS_HERMES    ? parse_hermes(text, end, seed, out)
+                   : f == CV_TOOLS_MISTRAL ? parse_mistral(text, end, seed, out)
+                   : f == CV_TOOLS_LLAMA3  ? parse_llama3(text, end, seed, out)
+                                           : cv_buf_append(&out->content, text, len);
     if (rc)
-        sv_tool_calls_free(out);
+        cv_tool_calls_free(out);
     return rc ? -1 : 0;
 }
 
@@ -219,13 +220,13 @@ static size_t before_marker(const char *text, size_t len, const char *marker)
     return len;
 }
 
-size_t sv_tools_safe(sv_tool_format f, const char *text, size_t len)
+size_t cv_tools_safe(cv_tool_format f, const char *text, size_t len)
 {
-    if (f == SV_TOOLS_HERMES)
+    if (f == CV_TOOLS_HERMES)
         return before_marker(text, len, HERMES_OPEN);
-    if (f == SV_TOOLS_MISTRAL)
+    if (f == CV_TOOLS_MISTRAL)
         return before_marker(text, len, MISTRAL_OPEN);
-    if (f == SV_TOOLS_LLAMA3) {
+    if (f == CV_TOOLS_LLAMA3) {
         const char *j = skip_ws(text, text + len);
         const size_t lead = (size_t)(j - text);
         if (j == text + len || *j == '{' || *j == '[' || before_marker(j, len - lead, PYTHON_TAG) == 0)

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-extern const char sv_webui_html[];  /* NUL-terminated */
-extern const size_t sv_webui_html_len;
+extern const char cv_webui_html[];  /* NUL-terminated */
+extern const size_t cv_webui_html_len;
 
 #endif
