@@ -18,7 +18,7 @@
 # round's pair (with the smallest and largest ratio), and appends one JSON
 # line per measurement to bench/out/builds.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 [[ $# -ge 1 ]] || { echo "usage: bench/builds.sh OLD_REV [NEW_REV]" >&2; exit 2; }
 rounds="${ROUNDS:-5}"
 revs=("$(git rev-parse --short "$1")" "$(git rev-parse --short "${2:-HEAD}")")
@@ -33,11 +33,9 @@ build_rev() { # build_rev REV: bench/out/builds/REV/build/{convoy,bench_users}
 }
 for r in "${revs[@]}"; do build_rev "$r"; done
 
-big="$out/models/llama-1b-q4_0.gguf"
-small="$out/models/synth-22mb-q8_0.gguf"
-tool="$out/builds/${revs[1]}/build/convoy"
-[[ -f "$big" ]] || "$tool" synth --shape llama-3.2-1b --type Q4_0 -o "$big" >/dev/null
-[[ -f "$small" ]] || "$tool" synth --dims 512,5,8,8,1536,4096 --type Q8_0 -o "$small" >/dev/null
+convoy="$out/builds/${revs[1]}/build/convoy"
+big="$(bench_model llama-1b-q4_0 --shape llama-3.2-1b --type Q4_0)"
+small="$(bench_model synth-22mb-q8_0 --dims 512,5,8,8,1536,4096 --type Q8_0)"
 prompt="$(printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..11})"
 
 # measure REV: prints "metric value" lines for one build.
@@ -50,16 +48,12 @@ measure() {
         echo "decode_t$t $(sed -E 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/' <<<"$line")"
     done
     local log="$out/builds/$1/stage.log" table port
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    "$bin/convoy" stage --listen "127.0.0.1:$port" -m "$small" 2>"$log" &
-    local stage=$!
-    for _ in $(seq 100); do
-        grep -q " on port " "$log" && break
-        sleep 0.1
-    done
+    port="$(free_port)"
+    : >"$log"
+    start_local_stage "$bin/convoy" "$log" "$port" -m "$small"
+    pids=("$stage_pid")
     table="$("$bin/bench_users" -m "$small" -n 64 --users 4 --repeat 1 --nodes "local,127.0.0.1:$port")"
-    kill "$stage"
-    wait "$stage" 2>/dev/null || true
+    stop_pids
     echo "serve_u4 $(grep '^| unsplit | none | 4 |' <<<"$table" | awk -F'|' '{gsub(/ /, "", $6); print $6}')"
     echo "serve_chain_u4 $(grep '^| pipeline | none | 4 |' <<<"$table" | awk -F'|' '{gsub(/ /, "", $6); print $6}')"
 }
@@ -77,7 +71,6 @@ for ((k = 0; k < rounds; k++)); do
     done
 done
 
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo "old ${revs[0]} against new ${revs[1]}, $rounds rounds alternating, medians (tokens/s)"
 echo "| figure | old | new | new / old (min-max) |"
 echo "|---|---:|---:|---:|"
@@ -90,6 +83,6 @@ for metric in prefill_t1 decode_t1 prefill_t2 decode_t2 serve_u4 serve_chain_u4;
     done
     lo="$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)"
     hi="$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
-    printf '| %s | %.2f | %.2f | %.3fx (%s-%s) |\n' "$metric" "$(printf '%s\n' "${olds[@]}" | median)" \
-        "$(printf '%s\n' "${news[@]}" | median)" "$(printf '%s\n' "${ratios[@]}" | median)" "$lo" "$hi"
+    printf '| %s | %.2f | %.2f | %.3fx (%s-%s) |\n' "$metric" "$(median "${olds[@]}")" "$(median "${news[@]}")" \
+        "$(median "${ratios[@]}")" "$lo" "$hi"
 done

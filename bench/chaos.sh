@@ -37,7 +37,7 @@
 #          when a text differs or a request failed.
 # Everything (processes, emulators, hosts) is torn down on exit, also on failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
 BUILD="${BUILD:-build}"
 convoy="$BUILD/convoy"
@@ -53,15 +53,8 @@ LINK_DOWN_S="${LINK_DOWN_S:-3}" PEER_TIMEOUT_MS="${PEER_TIMEOUT_MS:-5000}"
 out="bench/out/chaos"
 cluster="scripts/cluster.sh"
 port=8080
-stage_port=7000 relay_port=7100
+stage_port=7000 relay_port=7100 # stage_port: start_host_stage's
 
-say() { echo "chaos.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
-on() { bash "$cluster" run "$@"; }
-addr() { bash "$cluster" addr "$1"; }
 now() { date +%s.%N; }
 
 [[ -x "$convoy" && -x "$LINKEMU" ]] || die "no $convoy or $LINKEMU: build them first (see the header)"
@@ -76,15 +69,15 @@ insecure) security=(--insecure) ;;
 *) die "SECURITY must be key or insecure" ;;
 esac
 
-declare -A stage_pid=()
+declare -A pid_of=()
 head_pid=""
 client_pid=""
 
 stop_processes() {
-    for p in $client_pid $head_pid "${stage_pid[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in $client_pid $head_pid "${stage_pid[@]}"; do wait "$p" 2>/dev/null || true; done
+    for p in $client_pid $head_pid "${pid_of[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in $client_pid $head_pid "${pid_of[@]}"; do wait "$p" 2>/dev/null || true; done
     client_pid="" head_pid=""
-    stage_pid=()
+    pid_of=()
 }
 
 cleanup() {
@@ -96,16 +89,21 @@ trap 'exit 130' INT TERM
 
 # start_stage HOST LOG: `convoy stage` on HOST's address, back once it listens.
 start_stage() {
-    local h="$1" log="$2" a
-    a="$(addr "$h")"
-    # cluster.sh and ip netns exec both exec: $! is the stage itself (a function would fork)
-    bash "$cluster" run "$h" "$convoy" stage --listen "$a:$stage_port" -m "$MODEL" "${security[@]}" 2>>"$log" &
-    stage_pid[$h]=$!
-    for _ in $(seq 100); do
-        grep -q " on port $stage_port," "$log" 2>/dev/null && return 0
-        sleep 0.05
+    local ok=0
+    start_host_stage "$cluster" "$1" "$convoy" "$2" -m "$MODEL" "${security[@]}" || ok=$?
+    pid_of[$1]=$stage_pid
+    ((ok == 0)) || die "stage on host $1 did not start: $(tail -3 "$2")"
+}
+
+# start_stages PHASE PORT: start_stage on hosts 1-4 (logs PHASE-stageH.log);
+# sets addrs to each host's address with PORT.
+start_stages() {
+    local h
+    addrs=()
+    for h in 1 2 3 4; do
+        start_stage "$h" "$out/$1-stage$h.log"
+        addrs+=("$(host_addr "$h"):$2")
     done
-    die "stage on host $h did not start: $(tail -3 "$log")"
 }
 
 # start_head LOG NODES STANDBY [ARGS]: `convoy serve` in host 0, back once /health answers.
@@ -164,18 +162,14 @@ phase_setup() {
     "$convoy" keygen "$out/cluster.key" >/dev/null
     make_requests
     bash "$cluster" up 5 >/dev/null
-    say "hosts up: head $(addr 0), stages A B C $(addr 1) $(addr 2) $(addr 3), standby S $(addr 4)"
+    say "hosts up: head $(host_addr 0), stages A B C $(host_addr 1) $(host_addr 2) $(host_addr 3), standby S $(host_addr 4)"
 }
 
 # ---- clean run ----
 
 phase_clean() {
-    local s=() h
-    for h in 1 2 3 4; do
-        start_stage "$h" "$out/clean-stage$h.log"
-        s+=("$(addr "$h"):$stage_port")
-    done
-    start_head "$out/clean-serve.log" "${s[0]},${s[1]},${s[2]}" "${s[3]}"
+    start_stages clean "$stage_port"
+    start_head "$out/clean-serve.log" "${addrs[0]},${addrs[1]},${addrs[2]}" "${addrs[3]}"
     say "clean: $N_REQUESTS requests, $CONCURRENCY at once"
     start_client clean
     wait_client
@@ -192,7 +186,7 @@ n_errors() { python3 -c "import json,sys; print(sum(e is not None for e in json.
 # the stages connect to these addresses, so every hop is delayed both ways.
 start_relays() {
     for h in 1 2 3 4; do
-        bash "$cluster" delay "$h" "$relay_port" "$(addr "$h"):$stage_port" "$DELAY_MS" "$JITTER_MS" "$h"
+        bash "$cluster" delay "$h" "$relay_port" "$(host_addr "$h"):$stage_port" "$DELAY_MS" "$JITTER_MS" "$h"
     done
 }
 
@@ -231,7 +225,7 @@ event() {
 
 link_down() { # HOST SECONDS
     local ns="${CONVOY_CLUSTER_PREFIX}$1"
-    event fault "host $1 ($(addr "$1"), stage B): ip link set eth0 down"
+    event fault "host $1 ($(host_addr "$1"), stage B): ip link set eth0 down"
     ip -n "$ns" link set eth0 down
     sleep "$2"
     ip -n "$ns" link set eth0 up
@@ -239,25 +233,21 @@ link_down() { # HOST SECONDS
 }
 
 kill_and_restart() { # HOST
-    event fault "host $1 ($(addr "$1"), stage C): SIGKILL of the stage, pid ${stage_pid[$1]}"
-    kill -KILL "${stage_pid[$1]}"
-    wait "${stage_pid[$1]}" 2>/dev/null || true
+    event fault "host $1 ($(host_addr "$1"), stage C): SIGKILL of the stage, pid ${pid_of[$1]}"
+    kill -KILL "${pid_of[$1]}"
+    wait "${pid_of[$1]}" 2>/dev/null || true
     sleep 1
     start_stage "$1" "$out/chaos-stage$1.log"
-    event info "host $1: stage restarted on $(addr "$1"):$stage_port, pid ${stage_pid[$1]}"
+    event info "host $1: stage restarted on $(host_addr "$1"):$stage_port, pid ${pid_of[$1]}"
 }
 
 phase_chaos() {
-    local r=() h
-    for h in 1 2 3 4; do
-        start_stage "$h" "$out/chaos-stage$h.log"
-        r+=("$(addr "$h"):$relay_port")
-    done
+    start_stages chaos "$relay_port"
     start_relays
     set_loss "$LOSS"
     local spec=()
     [[ -z "$DRAFT" ]] || spec=(--draft "$DRAFT" --spec-windows "$SPEC_WINDOWS")
-    start_head "$out/chaos-serve.log" "${r[0]},${r[1]},${r[2]}" "${r[3]}" "${spec[@]}"
+    start_head "$out/chaos-serve.log" "${addrs[0]},${addrs[1]},${addrs[2]}" "${addrs[3]}" "${spec[@]}"
     say "chaos: $N_REQUESTS requests, $LOSS% loss per host, ${DELAY_MS}+U[0,$JITTER_MS] ms per hop each way"
     : >"$out/faults.tsv"
     read -r tcp_out0 tcp_re0 tcp_syn0 < <(tcp_counters)

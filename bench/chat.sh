@@ -17,44 +17,31 @@
 # ratio, and the share of the history each later turn took from the cache;
 # then 4 users chat at once on the 4 slots (one machine, 2 threads).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 turns="${TURNS:-8}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
-mkdir -p bench/out/models
-model="${1:-bench/out/models/llama-1b-q4_k-chatml.gguf}"
-[[ -f "$model" ]] || build/convoy synth --shape llama-3.2-1b --type Q4_K --chatml -o "$model" >/dev/null
+bench_build
+model="${1:-$(bench_model llama-1b-q4_k-chatml --shape llama-3.2-1b --type Q4_K --chatml)}"
 
-export CONVOY_CLUSTER_PREFIX=cvc
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
-bash scripts/cluster.sh up 2 >/dev/null
+test_hosts cvc 2
 
 # serve HOST CPUS THREADS [ARGS...]: a server in test host HOST on CPUS; waits until it answers.
 serve() {
     local host="$1" cpus="$2" threads="$3"
     shift 3
-    bash scripts/cluster.sh run "$host" taskset -c "$cpus" build/convoy serve -m "$model" --port 8080 --ctx 4096 \
+    bash "$cluster" run "$host" taskset -c "$cpus" "$convoy" serve -m "$model" --port 8080 --ctx 4096 \
         -t "$threads" "$@" 2>bench/out/chat-serve.log &
     pids+=($!)
     for _ in $(seq 600); do
-        bash scripts/cluster.sh run "$host" curl -sf localhost:8080/health >/dev/null 2>&1 && return 0
+        on "$host" curl -sf localhost:8080/health >/dev/null 2>&1 && return 0
         sleep 0.1
     done
-    echo "chat.sh: the server did not start: $(tail -3 bench/out/chat-serve.log)" >&2
-    exit 1
-}
-
-stop_all() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-    pids=()
+    die "the server did not start: $(tail -3 bench/out/chat-serve.log)"
 }
 
 # chats LABEL: the chat with the cache and without, alternated, from host 0.
 chats() {
     for mode in cache no-cache; do
-        bash scripts/cluster.sh run 0 python3 bench/chat.py http://127.0.0.1:8080 "$1 $mode" --turns "$turns" \
+        on 0 python3 bench/chat.py http://127.0.0.1:8080 "$1 $mode" --turns "$turns" \
             $([[ $mode == no-cache ]] && echo --no-cache)
     done
 }
@@ -62,23 +49,22 @@ chats() {
 echo "== one machine, 1 thread"
 serve 0 0 1
 chats "1 thread"
-stop_all
+stop_pids
 echo "== one machine, 2 threads"
 serve 0 0-1 2
 chats "2 threads"
-stop_all
+stop_pids
 echo "== 2-stage chain (host 0 core 0: server + first stage; host 1 core 1: second stage)"
-bash scripts/cluster.sh run 1 taskset -c 1 build/convoy stage --listen 10.77.0.2:7000 -m "$model" -t 1 --insecure \
-    2>/dev/null &
+bash "$cluster" run 1 taskset -c 1 "$convoy" stage --listen 10.77.0.2:7000 -m "$model" -t 1 --insecure 2>/dev/null &
 pids+=($!)
 for _ in $(seq 100); do
-    bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/7000" 2>/dev/null && break
+    on 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/7000" 2>/dev/null && break
     sleep 0.1
 done
 serve 0 0 1 --nodes local,10.77.0.2:7000 --insecure
 chats "chain"
-stop_all
+stop_pids
 echo "== 4 users at once on 4 slots, one machine, 2 threads"
 serve 0 0-1 2 --slots 4 --client-slots 4
-bash scripts/cluster.sh run 0 python3 bench/chat.py http://127.0.0.1:8080 "4 users cache" --users 4 --turns "$turns"
-stop_all
+on 0 python3 bench/chat.py http://127.0.0.1:8080 "4 users cache" --users 4 --turns "$turns"
+stop_pids

@@ -23,25 +23,18 @@
 # other client's requests, and whether every one of those was answered
 # (200) within 2 s; exits 1 when not.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 seconds="${1:-30}"
 shift || true
 if [[ -z "${CONVOY:-}" ]]; then
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    make --no-print-directory -C build -j2 convoy >/dev/null
+    bench_build
 fi
-convoy="${CONVOY:-build/convoy}"
+convoy="${CONVOY:-$convoy}"
 model="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
 mkdir -p bench/out
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-log=bench/out/front-server.log
-"$convoy" serve -m "$model" --host 127.0.0.1 --port "$port" "$@" 2>"$log" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.1
-done
+make_tmp
+start_serve "$convoy" bench/out/front-server.log -m "$model" --host 127.0.0.1 "$@"
+port="${base##*:}"
 ulimit -n 4096 2>/dev/null || true
 python3 - "$port" "$seconds" <<'EOF' | tee -a bench/out/front.jsonl
 import http.client, json, os, select, socket, statistics, sys, threading, time

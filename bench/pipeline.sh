@@ -10,58 +10,33 @@
 # MODEL (default: a synthetic Llama-3.2-1B-shaped Q4_0, made once in bench/out/models) and
 # TOKENS (default 64) can be set in the environment. Raw lines go to bench/out/pipeline.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 mode="${1:-loopback}"
 tokens="${TOKENS:-64}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy bench_pipeline >/dev/null
-mkdir -p bench/out/models
-model="${MODEL:-bench/out/models/llama-1b-q4_0.gguf}"
-[[ -f "$model" ]] || build/convoy synth --shape llama-3.2-1b --type Q4_0 -o "$model" >/dev/null
-
-pids=()
-cleanup() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    [[ "$mode" == hosts ]] && CONVOY_CLUSTER_PREFIX=cvb bash scripts/cluster.sh down
-    return 0
-}
-trap cleanup EXIT
-
-wait_port() { # wait_port [HOST_INDEX] ADDR PORT
-    for _ in $(seq 100); do
-        if [[ $# -eq 3 ]]; then
-            CONVOY_CLUSTER_PREFIX=cvb bash scripts/cluster.sh run "$1" bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null && return
-        else
-            (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return
-        fi
-        sleep 0.1
-    done
-    echo "pipeline.sh: no stage at $*" >&2
-    exit 1
-}
+bench_build convoy bench_pipeline
+model="${MODEL:-$(bench_model llama-1b-q4_0 --shape llama-3.2-1b --type Q4_0)}"
 
 case "$mode" in
 loopback)
+    make_tmp
     for i in 0 1; do
-        taskset -c "$i" build/convoy stage --listen "127.0.0.1:780$i" -m "$model" 2>/dev/null &
+        taskset -c "$i" "$convoy" stage --listen "127.0.0.1:780$i" -m "$model" 2>"$tmp/stage$i.log" &
         pids+=($!)
-        wait_port 127.0.0.1 "780$i"
+        stage_listens "$tmp/stage$i.log" "780$i" 100 0.1 || die "no stage at 127.0.0.1:780$i"
     done
-    taskset -c 0 build/bench_pipeline -m "$model" -n "$tokens" --label "loopback, pinned" \
+    taskset -c 0 "$build/bench_pipeline" -m "$model" -n "$tokens" --label "loopback, pinned" \
         --chain 127.0.0.1:7800,127.0.0.1:7801
     ;;
 hosts)
-    export CONVOY_CLUSTER_PREFIX=cvb
-    bash scripts/cluster.sh up 5 >/dev/null
+    test_hosts cvb 5
     for h in 1 2 3 4; do
-        bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) build/convoy stage \
-            --listen "10.77.0.$((h + 1)):7000" -m "$model" --insecure 2>/dev/null &
+        bash "$cluster" run "$h" taskset -c $(((h + 1) % 2)) "$convoy" stage \
+            --listen "$(host_addr "$h"):7000" -m "$model" --insecure 2>"$tmp/stage$h.log" &
         pids+=($!)
-        wait_port 0 "10.77.0.$((h + 1))" 7000
+        stage_listens "$tmp/stage$h.log" 7000 100 0.1 || die "no stage on host $h"
     done
     n() { local l=""; for h in $(seq 1 "$1"); do l+="${l:+,}10.77.0.$((h + 1)):7000"; done; echo "$l"; }
-    bash scripts/cluster.sh run 0 taskset -c 0 build/bench_pipeline -m "$model" -n "$tokens" \
+    on 0 taskset -c 0 "$build/bench_pipeline" -m "$model" -n "$tokens" \
         --label "test hosts" --chain "$(n 2)" --chain "$(n 3)" --chain "$(n 4)"
     ;;
 *)

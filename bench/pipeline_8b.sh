@@ -17,44 +17,27 @@
 # BUILD (default build) is the build folder; CONVOY_CLUSTER_PREFIX (default
 # cveight) names the test hosts, so two runs on one machine can coexist.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-tokens="${TOKENS:-16}" step_mb="${STEP_MB:-8}" build="${BUILD:-build}"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C "$build" -j2 convoy >/dev/null
-convoy="$build/convoy"
-mkdir -p bench/out/models
-model=bench/out/models/llama-8b-q4_0.gguf
-[[ -f "$model" ]] || "$convoy" synth --shape llama-3.1-8b --type Q4_0 -o "$model" >/dev/null
+. "$(dirname "$0")/lib.sh"
+tokens="${TOKENS:-16}" step_mb="${STEP_MB:-8}"
+bench_build
+model="$(bench_model llama-8b-q4_0 --shape llama-3.1-8b --type Q4_0)"
 echo "model: $model, $(stat -c %s "$model") bytes"
 
 export CONVOY_CLUSTER_PREFIX="${CONVOY_CLUSTER_PREFIX:-cveight}"
 logs="bench/out/8b-$CONVOY_CLUSTER_PREFIX"
 mkdir -p "$logs"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
-bash scripts/cluster.sh up 5 >/dev/null
-on() { bash scripts/cluster.sh run "$@"; }
-addr() { echo "10.77.0.$(($1 + 1))"; }
+test_hosts "$CONVOY_CLUSTER_PREFIX" 5
 # start_stage HOST BUDGET: a stage on test host HOST with --mem BUDGET; its
-# pid is stage_pid[HOST]
-declare -A stage_pid
+# pid is pid_of[HOST]
+declare -A pid_of
 start_stage() {
-    bash scripts/cluster.sh run "$1" "$convoy" stage --listen "$(addr "$1"):7000" -m "$model" --mem "$2" --insecure \
-        2>"$logs/stage$1.log" &
-    pids+=($!)
-    stage_pid[$1]=$!
-    for _ in $(seq 100); do
-        on 0 bash -c "exec 3<>/dev/tcp/$(addr "$1")/7000" 2>/dev/null && return
-        sleep 0.1
-    done
-}
-stop_stages() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-    pids=()
+    : >"$logs/stage$1.log"
+    start_host_stage "$cluster" "$1" "$convoy" "$logs/stage$1.log" -m "$model" --mem "$2" --insecure || true
+    pids+=("$stage_pid")
+    pid_of[$1]=$stage_pid
 }
 args=(-m "$model" -p "Once upon a time" --temp 0 --ignore-eos --ctx 2048 --batch 64 --ids --insecure)
-nodes="$(addr 1):7000,$(addr 2):7000,$(addr 3):7000,$(addr 4):7000"
+nodes="$(host_addr 1):7000,$(host_addr 2):7000,$(host_addr 3):7000,$(host_addr 4):7000"
 # chain BUDGET_MB N: 4 stages with --mem BUDGET_MB M generate N tokens
 # (output in $logs/chain.ids, messages in $logs/head.log); the stages stay up
 chain() {
@@ -66,17 +49,17 @@ echo "== 1. one machine, --mem 1.5G"
 "$convoy" run "${args[@]}" -n "$tokens" --mem 1.5G || true
 echo "== 2. one node with --mem 1.5G"
 start_stage 1 1.5G
-on 0 "$convoy" run "${args[@]}" -n "$tokens" --nodes "$(addr 1):7000" || true
-stop_stages
+on 0 "$convoy" run "${args[@]}" -n "$tokens" --nodes "$(host_addr 1):7000" || true
+stop_pids
 
 echo "== 3. four nodes at the edge of the fit"
 lo=512 hi=2048 # MB: the plan fails at lo and works at hi
 chain "$hi" 1 || { echo "the plan fails even at $hi MB per node: $(cat "$logs/head.log")"; exit 1; }
-stop_stages
+stop_pids
 while ((hi - lo > step_mb)); do
     mid=$(((lo + hi) / 2))
     if chain "$mid" 1; then hi=$mid; else lo=$mid; fi
-    stop_stages
+    stop_pids
 done
 over=0
 for budget in "$hi" "$((hi * 105 / 100))"; do
@@ -85,13 +68,13 @@ for budget in "$hi" "$((hi * 105 / 100))"; do
     echo "--mem ${budget}M ($((budget * 1048576)) bytes) on each of 4 stages: tokens $(cat "$logs/chain.ids")" \
         "($(($(date +%s) - start)) s with the handshake)"
     for h in 1 2 3 4; do
-        hwm_kb="$(awk '/VmHWM/ {print $2}' "/proc/${stage_pid[$h]}/status")"
+        hwm_kb="$(awk '/VmHWM/ {print $2}' "/proc/${pid_of[$h]}/status")"
         echo "  stage on host $h: $(grep serving "$logs/stage$h.log" | tail -1 | sed 's/convoy stage: //');" \
             "peak resident (VmHWM) $((hwm_kb / 1024)) MB of --mem ${budget} MB" \
             "($(awk -v a="$hwm_kb" -v b="$budget" 'BEGIN { printf "%.1f%%", 100 * a / (b * 1024) }'))"
         ((hwm_kb <= budget * 1024)) || over=$((over + 1))
     done
-    stop_stages
+    stop_pids
 done
 if [[ "${UNSPLIT:-0}" == 1 ]]; then
     cp "$logs/chain.ids" bench/out/8b-chain.ids

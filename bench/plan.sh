@@ -34,34 +34,17 @@
 # under bench/out/models, as bench/uneven.sh makes it). Needs root, ip
 # netns and a cpu cgroup.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 window="${WINDOW:-6}" repeat="${REPEAT:-3}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
-. tests/lib.sh
-mkdir -p bench/out/models
-model="${1:-bench/out/models/synth-2048x8-q4_0.gguf}"
-[ -f "$model" ] || build/convoy synth --dims 2048,8,16,8,5632,32000 --type Q4_0 -o "$model" >/dev/null
-n_layer="$(build/convoy info "$model" | awk '$1 == "n_layer:" { print $2 }')"
+bench_build convoy slowcore
+model="${1:-$(bench_model synth-2048x8-q4_0 --dims 2048,8,16,8,5632,32000 --type Q4_0)}"
+n_layer="$("$convoy" info "$model" | awk '$1 == "n_layer:" { print $2 }')"
 # the clients' prompts ("Story N") in tokens: where each request's context starts
-prompt_tokens="$(build/convoy tokenize -m "$model" -p "Story 1" 2>/dev/null | tr -cd ',' | wc -c)"
+prompt_tokens="$("$convoy" tokenize -m "$model" -p "Story 1" 2>/dev/null | tr -cd ',' | wc -c)"
 prompt_tokens=$((prompt_tokens + 1))
-export CONVOY_CLUSTER_PREFIX=cvp
-cluster=scripts/cluster.sh
-tmp="$(mktemp -d)"
-pids=()
-head_pid=""
 client_pids=()
-cleanup() {
-    touch "$tmp/stop"
-    kill $head_pid "${client_pids[@]}" "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
-    bash $cluster down
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-bash $cluster up 5 >/dev/null
-make --no-print-directory -C build -j2 slowcore >/dev/null
+at_exit 'stop_clients'
+test_hosts cvp 5
 core=(0 1 0 1 0)
 # each fleet: its stages, the speed left on core 0 (FLEETS="2 50;3 60" picks)
 IFS=';' read -r -a fleets <<<"${FLEETS:-2 50;3 60;4 70}"
@@ -70,32 +53,20 @@ IFS=';' read -r -a fleets <<<"${FLEETS:-2 50;3 60;4 70}"
 # cpus (each node's core, numbered from 1, for --cpus)
 start_fleet() {
     local h
-    nodes="" cpus=""
-    pids=()
-    build/slowcore 0 "$2" 250 &
+    cpus=""
+    "$build/slowcore" 0 "$2" 250 &
     pids+=($!)
-    for ((h = 1; h <= $1; h++)); do
-        bash $cluster run "$h" taskset -c "${core[$h]}" build/convoy stage --listen "10.77.0.$((h + 1)):7000" \
-            --insecure -m "$model" 2>"$tmp/stage$h.log" &
-        pids+=($!)
-        wait_for " on port 7000," "$tmp/stage$h.log" 100
-        nodes="${nodes:+$nodes,}10.77.0.$((h + 1)):7000"
-        cpus="${cpus:+$cpus,}$((core[h] + 1))"
-    done
-}
-stop_fleet() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
-    pids=()
+    start_host_stages "$cluster" "$tmp" "$(seq -s ' ' 1 "$1")" --insecure -m "$model"
+    for ((h = 1; h <= $1; h++)); do cpus="${cpus:+$cpus,}$((core[h] + 1))"; done
 }
 
 # plan OUT ARGS...: `convoy plan` on the head's host, its output in OUT
 plan() {
     local out="$1"
     shift
-    bash $cluster run 0 taskset -c 0 build/convoy plan -m "$model" --ctx 512 --prompt "$prompt_tokens" \
+    on 0 taskset -c 0 "$convoy" plan -m "$model" --ctx 512 --prompt "$prompt_tokens" \
         --tokens 160 "$@" >"$out" 2>"$tmp/plan.err" ||
-        { echo "plan.sh: convoy plan failed: $(tail -2 "$tmp/plan.err")" >&2; exit 1; }
+        die "convoy plan failed: $(tail -2 "$tmp/plan.err")"
 }
 # measure_fleet SPLIT FILE: the stages measured with that split, saved to FILE
 measure_fleet() {
@@ -106,14 +77,10 @@ measure_fleet() {
 # column FILE USERS N: field N of FILE's forecast line for USERS
 column() { awk -v u="$2" -v n="$3" '$1 == u && $3 ~ /^[0-9,]+$/ { print $n }' "$1"; }
 
-metric() {
-    bash $cluster run 0 curl -s http://127.0.0.1:8080/metrics | awk -v m="$1" '$1 == m { print $2 }'
-}
-
 # spec_counts: "DRAFTED ACCEPTED WINDOWS CANCELLED" from /metrics (zeros
 # without speculation)
 spec_counts() {
-    bash $cluster run 0 curl -s http://127.0.0.1:8080/metrics | awk '
+    on 0 curl -s http://127.0.0.1:8080/metrics | awk '
         $1 == "convoy_spec_drafted_total" { d = $2 } $1 == "convoy_spec_accepted_total" { a = $2 }
         $1 == "convoy_spec_windows_total" { w = $2 } $1 == "convoy_spec_windows_cancelled_total" { c = $2 }
         END { print d + 0, a + 0, w + 0, c + 0 }'
@@ -124,30 +91,15 @@ spec_counts() {
 measure() {
     local users="$1" split="$2" a b s0 s1
     shift 2
-    bash $cluster run 0 taskset -c 0 build/convoy serve -m "$model" --port 8080 -np "$users" --client-slots "$users" \
-        --ctx 512 --insecure --nodes "$nodes" --split "$split" --no-rebalance "$@" 2>"$tmp/head.log" &
-    head_pid=$!
-    wait_for "listening on" "$tmp/head.log" 100 ||
-        { echo "plan.sh: the head did not start: $(tail -2 "$tmp/head.log")" >&2; exit 1; }
-    rm -f "$tmp/stop"
-    client_pids=()
-    for ((i = 0; i < users; i++)); do
-        bash $cluster run 0 bash -c '
-            while [[ ! -e "$1" ]]; do
-                curl -s -m 120 http://127.0.0.1:8080/v1/completions -o /dev/null -d "{\"prompt\": \"Story $2\",
-                    \"max_tokens\": 160, \"temperature\": 0, \"ignore_eos\": true}"
-            done' _ "$tmp/stop" "$i" &
-        client_pids+=($!)
-    done
+    host0_serve "$tmp/head.log" taskset -c 0 "$convoy" serve -m "$model" --port 8080 -np "$users" \
+        --client-slots "$users" --ctx 512 --insecure --nodes "$nodes" --split "$split" --no-rebalance "$@"
+    start_clients "$users" 0
     sleep 2
-    a="$(metric convoy_generated_tokens_total)" s0="$(spec_counts)"
+    a="$(head_metric convoy_generated_tokens_total)" s0="$(spec_counts)"
     sleep "$window"
-    b="$(metric convoy_generated_tokens_total)" s1="$(spec_counts)"
-    touch "$tmp/stop"
-    wait "${client_pids[@]}" 2>/dev/null || true
-    kill "$head_pid" 2>/dev/null || true
-    wait "$head_pid" 2>/dev/null || true
-    head_pid=""
+    b="$(head_metric convoy_generated_tokens_total)" s1="$(spec_counts)"
+    stop_clients
+    stop_head
     awk -v a="$a" -v b="$b" -v w="$window" -v s0="$s0" -v s1="$s1" 'BEGIN {
         split(s0, x); split(s1, y)
         d = y[1] - x[1]; acc = y[2] - x[2]; win = y[3] - x[3]; c = y[4] - x[4]
@@ -178,9 +130,6 @@ even_split() {
         'BEGIN { for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", int(l / n) + (i < l % n) }'
 }
 
-# median: the middle of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-
 printf '%-7s %-6s %-5s %-12s %-7s %-7s %11s %11s %8s\n' fleet users spec split drafts accept predicted measured ratio
 for fleet in "${fleets[@]}"; do
     read -r n_stages pct <<<"$fleet"
@@ -203,5 +152,5 @@ for fleet in "${fleets[@]}"; do
                 "$(awk '{ print $2 }' "$tmp/pairs" | median)" "$(awk '{ print $1 / $2 }' "$tmp/pairs" | median)"
         done
     done
-    stop_fleet
+    stop_pids
 done

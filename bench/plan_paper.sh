@@ -9,17 +9,16 @@
 #
 #   bench/plan_paper.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
+. "$(dirname "$0")/lib.sh"
+bench_build
 models=("70B 8192,80,64,8,28672,128256" "405B 16384,126,128,8,53248,128256")
 for fleet in eight sixteen; do
     for m in "${models[@]}"; do
         read -r name dims <<<"$m"
         echo "== $name on bench/fleets/$fleet.json"
-        build/convoy plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
+        "$convoy" plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
             --prompt 2000 --ctx 4096
-        build/convoy plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
+        "$convoy" plan --dims "$dims" --type Q4_K --fleet "bench/fleets/$fleet.json" --users 1,4,16 \
             --spec-k 4 --accept 0.6 --prompt 2000 --ctx 4096 | tail -n +2
     done
 done

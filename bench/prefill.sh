@@ -14,31 +14,27 @@
 # of random words; REPEAT (default 3). Each run generates 4 greedy tokens,
 # and the three configurations must give the same ids.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 repeat="${REPEAT:-3}"
 words="${WORDS:-764}" # about 2,000 tokens with the synthetic models' tokenizer
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
-mkdir -p bench/out/models
-model="${1:-bench/out/models/llama-1b-q4_k_m.gguf}"
-[ -f "$model" ] || build/convoy synth --shape llama-3.2-1b --type Q4_K_M -o "$model" >/dev/null
+bench_build
+model="${1:-$(bench_model llama-1b-q4_k_m --shape llama-3.2-1b --type Q4_K_M)}"
 prompt="$(python3 -c "
 import random
 random.seed(1)
 w = 'the quick brown fox jumps over lazy dog while seven small cats watch from a sunny window and think about dinner'.split()
 print(' '.join(random.choice(w) for _ in range($words)))")"
 port=7851
-taskset -c 1 build/convoy stage --listen "127.0.0.1:$port" -m "$model" -t 1 --batch 4096 2>/dev/null &
-stage=$!
-trap 'kill $stage 2>/dev/null' EXIT
-sleep 2
-tmp="$(mktemp -d)"
+make_tmp
+taskset -c 1 "$convoy" stage --listen "127.0.0.1:$port" -m "$model" -t 1 --batch 4096 2>"$tmp/stage.log" &
+pids+=($!)
+stage_listens "$tmp/stage.log" "$port" 200 0.1 || die "the stage did not start: $(tail -2 "$tmp/stage.log")"
 
 # run NAME ARGS...: prints the prefill seconds; the ids go to $tmp/NAME.ids
 run() {
     local name="$1"
     shift
-    taskset -c 0 build/convoy run -m "$model" -p "$prompt" -n 4 --temp 0 --ids -t 1 --ctx 4096 --batch 4096 "$@" \
+    taskset -c 0 "$convoy" run -m "$model" -p "$prompt" -n 4 --temp 0 --ids -t 1 --ctx 4096 --batch 4096 "$@" \
         2>"$tmp/$name.err" >"$tmp/$name.ids"
     grep -o 'prefill [0-9]* tokens in [0-9.]* s' "$tmp/$name.err" | awk '{print $2, $5}'
 }
@@ -56,14 +52,12 @@ for r in $(seq "$repeat"); do
         secs[$name]="${secs[$name]:-} ${out#* }"
     done
     cmp -s "$tmp/chunked.ids" "$tmp/one.ids" && cmp -s "$tmp/off.ids" "$tmp/one.ids" ||
-        { echo "prefill.sh: the ids differ: $(cat "$tmp"/*.ids)" >&2; exit 1; }
+        die "the ids differ: $(cat "$tmp"/*.ids)"
 done
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-c="$(echo "${secs[chunked]}" | median)" o="$(echo "${secs[off]}" | median)" u="$(echo "${secs[one]}" | median)"
+c="$(median <<<"${secs[chunked]}")" o="$(median <<<"${secs[off]}")" u="$(median <<<"${secs[one]}")"
 echo "$model, a $n_prompt-token prompt, medians of $repeat runs (same ids in every run)"
 echo "| configuration | time to first token (s) | chunked / this |"
 echo "|---|---:|---:|"
 echo "| 2 stages, chunks pipelined | $c | 1.00x |"
-echo "| 2 stages, chunking off | $o | $(awk -v a="$c" -v b="$o" 'BEGIN {printf "%.2fx", a / b}') |"
-echo "| one machine | $u | $(awk -v a="$c" -v b="$u" 'BEGIN {printf "%.2fx", a / b}') |"
-rm -rf "$tmp"
+echo "| 2 stages, chunking off | $o | $(ratio "$c" "$o") |"
+echo "| one machine | $u | $(ratio "$c" "$u") |"

@@ -20,96 +20,47 @@
 # Default model: the synthetic 6-layer Llama 1024 wide of the tests. Needs
 # root, ip netns and a cpu cgroup.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 pct="${PCT:-20}" window="${WINDOW:-10}" repeat="${REPEAT:-3}" warm="${WARM:-15}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
-. tests/lib.sh
-model="${1:-$(synth_1024x6 build/convoy)}"
-export CONVOY_CLUSTER_PREFIX=cvc
-cluster=scripts/cluster.sh
-tmp="$(mktemp -d)"
-pids=()
-head_pid=""
+bench_build
+model="${1:-$(synth_1024x6 "$convoy")}"
 client_pids=()
-cleanup() {
-    kill $head_pid "${client_pids[@]}" "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
-    bash $cluster down
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-bash $cluster up 4 >/dev/null
-nodes=""
-for h in 1 2 3; do
-    bash $cluster run "$h" build/convoy stage --listen "10.77.0.$((h + 1)):7000" --insecure -m "$model" \
-        2>"$tmp/stage$h.log" &
-    pids+=($!)
-    nodes="${nodes:+$nodes,}10.77.0.$((h + 1)):7000"
-done
-sleep 2
+at_exit 'stop_clients'
+test_hosts cvc 4
+start_host_stages "$cluster" "$tmp" "1 2 3" --insecure -m "$model"
 
 serve() {
-    bash $cluster run 0 build/convoy serve -m "$model" --port 8080 -np 4 --client-slots 4 --ctx 512 --insecure \
-        --nodes "$nodes" 2>"$tmp/head.log" &
-    head_pid=$!
-    wait_for "listening on" "$tmp/head.log" 100 && return
-    echo "rebalance.sh: the head did not start: $(tail -2 "$tmp/head.log")" >&2
-    exit 1
-}
-
-clients() {
-    rm -f "$tmp/stop"
-    client_pids=()
-    for i in 0 1 2 3; do
-        bash $cluster run 0 bash -c '
-            while [[ ! -e "$1" ]]; do
-                curl -s -m 120 http://127.0.0.1:8080/v1/completions -o /dev/null -d "{\"prompt\": \"Story $2\",
-                    \"max_tokens\": 160, \"temperature\": 0.8, \"seed\": $2, \"ignore_eos\": true}"
-            done' _ "$tmp/stop" "$i" &
-        client_pids+=($!)
-    done
-}
-
-stop_all() {
-    touch "$tmp/stop"
-    wait "${client_pids[@]}" 2>/dev/null || true
-    kill "$head_pid" 2>/dev/null || true
-    wait "$head_pid" 2>/dev/null || true
-    head_pid=""
-}
-
-generated() {
-    bash $cluster run 0 curl -s http://127.0.0.1:8080/metrics | awk '$1 == "convoy_generated_tokens_total" { print $2 }'
+    host0_serve "$tmp/head.log" "$convoy" serve -m "$model" --port 8080 -np 4 --client-slots 4 --ctx 512 --insecure \
+        --nodes "$nodes"
 }
 
 # tokens/s over WINDOW seconds
 rate() {
     local a b
-    a="$(generated)"
+    a="$(head_metric convoy_generated_tokens_total)"
     sleep "$window"
-    b="$(generated)"
+    b="$(head_metric convoy_generated_tokens_total)"
     awk -v a="$a" -v b="$b" -v w="$window" 'BEGIN { printf "%.1f", (b - a) / w }'
 }
 
 fresh() {
-    bash $cluster cpu 2 "$pct"
+    bash "$cluster" cpu 2 "$pct"
     serve
-    clients
+    start_clients 4 0.8
     sleep "$warm"
     rate
     grep "plan: \|rebalancing: \|new chain" "$tmp/head.log" | sed 's/^[0-9-]* [0-9:.]* [A-Z]* */    fresh /' >&2
-    stop_all
-    bash $cluster cpu 2 off
+    stop_clients
+    stop_head
+    bash "$cluster" cpu 2 off
 }
 
 # prints "SECONDS_TO_MOVE TOK/S VERDICT"
 drift() {
     serve
-    clients
+    start_clients 4 0.8
     sleep 5
-    bash $cluster cpu 2 "$pct"
+    bash "$cluster" cpu 2 "$pct"
     local t0 t1 verdict=none
     t0=$(date +%s.%N)
     wait_for "rebalancing: .*moving" "$tmp/head.log"
@@ -118,8 +69,9 @@ drift() {
         verdict="$(grep -m1 -o "the move [a-z]*" "$tmp/head.log" | awk '{ print $3 }')"
     printf '%s %s %s\n' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$(rate)" "$verdict"
     grep "rebalancing: \|new chain" "$tmp/head.log" | sed 's/^[0-9-]* [0-9:.]* [A-Z]* */    /' >&2
-    stop_all
-    bash $cluster cpu 2 off
+    stop_clients
+    stop_head
+    bash "$cluster" cpu 2 off
 }
 
 echo "pass  fresh tok/s  drift: s to move  tok/s after  gate"
@@ -131,7 +83,6 @@ for ((r = 1; r <= repeat; r++)); do
     printf '%-5d %11s  %16s  %11s  %s\n' "$r" "$f" "$s" "$d" "$v"
     f_all+=("$f") d_all+=("$d") s_all+=("$s")
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 fm="$(median "${f_all[@]}")" dm="$(median "${d_all[@]}")" sm="$(median "${s_all[@]}")"
 echo "medians: fresh start with host 2 at $pct%: $fm tok/s; after the move: $dm tok/s ($(awk -v a="$dm" -v b="$fm" \
     'BEGIN { printf "%.3f", a / b }')x); moved $sm s after the slowdown"

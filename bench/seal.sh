@@ -16,32 +16,22 @@
 # gave the same tokens, and appends one JSON line per measurement to
 # bench/out/seal.jsonl. BUILD (default build) is the build directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 rounds="${ROUNDS:-5}"
 tokens="${TOKENS:-64}"
-build="${BUILD:-build}"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C "$build" -j2 convoy >/dev/null
-convoy="$build/convoy"
-mkdir -p bench/out/models
-big=bench/out/models/llama-1b-q4_0.gguf
-[[ -f "$big" ]] || "$convoy" synth --shape llama-3.2-1b --type Q4_0 -o "$big" >/dev/null
+bench_build
+big="$(bench_model llama-1b-q4_0 --shape llama-3.2-1b --type Q4_0)"
 small="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
+make_tmp
 "$convoy" keygen "$tmp/key" 2>/dev/null
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 start_stage() { # start_stage MODEL PORT ARGS...: a stage on core 1
     local model="$1" port="$2"
     shift 2
     taskset -c 1 "$convoy" stage --listen "127.0.0.1:$port" -m "$model" "$@" 2>>"$tmp/stages.log" &
     pids+=($!)
-    for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return; sleep 0.1; done
-    echo "seal.sh: no stage on port $port" >&2
-    exit 1
+    stage_listens "$tmp/stages.log" "$port" 600 0.1 || die "no stage on port $port"
 }
 
 one_run() { # one_run MODEL PORT ARGS...: prints decode tok/s; the ids go to $tmp/ids.MODE
@@ -53,7 +43,7 @@ one_run() { # one_run MODEL PORT ARGS...: prints decode tok/s; the ids go to $tm
     sed -nE 's/.*decode [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/p' "$tmp/run.err"
 }
 
-bench_model() { # bench_model NAME MODEL
+measure_model() { # measure_model NAME MODEL
     local name="$1" model="$2" plain_port key_port plain=() keyed=() ratios=()
     plain_port="$(free_port)"
     start_stage "$model" "$plain_port"
@@ -68,7 +58,7 @@ bench_model() { # bench_model NAME MODEL
             k="$(one_run "$model" "$key_port" keyed --key "$tmp/key")"
             p="$(one_run "$model" "$plain_port" plain)"
         fi
-        cmp -s "$tmp/ids.plain" "$tmp/ids.keyed" || { echo "seal.sh: $name: keyed tokens differ" >&2; exit 1; }
+        cmp -s "$tmp/ids.plain" "$tmp/ids.keyed" || die "$name: keyed tokens differ"
         plain+=("$p")
         keyed+=("$k")
         ratios+=("$(python3 -c "print($k / $p)")")
@@ -86,15 +76,13 @@ print(f"{name}: decode plaintext {statistics.median(plain):.2f} tok/s, keyed {st
       f"keyed/plaintext {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, "
       f"{len(ratios)} rounds)")
 EOF
-    kill "${pids[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    pids=()
+    stop_pids
 }
 
 echo "seal.sh: $rounds rounds of $tokens greedy tokens, 2 stages on loopback (head core 0, stage core 1)"
-bench_model "llama-1b-q4_0" "$big"
+measure_model "llama-1b-q4_0" "$big"
 if [[ -f "$small" ]]; then
-    bench_model "stories260K" "$small"
+    measure_model "stories260K" "$small"
 else
     echo "seal.sh: $small not found, stories260K skipped"
 fi

@@ -41,32 +41,23 @@
 # process's log) and appends one JSON line to bench/out/ship.jsonl; exit
 # status 1 when any check fails. Processes and hosts are torn down on exit.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
-build="${BUILD:-build}" rate="${RATE:-100mbit}" bound="${BOUND:-1.1}"
+rate="${RATE:-100mbit}" bound="${BOUND:-1.1}"
 n_tokens="${TOKENS:-16}" cut_pct="${CUT_PCT:-50}"
 export CONVOY_CLUSTER_PREFIX="${CONVOY_CLUSTER_PREFIX:-cvship}"
 cluster=scripts/cluster.sh
 out="bench/out/ship-$CONVOY_CLUSTER_PREFIX"
 cache="$out/cache"
-port=7000
+port=7000 # start_host_stage's
 
-say() { echo "ship.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
 [[ "$(id -u)" -eq 0 ]] || die "needs root (test hosts are network namespaces)"
 [[ "$rate" =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "RATE '$rate' is not N{bit,kbit,mbit,gbit}"
 rate_bps="$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[2]}" \
     'BEGIN { m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; printf "%.0f", n * m }')"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-make --no-print-directory -C "$build" -j2 convoy >/dev/null
-convoy="$build/convoy"
-mkdir -p bench/out/models
-model=bench/out/models/llama-1b-q8_0.gguf
-[[ -f "$model" ]] || "$convoy" synth --shape llama-3.2-1b --type Q8_0 -o "$model" >/dev/null
+BUILD_TYPE="${BUILD_TYPE:-Release}" bench_build
+model="$(bench_model llama-1b-q8_0 --shape llama-3.2-1b --type Q8_0)"
 model_bytes="$(stat -c %s "$model")"
 say "model: $model, $model_bytes bytes"
 
@@ -85,31 +76,16 @@ stop_stage() {
     wait "$stage_pid" 2>/dev/null || true
     stage_pid=""
 }
-cleanup() {
-    if [[ -n "$head_pid" ]]; then
-        kill "$head_pid" 2>/dev/null || true
-        wait "$head_pid" 2>/dev/null || true
-    fi
-    stop_stage
-    bash "$cluster" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
+make_tmp
+at_exit 'stop_head; stop_stage; bash "$cluster" down >/dev/null 2>&1'
 trap 'exit 130' INT TERM
 
-on() { bash "$cluster" run "$@"; }
 stage_addr=""
 
 # start_stage LOG: `convoy stage --cache` on host 1, back once it listens.
 start_stage() {
-    # cluster.sh and ip netns exec both exec: $! is the stage itself
-    bash "$cluster" run 1 "$convoy" stage --listen "$stage_addr:$port" --cache "$cache" --insecure 2>"$1" &
-    stage_pid=$!
-    for _ in $(seq 200); do
-        grep -q " on port $port," "$1" 2>/dev/null && return 0
-        kill -0 "$stage_pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    die "the stage did not start: $(tail -3 "$1")"
+    start_host_stage "$cluster" 1 "$convoy" "$1" --cache "$cache" --insecure ||
+        die "the stage did not start: $(tail -3 "$1")"
 }
 
 head_args() { echo eval -m "$model" --tokens "$out/tokens.json" --insecure --nodes "local,$stage_addr:$port"; }
@@ -130,12 +106,6 @@ mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
 
 # ---- checks ----
 
-failures=0
-pass() { say "ok   $*"; }
-fail() {
-    say "FAIL $*"
-    failures=$((failures + 1))
-}
 # same_logits NAME: $same is yes when NAME's logits are one machine's, bit for bit
 same_logits() {
     if [[ -s "$out/$1.f32" ]] && cmp -s "$out/one.f32" "$out/$1.f32"; then

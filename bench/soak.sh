@@ -16,33 +16,18 @@
 # the exit status), so that file holds JSON lines only. SECONDS must be more
 # than 5 (the warm-up before the start RSS).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 seconds="${1:-120}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
+bench_build
 mkdir -p bench/out
 model="${CONVOY_SHARED:-../shared}/models/stories260K.gguf"
-port=$((20000 + RANDOM % 20000))
-nodes=()
-pid=
-stage_pid=
-trap 'kill $pid $stage_pid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+chain=()
+make_tmp
 if [[ "${CHAIN:-0}" == 1 ]]; then
-    stage_port=$((port + 1))
-    build/convoy stage --listen "127.0.0.1:$stage_port" -m "$model" 2>bench/out/soak-stage.log &
-    stage_pid=$!
-    nodes=(--nodes "local,127.0.0.1:$stage_port")
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$stage_port") 2>/dev/null && break
-        sleep 0.1
-    done
-    kill -0 "$stage_pid" 2>/dev/null || { echo "soak.sh: the stage did not start (bench/out/soak-stage.log)" >&2; exit 1; }
+    : >bench/out/soak-stage.log
+    start_local_stages bench/out/soak-stage.log "$model" ||
+        die "the stage did not start (bench/out/soak-stage.log)"
+    chain=(--nodes "local,$nodes")
 fi
-build/convoy serve -m "$model" --host 127.0.0.1 --port "$port" --slots 8 --queue 64 --ctx 256 "${nodes[@]}" \
-    2>bench/out/soak-server.log &
-pid=$!
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.1
-done
-node bench/soak.mjs "http://127.0.0.1:$port" "$seconds" "$pid" | tee -a bench/out/soak.jsonl
+start_serve "$convoy" bench/out/soak-server.log -m "$model" --host 127.0.0.1 --slots 8 --queue 64 --ctx 256 "${chain[@]}"
+node bench/soak.mjs "$base" "$seconds" "$server_pid" | tee -a bench/out/soak.jsonl

@@ -24,7 +24,7 @@
 # back to F16, as llama.cpp's ffn_down) and a Q4_0 self-draft; the n-gram
 # drafter needs none. Raw lines go to bench/out/spec.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 model="${MODEL:-../shared/models/stories260K.gguf}"
 tokens="${TOKENS:-256}"
 prompts="${PROMPTS:-1}"
@@ -34,49 +34,37 @@ ks="${KS:-}"
 windows="${WINDOWS:-1,2,4,8,0}"
 llama_k="${LLAMA_K:-16}"
 llama=../shared/tools/llama.cpp/bin
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy bench_spec linkemu >/dev/null
+bench_build convoy bench_spec linkemu
 mkdir -p bench/out/models
 base="$(basename "$model" .gguf)"
 q8="bench/out/models/$base-draft-q8_0.gguf"
 q4="bench/out/models/$base-draft-q4_0.gguf"
-[[ -f "$q8" ]] || build/convoy quantize "$model" "$q8" q8_0 >/dev/null
-[[ -f "$q4" ]] || build/convoy quantize "$model" "$q4" q4_0 >/dev/null
+[[ -f "$q8" ]] || "$convoy" quantize "$model" "$q8" q8_0 >/dev/null
+[[ -f "$q4" ]] || "$convoy" quantize "$model" "$q4" q4_0 >/dev/null
 
-export CONVOY_CLUSTER_PREFIX=cvs
-pids=()
-cleanup() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    bash scripts/cluster.sh down
-    return 0
-}
-trap cleanup EXIT
-bash scripts/cluster.sh up 4 >/dev/null
+test_hosts cvs 4
 
 wait_port() { # wait_port ADDR PORT, from host 0
     for _ in $(seq 100); do
-        bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null && return
+        on 0 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null && return
         sleep 0.1
     done
-    echo "spec.sh: nothing listens at $1:$2" >&2
-    exit 1
+    die "nothing listens at $1:$2"
 }
 
+core=(0 0 1 0) # host H on core (H + 1) % 2
+start_host_stages "$cluster" "$tmp" "1 2 3" -m "$model" --insecure
 for h in 1 2 3; do
-    addr="10.77.0.$((h + 1))"
-    bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) build/convoy stage --listen "$addr:7000" \
-        -m "$model" --insecure 2>/dev/null &
-    pids+=($!)
-    bash scripts/cluster.sh run "$h" taskset -c $(((h + 1) % 2)) "$llama/ggml-rpc-server" -H "$addr" -p 7100 -t 1 \
+    addr="$(host_addr "$h")"
+    bash "$cluster" run "$h" taskset -c "${core[$h]}" "$llama/ggml-rpc-server" -H "$addr" -p 7100 -t 1 \
         >/dev/null 2>&1 &
     pids+=($!)
     wait_port "$addr" 7000
     wait_port "$addr" 7100
     for d in $delays; do
         if [[ "$d" != 0 ]]; then
-            bash scripts/cluster.sh delay "$h" $((8000 + d)) "$addr:7000" "$d" >/dev/null
-            bash scripts/cluster.sh delay "$h" $((9000 + d)) "$addr:7100" "$d" >/dev/null
+            bash "$cluster" delay "$h" $((8000 + d)) "$addr:7000" "$d" >/dev/null
+            bash "$cluster" delay "$h" $((9000 + d)) "$addr:7100" "$d" >/dev/null
         fi
     done
 done
@@ -88,9 +76,9 @@ done
 # RPC nodes too, and every draft token then pays the links (2.2 against 38
 # tok/s at 50 ms).
 llama_spec() {
-    build/bench_spec --print-prompts | head -n "$prompts" | while IFS= read -r text; do
+    "$build/bench_spec" --print-prompts | head -n "$prompts" | while IFS= read -r text; do
         for _ in 1 2 3; do # its log thread may lose the last lines of a run
-            line="$(bash scripts/cluster.sh run 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" \
+            line="$(on 0 taskset -c 0 "$llama/llama-speculative-simple" -m "$model" \
                 -md "$q8" --spec-type draft-simple --spec-draft-n-max "$llama_k" -p "$text" -n "$tokens" -t 1 \
                 -td 1 --temp 0 --ignore-eos --rpc "$1" -ngl 99 -ngld 0 2>&1 </dev/null >/dev/null |
                 sed -n 's/^.* I decoded  *\([0-9][0-9]*\) tokens in  *\([0-9.][0-9.]*\) seconds, speed: .*$/\1 \2/p' |
@@ -121,7 +109,7 @@ for s in $stages; do
             rpc+="${rpc:+,}10.77.0.$((h + 1)):$rport"
         done
         label="$s stage(s), $d ms"
-        bash scripts/cluster.sh run 0 taskset -c 0 build/bench_spec -m "$model" -n "$tokens" --prompts "$prompts" \
+        on 0 taskset -c 0 "$build/bench_spec" -m "$model" -n "$tokens" --prompts "$prompts" \
             --draft "q8_0 self-draft=$q8" --draft "q4_0 self-draft=$q4" --draft "ngram=ngram" \
             ${ks:+--k-list "$ks"} --windows-list "$windows" --insecure --chain "$label=$nodes"
         lt=$(llama_spec "$rpc")

@@ -18,44 +18,27 @@
 # synthetic 8-layer Llama 2048 wide, Q4_0 (made once under
 # bench/out/models). Needs root, ip netns and a cpu cgroup.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 pct="${PCT:-25}" mem_mb="${MEM_MB:-180}" n="${N:-48}" repeat="${REPEAT:-5}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy >/dev/null
-mkdir -p bench/out/models
-model="${1:-bench/out/models/synth-2048x8-q4_0.gguf}"
-[ -f "$model" ] || build/convoy synth --dims 2048,8,16,8,5632,32000 --type Q4_0 -o "$model" >/dev/null
-n_layer="$(build/convoy info "$model" | awk '$1 == "n_layer:" { print $2 }')"
-export CONVOY_CLUSTER_PREFIX=cvb
-cluster=scripts/cluster.sh
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash $cluster down; rm -rf "$tmp"' EXIT
-. tests/lib.sh
-
-own_kb="$(stage_own_kb build/convoy "$model" "$tmp")"
+bench_build
+model="${1:-$(bench_model synth-2048x8-q4_0 --dims 2048,8,16,8,5632,32000 --type Q4_0)}"
+n_layer="$("$convoy" info "$model" | awk '$1 == "n_layer:" { print $2 }')"
+test_hosts cvb 4
+own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")"
 mem=$(((own_kb + mem_mb * 1024) * 1024))
-bash $cluster up 4 >/dev/null
-bash $cluster cpu 2 "$pct"
+bash "$cluster" cpu 2 "$pct"
 core=(0 1 0 1)
-nodes=""
-for h in 1 2 3; do
-    bash $cluster run "$h" taskset -c "${core[$h]}" build/convoy stage --listen "10.77.0.$((h + 1)):7000" --insecure \
-        -m "$model" --mem "$mem" 2>"$tmp/stage$h.log" &
-    pids+=($!)
-    nodes="${nodes:+$nodes,}10.77.0.$((h + 1)):7000"
-done
-sleep 2
+start_host_stages "$cluster" "$tmp" "1 2 3" --insecure -m "$model" --mem "$mem"
 prompt="Once upon a time"
-taskset -c 0 build/convoy run -m "$model" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids --ctx 256 \
+taskset -c 0 "$convoy" run -m "$model" -p "$prompt" -n "$n" --temp 0 --ignore-eos --ids --ctx 256 \
     >"$tmp/one.ids" 2>/dev/null
 
 # run ARGS...: the decode tokens/s of one chain run, or "refused"
 run() {
-    bash $cluster run 0 taskset -c 0 build/convoy run --insecure -m "$model" -p "$prompt" -n "$n" --temp 0 \
+    on 0 taskset -c 0 "$convoy" run --insecure -m "$model" -p "$prompt" -n "$n" --temp 0 \
         --ignore-eos --ids --ctx 256 --batch 32 --nodes "$nodes" "$@" >"$tmp/chain.ids" 2>"$tmp/chain.err" ||
         { echo "refused: $(tail -1 "$tmp/chain.err" | cut -c1-150)"; return; }
-    cmp -s "$tmp/one.ids" "$tmp/chain.ids" || { echo "uneven.sh: ids differ with $*" >&2; exit 1; }
+    cmp -s "$tmp/one.ids" "$tmp/chain.ids" || die "ids differ with $*"
     grep -o 'decode [0-9]* tokens in [0-9.]* s ([0-9.]* tok/s)' "$tmp/chain.err" | tr -d '(' | awk '{print $7}'
 }
 
@@ -82,14 +65,13 @@ for r in $(seq "$repeat"); do
     all[plan]+=" $(run)"
     for split in "${top[@]}"; do all[$split]+=" $(run --split "$split")"; done
 done
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 echo "alternated $repeat times, median tok/s:"
 best=0 best_split=""
 for split in "${top[@]}"; do
-    m="$(median "${all[$split]}")"
+    m="$(median <<<"${all[$split]}")"
     echo "  split $split: $m   (${all[$split]# })"
     if awk -v x="$m" -v y="$best" 'BEGIN { exit !(x > y) }'; then best="$m" best_split="$split"; fi
 done
-p="$(median "${all[plan]}")"
+p="$(median <<<"${all[plan]}")"
 echo "  planner: $p   (${all[plan]# })"
 echo "planner against the best split ($best_split): $(awk -v p="$p" -v s="$best" 'BEGIN { printf "%.3f", p / s }')"

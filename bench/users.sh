@@ -22,29 +22,21 @@
 # shape with --type Q4_0 (the same weights).
 # REPEAT (default 5): runs of each measurement, each paired with a baseline run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 tokens="${TOKENS:-128}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make --no-print-directory -C build -j2 convoy bench_users bench_decode >/dev/null
-mkdir -p bench/out/models
-l3=bench/out/models/synth-22mb-q8_0.gguf
+bench_build convoy bench_users bench_decode
 l3_dims=512,5,8,8,1536,4096
-big=bench/out/models/llama-1b-q4_0.gguf
-[[ -f "$l3" ]] || build/convoy synth --dims $l3_dims --type Q8_0 -o "$l3" >/dev/null
-[[ -f "$big" ]] || build/convoy synth --shape llama-3.2-1b --type Q4_0 -o "$big" >/dev/null
+l3="$(bench_model synth-22mb-q8_0 --dims $l3_dims --type Q8_0)"
+big="$(bench_model llama-1b-q4_0 --shape llama-3.2-1b --type Q4_0)"
 models=("$@")
 if [[ "${DRAFT:-}" == *.gguf && ${#models[@]} -ne 1 ]]; then
-    echo "users.sh: DRAFT=PATH.gguf drafts for one target: name exactly one MODEL (its vocabulary must match)" >&2
+    say "DRAFT=PATH.gguf drafts for one target: name exactly one MODEL (its vocabulary must match)"
     exit 2
 fi
 [[ ${#models[@]} -gt 0 ]] || models=("${CONVOY_SHARED:-../shared}/models/stories260K.gguf" "$l3" "$big")
 
-export CONVOY_CLUSTER_PREFIX=cvu
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash scripts/cluster.sh down' EXIT
-bash scripts/cluster.sh up 2 >/dev/null
+test_hosts cvu 2
 for m in "${models[@]}"; do
-    pids=()
     draft=()
     case "${DRAFT:-}" in
     "") ;;
@@ -52,7 +44,7 @@ for m in "${models[@]}"; do
     *.gguf) draft=(--draft "$DRAFT") ;;
     *)
         d="bench/out/models/$(basename "$m" .gguf)-draft-$DRAFT.gguf"
-        if [[ ! -f "$d" ]] && ! build/convoy quantize "$m" "$d" "$DRAFT" >/dev/null; then
+        if [[ ! -f "$d" ]] && ! "$convoy" quantize "$m" "$d" "$DRAFT" >/dev/null; then
             echo "users.sh: $m cannot be quantized to $DRAFT (convoy quantize takes F32/F16/BF16 models);" \
                 "give DRAFT=PATH.gguf, e.g. for the 22 MB model: build/convoy synth --dims $l3_dims" \
                 "--type Q4_0 -o bench/out/models/synth-22mb-q4_0.gguf, then" \
@@ -62,17 +54,13 @@ for m in "${models[@]}"; do
         draft=(--draft "$d")
         ;;
     esac
-    bash scripts/cluster.sh run 1 taskset -c 1 build/convoy stage --listen 10.77.0.2:7000 -m "$m" 2>/dev/null &
-    pids+=($!)
-    for _ in $(seq 100); do
-        bash scripts/cluster.sh run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/7000" 2>/dev/null && break
-        sleep 0.1
-    done
-    bash scripts/cluster.sh run 0 taskset -c 0 build/bench_users -m "$m" -n "$tokens" --repeat "${REPEAT:-5}" --label "users" \
+    : >"$tmp/stage1.log"
+    stage_cores=1 start_host_stage "$cluster" 1 "$convoy" "$tmp/stage1.log" -m "$m" || true
+    pids+=("$stage_pid")
+    on 0 taskset -c 0 "$build/bench_users" -m "$m" -n "$tokens" --repeat "${REPEAT:-5}" --label "users" \
         --nodes local,10.77.0.2:7000 "${draft[@]}"
-    kill "${pids[@]}" 2>/dev/null
-    wait "${pids[@]}" 2>/dev/null || true
+    stop_pids
     echo
 done
 echo "bandwidth ceiling for memory-bound models (2 threads / 1 thread):"
-build/bench_decode --bandwidth-only
+"$build/bench_decode" --bandwidth-only

@@ -21,7 +21,7 @@
 #   defaults: 5 rounds, threads 1 and 2, build/, PP=512 TG=64 DEPTH=0 CORE=0 TESTS="pp tg"
 #   (environment), models bench/out/models/llama-1b-{q4_0,q4_k,q5_k,q6_k,q8_0,q4_k_m}.gguf
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 rounds=5 threads="1 2" build=build
 while getopts r:t:b: o; do
     case $o in
@@ -52,7 +52,6 @@ llama() { # model threads pp tg [depth]
     pinned "$2" "$lb" -m "$1" -t "$2" -p "$3" -n "$4" "${depth[@]}" -r 1 -o jsonl 2>/dev/null |
         sed -n 's/.*"avg_ts": *\([0-9.e+-]*\).*/\1/p' | head -1
 }
-median() { sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # GB/s of 1 and 2 threads
 read -r bw1 bw2 kernels < <("$build/bench_decode" --bandwidth-only |
@@ -78,7 +77,7 @@ for m in "${models[@]}"; do
                 fi
                 cv+=("$c") ll+=("$l") ra+=("$(awk -v a="$c" -v b="$l" 'BEGIN {printf "%.4f", a / b}')")
             done
-            c=$(printf '%s\n' "${cv[@]}" | median)
+            c=$(median "${cv[@]}")
             roof=n/a of=n/a
             if [ "$bytes" -gt 0 ]; then
                 [ "$t" = 1 ] && bw=$bw1 || bw=$bw2
@@ -86,7 +85,7 @@ for m in "${models[@]}"; do
                 of=$(awk -v c="$c" -v r="$roof" 'BEGIN {printf "%.0f%%", 100 * c / r}')
             fi
             printf '| %s | %s | %s | %.2f | %.2f | %.2fx | %s | %s |\n' "$name" "$t" "$test" "$c" \
-                "$(printf '%s\n' "${ll[@]}" | median)" "$(printf '%s\n' "${ra[@]}" | median)" "$roof" "$of"
+                "$(median "${ll[@]}")" "$(median "${ra[@]}")" "$roof" "$of"
         done
     done
 done

@@ -9,17 +9,13 @@
 # Usage (CTest passes these): test_apply_template.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
 
-convoy="${1:?usage: test_apply_template.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_apply_template.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 templates="$shared/reference/chat-templates"
-model="$shared/models/stories260K.gguf"
+need_stories
+need_data "$templates"
+need node
 
-. "$src/tests/lib.sh"
-[[ -d "$templates" && -f "$model" ]] || skip "test data under $shared not found"
-command -v node >/dev/null || skip "node is needed"
-
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 node "$src/tests/test_apply_template/check.mjs" "$convoy" "$model" "$templates" \
     "$src/tests/test_jinja/conversations.json" "$tmp"

@@ -22,18 +22,11 @@
 #
 # Usage (CTest passes these): test_arch_stages.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_arch_stages.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_arch_stages.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "to write the tokens and patch files"
 
-tmp="$(mktemp -d)"
-pids=()
-stop_stages() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-    pids=()
-}
-trap 'stop_stages; rm -rf "$tmp"' EXIT
+make_tmp
 python3 -c "import json; json.dump({'tokens': [2] + [3 + (i * 7919) % 2040 for i in range(1, 64)]}, open('$tmp/tokens.json', 'w'))"
 prompt="Once upon a time"
 
@@ -72,21 +65,17 @@ check() {
     expect "$shape: convoy info names the architecture" grep -q "^architecture: $2$" <("$convoy" info "$model")
     "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" -t 1 2>"$tmp/err" ||
         { fail "$shape: one machine's eval: $(cat "$tmp/err")"; return; }
-    local one ids ports=() k
+    local one ids
     one="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids 2>"$tmp/run.err")"
     expect "$shape: convoy run's load line names the architecture" grep -q "($2, $3 layers," "$tmp/run.err"
     same "2 threads" -t 2
     same "chunks of 7" --batch 7
-    for k in 1 2 3; do
-        ports+=("$(free_port)")
-        start_local_stage "$convoy" "$tmp/stages.log" "${ports[-1]}" -m "$model"
-        pids+=("$stage_pid")
-    done
-    local two="127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-    same "1 stage" --nodes "127.0.0.1:${ports[0]}"
+    start_local_stages "$tmp/stages.log" "$model" "$model" "$model"
+    local two="${addrs[1]},${addrs[2]}"
+    same "1 stage" --nodes "${addrs[0]}"
     same "2 stages ($4)" --nodes "$two" --split "$4"
     same "2 stages, chunks of 5" --nodes "$two" --split "$4" --batch 5
-    same "3 stages ($5)" --nodes "127.0.0.1:${ports[0]},$two" --split "$5"
+    same "3 stages ($5)" --nodes "$nodes" --split "$5"
     ids="$("$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids --nodes "$two" --split "$4" \
         2>"$tmp/err")"
     if [[ -n "$one" && "$ids" == "$one" ]]; then
@@ -94,7 +83,7 @@ check() {
     else
         fail "$shape 2 stages: greedy tokens '$ids' vs '$one': $(cat "$tmp/err")"
     fi
-    stop_stages
+    stop_pids
 }
 
 check gemma3-mini gemma3 7 3,4 2,2,3
@@ -129,24 +118,21 @@ check_phi3_shards() {
     mkdir -p "$tmp/shards"
     "$convoy" split "$model" --stages 2 -o "$tmp/shards" >/dev/null 2>"$tmp/err" ||
         { fail "$shape: split: $(cat "$tmp/err")"; return; }
-    local shard="$tmp/shards/$shape-q4_0.shard-%d-of-2.gguf" ports=() m
+    local shard="$tmp/shards/$shape-q4_0.shard-%d-of-2.gguf"
     # shellcheck disable=SC2059
     cp "$(printf "$shard" 2)" "$tmp/flipped.gguf"
     flip_tensor_byte "$convoy" "$tmp/flipped.gguf" rope_factors_long.weight
     # shellcheck disable=SC2059
-    for m in "$model" "$model" "$model" "$(printf "$shard" 1)" "$(printf "$shard" 2)" "$tmp/flipped.gguf"; do
-        ports+=("$(free_port)")
-        start_local_stage "$convoy" "$tmp/stages.log" "${ports[-1]}" -m "$m"
-        pids+=("$stage_pid")
-    done
-    same "1 stage" --ctx 1024 --nodes "127.0.0.1:${ports[0]}"
-    same "2 stages (1 + 3 layers)" --ctx 1024 --nodes "127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}" --split 1,3
-    same "2 shards" --ctx 1024 --nodes "127.0.0.1:${ports[3]},127.0.0.1:${ports[4]}"
+    start_local_stages "$tmp/stages.log" "$model" "$model" "$model" "$(printf "$shard" 1)" "$(printf "$shard" 2)" \
+        "$tmp/flipped.gguf"
+    same "1 stage" --ctx 1024 --nodes "${addrs[0]}"
+    same "2 stages (1 + 3 layers)" --ctx 1024 --nodes "${addrs[1]},${addrs[2]}" --split 1,3
+    same "2 shards" --ctx 1024 --nodes "${addrs[3]},${addrs[4]}"
     "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/got.f32" --ctx 1024 \
-        --nodes "127.0.0.1:${ports[3]},127.0.0.1:${ports[5]}" >/dev/null 2>"$tmp/err"
+        --nodes "${addrs[3]},${addrs[5]}" >/dev/null 2>"$tmp/err"
     expect "$shape: a shard whose rope_factors_long differs is refused naming it" grep -q \
         "tensor rope_factors_long.weight differs from the head's (different weights).*(FINGERPRINT)" "$tmp/err"
-    stop_stages
+    stop_pids
 }
 
 check qwen2moe-mini qwen2moe 4 2,2 1,1,2

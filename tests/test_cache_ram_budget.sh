@@ -12,24 +12,18 @@
 #
 # Usage (CTest passes these): test_cache_ram_budget.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_cache_ram_budget.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_cache_ram_budget.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-if [[ "${CONVOY_SANITIZED:-}" == 1 ]]; then
-    # a budget of resident memory is the release build's to keep (the
-    # sanitizer's shadow memory is not the engine's); the prompt cache's
-    # paths are test_prompt_cache's and test_serve_sched's there
-    echo "not run in the sanitizer suite (the release suite runs it)"
-    exit 0
-fi
-command -v python3 >/dev/null || skip "python3 is needed"
-command -v curl >/dev/null || skip "curl is needed"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+# a budget of resident memory is the release build's to keep (the
+# sanitizer's shadow memory is not the engine's); the prompt cache's paths
+# are test_prompt_cache's and test_serve_sched's there
+release_suite_only
+need python3
+need curl
 
 model="$(synth_1024x6 "$convoy")" || exit 1
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+make_tmp
 
 own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 
@@ -50,8 +44,9 @@ serve_with() {
     return 1
 }
 stop_all() {
-    kill "$server_pid" "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
+    kill "$server_pid" 2>/dev/null
+    wait "$server_pid" 2>/dev/null
+    stop_pids
 }
 # prompt SEED: about 900 token ids (BOS, then ids from SEED)
 prompt() {

@@ -15,24 +15,12 @@
 #
 # Usage (CTest passes these): test_cache_stage.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_cache_stage.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_cache_stage.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
-model="$shared/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test data $model not found"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "to write the tokens and change a byte"
+need_stories
 
-tmp="$(mktemp -d)"
-stage_pid=""
-stop_stage() {
-    [[ -n "$stage_pid" ]] && kill "$stage_pid" 2>/dev/null && wait "$stage_pid" 2>/dev/null
-    stage_pid=""
-}
-trap 'stop_stage; rm -rf "$tmp"' EXIT
-failures=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+make_tmp
 
 "$convoy" keygen "$tmp/key" 2>/dev/null || { echo "FAIL keygen"; exit 1; }
 python3 -c "import json; json.dump({'tokens': [1, 403, 407, 261, 378, 327, 3, 266, 289, 402]}, open('$tmp/tokens.json', 'w'))"
@@ -46,8 +34,9 @@ port="$(free_port)"
 # run NAME: a fresh stage on the cache, the keyed chain's logits against one
 # machine's; the stage's log in $tmp/NAME.stage, the head's in $tmp/NAME.head.
 run() {
-    stop_stage
+    stop_pids
     start_local_stage "$convoy" "$tmp/$1.stage" "$port" --cache "$cache" --key "$tmp/key"
+    pids+=("$stage_pid")
     if "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/$1.f32" --nodes "local,127.0.0.1:$port" \
         --split 2,3 --key "$tmp/key" 2>"$tmp/$1.head" && cmp -s "$tmp/one.f32" "$tmp/$1.f32"; then
         pass "$1: logits bit-identical to one machine's"
@@ -95,14 +84,15 @@ if grep -q "do not check: tensor .* differs.*fetching them whole" "$tmp/corrupt.
 else
     fail "corrupt: $(cat "$tmp/corrupt.head" "$tmp/corrupt.stage")"
 fi
-stop_stage
+stop_pids
 
 # a receiving stage in the middle of a chain: the layers it gets, then the
 # last stage (a model of its own) behind it, the logits one machine's
 start_local_stage "$convoy" "$tmp/middle.stage" "$port" --cache "$tmp/cache-middle" --key "$tmp/key"
-middle_pid="$stage_pid"
+pids+=("$stage_pid")
 last_port="$(free_port)"
 start_local_stage "$convoy" "$tmp/last.stage" "$last_port" -m "$model" --key "$tmp/key"
+pids+=("$stage_pid")
 if "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/middle.f32" \
     --nodes "local,127.0.0.1:$port,127.0.0.1:$last_port" --split 1,2,2 --key "$tmp/key" 2>"$tmp/middle.head" &&
     cmp -s "$tmp/one.f32" "$tmp/middle.f32"; then
@@ -110,8 +100,7 @@ if "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/middle.
 else
     fail "middle: $(cat "$tmp/middle.head" "$tmp/middle.stage")"
 fi
-stop_stage
-kill "$middle_pid" 2>/dev/null && wait "$middle_pid" 2>/dev/null
+stop_pids
 
 if ! "$convoy" stage --listen "127.0.0.1:$port" -m "$model" --cache "$cache" 2>"$tmp/both" &&
     grep -q "(--model) or receives its layers (--cache), one of the two" "$tmp/both"; then
@@ -124,4 +113,4 @@ if ! "$convoy" stage --listen "127.0.0.1:$port" --cache "$want" 2>"$tmp/file" &&
 else
     fail "--cache FILE: $(cat "$tmp/file")"
 fi
-[[ "$failures" -eq 0 ]] || exit 1
+checks_summary

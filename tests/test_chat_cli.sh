@@ -11,26 +11,15 @@
 # Skips without tmux or python3, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_chat_cli.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_chat_cli.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
+need tmux "to drive the terminal"
+need python3 "to read the transcript"
 
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-command -v tmux >/dev/null || skip "tmux is needed to drive the terminal"
-command -v python3 >/dev/null || skip "python3 is needed to read the transcript"
-
-tmp="$(mktemp -d)"
+make_tmp
 sock="convoy-test-$$"
-server_pid=""
-cleanup() {
-    tmux -L "$sock" kill-server 2>/dev/null
-    [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-checks=0 failures=0
+at_exit 'tmux -L "$sock" kill-server 2>/dev/null'
 
 # screen NAME: the session's whole transcript, wrapped lines joined
 screen() { tmux -L "$sock" capture-pane -p -J -S - -t "$1"; }
@@ -80,11 +69,8 @@ echo "----"
 expect "/exit: exit status 0" grep -q "^EXITED 0" "$tmp/transcript"
 
 # every reply against the server's answer to the conversation before it
-port="$(free_port)"
-"$convoy" serve -m "$model" --port "$port" 2>"$tmp/serve.log" &
-server_pid=$!
-wait_for "listening on" "$tmp/serve.log" 300 || { echo "FAIL: convoy serve did not start"; exit 1; }
-python3 - "$tmp/transcript" "http://127.0.0.1:$port" <<'PY'
+start_serve "$convoy" "$tmp/serve.log" -m "$model"
+python3 - "$tmp/transcript" "$base" <<'PY'
 import json, sys, urllib.request
 lines = open(sys.argv[1]).read().split("\n")
 turns, msg, cont = [], None, False   # (user text, reply) per turn; /clear as None

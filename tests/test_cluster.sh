@@ -15,16 +15,13 @@
 # is left, and tears down again (idempotent). A trap tears down on any exit.
 set -uo pipefail
 
-convoy="${1:?usage: test_cluster.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_cluster.sh PATH/TO/convoy SOURCE_DIR}"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 cluster="$src/scripts/cluster.sh"
-export LINKEMU="$(dirname "$convoy")/linkemu"
+export LINKEMU="$build/linkemu"
 export CONVOY_CLUSTER_PREFIX=cvt
 
-. "$src/tests/lib.sh"
-if [[ "$(id -u)" -ne 0 ]] || ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
-    skip "test_cluster needs root and ip netns"
-fi
+need_netns test_cluster
 for tool in python3 ping nft tc; do
     command -v "$tool" >/dev/null || {
         echo "FAIL: $tool not found (scripts/install-deps.sh installs it)"
@@ -36,15 +33,8 @@ done
     exit 1
 }
 
-tmp="$(mktemp -d)"
-trap 'bash "$cluster" down; rm -rf "$tmp"' EXIT
-
-failures=0
-pass() { echo "ok   $*"; }
-fail() {
-    echo "FAIL $*"
-    failures=$((failures + 1))
-}
+make_tmp
+at_exit 'bash "$cluster" down'
 
 cat >"$tmp/echo.py" <<'EOF'
 import socket, sys, threading
@@ -179,5 +169,4 @@ else
 fi
 bash "$cluster" down && pass "down again (idempotent)" || fail "second down"
 
-echo "test_cluster: $failures failed"
-[[ $failures -eq 0 ]]
+checks_summary

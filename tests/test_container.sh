@@ -16,18 +16,16 @@
 # Skips without dpkg, apt-cache, readelf or npm, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_container.sh PATH/TO/convoy SOURCE_DIR}"
-src="$(cd "${2:?usage: test_container.sh PATH/TO/convoy SOURCE_DIR}" && pwd)"
-build="$(cd "$(dirname "$convoy")" && pwd)"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+src="$(cd "$src" && pwd)"
 convoy="$build/$(basename "$convoy")"
 containerfile="$src/dist/Containerfile"
-npm_dir="$build/npm"
 
-. "$src/tests/lib.sh"
-command -v dpkg >/dev/null && command -v apt-cache >/dev/null || skip "dpkg and apt-cache are needed"
-command -v readelf >/dev/null || skip "readelf is needed for the binary's libraries"
+need dpkg
+need apt-cache
+need readelf "for the binary's libraries"
 npm_need "$npm_dir" yaml
-checks=0 failures=0
 
 # instructions STAGE: the Containerfile's instructions of build stage STAGE
 # (1, 2, ...), one a line (continuations joined)
@@ -112,8 +110,7 @@ expect "the build stage copies every source file the build read (${#read_files[@
 [[ ${#uncopied[@]} -eq 0 ]] || echo "  not copied: ${uncopied[*]}"
 
 # 3. the compose file
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 "$convoy" serve --help >"$tmp/serve.txt" 2>&1
 "$convoy" stage --help >"$tmp/stage.txt" 2>&1
 cp "$src/tests/test_container.mjs" "$src/tests/checks.mjs" "$npm_dir/"

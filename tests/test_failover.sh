@@ -22,23 +22,18 @@
 #    prompt's first token.
 set -uo pipefail
 
-convoy="${1:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_failover.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed for the streaming clients"
-command -v curl >/dev/null || skip "curl is needed"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "for the streaming clients"
+need curl
 
 model="$(synth_1024x6 "$convoy")" || exit 1
 
-tmp="$(mktemp -d)"
+make_tmp
 declare -A stage_of=()
 server_pid=""
-cleanup() {
-    for p in "${stage_of[@]}" $server_pid; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+# a stage may be stopped (SIGSTOP): resumed first, so that it can die
+at_exit 'for p in "${stage_of[@]}" $server_pid; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done; wait 2>/dev/null'
 
 declare -A port_of=()
 for s in A B C S; do port_of[$s]="$(free_port)"; done
@@ -174,5 +169,4 @@ else
     fail "the kill did not come during the long prompt (its first token $before s after it)"
 fi
 
-echo "$((checks - failures)) passed, $failures failed"
-[[ "$failures" -eq 0 ]]
+checks_summary

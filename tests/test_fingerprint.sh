@@ -16,20 +16,12 @@
 #
 # Usage (CTest passes these): test_fingerprint.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_fingerprint.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_fingerprint.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports and flip bytes"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "to flip bytes"
 
-tmp="$(mktemp -d)"
-stage_pid=
-trap '[[ -n "$stage_pid" ]] && kill "$stage_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-failures=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-
-synth() { "$convoy" synth --shape tiny --type Q8_0 --seed "$1" -o "$2" >/dev/null 2>&1; }
-synth 1 "$tmp/a.gguf" && synth 2 "$tmp/seed2.gguf" || { echo "FAIL convoy synth"; exit 1; }
+make_tmp
+synth_tiny 1 "$tmp/a.gguf" && synth_tiny 2 "$tmp/seed2.gguf" || die "convoy synth"
 
 # flip MODEL TENSOR: a copy of a.gguf as MODEL with one byte of TENSOR's
 # data inverted.
@@ -41,16 +33,12 @@ flip() {
 # run_against MODEL: the head (a.gguf, layers [0, 2) here) with a stage
 # serving MODEL; the head's output in $tmp/out and err, its status returned.
 run_against() {
-    local port
-    port="$(free_port)"
     : >"$tmp/stage.log"
-    start_local_stage "$convoy" "$tmp/stage.log" "$port" -m "$1"
-    "$convoy" run -m "$tmp/a.gguf" -p "Once upon a time" -n 8 --temp 0 --ids --nodes "local,127.0.0.1:$port" \
+    start_local_stages "$tmp/stage.log" "$1"
+    "$convoy" run -m "$tmp/a.gguf" -p "Once upon a time" -n 8 --temp 0 --ids --nodes "local,$nodes" \
         --split 2,3 >"$tmp/out" 2>"$tmp/err"
     local rc=$?
-    kill "$stage_pid" 2>/dev/null
-    wait "$stage_pid" 2>/dev/null
-    stage_pid=
+    stop_pids
     return $rc
 }
 
@@ -69,7 +57,7 @@ refused() {
 }
 
 one="$("$convoy" run -m "$tmp/a.gguf" -p "Once upon a time" -n 8 --temp 0 --ids 2>/dev/null)"
-[[ -n "$one" ]] || { echo "FAIL one machine generated nothing"; exit 1; }
+[[ -n "$one" ]] || die "one machine generated nothing"
 
 # accepted MODEL WHY: the stage serving MODEL is accepted and the chain
 # generates one machine's tokens.
@@ -94,9 +82,8 @@ accepted "$tmp/embd.gguf" "one byte in token_embd (not read by a stage)"
 # The stage cached its hashes beside its model; a second start reads them.
 : >"$tmp/stage.log"
 start_local_stage "$convoy" "$tmp/stage.log" "$(free_port)" -m "$tmp/embd.gguf"
-kill "$stage_pid" 2>/dev/null
-wait "$stage_pid" 2>/dev/null
-stage_pid=
+pids+=("$stage_pid")
+stop_pids
 if grep -q "hashes from $tmp/embd.gguf.convoy-hashes" "$tmp/stage.log"; then
     pass "a restarted stage reads its hashes from the cache"
 else
@@ -126,4 +113,4 @@ else
     fail "the planted link: victim holds '$(head -c 40 "$tmp/victim")'; $(ls -l "$tmp"/linked.gguf.convoy-hashes* 2>&1 | tr '\n' ' ')"
 fi
 
-[[ "$failures" -eq 0 ]]
+checks_summary

@@ -16,22 +16,13 @@
 # node, npm or python3's jinja2, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_jinja.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_jinja.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 templates="$shared/reference/chat-templates"
-npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
-
-. "$src/tests/lib.sh"
-[[ -d "$templates" ]] || skip "test data $templates not found"
-command -v node >/dev/null && command -v npm >/dev/null || skip "node and npm are needed for @huggingface/jinja"
+need_data "$templates"
 python3 -c 'import jinja2' 2>/dev/null || skip "python3 with jinja2 is needed for the Jinja2 oracle"
-if [[ ! -f "$npm_dir/node_modules/@huggingface/jinja/package.json" ]]; then
-    npm install --silent --no-audit --no-fund --prefix "$npm_dir" @huggingface/jinja@0.5.11 >/dev/null 2>&1 ||
-        skip "npm install @huggingface/jinja failed (offline?)"
-fi
+npm_need "$npm_dir" @huggingface/jinja@0.5.11
 
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 node "$src/tests/test_jinja/check.mjs" "$convoy" "$npm_dir" "$templates" "$src/tests/test_jinja/conversations.json" \
     "$tmp"

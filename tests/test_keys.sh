@@ -13,23 +13,12 @@
 # Around it: keygen never overwrites, a key file others can read is refused,
 # and plaintext beyond loopback needs --insecure on both ends.
 set -uo pipefail
-convoy="${1:?usage: test_keys.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_keys.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed for free ports and raw clients"
-model="${CONVOY_SHARED:-$src/../shared}/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test model $model not found (clone ../shared beside the repo)"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "for raw clients"
+need_stories
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait; rm -rf "$tmp"' EXIT
-failures=0
-check() { # check DESCRIPTION CONDITION...: prints ok/FAIL
-    local what="$1"
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; failures=$((failures + 1)); fi
-}
-has() { grep -q -- "$2" "$1"; }
+make_tmp
 run_ids() { # run_ids NODES ARGS...: the greedy ids of a short generation, on stdout
     local nodes="$1"
     shift
@@ -37,17 +26,17 @@ run_ids() { # run_ids NODES ARGS...: the greedy ids of a short generation, on st
 }
 
 "$convoy" keygen "$tmp/key" 2>/dev/null && "$convoy" keygen "$tmp/other" 2>/dev/null
-check "keygen writes 64 hex digits, mode 600" \
+expect "keygen writes 64 hex digits, mode 600" \
     test "$(stat -c %a "$tmp/key")" = 600 -a "$(grep -cE '^[0-9a-f]{64}$' "$tmp/key")" = 1
 ! "$convoy" keygen "$tmp/key" 2>"$tmp/err"
-check "keygen refuses to overwrite" has "$tmp/err" "refusing to overwrite"
+expect "keygen refuses to overwrite" has "$tmp/err" "refusing to overwrite"
 cp "$tmp/key" "$tmp/open" && chmod 644 "$tmp/open"
 ! "$convoy" stage --listen 127.0.0.1:1 -m "$model" --key "$tmp/open" 2>"$tmp/err"
-check "a key file others can read is refused" has "$tmp/err" "readable by others"
+expect "a key file others can read is refused" has "$tmp/err" "readable by others"
 ! timeout 10 "$convoy" stage --listen "0.0.0.0:$(free_port)" -m "$model" 2>"$tmp/err"
-check "plaintext stage beyond loopback refused" grep -q -- "--key FILE.*--insecure" "$tmp/err"
+expect "plaintext stage beyond loopback refused" grep -q -- "--key FILE.*--insecure" "$tmp/err"
 ! run_ids 10.255.255.1:7000 >/dev/null 2>"$tmp/err" # refused before any connect
-check "plaintext head to a node beyond loopback refused" grep -q -- "has no --key.*--insecure" "$tmp/err"
+expect "plaintext head to a node beyond loopback refused" grep -q -- "has no --key.*--insecure" "$tmp/err"
 
 port="$(free_port)"
 start_local_stage "$convoy" "$tmp/stage.log" "$port" -m "$model" --key "$tmp/key"
@@ -55,9 +44,9 @@ pids+=("$stage_pid")
 nodes="local,127.0.0.1:$port"
 
 ! run_ids "$nodes" --key "$tmp/other" >/dev/null 2>"$tmp/err"
-check "a head with another key fails" has "$tmp/err" "did not prove the cluster key"
+expect "a head with another key fails" has "$tmp/err" "did not prove the cluster key"
 ! run_ids "$nodes" >/dev/null 2>"$tmp/err"
-check "a head without a key fails" test -s "$tmp/err"
+expect "a head without a key fails" test -s "$tmp/err"
 python3 - "$port" >"$tmp/half.txt" <<'EOF'
 import os, socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -74,22 +63,22 @@ rest = s.recv(1)  # the stage must close: b"" within its deadline
 print(len(got), len(rest), round(time.time() - t0, 1))
 EOF
 read -r reply_len rest_len half_s <"$tmp/half.txt"
-check "a half handshake is answered once, then dropped (${half_s:-?} s)" \
+expect "a half handshake is answered once, then dropped (${half_s:-?} s)" \
     test "${reply_len:-0}" = 64 -a "${rest_len:-1}" = 0
 sleep 0.2
-check "refusals are logged with the peer's address" test \
+expect "refusals are logged with the peer's address" test \
     "$(grep -c "refused peer 127.0.0.1:[0-9]*: closed the connection during the key handshake" "$tmp/stage.log")" \
     -ge 1 -a "$(grep -c "refused peer 127.0.0.1:[0-9]*: sent a plaintext frame" "$tmp/stage.log")" -ge 1 -a \
     "$(grep -c "refused peer 127.0.0.1:[0-9]*: no key handshake within" "$tmp/stage.log")" -ge 1
-check "no layer was served to a refused peer" test "$(grep -c "serving layers" "$tmp/stage.log")" = 0
+expect "no layer was served to a refused peer" test "$(grep -c "serving layers" "$tmp/stage.log")" = 0
 
 run_ids "$nodes" --key "$tmp/key" >"$tmp/keyed.txt" 2>"$tmp/err"
-check "a head with the key is served" test -s "$tmp/keyed.txt"
+expect "a head with the key is served" test -s "$tmp/keyed.txt"
 plain_port="$(free_port)"
 start_local_stage "$convoy" "$tmp/plain.log" "$plain_port" -m "$model"
 pids+=("$stage_pid")
 run_ids "local,127.0.0.1:$plain_port" >"$tmp/plain.txt" 2>/dev/null
-check "keyed and plaintext pipelines give the same tokens: $(head -c 60 "$tmp/keyed.txt")" \
+expect "keyed and plaintext pipelines give the same tokens: $(head -c 60 "$tmp/keyed.txt")" \
     cmp -s "$tmp/keyed.txt" "$tmp/plain.txt"
 
 python3 - "$port" <<'EOF' &
@@ -102,6 +91,6 @@ sleep 0.3
 t0=$(date +%s.%N)
 run_ids "$nodes" --key "$tmp/key" >"$tmp/busy.txt" 2>"$tmp/err"
 secs=$(python3 -c "import sys; print(round($(date +%s.%N) - $t0, 2))")
-check "with 20 idle sockets held open, a head is served in ${secs} s (< 2 s)" \
+expect "with 20 idle sockets held open, a head is served in ${secs} s (< 2 s)" \
     python3 -c "import sys; sys.exit(0 if $secs < 2 and open('$tmp/busy.txt').read() == open('$tmp/keyed.txt').read() else 1)"
-[[ "$failures" -eq 0 ]]
+checks_summary

@@ -15,21 +15,14 @@
 #
 # Usage (CTest passes these): test_moe_paging.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_moe_paging.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_moe_paging.sh PATH/TO/convoy SOURCE_DIR}"
-cluster="$src/scripts/cluster.sh"
-export CONVOY_CLUSTER_PREFIX=cvm
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to write the tokens"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "to write the tokens"
 need_netns test_moe_paging
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash "$cluster" down; rm -rf "$tmp"' EXIT
-bash "$cluster" up 4 >/dev/null || { echo "FAIL cluster.sh up 4"; exit 1; }
+test_hosts cvm 4
 model="$tmp/moe.gguf"
-"$convoy" synth --shape qwen3moe-mini --experts 64 --layers 6 --type Q4_0 -o "$model" >/dev/null ||
-    { echo "FAIL synth"; exit 1; }
+"$convoy" synth --shape qwen3moe-mini --experts 64 --layers 6 --type Q4_0 -o "$model" >/dev/null || die "synth"
 python3 -c "import json; json.dump({'tokens': [2] + [3 + (i * 7919) % 2040 for i in range(1, 64)]}, open('$tmp/tokens.json', 'w'))"
 "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" -t 1 2>"$tmp/err" ||
     { echo "FAIL one machine's eval: $(cat "$tmp/err")"; exit 1; }
@@ -49,7 +42,7 @@ run_chain() {
         : >"$tmp/stage$i.log"
         mem=()
         [[ "${!i}" -gt 0 ]] && mem=(--mem "$((${!i} * 1024))")
-        start_host_stage "$cluster" "$i" "$convoy" "$tmp/stage$i.log" -m "$model" "${mem[@]}"
+        start_host_stage "$cluster" "$i" "$convoy" "$tmp/stage$i.log" -m "$model" --insecure "${mem[@]}"
         pids+=("$stage_pid")
         nodes="${nodes:+$nodes,}10.77.0.$((i + 1)):7000"
     done
@@ -61,8 +54,7 @@ run_chain() {
     for i in 1 2 3; do
         hwm+=("$(awk '/VmHWM/ {print $2}' "/proc/${pids[$((i - 1))]}/status")")
     done
-    kill "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
+    stop_pids
 }
 
 run_chain 0 0 0

@@ -5,7 +5,8 @@
 # (it needs the aarch64 C library headers: Debian libc6-dev-arm64-cross).
 # Args: path-to-convoy-binary (unused), source-dir.
 set -u
-src=${2:?usage: test_neon_compiles.sh CONVOY_BINARY SOURCE_DIR}
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 target=aarch64-linux-gnu
 if ! command -v clang >/dev/null; then
     echo "SKIP: clang not found"

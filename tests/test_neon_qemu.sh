@@ -7,20 +7,17 @@
 # qemu-user), and in the sanitizer suite (CONVOY_SANITIZED=1: the programs
 # are the release suite's). Args: path-to-convoy-binary (unused), source-dir.
 set -u
-src=${2:?usage: test_neon_qemu.sh CONVOY_BINARY SOURCE_DIR}
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 cc=aarch64-linux-gnu-gcc
-if [[ "${CONVOY_SANITIZED:-}" == 1 ]]; then
-    # it builds its own aarch64 programs, the same in both suites: the
-    # release suite's run is the check, a second one only costs a minute
-    echo "not run again in the sanitizer suite (the release suite runs it)"
-    exit 0
-fi
+# it builds its own aarch64 programs, the same in both suites: the release
+# suite's run is the check, a second one only costs a minute
+release_suite_only
 if ! command -v $cc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
     echo "SKIP: $cc or qemu-aarch64 not found (install gcc-aarch64-linux-gnu qemu-user)"
     exit 0
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+make_tmp
 sources=()
 for f in "$src"/src/core/*.c "$src"/src/kernels/*.c; do
     case "$f" in *_avx2.c | *_avx512.c) continue ;; esac

@@ -7,15 +7,10 @@
 #
 # Usage (CTest passes these): test_pack.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_pack.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_pack.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+make_tmp
 
 # round_trip NAME GGUF: pack, unpack, cmp.
 round_trip() {
@@ -68,8 +63,7 @@ else
     pass "bad magic refused"
 fi
 
-stories="$src/../shared/models/stories260K.gguf"
-[[ -f "$stories" ]] || skip "$stories not found (clone ../shared beside the repo)"
-round_trip stories260K "$stories"
+need_stories
+round_trip stories260K "$model"
 
-[[ $failures -eq 0 ]] || exit 1
+checks_summary

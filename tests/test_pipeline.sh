@@ -21,60 +21,22 @@
 # binary by `convoy synth`.
 set -uo pipefail
 
-convoy="${1:?usage: test_pipeline.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_pipeline.sh PATH/TO/convoy SOURCE_DIR}"
-cluster="$src/scripts/cluster.sh"
-shared="${CONVOY_SHARED:-$src/../shared}"
-export CONVOY_CLUSTER_PREFIX=cvp
-
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 need_netns test_pipeline
-[[ -f "$shared/models/stories260K.gguf" ]] || skip "test data $shared/models/stories260K.gguf not found"
+need_stories
 
-tmp="$(mktemp -d)"
-stage_pids=()
-stop_stages() {
-    for p in "${stage_pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${stage_pids[@]}"; do wait "$p" 2>/dev/null; done
-    stage_pids=()
-}
-trap 'stop_stages; bash "$cluster" down; rm -rf "$tmp"' EXIT
-
-failures=0
-checks=0
-pass() {
-    checks=$((checks + 1))
-    echo "ok   $*"
-}
-fail() {
-    checks=$((checks + 1))
-    failures=$((failures + 1))
-    echo "FAIL $*"
-}
-
-models_dir="$(dirname "$convoy")/test-models"
-mkdir -p "$models_dir"
-big="$models_dir/llama-1b-q4_0.gguf"
-if [[ ! -f "$big" ]]; then
-    "$convoy" synth --shape llama-3.2-1b --type Q4_0 -o "$big.tmp" >/dev/null && mv "$big.tmp" "$big" ||
-        { echo "FAIL: could not synthesize $big"; exit 1; }
-fi
-
-bash "$cluster" up 5 >/dev/null || { echo "FAIL: cluster.sh up 5"; exit 1; }
-addr() { echo "10.77.0.$(($1 + 1))"; }
-on() { bash "$cluster" run "$@"; }
+big="$(test_model "$convoy" llama-1b-q4_0 --shape llama-3.2-1b --type Q4_0)" || exit 1
+test_hosts cvp 5
 
 # start_stage HOST MODEL [ARGS...]: a stage on HOST:7000, waits until it listens.
 start_stage() {
     local h="$1" m="$2"
     shift 2
-    # cluster.sh and ip netns exec both exec, so $! is the stage process itself
-    bash "$cluster" run "$h" "$convoy" stage --listen "$(addr "$h"):7000" -m "$m" --insecure "$@" 2>>"$tmp/stage$h.log" &
-    stage_pids+=($!)
-    for _ in $(seq 100); do
-        on 0 bash -c "exec 3<>/dev/tcp/$(addr "$h")/7000" 2>/dev/null && return 0
-        sleep 0.1
-    done
+    start_host_stage "$cluster" "$h" "$convoy" "$tmp/stage$h.log" -m "$m" --insecure "$@"
+    local rc=$?
+    pids+=("$stage_pid")
+    ((rc == 0)) && return 0
     echo "stage on host $h did not start:"
     cat "$tmp/stage$h.log"
     return 1
@@ -82,7 +44,7 @@ start_stage() {
 
 nodes_of() { # nodes_of K: the first K stages' addresses
     local list=""
-    for h in $(seq 1 "$1"); do list+="${list:+,}$(addr "$h"):7000"; done
+    for h in $(seq 1 "$1"); do list+="${list:+,}$(host_addr "$h"):7000"; done
     echo "$list"
 }
 
@@ -132,7 +94,7 @@ check_model() {
     else
         fail "$name: sampled tokens differ on the chain: $(cat "$tmp/err")"
     fi
-    stop_stages
+    stop_pids
 }
 
 python3 -c "
@@ -151,24 +113,24 @@ check_model stories260K "$shared/models/stories260K.gguf" "$tmp/stories-tokens.j
 # Refusals: another model's node, and a node whose budget is too small.
 start_stage 1 "$shared/models/stories260K.gguf"
 start_stage 2 "$big" --mem 100M
-on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(addr 1):7000" 2>"$tmp/err" >/dev/null
-if grep -q "fingerprint" "$tmp/err" && grep -q "$(addr 1):7000" "$tmp/err"; then
+on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(host_addr 1):7000" 2>"$tmp/err" >/dev/null
+if grep -q "fingerprint" "$tmp/err" && grep -q "$(host_addr 1):7000" "$tmp/err"; then
     pass "a node with another model is refused: $(tail -1 "$tmp/err")"
 else
     fail "fingerprint mismatch not reported: $(cat "$tmp/err")"
 fi
-on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(addr 2):7000" --split 16 2>"$tmp/err" >/dev/null
-if grep -q "budget" "$tmp/err" && grep -q "$(addr 2):7000" "$tmp/err"; then
+on 0 "$convoy" run --insecure -m "$big" -p hi -n 2 --nodes "$(host_addr 2):7000" --split 16 2>"$tmp/err" >/dev/null
+if grep -q "budget" "$tmp/err" && grep -q "$(host_addr 2):7000" "$tmp/err"; then
     pass "a node refuses layers over its memory budget: $(tail -1 "$tmp/err")"
 else
     fail "memory refusal not reported: $(cat "$tmp/err")"
 fi
-stop_stages
+stop_pids
 
 # SIGKILL of the middle stage during a generation; --split pins the layers,
 # so no other node may take them (test_failover.sh has failovers).
 for h in 1 2 3; do start_stage "$h" "$big"; done
-middle_pid="${stage_pids[1]}"
+middle_pid="${pids[1]}"
 start=$(date +%s.%N)
 bash "$cluster" run 0 "$convoy" run --insecure -m "$big" -p "Once upon a time" -n 100000 --ctx 4096 --ignore-eos --temp 0 \
     --nodes "$(nodes_of 3)" --split 6,5,5 --peer-timeout 5000 --failover-wait 2000 >/dev/null 2>"$tmp/err" &
@@ -178,13 +140,12 @@ kill -9 "$middle_pid"
 wait "$head_pid"
 rc=$?
 elapsed=$(python3 -c "print(round($(date +%s.%N) - $start - 3, 1))")
-if [[ "$rc" -eq 1 ]] && grep -q "$(addr 2):7000" "$tmp/err" &&
+if [[ "$rc" -eq 1 ]] && grep -q "$(host_addr 2):7000" "$tmp/err" &&
     python3 -c "import sys; sys.exit(0 if $elapsed <= 10 else 1)"; then
     pass "SIGKILL of the middle stage: the head reported it after ${elapsed}s: $(tail -1 "$tmp/err")"
 else
     fail "SIGKILL of the middle stage: exit $rc after ${elapsed}s: $(cat "$tmp/err")"
 fi
-stop_stages
+stop_pids
 
-echo "$((checks - failures)) passed, $failures failed"
-[[ "$failures" -eq 0 ]]
+checks_summary

@@ -12,17 +12,11 @@
 #
 # Usage (CTest passes these): test_plan_budget.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_plan_budget.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_plan_budget.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+make_tmp
 
 # the process's own bytes, as a stage reports them at start
 own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
@@ -31,31 +25,28 @@ own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 # sweep's fine steps are the release suite's
 step=32
 [[ "${CONVOY_SANITIZED:-}" == 1 ]] && step=192
-failures=0 ran=0 refused_up_front=0
+ran=0 refused_up_front=0
 for ((kb = own_kb + 9216; kb <= own_kb + 11264; kb += step)); do
     start_budget_stages "$convoy" "$model" "$tmp" "$kb" 2
     # F32 KV: the sweep's range is where its layers stop fitting
     out="$("$convoy" run -m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 4096 --kv-type f32 --nodes "$nodes" 2>&1)"
     if grep -q "NO_MEMORY" <<<"$out"; then
-        echo "FAIL budget $kb KB: a node refused the plan: $(grep -m1 "NO_MEMORY" <<<"$out")"
-        failures=$((failures + 1))
+        fail "budget $kb KB: a node refused the plan: $(grep -m1 "NO_MEMORY" <<<"$out")"
     elif grep -q "prefill" <<<"$out"; then
         ran=$((ran + 1))
         for pid in "${pids[@]}"; do
             hwm="$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")"
-            [[ "$hwm" -le "$kb" ]] || { echo "FAIL budget $kb KB: a stage peaked at $hwm KB"; failures=$((failures + 1)); }
+            [[ "$hwm" -le "$kb" ]] || fail "budget $kb KB: a stage peaked at $hwm KB"
         done
     elif grep -q "offer\|its budget is" <<<"$out"; then
         refused_up_front=$((refused_up_front + 1))
     else
-        echo "FAIL budget $kb KB: $out"
-        failures=$((failures + 1))
+        fail "budget $kb KB: $out"
     fi
-    kill "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
+    stop_pids
 done
 echo "budgets swept from $((own_kb + 9216)) KB: $ran generated, $refused_up_front refused by the planner up front," \
     "$failures refused by a node or over budget"
 # The sweep must cross the edge, or it tests nothing.
-[[ "$ran" -gt 0 && "$refused_up_front" -gt 0 ]] || { echo "FAIL the sweep did not cross the edge of the fit"; exit 1; }
+[[ "$ran" -gt 0 && "$refused_up_front" -gt 0 ]] || die "the sweep did not cross the edge of the fit"
 [[ "$failures" -eq 0 ]]

@@ -12,13 +12,9 @@
 #
 # Usage (CTest passes these): test_plan_cli.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_plan_cli.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_plan_cli.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-. "$src/tests/lib.sh"
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+make_tmp
 
 # 1. on paper
 dims=8192,80,64,8,28672,128256
@@ -60,15 +56,8 @@ refused "users that are not counts" "--users" --dims "$dims" --fleet "$tmp/fleet
 refused "both --nodes and --fleet" "give -m or --dims" --dims "$dims" --fleet "$tmp/fleet.json" --nodes 127.0.0.1:1
 
 # 2. live, then from the saved figures
-model="$shared/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test data $model not found"
-nodes=""
-for i in 1 2; do
-    p="$(free_port)"
-    start_local_stage "$convoy" "$tmp/stage$i.log" "$p" -m "$model"
-    pids+=("$stage_pid")
-    nodes="${nodes:+$nodes,}127.0.0.1:$p"
-done
+need_stories
+start_local_stages "$tmp/stages.log" "$model" "$model"
 if "$convoy" plan -m "$model" --nodes "$nodes" --cpus 1,1 --save "$tmp/saved.json" --users 1,2 --ctx 512 \
     --spec-k 3 --accept 0.5 >"$tmp/live.out" 2>"$tmp/live.err"; then
     pass "live: measured two stages"

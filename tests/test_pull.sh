@@ -15,34 +15,27 @@
 # Usage (CTest passes these): test_pull.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
 
-convoy="${1:?usage: test_pull.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_pull.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
+need python3 "for the hub stand-in"
 
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-command -v python3 >/dev/null || skip "python3 is needed for the hub stand-in"
-
-tmp="$(mktemp -d)"
-hub_pid=""
-trap '[[ -n "$hub_pid" ]] && kill "$hub_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-checks=0 failures=0
+make_tmp
 
 # the repositories
 mkdir -p "$tmp/root/owner/tiny" "$tmp/root/owner/bad" "$tmp/root/owner/private"
 cp "$model" "$tmp/root/owner/tiny/tiny-Q4_K_M.gguf"
 "$convoy" quantize "$model" "$tmp/root/owner/tiny/tiny-Q8_0.gguf" Q8_0 >/dev/null 2>&1 ||
-    { echo "FAIL: convoy quantize"; exit 1; }
+    die "convoy quantize"
 head -c 4096 "$model" >"$tmp/root/owner/tiny/mmproj-tiny-Q4_K_M.gguf"
 echo "# tiny" >"$tmp/root/owner/tiny/README.md"
 cp "$model" "$tmp/root/owner/bad/m.gguf"
 cp "$model" "$tmp/root/owner/private/m.gguf"
 
 python3 "$src/tests/test_pull/hub.py" "$tmp/root" "$tmp/hub.log" "$tmp/port" --cut 300000 &
-hub_pid=$!
+pids+=($!)
 for _ in $(seq 100); do [[ -f "$tmp/port" ]] && break; sleep 0.1; done
-[[ -f "$tmp/port" ]] || { echo "FAIL: the hub stand-in did not start"; exit 1; }
+[[ -f "$tmp/port" ]] || die "the hub stand-in did not start"
 export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" CONVOY_MODELS="$tmp/cache"
 unset HF_TOKEN
 cache="$tmp/cache"

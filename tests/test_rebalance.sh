@@ -19,46 +19,20 @@
 # skips, except under CI=true, where that is a failure.
 set -uo pipefail
 
-convoy="${1:?usage: test_rebalance.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_rebalance.sh PATH/TO/convoy SOURCE_DIR}"
-cluster="$src/scripts/cluster.sh"
-export CONVOY_CLUSTER_PREFIX=cvr
-
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 need_netns test_rebalance
 
-tmp="$(mktemp -d)"
-stage_pids=()
-head_pid=""
-head_env=""
-trap 'kill $head_pid "${stage_pids[@]}" 2>/dev/null; wait 2>/dev/null; bash "$cluster" down; rm -rf "$tmp"' EXIT
-
 model="$(synth_1024x6 "$convoy")" || exit 1
-bash "$cluster" up 4 >/dev/null || { echo "FAIL: cluster.sh up 4"; exit 1; }
+test_hosts cvr 4
+head_env=""
 bash "$cluster" cpu 2 off 2>"$tmp/cpu.err" || skip "test_rebalance needs a cpu cgroup: $(cat "$tmp/cpu.err")"
-nodes=""
-for h in 1 2 3; do
-    start_host_stage "$cluster" "$h" "$convoy" "$tmp/stage$h.log" -m "$model"
-    stage_pids+=("$stage_pid")
-    nodes="${nodes:+$nodes,}10.77.0.$((h + 1)):7000"
-done
+start_host_stages "$cluster" "$tmp" "1 2 3" -m "$model" --insecure
 
 # serve NAME [ARGS...]: the head on host 0 (log NAME.log), once it listens.
 serve() {
-    local name="$1"
-    shift
-    bash "$cluster" run 0 env $head_env "$convoy" serve -m "$model" --port 8080 -np 4 --client-slots 4 --ctx 512 \
-        --insecure --nodes "$nodes" "$@" 2>"$tmp/$name.log" &
-    head_pid=$!
-    wait_for "listening on" "$tmp/$name.log" 100 && return
-    echo "FAIL: the head did not start: $(tail -3 "$tmp/$name.log")"
-    exit 1
-}
-
-stop_head() {
-    kill "$head_pid" 2>/dev/null
-    wait "$head_pid" 2>/dev/null
-    head_pid=""
+    host0_serve "$tmp/$1.log" env $head_env "$convoy" serve -m "$model" --port 8080 -np 4 --client-slots 4 --ctx 512 \
+        --insecure --nodes "$nodes" "${@:2}"
 }
 
 # clients NAME: 4 clients on host 0, client I repeating its request (texts

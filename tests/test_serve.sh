@@ -35,69 +35,22 @@
 # Without npm (or when the install fails) it skips, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_serve.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
-
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
 npm_need "$npm_dir" openai
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+make_tmp
 
-failures=0
-pass() { echo "ok   $*"; }
-fail() {
-    echo "FAIL $*"
-    failures=$((failures + 1))
-}
-
-# start_server LOG ARGS...: starts convoy serve on a free port; sets
-# server_pid and base (the /v1 URL), or fails.
-start_server() {
-    local log="$1"
-    shift
-    : >"$log"
-    "$convoy" serve -m "$model" --host 127.0.0.1 --port 0 "$@" 2>>"$log" &
-    server_pid=$!
-    pids+=("$server_pid")
-    local port=""
-    for _ in $(seq 100); do
-        port="$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/v1.*|\1|p' "$log")"
-        [[ -n "$port" ]] && break
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [[ -z "$port" ]]; then
-        fail "convoy serve did not start: $(cat "$log")"
-        return 1
-    fi
-    base="http://127.0.0.1:$port/v1"
+# serve_v1 LOG ARGS...: start_server of the model on a free port; base is
+# the /v1 URL.
+serve_v1() {
+    start_server "$1" -m "$model" --host 127.0.0.1 --port 0 "${@:2}" && base="$base/v1"
 }
 
 # stop_server: SIGTERM, and the server must exit 0 within 10 s.
 stop_server() {
-    kill -TERM "$server_pid"
-    local rc=""
-    for _ in $(seq 100); do
-        kill -0 "$server_pid" 2>/dev/null || { wait "$server_pid"; rc=$?; break; }
-        sleep 0.1
-    done
-    if [[ "$rc" == 0 ]]; then
-        pass "SIGTERM stops the server (exit 0)"
-    else
-        fail "the server did not stop cleanly on SIGTERM (status '${rc:-still running}')"
-        kill -9 "$server_pid" 2>/dev/null
-    fi
+    term_server && pass "SIGTERM stops the server (exit 0)"
 }
 
 # node resolves ESM imports from the script's folder upwards, not from
@@ -189,7 +142,7 @@ EOF
 
 # 1. one machine
 # (--client-slots 4: the suite is one client, which may use every slot here)
-if start_server "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --chat-template chatml --client-slots 4; then
+if serve_v1 "$tmp/serve.log" --slots 4 --queue 4 --ctx 2048 --batch 32 --chat-template chatml --client-slots 4; then
     if run_node "$base" local "$tmp/alone.json"; then
         pass "local suite"
     else
@@ -206,18 +159,10 @@ start_stage() {
     pids+=("$stage_pid")
 }
 if [[ -f "$tmp/alone.json" ]] && command -v python3 >/dev/null; then
-    nodes=""
-    stage_pids=()
-    for i in 1 2; do
-        p="$(free_port)"
-        "$convoy" stage --listen "127.0.0.1:$p" -m "$model" 2>"$tmp/stage$i.log" &
-        pids+=("$!")
-        stage_pids+=("$!")
-        nodes="${nodes:+$nodes,}127.0.0.1:$p"
-    done
-    sleep 0.5
+    start_local_stages "$tmp/stages.log" "$model" "$model"
+    stage_pids=("${pids[@]: -2}")
     # prompts go down the chain in pipelined chunks of 8 tokens
-    if start_server "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes" \
+    if serve_v1 "$tmp/serve-chain.log" --slots 4 --queue 16 --ctx 2048 --batch 32 --nodes "$nodes" \
         --peer-timeout 5000 --prefill-chunk 8; then
         if run_node "$base" chain "$tmp/alone.json"; then
             pass "pipeline suite (2 stages)"
@@ -267,7 +212,7 @@ fi
 if [[ -d "$tmp/lp-local" ]] && command -v python3 >/dev/null; then
     p="$(free_port)"
     start_stage "$p" "$tmp/stage-lp.log"
-    if start_server "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
+    if serve_v1 "$tmp/serve-lp.log" --slots 4 --queue 8 --ctx 2048 --batch 32 --chat-template chatml \
         --nodes "local,127.0.0.1:$p" --split 2,3 --peer-timeout 5000; then
         grep -q "INFO  plan: layers \[0, 2) here, \[2, 5) on 127.0.0.1:$p; a token in [0-9.]* ms predicted$" \
             "$tmp/serve-lp.log" &&
@@ -340,7 +285,7 @@ stream_until_stopped() {
 if command -v python3 >/dev/null; then
     p="$(free_port)"
     start_stage "$p" "$tmp/stage-rs.log"
-    if start_server "$tmp/serve-rs.log" --slots 2 --ctx 2048 --nodes "local,127.0.0.1:$p" --split 2,3 \
+    if serve_v1 "$tmp/serve-rs.log" --slots 2 --ctx 2048 --nodes "local,127.0.0.1:$p" --split 2,3 \
         --peer-timeout 5000 --failover-wait 6000; then
         body='{"model":"stories260K","prompt":"Once upon a time","max_tokens":48,"temperature":0}'
         long='{"model":"stories260K","prompt":"Once","max_tokens":1900,"temperature":0,"ignore_eos":true}'
@@ -385,8 +330,4 @@ if command -v python3 >/dev/null; then
     fi
 fi
 
-if ((failures)); then
-    echo "$failures failed"
-    exit 1
-fi
-echo "all passed"
+checks_summary

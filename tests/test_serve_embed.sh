@@ -11,38 +11,28 @@
 # Without npm (or when installing the clients fails) it skips, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_serve_embed.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_embed.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
-
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
 npm_need "$npm_dir" openai ollama
 cp "$src/tests/test_serve_embed.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+make_tmp
 
 # serve LOG ARGS...: convoy serve of the model on a free port; sets base once it listens
 serve() { start_serve "$convoy" "$1" -m "$model" -np 2 "${@:2}"; }
 
-failures=0
 serve "$tmp/plain.log"
 echo "== without --embeddings"
-node "$npm_dir/test_serve_embed.mjs" "$base" off || failures=$((failures + 1))
+expect "without --embeddings" node "$npm_dir/test_serve_embed.mjs" "$base" off
 
 serve "$tmp/single.log" --embeddings
 single="$base"
 echo "== one machine"
-node "$npm_dir/test_serve_embed.mjs" "$single" on || failures=$((failures + 1))
+expect "one machine" node "$npm_dir/test_serve_embed.mjs" "$single" on
 
-stage_port="$(free_port)"
-start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
-pids+=("$stage_pid")
-serve "$tmp/chain.log" --embeddings --nodes "local,127.0.0.1:$stage_port" --split 3,2
+start_local_stages "$tmp/stage.log" "$model"
+serve "$tmp/chain.log" --embeddings --nodes "local,$nodes" --split 3,2
 echo "== a 2-stage chain"
-node "$npm_dir/test_serve_embed.mjs" "$base" on "$single" || failures=$((failures + 1))
-[[ $failures -eq 0 ]]
+expect "a 2-stage chain" node "$npm_dir/test_serve_embed.mjs" "$base" on "$single"
+checks_summary

@@ -22,36 +22,16 @@
 #    arrays nested 25, 30, 60 and 65 deep: compiled or refused) and of the
 #    slow clients above, an honest chat request is answered within 2 s.
 set -uo pipefail
-convoy="${1:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_hardening.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed for raw clients"
-model="${CONVOY_SHARED:-$src/../shared}/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test model $model not found (clone ../shared beside the repo)"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "for raw clients"
+need_stories
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-has() { grep -q -- "$2" "$1"; }
+make_tmp KILL
 
-# start_server LOG ARGS...: convoy serve on a free port; sets server_pid
-# and base once it listens, else fails.
-start_server() {
-    local log="$1" port
-    shift
-    port="$(free_port)"
-    : >"$log"
-    "$convoy" serve -m "$model" --port "$port" -t 1 "$@" 2>>"$log" &
-    server_pid=$!
-    pids+=("$server_pid")
-    base="http://127.0.0.1:$port"
-    for _ in $(seq 100); do
-        has "$log" "listening on" && return 0
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    fail "convoy serve $* did not start: $(tail -3 "$log")"
-    return 1
+# serve_1t LOG ARGS...: start_server of the model on a free port, 1 thread.
+serve_1t() {
+    start_server "$1" -m "$model" --port "$(free_port)" -t 1 "${@:2}"
 }
 
 # honest_within_2s: a plain chat request to $base answers 200 within 2 s.
@@ -105,7 +85,7 @@ fifo_refused "serve --key" serve -m "$model" --port 0 --nodes "127.0.0.1:$(free_
 fifo_refused "stage --key" stage --listen "127.0.0.1:$(free_port)" -m "$model" --key "$tmp/fifo"
 
 # 3. Vary: Origin with an origin list
-if start_server "$tmp/cors.log" --cors "http://a.example,http://b.example"; then
+if serve_1t "$tmp/cors.log" --cors "http://a.example,http://b.example"; then
     curl -s -D "$tmp/h0" -o /dev/null "$base/v1/models"
     curl -s -D "$tmp/h1" -o /dev/null "$base/v1/models" -H "Origin: http://b.example"
     curl -s -D "$tmp/h2" -o /dev/null "$base/v1/models" -H "Origin: http://c.example"
@@ -121,7 +101,7 @@ fi
 stage_port="$(free_port)"
 start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
 pids+=("$stage_pid")
-if start_server "$tmp/pipe.log" --nodes "127.0.0.1:$stage_port" --failover-wait 60000 --peer-timeout 2000; then
+if serve_1t "$tmp/pipe.log" --nodes "127.0.0.1:$stage_port" --failover-wait 60000 --peer-timeout 2000; then
     expect "a pipeline up: /health 200" health_within 10 200
     kill -9 "$stage_pid"
     if health_within 15 503 && grep -q '"type":"unavailable_error"' "$tmp/health.json"; then
@@ -136,7 +116,7 @@ if start_server "$tmp/pipe.log" --nodes "127.0.0.1:$stage_port" --failover-wait 
 fi
 
 # 5. slow headers
-if start_server "$tmp/slow.log" --timeout 2; then
+if serve_1t "$tmp/slow.log" --timeout 2; then
     python3 - "${base#http://127.0.0.1:}" >"$tmp/slow.txt" <<'EOF'
 import socket, sys, time
 port = int(sys.argv[1])
@@ -183,7 +163,7 @@ EOF
 fi
 
 # 6. nested-array schemas, each followed by an honest request
-if start_server "$tmp/schema.log"; then
+if serve_1t "$tmp/schema.log"; then
     for depth in 25 30 60 65; do
         code="$(python3 - "$depth" "$base" <<'EOF'
 import json, sys, urllib.request, urllib.error

@@ -10,21 +10,16 @@
 #
 # Usage (CTest passes these): test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_keepalive.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed"
-command -v curl >/dev/null || skip "curl is needed"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3
+need curl
 
 model="$(synth_1024x6 "$convoy")" || exit 1
 
-tmp="$(mktemp -d)"
-port="$(free_port)"
-"$convoy" serve -m "$model" --port "$port" --slots 1 --client-slots 1 -t 1 --timeout 1 2>"$tmp/serve.log" &
-server_pid=$!
-trap 'kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-wait_listening "$port"
-url="http://127.0.0.1:$port"
+make_tmp
+start_serve "$convoy" "$tmp/serve.log" -m "$model" --slots 1 --client-slots 1 -t 1 --timeout 1
+url="$base"
 
 # the slot's holder: long enough (seconds) that the queued streams outlive --timeout several times
 curl -s "$url/v1/completions" -H 'Content-Type: application/json' \

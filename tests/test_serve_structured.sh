@@ -19,52 +19,27 @@
 # Usage (CTest passes these): test_serve_structured.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
 
-convoy="${1:?usage: test_serve_structured.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_structured.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
 templates="$shared/reference/chat-templates"
-npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
-
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
 npm_need "$npm_dir" openai ajv ajv-formats
 cp "$src/tests/test_serve_structured.mjs" "$src/tests/checks.mjs" "$npm_dir/"
-build="$(cd "$(dirname "$convoy")" && pwd)"
 
 # the schema compiler alone: random sentences of its grammars validated by ajv
 AJV_DIR="$npm_dir" node "$src/tests/test_schema_ajv.mjs" "$build" || exit 1
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+make_tmp
 
 # serve NAME ARGS...: convoy serve on a free port; sets url to its /v1.
 serve() {
-    local name="$1" port
-    shift
-    port="$(free_port)"
-    "$convoy" serve -m "$model" --host 127.0.0.1 --port "$port" "$@" >"$tmp/$name.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 200); do
-        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-        sleep 0.05
-    done
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "FAIL $name did not start: $(cat "$tmp/$name.log")"; exit 1; }
-    url="http://127.0.0.1:$port/v1"
+    start_serve "$convoy" "$tmp/$1.log" -m "$model" --host 127.0.0.1 "${@:2}" && url="$base/v1"
 }
 
-stage_port="$(free_port)"
-start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
-pids+=("$stage_pid")
+start_local_stages "$tmp/stage.log" "$model"
 
 serve one -np 4 && one="$url"
-serve chain -np 4 --nodes "local,127.0.0.1:$stage_port" && chain="$url"
+serve chain -np 4 --nodes "local,$nodes" && chain="$url"
 serve hermes --chat-template "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" && hermes="$url"
 serve mistral --chat-template "$templates/mistralai-Mistral-Nemo-Instruct-2407.jinja" && mistral="$url"
 serve llama3 --chat-template "$templates/meta-llama-Llama-3.1-8B-Instruct.jinja" && llama3="$url"

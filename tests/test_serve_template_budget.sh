@@ -20,16 +20,12 @@
 #    (the log's line for it, the last, ends within 1 s of the leaving; the
 #    render alone takes 2 s here).
 set -uo pipefail
-convoy="${1:?usage: test_serve_template_budget.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_template_budget.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed for the clients"
-model="${CONVOY_SHARED:-$src/../shared}/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test model $model not found (clone ../shared beside the repo)"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "for the clients"
+need_stories
 
-tmp="$(mktemp -d)"
-server_pid=""
-trap '[[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+make_tmp
 
 cat >"$tmp/hostile.jinja" <<'EOF'
 {%- set what = messages[0].content -%}
@@ -50,14 +46,8 @@ cat >"$tmp/hostile.jinja" <<'EOF'
 {% endfor %}<|assistant|>
 EOF
 
-port="$(free_port)"
-"$convoy" serve -m "$model" --port "$port" -t 1 --chat-template "$tmp/hostile.jinja" 2>"$tmp/serve.log" &
-server_pid=$!
-for _ in $(seq 100); do
-    grep -q "listening on" "$tmp/serve.log" && break
-    sleep 0.1
-done
-grep -q "listening on" "$tmp/serve.log" || { fail "the server did not start: $(tail -3 "$tmp/serve.log")"; exit 1; }
+start_serve "$convoy" "$tmp/serve.log" -m "$model" -t 1 --chat-template "$tmp/hostile.jinja"
+port="${base##*:}"
 
 python3 - "$port" "$server_pid" >"$tmp/out.txt" 2>&1 <<'EOF'
 import json, socket, sys, threading, time, urllib.error, urllib.request

@@ -26,47 +26,21 @@
 # when installing fails) it skips, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_serve_tool_calls.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
 templates="$shared/reference/chat-templates"
-npm_dir="$(cd "$(dirname "$convoy")" && pwd)/npm"
-
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-[[ -d "$templates" ]] || skip "test data $templates not found"
-command -v curl >/dev/null || skip "curl is needed"
+need_data "$templates"
+need curl
 npm_need "$npm_dir" openai ajv
 cp "$src/tests/test_serve_tool_calls.mjs" "$src/tests/checks.mjs" "$npm_dir/"
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
-failures=0
-pass() { echo "ok   $*"; }
-fail() {
-    echo "FAIL $*"
-    failures=$((failures + 1))
-}
+make_tmp
 
 # serve LOG ARGS...: convoy serve on a free port; sets base (.../v1) and
 # server_pid once it listens
 serve() {
-    local log="$1" port
-    shift
-    port="$(free_port)"
-    "$convoy" serve -m "$model" --host 127.0.0.1 --port "$port" "$@" 2>"$log" &
-    server_pid=$!
-    pids+=("$server_pid")
-    wait_for "listening on" "$log" 300 || { echo "FAIL convoy serve $*: $(tail -3 "$log")"; exit 1; }
-    base="http://127.0.0.1:$port/v1"
-}
-
-# stop: ends the last server started
-stop() {
-    kill "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
+    start_serve "$convoy" "$1" -m "$model" --host 127.0.0.1 "${@:2}" && base="$base/v1"
 }
 
 cat >"$tmp/hermes.jinja" <<'JINJA'
@@ -137,12 +111,10 @@ else
     fail "streamed chat with tools: $code $(head -c 500 "$tmp/body")"
 fi
 
-stop
+kill_server
 
 # 2. forced calls in each format, one machine and a 2-stage chain
-stage_port="$(free_port)"
-start_local_stage "$convoy" "$tmp/stage.log" "$stage_port" -m "$model"
-pids+=("$stage_pid")
+start_local_stages "$tmp/stage.log" "$model"
 for t in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llama-Llama-3.1-8B-Instruct; do
     echo "== $t, one machine and a 2-stage chain"
     serve "$tmp/$t.log" --chat-template "$templates/$t.jinja"
@@ -152,17 +124,17 @@ for t in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llam
     # format only: the others take the same paths there
     chain=""
     if [[ "${CONVOY_SANITIZED:-}" != 1 || "$t" == Qwen-* ]]; then
-        serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,127.0.0.1:$stage_port" \
+        serve "$tmp/$t.chain.log" --chat-template "$templates/$t.jinja" --nodes "local,$nodes" \
             --split 3,2
         chain="$base"
     fi
-    node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" $chain || failures=$((failures + 1))
+    expect "$t: the forced-call suite" node "$npm_dir/test_serve_tool_calls.mjs" forced "$single" $chain
     if [[ "$t" == Qwen-* ]]; then
-        node "$npm_dir/test_serve_tool_calls.mjs" responses "$single" || failures=$((failures + 1))
+        expect "$t: the responses suite" node "$npm_dir/test_serve_tool_calls.mjs" responses "$single"
     fi
-    [[ -n "$chain" ]] && stop
+    [[ -n "$chain" ]] && kill_server
     server_pid="$single_pid"
-    stop
+    kill_server
 done
 
 # 3. built-in families
@@ -201,13 +173,13 @@ for each in qwen2.5:Qwen-Qwen2.5-7B-Instruct:history qwen3:Qwen-Qwen3-0.6B:histo
     else
         fail "built-in $family with tools: $(diff "$tmp/ref.txt" "$tmp/native.txt" | head -10)"
     fi
-    [[ "$family" == qwen* ]] || node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" "$family" ||
-        failures=$((failures + 1))
-    stop
+    [[ "$family" == qwen* ]] ||
+        expect "built-in $family: the call suite" node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" "$family"
+    kill_server
 done
 serve "$tmp/chatml.log" --chat-template chatml
-node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" chatml || failures=$((failures + 1))
-stop
+expect "built-in chatml: the call suite" node "$npm_dir/test_serve_tool_calls.mjs" builtin "$base" chatml
+kill_server
 serve "$tmp/gemma.log" --chat-template gemma
 code="$(curl -s --max-time 60 -o "$tmp/body" -w '%{http_code}' "$base/chat/completions" -d @"$tmp/history.json")"
 if [[ "$code" == 400 ]] && grep -q 'gemma' "$tmp/body"; then
@@ -215,6 +187,6 @@ if [[ "$code" == 400 ]] && grep -q 'gemma' "$tmp/body"; then
 else
     fail "gemma with tools: $code $(head -c 300 "$tmp/body")"
 fi
-stop
+kill_server
 
-[[ "$failures" == 0 ]] || exit 1
+checks_summary

@@ -19,23 +19,14 @@
 # Skips without openssl, systemd-analyze or npm, except under CI=true.
 set -uo pipefail
 
-convoy="${1:?usage: test_service.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_service.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-build="$(cd "$(dirname "$convoy")" && pwd)"
-npm_dir="$build/npm"
-
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-command -v openssl >/dev/null || skip "openssl is needed for the test CA"
-command -v systemd-analyze >/dev/null || skip "systemd-analyze is needed to verify the units"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
+need openssl "for the test CA"
+need systemd-analyze "to verify the units"
 npm_need "$npm_dir" openai
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
-checks=0 failures=0
+make_tmp
 
 # 1. the units
 for unit in convoy-serve convoy-stage; do

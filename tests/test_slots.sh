@@ -14,23 +14,13 @@
 # the slot.
 set -uo pipefail
 
-convoy="${1:?usage: test_slots.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_slots.sh PATH/TO/convoy SOURCE_DIR}"
-. "$src/tests/lib.sh"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "no $model"
-command -v python3 >/dev/null || skip "python3 is needed"
-command -v curl >/dev/null || skip "curl is needed"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
+need python3
+need curl
 
-tmp="$(mktemp -d)"
-server_pid=""
-cleanup() {
-    [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+make_tmp
 
 mkdir -p "$tmp/slots"
 port=""
@@ -40,12 +30,8 @@ start() { # MODEL ARGS...
     port="$(free_port)"
     "$convoy" serve -m "$m" --port "$port" --slots 2 -t 1 "$@" 2>>"$tmp/server.log" &
     server_pid=$!
+    pids+=("$server_pid")
     wait_listening "$port"
-}
-stop() {
-    kill "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-    server_pid=""
 }
 post() { # PATH BODY: prints the status line's code, then the body
     curl -s -o "$tmp/body" -w '%{http_code}' -X POST "http://127.0.0.1:$port$1" \
@@ -84,7 +70,7 @@ out="$(post '/slots/0?action=restore' '{"filename": "nope.bin"}')"
 expect "restore of a missing file: 404" [ "$(head -1 <<<"$out")" = 404 ]
 out="$(post '/slots/7?action=save' '{"filename": "x.bin"}')"
 expect "a slot that does not exist: 400 naming it" grep -q "slot 7 does not exist" <<<"$out"
-stop
+kill_server
 
 # a fresh server: restore, then the same next turn
 start "$model" --slot-save-path "$tmp/slots"
@@ -105,7 +91,7 @@ expect "a cut slot file is refused, naming why" grep -q "announces" <<<"$out"
 printf 'XXXX' | cat - <(tail -c +5 "$tmp/slots/lily.bin") >"$tmp/slots/magic.bin"
 out="$(post '/slots/0?action=restore' '{"filename": "magic.bin"}')"
 expect "a file that is no slot file is refused" grep -q "not a version-1 convoy slot file" <<<"$out"
-stop
+kill_server
 
 # another model refuses the file; no --slot-save-path refuses save and restore
 other="$tmp/other.gguf"
@@ -113,10 +99,10 @@ other="$tmp/other.gguf"
 start "$other" --slot-save-path "$tmp/slots"
 out="$(post '/slots/0?action=restore' '{"filename": "lily.bin"}')"
 expect "a slot file of another model: 400 naming it" grep -q "saved with another model" <<<"$out"
-stop
+kill_server
 start "$model"
 out="$(post '/slots/0?action=save' '{"filename": "x.bin"}')"
 expect "without --slot-save-path, save is refused naming the option" grep -q -- "--slot-save-path" <<<"$out"
-stop
+kill_server
 
 checks_summary

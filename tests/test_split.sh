@@ -18,36 +18,16 @@
 #
 # Usage (CTest passes these): test_split.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_split.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_split.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-. "$src/tests/lib.sh"
-command -v python3 >/dev/null || skip "python3 is needed to pick free ports and flip bytes"
-model="$shared/models/stories260K.gguf"
-[[ -f "$model" ]] || skip "test data $model not found"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need python3 "to write the tokens and flip bytes"
+need_stories
 
-tmp="$(mktemp -d)"
-pids=()
-stop_stages() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    pids=()
-}
-trap 'stop_stages; rm -rf "$tmp"' EXIT
-failures=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+make_tmp
 
 # serve SHARD...: a stage per shard; their addresses, in order, in $nodes.
 serve() {
-    nodes=""
-    local port
-    for shard in "$@"; do
-        port="$(free_port)"
-        start_local_stage "$convoy" "$tmp/stages.log" "$port" -m "$shard"
-        pids+=("$stage_pid")
-        nodes+="${nodes:+,}127.0.0.1:$port"
-    done
+    start_local_stages "$tmp/stages.log" "$@"
 }
 
 prompt="Once upon a time"
@@ -55,7 +35,7 @@ python3 -c "import json; json.dump({'tokens': [1, 403, 407, 261, 378, 327, 3, 26
 "$convoy" eval -m "$model" --tokens "$tmp/tokens.json" --logits "$tmp/one.f32" 2>"$tmp/err" ||
     { echo "FAIL one machine's eval: $(cat "$tmp/err")"; exit 1; }
 one="$("$convoy" run -m "$model" -p "$prompt" -n 12 --temp 0 --ignore-eos --ids 2>/dev/null)"
-[[ -n "$one" ]] || { echo "FAIL one machine generated nothing"; exit 1; }
+[[ -n "$one" ]] || die "one machine generated nothing"
 
 # chain NAME NODES [ARGS...]: the chain's greedy tokens and logits against one machine's.
 chain() {
@@ -85,12 +65,12 @@ s3="$tmp/three/stories260K.shard-%d-of-3.gguf"
 # shellcheck disable=SC2059
 serve "$(printf "$s2" 1)" "$(printf "$s2" 2)"
 chain "2 shards" "$nodes"
-stop_stages
+stop_pids
 # shellcheck disable=SC2059
 serve "$(printf "$s3" 1)" "$(printf "$s3" 2)" "$(printf "$s3" 3)"
 chain "3 shards" "$nodes"
 chain "local + shards 2, 3 of 3" "local,${nodes#*,}"
-stop_stages
+stop_pids
 
 # refused NODES PATTERN WHY: a chain over NODES is refused (FINGERPRINT)
 # with a message that matches PATTERN.
@@ -106,21 +86,20 @@ refused() {
 # names TENSOR: the refusal of a tensor whose weights differ.
 names() { echo "tensor $1 differs from the head's (different weights)"; }
 
-synth() { "$convoy" synth --shape tiny --type Q8_0 --seed "$1" -o "$2" >/dev/null 2>&1; }
 mkdir -p "$tmp/a" "$tmp/b"
-synth 1 "$tmp/a/m.gguf" && synth 2 "$tmp/b/m.gguf" || { echo "FAIL convoy synth"; exit 1; }
+synth_tiny 1 "$tmp/a/m.gguf" && synth_tiny 2 "$tmp/b/m.gguf" || die "convoy synth"
 "$convoy" split "$tmp/a/m.gguf" --stages 2 -o "$tmp/a" >/dev/null && "$convoy" split "$tmp/b/m.gguf" --stages 2 \
     -o "$tmp/b" >/dev/null || { echo "FAIL split of the synth models"; exit 1; }
 head="$tmp/a/m.gguf"
 serve "$tmp/a/m.shard-1-of-2.gguf" "$tmp/b/m.shard-2-of-2.gguf"
 refused "$nodes" "$(names blk.3.attn_q.weight)" "a shard of another model (seed 2) as the last stage"
-stop_stages
+stop_pids
 
 cp "$tmp/a/m.shard-1-of-2.gguf" "$tmp/flipped.gguf"
 flip_tensor_byte "$convoy" "$tmp/flipped.gguf" blk.1.ffn_up.weight
 serve "$tmp/flipped.gguf" "$tmp/a/m.shard-2-of-2.gguf"
 refused "$nodes" "$(names blk.1.ffn_up.weight)" "one byte changed in the first shard's blk.1.ffn_up.weight"
-stop_stages
+stop_pids
 
 # a shard's key/values are the model's: one changed (llama.rope.freq_base
 # 10000 -> 20000) makes its metadata hash another model's
@@ -135,7 +114,7 @@ struct.pack_into('<f', d, i + 4, 20000.0)
 open(sys.argv[1], 'wb').write(d)" "$tmp/rekeyed.gguf"
 serve "$tmp/a/m.shard-1-of-2.gguf" "$tmp/rekeyed.gguf"
 refused "$nodes" "model fingerprint differs" "a shard with a changed key/value"
-stop_stages
+stop_pids
 
 # ranges that do not fit
 mkdir -p "$tmp/c"
@@ -157,7 +136,7 @@ elif grep -q "no node after them holds layers \[2, 5)" "$tmp/err"; then
 else
     fail "nodes short of the model: not refused as expected: $(cat "$tmp/err")"
 fi
-stop_stages
+stop_pids
 
 # A head that ignores the ranges (a real head's assignment of every layer,
 # replayed) is refused by the node itself.
@@ -173,18 +152,18 @@ if wait "$capture_pid"; then
     else
         fail "a node took layers outside its shard: $(cat "$tmp/out")"
     fi
-    stop_stages
+    stop_pids
 else
     fail "no assignment HELLO captured from the head"
 fi
 
 : >"$tmp/stages.log"
 serve "$tmp/c/stories260K.shard-1-of-2.gguf"
-stop_stages
+stop_pids
 if grep -q "hashes from $tmp/c/stories260K.shard-1-of-2.gguf.convoy-hashes" "$tmp/stages.log"; then
     pass "a restarted stage reads its shard's hashes from the cache"
 else
     fail "no cache hit on restart: $(cat "$tmp/stages.log")"
 fi
 
-[[ "$failures" -eq 0 ]]
+checks_summary

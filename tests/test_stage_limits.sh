@@ -15,23 +15,14 @@
 #
 # Usage (CTest passes these): test_stage_limits.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
-convoy="${1:?usage: test_stage_limits.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_stage_limits.sh PATH/TO/convoy SOURCE_DIR}"
-shared="${CONVOY_SHARED:-$src/../shared}"
-model="$shared/models/stories260K.gguf"
-. "$src/tests/lib.sh"
-[[ -f "$model" ]] || skip "test data $model not found"
-command -v python3 >/dev/null || skip "python3 is needed to craft frames"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+need_stories
+need python3 "to craft frames"
 
-tmp="$(mktemp -d)"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+make_tmp
 peer=(python3 "$src/tests/stage_peer.py")
 head=(-m "$model" -p "Once upon a time" -n 4 --temp 0 --ctx 256 --batch 4)
-fail() {
-    echo "FAIL $*"
-    exit 1
-}
 
 # A real head's assignment HELLO, taken by a fake node.
 fake="$(free_port)"
@@ -39,7 +30,7 @@ fake="$(free_port)"
 capture_pid=$!
 wait_listening "$fake"
 "$convoy" run "${head[@]}" --nodes "127.0.0.1:$fake" >/dev/null 2>&1
-wait "$capture_pid" || fail "no assignment HELLO captured from the head"
+wait "$capture_pid" || die "no assignment HELLO captured from the head"
 
 port="$(free_port)"
 start_local_stage "$convoy" "$tmp/stage.log" "$port" -m "$model" --mem 256M --timeout 1500
@@ -48,26 +39,26 @@ rss() { awk '/VmRSS/ {print $2}' "/proc/$stage_pid/status"; }
 
 echo "1. a HELLO of 4096 slots x 8192 positions"
 before="$(rss)"
-"${peer[@]}" check "$port" "$tmp/hello" huge || fail "the stage took a huge HELLO"
+"${peer[@]}" check "$port" "$tmp/hello" huge || die "the stage took a huge HELLO"
 after="$(rss)"
 echo "  stage resident: $before KB before, $after KB after"
-((after - before < 1024)) || fail "the stage grew by $((after - before)) KB"
+((after - before < 1024)) || die "the stage grew by $((after - before)) KB"
 
 echo "2. FORWARDs over the agreed size or of another type"
-"${peer[@]}" check "$port" "$tmp/hello" forwards || fail "a FORWARD was not refused as it should be"
+"${peer[@]}" check "$port" "$tmp/hello" forwards || die "a FORWARD was not refused as it should be"
 
 echo "3. a silent head"
-"${peer[@]}" check "$port" "$tmp/hello" silent || fail "the silent session was not ended"
+"${peer[@]}" check "$port" "$tmp/hello" silent || die "the silent session was not ended"
 start=$(date +%s%N)
-out="$("$convoy" run "${head[@]}" --nodes "127.0.0.1:$port" 2>&1)" || fail "a real head after the silent one: $out"
+out="$("$convoy" run "${head[@]}" --nodes "127.0.0.1:$port" 2>&1)" || die "a real head after the silent one: $out"
 ms=$((($(date +%s%N) - start) / 1000000))
 echo "  a real head served in $ms ms"
-((ms < 2000)) || fail "the real head waited $ms ms"
+((ms < 2000)) || die "the real head waited $ms ms"
 
 echo "4. the default budget"
 port2="$(free_port)"
 start_local_stage "$convoy" "$tmp/default.log" "$port2" -m "$model"
 pids+=("$stage_pid")
-grep -q "budget [0-9.]* GB (MemAvailable)" "$tmp/default.log" || fail "no MemAvailable budget: $(cat "$tmp/default.log")"
+grep -q "budget [0-9.]* GB (MemAvailable)" "$tmp/default.log" || die "no MemAvailable budget: $(cat "$tmp/default.log")"
 grep -o "budget [^,]*" "$tmp/default.log"
 echo "PASS"

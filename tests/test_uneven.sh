@@ -14,31 +14,18 @@
 # skips, except under CI=true, where that is a failure.
 set -uo pipefail
 
-convoy="${1:?usage: test_uneven.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_uneven.sh PATH/TO/convoy SOURCE_DIR}"
-cluster="$src/scripts/cluster.sh"
-export CONVOY_CLUSTER_PREFIX=cvu
-
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
 need_netns test_uneven
 
-tmp="$(mktemp -d)"
-stage_pids=()
-trap 'kill "${stage_pids[@]}" 2>/dev/null; wait 2>/dev/null; bash "$cluster" down; rm -rf "$tmp"' EXIT
-
 model="$(synth_1024x6 "$convoy")" || exit 1
+test_hosts cvu 4
 own_kb="$(stage_own_kb "$convoy" "$model" "$tmp")" || exit 1
 mem=$(((own_kb + 88 * 1024) * 1024))
 prompt="Once upon a time"
 
-bash "$cluster" up 4 >/dev/null || { echo "FAIL: cluster.sh up 4"; exit 1; }
 bash "$cluster" cpu 2 25 2>"$tmp/cpu.err" || skip "test_uneven needs a cpu cgroup: $(cat "$tmp/cpu.err")"
-nodes=""
-for h in 1 2 3; do
-    start_host_stage "$cluster" "$h" "$convoy" "$tmp/stage$h.log" -m "$model" --mem "$mem"
-    stage_pids+=("$stage_pid")
-    nodes="${nodes:+$nodes,}10.77.0.$((h + 1)):7000"
-done
+start_host_stages "$cluster" "$tmp" "1 2 3" -m "$model" --insecure --mem "$mem"
 
 "$convoy" run -m "$model" -p "$prompt" -n 24 --temp 0 --ignore-eos --ids --ctx 256 >"$tmp/one.ids" 2>"$tmp/one.err" ||
     { echo "FAIL one machine: $(cat "$tmp/one.err")"; exit 1; }
