@@ -464,7 +464,8 @@ typedef struct convoy_logprob {
 int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out);
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq);
-/* Keeps the first len positions of a slot (rollback: no copy). */
+/* Keeps the first len positions of a slot (rollback: no copy). These two
+ * fail, naming it, on a slot outside [0, n_slot). */
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen);
 /* Empties a slot and resets its sampler to greedy. */
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen);

@@ -335,6 +335,8 @@ static void test_bad_batches_refused(void)
     int32_t bad_seq[2] = {0, 9}, pos2[2] = {0, 0};
     convoy_batch slot = {.n_tokens = 2, .token = tok, .pos = pos2, .seq = bad_seq, .want = want};
     CHECK(convoy_decode(c, &slot, logits, err, sizeof err) == -1 && strstr(err, "slot"));
+    CHECK(convoy_seq_free(c, 9, err, sizeof err) == -1 && strstr(err, "slot 9"));
+    CHECK(convoy_seq_truncate(c, -1, 0, err, sizeof err) == -1 && strstr(err, "slot -1"));
     int32_t bad_tok[1] = {512};
     convoy_batch id = {.n_tokens = 1, .token = bad_tok, .pos = pos2, .seq = seq, .want = want};
     CHECK(convoy_decode(c, &id, logits, err, sizeof err) == -1 && strstr(err, "vocabulary"));

@@ -382,8 +382,19 @@ int convoy_logprobs(const convoy_ctx *c, int32_t i, convoy_logprob *out)
 
 int32_t convoy_seq_len(const convoy_ctx *c, int32_t seq) { return c->be->ops->seq_len(c->be, seq); }
 
+/* A slot a call names must be one of the context's: the backends index
+ * their per-slot arrays with it. */
+static int bad_slot(const convoy_ctx *c, int32_t seq, char *err, size_t errlen)
+{
+    if (seq >= 0 && seq < c->n_slot)
+        return 0;
+    return cv_errf(err, errlen, "slot %d: slots are [0, %d)", seq, c->n_slot);
+}
+
 int convoy_seq_truncate(convoy_ctx *c, int32_t seq, int32_t len, char *err, size_t errlen)
 {
+    if (bad_slot(c, seq, err, errlen))
+        return -1;
     return c->be->ops->seq_truncate(c->be, seq, len, err, errlen);
 }
 
@@ -397,5 +408,7 @@ int convoy_seq_copy(convoy_ctx *c, int32_t src, int32_t dst, int32_t len, char *
 
 int convoy_seq_free(convoy_ctx *c, int32_t seq, char *err, size_t errlen)
 {
+    if (bad_slot(c, seq, err, errlen))
+        return -1;
     return c->be->ops->seq_free(c->be, seq, err, errlen);
 }
