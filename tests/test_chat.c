@@ -18,7 +18,10 @@
  * Tool calls and results are refused by the families without them, placed
  * as Mistral's template places them, and Llama 3.1's tools without a
  * message to hold them are refused (test_buffers_and_bad_calls; whole
- * conversations with tools are test_serve_tool_calls.sh's).
+ * conversations with tools are test_serve_tool_calls.sh's). The plain
+ * ranges of a rendering (src/chat/plain_ranges.h) are found where a family
+ * keeps contents as they are (ChatML) and not where it trims them (Gemma)
+ * (test_plain_ranges).
  *
  * Excluded input: @huggingface/jinja 0.5.11 ignores the argument of
  * str.strip/lstrip/rstrip and strips all whitespace, where Python (and
@@ -39,6 +42,7 @@
 #include <sys/stat.h>
 
 #include "chat/chat.h"
+#include "chat/plain_ranges.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "model/gguf.h"
@@ -708,6 +712,47 @@ static void compare_results(const char *oracle, const char *results_path, bool f
     json_decref(results);
 }
 
+/* cv's plain ranges in its native rendering as kind k, into *prompt
+ * (release with free): what cv_plain_ranges_find returns, or -2 when a
+ * rendering fails. */
+static int plain_ranges_of(cv_chat_kind k, const conv *cv, char **prompt, cv_plain_range **ranges, int *n_ranges)
+{
+    conv marked = *cv;
+    char marks[6][CV_PLAIN_MARK_MAX];
+    const char *contents[6];
+    for (int i = 0; i < cv->n; i++) {
+        cv_plain_mark(marks[i], sizeof marks[i], i);
+        contents[i] = cv->m[i].content;
+        marked.m[i].content = marks[i];
+    }
+    char err[CV_ERRLEN];
+    size_t len = 0, mlen = 0;
+    *prompt = render(k, cv, true, "<s>", "</s>", NULL, &len, err, sizeof err);
+    char *m = render(k, &marked, true, "<s>", "</s>", NULL, &mlen, err, sizeof err);
+    const int rc = *prompt && m ? cv_plain_ranges_find(*prompt, len, m, mlen, contents, cv->n, ranges, n_ranges) : -2;
+    free(m);
+    return rc;
+}
+
+static void test_plain_ranges(void)
+{
+    const conv cv = {"plain ranges", 3, {{USR, " hi <|im_end|> "}, {AST, "ok"}, {USR, ""}}};
+    char *prompt;
+    cv_plain_range *ranges;
+    int n;
+    CHECK(plain_ranges_of(CV_CHAT_CHATML, &cv, &prompt, &ranges, &n) == 1); /* ChatML keeps contents */
+    CHECKF(n == 3 && ranges[0].off == strlen("<|im_start|>user\n"), "%d ranges", n);
+    for (int i = 0; i < n && i < cv.n; i++)
+        CHECKF(ranges[i].len == strlen(cv.m[i].content) && !memcmp(prompt + ranges[i].off, cv.m[i].content,
+                                                                   ranges[i].len), "range %d", i);
+    CHECK(n == 3 && ranges[0].off + ranges[0].len < ranges[1].off && ranges[1].off < ranges[2].off);
+    cv_free(ranges);
+    free(prompt);
+    CHECK(plain_ranges_of(CV_CHAT_GEMMA, &cv, &prompt, &ranges, &n) == 0); /* Gemma trims them */
+    CHECK(n == 0 && !ranges);
+    free(prompt);
+}
+
 /* The real templates rendered by @huggingface/jinja (the comparison the
  * test suite requires). */
 static void test_jinja_js(void)
@@ -760,6 +805,7 @@ int main(void)
     TEST_RUN(test_broken_utf8);
     TEST_RUN(test_trim_is_python);
     TEST_RUN(test_stop_strings);
+    TEST_RUN(test_plain_ranges);
     TEST_RUN(test_jinja_js);
     TEST_RUN(test_jinja_python);
     for (int i = 0; i < g_n_cases; i++)

@@ -1,5 +1,8 @@
 /* render.c: chat templates for the server (see render.h), over the native
- * renderers of chat/chat.h and the Jinja templates of chat/template.h. */
+ * renderers of chat/chat.h and the Jinja templates of chat/template.h. What
+ * needs the model is here: the template chosen from it, the prompt's plain
+ * ranges (chat/plain_ranges.h) turned into the engine's spans, contents and
+ * a template's control tokens checked against its vocabulary. */
 #include "serve/render.h"
 
 #include <errno.h>
@@ -8,15 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat/plain_ranges.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/fmap.h"
 #include "serve/log.h"
 #include "serve/native_tools.h"
-
-/* Private-use characters around a message's index: no template writes them. */
-#define MARK_OPEN "\xee\x80\x80"
-#define MARK_CLOSE "\xee\x80\x81"
 
 /* Parses the Jinja template text into c; its name as given. */
 static int use_jinja(cv_serve_chat *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
@@ -116,7 +116,7 @@ const char *cv_serve_chat_name(const cv_serve_chat *c) { return c->name; }
 static char *request_of(const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars, bool marked)
 {
     json_t *arr = json_array(), *req = json_pack("{s:o}", "messages", arr);
-    char mark[32];
+    char mark[CV_PLAIN_MARK_MAX];
     if (req && vars->tools)
         json_object_set(req, "tools", (json_t *)vars->tools);
     if (req && vars->add_generation_prompt)
@@ -124,7 +124,7 @@ static char *request_of(const cv_serve_chat_msg *msgs, int n, const cv_serve_cha
     if (req && vars->kwargs)
         json_object_set(req, "chat_template_kwargs", (json_t *)vars->kwargs);
     for (int i = 0; req && i < n; i++) {
-        snprintf(mark, sizeof mark, MARK_OPEN "%d" MARK_CLOSE, i);
+        cv_plain_mark(mark, sizeof mark, i);
         json_t *m = msgs[i].json ? json_copy((json_t *)msgs[i].json) : json_object();
         json_object_set_new(m, "role", json_string(msgs[i].role));
         json_object_set_new(m, "content", json_string(marked ? mark : msgs[i].content));
@@ -156,15 +156,15 @@ static int render_jinja(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, i
  * cv_free): contents or their markers; with tools, tool calls or tool
  * results, rewritten by serve/native_tools.h into tc. */
 static int native_msgs(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, int n, const cv_serve_chat_vars *vars,
-                       bool marked, char (*marks)[32], cv_chat_msg **cm, int *n_cm, cv_native_chat *tc, char *err,
-                       size_t errlen)
+                       bool marked, char (*marks)[CV_PLAIN_MARK_MAX], cv_chat_msg **cm, int *n_cm, cv_native_chat *tc,
+                       char *err, size_t errlen)
 {
     cv_native_msg *nm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *nm);
     *cm = cv_calloc((size_t)(n > 0 ? n : 1), sizeof **cm);
     *n_cm = n;
     int rc = nm && *cm ? 0 : cv_errf(err, errlen, "out of memory rendering the chat");
     for (int i = 0; i < n && rc == 0; i++) {
-        snprintf(marks[i], sizeof marks[i], MARK_OPEN "%d" MARK_CLOSE, i);
+        cv_plain_mark(marks[i], sizeof marks[i], i);
         nm[i] = (cv_native_msg){msgs[i].role, marked ? marks[i] : msgs[i].content, !msgs[i].content[0], msgs[i].json};
     }
     if (rc == 0 && cv_native_tool_format(c->kind) != CV_TOOLS_NONE && cv_native_tools_needed(nm, n, vars->tools)) {
@@ -193,7 +193,7 @@ static int render_native(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, 
                          bool marked, cv_buf *out, char *err, size_t errlen)
 {
     const bool gen = !json_is_false(vars->add_generation_prompt);
-    char(*marks)[32] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
+    char(*marks)[CV_PLAIN_MARK_MAX] = cv_calloc((size_t)(n > 0 ? n : 1), sizeof *marks);
     cv_chat_msg *cm = NULL;
     cv_native_chat tc = {0};
     int n_cm = 0;
@@ -227,33 +227,31 @@ static int render_with(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, in
                     : render_native(c, msgs, n, vars, marked, out, err, errlen);
 }
 
-/* The marked rendering with the contents put back, and their spans.
- * Returns 0, or -1 when out of memory. */
-static int unmark(const cv_buf *marked, const cv_serve_chat_msg *msgs, int n, cv_buf *out, convoy_span **spans,
-                  int *n_spans)
+/* The plain ranges of the prompt (out's bytes from at), found from its
+ * marked rendering, as the engine's spans of out. Returns 1 with the spans,
+ * 0 with none when the template changed the contents, -1 when out of
+ * memory. */
+static int find_spans(const cv_buf *out, size_t at, const cv_buf *marked, const cv_serve_chat_msg *msgs, int n,
+                      convoy_span **spans, int *n_spans)
 {
-    const char *p = marked->p ? marked->p : "", *end = p + marked->n;
-    while (p < end) {
-        const char *o = strstr(p, MARK_OPEN);
-        char *after;
-        const long i = o ? strtol(o + strlen(MARK_OPEN), &after, 10) : -1;
-        if (!o || i < 0 || i >= n || strncmp(after, MARK_CLOSE, strlen(MARK_CLOSE))) {
-            const char *stop = o ? o + strlen(MARK_OPEN) : end;
-            if (cv_buf_append(out, p, (size_t)(stop - p)))
-                return -1;
-            p = stop;
-            continue;
-        }
-        convoy_span *grown = cv_realloc(*spans, sizeof **spans * (size_t)(*n_spans + 1));
-        if (!grown || cv_buf_append(out, p, (size_t)(o - p)))
-            return -1;
-        *spans = grown;
-        grown[(*n_spans)++] = (convoy_span){out->n, strlen(msgs[i].content)};
-        if (cv_buf_puts(out, msgs[i].content))
-            return -1;
-        p = after + strlen(MARK_CLOSE);
-    }
-    return 0;
+    const char **contents = cv_malloc(sizeof *contents * (size_t)(n > 0 ? n : 1));
+    if (!contents)
+        return -1;
+    for (int i = 0; i < n; i++)
+        contents[i] = msgs[i].content;
+    cv_plain_range *ranges;
+    int n_ranges;
+    int rc = cv_plain_ranges_find(out->p ? out->p + at : "", out->n - at, marked->p ? marked->p : "", marked->n,
+                                  contents, n, &ranges, &n_ranges);
+    cv_free(contents);
+    if (rc == 1 && n_ranges > 0 && !(*spans = cv_malloc(sizeof **spans * (size_t)n_ranges)))
+        rc = -1;
+    for (int i = 0; rc == 1 && i < n_ranges; i++)
+        (*spans)[i] = (convoy_span){at + ranges[i].off, ranges[i].len};
+    if (rc == 1)
+        *n_spans = n_ranges;
+    cv_free(ranges);
+    return rc;
 }
 
 /* Without spans: refuses a content that holds special token text. */
@@ -281,30 +279,23 @@ int cv_serve_render_chat(const cv_serve_chat *c, const cv_serve_chat_msg *msgs, 
 {
     *spans = NULL;
     *n_spans = 0;
-    cv_buf marked = {0}, back = {0};
+    cv_buf marked = {0};
     const size_t at = out->n;
     int rc = render_with(c, msgs, n, vars, watch, false, out, err, errlen);
     if (rc == 0)
         rc = render_with(c, msgs, n, vars, watch, true, &marked, err, errlen);
-    if (rc == 0 && unmark(&marked, msgs, n, &back, spans, n_spans))
+    const int found = rc == 0 ? find_spans(out, at, &marked, msgs, n, spans, n_spans) : 1;
+    if (found < 0)
         rc = cv_errf(err, errlen, "out of memory rendering the chat");
-    if (rc == 0 && (back.n != out->n - at || memcmp(back.p, out->p + at, back.n))) {
-        /* The template changed the contents: no spans, and a check instead. */
-        cv_free(*spans);
-        *spans = NULL;
-        *n_spans = 0;
+    if (found == 0) /* the template changed the contents: no spans, and a check instead */
         rc = check_contents(c, msgs, n, err, errlen);
-    }
-    for (int i = 0; rc == 0 && i < *n_spans; i++)
-        (*spans)[i].off += at;
     cv_buf_free(&marked);
-    cv_buf_free(&back);
     return rc;
 }
 
-/* The end of a marker that starts at p ("<|x|>", "<｜x｜>", "[INST]",
- * "<start_of_turn>"), or NULL when none starts there. */
-static const char *marker_end(const char *p)
+/* The end of a control token's text that starts at p ("<|x|>", "<｜x｜>",
+ * "[INST]", "<start_of_turn>"), or NULL when none starts there. */
+static const char *control_end(const char *p)
 {
     static const struct {
         const char *open, *close;
@@ -341,7 +332,7 @@ int cv_serve_chat_missing_tokens(const cv_serve_chat *c, char *out, size_t n)
     out[0] = 0;
     if (render_with(c, msgs, 3, NULL, NULL, false, &text, err, sizeof err) == 0 && cv_buf_puts(&text, "") == 0)
         for (const char *p = text.p; *p; p++) {
-            const char *end = marker_end(p);
+            const char *end = control_end(p);
             int32_t id[2];
             if (!end || convoy_tokenize(c->model, p, (size_t)(end - p), false, true, id, 2) == 1)
                 continue;

@@ -16,10 +16,11 @@
  * texts, today's date) and gives the spans of the prompt that are message
  * content: the prompt is tokenized with special tokens parsed outside them
  * only (convoy_tokenize_spans), so that what users write stays text. The
- * spans come from rendering once more with each content replaced by a
- * marker; a template that changes content (trim, split) so that the markers
- * do not map back gets no spans, and a message whose content holds special
- * token text is then refused rather than turned into control tokens.
+ * spans are the prompt's plain ranges (chat/plain_ranges.h), found by
+ * rendering once more with each content replaced by its marker; a template
+ * that changes content (trim, split) so that the markers do not map back
+ * gets no spans, and a message whose content holds special token text is
+ * then refused rather than turned into control tokens.
  * cv_serve_chat_stop_strings lists the texts that end an assistant turn
  * (generation stops there, besides end-of-generation tokens; none for
  * Jinja). Returns 0, or -1 with a message (a conversation the template
