@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_symbols.sh: every symbol the engine library exports carries the
 # project's prefix, cv_ (internal) or convoy_ (the API of include/convoy.h),
-# so that convoy links beside other code (ggml's cv_quantize_row_q8_0_ref, a
+# so that convoy links beside other code (ggml's quantize_row_q8_0_ref, a
 # host's own helpers) without a clash. Lists the global symbols that
 # libconvoy_engine.a (beside the convoy binary) defines, with nm, and fails
 # on each one without the prefix, naming it and its object file; fails too
@@ -12,11 +12,9 @@
 # Usage (CTest passes these): test_symbols.sh PATH/TO/convoy SOURCE_DIR
 set -uo pipefail
 
-convoy="${1:?usage: test_symbols.sh PATH/TO/convoy SOURCE_DIR}"
-src="${2:?usage: test_symbols.sh PATH/TO/convoy SOURCE_DIR}"
-lib="$(dirname "$convoy")/libconvoy_engine.a"
-
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+test_args "$@"
+lib="$build/libconvoy_engine.a"
 command -v nm >/dev/null || skip "nm (binutils) is needed"
 [[ -f "$lib" ]] || { echo "FAIL no engine library at $lib"; exit 1; }
 

@@ -18,10 +18,10 @@
 
 #include "kernels/types.h"
 
-/* IQ4_NL's 16 values, GGML's cv_kvalues_iq4nl. */
+/* IQ4_NL's 16 values, GGML's kvalues_iq4nl. */
 extern const int8_t cv_kvalues_iq4nl[16];
 
-/* MXFP4's 16 values, GGML's cv_kvalues_mxfp4: the E2M1 floats doubled
+/* MXFP4's 16 values, GGML's kvalues_mxfp4: the E2M1 floats doubled
  * (0, 0.5, 1, 1.5, 2, 3, 4, 6 times 2, bit 3 the sign). */
 extern const int8_t cv_kvalues_mxfp4[16];
 
@@ -52,7 +52,7 @@ void cv_quantize_row_iq4_nl(const float *x, void *y, int64_t n);
 void cv_quantize_row_iq4_xs(const float *x, void *y, int64_t n);
 void cv_quantize_row_mxfp4(const float *x, void *y, int64_t n);
 /* The Q8_0 activation rule for d and qs, and s = fp16((amax / 127) * sum
- * of qs), as llama.cpp's AVX2 cv_quantize_row_q8_1 (its sum is of the same
+ * of qs), as llama.cpp's AVX2 quantize_row_q8_1 (its sum is of the same
  * quants wherever the input is finite). */
 void cv_quantize_row_q8_1(const float *x, void *y, int64_t n);
 
