@@ -356,13 +356,13 @@ static int check_alignment_key(parser *p)
     return 0;
 }
 
-typedef struct span {
+typedef struct extent {
     uint64_t offset, end, idx;
-} span;
+} extent;
 
-static int cmp_span(const void *a, const void *b)
+static int cmp_extent(const void *a, const void *b)
 {
-    const span *x = a, *y = b;
+    const extent *x = a, *y = b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
@@ -391,23 +391,23 @@ static int check_data(parser *p)
                            ", size %" PRIu64 ", file %zu)", t->offset, f->data_offset, t->size, len);
         t->data = p->c.buf + f->data_offset + t->offset;
     }
-    span *spans = cv_malloc((size_t)f->n_tensors * sizeof(span));
-    if (!spans)
+    extent *extents = cv_malloc((size_t)f->n_tensors * sizeof(extent));
+    if (!extents)
         return fail(p, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        spans[i] = (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].size, i};
-    qsort(spans, (size_t)f->n_tensors, sizeof(span), cmp_span);
+        extents[i] = (extent){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].size, i};
+    qsort(extents, (size_t)f->n_tensors, sizeof(extent), cmp_extent);
     for (uint64_t i = 1; i < f->n_tensors; i++)
-        if (spans[i].offset < spans[i - 1].end) {
-            const gguf_tensor *a = &f->tensors[spans[i - 1].idx], *b = &f->tensors[spans[i].idx];
+        if (extents[i].offset < extents[i - 1].end) {
+            const gguf_tensor *a = &f->tensors[extents[i - 1].idx], *b = &f->tensors[extents[i].idx];
             char shown[72];
-            p->idx = spans[i].idx;
+            p->idx = extents[i].idx;
             p->cur_name = b->name;
-            cv_free(spans);
+            cv_free(extents);
             return fail(p, "overlaps tensor '%s' (offset %" PRIu64 " is inside [%" PRIu64 ", %" PRIu64 "))",
                         printable(a->name, shown), b->offset, a->offset, a->offset + a->size);
         }
-    cv_free(spans);
+    cv_free(extents);
     return 0;
 }
 

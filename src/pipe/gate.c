@@ -498,7 +498,7 @@ int cv_node_rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
     if (!rate_key(n->head_link, key))
         return 0;
     const int64_t now = cv_now_ms();
-    rate_slot *s = NULL, *oldest = &n->rate[0];
+    rate_entry *s = NULL, *oldest = &n->rate[0];
     for (int i = 0; i < RATE_ADDRS && !s; i++) {
         if (!memcmp(n->rate[i].key, key, sizeof key))
             s = &n->rate[i];
@@ -507,7 +507,7 @@ int cv_node_rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
     }
     if (!s) {
         s = oldest;
-        *s = (rate_slot){.tokens = HELLO_BURST, .t_ms = now};
+        *s = (rate_entry){.tokens = HELLO_BURST, .t_ms = now};
         memcpy(s->key, key, sizeof key);
     }
     s->tokens += (double)(now - s->t_ms) * HELLO_PER_S / 1000.0;
