@@ -22,7 +22,7 @@ static void usage(FILE *f)
                "  are those computed at the pipeline's last stage\n"
                "  --ctx N: a context of N positions (default and at least: the tokens'); Phi-3's RoPE factors\n"
                "  depend on it, as in llama.cpp\n"
-               "  --key FILE: the cluster key (`convoy keygen FILE`) that the stages hold too: every link is\n"
+               "  --key FILE: the cluster key (`convoy keygen FILE`) that the nodes hold too: every link is\n"
                "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n");
 }
 

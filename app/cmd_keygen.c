@@ -12,7 +12,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: convoy keygen FILE\n"
                "  writes a new random 32-byte cluster key to FILE (64 hex digits, mode 0600; an existing\n"
                "  file is never overwritten). Copy it to every machine of the pipeline and give it to the\n"
-               "  head and every stage with --key FILE: links are then authenticated and encrypted.\n");
+               "  head and every node with --key FILE: links are then authenticated and encrypted.\n");
 }
 
 int cmd_keygen(int argc, char **argv)

@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "  itself when back, or the others (tried for --failover-wait, default 15000 ms); generation\n"
             "  goes on with the same tokens. Without --split the layers move when a node slows down (as\n"
             "  `convoy serve`); --no-rebalance keeps the first plan.\n"
-            "  --key FILE: the cluster key (`convoy keygen FILE`) that the stages hold too: every link is\n"
+            "  --key FILE: the cluster key (`convoy keygen FILE`) that the nodes hold too: every link is\n"
             "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n"
             "  --draft: speculative decoding with prompt lookup (ngram) or a draft model with the same\n"
             "  vocabulary; --spec-k fixes the drafts per round (default: chosen from acceptance and timing).\n"

@@ -98,7 +98,7 @@ static void usage(FILE *f)
             "  --peer-timeout (default 5000 ms; a working node pulses) or gone is replaced by a --standby\n"
             "  node, itself when back, or the others: requests pause and go on with the same text (tried\n"
             "  for --failover-wait, default 15000 ms, then requests fail with 503 until it is back);\n"
-            "  --key FILE: the cluster key (`convoy keygen FILE`) that the stages hold too: every link is\n"
+            "  --key FILE: the cluster key (`convoy keygen FILE`) that the nodes hold too: every link is\n"
             "  authenticated and encrypted; without it, a node not on loopback is refused unless --insecure.\n"
             "  Without --split the layers move while serving when a node slows down (each stage times every\n"
             "  batch; a plan predicted 15%% faster for 5 s is moved to as a failover would, and undone if it\n"

@@ -287,16 +287,16 @@ static void header_value(const char *line, size_t len, const char *name, char *o
     snprintf(out, n, "%.*s", (int)(m < n ? m : n - 1), v);
 }
 
-typedef struct head_fields {
+typedef struct header_fields {
     char linked_etag[128], linked_size[32], etag[128], length[32];
-} head_fields;
+} header_fields;
 
 static size_t on_header(char *line, size_t size, size_t n, void *user)
 {
-    head_fields *h = user;
+    header_fields *h = user;
     const size_t len = size * n;
     if (len > 5 && strncmp(line, "HTTP/", 5) == 0)
-        *h = (head_fields){0}; /* each response of a redirect starts afresh */
+        *h = (header_fields){0}; /* each response of a redirect starts afresh */
     header_value(line, len, "x-linked-etag:", h->linked_etag, sizeof h->linked_etag);
     header_value(line, len, "x-linked-size:", h->linked_size, sizeof h->linked_size);
     header_value(line, len, "etag:", h->etag, sizeof h->etag);
@@ -319,7 +319,7 @@ static bool is_sha256_hex(const char *s)
 static int stat_remote(const char *url, hub_remote *out, char *err, size_t errlen)
 {
     hub_http x;
-    head_fields h = {0};
+    header_fields h = {0};
     long code = 0;
     *out = (hub_remote){0};
     if (http_open(&x, url, false, err, errlen))

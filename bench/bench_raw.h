@@ -1,5 +1,5 @@
 /* bench_raw.h: the raw lines every benchmark appends beside its table
- * (DESIGN.md §7): one JSON object per run, with the commit and the machine
+ * (docs/DESIGN.md §13): one JSON object per run, with the commit and the machine
  * (CPU model) added to the run's own fields, so that a figure quoted in a
  * note can be traced to its run. Header-only: each benchmark is one program.
  *

@@ -15,7 +15,7 @@
  * of each pair (with the smallest and largest ratio beside it). The
  * targets are the unsplit model here (-t threads) and, with --nodes, a
  * pipeline of `convoy stage` nodes. With --draft, every target also runs
- * with speculative decoding (DESIGN.md §7: reported both ways), and its
+ * with speculative decoding (docs/DESIGN.md §13: reported both ways), and its
  * aggregate is also divided by the unsplit model's for 1 user with the same
  * speculation. Appends one JSON line per run to bench/out/users.jsonl.
  *

@@ -3,7 +3,7 @@
 # #37). Three stages on test hosts 1..3 (scripts/cluster.sh, prefix "cvb"),
 # the head on host 0; host 2 held to PCT% of a core (default 25) from the
 # start, each stage's --mem at its own bytes plus MEM_MB (default 180: 6
-# of the default model's 8 layers, 4 with the output head), so no stage
+# of the default model's 8 layers, 4 with the output matrix), so no stage
 # holds the model alone. It decodes N tokens (default 48) one stream at a
 # time with every split the budgets allow (--split a,b,c, zeros included) and prints each one's
 # tokens/s; then the planner's plan and the sweep's three fastest splits

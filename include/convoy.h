@@ -70,7 +70,7 @@ int convoy_model_id(const convoy_model *m, uint8_t out[CONVOY_MODEL_ID_BYTES], c
 int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                     int32_t *out, int32_t n_max);
 /* convoy_tokenize with special tokens parsed, except inside the plain
- * spans (byte ranges of text, sorted and disjoint): a rendered chat whose
+ * ranges (byte ranges of text, sorted and disjoint): a rendered chat whose
  * message contents must stay text ("<|im_start|>" a user writes is not the
  * control token). */
 typedef struct convoy_span {
@@ -390,7 +390,7 @@ typedef struct convoy_batch {
  * length: it is stale, and every wanted row of it gives -1, draws nothing
  * and changes nothing. */
 int convoy_step(convoy_ctx *c, const convoy_batch *b, int32_t *tokens, char *err, size_t errlen);
-/* Micro-batches (DESIGN.md §4): up to convoy_ctx_depth batches in flight
+/* Micro-batches (docs/DESIGN.md §9.2): up to convoy_ctx_depth batches in flight
  * (1 on one machine, the number of stages on a pipeline), so that every
  * stage works on a different batch. convoy_submit starts a batch (on one
  * machine it runs it); convoy_collect waits for the oldest batch in flight
@@ -477,7 +477,7 @@ int convoy_seq_copy(convoy_ctx *c, int32_t src, int32_t dst, int32_t len, char *
 
 /* ---- speculative decoding ---- */
 
-/* Speculative decoding (DESIGN.md §5). A convoy_spec proposes drafts for
+/* Speculative decoding (docs/DESIGN.md §11). A convoy_spec proposes drafts for
  * slots of a context from a drafter at the head: "ngram" (the continuation
  * of the latest earlier occurrence of the last tokens) or a GGUF draft
  * model with the target's vocabulary, run greedily on this machine. K, the

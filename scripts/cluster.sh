@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cluster.sh: a cluster of test "hosts" on one machine (DESIGN.md §6).
+# cluster.sh: a cluster of test "hosts" on one machine (docs/DESIGN.md §13).
 #
 #   cluster.sh up K                 create hosts 0..K-1 (replacing a leftover cluster; see "Sharing")
 #   cluster.sh down [--force]       stop everything and remove it (idempotent, safe after failures)

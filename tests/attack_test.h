@@ -301,13 +301,13 @@ static inline void send_forward(cv_link *l, uint32_t rows, uint32_t act_type, ui
     const cv_msg_forward m = {.n_embd = (uint32_t)n_embd, .act_type = (uint8_t)act_type, .flags = CV_FWD_HAS_HIDDEN};
     /* the fixed part of a 1-row FORWARD with the attack's count (its first
      * field): records and activations go as parts of their own */
-    uint8_t head[CV_FWD_FIXED_SIZE + sizeof *tok];
+    uint8_t header[CV_FWD_FIXED_SIZE + sizeof *tok];
     size_t len;
     const cv_msg_forward one = {.n_tokens = 1, .n_embd = m.n_embd, .act_type = m.act_type, .flags = m.flags,
                                 .tokens = tok, .act = act};
-    CHECKF(cv_msg_forward_encode_head(&one, head, sizeof head, &len, err, sizeof err) == 0, "%s", err);
-    memcpy(head, &rows, sizeof rows);
-    const struct iovec parts[3] = {{head, CV_FWD_FIXED_SIZE},
+    CHECKF(cv_msg_forward_encode_header(&one, header, sizeof header, &len, err, sizeof err) == 0, "%s", err);
+    memcpy(header, &rows, sizeof rows);
+    const struct iovec parts[3] = {{header, CV_FWD_FIXED_SIZE},
                                    {tok, rows * sizeof *tok},
                                    {act, (size_t)cv_act_bytes(act_type, rows, n_embd)}};
     uint64_t ticket;

@@ -90,7 +90,7 @@ static void send_ship(cv_link *l, uint64_t offset, uint64_t size)
     size_t len;
     const cv_msg_ship m = {.offset = offset, .size = size};
     const uint64_t n = 16;
-    CHECKF(cv_msg_ship_encode_head(&m, p, sizeof p, &len, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_msg_ship_encode_header(&m, p, sizeof p, &len, err, sizeof err) == 0, "%s", err);
     p[len] = CV_PACK_RAW; /* codec/pack.h: kind, u64 length, the bytes */
     memcpy(p + len + 1, &n, 8);
     memset(p + len + 9, 0xab, n);

@@ -1,6 +1,6 @@
 /* test_embed.c: embeddings through the engine API, against a reference
  * computed here without the engine's pooling code: stories260K's forward
- * pass bound without its head (so it returns the last layer's hidden
+ * pass bound without its output matrix (so it returns the last layer's hidden
  * states) runs the prompt one token at a time; each state gets the output
  * norm, the states are summed in position order and divided by their
  * number, and the mean is L2-normalized with the norm summed in double.
@@ -35,7 +35,7 @@ static const char *const PROMPT = "Once upon a time, there was a little girl who
 static const char *const OTHER = "The dog ran to the big tree.";
 
 /* The prompt's final normalized hidden states [n][n_embd], one token per
- * forward pass of the model bound without its head. */
+ * forward pass of the model bound without its output matrix. */
 static int reference_states(const char *path, const int32_t *tok, int n, float *states)
 {
     char err[512];

@@ -2,12 +2,12 @@
 # test_fingerprint.sh: a stage is accepted only if the weights it will read
 # are the head's. Tiny synthetic models, a head with a local first stage
 # (layers [0, 2) here, --split 2,3) and one `convoy stage` on loopback
-# (layers [2, 5) and the output head):
+# (layers [2, 5) and the output matrix):
 # 1. the same shape with other weights (--seed 2) is refused at HELLO,
 #    naming the first tensor of the stage's layers that differs;
 # 2. one byte flipped in blk.3.attn_k.weight (the stage's layers) is
 #    refused naming that tensor, and one in output.weight (the stage holds
-#    the output head) naming it;
+#    the output matrix) naming it;
 # 3. one byte flipped in blk.0.attn_q.weight (the head's own layers) or in
 #    token_embd.weight (a stage reads hidden states, not embeddings) is
 #    accepted, and the chain generates what one machine does;

@@ -31,7 +31,7 @@ static cv_plan_model model16(void)
     for (int i = 0; i < 16; i++)
         layer16[i] = GB / 4; /* 16 layers of 0.25 GB: 4 GB */
     return (cv_plan_model){.n_layer = 16, .layer_bytes = layer16, .kv_bytes_per_layer = 0, .fixed_bytes = 0,
-                           .head_bytes = GB / 2};
+                           .output_bytes = GB / 2};
 }
 
 static void test_equal_speed_equal_share(void)
@@ -84,9 +84,9 @@ static void test_unmeasured_node_as_the_mean(void)
     CHECKF(p.us_shared > 1224.99 && p.us_shared < 1225.01, "%.3f", p.us_shared);
 }
 
-/* 3 nodes of 2.5 GB (10 layers; 8 with the head), the middle one 4 times
- * slower. One stream: shared 7 + 2 + 7 take 2200 us, 8 + 8 without the
- * slow node 1600. Several: 7 + 2 + 7 keep the slowest stage at 800 us,
+/* 3 nodes of 2.5 GB (10 layers; 8 with the output matrix), the middle
+ * one 4 times slower. One stream: shared 7 + 2 + 7 take 2200 us, 8 + 8
+ * without the slow node 1600. Several: 7 + 2 + 7 keep the slowest stage at 800 us,
  * as 8 + 8 would: the shared plan stays. */
 static void test_slow_node_left_out_by_search(void)
 {
@@ -132,19 +132,19 @@ static void test_head_matrix_counts_as_work(void)
     uint64_t layer5[5];
     for (int i = 0; i < 5; i++)
         layer5[i] = 3400000;
-    cv_plan_model m = {.n_layer = 5, .layer_bytes = layer5, .head_bytes = 2100000, .head_work_bytes = 2100000};
+    cv_plan_model m = {.n_layer = 5, .layer_bytes = layer5, .output_bytes = 2100000, .output_work_bytes = 2100000};
     cv_plan_node nodes[2] = {node(NULL, 10 * GB, 100), node(NULL, 10 * GB, 100)};
     cv_plan_result p;
     char err[256];
     CHECKF(cv_plan_layers(&m, 2, nodes, NULL, 1, &p, err, sizeof err) == 0, "%s", err);
     CHECKF(p.last[0] == 3 && p.first[1] == 3 && p.last[1] == 5, "[%d,%d) [%d,%d)", p.first[0], p.last[0], p.first[1],
            p.last[1]);
-    m.head_work_bytes = 8500000;
+    m.output_work_bytes = 8500000;
     CHECKF(cv_plan_layers(&m, 2, nodes, NULL, 1, &p, err, sizeof err) == 0, "%s", err);
     CHECKF(p.last[0] == 4, "a matrix of 2.5 layers: [%d,%d) [%d,%d)", p.first[0], p.last[0], p.first[1], p.last[1]);
 }
 
-static void test_memory_caps_and_head_bytes(void)
+static void test_memory_caps_and_output_bytes(void)
 {
     cv_plan_model m = model16();
     /* 4 nodes of 1.5 GB: 6 layers fit each, but the last also holds 0.5 GB of head */
@@ -272,7 +272,7 @@ static void test_experts_paged(void)
 static void test_stage_work(void)
 {
     cv_plan_model m = model16();
-    m.head_work_bytes = GB / 2; /* two layers' worth */
+    m.output_work_bytes = GB / 2; /* two layers' worth */
     CHECK(cv_plan_stage_work(&m, 0, 4) == 4.0);
     CHECK(cv_plan_stage_work(&m, 12, 16) == 6.0);
     CHECK(cv_plan_stage_work(&m, 5, 5) == 0.0);
@@ -309,7 +309,7 @@ int main(void)
     TEST_RUN(test_streams_choose_the_objective);
     TEST_RUN(test_unmeasured_node_as_the_mean);
     TEST_RUN(test_head_matrix_counts_as_work);
-    TEST_RUN(test_memory_caps_and_head_bytes);
+    TEST_RUN(test_memory_caps_and_output_bytes);
     TEST_RUN(test_head_moves_forward);
     TEST_RUN(test_slow_node_left_out);
     TEST_RUN(test_slow_node_left_out_by_search);

@@ -322,7 +322,7 @@ static void test_fetch_ship(void)
     check_truncations(buf, n, dec_fetch, "FETCH");
     CHECK(cv_msg_validate(CV_MSG_FETCH, buf, n, err, sizeof err) == 0);
     cv_msg_ship m = {.offset = 4096, .size = 1u << 20}, d;
-    CHECKF(cv_msg_ship_encode_head(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
+    CHECKF(cv_msg_ship_encode_header(&m, buf, sizeof buf, &n, err, sizeof err) == 0, "%s", err);
     CHECK(n == CV_SHIP_FIXED_SIZE);
     memcpy(buf + n, "\0\1\0\0\0\0\0\0\0x", 10); /* a raw segment of one byte */
     CHECKF(cv_msg_ship_decode(buf, n + 10, &d, err, sizeof err) == 0, "%s", err);
@@ -333,7 +333,7 @@ static void test_fetch_ship(void)
     CHECK(has(corrupt_u32(buf, n + 10, 0, 1u << 20, dec_ship), "not inside the file"));
     CHECK(dec_ship(buf, CV_SHIP_PAYLOAD_MAX + 1, err, sizeof err) == -1 && has(err, "expected 1 to"));
     m.offset = m.size;
-    CHECK(cv_msg_ship_encode_head(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "not inside"));
+    CHECK(cv_msg_ship_encode_header(&m, buf, sizeof buf, &n, err, sizeof err) == -1 && has(err, "not inside"));
     CHECK(!strcmp(cv_msg_type_name(CV_MSG_FETCH), "FETCH") && !strcmp(cv_msg_type_name(CV_MSG_SHIP), "SHIP"));
 }
 
@@ -435,14 +435,14 @@ static void test_forward(void)
     memcpy(shifted + 1, buf, n);
     CHECK(cv_msg_forward_decode(shifted + 1, n, &d, err, sizeof err) == -1 && has(err, "aligned"));
 
-    /* head only + activations and trail in parts of their own give the same bytes */
+    /* header only + activations and trail in parts of their own give the same bytes */
     static _Alignas(64) uint8_t two[sizeof buf];
-    size_t head = 0;
-    CHECK(cv_msg_forward_encode_head(&m, two, sizeof two, &head, err, sizeof err) == 0);
-    CHECK(head == cv_msg_forward_head_size(&m) &&
-          head + cv_msg_forward_act_size(&m) + cv_msg_forward_trail_size(&m) == n);
-    memcpy(two + head, act, sizeof act);
-    cv_msg_forward_encode_trail(&m, two + head + sizeof act);
+    size_t header = 0;
+    CHECK(cv_msg_forward_encode_header(&m, two, sizeof two, &header, err, sizeof err) == 0);
+    CHECK(header == cv_msg_forward_header_size(&m) &&
+          header + cv_msg_forward_act_size(&m) + cv_msg_forward_trail_size(&m) == n);
+    memcpy(two + header, act, sizeof act);
+    cv_msg_forward_encode_trail(&m, two + header + sizeof act);
     CHECK(memcmp(two, buf, n) == 0);
 
     /* a trail after activations of an odd size is read unaligned */
@@ -875,7 +875,7 @@ static int write_corpus(const char *dir)
     rc |= cv_msg_fetch_encode(1u << 20, buf, sizeof buf, &n, err, sizeof err);
     write_seed(dir, "fetch", CV_MSG_FETCH, buf, n);
     const cv_msg_ship ship = {.offset = 0, .size = 64};
-    rc |= cv_msg_ship_encode_head(&ship, buf, sizeof buf, &n, err, sizeof err);
+    rc |= cv_msg_ship_encode_header(&ship, buf, sizeof buf, &n, err, sizeof err);
     memcpy(buf + n, "\0\4\0\0\0\0\0\0\0GGUF", 13);
     write_seed(dir, "ship", CV_MSG_SHIP, buf, n + 13);
     if (rc)

@@ -98,7 +98,7 @@ static void test_sizes(void)
     fill_skewed(buf, n);
     CHECK(round_trip(buf, n, 8) < n / 3);
     fill_random(buf, n);
-    CHECK(round_trip(buf, n, 8) == n + CV_RANS_HEAD_BYTES);
+    CHECK(round_trip(buf, n, 8) == n + CV_RANS_HEADER_BYTES);
     char err[CV_ERRLEN];
     uint64_t len;
     CHECK(cv_rans_encode(buf, n, 0, buf, 0, &len, err, sizeof err) == -1 && strstr(err, "lanes"));
@@ -111,7 +111,7 @@ static void test_sizes(void)
 static void hostile(int lanes)
 {
     const uint64_t n = 5000;
-    uint8_t src[5000], back[5000], coded[5000 + CV_RANS_HEAD_BYTES];
+    uint8_t src[5000], back[5000], coded[5000 + CV_RANS_HEADER_BYTES];
     uint64_t len, got;
     char err[CV_ERRLEN];
     fill_skewed(src, n);
@@ -432,7 +432,7 @@ static void test_synth_models(void)
         p.n_threads = 2;
         CHECKF(convoy_synth_file(&p, path, NULL, NULL, err, sizeof err) == 0, "%s: %s", types[i], err);
         uint64_t coded = 0, bytes = file_round_trip(path, &coded);
-        CHECK(coded > 0 && coded < bytes + 64 * CV_RANS_HEAD_BYTES);
+        CHECK(coded > 0 && coded < bytes + 64 * CV_RANS_HEADER_BYTES);
         fprintf(stderr, "  synth %s: %" PRIu64 " -> %" PRIu64 " bytes of tensors\n", types[i], bytes, coded);
     }
     unlink(path);
@@ -476,7 +476,7 @@ static void test_pack(void)
     CHECK(cv_pack_read((uint8_t *)packed, plen, out, &size, &n_segments, err, sizeof err) == -1 &&
           strstr(err, "version 1"));
     /* a head claiming a terabyte, then a raw segment of a byte too many */
-    uint8_t huge[CV_PACK_HEAD_BYTES + CV_PACK_RAW_HEAD_BYTES] = "CVPK";
+    uint8_t huge[CV_PACK_HEADER_BYTES + CV_PACK_RAW_HEADER_BYTES] = "CVPK";
     put_le(huge + 4, CV_PACK_VERSION, 4);
     put_le(huge + 8, 1ull << 40, 8);
     put_le(huge + 16, 1, 8);
@@ -766,7 +766,7 @@ static void refuse_cuts(const cv_pack_src *s, uint64_t at)
  * and every cut of a raw and a tensor segment. */
 static void test_segment_refusals(void)
 {
-    const size_t n = CV_PACK_TENSOR_HEAD_BYTES + MIB + 4;
+    const size_t n = CV_PACK_TENSOR_HEADER_BYTES + MIB + 4;
     uint8_t *seg = calloc(n, 1);
     char err[CV_ERRLEN];
     put_le(seg + 1, MIB + 1, 8);

@@ -120,8 +120,8 @@ static int check_segment(const cv_pack_src *s, const cv_pack_segment *seg, uint6
         seg->kind != want.kind || seg->type != want.type)
         return cv_errf(err, errlen, "pack: [%" PRIu64 ", +%" PRIu64 ") of kind %u, type %" PRIu32
                        " is not a segment of the file", seg->offset, seg->len, seg->kind, seg->type);
-    const uint64_t need = seg->kind == CV_PACK_RAW ? CV_PACK_RAW_HEAD_BYTES + seg->len
-                                                   : CV_PACK_TENSOR_HEAD_BYTES + cv_planes_bound(seg->type, seg->len);
+    const uint64_t need = seg->kind == CV_PACK_RAW ? CV_PACK_RAW_HEADER_BYTES + seg->len
+                                                   : CV_PACK_TENSOR_HEADER_BYTES + cv_planes_bound(seg->type, seg->len);
     if (cap < need)
         return cv_errf(err, errlen, "pack: %" PRIu64 " bytes of room for a segment that may take %" PRIu64, cap,
                        need);
@@ -140,17 +140,17 @@ int cv_pack_segment_encode(const cv_pack_src *s, const cv_pack_segment *seg, uin
     dst[0] = seg->kind;
     if (seg->kind == CV_PACK_RAW) {
         put_le(dst + 1, seg->len, 8);
-        memcpy(dst + CV_PACK_RAW_HEAD_BYTES, p, seg->len);
-        *len = CV_PACK_RAW_HEAD_BYTES + seg->len;
+        memcpy(dst + CV_PACK_RAW_HEADER_BYTES, p, seg->len);
+        *len = CV_PACK_RAW_HEADER_BYTES + seg->len;
         return 0;
     }
     uint64_t coded;
     put_le(dst + 1, seg->type, 4);
     put_le(dst + 5, seg->len, 8);
-    if (cv_planes_encode(seg->type, p, seg->len, dst + CV_PACK_TENSOR_HEAD_BYTES, cap - CV_PACK_TENSOR_HEAD_BYTES,
+    if (cv_planes_encode(seg->type, p, seg->len, dst + CV_PACK_TENSOR_HEADER_BYTES, cap - CV_PACK_TENSOR_HEADER_BYTES,
                          &coded, err, errlen))
         return -1;
-    *len = CV_PACK_TENSOR_HEAD_BYTES + coded;
+    *len = CV_PACK_TENSOR_HEADER_BYTES + coded;
     return 0;
 }
 
@@ -199,19 +199,19 @@ static int put(FILE *out, const void *p, uint64_t n, uint64_t *count, char *err,
 
 int cv_pack_write(const cv_pack_src *s, FILE *out, uint64_t *packed, char *err, size_t errlen)
 {
-    uint8_t head[CV_PACK_HEAD_BYTES];
+    uint8_t header[CV_PACK_HEADER_BYTES];
     *packed = 0;
     if (cv_pack_src_check(s, err, errlen))
         return -1;
-    memcpy(head, CV_PACK_MAGIC, 4);
-    put_le(head + 4, CV_PACK_VERSION, 4);
-    put_le(head + 8, s->size, 8);
-    put_le(head + 16, cv_pack_count(s), 8);
+    memcpy(header, CV_PACK_MAGIC, 4);
+    put_le(header + 4, CV_PACK_VERSION, 4);
+    put_le(header + 8, s->size, 8);
+    put_le(header + 16, cv_pack_count(s), 8);
     const uint64_t bound = cv_pack_segment_bound();
     uint8_t *buf = cv_malloc(bound);
     if (!buf)
         return cv_errf(err, errlen, "pack: out of memory for %" PRIu64 " bytes", bound);
-    int rc = put(out, head, sizeof head, packed, err, errlen);
+    int rc = put(out, header, sizeof header, packed, err, errlen);
     cv_pack_segment seg;
     for (uint64_t at = 0; !rc && at < s->size; at += seg.len) {
         uint64_t len;

@@ -53,20 +53,20 @@
 
 #define CV_PACK_MAGIC "CVPK"
 #define CV_PACK_VERSION 2u
-#define CV_PACK_HEAD_BYTES 24
+#define CV_PACK_HEADER_BYTES 24
 #define CV_PACK_RAW 0
 #define CV_PACK_TENSOR 1
-#define CV_PACK_RAW_HEAD_BYTES 9     /* kind, len */
-#define CV_PACK_TENSOR_HEAD_BYTES 13 /* kind, type, len */
+#define CV_PACK_RAW_HEADER_BYTES 9    /* kind, len */
+#define CV_PACK_TENSOR_HEADER_BYTES 13 /* kind, type, len */
 #define CV_PACK_SEGMENT_MAX (1u << 20) /* the most bytes of the file one segment covers */
 /* The most bytes one encoded segment takes: a tensor's header and planes.h's
  * bound for CV_PACK_SEGMENT_MAX bytes (a rans.h header per stream), a raw
  * segment's being less. A constant, for frame sizes. */
 #define CV_PACK_SEGMENT_BOUND \
-    (CV_PACK_TENSOR_HEAD_BYTES + CV_PACK_SEGMENT_MAX + CV_PLANES_MAX_STREAMS * CV_RANS_HEAD_BYTES)
-static_assert(CV_PACK_HEAD_BYTES == 4 + 4 + 8 + 8, "header: magic, version, size, n_segments");
-static_assert(CV_PACK_RAW_HEAD_BYTES == 1 + 8 && CV_PACK_TENSOR_HEAD_BYTES == 1 + 4 + 8, "segment headers");
-static_assert(CV_PACK_RAW_HEAD_BYTES + CV_PACK_SEGMENT_MAX <= CV_PACK_SEGMENT_BOUND, "a raw segment fits the bound");
+    (CV_PACK_TENSOR_HEADER_BYTES + CV_PACK_SEGMENT_MAX + CV_PLANES_MAX_STREAMS * CV_RANS_HEADER_BYTES)
+static_assert(CV_PACK_HEADER_BYTES == 4 + 4 + 8 + 8, "header: magic, version, size, n_segments");
+static_assert(CV_PACK_RAW_HEADER_BYTES == 1 + 8 && CV_PACK_TENSOR_HEADER_BYTES == 1 + 4 + 8, "segment headers");
+static_assert(CV_PACK_RAW_HEADER_BYTES + CV_PACK_SEGMENT_MAX <= CV_PACK_SEGMENT_BOUND, "a raw segment fits the bound");
 
 /* A tensor's place in the file: [offset, offset + size), GGML type. */
 typedef struct cv_pack_tensor {

@@ -116,14 +116,14 @@ static uint64_t encode_coded(const uint8_t *src, uint64_t n, int lanes, uint8_t 
     count_bytes(src, n, cnt);
     normalize(cnt, n, freq);
     const uint64_t stored = cv_rans_bound(n);
-    uint64_t fixed = CV_RANS_HEAD_BYTES + 1 + CV_RANS_BITMAP_BYTES + 8 + 4 * (uint64_t)lanes;
+    uint64_t fixed = CV_RANS_HEADER_BYTES + 1 + CV_RANS_BITMAP_BYTES + 8 + 4 * (uint64_t)lanes;
     for (int s = 0; s < 256; s++)
         fixed += freq[s] ? 2 : 0;
     if (coded_bits(cnt, freq) / 8 + fixed >= (double)stored)
         return 0;
     for (int s = 0, at = 0; s < 256; at += (int)freq[s], s++)
         start[s] = (uint32_t)at;
-    uint8_t *p = dst + CV_RANS_HEAD_BYTES;
+    uint8_t *p = dst + CV_RANS_HEADER_BYTES;
     *p++ = (uint8_t)lanes;
     p += put_model(p, freq);
     uint8_t *words_at = p + 8 + 4 * (size_t)lanes;
@@ -151,7 +151,7 @@ int cv_rans_encode(const uint8_t *src, uint64_t n, int lanes, uint8_t *dst, uint
     dst[0] = *len ? CV_RANS_CODED : CV_RANS_STORED;
     if (!*len) {
         if (n)
-            memcpy(dst + CV_RANS_HEAD_BYTES, src, n);
+            memcpy(dst + CV_RANS_HEADER_BYTES, src, n);
         *len = cv_rans_bound(n);
     }
     return 0;
@@ -170,7 +170,7 @@ static int read_model(cv_cursor *c, uint32_t tab[CV_RANS_SCALE], char *err, size
         if (c->failed)
             break;
         if (f == 0 || f > CV_RANS_SCALE - at)
-            return cv_errf(err, errlen, "rans: symbol %d has frequency %" PRIu32 " (%" PRIu32 " slots left of %u)",
+            return cv_errf(err, errlen, "rans: symbol %d has frequency %" PRIu32 " (%" PRIu32 " cells left of %u)",
                            s, f, CV_RANS_SCALE - at, CV_RANS_SCALE);
         for (uint32_t j = 0; j < f; j++)
             tab[at + j] = (uint32_t)s | (f - 1) << 8 | j << 20;

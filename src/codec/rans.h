@@ -54,15 +54,15 @@
 #define CV_RANS_MAX_LANES 32
 #define CV_RANS_LANES 32 /* what convoy's own streams use: 32 states in flight decode twice as fast as 8 */
 
-#define CV_RANS_HEAD_BYTES 9   /* method, n */
+#define CV_RANS_HEADER_BYTES 9 /* method, n */
 #define CV_RANS_BITMAP_BYTES 32
-static_assert(CV_RANS_HEAD_BYTES == 1 + sizeof(uint64_t), "stream header: method u8, n u64");
+static_assert(CV_RANS_HEADER_BYTES == 1 + sizeof(uint64_t), "stream header: method u8, n u64");
 static_assert(CV_RANS_BITMAP_BYTES * 8 == 256, "one presence bit per byte value");
 static_assert(CV_RANS_SCALE_BITS <= 16, "one 16-bit word renormalizes a state");
 static_assert(CV_RANS_MAX_LANES <= 255, "lanes fit their u8");
 
 /* The most bytes cv_rans_encode writes for n input bytes. */
-static inline uint64_t cv_rans_bound(uint64_t n) { return CV_RANS_HEAD_BYTES + n; }
+static inline uint64_t cv_rans_bound(uint64_t n) { return CV_RANS_HEADER_BYTES + n; }
 
 /* Codes src[0..n) as one stream into dst (cap >= cv_rans_bound(n)) with
  * `lanes` lanes (1..CV_RANS_MAX_LANES); *len gets the stream's size. */

@@ -8,7 +8,7 @@
  * series' length (about 0.6 GB/s on a Sapphire Rapids core, near the
  * scalar loop; 32 lanes about 1.6 GB/s), and each operation is the
  * shortest measured there:
- * - the cells' table entries (`slots` below: the states mod
+ * - the cells' table entries (`cells` below: the states mod
  *   CV_RANS_SCALE) by eight scalar loads put together (a vpgatherdd alone
  *   takes 33 cycles), each byte out of its entry;
  * - x = freq * (x >> 12) + c - start, as (freq - 1) * q + (q + bias),
@@ -41,10 +41,10 @@
 static const uint8_t place[256][32] __attribute__((aligned(32))) = {PLACE64(0u), PLACE64(64u), PLACE64(128u),
                                                                       PLACE64(192u)};
 
-/* tab[slots[l]] for the eight lanes. */
-static inline __m256i lookup8(const uint32_t *tab, __m256i slots)
+/* tab[cells[l]] for the eight lanes. */
+static inline __m256i lookup8(const uint32_t *tab, __m256i cells)
 {
-    const __m128i lo = _mm256_castsi256_si128(slots), hi = _mm256_extracti128_si256(slots, 1);
+    const __m128i lo = _mm256_castsi256_si128(cells), hi = _mm256_extracti128_si256(cells, 1);
     const uint64_t s01 = (uint64_t)_mm_cvtsi128_si64(lo), s23 = (uint64_t)_mm_extract_epi64(lo, 1);
     const uint64_t s45 = (uint64_t)_mm_cvtsi128_si64(hi), s67 = (uint64_t)_mm_extract_epi64(hi, 1);
     __m128i a = _mm_cvtsi32_si128((int)tab[(uint32_t)s01]), b = _mm_cvtsi32_si128((int)tab[(uint32_t)s45]);

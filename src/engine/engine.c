@@ -157,9 +157,10 @@ int convoy_tokenize(const convoy_model *m, const char *text, size_t len, bool ad
 int convoy_tokenize_spans(const convoy_model *m, const char *text, size_t len, bool add_special,
                           const convoy_span *plain, int32_t n_plain, int32_t *out, int32_t n_max)
 {
-    /* The same layout (two size_t); the engine's span type stays private. */
-    _Static_assert(sizeof(convoy_span) == sizeof(cv_text_span), "span layouts differ");
-    return cv_tokenize_spans(&m->vocab, text, len, add_special, true, (const cv_text_span *)plain, n_plain, out, n_max);
+    /* The same layout (two size_t); the engine's plain range type stays private. */
+    _Static_assert(sizeof(convoy_span) == sizeof(cv_text_range), "plain range layouts differ");
+    return cv_tokenize_plain(&m->vocab, text, len, add_special, true, (const cv_text_range *)plain, n_plain, out,
+                             n_max);
 }
 
 int convoy_token_piece(const convoy_model *m, int32_t id, char *buf, int32_t n)

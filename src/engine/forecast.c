@@ -60,12 +60,12 @@ static int shape_model(const struct convoy_synth_params *shape, const cv_plan_se
                            2 * matrix_bytes(t, shape->n_ff, e) + matrix_bytes(t, e, shape->n_ff) + 2 * 4 * (uint64_t)e;
     for (int64_t l = 0; l < shape->n_layer; l++)
         layer_bytes[l] = layer;
-    const uint64_t head = matrix_bytes(t, shape->n_vocab, e);
+    const uint64_t output = matrix_bytes(t, shape->n_vocab, e);
     const uint64_t logits = 4 * (uint64_t)shape->n_vocab * (uint64_t)s->n_batch;
     *pm = (cv_plan_model){.n_layer = (int32_t)shape->n_layer, .layer_bytes = layer_bytes,
                           .kv_bytes_per_layer = (uint64_t)s->n_ctx * (uint64_t)s->n_slot * 2 * (uint64_t)kv *
                                                 (s->kv_f16 ? 2 : 4),
-                          .head_bytes = head + logits, .head_work_bytes = head};
+                          .output_bytes = output + logits, .output_work_bytes = output};
     return 0;
 }
 

@@ -957,7 +957,7 @@ int cv_forward_run(cv_forward *f, const cv_batch *b, const float *in, float *out
     for (int32_t t = 0; t < n; t++)
         f->kv->len[b->seq[t]] = b->pos[t] + 1;
 
-    if (!cv_llama_has_head(m)) {
+    if (!cv_llama_has_output(m)) {
         memcpy(out, f->x, sizeof(float) * (size_t)n * n_embd);
         return 0;
     }

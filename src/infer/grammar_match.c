@@ -11,7 +11,7 @@
  * All tables are preallocated in the state and cleared by generation
  * stamps, and every cap is checked against per-step quantities only, so a
  * step's result depends on the position and the code point alone.
- * Partial UTF-8 sequences ride along in the position; a partial prefix is
+ * Partial code points ride along in the position; a partial prefix is
  * allowed when some top's class meets the range of code points it starts.
  *
  * Masking walks the pieces sorted by their bytes (an implicit byte trie:
@@ -339,7 +339,7 @@ static int start(const cv_grammar *g, scratch *w, outf *o)
 
 /* Adds byte b to the pending UTF-8 of out (a copy of in): 1 when it
  * completes code point *cp (out has nothing pending then), 0 when the
- * sequence goes on, -1 when b cannot come next. */
+ * code point goes on, -1 when b cannot come next. */
 static int utf8_add(const mpos *in, uint8_t b, mpos *out, uint32_t *cp)
 {
     if (in->plen == 0) {
@@ -381,8 +381,8 @@ static int utf8_add(const mpos *in, uint8_t b, mpos *out, uint32_t *cp)
     return 1;
 }
 
-/* R_OK when some top of in meets a code point that out's partial
- * sequence may begin, else R_REJECT. */
+/* R_OK when some top of in meets a code point that out's pending bytes
+ * may begin, else R_REJECT. */
 static int partial_fits(const cv_grammar *g, const mpos *in, const mpos *out)
 {
     const uint8_t lead = out->pb[0];
@@ -513,7 +513,7 @@ static int feed(const cv_grammar *g, scratch *w, const mpos *in, uint8_t b, mpos
         return feed_code_point(g, w, in, cp, out, o, stepped, c);
     if (c) /* what follows a partial byte reuses the arena after the level */
         c->valid = false;
-    return partial_fits(g, in, out); /* a partial sequence: the code points it may begin */
+    return partial_fits(g, in, out); /* a partial code point: the code points it may begin */
 }
 
 /* Matches bytes from *m with the ping-pong buffers; *m is the result. */

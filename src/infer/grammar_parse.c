@@ -484,7 +484,7 @@ static int parse_repetition(parser *p, uint32_t r, uint32_t sym, bool nested)
     return 0;
 }
 
-/* One sequence of symbols into r, each followed by its repetitions. */
+/* One concatenation of symbols into r, each followed by its repetitions. */
 static int parse_sequence(parser *p, uint32_t r, bool nested)
 {
     uint32_t sym = p->rules[r].n; /* where the last symbol starts */

@@ -70,7 +70,7 @@ void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs 
     c->kv_per_layer = 2 * n_slot * n_ctx * kv_dim * (p->kv_f16 ? 2 : 4);
     c->fixed = fixed_bytes(hp, p);
     const uint64_t ne = (uint64_t)hp->n_embd, nb = (uint64_t)p->n_batch;
-    c->head_extra = alloc_bytes(4 * nb * nv) + n_slot * sampler_bytes(nv, n_ctx) + alloc_bytes(8 * n_slot) +
+    c->last_extra = alloc_bytes(4 * nb * nv) + n_slot * sampler_bytes(nv, n_ctx) + alloc_bytes(8 * n_slot) +
                     alloc_bytes(4 * n_slot) + alloc_bytes(4 * nb) + alloc_bytes(nb) + alloc_bytes(8 * n_slot) +
                     alloc_bytes(4 * n_slot * ne) + alloc_bytes(4 * n_slot) + alloc_bytes(4 * nb * ne) +
                     alloc_bytes(nb); /* the pools, their counts, the embeddings and their rows' flags */
@@ -82,7 +82,7 @@ uint64_t cv_span_bytes_needed(const cv_llama *m, const cv_span_params *p)
     cv_span_costs c;
     cv_span_costs_of(m, p, &c);
     return cv_llama_weight_bytes(m, p->l0, l1, p->from_hidden ? CV_EMBD_NONE : CV_EMBD_ALL) + (uint64_t)(l1 - p->l0) * c.kv_per_layer + c.fixed +
-           (l1 == m->hp.n_layer ? c.head_extra : 0);
+           (l1 == m->hp.n_layer ? c.last_extra : 0);
 }
 
 int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *err, size_t errlen)
@@ -121,7 +121,7 @@ int cv_span_open(cv_span *s, const char *path, const cv_span_params *p, char *er
             cv_errf(err, errlen, "out of memory");
         goto fail;
     }
-    if (cv_llama_has_head(&s->model)) {
+    if (cv_llama_has_output(&s->model)) {
         s->samplers = cv_calloc((size_t)p->n_slot, sizeof *s->samplers);
         s->constraints = cv_calloc((size_t)p->n_slot, sizeof *s->constraints);
         s->logits = cv_aligned_alloc(sizeof(float) * (size_t)p->n_batch * (size_t)hp->n_vocab);
@@ -391,8 +391,8 @@ static void sample_rows(cv_span *s, const cv_batch *b, int32_t *out_tokens)
 int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidden, int32_t *out_tokens,
                   char *err, size_t errlen)
 {
-    const bool head = cv_llama_has_head(&s->model);
-    if (mark_stale(s, b, err, errlen) || (head && link_drafts(s, b, err, errlen)))
+    const bool last = cv_llama_has_output(&s->model);
+    if (mark_stale(s, b, err, errlen) || (last && link_drafts(s, b, err, errlen)))
         return -1;
     stale_lengths(s, b, 1);
     if (cv_forward_check(s->fwd, b, true, err, errlen)) {
@@ -400,8 +400,8 @@ int cv_span_step(cv_span *s, const cv_batch *b, const float *in, float *out_hidd
         return -1; /* refused before any slot is cut back */
     }
     roll_back(s, b);
-    const int rc = cv_forward_run(s->fwd, b, in, head ? s->logits : out_hidden, err, errlen);
-    if (!head || rc)
+    const int rc = cv_forward_run(s->fwd, b, in, last ? s->logits : out_hidden, err, errlen);
+    if (!last || rc)
         return rc;
     stale_lengths(s, b, 0);
     spread_logits(s, b);
@@ -419,7 +419,7 @@ const float *cv_span_embedding(const cv_span *s, int32_t i)
 int cv_span_set_sampler(cv_span *s, int32_t slot, const cv_sampler_params *p, char *err, size_t errlen)
 {
     if (!s->samplers)
-        return cv_errf(err, errlen, "this span does not hold the output head and does not sample");
+        return cv_errf(err, errlen, "this span does not hold the output matrix and does not sample");
     if (slot < 0 || slot >= s->kv.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
     if (cv_logit_bias_check(p->bias, p->n_bias, s->model.hp.n_vocab, err, errlen))
@@ -438,7 +438,7 @@ int cv_span_set_grammar(cv_span *s, int32_t slot, const char *text, size_t len, 
                         size_t errlen)
 {
     if (!s->samplers)
-        return cv_errf(err, errlen, "this span does not hold the output head and does not sample");
+        return cv_errf(err, errlen, "this span does not hold the output matrix and does not sample");
     if (slot < 0 || slot >= s->kv.n_slot)
         return cv_errf(err, errlen, "sequence slot %d is outside [0, %d)", slot, s->kv.n_slot);
     if (!s->pieces.pieces) {

@@ -116,7 +116,7 @@ typedef struct cv_span {
 typedef struct cv_span_costs {
     uint64_t kv_per_layer;
     uint64_t fixed;
-    uint64_t head_extra;
+    uint64_t last_extra;
 } cv_span_costs;
 
 void cv_span_costs_of(const cv_llama *m, const cv_span_params *p, cv_span_costs *c);

@@ -309,9 +309,9 @@ static const uint8_t CACHE_MAGIC[8] = {'C', 'V', 'H', 'A', 'S', 'H', 0, 1};
 #define CACHE_OFF_KEY 16
 #define CACHE_OFF_COUNT 48
 #define CACHE_OFF_META 56
-#define CACHE_HEAD 88 /* bytes before the tensor hashes */
+#define CACHE_HEADER 88 /* bytes before the tensor hashes */
 static_assert(CACHE_OFF_COUNT == CACHE_OFF_KEY + 4 * 8 && CACHE_OFF_META == CACHE_OFF_COUNT + 8 &&
-                  CACHE_HEAD == CACHE_OFF_META + CV_HASH_BYTES,
+                  CACHE_HEADER == CACHE_OFF_META + CV_HASH_BYTES,
               "cache layout");
 
 typedef struct file_key {
@@ -363,7 +363,7 @@ static void put_u64le(uint8_t *p, uint64_t v)
 /* The cache's bytes for h and the file's key (cv_malloc'ed). */
 static uint8_t *cache_encode(const cv_model_hashes *h, const file_key *k, size_t *len)
 {
-    const size_t body = CACHE_HEAD + (size_t)h->n_tensors * CV_HASH_BYTES;
+    const size_t body = CACHE_HEADER + (size_t)h->n_tensors * CV_HASH_BYTES;
     uint8_t *b = cv_calloc(1, body + CV_HASH_BYTES);
     if (!b)
         return NULL;
@@ -374,7 +374,7 @@ static uint8_t *cache_encode(const cv_model_hashes *h, const file_key *k, size_t
     put_u64le(b + CACHE_OFF_COUNT, h->n_tensors);
     memcpy(b + CACHE_OFF_META, h->meta, CV_HASH_BYTES);
     if (h->n_tensors)
-        memcpy(b + CACHE_HEAD, h->tensor, (size_t)h->n_tensors * CV_HASH_BYTES);
+        memcpy(b + CACHE_HEADER, h->tensor, (size_t)h->n_tensors * CV_HASH_BYTES);
     crypto_generichash(b + body, CV_HASH_BYTES, b, body, NULL, 0);
     *len = body + CV_HASH_BYTES;
     return b;
@@ -418,7 +418,7 @@ static uint8_t *read_small(const char *p, uint64_t n, size_t *len)
     FILE *fp = fopen(p, "rb");
     if (!fp)
         return NULL;
-    const size_t cap = CACHE_HEAD + (size_t)(n + 1) * CV_HASH_BYTES + 1;
+    const size_t cap = CACHE_HEADER + (size_t)(n + 1) * CV_HASH_BYTES + 1;
     uint8_t *buf = cv_malloc(cap);
     *len = buf ? fread(buf, 1, cap, fp) : 0;
     fclose(fp);

@@ -84,7 +84,7 @@ static const char *printable(gguf_str s, char buf[72])
 /* ---- the set of names seen so far (duplicate detection) ---- */
 
 typedef struct name_set {
-    gguf_str *slots; /* ptr NULL: empty; names are never empty */
+    gguf_str *places; /* ptr NULL: empty; names are never empty */
     uint64_t cap;    /* power of two */
     uint64_t n;
 } name_set;
@@ -99,12 +99,12 @@ static uint64_t hash_str(gguf_str s)
 
 static bool str_eq(gguf_str a, gguf_str b) { return a.len == b.len && memcmp(a.ptr, b.ptr, (size_t)a.len) == 0; }
 
-static void set_place(gguf_str *slots, uint64_t cap, gguf_str s)
+static void set_place(gguf_str *places, uint64_t cap, gguf_str s)
 {
     uint64_t i = hash_str(s) & (cap - 1);
-    while (slots[i].ptr)
+    while (places[i].ptr)
         i = (i + 1) & (cap - 1);
-    slots[i] = s;
+    places[i] = s;
 }
 
 /* Adds s; 1 if it was already there, -1 on out of memory, else 0. */
@@ -112,20 +112,20 @@ static int set_add(name_set *set, gguf_str s)
 {
     if (set->n + 1 > set->cap / 2) {
         uint64_t cap = set->cap ? set->cap * 2 : 64;
-        gguf_str *slots = cv_calloc((size_t)cap, sizeof(gguf_str));
-        if (!slots)
+        gguf_str *places = cv_calloc((size_t)cap, sizeof(gguf_str));
+        if (!places)
             return -1;
         for (uint64_t i = 0; i < set->cap; i++)
-            if (set->slots[i].ptr)
-                set_place(slots, cap, set->slots[i]);
-        cv_free(set->slots);
-        set->slots = slots;
+            if (set->places[i].ptr)
+                set_place(places, cap, set->places[i]);
+        cv_free(set->places);
+        set->places = places;
         set->cap = cap;
     }
-    for (uint64_t i = hash_str(s) & (set->cap - 1); set->slots[i].ptr; i = (i + 1) & (set->cap - 1))
-        if (str_eq(set->slots[i], s))
+    for (uint64_t i = hash_str(s) & (set->cap - 1); set->places[i].ptr; i = (i + 1) & (set->cap - 1))
+        if (str_eq(set->places[i], s))
             return 1;
-    set_place(set->slots, set->cap, s);
+    set_place(set->places, set->cap, s);
     set->n++;
     return 0;
 }
@@ -356,13 +356,13 @@ static int check_alignment_key(parser *p)
     return 0;
 }
 
-typedef struct span {
+typedef struct extent {
     uint64_t offset, end, idx;
-} span;
+} extent;
 
-static int cmp_span(const void *a, const void *b)
+static int cmp_extent(const void *a, const void *b)
 {
-    const span *x = a, *y = b;
+    const extent *x = a, *y = b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
@@ -391,23 +391,23 @@ static int check_data(parser *p)
                            ", size %" PRIu64 ", file %zu)", t->offset, f->data_offset, t->size, len);
         t->data = p->c.buf + f->data_offset + t->offset;
     }
-    span *spans = cv_malloc((size_t)f->n_tensors * sizeof(span));
-    if (!spans)
+    extent *extents = cv_malloc((size_t)f->n_tensors * sizeof(extent));
+    if (!extents)
         return fail(p, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        spans[i] = (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].size, i};
-    qsort(spans, (size_t)f->n_tensors, sizeof(span), cmp_span);
+        extents[i] = (extent){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].size, i};
+    qsort(extents, (size_t)f->n_tensors, sizeof(extent), cmp_extent);
     for (uint64_t i = 1; i < f->n_tensors; i++)
-        if (spans[i].offset < spans[i - 1].end) {
-            const gguf_tensor *a = &f->tensors[spans[i - 1].idx], *b = &f->tensors[spans[i].idx];
+        if (extents[i].offset < extents[i - 1].end) {
+            const gguf_tensor *a = &f->tensors[extents[i - 1].idx], *b = &f->tensors[extents[i].idx];
             char shown[72];
-            p->idx = spans[i].idx;
+            p->idx = extents[i].idx;
             p->cur_name = b->name;
-            cv_free(spans);
+            cv_free(extents);
             return fail(p, "overlaps tensor '%s' (offset %" PRIu64 " is inside [%" PRIu64 ", %" PRIu64 "))",
                         printable(a->name, shown), b->offset, a->offset, a->offset + a->size);
         }
-    cv_free(spans);
+    cv_free(extents);
     return 0;
 }
 
@@ -457,8 +457,8 @@ static int parse_all(parser *p)
 
     p->sec = SEC_TENSOR;
     p->names.n = 0;
-    if (p->names.slots)
-        memset(p->names.slots, 0, (size_t)p->names.cap * sizeof(gguf_str));
+    if (p->names.places)
+        memset(p->names.places, 0, (size_t)p->names.cap * sizeof(gguf_str));
     cap = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         p->idx = i;
@@ -484,7 +484,7 @@ static int parse_buffer(gguf_file *f, const void *buf, size_t len, char *err, si
     parser p = {.f = f, .err = err, .errlen = errlen, .sec = SEC_HEADER};
     cv_cursor_init(&p.c, buf, len);
     int rc = parse_all(&p);
-    cv_free(p.names.slots);
+    cv_free(p.names.places);
     if (rc != 0)
         cv_gguf_close(f);
     return rc;

@@ -798,7 +798,7 @@ size_t cv_llama_span_tensors(const cv_llama *m, int32_t l0, int32_t l1, uint64_t
     return n;
 }
 
-uint64_t cv_llama_head_bytes(const cv_llama *m)
+uint64_t cv_llama_output_bytes(const cv_llama *m)
 {
     const char *out_name = cv_gguf_find_tensor(&m->gguf, "output.weight") ? "output.weight" : "token_embd.weight";
     uint64_t total = tensor_bytes(m, "output_norm.weight") + tensor_bytes(m, out_name);
@@ -817,7 +817,7 @@ uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_emb
         total += embd == CV_EMBD_ROW ? all / (uint64_t)m->hp.n_vocab : all;
     }
     if (l1 == m->hp.n_layer)
-        total += cv_llama_head_bytes(m);
+        total += cv_llama_output_bytes(m);
     return total;
 }
 

@@ -194,7 +194,7 @@ const float *cv_llama_rope_factors(const cv_llama *m, int32_t n_ctx);
 
 static inline bool cv_llama_has_embd(const cv_llama *m) { return m->l0 == 0 && m->tok_embd.data; }
 /* Whether the range ends at the last layer: it holds the output norm and matrix (the last span's). */
-static inline bool cv_llama_has_head(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
+static inline bool cv_llama_has_output(const cv_llama *m) { return m->l1 == m->hp.n_layer; }
 
 /* How much of token_embd a range starting at layer 0 reads: all of it (it
  * embeds token ids), one row (what one decoded token reads), or none (it
@@ -207,7 +207,7 @@ typedef enum cv_embd_use { CV_EMBD_ALL, CV_EMBD_ROW, CV_EMBD_NONE } cv_embd_use;
 uint64_t cv_llama_weight_bytes(const cv_llama *m, int32_t l0, int32_t l1, cv_embd_use embd);
 /* Bytes of layer l's tensors; of output_norm + output (+ the RoPE factors). */
 uint64_t cv_llama_layer_bytes(const cv_llama *m, int32_t l);
-uint64_t cv_llama_head_bytes(const cv_llama *m);
+uint64_t cv_llama_output_bytes(const cv_llama *m);
 /* A mixture of experts' routed experts (model/experts.h): layer l's, all
  * of them; one slot of the cache (the largest expert of any layer, its
  * gate, up and down rows each 64-byte aligned); the largest single

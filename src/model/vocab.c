@@ -58,7 +58,7 @@
  *
  * Detok: cv_detok_push appends the piece (special = false) to the bytes held
  * back from earlier tokens and emits every complete UTF-8 character; a
- * valid but unfinished sequence at the end (at most 3 bytes) is held. Each
+ * valid but unfinished character at the end (at most 3 bytes) is held. Each
  * maximal ill-formed subpart (Unicode's "substitution of maximal subparts")
  * becomes U+FFFD. It is a plain concatenation of pieces: unlike
  * llama_detokenize it does not drop the leading space that the space prefix
@@ -655,7 +655,7 @@ static void tokenize_fragment(const cv_vocab *v, session *s, const char *text, s
 typedef struct fragment {
     int32_t token; /* -1: raw text [off, off+len) */
     size_t off, len;
-    bool plain; /* inside a plain span: only USER_DEFINED tokens are parsed */
+    bool plain; /* inside a plain range: only USER_DEFINED tokens are parsed */
 } fragment;
 
 static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m)
@@ -674,9 +674,9 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
     return NULL;
 }
 
-/* The text as raw fragments, cut at the plain spans (sorted, disjoint,
+/* The text as raw fragments, cut at the plain ranges (sorted, disjoint,
  * inside the text); SIZE_MAX when out of memory. */
-static size_t initial_fragments(size_t len, const cv_text_span *plain, int n_plain, fragment **frags, size_t *cap)
+static size_t initial_fragments(size_t len, const cv_text_range *plain, int n_plain, fragment **frags, size_t *cap)
 {
     size_t need = 2 * (size_t)(n_plain > 0 ? n_plain : 0) + 1, n = 0, at = 0;
     fragment *f = cv_realloc(*frags, need * sizeof(fragment));
@@ -698,8 +698,8 @@ static size_t initial_fragments(size_t len, const cv_text_span *plain, int n_pla
     return n;
 }
 
-/* Joins adjacent raw fragments, so that text the spans cut but no special
- * token split is tokenized as one (as without spans). Returns the count. */
+/* Joins adjacent raw fragments, so that text the plain ranges cut but no
+ * special token split is tokenized as one (as without them). Returns the count. */
 static size_t merge_raw(fragment *f, size_t n)
 {
     size_t m = 0;
@@ -714,7 +714,7 @@ static size_t merge_raw(fragment *f, size_t n)
 
 /* Step 1: splits the text on special tokens. Returns the fragment count, or -1 when out of memory. */
 static ptrdiff_t partition(const cv_vocab *v, const char *text, size_t len, bool parse_special,
-                           const cv_text_span *plain, int n_plain, fragment **out)
+                           const cv_text_range *plain, int n_plain, fragment **out)
 {
     size_t cap = 1, n = 0;
     fragment *frags = cv_malloc(sizeof(fragment));
@@ -772,11 +772,11 @@ static ptrdiff_t partition(const cv_vocab *v, const char *text, size_t len, bool
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max)
 {
-    return cv_tokenize_spans(v, text, len, add_special, parse_special, NULL, 0, out, n_max);
+    return cv_tokenize_plain(v, text, len, add_special, parse_special, NULL, 0, out, n_max);
 }
 
-int cv_tokenize_spans(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                      const cv_text_span *plain, int n_plain, int32_t *out, int n_max)
+int cv_tokenize_plain(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                      const cv_text_range *plain, int n_plain, int32_t *out, int n_max)
 {
     if (len > TOKENIZE_MAX_BYTES)
         return INT_MIN;
@@ -925,17 +925,17 @@ static size_t detok_scan(const uint8_t *held, size_t n_held, const uint8_t *piec
 {
     size_t total = n_held + n_piece, pos = 0, o = 0;
     while (pos < total) {
-        uint8_t window[4];
+        uint8_t bytes[4];
         size_t w = 0;
         for (; w < 4 && pos + w < total; w++)
-            window[w] = pos + w < n_held ? held[pos + w] : piece[pos + w - n_held];
+            bytes[w] = pos + w < n_held ? held[pos + w] : piece[pos + w - n_held];
         size_t adv;
-        int kind = utf8_classify(window, w, &adv);
+        int kind = utf8_classify(bytes, w, &adv);
         if (kind == UTF8_INCOMPLETE)
             break;
         if (kind == UTF8_VALID) {
             if (out)
-                memcpy(out + o, window, adv);
+                memcpy(out + o, bytes, adv);
             o += adv;
         } else {
             if (out)

@@ -83,15 +83,15 @@ void cv_vocab_free(cv_vocab *v);
 
 int cv_tokenize(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int n_max);
-/* cv_tokenize, except that inside the plain ranges (cv_text_span: sorted,
+/* cv_tokenize, except that inside the plain ranges (cv_text_range: sorted,
  * disjoint, within the text) no CONTROL token is parsed, only USER_DEFINED
  * ones as with parse_special false: a chat's message contents. Text with no
  * special token in a plain range tokenizes as cv_tokenize does. */
-typedef struct cv_text_span {
+typedef struct cv_text_range {
     size_t off, len;
-} cv_text_span;
-int cv_tokenize_spans(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                      const cv_text_span *plain, int n_plain, int32_t *out, int n_max);
+} cv_text_range;
+int cv_tokenize_plain(const cv_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                      const cv_text_range *plain, int n_plain, int32_t *out, int n_max);
 int cv_token_piece(const cv_vocab *v, int32_t id, bool special, char *buf, int n);
 /* Id of the token whose text (as stored in the GGUF) is text[0..len), or -1. */
 int32_t cv_token_from_text(const cv_vocab *v, const char *text, size_t len);

@@ -234,7 +234,7 @@ bool cv_chain_is_broken(const cv_chain *c) { return c->broken; }
 const char *cv_chain_suspect(const cv_chain *c) { return c->broken && c->suspect >= 0 ? c->addr[c->suspect] : NULL; }
 
 /* " (experts: all 96 in memory)" or " (experts paged: 40 slots for 96)"
- * for node i of a mixture of experts, else nothing. */
+ * (expert slots) for node i of a mixture of experts, else nothing. */
 static void describe_experts(const cv_chain *c, int i, char *buf, size_t len)
 {
     const int32_t all = (c->plan.last[i] - c->plan.first[i]) * c->local.model.hp.n_expert;

@@ -1,17 +1,17 @@
 /* gate.c: admission to a node: the gate of gate.h, then what the node
  * admits past it (node_impl.h).
  *
- * The gate's pending set is a fixed array of slots (fd -1: free), each with its
+ * The gate's pending set is a fixed array of places (fd -1: free), each with its
  * accept order, deadline and the bytes of the handshake step it is in.
  * cv_gate_next polls the listener and every pending socket; a keyed
  * connection's socket is read exactly as far as the handshake's bytes (so
  * a frame the head sends right after its proof stays in the socket for the
  * link), a plaintext one is only peeked at. A plaintext peer that sent part
- * of the magic stays readable without progress, so its slot is looked at
+ * of the magic stays readable without progress, so its place is looked at
  * again every RECHECK_MS instead of being polled for input.
  *
  * Past the gate, a proven connection that arrives while a head holds the
- * node is parked (a few slots, each with its first frame once read): a
+ * node is parked (a few places, each with its first frame once read): a
  * head's HELLO waits for node.h's takeover rule, the previous node of the
  * chain is handed to the handshake, anything else is refused. HELLOs are
  * counted per source address in a token bucket (node.h's rate). */
@@ -39,7 +39,7 @@ enum { STEP_HELLO, STEP_PROOF };
 enum { ADV_WAIT, ADV_PROVEN, ADV_REFUSED };
 
 typedef struct pending {
-    int fd; /* -1: a free slot */
+    int fd; /* -1: a free place */
     char peer[PEER_MAX];
     uint64_t order; /* accept order: the smallest is the oldest */
     int64_t deadline;
@@ -54,7 +54,7 @@ struct cv_gate {
     cv_listener *listener;
     cv_gate_opts o;
     cv_seal_key key;
-    pending slot[CV_GATE_MAX_PENDING];
+    pending place[CV_GATE_MAX_PENDING];
     uint64_t accepted;
 };
 
@@ -85,7 +85,7 @@ int cv_gate_open(const char *host, int port, const cv_gate_opts *o, cv_gate **ou
         g->o.key = &g->key;
     }
     for (int i = 0; i < CV_GATE_MAX_PENDING; i++)
-        g->slot[i].fd = -1;
+        g->place[i].fd = -1;
     if (cv_listener_open(host, port, &g->listener, err, errlen)) {
         cv_free(g);
         return -1;
@@ -101,24 +101,24 @@ void cv_gate_close(cv_gate *g)
     if (!g)
         return;
     for (int i = 0; i < CV_GATE_MAX_PENDING; i++)
-        if (g->slot[i].fd >= 0) {
-            close(g->slot[i].fd);
-            cv_seal_hs_wipe(&g->slot[i].hs);
+        if (g->place[i].fd >= 0) {
+            close(g->place[i].fd);
+            cv_seal_hs_wipe(&g->place[i].hs);
         }
     cv_listener_close(g->listener);
     cv_seal_key_wipe(&g->key);
     cv_free(g);
 }
 
-/* A free slot, dropping the oldest pending connection when none is. */
-static pending *free_slot(cv_gate *g)
+/* A free place, dropping the oldest pending connection when none is. */
+static pending *free_place(cv_gate *g)
 {
     pending *oldest = NULL;
     for (int i = 0; i < g->o.max_pending; i++) {
-        if (g->slot[i].fd < 0)
-            return &g->slot[i];
-        if (!oldest || g->slot[i].order < oldest->order)
-            oldest = &g->slot[i];
+        if (g->place[i].fd < 0)
+            return &g->place[i];
+        if (!oldest || g->place[i].order < oldest->order)
+            oldest = &g->place[i];
     }
     char why[96];
     snprintf(why, sizeof why, "dropped unproven to make room (%d connections pending)", g->o.max_pending);
@@ -135,7 +135,7 @@ static int accept_all(cv_gate *g, char *err, size_t errlen)
         const int rc = cv_listener_take(g->listener, &fd, peer, sizeof peer, err, errlen);
         if (rc)
             return rc == CV_LINK_TIMEOUT ? 0 : -1;
-        pending *p = free_slot(g);
+        pending *p = free_place(g);
         memset(p, 0, sizeof *p);
         p->fd = fd;
         snprintf(p->peer, sizeof p->peer, "%s", peer);
@@ -235,7 +235,7 @@ static int advance_plain(pending *p, char *why, size_t whylen)
     return r < 4 ? ADV_WAIT : ADV_PROVEN;
 }
 
-/* Hands a proven connection over as a link; its slot is free again. */
+/* Hands a proven connection over as a link; its place is free again. */
 static int hand_over(cv_gate *g, pending *p, const cv_link_opts *opts, cv_link **out, char *err, size_t errlen)
 {
     const int fd = p->fd;
@@ -252,7 +252,7 @@ static int expire(cv_gate *g, int cap)
     const int64_t now = cv_now_ms();
     int64_t next = cap;
     for (int i = 0; i < g->o.max_pending; i++) {
-        pending *p = &g->slot[i];
+        pending *p = &g->place[i];
         if (p->fd < 0)
             continue;
         if (now >= p->deadline) {
@@ -277,14 +277,14 @@ static int round_once(cv_gate *g, int wait_ms, const cv_link_opts *opts, cv_link
     int idx[1 + CV_GATE_MAX_PENDING], n = 1;
     pfd[0] = (struct pollfd){.fd = cv_listener_fd(g->listener), .events = POLLIN};
     for (int i = 0; i < g->o.max_pending; i++)
-        if (g->slot[i].fd >= 0) {
+        if (g->place[i].fd >= 0) {
             idx[n] = i;
-            pfd[n++] = (struct pollfd){.fd = g->slot[i].fd, .events = g->slot[i].recheck ? 0 : POLLIN};
+            pfd[n++] = (struct pollfd){.fd = g->place[i].fd, .events = g->place[i].recheck ? 0 : POLLIN};
         }
     if (poll(pfd, (nfds_t)n, wait_ms) < 0 && errno != EINTR)
         return cv_errf(err, errlen, "gate: poll failed: %s", strerror(errno));
     for (int k = 1; k < n; k++) {
-        pending *p = &g->slot[idx[k]];
+        pending *p = &g->place[idx[k]];
         if (!pfd[k].revents && !p->recheck)
             continue;
         char why[CV_ERRLEN];
@@ -346,7 +346,7 @@ void cv_node_unpark(parked *p, uint32_t code, const char *why)
 }
 
 /* Parks the next proven connection of the gate, waiting up to wait_ms for
- * one when a slot is free (else just waits: parked ones leave within
+ * one when a place is free (else just waits: parked ones leave within
  * FIRST_FRAME_MS or TAKEOVER_MS), and reads the first frame of those that
  * have sent it. Never waits on a parked peer. */
 void cv_node_park_poll(node *n, int wait_ms)
@@ -394,7 +394,7 @@ static bool is_prev(const node *n, const cv_msg_hello *h)
 
 /* Sorts the parked connections that spoke: a head's HELLO waits (node.h's
  * takeover), this chain's previous node is returned when want_prev (its
- * slot freed, its HELLO read), anything else is refused. */
+ * place freed, its HELLO read), anything else is refused. */
 cv_link *cv_node_park_sort(node *n, bool want_prev)
 {
     for (int i = 0; i < PARKED_MAX; i++) {
@@ -498,7 +498,7 @@ int cv_node_rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
     if (!rate_key(n->head_link, key))
         return 0;
     const int64_t now = cv_now_ms();
-    rate_slot *s = NULL, *oldest = &n->rate[0];
+    rate_entry *s = NULL, *oldest = &n->rate[0];
     for (int i = 0; i < RATE_ADDRS && !s; i++) {
         if (!memcmp(n->rate[i].key, key, sizeof key))
             s = &n->rate[i];
@@ -507,7 +507,7 @@ int cv_node_rate_refuses(node *n, uint32_t *code, char *err, size_t errlen)
     }
     if (!s) {
         s = oldest;
-        *s = (rate_slot){.tokens = HELLO_BURST, .t_ms = now};
+        *s = (rate_entry){.tokens = HELLO_BURST, .t_ms = now};
         memcpy(s->key, key, sizeof key);
     }
     s->tokens += (double)(now - s->t_ms) * HELLO_PER_S / 1000.0;

@@ -339,7 +339,7 @@ static int write_frame(cv_link *l, send_entry *e, bool may_wait, char *msg, size
     return 0;
 }
 
-/* Pops the sent head entry and tells the waiting callers; holds mu. */
+/* Pops the oldest sent entry and tells the waiting callers; holds mu. */
 static void pop_sent_locked(cv_link *l)
 {
     l->sent_ticket = l->sq[l->sq_head].ticket;

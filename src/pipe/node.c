@@ -113,9 +113,9 @@ static void session_free_buffers(node *n)
     cv_free(n->hashes_asked);
 }
 
-/* How the session holds a mixture of experts' experts, for the log: ",
- * every expert in memory (128 slots of 14 KB)" or ", experts paged: 24
- * slots of 14 KB for 128"; nothing for a dense model. */
+/* How the session holds a mixture of experts' experts in expert slots,
+ * for the log: ", every expert in memory (128 slots of 14 KB)" or ",
+ * experts paged: 24 slots of 14 KB for 128"; nothing for a dense model. */
 static void describe_experts(const node *n, char *buf, size_t len)
 {
     buf[0] = 0;
@@ -571,7 +571,7 @@ static int open_gate(node *n, const char *host, int port, cv_seal_key *key, char
     n->key = o->key_file ? key : NULL;
     if (!n->key && !o->insecure && !cv_host_is_loopback(host))
         return cv_errf(err, errlen, "listening on %s without --key would serve any host that reaches it: give "
-                                    "--key FILE (made by `convoy keygen FILE`, the same on every stage and head), "
+                                    "--key FILE (made by `convoy keygen FILE`, the same on the head and every node), "
                                     "or --insecure on a network you trust",
                        o->listen);
     const cv_gate_opts go = {.key = n->key, .log_prefix = "convoy stage",

@@ -85,7 +85,7 @@
 
 #include "pipe/plan.h"
 
-/* The most rows of a FORWARD a stage takes by default: the heads' default
+/* The most rows of a FORWARD a node takes by default: the heads' default
  * batch (convoy serve/run --batch). */
 #define CV_NODE_BATCH_DEFAULT 512
 /* The most --batch may give: the protocol's limit (CV_PROTO_MAX_BATCH). */

@@ -41,16 +41,16 @@
 #define RATE_ADDRS 64
 #define RATE_KEY_BYTES 9 /* the family (4 or 6), then 4 or 8 bytes of the address */
 
-typedef struct rate_slot {
+typedef struct rate_entry {
     uint8_t key[RATE_KEY_BYTES];
     double tokens;
-    int64_t t_ms; /* when tokens was counted; 0: a free slot */
+    int64_t t_ms; /* when tokens was counted; 0: a free entry */
     bool logged;  /* its refusals since it ran dry were logged once */
-} rate_slot;
+} rate_entry;
 
 /* A proven connection that arrived while a head held the node. */
 typedef struct parked {
-    cv_link *link;  /* NULL: a free slot */
+    cv_link *link;  /* NULL: a free place */
     int64_t since;  /* when the gate handed it over */
     bool has_first; /* first: its first frame, read */
     cv_frame first;
@@ -69,7 +69,7 @@ typedef struct node {
     const cv_seal_key *key; /* NULL: plaintext links */
     uint64_t budget;        /* --mem, else MemAvailable at start; 0 (neither known): no limit */
     uint64_t process_bytes; /* this process at start (core/procmem.h), counted in every session */
-    rate_slot rate[RATE_ADDRS]; /* heads' HELLOs by address, across sessions */
+    rate_entry rate[RATE_ADDRS]; /* heads' HELLOs by address, across sessions */
     bool hushed;                /* the handshake's failure is one of a flood's, logged before */
     uint32_t speed_us;          /* the last speed probe (cv_span_speed_probe), 0: none yet */
     int64_t speed_ms;           /* when it ran */

@@ -1,10 +1,10 @@
 /* plan.c: the layer planner (see plan.h). Counts start proportional to
  * speed (largest remainders get the leftover layers), the output matrix
- * counting as work of the node that holds the head (in layers of the
+ * counting as work of the node that holds it (in layers of the
  * average size, since decoding reads it once per token as it reads a
  * layer); a node over its memory capacity is pinned at capacity and the
  * rest is shared again among the others, until every count fits. The node
- * that ends up last must also hold the output head, so capacities are
+ * that ends up last must also hold the output matrix, so capacities are
  * recomputed when that changes. */
 #include "pipe/plan.h"
 
@@ -20,8 +20,8 @@
 #include "model/fingerprint.h"
 #include "pipe/proto.h"
 
-/* Each round of sharing pins a node or moves the head, and a plan settles
- * in a few; this bounds a plan that would not. */
+/* Each round of sharing pins a node or moves the output matrix, and a
+ * plan settles in a few; this bounds a plan that would not. */
 #define PLAN_MAX_ROUNDS (16 * CV_CHAIN_MAX_NODES)
 
 /* The expert cache of layers [l0, l1) on a node of `budget` bytes (0: no
@@ -39,7 +39,8 @@ static uint64_t cache_bytes(const cv_plan_model *m, uint64_t budget, int32_t l0,
     return m->expert_fixed_bytes + slots * m->expert_slot_bytes;
 }
 
-/* What layers [l0, l1) take besides the expert cache (and the head). */
+/* What layers [l0, l1) take besides the expert cache (and the output
+ * matrix's bytes). */
 static uint64_t layers_bytes(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
 {
     uint64_t b = m->fixed_bytes + node->own_bytes;
@@ -62,18 +63,18 @@ static int32_t capacity(const cv_plan_model *m, const cv_plan_node *node, int32_
 
 uint64_t cv_plan_range_bytes(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
 {
-    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->head_bytes : 0);
+    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->output_bytes : 0);
     return rest + cache_bytes(m, node->mem_budget, l0, l1, rest);
 }
 
 int32_t cv_plan_expert_slots(const cv_plan_model *m, const cv_plan_node *node, int32_t l0, int32_t l1)
 {
-    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->head_bytes : 0);
+    const uint64_t rest = layers_bytes(m, node, l0, l1) + (l1 == m->n_layer ? m->output_bytes : 0);
     const uint64_t cache = cache_bytes(m, node->mem_budget, l0, l1, rest);
     return cache ? (int32_t)((cache - m->expert_fixed_bytes) / m->expert_slot_bytes) : 0;
 }
 
-/* The last node with layers, the one that holds the output head; -1 when
+/* The last node with layers, the one that holds the output matrix; -1 when
  * none has any. */
 static int last_with_layers(const int32_t *count, int n)
 {
@@ -206,8 +207,8 @@ typedef struct shares {
     double w[CV_CHAIN_MAX_NODES];    /* speed: 1 / us_per_layer_token */
     bool pinned[CV_CHAIN_MAX_NODES]; /* held at its memory capacity */
     int32_t count[CV_CHAIN_MAX_NODES];
-    int head_node;                   /* holds the output head: the last node with layers */
-    double head_work;                /* the output matrix, in layers of the average size */
+    int last_node;                   /* holds the output matrix: the last node with layers */
+    double output_work;              /* the output matrix, in layers of the average size */
 } shares;
 
 /* Gives `over` layers that rounding down left, one each to the largest
@@ -229,7 +230,7 @@ static bool give_remainders(shares *s, double *rem, int32_t over)
 
 /* Shares the layers the pinned nodes leave among the free nodes in
  * proportion to their speed, the output matrix counting as work of the
- * head node; false when they cannot take them all. */
+ * last node; false when they cannot take them all. */
 static bool share_by_speed(shares *s)
 {
     int32_t left = s->m->n_layer;
@@ -240,21 +241,21 @@ static bool share_by_speed(shares *s)
         else
             w_free += s->w[i];
     double share[CV_CHAIN_MAX_NODES], rem[CV_CHAIN_MAX_NODES];
-    const double head = s->pinned[s->head_node] ? 0 : s->head_work;
+    const double output = s->pinned[s->last_node] ? 0 : s->output_work;
     double free_sum = 0;
     for (int i = 0; i < s->n; i++) {
         if (s->pinned[i])
             continue;
-        share[i] = w_free > 0 ? (left + head) * s->w[i] / w_free : 0;
-        if (i == s->head_node)
-            share[i] = share[i] > head ? share[i] - head : 0;
+        share[i] = w_free > 0 ? (left + output) * s->w[i] / w_free : 0;
+        if (i == s->last_node)
+            share[i] = share[i] > output ? share[i] - output : 0;
         free_sum += share[i];
     }
     int32_t given = 0;
     for (int i = 0; i < s->n; i++) {
         if (s->pinned[i])
             continue;
-        if (free_sum > 0) /* sums to `left` again where the head's share ran out */
+        if (free_sum > 0) /* sums to `left` again where the last node's share ran out */
             share[i] *= left / free_sum;
         s->count[i] = (int32_t)share[i];
         rem[i] = share[i] - s->count[i];
@@ -263,15 +264,15 @@ static bool share_by_speed(shares *s)
     return give_remainders(s, rem, left - given);
 }
 
-/* Pins the first node over its memory capacity (less the output head's
- * bytes on the head node) at that capacity; false when every count fits. */
+/* Pins the first node over its memory capacity (less the output matrix's
+ * bytes on the last node) at that capacity; false when every count fits. */
 static bool pin_over_capacity(shares *s)
 {
     int32_t l0 = 0;
     for (int i = 0; i < s->n; i++) {
         uint64_t budget = s->nodes[i].mem_budget;
-        if (i == s->head_node)
-            budget = budget > s->m->head_bytes ? budget - s->m->head_bytes : 0;
+        if (i == s->last_node)
+            budget = budget > s->m->output_bytes ? budget - s->m->output_bytes : 0;
         const int32_t cap = capacity(s->m, &s->nodes[i], l0, budget);
         if (s->count[i] > cap) {
             s->count[i] = cap;
@@ -323,32 +324,32 @@ static double layer_work(const cv_plan_model *m, double mean, int32_t l)
     return mean > 0 ? m->layer_bytes[l] / mean : 1;
 }
 
-static double head_work(const cv_plan_model *m, double mean) { return mean > 0 ? m->head_work_bytes / mean : 0; }
+static double output_work(const cv_plan_model *m, double mean) { return mean > 0 ? m->output_work_bytes / mean : 0; }
 
 /* Shares by speed, pins the nodes over capacity and shares the rest
- * again, until every count fits and the head stays on the last node with
- * layers (when it moves, capacities change: every pin is lifted, and the
- * nodes after it are held at none, so the head only moves toward the
- * first node and the sharing settles). */
+ * again, until every count fits and the output matrix stays on the last
+ * node with layers (when it moves, capacities change: every pin is lifted,
+ * and the nodes after it are held at none, so the output matrix only moves
+ * toward the first node and the sharing settles). */
 static int plan_by_speed(const cv_plan_model *m, int n, const cv_plan_node *nodes, int32_t *count, char *err,
                          size_t errlen)
 {
-    shares s = {.m = m, .nodes = nodes, .n = n, .head_node = n - 1}; /* the head starts on the last node */
+    shares s = {.m = m, .nodes = nodes, .n = n, .last_node = n - 1}; /* the output matrix starts on the last node */
     speeds(nodes, n, s.w);
-    s.head_work = head_work(m, cv_plan_mean_layer_bytes(m));
+    s.output_work = output_work(m, cv_plan_mean_layer_bytes(m));
     for (int round = 0; round < PLAN_MAX_ROUNDS; round++) {
         if (!share_by_speed(&s))
             return too_small(m, n, nodes, err, errlen);
         const bool changed = pin_over_capacity(&s);
-        const int new_head = last_with_layers(s.count, n);
-        if (!changed && new_head == s.head_node)
+        const int new_last = last_with_layers(s.count, n);
+        if (!changed && new_last == s.last_node)
             break;
-        if (new_head != s.head_node && new_head >= 0) {
-            /* the nodes after the head keep no layers: one that took some
-             * would hold the head again, and the plan would swing back */
-            s.head_node = new_head;
+        if (new_last != s.last_node && new_last >= 0) {
+            /* the nodes after the last keep no layers: one that took some
+             * would hold the output matrix again, and the plan would swing back */
+            s.last_node = new_last;
             memset(s.pinned, 0, sizeof s.pinned);
-            for (int i = new_head + 1; i < n; i++) {
+            for (int i = new_last + 1; i < n; i++) {
                 s.pinned[i] = true;
                 s.count[i] = 0;
             }
@@ -366,7 +367,7 @@ typedef struct costs {
     int32_t streams;
     double us[CV_CHAIN_MAX_NODES];
     double *work;     /* [n_layer + 1] */
-    double head_work; /* the output matrix, in mean layers */
+    double output_work; /* the output matrix, in mean layers */
 } costs;
 
 static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_node *nodes, int32_t streams)
@@ -383,14 +384,14 @@ static int costs_init(costs *c, const cv_plan_model *m, int n, const cv_plan_nod
     c->work[0] = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
         c->work[l + 1] = c->work[l] + layer_work(m, mean, l);
-    c->head_work = head_work(m, mean);
+    c->output_work = output_work(m, mean);
     return 0;
 }
 
 double cv_plan_stage_work(const cv_plan_model *m, int32_t l0, int32_t l1)
 {
     const double mean = cv_plan_mean_layer_bytes(m);
-    double work = l1 > l0 && l1 == m->n_layer ? head_work(m, mean) : 0;
+    double work = l1 > l0 && l1 == m->n_layer ? output_work(m, mean) : 0;
     for (int32_t l = l0; l < l1; l++)
         work += layer_work(m, mean, l);
     return work;
@@ -402,7 +403,7 @@ static double stage_us(const costs *c, int i, int32_t l0, int32_t l1)
 {
     if (l1 <= l0)
         return 0;
-    return c->us[i] * (c->work[l1] - c->work[l0] + (l1 == c->m->n_layer ? c->head_work : 0));
+    return c->us[i] * (c->work[l1] - c->work[l0] + (l1 == c->m->n_layer ? c->output_work : 0));
 }
 
 /* A token's predicted time through the stages of `count` (plan.h): the
@@ -420,10 +421,10 @@ static double token_us(const costs *c, const int32_t *count)
 }
 
 /* The search's tables: the most layers node i takes from layer l, without
- * and with the output head, [n][n_layer + 1]. */
+ * and with the output matrix, [n][n_layer + 1]. */
 typedef struct search {
     const costs *c;
-    int32_t *cap, *cap_head;
+    int32_t *cap, *cap_last;
 } search;
 
 static int search_init(search *s, const costs *c, const cv_plan_node *nodes)
@@ -431,17 +432,17 @@ static int search_init(search *s, const costs *c, const cv_plan_node *nodes)
     const cv_plan_model *m = c->m;
     const size_t cells = (size_t)c->n * (size_t)(m->n_layer + 1);
     *s = (search){.c = c, .cap = cv_malloc(sizeof(int32_t) * cells),
-                  .cap_head = cv_malloc(sizeof(int32_t) * cells)};
-    if (!s->cap || !s->cap_head)
+                  .cap_last = cv_malloc(sizeof(int32_t) * cells)};
+    if (!s->cap || !s->cap_last)
         return -1;
     for (int i = 0; i < c->n; i++) {
         const uint64_t budget = nodes[i].mem_budget;
-        const uint64_t head_budget = budget > m->head_bytes ? budget - m->head_bytes : 0;
+        const uint64_t last_budget = budget > m->output_bytes ? budget - m->output_bytes : 0;
         for (int32_t l = 0; l <= m->n_layer; l++) {
             s->cap[i * (m->n_layer + 1) + l] = capacity(m, &nodes[i], l, budget);
             /* this machine's stage ends no chain of several nodes (chain.c) */
-            s->cap_head[i * (m->n_layer + 1) + l] =
-                nodes[i].local && c->n > 1 ? 0 : capacity(m, &nodes[i], l, head_budget);
+            s->cap_last[i * (m->n_layer + 1) + l] =
+                nodes[i].local && c->n > 1 ? 0 : capacity(m, &nodes[i], l, last_budget);
         }
     }
     return 0;
@@ -450,14 +451,14 @@ static int search_init(search *s, const costs *c, const cv_plan_node *nodes)
 static void search_free(search *s)
 {
     cv_free(s->cap);
-    cv_free(s->cap_head);
+    cv_free(s->cap_last);
 }
 
 /* Whether node i can take layers [l0, l1). */
 static bool fits(const search *s, int i, int32_t l0, int32_t l1)
 {
     const int32_t n_layer = s->c->m->n_layer, k = l1 - l0;
-    const int32_t *cap = l1 == n_layer ? s->cap_head : s->cap;
+    const int32_t *cap = l1 == n_layer ? s->cap_last : s->cap;
     return k == 0 || k <= cap[i * (n_layer + 1) + l0];
 }
 
@@ -565,9 +566,9 @@ void cv_plan_model_of(const cv_llama *m, const cv_plan_session *s, uint64_t *lay
     cv_span_costs c;
     cv_span_costs_of(m, &sp, &c);
     *pm = (cv_plan_model){.n_layer = m->hp.n_layer, .layer_bytes = layer_bytes, .kv_bytes_per_layer = c.kv_per_layer,
-                          .head_bytes = touched(cv_llama_head_bytes(m), 3) + c.head_extra +
+                          .output_bytes = touched(cv_llama_output_bytes(m), 3) + c.last_extra +
                                         result_bytes(s, m->hp.n_vocab),
-                          .head_work_bytes = cv_llama_head_bytes(m)};
+                          .output_work_bytes = cv_llama_output_bytes(m)};
     if (m->hp.n_expert) {
         cv_experts_cost(m, &pm->expert_fixed_bytes, &pm->expert_slot_bytes);
         pm->layer_experts = (uint64_t)m->hp.n_expert;

@@ -23,7 +23,7 @@
  * its memory budget (cv_plan_range_bytes). The shared plan gives each node
  * layers in proportion to its speed (1 / us_per_layer_token; a node that
  * did not measure counts as the mean of those that did), the output
- * matrix (head_work_bytes) counting as work of the node that ends up
+ * matrix (output_work_bytes) counting as work of the node that ends up
  * last; a search over every split that fits finds the fastest, which
  * replaces the shared plan only when predicted faster by more than 10%
  * (plan.c's PLAN_MARGIN). A node without layers is left out (range
@@ -81,9 +81,9 @@ typedef struct cv_plan_model {
     const uint64_t *layer_bytes;  /* [n_layer] weights of each layer, in the pages they touch */
     uint64_t kv_bytes_per_layer;  /* KV cache of all slots for one layer */
     uint64_t fixed_bytes;         /* what every node needs besides its own bytes */
-    uint64_t head_bytes;          /* output weights, logits, samplers, RESULT buffers: the last node's */
-    uint64_t head_work_bytes;     /* the output matrix, read once per token like a layer */
-    /* a mixture of experts' routed experts live in a cache of slots
+    uint64_t output_bytes;        /* output weights, logits, samplers, RESULT buffers: the last node's */
+    uint64_t output_work_bytes;   /* the output matrix, read once per token like a layer */
+    /* a mixture of experts' routed experts live in a cache of expert slots
      * (model/experts.h), not in layer_bytes; all 0 for a dense model */
     uint64_t expert_slot_bytes;   /* one slot: the largest expert, and its bookkeeping */
     uint64_t expert_fixed_bytes;  /* the cache's bytes besides its slots (cv_experts_cost) */
@@ -127,7 +127,7 @@ uint64_t cv_plan_own_bytes(const cv_llama *m, const cv_plan_session *s, cv_plan_
 uint64_t cv_plan_meta_bytes(const cv_llama *m);
 uint64_t cv_plan_received_bytes(const cv_llama *m, const cv_plan_session *s, int32_t n_threads,
                                 uint64_t process_bytes, bool whole);
-/* Bytes `node` needs to serve layers [l0, l1) (the output head too when
+/* Bytes `node` needs to serve layers [l0, l1) (the output matrix too when
  * l1 == n_layer): the count a node checks and the planner plans with. A
  * mixture of experts' cache counts a slot for every expert of the range,
  * or as many as the node's budget leaves (the experts are then paged in

@@ -496,7 +496,7 @@ int cv_msg_fetch_decode(const void *payload, size_t len, uint64_t *have, char *e
     return finish(&c, "FETCH", err, errlen);
 }
 
-int cv_msg_ship_encode_head(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
+int cv_msg_ship_encode_header(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen)
 {
     if (m->offset >= m->size)
         return cv_errf(err, errlen, "SHIP: offset %" PRIu64 " is not inside the file's %" PRIu64 " bytes", m->offset,

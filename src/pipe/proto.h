@@ -578,15 +578,15 @@ typedef struct cv_msg_forward {
 /* Bytes of the activation section, of the fixed part and records (what
  * precedes the activations), of the trail and of the whole payload. */
 uint64_t cv_msg_forward_act_size(const cv_msg_forward *m);
-uint64_t cv_msg_forward_head_size(const cv_msg_forward *m);
+uint64_t cv_msg_forward_header_size(const cv_msg_forward *m);
 uint64_t cv_msg_forward_trail_size(const cv_msg_forward *m);
 uint64_t cv_msg_forward_size(const cv_msg_forward *m);
 /* Encodes the fixed part and the records only: a sender can put the
  * activations in a second iovec straight from its compute buffer, and the
  * trail in a third (cv_msg_forward_encode_trail). The message is fully
  * validated (m->act must be non-NULL with HAS_HIDDEN). */
-int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
-                               size_t errlen);
+int cv_msg_forward_encode_header(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
+                                 size_t errlen);
 /* Writes m's trail as the wire has it: cv_msg_forward_trail_size bytes. */
 void cv_msg_forward_encode_trail(const cv_msg_forward *m, void *buf);
 /* Encodes the whole payload, copying the activations from m->act. */
@@ -721,7 +721,7 @@ typedef struct cv_msg_ship {
 int cv_msg_fetch_encode(uint64_t have, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 int cv_msg_fetch_decode(const void *payload, size_t len, uint64_t *have, char *err, size_t errlen);
 /* Encodes the fixed part only: the segment follows it in a second part. */
-int cv_msg_ship_encode_head(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
+int cv_msg_ship_encode_header(const cv_msg_ship *m, void *buf, size_t cap, size_t *len, char *err, size_t errlen);
 /* Checks the fixed part; m->segment points to the segment, not decoded. */
 int cv_msg_ship_decode(const void *payload, size_t len, cv_msg_ship *m, char *err, size_t errlen);
 

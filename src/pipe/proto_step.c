@@ -26,7 +26,7 @@ uint64_t cv_msg_forward_act_size(const cv_msg_forward *m)
     return m->flags & CV_FWD_HAS_HIDDEN ? cv_act_bytes(m->act_type, m->n_tokens, m->n_embd) : 0;
 }
 
-uint64_t cv_msg_forward_head_size(const cv_msg_forward *m)
+uint64_t cv_msg_forward_header_size(const cv_msg_forward *m)
 {
     return CV_FWD_FIXED_SIZE + (uint64_t)m->n_tokens * sizeof(cv_fwd_token);
 }
@@ -35,7 +35,7 @@ uint64_t cv_msg_forward_trail_size(const cv_msg_forward *m) { return (uint64_t)m
 
 uint64_t cv_msg_forward_size(const cv_msg_forward *m)
 {
-    return cv_msg_forward_head_size(m) + cv_msg_forward_act_size(m) + cv_msg_forward_trail_size(m);
+    return cv_msg_forward_header_size(m) + cv_msg_forward_act_size(m) + cv_msg_forward_trail_size(m);
 }
 
 void cv_msg_forward_encode_trail(const cv_msg_forward *m, void *buf)
@@ -90,8 +90,8 @@ static int check_forward_tokens(const cv_fwd_token *t, uint32_t n, bool check_re
     return 0;
 }
 
-int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
-                               size_t errlen)
+int cv_msg_forward_encode_header(const cv_msg_forward *m, void *buf, size_t cap, size_t *len, char *err,
+                                 size_t errlen)
 {
     if (check_forward_fixed(m, err, errlen))
         return -1;
@@ -101,7 +101,7 @@ int cv_msg_forward_encode_head(const cv_msg_forward *m, void *buf, size_t cap, s
         return cv_errf(err, errlen, "FORWARD: HAS_HIDDEN without activations");
     if (check_forward_tokens(m->tokens, m->n_tokens, false, err, errlen))
         return -1;
-    uint64_t need = cv_msg_forward_head_size(m);
+    uint64_t need = cv_msg_forward_header_size(m);
     if (cap < need)
         return fail_cap("FORWARD", (size_t)need, cap, err, errlen);
     uint8_t *p = buf;
@@ -130,13 +130,13 @@ int cv_msg_forward_encode(const cv_msg_forward *m, void *buf, size_t cap, size_t
     uint64_t need = cv_msg_forward_size(m);
     if (cap < need)
         return fail_cap("FORWARD", (size_t)need, cap, err, errlen);
-    size_t head;
-    if (cv_msg_forward_encode_head(m, buf, cap, &head, err, errlen))
+    size_t header;
+    if (cv_msg_forward_encode_header(m, buf, cap, &header, err, errlen))
         return -1;
     uint64_t act = cv_msg_forward_act_size(m);
     if (act)
-        memcpy((uint8_t *)buf + head, m->act, (size_t)act);
-    cv_msg_forward_encode_trail(m, (uint8_t *)buf + head + act);
+        memcpy((uint8_t *)buf + header, m->act, (size_t)act);
+    cv_msg_forward_encode_trail(m, (uint8_t *)buf + header + act);
     *len = (size_t)need;
     return 0;
 }

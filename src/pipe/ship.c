@@ -127,10 +127,10 @@ static int send_segment(sender *s, int k, const cv_pack_src *src, const image_sr
     cv_pack_segment seg;
     cv_pack_segment_at(src, at, &seg);
     const cv_msg_ship m = {.offset = at, .size = src->size};
-    size_t head;
+    size_t header;
     uint64_t len;
-    if (cv_msg_ship_encode_head(&m, s->buf[k], CV_SHIP_FIXED_SIZE, &head, err, errlen) ||
-        cv_pack_segment_encode(src, &seg, s->buf[k] + head, CV_PACK_SEGMENT_BOUND, &len, err, errlen))
+    if (cv_msg_ship_encode_header(&m, s->buf[k], CV_SHIP_FIXED_SIZE, &header, err, errlen) ||
+        cv_pack_segment_encode(src, &seg, s->buf[k] + header, CV_PACK_SEGMENT_BOUND, &len, err, errlen))
         return -1;
     const long t = seg.kind == CV_PACK_TENSOR ? tensor_at(img, at) : -1;
     if (t >= 0) {
@@ -138,12 +138,12 @@ static int send_segment(sender *s, int k, const cv_pack_src *src, const image_sr
         const uint8_t *data = image_bytes(img, at, seg.len);
         cv_fmap_release((cv_fmap *)&f->map, (size_t)(data - f->map.data), (size_t)seg.len);
     }
-    const struct iovec part = {.iov_base = s->buf[k], .iov_len = head + len};
+    const struct iovec part = {.iov_base = s->buf[k], .iov_len = header + len};
     if (cv_link_sendv(s->l, CV_MSG_SHIP, s->id, &part, 1, &s->ticket[k], err, errlen))
         return -1;
     s->live[k] = true;
     *next = at + seg.len;
-    *coded = head + len;
+    *coded = header + len;
     return 0;
 }
 

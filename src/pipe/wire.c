@@ -9,10 +9,10 @@ int cv_fwd_out_alloc(cv_fwd_out *f, size_t n_batch, size_t n_embd, char *err, si
 {
     *f = (cv_fwd_out){.n_batch = n_batch};
     f->hidden = cv_aligned_alloc(sizeof(float) * n_batch * n_embd);
-    f->head = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * n_batch);
+    f->header = cv_aligned_alloc(CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * n_batch);
     /* F16 is the widest lossy type (Q8_0 takes 34 bytes per 32 values) */
     f->act = cv_aligned_alloc(cv_act_bytes(CV_ACT_F16, n_batch, n_embd));
-    if (!f->hidden || !f->head || !f->act)
+    if (!f->hidden || !f->header || !f->act)
         return cv_errf(err, errlen, "out of memory for buffers of %zu tokens", n_batch);
     return 0;
 }
@@ -20,7 +20,7 @@ int cv_fwd_out_alloc(cv_fwd_out *f, size_t n_batch, size_t n_embd, char *err, si
 void cv_fwd_out_free(cv_fwd_out *f)
 {
     cv_free_aligned(f->hidden);
-    cv_free_aligned(f->head);
+    cv_free_aligned(f->header);
     cv_free_aligned(f->act);
     *f = (cv_fwd_out){0};
 }
@@ -47,18 +47,18 @@ int cv_fwd_out_send(cv_fwd_out *f, cv_link *l, uint32_t id, const cv_msg_forward
             return -1;
         m.act = f->act;
     }
-    size_t head_len;
-    if (cv_msg_forward_encode_head(&m, f->head, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * f->n_batch, &head_len,
+    size_t header_len;
+    if (cv_msg_forward_encode_header(&m, f->header, CV_FWD_FIXED_SIZE + sizeof(cv_fwd_token) * f->n_batch, &header_len,
                                    err, errlen))
         return -1;
     const size_t act_len = (size_t)cv_msg_forward_act_size(&m), trail_len = (size_t)cv_msg_forward_trail_size(&m);
     cv_msg_forward_encode_trail(&m, f->trail);
-    const struct iovec parts[3] = {{f->head, head_len}, {(void *)m.act, act_len}, {f->trail, trail_len}};
+    const struct iovec parts[3] = {{f->header, header_len}, {(void *)m.act, act_len}, {f->trail, trail_len}};
     if (cv_link_sendv(l, CV_MSG_FORWARD, id, parts, 3, &f->ticket, err, errlen))
         return -1;
     f->ticket_live = true;
     if (bytes)
-        *bytes = CV_FRAME_HEADER_SIZE + head_len + act_len + trail_len;
+        *bytes = CV_FRAME_HEADER_SIZE + header_len + act_len + trail_len;
     return 0;
 }
 

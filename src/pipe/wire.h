@@ -6,7 +6,7 @@
  *   for a batch size and reused batch after batch. The stage writes its
  *   hidden states into `hidden`; cv_fwd_out_send converts them to the
  *   wire's activation type when that is lossy, encodes the fixed part and
- *   the records into `head`, and queues both on the link as one frame
+ *   the records into `header`, and queues both on the link as one frame
  *   without copying the activations. The link reads the buffers until the
  *   frame is sent, so cv_fwd_out_reclaim waits for that before a batch
  *   writes them again.
@@ -27,7 +27,7 @@
 
 typedef struct cv_fwd_out {
     float *hidden;     /* [n_batch][n_embd] the stage's output */
-    uint8_t *head;     /* FORWARD fixed part, then n_batch records */
+    uint8_t *header;   /* FORWARD fixed part, then n_batch records */
     uint8_t *act;      /* [n_batch][n_embd] in a lossy activation type */
     uint8_t trail[sizeof(uint32_t) * CV_TRAIL_MAX]; /* the stage times as sent */
     size_t n_batch;    /* records the buffers hold */
@@ -37,10 +37,10 @@ typedef struct cv_fwd_out {
 
 int cv_fwd_out_alloc(cv_fwd_out *f, size_t n_batch, size_t n_embd, char *err, size_t errlen);
 void cv_fwd_out_free(cv_fwd_out *f);
-/* The records inside `head`, for a sender that builds them in place. */
+/* The records inside `header`, for a sender that builds them in place. */
 static inline cv_fwd_token *cv_fwd_out_records(const cv_fwd_out *f)
 {
-    return (cv_fwd_token *)(f->head + CV_FWD_FIXED_SIZE);
+    return (cv_fwd_token *)(f->header + CV_FWD_FIXED_SIZE);
 }
 /* Waits until the last send of f's buffers (on link l) is done. */
 int cv_fwd_out_reclaim(cv_fwd_out *f, cv_link *l, char *err, size_t errlen);

@@ -25,7 +25,7 @@ struct cv_deadlines {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     pthread_t thread;
-    cv_deadline *head;
+    cv_deadline *first;
     double limit_s;
     bool stopping;
 };
@@ -33,7 +33,7 @@ struct cv_deadlines {
 /* Shuts down the sockets past their due time, once each; under mu. */
 static void cut_late_locked(cv_deadlines *d, double now)
 {
-    for (cv_deadline *e = d->head; e; e = e->next)
+    for (cv_deadline *e = d->first; e; e = e->next)
         if (e->due > 0 && now > e->due && !e->cut) {
             e->cut = true;
             shutdown(e->fd, SHUT_RDWR);
@@ -98,10 +98,10 @@ cv_deadline *cv_deadline_add(cv_deadlines *d, int fd, const char *who)
     snprintf(e->who, sizeof e->who, "%s", who);
     pthread_mutex_lock(&d->mu);
     e->due = cv_now_s() + d->limit_s;
-    e->next = d->head;
-    if (d->head)
-        d->head->prev = e;
-    d->head = e;
+    e->next = d->first;
+    if (d->first)
+        d->first->prev = e;
+    d->first = e;
     pthread_mutex_unlock(&d->mu);
     return e;
 }
@@ -119,7 +119,7 @@ void cv_deadline_remove(cv_deadlines *d, cv_deadline *e)
     if (e->prev)
         e->prev->next = e->next;
     else
-        d->head = e->next;
+        d->first = e->next;
     if (e->next)
         e->next->prev = e->prev;
     pthread_mutex_unlock(&d->mu);

@@ -268,8 +268,8 @@ static int split_reasoning(gen *g, bool over)
 
 /* A chat with tools: the text so far gathers in g->all and goes out only
  * as far as cv_tools_safe lets it (the rest may be a call); when over, the
- * rest of the content, then each call's head and arguments chunks, and
- * *finish becomes "tool_calls" when there are calls. */
+ * rest of the content, then each call's opening (id and name) and
+ * arguments chunks, and *finish becomes "tool_calls" when there are calls. */
 static int tools_fill(gen *g, bool over, const char **finish)
 {
     if (cv_buf_append(&g->all, g->out.p, g->out.n))
@@ -286,10 +286,10 @@ static int tools_fill(gen *g, bool over, const char **finish)
     const char *content = calls.content.p ? calls.content.p : "";
     int rc = text_chunk(g, content + g->text_sent, calls.content.n > g->text_sent ? calls.content.n - g->text_sent : 0);
     for (int i = 0; i < calls.n && !rc; i++) {
-        const oai_chunk head = {.call = &calls.calls[i], .call_index = i, .include_usage = g->req.include_usage};
+        const oai_chunk opening = {.call = &calls.calls[i], .call_index = i, .include_usage = g->req.include_usage};
         const oai_chunk args = {.call = &calls.calls[i], .call_index = i, .call_args = true,
                                 .include_usage = g->req.include_usage};
-        rc = send_chunk(g, &head) || send_chunk(g, &args);
+        rc = send_chunk(g, &opening) || send_chunk(g, &args);
     }
     if (calls.n)
         *finish = "tool_calls";

@@ -94,9 +94,9 @@ static int put_call(cv_chat_kind k, const json_t *calls, size_t i, bool content,
     if (!name)
         return cv_errf(err, errlen, "a tool call in the messages has no function name");
     const bool hermes = cv_native_tool_format(k) == CV_TOOLS_HERMES;
-    const char *head = hermes ? "<tool_call>\n{\"name\": \"" : "{\"name\": \"";
+    const char *opening = hermes ? "<tool_call>\n{\"name\": \"" : "{\"name\": \"";
     const char *sep = k == CV_CHAT_MISTRAL ? ", " : "\n";
-    const int rc = ((i > 0 || (content && k != CV_CHAT_MISTRAL)) && cv_buf_puts(b, sep)) || cv_buf_puts(b, head) ||
+    const int rc = ((i > 0 || (content && k != CV_CHAT_MISTRAL)) && cv_buf_puts(b, sep)) || cv_buf_puts(b, opening) ||
                    cv_buf_puts(b, name) ||
                    cv_buf_puts(b, k == CV_CHAT_LLAMA31 ? "\", \"parameters\": " : "\", \"arguments\": ") ||
                    put_arguments(k, b, json_object_get(f, "arguments")) ||

@@ -316,7 +316,7 @@ static int parse_logprobs(const json_t *body, oai_kind kind, oai_request *r, oai
 }
 
 /* Tokenizes text into r->prompt (at most n_ctx tokens are kept), special
- * tokens parsed outside the plain spans. */
+ * tokens parsed outside the plain ranges. */
 static int tokenize_prompt(const oai_server *srv, const char *text, size_t len, const convoy_span *plain, int n_plain,
                            oai_request *r, oai_error *e)
 {
@@ -449,7 +449,7 @@ static int message_content(const json_t *m, const char *param, size_t i, cv_buf 
 
 /* The messages msgs (a non-empty array, given in the request's field
  * param) rendered with the chat template and the request's variables:
- * the prompt and its content spans (release with cv_free). */
+ * the prompt and its plain ranges (release with cv_free). */
 static int chat_prompt(const oai_server *srv, const json_t *msgs, const char *param, const cv_serve_chat_vars *vars,
                        const cv_serve_render_watch *watch, cv_buf *prompt, convoy_span **spans, int *n_spans,
                        oai_error *e)
@@ -930,7 +930,7 @@ char *cv_oai_response_json(const oai_server *srv, oai_kind kind, const char *id,
     return cv_oai_choices_json(srv, kind, id, created, a, 1, a->usage);
 }
 
-/* A chat chunk's delta: a tool call's head or arguments, the end (empty),
+/* A chat chunk's delta: a tool call's opening or arguments, the end (empty),
  * or text (with the role in the first). */
 static json_t *chat_delta(const oai_chunk *c)
 {

@@ -154,7 +154,7 @@ char *cv_oai_choices_json(const oai_server *srv, oai_kind kind, const char *id, 
                        int n, const oai_usage *usage);
 
 /* A streamed chunk: text (with the role in the first of a chat), or
- * (chat) reasoning as its own delta, a tool call's head or arguments, the
+ * (chat) reasoning as its own delta, a tool call's opening or arguments, the
  * end, or the usage alone. */
 typedef struct oai_chunk {
     const char *text;

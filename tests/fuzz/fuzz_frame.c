@@ -148,7 +148,7 @@ static void decode_payload(uint16_t type, const uint8_t *payload, size_t len)
         if (cv_msg_ship_decode(payload, len, &m, err, sizeof err))
             return check_prefix(type, err);
         touch(payload, len, m.segment, m.segment_len);
-        if (cv_msg_ship_encode_head(&m, out, sizeof out, &n, err, sizeof err) || memcmp(out, payload, n))
+        if (cv_msg_ship_encode_header(&m, out, sizeof out, &n, err, sizeof err) || memcmp(out, payload, n))
             abort();
         return;
     }

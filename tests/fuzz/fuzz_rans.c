@@ -52,7 +52,7 @@ static int decode_both(const uint8_t *d, size_t n)
     cv_cursor c, c_ref;
     uint64_t got = 0, got_ref = 0, claim = 0;
     char err[CV_ERRLEN] = "", err_ref[CV_ERRLEN] = "";
-    for (int i = 0; n >= CV_RANS_HEAD_BYTES && i < 8; i++)
+    for (int i = 0; n >= CV_RANS_HEADER_BYTES && i < 8; i++)
         claim |= (uint64_t)d[1 + i] << (8 * i);
     /* a stream writes at most its length, when that fits */
     claim = claim <= CAP ? claim : 0;
