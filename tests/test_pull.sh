@@ -116,9 +116,7 @@ pull hf://owner/tiny/../x.gguf
 expect "a path with .. is refused" test "$rc" = 1 -a -n "$(grep "not a model reference" "$tmp/err")"
 
 # 8. without the hub
-kill "$hub_pid"
-wait "$hub_pid" 2>/dev/null
-hub_pid=""
+stop_pids
 pull owner/tiny:Q8_0
 expect "the hub gone, OWNER/REPO:QUANT cannot be chosen: exit 1" test "$rc" = 1
 pull hf://owner/tiny/tiny-Q8_0.gguf
