@@ -12,15 +12,22 @@
 #include "core/clock.h"
 #include "core/err.h"
 
-static void request_free(cv_request *r)
+/* A request's memory; request_free also ends its condition variable,
+ * which a request that failed to be made never had. */
+static void request_free_memory(cv_request *r)
 {
-    pthread_cond_destroy(&r->cond);
     cv_free(r->lp);
     cv_free(r->prompt);
     cv_free(r->grammar);
     cv_free(r->bias);
     cv_free(r->embd);
     cv_free(r);
+}
+
+static void request_free(cv_request *r)
+{
+    pthread_cond_destroy(&r->cond);
+    request_free_memory(r);
 }
 
 /* Drops one reference; the caller holds mu. */
@@ -127,12 +134,7 @@ static cv_request *request_new(cv_sched *s, const cv_request_params *p)
     if (bias_bytes)
         r->bias = cv_memdup(p->sampler.logit_bias, bias_bytes);
     if (!r->prompt || (p->top_logprobs >= 0 && !r->lp) || (p->grammar && !r->grammar) || (bias_bytes && !r->bias)) {
-        cv_free(r->lp);
-        cv_free(r->prompt);
-        cv_free(r->grammar);
-        cv_free(r->bias);
-        cv_free(r->embd);
-        cv_free(r);
+        request_free_memory(r);
         return NULL;
     }
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
