@@ -59,7 +59,7 @@ static int render_each(const cv_template *t, const char *list, size_t len, const
     json_error_t jerr;
     json_t *reqs = json_loadb(list, len, 0, &jerr), *answers = json_array(), *req;
     size_t i;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     if (!json_is_array(reqs)) {
         fprintf(stderr, "convoy render-template: %s: not a JSON array of request bodies\n", path);
         json_decref(reqs);
@@ -87,7 +87,7 @@ static int render(const char *tmpl_path, const char *req_path, bool many, const 
     size_t tlen, rlen, out_len;
     char *tmpl = arg_read_file("render-template", tmpl_path, &tlen);
     char *req = tmpl ? arg_read_file("render-template", req_path, &rlen) : NULL, *out = NULL;
-    char err[512];
+    char err[CONVOY_ERR_MAX];
     int rc = 1;
     cv_template *t = req ? cv_template_parse(tmpl, tlen, err, sizeof err) : NULL;
     if (req && !t)
