@@ -35,7 +35,7 @@
 
 typedef struct ja_chunk ja_chunk;
 typedef struct jarena {
-    ja_chunk *head;
+    ja_chunk *first;
     size_t used, limit; /* bytes taken from the heap, and the most allowed */
     cv_budget *pool;    /* shared with other renders, or NULL */
     size_t held;        /* the render's bytes, chunks and text buffers: beyond CV_JINJA_OWN_BYTES the pool's */

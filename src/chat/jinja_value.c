@@ -69,16 +69,16 @@ void *cv_ja_alloc(jarena *a, size_t n)
     if (n > SIZE_MAX - 16)
         return NULL;
     n = (n + 15) & ~(size_t)15;
-    ja_chunk *c = a->head;
+    ja_chunk *c = a->first;
     if (!c || c->size - c->used < n) {
         if (!(c = new_chunk(a, n > CHUNK / 4 ? n : CHUNK)))
             return NULL;
-        if (n > CHUNK / 4 && a->head) { /* a big block: keep the current chunk's room */
-            c->next = a->head->next;
-            a->head->next = c;
+        if (n > CHUNK / 4 && a->first) { /* a big block: keep the current chunk's room */
+            c->next = a->first->next;
+            a->first->next = c;
         } else {
-            c->next = a->head;
-            a->head = c;
+            c->next = a->first;
+            a->first = c;
         }
     }
     void *p = c->data + c->used;
@@ -89,12 +89,12 @@ void *cv_ja_alloc(jarena *a, size_t n)
 
 void cv_ja_release(jarena *a)
 {
-    for (ja_chunk *c = a->head, *next; c; c = next) {
+    for (ja_chunk *c = a->first, *next; c; c = next) {
         next = c->next;
         cv_free(c);
     }
     cv_ja_unhold(a, a->used);
-    a->head = NULL;
+    a->first = NULL;
     a->used = 0;
 }
 
