@@ -59,6 +59,24 @@ static int parse_call_args(parser *P, jnode *n)
     return rc ? rc : rc2 ? rc2 : rc3;
 }
 
+/* A filter's or a test's node (kind) named name, whose id is the engine's
+ * (negative: unknown, refused naming it; NULL then, or out of memory). */
+static jnode *named_node(parser *P, int kind, int line, jstr name, int id, const char *what)
+{
+    if (id < 0) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "unknown %s '%.*s'", what, name.n > 40 ? 40 : (int)name.n, name.p);
+        cv_jp_fail_at(P, line, "%s", msg);
+        return NULL;
+    }
+    jnode *n = cv_jp_node(P, kind, line);
+    if (n) {
+        n->op = (uint8_t)id;
+        n->val = jv_str(name.p, name.n);
+    }
+    return n;
+}
+
 static int parse_dotted_name(parser *P, jstr *out)
 {
     if (cur(P)->kind != TK_NAME)
@@ -84,17 +102,9 @@ int cv_jp_parse_filters(parser *P, jnode **io, bool first_inline)
         jstr name;
         if (parse_dotted_name(P, &name) != 0)
             return -1;
-        int id = cv_jf_filter_id(name);
-        if (id < 0) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%.*s", name.n > 40 ? 40 : (int)name.n, name.p);
-            return cv_jp_fail_at(P, line, "unknown filter '%s'", nm);
-        }
-        jnode *f = cv_jp_node(P, N_FILTER, line);
+        jnode *f = named_node(P, N_FILTER, line, name, cv_jf_filter_id(name), "filter");
         if (!f)
             return -1;
-        f->op = (uint8_t)id;
-        f->val = jv_str(name.p, name.n);
         f->a = *io;
         if (at_op(P, OP_LPAREN) && parse_call_args(P, f) != 0)
             return -1;
@@ -122,18 +132,10 @@ static int parse_test(parser *P, jnode **io)
     jstr name;
     if (parse_dotted_name(P, &name) != 0)
         return -1;
-    int id = cv_jf_test_id(name);
-    if (id < 0) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%.*s", name.n > 40 ? 40 : (int)name.n, name.p);
-        return cv_jp_fail_at(P, line, "unknown test '%s'", nm);
-    }
-    jnode *t = cv_jp_node(P, N_TEST, line);
+    jnode *t = named_node(P, N_TEST, line, name, cv_jf_test_id(name), "test");
     if (!t)
         return -1;
-    t->op = (uint8_t)id;
     t->flag = negated;
-    t->val = jv_str(name.p, name.n);
     t->a = *io;
     if (at_op(P, OP_LPAREN)) {
         if (parse_call_args(P, t) != 0)

@@ -129,15 +129,10 @@ static int chain_setup_key(chain_setup *s, const convoy_ctx_params *p, char *err
 
 static void engine_log(const engine_chain *c, const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    cv_chain_vlog(c->log, c->log_user, fmt, ap);
     va_end(ap);
-    if (c->log)
-        c->log(c->log_user, line);
-    else
-        fprintf(stderr, "convoy: %s\n", line);
 }
 
 /* The model's content hashes, which the nodes check their weights against:

@@ -27,6 +27,7 @@
 #ifndef CONVOY_PIPE_CHAIN_H
 #define CONVOY_PIPE_CHAIN_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,6 +89,9 @@ typedef struct cv_chain_opts {
 } cv_chain_opts;
 
 cv_chain_opts cv_chain_default_opts(void);
+/* Writes one formatted line to log(user, line), or to stderr after
+ * "convoy: " when log is NULL: the chain's lines and the engine's. */
+void cv_chain_vlog(void (*log)(void *user, const char *line), void *user, const char *fmt, va_list ap);
 int cv_chain_open(cv_chain **out, const char *model_path, const cv_chain_opts *o, char *err, size_t errlen);
 void cv_chain_close(cv_chain *c);
 

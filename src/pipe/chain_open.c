@@ -258,17 +258,22 @@ static int span_hashes(const cv_chain *c, cv_msg_hello *h, uint8_t **buf, char *
 }
 
 static void chain_log(const cv_chain *c, const char *fmt, ...) CV_PRINTF(2, 3);
-static void chain_log(const cv_chain *c, const char *fmt, ...)
+void cv_chain_vlog(void (*log)(void *user, const char *line), void *user, const char *fmt, va_list ap)
 {
     char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (c->o.log)
-        c->o.log(c->o.log_user, line);
+    if (log)
+        log(user, line);
     else
         fprintf(stderr, "convoy: %s\n", line);
+}
+
+static void chain_log(const cv_chain *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cv_chain_vlog(c->o.log, c->o.log_user, fmt, ap);
+    va_end(ap);
 }
 
 /* What a shipment's progress note needs. */
