@@ -14,9 +14,10 @@
  * slots (context slots past the scheduler's): prompts A, B, A, C, B on one
  * slot and two cache slots take exactly the prefixes the policy gives (A's
  * stashed when B takes the slot, copied back for A, ...), on one machine
- * and on a chain, with a cold scheduler's tokens; and the random chats
- * with cache slots reuse at least what one slot gives, with the same
- * tokens. */
+ * and on a chain, with a cold scheduler's tokens; the random chats with
+ * cache slots reuse at least what one slot gives, with the same tokens;
+ * and waves of requests admitted together on 4 slots (test_waves) give
+ * each request's cold tokens. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,106 @@ static void test_cache_slots(void)
     test_stop_stage(pid);
 }
 
+/* Waves of requests admitted together (cv_sched_submit_all) on 4 slots
+ * and 4 cache slots: prompts from 5 stems, cut at random lengths and
+ * continued with fresh tokens, so that one admission copies prefixes out
+ * of cache slots and free slots while others stash theirs. Every answer
+ * equals, bit for bit, the same prompt's on a scheduler whose cache is
+ * off. */
+enum { WAVES = 40, WAVE_MAX = 4, N_STEM = 5, STEM_LEN = 90 };
+
+static void make_wave_prompt(turn *t, const int32_t (*stems)[STEM_LEN], int k)
+{
+    const int32_t *stem = stems[rnd(N_STEM)];
+    const int32_t keep = 1 + (int32_t)rnd(STEM_LEN - 1), n_new = (int32_t)rnd(4);
+    memcpy(t->prompt, stem, sizeof(int32_t) * (size_t)keep);
+    for (int32_t i = 0; i < n_new; i++)
+        t->prompt[keep + i] = fresh_token(i == 0 && keep < STEM_LEN ? stem[keep] : -1);
+    set_params(t, keep + n_new, k, k, NULL);
+}
+
+/* Runs the n requests of t, admitted together. */
+static void run_wave(cv_sched *s, turn *t, int n)
+{
+    char err[512];
+    cv_request_params p[WAVE_MAX] = {0};
+    cv_request *r[WAVE_MAX];
+    for (int k = 0; k < n; k++)
+        p[k] = t[k].p;
+    CHECKF(cv_sched_submit_all(s, p, n, r, err, sizeof err) == CV_SUBMIT_OK, "submit: %s", err);
+    for (int k = 0; k < n && r[k]; k++) {
+        cv_finish f = CV_RUNNING;
+        int32_t got = 0;
+        while (f == CV_RUNNING)
+            got = cv_request_wait(r[k], got, 1000, &f);
+        CHECKF(f == CV_FINISH_STOP || f == CV_FINISH_LENGTH, "finish %d: %s", f, cv_request_error(r[k]));
+        t[k].n_out = got;
+        t[k].finish = f;
+        t[k].n_cached = cv_request_cached(r[k]);
+        memcpy(t[k].out, cv_request_tokens(r[k]), sizeof(int32_t) * (size_t)got);
+        if (got > 0)
+            memcpy(t[k].lp, cv_request_logprobs(r[k], 0), sizeof(convoy_logprob) * (size_t)got * (1 + LP_TOP));
+        cv_request_release(r[k]);
+    }
+}
+
+static void run_waves(bool cache, turn (*waves)[WAVE_MAX], const int *sizes)
+{
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_slot = 8;
+    cp.n_batch = 64;
+    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
+    cv_sched *s = c ? cv_sched_create(c, model, 4, 8, err, sizeof err) : NULL;
+    CHECKF(s, "%s", err);
+    if (s)
+        cv_sched_set_prompt_cache(s, cache);
+    for (int w = 0; s && w < WAVES; w++) {
+        if (cache) {
+            run_wave(s, waves[w], sizes[w]);
+            continue;
+        }
+        for (int k = 0; k < sizes[w]; k++) /* alone */
+            run_wave(s, &waves[w][k], 1);
+    }
+    cv_sched_free(s);
+    convoy_ctx_free(c);
+}
+
+static void test_waves(void)
+{
+    static int32_t stems[N_STEM][STEM_LEN];
+    static turn warm[WAVES][WAVE_MAX], cold[WAVES][WAVE_MAX];
+    int sizes[WAVES];
+    for (int i = 0; i < N_STEM; i++)
+        make_prompt(stems[i], STEM_LEN, 100 + (uint64_t)i);
+    rng_state = 777;
+    for (int w = 0; w < WAVES; w++) {
+        sizes[w] = 2 + (int)rnd(WAVE_MAX - 1);
+        for (int k = 0; k < sizes[w]; k++) {
+            make_wave_prompt(&warm[w][k], stems, w * WAVE_MAX + k);
+            cold[w][k] = warm[w][k];
+            cold[w][k].p.prompt = cold[w][k].prompt;
+            warm[w][k].p.prompt = warm[w][k].prompt;
+        }
+    }
+    run_waves(true, warm, sizes);
+    run_waves(false, cold, sizes);
+    int64_t n_cached = 0;
+    for (int w = 0; w < WAVES; w++)
+        for (int k = 0; k < sizes[w]; k++) {
+            const turn *a = &warm[w][k], *b = &cold[w][k];
+            n_cached += a->n_cached;
+            CHECKF(b->n_cached == 0 && a->n_out == b->n_out &&
+                       !memcmp(a->out, b->out, sizeof(int32_t) * (size_t)b->n_out) &&
+                       !memcmp(a->lp, b->lp, sizeof(convoy_logprob) * (size_t)b->n_out * (1 + LP_TOP)),
+                   "wave %d request %d (%d cached): tokens or logprobs differ from a cold scheduler's", w, k,
+                   a->n_cached);
+        }
+    CHECKF(n_cached > 0, "no prompt token came from the cache");
+}
+
 static void test_grammar(void)
 {
     run_setup(&(setup){.grammar = "root ::= [ a-z]+ \".\"?"});
@@ -355,6 +456,7 @@ int main(void)
         return test_summary();
     TEST_RUN(test_one_machine);
     TEST_RUN(test_cache_slots);
+    TEST_RUN(test_waves);
     TEST_RUN(test_grammar);
     TEST_RUN(test_ngram_drafts);
     TEST_RUN(test_chain);

@@ -117,7 +117,8 @@ static bool holds_kept(const cv_sched *s, int32_t j)
     return sl->state == SLOT_FREE || (sl->state == SLOT_STARTING && sl->source == j);
 }
 
-/* Whether a slot admitted before takes its prefix from slot i. */
+/* Whether a slot admitted and not yet set up takes its prefix from slot
+ * i (another slot, or a cache slot). */
 static bool copied_from(const cv_sched *s, int32_t i)
 {
     for (int32_t j = 0; j < s->n_slot; j++)
@@ -186,14 +187,15 @@ void cv_sched_admit_locked(cv_sched *s)
 }
 
 /* The cache slot that takes slot i's kept tokens: one holding a prefix of
- * them (an empty one first), else the least recently used; never `avoid`.
- * -1 when one holds them all already. */
-static int32_t stash_target(const cv_sched *s, int32_t i, int32_t avoid)
+ * them (an empty one first), else the least recently used; never one that
+ * a slot admitted with i has yet to copy from (its KV must hold its kept
+ * tokens until then). -1 when one holds them all already, or none may. */
+static int32_t stash_target(const cv_sched *s, int32_t i)
 {
     const cv_kept *k = &s->kept[i];
     int32_t lru = -1;
     for (int32_t c = s->n_slot; c < s->n_slot + s->n_cache; c++) {
-        if (c == avoid)
+        if (copied_from(s, c))
             continue;
         const int32_t p = common_prefix(s->kept[c].tok, s->kept[c].n, k->tok, k->n);
         if (p == k->n)
@@ -208,11 +210,11 @@ static int32_t stash_target(const cv_sched *s, int32_t i, int32_t avoid)
 
 /* C: slot i is about to keep only `keep` of its kept tokens: the rest go
  * to a cache slot first (see the design comment), unless they are few. */
-static void stash(cv_sched *s, int32_t i, int32_t keep, int32_t avoid)
+static void stash(cv_sched *s, int32_t i, int32_t keep)
 {
     if (s->kept[i].n - keep < STASH_MIN_TOKENS)
         return;
-    const int32_t c = stash_target(s, i, avoid);
+    const int32_t c = stash_target(s, i);
     if (c < 0)
         return;
     char err[CV_ERRLEN];
@@ -231,7 +233,7 @@ static void stash(cv_sched *s, int32_t i, int32_t keep, int32_t avoid)
  * what it held past them stashed first. */
 static int slot_reuse(cv_sched *s, int32_t i, int32_t source, int32_t n, char *err, size_t errlen)
 {
-    stash(s, i, source == i ? n : 0, source);
+    stash(s, i, source == i ? n : 0);
     pthread_mutex_lock(&s->mu);
     s->kept[i].n = 0; /* the request's tokens replace them */
     pthread_mutex_unlock(&s->mu);
