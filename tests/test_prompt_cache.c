@@ -29,7 +29,7 @@
 #include "model_test.h"
 #include "stage_test.h"
 
-enum { N_CHAT = 20, N_TURN = 3, N_CTX = 256, MAX_TOK = 12, LP_TOP = 2, HIST_MAX = N_CTX };
+enum { N_CHAT = 20, N_TURN = 3, N_CTX = 256, MAX_TOK = 12, LP_TOP = 2, HIST_MAX = N_CTX, WAVE_MAX = 4 };
 
 static convoy_model *model;
 static char model_path[1024];
@@ -75,27 +75,32 @@ static void set_params(turn *t, int32_t n_prompt, int chat, int k, const char *g
     }
 }
 
-static void run_turn(cv_sched *s, turn *t)
+/* Runs the n requests of t, admitted together (cv_sched_submit_all). */
+static void run_turns(cv_sched *s, turn *t, int n)
 {
     char err[512];
-    cv_request *r;
-    const cv_submit_result sr = cv_sched_submit(s, &t->p, &r, err, sizeof err);
-    CHECKF(sr == CV_SUBMIT_OK, "submit: %s", err);
-    if (sr != CV_SUBMIT_OK)
-        return;
-    cv_finish f = CV_RUNNING;
-    int32_t n = 0;
-    while (f == CV_RUNNING)
-        n = cv_request_wait(r, n, 1000, &f);
-    CHECKF(f == CV_FINISH_STOP || f == CV_FINISH_LENGTH, "finish %d: %s", f, cv_request_error(r));
-    t->n_out = n;
-    t->finish = f;
-    t->n_cached = cv_request_cached(r);
-    memcpy(t->out, cv_request_tokens(r), sizeof(int32_t) * (size_t)n);
-    if (n > 0)
-        memcpy(t->lp, cv_request_logprobs(r, 0), sizeof(convoy_logprob) * (size_t)n * (1 + LP_TOP));
-    cv_request_release(r);
+    cv_request_params p[WAVE_MAX] = {0};
+    cv_request *r[WAVE_MAX];
+    for (int k = 0; k < n; k++)
+        p[k] = t[k].p;
+    CHECKF(cv_sched_submit_all(s, p, n, r, err, sizeof err) == CV_SUBMIT_OK, "submit: %s", err);
+    for (int k = 0; k < n && r[k]; k++) {
+        cv_finish f = CV_RUNNING;
+        int32_t got = 0;
+        while (f == CV_RUNNING)
+            got = cv_request_wait(r[k], got, 1000, &f);
+        CHECKF(f == CV_FINISH_STOP || f == CV_FINISH_LENGTH, "finish %d: %s", f, cv_request_error(r[k]));
+        t[k].n_out = got;
+        t[k].finish = f;
+        t[k].n_cached = cv_request_cached(r[k]);
+        memcpy(t[k].out, cv_request_tokens(r[k]), sizeof(int32_t) * (size_t)got);
+        if (got > 0)
+            memcpy(t[k].lp, cv_request_logprobs(r[k], 0), sizeof(convoy_logprob) * (size_t)got * (1 + LP_TOP));
+        cv_request_release(r[k]);
+    }
 }
+
+static void run_turn(cv_sched *s, turn *t) { run_turns(s, t, 1); }
 
 /* The tokens the reused prefix may take: the common prefix, less the last
  * prompt token and, with penalties, the penalty window. */
@@ -243,6 +248,24 @@ static int32_t make_prompt(int32_t *p, int32_t n, uint64_t seed)
     return n;
 }
 
+/* A scheduler of n_slot slots (queue 8) on a context (*c) with n_cache
+ * more slots, its prompt cache on or off; NULL after a failed check. */
+static cv_sched *open_cache(const char *nodes, int32_t n_slot, int32_t n_cache, bool cache, convoy_ctx **c)
+{
+    char err[512];
+    convoy_ctx_params cp = convoy_ctx_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_slot = n_slot + n_cache;
+    cp.n_batch = 64;
+    cp.nodes = nodes;
+    *c = convoy_ctx_create(model, &cp, err, sizeof err);
+    cv_sched *s = *c ? cv_sched_create(*c, model, n_slot, 8, err, sizeof err) : NULL;
+    CHECKF(s, "%s", err);
+    if (s)
+        cv_sched_set_prompt_cache(s, cache);
+    return s;
+}
+
 /* Prompts A, B, A, C, B, A (A and C share their first 20 tokens) on one
  * slot with two cache slots, greedy, 4 tokens each: the slot ends each
  * request holding prompt + 3 outputs. */
@@ -250,17 +273,8 @@ static void run_cache_slots(const char *nodes, bool cache, turn *t)
 {
     enum { N = 6 };
     static const char order[N] = {'A', 'B', 'A', 'C', 'B', 'A'};
-    char err[512];
-    convoy_ctx_params cp = convoy_ctx_default_params();
-    cp.n_ctx = N_CTX;
-    cp.n_slot = 3;
-    cp.n_batch = 64;
-    cp.nodes = nodes;
-    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
-    cv_sched *s = c ? cv_sched_create(c, model, 1, 4, err, sizeof err) : NULL;
-    CHECKF(s, "%s", err);
-    if (s)
-        cv_sched_set_prompt_cache(s, cache);
+    convoy_ctx *c;
+    cv_sched *s = open_cache(nodes, 1, 2, cache, &c);
     for (int k = 0; s && k < N; k++) {
         const int32_t n = order[k] == 'A' ? 60 : order[k] == 'B' ? 50 : 70;
         make_prompt(t[k].prompt, n, order[k] == 'B' ? 2 : 1); /* C starts as A does */
@@ -311,7 +325,7 @@ static void test_cache_slots(void)
  * of cache slots and free slots while others stash theirs. Every answer
  * equals, bit for bit, the same prompt's on a scheduler whose cache is
  * off. */
-enum { WAVES = 40, WAVE_MAX = 4, N_STEM = 5, STEM_LEN = 90 };
+enum { WAVES = 40, N_STEM = 5, STEM_LEN = 90 };
 
 static void make_wave_prompt(turn *t, const int32_t (*stems)[STEM_LEN], int k)
 {
@@ -323,50 +337,17 @@ static void make_wave_prompt(turn *t, const int32_t (*stems)[STEM_LEN], int k)
     set_params(t, keep + n_new, k, k, NULL);
 }
 
-/* Runs the n requests of t, admitted together. */
-static void run_wave(cv_sched *s, turn *t, int n)
-{
-    char err[512];
-    cv_request_params p[WAVE_MAX] = {0};
-    cv_request *r[WAVE_MAX];
-    for (int k = 0; k < n; k++)
-        p[k] = t[k].p;
-    CHECKF(cv_sched_submit_all(s, p, n, r, err, sizeof err) == CV_SUBMIT_OK, "submit: %s", err);
-    for (int k = 0; k < n && r[k]; k++) {
-        cv_finish f = CV_RUNNING;
-        int32_t got = 0;
-        while (f == CV_RUNNING)
-            got = cv_request_wait(r[k], got, 1000, &f);
-        CHECKF(f == CV_FINISH_STOP || f == CV_FINISH_LENGTH, "finish %d: %s", f, cv_request_error(r[k]));
-        t[k].n_out = got;
-        t[k].finish = f;
-        t[k].n_cached = cv_request_cached(r[k]);
-        memcpy(t[k].out, cv_request_tokens(r[k]), sizeof(int32_t) * (size_t)got);
-        if (got > 0)
-            memcpy(t[k].lp, cv_request_logprobs(r[k], 0), sizeof(convoy_logprob) * (size_t)got * (1 + LP_TOP));
-        cv_request_release(r[k]);
-    }
-}
-
 static void run_waves(bool cache, turn (*waves)[WAVE_MAX], const int *sizes)
 {
-    char err[512];
-    convoy_ctx_params cp = convoy_ctx_default_params();
-    cp.n_ctx = N_CTX;
-    cp.n_slot = 8;
-    cp.n_batch = 64;
-    convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
-    cv_sched *s = c ? cv_sched_create(c, model, 4, 8, err, sizeof err) : NULL;
-    CHECKF(s, "%s", err);
-    if (s)
-        cv_sched_set_prompt_cache(s, cache);
+    convoy_ctx *c;
+    cv_sched *s = open_cache(NULL, 4, 4, cache, &c);
     for (int w = 0; s && w < WAVES; w++) {
         if (cache) {
-            run_wave(s, waves[w], sizes[w]);
+            run_turns(s, waves[w], sizes[w]);
             continue;
         }
         for (int k = 0; k < sizes[w]; k++) /* alone */
-            run_wave(s, &waves[w][k], 1);
+            run_turn(s, &waves[w][k]);
     }
     cv_sched_free(s);
     convoy_ctx_free(c);
