@@ -95,7 +95,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
         {"top-p", 0, ARG_FLOAT, .dst = &sp->top_p},
         {"min-p", 0, ARG_FLOAT, .dst = &sp->min_p},
         {"repeat-penalty", 0, ARG_FLOAT, .dst = &sp->repeat_penalty},
-        {"repeat-last-n", 0, ARG_INT, .dst = &sp->penalty_last_n, .lo = 0, .hi = 1 << 24},
+        {"repeat-last-n", 0, ARG_INT, .dst = &sp->penalty_last_n, .lo = -1, .hi = 1 << 24},
         {"frequency-penalty", 0, ARG_FLOAT, .dst = &sp->freq_penalty},
         {"presence-penalty", 0, ARG_FLOAT, .dst = &sp->presence_penalty},
         {"seed", 0, ARG_U64, .dst = &sp->seed, .given = &o->seed_given},

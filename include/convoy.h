@@ -322,7 +322,7 @@ typedef struct convoy_sampling_params {
     float top_p;            /* 1 = off */
     float min_p;            /* 0 = off */
     float repeat_penalty;   /* 1 = off */
-    int32_t penalty_last_n; /* ids of history the penalties see */
+    int32_t penalty_last_n; /* ids of history the penalties see: 0 none; -1, or more than n_ctx, all */
     float freq_penalty;
     float presence_penalty;
     uint64_t seed;

@@ -337,6 +337,9 @@ static void test_bad_batches_refused(void)
     CHECK(convoy_decode(c, &slot, logits, err, sizeof err) == -1 && strstr(err, "slot"));
     CHECK(convoy_seq_free(c, 9, err, sizeof err) == -1 && strstr(err, "slot 9"));
     CHECK(convoy_seq_truncate(c, -1, 0, err, sizeof err) == -1 && strstr(err, "slot -1"));
+    convoy_sampling_params sp = convoy_sampling_default_params();
+    sp.penalty_last_n = -2;
+    CHECK(convoy_set_sampler(c, 0, &sp, err, sizeof err) == -1 && strstr(err, "penalty_last_n -2"));
     int32_t bad_tok[1] = {512};
     convoy_batch id = {.n_tokens = 1, .token = bad_tok, .pos = pos2, .seq = seq, .want = want};
     CHECK(convoy_decode(c, &id, logits, err, sizeof err) == -1 && strstr(err, "vocabulary"));

@@ -42,7 +42,7 @@ async function metrics() {
 
 // Runs one request and returns its text (streamed or not).
 async function runOne(q) {
-  const common = { model, max_tokens: q.max_tokens, temperature: q.temperature, seed: q.seed, stop: q.stop };
+  const common = { model, max_tokens: q.max_tokens, temperature: q.temperature, seed: q.seed, stop: q.stop, ...q.extra };
   if (q.kind === 'completion') {
     if (!q.stream) return (await client.completions.create({ ...common, prompt: q.prompt })).choices[0].text;
     const s = await client.completions.create({ ...common, prompt: q.prompt, stream: true });
@@ -59,15 +59,19 @@ async function runOne(q) {
 }
 
 // Eight requests: greedy and seeded sampling, different prompts, both
-// endpoints, streamed and not.
+// endpoints, streamed and not; two with a penalty window of the whole
+// context (-1, and more than the context: a node must take it as one
+// machine does).
 const identity = [
   { kind: 'completion', stream: false, prompt: 'Once upon a time', temperature: 0, max_tokens: 60 },
-  { kind: 'completion', stream: true, prompt: 'The little dog ran', temperature: 0.9, seed: 7, max_tokens: 80 },
+  { kind: 'completion', stream: true, prompt: 'The little dog ran', temperature: 0.9, seed: 7, max_tokens: 80,
+    extra: { repeat_penalty: 1.2, repeat_last_n: -1 } },
   { kind: 'chat', stream: false, prompt: 'Tell me about a cat.', temperature: 0, max_tokens: 50 },
   { kind: 'chat', stream: true, prompt: 'A story about the sea', temperature: 1.0, seed: 42, max_tokens: 70 },
   { kind: 'completion', stream: false, prompt: 'Lily and Tom went to the park. They saw a big tree and a bird. '.repeat(4),
     temperature: 0.8, seed: 3, max_tokens: 64 },
-  { kind: 'completion', stream: true, prompt: 'Bob had a red ball', temperature: 0, max_tokens: 90 },
+  { kind: 'completion', stream: true, prompt: 'Bob had a red ball', temperature: 0, max_tokens: 90,
+    extra: { repeat_penalty: 1.3, repeat_last_n: 5000 } },
   { kind: 'chat', stream: false, prompt: 'Why is the sky blue?', temperature: 0.7, seed: 123456789, max_tokens: 40 },
   { kind: 'completion', stream: false, prompt: 'One day', temperature: 1.2, seed: 99, max_tokens: 100 },
 ];

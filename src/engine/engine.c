@@ -339,12 +339,24 @@ _Static_assert(sizeof(convoy_logprob) == sizeof(cv_logprob) &&
 static_assert(sizeof(convoy_logit_bias) == sizeof(cv_logit_bias) && offsetof(convoy_logit_bias, bias) ==
                   offsetof(cv_logit_bias, bias), "convoy_logit_bias is the sampler's pair");
 
+/* A penalty window past the context sees what the context's does (a slot
+ * holds no more): counted so, a node's sampler history stays within the
+ * context its memory was counted for, as one machine's does. */
+static int32_t penalty_window(const convoy_ctx *c, int32_t penalty_last_n)
+{
+    return penalty_last_n < 0 || penalty_last_n > c->be->n_ctx ? c->be->n_ctx : penalty_last_n;
+}
+
 int convoy_set_sampler(convoy_ctx *c, int32_t seq, const convoy_sampling_params *p, char *err, size_t errlen)
 {
     if (p->n_logprobs < -1 || p->n_logprobs > CONVOY_MAX_TOP_LOGPROBS)
         return cv_errf(err, errlen, "%d log-probabilities asked, at most %d", p->n_logprobs, CONVOY_MAX_TOP_LOGPROBS);
+    if (p->penalty_last_n < -1)
+        return cv_errf(err, errlen, "penalty_last_n %d: 0 (none), -1 (the whole context) or a count",
+                       p->penalty_last_n);
     const cv_sampler_params sp = {.temp = p->temp, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
-                                  .repeat_penalty = p->repeat_penalty, .penalty_last_n = p->penalty_last_n,
+                                  .repeat_penalty = p->repeat_penalty,
+                                  .penalty_last_n = penalty_window(c, p->penalty_last_n),
                                   .freq_penalty = p->freq_penalty, .presence_penalty = p->presence_penalty,
                                   .seed = p->seed, .bias = (const cv_logit_bias *)p->logit_bias,
                                   .n_bias = p->n_logit_bias};

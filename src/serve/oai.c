@@ -258,7 +258,7 @@ static int parse_sampling(const json_t *body, uint64_t default_seed, oai_request
         return -1;
     sp->top_k = (int32_t)x;
     x = sp->penalty_last_n;
-    if (get_int(body, "repeat_last_n", 0, 1 << 20, &x, e))
+    if (get_int(body, "repeat_last_n", -1, 1 << 20, &x, e)) /* -1: the whole context, as llama-server's */
         return -1;
     sp->penalty_last_n = (int32_t)x;
     x = 0;

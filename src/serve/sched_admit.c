@@ -152,11 +152,12 @@ static int32_t best_source_slot(const cv_sched *s, const cv_request *r, int32_t 
 static int32_t reuse_len(const cv_request *r, int32_t prefix)
 {
     const convoy_sampling_params *p = &r->sampler;
-    const bool penalties = p->penalty_last_n > 0 &&
-                           (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
+    const int32_t window = p->penalty_last_n < 0 ? r->n_prompt : p->penalty_last_n; /* -1: the whole history */
+    const bool penalties =
+        window > 0 && (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
     int32_t n = min_i32(prefix, r->n_prompt - 1);
     if (penalties)
-        n = min_i32(n, r->n_prompt - p->penalty_last_n);
+        n = min_i32(n, r->n_prompt - window);
     return n > 0 ? n : 0;
 }
 
