@@ -20,7 +20,8 @@
  * speculation. Appends one JSON line per run to bench/out/users.jsonl.
  *
  * usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] [--repeat R]
- *                    [--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]] */
+ *                    [--nodes HOST:PORT,... [--insecure]] [--label TEXT] [--draft ngram|PATH [--spec-k K]]
+ * --insecure: plaintext links to nodes off loopback (users.sh's test hosts). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@
 
 #define MAX_USERS 16
 #define MAX_REPEAT 15
+
+static bool insecure;
 
 typedef struct user {
     cv_sched *sched;
@@ -142,6 +145,7 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
     cp.n_ctx = 12 + n_tokens + 8;
     cp.n_batch = 64;
     cp.nodes = nodes;
+    cp.insecure = insecure;
     convoy_ctx *ctx = convoy_ctx_create(m, &cp, err, sizeof err);
     if (!ctx) {
         fprintf(stderr, "bench_users: %s\n", err);
@@ -192,6 +196,8 @@ int main(int argc, char **argv)
             nodes = argv[++i];
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
             repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--insecure"))
+            insecure = true;
         else if (!strcmp(argv[i], "--label") && i + 1 < argc)
             label = argv[++i];
         else if (!strcmp(argv[i], "--draft") && i + 1 < argc)
@@ -204,7 +210,7 @@ int main(int argc, char **argv)
                 users[n_u++] = atoi(t);
         } else {
             fprintf(stderr, "usage: bench_users -m MODEL [-t THREADS] [-n TOKENS] [--users 1,2,4,8] [--repeat R] "
-                            "[--nodes HOST:PORT,...] [--label TEXT] [--draft ngram|PATH [--spec-k K]]\n");
+                            "[--nodes HOST:PORT,... [--insecure]] [--label TEXT] [--draft ngram|PATH [--spec-k K]]\n");
             return 2;
         }
     }

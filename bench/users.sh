@@ -55,10 +55,10 @@ for m in "${models[@]}"; do
         ;;
     esac
     : >"$tmp/stage1.log"
-    stage_cores=1 start_host_stage "$cluster" 1 "$convoy" "$tmp/stage1.log" -m "$m" || true
+    stage_cores=1 start_host_stage "$cluster" 1 "$convoy" "$tmp/stage1.log" -m "$m" --insecure || true
     pids+=("$stage_pid")
     on 0 taskset -c 0 "$build/bench_users" -m "$m" -n "$tokens" --repeat "${REPEAT:-5}" --label "users" \
-        --nodes local,10.77.0.2:7000 "${draft[@]}"
+        --nodes local,10.77.0.2:7000 --insecure "${draft[@]}"
     stop_pids
     echo
 done
