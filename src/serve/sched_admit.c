@@ -25,7 +25,8 @@
  * request runs in them; they keep prefixes (kept too). When C cuts a slot
  * back, the tokens it would lose go to a cache slot first (stash: one
  * that holds a prefix of them, else the least recently used, unless one
- * holds them already), and B may take a request's prefix from a cache
+ * holds them already; never one that a slot admitted with it has yet to
+ * copy from), and B may take a request's prefix from a cache
  * slot, or another free slot, that holds more of it than the slot it gets
  * (cv_slot.source): C then copies it (convoy_seq_copy: the same KV bits),
  * before it cuts back any slot admitted with it. So the n choices of one
