@@ -72,20 +72,31 @@ static int ignore(void *user, int32_t id)
     return 0;
 }
 
-/* Runs one configuration on a context; adds to r. nodes NULL: unsplit. */
-static int run_config(const char *nodes, const config *cf, result *r)
+/* A pipeline's context (nodes NULL: unsplit), with a batch in flight per
+ * window (a plain run keeps one). One serves every round of every
+ * configuration: a node refuses a head that sends it more than 16 HELLOs a
+ * second, and gives itself to another head after 1 s of silence, so a
+ * context per run, or one per kind of run, would not measure the chain it
+ * names. */
+static convoy_ctx *open_pipeline(const char *nodes)
 {
     char err[512];
     convoy_ctx_params cp = convoy_ctx_default_params();
     cp.n_ctx = n_tokens + 64;
     cp.nodes = nodes;
-    cp.depth = nodes && cf->windows != 1 ? CONVOY_SPEC_WINDOWS_MAX : 0; /* a batch in flight per window */
+    cp.depth = nodes ? CONVOY_SPEC_WINDOWS_MAX : 0;
     cp.insecure = insecure;
     convoy_ctx *c = convoy_ctx_create(model, &cp, err, sizeof err);
-    if (!c) {
+    if (!c)
         fprintf(stderr, "bench_spec: %s\n", err);
-        return -1;
-    }
+    return c;
+}
+
+/* Runs one configuration on c (of a pipeline: nodes, NULL unsplit); adds
+ * to r. */
+static int run_config(convoy_ctx *c, const char *nodes, const config *cf, result *r)
+{
+    char err[512];
     convoy_spec *spec = NULL;
     if (cf->drafter >= 0) {
         convoy_spec_params sp = convoy_spec_default_params();
@@ -96,7 +107,6 @@ static int run_config(const char *nodes, const config *cf, result *r)
             sp.k_max = sp.k;
         if (!(spec = convoy_spec_create(c, model, &sp, err, sizeof err))) {
             fprintf(stderr, "bench_spec: %s\n", err);
-            convoy_ctx_free(c);
             return -1;
         }
     }
@@ -108,7 +118,6 @@ static int run_config(const char *nodes, const config *cf, result *r)
         if (convoy_generate(c, spec, 0, hist, n_prompt, n_tokens, ignore, NULL, &st, err, sizeof err)) {
             fprintf(stderr, "bench_spec: %s\n", err);
             convoy_spec_free(spec);
-            convoy_ctx_free(c);
             return -1;
         }
         if (cf->drafter < 0 && !nodes)
@@ -126,7 +135,6 @@ static int run_config(const char *nodes, const config *cf, result *r)
     }
     r->runs++;
     convoy_spec_free(spec);
-    convoy_ctx_free(c);
     return 0;
 }
 
@@ -142,19 +150,21 @@ static double per_round(const result *r) { return r->rounds ? (double)r->n_gen /
  * MAX_RUNS rounds. */
 static int measure(const char *nodes, const config *cfs, int n_cf, result *res)
 {
+    convoy_ctx *c = open_pipeline(nodes);
+    int rc = c ? 0 : -1;
     for (int i = 0; i < n_cf; i++)
         res[i] = (result){.equal = true};
-    for (int run = 0; run < MAX_RUNS; run++) {
+    for (int run = 0; rc == 0 && run < MAX_RUNS; run++) {
         bool enough = true;
         for (int i = 0; i < n_cf; i++)
             enough = enough && res[i].gen_s >= min_seconds;
         if (enough)
             break;
-        for (int i = 0; i < n_cf; i++)
-            if (run_config(nodes, &cfs[i], &res[i]))
-                return -1;
+        for (int i = 0; rc == 0 && i < n_cf; i++)
+            rc = run_config(c, nodes, &cfs[i], &res[i]);
     }
-    return 0;
+    convoy_ctx_free(c);
+    return rc;
 }
 
 static void config_name(const config *cf, char *buf, size_t n)
