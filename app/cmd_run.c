@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "hub.h"
 #include "convoy.h"
+#include "core/clock.h"
 
 static void usage(FILE *f)
 {
@@ -71,12 +72,6 @@ typedef struct run_state {
     double load_s;
 } run_state;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int parse_options(run_opts *o, int argc, char **argv)
 {
@@ -116,7 +111,7 @@ static int parse_options(run_opts *o, int argc, char **argv)
 static int open_engine(run_opts *o, run_state *s)
 {
     char err[CONVOY_ERR_MAX];
-    const double t0 = now_s();
+    const double t0 = cv_now_s();
     if (!(s->model = convoy_model_load(o->model_path, err, sizeof err)) ||
         !(s->ctx = convoy_ctx_create(s->model, &o->cp, err, sizeof err))) {
         fprintf(stderr, "convoy: %s\n", err);
@@ -125,7 +120,7 @@ static int open_engine(run_opts *o, run_state *s)
     convoy_model_get_info(s->model, &s->info);
     if (arg_spec_open(&o->spec, "run", s->ctx, s->model, o->cp.n_threads, &s->spec))
         return -1;
-    s->load_s = now_s() - t0;
+    s->load_s = cv_now_s() - t0;
     return 0;
 }
 

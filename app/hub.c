@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "convoy.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/fmap.h"
 
@@ -43,12 +43,6 @@ typedef struct hub_remote {
     char sha256[HUB_SHA_HEX + 1]; /* lower-case hex; empty: not stated (a file outside LFS) */
 } hub_remote;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- the reference ---- */
 
@@ -412,7 +406,7 @@ static int hash_part(transfer *t, char *err, size_t errlen, const char *part)
 
 static void progress(transfer *t, bool last)
 {
-    const double now = now_s();
+    const double now = cv_now_s();
     if (!last && now - t->last < HUB_PROGRESS_S)
         return;
     t->last = now;
@@ -458,7 +452,7 @@ static int fetch_once(transfer *t, const char *url, char *err, size_t errlen)
     t->checked = false;
     t->code = 0;
     t->resumed_at = t->have;
-    t->t0 = t->last = now_s();
+    t->t0 = t->last = cv_now_s();
     snprintf(range, sizeof range, "%llu-", (unsigned long long)t->have);
     if (t->have > 0)
         curl_easy_setopt(x.h, CURLOPT_RANGE, range);

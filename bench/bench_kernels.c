@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -26,13 +25,6 @@
 
 #include "core/clock.h"
 #include "kernels/kernels.h"
-
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 88172645463325252ull;
 
@@ -58,7 +50,7 @@ __attribute__((target("avx2"))) static double avx2_roof_gflops(void)
     int32_t quads[8];
     for (int i = 0; i < 8; i++)
         quads[i] = (int32_t)rng_next();
-    const double t0 = thread_cpu_s();
+    const double t0 = cv_thread_cpu_s();
 #define STEP(k, wreg, sum)                                                                                             \
     "vpbroadcastd " #k "*4(%[q]), %%ymm" #k "\n\t"                                                                     \
     "vpmaddubsw %%ymm" #k ", %%ymm" #wreg ", %%ymm" #k "\n\t"                                                         \
@@ -77,7 +69,7 @@ __attribute__((target("avx2"))) static double avx2_roof_gflops(void)
                      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
                        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
 #undef STEP
-    const double dt = thread_cpu_s() - t0;
+    const double dt = cv_thread_cpu_s() - t0;
     return 2.0 * PRODUCTS * STEPS / dt * 1e-9;
 }
 #endif
@@ -188,12 +180,12 @@ static void bench_prefill(cv_type t, const void *w, const void *wi, long rows, i
     s[0] = s[1] = s[2] = 1e30;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < (wi ? 3 : 2); k++) {
-            double t0 = thread_cpu_s();
+            double t0 = cv_thread_cpu_s();
             if (k == 0)
                 matmul_per_output(t, w, cols, x, x_stride, m, y[0], rows);
             else
                 matmul(t, w, k == 2 ? wi : NULL, cols, x, x_stride, m, y[k], rows);
-            double dt = thread_cpu_s() - t0;
+            double dt = cv_thread_cpu_s() - t0;
             if (dt < s[k])
                 s[k] = dt;
         }

@@ -16,13 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include "bench_raw.h"
 #include "codec/planes.h"
 #include "convoy.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "kernels/types.h"
 #include "model/gguf.h"
@@ -51,14 +51,6 @@ typedef struct totals {
     double enc_s, dec_s;
 } totals;
 
-/* Thread CPU time: one core's work, whatever else the machine runs. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Makes a case's model when it is not there yet. */
 static int ensure_model(const model_case *m, char *err, size_t errlen)
 {
@@ -79,14 +71,14 @@ static uint64_t code(uint32_t type, const uint8_t *src, uint64_t n, uint8_t *buf
 {
     uint64_t len;
     char err[CV_ERRLEN];
-    double t0 = cpu_s();
+    double t0 = cv_thread_cpu_s();
     if (cv_planes_encode(type, src, n, buf, cv_planes_bound(type, n), &len, err, sizeof err))
         return fprintf(stderr, "%s\n", err), 0;
-    double t1 = cpu_s();
+    double t1 = cv_thread_cpu_s();
     cv_cursor c;
     cv_cursor_init(&c, buf, len);
     const int rc = cv_planes_decode(type, &c, back, n, err, sizeof err);
-    double t2 = cpu_s();
+    double t2 = cv_thread_cpu_s();
     if (t) {
         t->enc_s += t1 - t0;
         t->dec_s += t2 - t1;

@@ -30,7 +30,7 @@ RULES=(
     "src/engine/: core/ codec/ kernels/ model/ infer/ pipe/ convoy.h"
     "src/serve/: core/ chat/ convoy.h"
     "include/:"
-    "app/: convoy.h"
+    "app/: convoy.h core/clock.h"
     "app/cmd_serve.c: serve/ chat/template.h"
     "app/cmd_render_template.c: chat/ core/alloc.h"
     "app/cmd_chat.c: serve/"

@@ -22,6 +22,15 @@ static inline int64_t cv_now_ms(void) { return (int64_t)(cv_now_ns() / 1000000u)
 
 static inline double cv_now_s(void) { return 1e-9 * (double)cv_now_ns(); }
 
+/* The calling thread's CPU time in seconds: one core's work, whatever else
+ * the machine runs (the benchmarks of kernels time so). */
+static inline double cv_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static inline struct timespec cv_deadline_ms(int64_t ms)
 {
     struct timespec t;
