@@ -267,7 +267,10 @@ static int forecast_all(const plan_opts *o, const convoy_model *m, const convoy_
         }
         print_plan(f, &r, plan, sizeof plan);
         speculation(&p, spec, sizeof spec);
-        printf("%-6ld %-20s %-20s %11.2f %11.2f %9.3f  ", users, spec, plan, r.tok_s_user, r.tok_s, r.ttft_s);
+        char ttft[24] = "-"; /* no --prompt: no first token to wait for */
+        if (p.prompt > 0)
+            snprintf(ttft, sizeof ttft, "%.3f", r.ttft_s);
+        printf("%-6ld %-20s %-20s %11.2f %11.2f %9s  ", users, spec, plan, r.tok_s_user, r.tok_s, ttft);
         print_bottleneck(f, &r);
         printf("\n");
     }
