@@ -123,6 +123,15 @@ async function native() {
   const events = (await r.text()).split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => JSON.parse(e.slice(6)));
   check(events.map((e) => e.content).join("") === want && events.at(-1).stop === true,
         "/completion streamed: the same text, stop in the last event", events);
+  const greedy = { prompt: "Once upon a time", n_predict: 24, temperature: 0 };
+  const free = await post("/completion", greedy);
+  const word = (free.body.content.match(/[a-z]{2,}/) ?? [""])[0]; /* a word the model writes */
+  const cut = word ? free.body.content.indexOf(word) : -1;
+  const stopped = await post("/completion", { ...greedy, stop: [word, "never said"] });
+  check(whole.body.stopping_word === "" && cut > 0 && stopped.body.content === free.body.content.slice(0, cut) &&
+        stopped.body.stop_type === "word" && stopped.body.stopping_word === word,
+        "/completion: a stop string gives stop_type word and its stopping_word, as llama-server", [free.body,
+        stopped.body]);
 }
 
 await finish(async () => {

@@ -166,7 +166,7 @@ static ollama_stats gen_ollama_stats(const gen *g)
     return (ollama_stats){.prompt_tokens = g->req.params.n_prompt - cv_request_cached(g->r),
                           .cached_tokens = cv_request_cached(g->r),
                           .eval_tokens = g->n_seen, .total_s = total,
-                          .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total};
+                          .prompt_s = g->cc->ttft >= 0 ? g->cc->ttft : total, .stop_hit = g->text.stop_hit};
 }
 
 /* A chunk as an event in the request's shapes (Ollama's have none for

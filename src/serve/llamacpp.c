@@ -83,7 +83,9 @@ char *cv_llamacpp_to_openai(const oai_server *srv, bool infill, const char *body
 static void set_figures(json_t *j, const oai_server *srv, const char *finish, const ollama_stats *st)
 {
     const double predict_s = st->total_s - st->prompt_s;
-    json_object_set_new(j, "stop_type", json_string(!strcmp(finish, "length") ? "limit" : "eos"));
+    const char *type = !strcmp(finish, "length") ? "limit" : st->stop_hit ? "word" : "eos";
+    json_object_set_new(j, "stop_type", json_string(type));
+    json_object_set_new(j, "stopping_word", json_string(st->stop_hit ? st->stop_hit : ""));
     json_object_set_new(j, "model", json_string(srv->model_id));
     json_object_set_new(j, "tokens_predicted", json_integer(st->eval_tokens));
     json_object_set_new(j, "tokens_evaluated", json_integer(st->prompt_tokens + st->cached_tokens));

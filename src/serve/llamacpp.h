@@ -13,7 +13,8 @@
  * the middle); a model without FIM tokens is a 400 saying so.
  *
  * Answers are llama-server's shapes: {"content", "stop": true,
- * "stop_type" ("eos" or "limit"), "model", "tokens_predicted",
+ * "stop_type" ("eos", "limit", or "word" for a stop string, which
+ * "stopping_word" names), "model", "tokens_predicted",
  * "tokens_evaluated", "tokens_cached", "timings"}; streamed, one event of
  * {"content", "stop": false} per text chunk and the whole figures with the
  * last, without OpenAI's [DONE]. Each *_json returns a text to free with

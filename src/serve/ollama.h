@@ -49,6 +49,7 @@ typedef struct ollama_stats {
     int32_t cached_tokens;   /* what the cache held */
     int32_t eval_tokens;
     double total_s, prompt_s; /* from the request's arrival: to the end, to the first token */
+    const char *stop_hit;     /* the stop string that ended the text, or NULL (llama-server's stopping_word) */
 } ollama_stats;
 
 /* A streamed line for a chunk of oai.h's: text, thinking, or the first

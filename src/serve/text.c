@@ -42,18 +42,21 @@ static int settle(cv_text *t, cv_buf *out, bool final)
     const char *s = t->pending.p ? t->pending.p : "";
     const size_t n = t->pending.n;
     size_t cut = n, hold = 0;
+    const char *word = NULL;
     for (int i = 0; i < t->n_stop; i++) {
         const size_t np = strlen(t->stop[i]);
         if (np == 0 || np > n)
             continue;
         const char *hit = memmem(s, n, t->stop[i], np);
-        if (hit && (size_t)(hit - s) < cut)
+        if (hit && (size_t)(hit - s) < cut) {
             cut = (size_t)(hit - s);
+            word = t->stop[i];
+        }
     }
-    if (cut < n) {
+    if (word) {
         if (cv_buf_append(out, s, cut))
             return -1;
-        t->stopped = true;
+        t->stop_hit = word;
         cv_buf_consume(&t->pending, n);
         return 1;
     }
@@ -74,7 +77,7 @@ static int settle(cv_text *t, cv_buf *out, bool final)
 
 int cv_text_push(cv_text *t, int32_t id, cv_buf *out)
 {
-    if (t->stopped)
+    if (t->stop_hit)
         return 1;
     if (cv_buf_reserve(&t->piece, 64))
         return -1;
@@ -93,7 +96,7 @@ int cv_text_push(cv_text *t, int32_t id, cv_buf *out)
 
 int cv_text_finish(cv_text *t, cv_buf *out)
 {
-    if (t->stopped)
+    if (t->stop_hit)
         return 1;
     char tail[8];
     const int k = convoy_detok_flush(t->detok, tail, sizeof tail);

@@ -27,7 +27,7 @@ typedef struct cv_text {
     int n_stop;
     cv_buf pending; /* decoded text not yet emitted */
     cv_buf piece;   /* scratch for one token's text */
-    bool stopped;
+    const char *stop_hit; /* the stop string that ended the text; NULL while none has */
 } cv_text;
 
 int cv_text_init(cv_text *t, const convoy_model *m, const char *const *stop, int n_stop);
