@@ -72,7 +72,6 @@ typedef struct run_state {
     double load_s;
 } run_state;
 
-
 static int parse_options(run_opts *o, int argc, char **argv)
 {
     *o = (run_opts){.n_predict = 128, .cp = convoy_ctx_default_params(), .sp = convoy_sampling_default_params(),

@@ -43,7 +43,6 @@ typedef struct hub_remote {
     char sha256[HUB_SHA_HEX + 1]; /* lower-case hex; empty: not stated (a file outside LFS) */
 } hub_remote;
 
-
 /* ---- the reference ---- */
 
 static bool name_ok(const char *s, size_t n)
