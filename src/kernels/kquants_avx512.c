@@ -192,17 +192,22 @@ void cv_matmul_interleaved_q5_K_avx512(int n, const void *w, long n_groups, cons
  *
  * The bits of cv_matmul_interleaved_q6_K_avx2 (cv_vec_dot_q6_K_q8_K_ref): the
  * same whole int32 sum of each row per super-block, the same fma. A
- * sub-block's sums start at -32 times the token's bsum (the offset, exact)
- * and take its 4 quads by vpdpbusd, at most 16 * 63 * 128 in magnitude;
- * then its int8 scale with one vpmulld. */
+ * sub-block's 4 quads of unsigned quants (0..63) meet the token's by
+ * vpdpbusd, at most 16 * 63 * 128 in magnitude, then its int8 scale by
+ * one vpmulld; the offset (quants are stored plus 32) is taken once per
+ * token and super-block from the bsums (q6x16_offset), where subtracting
+ * it per sub-block cost three scalar steps and a broadcast each (8
+ * tokens: 307 GFLOP/s, with it once 369; 64 tokens: 360 and 458). */
 
 /* Tokens met at a time over a super-block: up to Q6X16_FEW by
  * tokens_q6x16_few, else up to ROW_GROUP by tokens_q6x16_many. */
 enum { Q6X16_FEW = 4 };
 
-/* A super-block of 16 rows: each sub-block's scales as int32, and d. */
+/* A super-block of 16 rows: each sub-block's scales as int32, those of
+ * sub-blocks 2k and 2k + 1 as the int16 pairs sc2[k] (which meet a
+ * token's bsum pairs for the offset), and d. */
 typedef struct scales_q6x16 {
-    __m512i sc[QK_K / 16];
+    __m512i sc[QK_K / 16], sc2[QK_K / 32];
     __m512 d;
 } scales_q6x16;
 
@@ -212,7 +217,32 @@ static inline void scales_q6x16_prepare(const block_q6_Kx8 *b0, const block_q6_K
     for (int s = 0; s < QK_K / 16; s++)
         p->sc[s] = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0->scales[s]),
                                                            _mm_loadl_epi64((const __m128i *)b1->scales[s])));
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+#pragma GCC unroll 8
+    for (int k = 0; k < QK_K / 32; k++)
+        p->sc2[k] = _mm512_or_si512(_mm512_and_si512(p->sc[2 * k], low16), _mm512_slli_epi32(p->sc[2 * k + 1], 16));
     p->d = scales_pair(b0->d, b1->d);
+}
+
+/* A token's offset of 16 rows: 32 times the sum over sub-blocks of
+ * scale times bsum (exact in int32: at most 16 * 128 * 2048 * 32). */
+static inline __m512i q6x16_offset(const scales_q6x16 *p, const int16_t *bsums)
+{
+    int32_t pairs[QK_K / 32];
+    memcpy(pairs, bsums, sizeof pairs);
+    __m512i off = _mm512_madd_epi16(p->sc2[0], _mm512_set1_epi32(pairs[0]));
+#pragma GCC unroll 8
+    for (int k = 1; k < QK_K / 32; k++)
+        off = _mm512_dpwssd_epi32(off, p->sc2[k], _mm512_set1_epi32(pairs[k]));
+    return _mm512_slli_epi32(off, 5);
+}
+
+/* A token's super-block of 16 rows into acc: the scaled quad sums isum
+ * less the offset, times d. */
+static inline __m512 q6x16_finish(const scales_q6x16 *p, const block_q8_K *xb, __m512i isum, __m512 acc)
+{
+    const __m512i sum = _mm512_sub_epi32(isum, q6x16_offset(p, xb->bsums));
+    return _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(sum), acc);
 }
 
 /* Quad g of the four sub-blocks 8h + 2m + half (m = 0..3) of the 16 rows
@@ -237,8 +267,8 @@ static inline __attribute__((always_inline)) void q6_quads_x16(const block_q6_Kx
  * four sub-blocks that share a quad's loads are summed together (their
  * sums stay in the 32 registers up to 4 tokens): with few tokens the
  * unpacking bounds the kernel (2 tokens: 150 GFLOP/s, a sub-block at a
- * time 111; 8 tokens: 228 and 256). Every token takes broadcast loads:
- * token_quads16's 16-byte vectors of the four sub-blocks spilled. */
+ * time 111). Every token takes broadcast loads: token_quads16's 16-byte
+ * vectors of the four sub-blocks spilled. */
 static inline __attribute__((always_inline)) void tokens_q6x16_few(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
                                                                const scales_q6x16 *p,
                                                                const block_q8_K *const xb[ROW_GROUP], int nt,
@@ -252,11 +282,7 @@ static inline __attribute__((always_inline)) void tokens_q6x16_few(const block_q
         __m512i sub[4][ROW_GROUP];
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++)
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                sub[m][t] = _mm512_set1_epi32(-32 * xb[t]->bsums[8 * h + 2 * m + half]);
-                __asm__("" : "+v"(sub[m][t])); /* as zero_sums */
-            }
+            zero_sums(sub[m], nt);
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m512i q[4];
@@ -276,47 +302,59 @@ static inline __attribute__((always_inline)) void tokens_q6x16_few(const block_q
     }
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb[t]->d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = q6x16_finish(p, xb[t], isum[t], acc[t]);
 }
 
-/* tokens_q6x16_few for 5 to 8 tokens: a sub-block at a time, its quads
- * unpacked for it alone, so that the sums of 8 tokens stay in registers. */
-static inline __attribute__((always_inline)) void tokens_q6x16_many(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1,
-                                                               const scales_q6x16 *p,
-                                                               const block_q8_K *const xb[ROW_GROUP], int nt,
-                                                               __m512 *acc)
+/* A super-block of 16 rows unpacked for tokens_q6x16_many: q[s][g] is
+ * quad g of sub-block s (q6_quads_x16), formed once for all the tile's
+ * tokens (4 KiB, in L1), where unpacking a sub-block's quads per 8
+ * tokens bound the kernel. */
+typedef struct q6x16_unpacked {
+    __m512i q[QK_K / 16][4];
+} q6x16_unpacked;
+
+static void q6x16_unpack(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, q6x16_unpacked *u)
+{
+#pragma GCC unroll 1
+    for (int hh = 0; hh < 4; hh++) {
+        const int h = hh >> 1, half = hh & 1;
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i q[4];
+            q6_quads_x16(b0, b1, h, half, g, q);
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++)
+                u->q[8 * h + 2 * m + half][g] = q[m];
+        }
+    }
+}
+
+/* The unpacked super-block u times nt of 5 to 8 tokens: a sub-block at a
+ * time, its quads loaded from u, the sums of the tokens in registers. */
+static inline __attribute__((always_inline)) void tokens_q6x16_many(const q6x16_unpacked *u, const scales_q6x16 *p,
+                                                                    const block_q8_K *const xb[ROW_GROUP], int nt,
+                                                                    __m512 *acc)
 {
     __m512i isum[ROW_GROUP];
     zero_sums(isum, nt);
-    /* h and half not unrolled (GCC unrolled all 16 sub-blocks and spilled
-     * their sums); m unrolled, so that its shifts are constants */
 #pragma GCC unroll 1
-    for (int hh = 0; hh < 4; hh++)
+    for (int s = 0; s < QK_K / 16; s++) {
+        __m512i sub[ROW_GROUP];
+        zero_sums(sub, nt);
 #pragma GCC unroll 4
-            for (int m = 0; m < 4; m++) {
-                const int h = hh >> 1, half = hh & 1, s = 8 * h + 2 * m + half;
-                __m512i sub[ROW_GROUP];
+        for (int g = 0; g < 4; g++) {
+            const __m512i q = u->q[s][g];
 #pragma GCC unroll 8
-                for (int t = 0; t < nt; t++) {
-                    sub[t] = _mm512_set1_epi32(-32 * xb[t]->bsums[s]);
-                    __asm__("" : "+v"(sub[t])); /* as zero_sums */
-                }
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++) {
-                    __m512i quads[4]; /* the three not taken are dead code */
-                    q6_quads_x16(b0, b1, h, half, g, quads);
-                    const __m512i q = quads[m];
+            for (int t = 0; t < nt; t++)
+                sub[t] = _mm512_dpbusd_epi32(sub[t], q, quads_bcast16(xb[t]->qs + 16 * s, g));
+        }
 #pragma GCC unroll 8
-                    for (int t = 0; t < nt; t++)
-                        sub[t] = _mm512_dpbusd_epi32(sub[t], q, token_quads16(xb[t]->qs + 16 * s, g, t));
-                }
-#pragma GCC unroll 8
-                for (int t = 0; t < nt; t++)
-                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub[t], p->sc[s]));
-            }
+        for (int t = 0; t < nt; t++)
+            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub[t], p->sc[s]));
+    }
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++)
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(p->d, _mm512_set1_ps(xb[t]->d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = q6x16_finish(p, xb[t], isum[t], acc[t]);
 }
 
 /* tokens_q6x16_few and _many with nt a constant, so that the sums stay in
@@ -329,14 +367,14 @@ static void tokens_q6x16_few_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, c
 #undef Q6X16_CALL
 }
 
-static void tokens_q6x16_many_n(const block_q6_Kx8 *b0, const block_q6_Kx8 *b1, const scales_q6x16 *p,
+static void tokens_q6x16_many_n(const q6x16_unpacked *u, const scales_q6x16 *p,
                                 const block_q8_K *const xb[ROW_GROUP], int nt, __m512 *acc)
 {
     switch (nt) {
-    case 5: tokens_q6x16_many(b0, b1, p, xb, 5, acc); break;
-    case 6: tokens_q6x16_many(b0, b1, p, xb, 6, acc); break;
-    case 7: tokens_q6x16_many(b0, b1, p, xb, 7, acc); break;
-    default: tokens_q6x16_many(b0, b1, p, xb, 8, acc); break;
+    case 5: tokens_q6x16_many(u, p, xb, 5, acc); break;
+    case 6: tokens_q6x16_many(u, p, xb, 6, acc); break;
+    case 7: tokens_q6x16_many(u, p, xb, 7, acc); break;
+    default: tokens_q6x16_many(u, p, xb, 8, acc); break;
     }
 }
 
@@ -345,17 +383,23 @@ static void pair_q6x16(int nb, const block_q6_Kx8 *w0, const block_q6_Kx8 *w1, c
                        float *y, size_t ldy)
 {
     __m512 acc[TILE_TOKENS];
+    q6x16_unpacked u;
     memset(acc, 0, (size_t)m * sizeof acc[0]);
     for (int i = 0; i < nb; i++) {
         prefetch_pair_ahead(w0, sizeof *w0, nb, i);
         scales_q6x16 p;
         scales_q6x16_prepare(&w0[i], &w1[i], &p);
+        if (m > Q6X16_FEW)
+            q6x16_unpack(&w0[i], &w1[i], &u);
         for (int t0 = 0; t0 < m; t0 += ROW_GROUP) {
             const int nt = m - t0 < ROW_GROUP ? m - t0 : ROW_GROUP;
             const block_q8_K *xb[ROW_GROUP];
             for (int t = 0; t < nt; t++)
                 xb[t] = token_q8_K(x, x_stride, t0 + t) + i;
-            (nt <= Q6X16_FEW ? tokens_q6x16_few_n : tokens_q6x16_many_n)(&w0[i], &w1[i], &p, xb, nt, acc + t0);
+            if (nt <= Q6X16_FEW)
+                tokens_q6x16_few_n(&w0[i], &w1[i], &p, xb, nt, acc + t0);
+            else
+                tokens_q6x16_many_n(&u, &p, xb, nt, acc + t0);
         }
     }
     for (int t = 0; t < m; t++)
