@@ -654,6 +654,7 @@ typedef struct convoy_synth_params {
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool chatml;        /* a ChatML model: <|im_start|> and <|im_end|> (the EOS) control tokens, ChatML template */
     bool fim;           /* fill-in-the-middle tokens <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> */
+    bool tool_marker;   /* Mistral's tool-call marker [TOOL_CALLS] as a control token */
     int64_t n_swa;      /* a Gemma's or gpt-oss's sliding window (> 0; shapes gemma2-mini, gemma3-mini,
                          * gpt-oss-mini); else 0 */
     const char *arch;   /* general.architecture: NULL or "llama", "gemma2", "gemma3", "phi3",

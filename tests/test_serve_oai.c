@@ -19,6 +19,8 @@
 #include "convoy.h"
 #include "kernels/kernels.h"
 #include "serve/oai.h"
+#include "serve/text.h"
+#include "serve/tools.h"
 #include "test.h"
 #include "model_test.h"
 
@@ -429,6 +431,58 @@ static void test_chatml_content(void)
     rmdir(dir);
 }
 
+/* A Mistral model writes its calls after [TOOL_CALLS], a control token,
+ * which detokenizes as nothing: a request with tools shows the formats'
+ * markers as their text (cv_tools_markers, cv_text_show) so that the calls
+ * are read back; without it the text holds the bare list and no call. */
+static void test_control_marker(void)
+{
+    char dir[] = "/tmp/convoy-marker-XXXXXX", path[64], err[512];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/mistral.gguf", dir);
+    convoy_synth_params sp = convoy_synth_default_params();
+    CHECK(convoy_synth_set_shape(&sp, "tiny", err, sizeof err) == 0);
+    sp.tool_marker = true;
+    sp.n_threads = 1;
+    CHECKF(convoy_synth_file(&sp, path, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    convoy_model *m = convoy_model_load(path, err, sizeof err);
+    CHECKF(m != NULL, "%s", err);
+    if (!m)
+        return;
+    const char *list = "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]";
+    convoy_model_info info;
+    convoy_model_get_info(m, &info);
+    int32_t ids[128];
+    ids[0] = info.n_vocab - 1; /* [TOOL_CALLS], the vocabulary's last token */
+    CHECK(!strcmp(convoy_token_text(m, ids[0]), "[TOOL_CALLS]"));
+    const int n = 1 + convoy_tokenize(m, list, strlen(list), false, false, ids + 1, 127);
+    for (int shown = 0; shown < 2; shown++) {
+        cv_text t;
+        cv_buf out = {0};
+        CHECK(cv_text_init(&t, m, NULL, 0) == 0);
+        for (const char *const *marker = cv_tools_markers(CV_TOOLS_MISTRAL); shown && *marker; marker++)
+            CHECK(cv_text_show(&t, *marker) == 0);
+        CHECK(cv_text_show(&t, "<|python_tag|>") == 0 && t.n_shown == shown); /* not in the vocabulary */
+        for (int i = 0; i < n; i++)
+            CHECK(cv_text_push(&t, ids[i], &out) == 0);
+        CHECK(cv_text_finish(&t, &out) == 0 && cv_buf_append(&out, "", 0) == 0);
+        cv_tool_calls calls = {0};
+        CHECK(cv_tools_parse(CV_TOOLS_MISTRAL, out.p, out.n, 1, &calls) == 0);
+        if (shown)
+            CHECKF(calls.n == 1 && !strcmp(calls.calls[0].name, "f") && calls.content.n == 0, "%d calls in %s",
+                   calls.n, out.p);
+        else
+            CHECKF(calls.n == 0 && !strstr(out.p, "TOOL_CALLS") && strstr(out.p, list), "%d calls in %s", calls.n,
+                   out.p);
+        cv_tool_calls_free(&calls);
+        cv_buf_free(&out);
+        cv_text_free(&t);
+    }
+    convoy_model_free(m);
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     cv_kernels_init(0);
@@ -448,6 +502,7 @@ int main(void)
     TEST_RUN(test_responses);
     TEST_RUN(test_tool_answers);
     TEST_RUN(test_chatml_content);
+    TEST_RUN(test_control_marker);
     convoy_model_free(model);
     return test_summary();
 }

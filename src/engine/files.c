@@ -379,6 +379,7 @@ int convoy_synth_file(const convoy_synth_params *p, const char *out, convoy_tens
     q.tied = p->tied;
     q.chatml = p->chatml;
     q.fim = p->fim;
+    q.tool_marker = p->tool_marker;
     q.n_swa = p->n_swa;
     if (p->arch && cv_llama_arch_of(p->arch, strlen(p->arch), &q.arch))
         return cv_errf(err, errlen, "unknown architecture '%s'", p->arch);

@@ -226,14 +226,18 @@ static const char chatml_template[] =
 #define FIM_TOKENS 3
 static const char *const fim_tokens[FIM_TOKENS] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"};
 
-/* The control tokens that end the vocabulary: the FIM ones, then, the last
- * one the EOS, Phi-3's <|endoftext|> (llama.cpp looks it up in any model
- * whose name says phi3), then ChatML's two. Returns their count. */
-static int tail_tokens(const cv_synth_params *p, const char *tail[3 + FIM_TOKENS])
+/* The control tokens that end the vocabulary: the FIM ones, Mistral's
+ * tool-call marker, then, the last one the EOS, Phi-3's <|endoftext|>
+ * (llama.cpp looks it up in any model whose name says phi3), then
+ * ChatML's two. Returns their count. */
+#define TAIL_MAX (4 + FIM_TOKENS)
+static int tail_tokens(const cv_synth_params *p, const char *tail[TAIL_MAX])
 {
     int n = 0;
     for (int i = 0; p->fim && i < FIM_TOKENS; i++)
         tail[n++] = fim_tokens[i];
+    if (p->tool_marker)
+        tail[n++] = "[TOOL_CALLS]";
     if (p->arch == CV_ARCH_PHI3)
         tail[n++] = "<|endoftext|>";
     if (p->chatml) {
@@ -379,7 +383,7 @@ static int check_params(const cv_synth_params *p, char *err, size_t errlen)
     if (p->n_head % p->n_head_kv)
         return cv_errf(err, errlen, "n_head %lld is not a multiple of n_head_kv %lld", (long long)p->n_head,
                        (long long)p->n_head_kv);
-    const char *tail[3 + FIM_TOKENS];
+    const char *tail[TAIL_MAX];
     const int n_tail = tail_tokens(p, tail);
     if (p->n_vocab < CV_SYNTH_MIN_VOCAB + n_tail)
         return cv_errf(err, errlen, "n_vocab %lld is below %d (3 special and 256 byte tokens%s)",
@@ -709,7 +713,7 @@ int cv_synth_write(const cv_synth_params *p, const char *path, cv_tensor_note_fn
         cv_errf(err, errlen, pool ? "out of memory" : "cannot start %d threads", p->n_threads);
         goto done;
     }
-    const char *tail[3 + FIM_TOKENS];
+    const char *tail[TAIL_MAX];
     const int n_tail = tail_tokens(p, tail);
     vocab_fill(&v, tail, n_tail);
     set_hparams(w, p);

@@ -36,7 +36,8 @@
  * <|im_end|> as eos (as Qwen's models) and the ChatML chat template as
  * tokenizer.chat_template. A FIM model (fim) has <|fim_prefix|>,
  * <|fim_suffix|> and <|fim_middle|> (control) before those, named by the
- * tokenizer.ggml.fim_{pre,suf,mid}_token_id keys, as a code model.
+ * tokenizer.ggml.fim_{pre,suf,mid}_token_id keys, as a code model. A
+ * model with tool_marker has Mistral's [TOOL_CALLS] (control) after them.
  *
  * Memory: the tensors are generated into memory (the size of the output
  * file) and then written; no f32 copy of a whole tensor is made. */
@@ -63,6 +64,7 @@ typedef struct cv_synth_params {
     bool tied;             /* no output.weight: the output reuses token_embd */
     bool chatml;           /* the vocabulary ends in ChatML's control tokens (above) */
     bool fim;              /* fill-in-the-middle control tokens before them (above) */
+    bool tool_marker;      /* Mistral's [TOOL_CALLS] control token (above) */
     int64_t n_swa;         /* a Gemma's or gpt-oss's sliding window (> 0); 0 for the others */
     cv_arch arch;          /* llama, gemma2, gemma3, phi3, qwen2moe, qwen3moe or gpt-oss (below) */
     int64_t head_dim;      /* attention.key_length; 0: n_embd / n_head */

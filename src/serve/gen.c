@@ -429,7 +429,10 @@ static gen *gen_parse(cv_http *h, struct MHD_Connection *c, conn *cc, oai_kind k
     g->req.params.client = cc->client_id;
     g->thinking = kind == OAI_CHAT && g->req.split_reasoning;
     cv_think_init(&g->think, g->req.think_open);
-    if (cv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop)) {
+    int rc = cv_text_init(&g->text, h->srv->model, (const char *const *)g->req.stop, g->req.n_stop);
+    for (const char *const *marker = cv_tools_markers(g->req.tools); !rc && *marker; marker++)
+        rc = cv_text_show(&g->text, *marker);
+    if (rc) {
         gen_free(g);
         return cv_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
     }

@@ -12,6 +12,7 @@
 int cv_text_init(cv_text *t, const convoy_model *m, const char *const *stop, int n_stop)
 {
     memset(t, 0, sizeof *t);
+    t->model = m;
     t->stop = stop;
     t->n_stop = n_stop;
     t->detok = convoy_detok_create(m);
@@ -75,10 +76,43 @@ static int settle(cv_text *t, cv_buf *out, bool final)
     return 0;
 }
 
+int cv_text_show(cv_text *t, const char *marker)
+{
+    int32_t ids[2];
+    const int n = convoy_tokenize(t->model, marker, strlen(marker), false, true, ids, 2);
+    const char *text = n == 1 ? convoy_token_text(t->model, ids[0]) : NULL;
+    if (!text || strcmp(text, marker))
+        return 0;
+    if (t->n_shown == CV_TEXT_SHOWN)
+        return -1;
+    t->shown[t->n_shown++] = ids[0];
+    return 0;
+}
+
+static bool is_shown(const cv_text *t, int32_t id)
+{
+    for (int i = 0; i < t->n_shown; i++)
+        if (t->shown[i] == id)
+            return true;
+    return false;
+}
+
+/* A shown token's text after what the detokenizer holds (a character left
+ * unfinished before it is ill-formed: U+FFFD). */
+static int push_shown(cv_text *t, int32_t id)
+{
+    char tail[8];
+    const int k = convoy_detok_flush(t->detok, tail, sizeof tail);
+    const char *text = convoy_token_text(t->model, id);
+    return (k > 0 && cv_buf_append(&t->pending, tail, (size_t)k)) || cv_buf_puts(&t->pending, text) ? -1 : 0;
+}
+
 int cv_text_push(cv_text *t, int32_t id, cv_buf *out)
 {
     if (t->stop_hit)
         return 1;
+    if (is_shown(t, id))
+        return push_shown(t, id) ? -1 : settle(t, out, false);
     if (cv_buf_reserve(&t->piece, 64))
         return -1;
     int k = convoy_detok_push(t->detok, id, t->piece.p, (int32_t)(t->piece.cap - 1));

@@ -10,7 +10,13 @@
  * the newly final text to `out` and return 1 when a stop string has
  * matched (push and finish then do nothing more), 0 otherwise, -1 when
  * memory runs out. Stop strings are borrowed (they must outlive the
- * cv_text) and empty ones are ignored. */
+ * cv_text) and empty ones are ignored.
+ *
+ * A control token detokenizes as nothing. cv_text_show makes the token
+ * whose vocabulary text is `marker` (a tool-call marker, tools.h) read as
+ * that text, as llama-server's preserved tokens: 0 when shown, or when the
+ * vocabulary has no such single token (the marker is then plain text
+ * anyway); -1 when CV_TEXT_SHOWN tokens are shown already. */
 #ifndef CONVOY_SERVE_TEXT_H
 #define CONVOY_SERVE_TEXT_H
 
@@ -21,8 +27,13 @@
 #include "convoy.h"
 #include "serve/buf.h"
 
+#define CV_TEXT_SHOWN 4
+
 typedef struct cv_text {
+    const convoy_model *model;
     convoy_detok *detok;
+    int32_t shown[CV_TEXT_SHOWN]; /* control tokens read as their text */
+    int n_shown;
     const char *const *stop;
     int n_stop;
     cv_buf pending; /* decoded text not yet emitted */
@@ -32,6 +43,7 @@ typedef struct cv_text {
 
 int cv_text_init(cv_text *t, const convoy_model *m, const char *const *stop, int n_stop);
 void cv_text_free(cv_text *t);
+int cv_text_show(cv_text *t, const char *marker);
 int cv_text_push(cv_text *t, int32_t id, cv_buf *out);
 int cv_text_finish(cv_text *t, cv_buf *out);
 /* The whole text of n ids (no stop strings) appended to out, NUL after it

@@ -220,6 +220,13 @@ static size_t before_marker(const char *text, size_t len, const char *marker)
     return len;
 }
 
+const char *const *cv_tools_markers(cv_tool_format f)
+{
+    static const char *const hermes[] = {HERMES_OPEN, HERMES_CLOSE, NULL}, *const mistral[] = {MISTRAL_OPEN, NULL},
+                             *const llama3[] = {PYTHON_TAG, NULL}, *const none[] = {NULL};
+    return f == CV_TOOLS_HERMES ? hermes : f == CV_TOOLS_MISTRAL ? mistral : f == CV_TOOLS_LLAMA3 ? llama3 : none;
+}
+
 size_t cv_tools_safe(cv_tool_format f, const char *text, size_t len)
 {
     if (f == CV_TOOLS_HERMES)

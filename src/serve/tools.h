@@ -17,6 +17,12 @@
  * in content as it was written: malformed output is text, never an error.
  * Returns 0, or -1 when out of memory (out then holds nothing).
  *
+ * cv_tools_markers lists the strings that mark a format's calls, which a
+ * vocabulary may hold as control tokens (Mistral's [TOOL_CALLS], Llama's
+ * <|python_tag|>): the server shows those tokens as their text
+ * (cv_text_show) so that the calls can be read back. NULL-terminated;
+ * empty for CV_TOOLS_NONE.
+ *
  * Streaming: cv_tools_safe gives how many leading bytes of the text so far
  * are content whatever comes next: those before the first place a call
  * starts or may start (a prefix of a start marker at the end; for Llama,
@@ -49,6 +55,7 @@ typedef struct cv_tool_calls {
 cv_tool_format cv_tools_detect(const char *template_text);
 int cv_tools_parse(cv_tool_format f, const char *text, size_t len, uint64_t seed, cv_tool_calls *out);
 size_t cv_tools_safe(cv_tool_format f, const char *text, size_t len);
+const char *const *cv_tools_markers(cv_tool_format f);
 void cv_tool_calls_free(cv_tool_calls *c);
 
 #endif
