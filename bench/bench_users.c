@@ -39,6 +39,12 @@
 
 static bool insecure;
 
+/* The fewest users of a run's untimed pass. One user's 64 tokens chose
+ * about a third of a 128-expert layer, so the baseline's timed run went
+ * on reading experts (about 1 ms a token of the qwen3moe-30b-a3b shape)
+ * that the 8 users' runs had read before theirs. */
+#define WARM_USERS 8
+
 typedef struct user {
     cv_sched *sched;
     int id, n_tokens, n_vocab;
@@ -160,7 +166,8 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
         spp.n_threads = threads;
         spec = convoy_spec_create(ctx, m, &spp, err, sizeof err);
     }
-    cv_sched *s = !sp->draft || spec ? cv_sched_create(ctx, m, n_users, n_users, err, sizeof err) : NULL;
+    const int n_warm = n_users > WARM_USERS ? n_users : WARM_USERS;
+    cv_sched *s = !sp->draft || spec ? cv_sched_create(ctx, m, n_users, n_warm, err, sizeof err) : NULL;
     if (!s || cv_sched_set_spec(s, spec, err, sizeof err)) {
         fprintf(stderr, "bench_users: %s\n", err);
         cv_sched_free(s);
@@ -169,10 +176,12 @@ static int run(convoy_model *m, const char *nodes, const spec_setting *sp, int t
         return -1;
     }
     /* an untimed pass first, with other prompts, as llama-bench warms up:
-     * a mixture's experts are read when first chosen (llama.cpp's load
-     * maps them all), and the drafter's statistics settle */
+     * the drafter's statistics settle, and a mixture's experts, read when
+     * first chosen (llama.cpp's load maps them all), are all read: the
+     * pass has at least WARM_USERS users (queued when the slots are
+     * fewer), as many choices of experts as the most users a run has */
     result warm;
-    drive(s, &info, n_users, n_tokens, 1000, &warm);
+    drive(s, &info, n_warm, n_tokens, 1000, &warm);
     const int64_t total = drive(s, &info, n_users, n_tokens, 0, res);
     cv_sched_free(s);
     convoy_spec_free(spec);
