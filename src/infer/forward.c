@@ -610,11 +610,10 @@ static void kv_store(cv_forward *f, const cv_batch *b, int32_t layer)
         if (kv->type == CV_TYPE_F32) {
             memcpy(kd, ks, sizeof(float) * kv_dim);
             memcpy(vd, vs, sizeof(float) * kv_dim);
-        } else {
-            for (size_t i = 0; i < kv_dim; i++) {
-                ((cv_fp16 *)kd)[i] = cv_fp32_to_fp16(ks[i]);
-                ((cv_fp16 *)vd)[i] = cv_fp32_to_fp16(vs[i]);
-            }
+        } else { /* the selected row conversion: F16C's rounding, as cv_fp32_to_fp16 */
+            const cv_from_float_fn to_f16 = cv_type_get(CV_TYPE_F16)->from_float;
+            to_f16(ks, kd, (int64_t)kv_dim);
+            to_f16(vs, vd, (int64_t)kv_dim);
         }
     }
 }
