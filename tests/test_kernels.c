@@ -929,6 +929,49 @@ static void test_avx2_beside_avx512(void)
     cv_kernels_init(0);
 }
 
+/* cv_silu_mul: the selected version gives the reference's bits on gates
+ * of every size (the exp's range ends, both zeros and infinities
+ * included, and each tail length), and each gate is within 4 ulp of
+ * silu computed in double. */
+static void test_silu_mul(void)
+{
+    enum { N = 4096 + 7 };
+    static float g[N], g_ref[N], u[N];
+    static const float edges[] = {0.0f, -0.0f, 87.0f, -87.0f, 88.0f, -88.0f, 87.5f, -87.5f, 88.5f, -88.5f,
+                                  100.0f, -100.0f, 1e-30f, -1e-30f, 1e30f, -1e30f, INFINITY, -INFINITY};
+    enum { N_EDGES = sizeof edges / sizeof edges[0] };
+    for (int i = 0; i < N; i++) {
+        const uint64_t r = rng_next();
+        g[i] = i < N_EDGES ? edges[i] : rng_float() * ldexpf(1.0f, (int)(r % 16) - 8) * (r >> 8 & 1 ? 100.0f : 1.0f);
+        u[i] = i < N_EDGES ? 1.0f : rng_float();
+    }
+    memcpy(g_ref, g, sizeof g);
+    int bad = 0, far = 0;
+    for (int n = 0; n <= 17; n++) { /* every tail after whole vectors */
+        float a[17], b[17];
+        memcpy(a, g, sizeof(float) * (size_t)n);
+        memcpy(b, g, sizeof(float) * (size_t)n);
+        cv_silu_mul(a, u, n);
+        cv_silu_mul_ref(b, u, n);
+        for (int i = 0; i < n; i++)
+            bad += !same_bits(a[i], b[i]);
+    }
+    static float want_in[N];
+    memcpy(want_in, g_ref, sizeof want_in);
+    cv_silu_mul(g, u, N);
+    cv_silu_mul_ref(g_ref, u, N);
+    for (int i = 0; i < N; i++) {
+        bad += !same_bits(g[i], g_ref[i]);
+        const double x = want_in[i], want = x / (1.0 + exp(-x)) * u[i];
+        if (isfinite(want) && fabs(g_ref[i] - want) > 4 * (nextafterf((float)fabs(want), INFINITY) - (float)fabs(want)) &&
+            fabs(want) > 1e-30)
+            far++;
+    }
+    CHECKF(bad == 0, "%s: %d gates differ from the reference", cv_kernels_name(), bad);
+    CHECKF(far == 0, "%d gates off silu by more than 4 ulp", far);
+    CHECK(same_bits(g_ref[0], 0.0f) && same_bits(g_ref[1], -0.0f) && g_ref[N_EDGES - 2] == INFINITY);
+}
+
 int main(void)
 {
     cv_kernels_init(0);
@@ -947,5 +990,6 @@ int main(void)
     TEST_RUN(test_nibble_extremes);
     TEST_RUN(test_q6_K_extremes);
     TEST_RUN(test_avx2_beside_avx512);
+    TEST_RUN(test_silu_mul);
     return test_summary();
 }

@@ -271,8 +271,6 @@ typedef struct glu_job {
     cv_glu glu;
 } glu_job;
 
-static float glu_silu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 /* gelu's tanh approximation: sqrt(2/pi) (x + 0.044715 x^3) inside */
 static float glu_gelu(float g, float u)
 {
@@ -287,14 +285,19 @@ static float glu_oai(float g, float u)
     return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
 }
 
-/* gate = act(gate, up) over this thread's share (a prompt's expf calls
- * are too many for one thread while the other waits) */
+/* gate = act(gate, up) over this thread's share (a prompt's exp calls
+ * are too many for one thread while the other waits); SwiGLU's by the
+ * kernel (kernels.h) */
 static void glu_worker(void *ctx, int ith, int nth)
 {
     const glu_job *j = ctx;
-    float (*act)(float, float) = j->glu == CV_GLU_OAI ? glu_oai : j->glu == CV_GLU_GELU ? glu_gelu : glu_silu;
     long lo, hi;
     cv_split_range(j->n, ith, nth, &lo, &hi);
+    if (j->glu == CV_GLU_SILU) {
+        cv_silu_mul(j->gate + lo, j->up + lo, hi - lo);
+        return;
+    }
+    float (*act)(float, float) = j->glu == CV_GLU_OAI ? glu_oai : glu_gelu;
     for (long i = lo; i < hi; i++)
         j->gate[i] = act(j->gate[i], j->up[i]);
 }

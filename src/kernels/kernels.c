@@ -230,6 +230,7 @@ static matmul_interleaved_fn matmul_interleaved[CV_TYPE_COUNT];
 static int tile_min_tokens[CV_TYPE_COUNT];
 static int tile_rows[CV_TYPE_COUNT];
 static const char *kernels_name = "ref";
+static void (*silu_mul)(float *g, const float *u, int64_t n) = cv_silu_mul_ref;
 
 #if defined(__x86_64__)
 /* AVX-512 VNNI kernels over the AVX2 ones, unless CONVOY_KERNELS=avx2. */
@@ -252,6 +253,7 @@ void cv_kernels_init(int force_ref)
     const char *env = getenv("CONVOY_KERNELS");
     const simd_kernels *simd = NULL;
     kernels_name = "ref";
+    silu_mul = cv_silu_mul_ref;
     memset(matmul_tile, 0, sizeof matmul_tile);
     memset(matmul_interleaved, 0, sizeof matmul_interleaved);
     if (!force_ref && !(env && strcmp(env, "ref") == 0)) {
@@ -259,10 +261,12 @@ void cv_kernels_init(int force_ref)
         if (cpu_has_avx2_fma_f16c()) {
             simd = kernels_avx2;
             kernels_name = "avx2";
+            silu_mul = cv_silu_mul_avx2;
         }
 #elif defined(__aarch64__)
         simd = kernels_neon;
         kernels_name = "neon";
+        silu_mul = cv_silu_mul_neon;
 #endif
     }
     if (!simd) {
@@ -290,6 +294,11 @@ void cv_kernels_init(int force_ref)
  * caller can compute: no caller has to remember to (a node's speed probe
  * once timed the reference kernels that way). A test may choose again. */
 __attribute__((constructor)) static void kernels_at_start(void) { cv_kernels_init(0); }
+
+void cv_silu_mul(float *g, const float *u, int64_t n)
+{
+    silu_mul(g, u, n);
+}
 
 const char *cv_kernels_name(void)
 {

@@ -55,6 +55,11 @@ typedef struct cv_type_traits {
     cv_vec_dot_fn vec_dot_ref;   /* scalar reference */
 } cv_type_traits;
 
+/* g[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u for i in [0, n):
+ * SwiGLU's gate, exp by fixed steps (kernels_impl.h), so every version
+ * and machine gives the same bits. */
+void cv_silu_mul(float *g, const float *u, int64_t n);
+
 /* kind: 0 = best for this CPU (or env override), 1 = force reference. */
 void cv_kernels_init(int force_ref);
 /* "avx512", "avx2", "neon" or "ref": what cv_kernels_init selected. */

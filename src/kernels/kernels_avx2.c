@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attention_x86.h"
 #include "kernels/avx2_impl.h"
 #include "kernels/interleaved_avx2.h"
 #include "kernels/kernels_impl.h"
@@ -581,6 +582,19 @@ void cv_quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)
         __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         _mm256_storeu_si256((__m256i *)y[b].qs, _mm256_permutevar8x32_epi32(q, order));
     }
+}
+
+void cv_silu_mul_avx2(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f))); /* exp(-|x|) */
+        const __m256 num = _mm256_blendv_ps(_mm256_mul_ps(x, e), x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+        const __m256 s = _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    cv_silu_mul_ref(g + i, u + i, n - i);
 }
 
 void cv_convert_row_f32_to_f16_avx2(const float *x, void *vy, int64_t n)

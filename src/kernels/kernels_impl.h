@@ -75,6 +75,11 @@
  * kernels: 24 -> 29 and 25 -> 30). */
 #define INTERLEAVED_PREFETCH_BYTES 16384
 
+/* SwiGLU's gate (cv_silu_mul): e = exp(-|g|) by the attention schedule's
+ * exp (attention_impl.h's attn_exp, exp8, exp4: every step an IEEE
+ * operation or a fused multiply-add), then g = (g >= 0 ? g : g * e) /
+ * (1 + e) * u, the sigmoid written so that exp never overflows. */
+
 /* Tile kernels (matmul_tile_*, SIMD only): the outputs of the tile's rows
  * (TILE_ROWS consecutive weight rows, or Q8_0_TILE_ROWS for the AVX2 Q8_0
  * tile; w, w_stride bytes apart) times m activation rows (x, x_stride
@@ -199,6 +204,7 @@ void cv_quantize_row_q8_0_ref(const float *x, void *y, int64_t n);  /* activatio
 /* The activation rule for one block of 32 (d and qs); returns amax. */
 float cv_quantize_block_q8_0_ref(const float *x, cv_fp16 *d, int8_t *qs);
 void cv_convert_row_f32_to_f16_ref(const float *x, void *y, int64_t n);
+void cv_silu_mul_ref(float *g, const float *u, int64_t n);
 float cv_vec_dot_interleaved_q8_0_ref(int n, const void *group, int r, const void *x);
 void cv_interleave_q8_0(const void *rows, size_t row_bytes, int n, void *out);
 float cv_vec_dot_interleaved_q4_0_ref(int n, const void *group, int r, const void *x);
@@ -241,6 +247,7 @@ void cv_quantize_row_q8_0_weight(const float *x, void *y, int64_t n);
 
 #if defined(__x86_64__)
 float cv_vec_dot_f32_avx2(int n, const void *w, const void *x);
+void cv_silu_mul_avx2(float *g, const float *u, int64_t n);
 float cv_vec_dot_f16_avx2(int n, const void *w, const void *x);
 float cv_vec_dot_bf16_avx2(int n, const void *w, const void *x);
 float cv_vec_dot_q8_0_q8_0_avx2(int n, const void *w, const void *x);
@@ -295,6 +302,7 @@ void cv_matmul_interleaved_q6_K_avx512(int n, const void *w, long n_groups, cons
 
 #if defined(__aarch64__)
 float cv_vec_dot_f32_neon(int n, const void *w, const void *x);
+void cv_silu_mul_neon(float *g, const float *u, int64_t n);
 float cv_vec_dot_f16_neon(int n, const void *w, const void *x);
 float cv_vec_dot_bf16_neon(int n, const void *w, const void *x);
 float cv_vec_dot_q8_0_q8_0_neon(int n, const void *w, const void *x);

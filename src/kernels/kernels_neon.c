@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attention_neon.h"
 #include "kernels/kernels_impl.h"
 
 static inline float hsum8(float32x4_t lo, float32x4_t hi)
@@ -174,6 +175,18 @@ void cv_quantize_row_q8_0_neon(const float *x, void *vy, int64_t n)
             vst1_s8(y[b].qs + 4 * k, q);
         }
     }
+}
+
+void cv_silu_mul_neon(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t x = vld1q_f32(g + i);
+        const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
+        const float32x4_t num = vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), x, vmulq_f32(x, e));
+        vst1q_f32(g + i, vmulq_f32(vdivq_f32(num, vaddq_f32(vdupq_n_f32(1.0f), e)), vld1q_f32(u + i)));
+    }
+    cv_silu_mul_ref(g + i, u + i, n - i);
 }
 
 void cv_convert_row_f32_to_f16_neon(const float *x, void *vy, int64_t n)

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attention_impl.h"
 #include "kernels/kernels_impl.h"
 
 /* ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)): the AVX2 horizontal sum. */
@@ -224,6 +225,14 @@ void cv_convert_row_f32_to_f16_ref(const float *x, void *vy, int64_t n)
     cv_fp16 *y = vy;
     for (int64_t i = 0; i < n; i++)
         y[i] = cv_fp32_to_fp16(x[i]);
+}
+
+void cv_silu_mul_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float e = attn_exp(-fabsf(g[i]));
+        g[i] = (g[i] >= 0.0f ? g[i] : g[i] * e) / (1.0f + e) * u[i];
+    }
 }
 
 void cv_copy_row_f32(const float *x, void *y, int64_t n)
