@@ -376,18 +376,29 @@ static void test_tool_answers(void)
  * parsed as special, the same rendering would hold three and two. The
  * start-up warning names the control tokens a template writes that a
  * vocabulary lacks: none here, ChatML's two on stories260K. */
-static void test_chatml_content(void)
+/* A tiny synthetic model with ChatML's control tokens or Mistral's tool
+ * marker, written into a new directory dir (path: its file); NULL when
+ * it could not be made (a check failed). */
+static convoy_model *synth_tiny(char *dir, char path[64], bool chatml, bool tool_marker)
 {
-    char dir[] = "/tmp/convoy-chatml-XXXXXX", path[64], err[512];
+    char err[512];
     CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/chatml.gguf", dir);
+    snprintf(path, 64, "%s/tiny.gguf", dir);
     convoy_synth_params sp = convoy_synth_default_params();
     CHECK(convoy_synth_set_shape(&sp, "tiny", err, sizeof err) == 0);
-    sp.chatml = true;
+    sp.chatml = chatml;
+    sp.tool_marker = tool_marker;
     sp.n_threads = 1;
     CHECKF(convoy_synth_file(&sp, path, NULL, NULL, err, sizeof err) == 0, "%s", err);
     convoy_model *m = convoy_model_load(path, err, sizeof err);
     CHECKF(m != NULL, "%s", err);
+    return m;
+}
+
+static void test_chatml_content(void)
+{
+    char dir[] = "/tmp/convoy-chatml-XXXXXX", path[64], err[512];
+    convoy_model *m = synth_tiny(dir, path, true, false);
     cv_serve_chat chat;
     CHECKF(m && cv_serve_chat_setup(m, NULL, &chat, err, sizeof err) == 0, "%s", err);
     if (!m)
@@ -437,16 +448,8 @@ static void test_chatml_content(void)
  * are read back; without it the text holds the bare list and no call. */
 static void test_control_marker(void)
 {
-    char dir[] = "/tmp/convoy-marker-XXXXXX", path[64], err[512];
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/mistral.gguf", dir);
-    convoy_synth_params sp = convoy_synth_default_params();
-    CHECK(convoy_synth_set_shape(&sp, "tiny", err, sizeof err) == 0);
-    sp.tool_marker = true;
-    sp.n_threads = 1;
-    CHECKF(convoy_synth_file(&sp, path, NULL, NULL, err, sizeof err) == 0, "%s", err);
-    convoy_model *m = convoy_model_load(path, err, sizeof err);
-    CHECKF(m != NULL, "%s", err);
+    char dir[] = "/tmp/convoy-marker-XXXXXX", path[64];
+    convoy_model *m = synth_tiny(dir, path, false, true);
     if (!m)
         return;
     const char *list = "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]";
