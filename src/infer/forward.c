@@ -602,22 +602,16 @@ static size_t attn_bytes(const cv_forward *f, const cv_batch *b)
     return positions * 2 * cv_row_bytes(f->kv->type, f->kv->kv_dim);
 }
 
+/* Each token's K and V rows into its slot, in the cache's type by the
+ * selected row conversion (F32: a copy; F16: F16C's rounding). */
 static void kv_store(cv_forward *f, const cv_batch *b, int32_t layer)
 {
     cv_kv *kv = f->kv;
     const size_t kv_dim = (size_t)kv->kv_dim;
+    const cv_from_float_fn store = cv_type_get(kv->type)->from_float;
     for (int32_t t = 0; t < b->n_tokens; t++) {
-        void *kd = cv_kv_at(kv, kv->k, layer, b->seq[t], b->pos[t]);
-        void *vd = cv_kv_at(kv, kv->v, layer, b->seq[t], b->pos[t]);
-        const float *ks = f->k + t * kv_dim, *vs = f->v + t * kv_dim;
-        if (kv->type == CV_TYPE_F32) {
-            memcpy(kd, ks, sizeof(float) * kv_dim);
-            memcpy(vd, vs, sizeof(float) * kv_dim);
-        } else { /* the selected row conversion: F16C's rounding, as cv_fp32_to_fp16 */
-            const cv_from_float_fn to_f16 = cv_type_get(CV_TYPE_F16)->from_float;
-            to_f16(ks, kd, (int64_t)kv_dim);
-            to_f16(vs, vd, (int64_t)kv_dim);
-        }
+        store(f->k + t * kv_dim, cv_kv_at(kv, kv->k, layer, b->seq[t], b->pos[t]), (int64_t)kv_dim);
+        store(f->v + t * kv_dim, cv_kv_at(kv, kv->v, layer, b->seq[t], b->pos[t]), (int64_t)kv_dim);
     }
 }
 

@@ -97,14 +97,19 @@ static bool is_shown(const cv_text *t, int32_t id)
     return false;
 }
 
-/* A shown token's text after what the detokenizer holds (a character left
- * unfinished before it is ill-formed: U+FFFD). */
-static int push_shown(cv_text *t, int32_t id)
+/* What the detokenizer holds into pending: a character left unfinished
+ * (before the end, or before a shown token) is ill-formed, U+FFFD. */
+static int flush_held(cv_text *t)
 {
     char tail[8];
     const int k = convoy_detok_flush(t->detok, tail, sizeof tail);
-    const char *text = convoy_token_text(t->model, id);
-    return (k > 0 && cv_buf_append(&t->pending, tail, (size_t)k)) || cv_buf_puts(&t->pending, text) ? -1 : 0;
+    return k > 0 && cv_buf_append(&t->pending, tail, (size_t)k) ? -1 : 0;
+}
+
+/* A shown token's text after what the detokenizer holds. */
+static int push_shown(cv_text *t, int32_t id)
+{
+    return flush_held(t) || cv_buf_puts(&t->pending, convoy_token_text(t->model, id)) ? -1 : 0;
 }
 
 int cv_text_push(cv_text *t, int32_t id, cv_buf *out)
@@ -132,11 +137,7 @@ int cv_text_finish(cv_text *t, cv_buf *out)
 {
     if (t->stop_hit)
         return 1;
-    char tail[8];
-    const int k = convoy_detok_flush(t->detok, tail, sizeof tail);
-    if (k > 0 && cv_buf_append(&t->pending, tail, (size_t)k))
-        return -1;
-    return settle(t, out, true);
+    return flush_held(t) ? -1 : settle(t, out, true);
 }
 
 int cv_text_of(const convoy_model *m, const int32_t *ids, int32_t n, cv_buf *out)
